@@ -1,0 +1,89 @@
+// The compute backend a worker trains with. One interface, two
+// implementations: the CPU one (the reference, always built) and the CUDA one
+// (cuBLAS + small kernels, built when nvcc is present).
+//
+// Contract shared by every method:
+//  - Matrices are dense, row-major float32.
+//  - Every float pointer passed to a method (other than the host side of the
+//    Copy* methods) must come from this backend's Allocate(): host memory for
+//    the CPU backend, device memory for the CUDA backend.
+//  - Work may be queued asynchronously; results read by the host are only
+//    valid after CopyToHost (which orders after all earlier work) returns.
+//  - Errors come back as absl::Status naming the failing call, never as a
+//    silently wrong answer.
+#ifndef PST_KERNELS_KERNELS_H_
+#define PST_KERNELS_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pst {
+
+enum class ActivationKind { kRelu, kTanh };
+
+// Mean loss over the rows of a batch, and (for classification) how many rows
+// were predicted correctly.
+struct LossResult {
+  double loss = 0.0;
+  int64_t correct = 0;
+};
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  // "cpu" or "cuda:N".
+  virtual std::string Name() const = 0;
+
+  virtual absl::StatusOr<float*> Allocate(size_t count) = 0;
+  virtual void Free(float* buffer) = 0;
+  virtual absl::Status CopyToDevice(const float* host, float* device, size_t count) = 0;
+  virtual absl::Status CopyToHost(const float* device, float* host, size_t count) = 0;
+
+  // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(x) is x or its
+  // transpose. op(a) is m x k, op(b) is k x n. With beta == 0, c is not read.
+  virtual absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+                            float alpha, const float* a, const float* b, float beta,
+                            float* c) = 0;
+
+  // y[r, c] += bias[c] for every row r.
+  virtual absl::Status AddBias(int rows, int cols, const float* bias, float* y) = 0;
+
+  // y = f(y), elementwise, in place.
+  virtual absl::Status ActivationForward(ActivationKind kind, size_t count, float* y) = 0;
+
+  // dy *= f'(x) where y = f(x) is the forward output (both ReLU and tanh have
+  // derivatives expressible from their output).
+  virtual absl::Status ActivationBackward(ActivationKind kind, size_t count, const float* y,
+                                          float* dy) = 0;
+
+  // out[c] = sum over rows of m[r, c] (the bias gradient).
+  virtual absl::Status ColumnSums(int rows, int cols, const float* m, float* out) = 0;
+
+  // Softmax cross-entropy averaged over rows. labels[r] holds the class index
+  // of row r as a float. Writes dlogits = (softmax(logits) - onehot) / rows
+  // (dlogits may be null for evaluation) and returns the mean loss and the
+  // number of rows whose argmax equals the label.
+  virtual absl::StatusOr<LossResult> SoftmaxCrossEntropy(int rows, int classes,
+                                                         const float* logits,
+                                                         const float* labels,
+                                                         float* dlogits) = 0;
+
+  // Mean squared error: loss = sum((pred - target)^2) / (rows * cols).
+  // Writes dpred = 2 (pred - target) / (rows * cols) (dpred may be null);
+  // correct is 0.
+  virtual absl::StatusOr<LossResult> MeanSquaredError(int rows, int cols, const float* pred,
+                                                      const float* target, float* dpred) = 0;
+};
+
+// The CPU reference backend: single-threaded, cache-friendly loops.
+std::unique_ptr<Kernels> MakeCpuKernels();
+
+}  // namespace pst
+
+#endif  // PST_KERNELS_KERNELS_H_

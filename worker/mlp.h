@@ -1,0 +1,101 @@
+// A multilayer perceptron trained through a Kernels backend.
+//
+// Variables, in order, for layer l = 0..L-1 (L = hidden layers + 1):
+//   "dense_<l>/kernel"  shape [in_l, out_l]
+//   "dense_<l>/bias"    shape [out_l]          (absent with use_bias = false)
+// Hidden layers apply the activation; the output layer is linear and feeds
+// the loss (softmax cross-entropy over classes, or mean squared error).
+//
+// Parameters and gradients are exchanged through host buffers the Mlp owns:
+// write pulled values into HostParameter(i), call UploadParameters(), run
+// ComputeGradients(), then read HostGradient(i).
+#ifndef PST_WORKER_MLP_H_
+#define PST_WORKER_MLP_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernels.h"
+
+namespace pst {
+
+enum class LossKind { kSoftmaxCrossEntropy, kMeanSquaredError };
+
+struct MlpSpec {
+  int input_dim = 0;
+  std::vector<int> hidden;  // empty = linear model
+  int output_dim = 0;       // number of classes for cross-entropy
+  ActivationKind activation = ActivationKind::kRelu;
+  LossKind loss = LossKind::kSoftmaxCrossEntropy;
+  bool use_bias = true;
+};
+
+struct VariableSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t size() const;
+};
+
+class Mlp {
+ public:
+  // `kernels` must outlive the Mlp. Buffers for batches of up to `max_batch`
+  // rows are allocated here, once. InvalidArgument for a bad spec.
+  static absl::StatusOr<std::unique_ptr<Mlp>> Create(const MlpSpec& spec, Kernels* kernels,
+                                                     int max_batch);
+  ~Mlp();
+  Mlp(const Mlp&) = delete;
+  Mlp& operator=(const Mlp&) = delete;
+
+  const MlpSpec& spec() const { return spec_; }
+  const std::vector<VariableSpec>& variables() const { return variables_; }
+  int64_t num_parameters() const;
+
+  // Deterministic initial values from `seed`: Glorot-uniform kernels (He
+  // scaling for ReLU), zero biases. One vector per variable, in order.
+  std::vector<std::vector<float>> InitialValues(uint64_t seed) const;
+
+  std::span<float> HostParameter(size_t index);
+  std::span<const float> HostGradient(size_t index) const;
+
+  // Copies every HostParameter to the backend.
+  absl::Status UploadParameters();
+
+  // Forward + backward on `batch` rows. `x` is [batch, input_dim];
+  // `targets` is [batch] class indices (cross-entropy) or [batch, output_dim]
+  // (MSE), host memory. Leaves d(mean loss)/d(variable) in HostGradient.
+  absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch);
+
+  // Forward only, same inputs; no gradients.
+  absl::StatusOr<LossResult> Evaluate(const float* x, const float* targets, int batch);
+
+  // Host copy of the model output for the last Evaluate/ComputeGradients
+  // batch ([batch, output_dim] logits or predictions).
+  absl::StatusOr<std::vector<float>> LastOutput(int batch);
+
+ private:
+  Mlp(MlpSpec spec, Kernels* kernels, int max_batch);
+  absl::Status AllocateBuffers();
+  absl::StatusOr<LossResult> Forward(const float* x, const float* targets, int batch,
+                                     bool want_gradient);
+  absl::Status Backward(const float* x, int batch);
+
+  struct Layer;
+  MlpSpec spec_;
+  Kernels* kernels_;
+  int max_batch_;
+  std::vector<VariableSpec> variables_;
+  std::vector<Layer> layers_;
+  std::vector<std::vector<float>> host_params_;
+  std::vector<std::vector<float>> host_grads_;
+  float* device_x_ = nullptr;
+  float* device_targets_ = nullptr;
+  std::vector<float*> owned_;  // every device buffer, freed in the destructor
+};
+
+}  // namespace pst
+
+#endif  // PST_WORKER_MLP_H_
