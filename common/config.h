@@ -8,7 +8,7 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
 #include "config.pb.h"
@@ -26,7 +26,7 @@ struct TaskId {
 };
 
 // InvalidArgument unless `text` is "ps:<n>" or "worker:<n>".
-absl::StatusOr<TaskId> ParseTask(std::string_view text);
+absl::StatusOr<TaskId> ParseTask(absl::string_view text);
 
 // Values given on the command line; unset ones leave the config alone.
 struct ConfigOverrides {
@@ -39,13 +39,13 @@ struct ConfigOverrides {
 
 // Parses protobuf text format, or JSON when the text starts with '{'.
 // `origin` names the source in error messages ("configs/local.textproto").
-absl::StatusOr<JobConfig> ParseConfig(std::string_view text, std::string_view origin);
+absl::StatusOr<JobConfig> ParseConfig(absl::string_view text, absl::string_view origin);
 
 // Reads and parses a config file; NotFound if it cannot be read.
 absl::StatusOr<JobConfig> ReadConfigFile(const std::string& path);
 
 // The built-in default job (configs/local.textproto, embedded at build time).
-std::string_view EmbeddedDefaultConfig();
+absl::string_view EmbeddedDefaultConfig();
 
 absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config);
 

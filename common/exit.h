@@ -2,7 +2,7 @@
 #ifndef PST_COMMON_EXIT_H_
 #define PST_COMMON_EXIT_H_
 
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 
@@ -12,7 +12,7 @@ namespace pst {
 inline constexpr int kUsageErrorExitCode = 2;
 
 // Prints "<program>: error: <message>" to stderr and exits with code 2.
-[[noreturn]] void ExitWithError(std::string_view program, const absl::Status& status);
+[[noreturn]] void ExitWithError(absl::string_view program, const absl::Status& status);
 
 }  // namespace pst
 

@@ -1,0 +1,47 @@
+#include "common/flags.h"
+
+#include <limits>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, config, "",
+          "Cluster + job config (protobuf text format, or JSON). Empty: the built-in "
+          "configs/local.textproto (Fashion-MNIST, 1 PS + 2 workers, SYNC).");
+ABSL_FLAG(std::string, mode, "", "Override training.mode: sync or async.");
+ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
+ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
+ABSL_FLAG(int, batch_size, 0, "Override training.batch_size, per worker (0 = keep the config's).");
+ABSL_FLAG(float, learning_rate, 0.0f,
+          "Override the optimizer's learning rate (0 = keep the config's).");
+
+namespace pst {
+
+ConfigOverrides OverridesFromFlags() {
+  ConfigOverrides overrides;
+  if (std::string mode = absl::GetFlag(FLAGS_mode); !mode.empty()) overrides.mode = mode;
+  if (int v = absl::GetFlag(FLAGS_epochs); v != 0) overrides.epochs = v;
+  if (int v = absl::GetFlag(FLAGS_workers); v != 0) overrides.workers = v;
+  if (int v = absl::GetFlag(FLAGS_batch_size); v != 0) overrides.batch_size = v;
+  if (float v = absl::GetFlag(FLAGS_learning_rate); v != 0.0f) overrides.learning_rate = v;
+  return overrides;
+}
+
+std::vector<std::string> OverrideFlagsAsArgs() {
+  ConfigOverrides overrides = OverridesFromFlags();
+  std::vector<std::string> args;
+  if (overrides.mode) args.push_back(absl::StrCat("--mode=", *overrides.mode));
+  if (overrides.epochs) args.push_back(absl::StrCat("--epochs=", *overrides.epochs));
+  if (overrides.workers) args.push_back(absl::StrCat("--workers=", *overrides.workers));
+  if (overrides.batch_size) args.push_back(absl::StrCat("--batch_size=", *overrides.batch_size));
+  if (overrides.learning_rate) {
+    args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
+  }
+  return args;
+}
+
+absl::StatusOr<JobConfig> LoadJobConfigFromFlags() {
+  return LoadJobConfig(absl::GetFlag(FLAGS_config), OverridesFromFlags());
+}
+
+}  // namespace pst

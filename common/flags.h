@@ -4,6 +4,7 @@
 #define PST_COMMON_FLAGS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "common/config.h"

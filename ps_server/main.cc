@@ -1,0 +1,106 @@
+// ps_server: one parameter-server shard. Started as
+//   ps_server --config=cluster.textproto --task=ps:0
+// it listens on cluster.ps[0] and serves until SIGTERM/SIGINT or a Shutdown RPC.
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
+#include "common/config.h"
+#include "common/exit.h"
+#include "common/flags.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/ps_service.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, task, "ps:0", "Which shard this is: ps:<index> into cluster.ps.");
+ABSL_FLAG(std::string, listen, "",
+          "Address to bind instead of cluster.ps[index] (e.g. 0.0.0.0:50051 behind NAT).");
+
+namespace {
+
+constexpr char kProgram[] = "ps_server";
+
+// Blocks SIGINT/SIGTERM in every thread and returns a thread that waits for
+// them (or for `stop`) and then runs `on_signal`.
+std::thread StartSignalWaiter(absl::Notification* stop, std::function<void()> on_signal) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return std::thread([signals, stop, on_signal = std::move(on_signal)] {
+    timespec poll_interval{0, 100'000'000};
+    while (!stop->HasBeenNotified()) {
+      int signal = sigtimedwait(&signals, nullptr, &poll_interval);
+      if (signal > 0) {
+        spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+        on_signal();
+        return;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "One parameter-server shard: holds its variables and optimizer state and serves "
+      "Register/Init/Pull/Push over gRPC.\n"
+      "Usage: ps_server --config=configs/local.textproto --task=ps:0 [--mode=async]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
+  if (!config.ok()) pst::ExitWithError(kProgram, config.status());
+  absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
+  if (!task.ok()) pst::ExitWithError(kProgram, task.status());
+  if (task->kind != pst::TaskId::Kind::kPs) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError("--task must be ps:<index> for ps_server"));
+  }
+  if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
+
+  pst::ShardOptions options;
+  options.mode = config->training().mode();
+  options.num_workers = config->cluster().workers();
+  options.shard = task->index;
+  options.num_shards = config->cluster().ps_size();
+  options.optimizer = config->training().optimizer();
+  absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
+  if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
+
+  absl::Notification stop;
+  std::atomic<bool> stop_requested{false};
+  auto request_stop = [&stop, &stop_requested] {
+    if (!stop_requested.exchange(true)) stop.Notify();
+  };
+  std::thread signal_waiter = StartSignalWaiter(&stop, request_stop);
+
+  std::string address = absl::GetFlag(FLAGS_listen);
+  if (address.empty()) address = config->cluster().ps(task->index);
+  absl::StatusOr<pst::RunningServer> server = pst::StartGrpcServer(
+      address, shard->get(), request_stop);
+  if (!server.ok()) {
+    request_stop();
+    signal_waiter.join();
+    pst::ExitWithError(kProgram, server.status());
+  }
+  spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {})", task->ToString(), address,
+               pst::ModeName(options.mode), options.num_workers,
+               (*shard)->optimizer_name());
+
+  stop.WaitForNotification();
+  (*shard)->BeginShutdown();
+  server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  signal_waiter.join();
+  pst::StatsResponse stats;
+  (*shard)->Stats(&stats);
+  spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",
+               stats.version(), stats.pushes_applied(), stats.pushes_aggregated(),
+               stats.pushes_dropped(), stats.pushes_rejected());
+  return 0;
+}

@@ -1,0 +1,73 @@
+#include "ps_server/ps_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "grpcpp/server_builder.h"
+
+namespace pst {
+
+ParameterServerService::ParameterServerService(pst::ParameterShard* server,
+                                               std::function<void()> on_shutdown)
+    : server_(server), on_shutdown_(std::move(on_shutdown)) {}
+
+grpc::Status ParameterServerService::Register(grpc::ServerContext*, const RegisterRequest* request,
+                                              RegisterResponse* response) {
+  return ToGrpcStatus(server_->Register(*request, response));
+}
+
+grpc::Status ParameterServerService::Init(grpc::ServerContext*, const InitRequest* request,
+                                          InitResponse* response) {
+  return ToGrpcStatus(server_->Init(*request, response));
+}
+
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
+                                          const PullRequest* request, PullResponse* response) {
+  // Wait no longer than the client asked for, nor past the call's deadline.
+  absl::Time deadline = absl::Now() + absl::Milliseconds(std::max(0, request->timeout_ms()));
+  deadline = std::min(deadline, absl::FromChrono(context->deadline()));
+  return ToGrpcStatus(server_->Pull(*request, deadline, response));
+}
+
+grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushRequest* request,
+                                          PushResponse* response) {
+  return ToGrpcStatus(server_->Push(*request, response));
+}
+
+grpc::Status ParameterServerService::Done(grpc::ServerContext*, const DoneRequest* request,
+                                          DoneResponse* response) {
+  return ToGrpcStatus(server_->Done(*request, response));
+}
+
+grpc::Status ParameterServerService::Stats(grpc::ServerContext*, const StatsRequest*,
+                                           StatsResponse* response) {
+  server_->Stats(response);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const ShutdownRequest*,
+                                              ShutdownResponse*) {
+  if (on_shutdown_) on_shutdown_();
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
+                                              pst::ParameterShard* server,
+                                              std::function<void()> on_shutdown) {
+  RunningServer running;
+  running.service = std::make_unique<ParameterServerService>(server, std::move(on_shutdown));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &running.port);
+  builder.RegisterService(running.service.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  running.grpc_server = builder.BuildAndStart();
+  if (!running.grpc_server || running.port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, "; is the port in use or the address not on this host?"));
+  }
+  return running;
+}
+
+}  // namespace pst

@@ -1,0 +1,134 @@
+#include "ps_server/variable_store.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace pst {
+
+absl::Status CheckFinite(std::span<const float> values, const std::string& what) {
+  // v * 0 is 0 for every finite v and NaN for Inf or NaN, so the sum is 0
+  // exactly when all values are finite; a branch-free pass, then a second
+  // scan only to name the culprit.
+  float sum = 0.0f;
+  for (float v : values) sum += v * 0.0f;
+  if (sum == 0.0f) return absl::OkStatus();
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has a non-finite value (", values[i], ") at element ", i,
+                       "; nothing was applied"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+VariableStore::VariableStore(std::unique_ptr<Optimizer> optimizer)
+    : optimizer_(std::move(optimizer)) {}
+
+int64_t VariableStore::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const Variable& v : variables_) bytes += v.values.size() * sizeof(float);
+  return bytes;
+}
+
+absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors) {
+  if (tensors.empty()) return absl::InvalidArgumentError("Init carries no variables");
+  std::vector<Variable> variables;
+  std::map<std::string, int, std::less<>> index;
+  std::vector<float> scratch;
+  for (const Tensor& tensor : tensors) {
+    if (tensor.name().empty()) return absl::InvalidArgumentError("Init has a variable with no name");
+    if (!index.emplace(tensor.name(), static_cast<int>(variables.size())).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Init names variable \"", tensor.name(), "\" twice"));
+    }
+    if (tensor.shape().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable \"", tensor.name(), "\" has no shape"));
+    }
+    for (int64_t d : tensor.shape()) {
+      if (d <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable \"", tensor.name(), "\" has a non-positive dimension ", d));
+      }
+    }
+    int64_t elements = NumElements({tensor.shape().data(), static_cast<size_t>(tensor.shape().size())});
+    if (absl::Status s = CheckTensorPayload(tensor, elements); !s.ok()) return s;
+    Variable v;
+    v.name = tensor.name();
+    v.shape.assign(tensor.shape().begin(), tensor.shape().end());
+    v.values.resize(elements);
+    DecodeTensor(tensor, v.values);
+    if (absl::Status s = CheckFinite(v.values, absl::StrCat("variable \"", v.name, "\""));
+        !s.ok()) {
+      return s;
+    }
+    v.slots.assign(static_cast<size_t>(elements) * optimizer_->SlotsPerParameter(),
+                   optimizer_->InitialSlotValue());
+    variables.push_back(std::move(v));
+  }
+  variables_ = std::move(variables);
+  index_ = std::move(index);
+  return absl::OkStatus();
+}
+
+int VariableStore::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+absl::Status VariableStore::ValidateGradients(
+    const google::protobuf::RepeatedPtrField<Tensor>& gradients, bool require_all,
+    std::vector<int>* indices) const {
+  indices->clear();
+  std::vector<bool> seen(variables_.size(), false);
+  std::vector<float> scratch;
+  for (const Tensor& gradient : gradients) {
+    int index = Find(gradient.name());
+    if (index < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push"));
+    }
+    if (seen[index]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push"));
+    }
+    seen[index] = true;
+    const Variable& v = variables_[index];
+    if (!gradient.shape().empty() &&
+        !std::equal(gradient.shape().begin(), gradient.shape().end(), v.shape.begin(),
+                    v.shape.end())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient for \"", v.name, "\" has the wrong shape; the variable has ",
+          v.shape.size(), " dimension(s) and ", v.values.size(), " values"));
+    }
+    if (absl::Status s = CheckTensorPayload(gradient, v.values.size()); !s.ok()) return s;
+    if (absl::Status s = CheckFinite(TensorValues(gradient, &scratch),
+                                     absl::StrCat("gradient for \"", v.name, "\""));
+        !s.ok()) {
+      return s;
+    }
+    indices->push_back(index);
+  }
+  if (require_all && indices->size() != variables_.size()) {
+    for (size_t i = 0; i < variables_.size(); ++i) {
+      if (!seen[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push is missing the gradient for \"", variables_[i].name,
+            "\"; in SYNC mode every push must cover every variable of the shard"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void VariableStore::Apply(int index, std::span<const float> gradient, float lr_scale) {
+  Variable& v = variables_[index];
+  ++v.updates;
+  optimizer_->Apply(v.updates, lr_scale, v.values, gradient, v.slots);
+}
+
+}  // namespace pst

@@ -1,0 +1,83 @@
+// worker: one training process. Started as
+//   worker --config=cluster.textproto --task=worker:0 [--result_file=out.json]
+// it trains its shard of the data against every PS shard and exits 0 when
+// its epochs are done (the chief, worker:0, after the final evaluation).
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/exit.h"
+#include "common/flags.h"
+#include "google/protobuf/util/json_util.h"
+#include "kernels/kernels.h"
+#include "spdlog/spdlog.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, task, "worker:0", "Which worker this is: worker:<index>; worker:0 is the chief.");
+ABSL_FLAG(std::string, result_file, "",
+          "Write this worker's result (steps, samples, loss, test accuracy) here as JSON.");
+ABSL_FLAG(int, connect_timeout_seconds, 60,
+          "How long to wait for every PS shard to accept a connection.");
+
+namespace {
+
+constexpr char kProgram[] = "worker";
+
+absl::Status WriteResult(const std::string& path, const pst::WorkerResult& result) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(result, &json, options).ok()) {
+    return absl::InternalError("cannot serialize the worker result");
+  }
+  std::ofstream out(path);
+  out << json << "\n";
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --result_file ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "A training worker: pulls parameters from every PS shard, computes gradients on its "
+      "shard of the data, pushes them back.\n"
+      "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
+  if (!config.ok()) pst::ExitWithError(kProgram, config.status());
+  absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
+  if (!task.ok()) pst::ExitWithError(kProgram, task.status());
+  if (task->kind != pst::TaskId::Kind::kWorker) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError("--task must be worker:<index> for worker"));
+  }
+  if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
+
+  absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
+  if (!data.ok()) pst::ExitWithError(kProgram, data.status());
+
+  std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
+  absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
+      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
+  if (!client.ok()) pst::ExitWithError(kProgram, client.status());
+
+  std::unique_ptr<pst::Kernels> kernels = pst::MakeCpuKernels();
+  spdlog::info("{} computing on {}", task->ToString(), kernels->Name());
+  pst::Trainer trainer(*config, task->index, client->get(), kernels.get(), &*data);
+  absl::StatusOr<pst::WorkerResult> result = trainer.Run();
+  if (!result.ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", kProgram, std::string(result.status().message()).c_str());
+    return 1;
+  }
+  if (std::string path = absl::GetFlag(FLAGS_result_file); !path.empty()) {
+    if (absl::Status s = WriteResult(path, *result); !s.ok()) pst::ExitWithError(kProgram, s);
+  }
+  return 0;
+}

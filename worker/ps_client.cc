@@ -1,0 +1,190 @@
+#include "worker/ps_client.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/partitioner.h"
+#include "common/tensor_codec.h"
+#include "grpcpp/create_channel.h"
+#include "worker/mlp.h"
+
+namespace pst {
+namespace {
+
+// Deadline for calls that should answer at once; long-polls add their wait.
+constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration from_now) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout) {
+  std::unique_ptr<PsClient> client(new PsClient(worker));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
+  for (size_t s = 0; s < addresses.size(); ++s) {
+    auto channel =
+        grpc::CreateCustomChannel(addresses[s], grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(deadline)) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach ps:", s, " at ", addresses[s], " within ",
+          absl::FormatDuration(connect_timeout), "; is ps_server running there?"));
+    }
+    client->shards_.push_back(Shard{addresses[s], ParameterServer::NewStub(channel), {}});
+  }
+  return client;
+}
+
+void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
+  names_.clear();
+  shapes_.clear();
+  std::vector<int64_t> sizes;
+  for (const VariableSpec& v : variables) {
+    names_.push_back(v.name);
+    shapes_.push_back(v.shape);
+    sizes.push_back(v.size());
+  }
+  shard_of_ = PlaceVariables(sizes, num_shards());
+  for (Shard& shard : shards_) shard.variables.clear();
+  for (size_t i = 0; i < variables.size(); ++i) shards_[shard_of_[i]].variables.push_back(i);
+}
+
+absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
+  absl::Status inner = FromGrpcStatus(status);
+  return absl::Status(inner.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
+                                                 "): ", inner.message()));
+}
+
+template <typename Call>
+absl::Status PsClient::ForEachShard(Call call) {
+  std::vector<absl::Status> results(shards_.size());
+  std::vector<std::thread> threads;
+  for (size_t s = 1; s < shards_.size(); ++s) {
+    threads.emplace_back([&, s] { results[s] = call(static_cast<int>(s)); });
+  }
+  results[0] = call(0);
+  for (std::thread& t : threads) t.join();
+  for (absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegisterResponse> PsClient::Register() {
+  std::vector<RegisterResponse> responses(shards_.size());
+  absl::Status status = ForEachShard([&](int s) {
+    grpc::ClientContext context;
+    SetDeadline(&context, kRpcDeadline);
+    RegisterRequest request;
+    request.set_worker(worker_);
+    grpc::Status rpc = shards_[s].stub->Register(&context, request, &responses[s]);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+  if (!status.ok()) return status;
+  return responses[0];
+}
+
+absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
+  std::vector<InitResponse> responses(shards_.size());
+  absl::Status status = ForEachShard([&](int s) {
+    InitRequest request;
+    request.set_worker(worker_);
+    for (size_t v : shards_[s].variables) {
+      EncodeTensor(names_[v], shapes_[v], values[v], request.add_variables());
+    }
+    grpc::ClientContext context;
+    SetDeadline(&context, kRpcDeadline);
+    grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+  if (!status.ok()) return status;
+  return responses[0].accepted();
+}
+
+absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                            const std::vector<std::span<float>>& out,
+                            std::vector<int64_t>* versions) {
+  versions->resize(shards_.size());
+  return ForEachShard([&](int s) -> absl::Status {
+    const Shard& shard = shards_[s];
+    PullRequest request;
+    request.set_worker(worker_);
+    request.set_min_version(min_versions[s]);
+    request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+    for (size_t v : shard.variables) request.add_names(names_[v]);
+    PullResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout + kRpcDeadline);
+    grpc::Status rpc = shard.stub->Pull(&context, request, &response);
+    if (!rpc.ok()) return ShardError(s, rpc);
+    if (response.variables_size() != static_cast<int>(shard.variables.size())) {
+      return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
+                                              response.variables_size(), " variables, expected ",
+                                              shard.variables.size()));
+    }
+    for (size_t i = 0; i < shard.variables.size(); ++i) {
+      size_t v = shard.variables[i];
+      const Tensor& tensor = response.variables(static_cast<int>(i));
+      if (tensor.name() != names_[v]) {
+        return absl::InternalError(absl::StrCat("ps:", s, " returned \"", tensor.name(),
+                                                "\" where \"", names_[v], "\" was asked for"));
+      }
+      if (absl::Status check = CheckTensorPayload(tensor, out[v].size()); !check.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "ps:", s, " holds a different model: ", check.message(),
+            " (was it initialized by a job with another config?)"));
+      }
+      DecodeTensor(tensor, out[v]);
+    }
+    (*versions)[s] = response.version();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
+                            const std::vector<std::span<const float>>& gradients,
+                            std::vector<PushResponse>* responses) {
+  responses->resize(shards_.size());
+  return ForEachShard([&](int s) {
+    PushRequest request;
+    request.set_worker(worker_);
+    request.set_computed_at_version(computed_at[s]);
+    for (size_t v : shards_[s].variables) {
+      EncodeTensor(names_[v], shapes_[v], gradients[v], request.add_gradients());
+    }
+    grpc::ClientContext context;
+    SetDeadline(&context, kRpcDeadline);
+    grpc::Status rpc = shards_[s].stub->Push(&context, request, &(*responses)[s]);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+}
+
+absl::Status PsClient::Done() {
+  return ForEachShard([&](int s) {
+    DoneRequest request;
+    request.set_worker(worker_);
+    DoneResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, kRpcDeadline);
+    grpc::Status rpc = shards_[s].stub->Done(&context, request, &response);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+}
+
+absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
+  StatsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->Stats(&context, StatsRequest(), &response);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
+}
+
+}  // namespace pst

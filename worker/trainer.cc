@@ -1,0 +1,254 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+namespace {
+
+// Evaluation runs forward passes over the test set in batches of this size.
+constexpr int kEvalBatch = 500;
+
+// Test sets of the synthetic problems are drawn from a different seed.
+constexpr uint64_t kTestSeedOffset = 0x9E3779B97F4A7C15ULL;
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+}  // namespace
+
+absl::StatusOr<TrainingData> LoadTrainingData(const TrainingConfig& training) {
+  const DatasetConfig& dataset = training.dataset();
+  uint64_t seed = training.seed();
+  uint64_t test_seed = seed + kTestSeedOffset;
+  TrainingData data;
+  switch (dataset.kind_case()) {
+    case DatasetConfig::kFashionMnist: {
+      const FashionMnistConfig& fm = dataset.fashion_mnist();
+      absl::StatusOr<Dataset> train = LoadFashionMnist(fm.dir(), true, fm.train_limit());
+      if (!train.ok()) return train.status();
+      absl::StatusOr<Dataset> test = LoadFashionMnist(fm.dir(), false);
+      if (!test.ok()) return test.status();
+      data.train = std::move(*train);
+      data.test = std::move(*test);
+      return data;
+    }
+    case DatasetConfig::kQuadratic:
+      data.train = MakeQuadratic(dataset.quadratic().examples(), seed);
+      data.test = MakeQuadratic(dataset.quadratic().examples(), test_seed);
+      return data;
+    case DatasetConfig::kParabola:
+      data.train = MakeParabola(dataset.parabola().examples(), seed);
+      data.test = MakeParabola(dataset.parabola().examples(), test_seed);
+      return data;
+    case DatasetConfig::kLinearRegression: {
+      const LinearRegressionConfig& lr = dataset.linear_regression();
+      // Same true weights (seed) for both sets; only the samples differ.
+      data.train = MakeLinearRegression(lr.examples(), lr.features(), lr.noise(), seed);
+      data.test = MakeLinearRegression(lr.examples(), lr.features(), lr.noise(), seed);
+      return data;
+    }
+    case DatasetConfig::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("the config names no data set");
+}
+
+MlpSpec ModelSpecFor(const TrainingConfig& training, const Dataset& data) {
+  const MlpConfig& mlp = training.model().mlp();
+  MlpSpec spec;
+  spec.input_dim = data.feature_dim;
+  spec.hidden.assign(mlp.hidden().begin(), mlp.hidden().end());
+  spec.output_dim = data.num_classes > 0 ? data.num_classes : data.target_dim;
+  spec.activation = mlp.activation() == TANH ? ActivationKind::kTanh : ActivationKind::kRelu;
+  spec.loss = data.num_classes > 0 ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
+  spec.use_bias = !mlp.no_bias();
+  return spec;
+}
+
+Trainer::Trainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
+                 const TrainingData* data)
+    : config_(config), rank_(rank), client_(client), kernels_(kernels), data_(data) {}
+
+absl::Status Trainer::Setup() {
+  const TrainingConfig& training = config_.training();
+  int batch = training.batch_size();
+  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
+      Mlp::Create(ModelSpecFor(training, data_->train), kernels_, std::max(batch, kEvalBatch));
+  if (!mlp.ok()) return mlp.status();
+  mlp_ = std::move(*mlp);
+  sampler_ = std::make_unique<ShardSampler>(data_->train.size, rank_, config_.cluster().workers(),
+                                            batch, training.seed());
+  if (sampler_->steps_per_epoch() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training set has ", data_->train.size, " examples, fewer than workers x batch_size = ",
+        config_.cluster().workers() * batch, "; lower batch_size or workers"));
+  }
+  for (size_t i = 0; i < mlp_->variables().size(); ++i) {
+    parameters_.push_back(mlp_->HostParameter(i));
+    gradients_.push_back(mlp_->HostGradient(i));
+  }
+  batch_x_.resize(static_cast<size_t>(batch) * data_->train.feature_dim);
+  batch_y_.resize(static_cast<size_t>(batch) * data_->train.target_dim);
+
+  client_->SetVariables(mlp_->variables());
+  absl::StatusOr<RegisterResponse> view = client_->Register();
+  if (!view.ok()) return view.status();
+  if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps:0 runs ", ModeName(view->mode()), " mode with ", view->workers(),
+        " worker(s) but this worker's config says ", ModeName(training.mode()), " with ",
+        config_.cluster().workers(), "; start every task from the same config"));
+  }
+  // Every worker offers the same seeded values; the first to arrive wins, so
+  // the job does not depend on the chief being first or alive.
+  std::vector<std::vector<float>> initial = mlp_->InitialValues(training.seed());
+  std::vector<std::span<const float>> initial_spans(initial.begin(), initial.end());
+  absl::StatusOr<bool> accepted = client_->Init(initial_spans);
+  if (!accepted.ok()) return accepted.status();
+  spdlog::info("worker:{} registered: {} mode, {} worker(s), {} shard(s), model {} parameters{}",
+               rank_, ModeName(view->mode()), view->workers(), client_->num_shards(),
+               mlp_->num_parameters(), *accepted ? " (initialized the variables)" : "");
+  versions_.assign(client_->num_shards(), 0);
+  next_min_.assign(client_->num_shards(), 0);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
+  absl::Duration timeout = absl::Seconds(config_.training().pull_timeout_seconds());
+  if (absl::Status s = client_->Pull(min_versions, timeout, parameters_, &versions_); !s.ok()) {
+    return s;
+  }
+  return mlp_->UploadParameters();
+}
+
+absl::Status Trainer::RunEpoch(int epoch, WorkerResult* result) {
+  const TrainingConfig& training = config_.training();
+  const int batch = training.batch_size();
+  const int64_t steps = sampler_->steps_per_epoch();
+  const int log_every = training.log_every_steps();
+  const bool sync = training.mode() == SYNC;
+  std::vector<PushResponse> responses;
+  double epoch_loss = 0.0;
+  double window_loss = 0.0;
+  absl::Time epoch_start = absl::Now();
+  absl::Time window_start = epoch_start;
+  for (int64_t step = 0; step < steps; ++step) {
+    if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+    GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
+    absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+    if (!loss.ok()) return loss.status();
+    if (absl::Status s = client_->Push(versions_, gradients_, &responses); !s.ok()) return s;
+    // SYNC: the next pull must see the step this push belongs to completed.
+    // ASYNC: take whatever is newest.
+    for (size_t s = 0; s < versions_.size(); ++s) {
+      next_min_[s] = sync ? versions_[s] + 1 : versions_[s];
+    }
+    epoch_loss += loss->loss;
+    window_loss += loss->loss;
+    result->set_steps(result->steps() + 1);
+    result->set_samples(result->samples() + batch);
+    if ((step + 1) % log_every == 0 || step + 1 == steps) {
+      int64_t in_window = (step % log_every) + 1;
+      spdlog::info("epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} version {}", epoch + 1,
+                   training.epochs(), step + 1, steps, window_loss / in_window,
+                   in_window * batch / Seconds(window_start), responses[0].version());
+      window_loss = 0.0;
+      window_start = absl::Now();
+    }
+  }
+  train_seconds_ += Seconds(epoch_start);
+  last_epoch_loss_ = epoch_loss / steps;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
+  LossResult total;
+  std::vector<float> x(static_cast<size_t>(kEvalBatch) * data.feature_dim);
+  std::vector<float> y(static_cast<size_t>(kEvalBatch) * data.target_dim);
+  std::vector<int64_t> indices;
+  for (int64_t start = 0; start < data.size; start += kEvalBatch) {
+    int rows = static_cast<int>(std::min<int64_t>(kEvalBatch, data.size - start));
+    indices.resize(rows);
+    for (int i = 0; i < rows; ++i) indices[i] = start + i;
+    GatherBatch(data, indices, x.data(), y.data());
+    absl::StatusOr<LossResult> part = mlp_->Evaluate(x.data(), y.data(), rows);
+    if (!part.ok()) return part.status();
+    total.loss += part->loss * rows;
+    total.correct += part->correct;
+  }
+  total.loss /= static_cast<double>(data.size);
+  return total;
+}
+
+absl::Status Trainer::WaitForAllWorkersDone() {
+  absl::Time deadline = absl::Now() + absl::Seconds(config_.training().pull_timeout_seconds());
+  while (true) {
+    absl::StatusOr<StatsResponse> stats = client_->Stats(0);
+    if (!stats.ok()) return stats.status();
+    if (stats->workers_done() >= config_.cluster().workers()) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "only ", stats->workers_done(), " of ", config_.cluster().workers(),
+          " workers finished within training.pull_timeout_seconds"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
+  if (absl::Status s = WaitForAllWorkersDone(); !s.ok()) return s;
+  if (absl::Status s = PullParameters(std::vector<int64_t>(versions_.size(), 0)); !s.ok()) return s;
+  absl::StatusOr<LossResult> test = Evaluate(data_->test);
+  if (!test.ok()) return test.status();
+  result->set_test_loss(test->loss);
+  if (data_->test.num_classes > 0) {
+    result->set_has_test_accuracy(true);
+    result->set_test_accuracy(static_cast<double>(test->correct) / data_->test.size);
+    spdlog::info("final: version {} test_accuracy {:.4f} test_loss {:.4f}", versions_[0],
+                 result->test_accuracy(), test->loss);
+  } else {
+    spdlog::info("final: version {} test_loss {:.6f}", versions_[0], test->loss);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerResult> Trainer::Run() {
+  WorkerResult result;
+  result.set_task(absl::StrCat("worker:", rank_));
+  if (absl::Status s = Setup(); !s.ok()) return s;
+  const int epochs = config_.training().epochs();
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    if (absl::Status s = RunEpoch(epoch, &result); !s.ok()) return s;
+    if (is_chief() && epoch + 1 < epochs) {
+      // Evaluate the model as it stands after this epoch's last step.
+      if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+      absl::Time start = absl::Now();
+      absl::StatusOr<LossResult> test = Evaluate(data_->test);
+      if (!test.ok()) return test.status();
+      spdlog::info("epoch {}/{} done: train_loss {:.4f} test_loss {:.4f}{} ({:.1f} s to evaluate)",
+                   epoch + 1, epochs, last_epoch_loss_, test->loss,
+                   data_->test.num_classes > 0
+                       ? absl::StrCat(" test_accuracy ",
+                                      absl::StrFormat("%.4f", static_cast<double>(test->correct) /
+                                                                  data_->test.size))
+                       : std::string(),
+                   Seconds(start));
+    }
+  }
+  result.set_train_seconds(train_seconds_);
+  result.set_final_loss(last_epoch_loss_);
+  if (absl::Status s = client_->Done(); !s.ok()) return s;
+  if (is_chief()) {
+    if (absl::Status s = EvaluateFinal(&result); !s.ok()) return s;
+  }
+  result.set_final_version(versions_[0]);
+  return result;
+}
+
+}  // namespace pst

@@ -1,0 +1,20 @@
+// absl::Status <-> grpc::Status. The two share their code numbering, so the
+// conversion keeps the code and the message and nothing else.
+#ifndef PST_COMMON_GRPC_STATUS_H_
+#define PST_COMMON_GRPC_STATUS_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace pst {
+
+// Largest message a server or client accepts; gRPC's default of 4 MiB is too
+// small for real models.
+inline constexpr int kMaxMessageBytes = 1 << 30;
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace pst
+
+#endif  // PST_COMMON_GRPC_STATUS_H_

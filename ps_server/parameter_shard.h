@@ -1,0 +1,111 @@
+// One parameter-server shard: its variables, its version counter, and the
+// consistency rule that decides when a gradient is applied.
+//
+// A plain thread-safe class with no knowledge of gRPC (ps_service.h adapts
+// it), so the update semantics are unit-tested without a network.
+//
+//  - SYNC: the version only advances once per step. A push tagged with the
+//    current version is held until one gradient from every worker has
+//    arrived; the gradients are then summed in worker-rank order (so the
+//    result is bitwise independent of arrival order), averaged, applied with
+//    one optimizer step, and the version advances by one. A push tagged with
+//    an older version is dropped and counted.
+//  - ASYNC: every valid push is applied at once with one optimizer step and
+//    advances the version; its staleness (version at arrival minus the
+//    version it was computed at) is recorded.
+//
+// Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
+// future version, push before Init) are refused with InvalidArgument or
+// FailedPrecondition before anything is touched.
+#ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
+#define PST_PS_SERVER_PARAMETER_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "config.pb.h"
+#include "ps.pb.h"
+#include "ps_server/variable_store.h"
+
+namespace pst {
+
+struct ShardOptions {
+  Mode mode = SYNC;
+  int num_workers = 1;
+  int shard = 0;
+  int num_shards = 1;
+  OptimizerConfig optimizer;
+};
+
+class ParameterShard {
+ public:
+  // InvalidArgument for a bad optimizer config or worker count.
+  static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(const ShardOptions& options);
+
+  absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
+  absl::Status Init(const InitRequest& request, InitResponse* response);
+
+  // Waits (up to `deadline`) until the shard is initialized and its version
+  // reaches request.min_version, then copies the requested variables.
+  // DeadlineExceeded if the wait runs out; Unavailable once shutting down.
+  absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
+
+  absl::Status Push(const PushRequest& request, PushResponse* response);
+  absl::Status Done(const DoneRequest& request, DoneResponse* response);
+  void Stats(StatsResponse* response);
+
+  // Wakes every waiting Pull with Unavailable; later calls fail the same way.
+  void BeginShutdown();
+
+  const std::string& optimizer_name() const { return optimizer_name_; }
+
+ private:
+  struct WorkerState {
+    int64_t last_step = -1;
+    int64_t pushes = 0;
+    int64_t last_staleness = 0;
+    int64_t max_staleness = 0;
+    bool done = false;
+  };
+
+  ParameterShard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer);
+
+  absl::Status CheckWorker(int worker) const;
+  absl::Status PushSync(const PushRequest& request, const std::vector<int>& indices,
+                        PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PushAsync(const PushRequest& request, const std::vector<int>& indices,
+                         PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyAggregatedStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ShardOptions options_;
+  const std::string optimizer_name_;
+  mutable absl::Mutex mu_;
+  absl::CondVar version_changed_;
+  VariableStore store_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  // SYNC: the gradients received for the current version, per worker rank
+  // and variable; `arrived_` marks which ranks have pushed.
+  std::vector<std::vector<std::vector<float>>> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
+  int arrived_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+
+  std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushes_aggregated_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushes_rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_PARAMETER_SHARD_H_

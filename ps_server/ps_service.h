@@ -1,0 +1,58 @@
+// The gRPC face of a ParameterShard: translates calls and statuses,
+// nothing more. Shutdown is forwarded to a callback so that the process
+// (not the service) decides how to stop.
+#ifndef PST_PS_SERVER_PS_SERVICE_H_
+#define PST_PS_SERVER_PS_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "ps.grpc.pb.h"
+#include "ps_server/parameter_shard.h"
+
+namespace pst {
+
+class ParameterServerService final : public ParameterServer::Service {
+ public:
+  // `server` must outlive the service. `on_shutdown` runs (once per call) when
+  // a client asks the shard to stop.
+  ParameterServerService(pst::ParameterShard* server, std::function<void()> on_shutdown);
+
+  grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
+                        RegisterResponse* response) override;
+  grpc::Status Init(grpc::ServerContext* context, const InitRequest* request,
+                    InitResponse* response) override;
+  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
+                    PullResponse* response) override;
+  grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
+                    PushResponse* response) override;
+  grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
+                    DoneResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const StatsRequest* request,
+                     StatsResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext* context, const ShutdownRequest* request,
+                        ShutdownResponse* response) override;
+
+ private:
+  pst::ParameterShard* server_;
+  std::function<void()> on_shutdown_;
+};
+
+// A running gRPC server for `server` on `address`; the bound port is
+// written to `*bound_port` (useful with port 0). Unavailable if the address
+// cannot be bound.
+struct RunningServer {
+  std::unique_ptr<ParameterServerService> service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  int port = 0;
+};
+absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
+                                              pst::ParameterShard* server,
+                                              std::function<void()> on_shutdown);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_PS_SERVICE_H_

@@ -1,0 +1,70 @@
+// The variables one PS shard holds, with their optimizer state.
+//
+// Not thread-safe: the ParameterShard that owns it serializes access.
+// Nothing here changes a variable unless the whole update has been validated
+// first, so a rejected request never leaves the model half-updated.
+#ifndef PST_PS_SERVER_VARIABLE_STORE_H_
+#define PST_PS_SERVER_VARIABLE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/optimizer.h"
+#include "ps.pb.h"
+
+namespace pst {
+
+struct Variable {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+  std::vector<float> slots;  // optimizer state, Optimizer::SlotsPerParameter() per value
+  int64_t updates = 0;       // optimizer steps applied to this variable
+};
+
+class VariableStore {
+ public:
+  explicit VariableStore(std::unique_ptr<Optimizer> optimizer);
+
+  bool initialized() const { return !variables_.empty(); }
+  size_t size() const { return variables_.size(); }
+  int64_t parameter_bytes() const;
+  const Optimizer& optimizer() const { return *optimizer_; }
+
+  // Creates the variables from `tensors`. InvalidArgument for an empty list,
+  // a duplicate or empty name, a non-positive dimension, a payload that does
+  // not match its shape, or a non-finite value. Precondition: !initialized().
+  absl::Status Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors);
+
+  // Index of the variable called `name`, or -1.
+  int Find(const std::string& name) const;
+  const Variable& variable(int index) const { return variables_[index]; }
+  const std::vector<Variable>& variables() const { return variables_; }
+
+  // Checks that `gradients` name distinct known variables with payloads of the
+  // right size and only finite values, and (when `require_all`) that every
+  // variable is present. On success fills `indices` with each gradient's
+  // variable index. InvalidArgument naming the first offending tensor.
+  absl::Status ValidateGradients(const google::protobuf::RepeatedPtrField<Tensor>& gradients,
+                                 bool require_all, std::vector<int>* indices) const;
+
+  // One optimizer step on variable `index` with `gradient` (already validated).
+  void Apply(int index, std::span<const float> gradient, float lr_scale);
+
+ private:
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Variable> variables_;
+  std::map<std::string, int, std::less<>> index_;
+};
+
+// InvalidArgument naming `what` unless every value is finite.
+absl::Status CheckFinite(std::span<const float> values, const std::string& what);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_VARIABLE_STORE_H_

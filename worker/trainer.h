@@ -1,0 +1,71 @@
+// The training loop of one worker: pull -> forward/backward -> push, over
+// its shard of the data, for the configured number of epochs.
+//
+// The chief (worker:0) also evaluates the model on the test set after every
+// epoch and, once every worker has reported Done, on the final parameters.
+#ifndef PST_WORKER_TRAINER_H_
+#define PST_WORKER_TRAINER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "config.pb.h"
+#include "kernels/kernels.h"
+#include "result.pb.h"
+#include "worker/dataset.h"
+#include "worker/mlp.h"
+#include "worker/ps_client.h"
+
+namespace pst {
+
+// The training and evaluation sets a config names. For the synthetic
+// problems the test set is a fresh sample from another seed.
+struct TrainingData {
+  Dataset train;
+  Dataset test;
+};
+absl::StatusOr<TrainingData> LoadTrainingData(const TrainingConfig& training);
+
+// The model a config describes, sized for `data`.
+MlpSpec ModelSpecFor(const TrainingConfig& training, const Dataset& data);
+
+class Trainer {
+ public:
+  // Borrowed pointers must outlive the Trainer. `data.test` is only read by
+  // the chief.
+  Trainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
+          const TrainingData* data);
+
+  // Trains to the end. Unavailable / DeadlineExceeded when a shard stops
+  // answering; InvalidArgument when the data set is too small for the batch.
+  absl::StatusOr<WorkerResult> Run();
+
+ private:
+  absl::Status Setup();
+  absl::Status RunEpoch(int epoch, WorkerResult* result);
+  absl::Status PullParameters(const std::vector<int64_t>& min_versions);
+  absl::StatusOr<LossResult> Evaluate(const Dataset& data);
+  absl::Status WaitForAllWorkersDone();
+  absl::Status EvaluateFinal(WorkerResult* result);
+  bool is_chief() const { return rank_ == 0; }
+
+  const JobConfig& config_;
+  const int rank_;
+  PsClient* client_;
+  Kernels* kernels_;
+  const TrainingData* data_;
+  std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<ShardSampler> sampler_;
+  std::vector<std::span<float>> parameters_;
+  std::vector<std::span<const float>> gradients_;
+  std::vector<int64_t> versions_;      // each shard's version at the last pull
+  std::vector<int64_t> next_min_;      // the version each shard must reach before the next pull
+  std::vector<float> batch_x_;
+  std::vector<float> batch_y_;
+  double train_seconds_ = 0.0;
+  double last_epoch_loss_ = 0.0;
+};
+
+}  // namespace pst
+
+#endif  // PST_WORKER_TRAINER_H_
