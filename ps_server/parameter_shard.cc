@@ -111,9 +111,12 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
 }
 
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
+    ++pushes_rejected_;
+    return s;
+  }
   if (!store_.initialized()) {
     ++pushes_rejected_;
     return absl::FailedPreconditionError(

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build, and train MLP 784-256-128-10
+# on Fashion-MNIST with 1 PS + 2 workers (configs/local.textproto, SYNC).
+# Arguments go to pslaunch (e.g. --mode=async --epochs=3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh
+exec build/bin/pslaunch --config=configs/local.textproto "$@"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build, run ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh
+cd "${BUILD_DIR:-build}"
+ctest --output-on-failure --timeout 900 -j 2

@@ -1,0 +1,156 @@
+// Config parsing, overrides and validation: what a user sees for each
+// mistake.
+#include "common/config.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kGoodConfig[] = R"(
+cluster { ps: "127.0.0.1:50051" workers: 2 }
+training {
+  mode: SYNC
+  optimizer { sgd { learning_rate: 0.1 momentum: 0.9 } }
+  batch_size: 32
+  epochs: 2
+  model { mlp { hidden: 16 } }
+  dataset { fashion_mnist {} }
+}
+)";
+
+std::string WriteTemp(const std::string& name, const std::string& contents) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << contents;
+  return path;
+}
+
+TEST(ConfigTest, EmbeddedDefaultIsTheDocumentedMainJob) {
+  absl::StatusOr<JobConfig> config = LoadJobConfig("", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->cluster().ps_size(), 1);
+  EXPECT_EQ(config->cluster().workers(), 2);
+  EXPECT_EQ(config->training().mode(), SYNC);
+  EXPECT_THAT(config->training().model().mlp().hidden(), ::testing::ElementsAre(256, 128));
+  EXPECT_EQ(config->training().dataset().fashion_mnist().dir(), "/usr/share/datasets/fashion-mnist");
+}
+
+TEST(ConfigTest, TextAndJsonGiveTheSameConfig) {
+  absl::StatusOr<JobConfig> text = ParseConfig(kGoodConfig, "text");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<JobConfig> json = ParseConfig(
+      R"({"cluster": {"ps": ["127.0.0.1:50051"], "workers": 2},
+          "training": {"mode": "SYNC", "optimizer": {"sgd": {"learning_rate": 0.1, "momentum": 0.9}},
+                       "batch_size": 32, "epochs": 2, "model": {"mlp": {"hidden": [16]}},
+                       "dataset": {"fashion_mnist": {}}}})",
+      "json");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(text->SerializeAsString(), json->SerializeAsString());
+}
+
+TEST(ConfigTest, OverridesWinOverTheFile) {
+  std::string path = WriteTemp("good.textproto", kGoodConfig);
+  ConfigOverrides overrides;
+  overrides.mode = "async";
+  overrides.epochs = 7;
+  overrides.workers = 3;
+  overrides.batch_size = 8;
+  overrides.learning_rate = 0.5f;
+  absl::StatusOr<JobConfig> config = LoadJobConfig(path, overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training().mode(), ASYNC);
+  EXPECT_EQ(config->training().epochs(), 7);
+  EXPECT_EQ(config->cluster().workers(), 3);
+  EXPECT_EQ(config->training().batch_size(), 8);
+  EXPECT_FLOAT_EQ(config->training().optimizer().sgd().learning_rate(), 0.5f);
+  EXPECT_FLOAT_EQ(config->training().optimizer().sgd().momentum(), 0.9f);
+}
+
+TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
+  struct Case {
+    std::string name;
+    std::string text;
+    ConfigOverrides overrides;
+    absl::StatusCode code;
+    std::string message;
+  };
+  std::string good = kGoodConfig;
+  auto replace = [&good](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  std::vector<Case> cases = {
+      {"syntax error with its line", "cluster {\n  ps: \"a:1\"\n  workers: }\n", {},
+       absl::StatusCode::kInvalidArgument, "bad.textproto:3:"},
+      {"unknown field with its line", "cluster { ps: \"a:1\" }\ntraining { epochz: 3 }\n", {},
+       absl::StatusCode::kInvalidArgument, "bad.textproto:2:18: Message type \"pst.TrainingConfig\" has no field named \"epochz\""},
+      {"no ps", replace("ps: \"127.0.0.1:50051\"", ""), {}, absl::StatusCode::kInvalidArgument,
+       "cluster.ps is empty"},
+      {"ps without a port", replace("127.0.0.1:50051", "localhost"), {},
+       absl::StatusCode::kInvalidArgument, "cluster.ps[0] \"localhost\" is not \"host:port\""},
+      {"zero workers", replace("workers: 2", "workers: 0"), {}, absl::StatusCode::kInvalidArgument,
+       "cluster.workers must be at least 1"},
+      {"negative batch", replace("batch_size: 32", "batch_size: -4"), {},
+       absl::StatusCode::kInvalidArgument, "training.batch_size must be at least 1"},
+      {"no optimizer", replace("optimizer { sgd { learning_rate: 0.1 momentum: 0.9 } }", ""), {},
+       absl::StatusCode::kInvalidArgument, "training.optimizer must set"},
+      {"zero learning rate", replace("learning_rate: 0.1", "learning_rate: 0"), {},
+       absl::StatusCode::kInvalidArgument, "learning_rate must be a positive number"},
+      {"no dataset", replace("dataset { fashion_mnist {} }", ""), {},
+       absl::StatusCode::kInvalidArgument, "training.dataset must name a data set"},
+      {"MSE on classification", replace("hidden: 16", "hidden: 16 loss: MSE"), {},
+       absl::StatusCode::kInvalidArgument, "MSE does not fit"},
+      {"zero-width layer", replace("hidden: 16", "hidden: 0"), {},
+       absl::StatusCode::kInvalidArgument, "training.model.mlp.hidden[0]"},
+      {"bad mode flag", good, {.mode = "fast"}, absl::StatusCode::kInvalidArgument,
+       "--mode: unknown mode \"fast\"; use sync or async"},
+      {"bad epochs flag", good, {.epochs = -1}, absl::StatusCode::kInvalidArgument,
+       "training.epochs must be at least 1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string path = WriteTemp("bad.textproto", c.text);
+    absl::StatusOr<JobConfig> config = LoadJobConfig(path, c.overrides);
+    ASSERT_FALSE(config.ok());
+    EXPECT_EQ(config.status().code(), c.code);
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.message));
+  }
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  absl::StatusOr<JobConfig> config = LoadJobConfig("/nonexistent/cluster.textproto", {});
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("/nonexistent/cluster.textproto"));
+}
+
+TEST(ConfigTest, TasksParseAndMustExist) {
+  struct Case {
+    std::string text;
+    bool ok;
+  };
+  for (const Case& c : std::vector<Case>{{"ps:0", true}, {"worker:12", true}, {"ps", false},
+                                         {"chief:0", false}, {"worker:-1", false},
+                                         {"worker:x", false}}) {
+    SCOPED_TRACE(c.text);
+    absl::StatusOr<TaskId> task = ParseTask(c.text);
+    EXPECT_EQ(task.ok(), c.ok);
+    if (task.ok()) {
+      EXPECT_EQ(task->ToString(), c.text);
+    }
+  }
+  absl::StatusOr<JobConfig> config = ParseConfig(kGoodConfig, "good");
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(ValidateTask(*config, {TaskId::Kind::kWorker, 1}).ok());
+  absl::Status missing = ValidateTask(*config, {TaskId::Kind::kPs, 1});
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("task ps:1 does not exist"));
+}
+
+}  // namespace
+}  // namespace pst

@@ -1,0 +1,145 @@
+// Whole training runs over real gRPC on loopback, workers as threads: the
+// SYNC equivalence invariant, ASYNC exactly-once, and convergence of the
+// tutorial problems in both modes.
+#include <cmath>
+
+#include "common/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/in_process_cluster.h"
+
+namespace pst {
+namespace {
+
+JobConfig BaseConfig(Mode mode, int workers, int batch, int epochs) {
+  JobConfig config;
+  config.mutable_cluster()->add_ps("127.0.0.1:0");
+  config.mutable_cluster()->set_workers(workers);
+  TrainingConfig* t = config.mutable_training();
+  t->set_mode(mode);
+  t->set_batch_size(batch);
+  t->set_epochs(epochs);
+  t->set_seed(42);
+  t->set_log_every_steps(1000000);
+  t->set_pull_timeout_seconds(60);
+  return config;
+}
+
+absl::StatusOr<ClusterRun> TrainOnce(JobConfig config, int shards) {
+  ApplyDefaults(&config);
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
+  if (!data.ok()) return data.status();
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
+      InProcessCluster::Start(config, shards);
+  if (!cluster.ok()) return cluster.status();
+  return (*cluster)->Train(*data);
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// SYNC with N workers of batch b must give the parameters of one worker with
+// batch N*b over the same samples.
+TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
+  constexpr int kCombinedBatch = 32;
+  auto config_for = [](int workers) {
+    JobConfig config = BaseConfig(SYNC, workers, kCombinedBatch / workers, 1);
+    TrainingConfig* t = config.mutable_training();
+    t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05f);
+    t->mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
+    t->mutable_model()->mutable_mlp()->add_hidden(32);
+    t->mutable_dataset()->mutable_fashion_mnist()->set_train_limit(1024);  // 32 steps
+    return config;
+  };
+  absl::StatusOr<ClusterRun> single = TrainOnce(config_for(1), 1);
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_GE(single->stats[0].version(), 20);
+  for (int workers : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat(workers, " workers"));
+    absl::StatusOr<ClusterRun> multi = TrainOnce(config_for(workers), 1);
+    ASSERT_TRUE(multi.ok()) << multi.status();
+    EXPECT_EQ(multi->stats[0].version(), single->stats[0].version());
+    ASSERT_EQ(multi->parameters.size(), single->parameters.size());
+    for (size_t v = 0; v < single->parameters.size(); ++v) {
+      SCOPED_TRACE(absl::StrCat("variable ", v));
+      EXPECT_LE(RelativeError(multi->parameters[v], single->parameters[v]), 1e-5);
+    }
+  }
+}
+
+// Every push of every worker is applied exactly once: the version counts
+// them, and the workers' own step counts add up to it.
+TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {
+  JobConfig config = BaseConfig(ASYNC, 4, 8, 2);
+  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
+  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
+  config.mutable_training()->mutable_model()->mutable_mlp()->set_activation(TANH);
+  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(1024);
+  absl::StatusOr<ClusterRun> run = TrainOnce(config, 1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  int64_t steps = 0;
+  for (const WorkerResult& r : run->results) steps += r.steps();
+  EXPECT_EQ(steps, 4 * 2 * (1024 / 32));
+  EXPECT_EQ(run->stats[0].version(), steps);
+  EXPECT_EQ(run->stats[0].pushes_applied(), steps);
+  EXPECT_EQ(run->stats[0].pushes_dropped(), 0);
+  EXPECT_EQ(run->stats[0].pushes_rejected(), 0);
+}
+
+class ConvergenceTest : public ::testing::TestWithParam<Mode> {};
+
+// y = 5x^2 + 3 with features [x^2, x, 1] and a linear model without bias:
+// the weights must approach [5, 0, 3].
+TEST_P(ConvergenceTest, QuadraticFitFindsTheCoefficients) {
+  JobConfig config = BaseConfig(GetParam(), 2, 16, 30);
+  TrainingConfig* t = config.mutable_training();
+  t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05f);
+  t->mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
+  t->mutable_model()->mutable_mlp()->set_no_bias(true);
+  t->mutable_dataset()->mutable_quadratic()->set_examples(512);
+  absl::StatusOr<ClusterRun> run = TrainOnce(config, 1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->parameters.size(), 1u);
+  EXPECT_THAT(run->parameters[0],
+              ::testing::ElementsAre(::testing::FloatNear(5.0f, 0.05f),
+                                     ::testing::FloatNear(0.0f, 0.05f),
+                                     ::testing::FloatNear(3.0f, 0.05f)));
+}
+
+// y = x^2 on [-2, 2] with a 1-5-1 tanh network: test MSE below 0.01.
+TEST_P(ConvergenceTest, ParabolaNetworkFitsBelowOneHundredthMse) {
+  JobConfig config = BaseConfig(GetParam(), 2, 16, 60);
+  TrainingConfig* t = config.mutable_training();
+  t->mutable_optimizer()->mutable_adam()->set_learning_rate(0.02f);
+  t->mutable_model()->mutable_mlp()->add_hidden(5);
+  t->mutable_model()->mutable_mlp()->set_activation(TANH);
+  t->mutable_dataset()->mutable_parabola()->set_examples(512);
+  absl::StatusOr<ClusterRun> run = TrainOnce(config, 1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_LT(run->results[0].test_loss(), 0.01);
+}
+
+// Linear regression recovers a noiseless linear target.
+TEST_P(ConvergenceTest, LinearRegressionFitsANoiselessTarget) {
+  JobConfig config = BaseConfig(GetParam(), 2, 16, 20);
+  TrainingConfig* t = config.mutable_training();
+  t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05f);
+  t->mutable_dataset()->mutable_linear_regression()->set_examples(512);
+  t->mutable_dataset()->mutable_linear_regression()->set_features(8);
+  absl::StatusOr<ClusterRun> run = TrainOnce(config, 1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_LT(run->results[0].test_loss(), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothModes, ConvergenceTest, ::testing::Values(SYNC, ASYNC),
+                         [](const auto& info) { return ModeName(info.param); });
+
+}  // namespace
+}  // namespace pst

@@ -1,0 +1,389 @@
+// The update semantics of one PS shard, without a network.
+#include "ps_server/parameter_shard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <numeric>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "common/tensor_codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+OptimizerConfig PlainSgd(float lr) {
+  OptimizerConfig config;
+  config.mutable_sgd()->set_learning_rate(lr);
+  return config;
+}
+
+std::unique_ptr<ParameterShard> MakeShard(Mode mode, int workers, float lr = 1.0f) {
+  ShardOptions options;
+  options.mode = mode;
+  options.num_workers = workers;
+  options.optimizer = PlainSgd(lr);
+  auto shard = ParameterShard::Create(options);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return std::move(*shard);
+}
+
+void AddTensor(const std::string& name, std::vector<int64_t> shape, std::vector<float> values,
+               google::protobuf::RepeatedPtrField<Tensor>* out) {
+  EncodeTensor(name, shape, values, out->Add());
+}
+
+// Two variables: "w" [2, 2] = {1, 2, 3, 4} and "b" [2] = {0, 0}.
+void InitTwoVariables(ParameterShard* shard) {
+  InitRequest init;
+  AddTensor("w", {2, 2}, {1, 2, 3, 4}, init.mutable_variables());
+  AddTensor("b", {2}, {0, 0}, init.mutable_variables());
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(init, &response).ok());
+  ASSERT_TRUE(response.accepted());
+}
+
+PushRequest Gradient(int worker, int64_t version, std::vector<float> w, std::vector<float> b) {
+  PushRequest push;
+  push.set_worker(worker);
+  push.set_computed_at_version(version);
+  AddTensor("w", {2, 2}, std::move(w), push.mutable_gradients());
+  AddTensor("b", {2}, std::move(b), push.mutable_gradients());
+  return push;
+}
+
+std::vector<float> PullValues(ParameterShard* shard, const std::string& name,
+                              int64_t* version = nullptr) {
+  PullRequest pull;
+  pull.add_names(name);
+  PullResponse response;
+  absl::Status status = shard->Pull(pull, absl::Now(), &response);
+  EXPECT_TRUE(status.ok()) << status;
+  if (version) *version = response.version();
+  std::vector<float> values(response.variables(0).data().size() / sizeof(float));
+  DecodeTensor(response.variables(0), values);
+  return values;
+}
+
+StatsResponse StatsOf(ParameterShard* shard) {
+  StatsResponse stats;
+  shard->Stats(&stats);
+  return stats;
+}
+
+TEST(ParameterShardTest, InitIsFirstWriterWins) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  InitRequest second;
+  second.set_worker(1);
+  AddTensor("w", {2, 2}, {9, 9, 9, 9}, second.mutable_variables());
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(second, &response).ok());
+  EXPECT_FALSE(response.accepted());
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
+}
+
+TEST(ParameterShardTest, SyncAppliesExactlyOnceWhenEveryWorkerHasPushed) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PushResponse first, second;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {2, 2}), &first).ok());
+  EXPECT_EQ(first.outcome(), PushResponse::AGGREGATED);
+  EXPECT_EQ(first.version(), 0);
+  // Nothing applied yet: the step waits for worker 1.
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
+
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {3, 3, 3, 3}, {0, 4}), &second).ok());
+  EXPECT_EQ(second.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(second.version(), 1);
+  // lr 1, mean gradient w: 2, b: {1, 3}.
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
+  EXPECT_THAT(PullValues(shard.get(), "b"), ::testing::ElementsAre(-1, -3));
+  StatsResponse stats = StatsOf(shard.get());
+  EXPECT_EQ(stats.version(), 1);
+  EXPECT_EQ(stats.pushes_applied(), 1);
+  EXPECT_EQ(stats.pushes_aggregated(), 1);
+}
+
+TEST(ParameterShardTest, SyncDropsLateGradientsAndCountsThem) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  std::vector<float> before = PullValues(shard.get(), "w");
+
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {100, 100, 100, 100}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
+  EXPECT_EQ(response.version(), 1);
+  EXPECT_EQ(PullValues(shard.get(), "w"), before);
+  EXPECT_EQ(StatsOf(shard.get()).pushes_dropped(), 1);
+}
+
+TEST(ParameterShardTest, SyncResultIsBitwiseIndependentOfArrivalOrder) {
+  constexpr int kWorkers = 4;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1e3f);
+  std::vector<std::vector<float>> grads(kWorkers, std::vector<float>(4));
+  for (auto& g : grads) {
+    for (float& x : g) x = normal(rng) * std::pow(10.0f, static_cast<float>(rng() % 6));
+  }
+  std::vector<int> order(kWorkers);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<float> reference;
+  do {
+    SCOPED_TRACE(::testing::PrintToString(order));
+    auto shard = MakeShard(SYNC, kWorkers, 0.37f);
+    InitTwoVariables(shard.get());
+    PushResponse response;
+    for (int worker : order) {
+      ASSERT_TRUE(shard->Push(Gradient(worker, 0, grads[worker], {0, 0}), &response).ok());
+    }
+    std::vector<float> values = PullValues(shard.get(), "w");
+    if (reference.empty()) reference = values;
+    ASSERT_EQ(0, std::memcmp(values.data(), reference.data(), values.size() * sizeof(float)));
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+TEST(ParameterShardTest, AsyncAppliesEveryGradientOnArrivalAndRecordsStaleness) {
+  auto shard = MakeShard(ASYNC, 2);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(response.version(), 1);
+  // Worker 1 computed at version 0 too: staleness 1.
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.version(), 2);
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
+  StatsResponse stats = StatsOf(shard.get());
+  EXPECT_EQ(stats.pushes_applied(), 2);
+  EXPECT_EQ(stats.workers(1).last_staleness(), 1);
+  EXPECT_EQ(stats.workers(0).last_staleness(), 0);
+}
+
+// Four threads push gradients of exactly -1 with lr 1 in ASYNC mode: every
+// element must end up exactly at its initial value plus the number of pushes
+// (integers are exact in float32), so a lost or doubled update shows.
+TEST(ParameterShardTest, AsyncConcurrentPushesAreEachAppliedExactlyOnce) {
+  constexpr int kWorkers = 4;
+  constexpr int kPushesPerWorker = 500;
+  auto shard = MakeShard(ASYNC, kWorkers);
+  InitTwoVariables(shard.get());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int worker = 0; worker < kWorkers; ++worker) {
+    threads.emplace_back([&, worker] {
+      for (int i = 0; i < kPushesPerWorker; ++i) {
+        PullRequest pull;
+        PullResponse pulled;
+        if (!shard->Pull(pull, absl::Now(), &pulled).ok()) ++failures;
+        PushResponse response;
+        if (!shard->Push(Gradient(worker, pulled.version(), {-1, -1, -1, -1}, {-1, 0}), &response)
+                 .ok()) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failures, 0);
+  constexpr float kTotal = kWorkers * kPushesPerWorker;
+  EXPECT_THAT(PullValues(shard.get(), "w"),
+              ::testing::ElementsAre(1 + kTotal, 2 + kTotal, 3 + kTotal, 4 + kTotal));
+  EXPECT_THAT(PullValues(shard.get(), "b"), ::testing::ElementsAre(kTotal, 0));
+  StatsResponse stats = StatsOf(shard.get());
+  EXPECT_EQ(stats.version(), kTotal);
+  EXPECT_EQ(stats.pushes_applied(), kTotal);
+  for (const WorkerStats& w : stats.workers()) EXPECT_EQ(w.pushes(), kPushesPerWorker);
+}
+
+TEST(ParameterShardTest, PullWaitsForTheRequestedVersion) {
+  auto shard = MakeShard(SYNC, 1);
+  InitTwoVariables(shard.get());
+  std::thread pusher([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    PushResponse response;
+    EXPECT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  });
+  PullRequest pull;
+  pull.set_min_version(1);
+  PullResponse response;
+  ASSERT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(10), &response).ok());
+  EXPECT_EQ(response.version(), 1);
+  pusher.join();
+}
+
+TEST(ParameterShardTest, PullTimesOutWithDeadlineExceeded) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PullRequest pull;
+  pull.set_min_version(5);
+  PullResponse response;
+  absl::Status status = shard->Pull(pull, absl::Now() + absl::Milliseconds(20), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), HasSubstr("version 5"));
+}
+
+TEST(ParameterShardTest, ShutdownWakesWaitingPulls) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    shard->BeginShutdown();
+  });
+  PullRequest pull;
+  pull.set_min_version(1);
+  PullResponse response;
+  absl::Status status = shard->Pull(pull, absl::Now() + absl::Seconds(30), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  stopper.join();
+}
+
+// Every bad request is refused with the right code and leaves the model as
+// it was.
+TEST(ParameterShardTest, BadPushesAreRefusedAndLeaveTheModelUntouched) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string name;
+    std::function<PushRequest()> make;
+    absl::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"unknown variable",
+       [] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         p.mutable_gradients(1)->set_name("nope");
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "unknown variable \"nope\""},
+      {"wrong payload size",
+       [] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         p.mutable_gradients(0)->set_data(std::string(12, '\0'));
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "carries 12 bytes"},
+      {"wrong shape",
+       [] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         p.mutable_gradients(0)->clear_shape();
+         p.mutable_gradients(0)->add_shape(4);
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "wrong shape"},
+      {"NaN gradient", [&] { return Gradient(0, 0, {1, nan, 1, 1}, {1, 1}); },
+       absl::StatusCode::kInvalidArgument, "non-finite"},
+      {"Inf gradient in the last variable", [&] { return Gradient(0, 0, {1, 1, 1, 1}, {1, inf}); },
+       absl::StatusCode::kInvalidArgument, "non-finite"},
+      {"future version", [] { return Gradient(0, 7, {1, 1, 1, 1}, {1, 1}); },
+       absl::StatusCode::kInvalidArgument, "version 7"},
+      {"worker out of range", [] { return Gradient(5, 0, {1, 1, 1, 1}, {1, 1}); },
+       absl::StatusCode::kInvalidArgument, "worker index 5"},
+      {"missing variable in SYNC",
+       [] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         p.mutable_gradients()->RemoveLast();
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "missing the gradient for \"b\""},
+      {"same variable twice",
+       [] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         *p.mutable_gradients(1) = p.gradients(0);
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "appears twice"},
+      {"unsupported dtype",
+       [] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         p.mutable_gradients(0)->set_dtype(static_cast<DType>(7));
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "dtype"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto shard = MakeShard(SYNC, 2);
+    InitTwoVariables(shard.get());
+    PushResponse response;
+    absl::Status status = shard->Push(c.make(), &response);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+    // A good push from each worker must now complete the step normally: the
+    // bad one neither applied nor counted as worker 0's gradient.
+    ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+    ASSERT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+    EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+    EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
+    EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
+  }
+}
+
+TEST(ParameterShardTest, PushBeforeInitIsAFailedPrecondition) {
+  auto shard = MakeShard(ASYNC, 1);
+  PushResponse response;
+  absl::Status status = shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {1, 1}), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("before Init"));
+}
+
+TEST(ParameterShardTest, SecondPushForTheSameSyncStepIsRefused) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  absl::Status status = shard->Push(Gradient(0, 0, {5, 5, 5, 5}, {0, 0}), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(0, 1, 2, 3));
+}
+
+TEST(ParameterShardTest, BadInitsAreRefused) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::string name;
+    std::function<void(InitRequest*)> fill;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"empty", [](InitRequest*) {}, "no variables"},
+      {"duplicate name",
+       [](InitRequest* r) {
+         AddTensor("w", {1}, {1}, r->mutable_variables());
+         AddTensor("w", {1}, {1}, r->mutable_variables());
+       },
+       "twice"},
+      {"zero dimension", [](InitRequest* r) { AddTensor("w", {0}, {}, r->mutable_variables()); },
+       "non-positive dimension"},
+      {"size mismatch", [](InitRequest* r) { AddTensor("w", {3}, {1, 2}, r->mutable_variables()); },
+       "carries 8 bytes"},
+      {"NaN value", [&](InitRequest* r) { AddTensor("w", {2}, {1, nan}, r->mutable_variables()); },
+       "non-finite"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto shard = MakeShard(SYNC, 1);
+    InitRequest request;
+    c.fill(&request);
+    InitResponse response;
+    absl::Status status = shard->Init(request, &response);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+    // Still uninitialized: a good Init is accepted afterwards.
+    InitTwoVariables(shard.get());
+  }
+}
+
+}  // namespace
+}  // namespace pst

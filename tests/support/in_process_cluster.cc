@@ -1,0 +1,90 @@
+#include "tests/support/in_process_cluster.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobConfig config,
+                                                                           int num_shards) {
+  std::unique_ptr<InProcessCluster> cluster(new InProcessCluster());
+  config.mutable_cluster()->clear_ps();
+  for (int s = 0; s < num_shards; ++s) {
+    ShardOptions options;
+    options.mode = config.training().mode();
+    options.num_workers = config.cluster().workers();
+    options.shard = s;
+    options.num_shards = num_shards;
+    options.optimizer = config.training().optimizer();
+    absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
+    if (!shard.ok()) return shard.status();
+    absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), nullptr);
+    if (!server.ok()) return server.status();
+    config.mutable_cluster()->add_ps(absl::StrCat("127.0.0.1:", server->port));
+    cluster->shards_.push_back(std::move(*shard));
+    cluster->servers_.push_back(std::move(*server));
+  }
+  cluster->config_ = std::move(config);
+  return cluster;
+}
+
+InProcessCluster::~InProcessCluster() {
+  for (auto& shard : shards_) shard->BeginShutdown();
+  for (auto& server : servers_) server.grpc_server->Shutdown();
+}
+
+absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data) {
+  const int workers = config_.cluster().workers();
+  std::vector<std::string> addresses(config_.cluster().ps().begin(), config_.cluster().ps().end());
+  std::vector<absl::StatusOr<WorkerResult>> results(workers, absl::UnknownError("not run"));
+  std::vector<std::unique_ptr<PsClient>> clients(workers);
+  for (int rank = 0; rank < workers; ++rank) {
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        PsClient::Connect(addresses, rank, absl::Seconds(10));
+    if (!client.ok()) return client.status();
+    clients[rank] = std::move(*client);
+  }
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < workers; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+      Trainer trainer(config_, rank, clients[rank].get(), kernels.get(), &data);
+      results[rank] = trainer.Run();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  ClusterRun run;
+  for (int rank = 0; rank < workers; ++rank) {
+    if (!results[rank].ok()) {
+      return absl::Status(results[rank].status().code(),
+                          absl::StrCat("worker:", rank, ": ", results[rank].status().message()));
+    }
+    run.results.push_back(std::move(*results[rank]));
+  }
+  // Read the final parameters back through a fresh model of the same shape.
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
+      Mlp::Create(ModelSpecFor(config_.training(), data.train), kernels.get(), 1);
+  if (!mlp.ok()) return mlp.status();
+  PsClient& client = *clients[0];
+  client.SetVariables((*mlp)->variables());
+  std::vector<std::span<float>> out;
+  for (size_t i = 0; i < (*mlp)->variables().size(); ++i) out.push_back((*mlp)->HostParameter(i));
+  std::vector<int64_t> versions;
+  if (absl::Status s = client.Pull(std::vector<int64_t>(client.num_shards(), 0), absl::Seconds(10),
+                                   out, &versions);
+      !s.ok()) {
+    return s;
+  }
+  for (auto& span : out) run.parameters.emplace_back(span.begin(), span.end());
+  for (int s = 0; s < client.num_shards(); ++s) {
+    absl::StatusOr<StatsResponse> stats = client.Stats(s);
+    if (!stats.ok()) return stats.status();
+    run.stats.push_back(*stats);
+  }
+  return run;
+}
+
+}  // namespace pst

@@ -1,0 +1,47 @@
+// A whole cluster inside one process, for tests and benchmarks: real
+// ParameterShards behind real gRPC servers on 127.0.0.1 (ports chosen by the
+// kernel), and one Trainer thread per worker, each with its own client.
+#ifndef PST_TESTS_SUPPORT_IN_PROCESS_CLUSTER_H_
+#define PST_TESTS_SUPPORT_IN_PROCESS_CLUSTER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config.pb.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/ps_service.h"
+#include "result.pb.h"
+#include "worker/trainer.h"
+
+namespace pst {
+
+struct ClusterRun {
+  std::vector<WorkerResult> results;           // one per worker, by rank
+  std::vector<std::vector<float>> parameters;  // final values, in model variable order
+  std::vector<StatsResponse> stats;            // per shard, at the end
+};
+
+class InProcessCluster {
+ public:
+  // Starts `num_shards` shards for `config` (its cluster.ps is replaced by
+  // the addresses actually bound).
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(JobConfig config,
+                                                                 int num_shards);
+  ~InProcessCluster();
+
+  const JobConfig& config() const { return config_; }
+
+  // Trains every worker to the end on `data` and collects the outcome.
+  absl::StatusOr<ClusterRun> Train(const TrainingData& data);
+
+ private:
+  InProcessCluster() = default;
+  JobConfig config_;
+  std::vector<std::unique_ptr<ParameterShard>> shards_;
+  std::vector<RunningServer> servers_;
+};
+
+}  // namespace pst
+
+#endif  // PST_TESTS_SUPPORT_IN_PROCESS_CLUSTER_H_
