@@ -1,0 +1,260 @@
+#include "worker/mlp.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+
+// Device buffers of one dense layer, sized for max_batch rows.
+struct Mlp::Layer {
+  int in = 0;
+  int out = 0;
+  float* weights = nullptr;       // [in, out]
+  float* bias = nullptr;          // [out], null without bias
+  float* weights_grad = nullptr;  // [in, out]
+  float* bias_grad = nullptr;     // [out]
+  float* output = nullptr;        // [max_batch, out], after the activation
+  float* output_grad = nullptr;   // [max_batch, out], d loss / d pre-activation
+  int weights_var = -1;           // index into variables_
+  int bias_var = -1;
+};
+
+int64_t VariableSpec::size() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Mlp::Mlp(MlpSpec spec, Kernels* kernels, int max_batch)
+    : spec_(std::move(spec)), kernels_(kernels), max_batch_(max_batch) {}
+
+Mlp::~Mlp() {
+  for (float* buffer : owned_) kernels_->Free(buffer);
+}
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpSpec& spec, Kernels* kernels,
+                                                 int max_batch) {
+  if (spec.input_dim <= 0 || spec.output_dim <= 0) {
+    return absl::InvalidArgumentError("an MLP needs input and output dimensions of at least 1");
+  }
+  for (int width : spec.hidden) {
+    if (width <= 0) return absl::InvalidArgumentError("hidden layer widths must be at least 1");
+  }
+  if (spec.loss == LossKind::kSoftmaxCrossEntropy && spec.output_dim < 2) {
+    return absl::InvalidArgumentError("softmax cross-entropy needs at least 2 classes");
+  }
+  if (max_batch <= 0) return absl::InvalidArgumentError("max_batch must be at least 1");
+  std::unique_ptr<Mlp> mlp(new Mlp(spec, kernels, max_batch));
+  if (absl::Status s = mlp->AllocateBuffers(); !s.ok()) return s;
+  return mlp;
+}
+
+absl::Status Mlp::AllocateBuffers() {
+  std::vector<int> widths = {spec_.input_dim};
+  widths.insert(widths.end(), spec_.hidden.begin(), spec_.hidden.end());
+  widths.push_back(spec_.output_dim);
+  auto allocate = [this](size_t count) -> absl::StatusOr<float*> {
+    absl::StatusOr<float*> buffer = kernels_->Allocate(count);
+    if (buffer.ok()) owned_.push_back(*buffer);
+    return buffer;
+  };
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    Layer layer;
+    layer.in = widths[l];
+    layer.out = widths[l + 1];
+    const size_t w_size = static_cast<size_t>(layer.in) * layer.out;
+    const size_t act_size = static_cast<size_t>(max_batch_) * layer.out;
+    for (auto [target, count] : {std::pair{&layer.weights, w_size},
+                                 std::pair{&layer.weights_grad, w_size},
+                                 std::pair{&layer.output, act_size},
+                                 std::pair{&layer.output_grad, act_size}}) {
+      absl::StatusOr<float*> buffer = allocate(count);
+      if (!buffer.ok()) return buffer.status();
+      *target = *buffer;
+    }
+    layer.weights_var = static_cast<int>(variables_.size());
+    variables_.push_back({absl::StrCat("dense_", l, "/kernel"), {layer.in, layer.out}});
+    if (spec_.use_bias) {
+      for (float** target : {&layer.bias, &layer.bias_grad}) {
+        absl::StatusOr<float*> buffer = allocate(layer.out);
+        if (!buffer.ok()) return buffer.status();
+        *target = *buffer;
+      }
+      layer.bias_var = static_cast<int>(variables_.size());
+      variables_.push_back({absl::StrCat("dense_", l, "/bias"), {layer.out}});
+    }
+    layers_.push_back(layer);
+  }
+  absl::StatusOr<float*> x = allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
+  if (!x.ok()) return x.status();
+  device_x_ = *x;
+  const int target_width = spec_.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec_.output_dim;
+  absl::StatusOr<float*> targets = allocate(static_cast<size_t>(max_batch_) * target_width);
+  if (!targets.ok()) return targets.status();
+  device_targets_ = *targets;
+  for (const VariableSpec& v : variables_) {
+    host_params_.emplace_back(v.size(), 0.0f);
+    host_grads_.emplace_back(v.size(), 0.0f);
+  }
+  return absl::OkStatus();
+}
+
+int64_t Mlp::num_parameters() const {
+  int64_t n = 0;
+  for (const VariableSpec& v : variables_) n += v.size();
+  return n;
+}
+
+std::vector<std::vector<float>> Mlp::InitialValues(uint64_t seed) const {
+  // Raw 64-bit draws mapped by hand: std::uniform_real_distribution's output
+  // differs between standard libraries, and every process must agree.
+  std::mt19937_64 rng(seed);
+  auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  std::vector<std::vector<float>> values;
+  for (const Layer& layer : layers_) {
+    // He-uniform ahead of a ReLU, Glorot-uniform otherwise.
+    const bool feeds_relu =
+        spec_.activation == ActivationKind::kRelu && &layer != &layers_.back();
+    const double limit = feeds_relu ? std::sqrt(6.0 / layer.in)
+                                    : std::sqrt(6.0 / (layer.in + layer.out));
+    std::vector<float> weights(static_cast<size_t>(layer.in) * layer.out);
+    for (float& w : weights) w = static_cast<float>((2.0 * uniform() - 1.0) * limit);
+    values.push_back(std::move(weights));
+    if (layer.bias_var >= 0) values.emplace_back(layer.out, 0.0f);
+  }
+  return values;
+}
+
+std::span<float> Mlp::HostParameter(size_t index) { return host_params_[index]; }
+
+std::span<const float> Mlp::HostGradient(size_t index) const { return host_grads_[index]; }
+
+absl::Status Mlp::UploadParameters() {
+  for (const Layer& layer : layers_) {
+    const std::vector<float>& w = host_params_[layer.weights_var];
+    if (absl::Status s = kernels_->CopyToDevice(w.data(), layer.weights, w.size()); !s.ok()) return s;
+    if (layer.bias_var >= 0) {
+      const std::vector<float>& b = host_params_[layer.bias_var];
+      if (absl::Status s = kernels_->CopyToDevice(b.data(), layer.bias, b.size()); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, int batch,
+                                        bool want_gradient) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
+  }
+  const bool classify = spec_.loss == LossKind::kSoftmaxCrossEntropy;
+  const size_t target_count = static_cast<size_t>(batch) * (classify ? 1 : spec_.output_dim);
+  if (absl::Status s = kernels_->CopyToDevice(
+          x, device_x_, static_cast<size_t>(batch) * spec_.input_dim);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = kernels_->CopyToDevice(targets, device_targets_, target_count); !s.ok()) {
+    return s;
+  }
+  const float* input = device_x_;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& layer = layers_[l];
+    if (absl::Status s = kernels_->Gemm(false, false, batch, layer.out, layer.in, 1.0f, input,
+                                        layer.weights, 0.0f, layer.output);
+        !s.ok()) {
+      return s;
+    }
+    if (layer.bias != nullptr) {
+      if (absl::Status s = kernels_->AddBias(batch, layer.out, layer.bias, layer.output); !s.ok()) {
+        return s;
+      }
+    }
+    if (l + 1 < layers_.size()) {
+      if (absl::Status s = kernels_->ActivationForward(
+              spec_.activation, static_cast<size_t>(batch) * layer.out, layer.output);
+          !s.ok()) {
+        return s;
+      }
+    }
+    input = layer.output;
+  }
+  Layer& last = layers_.back();
+  float* dlogits = want_gradient ? last.output_grad : nullptr;
+  return classify ? kernels_->SoftmaxCrossEntropy(batch, last.out, last.output, device_targets_,
+                                                  dlogits)
+                  : kernels_->MeanSquaredError(batch, last.out, last.output, device_targets_,
+                                               dlogits);
+}
+
+absl::Status Mlp::Backward(const float* x, int batch) {
+  for (size_t l = layers_.size(); l-- > 0;) {
+    Layer& layer = layers_[l];
+    const float* input = l == 0 ? x : layers_[l - 1].output;
+    // dW = input^T dZ; db = column sums of dZ.
+    if (absl::Status s = kernels_->Gemm(true, false, layer.in, layer.out, batch, 1.0f, input,
+                                        layer.output_grad, 0.0f, layer.weights_grad);
+        !s.ok()) {
+      return s;
+    }
+    if (layer.bias_grad != nullptr) {
+      if (absl::Status s = kernels_->ColumnSums(batch, layer.out, layer.output_grad, layer.bias_grad);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (l == 0) break;
+    // d input = dZ W^T, then through the previous layer's activation.
+    Layer& below = layers_[l - 1];
+    if (absl::Status s = kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
+                                        layer.output_grad, layer.weights, 0.0f, below.output_grad);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = kernels_->ActivationBackward(spec_.activation,
+                                                      static_cast<size_t>(batch) * below.out,
+                                                      below.output, below.output_grad);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (const Layer& layer : layers_) {
+    std::vector<float>& w = host_grads_[layer.weights_var];
+    if (absl::Status s = kernels_->CopyToHost(layer.weights_grad, w.data(), w.size()); !s.ok()) {
+      return s;
+    }
+    if (layer.bias_var >= 0) {
+      std::vector<float>& b = host_grads_[layer.bias_var];
+      if (absl::Status s = kernels_->CopyToHost(layer.bias_grad, b.data(), b.size()); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
+  absl::StatusOr<LossResult> loss = Forward(x, targets, batch, /*want_gradient=*/true);
+  if (!loss.ok()) return loss;
+  if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
+  return loss;
+}
+
+absl::StatusOr<LossResult> Mlp::Evaluate(const float* x, const float* targets, int batch) {
+  return Forward(x, targets, batch, /*want_gradient=*/false);
+}
+
+absl::StatusOr<std::vector<float>> Mlp::LastOutput(int batch) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
+  }
+  const Layer& last = layers_.back();
+  std::vector<float> out(static_cast<size_t>(batch) * last.out);
+  if (absl::Status s = kernels_->CopyToHost(last.output, out.data(), out.size()); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace pst
