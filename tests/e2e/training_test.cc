@@ -13,7 +13,7 @@ namespace {
 
 JobConfig BaseConfig(Mode mode, int workers, int batch, int epochs) {
   JobConfig config;
-  config.mutable_cluster()->add_ps("127.0.0.1:0");
+  config.mutable_cluster()->add_ps("127.0.0.1:1");  // replaced by the bound address
   config.mutable_cluster()->set_workers(workers);
   TrainingConfig* t = config.mutable_training();
   t->set_mode(mode);
@@ -131,6 +131,7 @@ TEST_P(ConvergenceTest, LinearRegressionFitsANoiselessTarget) {
   JobConfig config = BaseConfig(GetParam(), 2, 16, 20);
   TrainingConfig* t = config.mutable_training();
   t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05f);
+  t->mutable_model()->mutable_mlp();  // no hidden layers: linear
   t->mutable_dataset()->mutable_linear_regression()->set_examples(512);
   t->mutable_dataset()->mutable_linear_regression()->set_features(8);
   absl::StatusOr<ClusterRun> run = TrainOnce(config, 1);
