@@ -1,0 +1,144 @@
+// The CPU kernels against plain reference loops and hand-computed values.
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/kernels.h"
+
+namespace pst {
+namespace {
+
+std::vector<float> RandomVector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// c = alpha op(a) op(b) + beta c, the obvious way, in double.
+std::vector<float> ReferenceGemm(bool ta, bool tb, int m, int n, int k, float alpha,
+                                 const std::vector<float>& a, const std::vector<float>& b,
+                                 float beta, const std::vector<float>& c) {
+  std::vector<float> out(c);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) {
+        double av = ta ? a[static_cast<size_t>(p) * m + i] : a[static_cast<size_t>(i) * k + p];
+        double bv = tb ? b[static_cast<size_t>(j) * k + p] : b[static_cast<size_t>(p) * n + j];
+        sum += av * bv;
+      }
+      out[static_cast<size_t>(i) * n + j] =
+          static_cast<float>(alpha * sum + (beta == 0 ? 0.0 : beta * c[static_cast<size_t>(i) * n + j]));
+    }
+  }
+  return out;
+}
+
+TEST(CpuKernelsTest, GemmMatchesTheReferenceForEveryLayoutAndShape) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  struct Shape {
+    int m, n, k;
+  };
+  for (Shape s : {Shape{1, 1, 1}, Shape{7, 13, 5}, Shape{64, 33, 129}, Shape{300, 257, 65},
+                  Shape{5, 600, 140}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          SCOPED_TRACE(absl::StrCat(s.m, "x", s.n, "x", s.k, " ta=", ta, " tb=", tb, " beta=", beta));
+          std::vector<float> a = RandomVector(static_cast<size_t>(s.m) * s.k, 1);
+          std::vector<float> b = RandomVector(static_cast<size_t>(s.k) * s.n, 2);
+          std::vector<float> c = RandomVector(static_cast<size_t>(s.m) * s.n, 3);
+          std::vector<float> expected = ReferenceGemm(ta, tb, s.m, s.n, s.k, 0.75f, a, b, beta, c);
+          ASSERT_TRUE(kernels->Gemm(ta, tb, s.m, s.n, s.k, 0.75f, a.data(), b.data(), beta, c.data()).ok());
+          double max_error = 0, max_value = 0;
+          for (size_t i = 0; i < c.size(); ++i) {
+            max_error = std::max(max_error, std::abs(static_cast<double>(c[i]) - expected[i]));
+            max_value = std::max(max_value, std::abs(static_cast<double>(expected[i])));
+          }
+          EXPECT_LE(max_error, 1e-5 * std::max(1.0, max_value));
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuKernelsTest, GemmWithBetaZeroIgnoresGarbageInC) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> a = {1, 2}, b = {3, 4};
+  std::vector<float> c = {std::nanf("")};
+  ASSERT_TRUE(kernels->Gemm(false, false, 1, 1, 2, 1.0f, a.data(), b.data(), 0.0f, c.data()).ok());
+  EXPECT_EQ(c[0], 11.0f);
+}
+
+TEST(CpuKernelsTest, BiasAndColumnSums) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> y = {1, 2, 3, 4, 5, 6};  // 2 x 3
+  std::vector<float> bias = {10, 20, 30};
+  ASSERT_TRUE(kernels->AddBias(2, 3, bias.data(), y.data()).ok());
+  EXPECT_THAT(y, ::testing::ElementsAre(11, 22, 33, 14, 25, 36));
+  std::vector<float> sums(3, -1.0f);
+  ASSERT_TRUE(kernels->ColumnSums(2, 3, y.data(), sums.data()).ok());
+  EXPECT_THAT(sums, ::testing::ElementsAre(25, 47, 69));
+}
+
+TEST(CpuKernelsTest, ActivationsAndTheirGradients) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> relu = {-2, 0, 3};
+  ASSERT_TRUE(kernels->ActivationForward(ActivationKind::kRelu, 3, relu.data()).ok());
+  EXPECT_THAT(relu, ::testing::ElementsAre(0, 0, 3));
+  std::vector<float> grad = {5, 5, 5};
+  ASSERT_TRUE(kernels->ActivationBackward(ActivationKind::kRelu, 3, relu.data(), grad.data()).ok());
+  EXPECT_THAT(grad, ::testing::ElementsAre(0, 0, 5));
+
+  std::vector<float> t = {-1.0f, 0.0f, 0.5f};
+  ASSERT_TRUE(kernels->ActivationForward(ActivationKind::kTanh, 3, t.data()).ok());
+  EXPECT_FLOAT_EQ(t[0], std::tanh(-1.0f));
+  EXPECT_FLOAT_EQ(t[2], std::tanh(0.5f));
+  std::vector<float> g = {2, 2, 2};
+  ASSERT_TRUE(kernels->ActivationBackward(ActivationKind::kTanh, 3, t.data(), g.data()).ok());
+  EXPECT_FLOAT_EQ(g[0], 2 * (1 - std::tanh(-1.0f) * std::tanh(-1.0f)));
+  EXPECT_FLOAT_EQ(g[1], 2.0f);
+}
+
+TEST(CpuKernelsTest, SoftmaxCrossEntropyMatchesHandValues) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  // Row 0: logits (0, ln 3) label 1 -> p = (1/4, 3/4), loss -ln(3/4), correct.
+  // Row 1: logits (1000, 1000) label 0 -> p = (1/2, 1/2), loss ln 2; ties go
+  // to the lowest index, so it counts as correct. Large logits must not overflow.
+  std::vector<float> logits = {0.0f, std::log(3.0f), 1000.0f, 1000.0f};
+  std::vector<float> labels = {1, 0};
+  std::vector<float> d(4);
+  absl::StatusOr<LossResult> r =
+      kernels->SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(), d.data());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->loss, (-std::log(0.75) + std::log(2.0)) / 2, 1e-6);
+  EXPECT_EQ(r->correct, 2);
+  EXPECT_NEAR(d[0], 0.25 / 2, 1e-6);
+  EXPECT_NEAR(d[1], (0.75 - 1) / 2, 1e-6);
+  EXPECT_NEAR(d[2], (0.5 - 1) / 2, 1e-6);
+  EXPECT_NEAR(d[3], 0.5 / 2, 1e-6);
+}
+
+TEST(CpuKernelsTest, SoftmaxCrossEntropyRefusesALabelOutOfRange) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> logits = {0, 0}, labels = {2};
+  absl::StatusOr<LossResult> r =
+      kernels->SoftmaxCrossEntropy(1, 2, logits.data(), labels.data(), nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuKernelsTest, MeanSquaredErrorMatchesHandValues) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> pred = {1, 2, 3, 4}, target = {1, 0, 3, 8}, d(4);
+  absl::StatusOr<LossResult> r = kernels->MeanSquaredError(2, 2, pred.data(), target.data(), d.data());
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->loss, (0 + 4 + 0 + 16) / 4.0);
+  EXPECT_THAT(d, ::testing::ElementsAre(0, 1, 0, -2));  // 2 (pred - target) / 4
+}
+
+}  // namespace
+}  // namespace pst

@@ -1,0 +1,123 @@
+// Optimizer update rules against values worked out by hand.
+#include "kernels/optimizer.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+std::unique_ptr<Optimizer> Make(const std::string& text_kind, float lr, float momentum = 0,
+                                bool nesterov = false) {
+  OptimizerConfig config;
+  if (text_kind == "sgd") {
+    config.mutable_sgd()->set_learning_rate(lr);
+    config.mutable_sgd()->set_momentum(momentum);
+    config.mutable_sgd()->set_nesterov(nesterov);
+  } else if (text_kind == "adam") {
+    config.mutable_adam()->set_learning_rate(lr);
+  } else {
+    config.mutable_adagrad()->set_learning_rate(lr);
+  }
+  auto optimizer = MakeOptimizer(config);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  return std::move(*optimizer);
+}
+
+// Runs `steps` updates of a one-element parameter with the given gradients.
+std::vector<float> Trajectory(const Optimizer& opt, float start, std::vector<float> grads) {
+  std::vector<float> param = {start};
+  std::vector<float> slots(opt.SlotsPerParameter(), opt.InitialSlotValue());
+  std::vector<float> out;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    opt.Apply(static_cast<int64_t>(t + 1), 1.0f, param, std::span<const float>(&grads[t], 1), slots);
+    out.push_back(param[0]);
+  }
+  return out;
+}
+
+TEST(OptimizerTest, PlainSgd) {
+  auto opt = Make("sgd", 0.1f);
+  EXPECT_EQ(opt->Name(), "sgd");
+  EXPECT_EQ(opt->SlotsPerParameter(), 0);
+  // 1 - 0.1*2 = 0.8; 0.8 - 0.1*(-1) = 0.9
+  EXPECT_THAT(Trajectory(*opt, 1.0f, {2, -1}),
+              ::testing::ElementsAre(::testing::FloatEq(0.8f), ::testing::FloatEq(0.9f)));
+}
+
+TEST(OptimizerTest, LearningRateScaleMultipliesTheStep) {
+  auto opt = Make("sgd", 0.1f);
+  std::vector<float> p = {1.0f}, g = {2.0f}, slots;
+  opt->Apply(1, 0.5f, p, g, slots);
+  EXPECT_FLOAT_EQ(p[0], 0.9f);
+}
+
+TEST(OptimizerTest, Momentum) {
+  auto opt = Make("sgd", 0.1f, 0.9f);
+  EXPECT_EQ(opt->Name(), "momentum");
+  // v1 = 1, p = 1 - 0.1 = 0.9; v2 = 0.9 + 1 = 1.9, p = 0.9 - 0.19 = 0.71;
+  // v3 = 1.71 + 0 = 1.71, p = 0.71 - 0.171 = 0.539
+  EXPECT_THAT(Trajectory(*opt, 1.0f, {1, 1, 0}),
+              ::testing::ElementsAre(::testing::FloatEq(0.9f), ::testing::FloatEq(0.71f),
+                                     ::testing::FloatEq(0.539f)));
+}
+
+TEST(OptimizerTest, Nesterov) {
+  auto opt = Make("sgd", 0.1f, 0.9f, true);
+  EXPECT_EQ(opt->Name(), "nesterov");
+  // v1 = 1, p = 1 - 0.1 (1 + 0.9) = 0.81; v2 = 1.9, p = 0.81 - 0.1 (1 + 1.71) = 0.539
+  EXPECT_THAT(Trajectory(*opt, 1.0f, {1, 1}),
+              ::testing::ElementsAre(::testing::FloatEq(0.81f), ::testing::FloatEq(0.539f)));
+}
+
+TEST(OptimizerTest, AdamWithBiasCorrection) {
+  auto opt = Make("adam", 0.1f);
+  EXPECT_EQ(opt->SlotsPerParameter(), 2);
+  // Step 1, g = 2: m = 0.2, v = 0.004; corrected m/sqrt(v) = 2/2 = 1 -> p = 1 - 0.1.
+  // Step 2, g = -1: m = 0.18 - 0.1 = 0.08, v = 0.003996 + 0.001 = 0.004996;
+  // m_hat = 0.08/0.19, v_hat = 0.004996/0.001999; step = 0.1 * m_hat / sqrt(v_hat).
+  const double m_hat = 0.08 / 0.19, v_hat = 0.004996 / (1 - 0.999 * 0.999);
+  const double second = 0.9 - 0.1 * m_hat / (std::sqrt(v_hat) + 1e-8);
+  std::vector<float> t = Trajectory(*opt, 1.0f, {2, -1});
+  EXPECT_NEAR(t[0], 0.9, 1e-6);
+  EXPECT_NEAR(t[1], second, 1e-6);
+}
+
+TEST(OptimizerTest, AdagradStartsFromItsInitialAccumulator) {
+  auto opt = Make("adagrad", 0.5f);
+  EXPECT_FLOAT_EQ(opt->InitialSlotValue(), 0.1f);
+  // acc = 0.1 + 4 = 4.1, p = 1 - 0.5 * 2 / sqrt(4.1); then acc = 5.1, g = 1.
+  const double first = 1 - 0.5 * 2 / (std::sqrt(4.1) + 1e-7);
+  const double second = first - 0.5 * 1 / (std::sqrt(5.1) + 1e-7);
+  std::vector<float> t = Trajectory(*opt, 1.0f, {2, 1});
+  EXPECT_NEAR(t[0], first, 1e-6);
+  EXPECT_NEAR(t[1], second, 1e-6);
+}
+
+TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
+  struct Case {
+    std::string name;
+    OptimizerConfig config;
+  };
+  std::vector<Case> cases(5);
+  cases[0].name = "nothing set";
+  cases[1].name = "zero learning rate";
+  cases[1].config.mutable_sgd()->set_learning_rate(0);
+  cases[2].name = "negative learning rate";
+  cases[2].config.mutable_adam()->set_learning_rate(-1);
+  cases[3].name = "momentum of one";
+  cases[3].config.mutable_sgd()->set_learning_rate(0.1f);
+  cases[3].config.mutable_sgd()->set_momentum(1.0f);
+  cases[4].name = "beta2 above one";
+  cases[4].config.mutable_adam()->set_learning_rate(0.1f);
+  cases[4].config.mutable_adam()->set_beta2(1.5f);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(MakeOptimizer(c.config).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace pst
