@@ -129,7 +129,15 @@ float OrDefault(float value, float fallback) { return value == 0.0f ? fallback :
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& config) {
+float Optimizer::DecayFactor(int64_t step) const {
+  if (decay_steps_ <= 0) return 1.0f;
+  return static_cast<float>(
+      std::pow(static_cast<double>(decay_rate_), static_cast<double>(step) / decay_steps_));
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeUpdateRule(const OptimizerConfig& config) {
   switch (config.kind_case()) {
     case OptimizerConfig::kSgd: {
       const SgdConfig& c = config.sgd();
@@ -165,6 +173,21 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& 
       break;
   }
   return absl::InvalidArgumentError("no optimizer configured; set sgd, adam or adagrad");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& config) {
+  if (config.decay_steps() < 0 ||
+      (config.decay_steps() > 0 && !(config.decay_rate() > 0.0f && config.decay_rate() <= 1.0f))) {
+    return absl::InvalidArgumentError(
+        "learning-rate decay needs decay_steps >= 0 and decay_rate in (0, 1]");
+  }
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeUpdateRule(config);
+  if (!optimizer.ok()) return optimizer;
+  (*optimizer)->decay_rate_ = config.decay_rate();
+  (*optimizer)->decay_steps_ = config.decay_steps();
+  return optimizer;
 }
 
 }  // namespace pst

@@ -36,6 +36,15 @@ class Optimizer {
   // Preconditions: grad.size() == param.size(); grad is finite.
   virtual void Apply(int64_t step, float lr_scale, std::span<float> param,
                      std::span<const float> grad, std::span<float> slots) const = 0;
+
+  // The configured decay's factor for update `step`: 1 without decay,
+  // decay_rate ^ (step / decay_steps) otherwise.
+  float DecayFactor(int64_t step) const;
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig&);
+  float decay_rate_ = 1.0f;
+  int64_t decay_steps_ = 0;
 };
 
 // Builds the optimizer a config names; InvalidArgument for a missing

@@ -128,7 +128,8 @@ absl::Status VariableStore::ValidateGradients(
 void VariableStore::Apply(int index, std::span<const float> gradient, float lr_scale) {
   Variable& v = variables_[index];
   ++v.updates;
-  optimizer_->Apply(v.updates, lr_scale, v.values, gradient, v.slots);
+  optimizer_->Apply(v.updates, lr_scale * optimizer_->DecayFactor(v.updates), v.values, gradient,
+                    v.slots);
 }
 
 }  // namespace pst

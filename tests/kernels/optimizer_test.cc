@@ -96,6 +96,23 @@ TEST(OptimizerTest, AdagradStartsFromItsInitialAccumulator) {
   EXPECT_NEAR(t[1], second, 1e-6);
 }
 
+TEST(OptimizerTest, ExponentialDecayShrinksTheStep) {
+  OptimizerConfig config;
+  config.mutable_sgd()->set_learning_rate(1.0f);
+  config.set_decay_rate(0.5f);
+  config.set_decay_steps(10);
+  auto opt = MakeOptimizer(config);
+  ASSERT_TRUE(opt.ok());
+  EXPECT_FLOAT_EQ((*opt)->DecayFactor(0), 1.0f);
+  EXPECT_FLOAT_EQ((*opt)->DecayFactor(10), 0.5f);
+  EXPECT_FLOAT_EQ((*opt)->DecayFactor(20), 0.25f);
+  EXPECT_FLOAT_EQ((*opt)->DecayFactor(5), std::sqrt(0.5f));
+  auto plain = Make("sgd", 1.0f);
+  EXPECT_FLOAT_EQ(plain->DecayFactor(1000), 1.0f);
+  config.set_decay_rate(1.5f);
+  EXPECT_EQ(MakeOptimizer(config).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
   struct Case {
     std::string name;
