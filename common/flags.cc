@@ -3,6 +3,11 @@
 #include <limits>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "spdlog/spdlog.h"
 #include "absl/strings/str_cat.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -16,6 +21,18 @@ ABSL_FLAG(float, learning_rate, 0.0f,
           "Override the optimizer's learning rate (0 = keep the config's).");
 
 namespace pst {
+
+std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage) {
+  absl::SetProgramUsageMessage(usage);
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  absl::SetFlagsUsageConfig(config);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  return positional;
+}
 
 ConfigOverrides OverridesFromFlags() {
   ConfigOverrides overrides;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/flags/declare.h"
+#include "absl/strings/string_view.h"
 #include "common/config.h"
 
 ABSL_DECLARE_FLAG(std::string, config);
@@ -17,6 +18,11 @@ ABSL_DECLARE_FLAG(int, batch_size);
 ABSL_DECLARE_FLAG(float, learning_rate);
 
 namespace pst {
+
+// Sets the usage text, makes --help list this project's flags (not
+// Abseil's own), parses the command line and sets the log format. Returns
+// the positional arguments.
+std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage);
 
 // The overrides given by the flags above (a flag left at its default
 // sentinel is not an override).

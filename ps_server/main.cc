@@ -6,8 +6,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
 #include "common/exit.h"
@@ -48,12 +46,10 @@ std::thread StartSignalWaiter(absl::Notification* stop, std::function<void()> on
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  pst::ParseCommandLineFlags(argc, argv,
       "One parameter-server shard: holds its variables and optimizer state and serves "
       "Register/Init/Pull/Push over gRPC.\n"
       "Usage: ps_server --config=configs/local.textproto --task=ps:0 [--mode=async]");
-  absl::ParseCommandLine(argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());

@@ -5,8 +5,6 @@
 #include <fstream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/exit.h"
@@ -44,12 +42,10 @@ absl::Status WriteResult(const std::string& path, const pst::WorkerResult& resul
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  pst::ParseCommandLineFlags(argc, argv,
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
       "shard of the data, pushes them back.\n"
       "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async]");
-  absl::ParseCommandLine(argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
