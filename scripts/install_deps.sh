@@ -8,6 +8,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
   dataset-fashion-mnist
+  # Tests only: a static /bin/sh for the empty root the bundle test runs in,
+  # and python3 to pick a free port there.
+  busybox-static python3
 )
 
 missing=()
