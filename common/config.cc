@@ -45,8 +45,9 @@ absl::StatusOr<Mode> ParseMode(absl::string_view text) {
   std::string lower = absl::AsciiStrToLower(text);
   if (lower == "sync") return SYNC;
   if (lower == "async") return ASYNC;
+  if (lower == "ssp") return SSP;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode \"", text, "\"; use sync or async"));
+      absl::StrCat("unknown mode \"", text, "\"; use sync, async or ssp"));
 }
 
 void SetLearningRate(float lr, OptimizerConfig* optimizer) {
@@ -212,6 +213,7 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
   if (overrides.workers) config->mutable_cluster()->set_workers(*overrides.workers);
   if (overrides.batch_size) training->set_batch_size(*overrides.batch_size);
   if (overrides.learning_rate) SetLearningRate(*overrides.learning_rate, training->mutable_optimizer());
+  if (overrides.staleness) training->set_staleness(*overrides.staleness);
   return absl::OkStatus();
 }
 
@@ -223,6 +225,7 @@ void ApplyDefaults(JobConfig* config) {
   if (training->seed() == 0) training->set_seed(1);
   if (training->pull_timeout_seconds() == 0) training->set_pull_timeout_seconds(120);
   if (training->log_every_steps() == 0) training->set_log_every_steps(100);
+  if (training->lease_seconds() == 0) training->set_lease_seconds(5);
   if (training->dataset().has_fashion_mnist() && training->dataset().fashion_mnist().dir().empty()) {
     training->mutable_dataset()->mutable_fashion_mnist()->set_dir(kDefaultFashionMnistDir);
   }
@@ -236,6 +239,15 @@ absl::Status ValidateConfig(const JobConfig& config) {
   if (training.pull_timeout_seconds() < 1) {
     return Invalid("training.pull_timeout_seconds", "must be at least 1");
   }
+  if (training.staleness() < 0) return Invalid("training.staleness", "must not be negative");
+  if (training.max_staleness() < 0) return Invalid("training.max_staleness", "must not be negative");
+  if (training.replicas_to_aggregate() < 0 ||
+      training.replicas_to_aggregate() > config.cluster().workers()) {
+    return Invalid("training.replicas_to_aggregate",
+                   absl::StrCat("must be between 0 (all) and cluster.workers (",
+                                config.cluster().workers(), ")"));
+  }
+  if (!(training.lease_seconds() > 0)) return Invalid("training.lease_seconds", "must be positive");
   if (absl::Status s = ValidateOptimizer(training.optimizer()); !s.ok()) return s;
   if (absl::Status s = ValidateDataset(training.dataset()); !s.ok()) return s;
   return ValidateModel(training);
@@ -270,6 +282,7 @@ absl::Status ValidateTask(const JobConfig& config, const TaskId& task) {
 std::string ModeName(Mode mode) {
   switch (mode) {
     case ASYNC: return "async";
+    case SSP: return "ssp";
     case SYNC:
     default: return "sync";
   }

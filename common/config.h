@@ -35,6 +35,7 @@ struct ConfigOverrides {
   std::optional<int> workers;
   std::optional<int> batch_size;
   std::optional<float> learning_rate;
+  std::optional<int> staleness;
 };
 
 // Parses protobuf text format, or JSON when the text starts with '{'.
@@ -64,7 +65,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
 // InvalidArgument if the task does not exist in the cluster.
 absl::Status ValidateTask(const JobConfig& config, const TaskId& task);
 
-// "sync" / "async".
+// "sync" / "async" / "ssp".
 std::string ModeName(Mode mode);
 
 // The learning rate of whichever optimizer is configured.

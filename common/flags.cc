@@ -13,7 +13,8 @@
 ABSL_FLAG(std::string, config, "",
           "Cluster + job config (protobuf text format, or JSON). Empty: the built-in "
           "configs/local.textproto (Fashion-MNIST, 1 PS + 2 workers, SYNC).");
-ABSL_FLAG(std::string, mode, "", "Override training.mode: sync or async.");
+ABSL_FLAG(std::string, mode, "", "Override training.mode: sync, async or ssp.");
+ABSL_FLAG(int, staleness, -1, "Override training.staleness, the SSP bound (-1 = keep the config's).");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
 ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
 ABSL_FLAG(int, batch_size, 0, "Override training.batch_size, per worker (0 = keep the config's).");
@@ -41,6 +42,7 @@ ConfigOverrides OverridesFromFlags() {
   if (int v = absl::GetFlag(FLAGS_workers); v != 0) overrides.workers = v;
   if (int v = absl::GetFlag(FLAGS_batch_size); v != 0) overrides.batch_size = v;
   if (float v = absl::GetFlag(FLAGS_learning_rate); v != 0.0f) overrides.learning_rate = v;
+  if (int v = absl::GetFlag(FLAGS_staleness); v >= 0) overrides.staleness = v;
   return overrides;
 }
 
@@ -51,6 +53,7 @@ std::vector<std::string> OverrideFlagsAsArgs() {
   if (overrides.epochs) args.push_back(absl::StrCat("--epochs=", *overrides.epochs));
   if (overrides.workers) args.push_back(absl::StrCat("--workers=", *overrides.workers));
   if (overrides.batch_size) args.push_back(absl::StrCat("--batch_size=", *overrides.batch_size));
+  if (overrides.staleness) args.push_back(absl::StrCat("--staleness=", *overrides.staleness));
   if (overrides.learning_rate) {
     args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
   }

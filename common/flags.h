@@ -16,6 +16,7 @@ ABSL_DECLARE_FLAG(int, epochs);
 ABSL_DECLARE_FLAG(int, workers);
 ABSL_DECLARE_FLAG(int, batch_size);
 ABSL_DECLARE_FLAG(float, learning_rate);
+ABSL_DECLARE_FLAG(int, staleness);
 
 namespace pst {
 

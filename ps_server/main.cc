@@ -60,12 +60,7 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
 
-  pst::ShardOptions options;
-  options.mode = config->training().mode();
-  options.num_workers = config->cluster().workers();
-  options.shard = task->index;
-  options.num_shards = config->cluster().ps_size();
-  options.optimizer = config->training().optimizer();
+  pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
 

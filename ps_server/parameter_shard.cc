@@ -1,29 +1,58 @@
 #include "ps_server/parameter_shard.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
+namespace {
+
+// How often a waiting Pull re-evaluates the live set, so that a worker's
+// death is noticed within lease + this.
+constexpr absl::Duration kLivenessPoll = absl::Milliseconds(100);
+
+}  // namespace
+
+ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
+  const TrainingConfig& training = config.training();
+  ShardOptions options;
+  options.mode = training.mode();
+  options.num_workers = config.cluster().workers();
+  options.replicas_to_aggregate = training.replicas_to_aggregate();
+  options.staleness = training.staleness();
+  options.staleness_lr_scaling = training.staleness_lr_scaling();
+  options.max_staleness = training.max_staleness();
+  if (training.lease_seconds() > 0) {
+    options.lease = absl::Seconds(static_cast<double>(training.lease_seconds()));
+  }
+  options.shard = shard;
+  options.num_shards = config.cluster().ps_size();
+  options.optimizer = training.optimizer();
+  return options;
+}
 
 absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ShardOptions& options) {
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError("a parameter server needs at least one worker");
   }
-  if (options.mode != SYNC && options.mode != ASYNC) {
-    return absl::InvalidArgumentError("the parameter server mode must be SYNC or ASYNC");
+  if (options.mode != SYNC && options.mode != ASYNC && options.mode != SSP) {
+    return absl::InvalidArgumentError("the parameter server mode must be SYNC, ASYNC or SSP");
+  }
+  if (options.replicas_to_aggregate < 0 || options.replicas_to_aggregate > options.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas_to_aggregate must be between 1 and the ", options.num_workers,
+                     " workers (0 = all)"));
   }
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(options.optimizer);
   if (!optimizer.ok()) return optimizer.status();
-  return std::unique_ptr<ParameterShard>(
-      new ParameterShard(options, std::move(*optimizer)));
+  return std::unique_ptr<ParameterShard>(new ParameterShard(options, std::move(*optimizer)));
 }
 
-ParameterShard::ParameterShard(const ShardOptions& options,
-                                 std::unique_ptr<Optimizer> optimizer)
+ParameterShard::ParameterShard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer)
     : options_(options),
       optimizer_name_(optimizer->Name()),
       store_(std::move(optimizer)),
@@ -40,23 +69,87 @@ absl::Status ParameterShard::CheckWorker(int worker) const {
   return absl::OkStatus();
 }
 
+void ParameterShard::Touch(int worker) {
+  WorkerState& w = workers_[worker];
+  w.ever_seen = true;
+  w.last_seen = absl::Now();
+  if (!w.live) {
+    w.live = true;
+    spdlog::info("shard {}: worker:{} is back in the live set", options_.shard, worker);
+    changed_.SignalAll();
+  }
+}
+
+void ParameterShard::RefreshLiveSet() {
+  const absl::Time now = absl::Now();
+  bool changed = false;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    WorkerState& w = workers_[i];
+    bool live = !w.ever_seen || w.calls_in_flight > 0 || now - w.last_seen <= options_.lease;
+    if (live != w.live) {
+      w.live = live;
+      changed = true;
+      if (!live) {
+        spdlog::warn("shard {}: worker:{} silent for {}; dropped from the live set",
+                     options_.shard, i, absl::FormatDuration(now - w.last_seen));
+      }
+    }
+  }
+  if (changed) {
+    if (options_.mode == SYNC) MaybeCompleteSyncStep();
+    changed_.SignalAll();
+  }
+}
+
+int64_t ParameterShard::SlowestActiveClock() const {
+  int64_t slowest = std::numeric_limits<int64_t>::max();
+  for (const WorkerState& w : workers_) {
+    if (w.live && !w.done) slowest = std::min(slowest, w.clock);
+  }
+  return slowest;
+}
+
+int ParameterShard::RequiredGradients() const {
+  // A worker that pushed for this step and then finished still counts: the
+  // step waits for the others as it would have without the Done.
+  int active = 0;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerState& w = workers_[i];
+    active += (w.live && (!w.done || arrived_[i])) ? 1 : 0;
+  }
+  int wanted = options_.replicas_to_aggregate > 0 ? options_.replicas_to_aggregate
+                                                  : options_.num_workers;
+  return std::max(1, std::min(wanted, active));
+}
+
+bool ParameterShard::PullMayProceed(const PullRequest& request) const {
+  if (!store_.initialized() || version_ < request.min_version()) return false;
+  if (options_.mode != SSP) return true;
+  const int64_t clock = workers_[request.worker()].clock;
+  return clock - SlowestActiveClock() <= options_.staleness;
+}
+
 absl::Status ParameterShard::Register(const RegisterRequest& request,
-                                       RegisterResponse* response) {
+                                      RegisterResponse* response) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  Touch(request.worker());
+  workers_[request.worker()].done = false;
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
   response->set_version(version_);
   response->set_initialized(store_.initialized());
   response->set_shard(options_.shard);
   response->set_num_shards(options_.num_shards);
+  response->set_worker_clock(workers_[request.worker()].clock);
   return absl::OkStatus();
 }
 
 absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* response) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  Touch(request.worker());
   response->set_version(version_);
   if (store_.initialized()) {
     response->set_accepted(false);
@@ -69,16 +162,23 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   response->set_accepted(true);
   spdlog::info("shard {}: initialized {} variables ({} bytes) from worker:{}", options_.shard,
                store_.size(), store_.parameter_bytes(), request.worker());
-  version_changed_.SignalAll();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadline,
-                                   PullResponse* response) {
+                                  PullResponse* response) {
+  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  while (!shutting_down_ && (!store_.initialized() || version_ < request.min_version())) {
-    if (version_changed_.WaitWithDeadline(&mu_, deadline)) break;
+  WorkerState& worker = workers_[request.worker()];
+  Touch(request.worker());
+  ++worker.calls_in_flight;
+  while (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
+    changed_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + kLivenessPoll));
+    RefreshLiveSet();
   }
+  --worker.calls_in_flight;
+  Touch(request.worker());
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (!store_.initialized()) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -88,6 +188,11 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
     return absl::DeadlineExceededError(absl::StrCat(
         "shard ", options_.shard, " is at version ", version_, "; version ",
         request.min_version(), " did not arrive in time (are all workers alive?)"));
+  }
+  if (!PullMayProceed(request)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker:", request.worker(), " is more than ", options_.staleness,
+        " steps ahead of the slowest live worker and it did not catch up in time"));
   }
   std::vector<int> indices;
   if (request.names().empty()) {
@@ -117,6 +222,7 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
     ++pushes_rejected_;
     return s;
   }
+  Touch(request.worker());
   if (!store_.initialized()) {
     ++pushes_rejected_;
     return absl::FailedPreconditionError(
@@ -143,54 +249,58 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
         "; SYNC takes one gradient per worker per step"));
   }
   WorkerState& worker = workers_[request.worker()];
-  int64_t staleness = version_ - request.computed_at_version();
+  const int64_t staleness = version_ - request.computed_at_version();
+  ++worker.clock;
   worker.last_step = request.computed_at_version();
-  ++worker.pushes;
   worker.last_staleness = staleness;
   worker.max_staleness = std::max(worker.max_staleness, staleness);
   staleness_sum_ += staleness;
-  return options_.mode == SYNC ? PushSync(request, indices, response)
-                               : PushAsync(request, indices, response);
+  absl::Status status = options_.mode == SYNC
+                            ? PushSync(request, indices, response)
+                            : PushAsync(request, indices, staleness, response);
+  if (response->outcome() == PushResponse::DROPPED) ++worker.dropped;
+  // A new clock can release SSP pulls even when the version did not move.
+  changed_.SignalAll();
+  return status;
 }
 
 absl::Status ParameterShard::PushSync(const PushRequest& request,
-                                       const std::vector<int>& indices,
-                                       PushResponse* response) {
+                                      const std::vector<int>& indices, PushResponse* response) {
   if (request.computed_at_version() < version_) {
     ++pushes_dropped_;
     response->set_outcome(PushResponse::DROPPED);
     response->set_version(version_);
     return absl::OkStatus();
   }
-  int rank = request.worker();
+  const int rank = request.worker();
   std::vector<std::vector<float>>& slot = pending_[rank];
   slot.resize(store_.size());
   for (size_t i = 0; i < indices.size(); ++i) {
-    const Tensor& gradient = request.gradients(static_cast<int>(i));
     slot[indices[i]].resize(store_.variable(indices[i]).values.size());
-    DecodeTensor(gradient, slot[indices[i]]);
+    DecodeTensor(request.gradients(static_cast<int>(i)), slot[indices[i]]);
   }
   arrived_[rank] = true;
   ++arrived_count_;
-  if (arrived_count_ < options_.num_workers) {
+  const int64_t before = version_;
+  MaybeCompleteSyncStep();
+  if (version_ == before) {
     ++pushes_aggregated_;
     response->set_outcome(PushResponse::AGGREGATED);
-    response->set_version(version_);
-    return absl::OkStatus();
+  } else {
+    response->set_outcome(PushResponse::APPLIED);
   }
-  ApplyAggregatedStep();
-  ++pushes_applied_;
-  response->set_outcome(PushResponse::APPLIED);
   response->set_version(version_);
   return absl::OkStatus();
 }
 
-void ParameterShard::ApplyAggregatedStep() {
-  const float scale = 1.0f / static_cast<float>(options_.num_workers);
+void ParameterShard::MaybeCompleteSyncStep() {
+  if (arrived_count_ == 0 || arrived_count_ < RequiredGradients()) return;
+  const float scale = 1.0f / static_cast<float>(arrived_count_);
   for (size_t v = 0; v < store_.size(); ++v) {
     sum_.assign(store_.variable(static_cast<int>(v)).values.size(), 0.0f);
     // Rank order, whatever the arrival order: bitwise reproducible sums.
     for (int rank = 0; rank < options_.num_workers; ++rank) {
+      if (!arrived_[rank]) continue;
       const std::vector<float>& g = pending_[rank][v];
       for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
     }
@@ -199,16 +309,25 @@ void ParameterShard::ApplyAggregatedStep() {
   }
   std::fill(arrived_.begin(), arrived_.end(), false);
   arrived_count_ = 0;
+  ++pushes_applied_;
   AdvanceVersion();
 }
 
 absl::Status ParameterShard::PushAsync(const PushRequest& request,
-                                        const std::vector<int>& indices,
-                                        PushResponse* response) {
+                                       const std::vector<int>& indices, int64_t staleness,
+                                       PushResponse* response) {
+  response->set_version(version_);
+  if (options_.max_staleness > 0 && staleness > options_.max_staleness) {
+    ++pushes_dropped_;
+    response->set_outcome(PushResponse::DROPPED);
+    return absl::OkStatus();
+  }
+  const float lr_scale =
+      options_.staleness_lr_scaling ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
   std::vector<float> scratch;
   for (size_t i = 0; i < indices.size(); ++i) {
     store_.Apply(indices[i], TensorValues(request.gradients(static_cast<int>(i)), &scratch),
-                 1.0f);
+                 lr_scale);
   }
   ++pushes_applied_;
   AdvanceVersion();
@@ -219,13 +338,26 @@ absl::Status ParameterShard::PushAsync(const PushRequest& request,
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
-  version_changed_.SignalAll();
+  changed_.SignalAll();
+}
+
+absl::Status ParameterShard::Heartbeat(const HeartbeatRequest& request,
+                                       HeartbeatResponse* response) {
+  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Touch(request.worker());
+  response->set_version(version_);
+  return absl::OkStatus();
 }
 
 absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* response) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  Touch(request.worker());
   workers_[request.worker()].done = true;
+  // A finished worker no longer holds back SSP pulls or SYNC steps.
+  if (options_.mode == SYNC) MaybeCompleteSyncStep();
+  changed_.SignalAll();
   int done = 0;
   for (const WorkerState& w : workers_) done += w.done ? 1 : 0;
   response->set_workers_done(done);
@@ -234,6 +366,8 @@ absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* resp
 
 void ParameterShard::Stats(StatsResponse* response) {
   absl::MutexLock lock(&mu_);
+  RefreshLiveSet();
+  const absl::Time now = absl::Now();
   response->set_version(version_);
   response->set_pushes_applied(pushes_applied_);
   response->set_pushes_aggregated(pushes_aggregated_);
@@ -242,28 +376,39 @@ void ParameterShard::Stats(StatsResponse* response) {
   response->set_variables(static_cast<int>(store_.size()));
   response->set_parameter_bytes(store_.parameter_bytes());
   response->set_mode(options_.mode);
-  int64_t pushes = 0;
-  int done = 0;
+  int64_t pushes = 0, fastest = 0, slowest = std::numeric_limits<int64_t>::max();
+  int done = 0, live = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerState& w = workers_[i];
     WorkerStats* stats = response->add_workers();
     stats->set_worker(static_cast<int>(i));
     stats->set_last_step(w.last_step);
-    stats->set_pushes(w.pushes);
+    stats->set_pushes(w.clock);
+    stats->set_clock(w.clock);
     stats->set_last_staleness(w.last_staleness);
     stats->set_max_staleness(w.max_staleness);
     stats->set_done(w.done);
-    pushes += w.pushes;
+    stats->set_live(w.live);
+    stats->set_dropped(w.dropped);
+    stats->set_seconds_since_seen(w.ever_seen ? absl::ToDoubleSeconds(now - w.last_seen) : -1.0);
+    pushes += w.clock;
     done += w.done ? 1 : 0;
+    if (w.live) {
+      ++live;
+      fastest = std::max(fastest, w.clock);
+      slowest = std::min(slowest, w.clock);
+    }
   }
   response->set_workers_done(done);
+  response->set_live_workers(live);
+  response->set_clock_spread(live > 0 ? fastest - slowest : 0);
   response->set_mean_staleness(pushes == 0 ? 0.0 : static_cast<double>(staleness_sum_) / pushes);
 }
 
 void ParameterShard::BeginShutdown() {
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
-  version_changed_.SignalAll();
+  changed_.SignalAll();
 }
 
 }  // namespace pst

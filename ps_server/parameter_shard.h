@@ -5,14 +5,24 @@
 // it), so the update semantics are unit-tested without a network.
 //
 //  - SYNC: the version only advances once per step. A push tagged with the
-//    current version is held until one gradient from every worker has
-//    arrived; the gradients are then summed in worker-rank order (so the
-//    result is bitwise independent of arrival order), averaged, applied with
-//    one optimizer step, and the version advances by one. A push tagged with
-//    an older version is dropped and counted.
-//  - ASYNC: every valid push is applied at once with one optimizer step and
-//    advances the version; its staleness (version at arrival minus the
-//    version it was computed at) is recorded.
+//    current version is held until `replicas_to_aggregate` gradients from
+//    distinct live workers have arrived (all live workers by default); they
+//    are summed in worker-rank order (bitwise independent of arrival order),
+//    averaged, applied with one optimizer step, and the version advances by
+//    one. A push tagged with an older version is dropped and counted: that is
+//    what makes the extra workers backups.
+//  - ASYNC: every valid push is applied at once and advances the version; its
+//    staleness (version at arrival minus the version it was computed at) is
+//    recorded, can scale the learning rate by 1 / (1 + staleness), and past
+//    `max_staleness` gets the gradient dropped.
+//  - SSP: as ASYNC, and a worker's Pull waits until it is at most `staleness`
+//    pushes ahead of the slowest live worker that has not finished.
+//
+// The live set: a worker is live while it has never been heard from (it may
+// still be starting), while one of its calls is in flight, or within
+// `lease` of its last call. A worker that falls silent leaves the live set,
+// so SYNC steps complete and SSP's slowest clock moves on without it; any
+// later call brings it back.
 //
 // Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
 // future version, push before Init) are refused with InvalidArgument or
@@ -26,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "config.pb.h"
@@ -37,10 +48,18 @@ namespace pst {
 struct ShardOptions {
   Mode mode = SYNC;
   int num_workers = 1;
+  int replicas_to_aggregate = 0;  // SYNC; 0 = every live worker
+  int staleness = 0;              // SSP bound
+  bool staleness_lr_scaling = false;
+  int max_staleness = 0;          // 0 = no bound
+  absl::Duration lease = absl::Seconds(5);
   int shard = 0;
   int num_shards = 1;
   OptimizerConfig optimizer;
 };
+
+// The options of shard `shard` of the job `config` describes.
+ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
 
 class ParameterShard {
  public:
@@ -50,12 +69,14 @@ class ParameterShard {
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);
 
-  // Waits (up to `deadline`) until the shard is initialized and its version
-  // reaches request.min_version, then copies the requested variables.
-  // DeadlineExceeded if the wait runs out; Unavailable once shutting down.
+  // Waits (up to `deadline`) until the shard is initialized, its version
+  // reaches request.min_version and (SSP) the worker is within the staleness
+  // bound, then copies the requested variables. DeadlineExceeded if the wait
+  // runs out; Unavailable once shutting down.
   absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
 
   absl::Status Push(const PushRequest& request, PushResponse* response);
+  absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   absl::Status Done(const DoneRequest& request, DoneResponse* response);
   void Stats(StatsResponse* response);
 
@@ -66,27 +87,41 @@ class ParameterShard {
 
  private:
   struct WorkerState {
+    int64_t clock = 0;  // valid gradients pushed
     int64_t last_step = -1;
-    int64_t pushes = 0;
     int64_t last_staleness = 0;
     int64_t max_staleness = 0;
+    int64_t dropped = 0;
     bool done = false;
+    bool ever_seen = false;
+    bool live = true;
+    int calls_in_flight = 0;
+    absl::Time last_seen = absl::InfinitePast();
   };
 
   ParameterShard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer);
 
   absl::Status CheckWorker(int worker) const;
+  // Marks `worker` as heard from now.
+  void Touch(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-evaluates leases; completes a SYNC step the live set no longer needs
+  // to wait for; wakes waiters when anything changed.
+  void RefreshLiveSet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t SlowestActiveClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int RequiredGradients() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PushSync(const PushRequest& request, const std::vector<int>& indices,
                         PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PushAsync(const PushRequest& request, const std::vector<int>& indices,
-                         PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyAggregatedStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         int64_t staleness, PushResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
-  absl::CondVar version_changed_;
+  absl::CondVar changed_;
   VariableStore store_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

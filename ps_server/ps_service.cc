@@ -35,6 +35,12 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushReques
   return ToGrpcStatus(server_->Push(*request, response));
 }
 
+grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*,
+                                               const HeartbeatRequest* request,
+                                               HeartbeatResponse* response) {
+  return ToGrpcStatus(server_->Heartbeat(*request, response));
+}
+
 grpc::Status ParameterServerService::Done(grpc::ServerContext*, const DoneRequest* request,
                                           DoneResponse* response) {
   return ToGrpcStatus(server_->Done(*request, response));

@@ -29,6 +29,8 @@ class ParameterServerService final : public ParameterServer::Service {
                     PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
                     PushResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
                     DoneResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context, const StatsRequest* request,

@@ -166,6 +166,18 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
   });
 }
 
+absl::Status PsClient::Heartbeat() {
+  return ForEachShard([&](int s) {
+    HeartbeatRequest request;
+    request.set_worker(worker_);
+    HeartbeatResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, kRpcDeadline);
+    grpc::Status rpc = shards_[s].stub->Heartbeat(&context, request, &response);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+}
+
 absl::Status PsClient::Done() {
   return ForEachShard([&](int s) {
     DoneRequest request;

@@ -56,6 +56,9 @@ class PsClient {
                     const std::vector<std::span<const float>>& gradients,
                     std::vector<PushResponse>* responses);
 
+  // Tells every shard this worker is alive (it may be computing a long step).
+  absl::Status Heartbeat();
+
   // Tells every shard this worker has finished.
   absl::Status Done();
 

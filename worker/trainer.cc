@@ -114,6 +114,11 @@ absl::Status Trainer::Setup() {
   spdlog::info("worker:{} registered: {} mode, {} worker(s), {} shard(s), model {} parameters{}",
                rank_, ModeName(view->mode()), view->workers(), client_->num_shards(),
                mlp_->num_parameters(), *accepted ? " (initialized the variables)" : "");
+  resume_clock_ = view->worker_clock();
+  if (resume_clock_ > 0) {
+    spdlog::info("worker:{} rejoins after {} steps: resuming at version {}", rank_, resume_clock_,
+                 view->version());
+  }
   versions_.assign(client_->num_shards(), 0);
   next_min_.assign(client_->num_shards(), 0);
   return absl::OkStatus();
@@ -127,7 +132,7 @@ absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
   return mlp_->UploadParameters();
 }
 
-absl::Status Trainer::RunEpoch(int epoch, WorkerResult* result) {
+absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* result) {
   const TrainingConfig& training = config_.training();
   const int batch = training.batch_size();
   const int64_t steps = sampler_->steps_per_epoch();
@@ -138,14 +143,14 @@ absl::Status Trainer::RunEpoch(int epoch, WorkerResult* result) {
   double window_loss = 0.0;
   absl::Time epoch_start = absl::Now();
   absl::Time window_start = epoch_start;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = first_step; step < steps; ++step) {
     if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
     GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
     absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
     if (!loss.ok()) return loss.status();
     if (absl::Status s = client_->Push(versions_, gradients_, &responses); !s.ok()) return s;
     // SYNC: the next pull must see the step this push belongs to completed.
-    // ASYNC: take whatever is newest.
+    // ASYNC and SSP: take whatever is newest (SSP's bound is the shard's).
     for (size_t s = 0; s < versions_.size(); ++s) {
       next_min_[s] = sync ? versions_[s] + 1 : versions_[s];
     }
@@ -154,7 +159,7 @@ absl::Status Trainer::RunEpoch(int epoch, WorkerResult* result) {
     result->set_steps(result->steps() + 1);
     result->set_samples(result->samples() + batch);
     if ((step + 1) % log_every == 0 || step + 1 == steps) {
-      int64_t in_window = (step % log_every) + 1;
+      int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
       spdlog::info("epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} version {}", epoch + 1,
                    training.epochs(), step + 1, steps, window_loss / in_window,
                    in_window * batch / Seconds(window_start), responses[0].version());
@@ -163,7 +168,7 @@ absl::Status Trainer::RunEpoch(int epoch, WorkerResult* result) {
     }
   }
   train_seconds_ += Seconds(epoch_start);
-  last_epoch_loss_ = epoch_loss / steps;
+  last_epoch_loss_ = epoch_loss / std::max<int64_t>(1, steps - first_step);
   return absl::OkStatus();
 }
 
@@ -218,13 +223,33 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
   return absl::OkStatus();
 }
 
+void Trainer::HeartbeatLoop(absl::Notification* stop) {
+  absl::Duration period = absl::Seconds(config_.training().lease_seconds()) / 4;
+  while (!stop->WaitForNotificationWithTimeout(period)) {
+    // A failed heartbeat is not fatal: the next Pull or Push reports the
+    // shard's state with a proper error.
+    client_->Heartbeat().IgnoreError();
+  }
+}
+
 absl::StatusOr<WorkerResult> Trainer::Run() {
   WorkerResult result;
   result.set_task(absl::StrCat("worker:", rank_));
   if (absl::Status s = Setup(); !s.ok()) return s;
+  absl::Notification stop_heartbeats;
+  std::thread heartbeats([this, &stop_heartbeats] { HeartbeatLoop(&stop_heartbeats); });
+  absl::StatusOr<WorkerResult> trained = Train(std::move(result));
+  stop_heartbeats.Notify();
+  heartbeats.join();
+  return trained;
+}
+
+absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
   const int epochs = config_.training().epochs();
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    if (absl::Status s = RunEpoch(epoch, &result); !s.ok()) return s;
+  const int64_t steps = sampler_->steps_per_epoch();
+  for (int epoch = static_cast<int>(resume_clock_ / steps); epoch < epochs; ++epoch) {
+    const int64_t first_step = epoch == resume_clock_ / steps ? resume_clock_ % steps : 0;
+    if (absl::Status s = RunEpoch(epoch, first_step, &result); !s.ok()) return s;
     if (is_chief() && epoch + 1 < epochs) {
       // Evaluate the model as it stands after this epoch's last step.
       if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;

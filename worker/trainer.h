@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "config.pb.h"
 #include "kernels/kernels.h"
 #include "result.pb.h"
@@ -42,7 +43,11 @@ class Trainer {
 
  private:
   absl::Status Setup();
-  absl::Status RunEpoch(int epoch, WorkerResult* result);
+  absl::StatusOr<WorkerResult> Train(WorkerResult result);
+  // Runs steps [first_step, steps_per_epoch) of `epoch`.
+  absl::Status RunEpoch(int epoch, int64_t first_step, WorkerResult* result);
+  // Keeps this worker in every shard's live set while it computes.
+  void HeartbeatLoop(absl::Notification* stop);
   absl::Status PullParameters(const std::vector<int64_t>& min_versions);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
   absl::Status WaitForAllWorkersDone();
@@ -62,6 +67,7 @@ class Trainer {
   std::vector<int64_t> next_min_;      // the version each shard must reach before the next pull
   std::vector<float> batch_x_;
   std::vector<float> batch_y_;
+  int64_t resume_clock_ = 0;           // steps this worker had done before a restart
   double train_seconds_ = 0.0;
   double last_epoch_loss_ = 0.0;
 };

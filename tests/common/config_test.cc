@@ -110,7 +110,7 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
       {"zero-width layer", replace("hidden: 16", "hidden: 0"), {},
        absl::StatusCode::kInvalidArgument, "training.model.mlp.hidden[0]"},
       {"bad mode flag", good, {.mode = "fast"}, absl::StatusCode::kInvalidArgument,
-       "--mode: unknown mode \"fast\"; use sync or async"},
+       "--mode: unknown mode \"fast\"; use sync, async or ssp"},
       {"bad epochs flag", good, {.epochs = -1}, absl::StatusCode::kInvalidArgument,
        "training.epochs must be at least 1"},
   };

@@ -66,6 +66,7 @@ TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
     absl::StatusOr<ClusterRun> multi = TrainOnce(config_for(workers), 1);
     ASSERT_TRUE(multi.ok()) << multi.status();
     EXPECT_EQ(multi->stats[0].version(), single->stats[0].version());
+    EXPECT_EQ(multi->stats[0].pushes_aggregated(), (workers - 1) * multi->stats[0].version());
     ASSERT_EQ(multi->parameters.size(), single->parameters.size());
     for (size_t v = 0; v < single->parameters.size(); ++v) {
       SCOPED_TRACE(absl::StrCat("variable ", v));
@@ -139,7 +140,7 @@ TEST_P(ConvergenceTest, LinearRegressionFitsANoiselessTarget) {
   EXPECT_LT(run->results[0].test_loss(), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(BothModes, ConvergenceTest, ::testing::Values(SYNC, ASYNC),
+INSTANTIATE_TEST_SUITE_P(EveryMode, ConvergenceTest, ::testing::Values(SYNC, ASYNC, SSP),
                          [](const auto& info) { return ModeName(info.param); });
 
 }  // namespace

@@ -26,12 +26,22 @@ OptimizerConfig PlainSgd(float lr) {
   return config;
 }
 
-std::unique_ptr<ParameterShard> MakeShard(Mode mode, int workers, float lr = 1.0f) {
+ShardOptions Options(Mode mode, int workers, float lr = 1.0f) {
   ShardOptions options;
   options.mode = mode;
   options.num_workers = workers;
   options.optimizer = PlainSgd(lr);
+  return options;
+}
+
+std::unique_ptr<ParameterShard> MakeShard(const ShardOptions& options) {
   auto shard = ParameterShard::Create(options);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return std::move(*shard);
+}
+
+std::unique_ptr<ParameterShard> MakeShard(Mode mode, int workers, float lr = 1.0f) {
+  auto shard = ParameterShard::Create(Options(mode, workers, lr));
   EXPECT_TRUE(shard.ok()) << shard.status();
   return std::move(*shard);
 }
@@ -383,6 +393,136 @@ TEST(ParameterShardTest, BadInitsAreRefused) {
     // Still uninitialized: a good Init is accepted afterwards.
     InitTwoVariables(shard.get());
   }
+}
+
+// Backup workers: with replicas_to_aggregate = 2 of 3, a step completes with
+// the first two gradients, and the third, now late, is dropped and counted.
+TEST(ParameterShardTest, SyncWithBackupWorkersCompletesWithTheFirstReplicas) {
+  ShardOptions options = Options(SYNC, 3);
+  options.replicas_to_aggregate = 2;
+  auto shard = MakeShard(options);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(2, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {4, 4, 4, 4}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-2, -1, 0, 1));  // mean 3
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {100, 100, 100, 100}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
+  StatsResponse stats = StatsOf(shard.get());
+  EXPECT_EQ(stats.pushes_dropped(), 1);
+  EXPECT_EQ(stats.workers(1).dropped(), 1);
+  EXPECT_EQ(stats.version(), 1);
+}
+
+// A worker that pushed its last gradient and said Done still counts for that
+// step: the step must not complete without the other workers.
+TEST(ParameterShardTest, DoneAfterPushingDoesNotCompleteTheStepEarly) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  DoneResponse done;
+  DoneRequest done_request;
+  ASSERT_TRUE(shard->Done(done_request, &done).ok());
+  EXPECT_EQ(StatsOf(shard.get()).version(), 0);
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(0, 1, 2, 3));
+}
+
+// A SYNC step no longer waits for a worker whose lease ran out.
+TEST(ParameterShardTest, SyncStepCompletesWithoutAWorkerWhoseLeaseExpired) {
+  ShardOptions options = Options(SYNC, 2);
+  options.lease = absl::Milliseconds(200);
+  auto shard = MakeShard(options);
+  InitTwoVariables(shard.get());
+  HeartbeatRequest beat;
+  beat.set_worker(1);
+  HeartbeatResponse beat_response;
+  ASSERT_TRUE(shard->Heartbeat(beat, &beat_response).ok());  // worker 1 seen, then silent
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
+  PullRequest pull;
+  pull.set_min_version(1);
+  PullResponse pulled;
+  absl::Time start = absl::Now();
+  ASSERT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(10), &pulled).ok());
+  EXPECT_EQ(pulled.version(), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  StatsResponse stats = StatsOf(shard.get());
+  EXPECT_FALSE(stats.workers(1).live());
+  EXPECT_EQ(stats.live_workers(), 1);
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
+  // The worker comes back: it is live again and takes part in the next step.
+  ASSERT_TRUE(shard->Heartbeat(beat, &beat_response).ok());
+  ASSERT_TRUE(shard->Push(Gradient(0, 1, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
+  ASSERT_TRUE(shard->Push(Gradient(1, 1, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+}
+
+// SSP(K): a worker K+1 pushes ahead of the slowest waits at Pull until the
+// slowest catches up; every pull that returns respects the bound.
+TEST(ParameterShardTest, SspHoldsAWorkerThatRunsTooFarAhead) {
+  ShardOptions options = Options(SSP, 2);
+  options.staleness = 2;
+  auto shard = MakeShard(options);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(shard->Push(Gradient(0, StatsOf(shard.get()).version(), {0, 0, 0, 0}, {0, 0}), &response).ok());
+  }
+  PullRequest pull;
+  pull.set_worker(0);
+  PullResponse pulled;
+  absl::Status status = shard->Pull(pull, absl::Now() + absl::Milliseconds(100), &pulled);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);  // clock 3, slowest 0
+  std::thread slow([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    PushResponse r;
+    EXPECT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &r).ok());
+  });
+  ASSERT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(10), &pulled).ok());
+  slow.join();
+  StatsResponse stats = StatsOf(shard.get());
+  EXPECT_LE(stats.workers(0).clock() - stats.workers(1).clock(), 2);
+  EXPECT_EQ(stats.clock_spread(), 2);
+}
+
+// A finished worker does not hold back SSP's slowest clock.
+TEST(ParameterShardTest, SspIgnoresFinishedWorkers) {
+  ShardOptions options = Options(SSP, 2);
+  options.staleness = 0;
+  auto shard = MakeShard(options);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  DoneRequest done;
+  done.set_worker(1);
+  DoneResponse done_response;
+  ASSERT_TRUE(shard->Done(done, &done_response).ok());
+  PullRequest pull;
+  PullResponse pulled;
+  EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(5), &pulled).ok());
+}
+
+TEST(ParameterShardTest, AsyncDropsGradientsPastMaxStalenessAndScalesTheRest) {
+  ShardOptions options = Options(ASYNC, 2);
+  options.max_staleness = 1;
+  options.staleness_lr_scaling = true;
+  auto shard = MakeShard(options);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());  // staleness 0
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());  // staleness 1: lr / 2
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  ASSERT_TRUE(shard->Push(Gradient(1, 0, {9, 9, 9, 9}, {0, 0}), &response).ok());  // staleness 2
+  EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
+  EXPECT_EQ(StatsOf(shard.get()).pushes_dropped(), 1);
 }
 
 }  // namespace

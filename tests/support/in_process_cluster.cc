@@ -11,12 +11,8 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobCon
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster());
   config.mutable_cluster()->clear_ps();
   for (int s = 0; s < num_shards; ++s) {
-    ShardOptions options;
-    options.mode = config.training().mode();
-    options.num_workers = config.cluster().workers();
-    options.shard = s;
+    ShardOptions options = ShardOptionsFromConfig(config, s);
     options.num_shards = num_shards;
-    options.optimizer = config.training().optimizer();
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     if (!shard.ok()) return shard.status();
     absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), nullptr);
