@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
 #include "spdlog/spdlog.h"
@@ -73,8 +74,24 @@ int main(int argc, char** argv) {
 
   std::string address = absl::GetFlag(FLAGS_listen);
   if (address.empty()) address = config->cluster().ps(task->index);
-  absl::StatusOr<pst::RunningServer> server = pst::StartGrpcServer(
-      address, shard->get(), request_stop);
+  // Restore before serving, so no worker ever sees the fresh state.
+  const pst::CheckpointConfig& checkpoints = config->training().checkpoint();
+  pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index);
+  pst::AdminHooks hooks;
+  hooks.shutdown = request_stop;
+  if (!checkpoints.dir().empty()) {
+    absl::StatusOr<int64_t> restored = checkpointer.RestoreNewest();
+    if (restored.ok()) {
+      spdlog::info("{} restored its checkpoint at version {}", task->ToString(), *restored);
+    } else if (restored.status().code() != absl::StatusCode::kNotFound) {
+      request_stop();
+      signal_waiter.join();
+      pst::ExitWithError(kProgram, restored.status());
+    }
+    hooks.checkpoint = [&checkpointer] { return checkpointer.CheckpointNow(); };
+  }
+  absl::StatusOr<pst::RunningServer> server =
+      pst::StartGrpcServer(address, shard->get(), hooks);
   if (!server.ok()) {
     request_stop();
     signal_waiter.join();
@@ -84,7 +101,9 @@ int main(int argc, char** argv) {
                pst::ModeName(options.mode), options.num_workers,
                (*shard)->optimizer_name());
 
+  checkpointer.Start();
   stop.WaitForNotification();
+  checkpointer.Stop();
   (*shard)->BeginShutdown();
   server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   signal_waiter.join();

@@ -405,6 +405,39 @@ void ParameterShard::Stats(StatsResponse* response) {
   response->set_mean_staleness(pushes == 0 ? 0.0 : static_cast<double>(staleness_sum_) / pushes);
 }
 
+ShardCheckpoint ParameterShard::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  ShardCheckpoint checkpoint;
+  checkpoint.set_shard(options_.shard);
+  checkpoint.set_version(version_);
+  store_.Export(&checkpoint);
+  for (const WorkerState& w : workers_) checkpoint.add_worker_clocks(w.clock);
+  return checkpoint;
+}
+
+absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
+  absl::MutexLock lock(&mu_);
+  if (store_.initialized()) {
+    return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
+  }
+  if (checkpoint.shard() != options_.shard) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint is of shard ", checkpoint.shard(),
+                                                   ", this is shard ", options_.shard));
+  }
+  if (absl::Status s = store_.Restore(checkpoint); !s.ok()) return s;
+  version_ = checkpoint.version();
+  for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
+    workers_[i].clock = checkpoint.worker_clocks(i);
+  }
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+int64_t ParameterShard::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
 void ParameterShard::BeginShutdown() {
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;

@@ -80,6 +80,14 @@ class ParameterShard {
   absl::Status Done(const DoneRequest& request, DoneResponse* response);
   void Stats(StatsResponse* response);
 
+  // The shard's whole state, for a checkpoint.
+  ShardCheckpoint Snapshot() const;
+  // Loads a checkpoint into a shard that has not been initialized yet (a
+  // restarted PS). FailedPrecondition if it already holds variables;
+  // InvalidArgument if the checkpoint belongs to another shard or job.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+  int64_t version() const;
+
   // Wakes every waiting Pull with Unavailable; later calls fail the same way.
   void BeginShutdown();
 

@@ -8,9 +8,8 @@
 
 namespace pst {
 
-ParameterServerService::ParameterServerService(pst::ParameterShard* server,
-                                               std::function<void()> on_shutdown)
-    : server_(server), on_shutdown_(std::move(on_shutdown)) {}
+ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks)
+    : server_(server), hooks_(std::move(hooks)) {}
 
 grpc::Status ParameterServerService::Register(grpc::ServerContext*, const RegisterRequest* request,
                                               RegisterResponse* response) {
@@ -52,17 +51,32 @@ grpc::Status ParameterServerService::Stats(grpc::ServerContext*, const StatsRequ
   return grpc::Status::OK;
 }
 
+grpc::Status ParameterServerService::Checkpoint(grpc::ServerContext*, const CheckpointRequest*,
+                                                CheckpointResponse* response) {
+  if (!hooks_.checkpoint) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this PS has no checkpoint directory (training.checkpoint.dir)");
+  }
+  absl::StatusOr<std::string> path = hooks_.checkpoint();
+  if (!path.ok()) return ToGrpcStatus(path.status());
+  response->set_path(*path);
+  response->set_version(server_->version());
+  return grpc::Status::OK;
+}
+
 grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const ShutdownRequest*,
                                               ShutdownResponse*) {
-  if (on_shutdown_) on_shutdown_();
+  if (!hooks_.shutdown) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this PS cannot be shut down remotely");
+  }
+  hooks_.shutdown();
   return grpc::Status::OK;
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
-                                              pst::ParameterShard* server,
-                                              std::function<void()> on_shutdown) {
+                                              pst::ParameterShard* server, AdminHooks hooks) {
   RunningServer running;
-  running.service = std::make_unique<ParameterServerService>(server, std::move(on_shutdown));
+  running.service = std::make_unique<ParameterServerService>(server, std::move(hooks));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &running.port);
   builder.RegisterService(running.service.get());

@@ -15,11 +15,17 @@
 
 namespace pst {
 
+// What the process does for the admin RPCs. An empty hook makes its RPC
+// answer FAILED_PRECONDITION, saying what is not configured.
+struct AdminHooks {
+  std::function<void()> shutdown;                             // Shutdown
+  std::function<absl::StatusOr<std::string>()> checkpoint;    // Checkpoint: returns the path
+};
+
 class ParameterServerService final : public ParameterServer::Service {
  public:
-  // `server` must outlive the service. `on_shutdown` runs (once per call) when
-  // a client asks the shard to stop.
-  ParameterServerService(pst::ParameterShard* server, std::function<void()> on_shutdown);
+  // `server` must outlive the service.
+  ParameterServerService(pst::ParameterShard* server, AdminHooks hooks);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -35,12 +41,14 @@ class ParameterServerService final : public ParameterServer::Service {
                     DoneResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context, const StatsRequest* request,
                      StatsResponse* response) override;
+  grpc::Status Checkpoint(grpc::ServerContext* context, const CheckpointRequest* request,
+                          CheckpointResponse* response) override;
   grpc::Status Shutdown(grpc::ServerContext* context, const ShutdownRequest* request,
                         ShutdownResponse* response) override;
 
  private:
   pst::ParameterShard* server_;
-  std::function<void()> on_shutdown_;
+  AdminHooks hooks_;
 };
 
 // A running gRPC server for `server` on `address`; the bound port is
@@ -52,8 +60,7 @@ struct RunningServer {
   int port = 0;
 };
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
-                                              pst::ParameterShard* server,
-                                              std::function<void()> on_shutdown);
+                                              pst::ParameterShard* server, AdminHooks hooks);
 
 }  // namespace pst
 

@@ -1,7 +1,7 @@
 #include "ps_server/variable_store.h"
 
 #include <cmath>
-#include <set>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
@@ -68,6 +68,49 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
     }
     v.slots.assign(static_cast<size_t>(elements) * optimizer_->SlotsPerParameter(),
                    optimizer_->InitialSlotValue());
+    variables.push_back(std::move(v));
+  }
+  variables_ = std::move(variables);
+  index_ = std::move(index);
+  return absl::OkStatus();
+}
+
+void VariableStore::Export(ShardCheckpoint* checkpoint) const {
+  checkpoint->set_optimizer(optimizer_->Name());
+  for (const Variable& v : variables_) {
+    ShardCheckpoint::Variable* out = checkpoint->add_variables();
+    out->set_name(v.name);
+    out->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
+    out->set_values(reinterpret_cast<const char*>(v.values.data()), v.values.size() * sizeof(float));
+    out->set_slots(reinterpret_cast<const char*>(v.slots.data()), v.slots.size() * sizeof(float));
+    out->set_updates(v.updates);
+  }
+}
+
+absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
+  if (checkpoint.optimizer() != optimizer_->Name()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint holds ", checkpoint.optimizer(), " state but this job uses ",
+        optimizer_->Name()));
+  }
+  std::vector<Variable> variables;
+  std::map<std::string, int, std::less<>> index;
+  for (const ShardCheckpoint::Variable& in : checkpoint.variables()) {
+    Variable v;
+    v.name = in.name();
+    v.shape.assign(in.shape().begin(), in.shape().end());
+    const int64_t elements = NumElements(v.shape);
+    const size_t slots = static_cast<size_t>(elements) * optimizer_->SlotsPerParameter();
+    if (elements <= 0 || in.values().size() != elements * sizeof(float) ||
+        in.slots().size() != slots * sizeof(float) || !index.emplace(v.name, variables.size()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint variable \"", in.name(), "\" is inconsistent"));
+    }
+    v.values.resize(elements);
+    std::memcpy(v.values.data(), in.values().data(), in.values().size());
+    v.slots.resize(slots);
+    std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
+    v.updates = in.updates();
     variables.push_back(std::move(v));
   }
   variables_ = std::move(variables);

@@ -53,6 +53,12 @@ class VariableStore {
   absl::Status ValidateGradients(const google::protobuf::RepeatedPtrField<Tensor>& gradients,
                                  bool require_all, std::vector<int>* indices) const;
 
+  // Copies every variable, its optimizer state and update count out.
+  void Export(ShardCheckpoint* checkpoint) const;
+  // Replaces the store's contents with a checkpoint's. InvalidArgument (and
+  // no change) if it does not fit this store's optimizer.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+
   // One optimizer step on variable `index` with `gradient` (already validated).
   void Apply(int index, std::span<const float> gradient, float lr_scale);
 

@@ -28,6 +28,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect to a restarted shard within a second or two, not gRPC's
+  // default of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
   for (size_t s = 0; s < addresses.size(); ++s) {
     auto channel =

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -144,11 +145,14 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   absl::Time epoch_start = absl::Now();
   absl::Time window_start = epoch_start;
   for (int64_t step = first_step; step < steps; ++step) {
-    if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
-    GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
-    absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+    absl::StatusOr<LossResult> loss = RunStep(epoch, step, &responses);
+    // A shard that went away (crashed, restarting from its checkpoint) is
+    // waited for; the step is then redone on whatever the shard holds.
+    while (!loss.ok() && absl::IsUnavailable(loss.status())) {
+      if (absl::Status s = Reconnect(loss.status()); !s.ok()) return s;
+      loss = RunStep(epoch, step, &responses);
+    }
     if (!loss.ok()) return loss.status();
-    if (absl::Status s = client_->Push(versions_, gradients_, &responses); !s.ok()) return s;
     // SYNC: the next pull must see the step this push belongs to completed.
     // ASYNC and SSP: take whatever is newest (SSP's bound is the shard's).
     for (size_t s = 0; s < versions_.size(); ++s) {
@@ -170,6 +174,47 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   train_seconds_ += Seconds(epoch_start);
   last_epoch_loss_ = epoch_loss / std::max<int64_t>(1, steps - first_step);
   return absl::OkStatus();
+}
+
+absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
+                                            std::vector<PushResponse>* responses) {
+  if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+  const int batch = config_.training().batch_size();
+  GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
+  absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+  if (!loss.ok()) return loss;
+  if (absl::Status s = client_->Push(versions_, gradients_, responses); !s.ok()) return s;
+  return loss;
+}
+
+absl::Status Trainer::Reconnect(const absl::Status& cause) {
+  spdlog::warn("lost a parameter server ({}); reconnecting", std::string(cause.message()));
+  const absl::Time deadline = absl::Now() + absl::Seconds(config_.training().pull_timeout_seconds());
+  absl::Duration backoff = absl::Milliseconds(100);
+  std::mt19937_64 jitter(static_cast<uint64_t>(rank_) * 7919 + absl::ToUnixNanos(absl::Now()));
+  while (true) {
+    // Exponential backoff with full jitter, so restarting workers do not
+    // stampede the shard in lock-step.
+    absl::SleepFor(backoff * (0.5 + 0.5 * static_cast<double>(jitter() >> 11) * 0x1.0p-53));
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+    absl::StatusOr<RegisterResponse> view = client_->Register();
+    if (view.ok()) {
+      // A shard restarted without a checkpoint needs its variables again.
+      if (!view->initialized()) {
+        std::vector<std::vector<float>> initial = mlp_->InitialValues(config_.training().seed());
+        std::vector<std::span<const float>> spans(initial.begin(), initial.end());
+        if (absl::StatusOr<bool> init = client_->Init(spans); !init.ok()) return init.status();
+      }
+      // The shard may have gone back to its last checkpoint: take what it has.
+      std::fill(next_min_.begin(), next_min_.end(), 0);
+      spdlog::info("reconnected; shard 0 is at version {}", view->version());
+      return absl::OkStatus();
+    }
+    if (!absl::IsUnavailable(view.status()) || absl::Now() > deadline) {
+      return absl::Status(view.status().code(),
+                          absl::StrCat("gave up reconnecting: ", view.status().message()));
+    }
+  }
 }
 
 absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {

@@ -49,6 +49,11 @@ class Trainer {
   // Keeps this worker in every shard's live set while it computes.
   void HeartbeatLoop(absl::Notification* stop);
   absl::Status PullParameters(const std::vector<int64_t>& min_versions);
+  // Pull, forward/backward on batch `step` of `epoch`, push.
+  absl::StatusOr<LossResult> RunStep(int epoch, int64_t step, std::vector<PushResponse>* responses);
+  // After `cause` (Unavailable): registers again with backoff and jitter until
+  // every shard answers, re-offers Init, and pulls whatever the shards hold.
+  absl::Status Reconnect(const absl::Status& cause);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
   absl::Status WaitForAllWorkersDone();
   absl::Status EvaluateFinal(WorkerResult* result);

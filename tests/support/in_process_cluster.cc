@@ -15,7 +15,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobCon
     options.num_shards = num_shards;
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     if (!shard.ok()) return shard.status();
-    absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), nullptr);
+    absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
     if (!server.ok()) return server.status();
     config.mutable_cluster()->add_ps(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards_.push_back(std::move(*shard));

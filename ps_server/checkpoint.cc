@@ -1,0 +1,153 @@
+#include "ps_server/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pst {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
+constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
+
+uint32_t Crc32(const std::string& bytes) {
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+}
+
+void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t GetLittleEndian(const char* in, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return value;
+}
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteFileDurably(const std::string& path, const std::string& contents) {
+  const std::string temp = path + ".tmp";
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create", temp);
+  size_t written = 0;
+  while (written < contents.size()) {
+    ssize_t n = write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      absl::Status status = Errno("cannot write", temp);
+      close(fd);
+      return status;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    absl::Status status = Errno("cannot fsync", temp);
+    close(fd);
+    return status;
+  }
+  close(fd);
+  if (rename(temp.c_str(), path.c_str()) != 0) return Errno("cannot rename into", path);
+  // Make the rename itself durable.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    fsync(dir_fd);
+    close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> ListCheckpoints(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 && name.size() > 9 &&
+        name.compare(name.size() - 4, 4, ".bin") == 0) {
+      files.push_back(entry.path().string());
+    }
+  }
+  // Versions are zero-padded, so the names sort like the versions.
+  std::sort(files.rbegin(), files.rend());
+  return files;
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+                                            const ShardCheckpoint& checkpoint, int keep) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create checkpoint directory ", dir, ": ", error.message()));
+  }
+  std::string payload;
+  if (!checkpoint.SerializeToString(&payload)) {
+    return absl::InternalError("cannot serialize the shard checkpoint");
+  }
+  std::string contents(kMagic, sizeof(kMagic));
+  PutLittleEndian(payload.size(), 8, &contents);
+  PutLittleEndian(Crc32(payload), 4, &contents);
+  contents += payload;
+  const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
+  if (absl::Status s = WriteFileDurably(path, contents); !s.ok()) return s;
+  std::vector<std::string> files = ListCheckpoints(dir);
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < files.size(); ++i) {
+    std::filesystem::remove(files[i], error);
+  }
+  return path;
+}
+
+absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string contents = buffer.str();
+  if (contents.size() < kHeaderBytes || std::memcmp(contents.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
+  }
+  const uint64_t length = GetLittleEndian(contents.data() + sizeof(kMagic), 8);
+  const uint32_t crc = static_cast<uint32_t>(GetLittleEndian(contents.data() + sizeof(kMagic) + 8, 4));
+  if (contents.size() - kHeaderBytes != length) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: ",
+                                            contents.size() - kHeaderBytes, " of ", length,
+                                            " payload bytes"));
+  }
+  const std::string payload = contents.substr(kHeaderBytes);
+  if (Crc32(payload) != crc) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " fails its checksum"));
+  }
+  ShardCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(payload)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " does not parse"));
+  }
+  return checkpoint;
+}
+
+absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir,
+                                                          std::vector<std::string>* rejected) {
+  for (const std::string& path : ListCheckpoints(dir)) {
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadCheckpoint(path);
+    if (checkpoint.ok()) return checkpoint;
+    rejected->push_back(std::string(checkpoint.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no valid checkpoint in ", dir));
+}
+
+}  // namespace pst

@@ -1,0 +1,96 @@
+#include "ps_server/checkpointer.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "ps_server/checkpoint.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+namespace {
+
+constexpr int kDefaultKeep = 3;
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+
+}  // namespace
+
+Checkpointer::Checkpointer(ParameterShard* shard, const CheckpointConfig& config, int index)
+    : shard_(shard), config_(config), dir_(absl::StrCat(config.dir(), "/shard-", index)) {}
+
+Checkpointer::~Checkpointer() {
+  if (thread_.joinable()) {
+    stop_.Notify();
+    thread_.join();
+  }
+}
+
+absl::StatusOr<int64_t> Checkpointer::RestoreNewest() {
+  std::vector<std::string> rejected;
+  absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(dir_, &rejected);
+  for (const std::string& reason : rejected) {
+    spdlog::error("{}; falling back to an older checkpoint", reason);
+  }
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (absl::Status s = shard_->Restore(*checkpoint); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  last_version_ = checkpoint->version();
+  return checkpoint->version();
+}
+
+absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
+  absl::MutexLock lock(&mu_);
+  ShardCheckpoint checkpoint = shard_->Snapshot();
+  if (checkpoint.variables_size() == 0) {
+    return absl::FailedPreconditionError("nothing to checkpoint: the shard is not initialized");
+  }
+  absl::StatusOr<std::string> path =
+      WriteCheckpoint(dir_, checkpoint, config_.keep() > 0 ? config_.keep() : kDefaultKeep);
+  if (path.ok()) {
+    last_version_ = checkpoint.version();
+    spdlog::info("checkpoint at version {}: {}", checkpoint.version(), *path);
+  } else {
+    spdlog::error("checkpoint at version {} failed: {}", checkpoint.version(),
+                  std::string(path.status().message()));
+  }
+  return path;
+}
+
+void Checkpointer::Start() {
+  if (config_.dir().empty() || (config_.every_steps() <= 0 && config_.every_seconds() <= 0)) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Checkpointer::Loop() {
+  absl::Time last_time = absl::Now();
+  while (!stop_.WaitForNotificationWithTimeout(kPollInterval)) {
+    const int64_t version = shard_->version();
+    int64_t last;
+    {
+      absl::MutexLock lock(&mu_);
+      last = last_version_;
+    }
+    const bool moved = version != last && version > 0;
+    const bool steps_due = config_.every_steps() > 0 && version - std::max<int64_t>(last, 0) >= config_.every_steps();
+    const bool time_due = config_.every_seconds() > 0 &&
+                          absl::Now() - last_time >= absl::Seconds(config_.every_seconds());
+    if (moved && (steps_due || time_due)) {
+      CheckpointNow().IgnoreError();  // logged; the next interval tries again
+      last_time = absl::Now();
+    }
+  }
+}
+
+void Checkpointer::Stop() {
+  if (thread_.joinable()) {
+    stop_.Notify();
+    thread_.join();
+  }
+  if (config_.dir().empty()) return;
+  int64_t last;
+  {
+    absl::MutexLock lock(&mu_);
+    last = last_version_;
+  }
+  if (shard_->version() != last) CheckpointNow().IgnoreError();
+}
+
+}  // namespace pst
