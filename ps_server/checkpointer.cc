@@ -36,9 +36,10 @@ absl::StatusOr<int64_t> Checkpointer::RestoreNewest() {
   return checkpoint->version();
 }
 
-absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
+absl::StatusOr<std::string> Checkpointer::CheckpointNow() { return Write(shard_->Snapshot()); }
+
+absl::StatusOr<std::string> Checkpointer::Write(const ShardCheckpoint& checkpoint) {
   absl::MutexLock lock(&mu_);
-  ShardCheckpoint checkpoint = shard_->Snapshot();
   if (checkpoint.variables_size() == 0) {
     return absl::FailedPreconditionError("nothing to checkpoint: the shard is not initialized");
   }
@@ -61,19 +62,24 @@ void Checkpointer::Start() {
 
 void Checkpointer::Loop() {
   absl::Time last_time = absl::Now();
-  while (!stop_.WaitForNotificationWithTimeout(kPollInterval)) {
-    const int64_t version = shard_->version();
+  while (!stop_.HasBeenNotified()) {
+    // Step-driven checkpoints: the shard copies its state exactly when the
+    // version reaches a multiple of every_steps; we only write it out.
+    if (std::optional<ShardCheckpoint> snapshot =
+            shard_->TakeScheduledSnapshot(absl::Now() + kPollInterval)) {
+      Write(*snapshot).IgnoreError();  // logged; the next one tries again
+      last_time = absl::Now();
+      continue;
+    }
     int64_t last;
     {
       absl::MutexLock lock(&mu_);
       last = last_version_;
     }
-    const bool moved = version != last && version > 0;
-    const bool steps_due = config_.every_steps() > 0 && version - std::max<int64_t>(last, 0) >= config_.every_steps();
-    const bool time_due = config_.every_seconds() > 0 &&
-                          absl::Now() - last_time >= absl::Seconds(config_.every_seconds());
-    if (moved && (steps_due || time_due)) {
-      CheckpointNow().IgnoreError();  // logged; the next interval tries again
+    const int64_t version = shard_->version();
+    if (config_.every_seconds() > 0 && version != last && version > 0 &&
+        absl::Now() - last_time >= absl::Seconds(config_.every_seconds())) {
+      CheckpointNow().IgnoreError();
       last_time = absl::Now();
     }
   }

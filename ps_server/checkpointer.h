@@ -37,6 +37,7 @@ class Checkpointer {
 
  private:
   void Loop();
+  absl::StatusOr<std::string> Write(const ShardCheckpoint& checkpoint);
 
   ParameterShard* shard_;
   const CheckpointConfig config_;

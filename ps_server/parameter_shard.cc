@@ -31,6 +31,9 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   options.shard = shard;
   options.num_shards = config.cluster().ps_size();
   options.optimizer = training.optimizer();
+  if (!training.checkpoint().dir().empty()) {
+    options.snapshot_every_steps = training.checkpoint().every_steps();
+  }
   return options;
 }
 
@@ -338,6 +341,9 @@ absl::Status ParameterShard::PushAsync(const PushRequest& request,
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
+  if (options_.snapshot_every_steps > 0 && version_ % options_.snapshot_every_steps == 0) {
+    scheduled_snapshot_ = SnapshotLocked();
+  }
   changed_.SignalAll();
 }
 
@@ -407,6 +413,20 @@ void ParameterShard::Stats(StatsResponse* response) {
 
 ShardCheckpoint ParameterShard::Snapshot() const {
   absl::MutexLock lock(&mu_);
+  return SnapshotLocked();
+}
+
+std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!scheduled_snapshot_ && !shutting_down_) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  std::optional<ShardCheckpoint> snapshot = std::move(scheduled_snapshot_);
+  scheduled_snapshot_.reset();
+  return snapshot;
+}
+
+ShardCheckpoint ParameterShard::SnapshotLocked() const {
   ShardCheckpoint checkpoint;
   checkpoint.set_shard(options_.shard);
   checkpoint.set_version(version_);

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct ShardOptions {
   bool staleness_lr_scaling = false;
   int max_staleness = 0;          // 0 = no bound
   absl::Duration lease = absl::Seconds(5);
+  // Copy the state each time the version reaches a multiple of this, for a
+  // checkpoint that lands exactly there (0 = never).
+  int64_t snapshot_every_steps = 0;
   int shard = 0;
   int num_shards = 1;
   OptimizerConfig optimizer;
@@ -87,6 +91,10 @@ class ParameterShard {
   // InvalidArgument if the checkpoint belongs to another shard or job.
   absl::Status Restore(const ShardCheckpoint& checkpoint);
   int64_t version() const;
+
+  // Waits up to `deadline` for the next snapshot scheduled by
+  // snapshot_every_steps and hands it over; nullopt if none came.
+  std::optional<ShardCheckpoint> TakeScheduledSnapshot(absl::Time deadline);
 
   // Wakes every waiting Pull with Unavailable; later calls fail the same way.
   void BeginShutdown();
@@ -125,6 +133,7 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
   const std::string optimizer_name_;
@@ -147,6 +156,7 @@ class ParameterShard {
   int64_t pushes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_rejected_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<ShardCheckpoint> scheduled_snapshot_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pst

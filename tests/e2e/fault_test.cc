@@ -1,0 +1,206 @@
+// Fault injection with real processes on loopback: a worker killed with
+// SIGKILL mid-run, and the PS killed with SIGKILL mid-run and restarted from
+// its checkpoint. Every process is started here, watched by PID, and killed
+// at the end whatever happens.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "result.pb.h"
+#include "worker/ps_client.h"
+
+namespace pst {
+namespace {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One child process, output to a log file; killed in the destructor.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Process() { Kill(); }
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  // Exit code, or -1 if it did not exit within `timeout`.
+  int Wait(absl::Duration timeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/fault_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    address_ = absl::StrCat("127.0.0.1:", FreePort());
+  }
+
+  std::string WriteConfig(int workers, const std::string& extra) {
+    std::string path = dir_ + "/job.textproto";
+    std::ofstream(path) << "cluster { ps: \"" << address_ << "\" workers: " << workers << " }\n"
+                        << "training {\n  optimizer { adam { learning_rate: 0.001 } }\n"
+                        << "  batch_size: 32 epochs: 2 lease_seconds: 1 pull_timeout_seconds: 60\n"
+                        << "  model { mlp { hidden: 64 } }\n"
+                        << "  dataset { fashion_mnist { train_limit: 12000 } }\n"
+                        << extra << "}\n";
+    return path;
+  }
+
+  std::unique_ptr<Process> StartPs(const std::string& config) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{Bin("ps_server"), "--config=" + config, "--task=ps:0"},
+        dir_ + "/ps.log");
+  }
+  std::unique_ptr<Process> StartWorker(const std::string& config, int rank) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{Bin("worker"), "--config=" + config,
+                                 absl::StrCat("--task=worker:", rank),
+                                 absl::StrCat("--result_file=", dir_, "/worker-", rank, ".json")},
+        absl::StrCat(dir_, "/worker-", rank, ".log"));
+  }
+
+  StatsResponse Stats() {
+    auto client = PsClient::Connect({address_}, 0, absl::Seconds(10));
+    EXPECT_TRUE(client.ok()) << client.status();
+    absl::StatusOr<StatsResponse> stats = (*client)->Stats(0);
+    return stats.ok() ? *stats : StatsResponse();
+  }
+
+  // Waits until the shard's version reaches `version`; returns it.
+  int64_t WaitForVersion(int64_t version, absl::Duration timeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    int64_t seen = -1;
+    while (absl::Now() < deadline) {
+      seen = Stats().version();
+      if (seen >= version) return seen;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return seen;
+  }
+
+  WorkerResult Result(int rank) {
+    std::ifstream in(absl::StrCat(dir_, "/worker-", rank, ".json"));
+    std::stringstream text;
+    text << in.rdbuf();
+    WorkerResult result;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &result).ok());
+    return result;
+  }
+
+  std::string Log(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  std::string dir_;
+  std::string address_;
+};
+
+// SYNC with three workers; worker:2 is killed with SIGKILL mid-run. The
+// other two keep stepping within the lease; worker:2 restarted re-registers,
+// resumes after the steps it had done, and the run completes well.
+TEST_F(FaultTest, SyncSurvivesAKilledWorkerThatIsRestarted) {
+  std::string config = WriteConfig(3, "");
+  auto ps = StartPs(config);
+  auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
+  auto w2 = StartWorker(config, 2);
+  ASSERT_GE(WaitForVersion(40, absl::Seconds(60)), 40) << Log("ps.log");
+  w2->Kill();
+  const int64_t at_kill = Stats().version();
+  // The live set drops worker:2 after the 1 s lease; steps go on without it.
+  const int64_t later = WaitForVersion(at_kill + 20, absl::Seconds(10));
+  EXPECT_GE(later, at_kill + 20) << "SYNC stalled after a worker died";
+  StatsResponse stats = Stats();
+  EXPECT_FALSE(stats.workers(2).live());
+  EXPECT_EQ(stats.live_workers(), 2);
+
+  w2 = StartWorker(config, 2);
+  EXPECT_EQ(w2->Wait(absl::Seconds(120)), 0) << Log("worker-2.log");
+  EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << Log("worker-1.log");
+  EXPECT_THAT(Log("worker-2.log"), ::testing::HasSubstr("rejoins after"));
+  EXPECT_GE(Result(0).test_accuracy(), 0.75);
+}
+
+// The PS is killed with SIGKILL mid-run and restarted; it restores its newest
+// checkpoint (the version never goes back by more than the checkpoint
+// interval), the workers reconnect, and the run completes well.
+TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
+  std::string config = WriteConfig(
+      2, absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 20 }\n"));
+  auto ps = StartPs(config);
+  auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
+  ASSERT_GE(WaitForVersion(100, absl::Seconds(60)), 100) << Log("ps.log");
+  const int64_t before = Stats().version();
+  ps->Kill();
+  ps = StartPs(config);
+  const int64_t restored = WaitForVersion(0, absl::Seconds(20));
+  // Checkpoints land exactly on multiples of 20, so at most 20 versions are lost.
+  EXPECT_GE(restored, before - 20) << Log("ps.log");
+  EXPECT_EQ(restored % 20, 0);
+  EXPECT_THAT(Log("ps.log"), ::testing::HasSubstr("restored its checkpoint"));
+  EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << Log("worker-1.log");
+  EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("reconnected"));
+  EXPECT_GE(Result(0).test_accuracy(), 0.75);
+}
+
+}  // namespace
+}  // namespace pst
