@@ -22,6 +22,7 @@
 ABSL_FLAG(int, train_limit, 20000, "Training examples per run (0 = all 60000).");
 ABSL_FLAG(int, batch_size, 64, "Batch size per worker.");
 ABSL_FLAG(int, round_trips, 300, "Push+pull round trips to time.");
+ABSL_FLAG(int, straggler_delay_ms, 20, "Per-step delay of the straggler in the backup-worker run.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per row instead of a table.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory.");
 
@@ -58,6 +59,26 @@ absl::StatusOr<double> SamplesPerSecond(Mode mode, int workers, const TrainingDa
   for (const WorkerResult& r : run->results) {
     samples += r.samples();
     seconds = std::max(seconds, r.train_seconds());
+  }
+  return samples / seconds;
+}
+
+// SYNC with three workers, worker:2 slowed by `delay` per step. Returns the
+// samples/s of the two fast workers while they ran: with every worker
+// aggregated they wait for the straggler every step; with
+// replicas_to_aggregate = 2 they should run at their own pace.
+absl::StatusOr<double> FastWorkerRate(int replicas, absl::Duration delay, const TrainingData& data) {
+  JobConfig config = BenchConfig(SYNC, 3);
+  config.mutable_training()->set_replicas_to_aggregate(replicas);
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<ClusterRun> run = (*cluster)->Train(data, {absl::ZeroDuration(), absl::ZeroDuration(), delay});
+  if (!run.ok()) return run.status();
+  int64_t samples = 0;
+  double seconds = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    samples += run->results[rank].samples();
+    seconds = std::max(seconds, run->results[rank].train_seconds());
   }
   return samples / seconds;
 }
@@ -129,6 +150,23 @@ int Main() {
       }
       std::fflush(stdout);
     }
+  }
+  const absl::Duration delay = absl::Milliseconds(absl::GetFlag(FLAGS_straggler_delay_ms));
+  if (!json) {
+    std::printf("\nbackup workers: SYNC, 3 workers, worker:2 sleeps %s per step\n",
+                absl::FormatDuration(delay).c_str());
+    std::printf("%-24s %22s\n", "replicas_to_aggregate", "fast workers samples/s");
+  }
+  for (int replicas : {3, 2}) {
+    absl::StatusOr<double> rate = FastWorkerRate(replicas, delay, *data);
+    if (!rate.ok()) ExitWithError("train_bench", rate.status());
+    if (json) {
+      std::printf("{\"straggler_delay_ms\":%d,\"replicas_to_aggregate\":%d,\"fast_samples_per_sec\":%.1f}\n",
+                  absl::GetFlag(FLAGS_straggler_delay_ms), replicas, *rate);
+    } else {
+      std::printf("%-24d %22.0f\n", replicas, *rate);
+    }
+    std::fflush(stdout);
   }
   absl::StatusOr<Latency> latency = PushPullRoundTrip(*data);
   if (!latency.ok()) ExitWithError("train_bench", latency.status());

@@ -17,6 +17,8 @@
 ABSL_FLAG(std::string, task, "worker:0", "Which worker this is: worker:<index>; worker:0 is the chief.");
 ABSL_FLAG(std::string, result_file, "",
           "Write this worker's result (steps, samples, loss, test accuracy) here as JSON.");
+ABSL_FLAG(int, inject_step_delay_ms, 0,
+          "Testing only: sleep this long in every step, to play a straggler.");
 ABSL_FLAG(int, connect_timeout_seconds, 60,
           "How long to wait for every PS shard to accept a connection.");
 
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<pst::Kernels> kernels = pst::MakeCpuKernels();
   spdlog::info("{} computing on {}", task->ToString(), kernels->Name());
   pst::Trainer trainer(*config, task->index, client->get(), kernels.get(), &*data);
+  trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));
   absl::StatusOr<pst::WorkerResult> result = trainer.Run();
   if (!result.ok()) {
     std::fprintf(stderr, "%s: error: %s\n", kProgram, std::string(result.status().message()).c_str());

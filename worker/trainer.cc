@@ -183,6 +183,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
   absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
   if (!loss.ok()) return loss;
+  if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
   if (absl::Status s = client_->Push(versions_, gradients_, responses); !s.ok()) return s;
   return loss;
 }

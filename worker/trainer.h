@@ -37,6 +37,10 @@ class Trainer {
   Trainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
           const TrainingData* data);
 
+  // Test and benchmark hook: sleep this long in every step, to make a
+  // straggler on purpose.
+  void set_injected_step_delay(absl::Duration delay) { injected_step_delay_ = delay; }
+
   // Trains to the end. Unavailable / DeadlineExceeded when a shard stops
   // answering; InvalidArgument when the data set is too small for the batch.
   absl::StatusOr<WorkerResult> Run();
@@ -73,6 +77,7 @@ class Trainer {
   std::vector<float> batch_x_;
   std::vector<float> batch_y_;
   int64_t resume_clock_ = 0;           // steps this worker had done before a restart
+  absl::Duration injected_step_delay_ = absl::ZeroDuration();
   double train_seconds_ = 0.0;
   double last_epoch_loss_ = 0.0;
 };

@@ -30,7 +30,8 @@ InProcessCluster::~InProcessCluster() {
   for (auto& server : servers_) server.grpc_server->Shutdown();
 }
 
-absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data) {
+absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
+                                                   const std::vector<absl::Duration>& step_delays) {
   const int workers = config_.cluster().workers();
   std::vector<std::string> addresses(config_.cluster().ps().begin(), config_.cluster().ps().end());
   std::vector<absl::StatusOr<WorkerResult>> results(workers, absl::UnknownError("not run"));
@@ -46,6 +47,9 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data) {
     threads.emplace_back([&, rank] {
       std::unique_ptr<Kernels> kernels = MakeCpuKernels();
       Trainer trainer(config_, rank, clients[rank].get(), kernels.get(), &data);
+      if (static_cast<size_t>(rank) < step_delays.size()) {
+        trainer.set_injected_step_delay(step_delays[rank]);
+      }
       results[rank] = trainer.Run();
     });
   }

@@ -33,7 +33,9 @@ class InProcessCluster {
   const JobConfig& config() const { return config_; }
 
   // Trains every worker to the end on `data` and collects the outcome.
-  absl::StatusOr<ClusterRun> Train(const TrainingData& data);
+  // `step_delays[rank]`, where given, slows that worker down on purpose.
+  absl::StatusOr<ClusterRun> Train(const TrainingData& data,
+                                   const std::vector<absl::Duration>& step_delays = {});
 
  private:
   InProcessCluster() = default;
