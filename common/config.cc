@@ -214,6 +214,14 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
   if (overrides.batch_size) training->set_batch_size(*overrides.batch_size);
   if (overrides.learning_rate) SetLearningRate(*overrides.learning_rate, training->mutable_optimizer());
   if (overrides.staleness) training->set_staleness(*overrides.staleness);
+  if (overrides.wire_dtype) {
+    WireDtype dtype;
+    if (!WireDtype_Parse(absl::AsciiStrToUpper(*overrides.wire_dtype), &dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--wire_dtype: unknown type \"", *overrides.wire_dtype, "\"; use fp32, fp16 or bf16"));
+    }
+    training->set_wire_dtype(dtype);
+  }
   return absl::OkStatus();
 }
 

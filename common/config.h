@@ -36,6 +36,7 @@ struct ConfigOverrides {
   std::optional<int> batch_size;
   std::optional<float> learning_rate;
   std::optional<int> staleness;
+  std::optional<std::string> wire_dtype;  // "fp32", "fp16" or "bf16"
 };
 
 // Parses protobuf text format, or JSON when the text starts with '{'.

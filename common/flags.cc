@@ -14,6 +14,8 @@ ABSL_FLAG(std::string, config, "",
           "Cluster + job config (protobuf text format, or JSON). Empty: the built-in "
           "configs/local.textproto (Fashion-MNIST, 1 PS + 2 workers, SYNC).");
 ABSL_FLAG(std::string, mode, "", "Override training.mode: sync, async or ssp.");
+ABSL_FLAG(std::string, wire_dtype, "",
+          "Override training.wire_dtype: fp32, fp16 or bf16 for parameters and gradients on the wire.");
 ABSL_FLAG(int, staleness, -1, "Override training.staleness, the SSP bound (-1 = keep the config's).");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
 ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
@@ -43,6 +45,7 @@ ConfigOverrides OverridesFromFlags() {
   if (int v = absl::GetFlag(FLAGS_batch_size); v != 0) overrides.batch_size = v;
   if (float v = absl::GetFlag(FLAGS_learning_rate); v != 0.0f) overrides.learning_rate = v;
   if (int v = absl::GetFlag(FLAGS_staleness); v >= 0) overrides.staleness = v;
+  if (std::string v = absl::GetFlag(FLAGS_wire_dtype); !v.empty()) overrides.wire_dtype = v;
   return overrides;
 }
 
@@ -54,6 +57,7 @@ std::vector<std::string> OverrideFlagsAsArgs() {
   if (overrides.workers) args.push_back(absl::StrCat("--workers=", *overrides.workers));
   if (overrides.batch_size) args.push_back(absl::StrCat("--batch_size=", *overrides.batch_size));
   if (overrides.staleness) args.push_back(absl::StrCat("--staleness=", *overrides.staleness));
+  if (overrides.wire_dtype) args.push_back(absl::StrCat("--wire_dtype=", *overrides.wire_dtype));
   if (overrides.learning_rate) {
     args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
   }

@@ -6,9 +6,74 @@
 #include "absl/strings/str_cat.h"
 
 static_assert(std::endian::native == std::endian::little,
-              "the wire format is little-endian float32; this host is not little-endian");
+              "the wire format is little-endian; this host is not little-endian");
 
 namespace pst {
+namespace {
+
+DType Normalized(DType dtype) { return dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype; }
+
+void Encode16(std::span<const float> values, uint16_t (*convert)(float), std::string* out) {
+  out->resize(values.size() * 2);
+  char* dst = out->data();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = convert(values[i]);
+    std::memcpy(dst + 2 * i, &bits, 2);
+  }
+}
+
+void Decode16(const std::string& data, float (*convert)(uint16_t), std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, data.data() + 2 * i, 2);
+    out[i] = convert(bits);
+  }
+}
+
+}  // namespace
+
+uint16_t FloatToBfloat16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bfloat16ToFloat(uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); }
+
+uint16_t FloatToHalf(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: infinity
+  if (magnitude >= 0x38800000u) {                       // normal half
+    uint32_t m = magnitude - 0x38000000u;               // rebias exponent 127 -> 15
+    m += 0xfffu + ((m >> 13) & 1u);                     // round to nearest even
+    return sign | static_cast<uint16_t>(m >> 13);
+  }
+  if (magnitude < 0x33000000u) return sign;  // below half the smallest subnormal: zero
+  // Subnormal half: shift the implicit-one mantissa into place, rounding to even.
+  const int exponent = static_cast<int>(magnitude >> 23);
+  const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  const int shift = 126 - exponent;  // 14..24
+  const uint32_t half_ulp = 1u << (shift - 1);
+  uint32_t result = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1);
+  if (rest > half_ulp || (rest == half_ulp && (result & 1u))) ++result;
+  return sign | static_cast<uint16_t>(result);
+}
+
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = uint32_t{half & 0x8000u} << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu;
+  const uint32_t mantissa = half & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  // Subnormal (or zero): mantissa * 2^-24, exact in float.
+  const float magnitude = static_cast<float>(mantissa) * 0x1.0p-24f;
+  return sign ? -magnitude : magnitude;
+}
 
 int64_t NumElements(std::span<const int64_t> shape) {
   int64_t n = 1;
@@ -16,42 +81,70 @@ int64_t NumElements(std::span<const int64_t> shape) {
   return n;
 }
 
+DType WireDType(WireDtype configured) {
+  switch (configured) {
+    case FP16: return FLOAT16;
+    case BF16: return BFLOAT16;
+    default: return FLOAT32;
+  }
+}
+
+int DTypeBytes(DType dtype) {
+  switch (Normalized(dtype)) {
+    case FLOAT32: return 4;
+    case FLOAT16:
+    case BFLOAT16: return 2;
+    default: return 0;
+  }
+}
+
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
-                  std::span<const float> values, Tensor* tensor) {
+                  std::span<const float> values, Tensor* tensor, DType dtype) {
   tensor->set_name(std::string(name));
   tensor->mutable_shape()->Assign(shape.begin(), shape.end());
-  tensor->set_dtype(FLOAT32);
-  tensor->set_data(reinterpret_cast<const char*>(values.data()), values.size_bytes());
+  tensor->set_dtype(Normalized(dtype));
+  switch (Normalized(dtype)) {
+    case FLOAT16: Encode16(values, FloatToHalf, tensor->mutable_data()); break;
+    case BFLOAT16: Encode16(values, FloatToBfloat16, tensor->mutable_data()); break;
+    default:
+      tensor->set_data(reinterpret_cast<const char*>(values.data()), values.size_bytes());
+      break;
+  }
 }
 
 absl::Status CheckTensorPayload(const Tensor& tensor, int64_t expected_elements) {
-  if (tensor.dtype() != FLOAT32 && tensor.dtype() != DTYPE_UNSPECIFIED) {
+  const int element_bytes = DTypeBytes(tensor.dtype());
+  if (element_bytes == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor \"", tensor.name(), "\" has dtype ", DType_Name(tensor.dtype()),
-                     "; only FLOAT32 is accepted"));
+        absl::StrCat("tensor \"", tensor.name(), "\" has unknown dtype ",
+                     static_cast<int>(tensor.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16"));
   }
-  int64_t expected_bytes = expected_elements * static_cast<int64_t>(sizeof(float));
+  const int64_t expected_bytes = expected_elements * element_bytes;
   if (static_cast<int64_t>(tensor.data().size()) != expected_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor \"", tensor.name(), "\" carries ", tensor.data().size(),
                      " bytes but its variable needs ", expected_bytes, " (", expected_elements,
-                     " float32 values)"));
+                     " ", DType_Name(Normalized(tensor.dtype())), " values)"));
   }
   return absl::OkStatus();
 }
 
 void DecodeTensor(const Tensor& tensor, std::span<float> out) {
-  std::memcpy(out.data(), tensor.data().data(), out.size_bytes());
+  switch (Normalized(tensor.dtype())) {
+    case FLOAT16: Decode16(tensor.data(), HalfToFloat, out); break;
+    case BFLOAT16: Decode16(tensor.data(), Bfloat16ToFloat, out); break;
+    default: std::memcpy(out.data(), tensor.data().data(), out.size_bytes()); break;
+  }
 }
 
 std::span<const float> TensorValues(const Tensor& tensor, std::vector<float>* scratch) {
   const std::string& data = tensor.data();
-  size_t count = data.size() / sizeof(float);
-  if (reinterpret_cast<uintptr_t>(data.data()) % alignof(float) == 0) {
-    return {reinterpret_cast<const float*>(data.data()), count};
+  if (Normalized(tensor.dtype()) == FLOAT32 &&
+      reinterpret_cast<uintptr_t>(data.data()) % alignof(float) == 0) {
+    return {reinterpret_cast<const float*>(data.data()), data.size() / sizeof(float)};
   }
-  scratch->resize(count);
-  std::memcpy(scratch->data(), data.data(), count * sizeof(float));
+  scratch->resize(data.size() / DTypeBytes(tensor.dtype()));
+  DecodeTensor(tensor, *scratch);
   return *scratch;
 }
 

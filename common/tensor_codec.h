@@ -1,36 +1,49 @@
-// Tensor payloads on the wire: raw little-endian float32 bytes in a
-// pst::Tensor. The hosts we target are little-endian, so encoding is a memcpy;
-// a big-endian host refuses to build rather than send wrong bytes.
+// Tensor payloads on the wire: raw little-endian bytes in a pst::Tensor, as
+// float32 or, to halve the bytes, float16 or bfloat16. The hosts we target
+// are little-endian, so float32 encoding is a memcpy; a big-endian host
+// refuses to build rather than send wrong bytes.
 #ifndef PST_COMMON_TENSOR_CODEC_H_
 #define PST_COMMON_TENSOR_CODEC_H_
 
 #include <cstdint>
 #include <span>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "ps.pb.h"
 
 namespace pst {
 
 int64_t NumElements(std::span<const int64_t> shape);
 
-// Fills `tensor` with name, shape and the float32 bytes of `values`.
-void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
-                  std::span<const float> values, Tensor* tensor);
+// The wire type a config's training.wire_dtype names.
+DType WireDType(WireDtype configured);
 
-// Checks that `tensor` holds float32 data of exactly `expected_elements`
+// Bytes per element of a wire type; 0 for a type this build does not know.
+int DTypeBytes(DType dtype);
+
+// Fills `tensor` with name, shape and `values` encoded as `dtype`.
+void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
+                  std::span<const float> values, Tensor* tensor, DType dtype = FLOAT32);
+
+// Checks that `tensor` holds a known dtype and exactly `expected_elements`
 // elements; InvalidArgument naming the tensor otherwise.
 absl::Status CheckTensorPayload(const Tensor& tensor, int64_t expected_elements);
 
-// Copies the payload into `out` (which must have the payload's element count;
-// call CheckTensorPayload first).
+// Decodes the payload into `out`, which must have the payload's element
+// count (call CheckTensorPayload first).
 void DecodeTensor(const Tensor& tensor, std::span<float> out);
 
-// A read-only float view of the payload without copying, when the payload
-// is suitably aligned; otherwise copies into `scratch` and views that.
+// The payload as floats: a view of the bytes when they are aligned float32,
+// otherwise decoded into `scratch`. Call CheckTensorPayload first.
 std::span<const float> TensorValues(const Tensor& tensor, std::vector<float>* scratch);
+
+// Scalar conversions, exposed for tests.
+uint16_t FloatToHalf(float value);
+float HalfToFloat(uint16_t half);
+uint16_t FloatToBfloat16(float value);
+float Bfloat16ToFloat(uint16_t bits);
 
 }  // namespace pst
 

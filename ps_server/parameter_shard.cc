@@ -172,6 +172,10 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
 absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadline,
                                   PullResponse* response) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  if (DTypeBytes(request.dtype()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
+                                                   static_cast<int>(request.dtype()), " in a pull"));
+  }
   absl::MutexLock lock(&mu_);
   WorkerState& worker = workers_[request.worker()];
   Touch(request.worker());
@@ -213,7 +217,7 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
   response->set_version(version_);
   for (int index : indices) {
     const Variable& v = store_.variable(index);
-    EncodeTensor(v.name, v.shape, v.values, response->add_variables());
+    EncodeTensor(v.name, v.shape, v.values, response->add_variables(), request.dtype());
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,13 @@
-// pslaunch: runs every task of a cluster config on this host.
+// pslaunch: runs every task of a cluster config on this host (each PS shard
+// and each worker as its own process), supervises them, and prints a JSON
+// summary of the run as the last line of stdout.
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <climits>
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,8 +16,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/exit.h"
@@ -22,24 +29,38 @@
 #include "google/protobuf/util/json_util.h"
 #include "pslaunch/supervisor.h"
 #include "result.pb.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, bin_dir, "",
-          "Directory holding ps_server and worker (default: the directory of pslaunch).");
+          "Directory holding the ps_server and worker binaries (default: the directory "
+          "pslaunch itself is in).");
 ABSL_FLAG(std::string, result_dir, "",
-          "Where the effective config and the workers' results go (default: a fresh temporary "
-          "directory, removed at the end).");
+          "Directory for the effective config (cluster.textproto) and each worker's result "
+          "(worker-<i>.json); kept after the run. Default: a fresh directory under /tmp, "
+          "removed at the end.");
 ABSL_FLAG(int, grace_seconds, 10,
-          "How long tasks get to exit after SIGTERM before they are killed.");
+          "When stopping, how long tasks get to exit after SIGTERM before they are killed.");
 
 namespace {
 
 constexpr char kProgram[] = "pslaunch";
-pst::Supervisor* g_supervisor = nullptr;
+constexpr int kInterruptedExitCode = 130;
 
-void OnSignal(int) {
-  if (g_supervisor != nullptr) g_supervisor->RequestStop();
-}
+constexpr char kUsage[] =
+    "Runs a whole parameter-server training job on this host: starts one ps_server per "
+    "cluster.ps address (ps:0..ps:P-1) and cluster.workers worker processes "
+    "(worker:0..worker:W-1), all with the same config after the command-line overrides. "
+    "Their output is copied with a \"[task] \" prefix. When every worker has finished, the PS "
+    "tasks are stopped and a one-line JSON summary is printed as the last line of stdout:\n"
+    "  {\"mode\":\"sync\",\"workers\":2,\"epochs\":1,\"steps\":468,\"test_accuracy\":0.8412,"
+    "\"final_loss\":0.41,\"train_samples_per_sec\":9000.0,\"wall_seconds\":12.34}\n"
+    "If a task fails, the others are stopped and pslaunch exits with that task's exit code; "
+    "on Ctrl-C (SIGINT) or SIGTERM it stops every task and exits 130; a bad config or flag "
+    "exits 2.\n\n"
+    "Examples:\n"
+    "  pslaunch                                   # the built-in default job\n"
+    "  pslaunch --config=configs/local.textproto --mode=async --epochs=3 --workers=4";
 
 std::string DefaultBinDir() {
   std::error_code error;
@@ -47,26 +68,36 @@ std::string DefaultBinDir() {
   return error ? "." : self.parent_path().string();
 }
 
+// The run's directory; `*remove_at_end` tells whether pslaunch created it.
 absl::StatusOr<std::string> MakeResultDir(bool* remove_at_end) {
   std::string dir = absl::GetFlag(FLAGS_result_dir);
   *remove_at_end = dir.empty();
   if (dir.empty()) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "pslaunch.XXXXXX").string();
+    std::string pattern = "/tmp/pslaunch.XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::UnavailableError("cannot create a temporary directory for the run");
+      return absl::ErrnoToStatus(errno, "cannot create a temporary directory under /tmp");
     }
     return pattern;
   }
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return absl::UnavailableError(absl::StrCat("cannot create --result_dir ", dir));
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create --result_dir ", dir, ": ", error.message()));
+  }
   return dir;
+}
+
+std::string WorkerResultPath(const std::string& dir, int index) {
+  return absl::StrCat(dir, "/worker-", index, ".json");
 }
 
 absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
                                                  const std::string& dir) {
   std::string text;
-  google::protobuf::TextFormat::PrintToString(config, &text);
+  if (!google::protobuf::TextFormat::PrintToString(config, &text)) {
+    return absl::InternalError("cannot print the effective config");
+  }
   std::string path = dir + "/cluster.textproto";
   std::ofstream out(path);
   out << text;
@@ -79,15 +110,16 @@ std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::strin
                                   const std::string& config_path, const std::string& result_dir) {
   std::vector<pst::ChildSpec> tasks;
   for (int i = 0; i < config.cluster().ps_size(); ++i) {
-    tasks.push_back({absl::StrCat("ps:", i),
-                     {bin_dir + "/ps_server", "--config=" + config_path, absl::StrCat("--task=ps:", i)},
+    std::string task = absl::StrCat("ps:", i);
+    tasks.push_back({task,
+                     {bin_dir + "/ps_server", "--config=" + config_path, "--task=" + task},
                      /*must_finish=*/false});
   }
   for (int i = 0; i < config.cluster().workers(); ++i) {
-    tasks.push_back({absl::StrCat("worker:", i),
-                     {bin_dir + "/worker", "--config=" + config_path,
-                      absl::StrCat("--task=worker:", i),
-                      absl::StrCat("--result_file=", result_dir, "/worker-", i, ".json")},
+    std::string task = absl::StrCat("worker:", i);
+    tasks.push_back({task,
+                     {bin_dir + "/worker", "--config=" + config_path, "--task=" + task,
+                      "--result_file=" + WorkerResultPath(result_dir, i)},
                      /*must_finish=*/true});
   }
   return tasks;
@@ -99,107 +131,180 @@ absl::StatusOr<pst::WorkerResult> ReadWorkerResult(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   pst::WorkerResult result;
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &result).ok()) {
-    return absl::DataLossError(absl::StrCat("worker result ", path, " is not valid JSON"));
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (auto status = google::protobuf::util::JsonStringToMessage(text.str(), &result, options);
+      !status.ok()) {
+    // The parser's message quotes the text over several lines: keep the first.
+    std::string reason(status.message().substr(0, status.message().find('\n')));
+    return absl::DataLossError(
+        absl::StrCat("worker result ", path, " is not a valid result: ", reason));
   }
   return result;
 }
 
-// The summary line; written by hand so numbers print as JSON numbers (the
-// protobuf printer quotes 64-bit integers) and keys keep their order.
-absl::StatusOr<std::string> SummaryLine(const pst::JobConfig& config, const std::string& dir,
-                                        absl::Time start) {
+absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const std::string& dir,
+                                          absl::Time start) {
+  pst::RunSummary summary;
+  summary.set_mode(pst::ModeName(config.training().mode()));
+  summary.set_workers(config.cluster().workers());
+  summary.set_epochs(config.training().epochs());
   int64_t samples = 0;
   double longest = 0.0;
-  pst::WorkerResult chief;
   for (int i = 0; i < config.cluster().workers(); ++i) {
-    absl::StatusOr<pst::WorkerResult> result =
-        ReadWorkerResult(absl::StrCat(dir, "/worker-", i, ".json"));
+    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(WorkerResultPath(dir, i));
     if (!result.ok()) return result.status();
     samples += result->samples();
     longest = std::max(longest, result->train_seconds());
-    if (i == 0) chief = *result;
+    if (i == 0) {  // the chief
+      summary.set_steps(result->final_version());
+      // Regression jobs have no accuracy: NaN prints as null.
+      summary.set_test_accuracy(result->has_test_accuracy()
+                                    ? result->test_accuracy()
+                                    : std::numeric_limits<double>::quiet_NaN());
+      summary.set_final_loss(result->final_loss());
+    }
   }
-  std::string accuracy =
-      chief.has_test_accuracy() ? absl::StrFormat("%.4f", chief.test_accuracy()) : "null";
+  summary.set_train_samples_per_sec(longest > 0 ? samples / longest : 0.0);
+  summary.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return summary;
+}
+
+// A JSON number; null for NaN and infinities, which JSON cannot spell.
+std::string JsonNumber(double value, const absl::FormatSpec<double>& format) {
+  return std::isfinite(value) ? absl::StrFormat(format, value) : "null";
+}
+
+// The summary as one line of JSON. Written by hand so that the keys keep
+// the documented order and 64-bit integers print as numbers (the protobuf
+// printer quotes them).
+std::string SummaryLine(const pst::RunSummary& summary) {
   return absl::StrFormat(
       "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s,"
-      "\"final_loss\":%.6g,\"train_samples_per_sec\":%.1f,\"wall_seconds\":%.2f}",
-      pst::ModeName(config.training().mode()), config.cluster().workers(),
-      config.training().epochs(), chief.final_version(), accuracy, chief.final_loss(),
-      longest > 0 ? samples / longest : 0.0, absl::ToDoubleSeconds(absl::Now() - start));
+      "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s}",
+      summary.mode(), summary.workers(), summary.epochs(), summary.steps(),
+      JsonNumber(summary.test_accuracy(), "%.4f"), JsonNumber(summary.final_loss(), "%.6g"),
+      JsonNumber(summary.train_samples_per_sec(), "%.1f"),
+      JsonNumber(summary.wall_seconds(), "%.2f"));
+}
+
+void RemoveDir(const std::string& dir) {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+// Reports how the run ended and returns pslaunch's exit code.
+int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const std::string& dir,
+           absl::Time start) {
+  switch (outcome.kind) {
+    case pst::RunOutcome::Kind::kAllFinished: {
+      absl::StatusOr<pst::RunSummary> summary = Summarize(config, dir, start);
+      if (!summary.ok()) {
+        std::fprintf(stderr, "%s: error: %s\n", kProgram,
+                     std::string(summary.status().message()).c_str());
+        return 1;
+      }
+      std::printf("%s\n", SummaryLine(*summary).c_str());
+      return 0;
+    }
+    case pst::RunOutcome::Kind::kChildFailed:
+      if (outcome.exit_code == 0) {  // a PS task that quit before the workers were done
+        std::fprintf(stderr, "%s: task %s exited before the workers finished; stopped the other "
+                     "tasks\n", kProgram, outcome.failed_child.c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "%s: task %s exited with code %d; stopped the other tasks\n", kProgram,
+                   outcome.failed_child.c_str(), outcome.exit_code);
+      return outcome.exit_code;
+    case pst::RunOutcome::Kind::kStopRequested:
+      std::fprintf(stderr, "%s: interrupted; stopped every task\n", kProgram);
+      return kInterruptedExitCode;
+  }
+  return 1;
+}
+
+// --help lists pslaunch's own flags and the shared override flags (by
+// default Abseil shows only flags from a file named after the program).
+void SetUpHelp() {
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig config;
+  auto ours = [](absl::string_view file) {
+    return absl::StrContains(file, "pslaunch/") || absl::StrContains(file, "common/flags");
+  };
+  config.contains_help_flags = ours;
+  config.contains_helpshort_flags = ours;
+  absl::SetFlagsUsageConfig(config);
+}
+
+void SetUpLogging() {
+  auto logger = spdlog::stderr_color_mt(kProgram);
+  logger->set_pattern("%H:%M:%S.%e [pslaunch] %^%l%$ %v");
+  spdlog::set_default_logger(logger);
+  spdlog::flush_on(spdlog::level::info);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Starts every task of a cluster config on this host: each PS shard (ps_server) and each "
-      "worker as its own process, with their log lines prefixed by the task name. Stops them "
-      "all on Ctrl-C or when one fails, exiting with that task's code. When the workers "
-      "finish, prints a JSON summary as the last line of stdout.\n"
-      "Usage: pslaunch [--config=configs/local.textproto] [--mode=async] [--epochs=3] "
-      "[--workers=4]");
-  absl::ParseCommandLine(argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e [pslaunch] %v");
   absl::Time start = absl::Now();
+  SetUpHelp();
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  SetUpLogging();
+  if (positional.size() > 1) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                     "unexpected argument \"", positional[1],
+                                     "\" (options are --name=value; see --help)")));
+  }
+  int grace_seconds = absl::GetFlag(FLAGS_grace_seconds);
+  if (grace_seconds < 0) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError("--grace_seconds must be >= 0"));
+  }
+  absl::Duration grace = absl::Seconds(grace_seconds);
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   bool remove_dir = false;
   absl::StatusOr<std::string> dir = MakeResultDir(&remove_dir);
   if (!dir.ok()) pst::ExitWithError(kProgram, dir.status());
+  for (int i = 0; i < config->cluster().workers(); ++i) {
+    std::filesystem::remove(WorkerResultPath(*dir, i));  // no stale results from a former run
+  }
   absl::StatusOr<std::string> config_path = WriteEffectiveConfig(*config, *dir);
-  if (!config_path.ok()) pst::ExitWithError(kProgram, config_path.status());
+  if (!config_path.ok()) {
+    if (remove_dir) RemoveDir(*dir);
+    pst::ExitWithError(kProgram, config_path.status());
+  }
   std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
   if (bin_dir.empty()) bin_dir = DefaultBinDir();
 
-  pst::Supervisor supervisor(STDOUT_FILENO, STDERR_FILENO);
-  g_supervisor = &supervisor;
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  signal(SIGPIPE, SIG_IGN);
-
-  for (const pst::ChildSpec& task : Tasks(*config, bin_dir, *config_path, *dir)) {
-    if (absl::Status s = supervisor.Start(task); !s.ok()) {
-      supervisor.StopAll(absl::Seconds(absl::GetFlag(FLAGS_grace_seconds)));
-      pst::ExitWithError(kProgram, s);
-    }
-  }
-  spdlog::info("started {} ps and {} worker task(s) in {} mode from {}",
-               config->cluster().ps_size(), config->cluster().workers(),
-               pst::ModeName(config->training().mode()), *config_path);
-
-  pst::RunOutcome outcome = supervisor.Run();
-  supervisor.StopAll(absl::Seconds(absl::GetFlag(FLAGS_grace_seconds)));
-  g_supervisor = nullptr;
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher before it stops tasks
   int exit_code = 0;
-  switch (outcome.kind) {
-    case pst::RunOutcome::Kind::kAllFinished: {
-      absl::StatusOr<std::string> summary = SummaryLine(*config, *dir, start);
-      if (!summary.ok()) {
-        std::fprintf(stderr, "pslaunch: error: %s\n", std::string(summary.status().message()).c_str());
-        exit_code = 1;
-        break;
+  {
+    pst::Supervisor supervisor(STDOUT_FILENO, STDERR_FILENO);
+    if (absl::Status s = supervisor.StopOnSignals(); !s.ok()) pst::ExitWithError(kProgram, s);
+    std::vector<std::string> started;
+    for (const pst::ChildSpec& task : Tasks(*config, bin_dir, *config_path, *dir)) {
+      absl::Status s = supervisor.Start(task);
+      if (!s.ok()) {
+        supervisor.StopAll(grace);
+        if (remove_dir) RemoveDir(*dir);
+        pst::ExitWithError(kProgram, absl::Status(s.code(), absl::StrCat(
+            task.name, ": ", s.message(), " (is --bin_dir=", bin_dir, " right?)")));
       }
-      std::fflush(stderr);
-      std::printf("%s\n", summary->c_str());
-      std::fflush(stdout);
-      break;
+      started.push_back(absl::StrCat(task.name, " (pid ", supervisor.pids().back(), ")"));
     }
-    case pst::RunOutcome::Kind::kChildFailed:
-      std::fprintf(stderr, "pslaunch: task %s exited with code %d; stopped the other tasks\n",
-                   outcome.failed_child.c_str(), outcome.exit_code);
-      exit_code = outcome.exit_code;
-      break;
-    case pst::RunOutcome::Kind::kStopRequested:
-      std::fprintf(stderr, "pslaunch: interrupted; stopped every task\n");
-      exit_code = 130;
-      break;
+    spdlog::info("{} mode, config {}: started {}", pst::ModeName(config->training().mode()),
+                 *config_path, absl::StrJoin(started, ", "));
+
+    pst::RunOutcome outcome = supervisor.Run();
+    if (outcome.kind == pst::RunOutcome::Kind::kAllFinished) {
+      spdlog::info("all {} worker(s) finished; stopping the PS tasks", config->cluster().workers());
+    }
+    supervisor.StopAll(grace);
+    std::fflush(stderr);
+    exit_code = Finish(outcome, *config, *dir, start);
   }
-  if (remove_dir) {
-    std::error_code ignored;
-    std::filesystem::remove_all(*dir, ignored);
-  }
+  std::fflush(stdout);
+  if (remove_dir) RemoveDir(*dir);
   return exit_code;
 }

@@ -123,6 +123,7 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
     request.set_worker(worker_);
     request.set_min_version(min_versions[s]);
     request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+    request.set_dtype(wire_dtype_);
     for (size_t v : shard.variables) request.add_names(names_[v]);
     PullResponse response;
     grpc::ClientContext context;
@@ -162,7 +163,7 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
     request.set_worker(worker_);
     request.set_computed_at_version(computed_at[s]);
     for (size_t v : shards_[s].variables) {
-      EncodeTensor(names_[v], shapes_[v], gradients[v], request.add_gradients());
+      EncodeTensor(names_[v], shapes_[v], gradients[v], request.add_gradients(), wire_dtype_);
     }
     grpc::ClientContext context;
     SetDeadline(&context, kRpcDeadline);

@@ -29,6 +29,9 @@ class PsClient {
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
       const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout);
 
+  // How gradients and pulled parameters travel (default FLOAT32).
+  void set_wire_dtype(DType dtype) { wire_dtype_ = dtype; }
+
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int worker() const { return worker_; }
 
@@ -79,6 +82,7 @@ class PsClient {
   absl::Status ShardError(int shard, const grpc::Status& status) const;
 
   int worker_;
+  DType wire_dtype_ = FLOAT32;
   std::vector<Shard> shards_;
   std::vector<std::string> names_;
   std::vector<std::vector<int64_t>> shapes_;

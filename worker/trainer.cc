@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -98,6 +99,7 @@ absl::Status Trainer::Setup() {
   batch_y_.resize(static_cast<size_t>(batch) * data_->train.target_dim);
 
   client_->SetVariables(mlp_->variables());
+  client_->set_wire_dtype(WireDType(training.wire_dtype()));
   absl::StatusOr<RegisterResponse> view = client_->Register();
   if (!view.ok()) return view.status();
   if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {

@@ -94,6 +94,21 @@ TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {
   EXPECT_EQ(run->stats[0].pushes_rejected(), 0);
 }
 
+// Gradients and parameters on the wire as bfloat16 (half the bytes): one
+// epoch of Fashion-MNIST still reaches the accuracy of the float32 test.
+TEST(TrainingTest, FashionMnistTrainsWithBfloat16OnTheWire) {
+  JobConfig config = BaseConfig(SYNC, 2, 64, 1);
+  TrainingConfig* t = config.mutable_training();
+  t->mutable_optimizer()->mutable_adam()->set_learning_rate(0.0005f);
+  t->mutable_model()->mutable_mlp()->add_hidden(256);
+  t->mutable_model()->mutable_mlp()->add_hidden(128);
+  t->mutable_dataset()->mutable_fashion_mnist();
+  t->set_wire_dtype(BF16);
+  absl::StatusOr<ClusterRun> run = TrainOnce(config, 1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_GE(run->results[0].test_accuracy(), 0.80);
+}
+
 class ConvergenceTest : public ::testing::TestWithParam<Mode> {};
 
 // y = 5x^2 + 3 with features [x^2, x, 1] and a linear model without bias:
