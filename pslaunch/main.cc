@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -297,6 +298,22 @@ int main(int argc, char** argv) {
                  *config_path, absl::StrJoin(started, ", "));
 
     pst::RunOutcome outcome = supervisor.Run();
+    // The restart policy: a task that dies is started again, up to
+    // cluster.max_restarts times; a restarted PS restores its checkpoint and
+    // a restarted worker resumes, so the run goes on.
+    absl::flat_hash_map<std::string, int> restarts;
+    while (outcome.kind == pst::RunOutcome::Kind::kChildFailed &&
+           restarts[outcome.failed_child] < config->cluster().max_restarts()) {
+      int attempt = ++restarts[outcome.failed_child];
+      spdlog::warn("task {} exited with code {}; restarting it ({} of {})", outcome.failed_child,
+                   outcome.exit_code, attempt, config->cluster().max_restarts());
+      absl::SleepFor(absl::Milliseconds(200 * attempt));
+      if (absl::Status s = supervisor.Restart(outcome.failed_child); !s.ok()) {
+        spdlog::error("cannot restart {}: {}", outcome.failed_child, std::string(s.message()));
+        break;
+      }
+      outcome = supervisor.Run();
+    }
     if (outcome.kind == pst::RunOutcome::Kind::kAllFinished) {
       spdlog::info("all {} worker(s) finished; stopping the PS tasks", config->cluster().workers());
     }

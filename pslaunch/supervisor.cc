@@ -316,6 +316,22 @@ void Supervisor::Reap(bool block) {
   }
 }
 
+absl::Status Supervisor::Restart(const std::string& name) {
+  auto exited = std::find_if(exit_order_.begin(), exit_order_.end(),
+                             [&](size_t i) { return children_[i].spec.name == name; });
+  if (exited == exit_order_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("no exited task called ", name));
+  }
+  Child& old = children_[*exited];
+  exit_order_.erase(exited);
+  kill(-old.pid, SIGKILL);
+  Collect(old.pid);
+  old.collected = true;
+  FlushExited(/*close_all=*/false);
+  const ChildSpec spec = old.spec;  // copy: Start() may reallocate children_
+  return Start(spec);
+}
+
 RunOutcome Supervisor::Run() {
   int stops_before = stop_requests_;
   while (true) {

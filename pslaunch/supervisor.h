@@ -70,6 +70,12 @@ class Supervisor {
   // (PR_SET_PDEATHSIG), so call it from the thread that supervises.
   absl::Status Start(const ChildSpec& spec);
 
+  // Starts again the child called `name`, which Run() reported as failed:
+  // what it left in its process group is killed, it is collected, and a new
+  // process runs the same command under the same name. FailedPrecondition if
+  // no exited child has that name; otherwise as Start().
+  absl::Status Restart(const std::string& name);
+
   // Streams output and reaps children until every must_finish child has
   // exited 0 (kAllFinished, after copying their last output), some child
   // failed (kChildFailed), or a stop was requested (kStopRequested). Leaves

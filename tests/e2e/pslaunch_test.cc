@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -110,6 +113,71 @@ TEST_P(PslaunchTrainingTest, OneEpochOfFashionMnistReachesEightyPercent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothModes, PslaunchTrainingTest, ::testing::Values("sync", "async"));
+
+// PIDs of this user's processes whose command line contains both strings.
+std::vector<pid_t> FindProcesses(const std::string& binary, const std::string& marker) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = atoi(entry.path().filename().c_str());
+    if (pid <= 0) continue;
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(binary) != std::string::npos && cmdline.find(marker) != std::string::npos) {
+      pids.push_back(pid);
+    }
+  }
+  return pids;
+}
+
+class PslaunchRestartTest : public ::testing::TestWithParam<std::string> {};
+
+// pslaunch's restart policy: the task named by the parameter is killed with
+// SIGKILL mid-run; pslaunch restarts it (the PS from its checkpoint, the
+// worker resuming its steps) and the run still finishes with a good model.
+TEST_P(PslaunchRestartTest, AKilledTaskIsRestartedAndTheRunFinishes) {
+  const std::string victim = GetParam();  // "ps_server" or "worker"
+  const std::string dir = ::testing::TempDir() + "/restart_" + victim;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string config = WriteConfig(
+      "restart.textproto",
+      absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 2 max_restarts: 2 }\n",
+                   "training { optimizer { adam { learning_rate: 0.001 } } batch_size: 32 epochs: 2\n",
+                   "  lease_seconds: 1 model { mlp { hidden: 64 } }\n",
+                   "  dataset { fashion_mnist { train_limit: 20000 } }\n",
+                   "  checkpoint { dir: \"", dir, "/ckpt\" every_steps: 50 } }\n"));
+  const std::string out = dir + "/out", err = dir + "/err";
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    freopen(out.c_str(), "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    execl("/usr/bin/timeout", "timeout", "-k", "5", "300", Bin("pslaunch").c_str(),
+          ("--config=" + config).c_str(), ("--result_dir=" + dir + "/run").c_str(), nullptr);
+    _exit(127);
+  }
+  // Wait for training to be under way, then kill the victim.
+  const std::string marker = dir + "/run/cluster.textproto";
+  bool killed = false;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline && !killed;
+       absl::SleepFor(absl::Milliseconds(100))) {
+    if (ReadFile(out).find("step 200/") == std::string::npos) continue;
+    std::vector<pid_t> pids = FindProcesses(Bin(victim) + " ", marker);
+    if (pids.empty()) continue;
+    kill(pids.back(), SIGKILL);
+    killed = true;
+  }
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  ASSERT_TRUE(killed) << ReadFile(err);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(err);
+  EXPECT_THAT(ReadFile(err), HasSubstr("restarting it (1 of 2)"));
+  RunSummary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(LastLine(ReadFile(out)), &summary).ok())
+      << ReadFile(out);
+  EXPECT_GE(summary.test_accuracy(), 0.78);
+}
+
+INSTANTIATE_TEST_SUITE_P(PsOrWorker, PslaunchRestartTest, ::testing::Values("ps_server", "worker"));
 
 // Each mistake a user can make on the command line: exit code 2 and one
 // line naming what and where.
