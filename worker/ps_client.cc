@@ -48,17 +48,34 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
 }
 
 void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
-  names_.clear();
-  shapes_.clear();
-  std::vector<int64_t> sizes;
-  for (const VariableSpec& v : variables) {
-    names_.push_back(v.name);
-    shapes_.push_back(v.shape);
-    sizes.push_back(v.size());
+  slices_.clear();
+  for (size_t v = 0; v < variables.size(); ++v) {
+    const VariableSpec& spec = variables[v];
+    const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
+    const int64_t row_elements = rows > 0 ? spec.size() / rows : 0;
+    const bool slice = num_shards() > 1 && rows > 1 &&
+                       spec.size() * static_cast<int64_t>(sizeof(float)) > kSliceBytes;
+    const int64_t parts = slice ? std::min<int64_t>(num_shards(), rows) : 1;
+    int64_t row = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      // Rows as even as possible: the first rows % parts slices get one more.
+      const int64_t part_rows = rows / parts + (p < rows % parts ? 1 : 0);
+      Slice s{v, row * row_elements, part_rows * row_elements,
+              parts == 1 ? spec.name : absl::StrCat(spec.name, "/part-", p), spec.shape, 0};
+      if (!s.shape.empty()) s.shape[0] = part_rows;
+      if (parts == 1) s.count = spec.size();
+      slices_.push_back(std::move(s));
+      row += part_rows;
+    }
   }
-  shard_of_ = PlaceVariables(sizes, num_shards());
-  for (Shard& shard : shards_) shard.variables.clear();
-  for (size_t i = 0; i < variables.size(); ++i) shards_[shard_of_[i]].variables.push_back(i);
+  std::vector<int64_t> sizes;
+  for (const Slice& s : slices_) sizes.push_back(s.count);
+  std::vector<int> placement = PlaceVariables(sizes, num_shards());
+  for (Shard& shard : shards_) shard.slices.clear();
+  for (size_t i = 0; i < slices_.size(); ++i) {
+    slices_[i].shard = placement[i];
+    shards_[placement[i]].slices.push_back(i);
+  }
 }
 
 absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
@@ -101,8 +118,10 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
   absl::Status status = ForEachShard([&](int s) {
     InitRequest request;
     request.set_worker(worker_);
-    for (size_t v : shards_[s].variables) {
-      EncodeTensor(names_[v], shapes_[v], values[v], request.add_variables());
+    for (size_t i : shards_[s].slices) {
+      const Slice& slice = slices_[i];
+      EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),
+                   request.add_variables());
     }
     grpc::ClientContext context;
     SetDeadline(&context, kRpcDeadline);
@@ -124,30 +143,30 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
     request.set_min_version(min_versions[s]);
     request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
     request.set_dtype(wire_dtype_);
-    for (size_t v : shard.variables) request.add_names(names_[v]);
+    for (size_t i : shard.slices) request.add_names(slices_[i].name);
     PullResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, timeout + kRpcDeadline);
     grpc::Status rpc = shard.stub->Pull(&context, request, &response);
     if (!rpc.ok()) return ShardError(s, rpc);
-    if (response.variables_size() != static_cast<int>(shard.variables.size())) {
+    if (response.variables_size() != static_cast<int>(shard.slices.size())) {
       return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
                                               response.variables_size(), " variables, expected ",
-                                              shard.variables.size()));
+                                              shard.slices.size()));
     }
-    for (size_t i = 0; i < shard.variables.size(); ++i) {
-      size_t v = shard.variables[i];
+    for (size_t i = 0; i < shard.slices.size(); ++i) {
+      const Slice& slice = slices_[shard.slices[i]];
       const Tensor& tensor = response.variables(static_cast<int>(i));
-      if (tensor.name() != names_[v]) {
+      if (tensor.name() != slice.name) {
         return absl::InternalError(absl::StrCat("ps:", s, " returned \"", tensor.name(),
-                                                "\" where \"", names_[v], "\" was asked for"));
+                                                "\" where \"", slice.name, "\" was asked for"));
       }
-      if (absl::Status check = CheckTensorPayload(tensor, out[v].size()); !check.ok()) {
+      if (absl::Status check = CheckTensorPayload(tensor, slice.count); !check.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "ps:", s, " holds a different model: ", check.message(),
             " (was it initialized by a job with another config?)"));
       }
-      DecodeTensor(tensor, out[v]);
+      DecodeTensor(tensor, out[slice.variable].subspan(slice.offset, slice.count));
     }
     (*versions)[s] = response.version();
     return absl::OkStatus();
@@ -162,8 +181,11 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
     PushRequest request;
     request.set_worker(worker_);
     request.set_computed_at_version(computed_at[s]);
-    for (size_t v : shards_[s].variables) {
-      EncodeTensor(names_[v], shapes_[v], gradients[v], request.add_gradients(), wire_dtype_);
+    for (size_t i : shards_[s].slices) {
+      const Slice& slice = slices_[i];
+      EncodeTensor(slice.name, slice.shape,
+                   gradients[slice.variable].subspan(slice.offset, slice.count),
+                   request.add_gradients(), wire_dtype_);
     }
     grpc::ClientContext context;
     SetDeadline(&context, kRpcDeadline);

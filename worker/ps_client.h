@@ -36,9 +36,25 @@ class PsClient {
   int worker() const { return worker_; }
 
   // Declares the model's variables, in order, and places them on shards.
+  // With several shards, a variable over kSliceBytes is cut along its first
+  // dimension into one slice per shard ("<name>/part-<i>"), so one big
+  // matrix does not load one shard alone; slices and small variables are
+  // then spread by size (common/partitioner.h). Every process computes the
+  // same placement from the same model.
   void SetVariables(const std::vector<VariableSpec>& variables);
-  // The shard that holds variable `index`.
-  int shard_of(size_t index) const { return shard_of_[index]; }
+
+  // A contiguous piece of one model variable, as one PS shard stores it.
+  struct Slice {
+    size_t variable;  // index into the model's variables
+    int64_t offset;   // first element within the variable
+    int64_t count;
+    std::string name;
+    std::vector<int64_t> shape;
+    int shard;
+  };
+  const std::vector<Slice>& slices() const { return slices_; }
+
+  static constexpr int64_t kSliceBytes = 64 << 10;
 
   // Registers with every shard; returns shard 0's answer.
   absl::StatusOr<RegisterResponse> Register();
@@ -71,7 +87,7 @@ class PsClient {
   struct Shard {
     std::string address;
     std::unique_ptr<ParameterServer::Stub> stub;
-    std::vector<size_t> variables;  // indices into variables_, in order
+    std::vector<size_t> slices;  // indices into slices_, in order
   };
   PsClient(int worker) : worker_(worker) {}
 
@@ -84,9 +100,7 @@ class PsClient {
   int worker_;
   DType wire_dtype_ = FLOAT32;
   std::vector<Shard> shards_;
-  std::vector<std::string> names_;
-  std::vector<std::vector<int64_t>> shapes_;
-  std::vector<int> shard_of_;
+  std::vector<Slice> slices_;
 };
 
 }  // namespace pst

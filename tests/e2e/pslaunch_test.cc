@@ -114,6 +114,21 @@ TEST_P(PslaunchTrainingTest, OneEpochOfFashionMnistReachesEightyPercent) {
 
 INSTANTIATE_TEST_SUITE_P(BothModes, PslaunchTrainingTest, ::testing::Values("sync", "async"));
 
+// Two PS shards as two processes: the big first kernel is sliced across
+// both, and SYNC still trains the same model.
+TEST(PslaunchShardsTest, TwoShardsTrainFashionMnist) {
+  std::string text = FashionMnistConfig(FreePort());
+  text.replace(text.find(" workers: 2"), 0, absl::StrCat(" ps: \"127.0.0.1:", FreePort(), "\""));
+  std::string config = WriteConfig("two_shards.textproto", text);
+  CommandResult run = RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", config), 400);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[ps:1]"));
+  EXPECT_THAT(run.out, HasSubstr("2 shard(s)"));
+  RunSummary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(LastLine(run.out), &summary).ok());
+  EXPECT_GE(summary.test_accuracy(), 0.80);
+}
+
 // PIDs of this user's processes whose command line contains both strings.
 std::vector<pid_t> FindProcesses(const std::string& binary, const std::string& marker) {
   std::vector<pid_t> pids;

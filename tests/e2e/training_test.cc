@@ -46,7 +46,8 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // SYNC with N workers of batch b must give the parameters of one worker with
-// batch N*b over the same samples.
+// batch N*b over the same samples, with one PS shard or several (the first
+// kernel, 784 x 32, is sliced across shards).
 TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
   constexpr int kCombinedBatch = 32;
   auto config_for = [](int workers) {
@@ -61,11 +62,17 @@ TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
   absl::StatusOr<ClusterRun> single = TrainOnce(config_for(1), 1);
   ASSERT_TRUE(single.ok()) << single.status();
   ASSERT_GE(single->stats[0].version(), 20);
-  for (int workers : {2, 4}) {
-    SCOPED_TRACE(absl::StrCat(workers, " workers"));
-    absl::StatusOr<ClusterRun> multi = TrainOnce(config_for(workers), 1);
+  struct Layout {
+    int workers, shards;
+  };
+  for (Layout layout : {Layout{2, 1}, Layout{4, 1}, Layout{2, 3}, Layout{4, 2}}) {
+    const int workers = layout.workers;
+    SCOPED_TRACE(absl::StrCat(workers, " workers, ", layout.shards, " shards"));
+    absl::StatusOr<ClusterRun> multi = TrainOnce(config_for(workers), layout.shards);
     ASSERT_TRUE(multi.ok()) << multi.status();
-    EXPECT_EQ(multi->stats[0].version(), single->stats[0].version());
+    for (const StatsResponse& shard : multi->stats) {
+      EXPECT_EQ(shard.version(), single->stats[0].version());
+    }
     EXPECT_EQ(multi->stats[0].pushes_aggregated(), (workers - 1) * multi->stats[0].version());
     ASSERT_EQ(multi->parameters.size(), single->parameters.size());
     for (size_t v = 0; v < single->parameters.size(); ++v) {
