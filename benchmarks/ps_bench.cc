@@ -1,0 +1,266 @@
+// ps_bench: the data plane alone. Workers pull a dense model from the PS
+// shards and push a gradient of the same size back, as fast as they can,
+// over gRPC on 127.0.0.1; no compute. Sweeps model size, and prints GB/s and
+// latency percentiles next to two baselines measured in the same run: a
+// plain small gRPC call (the Heartbeat RPC: our stack's echo) and, when
+// iperf3 is installed, loopback TCP with 1 MiB writes.
+//
+// Shards and workers are threads of this process, each worker with its own
+// channel; bytes are counted as they travel (at the wire dtype).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/exit.h"
+#include "common/flags.h"
+#include "common/tensor_codec.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/ps_service.h"
+#include "spdlog/spdlog.h"
+#include "worker/mlp.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(std::string, sizes, "4KiB,4MiB,64MiB", "Model sizes (float32 bytes): B, KiB, MiB, GiB.");
+ABSL_FLAG(int, shards, 1, "PS shards.");
+ABSL_FLAG(double, seconds, 3.0, "Measuring time per row (after one warm-up round trip).");
+ABSL_FLAG(bool, json, false, "One JSON object per row instead of a table.");
+ABSL_FLAG(bool, iperf, true, "Measure loopback TCP with iperf3 when it is installed.");
+
+namespace pst {
+namespace {
+
+absl::StatusOr<int64_t> ParseSize(absl::string_view text) {
+  struct Unit {
+    const char* suffix;
+    int64_t factor;
+  };
+  for (Unit unit : {Unit{"GiB", 1LL << 30}, Unit{"MiB", 1 << 20}, Unit{"KiB", 1 << 10}, Unit{"B", 1}}) {
+    if (absl::EndsWith(text, unit.suffix)) {
+      int64_t number = 0;
+      if (absl::SimpleAtoi(text.substr(0, text.size() - strlen(unit.suffix)), &number) && number > 0) {
+        return number * unit.factor;
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--sizes: cannot read \"", text, "\" (e.g. 4KiB, 64MiB)"));
+}
+
+std::string SizeName(int64_t bytes) {
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, "MiB");
+  if (bytes >= 1024 && bytes % 1024 == 0) return absl::StrCat(bytes >> 10, "KiB");
+  return absl::StrCat(bytes, "B");
+}
+
+double Percentile(std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()))];
+}
+
+struct Cluster {
+  std::vector<std::unique_ptr<ParameterShard>> shards;
+  std::vector<RunningServer> servers;
+  std::vector<std::string> addresses;
+  ~Cluster() {
+    for (auto& s : shards) s->BeginShutdown();
+    for (auto& s : servers) s.grpc_server->Shutdown();
+  }
+};
+
+absl::Status StartCluster(int shards, int workers, Cluster* cluster) {
+  for (int i = 0; i < shards; ++i) {
+    ShardOptions options;
+    options.mode = ASYNC;
+    options.num_workers = workers;
+    options.shard = i;
+    options.num_shards = shards;
+    options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
+    absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
+    if (!shard.ok()) return shard.status();
+    absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
+    if (!server.ok()) return server.status();
+    cluster->addresses.push_back(absl::StrCat("127.0.0.1:", server->port));
+    cluster->shards.push_back(std::move(*shard));
+    cluster->servers.push_back(std::move(*server));
+  }
+  return absl::OkStatus();
+}
+
+struct Row {
+  int64_t size = 0;
+  double gbps = 0;
+  double p50_us = 0, p99_us = 0;
+  int64_t round_trips = 0;
+  int64_t wire_bytes_per_round_trip = 0;
+};
+
+absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
+  Cluster cluster;
+  if (absl::Status s = StartCluster(shards, workers, &cluster); !s.ok()) return s;
+  const int64_t elements = std::max<int64_t>(1, size_bytes / 4);
+  // A matrix, so that big models are sliced across shards like real ones.
+  const int64_t rows = elements >= 1024 ? 1024 : 1;
+  const std::vector<VariableSpec> model = {{"w", {rows, elements / rows}}};
+  const int64_t used = model[0].size();
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::vector<double>> latencies(workers);
+  absl::Mutex start_mu;
+  int ready = 0;
+  auto worker = [&](int rank) {
+    auto client = PsClient::Connect(cluster.addresses, rank, absl::Seconds(10));
+    if (!client.ok()) {
+      ++failures;
+      return;
+    }
+    (*client)->SetVariables(model);
+    (*client)->set_wire_dtype(dtype);
+    std::vector<float> params(used, 0.0f), grads(used, 1e-12f);
+    if (!(*client)->Init({params}).ok()) ++failures;
+    std::vector<int64_t> versions;
+    std::vector<PushResponse> responses;
+    std::vector<int64_t> min_versions(shards, 0);
+    auto round_trip = [&]() {
+      return (*client)->Pull(min_versions, absl::Seconds(30), {params}, &versions).ok() &&
+             (*client)->Push(versions, {grads}, &responses).ok();
+    };
+    if (!round_trip()) ++failures;  // warm-up: connections, first-touch buffers
+    {
+      absl::MutexLock lock(&start_mu);
+      ++ready;
+    }
+    while (!stop.load()) {
+      absl::Time start = absl::Now();
+      if (!round_trip()) {
+        ++failures;
+        return;
+      }
+      latencies[rank].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < workers; ++rank) threads.emplace_back(worker, rank);
+  {
+    absl::MutexLock lock(&start_mu);
+    start_mu.AwaitWithTimeout(absl::Condition(+[](int* r) { return *r > 0; }, &ready), absl::Seconds(60));
+  }
+  absl::Time begin = absl::Now();
+  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
+  if (failures.load() > 0) return absl::InternalError("a worker's pull or push failed");
+  std::vector<double> all;
+  for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  Row row;
+  row.size = size_bytes;
+  row.round_trips = static_cast<int64_t>(all.size());
+  row.wire_bytes_per_round_trip = 2 * used * DTypeBytes(dtype);
+  row.gbps = row.round_trips * static_cast<double>(row.wire_bytes_per_round_trip) / elapsed / 1e9;
+  row.p50_us = Percentile(all, 0.50);
+  row.p99_us = Percentile(all, 0.99);
+  return row;
+}
+
+// Our stack's smallest round trip: the Heartbeat RPC.
+absl::StatusOr<double> EchoP50Micros() {
+  Cluster cluster;
+  if (absl::Status s = StartCluster(1, 1, &cluster); !s.ok()) return s;
+  auto client = PsClient::Connect(cluster.addresses, 0, absl::Seconds(10));
+  if (!client.ok()) return client.status();
+  std::vector<double> micros;
+  for (int i = 0; i < 2000; ++i) {
+    absl::Time start = absl::Now();
+    if (absl::Status s = (*client)->Heartbeat(); !s.ok()) return s;
+    if (i >= 100) micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  std::sort(micros.begin(), micros.end());
+  return Percentile(micros, 0.5);
+}
+
+// Loopback TCP with 1 MiB writes, by iperf3; nullopt when not installed.
+std::optional<double> IperfGbps() {
+  if (!absl::GetFlag(FLAGS_iperf) || std::system("command -v iperf3 >/dev/null 2>&1") != 0) {
+    return std::nullopt;
+  }
+  const std::string command =
+      "iperf3 -s -1 -p 5299 >/dev/null 2>&1 & sleep 0.5; "
+      "iperf3 -c 127.0.0.1 -p 5299 -l 1M -t 3 -f g 2>/dev/null | awk '/receiver/ {print $(NF-2)}'";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  char buffer[128] = {0};
+  std::string out = fgets(buffer, sizeof(buffer), pipe) ? buffer : "";
+  pclose(pipe);
+  double gbits = 0;
+  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(out), &gbits)) return std::nullopt;
+  return gbits / 8.0;  // GB/s
+}
+
+int Main() {
+  std::vector<int64_t> sizes;
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    absl::StatusOr<int64_t> size = ParseSize(text);
+    if (!size.ok()) ExitWithError("ps_bench", size.status());
+    sizes.push_back(*size);
+  }
+  // --workers and --wire_dtype are the flags every binary shares.
+  const ConfigOverrides overrides = OverridesFromFlags();
+  JobConfig dtype_config;
+  if (absl::Status s = ApplyOverrides(overrides, &dtype_config); !s.ok()) ExitWithError("ps_bench", s);
+  const DType dtype = WireDType(dtype_config.training().wire_dtype());
+  const int workers = overrides.workers.value_or(1);
+  const int shards = absl::GetFlag(FLAGS_shards);
+  const bool json = absl::GetFlag(FLAGS_json);
+
+  std::optional<double> iperf = IperfGbps();
+  absl::StatusOr<double> echo = EchoP50Micros();
+  if (!echo.ok()) ExitWithError("ps_bench", echo.status());
+  const std::string iperf_text = iperf ? absl::StrFormat("%.2f", *iperf) : "null";
+  if (!json) {
+    std::printf("baselines: iperf3 loopback (1 MiB writes) %s GB/s; gRPC echo p50 %.0f us\n",
+                iperf ? absl::StrFormat("%.2f", *iperf).c_str() : "n/a (iperf3 not installed)", *echo);
+    std::printf("%-8s %7s %6s %6s %10s %10s %10s %12s\n", "size", "workers", "shards", "dtype",
+                "GB/s", "p50_us", "p99_us", "round_trips");
+  }
+  for (int64_t size : sizes) {
+    absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype);
+    if (!row.ok()) ExitWithError("ps_bench", row.status());
+    const std::string dtype_name = absl::AsciiStrToLower(DType_Name(dtype));
+    if (json) {
+      std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"shards\":%d,\"wire_dtype\":\"%s\","
+                  "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
+                  "\"wire_bytes_per_round_trip\":%lld,\"iperf3_gbps\":%s,\"echo_p50_us\":%.1f}\n",
+                  SizeName(size), static_cast<long long>(size), workers, shards, dtype_name,
+                  row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
+                  static_cast<long long>(row->wire_bytes_per_round_trip), iperf_text, *echo);
+    } else {
+      std::printf("%-8s %7d %6d %6s %10.3f %10.0f %10.0f %12lld\n", SizeName(size).c_str(), workers,
+                  shards, dtype_name.c_str(), row->gbps, row->p50_us, row->p99_us,
+                  static_cast<long long>(row->round_trips));
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pst
+
+int main(int argc, char** argv) {
+  pst::ParseCommandLineFlags(
+      argc, argv,
+      "Push+pull throughput and latency of the PS data plane over loopback gRPC, by model size, "
+      "next to iperf3 and gRPC-echo baselines from the same run.\n"
+      "Usage: ps_bench --sizes=4KiB,4MiB,64MiB --workers=2 --shards=2 --wire_dtype=bf16 [--json]");
+  spdlog::set_level(spdlog::level::warn);
+  return pst::Main();
+}
