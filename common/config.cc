@@ -78,6 +78,7 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
     }
   }
   if (cluster.workers() < 1) return Invalid("cluster.workers", "must be at least 1");
+  if (cluster.max_restarts() < 0) return Invalid("cluster.max_restarts", "must not be negative");
   return absl::OkStatus();
 }
 
@@ -226,6 +227,7 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
 }
 
 void ApplyDefaults(JobConfig* config) {
+  if (!config->cluster().has_max_restarts()) config->mutable_cluster()->set_max_restarts(3);
   TrainingConfig* training = config->mutable_training();
   if (training->mode() == MODE_UNSPECIFIED) training->set_mode(SYNC);
   if (training->batch_size() == 0) training->set_batch_size(64);

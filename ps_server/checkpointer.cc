@@ -36,23 +36,25 @@ absl::StatusOr<int64_t> Checkpointer::RestoreNewest() {
   return checkpoint->version();
 }
 
-absl::StatusOr<std::string> Checkpointer::CheckpointNow() { return Write(shard_->Snapshot()); }
+absl::StatusOr<Checkpointer::Written> Checkpointer::CheckpointNow() {
+  return Write(shard_->Snapshot());
+}
 
-absl::StatusOr<std::string> Checkpointer::Write(const ShardCheckpoint& checkpoint) {
+absl::StatusOr<Checkpointer::Written> Checkpointer::Write(const ShardCheckpoint& checkpoint) {
   absl::MutexLock lock(&mu_);
   if (checkpoint.variables_size() == 0) {
     return absl::FailedPreconditionError("nothing to checkpoint: the shard is not initialized");
   }
   absl::StatusOr<std::string> path =
       WriteCheckpoint(dir_, checkpoint, config_.keep() > 0 ? config_.keep() : kDefaultKeep);
-  if (path.ok()) {
-    last_version_ = checkpoint.version();
-    spdlog::info("checkpoint at version {}: {}", checkpoint.version(), *path);
-  } else {
+  if (!path.ok()) {
     spdlog::error("checkpoint at version {} failed: {}", checkpoint.version(),
                   std::string(path.status().message()));
+    return path.status();
   }
-  return path;
+  last_version_ = checkpoint.version();
+  spdlog::info("checkpoint at version {}: {}", checkpoint.version(), *path);
+  return Written{*path, checkpoint.version()};
 }
 
 void Checkpointer::Start() {

@@ -29,15 +29,19 @@ class Checkpointer {
   // Starts the periodic thread (no-op when neither interval is set).
   void Start();
 
-  // Writes a checkpoint of the current state now; returns its path.
-  absl::StatusOr<std::string> CheckpointNow();
+  struct Written {
+    std::string path;
+    int64_t version;
+  };
+  // Writes a checkpoint of the current state now.
+  absl::StatusOr<Written> CheckpointNow();
 
   // Stops the thread and writes a final checkpoint if the version moved.
   void Stop();
 
  private:
   void Loop();
-  absl::StatusOr<std::string> Write(const ShardCheckpoint& checkpoint);
+  absl::StatusOr<Written> Write(const ShardCheckpoint& checkpoint);
 
   ParameterShard* shard_;
   const CheckpointConfig config_;

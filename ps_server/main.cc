@@ -88,7 +88,14 @@ int main(int argc, char** argv) {
       signal_waiter.join();
       pst::ExitWithError(kProgram, restored.status());
     }
-    hooks.checkpoint = [&checkpointer] { return checkpointer.CheckpointNow(); };
+    hooks.checkpoint = [&checkpointer]() -> absl::StatusOr<pst::CheckpointResponse> {
+      absl::StatusOr<pst::Checkpointer::Written> written = checkpointer.CheckpointNow();
+      if (!written.ok()) return written.status();
+      pst::CheckpointResponse response;
+      response.set_path(written->path);
+      response.set_version(written->version);
+      return response;
+    };
   }
   absl::StatusOr<pst::RunningServer> server =
       pst::StartGrpcServer(address, shard->get(), hooks);

@@ -57,10 +57,9 @@ grpc::Status ParameterServerService::Checkpoint(grpc::ServerContext*, const Chec
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this PS has no checkpoint directory (training.checkpoint.dir)");
   }
-  absl::StatusOr<std::string> path = hooks_.checkpoint();
-  if (!path.ok()) return ToGrpcStatus(path.status());
-  response->set_path(*path);
-  response->set_version(server_->version());
+  absl::StatusOr<CheckpointResponse> written = hooks_.checkpoint();
+  if (!written.ok()) return ToGrpcStatus(written.status());
+  *response = *written;
   return grpc::Status::OK;
 }
 

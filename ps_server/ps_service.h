@@ -19,7 +19,7 @@ namespace pst {
 // answer FAILED_PRECONDITION, saying what is not configured.
 struct AdminHooks {
   std::function<void()> shutdown;                             // Shutdown
-  std::function<absl::StatusOr<std::string>()> checkpoint;    // Checkpoint: returns the path
+  std::function<absl::StatusOr<CheckpointResponse>()> checkpoint;  // Checkpoint
 };
 
 class ParameterServerService final : public ParameterServer::Service {

@@ -209,10 +209,10 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
       return 0;
     }
     case pst::RunOutcome::Kind::kChildFailed:
-      if (outcome.exit_code == 0) {  // a PS task that quit before the workers were done
-        std::fprintf(stderr, "%s: task %s exited before the workers finished; stopped the other "
-                     "tasks\n", kProgram, outcome.failed_child.c_str());
-        return 1;
+      if (outcome.exit_code == 0) {  // a PS shut down on request before the workers were done
+        std::fprintf(stderr, "%s: task %s was shut down (psctl shutdown or SIGTERM); stopped the "
+                     "other tasks\n", kProgram, outcome.failed_child.c_str());
+        return 0;
       }
       std::fprintf(stderr, "%s: task %s exited with code %d; stopped the other tasks\n", kProgram,
                    outcome.failed_child.c_str(), outcome.exit_code);
@@ -302,7 +302,8 @@ int main(int argc, char** argv) {
     // cluster.max_restarts times; a restarted PS restores its checkpoint and
     // a restarted worker resumes, so the run goes on.
     absl::flat_hash_map<std::string, int> restarts;
-    while (outcome.kind == pst::RunOutcome::Kind::kChildFailed &&
+    // A PS that exits 0 was shut down on purpose (psctl shutdown): no restart.
+    while (outcome.kind == pst::RunOutcome::Kind::kChildFailed && outcome.exit_code != 0 &&
            restarts[outcome.failed_child] < config->cluster().max_restarts()) {
       int attempt = ++restarts[outcome.failed_child];
       spdlog::warn("task {} exited with code {}; restarting it ({} of {})", outcome.failed_child,

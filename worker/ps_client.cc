@@ -227,4 +227,21 @@ absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
   return response;
 }
 
+absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
+  CheckpointResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->Checkpoint(&context, CheckpointRequest(), &response);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
+}
+
+absl::Status PsClient::Shutdown(int shard) {
+  ShutdownResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->Shutdown(&context, ShutdownRequest(), &response);
+  return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
+}
+
 }  // namespace pst

@@ -83,6 +83,11 @@ class PsClient {
 
   absl::StatusOr<StatsResponse> Stats(int shard);
 
+  // Admin calls, one shard at a time.
+  absl::StatusOr<CheckpointResponse> Checkpoint(int shard);
+  absl::Status Shutdown(int shard);
+  const std::string& address(int shard) const { return shards_[shard].address; }
+
  private:
   struct Shard {
     std::string address;

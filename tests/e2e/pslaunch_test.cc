@@ -194,6 +194,45 @@ TEST_P(PslaunchRestartTest, AKilledTaskIsRestartedAndTheRunFinishes) {
 
 INSTANTIATE_TEST_SUITE_P(PsOrWorker, PslaunchRestartTest, ::testing::Values("ps_server", "worker"));
 
+// psctl against a live cluster: status shows every shard and worker,
+// checkpoint writes one, shutdown stops the cluster and pslaunch exits 0.
+TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
+  const std::string dir = ::testing::TempDir() + "/psctl";
+  std::filesystem::remove_all(dir);
+  std::string config = WriteConfig(
+      "psctl.textproto",
+      absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 2 }\n",
+                   "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 16 epochs: 50\n",
+                   "  model { mlp { hidden: 32 } } dataset { fashion_mnist { train_limit: 20000 } }\n",
+                   "  checkpoint { dir: \"", dir, "/ckpt\" } }\n"));
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    freopen((dir + ".out").c_str(), "w", stdout);
+    freopen((dir + ".err").c_str(), "w", stderr);
+    execl("/usr/bin/timeout", "timeout", "-k", "5", "120", Bin("pslaunch").c_str(),
+          ("--config=" + config).c_str(), nullptr);
+    _exit(127);
+  }
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60);
+       absl::Now() < deadline && ReadFile(dir + ".out").find("step 100/") == std::string::npos;
+       absl::SleepFor(absl::Milliseconds(100))) {
+  }
+  CommandResult status = RunCommand(absl::StrCat(Bin("psctl"), " status --config=", config), 30);
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("ps:0"));
+  EXPECT_THAT(status.out, HasSubstr("worker:1"));
+  EXPECT_THAT(status.out, HasSubstr("live"));
+  CommandResult checkpoint = RunCommand(absl::StrCat(Bin("psctl"), " checkpoint --config=", config), 30);
+  EXPECT_EQ(checkpoint.exit_code, 0) << checkpoint.err;
+  EXPECT_THAT(checkpoint.out, HasSubstr(dir + "/ckpt/shard-0/ckpt-"));
+  CommandResult shutdown = RunCommand(absl::StrCat(Bin("psctl"), " shutdown --config=", config), 30);
+  EXPECT_EQ(shutdown.exit_code, 0) << shutdown.err;
+  int code = 0;
+  waitpid(launcher, &code, 0);
+  EXPECT_TRUE(WIFEXITED(code) && WEXITSTATUS(code) == 0) << ReadFile(dir + ".err");
+  EXPECT_THAT(ReadFile(dir + ".err"), HasSubstr("was shut down"));
+}
+
 // Each mistake a user can make on the command line: exit code 2 and one
 // line naming what and where.
 TEST(BinaryErrorsTest, UserMistakesGiveOneLineAndExitCodeTwo) {

@@ -1,0 +1,125 @@
+// psctl: look at and steer a running cluster.
+//   psctl status     --config=FILE   every shard and worker at a glance
+//   psctl checkpoint --config=FILE   every shard writes a checkpoint now
+//   psctl shutdown   --config=FILE   every shard stops cleanly
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config.h"
+#include "common/exit.h"
+#include "common/flags.h"
+#include "spdlog/spdlog.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(int, connect_timeout_seconds, 5, "How long to wait for each PS shard to answer.");
+
+namespace pst {
+namespace {
+
+constexpr char kProgram[] = "psctl";
+
+// Every shard in the config; connects as worker 0, which only names the
+// caller in the shard's logs (admin calls do not count as a worker's).
+std::unique_ptr<PsClient> Connect(const JobConfig& config) {
+  std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
+  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
+      addresses, 0, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
+  if (!client.ok()) ExitWithError(kProgram, client.status());
+  return std::move(*client);
+}
+
+int Status(const JobConfig& config) {
+  std::unique_ptr<PsClient> client = Connect(config);
+  std::vector<StatsResponse> shards;
+  for (int s = 0; s < client->num_shards(); ++s) {
+    absl::StatusOr<StatsResponse> stats = client->Stats(s);
+    if (!stats.ok()) ExitWithError(kProgram, stats.status());
+    shards.push_back(*stats);
+  }
+  std::printf("cluster: %d shard(s), %d worker(s), %s mode\n\n", client->num_shards(),
+              config.cluster().workers(), ModeName(shards[0].mode()).c_str());
+  std::printf("%-6s %-22s %9s %9s %12s %9s %9s %9s %6s\n", "shard", "address", "version",
+              "variables", "bytes", "applied", "dropped", "rejected", "live");
+  for (int s = 0; s < client->num_shards(); ++s) {
+    const StatsResponse& st = shards[s];
+    std::printf("%-6s %-22s %9lld %9d %12lld %9lld %9lld %9lld %3d/%-2d\n",
+                absl::StrCat("ps:", s).c_str(), client->address(s).c_str(),
+                static_cast<long long>(st.version()), st.variables(),
+                static_cast<long long>(st.parameter_bytes()),
+                static_cast<long long>(st.pushes_applied()),
+                static_cast<long long>(st.pushes_dropped()),
+                static_cast<long long>(st.pushes_rejected()), st.live_workers(), st.workers_size());
+  }
+  // Workers as shard 0 sees them; lag is how many versions behind shard 0's
+  // current version the worker's last gradient was computed.
+  std::printf("\n%-10s %10s %8s %6s %10s %8s %10s %s\n", "worker", "last_step", "clock", "lag",
+              "last_seen", "dropped", "staleness", "state");
+  const StatsResponse& first = shards[0];
+  for (const WorkerStats& w : first.workers()) {
+    std::string seen = w.seconds_since_seen() < 0 ? "never"
+                                                   : absl::StrFormat("%.1fs ago", w.seconds_since_seen());
+    std::string state = w.done() ? "done" : (w.live() ? "live" : "DEAD (lease expired)");
+    std::printf("%-10s %10lld %8lld %6lld %10s %8lld %10lld %s\n",
+                absl::StrCat("worker:", w.worker()).c_str(), static_cast<long long>(w.last_step()),
+                static_cast<long long>(w.clock()),
+                static_cast<long long>(w.last_step() < 0 ? 0 : first.version() - w.last_step()),
+                seen.c_str(), static_cast<long long>(w.dropped()),
+                static_cast<long long>(w.last_staleness()), state.c_str());
+  }
+  if (first.mode() == SSP) {
+    std::printf("\nSSP clock spread (fastest - slowest live worker): %lld\n",
+                static_cast<long long>(first.clock_spread()));
+  }
+  return 0;
+}
+
+int Checkpoint(const JobConfig& config) {
+  std::unique_ptr<PsClient> client = Connect(config);
+  for (int s = 0; s < client->num_shards(); ++s) {
+    absl::StatusOr<CheckpointResponse> done = client->Checkpoint(s);
+    if (!done.ok()) ExitWithError(kProgram, done.status());
+    std::printf("ps:%d: checkpoint at version %lld: %s\n", s,
+                static_cast<long long>(done->version()), done->path().c_str());
+  }
+  return 0;
+}
+
+int Shutdown(const JobConfig& config) {
+  std::unique_ptr<PsClient> client = Connect(config);
+  for (int s = 0; s < client->num_shards(); ++s) {
+    if (absl::Status status = client->Shutdown(s); !status.ok()) ExitWithError(kProgram, status);
+    std::printf("ps:%d: shutting down\n", s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pst
+
+int main(int argc, char** argv) {
+  std::vector<char*> args = pst::ParseCommandLineFlags(
+      argc, argv,
+      "Looks at and steers a running cluster.\n"
+      "Usage: psctl status|checkpoint|shutdown --config=cluster.textproto\n"
+      "  status      each shard (address, version, variables, bytes, pushes) and each worker\n"
+      "              (last step, lag behind the PS, last seen, pushes dropped)\n"
+      "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
+      "  shutdown    every shard stops cleanly; workers then exit");
+  spdlog::set_level(spdlog::level::warn);
+  if (args.size() != 2) {
+    pst::ExitWithError("psctl", absl::InvalidArgumentError(
+                                    "say what to do: psctl status|checkpoint|shutdown --config=FILE"));
+  }
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
+  if (!config.ok()) pst::ExitWithError("psctl", config.status());
+  const std::string command = args[1];
+  if (command == "status") return pst::Status(*config);
+  if (command == "checkpoint") return pst::Checkpoint(*config);
+  if (command == "shutdown") return pst::Shutdown(*config);
+  pst::ExitWithError("psctl", absl::InvalidArgumentError(absl::StrCat(
+                                  "unknown command \"", command, "\"; use status, checkpoint or shutdown")));
+}
