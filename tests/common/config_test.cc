@@ -2,9 +2,12 @@
 // mistake.
 #include "common/config.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,7 +29,8 @@ training {
 )";
 
 std::string WriteTemp(const std::string& name, const std::string& contents) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  // Per process: ctest runs the tests of this file in parallel.
+  std::string path = absl::StrCat(::testing::TempDir(), "/", getpid(), ".", name);
   std::ofstream(path) << contents;
   return path;
 }

@@ -37,9 +37,21 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// A directory of this test process's own: ctest runs tests in parallel.
+std::string ScratchDir() {
+  static const std::string dir = [] {
+    std::string d = absl::StrCat(::testing::TempDir(), "/pslaunch_test.", getpid());
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
 CommandResult RunCommand(const std::string& command, int timeout_seconds) {
-  std::string dir = ::testing::TempDir();
-  std::string out = dir + "/cmd.out", err = dir + "/cmd.err";
+  // Unique per process and call: ctest runs several of these tests at once.
+  static int calls = 0;
+  std::string stem = absl::StrCat(ScratchDir(), "/cmd.", ++calls);
+  std::string out = stem + ".out", err = stem + ".err";
   std::string line = absl::StrCat("timeout -k 5 ", timeout_seconds, " ", command, " >", out,
                                   " 2>", err, " </dev/null");
   int status = std::system(line.c_str());
@@ -66,7 +78,7 @@ int FreePort() {
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
 std::string WriteConfig(const std::string& name, const std::string& text) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  std::string path = ScratchDir() + "/" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -151,7 +163,7 @@ class PslaunchRestartTest : public ::testing::TestWithParam<std::string> {};
 // worker resuming its steps) and the run still finishes with a good model.
 TEST_P(PslaunchRestartTest, AKilledTaskIsRestartedAndTheRunFinishes) {
   const std::string victim = GetParam();  // "ps_server" or "worker"
-  const std::string dir = ::testing::TempDir() + "/restart_" + victim;
+  const std::string dir = ScratchDir() + "/restart_" + victim;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::string config = WriteConfig(
@@ -197,7 +209,7 @@ INSTANTIATE_TEST_SUITE_P(PsOrWorker, PslaunchRestartTest, ::testing::Values("ps_
 // psctl against a live cluster: status shows every shard and worker,
 // checkpoint writes one, shutdown stops the cluster and pslaunch exits 0.
 TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
-  const std::string dir = ::testing::TempDir() + "/psctl";
+  const std::string dir = ScratchDir() + "/psctl";
   std::filesystem::remove_all(dir);
   std::string config = WriteConfig(
       "psctl.textproto",
