@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<pst::Kernels> kernels = pst::MakeCpuKernels();
   spdlog::info("{} computing on {}", task->ToString(), kernels->Name());
   pst::Trainer trainer(*config, task->index, client->get(), kernels.get(), &*data);
+  trainer.set_live_progress(true);
   trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));
   absl::StatusOr<pst::WorkerResult> result = trainer.Run();
   if (!result.ok()) {

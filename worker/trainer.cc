@@ -124,6 +124,8 @@ absl::Status Trainer::Setup() {
   }
   versions_.assign(client_->num_shards(), 0);
   next_min_.assign(client_->num_shards(), 0);
+  progress_ = std::make_unique<Progress>(live_progress_ && Progress::IsTerminal(),
+                                         sampler_->steps_per_epoch() * training.epochs());
   return absl::OkStatus();
 }
 
@@ -164,17 +166,21 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
     window_loss += loss->loss;
     result->set_steps(result->steps() + 1);
     result->set_samples(result->samples() + batch);
-    if ((step + 1) % log_every == 0 || step + 1 == steps) {
-      int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
-      spdlog::info("epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} version {}", epoch + 1,
-                   training.epochs(), step + 1, steps, window_loss / in_window,
-                   in_window * batch / Seconds(window_start), responses[0].version());
+    const bool window_end = (step + 1) % log_every == 0 || step + 1 == steps;
+    if (window_end || progress_->live()) {
+      const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
+      ProgressPoint point{epoch, training.epochs(), step + 1, steps, window_loss / in_window,
+                          in_window * batch / Seconds(window_start), responses[0].version()};
+      progress_->Report(point, epoch * steps + step + 1);
+    }
+    if (window_end) {
       window_loss = 0.0;
       window_start = absl::Now();
     }
   }
   train_seconds_ += Seconds(epoch_start);
   last_epoch_loss_ = epoch_loss / std::max<int64_t>(1, steps - first_step);
+  progress_->Finish();
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include "result.pb.h"
 #include "worker/dataset.h"
 #include "worker/mlp.h"
+#include "worker/progress.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -40,6 +41,10 @@ class Trainer {
   // Test and benchmark hook: sleep this long in every step, to make a
   // straggler on purpose.
   void set_injected_step_delay(absl::Duration delay) { injected_step_delay_ = delay; }
+
+  // Draw a live progress bar when stdout is a terminal (the worker binary);
+  // off by default, so that threads sharing a terminal do not fight over it.
+  void set_live_progress(bool live) { live_progress_ = live; }
 
   // Trains to the end. Unavailable / DeadlineExceeded when a shard stops
   // answering; InvalidArgument when the data set is too small for the batch.
@@ -78,6 +83,8 @@ class Trainer {
   std::vector<float> batch_y_;
   int64_t resume_clock_ = 0;           // steps this worker had done before a restart
   absl::Duration injected_step_delay_ = absl::ZeroDuration();
+  bool live_progress_ = false;
+  std::unique_ptr<Progress> progress_;
   double train_seconds_ = 0.0;
   double last_epoch_loss_ = 0.0;
 };
