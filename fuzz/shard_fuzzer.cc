@@ -1,0 +1,357 @@
+// One ParameterShard driven by a sequence of RPCs read from the fuzzer's
+// input (layout in fuzz/shard_input.h). After every call the shard must
+// still keep its promises:
+//  - every variable value it holds or serves as float32 is finite;
+//  - its version never decreases, and a push moves it by one exactly when
+//    the push says APPLIED;
+//  - a refused call leaves the variables, their optimizer state and the
+//    version untouched;
+//  - a pull answers with the requested variables at the current version,
+//    each payload the size its shape and dtype say;
+//  - version == pushes applied, and Snapshot -> Restore -> Snapshot is exact.
+// A broken promise is reported on stderr and ends the run with a trap.
+// With SHARD_FUZZER_TRACE set, each call and its outcome go to stderr, to
+// read what a reproducer does: SHARD_FUZZER_TRACE=1 shard_fuzzer crash-...
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/tensor_codec.h"
+#include "fuzz/shard_input.h"
+#include "ps_server/parameter_shard.h"
+#include "spdlog/spdlog.h"
+
+namespace pst::fuzz {
+namespace {
+
+#define SHARD_INVARIANT(cond)                                                \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      std::fprintf(stderr, "shard_fuzzer: invariant broken at %s:%d: %s\n",  \
+                   __FILE__, __LINE__, #cond);                               \
+      __builtin_trap();                                                      \
+    }                                                                        \
+  } while (0)
+
+// Reads the input front to back; reads past the end give zeros.
+class Input {
+ public:
+  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  bool empty() const { return pos_ >= size_; }
+  size_t remaining() const { return pos_ < size_ ? size_ - pos_ : 0; }
+  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  // The next `n` bytes, or fewer where the input ends.
+  std::span<const uint8_t> Bytes(size_t n) {
+    n = std::min(n, size_ - std::min(pos_, size_));
+    std::span<const uint8_t> out(data_ + pos_, n);
+    pos_ += n;
+    return out;
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+ShardOptions OptionsFrom(uint8_t a, uint8_t b) {
+  static constexpr Mode kModes[] = {SYNC, ASYNC, SSP, SYNC};
+  ShardOptions options;
+  options.mode = kModes[a & 3];
+  options.num_workers = ((a >> 2) & 3) + 1;
+  options.lease = (a & 0x20) ? absl::ZeroDuration() : absl::Seconds(5);
+  options.staleness_lr_scaling = (a & 0x40) != 0;
+  options.snapshot_every_steps = (a & 0x80) ? 2 : 0;
+  switch (b & 3) {
+    case 0: options.optimizer.mutable_sgd()->set_learning_rate(0.5f); break;
+    case 1:
+      options.optimizer.mutable_sgd()->set_learning_rate(0.1f);
+      options.optimizer.mutable_sgd()->set_momentum(0.9f);
+      options.optimizer.mutable_sgd()->set_nesterov(true);
+      break;
+    case 2: options.optimizer.mutable_adam()->set_learning_rate(0.01f); break;
+    case 3:
+      options.optimizer.mutable_adagrad()->set_learning_rate(0.1f);
+      options.optimizer.set_decay_rate(0.5f);
+      options.optimizer.set_decay_steps(3);
+      break;
+  }
+  options.replicas_to_aggregate = std::min<int>((b >> 2) & 3, options.num_workers);
+  options.max_staleness = (b >> 4) & 3;
+  options.staleness = (b >> 6) & 3;
+  return options;
+}
+
+InitRequest StructuredInit() {
+  InitRequest request;
+  const float w[] = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f, -0.6f};
+  const float b[] = {0.0f, 0.25f, -0.25f};
+  EncodeTensor("w", kWeightShape, w, request.add_variables());
+  EncodeTensor("b", kBiasShape, b, request.add_variables());
+  return request;
+}
+
+// One gradient tensor of a structured push, from the payload's bytes.
+void FillGradient(const std::string& name, std::span<const int64_t> shape, DType dtype,
+                  uint8_t flags, Input& bytes, Tensor* out) {
+  const int64_t elements = NumElements(shape);
+  if (flags & 0x10) {
+    out->set_name(name);
+    out->set_dtype(dtype);
+    std::span<const uint8_t> raw = bytes.Bytes(elements * DTypeBytes(dtype));
+    out->set_data(reinterpret_cast<const char*>(raw.data()), raw.size());
+  } else {
+    std::vector<float> values(elements);
+    for (float& v : values) v = static_cast<float>(static_cast<int8_t>(bytes.Byte())) / 16.0f;
+    EncodeTensor(name, shape, values, out, dtype);
+  }
+  if (!(flags & 0x08)) out->clear_shape();
+}
+
+class ShardDriver {
+ public:
+  ShardDriver(ShardOptions options, std::unique_ptr<ParameterShard> shard)
+      : options_(std::move(options)), shard_(std::move(shard)) {
+    state_ = State();
+  }
+
+  void Run(Op op, Input& payload) {
+    if (trace_) std::fprintf(stderr, "op %d, %zu payload bytes\n", op, payload.remaining());
+    switch (op) {
+      case kInit: {
+        InitRequest request;
+        if (Parse(payload, &request)) Init(request);
+        break;
+      }
+      case kPush: {
+        PushRequest request;
+        if (Parse(payload, &request)) Push(request);
+        break;
+      }
+      case kPull: {
+        PullRequest request;
+        if (Parse(payload, &request)) Pull(request);
+        break;
+      }
+      case kHeartbeat: {
+        HeartbeatRequest request;
+        HeartbeatResponse response;
+        if (!Parse(payload, &request)) break;
+        absl::Status s = shard_->Heartbeat(request, &response);
+        AfterCall(s, s.ok() ? response.version() : last_version_);
+        break;
+      }
+      case kDone: {
+        DoneRequest request;
+        DoneResponse response;
+        if (!Parse(payload, &request)) break;
+        absl::Status s = shard_->Done(request, &response);
+        if (s.ok()) SHARD_INVARIANT(response.workers_done() <= options_.num_workers);
+        AfterCall(s, last_version_);
+        break;
+      }
+      case kRegister: {
+        RegisterRequest request;
+        RegisterResponse response;
+        if (!Parse(payload, &request)) break;
+        absl::Status s = shard_->Register(request, &response);
+        AfterCall(s, s.ok() ? response.version() : last_version_);
+        break;
+      }
+      case kStats: CheckStats(); break;
+      case kPushValues: Push(StructuredPush(payload)); break;
+      case kPullValues: Pull(StructuredPull(payload)); break;
+      case kSnapshotRoundTrip: CheckRoundTrip(); break;
+      case kTakeSnapshot: {
+        std::optional<ShardCheckpoint> snapshot = shard_->TakeScheduledSnapshot(absl::Now());
+        if (snapshot) {
+          SHARD_INVARIANT(options_.snapshot_every_steps > 0);
+          SHARD_INVARIANT(snapshot->version() % options_.snapshot_every_steps == 0);
+          SHARD_INVARIANT(snapshot->version() <= shard_->version());
+          CheckValuesFinite(*snapshot);
+        }
+        break;
+      }
+      case kShutdown: shard_->BeginShutdown(); break;
+      default: break;
+    }
+  }
+
+  void Init(const InitRequest& request) {
+    InitResponse response;
+    absl::Status s = shard_->Init(request, &response);
+    AfterCall(s, s.ok() ? response.version() : last_version_);
+  }
+
+ private:
+  template <typename Message>
+  static bool Parse(Input& payload, Message* message) {
+    std::span<const uint8_t> bytes = payload.Bytes(SIZE_MAX);
+    return message->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+  }
+
+  PushRequest StructuredPush(Input& p) {
+    PushRequest request;
+    request.set_worker(p.Byte() % (options_.num_workers + 1));
+    const uint8_t version = p.Byte();
+    request.set_computed_at_version((version & 0x80) ? last_version_ + 1
+                                                     : last_version_ - (version & 3));
+    const uint8_t flags = p.Byte();
+    const DType dtype = static_cast<DType>(flags & 3);
+    FillGradient("w", kWeightShape, dtype, flags, p, request.add_gradients());
+    if (!(flags & 0x04)) FillGradient("b", kBiasShape, dtype, flags, p, request.add_gradients());
+    return request;
+  }
+
+  PullRequest StructuredPull(Input& p) {
+    PullRequest request;
+    request.set_worker(p.Byte() % (options_.num_workers + 1));
+    request.set_dtype(static_cast<DType>(p.Byte() % 4));
+    request.set_min_version(last_version_ + p.Byte() % 3 - 1);
+    static const char* const kNames[] = {nullptr, "w", "b", "x"};
+    if (const char* name = kNames[p.Byte() % 4]) request.add_names(name);
+    return request;
+  }
+
+  void Push(const PushRequest& request) {
+    PushResponse response;
+    const int64_t before = last_version_;
+    absl::Status s = shard_->Push(request, &response);
+    if (trace_) std::fprintf(stderr, "  push outcome %d\n", response.outcome());
+    if (s.ok()) {
+      SHARD_INVARIANT(response.outcome() != PushResponse::OUTCOME_UNSPECIFIED);
+      SHARD_INVARIANT(response.version() == shard_->version());
+      const int64_t advanced = response.version() - before;
+      SHARD_INVARIANT(advanced == (response.outcome() == PushResponse::APPLIED ? 1 : 0));
+      if (options_.mode != SYNC) SHARD_INVARIANT(response.outcome() != PushResponse::AGGREGATED);
+    }
+    AfterCall(s, s.ok() ? response.version() : last_version_);
+  }
+
+  void Pull(const PullRequest& request) {
+    PullResponse response;
+    absl::Status s = shard_->Pull(request, absl::Now(), &response);
+    if (s.ok()) {
+      SHARD_INVARIANT(response.version() == shard_->version());
+      SHARD_INVARIANT(response.version() >= request.min_version());
+      if (request.names_size() > 0) {
+        SHARD_INVARIANT(response.variables_size() == request.names_size());
+      }
+      for (int i = 0; i < response.variables_size(); ++i) {
+        const Tensor& t = response.variables(i);
+        if (request.names_size() > 0) SHARD_INVARIANT(t.name() == request.names(i));
+        const int64_t elements =
+            NumElements({t.shape().data(), static_cast<size_t>(t.shape_size())});
+        SHARD_INVARIANT(CheckTensorPayload(t, elements).ok());
+        const DType wanted = request.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request.dtype();
+        SHARD_INVARIANT(t.dtype() == wanted);
+        // 16-bit wire types round large finite values to infinity by design;
+        // float32 is the shard's own value.
+        if (wanted == FLOAT32) {
+          std::vector<float> values(elements);
+          DecodeTensor(t, values);
+          for (float v : values) SHARD_INVARIANT(std::isfinite(v));
+        }
+      }
+    }
+    AfterCall(s, s.ok() ? response.version() : last_version_);
+  }
+
+  // `seen_version` is the version the call reported (or the last one known).
+  void AfterCall(const absl::Status& status, int64_t seen_version) {
+    if (trace_) {
+      std::fprintf(stderr, "  -> %s; version %lld\n", status.ToString().c_str(),
+                   static_cast<long long>(shard_->version()));
+    }
+    SHARD_INVARIANT(seen_version >= last_version_);
+    std::string state = State();
+    if (!status.ok()) SHARD_INVARIANT(state == state_);
+    state_ = std::move(state);
+  }
+
+  // The shard's checkpointable state, after checking its invariants.
+  std::string State() {
+    ShardCheckpoint snapshot = shard_->Snapshot();
+    SHARD_INVARIANT(snapshot.version() >= last_version_);
+    last_version_ = snapshot.version();
+    CheckValuesFinite(snapshot);
+    return snapshot.SerializeAsString();
+  }
+
+  static void CheckValuesFinite(const ShardCheckpoint& snapshot) {
+    for (const ShardCheckpoint::Variable& v : snapshot.variables()) {
+      SHARD_INVARIANT(v.values().size() % sizeof(float) == 0);
+      for (size_t i = 0; i < v.values().size(); i += sizeof(float)) {
+        float value;
+        std::memcpy(&value, v.values().data() + i, sizeof(float));
+        SHARD_INVARIANT(std::isfinite(value));
+      }
+    }
+  }
+
+  void CheckStats() {
+    StatsResponse stats;
+    shard_->Stats(&stats);
+    SHARD_INVARIANT(stats.version() >= last_version_);
+    // Nothing is restored into this shard: the version counts applied steps.
+    SHARD_INVARIANT(stats.version() == stats.pushes_applied());
+    SHARD_INVARIANT(stats.workers_size() == options_.num_workers);
+    SHARD_INVARIANT(stats.live_workers() >= 0 && stats.live_workers() <= options_.num_workers);
+    SHARD_INVARIANT(stats.workers_done() <= options_.num_workers);
+    SHARD_INVARIANT(stats.clock_spread() >= 0);
+    // Stats re-evaluates the live set, which can complete a SYNC step.
+    AfterCall(absl::OkStatus(), stats.version());
+  }
+
+  void CheckRoundTrip() {
+    const ShardCheckpoint snapshot = shard_->Snapshot();
+    if (snapshot.variables_size() == 0) return;
+    absl::StatusOr<std::unique_ptr<ParameterShard>> fresh = ParameterShard::Create(options_);
+    SHARD_INVARIANT(fresh.ok());
+    SHARD_INVARIANT((*fresh)->Restore(snapshot).ok());
+    SHARD_INVARIANT((*fresh)->Snapshot().SerializeAsString() == snapshot.SerializeAsString());
+    SHARD_INVARIANT((*fresh)->version() == snapshot.version());
+  }
+
+  const ShardOptions options_;
+  std::unique_ptr<ParameterShard> shard_;
+  int64_t last_version_ = 0;
+  std::string state_;
+  const bool trace_ = std::getenv("SHARD_FUZZER_TRACE") != nullptr;
+};
+
+}  // namespace
+}  // namespace pst::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  spdlog::set_level(spdlog::level::off);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace pst::fuzz;
+  Input input(data, size);
+  const uint8_t a = input.Byte();
+  const uint8_t b = input.Byte();
+  const pst::ShardOptions options = OptionsFrom(a, b);
+  absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
+  SHARD_INVARIANT(shard.ok());
+  ShardDriver driver(options, std::move(*shard));
+  if (a & 0x10) driver.Init(StructuredInit());
+  while (!input.empty()) {
+    const Op op = static_cast<Op>(input.Byte() % kOpCount);
+    const size_t length = input.Byte() | (size_t{input.Byte()} << 8);
+    std::span<const uint8_t> bytes = input.Bytes(length);
+    Input payload(bytes.data(), bytes.size());
+    driver.Run(op, payload);
+  }
+  return 0;
+}

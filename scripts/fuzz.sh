@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Bounded libFuzzer runs: builds the fuzz/ targets with clang in build-fuzz/
+# (ASan + UBSan + coverage) and runs each for FUZZ_SECONDS (default 60) on a
+# copy of its corpus, so the repository's corpus does not grow. Fails on the
+# first crash, leak, timeout or broken invariant and prints the reproducer;
+# replay one with: build-fuzz/bin/<fuzzer> <reproducer>.
+# Installs nothing: needs clang, libclang-rt-14-dev (libFuzzer) and llvm
+# (llvm-symbolizer), which scripts/install_deps.sh lists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZERS=(config_fuzzer shard_fuzzer)
+
+for tool in clang clang++; do
+  command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (scripts/install_deps.sh)" >&2; exit 2; }
+done
+
+started=$SECONDS
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPST_FUZZ=ON -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF >/dev/null
+cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target "${FUZZERS[@]}"
+echo "== fuzz: built in $((SECONDS - started)) s" >&2
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+
+failed=()
+for fuzzer in "${FUZZERS[@]}"; do
+  name=${fuzzer%_fuzzer}
+  work=$BUILD_DIR/fuzz-runs/$name
+  rm -rf "$work"
+  mkdir -p "$work/artifacts"
+  cp -r "fuzz/corpus/$name" "$work/corpus"
+  echo "== fuzz: $fuzzer for ${FUZZ_SECONDS} s" >&2
+  rc=0
+  "$BUILD_DIR/bin/$fuzzer" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
+    "$work/corpus" >"$work/log" 2>&1 || rc=$?
+  # The last status line carries coverage (cov: edges, ft: features) and
+  # the corpus; the final stats the executions per second.
+  grep -E '^#[0-9]+.*(DONE|cov:)' "$work/log" | tail -n 1 >&2 || true
+  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$work/log" >&2 || true
+  reproducers=$(find "$work/artifacts" -type f)
+  if [ "$rc" -ne 0 ] || [ -n "$reproducers" ]; then
+    tail -n 60 "$work/log" >&2
+    echo "fuzz.sh: $fuzzer failed (exit $rc); full log: $work/log" >&2
+    for r in $reproducers; do echo "fuzz.sh: reproducer: $r" >&2; done
+    failed+=("$fuzzer")
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "== fuzz: all fuzzers ran ${FUZZ_SECONDS} s without a finding" >&2
