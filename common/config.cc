@@ -13,6 +13,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "kernels/device_spec.h"
 
 namespace pst {
 namespace internal {
@@ -223,6 +224,12 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
     }
     training->set_wire_dtype(dtype);
   }
+  if (overrides.device) {
+    if (absl::StatusOr<DeviceSpec> d = ParseDeviceSpec(*overrides.device); !d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--device: ", d.status().message()));
+    }
+    training->set_device(*overrides.device);
+  }
   return absl::OkStatus();
 }
 
@@ -258,6 +265,9 @@ absl::Status ValidateConfig(const JobConfig& config) {
                                 config.cluster().workers(), ")"));
   }
   if (!(training.lease_seconds() > 0)) return Invalid("training.lease_seconds", "must be positive");
+  if (absl::StatusOr<DeviceSpec> d = ParseDeviceSpec(training.device()); !d.ok()) {
+    return Invalid("training.device", d.status().message());
+  }
   if (absl::Status s = ValidateOptimizer(training.optimizer()); !s.ok()) return s;
   if (absl::Status s = ValidateDataset(training.dataset()); !s.ok()) return s;
   return ValidateModel(training);

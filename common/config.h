@@ -37,6 +37,7 @@ struct ConfigOverrides {
   std::optional<float> learning_rate;
   std::optional<int> staleness;
   std::optional<std::string> wire_dtype;  // "fp32", "fp16" or "bf16"
+  std::optional<std::string> device;      // "auto", "cpu" or "gpu:N"
 };
 
 // Parses protobuf text format, or JSON when the text starts with '{'.

@@ -16,6 +16,9 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(std::string, mode, "", "Override training.mode: sync, async or ssp.");
 ABSL_FLAG(std::string, wire_dtype, "",
           "Override training.wire_dtype: fp32, fp16 or bf16 for parameters and gradients on the wire.");
+ABSL_FLAG(std::string, device, "",
+          "Override training.device, where workers compute: auto (a GPU when one is visible, "
+          "else the CPU), cpu, or gpu:N.");
 ABSL_FLAG(int, staleness, -1, "Override training.staleness, the SSP bound (-1 = keep the config's).");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
 ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
@@ -46,6 +49,7 @@ ConfigOverrides OverridesFromFlags() {
   if (float v = absl::GetFlag(FLAGS_learning_rate); v != 0.0f) overrides.learning_rate = v;
   if (int v = absl::GetFlag(FLAGS_staleness); v >= 0) overrides.staleness = v;
   if (std::string v = absl::GetFlag(FLAGS_wire_dtype); !v.empty()) overrides.wire_dtype = v;
+  if (std::string v = absl::GetFlag(FLAGS_device); !v.empty()) overrides.device = v;
   return overrides;
 }
 
@@ -58,6 +62,7 @@ std::vector<std::string> OverrideFlagsAsArgs() {
   if (overrides.batch_size) args.push_back(absl::StrCat("--batch_size=", *overrides.batch_size));
   if (overrides.staleness) args.push_back(absl::StrCat("--staleness=", *overrides.staleness));
   if (overrides.wire_dtype) args.push_back(absl::StrCat("--wire_dtype=", *overrides.wire_dtype));
+  if (overrides.device) args.push_back(absl::StrCat("--device=", *overrides.device));
   if (overrides.learning_rate) {
     args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
   }

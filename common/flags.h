@@ -18,6 +18,7 @@ ABSL_DECLARE_FLAG(int, batch_size);
 ABSL_DECLARE_FLAG(float, learning_rate);
 ABSL_DECLARE_FLAG(int, staleness);
 ABSL_DECLARE_FLAG(std::string, wire_dtype);
+ABSL_DECLARE_FLAG(std::string, device);
 
 namespace pst {
 

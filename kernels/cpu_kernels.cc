@@ -98,6 +98,12 @@ class CpuKernels final : public Kernels {
     if (host != device) std::memcpy(host, device, count * sizeof(float));
     return absl::OkStatus();
   }
+  absl::StatusOr<float*> AllocateHost(size_t count) override { return Allocate(count); }
+  void FreeHost(float* buffer) override { Free(buffer); }
+  absl::Status CopyToHostAsync(const float* device, float* host, size_t count) override {
+    return CopyToHost(device, host, count);
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
                     const float* a, const float* b, float beta, float* c) override {

@@ -7,8 +7,14 @@
 //  - Every float pointer passed to a method (other than the host side of the
 //    Copy* methods) must come from this backend's Allocate(): host memory for
 //    the CPU backend, device memory for the CUDA backend.
-//  - Work may be queued asynchronously; results read by the host are only
-//    valid after CopyToHost (which orders after all earlier work) returns.
+//  - Work may be queued asynchronously (the CUDA backend queues everything
+//    on one stream, in call order); results read by the host are only valid
+//    after CopyToHost (which orders after all earlier work) returns, or after
+//    Synchronize() for CopyToHostAsync.
+//  - Host buffers from AllocateHost (pinned memory on CUDA) may be read by
+//    a queued CopyToDevice after the call returns: do not overwrite them
+//    until a later CopyToHost or Synchronize() has returned. Host memory from
+//    anywhere else may be reused as soon as CopyToDevice returns.
 //  - Errors come back as absl::Status naming the failing call, never as a
 //    silently wrong answer.
 #ifndef PST_KERNELS_KERNELS_H_
@@ -44,6 +50,16 @@ class Kernels {
   virtual void Free(float* buffer) = 0;
   virtual absl::Status CopyToDevice(const float* host, float* device, size_t count) = 0;
   virtual absl::Status CopyToHost(const float* device, float* host, size_t count) = 0;
+
+  // Host staging memory for parameters and gradients: page-locked on CUDA
+  // (so copies are true DMA and overlap), plain memory on the CPU.
+  virtual absl::StatusOr<float*> AllocateHost(size_t count) = 0;
+  virtual void FreeHost(float* buffer) = 0;
+  // Queues a copy into `host` (from AllocateHost); the data is there once
+  // Synchronize() returns. Many of these plus one Synchronize() cost one wait.
+  virtual absl::Status CopyToHostAsync(const float* device, float* host, size_t count) = 0;
+  // Waits for all queued work; returns the first asynchronous error.
+  virtual absl::Status Synchronize() = 0;
 
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(x) is x or its
   // transpose. op(a) is m x k, op(b) is k x n. With beta == 0, c is not read.

@@ -10,7 +10,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "google/protobuf/util/json_util.h"
-#include "kernels/kernels.h"
+#include "kernels/device.h"
 #include "spdlog/spdlog.h"
 #include "worker/trainer.h"
 
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   pst::ParseCommandLineFlags(argc, argv,
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
       "shard of the data, pushes them back.\n"
-      "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async]");
+      "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async] "
+      "[--device=auto|cpu|gpu:N]");
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
@@ -58,6 +59,20 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
 
+  // The device first: a wrong --device fails at once, before data and peers.
+  absl::StatusOr<pst::DeviceSpec> device = pst::ParseDeviceSpec(config->training().device());
+  if (!device.ok()) pst::ExitWithError(kProgram, device.status());
+  absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(*device);
+  if (!kernels.ok()) {
+    pst::ExitWithError(kProgram, absl::Status(kernels.status().code(),
+                                              absl::StrCat("--device=", device->ToString(), ": ",
+                                                           kernels.status().message(),
+                                                           "; use --device=cpu, or auto")));
+  }
+  spdlog::info("{} computing on {} (--device={}, {} GPU(s) visible{})", task->ToString(),
+               (*kernels)->Name(), device->ToString(), pst::VisibleGpuCount(),
+               pst::CudaCompiledIn() ? "" : "; built without CUDA");
+
   absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
   if (!data.ok()) pst::ExitWithError(kProgram, data.status());
 
@@ -66,9 +81,7 @@ int main(int argc, char** argv) {
       addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
   if (!client.ok()) pst::ExitWithError(kProgram, client.status());
 
-  std::unique_ptr<pst::Kernels> kernels = pst::MakeCpuKernels();
-  spdlog::info("{} computing on {}", task->ToString(), kernels->Name());
-  pst::Trainer trainer(*config, task->index, client->get(), kernels.get(), &*data);
+  pst::Trainer trainer(*config, task->index, client->get(), kernels->get(), &*data);
   trainer.set_live_progress(true);
   trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));
   absl::StatusOr<pst::WorkerResult> result = trainer.Run();

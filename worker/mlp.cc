@@ -1,5 +1,6 @@
 #include "worker/mlp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -32,6 +33,7 @@ Mlp::Mlp(MlpSpec spec, Kernels* kernels, int max_batch)
 
 Mlp::~Mlp() {
   for (float* buffer : owned_) kernels_->Free(buffer);
+  for (float* buffer : owned_host_) kernels_->FreeHost(buffer);
 }
 
 absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpSpec& spec, Kernels* kernels,
@@ -94,10 +96,28 @@ absl::Status Mlp::AllocateBuffers() {
   absl::StatusOr<float*> targets = allocate(static_cast<size_t>(max_batch_) * target_width);
   if (!targets.ok()) return targets.status();
   device_targets_ = *targets;
+  auto allocate_host = [this](size_t count) -> absl::StatusOr<std::span<float>> {
+    absl::StatusOr<float*> buffer = kernels_->AllocateHost(count);
+    if (!buffer.ok()) return buffer.status();
+    owned_host_.push_back(*buffer);
+    std::fill(*buffer, *buffer + count, 0.0f);
+    return std::span<float>(*buffer, count);
+  };
   for (const VariableSpec& v : variables_) {
-    host_params_.emplace_back(v.size(), 0.0f);
-    host_grads_.emplace_back(v.size(), 0.0f);
+    for (std::vector<std::span<float>>* spans : {&host_params_, &host_grads_}) {
+      absl::StatusOr<std::span<float>> buffer = allocate_host(static_cast<size_t>(v.size()));
+      if (!buffer.ok()) return buffer.status();
+      spans->push_back(*buffer);
+    }
   }
+  absl::StatusOr<std::span<float>> input =
+      allocate_host(static_cast<size_t>(max_batch_) * spec_.input_dim);
+  if (!input.ok()) return input.status();
+  host_input_ = *input;
+  absl::StatusOr<std::span<float>> host_targets =
+      allocate_host(static_cast<size_t>(max_batch_) * target_width);
+  if (!host_targets.ok()) return host_targets.status();
+  host_targets_ = *host_targets;
   return absl::OkStatus();
 }
 
@@ -133,10 +153,10 @@ std::span<const float> Mlp::HostGradient(size_t index) const { return host_grads
 
 absl::Status Mlp::UploadParameters() {
   for (const Layer& layer : layers_) {
-    const std::vector<float>& w = host_params_[layer.weights_var];
+    std::span<const float> w = host_params_[layer.weights_var];
     if (absl::Status s = kernels_->CopyToDevice(w.data(), layer.weights, w.size()); !s.ok()) return s;
     if (layer.bias_var >= 0) {
-      const std::vector<float>& b = host_params_[layer.bias_var];
+      std::span<const float> b = host_params_[layer.bias_var];
       if (absl::Status s = kernels_->CopyToDevice(b.data(), layer.bias, b.size()); !s.ok()) return s;
     }
   }
@@ -220,22 +240,37 @@ absl::Status Mlp::Backward(const float* x, int batch) {
       return s;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadGradients() {
+  // Queue every gradient's copy, then wait once.
   for (const Layer& layer : layers_) {
-    std::vector<float>& w = host_grads_[layer.weights_var];
-    if (absl::Status s = kernels_->CopyToHost(layer.weights_grad, w.data(), w.size()); !s.ok()) {
+    std::span<float> w = host_grads_[layer.weights_var];
+    if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size());
+        !s.ok()) {
       return s;
     }
     if (layer.bias_var >= 0) {
-      std::vector<float>& b = host_grads_[layer.bias_var];
-      if (absl::Status s = kernels_->CopyToHost(layer.bias_grad, b.data(), b.size()); !s.ok()) {
+      std::span<float> b = host_grads_[layer.bias_var];
+      if (absl::Status s = kernels_->CopyToHostAsync(layer.bias_grad, b.data(), b.size());
+          !s.ok()) {
         return s;
       }
     }
   }
-  return absl::OkStatus();
+  return kernels_->Synchronize();
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
+  absl::StatusOr<LossResult> loss = ComputeDeviceGradients(x, targets, batch);
+  if (!loss.ok()) return loss;
+  if (absl::Status s = DownloadGradients(); !s.ok()) return s;
+  return loss;
+}
+
+absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
+                                                       int batch) {
   absl::StatusOr<LossResult> loss = Forward(x, targets, batch, /*want_gradient=*/true);
   if (!loss.ok()) return loss;
   if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;

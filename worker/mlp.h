@@ -6,9 +6,11 @@
 // Hidden layers apply the activation; the output layer is linear and feeds
 // the loss (softmax cross-entropy over classes, or mean squared error).
 //
-// Parameters and gradients are exchanged through host buffers the Mlp owns:
-// write pulled values into HostParameter(i), call UploadParameters(), run
-// ComputeGradients(), then read HostGradient(i).
+// Parameters and gradients are exchanged through host buffers the Mlp owns
+// (from Kernels::AllocateHost: pinned memory on a GPU): write pulled values
+// into HostParameter(i), call UploadParameters(), run ComputeGradients(),
+// then read HostGradient(i). A step waits for the device twice: for the loss
+// after the forward pass, and for the gradients at its end.
 #ifndef PST_WORKER_MLP_H_
 #define PST_WORKER_MLP_H_
 
@@ -61,6 +63,13 @@ class Mlp {
   std::span<float> HostParameter(size_t index);
   std::span<const float> HostGradient(size_t index) const;
 
+  // Host staging for a batch ([max_batch, input_dim] features and
+  // [max_batch] class indices or [max_batch, output_dim] targets). Any host
+  // memory may be passed to ComputeGradients/Evaluate; these (pinned on a
+  // GPU) upload fastest. Do not overwrite them while a call using them runs.
+  std::span<float> HostInput() { return host_input_; }
+  std::span<float> HostTargets() { return host_targets_; }
+
   // Copies every HostParameter to the backend.
   absl::Status UploadParameters();
 
@@ -68,6 +77,13 @@ class Mlp {
   // `targets` is [batch] class indices (cross-entropy) or [batch, output_dim]
   // (MSE), host memory. Leaves d(mean loss)/d(variable) in HostGradient.
   absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch);
+
+  // ComputeGradients in two halves: the forward + backward pass, leaving the
+  // gradients in backend buffers, and their copy into HostGradient. Apart
+  // for gpu_bench, which times the device work alone.
+  absl::StatusOr<LossResult> ComputeDeviceGradients(const float* x, const float* targets,
+                                                    int batch);
+  absl::Status DownloadGradients();
 
   // Forward only, same inputs; no gradients.
   absl::StatusOr<LossResult> Evaluate(const float* x, const float* targets, int batch);
@@ -89,11 +105,14 @@ class Mlp {
   int max_batch_;
   std::vector<VariableSpec> variables_;
   std::vector<Layer> layers_;
-  std::vector<std::vector<float>> host_params_;
-  std::vector<std::vector<float>> host_grads_;
+  std::vector<std::span<float>> host_params_;  // from kernels_->AllocateHost
+  std::vector<std::span<float>> host_grads_;   // from kernels_->AllocateHost
+  std::span<float> host_input_;                // from kernels_->AllocateHost
+  std::span<float> host_targets_;              // from kernels_->AllocateHost
   float* device_x_ = nullptr;
   float* device_targets_ = nullptr;
-  std::vector<float*> owned_;  // every device buffer, freed in the destructor
+  std::vector<float*> owned_;       // every device buffer, freed in the destructor
+  std::vector<float*> owned_host_;  // every host buffer, freed in the destructor
 };
 
 }  // namespace pst

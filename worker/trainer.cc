@@ -95,8 +95,10 @@ absl::Status Trainer::Setup() {
     parameters_.push_back(mlp_->HostParameter(i));
     gradients_.push_back(mlp_->HostGradient(i));
   }
-  batch_x_.resize(static_cast<size_t>(batch) * data_->train.feature_dim);
-  batch_y_.resize(static_cast<size_t>(batch) * data_->train.target_dim);
+  // Batches are gathered straight into the Mlp's staging buffers, from
+  // which a GPU backend uploads them by DMA.
+  batch_x_ = mlp_->HostInput().first(static_cast<size_t>(batch) * data_->train.feature_dim);
+  batch_y_ = mlp_->HostTargets().first(static_cast<size_t>(batch) * data_->train.target_dim);
 
   client_->SetVariables(mlp_->variables());
   client_->set_wire_dtype(WireDType(training.wire_dtype()));

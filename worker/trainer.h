@@ -79,8 +79,8 @@ class Trainer {
   std::vector<std::span<const float>> gradients_;
   std::vector<int64_t> versions_;      // each shard's version at the last pull
   std::vector<int64_t> next_min_;      // the version each shard must reach before the next pull
-  std::vector<float> batch_x_;
-  std::vector<float> batch_y_;
+  std::span<float> batch_x_;  // the Mlp's (pinned) input staging buffer
+  std::span<float> batch_y_;  // the Mlp's (pinned) target staging buffer
   int64_t resume_clock_ = 0;           // steps this worker had done before a restart
   absl::Duration injected_step_delay_ = absl::ZeroDuration();
   bool live_progress_ = false;

@@ -15,6 +15,16 @@ cp /bin/busybox "$WORK/root/bin/sh"
 tar -C "$WORK/root" -xzf "$WORK/bundle.tar.gz"
 # Nothing from the host's library directories is there.
 [ ! -e "$WORK/root/usr/lib" ] && [ ! -e "$WORK/root/lib/x86_64-linux-gnu" ]
+# A CUDA build ships its CUDA runtime and cuBLAS, never the driver.
+if ldd "$BUILD_DIR/bin/worker" | grep -q libcublas; then
+  for lib in libcudart.so libcublas.so libcublasLt.so; do
+    ls "$WORK/root/pstrain/lib/$lib".* >/dev/null || { echo "bundle_test: $lib missing from the bundle" >&2; exit 1; }
+  done
+  if ls "$WORK/root/pstrain/lib/libcuda.so"* >/dev/null 2>&1; then
+    echo "bundle_test: the bundle must not carry the driver (libcuda.so)" >&2; exit 1
+  fi
+  echo "bundle_test: CUDA runtime and cuBLAS bundled"
+fi
 
 # A free loopback port for the PS, in a config written for the job.
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

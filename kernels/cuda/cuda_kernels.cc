@@ -1,0 +1,364 @@
+// The CUDA backend: cuBLAS for every matrix product, the small kernels of
+// cuda_launch.cu for the rest, everything queued in call order on one
+// non-blocking stream owned by this object.
+//
+// Row-major without copies: a row-major m x n matrix is, read column-major,
+// its n x m transpose. So C = op(A) op(B) (row-major) is computed as the
+// column-major product C^T = op(B)^T op(A)^T, i.e. cublasSgemm with the
+// operands swapped and m, n exchanged; no data moves.
+//
+// Math: fp32 throughout, CUBLAS_DEFAULT_MATH (no TF32 tensor-core rounding),
+// so results match the CPU reference to ~1e-6 relative; TF32 would trade
+// that (to ~1e-3) for speed.
+//
+// Host synchronization happens only where the host needs a result: the
+// loss readback (LossTotals, 24 bytes into pinned memory), CopyToHost and
+// Synchronize. Device buffers are allocated by the caller once (Allocate);
+// the loss reduction's scratch is allocated here, once, at construction.
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/device.h"
+
+namespace pst {
+namespace {
+
+// "<call>: <cudaErrorName>: <description>"; clears the runtime's last error
+// so that a handled failure is not reported again by a later launch check.
+absl::Status CudaStatus(cudaError_t error, absl::string_view call) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();
+  std::string message =
+      absl::StrCat(call, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+  switch (error) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(message);
+    case cudaErrorInvalidValue:
+      return absl::InvalidArgumentError(message);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+      return absl::FailedPreconditionError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::Status CublasStatus(cublasStatus_t status, absl::string_view call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  std::string message =
+      absl::StrCat(call, ": ", cublasGetStatusName(status), ": ", cublasGetStatusString(status));
+  switch (status) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return absl::ResourceExhaustedError(message);
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::Status CheckDims(absl::string_view op, std::initializer_list<int> dims) {
+  for (int d : dims) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": negative dimension ", d));
+  }
+  return absl::OkStatus();
+}
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(int device) : device_(device) {}
+
+  ~CudaKernels() override {
+    // Nothing to report to from a destructor; the calls release what they can.
+    if (UseDevice().ok()) {
+      if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+      if (cublas_ != nullptr) cublasDestroy(cublas_);
+      if (partials_ != nullptr) cudaFree(partials_);
+      if (totals_ != nullptr) cudaFree(totals_);
+      if (host_totals_ != nullptr) cudaFreeHost(host_totals_);
+      if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    }
+    cudaGetLastError();
+  }
+
+  // Stream, cuBLAS handle (bound to the stream, default fp32 math) and the
+  // loss scratch buffers.
+  absl::Status Init() {
+    if (absl::Status s = CudaStatus(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    if (absl::Status s = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                                    "cudaStreamCreateWithFlags");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CublasStatus(cublasCreate(&cublas_), "cublasCreate"); !s.ok()) return s;
+    if (absl::Status s = CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            CublasStatus(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CudaStatus(
+            cudaMalloc(reinterpret_cast<void**>(&partials_), sizeof(cuda::LossPartial) * cuda::kMaxLossBlocks),
+            "cudaMalloc (loss partials)");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&totals_), sizeof(cuda::LossTotals)),
+                                    "cudaMalloc (loss totals)");
+        !s.ok()) {
+      return s;
+    }
+    return CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&host_totals_), sizeof(cuda::LossTotals)),
+                      "cudaMallocHost (loss totals)");
+  }
+
+  std::string Name() const override { return absl::StrCat("cuda:", device_); }
+
+  absl::StatusOr<float*> Allocate(size_t count) override {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
+    if (absl::Status s = CudaStatus(cudaMalloc(&p, bytes), absl::StrCat("cudaMalloc(", bytes, " bytes)"));
+        !s.ok()) {
+      return s;
+    }
+    return static_cast<float*>(p);
+  }
+
+  void Free(float* buffer) override {
+    if (buffer == nullptr || !UseDevice().ok()) return;
+    cudaFree(buffer);  // implicitly waits for queued work that may use it
+    cudaGetLastError();
+  }
+
+  absl::StatusOr<float*> AllocateHost(size_t count) override {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
+    if (absl::Status s =
+            CudaStatus(cudaMallocHost(&p, bytes), absl::StrCat("cudaMallocHost(", bytes, " bytes)"));
+        !s.ok()) {
+      return s;
+    }
+    return static_cast<float*>(p);
+  }
+
+  void FreeHost(float* buffer) override {
+    if (buffer == nullptr) return;
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // no copy may still read it
+    cudaFreeHost(buffer);
+    cudaGetLastError();
+  }
+
+  absl::Status CopyToDevice(const float* host, float* device, size_t count) override {
+    if (count == 0) return absl::OkStatus();
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(cudaMemcpyAsync(device, host, count * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream_),
+                      "cudaMemcpyAsync (host to device)");
+  }
+
+  absl::Status CopyToHostAsync(const float* device, float* host, size_t count) override {
+    if (count == 0) return absl::OkStatus();
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(cudaMemcpyAsync(host, device, count * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream_),
+                      "cudaMemcpyAsync (device to host)");
+  }
+
+  absl::Status Synchronize() override {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::Status CopyToHost(const float* device, float* host, size_t count) override {
+    if (absl::Status s = CopyToHostAsync(device, host, count); !s.ok()) return s;
+    return Synchronize();
+  }
+
+  absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                    const float* a, const float* b, float beta, float* c) override {
+    if (absl::Status s = CheckDims("Gemm", {m, n, k}); !s.ok()) return s;
+    if (m == 0 || n == 0) return absl::OkStatus();
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    const size_t c_count = static_cast<size_t>(m) * n;
+    if (k == 0) {  // an empty sum: c = beta * c, never reading c when beta == 0
+      if (beta == 0.0f) {
+        return CudaStatus(cudaMemsetAsync(c, 0, c_count * sizeof(float), stream_),
+                          "cudaMemsetAsync");
+      }
+      return CudaStatus(cuda::LaunchScale(stream_, c_count, beta, c), "Scale kernel launch");
+    }
+    // Column-major view: C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
+    // B as stored reads column-major as an n x k matrix (ld n) when not
+    // transposed, a k x n one (ld k) when it is; likewise A with m.
+    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ldb = transpose_b ? k : n;
+    const int lda = transpose_a ? m : k;
+    return CublasStatus(cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta,
+                                    c, n),
+                        "cublasSgemm");
+  }
+
+  absl::Status AddBias(int rows, int cols, const float* bias, float* y) override {
+    if (absl::Status s = CheckDims("AddBias", {rows, cols}); !s.ok()) return s;
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(cuda::LaunchAddBias(stream_, rows, cols, bias, y), "AddBias kernel launch");
+  }
+
+  absl::Status ActivationForward(ActivationKind kind, size_t count, float* y) override {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(
+        cuda::LaunchActivationForward(stream_, kind == ActivationKind::kTanh, count, y),
+        "ActivationForward kernel launch");
+  }
+
+  absl::Status ActivationBackward(ActivationKind kind, size_t count, const float* y,
+                                  float* dy) override {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(
+        cuda::LaunchActivationBackward(stream_, kind == ActivationKind::kTanh, count, y, dy),
+        "ActivationBackward kernel launch");
+  }
+
+  absl::Status ColumnSums(int rows, int cols, const float* m, float* out) override {
+    if (absl::Status s = CheckDims("ColumnSums", {rows, cols}); !s.ok()) return s;
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return CudaStatus(cuda::LaunchColumnSums(stream_, rows, cols, m, out),
+                      "ColumnSums kernel launch");
+  }
+
+  absl::StatusOr<LossResult> SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                                 const float* labels, float* dlogits) override {
+    if (rows <= 0 || classes <= 0) {
+      return absl::InvalidArgumentError("SoftmaxCrossEntropy needs rows and classes > 0");
+    }
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    if (absl::Status s = CudaStatus(cuda::LaunchSoftmaxCrossEntropy(stream_, rows, classes, logits,
+                                                                    labels, dlogits, partials_,
+                                                                    totals_),
+                                    "SoftmaxCrossEntropy kernel launch");
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<cuda::LossTotals> totals = ReadTotals();
+    if (!totals.ok()) return totals.status();
+    if (totals->first_bad_row != INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", totals->bad_label, " of row ",
+                                                     totals->first_bad_row,
+                                                     " is not a class index in [0, ", classes, ")"));
+    }
+    return LossResult{totals->loss_sum / rows, totals->correct};
+  }
+
+  absl::StatusOr<LossResult> MeanSquaredError(int rows, int cols, const float* pred,
+                                              const float* target, float* dpred) override {
+    if (rows <= 0 || cols <= 0) {
+      return absl::InvalidArgumentError("MeanSquaredError needs rows and cols > 0");
+    }
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    const size_t count = static_cast<size_t>(rows) * cols;
+    if (absl::Status s = CudaStatus(
+            cuda::LaunchSquaredError(stream_, count, pred, target, dpred, partials_, totals_),
+            "MeanSquaredError kernel launch");
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<cuda::LossTotals> totals = ReadTotals();
+    if (!totals.ok()) return totals.status();
+    return LossResult{totals->loss_sum / static_cast<double>(count), 0};
+  }
+
+ private:
+  // The worker may call from a thread other than the one that made this
+  // object; the CUDA device is per host thread.
+  absl::Status UseDevice() const {
+    int current = -1;
+    if (absl::Status s = CudaStatus(cudaGetDevice(&current), "cudaGetDevice"); !s.ok()) return s;
+    if (current == device_) return absl::OkStatus();
+    return CudaStatus(cudaSetDevice(device_), "cudaSetDevice");
+  }
+
+  // The one wait a loss call needs: its 24-byte result.
+  absl::StatusOr<cuda::LossTotals> ReadTotals() {
+    if (absl::Status s = CudaStatus(cudaMemcpyAsync(host_totals_, totals_, sizeof(cuda::LossTotals),
+                                                    cudaMemcpyDeviceToHost, stream_),
+                                    "cudaMemcpyAsync (loss totals)");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+        !s.ok()) {
+      return s;
+    }
+    return *host_totals_;
+  }
+
+  const int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cuda::LossPartial* partials_ = nullptr;  // device, kMaxLossBlocks entries
+  cuda::LossTotals* totals_ = nullptr;     // device
+  cuda::LossTotals* host_totals_ = nullptr;  // pinned host
+};
+
+// The runtime's reason for seeing no GPU, or "" when it sees some.
+std::string NoGpuReason() {
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(error), ": ",
+                        cudaGetErrorString(error),
+                        error == cudaErrorInsufficientDriver
+                            ? " (no NVIDIA driver, or one older than this CUDA runtime)"
+                            : "");
+  }
+  return count == 0 ? "cudaGetDeviceCount: 0 devices" : "";
+}
+
+}  // namespace
+
+bool CudaCompiledIn() { return true; }
+
+int VisibleGpuCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Kernels>> MakeCudaKernels(int device) {
+  const int visible = VisibleGpuCount();
+  if (visible == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu:", device, " requested but no GPU is visible (", NoGpuReason(), ")"));
+  }
+  if (device < 0 || device >= visible) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu:", device, " requested but only ", visible, " GPU(s) are visible (gpu:0..gpu:",
+        visible - 1, "); check CUDA_VISIBLE_DEVICES"));
+  }
+  auto kernels = std::make_unique<CudaKernels>(device);
+  if (absl::Status s = kernels->Init(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("gpu:", device, ": ", s.message()));
+  }
+  return kernels;
+}
+
+}  // namespace pst

@@ -1,0 +1,262 @@
+// The elementwise and reduction kernels of the CUDA backend (see
+// cuda_launch.h). Matrix products are not here: they go to cuBLAS.
+//
+// The loss kernels follow the CPU reference formula for formula (exp and the
+// per-row sums in double, the same float expressions for the gradients), so
+// the two backends agree to float rounding.
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/cuda_launch.h"
+
+namespace pst::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kColumnTile = 32;  // columns per ColumnSums block
+constexpr int kRowLanes = 8;     // row strides per ColumnSums block
+
+unsigned BlocksFor(size_t count, size_t cap) {
+  const size_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < cap ? blocks : cap);
+}
+
+// Elementwise grids: enough blocks to fill a GPU, grid-stride beyond that.
+unsigned ElementwiseBlocks(size_t count) { return BlocksFor(count, 1u << 16); }
+
+__global__ void ScaleKernel(size_t count, float beta, float* c) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    c[i] *= beta;
+  }
+}
+
+__global__ void AddBiasKernel(size_t count, int cols, const float* bias, float* y) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    y[i] += bias[i % cols];
+  }
+}
+
+__global__ void ActivationForwardKernel(bool use_tanh, size_t count, float* y) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float v = y[i];
+    y[i] = use_tanh ? tanhf(v) : (v > 0.0f ? v : 0.0f);
+  }
+}
+
+__global__ void ActivationBackwardKernel(bool use_tanh, size_t count, const float* y, float* dy) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float v = y[i];
+    if (use_tanh) {
+      dy[i] *= 1.0f - v * v;
+    } else if (!(v > 0.0f)) {
+      dy[i] = 0.0f;
+    }
+  }
+}
+
+// Block (kColumnTile, kRowLanes): thread (x, y) sums rows y, y + kRowLanes,
+// ... of column x (coalesced across x), then row 0 adds the kRowLanes
+// partial sums in order.
+__global__ void ColumnSumsKernel(int rows, int cols, const float* m, float* out) {
+  __shared__ float partial[kRowLanes][kColumnTile + 1];
+  const int col = blockIdx.x * kColumnTile + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (int r = threadIdx.y; r < rows; r += kRowLanes) sum += m[static_cast<size_t>(r) * cols + col];
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) total += partial[k][threadIdx.x];
+    out[col] = total;
+  }
+}
+
+// The largest value and its first index among the warp's candidates
+// (index -1 = none); the result is valid in lane 0.
+__device__ void WarpArgmax(float* value, int* index) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_down_sync(kFullMask, *value, offset);
+    const int other_index = __shfl_down_sync(kFullMask, *index, offset);
+    const bool take = other_index >= 0 &&
+                      (*index < 0 || other > *value || (other == *value && other_index < *index));
+    if (take) {
+      *value = other;
+      *index = other_index;
+    }
+  }
+}
+
+// Sum over the warp, valid in lane 0 (a fixed order, unlike a butterfly).
+__device__ double WarpSum(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
+  return v;
+}
+
+// One warp per row. Lane 0 of each warp keeps its rows' loss and correct
+// count; the block adds its warps' shares in warp order into partials.
+__global__ void SoftmaxCrossEntropyKernel(int rows, int classes, const float* logits,
+                                          const float* labels, float* dlogits,
+                                          LossPartial* partials) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  double loss = 0.0;
+  long long correct = 0;
+  int first_bad = INT_MAX;
+  for (int r = blockIdx.x * kWarpsPerBlock + warp; r < rows; r += gridDim.x * kWarpsPerBlock) {
+    const float* z = logits + static_cast<size_t>(r) * classes;
+    float best = 0.0f;
+    int best_index = -1;
+    for (int c = lane; c < classes; c += 32) {
+      if (best_index < 0 || z[c] > best) {
+        best = z[c];
+        best_index = c;
+      }
+    }
+    WarpArgmax(&best, &best_index);
+    const float max = __shfl_sync(kFullMask, best, 0);
+    const int argmax = __shfl_sync(kFullMask, best_index, 0);
+    double sum = 0.0;
+    for (int c = lane; c < classes; c += 32) sum += exp(static_cast<double>(z[c] - max));
+    sum = __shfl_sync(kFullMask, WarpSum(sum), 0);
+    // Every lane reads the same label, so the whole warp takes one branch.
+    const float label_value = labels[r];
+    const bool valid = label_value >= 0.0f && label_value < static_cast<float>(classes) &&
+                       truncf(label_value) == label_value;
+    if (!valid) {
+      first_bad = min(first_bad, r);
+      continue;
+    }
+    const int label = static_cast<int>(label_value);
+    if (lane == 0) {
+      loss += log(sum) - static_cast<double>(z[label] - max);
+      correct += argmax == label ? 1 : 0;
+    }
+    if (dlogits != nullptr) {
+      float* d = dlogits + static_cast<size_t>(r) * classes;
+      const double inv_sum = 1.0 / sum;
+      for (int c = lane; c < classes; c += 32) {
+        const float p = static_cast<float>(exp(static_cast<double>(z[c] - max)) * inv_sum);
+        d[c] = (p - (c == label ? 1.0f : 0.0f)) * inv_rows;
+      }
+    }
+  }
+  __shared__ LossPartial warp_share[kWarpsPerBlock];
+  if (lane == 0) warp_share[warp] = LossPartial{loss, correct, first_bad};
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    LossPartial total{0.0, 0, INT_MAX};
+    for (int w = 0; w < kWarpsPerBlock; ++w) {
+      total.loss_sum += warp_share[w].loss_sum;
+      total.correct += warp_share[w].correct;
+      total.first_bad_row = min(total.first_bad_row, warp_share[w].first_bad_row);
+    }
+    partials[blockIdx.x] = total;
+  }
+}
+
+// Each thread sums its elements' squared differences; the block adds them
+// by a fixed tree.
+__global__ void SquaredErrorKernel(size_t count, const float* pred, const float* target,
+                                   float* dpred, LossPartial* partials) {
+  const float scale = 2.0f / static_cast<float>(count);
+  double sum = 0.0;
+  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * kThreads) {
+    const float diff = pred[i] - target[i];
+    sum += static_cast<double>(diff) * diff;
+    if (dpred != nullptr) dpred[i] = scale * diff;
+  }
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = LossPartial{shared[0], 0, INT_MAX};
+}
+
+// One thread adds the blocks' partials in block order.
+__global__ void FinishLossKernel(int blocks, const LossPartial* partials, const float* labels,
+                                 LossTotals* totals) {
+  LossTotals t{0.0, 0, INT_MAX, 0.0f};
+  for (int b = 0; b < blocks; ++b) {
+    t.loss_sum += partials[b].loss_sum;
+    t.correct += partials[b].correct;
+    t.first_bad_row = min(t.first_bad_row, partials[b].first_bad_row);
+  }
+  if (t.first_bad_row != INT_MAX && labels != nullptr) t.bad_label = labels[t.first_bad_row];
+  *totals = t;
+}
+
+}  // namespace
+
+cudaError_t LaunchScale(cudaStream_t stream, size_t count, float beta, float* c) {
+  if (count == 0) return cudaSuccess;
+  ScaleKernel<<<ElementwiseBlocks(count), kThreads, 0, stream>>>(count, beta, c);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(cudaStream_t stream, int rows, int cols, const float* bias, float* y) {
+  const size_t count = static_cast<size_t>(rows) * cols;
+  if (count == 0) return cudaSuccess;
+  AddBiasKernel<<<ElementwiseBlocks(count), kThreads, 0, stream>>>(count, cols, bias, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchActivationForward(cudaStream_t stream, bool tanh, size_t count, float* y) {
+  if (count == 0) return cudaSuccess;
+  ActivationForwardKernel<<<ElementwiseBlocks(count), kThreads, 0, stream>>>(tanh, count, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchActivationBackward(cudaStream_t stream, bool tanh, size_t count,
+                                     const float* y, float* dy) {
+  if (count == 0) return cudaSuccess;
+  ActivationBackwardKernel<<<ElementwiseBlocks(count), kThreads, 0, stream>>>(tanh, count, y, dy);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols, const float* m, float* out) {
+  if (cols <= 0) return cudaSuccess;
+  const dim3 block(kColumnTile, kRowLanes);
+  const unsigned blocks = static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile);
+  ColumnSumsKernel<<<blocks, block, 0, stream>>>(rows, cols, m, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxCrossEntropy(cudaStream_t stream, int rows, int classes,
+                                      const float* logits, const float* labels, float* dlogits,
+                                      LossPartial* partials, LossTotals* totals) {
+  const size_t warps_needed = static_cast<size_t>(rows);
+  const unsigned blocks = static_cast<unsigned>(
+      (warps_needed + kWarpsPerBlock - 1) / kWarpsPerBlock < kMaxLossBlocks
+          ? (warps_needed + kWarpsPerBlock - 1) / kWarpsPerBlock
+          : kMaxLossBlocks);
+  SoftmaxCrossEntropyKernel<<<blocks, kThreads, 0, stream>>>(rows, classes, logits, labels,
+                                                             dlogits, partials);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  FinishLossKernel<<<1, 1, 0, stream>>>(static_cast<int>(blocks), partials, labels, totals);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSquaredError(cudaStream_t stream, size_t count, const float* pred,
+                               const float* target, float* dpred, LossPartial* partials,
+                               LossTotals* totals) {
+  const unsigned blocks = BlocksFor(count, kMaxLossBlocks);
+  SquaredErrorKernel<<<blocks, kThreads, 0, stream>>>(count, pred, target, dpred, partials);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  FinishLossKernel<<<1, 1, 0, stream>>>(static_cast<int>(blocks), partials, nullptr, totals);
+  return cudaGetLastError();
+}
+
+}  // namespace pst::cuda

@@ -1,0 +1,30 @@
+// The device a worker computes on, as written in --device and
+// training.device:
+//   "auto" or ""  a GPU when one is visible (gpu:0), else the CPU
+//   "cpu"         the CPU reference kernels
+//   "gpu:N"       CUDA device N (as numbered under CUDA_VISIBLE_DEVICES)
+// Parsing only; kernels/device.h turns a spec into a backend.
+#ifndef PST_KERNELS_DEVICE_SPEC_H_
+#define PST_KERNELS_DEVICE_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace pst {
+
+struct DeviceSpec {
+  enum class Kind { kAuto, kCpu, kGpu };
+  Kind kind = Kind::kAuto;
+  int gpu = 0;  // for kGpu
+
+  std::string ToString() const;  // "auto", "cpu", "gpu:N"
+};
+
+// InvalidArgument naming the string and the accepted forms.
+absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
+
+}  // namespace pst
+
+#endif  // PST_KERNELS_DEVICE_SPEC_H_

@@ -1,0 +1,146 @@
+// Device choice: parsing --device / training.device, resolving "auto", and a
+// GPU that is not there being one clear error (from the library and from the
+// worker binary, exit code 2). Runs with or without a GPU.
+#include "kernels/device.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DeviceSpecTest, AcceptsAutoCpuAndGpuN) {
+  struct Good {
+    std::string text;
+    DeviceSpec::Kind kind;
+    int gpu;
+    std::string canonical;
+  };
+  for (const Good& g : {Good{"", DeviceSpec::Kind::kAuto, 0, "auto"},
+                        Good{"auto", DeviceSpec::Kind::kAuto, 0, "auto"},
+                        Good{"cpu", DeviceSpec::Kind::kCpu, 0, "cpu"},
+                        Good{"gpu:0", DeviceSpec::Kind::kGpu, 0, "gpu:0"},
+                        Good{"gpu:12", DeviceSpec::Kind::kGpu, 12, "gpu:12"}}) {
+    SCOPED_TRACE(g.text);
+    absl::StatusOr<DeviceSpec> spec = ParseDeviceSpec(g.text);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->kind, g.kind);
+    EXPECT_EQ(spec->gpu, g.gpu);
+    EXPECT_EQ(spec->ToString(), g.canonical);
+  }
+}
+
+TEST(DeviceSpecTest, RejectsAnythingElseNamingIt) {
+  for (const char* bad : {"gpu", "gpu:", "gpu:-1", "gpu:x", "gpu:0 ", "GPU:0", "cuda:0", "tpu",
+                          "gpu:99999999999"}) {
+    SCOPED_TRACE(bad);
+    absl::StatusOr<DeviceSpec> spec = ParseDeviceSpec(bad);
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr(absl::StrCat("\"", bad, "\"")));
+    EXPECT_THAT(spec.status().message(), HasSubstr("auto, cpu or gpu:N"));
+  }
+}
+
+TEST(DeviceTest, CpuIsAlwaysThere) {
+  absl::StatusOr<std::unique_ptr<Kernels>> kernels = MakeKernelsFor({DeviceSpec::Kind::kCpu, 0});
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  EXPECT_EQ((*kernels)->Name(), "cpu");
+}
+
+TEST(DeviceTest, AutoPicksTheFirstGpuWhenOneIsVisibleElseTheCpu) {
+  absl::StatusOr<std::unique_ptr<Kernels>> kernels = MakeKernelsFor({DeviceSpec::Kind::kAuto, 0});
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  EXPECT_EQ((*kernels)->Name(), VisibleGpuCount() > 0 ? "cuda:0" : "cpu");
+}
+
+TEST(DeviceTest, AMissingGpuIsAClearError) {
+  const int missing = VisibleGpuCount();  // one past the last visible GPU
+  absl::StatusOr<std::unique_ptr<Kernels>> kernels =
+      MakeKernelsFor({DeviceSpec::Kind::kGpu, missing});
+  ASSERT_FALSE(kernels.ok());
+  EXPECT_THAT(kernels.status().code(), ::testing::AnyOf(absl::StatusCode::kInvalidArgument,
+                                                        absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(kernels.status().message(), HasSubstr(absl::StrCat("gpu:", missing, " requested")));
+}
+
+TEST(DeviceConfigTest, TheOverrideAndTheConfigFieldAreValidated) {
+  JobConfig config;
+  ConfigOverrides overrides;
+  overrides.device = "gpu:1";
+  ASSERT_TRUE(ApplyOverrides(overrides, &config).ok());
+  EXPECT_EQ(config.training().device(), "gpu:1");
+  overrides.device = "gpu:one";
+  absl::Status bad = ApplyOverrides(overrides, &config);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("--device: device \"gpu:one\""));
+
+  absl::StatusOr<JobConfig> parsed = ParseConfig(
+      "cluster { ps: \"127.0.0.1:1\" workers: 1 } training { device: \"npu\" "
+      "optimizer { sgd { learning_rate: 0.1 } } dataset { parabola { examples: 64 } } "
+      "model { mlp { hidden: 4 } } }",
+      "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ApplyDefaults(&*parsed);
+  absl::Status invalid = ValidateConfig(*parsed);
+  EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(invalid.message(), HasSubstr("training.device"));
+  parsed->mutable_training()->set_device("cpu");
+  EXPECT_TRUE(ValidateConfig(*parsed).ok()) << ValidateConfig(*parsed);
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string err;
+};
+
+CommandResult RunWorker(const std::string& args) {
+  static int calls = 0;
+  const std::string err_path =
+      absl::StrCat(::testing::TempDir(), "/device_test.", getpid(), ".", ++calls, ".err");
+  const std::string line = absl::StrCat("timeout -k 5 60 ", PST_BIN_DIR, "/worker ", args,
+                                        " >/dev/null 2>", err_path, " </dev/null");
+  const int status = std::system(line.c_str());
+  CommandResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(err_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  result.err = text.str();
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+TEST(WorkerDeviceFlagTest, AMissingGpuOrABadValueExitsWithCode2AndOneLine) {
+  const std::string missing = absl::StrCat("gpu:", VisibleGpuCount());
+  struct Case {
+    std::string flag;
+    std::string expected;
+  };
+  for (const Case& c : {Case{"--device=" + missing, missing + " requested"},
+                        Case{"--device=" + missing, "use --device=cpu"},
+                        Case{"--device=gpu:zero", "--device: device \"gpu:zero\""}}) {
+    SCOPED_TRACE(c.flag);
+    CommandResult r = RunWorker("--task=worker:0 --connect_timeout_seconds=1 " + c.flag);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("worker: error: "));
+    EXPECT_THAT(r.err, HasSubstr(c.expected));
+    std::vector<std::string> lines = absl::StrSplit(r.err, '\n', absl::SkipEmpty());
+    EXPECT_EQ(lines.size(), 1u) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace pst
