@@ -10,8 +10,10 @@
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/metrics_http.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/ps_metrics.h"
 #include "ps_server/ps_service.h"
 #include "spdlog/spdlog.h"
 
@@ -104,6 +106,14 @@ int main(int argc, char** argv) {
     signal_waiter.join();
     pst::ExitWithError(kProgram, server.status());
   }
+  pst::ExportShardMetrics(shard->get());
+  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
+      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+  if (!metrics_server.ok()) {
+    request_stop();
+    signal_waiter.join();
+    pst::ExitWithError(kProgram, metrics_server.status());
+  }
   spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {})", task->ToString(), address,
                pst::ModeName(options.mode), options.num_workers,
                (*shard)->optimizer_name());
@@ -114,6 +124,7 @@ int main(int argc, char** argv) {
   (*shard)->BeginShutdown();
   server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   signal_waiter.join();
+  metrics_server->reset();  // no scrape may read the shard from here on
   pst::StatsResponse stats;
   (*shard)->Stats(&stats);
   spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",
