@@ -93,7 +93,7 @@ std::string Axes(const Range& x, const Range& y, const std::vector<double>& xt,
 
 }  // namespace
 
-std::vector<double> NiceTicks(double lo, double hi, int count) {
+std::vector<double> NiceTicks(double lo, double hi, int count, double min_step) {
   if (!(hi > lo) || count < 1) return {lo};
   const double raw = (hi - lo) / count;
   const double power = std::pow(10.0, std::floor(std::log10(raw)));
@@ -102,6 +102,7 @@ std::vector<double> NiceTicks(double lo, double hi, int count) {
     step = m * power;
     if (step >= raw) break;
   }
+  step = std::max(step, min_step);
   std::vector<double> ticks;
   for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step) {
     ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
@@ -110,10 +111,11 @@ std::vector<double> NiceTicks(double lo, double hi, int count) {
 }
 
 std::string LineChart(const std::string& title, const std::string& x_label,
-                      const std::string& y_label, const std::vector<Series>& series) {
+                      const std::string& y_label, const std::vector<Series>& series,
+                      bool integer_x) {
   Range x = RangeOf(series, true);
   Range y = RangeOf(series, false);
-  const std::vector<double> xt = NiceTicks(x.lo, x.hi, 6);
+  const std::vector<double> xt = NiceTicks(x.lo, x.hi, 6, integer_x ? 1.0 : 0.0);
   const std::vector<double> yt = NiceTicks(y.lo, y.hi, 5);
   // Widen the ranges to the outer ticks, so the grid frames the data.
   x = {std::min(x.lo, xt.front()), std::max(x.hi, xt.back())};
@@ -250,7 +252,8 @@ std::string RenderReport(const std::vector<RunRecord>& runs) {
          "mean over one progress window (training.log_every_steps).</p>\n";
   const bool accuracy = AnyAccuracy(runs);
   out += LineChart(accuracy ? "Test accuracy after each epoch (chief)" : "Test loss after each epoch (chief)",
-                   "epoch", accuracy ? "test accuracy" : "test loss", EvalSeries(runs, accuracy));
+                   "epoch", accuracy ? "test accuracy" : "test loss", EvalSeries(runs, accuracy),
+                   /*integer_x=*/true);
   out += LineChart("Training loss over time", "seconds since the worker started", "training loss",
                    WorkerSeries(runs, [](const CurvePoint& p) { return p.seconds(); },
                                 [](const CurvePoint& p) { return p.loss(); }));

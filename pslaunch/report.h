@@ -38,12 +38,15 @@ struct Series {
   std::vector<std::pair<double, double>> points;
 };
 
-// An SVG line chart with axes, ticks, title and legend.
+// An SVG line chart with axes, ticks, title and legend; `integer_x` keeps
+// x ticks on whole numbers (epochs).
 std::string LineChart(const std::string& title, const std::string& x_label,
-                      const std::string& y_label, const std::vector<Series>& series);
+                      const std::string& y_label, const std::vector<Series>& series,
+                      bool integer_x = false);
 
-// Round tick values covering [lo, hi]: steps of 1, 2 or 5 x 10^k, about `count`.
-std::vector<double> NiceTicks(double lo, double hi, int count);
+// Round tick values covering [lo, hi]: steps of 1, 2 or 5 x 10^k, about
+// `count`, and no finer than `min_step`.
+std::vector<double> NiceTicks(double lo, double hi, int count, double min_step = 0);
 
 }  // namespace pst
 

@@ -20,6 +20,7 @@ TEST(NiceTicksTest, RoundStepsCoverTheRange) {
     double lo, hi;
     int count;
     std::vector<double> ticks;
+    double min_step = 0;
   };
   const Case cases[] = {
       {0, 10, 5, {0, 2, 4, 6, 8, 10}},
@@ -27,9 +28,10 @@ TEST(NiceTicksTest, RoundStepsCoverTheRange) {
       {0.31, 0.89, 8, {0.4, 0.5, 0.6, 0.7, 0.8}},
       {0, 7020, 6, {0, 2000, 4000, 6000}},
       {1, 15, 6, {5, 10, 15}},
+      {1, 3, 6, {1, 2, 3}, 1.0},  // epochs: whole numbers only
   };
   for (const Case& c : cases) {
-    std::vector<double> ticks = NiceTicks(c.lo, c.hi, c.count);
+    std::vector<double> ticks = NiceTicks(c.lo, c.hi, c.count, c.min_step);
     ASSERT_EQ(ticks.size(), c.ticks.size()) << c.lo << ".." << c.hi;
     for (size_t i = 0; i < ticks.size(); ++i) EXPECT_NEAR(ticks[i], c.ticks[i], 1e-9);
   }
