@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
+  pst::ExportShardMetrics(shard->get());
+  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
+      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+  if (!metrics_server.ok()) pst::ExitWithError(kProgram, metrics_server.status());
 
   absl::Notification stop;
   std::atomic<bool> stop_requested{false};
@@ -105,14 +109,6 @@ int main(int argc, char** argv) {
     request_stop();
     signal_waiter.join();
     pst::ExitWithError(kProgram, server.status());
-  }
-  pst::ExportShardMetrics(shard->get());
-  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
-      pst::metrics::StartMetricsServerFromFlags(task->ToString());
-  if (!metrics_server.ok()) {
-    request_stop();
-    signal_waiter.join();
-    pst::ExitWithError(kProgram, metrics_server.status());
   }
   spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {})", task->ToString(), address,
                pst::ModeName(options.mode), options.num_workers,

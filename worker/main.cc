@@ -65,14 +65,7 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
 
-  absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
-  if (!data.ok()) pst::ExitWithError(kProgram, data.status());
-
-  std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
-  absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
-      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
-  if (!client.ok()) pst::ExitWithError(kProgram, client.status());
-
+  // Before the slow parts (data, connecting), so a bad flag fails at once.
   pst::GetWorkerMetrics();  // every metric is scraped from the start, at zero
   absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
       pst::metrics::StartMetricsServerFromFlags(task->ToString());
@@ -84,6 +77,14 @@ int main(int argc, char** argv) {
     events = std::move(*opened);
     spdlog::info("TensorBoard events: {}", events->path());
   }
+
+  absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
+  if (!data.ok()) pst::ExitWithError(kProgram, data.status());
+
+  std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
+  absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
+      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
+  if (!client.ok()) pst::ExitWithError(kProgram, client.status());
 
   std::unique_ptr<pst::Kernels> kernels = pst::MakeCpuKernels();
   spdlog::info("{} computing on {}", task->ToString(), kernels->Name());

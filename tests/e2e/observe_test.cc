@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -230,6 +231,39 @@ TEST(PslaunchObservabilityTest, MetricsMappingEventFileAndReport) {
   EXPECT_EQ(WEXITSTATUS(std::system(absl::StrCat(Bin("psreport"), " /no/such.json 2>/dev/null")
                                         .c_str())),
             2);
+}
+
+// Bad observability flags: one line naming the flag, exit code 2, before
+// any slow start-up work.
+TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
+  const std::string config = ScratchDir() + "/errors.textproto";
+  std::ofstream(config) << JobConfig(FreePorts(1), 1, 1);
+  const int port = FreePorts(1);
+  struct Case {
+    std::string command;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {absl::StrCat(Bin("ps_server"), " --config=", config, " --metrics_port=70000"),
+       "ps_server: error: --metrics_port: metrics port 70000 is not in 0..65535"},
+      {absl::StrCat(Bin("worker"), " --config=", config, " --metrics_port=", port,
+                    " --metrics_address=localhost"),
+       "worker: error: --metrics_port: metrics address \"localhost\" is not an IP address"},
+      {absl::StrCat(Bin("worker"), " --config=", config, " --logdir=/proc/nope"),
+       "worker: error: cannot create --logdir /proc/nope"},
+      {absl::StrCat(Bin("pslaunch"), " --config=", config, " --metrics_port=-3"),
+       "pslaunch: error: --metrics_port=-3 is not a port"},
+      {Bin("psreport"), "psreport: error: name at least one run record"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = ScratchDir() + "/error.err";
+    int status = std::system(
+        absl::StrCat("timeout -k 5 30 ", c.command, " >/dev/null 2>", err, " </dev/null").c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << c.command;
+    const std::string text = ReadFile(err);
+    EXPECT_EQ(text.rfind(c.message, 0), 0u) << c.command << "\n" << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  }
 }
 
 }  // namespace
