@@ -10,8 +10,10 @@
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/metrics_http.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/ps_metrics.h"
 #include "ps_server/ps_service.h"
 #include "spdlog/spdlog.h"
 
@@ -64,6 +66,10 @@ int main(int argc, char** argv) {
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
+  pst::ExportShardMetrics(shard->get());
+  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
+      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+  if (!metrics_server.ok()) pst::ExitWithError(kProgram, metrics_server.status());
 
   absl::Notification stop;
   std::atomic<bool> stop_requested{false};
@@ -114,6 +120,7 @@ int main(int argc, char** argv) {
   (*shard)->BeginShutdown();
   server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   signal_waiter.join();
+  metrics_server->reset();  // no scrape may read the shard from here on
   pst::StatsResponse stats;
   (*shard)->Stats(&stats);
   spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "grpcpp/server_builder.h"
+#include "ps_server/ps_metrics.h"
 
 namespace pst {
 
@@ -26,12 +27,18 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
   // Wait no longer than the client asked for, nor past the call's deadline.
   absl::Time deadline = absl::Now() + absl::Milliseconds(std::max(0, request->timeout_ms()));
   deadline = std::min(deadline, absl::FromChrono(context->deadline()));
-  return ToGrpcStatus(server_->Pull(*request, deadline, response));
+  const absl::Time start = absl::Now();
+  absl::Status status = server_->Pull(*request, deadline, response);
+  RecordServedPull(*response, status, absl::Now() - start);
+  return ToGrpcStatus(status);
 }
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushRequest* request,
                                           PushResponse* response) {
-  return ToGrpcStatus(server_->Push(*request, response));
+  const absl::Time start = absl::Now();
+  absl::Status status = server_->Push(*request, response);
+  RecordServedPush(*request, *response, status, absl::Now() - start);
+  return ToGrpcStatus(status);
 }
 
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*,

@@ -26,8 +26,10 @@
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/metrics_http.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "pslaunch/report.h"
 #include "pslaunch/supervisor.h"
 #include "result.pb.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -40,6 +42,12 @@ ABSL_FLAG(std::string, result_dir, "",
           "Directory for the effective config (cluster.textproto) and each worker's result "
           "(worker-<i>.json); kept after the run. Default: a fresh directory under /tmp, "
           "removed at the end.");
+ABSL_FLAG(std::string, logdir, "",
+          "The chief (worker:0) writes TensorBoard event files here (see worker --help).");
+ABSL_FLAG(std::string, report, "",
+          "Write the loss and accuracy curves of every worker to this self-contained HTML page, "
+          "and the run's record to the same name with .json (psreport draws several of those "
+          "on one page). Default: report.html in --result_dir when that is set, else none.");
 ABSL_FLAG(int, grace_seconds, 10,
           "When stopping, how long tasks get to exit after SIGTERM before they are killed.");
 
@@ -107,9 +115,27 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
   return path;
 }
 
+// --metrics_port=P: the first PS serves metrics on P, the other tasks on
+// P+1, P+2, ... in task order (PS shards, then workers).
+void AssignMetricsPorts(std::vector<pst::ChildSpec>* tasks) {
+  const int base = absl::GetFlag(FLAGS_metrics_port);
+  if (base == 0) return;
+  std::vector<std::string> mapping;
+  const std::string address = absl::GetFlag(FLAGS_metrics_address);
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    pst::ChildSpec& task = (*tasks)[i];
+    const int port = base + static_cast<int>(i);
+    task.argv.push_back(absl::StrCat("--metrics_port=", port));
+    task.argv.push_back("--metrics_address=" + address);
+    mapping.push_back(absl::StrCat(task.name, "=", port));
+  }
+  spdlog::info("metrics on http://{}:PORT/metrics: {}", address, absl::StrJoin(mapping, " "));
+}
+
 std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::string& bin_dir,
                                   const std::string& config_path, const std::string& result_dir) {
   std::vector<pst::ChildSpec> tasks;
+  const std::string logdir = absl::GetFlag(FLAGS_logdir);
   for (int i = 0; i < config.cluster().ps_size(); ++i) {
     std::string task = absl::StrCat("ps:", i);
     tasks.push_back({task,
@@ -122,7 +148,9 @@ std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::strin
                      {bin_dir + "/worker", "--config=" + config_path, "--task=" + task,
                       "--result_file=" + WorkerResultPath(result_dir, i)},
                      /*must_finish=*/true});
+    if (!logdir.empty()) tasks.back().argv.push_back("--logdir=" + logdir);
   }
+  AssignMetricsPorts(&tasks);
   return tasks;
 }
 
@@ -194,6 +222,29 @@ void RemoveDir(const std::string& dir) {
   std::filesystem::remove_all(dir, ignored);
 }
 
+// --report: the curves page and the run record beside it. A report that
+// cannot be written is logged; the run itself succeeded.
+void WriteReport(const pst::RunSummary& summary, const pst::JobConfig& config,
+                 const std::string& dir) {
+  std::string path = absl::GetFlag(FLAGS_report);
+  if (path.empty() && !absl::GetFlag(FLAGS_result_dir).empty()) path = dir + "/report.html";
+  if (path.empty()) return;
+  std::vector<pst::WorkerResult> workers;
+  for (int i = 0; i < config.cluster().workers(); ++i) {
+    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(WorkerResultPath(dir, i));
+    if (result.ok()) workers.push_back(*std::move(result));
+  }
+  pst::RunRecord record = pst::MakeRunRecord(summary, std::move(workers));
+  const std::string record_path = pst::RecordPathFor(path);
+  absl::Status written = pst::WriteRunRecord(record, record_path);
+  if (written.ok()) written = pst::WriteTextFile(path, pst::RenderReport({record}));
+  if (!written.ok()) {
+    spdlog::error("no report: {}", std::string(written.message()));
+    return;
+  }
+  spdlog::info("curves: {} (run record {})", path, record_path);
+}
+
 // Reports how the run ended and returns pslaunch's exit code.
 int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const std::string& dir,
            absl::Time start) {
@@ -205,6 +256,7 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
                      std::string(summary.status().message()).c_str());
         return 1;
       }
+      WriteReport(*summary, config, dir);
       std::printf("%s\n", SummaryLine(*summary).c_str());
       return 0;
     }
@@ -230,7 +282,8 @@ void SetUpHelp() {
   absl::SetProgramUsageMessage(kUsage);
   absl::FlagsUsageConfig config;
   auto ours = [](absl::string_view file) {
-    return absl::StrContains(file, "pslaunch/") || absl::StrContains(file, "common/flags");
+    return absl::StrContains(file, "pslaunch/") || absl::StrContains(file, "common/flags") ||
+           absl::StrContains(file, "common/metrics_http");
   };
   config.contains_help_flags = ours;
   config.contains_helpshort_flags = ours;
@@ -261,6 +314,10 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError("--grace_seconds must be >= 0"));
   }
   absl::Duration grace = absl::Seconds(grace_seconds);
+  if (int port = absl::GetFlag(FLAGS_metrics_port); port < 0 || port > 65535) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port=", port, " is not a port (1..65535, or 0 for none)")));
+  }
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());

@@ -7,6 +7,7 @@ PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
+  libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
   dataset-fashion-mnist
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.

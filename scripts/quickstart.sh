@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
-exec build/bin/pslaunch --config=configs/local.textproto "$@"
+# run.html: the loss and accuracy curves of this run (README, "The curves page").
+exec build/bin/pslaunch --config=configs/local.textproto --report=run.html "$@"

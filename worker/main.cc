@@ -9,16 +9,23 @@
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/metrics_http.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device.h"
 #include "spdlog/spdlog.h"
+#include "worker/event_writer.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, task, "worker:0", "Which worker this is: worker:<index>; worker:0 is the chief.");
 ABSL_FLAG(std::string, result_file, "",
           "Write this worker's result (steps, samples, loss, test accuracy) here as JSON.");
 ABSL_FLAG(int, inject_step_delay_ms, 0,
           "Testing only: sleep this long in every step, to play a straggler.");
+ABSL_FLAG(std::string, logdir, "",
+          "The chief (worker:0) writes TensorBoard event files here (train/loss, "
+          "train/samples_per_sec, train/staleness, test/loss, test/accuracy); other workers "
+          "ignore it. Empty = none.");
 ABSL_FLAG(int, connect_timeout_seconds, 60,
           "How long to wait for every PS shard to accept a connection.");
 
@@ -73,6 +80,19 @@ int main(int argc, char** argv) {
                (*kernels)->Name(), device->ToString(), pst::VisibleGpuCount(),
                pst::CudaCompiledIn() ? "" : "; built without CUDA");
 
+  // Before the slow parts (data, connecting), so a bad flag fails at once.
+  pst::GetWorkerMetrics();  // every metric is scraped from the start, at zero
+  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
+      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+  if (!metrics_server.ok()) pst::ExitWithError(kProgram, metrics_server.status());
+  std::unique_ptr<pst::EventWriter> events;
+  if (std::string logdir = absl::GetFlag(FLAGS_logdir); !logdir.empty() && task->index == 0) {
+    absl::StatusOr<std::unique_ptr<pst::EventWriter>> opened = pst::EventWriter::Open(logdir);
+    if (!opened.ok()) pst::ExitWithError(kProgram, opened.status());
+    events = std::move(*opened);
+    spdlog::info("TensorBoard events: {}", events->path());
+  }
+
   absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
   if (!data.ok()) pst::ExitWithError(kProgram, data.status());
 
@@ -83,6 +103,7 @@ int main(int argc, char** argv) {
 
   pst::Trainer trainer(*config, task->index, client->get(), kernels->get(), &*data);
   trainer.set_live_progress(true);
+  trainer.set_event_writer(events.get());
   trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));
   absl::StatusOr<pst::WorkerResult> result = trainer.Run();
   if (!result.ok()) {

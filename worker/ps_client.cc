@@ -9,6 +9,7 @@
 #include "common/tensor_codec.h"
 #include "grpcpp/create_channel.h"
 #include "worker/mlp.h"
+#include "worker/worker_metrics.h"
 
 namespace pst {
 namespace {
@@ -149,6 +150,7 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
     SetDeadline(&context, timeout + kRpcDeadline);
     grpc::Status rpc = shard.stub->Pull(&context, request, &response);
     if (!rpc.ok()) return ShardError(s, rpc);
+    GetWorkerMetrics().bytes_in.Increment(response.ByteSizeLong());
     if (response.variables_size() != static_cast<int>(shard.slices.size())) {
       return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
                                               response.variables_size(), " variables, expected ",
@@ -190,6 +192,7 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
     grpc::ClientContext context;
     SetDeadline(&context, kRpcDeadline);
     grpc::Status rpc = shards_[s].stub->Push(&context, request, &(*responses)[s]);
+    GetWorkerMetrics().bytes_out.Increment(request.ByteSizeLong());
     return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
   });
 }

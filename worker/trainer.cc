@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -10,6 +11,7 @@
 #include "common/config.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
+#include "worker/worker_metrics.h"
 
 namespace pst {
 namespace {
@@ -21,6 +23,12 @@ constexpr int kEvalBatch = 500;
 constexpr uint64_t kTestSeedOffset = 0x9E3779B97F4A7C15ULL;
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// Classification accuracy of an evaluation; none for regression.
+std::optional<double> Accuracy(const LossResult& evaluation, const Dataset& data) {
+  if (data.num_classes == 0) return std::nullopt;
+  return static_cast<double>(evaluation.correct) / data.size;
+}
 
 }  // namespace
 
@@ -128,14 +136,18 @@ absl::Status Trainer::Setup() {
   next_min_.assign(client_->num_shards(), 0);
   progress_ = std::make_unique<Progress>(live_progress_ && Progress::IsTerminal(),
                                          sampler_->steps_per_epoch() * training.epochs());
+  recorder_ = std::make_unique<RunRecorder>(is_chief() ? events_ : nullptr);
   return absl::OkStatus();
 }
 
 absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
   absl::Duration timeout = absl::Seconds(config_.training().pull_timeout_seconds());
+  const absl::Time start = absl::Now();
   if (absl::Status s = client_->Pull(min_versions, timeout, parameters_, &versions_); !s.ok()) {
     return s;
   }
+  GetWorkerMetrics().pull_seconds.Observe(Seconds(start));
+  GetWorkerMetrics().version.Set(static_cast<double>(versions_[0]));
   return mlp_->UploadParameters();
 }
 
@@ -176,6 +188,13 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
       progress_->Report(point, epoch * steps + step + 1);
     }
     if (window_end) {
+      const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
+      recorder_->OnWindow({epoch * steps + step + 1, window_loss / in_window,
+                           in_window * batch / Seconds(window_start),
+                           static_cast<double>(window_staleness_) / in_window,
+                           responses[0].version()},
+                          result);
+      window_staleness_ = 0;
       window_loss = 0.0;
       window_start = absl::Now();
     }
@@ -188,13 +207,21 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
 
 absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
                                             std::vector<PushResponse>* responses) {
+  const absl::Time start = absl::Now();
   if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
   const int batch = config_.training().batch_size();
   GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
   absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
   if (!loss.ok()) return loss;
   if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
+  const absl::Time push_start = absl::Now();
   if (absl::Status s = client_->Push(versions_, gradients_, responses); !s.ok()) return s;
+  WorkerMetrics& metrics = GetWorkerMetrics();
+  metrics.push_seconds.Observe(Seconds(push_start));
+  metrics.step_seconds.Observe(Seconds(start));
+  metrics.steps.Increment();
+  metrics.samples.Increment(batch);
+  window_staleness_ += RecordPushes(versions_, *responses);
   return loss;
 }
 
@@ -268,6 +295,9 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
   absl::StatusOr<LossResult> test = Evaluate(data_->test);
   if (!test.ok()) return test.status();
   result->set_test_loss(test->loss);
+  const int epochs = config_.training().epochs();
+  recorder_->OnEvaluation(epochs, epochs * sampler_->steps_per_epoch(), test->loss,
+                          Accuracy(*test, data_->test), result);
   if (data_->test.num_classes > 0) {
     result->set_has_test_accuracy(true);
     result->set_test_accuracy(static_cast<double>(test->correct) / data_->test.size);
@@ -312,6 +342,8 @@ absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
       absl::Time start = absl::Now();
       absl::StatusOr<LossResult> test = Evaluate(data_->test);
       if (!test.ok()) return test.status();
+      recorder_->OnEvaluation(epoch + 1, (epoch + 1) * steps, test->loss,
+                              Accuracy(*test, data_->test), &result);
       spdlog::info("epoch {}/{} done: train_loss {:.4f} test_loss {:.4f}{} ({:.1f} s to evaluate)",
                    epoch + 1, epochs, last_epoch_loss_, test->loss,
                    data_->test.num_classes > 0

@@ -16,6 +16,7 @@
 #include "worker/dataset.h"
 #include "worker/mlp.h"
 #include "worker/progress.h"
+#include "worker/run_recorder.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -45,6 +46,10 @@ class Trainer {
   // Draw a live progress bar when stdout is a terminal (the worker binary);
   // off by default, so that threads sharing a terminal do not fight over it.
   void set_live_progress(bool live) { live_progress_ = live; }
+
+  // The chief writes TensorBoard scalars here (train/loss, train/samples_per_sec,
+  // train/staleness, test/loss, test/accuracy); null = none. Borrowed.
+  void set_event_writer(EventWriter* events) { events_ = events; }
 
   // Trains to the end. Unavailable / DeadlineExceeded when a shard stops
   // answering; InvalidArgument when the data set is too small for the batch.
@@ -87,6 +92,9 @@ class Trainer {
   std::unique_ptr<Progress> progress_;
   double train_seconds_ = 0.0;
   double last_epoch_loss_ = 0.0;
+  EventWriter* events_ = nullptr;
+  std::unique_ptr<RunRecorder> recorder_;
+  int64_t window_staleness_ = 0;       // sum of shard 0's staleness since the last window
 };
 
 }  // namespace pst

@@ -1,0 +1,57 @@
+// Serves a metrics Registry over HTTP for Prometheus: GET /metrics answers
+// the text exposition format, any other path 404, any other method 405.
+// Built on libmicrohttpd, with its own listening thread, so serving never
+// touches the process's gRPC threads.
+//
+// ps_server and worker start one with --metrics_port (0 = none) on
+// --metrics_address (127.0.0.1 by default: metrics stay on the host unless
+// asked for).
+#ifndef PST_COMMON_METRICS_HTTP_H_
+#define PST_COMMON_METRICS_HTTP_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+
+ABSL_DECLARE_FLAG(int, metrics_port);
+ABSL_DECLARE_FLAG(std::string, metrics_address);
+
+struct MHD_Daemon;
+
+namespace pst::metrics {
+
+class MetricsServer {
+ public:
+  // Listens on `address` (an IPv4 or IPv6 literal) and `port` (0 picks a
+  // free one; see port()). InvalidArgument for an address that is not a
+  // literal, Unavailable when the port cannot be bound. `registry` must
+  // outlive the server.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const Registry* registry,
+                                                             const std::string& address, int port);
+  ~MetricsServer();  // stops listening and waits for requests in flight
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  MetricsServer(const Registry* registry) : registry_(registry) {}
+
+  const Registry* registry_;
+  MHD_Daemon* daemon_ = nullptr;
+  int port_ = 0;
+  friend struct Handler;
+};
+
+// The server --metrics_port and --metrics_address ask for on
+// GlobalRegistry(), logged as "<task> metrics on http://ADDR:PORT/metrics";
+// nullptr when --metrics_port is 0.
+absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
+    const std::string& task);
+
+}  // namespace pst::metrics
+
+#endif  // PST_COMMON_METRICS_HTTP_H_

@@ -1,0 +1,100 @@
+#include "ps_server/ps_metrics.h"
+
+#include "common/metrics.h"
+#include "ps_server/parameter_shard.h"
+
+namespace pst {
+namespace {
+
+using metrics::GlobalRegistry;
+
+struct ServedMetrics {
+  metrics::Histogram& pull_seconds = GlobalRegistry().AddHistogram(
+      "pst_ps_pull_seconds", "Time to serve a Pull, waiting for the requested version included.",
+      metrics::LatencyBuckets());
+  metrics::Histogram& push_seconds = GlobalRegistry().AddHistogram(
+      "pst_ps_push_seconds", "Time to serve a Push.", metrics::LatencyBuckets());
+  metrics::Histogram& staleness = GlobalRegistry().AddHistogram(
+      "pst_ps_push_staleness", "Versions between a gradient's computation and its arrival.",
+      metrics::StalenessBuckets());
+  metrics::Counter& bytes_in = GlobalRegistry().AddCounter(
+      "pst_ps_received_bytes_total", "Bytes of Push requests received (serialized protobuf).");
+  metrics::Counter& bytes_out = GlobalRegistry().AddCounter(
+      "pst_ps_sent_bytes_total", "Bytes of Pull responses sent (serialized protobuf).");
+  metrics::Counter& failed_calls = GlobalRegistry().AddCounter(
+      "pst_ps_failed_calls_total", "Pull and Push calls answered with an error.");
+};
+
+ServedMetrics& Served() {
+  static ServedMetrics* served = new ServedMetrics();
+  return *served;
+}
+
+}  // namespace
+
+void RecordServedPull(const PullResponse& response, const absl::Status& status,
+                      absl::Duration latency) {
+  ServedMetrics& m = Served();
+  m.pull_seconds.Observe(absl::ToDoubleSeconds(latency));
+  if (!status.ok()) {
+    m.failed_calls.Increment();
+    return;
+  }
+  m.bytes_out.Increment(response.ByteSizeLong());
+}
+
+int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {
+  const int64_t arrival_version =
+      response.version() - (response.outcome() == PushResponse::APPLIED ? 1 : 0);
+  return arrival_version - computed_at;
+}
+
+void RecordServedPush(const PushRequest& request, const PushResponse& response,
+                      const absl::Status& status, absl::Duration latency) {
+  ServedMetrics& m = Served();
+  m.push_seconds.Observe(absl::ToDoubleSeconds(latency));
+  m.bytes_in.Increment(request.ByteSizeLong());
+  if (!status.ok()) {
+    m.failed_calls.Increment();
+    return;
+  }
+  m.staleness.Observe(static_cast<double>(PushStaleness(request.computed_at_version(), response)));
+}
+
+void ExportShardMetrics(ParameterShard* shard) {
+  Served();  // the served-call metrics appear from the first scrape on, at zero
+  struct Read {
+    const char* name;
+    const char* help;
+    metrics::Type type;
+    double (*value)(const StatsResponse&);
+  };
+  static constexpr Read kReads[] = {
+      {"pst_ps_pushes_applied_total", "Gradients applied to the model (SYNC: steps completed).",
+       metrics::Type::kCounter, [](const StatsResponse& s) { return double(s.pushes_applied()); }},
+      {"pst_ps_pushes_aggregated_total", "SYNC gradients held for the step's average.",
+       metrics::Type::kCounter,
+       [](const StatsResponse& s) { return double(s.pushes_aggregated()); }},
+      {"pst_ps_pushes_dropped_total", "Gradients dropped as too late (SYNC) or too stale.",
+       metrics::Type::kCounter, [](const StatsResponse& s) { return double(s.pushes_dropped()); }},
+      {"pst_ps_pushes_rejected_total", "Pushes refused as invalid.", metrics::Type::kCounter,
+       [](const StatsResponse& s) { return double(s.pushes_rejected()); }},
+      {"pst_ps_version", "The shard's model version.", metrics::Type::kGauge,
+       [](const StatsResponse& s) { return double(s.version()); }},
+      {"pst_ps_live_workers", "Workers in the live set (heard from within the lease).",
+       metrics::Type::kGauge, [](const StatsResponse& s) { return double(s.live_workers()); }},
+      {"pst_ps_workers_done", "Workers that have finished their epochs.", metrics::Type::kGauge,
+       [](const StatsResponse& s) { return double(s.workers_done()); }},
+      {"pst_ps_parameter_bytes", "Bytes of variables held by the shard.", metrics::Type::kGauge,
+       [](const StatsResponse& s) { return double(s.parameter_bytes()); }},
+  };
+  for (const Read& read : kReads) {
+    GlobalRegistry().AddCallback(read.name, read.help, read.type, [shard, value = read.value] {
+      StatsResponse stats;
+      shard->Stats(&stats);
+      return value(stats);
+    });
+  }
+}
+
+}  // namespace pst

@@ -1,0 +1,37 @@
+// The PS's Prometheus metrics (see common/metrics.h): latency and size of
+// the Pull and Push calls it serves and the staleness of each gradient,
+// recorded by the gRPC service; the shard's push counters, version and live
+// workers, read from ParameterShard::Stats at scrape time.
+#ifndef PST_PS_SERVER_PS_METRICS_H_
+#define PST_PS_SERVER_PS_METRICS_H_
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "ps.pb.h"
+
+namespace pst {
+
+class ParameterShard;
+
+// One served Pull: its time in the service (the long-poll wait included)
+// and, when it succeeded, the bytes sent.
+void RecordServedPull(const PullResponse& response, const absl::Status& status,
+                      absl::Duration latency);
+
+// One served Push: its time, the bytes received and, when it was accepted
+// (applied, aggregated or dropped), the gradient's staleness.
+void RecordServedPush(const PushRequest& request, const PushResponse& response,
+                      const absl::Status& status, absl::Duration latency);
+
+// A Push's staleness: the shard's version when it arrived minus the version
+// it was computed at, recovered from the response (an applied push advanced
+// the version by one).
+int64_t PushStaleness(int64_t computed_at, const PushResponse& response);
+
+// Registers the metrics read from `shard`'s Stats on the global registry.
+// `shard` must outlive every later scrape (stop the metrics server first).
+void ExportShardMetrics(ParameterShard* shard);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_PS_METRICS_H_

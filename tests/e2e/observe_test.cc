@@ -1,0 +1,270 @@
+// Observability of the shipped binaries on loopback: the metrics endpoints
+// of a real ps_server and worker scraped over raw sockets while they train,
+// and pslaunch's --metrics_port mapping, --logdir event file and --report
+// page. Every process runs under `timeout` and is killed by its PID.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string ScratchDir() {
+  static const std::string dir = [] {
+    std::string d = absl::StrCat(::testing::TempDir(), "/observe_test.", getpid());
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+bool PortIsFree(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return free;
+}
+
+// The first of `count` consecutive ports on 127.0.0.1 that are free now.
+int FreePorts(int count) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    const int first = ntohs(addr.sin_port);
+    bool all = first + count < 65535;
+    for (int i = 0; all && i < count; ++i) all = PortIsFree(first + i);
+    if (all) return first;
+  }
+  return 0;
+}
+
+// GET /metrics over a raw socket; empty when nothing answers.
+std::string Scrape(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string raw;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) raw.append(buffer, n);
+    }
+  }
+  close(fd);
+  if (raw.rfind("HTTP/1.", 0) != 0 || raw.find(" 200 ") == std::string::npos) return "";
+  return raw.substr(raw.find("\r\n\r\n") + 4);
+}
+
+std::map<std::string, double> Parse(const std::string& text) {
+  std::map<std::string, double> samples;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (line[0] == '#') continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    double value = 0;
+    if (parts.size() == 2 && absl::SimpleAtod(parts[1], &value)) {
+      samples[std::string(parts[0])] = value;
+    } else {
+      ADD_FAILURE() << "not a sample line: " << line;
+    }
+  }
+  return samples;
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), fileno(stderr));
+    std::vector<std::string> full = {"/usr/bin/timeout", "-k", "5", "120"};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string JobConfig(int grpc_port, int workers, int epochs) {
+  return absl::StrCat("cluster { ps: \"127.0.0.1:", grpc_port, "\" workers: ", workers, " }\n",
+                      "training { optimizer { adam { learning_rate: 0.002 } } batch_size: 32\n",
+                      "  epochs: ", epochs, " log_every_steps: 20 model { mlp { hidden: 32 } }\n",
+                      "  dataset { fashion_mnist { train_limit: 2000 } } }\n");
+}
+
+// A real ps_server and worker, each with --metrics_port: while the worker
+// trains, both endpoints answer with the documented metrics, and they count.
+TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
+  const int ports = FreePorts(3);
+  ASSERT_GT(ports, 0);
+  const std::string config = ScratchDir() + "/metrics.textproto";
+  std::ofstream(config) << JobConfig(ports, 1, 2);
+  pid_t ps = Spawn({Bin("ps_server"), "--config=" + config, "--task=ps:0",
+                    absl::StrCat("--metrics_port=", ports + 1)},
+                   ScratchDir() + "/ps.log");
+  pid_t worker = Spawn({Bin("worker"), "--config=" + config, "--task=worker:0",
+                        absl::StrCat("--metrics_port=", ports + 2), "--inject_step_delay_ms=20"},
+                       ScratchDir() + "/worker.log");
+
+  std::map<std::string, double> w;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(100))) {
+    w = Parse(Scrape(ports + 2));
+    if (w["pst_worker_steps_total"] >= 5) break;
+  }
+  std::map<std::string, double> p = Parse(Scrape(ports + 1));
+  int status = 0;
+  waitpid(worker, &status, 0);
+  kill(ps, SIGTERM);
+  waitpid(ps, nullptr, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(ScratchDir() + "/worker.log");
+
+  EXPECT_GE(w["pst_worker_steps_total"], 5) << ReadFile(ScratchDir() + "/worker.log");
+  EXPECT_GE(w["pst_worker_pull_seconds_count"], 5);
+  EXPECT_GE(w["pst_worker_push_seconds_count"], 5);
+  EXPECT_GE(w["pst_worker_step_seconds_bucket{le=\"+Inf\"}"], 5);
+  EXPECT_GT(w["pst_worker_sent_bytes_total"], 0);
+  EXPECT_GT(w["pst_worker_received_bytes_total"], 0);
+  EXPECT_EQ(w.count("pst_worker_samples_per_second"), 1u);
+  EXPECT_EQ(w.count("pst_worker_push_staleness_bucket{le=\"0\"}"), 1u);
+
+  EXPECT_GE(p["pst_ps_pushes_applied_total"], 5) << ReadFile(ScratchDir() + "/ps.log");
+  EXPECT_GE(p["pst_ps_version"], 5);
+  EXPECT_EQ(p["pst_ps_live_workers"], 1);
+  EXPECT_EQ(p["pst_ps_pushes_dropped_total"], 0);
+  EXPECT_GE(p["pst_ps_push_seconds_count"], 5);
+  EXPECT_GE(p["pst_ps_pull_seconds_count"], 5);
+  EXPECT_GE(p["pst_ps_push_staleness_bucket{le=\"0\"}"], 5);  // SYNC: never stale
+  EXPECT_GT(p["pst_ps_received_bytes_total"], 0);
+  EXPECT_GT(p["pst_ps_sent_bytes_total"], 0);
+  EXPECT_THAT(ReadFile(ScratchDir() + "/ps.log"),
+              HasSubstr(absl::StrCat("ps:0 metrics on http://127.0.0.1:", ports + 1, "/metrics")));
+}
+
+// pslaunch --metrics_port maps ports in task order and logs it; --logdir
+// makes the chief write an event file; --report writes the page and record.
+TEST(PslaunchObservabilityTest, MetricsMappingEventFileAndReport) {
+  const int ports = FreePorts(4);
+  ASSERT_GT(ports, 0);
+  const std::string dir = ScratchDir() + "/launch";
+  const std::string config = ScratchDir() + "/launch.textproto";
+  std::ofstream(config) << JobConfig(ports, 2, 2);
+  const std::string command = absl::StrCat(
+      "timeout -k 5 240 ", Bin("pslaunch"), " --config=", config, " --metrics_port=", ports + 1,
+      " --logdir=", dir, "/tb --report=", dir, "/run.html >", ScratchDir(), "/launch.out 2>",
+      ScratchDir(), "/launch.err </dev/null");
+  std::filesystem::create_directories(dir);
+  int status = std::system(command.c_str());
+  const std::string err = ReadFile(ScratchDir() + "/launch.err");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+  EXPECT_THAT(err, HasSubstr(absl::StrCat("ps:0=", ports + 1, " worker:0=", ports + 2,
+                                          " worker:1=", ports + 3)));
+
+  std::vector<std::filesystem::path> events;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/tb")) {
+    events.push_back(entry.path());
+  }
+  ASSERT_EQ(events.size(), 1u) << "only the chief writes events";
+  EXPECT_EQ(events[0].filename().string().rfind("events.out.tfevents.", 0), 0u);
+  const std::string event_bytes = ReadFile(events[0].string());
+  for (const char* tag : {"brain.Event:2", "train/loss", "train/samples_per_sec",
+                          "train/staleness", "test/accuracy", "test/loss"}) {
+    EXPECT_THAT(event_bytes, HasSubstr(tag));
+  }
+
+  const std::string page = ReadFile(dir + "/run.html");
+  EXPECT_THAT(page, HasSubstr("<svg"));
+  EXPECT_THAT(page, HasSubstr("sync, 2 workers · worker:1"));
+  const std::string record = ReadFile(dir + "/run.json");
+  EXPECT_THAT(record, HasSubstr("\"curve\""));
+  EXPECT_THAT(record, HasSubstr("\"evals\""));
+
+  // psreport draws two records on one page.
+  const std::string merged = dir + "/compare.html";
+  ASSERT_EQ(std::system(absl::StrCat(Bin("psreport"), " --out=", merged, " --labels=a,b ", dir,
+                                     "/run.json ", dir, "/run.json >/dev/null").c_str()),
+            0);
+  EXPECT_THAT(ReadFile(merged), HasSubstr("pstrain run: a vs b"));
+  EXPECT_EQ(WEXITSTATUS(std::system(absl::StrCat(Bin("psreport"), " /no/such.json 2>/dev/null")
+                                        .c_str())),
+            2);
+}
+
+// Bad observability flags: one line naming the flag, exit code 2, before
+// any slow start-up work.
+TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
+  const std::string config = ScratchDir() + "/errors.textproto";
+  std::ofstream(config) << JobConfig(FreePorts(1), 1, 1);
+  const int port = FreePorts(1);
+  struct Case {
+    std::string command;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {absl::StrCat(Bin("ps_server"), " --config=", config, " --metrics_port=70000"),
+       "ps_server: error: --metrics_port: metrics port 70000 is not in 0..65535"},
+      {absl::StrCat(Bin("worker"), " --config=", config, " --metrics_port=", port,
+                    " --metrics_address=localhost"),
+       "worker: error: --metrics_port: metrics address \"localhost\" is not an IP address"},
+      {absl::StrCat(Bin("worker"), " --config=", config, " --logdir=/proc/nope"),
+       "worker: error: cannot create --logdir /proc/nope"},
+      {absl::StrCat(Bin("pslaunch"), " --config=", config, " --metrics_port=-3"),
+       "pslaunch: error: --metrics_port=-3 is not a port"},
+      {Bin("psreport"), "psreport: error: name at least one run record"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = ScratchDir() + "/error.err";
+    int status = std::system(
+        absl::StrCat("timeout -k 5 30 ", c.command, " >/dev/null 2>", err, " </dev/null").c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << c.command;
+    const std::string text = ReadFile(err);
+    EXPECT_EQ(text.rfind(c.message, 0), 0u) << c.command << "\n" << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  }
+}
+
+}  // namespace
+}  // namespace pst
