@@ -36,6 +36,11 @@ JOBS=${JOBS:-2}
 # load_test drives 32 pushing threads against one shard).
 ASAN_TESTS=(kernels_test worker_test common_test ps_server_test training_test load_test)
 TSAN_TESTS=(kernels_test worker_test common_test ps_server_test training_test load_test)
+# Not run under the sanitizers: the full Fashion-MNIST convergence run (about
+# 4 minutes under ASan on 2 cores, most of this script's test time). Its
+# concurrent paths are those of the small SYNC/ASYNC/SSP convergence runs and
+# the load test, which do run; its bfloat16 codec is covered by common_test.
+SKIPPED='^TrainingTest\.FashionMnistTrainsWithBfloat16OnTheWire$'
 
 # Link flags that route our calls into absl's synchronization through the
 # annotating wrappers; the object is built once per change of the source.
@@ -95,7 +100,7 @@ run_suite() {
   cmake --build "$dir" -j "$JOBS" --target "${tests[@]}"
   echo "== $name: built in $((SECONDS - started)) s; running ctest" >&2
   started=$SECONDS
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E '_NOT_BUILT$|^bundle_test$')
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|$SKIPPED")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 

@@ -4,6 +4,7 @@
 // and must still report the same counter bumped without the lock ("racy").
 // If the wrappers stopped taking effect (an absl that inlines Lock, a
 // changed symbol), the first fails; if they hid real races, the second does.
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -18,10 +19,15 @@ int main(int argc, char** argv) {
   int handed_over = 0;  // written before Notify, read after the wait
   int counter = 0;      // guarded by mu, except in the racy run
   bool done = false;    // guarded by mu
+  // Orders the two threads' increments in time without telling TSan (relaxed
+  // atomics are no synchronization to it), so that the racy run overlaps
+  // main's critical sections on every schedule, not only on some.
+  std::atomic<bool> main_counted{false};
 
   std::thread other([&] {
     go.WaitForNotification();
-    int seen = handed_over;
+    const int seen = handed_over;
+    while (!main_counted.load(std::memory_order_relaxed)) std::this_thread::yield();
     for (int i = 0; i < 1000; ++i) {
       if (racy) {
         ++counter;
@@ -40,6 +46,7 @@ int main(int argc, char** argv) {
     absl::MutexLock lock(&mu);
     ++counter;
   }
+  main_counted.store(true, std::memory_order_relaxed);
   {
     absl::MutexLock lock(&mu);
     while (!done) done_cv.Wait(&mu);

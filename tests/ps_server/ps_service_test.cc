@@ -2,6 +2,7 @@
 // gRPC before the handler runs, and leave the model as it was.
 #include "ps_server/ps_service.h"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct SizeCase {
   int64_t elements;  // of the one variable "w"; a push carries 4 bytes each
   bool accepted;
 };
+void PrintTo(const SizeCase& c, std::ostream* os) { *os << c.name; }
 
 class MaxRequestBytesTest : public ::testing::TestWithParam<SizeCase> {};
 
