@@ -14,6 +14,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device_spec.h"
+#include "kernels/optimizer.h"
 
 namespace pst {
 namespace internal {
@@ -141,6 +142,10 @@ absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   if (!std::isfinite(lr) || lr <= 0) {
     return Invalid("training.optimizer learning_rate", "must be a positive number");
   }
+  // Every PS builds its optimizer from this config: whatever that refuses
+  // (momentum, betas, epsilon, decay out of range) is refused at load time.
+  absl::StatusOr<std::unique_ptr<Optimizer>> built = MakeOptimizer(optimizer);
+  if (!built.ok()) return Invalid("training.optimizer", built.status().message());
   return absl::OkStatus();
 }
 

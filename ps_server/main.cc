@@ -20,6 +20,9 @@
 ABSL_FLAG(std::string, task, "ps:0", "Which shard this is: ps:<index> into cluster.ps.");
 ABSL_FLAG(std::string, listen, "",
           "Address to bind instead of cluster.ps[index] (e.g. 0.0.0.0:50051 behind NAT).");
+ABSL_FLAG(int, max_message_bytes, pst::kDefaultMaxRequestBytes,
+          "Largest request (Init, Push, ...) this shard accepts, in bytes; a larger one is "
+          "refused with RESOURCE_EXHAUSTED and changes nothing.");
 
 namespace {
 
@@ -62,6 +65,10 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError("--task must be ps:<index> for ps_server"));
   }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
+  if (absl::GetFlag(FLAGS_max_message_bytes) <= 0) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError(
+        "--max_message_bytes must be a positive number of bytes (default 268435456, 256 MiB)"));
+  }
 
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
@@ -103,8 +110,8 @@ int main(int argc, char** argv) {
       return response;
     };
   }
-  absl::StatusOr<pst::RunningServer> server =
-      pst::StartGrpcServer(address, shard->get(), hooks);
+  absl::StatusOr<pst::RunningServer> server = pst::StartGrpcServer(
+      address, shard->get(), hooks, absl::GetFlag(FLAGS_max_message_bytes));
   if (!server.ok()) {
     request_stop();
     signal_waiter.join();

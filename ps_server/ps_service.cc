@@ -80,13 +80,14 @@ grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const Shutdo
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
-                                              pst::ParameterShard* server, AdminHooks hooks) {
+                                              pst::ParameterShard* server, AdminHooks hooks,
+                                              int max_request_bytes) {
   RunningServer running;
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &running.port);
   builder.RegisterService(running.service.get());
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   running.grpc_server = builder.BuildAndStart();
   if (!running.grpc_server || running.port == 0) {

@@ -51,16 +51,23 @@ class ParameterServerService final : public ParameterServer::Service {
   AdminHooks hooks_;
 };
 
+// Largest request a shard accepts unless told otherwise (ps_server
+// --max_message_bytes): far above a Push of the models trained here, small
+// enough that one bad client cannot make the PS buffer a gigabyte.
+inline constexpr int kDefaultMaxRequestBytes = 256 << 20;
+
 // A running gRPC server for `server` on `address`; the bound port is
 // written to `*bound_port` (useful with port 0). Unavailable if the address
-// cannot be bound.
+// cannot be bound. gRPC refuses a request larger than `max_request_bytes`
+// with RESOURCE_EXHAUSTED before any handler sees it.
 struct RunningServer {
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> grpc_server;
   int port = 0;
 };
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
-                                              pst::ParameterShard* server, AdminHooks hooks);
+                                              pst::ParameterShard* server, AdminHooks hooks,
+                                              int max_request_bytes = kDefaultMaxRequestBytes);
 
 }  // namespace pst
 

@@ -108,8 +108,10 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
     }
     v.values.resize(elements);
     std::memcpy(v.values.data(), in.values().data(), in.values().size());
+    // Plain SGD keeps no slots: an empty vector's data() may be null, which
+    // memcpy must not be given even for zero bytes.
     v.slots.resize(slots);
-    std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
+    if (slots > 0) std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
     v.updates = in.updates();
     variables.push_back(std::move(v));
   }

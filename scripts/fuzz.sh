@@ -3,11 +3,13 @@
 # (ASan + UBSan + coverage) and runs each for FUZZ_SECONDS (default 60) on a
 # copy of its corpus, so the repository's corpus does not grow. Fails on the
 # first crash, leak, timeout or broken invariant and prints the reproducer;
-# replay one with: build-fuzz/bin/<fuzzer> <reproducer>.
-# Installs nothing: needs clang, libclang-rt-14-dev (libFuzzer) and llvm
-# (llvm-symbolizer), which scripts/install_deps.sh lists.
+# replay one with: build-fuzz/bin/<fuzzer> <reproducer>. FUZZ_MERGE=1 grows
+# the repository's corpus instead (see the end of this file).
+# Needs clang, libclang-rt-14-dev (libFuzzer) and llvm (llvm-symbolizer),
+# which scripts/install_deps.sh lists and installs where missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install_deps.sh
 
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
@@ -50,6 +52,20 @@ for fuzzer in "${FUZZERS[@]}"; do
     failed+=("$fuzzer")
   fi
 done
+
+# FUZZ_MERGE=1: add to fuzz/corpus/ the inputs of this run that reach new
+# edges (libFuzzer -merge=1 keeps the smallest such set; -use_counters=0
+# judges by edges alone, not hit counts, which keeps about a third as many
+# files for the same edges), to be committed.
+if [ "${FUZZ_MERGE:-0}" = 1 ] && [ ${#failed[@]} -eq 0 ]; then
+  for fuzzer in "${FUZZERS[@]}"; do
+    name=${fuzzer%_fuzzer}
+    before=$(ls "fuzz/corpus/$name" | wc -l)
+    "$BUILD_DIR/bin/$fuzzer" -merge=1 -use_counters=0 -max_len=65536 "fuzz/corpus/$name" \
+      "$BUILD_DIR/fuzz-runs/$name/corpus" >"$BUILD_DIR/fuzz-runs/$name/merge.log" 2>&1
+    echo "== fuzz: fuzz/corpus/$name: $before -> $(ls "fuzz/corpus/$name" | wc -l) inputs" >&2
+  done
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: FAILED: ${failed[*]}" >&2

@@ -107,6 +107,11 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "training.optimizer must set"},
       {"zero learning rate", replace("learning_rate: 0.1", "learning_rate: 0"), {},
        absl::StatusCode::kInvalidArgument, "learning_rate must be a positive number"},
+      {"momentum of one", replace("momentum: 0.9", "momentum: 1"), {},
+       absl::StatusCode::kInvalidArgument, "training.optimizer sgd momentum must be in [0, 1)"},
+      // Found by config_fuzzer: valid at load, then refused by every PS.
+      {"decay rate above one", replace("momentum: 0.9 }", "momentum: 0.9 } decay_rate: 1.5 decay_steps: 10"),
+       {}, absl::StatusCode::kInvalidArgument, "decay_rate in (0, 1]"},
       {"no dataset", replace("dataset { fashion_mnist {} }", ""), {},
        absl::StatusCode::kInvalidArgument, "training.dataset must name a data set"},
       {"MSE on classification", replace("hidden: 16", "hidden: 16 loss: MSE"), {},

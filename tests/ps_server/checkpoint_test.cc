@@ -76,6 +76,24 @@ TEST(CheckpointTest, RestoredShardContinuesBitwiseLikeTheOriginal) {
   EXPECT_FALSE(response.accepted());
 }
 
+// Plain SGD keeps no optimizer slots. Found by shard_fuzzer: restoring them
+// passed a null pointer to memcpy, which UBSan reports (scripts/sanitize.sh).
+TEST(CheckpointTest, PlainSgdShardWithoutSlotsRoundTrips) {
+  ShardOptions options;
+  options.mode = ASYNC;
+  options.num_workers = 1;
+  options.optimizer.mutable_sgd()->set_learning_rate(0.1f);
+  auto original = std::move(*ParameterShard::Create(options));
+  Init(original.get());
+  PushOnes(original.get());
+  const ShardCheckpoint snapshot = original->Snapshot();
+  ASSERT_EQ(snapshot.variables(0).slots().size(), 0u);
+
+  auto restored = std::move(*ParameterShard::Create(options));
+  ASSERT_TRUE(restored->Restore(snapshot).ok());
+  EXPECT_EQ(restored->Snapshot().SerializeAsString(), snapshot.SerializeAsString());
+}
+
 TEST(CheckpointTest, TornAndCorruptedFilesAreRejectedForTheNewestValidOne) {
   auto shard = MomentumShard();
   Init(shard.get());
