@@ -138,9 +138,14 @@ TEST_P(ConvergenceTest, QuadraticFitFindsTheCoefficients) {
 
 // y = x^2 on [-2, 2] with a 1-5-1 tanh network: test MSE below 0.01.
 TEST_P(ConvergenceTest, ParabolaNetworkFitsBelowOneHundredthMse) {
-  JobConfig config = BaseConfig(GetParam(), 2, 16, 60);
+  JobConfig config = BaseConfig(GetParam(), 2, 16, 120);
   TrainingConfig* t = config.mutable_training();
   t->mutable_optimizer()->mutable_adam()->set_learning_rate(0.02f);
+  // Halving the step every 1000 updates lets ASYNC and SSP, whose arrival
+  // order varies from run to run, settle well below the bound instead of
+  // hovering near it.
+  t->mutable_optimizer()->set_decay_rate(0.5f);
+  t->mutable_optimizer()->set_decay_steps(1000);
   t->mutable_model()->mutable_mlp()->add_hidden(5);
   t->mutable_model()->mutable_mlp()->set_activation(TANH);
   t->mutable_dataset()->mutable_parabola()->set_examples(512);
