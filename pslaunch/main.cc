@@ -69,7 +69,9 @@ constexpr char kUsage[] =
     "exits 2.\n\n"
     "Examples:\n"
     "  pslaunch                                   # the built-in default job\n"
-    "  pslaunch --config=configs/local.textproto --mode=async --epochs=3 --workers=4";
+    "  pslaunch --config=configs/local.textproto --mode=async --epochs=3 --workers=4\n"
+    "  pslaunch --report=run.html --logdir=runs/sync --metrics_port=9100   # curves page, "
+    "TensorBoard, Prometheus";
 
 std::string DefaultBinDir() {
   std::error_code error;
