@@ -2,8 +2,9 @@
 //
 // For MLPs 784-W-W-10 (ReLU, softmax cross-entropy) and several batch sizes
 // it times, in the same run on the same GPU:
-//   step ms   the real Mlp on CudaKernels: batch upload, forward, loss
-//             readback, backward, all gradients left on the device
+//   step ms   the real Mlp on CudaKernels: batch upload (from pinned
+//             memory), forward, loss readback, backward, the gradients left
+//             on the device
 //             (Mlp::ComputeDeviceGradients + Synchronize), host clock;
 //   gemm ms   the same 3L-1 GEMM shapes issued back to back with cuBLAS
 //             alone on its own stream, timed with CUDA events;
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -184,8 +186,9 @@ absl::StatusOr<StepTimes> TimeStep(Kernels* kernels, int width, int batch, int w
   std::vector<std::vector<float>> init = (*mlp)->InitialValues(1);
   for (size_t v = 0; v < init.size(); ++v) std::copy(init[v].begin(), init[v].end(), (*mlp)->HostParameter(v).begin());
   if (auto s = (*mlp)->UploadParameters(); !s.ok()) return s;
+  // The batch sits in the Mlp's pinned staging buffers, as in the worker.
   std::mt19937 rng(1);
-  std::vector<float> x(size_t(batch) * 784), y(batch);
+  std::span<float> x = (*mlp)->HostInput(), y = (*mlp)->HostTargets();
   for (float& v : x) v = static_cast<float>(rng() % 256) / 255.0f;
   for (float& v : y) v = static_cast<float>(rng() % 10);
   auto step = [&]() -> absl::Status {
