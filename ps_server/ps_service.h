@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/security.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
 #include "ps_server/parameter_shard.h"
@@ -51,16 +52,17 @@ class ParameterServerService final : public ParameterServer::Service {
   AdminHooks hooks_;
 };
 
-// A running gRPC server for `server` on `address`; the bound port is
-// written to `*bound_port` (useful with port 0). Unavailable if the address
-// cannot be bound.
+// A running gRPC server for `server` on `address`, secured by `security`;
+// the bound port is written to `*bound_port` (useful with port 0).
+// Unavailable if the address cannot be bound.
 struct RunningServer {
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> grpc_server;
   int port = 0;
 };
-absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
-                                              pst::ParameterShard* server, AdminHooks hooks);
+absl::StatusOr<RunningServer> StartGrpcServer(
+    const std::string& address, pst::ParameterShard* server, AdminHooks hooks,
+    const ClusterSecurity& security = ClusterSecurity::Plaintext());
 
 }  // namespace pst
 

@@ -11,6 +11,9 @@ PACKAGES=(
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.
   busybox-static python3
+  # Tests only: certificates for the TLS tests, and YAML parsing for the
+  # offline check of deploy/k8s and docker/.
+  openssl python3-yaml
 )
 
 missing=()
