@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
   if (absl::GetFlag(FLAGS_check_config)) {
     const pst::ClusterConfig& cluster = config->cluster();
-    std::printf("config OK: %d ps shard(s), %d worker(s), %s mode, %s\n", cluster.ps_size(),
+    std::printf("config OK: %d ps shard(s), %d worker(s), %s mode, %s%s\n", cluster.ps_size(),
                 cluster.workers(), pst::ModeName(config->training().mode()).c_str(),
                 !cluster.has_tls()                 ? "plaintext"
                 : cluster.tls().require_client_cert() ? "mutual TLS"
-                                                      : "TLS");
+                                                      : "TLS",
+                cluster.has_auth() ? " + token" : "");
     return 0;
   }
 

@@ -89,7 +89,7 @@ class KubernetesManifestsTest(unittest.TestCase):
         for shard in range(self.statefulset["spec"]["replicas"]):
             code, output = check_config(self.config, "ps:%d" % shard, env)
             self.assertEqual(code, 0, output)
-            self.assertIn("config OK: 2 ps shard(s), 4 worker(s), sync mode, mutual TLS", output)
+            self.assertIn("config OK: 2 ps shard(s), 4 worker(s), sync mode, mutual TLS + token", output)
         code, output = check_config(self.config, "ps:%d" % self.statefulset["spec"]["replicas"], env)
         self.assertEqual(code, 2, output)
 
@@ -126,7 +126,7 @@ class ComposeFilesTest(unittest.TestCase):
                if k not in ("PS_ADDRESS", "WORKERS", "EPOCHS", "TRAIN_LIMIT")}
         code, output = check_config(text, "ps:0", env)
         self.assertEqual(code, 0, output)
-        self.assertIn("config OK: 1 ps shard(s), 2 worker(s)", output)
+        self.assertIn("config OK: 1 ps shard(s), 2 worker(s), sync mode, plaintext", output)
         code, output = check_config(text, "ps:0", dict(env, WORKERS="5"))
         self.assertIn("5 worker(s)", output)
 
