@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <string_view>
 #include <sstream>
@@ -81,6 +82,18 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
   }
   if (cluster.workers() < 1) return Invalid("cluster.workers", "must be at least 1");
   if (cluster.max_restarts() < 0) return Invalid("cluster.max_restarts", "must not be negative");
+  if (cluster.has_tls() && cluster.tls().ca().empty()) {
+    return Invalid("cluster.tls.ca", "is empty; name the PEM file of the CA that signed the PS certificates");
+  }
+  if (cluster.has_auth()) {
+    const AuthConfig& auth = cluster.auth();
+    if (auth.token_file().empty() == auth.token_env().empty()) {
+      return Invalid("cluster.auth", "must set exactly one of token_file and token_env");
+    }
+    if (!cluster.has_tls()) {
+      return Invalid("cluster.auth", "needs cluster.tls: a token sent in plaintext can be read on the way");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -149,6 +162,14 @@ absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   return absl::OkStatus();
 }
 
+bool IsVariableName(absl::string_view name) {
+  if (name.empty() || absl::ascii_isdigit(name.front())) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_') return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string TaskId::ToString() const {
@@ -173,8 +194,53 @@ absl::StatusOr<TaskId> ParseTask(absl::string_view text) {
   return task;
 }
 
-absl::StatusOr<JobConfig> ParseConfig(absl::string_view text, absl::string_view origin) {
+absl::StatusOr<std::string> ExpandEnvironment(absl::string_view text, absl::string_view origin) {
+  std::string out;
+  out.reserve(text.size());
+  int line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n') ++line;
+    if (c != '$' || i + 1 == text.size() || (text[i + 1] != '$' && text[i + 1] != '{')) {
+      out.push_back(c);
+      continue;
+    }
+    if (text[i + 1] == '$') {  // "$$" is a literal '$'
+      out.push_back('$');
+      ++i;
+      continue;
+    }
+    size_t close = text.find('}', i + 2);
+    absl::string_view body =
+        close == absl::string_view::npos ? "" : text.substr(i + 2, close - i - 2);
+    size_t dash = body.find(":-");
+    absl::string_view name = body.substr(0, dash);
+    if (close == absl::string_view::npos || !IsVariableName(name) ||
+        body.substr(0, body.find('\n')) != body) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, ":", line, ": \"${\" must start ${NAME} or ${NAME:-default} (write $$ for a "
+          "literal $)"));
+    }
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value != nullptr && *value != '\0') {
+      out.append(value);
+    } else if (dash != absl::string_view::npos) {
+      absl::StrAppend(&out, body.substr(dash + 2));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, ":", line, ": environment variable ", name,
+          " is not set; set it or give a default as ${", name, ":-value}"));
+    }
+    i = close;
+  }
+  return out;
+}
+
+absl::StatusOr<JobConfig> ParseConfig(absl::string_view raw_text, absl::string_view origin) {
   JobConfig config;
+  absl::StatusOr<std::string> expanded = ExpandEnvironment(raw_text, origin);
+  if (!expanded.ok()) return expanded.status();
+  absl::string_view text = *expanded;
   absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);
   if (!trimmed.empty() && trimmed.front() == '{') {
     auto status = google::protobuf::util::JsonStringToMessage(std::string(trimmed), &config);

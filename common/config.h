@@ -40,7 +40,15 @@ struct ConfigOverrides {
   std::optional<std::string> device;      // "auto", "cpu" or "gpu:N"
 };
 
-// Parses protobuf text format, or JSON when the text starts with '{'.
+// Replaces ${NAME} with the environment variable NAME and ${NAME:-default}
+// with NAME, or `default` when NAME is unset or empty; "$$" is a literal '$'.
+// The same config file can so name hosts that only the environment knows
+// (compose service names, Kubernetes pod DNS names). InvalidArgument naming
+// the line if a variable without default is unset or a "${" is malformed.
+absl::StatusOr<std::string> ExpandEnvironment(absl::string_view text, absl::string_view origin);
+
+// Expands the environment (above), then parses protobuf text format, or
+// JSON when the text starts with '{'.
 // `origin` names the source in error messages ("configs/local.textproto").
 absl::StatusOr<JobConfig> ParseConfig(absl::string_view text, absl::string_view origin);
 

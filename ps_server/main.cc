@@ -2,6 +2,7 @@
 //   ps_server --config=cluster.textproto --task=ps:0
 // it listens on cluster.ps[0] and serves until SIGTERM/SIGINT or a Shutdown RPC.
 #include <atomic>
+#include <cstdio>
 #include <csignal>
 #include <thread>
 
@@ -23,6 +24,12 @@ ABSL_FLAG(std::string, listen, "",
 ABSL_FLAG(int, max_message_bytes, pst::kDefaultMaxRequestBytes,
           "Largest request (Init, Push, ...) this shard accepts, in bytes; a larger one is "
           "refused with RESOURCE_EXHAUSTED and changes nothing.");
+ABSL_FLAG(bool, check_config, false,
+          "Only check the config (after ${VAR} expansion and the flag overrides) and the task, "
+          "print a one-line summary and exit: 0 if valid, 2 with the error if not.");
+ABSL_FLAG(bool, allow_insecure, false,
+          "Serve plaintext (no cluster.tls) on an address other machines can reach; only on a "
+          "trusted network, such as a private container network.");
 
 namespace {
 
@@ -69,6 +76,16 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(
         "--max_message_bytes must be a positive number of bytes (default 268435456, 256 MiB)"));
   }
+  if (absl::GetFlag(FLAGS_check_config)) {
+    const pst::ClusterConfig& cluster = config->cluster();
+    std::printf("config OK: %d ps shard(s), %d worker(s), %s mode, %s%s\n", cluster.ps_size(),
+                cluster.workers(), pst::ModeName(config->training().mode()).c_str(),
+                !cluster.has_tls()                 ? "plaintext"
+                : cluster.tls().require_client_cert() ? "mutual TLS"
+                                                      : "TLS",
+                cluster.has_auth() ? " + token" : "");
+    return 0;
+  }
 
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
@@ -87,6 +104,16 @@ int main(int argc, char** argv) {
 
   std::string address = absl::GetFlag(FLAGS_listen);
   if (address.empty()) address = config->cluster().ps(task->index);
+  absl::StatusOr<pst::ClusterSecurity> security =
+      pst::ClusterSecurity::FromConfig(config->cluster(), pst::ClusterSecurity::Role::kServer);
+  absl::Status secure_enough =
+      security.ok() ? pst::CheckListenAddress(address, *security, absl::GetFlag(FLAGS_allow_insecure))
+                    : security.status();
+  if (!secure_enough.ok()) {
+    request_stop();
+    signal_waiter.join();
+    pst::ExitWithError(kProgram, secure_enough);
+  }
   // Restore before serving, so no worker ever sees the fresh state.
   const pst::CheckpointConfig& checkpoints = config->training().checkpoint();
   pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index);
@@ -111,15 +138,18 @@ int main(int argc, char** argv) {
     };
   }
   absl::StatusOr<pst::RunningServer> server = pst::StartGrpcServer(
-      address, shard->get(), hooks, absl::GetFlag(FLAGS_max_message_bytes));
+      address, shard->get(), hooks, *security, absl::GetFlag(FLAGS_max_message_bytes));
   if (!server.ok()) {
     request_stop();
     signal_waiter.join();
     pst::ExitWithError(kProgram, server.status());
   }
-  spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {})", task->ToString(), address,
-               pst::ModeName(options.mode), options.num_workers,
-               (*shard)->optimizer_name());
+  spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task->ToString(),
+               address, pst::ModeName(options.mode), options.num_workers,
+               (*shard)->optimizer_name(),
+               !security->tls()         ? "plaintext"
+               : security->has_token() ? "TLS + token"
+                                        : "TLS");
 
   checkpointer.Start();
   stop.WaitForNotification();

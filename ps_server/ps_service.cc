@@ -81,11 +81,12 @@ grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const Shutdo
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
                                               pst::ParameterShard* server, AdminHooks hooks,
+                                              const ClusterSecurity& security,
                                               int max_request_bytes) {
   RunningServer running;
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &running.port);
+  builder.AddListeningPort(address, security.ServerCredentials(), &running.port);
   builder.RegisterService(running.service.get());
   builder.SetMaxReceiveMessageSize(max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

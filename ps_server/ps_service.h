@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/security.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
 #include "ps_server/parameter_shard.h"
@@ -56,18 +57,19 @@ class ParameterServerService final : public ParameterServer::Service {
 // enough that one bad client cannot make the PS buffer a gigabyte.
 inline constexpr int kDefaultMaxRequestBytes = 256 << 20;
 
-// A running gRPC server for `server` on `address`; the bound port is
-// written to `*bound_port` (useful with port 0). Unavailable if the address
-// cannot be bound. gRPC refuses a request larger than `max_request_bytes`
-// with RESOURCE_EXHAUSTED before any handler sees it.
+// A running gRPC server for `server` on `address`, secured by `security`;
+// the bound port is written to `*bound_port` (useful with port 0).
+// Unavailable if the address cannot be bound. gRPC refuses a request larger
+// than `max_request_bytes` with RESOURCE_EXHAUSTED before any handler sees it.
 struct RunningServer {
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> grpc_server;
   int port = 0;
 };
-absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
-                                              pst::ParameterShard* server, AdminHooks hooks,
-                                              int max_request_bytes = kDefaultMaxRequestBytes);
+absl::StatusOr<RunningServer> StartGrpcServer(
+    const std::string& address, pst::ParameterShard* server, AdminHooks hooks,
+    const ClusterSecurity& security = ClusterSecurity::Plaintext(),
+    int max_request_bytes = kDefaultMaxRequestBytes);
 
 }  // namespace pst
 

@@ -25,9 +25,12 @@ constexpr char kProgram[] = "psctl";
 // Every shard in the config; connects as worker 0, which only names the
 // caller in the shard's logs (admin calls do not count as a worker's).
 std::unique_ptr<PsClient> Connect(const JobConfig& config) {
+  absl::StatusOr<ClusterSecurity> security =
+      ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kClient);
+  if (!security.ok()) ExitWithError(kProgram, security.status());
   std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
-      addresses, 0, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
+      addresses, 0, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)), *security);
   if (!client.ok()) ExitWithError(kProgram, client.status());
   return std::move(*client);
 }

@@ -16,6 +16,9 @@ PACKAGES=(
   # (for symbolized sanitizer stacks). g++ already brings the runtimes that
   # scripts/sanitize.sh needs.
   clang libclang-rt-14-dev llvm
+  # Tests only: certificates for the TLS tests, and YAML parsing for the
+  # offline check of deploy/k8s and docker/.
+  openssl python3-yaml
 )
 
 missing=()

@@ -96,9 +96,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
   if (!data.ok()) pst::ExitWithError(kProgram, data.status());
 
+  absl::StatusOr<pst::ClusterSecurity> security =
+      pst::ClusterSecurity::FromConfig(config->cluster(), pst::ClusterSecurity::Role::kClient);
+  if (!security.ok()) pst::ExitWithError(kProgram, security.status());
   std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
   absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
-      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)));
+      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)),
+      *security);
   if (!client.ok()) pst::ExitWithError(kProgram, client.status());
 
   pst::Trainer trainer(*config, task->index, client->get(), kernels->get(), &*data);

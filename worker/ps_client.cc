@@ -24,7 +24,8 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration from_now) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
-    const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout) {
+    const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
+    const ClusterSecurity& security) {
   std::unique_ptr<PsClient> client(new PsClient(worker));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -34,14 +35,16 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  security.ConfigureChannel(&args);
   auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
   for (size_t s = 0; s < addresses.size(); ++s) {
     auto channel =
-        grpc::CreateCustomChannel(addresses[s], grpc::InsecureChannelCredentials(), args);
+        grpc::CreateCustomChannel(addresses[s], security.ChannelCredentials(), args);
     if (!channel->WaitForConnected(deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach ps:", s, " at ", addresses[s], " within ",
-          absl::FormatDuration(connect_timeout), "; is ps_server running there?"));
+          absl::FormatDuration(connect_timeout), "; is ps_server running there?",
+          security.ConnectFailureHint()));
     }
     client->shards_.push_back(Shard{addresses[s], ParameterServer::NewStub(channel), {}});
   }

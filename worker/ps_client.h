@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "ps.grpc.pb.h"
 
 namespace pst {
@@ -24,10 +25,12 @@ struct VariableSpec;
 class PsClient {
  public:
   // Opens channels to `addresses` (cluster.ps) and waits up to
-  // `connect_timeout` for every shard to accept a connection. Unavailable,
-  // naming the shard, if one cannot be reached.
+  // `connect_timeout` for every shard to accept a connection, over the
+  // channels `security` describes. Unavailable, naming the shard, if one
+  // cannot be reached.
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
-      const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout);
+      const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
+      const ClusterSecurity& security = ClusterSecurity::Plaintext());
 
   // How gradients and pulled parameters travel (default FLOAT32).
   void set_wire_dtype(DType dtype) { wire_dtype_ = dtype; }

@@ -1,0 +1,215 @@
+#include "common/security.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "grpcpp/security/auth_metadata_processor.h"
+
+namespace pst {
+namespace {
+
+constexpr char kBearer[] = "Bearer ";
+
+absl::StatusOr<std::string> ReadPem(absl::string_view field, const std::string& path) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field ", field, " is empty; name a PEM file"));
+  }
+  std::ifstream file(path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  if (!file || contents.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot read ", field, " file ", path, "; check the path and its permissions"));
+  }
+  return contents.str();
+}
+
+absl::StatusOr<std::string> ReadToken(const AuthConfig& auth) {
+  std::string token;
+  std::string source;
+  if (!auth.token_file().empty()) {
+    source = absl::StrCat("cluster.auth.token_file ", auth.token_file());
+    std::ifstream file(auth.token_file());
+    std::stringstream contents;
+    contents << file.rdbuf();
+    if (!file) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", source, "; check the path and its permissions"));
+    }
+    token = contents.str();
+  } else {
+    source = absl::StrCat("environment variable ", auth.token_env(), " (cluster.auth.token_env)");
+    const char* value = std::getenv(auth.token_env().c_str());
+    token = value == nullptr ? "" : value;
+  }
+  token = std::string(absl::StripAsciiWhitespace(token));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the token in ", source, " is empty"));
+  }
+  return token;
+}
+
+// Runs before every call on the server: lets it through only with the token.
+class TokenChecker final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenChecker(std::string token) : expected_(absl::StrCat(kBearer, token)) {}
+
+  // The check is a short comparison; no need for gRPC's extra thread.
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*,
+                       OutputMetadata* consumed, OutputMetadata*) override {
+    auto found = metadata.find(kTokenMetadataKey);
+    if (found == metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this PS requires the cluster token (cluster.auth) and the call carried none");
+    }
+    absl::string_view given(found->second.data(), found->second.size());
+    if (!ConstantTimeEquals(given, expected_)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "the call's token does not match this PS's cluster token (cluster.auth)");
+    }
+    consumed->emplace(kTokenMetadataKey, std::string(given));
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string expected_;
+};
+
+// Adds the token to every call of a channel.
+class TokenPlugin final : public grpc::MetadataCredentialsPlugin {
+ public:
+  explicit TokenPlugin(std::string token) : value_(absl::StrCat(kBearer, token)) {}
+
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
+                           std::multimap<std::string, std::string>* metadata) override {
+    metadata->emplace(kTokenMetadataKey, value_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string value_;
+};
+
+}  // namespace
+
+absl::StatusOr<ClusterSecurity> ClusterSecurity::FromConfig(const ClusterConfig& cluster,
+                                                            Role role) {
+  ClusterSecurity security;
+  if (!cluster.has_tls()) return security;
+  const TlsConfig& tls = cluster.tls();
+  security.tls_ = true;
+  security.require_client_cert_ = tls.require_client_cert();
+  security.server_name_ = tls.server_name();
+  bool needs_own_cert = role == Role::kServer || tls.require_client_cert();
+  bool needs_ca = role == Role::kClient || tls.require_client_cert();
+  if (needs_own_cert) {
+    absl::StatusOr<std::string> cert = ReadPem("cluster.tls.cert", tls.cert());
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem("cluster.tls.key", tls.key());
+    if (!key.ok()) return key.status();
+    security.cert_pem_ = *std::move(cert);
+    security.key_pem_ = *std::move(key);
+  }
+  if (needs_ca) {
+    absl::StatusOr<std::string> ca = ReadPem("cluster.tls.ca", tls.ca());
+    if (!ca.ok()) return ca.status();
+    security.ca_pem_ = *std::move(ca);
+  }
+  if (cluster.has_auth()) {
+    absl::StatusOr<std::string> token = ReadToken(cluster.auth());
+    if (!token.ok()) return token.status();
+    security.token_ = *std::move(token);
+  }
+  return security;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ClusterSecurity::ServerCredentials() const {
+  if (!tls_) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options(
+      require_client_cert_ ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.pem_root_certs = ca_pem_;
+  options.pem_key_cert_pairs.push_back({key_pem_, cert_pem_});
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
+  // Only TLS credentials take a processor (gRPC aborts on plaintext ones);
+  // FromConfig never yields a token without TLS.
+  if (has_token()) credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(token_));
+  return credentials;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClusterSecurity::ChannelCredentials() const {
+  if (!tls_) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ca_pem_;
+  options.pem_private_key = key_pem_;
+  options.pem_cert_chain = cert_pem_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(options);
+  if (!has_token()) return credentials;
+  return grpc::CompositeChannelCredentials(
+      credentials, grpc::MetadataCredentialsFromPlugin(std::make_unique<TokenPlugin>(token_)));
+}
+
+void ClusterSecurity::ConfigureChannel(grpc::ChannelArguments* args) const {
+  if (tls_ && !server_name_.empty()) args->SetSslTargetNameOverride(server_name_);
+}
+
+std::string ClusterSecurity::ConnectFailureHint() const {
+  if (!tls_) return "";
+  return " (TLS is on: check that the PS certificate is signed by cluster.tls.ca and names the "
+         "host, or set cluster.tls.server_name)";
+}
+
+bool IsLoopbackAddress(absl::string_view address) {
+  absl::string_view host = address;
+  if (absl::ConsumePrefix(&host, "[")) {
+    host = host.substr(0, host.find(']'));
+  } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host == "::1" || absl::AsciiStrToLower(host) == "localhost") return true;
+  std::vector<absl::string_view> octets = absl::StrSplit(host, '.');
+  int first = 0;
+  if (octets.size() != 4 || !absl::SimpleAtoi(octets[0], &first) || first != 127) return false;
+  for (absl::string_view octet : octets) {
+    int value = 0;
+    if (!absl::SimpleAtoi(octet, &value) || value < 0 || value > 255) return false;
+  }
+  return true;
+}
+
+absl::Status CheckListenAddress(absl::string_view address, const ClusterSecurity& security,
+                                bool allow_insecure) {
+  if (security.tls() || allow_insecure || IsLoopbackAddress(address)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to serve plaintext on ", address,
+      ", which other machines can reach; configure cluster.tls or pass --allow_insecure on a "
+      "trusted network"));
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  // Walk the longer length in full whatever the contents, folding every
+  // difference (including the length) into one value.
+  size_t length = std::max(a.size(), b.size());
+  unsigned char difference = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < length; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    difference |= x ^ y;
+  }
+  return difference == 0;
+}
+
+}  // namespace pst

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The compose cluster for real: installs Docker if missing (docker.io,
+# docker-compose, debootstrap), starts dockerd by hand, makes the
+# debian:bookworm base image locally (no registry is reachable), builds
+# docker/Dockerfile and runs docker/docker-compose.yml to completion twice:
+# SYNC with 2 workers, ASYNC with --scale worker=3. Asserts every worker's
+# exit code, the PS health check and the chief's accuracy line, then
+# removes what it made (containers, networks, volumes, the dockerd it started).
+#
+# Skips (exit 0, saying why) only without root or when dockerd cannot start.
+# Caches the base image's root file system under $WORK (build/docker-ci).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=${COMPOSE_TEST_DIR:-$ROOT/build/docker-ci}
+DOCKER=/usr/bin/docker  # Debian's docker.io; another docker may come first on PATH
+COMPOSE=(docker-compose -f "$ROOT/docker/docker-compose.yml")
+IMAGE=pstrain:compose-test
+MIN_ACCURACY=0.60  # 4000 training images, one epoch; guessing gives 0.10
+START=$(date +%s)
+STARTED_DOCKERD=""
+PROJECTS=()
+
+say() { echo "compose_test: $*"; }
+fail() { echo "compose_test: FAIL: $*" >&2; exit 1; }
+skip() { say "SKIP: $*"; exit 0; }
+elapsed() { echo $(($(date +%s) - $1)); }
+
+cleanup() {
+  set +e
+  for project in "${PROJECTS[@]}"; do
+    "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1
+  done
+  if [ -n "$STARTED_DOCKERD" ]; then
+    kill "$STARTED_DOCKERD" 2>/dev/null
+    for _ in $(seq 30); do kill -0 "$STARTED_DOCKERD" 2>/dev/null || break; sleep 1; done
+    kill -9 "$STARTED_DOCKERD" 2>/dev/null
+  fi
+}
+trap cleanup EXIT
+
+[ "$(id -u)" -eq 0 ] || skip "needs root to install Docker and start dockerd (run as root, as CI does)"
+mkdir -p "$WORK"
+
+missing=()
+for p in docker.io docker-compose debootstrap; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# dockerd: reuse a running one, else start our own in the background.
+if ! "$DOCKER" info >/dev/null 2>&1; then
+  [ -x /usr/sbin/dockerd ] || skip "no /usr/sbin/dockerd after installing docker.io"
+  /usr/sbin/dockerd --pidfile "$WORK/dockerd.pid" >"$WORK/dockerd.log" 2>&1 &
+  STARTED_DOCKERD=$!
+  for _ in $(seq 60); do
+    "$DOCKER" info >/dev/null 2>&1 && break
+    kill -0 "$STARTED_DOCKERD" 2>/dev/null || break
+    sleep 1
+  done
+  if ! "$DOCKER" info >/dev/null 2>&1; then
+    tail -5 "$WORK/dockerd.log" >&2
+    STARTED_DOCKERD=""
+    skip "dockerd does not start here (log above: $WORK/dockerd.log)"
+  fi
+  say "started dockerd (pid $STARTED_DOCKERD)"
+fi
+
+# debian:bookworm from debootstrap: Docker Hub is out of reach.
+phase=$(date +%s)
+if ! "$DOCKER" image inspect debian:bookworm >/dev/null 2>&1; then
+  if [ ! -s "$WORK/bookworm-minbase.tar" ]; then
+    rm -rf "$WORK/rootfs"
+    debootstrap --variant=minbase bookworm "$WORK/rootfs" http://deb.debian.org/debian \
+      >"$WORK/debootstrap.log" 2>&1 || { tail -5 "$WORK/debootstrap.log" >&2; fail "debootstrap failed"; }
+    tar -C "$WORK/rootfs" -cf "$WORK/bookworm-minbase.tar" .
+    rm -rf "$WORK/rootfs"
+  fi
+  "$DOCKER" import "$WORK/bookworm-minbase.tar" debian:bookworm >/dev/null
+fi
+say "base image ready ($(elapsed "$phase") s)"
+
+# The Dockerfile installs its packages from the Debian mirror: say so
+# plainly if containers cannot reach it, rather than failing mid-build.
+"$DOCKER" run --rm debian:bookworm sh -c 'apt-get update -qq' >/dev/null 2>&1 ||
+  fail "a container cannot reach the Debian mirror (apt-get update fails), which docker build needs"
+
+phase=$(date +%s)
+"$DOCKER" build -f "$ROOT/docker/Dockerfile" -t "$IMAGE" "$ROOT" >"$WORK/build.log" 2>&1 ||
+  { tail -30 "$WORK/build.log" >&2; fail "docker build failed (log: $WORK/build.log)"; }
+say "image $IMAGE built ($(elapsed "$phase") s)"
+
+# Runs the cluster to completion: run_cluster MODE WORKERS
+run_cluster() {
+  local mode=$1 workers=$2 project="pstrain-ci-$1"
+  PROJECTS+=("$project")
+  local phase
+  phase=$(date +%s)
+  export PSTRAIN_IMAGE=$IMAGE MODE=$mode WORKERS=$workers TRAIN_LIMIT=4000 EPOCHS=1
+  "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1 || true
+  "${COMPOSE[@]}" -p "$project" up -d --no-build --scale "worker=$workers" >"$WORK/$project.up.log" 2>&1 ||
+    { cat "$WORK/$project.up.log" >&2; fail "$mode: compose up failed"; }
+  local ids
+  ids=$("${COMPOSE[@]}" -p "$project" ps -q worker)
+  [ "$(echo "$ids" | wc -w)" -eq "$workers" ] || fail "$mode: expected $workers worker containers, got: $ids"
+  local codes
+  codes=$(timeout 600 "$DOCKER" wait $ids) || fail "$mode: workers did not finish within 600 s"
+  "${COMPOSE[@]}" -p "$project" logs --no-color >"$WORK/$project.log" 2>&1
+  for code in $codes; do
+    [ "$code" -eq 0 ] || { tail -40 "$WORK/$project.log" >&2; fail "$mode: a worker exited $code (log: $WORK/$project.log)"; }
+  done
+  local health
+  health=$("$DOCKER" inspect -f '{{.State.Health.Status}}' "$("${COMPOSE[@]}" -p "$project" ps -q ps)")
+  [ "$health" = healthy ] || fail "$mode: the PS health check says $health"
+  # Every replica took a distinct task index.
+  local tasks
+  tasks=$(grep -o 'worker:[0-9]* computing' "$WORK/$project.log" | sort -u | wc -l)
+  [ "$tasks" -eq "$workers" ] || fail "$mode: $tasks distinct worker tasks ran, expected $workers"
+  local accuracy
+  accuracy=$(sed -n 's/.*final: version [0-9]* test_accuracy \([0-9.]*\).*/\1/p' "$WORK/$project.log" | tail -1)
+  [ -n "$accuracy" ] || fail "$mode: no 'final: ... test_accuracy' line from the chief (log: $WORK/$project.log)"
+  awk -v a="$accuracy" -v min="$MIN_ACCURACY" 'BEGIN { exit !(a >= min) }' ||
+    fail "$mode: test accuracy $accuracy is below $MIN_ACCURACY"
+  "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1
+  say "$mode with $workers workers: all exited 0, PS healthy, test_accuracy $accuracy ($(elapsed "$phase") s)"
+}
+
+run_cluster sync 2
+run_cluster async 3
+say "PASS in $(elapsed "$START") s"
