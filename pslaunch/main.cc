@@ -361,8 +361,11 @@ int main(int argc, char** argv) {
     // cluster.max_restarts times; a restarted PS restores its checkpoint and
     // a restarted worker resumes, so the run goes on.
     absl::flat_hash_map<std::string, int> restarts;
-    // A PS that exits 0 was shut down on purpose (psctl shutdown): no restart.
+    // A PS that exits 0 was shut down on purpose (psctl shutdown), and a task
+    // that exits 2 refused its input (config, flags, data, device): neither
+    // is restarted, since a restart would fail the same way.
     while (outcome.kind == pst::RunOutcome::Kind::kChildFailed && outcome.exit_code != 0 &&
+           outcome.exit_code != pst::kUsageErrorExitCode &&
            restarts[outcome.failed_child] < config->cluster().max_restarts()) {
       int attempt = ++restarts[outcome.failed_child];
       spdlog::warn("task {} exited with code {}; restarting it ({} of {})", outcome.failed_child,

@@ -167,6 +167,13 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
   auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
   auto w2 = StartWorker(config, 2);
   ASSERT_GE(WaitForVersion(40, absl::Seconds(60)), 40) << Log("ps.log");
+  // On a loaded machine the others can reach version 40 in ASYNC before
+  // worker:2 has started; it must have pushed before it is killed mid-run.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60);
+       Stats().workers(2).clock() == 0 && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+  }
+  ASSERT_GT(Stats().workers(2).clock(), 0) << Log("worker-2.log");
   w2->Kill();
   const absl::Time killed = absl::Now();
   const int64_t at_kill = Stats().version();
