@@ -10,6 +10,7 @@
 #define PST_KERNELS_DEVICE_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "kernels/device_spec.h"
@@ -23,6 +24,10 @@ bool CudaCompiledIn();
 // GPUs the CUDA runtime can use here; 0 without CUDA support, without a
 // driver, or on any CUDA error.
 int VisibleGpuCount();
+
+// Why VisibleGpuCount() is 0 ("" when it is not): the build has no CUDA, or
+// the CUDA runtime's error (no driver, a driver too old for this runtime).
+std::string NoGpuReason();
 
 // The cuBLAS + CUDA backend on `device`. InvalidArgument for a device that
 // is not visible, FailedPrecondition in a build without CUDA, the CUDA or

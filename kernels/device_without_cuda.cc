@@ -9,10 +9,12 @@ bool CudaCompiledIn() { return false; }
 
 int VisibleGpuCount() { return 0; }
 
+std::string NoGpuReason() { return "this build has no CUDA support"; }
+
 absl::StatusOr<std::unique_ptr<Kernels>> MakeCudaKernels(int device) {
   return absl::FailedPreconditionError(absl::StrCat(
-      "gpu:", device, " requested but this build has no CUDA support; rebuild with nvcc "
-      "installed (PS_WITH_CUDA=AUTO or ON)"));
+      "gpu:", device, " requested but ", NoGpuReason(), "; rebuild with nvcc installed "
+      "(PS_WITH_CUDA=AUTO or ON)"));
 }
 
 }  // namespace pst

@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
                                                            kernels.status().message(),
                                                            "; use --device=cpu, or auto")));
   }
+  const int gpus = pst::VisibleGpuCount();
   spdlog::info("{} computing on {} (--device={}, {} GPU(s) visible{})", task->ToString(),
-               (*kernels)->Name(), device->ToString(), pst::VisibleGpuCount(),
-               pst::CudaCompiledIn() ? "" : "; built without CUDA");
+               (*kernels)->Name(), device->ToString(), gpus,
+               gpus > 0 ? "" : absl::StrCat(": ", pst::NoGpuReason()));
 
   // Before the slow parts (data, connecting), so a bad flag fails at once.
   pst::GetWorkerMetrics();  // every metric is scraped from the start, at zero

@@ -315,7 +315,8 @@ class CudaKernels final : public Kernels {
   cuda::LossTotals* host_totals_ = nullptr;  // pinned host
 };
 
-// The runtime's reason for seeing no GPU, or "" when it sees some.
+}  // namespace
+
 std::string NoGpuReason() {
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
@@ -329,8 +330,6 @@ std::string NoGpuReason() {
   }
   return count == 0 ? "cudaGetDeviceCount: 0 devices" : "";
 }
-
-}  // namespace
 
 bool CudaCompiledIn() { return true; }
 

@@ -106,11 +106,12 @@ struct CommandResult {
   std::string err;
 };
 
-CommandResult RunWorker(const std::string& args) {
+// Runs bin/<program> with `args`; stderr is kept, stdout dropped.
+CommandResult RunBinary(const std::string& program, const std::string& args) {
   static int calls = 0;
   const std::string err_path =
       absl::StrCat(::testing::TempDir(), "/device_test.", getpid(), ".", ++calls, ".err");
-  const std::string line = absl::StrCat("timeout -k 5 60 ", PST_BIN_DIR, "/worker ", args,
+  const std::string line = absl::StrCat("timeout -k 5 60 ", PST_BIN_DIR, "/", program, " ", args,
                                         " >/dev/null 2>", err_path, " </dev/null");
   const int status = std::system(line.c_str());
   CommandResult result;
@@ -133,13 +134,25 @@ TEST(WorkerDeviceFlagTest, AMissingGpuOrABadValueExitsWithCode2AndOneLine) {
                         Case{"--device=" + missing, "use --device=cpu"},
                         Case{"--device=gpu:zero", "--device: device \"gpu:zero\""}}) {
     SCOPED_TRACE(c.flag);
-    CommandResult r = RunWorker("--task=worker:0 --connect_timeout_seconds=1 " + c.flag);
+    CommandResult r = RunBinary("worker", "--task=worker:0 --connect_timeout_seconds=1 " + c.flag);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_THAT(r.err, HasSubstr("worker: error: "));
     EXPECT_THAT(r.err, HasSubstr(c.expected));
     std::vector<std::string> lines = absl::StrSplit(r.err, '\n', absl::SkipEmpty());
     EXPECT_EQ(lines.size(), 1u) << r.err;
   }
+}
+
+TEST(GpuBenchTest, WithoutAGpuExitsWithCode2AndOneLine) {
+#ifndef PST_HAS_GPU_BENCH
+  GTEST_SKIP() << "gpu_bench is built only with CUDA";
+#endif
+  if (VisibleGpuCount() > 0) GTEST_SKIP() << "a GPU is visible: gpu_bench would run in full";
+  CommandResult r = RunBinary("gpu_bench", "");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("gpu_bench: error: needs a GPU"));
+  std::vector<std::string> lines = absl::StrSplit(r.err, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 1u) << r.err;
 }
 
 }  // namespace
