@@ -23,7 +23,15 @@ constexpr int kBlockN = 512;  // columns of B and C per tile (2 KiB per row)
 // c[i, j0:j1] += alpha * sum_p a(i, p) * b[p, j0:j1] for rows i0 <= i < i1,
 // where a(i, p) = a[i * a_row + p * a_col] (either layout of A) and B is
 // row-major k x n. Cloned for x86-64-v3 (AVX2 + FMA) with a baseline fallback.
-__attribute__((target_clones("arch=x86-64-v3", "default")))
+// Not under ThreadSanitizer: the ifunc resolver that picks the clone runs
+// while the dynamic loader relocates, before TSan's runtime is up, and TSan's
+// instrumentation of that resolver crashes the process at load.
+#if defined(__SANITIZE_THREAD__)
+#define PST_GEMM_CLONES
+#else
+#define PST_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+PST_GEMM_CLONES
 void GemmTile(int i0, int i1, int p0, int p1, int j0, int j1, int n, float alpha,
               const float* a, int a_row, int a_col, const float* b, float* c) {
   const int width = j1 - j0;

@@ -19,9 +19,10 @@
 # would change ParameterShard, Checkpointer, Trainer and ps_server/main.cc,
 # lose Abseil's thread-safety annotations, and leave the next absl::Mutex
 # someone adds silently unchecked. Wrapping instead keeps the code as it is
-# and covers every current and future call: scripts/tsan_absl_mutex.cc is
-# linked into each test and -Wl,--wrap routes our calls to absl::Mutex,
-# CondVar and Notification through it, adding __tsan_acquire/__tsan_release.
+# and covers every current and future call: with PST_SANITIZE=thread, CMake
+# links scripts/tsan_absl_mutex.cc into every executable and -Wl,--wrap
+# routes our calls to absl::Mutex, CondVar and Notification through it,
+# adding __tsan_acquire/__tsan_release; check_tsan_wrappers proves it works.
 # The wrap list is read from that file; a changed absl namespace fails its
 # static_assert, and scripts/tsan.supp holds only reports whose every frame
 # is inside the uninstrumented libraries (each one justified there).
@@ -35,7 +36,18 @@ JOBS=${JOBS:-2}
 # server in the same process (training_test runs whole clusters in-process;
 # load_test drives 32 pushing threads against one shard).
 ASAN_TESTS=(kernels_test worker_test common_test ps_server_test training_test load_test)
-TSAN_TESTS=(kernels_test worker_test common_test ps_server_test training_test load_test)
+# Under TSan only the tests that run no gRPC thread: the concurrent
+# ParameterShard tests (pushers, pullers, stoppers on plain threads against
+# one shard), the Checkpointer's thread, kernels, codecs, configs. gRPC and
+# protobuf hand each message between their threads through completion queues
+# and lock-free queues compiled without TSan; a first run of the gRPC tests
+# under TSan gave about 3 500 reports in 10 tests, at every step of a call
+# (byte buffers, ProtoBufferReader, parse contexts, ClientContext, delete),
+# none with a frame of ours on both sides. Suppressing those would take
+# rules broad enough to hide our own races on gRPC threads, so those tests
+# run under ASan + UBSan only.
+TSAN_TESTS=(kernels_test worker_test common_test ps_server_test)
+TSAN_GRPC_TESTS='^PsClientTest\.|MaxRequestBytesTest\.'
 # Not run under the sanitizers: the full Fashion-MNIST convergence run (about
 # 4 minutes under ASan on 2 cores, most of this script's test time). Its
 # concurrent paths are those of the small SYNC/ASYNC/SSP convergence runs and
@@ -43,7 +55,8 @@ TSAN_TESTS=(kernels_test worker_test common_test ps_server_test training_test lo
 SKIPPED='^TrainingTest\.FashionMnistTrainsWithBfloat16OnTheWire$'
 
 # Link flags that route our calls into absl's synchronization through the
-# annotating wrappers; the object is built once per change of the source.
+# annotating wrappers, for the self-check below (the CMake build adds the
+# same to every executable when PST_SANITIZE is thread).
 tsan_link_flags() {
   local dir=$1
   local obj=$ROOT/$dir/tsan_absl_mutex.o
@@ -89,18 +102,16 @@ run_suite() {
   local tests=("$@")
   local started=$SECONDS
   echo "== $name: configuring and building ${tests[*]} in $dir" >&2
-  local link_flags=""
-  if [ "$name" = tsan ]; then
-    check_tsan_wrappers "$dir"
-    link_flags=$(tsan_link_flags "$dir")
-  fi
+  if [ "$name" = tsan ]; then check_tsan_wrappers "$dir"; fi
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DPS_WITH_CUDA=OFF \
-    -DPST_SANITIZE="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="$link_flags" >/dev/null
+    -DPST_SANITIZE="$sanitize" >/dev/null
   cmake --build "$dir" -j "$JOBS" --target "${tests[@]}"
   echo "== $name: built in $((SECONDS - started)) s; running ctest" >&2
   started=$SECONDS
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|$SKIPPED")
+  local skipped=$SKIPPED
+  if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS"; fi
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|$skipped")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 
