@@ -271,6 +271,47 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   return status;
 }
 
+absl::StatusOr<std::vector<int64_t>> ParameterShard::StreamedPushBytes(
+    const PushRequest& header) {
+  absl::MutexLock lock(&mu_);
+  auto refuse = [this](absl::Status status) {
+    ++pushes_rejected_;
+    return status;
+  };
+  if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return refuse(s);
+  if (!store_.initialized()) {
+    return refuse(absl::FailedPreconditionError(
+        "push before Init: the variables of this shard have not been initialized yet"));
+  }
+  std::vector<int64_t> bytes;
+  std::vector<bool> seen(store_.size(), false);
+  for (const Tensor& gradient : header.gradients()) {
+    const int index = store_.Find(gradient.name());
+    if (index < 0) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push")));
+    }
+    if (seen[index]) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push")));
+    }
+    seen[index] = true;
+    const int element_bytes = DTypeBytes(gradient.dtype());
+    if (element_bytes == 0) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("gradient for \"", gradient.name(), "\" has unknown dtype ",
+                       static_cast<int>(gradient.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16")));
+    }
+    bytes.push_back(static_cast<int64_t>(store_.variable(index).values.size()) * element_bytes);
+  }
+  return bytes;
+}
+
+void ParameterShard::CountRejectedPush() {
+  absl::MutexLock lock(&mu_);
+  ++pushes_rejected_;
+}
+
 absl::Status ParameterShard::PushSync(const PushRequest& request,
                                       const std::vector<int>& indices, PushResponse* response) {
   if (request.computed_at_version() < version_) {

@@ -80,6 +80,15 @@ class ParameterShard {
   absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
 
   absl::Status Push(const PushRequest& request, PushResponse* response);
+
+  // For a push that arrives as a stream (PushStream): the payload bytes each
+  // gradient of `header` must carry, taken from the shard's own shapes so
+  // that a header cannot make the receiver allocate more than the model.
+  // InvalidArgument for a bad worker, an unknown or repeated variable or an
+  // unknown dtype; FailedPrecondition before Init. A refusal is counted.
+  absl::StatusOr<std::vector<int64_t>> StreamedPushBytes(const PushRequest& header);
+  // Counts a push refused before it could reach Push (a malformed stream).
+  void CountRejectedPush();
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   absl::Status Done(const DoneRequest& request, DoneResponse* response);
   void Stats(StatsResponse* response);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "ps_server/chunk_streams.h"
 #include "grpcpp/server_builder.h"
 
 namespace pst {
@@ -21,12 +22,42 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext*, const InitReques
   return ToGrpcStatus(server_->Init(*request, response));
 }
 
+namespace {
+
+// Wait no longer than the client asked for, nor past the call's deadline.
+absl::Time PullDeadline(const grpc::ServerContext& context, const PullRequest& request) {
+  const absl::Time deadline =
+      absl::Now() + absl::Milliseconds(std::max(0, request.timeout_ms()));
+  return std::min(deadline, absl::FromChrono(context.deadline()));
+}
+
+}  // namespace
+
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
                                           const PullRequest* request, PullResponse* response) {
-  // Wait no longer than the client asked for, nor past the call's deadline.
-  absl::Time deadline = absl::Now() + absl::Milliseconds(std::max(0, request->timeout_ms()));
-  deadline = std::min(deadline, absl::FromChrono(context->deadline()));
-  return ToGrpcStatus(server_->Pull(*request, deadline, response));
+  return ToGrpcStatus(server_->Pull(*request, PullDeadline(*context, *request), response));
+}
+
+grpc::Status ParameterServerService::PullStream(grpc::ServerContext* context,
+                                                const PullRequest* request,
+                                                grpc::ServerWriter<PullChunk>* writer) {
+  std::unique_ptr<PullResponse> response = pull_buffers_.Take();
+  absl::Status status = server_->Pull(*request, PullDeadline(*context, *request), response.get());
+  if (status.ok() && !SendPullStream(*response, writer)) {
+    status = absl::CancelledError("the worker went away during a pull stream");
+  }
+  pull_buffers_.Give(std::move(response));
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ParameterServerService::PushStream(grpc::ServerContext*,
+                                                grpc::ServerReader<PushChunk>* reader,
+                                                PushResponse* response) {
+  std::unique_ptr<PushRequest> request = push_buffers_.Take();
+  absl::Status status = ReceivePushStream(reader, server_, request.get());
+  if (status.ok()) status = server_->Push(*request, response);
+  push_buffers_.Give(std::move(request));
+  return ToGrpcStatus(status);
 }
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushRequest* request,

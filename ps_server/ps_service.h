@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
+#include "ps_server/message_pool.h"
 #include "ps_server/parameter_shard.h"
 
 namespace pst {
@@ -35,6 +36,10 @@ class ParameterServerService final : public ParameterServer::Service {
                     PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
                     PushResponse* response) override;
+  grpc::Status PullStream(grpc::ServerContext* context, const PullRequest* request,
+                          grpc::ServerWriter<PullChunk>* writer) override;
+  grpc::Status PushStream(grpc::ServerContext* context, grpc::ServerReader<PushChunk>* reader,
+                          PushResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
@@ -49,6 +54,10 @@ class ParameterServerService final : public ParameterServer::Service {
  private:
   pst::ParameterShard* server_;
   AdminHooks hooks_;
+  // Reassembled pushes and pull answers, kept so that the next call reuses
+  // their buffers.
+  MessagePool<PushRequest> push_buffers_;
+  MessagePool<PullResponse> pull_buffers_;
 };
 
 // A running gRPC server for `server` on `address`; the bound port is

@@ -1,0 +1,29 @@
+// The server's end of the chunked data plane (common/tensor_stream.h):
+// reassembling a PushStream into a PushRequest and cutting a PullResponse
+// into a PullStream.
+#ifndef PST_PS_SERVER_CHUNK_STREAMS_H_
+#define PST_PS_SERVER_CHUNK_STREAMS_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/support/sync_stream.h"
+#include "ps.pb.h"
+#include "ps_server/parameter_shard.h"
+
+namespace pst {
+
+// Reads a whole PushStream into `request` (cleared, or reused from an earlier
+// call: its buffers are reused). The header is checked against `shard` before
+// any payload is buffered; pieces must follow the stream rules. On
+// InvalidArgument or FailedPrecondition, `request` is garbage, the model
+// untouched and the refusal counted in the shard's pushes_rejected; nothing
+// is applied here either way (the caller calls Push).
+absl::Status ReceivePushStream(grpc::ServerReaderInterface<PushChunk>* reader,
+                               ParameterShard* shard, PushRequest* request);
+
+// Writes `response` as a PullStream: the header, then pieces of at most
+// kChunkBytes per message. False if the client went away.
+bool SendPullStream(const PullResponse& response, grpc::ServerWriterInterface<PullChunk>* writer);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CHUNK_STREAMS_H_
