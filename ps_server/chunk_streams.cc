@@ -70,31 +70,43 @@ absl::Status ReceivePushStream(grpc::ServerReaderInterface<PushChunk>* reader,
   return absl::OkStatus();
 }
 
-bool SendPullStream(const PullResponse& response, grpc::ServerWriterInterface<PullChunk>* writer) {
+void EncodePullChunks(int64_t version, const std::vector<const Variable*>& variables,
+                      DType dtype, PullChunks* out) {
+  const int element_bytes = DTypeBytes(dtype);
   std::vector<int64_t> tensor_bytes;
-  std::vector<int> element_bytes;
-  for (const Tensor& tensor : response.variables()) {
-    tensor_bytes.push_back(static_cast<int64_t>(tensor.data().size()));
-    element_bytes.push_back(DTypeBytes(tensor.dtype()));
+  for (const Variable* v : variables) {
+    tensor_bytes.push_back(static_cast<int64_t>(v->values.size()) * element_bytes);
   }
-  const std::vector<std::vector<PieceRef>> chunks = PlanChunks(tensor_bytes, element_bytes);
-  PullChunk chunk;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    chunk.Clear();  // keeps the pieces' buffers for the next message
-    if (c == 0) {
-      PullResponse* header = chunk.mutable_header();
-      header->set_version(response.version());
-      for (const Tensor& tensor : response.variables()) CopyHeader(tensor, header->add_variables());
-    }
-    for (const PieceRef& ref : chunks[c]) {
-      TensorPiece* piece = chunk.add_pieces();
+  const std::vector<std::vector<PieceRef>> plan =
+      PlanChunks(tensor_bytes, std::vector<int>(variables.size(), element_bytes));
+  out->Clear();
+  if (out->messages.size() < plan.size()) out->messages.resize(plan.size());
+  out->used = plan.size();
+  PullResponse* header = out->messages[0].mutable_header();
+  header->set_version(version);
+  for (const Variable* v : variables) {
+    Tensor* tensor = header->add_variables();
+    tensor->set_name(v->name);
+    tensor->mutable_shape()->Assign(v->shape.begin(), v->shape.end());
+    tensor->set_dtype(dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype);
+  }
+  for (size_t c = 0; c < plan.size(); ++c) {
+    for (const PieceRef& ref : plan[c]) {
+      TensorPiece* piece = out->messages[c].add_pieces();
       piece->set_tensor(ref.tensor);
       piece->set_offset(ref.offset);
-      piece->mutable_data()->assign(response.variables(ref.tensor).data(), ref.offset, ref.bytes);
+      const std::span<const float> values(variables[ref.tensor]->values);
+      EncodeValues(values.subspan(ref.offset / element_bytes, ref.bytes / element_bytes), dtype,
+                   piece->mutable_data());
     }
+  }
+}
+
+bool SendPullChunks(const PullChunks& chunks, grpc::ServerWriterInterface<PullChunk>* writer) {
+  for (size_t c = 0; c < chunks.used; ++c) {
     grpc::WriteOptions options;
-    if (c + 1 == chunks.size()) options.set_last_message();
-    if (!writer->Write(chunk, options)) return false;
+    if (c + 1 == chunks.used) options.set_last_message();
+    if (!writer->Write(chunks.messages[c], options)) return false;
   }
   return true;
 }

@@ -20,9 +20,25 @@ namespace pst {
 absl::Status ReceivePushStream(grpc::ServerReaderInterface<PushChunk>* reader,
                                ParameterShard* shard, PushRequest* request);
 
-// Writes `response` as a PullStream: the header, then pieces of at most
-// kChunkBytes per message. False if the client went away.
-bool SendPullStream(const PullResponse& response, grpc::ServerWriterInterface<PullChunk>* writer);
+// A pull's messages: the header, then pieces of at most kChunkBytes each.
+// Cleared messages keep their buffers, so a reused PullChunks encodes the
+// next pull into warm memory.
+struct PullChunks {
+  std::vector<PullChunk> messages;
+  size_t used = 0;
+  void Clear() {
+    for (PullChunk& message : messages) message.Clear();
+    used = 0;
+  }
+};
+
+// Encodes `variables` at `version` in wire type `dtype` into `out`, straight
+// from the variables (meant for ParameterShard::PullVisit).
+void EncodePullChunks(int64_t version, const std::vector<const Variable*>& variables,
+                      DType dtype, PullChunks* out);
+
+// Writes the messages; false if the client went away.
+bool SendPullChunks(const PullChunks& chunks, grpc::ServerWriterInterface<PullChunk>* writer);
 
 }  // namespace pst
 

@@ -171,6 +171,18 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
 
 absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadline,
                                   PullResponse* response) {
+  return PullVisit(request, deadline,
+                   [&](int64_t version, const std::vector<const Variable*>& variables) {
+                     response->set_version(version);
+                     for (const Variable* v : variables) {
+                       EncodeTensor(v->name, v->shape, v->values, response->add_variables(),
+                                    request.dtype());
+                     }
+                   });
+}
+
+absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time deadline,
+                                       const PullVisitor& visit) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   if (DTypeBytes(request.dtype()) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
@@ -214,11 +226,9 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
       indices.push_back(index);
     }
   }
-  response->set_version(version_);
-  for (int index : indices) {
-    const Variable& v = store_.variable(index);
-    EncodeTensor(v.name, v.shape, v.values, response->add_variables(), request.dtype());
-  }
+  std::vector<const Variable*> variables;
+  for (int index : indices) variables.push_back(&store_.variable(index));
+  visit(version_, variables);
   return absl::OkStatus();
 }
 

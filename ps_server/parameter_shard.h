@@ -31,6 +31,7 @@
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,15 @@ class ParameterShard {
   // bound, then copies the requested variables. DeadlineExceeded if the wait
   // runs out; Unavailable once shutting down.
   absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
+
+  // As Pull, but instead of copying the requested variables into a response
+  // it hands them, and the version, to `visit`, which runs under the shard's
+  // lock (so it sees one version) and must not call back into the shard: for
+  // a caller that encodes them straight into its own messages.
+  using PullVisitor =
+      std::function<void(int64_t version, const std::vector<const Variable*>& variables)>;
+  absl::Status PullVisit(const PullRequest& request, absl::Time deadline,
+                         const PullVisitor& visit);
 
   absl::Status Push(const PushRequest& request, PushResponse* response);
 

@@ -41,12 +41,16 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
 grpc::Status ParameterServerService::PullStream(grpc::ServerContext* context,
                                                 const PullRequest* request,
                                                 grpc::ServerWriter<PullChunk>* writer) {
-  std::unique_ptr<PullResponse> response = pull_buffers_.Take();
-  absl::Status status = server_->Pull(*request, PullDeadline(*context, *request), response.get());
-  if (status.ok() && !SendPullStream(*response, writer)) {
+  std::unique_ptr<PullChunks> chunks = pull_buffers_.Take();
+  absl::Status status = server_->PullVisit(
+      *request, PullDeadline(*context, *request),
+      [&](int64_t version, const std::vector<const Variable*>& variables) {
+        EncodePullChunks(version, variables, request->dtype(), chunks.get());
+      });
+  if (status.ok() && !SendPullChunks(*chunks, writer)) {
     status = absl::CancelledError("the worker went away during a pull stream");
   }
-  pull_buffers_.Give(std::move(response));
+  pull_buffers_.Give(std::move(chunks));
   return ToGrpcStatus(status);
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
+#include "ps_server/chunk_streams.h"
 #include "ps_server/message_pool.h"
 #include "ps_server/parameter_shard.h"
 
@@ -57,7 +58,7 @@ class ParameterServerService final : public ParameterServer::Service {
   // Reassembled pushes and pull answers, kept so that the next call reuses
   // their buffers.
   MessagePool<PushRequest> push_buffers_;
-  MessagePool<PullResponse> pull_buffers_;
+  MessagePool<PullChunks> pull_buffers_;
 };
 
 // A running gRPC server for `server` on `address`; the bound port is
