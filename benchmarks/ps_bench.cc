@@ -242,11 +242,12 @@ int Main() {
                   "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
                   "\"wire_bytes_per_round_trip\":%lld,\"bytes_saved_vs_fp32\":%lld,\"iperf3_gbps\":%s,"
                   "\"echo_p50_us\":%.1f}\n",
-                  SizeName(size), static_cast<long long>(size), workers, shards, dtype_name,
+                  SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
+                  dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
-                  iperf_text, *echo);
+                  iperf_text.c_str(), *echo);
     } else {
       std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
