@@ -11,6 +11,8 @@ PACKAGES=(
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.
   busybox-static python3
+  # Benchmarks only: ps_bench's loopback TCP baseline.
+  iperf3
 )
 
 missing=()
