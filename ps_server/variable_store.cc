@@ -141,7 +141,9 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
     v.values.resize(elements);
     std::memcpy(v.values.data(), in.values().data(), in.values().size());
     v.slots.resize(slots);
-    std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
+    // An optimizer without state (plain SGD) has no slots: nothing to copy,
+    // and memcpy must not see the empty vector's null pointer.
+    if (slots > 0) std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
     v.updates = in.updates();
     variables.push_back(std::move(v));
   }
