@@ -100,6 +100,7 @@ struct Row {
   double p50_us = 0, p99_us = 0;
   int64_t round_trips = 0;
   int64_t wire_bytes_per_round_trip = 0;
+  int64_t fp32_bytes_per_round_trip = 0;  // the same model as float32
 };
 
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
@@ -165,6 +166,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   row.size = size_bytes;
   row.round_trips = static_cast<int64_t>(all.size());
   row.wire_bytes_per_round_trip = 2 * used * DTypeBytes(dtype);
+  row.fp32_bytes_per_round_trip = 2 * used * static_cast<int64_t>(sizeof(float));
   row.gbps = row.round_trips * static_cast<double>(row.wire_bytes_per_round_trip) / elapsed / 1e9;
   row.p50_us = Percentile(all, 0.50);
   row.p99_us = Percentile(all, 0.99);
@@ -228,8 +230,8 @@ int Main() {
   if (!json) {
     std::printf("baselines: iperf3 loopback (1 MiB writes) %s GB/s; gRPC echo p50 %.0f us\n",
                 iperf ? absl::StrFormat("%.2f", *iperf).c_str() : "n/a (iperf3 not installed)", *echo);
-    std::printf("%-8s %7s %6s %6s %10s %10s %10s %12s\n", "size", "workers", "shards", "dtype",
-                "GB/s", "p50_us", "p99_us", "round_trips");
+    std::printf("%-8s %7s %6s %8s %10s %10s %10s %12s %14s\n", "size", "workers", "shards", "dtype",
+                "GB/s", "p50_us", "p99_us", "round_trips", "wire_MB/trip");
   }
   for (int64_t size : sizes) {
     absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype);
@@ -238,14 +240,19 @@ int Main() {
     if (json) {
       std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"shards\":%d,\"wire_dtype\":\"%s\","
                   "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
-                  "\"wire_bytes_per_round_trip\":%lld,\"iperf3_gbps\":%s,\"echo_p50_us\":%.1f}\n",
-                  SizeName(size), static_cast<long long>(size), workers, shards, dtype_name,
+                  "\"wire_bytes_per_round_trip\":%lld,\"bytes_saved_vs_fp32\":%lld,\"iperf3_gbps\":%s,"
+                  "\"echo_p50_us\":%.1f}\n",
+                  SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
+                  dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
-                  static_cast<long long>(row->wire_bytes_per_round_trip), iperf_text, *echo);
+                  static_cast<long long>(row->wire_bytes_per_round_trip),
+                  static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
+                  iperf_text.c_str(), *echo);
     } else {
-      std::printf("%-8s %7d %6d %6s %10.3f %10.0f %10.0f %12lld\n", SizeName(size).c_str(), workers,
-                  shards, dtype_name.c_str(), row->gbps, row->p50_us, row->p99_us,
-                  static_cast<long long>(row->round_trips));
+      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %6.2f (fp32 %.2f)\n",
+                  SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
+                  row->p99_us, static_cast<long long>(row->round_trips),
+                  row->wire_bytes_per_round_trip / 1e6, row->fp32_bytes_per_round_trip / 1e6);
     }
     std::fflush(stdout);
   }

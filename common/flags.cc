@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "common/process_memory.h"
 #include "spdlog/spdlog.h"
 #include "absl/strings/str_cat.h"
 
@@ -29,6 +30,8 @@ ABSL_FLAG(float, learning_rate, 0.0f,
 namespace pst {
 
 std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage) {
+  // Every binary starts here, before its first large buffer.
+  KeepLargeBuffersWarm();
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -22,6 +23,13 @@ DType WireDType(WireDtype configured);
 
 // Bytes per element of a wire type; 0 for a type this build does not know.
 int DTypeBytes(DType dtype);
+
+// `values` encoded as `dtype`, replacing `out`'s contents (its capacity is
+// reused).
+void EncodeValues(std::span<const float> values, DType dtype, std::string* out);
+
+// Decodes `data`, which holds out.size() elements of `dtype`, into `out`.
+void DecodeValues(absl::string_view data, DType dtype, std::span<float> out);
 
 // Fills `tensor` with name, shape and `values` encoded as `dtype`.
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,

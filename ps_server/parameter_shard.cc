@@ -171,6 +171,18 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
 
 absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadline,
                                   PullResponse* response) {
+  return PullVisit(request, deadline,
+                   [&](int64_t version, const std::vector<const Variable*>& variables) {
+                     response->set_version(version);
+                     for (const Variable* v : variables) {
+                       EncodeTensor(v->name, v->shape, v->values, response->add_variables(),
+                                    request.dtype());
+                     }
+                   });
+}
+
+absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time deadline,
+                                       const PullVisitor& visit) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   if (DTypeBytes(request.dtype()) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
@@ -214,11 +226,9 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
       indices.push_back(index);
     }
   }
-  response->set_version(version_);
-  for (int index : indices) {
-    const Variable& v = store_.variable(index);
-    EncodeTensor(v.name, v.shape, v.values, response->add_variables(), request.dtype());
-  }
+  std::vector<const Variable*> variables;
+  for (int index : indices) variables.push_back(&store_.variable(index));
+  visit(version_, variables);
   return absl::OkStatus();
 }
 
@@ -269,6 +279,47 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   // A new clock can release SSP pulls even when the version did not move.
   changed_.SignalAll();
   return status;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParameterShard::StreamedPushBytes(
+    const PushRequest& header) {
+  absl::MutexLock lock(&mu_);
+  auto refuse = [this](absl::Status status) {
+    ++pushes_rejected_;
+    return status;
+  };
+  if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return refuse(s);
+  if (!store_.initialized()) {
+    return refuse(absl::FailedPreconditionError(
+        "push before Init: the variables of this shard have not been initialized yet"));
+  }
+  std::vector<int64_t> bytes;
+  std::vector<bool> seen(store_.size(), false);
+  for (const Tensor& gradient : header.gradients()) {
+    const int index = store_.Find(gradient.name());
+    if (index < 0) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push")));
+    }
+    if (seen[index]) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push")));
+    }
+    seen[index] = true;
+    const int element_bytes = DTypeBytes(gradient.dtype());
+    if (element_bytes == 0) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("gradient for \"", gradient.name(), "\" has unknown dtype ",
+                       static_cast<int>(gradient.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16")));
+    }
+    bytes.push_back(static_cast<int64_t>(store_.variable(index).values.size()) * element_bytes);
+  }
+  return bytes;
+}
+
+void ParameterShard::CountRejectedPush() {
+  absl::MutexLock lock(&mu_);
+  ++pushes_rejected_;
 }
 
 absl::Status ParameterShard::PushSync(const PushRequest& request,

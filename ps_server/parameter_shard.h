@@ -31,6 +31,7 @@
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,7 +80,25 @@ class ParameterShard {
   // runs out; Unavailable once shutting down.
   absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
 
+  // As Pull, but instead of copying the requested variables into a response
+  // it hands them, and the version, to `visit`, which runs under the shard's
+  // lock (so it sees one version) and must not call back into the shard: for
+  // a caller that encodes them straight into its own messages.
+  using PullVisitor =
+      std::function<void(int64_t version, const std::vector<const Variable*>& variables)>;
+  absl::Status PullVisit(const PullRequest& request, absl::Time deadline,
+                         const PullVisitor& visit);
+
   absl::Status Push(const PushRequest& request, PushResponse* response);
+
+  // For a push that arrives as a stream (PushStream): the payload bytes each
+  // gradient of `header` must carry, taken from the shard's own shapes so
+  // that a header cannot make the receiver allocate more than the model.
+  // InvalidArgument for a bad worker, an unknown or repeated variable or an
+  // unknown dtype; FailedPrecondition before Init. A refusal is counted.
+  absl::StatusOr<std::vector<int64_t>> StreamedPushBytes(const PushRequest& header);
+  // Counts a push refused before it could reach Push (a malformed stream).
+  void CountRejectedPush();
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   absl::Status Done(const DoneRequest& request, DoneResponse* response);
   void Stats(StatsResponse* response);

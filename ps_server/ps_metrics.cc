@@ -32,15 +32,14 @@ ServedMetrics& Served() {
 
 }  // namespace
 
-void RecordServedPull(const PullResponse& response, const absl::Status& status,
-                      absl::Duration latency) {
+void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Duration latency) {
   ServedMetrics& m = Served();
   m.pull_seconds.Observe(absl::ToDoubleSeconds(latency));
   if (!status.ok()) {
     m.failed_calls.Increment();
     return;
   }
-  m.bytes_out.Increment(response.ByteSizeLong());
+  m.bytes_out.Increment(bytes_sent);
 }
 
 int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {

@@ -15,8 +15,7 @@ class ParameterShard;
 
 // One served Pull: its time in the service (the long-poll wait included)
 // and, when it succeeded, the bytes sent.
-void RecordServedPull(const PullResponse& response, const absl::Status& status,
-                      absl::Duration latency);
+void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Duration latency);
 
 // One served Push: its time, the bytes received and, when it was accepted
 // (applied, aggregated or dropped), the gradient's staleness.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "ps_server/chunk_streams.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/ps_metrics.h"
 
@@ -22,14 +23,56 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext*, const InitReques
   return ToGrpcStatus(server_->Init(*request, response));
 }
 
+namespace {
+
+// Wait no longer than the client asked for, nor past the call's deadline.
+absl::Time PullDeadline(const grpc::ServerContext& context, const PullRequest& request) {
+  const absl::Time deadline =
+      absl::Now() + absl::Milliseconds(std::max(0, request.timeout_ms()));
+  return std::min(deadline, absl::FromChrono(context.deadline()));
+}
+
+}  // namespace
+
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
                                           const PullRequest* request, PullResponse* response) {
-  // Wait no longer than the client asked for, nor past the call's deadline.
-  absl::Time deadline = absl::Now() + absl::Milliseconds(std::max(0, request->timeout_ms()));
-  deadline = std::min(deadline, absl::FromChrono(context->deadline()));
   const absl::Time start = absl::Now();
-  absl::Status status = server_->Pull(*request, deadline, response);
-  RecordServedPull(*response, status, absl::Now() - start);
+  absl::Status status = server_->Pull(*request, PullDeadline(*context, *request), response);
+  RecordServedPull(status.ok() ? response->ByteSizeLong() : 0, status, absl::Now() - start);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ParameterServerService::PullStream(grpc::ServerContext* context,
+                                                const PullRequest* request,
+                                                grpc::ServerWriter<PullChunk>* writer) {
+  const absl::Time start = absl::Now();
+  std::unique_ptr<PullChunks> chunks = pull_buffers_.Take();
+  absl::Status status = server_->PullVisit(
+      *request, PullDeadline(*context, *request),
+      [&](int64_t version, const std::vector<const Variable*>& variables) {
+        EncodePullChunks(version, variables, request->dtype(), chunks.get());
+      });
+  if (status.ok() && !SendPullChunks(*chunks, writer)) {
+    status = absl::CancelledError("the worker went away during a pull stream");
+  }
+  size_t bytes_sent = 0;
+  if (status.ok()) {
+    for (size_t i = 0; i < chunks->used; ++i) bytes_sent += chunks->messages[i].ByteSizeLong();
+  }
+  pull_buffers_.Give(std::move(chunks));
+  RecordServedPull(bytes_sent, status, absl::Now() - start);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ParameterServerService::PushStream(grpc::ServerContext*,
+                                                grpc::ServerReader<PushChunk>* reader,
+                                                PushResponse* response) {
+  const absl::Time start = absl::Now();
+  std::unique_ptr<PushRequest> request = push_buffers_.Take();
+  absl::Status status = ReceivePushStream(reader, server_, request.get());
+  if (status.ok()) status = server_->Push(*request, response);
+  RecordServedPush(*request, *response, status, absl::Now() - start);
+  push_buffers_.Give(std::move(request));
   return ToGrpcStatus(status);
 }
 

@@ -12,6 +12,8 @@
 #include "common/security.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
+#include "ps_server/chunk_streams.h"
+#include "ps_server/message_pool.h"
 #include "ps_server/parameter_shard.h"
 
 namespace pst {
@@ -36,6 +38,10 @@ class ParameterServerService final : public ParameterServer::Service {
                     PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
                     PushResponse* response) override;
+  grpc::Status PullStream(grpc::ServerContext* context, const PullRequest* request,
+                          grpc::ServerWriter<PullChunk>* writer) override;
+  grpc::Status PushStream(grpc::ServerContext* context, grpc::ServerReader<PushChunk>* reader,
+                          PushResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
@@ -50,6 +56,10 @@ class ParameterServerService final : public ParameterServer::Service {
  private:
   pst::ParameterShard* server_;
   AdminHooks hooks_;
+  // Reassembled pushes and pull answers, kept so that the next call reuses
+  // their buffers.
+  MessagePool<PushRequest> push_buffers_;
+  MessagePool<PullChunks> pull_buffers_;
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server

@@ -19,6 +19,8 @@ PACKAGES=(
   # Tests only: certificates for the TLS tests, and YAML parsing for the
   # offline check of deploy/k8s and docker/.
   openssl python3-yaml
+  # Benchmarks only: ps_bench's loopback TCP baseline.
+  iperf3
 )
 
 missing=()

@@ -7,21 +7,16 @@
 #include "common/grpc_status.h"
 #include "common/partitioner.h"
 #include "common/tensor_codec.h"
+#include "common/tensor_stream.h"
 #include "grpcpp/create_channel.h"
 #include "worker/mlp.h"
 #include "worker/worker_metrics.h"
 
 namespace pst {
-namespace {
 
-// Deadline for calls that should answer at once; long-polls add their wait.
-constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
-
-void SetDeadline(grpc::ClientContext* context, absl::Duration from_now) {
+void PsClient::SetDeadline(grpc::ClientContext* context, absl::Duration from_now) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
@@ -136,46 +131,59 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
   return responses[0].accepted();
 }
 
+int64_t PsClient::WireBytes(int shard) const {
+  int64_t bytes = 0;
+  for (size_t i : shards_[shard].slices) bytes += slices_[i].count * DTypeBytes(wire_dtype_);
+  return bytes;
+}
+
 absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
                             const std::vector<std::span<float>>& out,
                             std::vector<int64_t>* versions) {
   versions->resize(shards_.size());
-  return ForEachShard([&](int s) -> absl::Status {
-    const Shard& shard = shards_[s];
-    PullRequest request;
-    request.set_worker(worker_);
-    request.set_min_version(min_versions[s]);
-    request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-    request.set_dtype(wire_dtype_);
-    for (size_t i : shard.slices) request.add_names(slices_[i].name);
-    PullResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout + kRpcDeadline);
-    grpc::Status rpc = shard.stub->Pull(&context, request, &response);
-    if (!rpc.ok()) return ShardError(s, rpc);
-    GetWorkerMetrics().bytes_in.Increment(response.ByteSizeLong());
-    if (response.variables_size() != static_cast<int>(shard.slices.size())) {
-      return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
-                                              response.variables_size(), " variables, expected ",
-                                              shard.slices.size()));
-    }
-    for (size_t i = 0; i < shard.slices.size(); ++i) {
-      const Slice& slice = slices_[shard.slices[i]];
-      const Tensor& tensor = response.variables(static_cast<int>(i));
-      if (tensor.name() != slice.name) {
-        return absl::InternalError(absl::StrCat("ps:", s, " returned \"", tensor.name(),
-                                                "\" where \"", slice.name, "\" was asked for"));
-      }
-      if (absl::Status check = CheckTensorPayload(tensor, slice.count); !check.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "ps:", s, " holds a different model: ", check.message(),
-            " (was it initialized by a job with another config?)"));
-      }
-      DecodeTensor(tensor, out[slice.variable].subspan(slice.offset, slice.count));
-    }
-    (*versions)[s] = response.version();
-    return absl::OkStatus();
+  return ForEachShard([&](int s) {
+    absl::Status status = PullShard(s, min_versions[s], timeout, out, &(*versions)[s]);
+    if (status.ok()) GetWorkerMetrics().bytes_in.Increment(WireBytes(s));
+    return status;
   });
+}
+
+absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration timeout,
+                                 const std::vector<std::span<float>>& out, int64_t* version) {
+  const Shard& shard = shards_[s];
+  PullRequest request;
+  request.set_worker(worker_);
+  request.set_min_version(min_version);
+  request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  request.set_dtype(wire_dtype_);
+  for (size_t i : shard.slices) request.add_names(slices_[i].name);
+  if (WireBytes(s) > kChunkBytes) return PullStreamed(s, request, timeout, out, version);
+  PullResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + kRpcDeadline);
+  grpc::Status rpc = shard.stub->Pull(&context, request, &response);
+  if (!rpc.ok()) return ShardError(s, rpc);
+  if (response.variables_size() != static_cast<int>(shard.slices.size())) {
+    return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
+                                            response.variables_size(), " variables, expected ",
+                                            shard.slices.size()));
+  }
+  for (size_t i = 0; i < shard.slices.size(); ++i) {
+    const Slice& slice = slices_[shard.slices[i]];
+    const Tensor& tensor = response.variables(static_cast<int>(i));
+    if (tensor.name() != slice.name) {
+      return absl::InternalError(absl::StrCat("ps:", s, " returned \"", tensor.name(),
+                                              "\" where \"", slice.name, "\" was asked for"));
+    }
+    if (absl::Status check = CheckTensorPayload(tensor, slice.count); !check.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ps:", s, " holds a different model: ", check.message(),
+                       " (was it initialized by a job with another config?)"));
+    }
+    DecodeTensor(tensor, out[slice.variable].subspan(slice.offset, slice.count));
+  }
+  *version = response.version();
+  return absl::OkStatus();
 }
 
 absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
@@ -183,21 +191,29 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
                             std::vector<PushResponse>* responses) {
   responses->resize(shards_.size());
   return ForEachShard([&](int s) {
-    PushRequest request;
-    request.set_worker(worker_);
-    request.set_computed_at_version(computed_at[s]);
-    for (size_t i : shards_[s].slices) {
-      const Slice& slice = slices_[i];
-      EncodeTensor(slice.name, slice.shape,
-                   gradients[slice.variable].subspan(slice.offset, slice.count),
-                   request.add_gradients(), wire_dtype_);
-    }
-    grpc::ClientContext context;
-    SetDeadline(&context, kRpcDeadline);
-    grpc::Status rpc = shards_[s].stub->Push(&context, request, &(*responses)[s]);
-    GetWorkerMetrics().bytes_out.Increment(request.ByteSizeLong());
-    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+    absl::Status status = PushShard(s, computed_at[s], gradients, &(*responses)[s]);
+    if (status.ok()) GetWorkerMetrics().bytes_out.Increment(WireBytes(s));
+    return status;
   });
+}
+
+absl::Status PsClient::PushShard(int s, int64_t computed_at,
+                                 const std::vector<std::span<const float>>& gradients,
+                                 PushResponse* response) {
+  if (WireBytes(s) > kChunkBytes) return PushStreamed(s, computed_at, gradients, response);
+  PushRequest request;
+  request.set_worker(worker_);
+  request.set_computed_at_version(computed_at);
+  for (size_t i : shards_[s].slices) {
+    const Slice& slice = slices_[i];
+    EncodeTensor(slice.name, slice.shape,
+                 gradients[slice.variable].subspan(slice.offset, slice.count),
+                 request.add_gradients(), wire_dtype_);
+  }
+  grpc::ClientContext context;
+  SetDeadline(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[s].stub->Push(&context, request, response);
+  return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
 absl::Status PsClient::Heartbeat() {

@@ -2,8 +2,12 @@
 //
 // The client knows where each variable lives (common/partitioner.h) and
 // speaks to all shards in parallel: one Pull or Push call here is one RPC
-// per shard, all in flight at once. Values move straight between the
-// caller's buffers and the wire payloads.
+// per shard, all in flight at once. A shard's share up to one chunk
+// (common/tensor_stream.h) goes in a unary Pull/Push; a larger one is
+// streamed in chunks (PullStream/PushStream), encoded straight from and
+// decoded straight into the caller's buffers through message buffers that
+// are reused from step to step. Pull and Push may not run concurrently with
+// themselves (one training loop per client); the other calls may.
 #ifndef PST_WORKER_PS_CLIENT_H_
 #define PST_WORKER_PS_CLIENT_H_
 
@@ -96,14 +100,36 @@ class PsClient {
     std::string address;
     std::unique_ptr<ParameterServer::Stub> stub;
     std::vector<size_t> slices;  // indices into slices_, in order
+    // Stream message buffers, reused by every streamed Pull and Push.
+    std::unique_ptr<PullChunk> pull_chunk = std::make_unique<PullChunk>();
+    std::unique_ptr<PushChunk> push_chunk = std::make_unique<PushChunk>();
   };
   PsClient(int worker) : worker_(worker) {}
+
+  // Deadline for calls that should answer at once; long-polls add their wait.
+  static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
+  static void SetDeadline(grpc::ClientContext* context, absl::Duration from_now);
 
   // Runs call(s) for every shard s concurrently and waits for all; the first
   // failure, prefixed with the shard's name, is returned.
   template <typename Call>
   absl::Status ForEachShard(Call call);
   absl::Status ShardError(int shard, const grpc::Status& status) const;
+  // Bytes shard s's slices take on the wire.
+  int64_t WireBytes(int shard) const;
+  // Shard s's part of Pull and Push, unary or streamed by WireBytes.
+  absl::Status PullShard(int shard, int64_t min_version, absl::Duration timeout,
+                         const std::vector<std::span<float>>& out, int64_t* version);
+  absl::Status PullStreamed(int shard, const PullRequest& request, absl::Duration timeout,
+                            const std::vector<std::span<float>>& out, int64_t* version);
+  absl::Status PushShard(int shard, int64_t computed_at,
+                         const std::vector<std::span<const float>>& gradients,
+                         PushResponse* response);
+  absl::Status PushStreamed(int shard, int64_t computed_at,
+                            const std::vector<std::span<const float>>& gradients,
+                            PushResponse* response);
+  // Checks a streamed pull's header against what shard s should hold.
+  absl::Status CheckPullHeader(int shard, const PullResponse& header) const;
 
   int worker_;
   DType wire_dtype_ = FLOAT32;

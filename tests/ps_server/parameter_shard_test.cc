@@ -296,6 +296,23 @@ TEST(ParameterShardTest, BadPushesAreRefusedAndLeaveTheModelUntouched) {
        absl::StatusCode::kInvalidArgument, "non-finite"},
       {"Inf gradient in the last variable", [&] { return Gradient(0, 0, {1, 1, 1, 1}, {1, inf}); },
        absl::StatusCode::kInvalidArgument, "non-finite"},
+      // 16-bit gradients are checked on their encoded bits.
+      {"NaN bfloat16 gradient",
+       [&] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         EncodeTensor("w", std::vector<int64_t>{2, 2}, std::vector<float>{1, 1, nan, 1},
+                      p.mutable_gradients(0), BFLOAT16);
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "non-finite"},
+      {"Inf float16 gradient (overflow past 65504)",
+       [&] {
+         PushRequest p = Gradient(0, 0, {1, 1, 1, 1}, {1, 1});
+         EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{1, 1e6f},
+                      p.mutable_gradients(1), FLOAT16);
+         return p;
+       },
+       absl::StatusCode::kInvalidArgument, "non-finite"},
       {"future version", [] { return Gradient(0, 7, {1, 1, 1, 1}, {1, 1}); },
        absl::StatusCode::kInvalidArgument, "version 7"},
       {"worker out of range", [] { return Gradient(5, 0, {1, 1, 1, 1}, {1, 1}); },

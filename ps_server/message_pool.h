@@ -1,0 +1,41 @@
+// A free list of protobuf messages, so that the buffers of large requests
+// and responses are reused from call to call instead of allocated (and, for
+// large ones, page-faulted in) anew. Cleared protobuf strings and repeated
+// fields keep their capacity, which is what makes reuse pay. Thread-safe.
+#ifndef PST_PS_SERVER_MESSAGE_POOL_H_
+#define PST_PS_SERVER_MESSAGE_POOL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace pst {
+
+template <typename Message>
+class MessagePool {
+ public:
+  // A cleared message: a reused one when any is free.
+  std::unique_ptr<Message> Take() {
+    absl::MutexLock lock(&mu_);
+    if (free_.empty()) return std::make_unique<Message>();
+    std::unique_ptr<Message> message = std::move(free_.back());
+    free_.pop_back();
+    return message;
+  }
+
+  // Returns `message` for reuse; it is cleared here.
+  void Give(std::unique_ptr<Message> message) {
+    message->Clear();
+    absl::MutexLock lock(&mu_);
+    free_.push_back(std::move(message));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Message>> free_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_MESSAGE_POOL_H_

@@ -1,0 +1,239 @@
+// The chunked data plane end to end over loopback gRPC: PsClient streams a
+// model larger than one chunk to a real shard and back, bit for bit, and a
+// shard refuses malformed push streams with INVALID_ARGUMENT, leaving the
+// model as it was.
+#include "ps_server/chunk_streams.h"
+
+#include <array>
+#include <cstring>
+#include <limits>
+
+#include "common/tensor_codec.h"
+#include "common/tensor_stream.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "ps_server/ps_service.h"
+#include "worker/mlp.h"
+#include "worker/ps_client.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A shard (ASYNC, SGD with learning rate 1: a push of g subtracts g) behind
+// a real gRPC server on 127.0.0.1.
+class ServedShard {
+ public:
+  ServedShard() {
+    ShardOptions options;
+    options.mode = ASYNC;
+    options.num_workers = 1;
+    options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
+    shard_ = std::move(*ParameterShard::Create(options));
+    auto running = StartGrpcServer("127.0.0.1:0", shard_.get(), AdminHooks{});
+    EXPECT_TRUE(running.ok()) << running.status();
+    server_ = std::move(*running);
+    address_ = "127.0.0.1:" + std::to_string(server_.port);
+  }
+  ~ServedShard() {
+    shard_->BeginShutdown();
+    server_.grpc_server->Shutdown();
+  }
+  const std::string& address() const { return address_; }
+  ParameterShard* shard() { return shard_.get(); }
+
+ private:
+  std::unique_ptr<ParameterShard> shard_;
+  RunningServer server_;
+  std::string address_;
+};
+
+// Values exact in float32, float16 and bfloat16 (at most 7 significant bits).
+std::vector<float> Ramp(int64_t n, float start, float step) {
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = start + step * static_cast<float>(i % 64);
+  return values;
+}
+
+// Models whose wire size sits at and around the chunk size, so that both the
+// unary path (<= one chunk) and streams of 2 or many chunks are exercised.
+TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
+  const int64_t chunk_floats = kChunkBytes / 4;
+  struct Case {
+    const char* name;
+    std::vector<VariableSpec> model;
+    DType dtype;
+  };
+  const std::vector<Case> cases = {
+      {"one chunk exactly (unary)", {{"w", {chunk_floats}}}, FLOAT32},
+      {"chunk + 1 element", {{"w", {chunk_floats + 1}}}, FLOAT32},
+      {"chunk - 1 element, then a bias", {{"w", {chunk_floats - 1}}, {"b", {2}}}, FLOAT32},
+      {"many chunks, several variables",
+       {{"k", {1000, 1001}}, {"b", {7}}, {"k2", {3, 333}}}, FLOAT32},
+      {"bf16, odd count past two chunks", {{"w", {kChunkBytes + 3}}}, BFLOAT16},
+      {"fp16, odd counts", {{"a", {kChunkBytes / 2 + 1}}, {"c", {5}}}, FLOAT16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ServedShard served;
+    auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
+    ASSERT_TRUE(client.ok()) << client.status();
+    (*client)->SetVariables(c.model);
+    (*client)->set_wire_dtype(c.dtype);
+    std::vector<std::vector<float>> initial, gradient, pulled;
+    std::vector<std::span<const float>> initial_spans, gradient_spans;
+    std::vector<std::span<float>> pulled_spans;
+    for (const VariableSpec& spec : c.model) {
+      initial.push_back(Ramp(spec.size(), 1.0f, 0.5f));
+      gradient.push_back(Ramp(spec.size(), -4.0f, 1.0f));
+      pulled.emplace_back(spec.size(), 0.0f);
+    }
+    for (size_t v = 0; v < c.model.size(); ++v) {
+      initial_spans.emplace_back(initial[v]);
+      gradient_spans.emplace_back(gradient[v]);
+      pulled_spans.emplace_back(pulled[v]);
+    }
+    ASSERT_TRUE((*client)->Init(initial_spans).ok());
+    std::vector<int64_t> versions;
+    ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), pulled_spans, &versions).ok());
+    EXPECT_EQ(pulled, initial);
+    std::vector<PushResponse> responses;
+    absl::Status pushed = (*client)->Push(versions, gradient_spans, &responses);
+    ASSERT_TRUE(pushed.ok()) << pushed;
+    EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
+    ASSERT_TRUE((*client)->Pull({1}, absl::Seconds(10), pulled_spans, &versions).ok());
+    EXPECT_EQ(versions[0], 1);
+    for (size_t v = 0; v < c.model.size(); ++v) {
+      for (size_t i = 0; i < pulled[v].size(); ++i) {
+        ASSERT_EQ(pulled[v][i], initial[v][i] - gradient[v][i]) << c.model[v].name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+// Raw push streams against a shard holding "w" [3, 100] (1200 bytes).
+class MalformedPushTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    InitRequest init;
+    EncodeTensor("w", std::vector<int64_t>{3, 100}, Ramp(300, 1.0f, 1.0f), init.add_variables());
+    InitResponse response;
+    ASSERT_TRUE(served_.shard()->Init(init, &response).ok());
+    stub_ = ParameterServer::NewStub(
+        grpc::CreateChannel(served_.address(), grpc::InsecureChannelCredentials()));
+    before_ = State();
+  }
+
+  // The shard's values and version, as a pull sees them.
+  std::pair<int64_t, std::string> State() {
+    PullRequest request;
+    PullResponse response;
+    EXPECT_TRUE(served_.shard()->Pull(request, absl::Now() + absl::Seconds(5), &response).ok());
+    return {response.version(), response.variables(0).data()};
+  }
+
+  static PushChunk Header(std::vector<std::pair<std::string, DType>> tensors) {
+    PushChunk chunk;
+    chunk.mutable_header()->set_worker(0);
+    for (auto& [name, dtype] : tensors) {
+      Tensor* t = chunk.mutable_header()->add_gradients();
+      t->set_name(name);
+      t->add_shape(3);
+      t->add_shape(100);
+      t->set_dtype(dtype);
+    }
+    return chunk;
+  }
+
+  static void AddPiece(PushChunk* chunk, int tensor, int64_t offset, int64_t bytes) {
+    TensorPiece* piece = chunk->add_pieces();
+    piece->set_tensor(tensor);
+    piece->set_offset(offset);
+    std::vector<float> values(bytes / 4 + 1, 0.25f);
+    piece->set_data(reinterpret_cast<const char*>(values.data()), bytes);
+  }
+
+  grpc::Status Send(const std::vector<PushChunk>& chunks) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    PushResponse response;
+    auto writer = stub_->PushStream(&context, &response);
+    for (const PushChunk& chunk : chunks) {
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  ServedShard served_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+  std::pair<int64_t, std::string> before_;
+};
+
+TEST_F(MalformedPushTest, AWellFormedStreamIsApplied) {
+  PushChunk first = Header({{"w", FLOAT32}});
+  AddPiece(&first, 0, 0, 800);
+  PushChunk second;
+  AddPiece(&second, 0, 800, 400);
+  grpc::Status status = Send({first, second});
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(State().first, before_.first + 1);
+}
+
+TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
+  struct Case {
+    const char* name;
+    std::vector<PushChunk> chunks;
+    const char* error;
+  };
+  auto with = [](PushChunk chunk, std::vector<std::array<int64_t, 3>> pieces) {
+    for (auto [tensor, offset, bytes] : pieces) AddPiece(&chunk, tensor, offset, bytes);
+    return chunk;
+  };
+  const PushChunk header = Header({{"w", FLOAT32}});
+  const std::vector<Case> cases = {
+      {"out of order", {with(header, {{0, 400, 400}, {0, 0, 400}, {0, 800, 400}})}, "out of order"},
+      {"too many bytes", {with(header, {{0, 0, 1200}, {0, 1200, 4}})}, "too many bytes"},
+      {"overrunning piece", {with(header, {{0, 0, 1204}})}, "too many bytes"},
+      {"missing chunks", {with(header, {{0, 0, 800}})}, "missing chunks"},
+      {"no pieces at all", {header}, "missing chunks"},
+      {"unknown dtype", {with(Header({{"w", static_cast<DType>(7)}}), {{0, 0, 1200}})},
+       "unknown dtype"},
+      {"fp16 header, fp32 bytes", {with(Header({{"w", FLOAT16}}), {{0, 0, 1200}})},
+       "too many bytes"},
+      {"unknown variable", {with(Header({{"v", FLOAT32}}), {{0, 0, 1200}})}, "unknown variable"},
+      {"piece naming no tensor", {with(header, {{0, 0, 1200}, {1, 0, 4}})}, "names tensor 1"},
+      {"no header", {with(PushChunk(), {{0, 0, 1200}})}, "header"},
+      {"second header", {with(header, {{0, 0, 400}}), with(header, {{0, 400, 800}})},
+       "second header"},
+      {"empty stream", {}, "no header"},
+  };
+  int64_t rejected = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    grpc::Status status = Send(c.chunks);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(c.error));
+    EXPECT_EQ(State(), before_);
+    StatsResponse stats;
+    served_.shard()->Stats(&stats);
+    EXPECT_EQ(stats.pushes_rejected(), ++rejected);
+  }
+}
+
+TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
+  PushChunk chunk = Header({{"w", FLOAT32}});
+  std::vector<float> values(300, 1.0f);
+  values[299] = std::numeric_limits<float>::infinity();
+  TensorPiece* piece = chunk.add_pieces();
+  piece->set_data(reinterpret_cast<const char*>(values.data()), 1200);
+  grpc::Status status = Send({chunk});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("non-finite"));
+  EXPECT_EQ(State(), before_);
+}
+
+}  // namespace
+}  // namespace pst
