@@ -354,7 +354,8 @@ absl::Status ParameterShard::PushSync(const PushRequest& request,
 void ParameterShard::MaybeCompleteSyncStep() {
   if (arrived_count_ == 0 || arrived_count_ < RequiredGradients()) return;
   const float scale = 1.0f / static_cast<float>(arrived_count_);
-  for (size_t v = 0; v < store_.size(); ++v) {
+  absl::Status staged = absl::OkStatus();
+  for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
     sum_.assign(store_.variable(static_cast<int>(v)).values.size(), 0.0f);
     // Rank order, whatever the arrival order: bitwise reproducible sums.
     for (int rank = 0; rank < options_.num_workers; ++rank) {
@@ -363,11 +364,21 @@ void ParameterShard::MaybeCompleteSyncStep() {
       for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
     }
     for (float& x : sum_) x *= scale;
-    store_.Apply(static_cast<int>(v), sum_, 1.0f);
+    staged = store_.Stage(static_cast<int>(v), sum_, 1.0f);
   }
   std::fill(arrived_.begin(), arrived_.end(), false);
   arrived_count_ = 0;
-  ++pushes_applied_;
+  if (staged.ok()) {
+    store_.Commit();
+    ++pushes_applied_;
+  } else {
+    // The workers wait for the next version whatever happens, so the step
+    // still completes; the model just keeps its values.
+    store_.Discard();
+    ++pushes_rejected_;
+    spdlog::warn("shard {}: SYNC step at version {} skipped: {}", options_.shard, version_,
+                 std::string(staged.message()));
+  }
   AdvanceVersion();
 }
 
@@ -384,9 +395,15 @@ absl::Status ParameterShard::PushAsync(const PushRequest& request,
       options_.staleness_lr_scaling ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
   std::vector<float> scratch;
   for (size_t i = 0; i < indices.size(); ++i) {
-    store_.Apply(indices[i], TensorValues(request.gradients(static_cast<int>(i)), &scratch),
-                 lr_scale);
+    absl::Status staged = store_.Stage(
+        indices[i], TensorValues(request.gradients(static_cast<int>(i)), &scratch), lr_scale);
+    if (!staged.ok()) {
+      store_.Discard();
+      ++pushes_rejected_;
+      return staged;
+    }
   }
+  store_.Commit();
   ++pushes_applied_;
   AdvanceVersion();
   response->set_outcome(PushResponse::APPLIED);

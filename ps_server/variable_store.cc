@@ -206,11 +206,38 @@ absl::Status VariableStore::ValidateGradients(
   return absl::OkStatus();
 }
 
-void VariableStore::Apply(int index, std::span<const float> gradient, float lr_scale) {
-  Variable& v = variables_[index];
-  ++v.updates;
-  optimizer_->Apply(v.updates, lr_scale * optimizer_->DecayFactor(v.updates), v.values, gradient,
-                    v.slots);
+absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {
+  const Variable& v = variables_[index];
+  if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
+  Staged& next = staged_[index];
+  next.values.assign(v.values.begin(), v.values.end());
+  next.slots.assign(v.slots.begin(), v.slots.end());
+  const int64_t step = v.updates + 1;
+  optimizer_->Apply(step, lr_scale * optimizer_->DecayFactor(step), next.values, gradient,
+                    next.slots);
+  absl::Status finite = CheckFinite(next.values, absl::StrCat("the update of \"", v.name, "\""));
+  if (finite.ok()) {
+    finite = CheckFinite(next.slots, absl::StrCat("the optimizer state of \"", v.name, "\""));
+  }
+  if (!finite.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        finite.message(), " (the gradient is too large for the ", optimizer_->Name(),
+        " optimizer); the variable keeps its values"));
+  }
+  staged_indices_.push_back(index);
+  return absl::OkStatus();
 }
+
+void VariableStore::Commit() {
+  for (int index : staged_indices_) {
+    Variable& v = variables_[index];
+    v.values.swap(staged_[index].values);
+    v.slots.swap(staged_[index].slots);
+    ++v.updates;
+  }
+  staged_indices_.clear();
+}
+
+void VariableStore::Discard() { staged_indices_.clear(); }
 
 }  // namespace pst

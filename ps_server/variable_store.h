@@ -59,12 +59,30 @@ class VariableStore {
   // no change) if it does not fit this store's optimizer.
   absl::Status Restore(const ShardCheckpoint& checkpoint);
 
-  // One optimizer step on variable `index` with `gradient` (already validated).
-  void Apply(int index, std::span<const float> gradient, float lr_scale);
+  // One update is a set of optimizer steps applied all or nothing. Stage()
+  // runs one variable's step (with `gradient`, already validated) on copies
+  // of its values and optimizer state; nothing visible changes. It fails with
+  // InvalidArgument, naming the variable, if the step would make a value or
+  // the optimizer state non-finite (a finite gradient can still overflow,
+  // e.g. Adam's squared gradient). Commit() then makes every staged step
+  // visible at once (a buffer swap per variable); Discard() drops them. A
+  // variable is staged at most once per update.
+  absl::Status Stage(int index, std::span<const float> gradient, float lr_scale);
+  void Commit();
+  void Discard();
 
  private:
+  // The next values and optimizer state of a staged variable. Kept between
+  // updates, so staging reuses warm memory.
+  struct Staged {
+    std::vector<float> values;
+    std::vector<float> slots;
+  };
+
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Variable> variables_;
+  std::vector<Staged> staged_;        // parallel to variables_
+  std::vector<int> staged_indices_;   // staged in the current update
   std::map<std::string, int, std::less<>> index_;
 };
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "common/config.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -354,6 +355,46 @@ TEST(ParameterShardTest, BadPushesAreRefusedAndLeaveTheModelUntouched) {
     EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
     EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
     EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
+  }
+}
+
+// A finite gradient can still overflow the optimizer (Adam squares it). The
+// update is refused as a whole: no variable, no optimizer state, no version
+// moves, in ASYNC; in SYNC the step completes (the workers wait for it) but
+// leaves the model as it was. Then training goes on normally.
+TEST(ParameterShardTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
+  constexpr float kHuge = 3e38f;  // finite; its square is not
+  for (Mode mode : {ASYNC, SYNC}) {
+    SCOPED_TRACE(ModeName(mode));
+    ShardOptions options = Options(mode, mode == SYNC ? 2 : 1);
+    options.optimizer.mutable_adam()->set_learning_rate(0.1f);
+    auto shard = MakeShard(options);
+    InitTwoVariables(shard.get());
+    PushResponse response;
+    // "w" alone would update fine; "b" overflows, so neither changes.
+    absl::Status status = shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
+    if (mode == SYNC) {
+      ASSERT_TRUE(status.ok()) << status;  // held for the step
+      status = shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_EQ(response.version(), 1) << "the step completes so no worker waits forever";
+    } else {
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(status.message(), HasSubstr("\"b\""));
+    }
+    EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
+    EXPECT_THAT(PullValues(shard.get(), "b"), ::testing::ElementsAre(0, 0));
+    EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
+    // The optimizer state was not touched either: a normal step afterwards
+    // is Adam's first step (alpha * m / sqrt(v) = 0.1 * g / |g|).
+    const int64_t version = mode == SYNC ? 1 : 0;
+    ASSERT_TRUE(shard->Push(Gradient(0, version, {1, 1, 1, 1}, {1, 1}), &response).ok());
+    if (mode == SYNC) {
+      ASSERT_TRUE(shard->Push(Gradient(1, version, {1, 1, 1, 1}, {1, 1}), &response).ok());
+    }
+    EXPECT_THAT(PullValues(shard.get(), "b"),
+                ::testing::ElementsAre(::testing::FloatNear(-0.1f, 1e-5f),
+                                       ::testing::FloatNear(-0.1f, 1e-5f)));
   }
 }
 
