@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/commands.h"
 
 namespace pst {
 namespace {
@@ -28,22 +29,7 @@ using ::testing::HasSubstr;
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
-std::string ScratchDir() {
-  static const std::string dir = [] {
-    std::string d = absl::StrCat(::testing::TempDir(), "/observe_test.", getpid());
-    std::filesystem::remove_all(d);
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
 
 bool PortIsFree(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

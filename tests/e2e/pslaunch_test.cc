@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/support/commands.h"
 #include "result.pb.h"
 
 namespace pst {
@@ -24,56 +25,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
-// A directory of this test process's own: ctest runs tests in parallel.
-std::string ScratchDir() {
-  static const std::string dir = [] {
-    std::string d = absl::StrCat(::testing::TempDir(), "/pslaunch_test.", getpid());
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
 
-CommandResult RunCommand(const std::string& command, int timeout_seconds) {
-  // Unique per process and call: ctest runs several of these tests at once.
-  static int calls = 0;
-  std::string stem = absl::StrCat(ScratchDir(), "/cmd.", ++calls);
-  std::string out = stem + ".out", err = stem + ".err";
-  std::string line = absl::StrCat("timeout -k 5 ", timeout_seconds, " ", command, " >", out,
-                                  " 2>", err, " </dev/null");
-  int status = std::system(line.c_str());
-  CommandResult result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = ReadFile(out);
-  result.err = ReadFile(err);
-  return result;
-}
 
-// A port on 127.0.0.1 that nothing listens on right now.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 

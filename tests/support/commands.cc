@@ -1,0 +1,60 @@
+#include "tests/support/commands.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+
+CommandResult RunCommand(const std::string& command, int timeout_seconds) {
+  static int calls = 0;
+  const std::string stem = absl::StrCat(ScratchDir(), "/cmd.", ++calls);
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string line = absl::StrCat("timeout -k 5 ", timeout_seconds, " ", command, " >",
+                                        out, " 2>", err, " </dev/null");
+  const int status = std::system(line.c_str());
+  CommandResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = ReadFile(out);
+  result.err = ReadFile(err);
+  return result;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string ScratchDir() {
+  static const std::string dir = [] {
+    const std::string d = absl::StrCat(std::filesystem::temp_directory_path().string(), "/pst_test.", getpid());
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace pst
