@@ -59,6 +59,7 @@ absl::StatusOr<Checkpointer::Written> Checkpointer::Write(const ShardCheckpoint&
 
 void Checkpointer::Start() {
   if (config_.dir().empty() || (config_.every_steps() <= 0 && config_.every_seconds() <= 0)) return;
+  if (config_.every_steps() > 0) shard_->AttachCheckpointWriter();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -70,6 +71,7 @@ void Checkpointer::Loop() {
     if (std::optional<ShardCheckpoint> snapshot =
             shard_->TakeScheduledSnapshot(absl::Now() + kPollInterval)) {
       Write(*snapshot).IgnoreError();  // logged; the next one tries again
+      shard_->ScheduledSnapshotWritten();
       last_time = absl::Now();
       continue;
     }
@@ -91,6 +93,7 @@ void Checkpointer::Stop() {
   if (thread_.joinable()) {
     stop_.Notify();
     thread_.join();
+    shard_->DetachCheckpointWriter();
   }
   if (config_.dir().empty()) return;
   int64_t last;

@@ -234,6 +234,7 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response) {
   absl::MutexLock lock(&mu_);
+  while (snapshot_unwritten_ && !shutting_down_) changed_.Wait(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
     ++pushes_rejected_;
@@ -415,6 +416,7 @@ void ParameterShard::AdvanceVersion() {
   ++version_;
   if (options_.snapshot_every_steps > 0 && version_ % options_.snapshot_every_steps == 0) {
     scheduled_snapshot_ = SnapshotLocked();
+    snapshot_unwritten_ = checkpoint_writer_attached_;
   }
   changed_.SignalAll();
 }
@@ -486,6 +488,24 @@ void ParameterShard::Stats(StatsResponse* response) {
 ShardCheckpoint ParameterShard::Snapshot() const {
   absl::MutexLock lock(&mu_);
   return SnapshotLocked();
+}
+
+void ParameterShard::AttachCheckpointWriter() {
+  absl::MutexLock lock(&mu_);
+  checkpoint_writer_attached_ = true;
+}
+
+void ParameterShard::DetachCheckpointWriter() {
+  absl::MutexLock lock(&mu_);
+  checkpoint_writer_attached_ = false;
+  snapshot_unwritten_ = false;
+  changed_.SignalAll();
+}
+
+void ParameterShard::ScheduledSnapshotWritten() {
+  absl::MutexLock lock(&mu_);
+  snapshot_unwritten_ = false;
+  changed_.SignalAll();
 }
 
 std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {

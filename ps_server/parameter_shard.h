@@ -115,6 +115,15 @@ class ParameterShard {
   // snapshot_every_steps and hands it over; nullopt if none came.
   std::optional<ShardCheckpoint> TakeScheduledSnapshot(absl::Time deadline);
 
+  // Checkpoint backpressure. While a writer is attached, a snapshot
+  // scheduled by snapshot_every_steps holds every Push until the writer
+  // reports it written (or failed), so the newest checkpoint on disk is never
+  // more than snapshot_every_steps versions behind: a crash loses at most
+  // that. The hold lasts one checkpoint write per snapshot_every_steps.
+  void AttachCheckpointWriter();
+  void DetachCheckpointWriter();
+  void ScheduledSnapshotWritten();
+
   // Wakes every waiting Pull with Unavailable; later calls fail the same way.
   void BeginShutdown();
 
@@ -176,6 +185,8 @@ class ParameterShard {
   int64_t pushes_rejected_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<ShardCheckpoint> scheduled_snapshot_ ABSL_GUARDED_BY(mu_);
+  bool checkpoint_writer_attached_ ABSL_GUARDED_BY(mu_) = false;
+  bool snapshot_unwritten_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace pst

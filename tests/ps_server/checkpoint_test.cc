@@ -2,8 +2,10 @@
 // loaded, and a restored shard continues exactly where the old one stood.
 #include "ps_server/checkpoint.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
@@ -15,8 +17,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<ParameterShard> MomentumShard(int shard_index = 0) {
+std::unique_ptr<ParameterShard> MomentumShard(int shard_index = 0, int snapshot_every_steps = 0) {
   ShardOptions options;
+  options.snapshot_every_steps = snapshot_every_steps;
   options.mode = ASYNC;
   options.num_workers = 1;
   options.shard = shard_index;
@@ -46,6 +49,37 @@ std::string FreshDir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "/" + name;
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+// With a checkpoint writer attached, no update lands while the snapshot
+// scheduled at a multiple of every_steps is unwritten, so what is on disk is
+// never more than every_steps versions behind the model.
+TEST(CheckpointTest, PushesWaitForTheScheduledSnapshotToBeWritten) {
+  auto shard = MomentumShard(0, /*snapshot_every_steps=*/2);
+  shard->AttachCheckpointWriter();
+  Init(shard.get());
+  PushOnes(shard.get());
+  PushOnes(shard.get());  // version 2: a snapshot is scheduled
+  std::atomic<bool> pushed{false};
+  std::thread pusher([&] {
+    PushOnes(shard.get());
+    pushed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(pushed) << "a push went through before the checkpoint was written";
+  EXPECT_EQ(shard->version(), 2);
+  std::optional<ShardCheckpoint> snapshot = shard->TakeScheduledSnapshot(absl::Now());
+  ASSERT_TRUE(snapshot.has_value());
+  EXPECT_EQ(snapshot->version(), 2);
+  shard->ScheduledSnapshotWritten();
+  pusher.join();
+  EXPECT_TRUE(pushed);
+  EXPECT_EQ(shard->version(), 3);
+  // Detached (the checkpointer stopped), nothing waits any more.
+  PushOnes(shard.get());  // version 4 schedules a snapshot
+  shard->DetachCheckpointWriter();
+  PushOnes(shard.get());
+  EXPECT_EQ(shard->version(), 5);
 }
 
 TEST(CheckpointTest, RestoredShardContinuesBitwiseLikeTheOriginal) {
