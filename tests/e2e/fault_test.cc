@@ -76,7 +76,9 @@ class FaultTest : public ::testing::Test {
   void SetUp() override {
     std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::replace(name.begin(), name.end(), '/', '_');
-    dir_ = ::testing::TempDir() + "/fault_" + name;
+    // Per process: two runs of this suite (two checkouts, or ctest beside
+    // a developer) must not share config files or checkpoints.
+    dir_ = absl::StrCat(ScratchDir(), "/fault_", name);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     address_ = absl::StrCat("127.0.0.1:", FreePort());
@@ -109,6 +111,7 @@ class FaultTest : public ::testing::Test {
   StatsResponse Stats() {
     auto client = PsClient::Connect({address_}, 0, absl::Seconds(10));
     EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return StatsResponse();
     absl::StatusOr<StatsResponse> stats = (*client)->Stats(0);
     return stats.ok() ? *stats : StatsResponse();
   }

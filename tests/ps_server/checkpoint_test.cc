@@ -2,6 +2,8 @@
 // loaded, and a restored shard continues exactly where the old one stood.
 #include "ps_server/checkpoint.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +48,7 @@ void PushOnes(ParameterShard* shard) {
 }
 
 std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name;
+  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   return dir;
 }
