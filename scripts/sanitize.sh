@@ -10,7 +10,8 @@
 # build short), so ctest lists every other test as <name>_NOT_BUILT; those are
 # excluded below. Left out on purpose: the multi-process tests
 # (pslaunch_e2e_test, fault_test, bundle_test, launch_test), which fork the
-# real binaries and take minutes; their code is the same libraries tested here.
+# real binaries and take minutes; their code is the same libraries tested here;
+# and k8s_manifests_test, a script that runs the shipped ps_server (not built).
 #
 # ThreadSanitizer and Debian's uninstrumented libabsl: absl::Mutex blocks on
 # futexes inside libabsl_synchronization.so, so TSan would see none of our
@@ -115,7 +116,7 @@ run_suite() {
   started=$SECONDS
   local skipped=$SKIPPED
   if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS"; fi
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|$skipped")
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|^k8s_manifests_test\$|$skipped")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 
