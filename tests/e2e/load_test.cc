@@ -107,7 +107,13 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
   std::printf("load: %lld pushes by %d workers; mean RSS %.1f MiB (2-5 s), %.1f MiB (5-8 s)\n",
               static_cast<long long>(acknowledged.load()), kWorkers, first_half / 1048576.0,
               second_half / 1048576.0);
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps freed blocks in a quarantine of up to 256 MiB, so
+  // resident memory grows by design there and says nothing about ours; the
+  // exactly-once invariant above is what this build checks.
+#else
   EXPECT_LT(second_half - first_half, 8 << 20);
+#endif
   (*shard)->BeginShutdown();
   server->grpc_server->Shutdown();
 }
