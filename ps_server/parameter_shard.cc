@@ -267,6 +267,10 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
         "; SYNC takes one gradient per worker per step"));
   }
   WorkerState& worker = workers_[request.worker()];
+  // A push the update refuses (it would overflow the model) must leave no
+  // trace but the rejection counter, the worker's clock included.
+  const WorkerState worker_before = worker;
+  const int64_t staleness_sum_before = staleness_sum_;
   const int64_t staleness = version_ - request.computed_at_version();
   ++worker.clock;
   worker.last_step = request.computed_at_version();
@@ -276,6 +280,11 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   absl::Status status = options_.mode == SYNC
                             ? PushSync(request, indices, response)
                             : PushAsync(request, indices, staleness, response);
+  if (!status.ok()) {
+    worker = worker_before;
+    staleness_sum_ = staleness_sum_before;
+    return status;
+  }
   if (response->outcome() == PushResponse::DROPPED) ++worker.dropped;
   // A new clock can release SSP pulls even when the version did not move.
   changed_.SignalAll();

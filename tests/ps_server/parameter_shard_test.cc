@@ -385,6 +385,9 @@ TEST(ParameterShardTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
     EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
     EXPECT_THAT(PullValues(shard.get(), "b"), ::testing::ElementsAre(0, 0));
     EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
+    if (mode == ASYNC) {
+      EXPECT_EQ(StatsOf(shard.get()).workers(0).clock(), 0) << "a refused push is not counted";
+    }
     // The optimizer state was not touched either: a normal step afterwards
     // is Adam's first step (alpha * m / sqrt(v) = 0.1 * g / |g|).
     const int64_t version = mode == SYNC ? 1 : 0;
