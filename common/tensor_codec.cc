@@ -82,7 +82,11 @@ float HalfToFloat(uint16_t half) {
 
 int64_t NumElements(std::span<const int64_t> shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    // Shapes come off the wire: a negative dimension or a product past
+    // int64 is no tensor at all, and must not be undefined behaviour.
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
   return n;
 }
 
@@ -134,7 +138,13 @@ absl::Status CheckTensorPayload(const Tensor& tensor, int64_t expected_elements)
         absl::StrCat("tensor \"", tensor.name(), "\" has unknown dtype ",
                      static_cast<int>(tensor.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16"));
   }
-  const int64_t expected_bytes = expected_elements * element_bytes;
+  int64_t expected_bytes = 0;
+  if (expected_elements < 0 ||
+      __builtin_mul_overflow(expected_elements, int64_t{element_bytes}, &expected_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor \"", tensor.name(), "\" has a shape with a negative dimension or more elements "
+        "than any tensor can hold"));
+  }
   if (static_cast<int64_t>(tensor.data().size()) != expected_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor \"", tensor.name(), "\" carries ", tensor.data().size(),

@@ -16,6 +16,8 @@
 
 namespace pst {
 
+// The product of the dimensions; -1 for a negative dimension or a product
+// that does not fit in int64.
 int64_t NumElements(std::span<const int64_t> shape);
 
 // The wire type a config's training.wire_dtype names.

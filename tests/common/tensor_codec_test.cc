@@ -70,6 +70,21 @@ TEST(TensorCodecTest, RoundTripsStayWithinTheFormatsRoundingBound) {
   }
 }
 
+// Shapes arrive off the wire: huge or negative dimensions are refused, never
+// overflowed (shard_fuzzer found 1224979098376339456 * 16 overflowing).
+TEST(TensorCodecTest, ShapesThatOverflowAreNoTensor) {
+  EXPECT_EQ(NumElements(std::vector<int64_t>{3, 4}), 12);
+  EXPECT_EQ(NumElements(std::vector<int64_t>{}), 1);
+  EXPECT_EQ(NumElements(std::vector<int64_t>{1224979098376339456, 16}), -1);
+  EXPECT_EQ(NumElements(std::vector<int64_t>{-2, -3}), -1);
+  Tensor tensor;
+  std::vector<float> values = {1};
+  EncodeTensor("w", std::vector<int64_t>{1}, values, &tensor);
+  EXPECT_EQ(CheckTensorPayload(tensor, -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckTensorPayload(tensor, int64_t{1} << 62).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TensorCodecTest, PayloadSizeIsCheckedPerDtype) {
   Tensor tensor;
   std::vector<float> values = {1, 2, 3};
