@@ -378,12 +378,14 @@ void ParameterShard::MaybeCompleteSyncStep() {
   }
   std::fill(arrived_.begin(), arrived_.end(), false);
   arrived_count_ = 0;
+  // pushes_applied counts completed steps, so it stays equal to the version.
+  ++pushes_applied_;
   if (staged.ok()) {
     store_.Commit();
-    ++pushes_applied_;
   } else {
     // The workers wait for the next version whatever happens, so the step
-    // still completes; the model just keeps its values.
+    // still completes; the model just keeps its values, and the refused
+    // update is counted as rejected too.
     store_.Discard();
     ++pushes_rejected_;
     spdlog::warn("shard {}: SYNC step at version {} skipped: {}", options_.shard, version_,
