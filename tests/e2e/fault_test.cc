@@ -26,7 +26,6 @@
 namespace pst {
 namespace {
 
-
 // One child process, output to a log file; killed in the destructor.
 class Process {
  public:

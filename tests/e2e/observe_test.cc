@@ -29,8 +29,6 @@ using ::testing::HasSubstr;
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
-
-
 bool PortIsFree(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -45,15 +43,7 @@ bool PortIsFree(int port) {
 // The first of `count` consecutive ports on 127.0.0.1 that are free now.
 int FreePorts(int count) {
   for (int attempt = 0; attempt < 50; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    close(fd);
-    const int first = ntohs(addr.sin_port);
+    const int first = FreePort();
     bool all = first + count < 65535;
     for (int i = 0; all && i < count; ++i) all = PortIsFree(first + i);
     if (all) return first;

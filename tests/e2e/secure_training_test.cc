@@ -25,11 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
-
-
-
-
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
