@@ -7,6 +7,8 @@
 //
 // Shards and workers are threads of this process, each worker with its own
 // channel; bytes are counted as they travel (at the wire dtype).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -60,6 +62,13 @@ std::string SizeName(int64_t bytes) {
   return absl::StrCat(bytes, "B");
 }
 
+double ProcessCpuSeconds() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 double Percentile(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()))];
@@ -101,6 +110,10 @@ struct Row {
   int64_t round_trips = 0;
   int64_t wire_bytes_per_round_trip = 0;
   int64_t fp32_bytes_per_round_trip = 0;  // the same model as float32
+  // CPU time (user + system, every thread: workers, shards and gRPC) per
+  // round trip. A shared host's noise moves it far less than the wall-clock
+  // figures, so before/after comparisons of a change read it first.
+  double cpu_us_per_round_trip = 0;
 };
 
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
@@ -154,10 +167,12 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     start_mu.AwaitWithTimeout(absl::Condition(+[](int* r) { return *r > 0; }, &ready), absl::Seconds(60));
   }
   absl::Time begin = absl::Now();
+  const double cpu_begin = ProcessCpuSeconds();
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
   stop = true;
   for (std::thread& t : threads) t.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
+  const double cpu_seconds = ProcessCpuSeconds() - cpu_begin;
   if (failures.load() > 0) return absl::InternalError("a worker's pull or push failed");
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
@@ -168,6 +183,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   row.wire_bytes_per_round_trip = 2 * used * DTypeBytes(dtype);
   row.fp32_bytes_per_round_trip = 2 * used * static_cast<int64_t>(sizeof(float));
   row.gbps = row.round_trips * static_cast<double>(row.wire_bytes_per_round_trip) / elapsed / 1e9;
+  row.cpu_us_per_round_trip = row.round_trips > 0 ? cpu_seconds * 1e6 / row.round_trips : 0;
   row.p50_us = Percentile(all, 0.50);
   row.p99_us = Percentile(all, 0.99);
   return row;
@@ -241,13 +257,13 @@ int Main() {
       std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"shards\":%d,\"wire_dtype\":\"%s\","
                   "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
                   "\"wire_bytes_per_round_trip\":%lld,\"bytes_saved_vs_fp32\":%lld,\"iperf3_gbps\":%s,"
-                  "\"echo_p50_us\":%.1f}\n",
+                  "\"echo_p50_us\":%.1f,\"cpu_us_per_round_trip\":%.0f}\n",
                   SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
                   dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
-                  iperf_text.c_str(), *echo);
+                  iperf_text.c_str(), *echo, row->cpu_us_per_round_trip);
     } else {
       std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,

@@ -17,9 +17,7 @@ DType Normalized(DType dtype) { return dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dt
 // is inlined and the loop vectorizes: these loops run over every parameter
 // and gradient of a 16-bit wire.
 template <uint16_t (*convert)(float)>
-void Encode16(std::span<const float> values, std::string* out) {
-  out->resize(values.size() * 2);
-  char* dst = out->data();
+void Encode16(std::span<const float> values, char* dst) {
   for (size_t i = 0; i < values.size(); ++i) {
     const uint16_t bits = convert(values[i]);
     std::memcpy(dst + 2 * i, &bits, 2);
@@ -107,12 +105,17 @@ int DTypeBytes(DType dtype) {
   }
 }
 
-void EncodeValues(std::span<const float> values, DType dtype, std::string* out) {
+void EncodeValuesTo(std::span<const float> values, DType dtype, char* out) {
   switch (Normalized(dtype)) {
     case FLOAT16: Encode16<FloatToHalf>(values, out); break;
     case BFLOAT16: Encode16<FloatToBfloat16>(values, out); break;
-    default: out->assign(reinterpret_cast<const char*>(values.data()), values.size_bytes()); break;
+    default: std::memcpy(out, values.data(), values.size_bytes()); break;
   }
+}
+
+void EncodeValues(std::span<const float> values, DType dtype, std::string* out) {
+  out->resize(values.size() * DTypeBytes(dtype));
+  EncodeValuesTo(values, dtype, out->data());
 }
 
 void DecodeValues(absl::string_view data, DType dtype, std::span<float> out) {

@@ -30,6 +30,9 @@ int DTypeBytes(DType dtype);
 // reused).
 void EncodeValues(std::span<const float> values, DType dtype, std::string* out);
 
+// `values` encoded as `dtype` into `out`, which has room for
+// values.size() * DTypeBytes(dtype) bytes.
+void EncodeValuesTo(std::span<const float> values, DType dtype, char* out);
 // Decodes `data`, which holds out.size() elements of `dtype`, into `out`.
 void DecodeValues(absl::string_view data, DType dtype, std::span<float> out);
 

@@ -1,7 +1,9 @@
 // A free list of protobuf messages, so that the buffers of large requests
 // and responses are reused from call to call instead of allocated (and, for
-// large ones, page-faulted in) anew. Cleared protobuf strings and repeated
-// fields keep their capacity, which is what makes reuse pay. Thread-safe.
+// large ones, page-faulted in) anew. Messages come back as their last user
+// left them, not cleared: a taker overwrites every field it uses, and a
+// payload string of the size it needs is then written in place, neither
+// reallocated nor zero-filled first. Thread-safe.
 #ifndef PST_PS_SERVER_MESSAGE_POOL_H_
 #define PST_PS_SERVER_MESSAGE_POOL_H_
 
@@ -15,7 +17,7 @@ namespace pst {
 template <typename Message>
 class MessagePool {
  public:
-  // A cleared message: a reused one when any is free.
+  // A reused message when any is free (as its last user left it), else a new one.
   std::unique_ptr<Message> Take() {
     absl::MutexLock lock(&mu_);
     if (free_.empty()) return std::make_unique<Message>();
@@ -24,9 +26,8 @@ class MessagePool {
     return message;
   }
 
-  // Returns `message` for reuse; it is cleared here.
+  // Returns `message` for reuse.
   void Give(std::unique_ptr<Message> message) {
-    message->Clear();
     absl::MutexLock lock(&mu_);
     free_.push_back(std::move(message));
   }

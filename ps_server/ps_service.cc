@@ -3,15 +3,52 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_status.h"
 #include "ps_server/chunk_streams.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/ps_metrics.h"
 
 namespace pst {
 
+namespace {
+
+// The index gRPC's generated service gives `method` of ParameterServer: its
+// position in the proto.
+int MethodIndex(const char* method) {
+  return google::protobuf::DescriptorPool::generated_pool()
+      ->FindServiceByName(ParameterServer::service_full_name())
+      ->FindMethodByName(method)
+      ->index();
+}
+
+}  // namespace
+
 ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks)
-    : server_(server), hooks_(std::move(hooks)) {}
+    : server_(server), hooks_(std::move(hooks)) {
+  // The streamed methods get byte-buffer handlers in place of the generated
+  // ones. gRPC serves a replaced ("streamed") handler as a bidi stream, so
+  // the pull handler reads its request itself; on the wire nothing changes.
+  MarkMethodStreamed(
+      MethodIndex("PullStream"),
+      new grpc::internal::BidiStreamingHandler<ParameterServerService, PullRequest,
+                                                 grpc::ByteBuffer>(
+          [](ParameterServerService* service, grpc::ServerContext* context,
+             grpc::ServerReaderWriter<grpc::ByteBuffer, PullRequest>* stream) {
+            return service->ServePullStream(context, stream);
+          },
+          this));
+  MarkMethodStreamed(
+      MethodIndex("PushStream"),
+      new grpc::internal::ClientStreamingHandler<ParameterServerService, grpc::ByteBuffer,
+                                                 PushResponse>(
+          [](ParameterServerService* service, grpc::ServerContext* context,
+             grpc::ServerReader<grpc::ByteBuffer>* reader, PushResponse* response) {
+            return service->ServePushStream(context, reader, response);
+          },
+          this));
+}
 
 grpc::Status ParameterServerService::Register(grpc::ServerContext*, const RegisterRequest* request,
                                               RegisterResponse* response) {
@@ -42,34 +79,38 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
-grpc::Status ParameterServerService::PullStream(grpc::ServerContext* context,
-                                                const PullRequest* request,
-                                                grpc::ServerWriter<PullChunk>* writer) {
+grpc::Status ParameterServerService::ServePullStream(
+    grpc::ServerContext* context, grpc::ServerReaderWriter<grpc::ByteBuffer, PullRequest>* stream) {
   const absl::Time start = absl::Now();
-  std::unique_ptr<PullChunks> chunks = pull_buffers_.Take();
+  PullRequest request;
+  if (!stream->Read(&request)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a pull stream carried no PullRequest");
+  }
+  std::shared_ptr<PullPayload> payload = pull_payloads_.Take();
   absl::Status status = server_->PullVisit(
-      *request, PullDeadline(*context, *request),
+      request, PullDeadline(*context, request),
       [&](int64_t version, const std::vector<const Variable*>& variables) {
-        EncodePullChunks(version, variables, request->dtype(), chunks.get());
+        EncodePullPayload(version, variables, request.dtype(), payload.get());
       });
-  if (status.ok() && !SendPullChunks(*chunks, writer)) {
-    status = absl::CancelledError("the worker went away during a pull stream");
-  }
-  size_t bytes_sent = 0;
+  int64_t bytes_sent = 0;
   if (status.ok()) {
-    for (size_t i = 0; i < chunks->used; ++i) bytes_sent += chunks->messages[i].ByteSizeLong();
+    bytes_sent = SendPullPayload(payload, [stream](const grpc::ByteBuffer& message,
+                                                   grpc::WriteOptions options) {
+      return stream->Write(message, options);
+    });
+    if (bytes_sent < 0) status = absl::CancelledError("the worker went away during a pull stream");
   }
-  pull_buffers_.Give(std::move(chunks));
-  RecordServedPull(bytes_sent, status, absl::Now() - start);
+  RecordServedPull(status.ok() ? bytes_sent : 0, status, absl::Now() - start);
   return ToGrpcStatus(status);
 }
 
-grpc::Status ParameterServerService::PushStream(grpc::ServerContext*,
-                                                grpc::ServerReader<PushChunk>* reader,
-                                                PushResponse* response) {
+grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext*,
+                                                     grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                                     PushResponse* response) {
   const absl::Time start = absl::Now();
   std::unique_ptr<PushRequest> request = push_buffers_.Take();
   absl::Status status = ReceivePushStream(reader, server_, request.get());
+  if (!status.ok()) request->Clear();  // half-reassembled: counts as no bytes
   if (status.ok()) status = server_->Push(*request, response);
   RecordServedPush(*request, *response, status, absl::Now() - start);
   push_buffers_.Give(std::move(request));

@@ -1,6 +1,10 @@
 // The gRPC face of a ParameterShard: translates calls and statuses,
 // nothing more. Shutdown is forwarded to a callback so that the process
 // (not the service) decides how to stop.
+//
+// PullStream and PushStream carry the bulk of the bytes, so they are served
+// over raw byte buffers (common/chunk_wire.h): the service replaces the
+// generated handlers of those two methods with its own.
 #ifndef PST_PS_SERVER_PS_SERVICE_H_
 #define PST_PS_SERVER_PS_SERVICE_H_
 
@@ -30,6 +34,13 @@ class ParameterServerService final : public ParameterServer::Service {
   // `server` must outlive the service.
   ParameterServerService(pst::ParameterShard* server, AdminHooks hooks);
 
+  // PullStream and PushStream, over byte buffers.
+  grpc::Status ServePullStream(grpc::ServerContext* context,
+                               grpc::ServerReaderWriter<grpc::ByteBuffer, PullRequest>* stream);
+  grpc::Status ServePushStream(grpc::ServerContext* context,
+                               grpc::ServerReader<grpc::ByteBuffer>* reader,
+                               PushResponse* response);
+
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
   grpc::Status Init(grpc::ServerContext* context, const InitRequest* request,
@@ -38,10 +49,6 @@ class ParameterServerService final : public ParameterServer::Service {
                     PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
                     PushResponse* response) override;
-  grpc::Status PullStream(grpc::ServerContext* context, const PullRequest* request,
-                          grpc::ServerWriter<PullChunk>* writer) override;
-  grpc::Status PushStream(grpc::ServerContext* context, grpc::ServerReader<PushChunk>* reader,
-                          PushResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
@@ -59,7 +66,7 @@ class ParameterServerService final : public ParameterServer::Service {
   // Reassembled pushes and pull answers, kept so that the next call reuses
   // their buffers.
   MessagePool<PushRequest> push_buffers_;
-  MessagePool<PullChunks> pull_buffers_;
+  PullPayloadPool pull_payloads_;
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server

@@ -1,5 +1,7 @@
 #include "ps_server/variable_store.h"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -206,20 +208,68 @@ absl::Status VariableStore::ValidateGradients(
   return absl::OkStatus();
 }
 
+namespace {
+
+// Elements staged at a time: a block of values, gradient and optimizer
+// state stays in L1 while it is copied, updated and checked.
+constexpr size_t kStageBlock = 2048;
+constexpr int kMaxSlotsPerParameter = 2;
+
+// Nonzero when a value is Inf or NaN (exponent bits all ones). Integer-only
+// and branch-free, so it vectorizes.
+uint32_t NonFiniteBits(const float* values, size_t n) {
+  uint32_t non_finite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    non_finite |= (std::bit_cast<uint32_t>(values[i]) & 0x7f800000u) == 0x7f800000u;
+  }
+  return non_finite;
+}
+
+}  // namespace
+
 absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {
   const Variable& v = variables_[index];
   if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
   Staged& next = staged_[index];
-  next.values.assign(v.values.begin(), v.values.end());
-  next.slots.assign(v.slots.begin(), v.slots.end());
-  const int64_t step = v.updates + 1;
-  optimizer_->Apply(step, lr_scale * optimizer_->DecayFactor(step), next.values, gradient,
-                    next.slots);
-  absl::Status finite = CheckFinite(next.values, absl::StrCat("the update of \"", v.name, "\""));
-  if (finite.ok()) {
-    finite = CheckFinite(next.slots, absl::StrCat("the optimizer state of \"", v.name, "\""));
+  const size_t n = v.values.size();
+  const int slots = optimizer_->SlotsPerParameter();
+  if (slots > kMaxSlotsPerParameter) {
+    return absl::InternalError(absl::StrCat("the ", optimizer_->Name(), " optimizer keeps ", slots,
+                                            " state slots per parameter; staging handles ",
+                                            kMaxSlotsPerParameter));
   }
-  if (!finite.ok()) {
+  next.values.resize(n);
+  next.slots.resize(v.slots.size());
+  const int64_t step = v.updates + 1;
+  const float scale = lr_scale * optimizer_->DecayFactor(step);
+  // Block by block, so the old values are read and the new ones written
+  // once: copy, update and check each block while it is in cache. The
+  // optimizer wants a block's state slot-major and contiguous, hence the
+  // small copy of the slots through `block_slots`.
+  std::array<float, kStageBlock * kMaxSlotsPerParameter> block_slots;
+  uint32_t non_finite = 0;
+  for (size_t begin = 0; begin < n; begin += kStageBlock) {
+    const size_t len = std::min(kStageBlock, n - begin);
+    float* values = next.values.data() + begin;
+    std::memcpy(values, v.values.data() + begin, len * sizeof(float));
+    for (int s = 0; s < slots; ++s) {
+      std::memcpy(block_slots.data() + s * len, v.slots.data() + s * n + begin,
+                  len * sizeof(float));
+    }
+    optimizer_->Apply(step, scale, {values, len}, gradient.subspan(begin, len),
+                      {block_slots.data(), slots * len});
+    for (int s = 0; s < slots; ++s) {
+      std::memcpy(next.slots.data() + s * n + begin, block_slots.data() + s * len,
+                  len * sizeof(float));
+    }
+    non_finite |= NonFiniteBits(values, len) | NonFiniteBits(block_slots.data(), slots * len);
+  }
+  if (non_finite != 0) {  // name the culprit
+    absl::Status finite =
+        CheckFinite(next.values, absl::StrCat("the update of \"", v.name, "\""));
+    if (finite.ok()) {
+      finite = CheckFinite(next.slots, absl::StrCat("the optimizer state of \"", v.name, "\""));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         finite.message(), " (the gradient is too large for the ", optimizer_->Name(),
         " optimizer); the variable keeps its values"));

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_status.h"
 #include "common/partitioner.h"
 #include "common/tensor_codec.h"
@@ -41,7 +42,15 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
           absl::FormatDuration(connect_timeout), "; is ps_server running there?",
           security.ConnectFailureHint()));
     }
-    client->shards_.push_back(Shard{addresses[s], ParameterServer::NewStub(channel), {}});
+    Shard shard;
+    shard.address = addresses[s];
+    shard.channel = channel;
+    shard.stub = ParameterServer::NewStub(channel);
+    shard.pull_stream = std::make_unique<grpc::internal::RpcMethod>(
+        kPullStreamMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel);
+    shard.push_stream = std::make_unique<grpc::internal::RpcMethod>(
+        kPushStreamMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
+    client->shards_.push_back(std::move(shard));
   }
   return client;
 }

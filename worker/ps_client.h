@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "ps.grpc.pb.h"
 
 namespace pst {
@@ -98,11 +99,17 @@ class PsClient {
  private:
   struct Shard {
     std::string address;
+    std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<ParameterServer::Stub> stub;
+    // PullStream and PushStream, called with byte-buffer messages
+    // (common/chunk_wire.h) instead of through the stub.
+    std::unique_ptr<grpc::internal::RpcMethod> pull_stream;
+    std::unique_ptr<grpc::internal::RpcMethod> push_stream;
     std::vector<size_t> slices;  // indices into slices_, in order
-    // Stream message buffers, reused by every streamed Pull and Push.
-    std::unique_ptr<PullChunk> pull_chunk = std::make_unique<PullChunk>();
-    std::unique_ptr<PushChunk> push_chunk = std::make_unique<PushChunk>();
+    // 16-bit wire types: gradients encoded for a streamed push, a piece
+    // received for decoding. Reused by every streamed call.
+    std::vector<char> encoded;
+    std::string received;
   };
   PsClient(int worker) : worker_(worker) {}
 

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/chunk_wire.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "worker/ps_client.h"
@@ -40,30 +41,45 @@ absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Dur
   const int element_bytes = DTypeBytes(wire_dtype_);
   grpc::ClientContext context;
   SetDeadline(&context, timeout + kRpcDeadline);
-  std::unique_ptr<grpc::ClientReader<PullChunk>> reader = shard.stub->PullStream(&context, request);
-  PullChunk& chunk = *shard.pull_chunk;
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          shard.channel.get(), *shard.pull_stream, &context, request));
+  grpc::ByteBuffer message;
+  ReceivedChunk chunk;
   std::optional<PieceSequence> sequence;
   absl::Status problem;
-  while (problem.ok() && reader->Read(&chunk)) {
+  while (problem.ok() && reader->Read(&message)) {
+    problem = chunk.Parse(&message);
+    if (!problem.ok()) break;
     if (!sequence) {
-      problem = chunk.has_header() ? CheckPullHeader(s, chunk.header())
-                                   : absl::InternalError(absl::StrCat(
-                                         "ps:", s, " started a pull stream without a header"));
+      PullResponse header;
+      if (!chunk.has_header()) {
+        problem = absl::InternalError("the stream did not start with a header");
+      } else if (!header.ParseFromString(chunk.header())) {
+        problem = absl::InternalError("the stream's header is not a PullResponse");
+      } else {
+        problem = CheckPullHeader(s, header);
+      }
       if (!problem.ok()) break;
       std::vector<int64_t> bytes;
       for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
       std::vector<int> element_sizes(bytes.size(), element_bytes);
       sequence.emplace(std::move(bytes), std::move(element_sizes));
-      *version = chunk.header().version();
+      *version = header.version();
     }
-    for (const TensorPiece& piece : chunk.pieces()) {
-      problem = sequence->Accept(piece.tensor(), piece.offset(),
-                                 static_cast<int64_t>(piece.data().size()));
+    for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
+      problem = sequence->Accept(piece.tensor, piece.offset, piece.size);
       if (!problem.ok()) break;
-      const Slice& slice = slices_[shard.slices[piece.tensor()]];
-      const int64_t first = slice.offset + piece.offset() / element_bytes;
-      DecodeValues(piece.data(), wire_dtype_,
-                   out[slice.variable].subspan(first, piece.data().size() / element_bytes));
+      const Slice& slice = slices_[shard.slices[piece.tensor]];
+      std::span<float> values = out[slice.variable].subspan(
+          slice.offset + piece.offset / element_bytes, piece.size / element_bytes);
+      if (DTypeBytes(wire_dtype_) == sizeof(float)) {
+        chunk.CopyData(piece, reinterpret_cast<char*>(values.data()));  // float32: the wire bytes
+      } else {
+        shard.received.resize(piece.size);
+        chunk.CopyData(piece, shard.received.data());
+        DecodeValues(shard.received, wire_dtype_, values);
+      }
     }
   }
   if (!problem.ok()) context.TryCancel();
@@ -87,40 +103,63 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
   const int element_bytes = DTypeBytes(wire_dtype_);
   std::vector<int64_t> bytes;
   for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
+  // Where each slice's wire bytes are: float32 gradients are sent from the
+  // caller's memory as they are; 16-bit ones are encoded first.
+  std::vector<const char*> wire;
+  if (element_bytes == sizeof(float)) {
+    for (size_t i : shard.slices) {
+      const Slice& slice = slices_[i];
+      wire.push_back(reinterpret_cast<const char*>(gradients[slice.variable].data() + slice.offset));
+    }
+  } else {
+    int64_t total = 0;
+    for (int64_t b : bytes) total += b;
+    shard.encoded.resize(total);
+    char* next = shard.encoded.data();
+    for (size_t i : shard.slices) {
+      const Slice& slice = slices_[i];
+      EncodeValuesTo(gradients[slice.variable].subspan(slice.offset, slice.count), wire_dtype_,
+                     next);
+      wire.push_back(next);
+      next += slice.count * element_bytes;
+    }
+  }
   const std::vector<std::vector<PieceRef>> chunks =
       PlanChunks(bytes, std::vector<int>(bytes.size(), element_bytes));
   grpc::ClientContext context;
   SetDeadline(&context, kRpcDeadline);
-  std::unique_ptr<grpc::ClientWriter<PushChunk>> writer =
-      shard.stub->PushStream(&context, response);
-  PushChunk& chunk = *shard.push_chunk;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          shard.channel.get(), *shard.push_stream, &context, response));
+  // The pieces reference the wire bytes above without a pin: this call
+  // returns only once the shard has answered, i.e. read every byte, and
+  // gRPC never reads a slice again after sending it, so the caller may
+  // change or free the gradients afterwards even while gRPC still holds
+  // (and later drops) its slice references.
+  const PayloadPin no_pin;
+  ChunkBuilder builder;
   bool open = true;
   for (size_t c = 0; c < chunks.size() && open; ++c) {
-    chunk.Clear();  // keeps the pieces' buffers for this message
     if (c == 0) {
-      PushRequest* header = chunk.mutable_header();
-      header->set_worker(worker_);
-      header->set_computed_at_version(computed_at);
+      PushRequest header;
+      header.set_worker(worker_);
+      header.set_computed_at_version(computed_at);
       for (size_t i : shard.slices) {
-        Tensor* tensor = header->add_gradients();
+        Tensor* tensor = header.add_gradients();
         tensor->set_name(slices_[i].name);
         tensor->mutable_shape()->Assign(slices_[i].shape.begin(), slices_[i].shape.end());
         tensor->set_dtype(wire_dtype_);
       }
+      builder.SetHeader(header);
     }
     for (const PieceRef& ref : chunks[c]) {
-      const Slice& slice = slices_[shard.slices[ref.tensor]];
-      TensorPiece* piece = chunk.add_pieces();
-      piece->set_tensor(ref.tensor);
-      piece->set_offset(ref.offset);
-      EncodeValues(gradients[slice.variable].subspan(slice.offset + ref.offset / element_bytes,
-                                                      ref.bytes / element_bytes),
-                   wire_dtype_, piece->mutable_data());
+      builder.AddPiece(ref.tensor, ref.offset,
+                       {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)}, no_pin);
     }
     grpc::WriteOptions options;
     if (c + 1 == chunks.size()) options.set_last_message();
     // A false write means the shard ended the call early; Finish says why.
-    open = writer->Write(chunk, options);
+    open = writer->Write(builder.Finish(), options);
   }
   grpc::Status rpc = writer->Finish();
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);

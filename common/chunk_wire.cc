@@ -1,0 +1,294 @@
+#include "common/chunk_wire.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+namespace {
+
+// Protobuf wire types and the field numbers of PushChunk / PullChunk and
+// TensorPiece (proto/ps.proto).
+constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kStartGroup = 3, kEndGroup = 4,
+              kFixed32 = 5;
+// protobuf's default recursion limit: how deep messages and groups may nest.
+constexpr int kRecursionLimit = 100;
+constexpr int kHeaderField = 1, kPiecesField = 2;
+constexpr int kTensorField = 1, kOffsetField = 2, kDataField = 3;
+
+// Pieces up to this size are copied into the framing around them: a slice
+// of their own would cost more than the copy.
+constexpr size_t kReferenceAtLeast = 4096;
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>(value | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+int VarintSize(uint64_t value) {
+  int size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+void AppendKey(int field, int wire_type, std::string* out) {
+  AppendVarint(static_cast<uint64_t>(field) << 3 | wire_type, out);
+}
+
+// Reads a message spread over slices, front to back.
+class Cursor {
+ public:
+  explicit Cursor(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+    for (const grpc::Slice& s : slices) remaining_ += static_cast<int64_t>(s.size());
+    SkipExhausted();
+  }
+
+  int64_t remaining() const { return remaining_; }
+  size_t slice() const { return slice_; }
+  size_t position() const { return position_; }
+
+  bool ReadVarint(uint64_t* value) {
+    *value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (remaining_ == 0) return false;
+      const uint8_t byte = slices_[slice_].begin()[position_];
+      Advance(1);
+      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;  // more than ten bytes: not a varint
+  }
+
+  bool Skip(uint64_t bytes) {
+    if (bytes > static_cast<uint64_t>(remaining_)) return false;
+    while (bytes > 0) {
+      const size_t step =
+          std::min<uint64_t>(bytes, slices_[slice_].size() - position_);
+      Advance(step);
+      bytes -= step;
+    }
+    return true;
+  }
+
+ private:
+  void Advance(size_t bytes) {
+    position_ += bytes;
+    remaining_ -= static_cast<int64_t>(bytes);
+    SkipExhausted();
+  }
+  void SkipExhausted() {
+    while (slice_ < slices_.size() && position_ == slices_[slice_].size()) {
+      ++slice_;
+      position_ = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t slice_ = 0;
+  size_t position_ = 0;
+  int64_t remaining_ = 0;
+};
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed stream message: ", what));
+}
+
+// Skips a field of `wire_type` whose key (of field `field`) has been read,
+// staying within the enclosing message, which ends where `remaining()` is
+// `end`. Groups (a proto2 encoding no proto3 writer emits) are skipped as
+// protobuf skips them, nesting at most `depth` deep: protobuf's recursion
+// limit, less the messages around this one.
+absl::Status SkipField(uint64_t field, int wire_type, int64_t end, int depth, Cursor* cursor) {
+  uint64_t value = 0;
+  bool ok = false;
+  switch (wire_type) {
+    case kVarint: ok = cursor->ReadVarint(&value); break;
+    case kFixed64: ok = cursor->remaining() - end >= 8 && cursor->Skip(8); break;
+    case kFixed32: ok = cursor->remaining() - end >= 4 && cursor->Skip(4); break;
+    case kLengthDelimited:
+      ok = cursor->ReadVarint(&value) && cursor->remaining() >= end &&
+           value <= static_cast<uint64_t>(cursor->remaining() - end) && cursor->Skip(value);
+      break;
+    case kStartGroup: {
+      if (depth == 0) return Malformed("groups nest too deep");
+      while (true) {
+        uint64_t key = 0;
+        if (!cursor->ReadVarint(&key) || cursor->remaining() < end) {
+          return Malformed("a group has no end");
+        }
+        if ((key & 7) == kEndGroup) {
+          if (key >> 3 != field) return Malformed("a group ends with another group's tag");
+          return absl::OkStatus();
+        }
+        if (key >> 3 == 0) return Malformed("field number 0");
+        if (absl::Status s = SkipField(key >> 3, static_cast<int>(key & 7), end, depth - 1, cursor);
+            !s.ok()) {
+          return s;
+        }
+      }
+    }
+    default: return Malformed(absl::StrCat("unexpected wire type ", wire_type));
+  }
+  return ok && cursor->remaining() >= end
+             ? absl::OkStatus()
+             : Malformed("a field runs past the end of its message");
+}
+
+}  // namespace
+
+void ChunkBuilder::SetHeader(const google::protobuf::MessageLite& header) {
+  AppendKey(kHeaderField, kLengthDelimited, &inline_);
+  AppendVarint(header.ByteSizeLong(), &inline_);
+  header.AppendToString(&inline_);
+}
+
+void ChunkBuilder::AddPiece(int tensor, int64_t offset, std::span<const char> data,
+                            const PayloadPin& pin) {
+  // Fields as protobuf writes them: in number order, proto3 zeros left out.
+  const uint64_t tensor_value = static_cast<uint64_t>(static_cast<int64_t>(tensor));
+  const uint64_t offset_value = static_cast<uint64_t>(offset);
+  size_t body = 0;
+  if (tensor_value != 0) body += 1 + VarintSize(tensor_value);
+  if (offset_value != 0) body += 1 + VarintSize(offset_value);
+  if (!data.empty()) body += 1 + VarintSize(data.size()) + data.size();
+  AppendKey(kPiecesField, kLengthDelimited, &inline_);
+  AppendVarint(body, &inline_);
+  if (tensor_value != 0) {
+    AppendKey(kTensorField, kVarint, &inline_);
+    AppendVarint(tensor_value, &inline_);
+  }
+  if (offset_value != 0) {
+    AppendKey(kOffsetField, kVarint, &inline_);
+    AppendVarint(offset_value, &inline_);
+  }
+  if (data.empty()) return;
+  AppendKey(kDataField, kLengthDelimited, &inline_);
+  AppendVarint(data.size(), &inline_);
+  if (data.size() < kReferenceAtLeast) {
+    inline_.append(data.data(), data.size());
+    return;
+  }
+  FlushInline();
+  // gRPC calls `release` when it drops its last reference to the slice;
+  // until then the slice holds a count of the pin.
+  auto release = [](void* held_pin) { delete static_cast<PayloadPin*>(held_pin); };
+  slices_.emplace_back(const_cast<char*>(data.data()), data.size(), release, new PayloadPin(pin));
+}
+
+grpc::ByteBuffer ChunkBuilder::Finish() {
+  FlushInline();
+  grpc::ByteBuffer message(slices_.data(), slices_.size());
+  slices_.clear();
+  return message;
+}
+
+void ChunkBuilder::FlushInline() {
+  if (inline_.empty()) return;
+  slices_.emplace_back(inline_.data(), inline_.size());  // copies
+  inline_.clear();
+}
+
+absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
+  slices_.clear();
+  has_header_ = false;
+  header_.clear();
+  pieces_.clear();
+  if (grpc::Status dumped = message->Dump(&slices_); !dumped.ok()) {
+    return Malformed(dumped.error_message());
+  }
+  message->Clear();
+  Cursor cursor(slices_);
+  while (cursor.remaining() > 0) {
+    uint64_t key = 0;
+    if (!cursor.ReadVarint(&key)) return Malformed("a field key is cut off");
+    const uint64_t field = key >> 3;
+    const int wire_type = static_cast<int>(key & 7);
+    if (field == 0) return Malformed("field number 0");
+    if (wire_type != kLengthDelimited || (field != kHeaderField && field != kPiecesField)) {
+      if (absl::Status s = SkipField(field, wire_type, 0, kRecursionLimit, &cursor); !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    uint64_t length = 0;
+    if (!cursor.ReadVarint(&length) || length > static_cast<uint64_t>(cursor.remaining())) {
+      return Malformed("a field runs past the end of the message");
+    }
+    const int64_t end = cursor.remaining() - static_cast<int64_t>(length);
+    if (field == kHeaderField) {
+      // A repeated header merges, as protobuf's parser merges it.
+      Piece bytes{.size = static_cast<int64_t>(length), .slice = cursor.slice(),
+                  .start = cursor.position()};
+      const size_t old_size = header_.size();
+      header_.resize(old_size + length);
+      CopyData(bytes, header_.data() + old_size);
+      cursor.Skip(length);
+      has_header_ = true;
+      continue;
+    }
+    Piece piece;
+    piece.slice = cursor.slice();
+    piece.start = cursor.position();
+    while (cursor.remaining() > end) {
+      uint64_t piece_key = 0;
+      if (!cursor.ReadVarint(&piece_key) || cursor.remaining() < end) {
+        return Malformed("a piece's field key is cut off");
+      }
+      const uint64_t piece_field = piece_key >> 3;
+      const int piece_wire_type = static_cast<int>(piece_key & 7);
+      uint64_t value = 0;
+      if (piece_field == 0) return Malformed("field number 0 in a piece");
+      if ((piece_field == kTensorField || piece_field == kOffsetField) &&
+          piece_wire_type == kVarint) {
+        if (!cursor.ReadVarint(&value) || cursor.remaining() < end) {
+          return Malformed("a piece's tensor or offset is cut off");
+        }
+        // Truncated to the field's type, as protobuf does.
+        if (piece_field == kTensorField) {
+          piece.tensor = static_cast<int32_t>(value);
+        } else {
+          piece.offset = static_cast<int64_t>(value);
+        }
+      } else if (piece_field == kDataField && piece_wire_type == kLengthDelimited) {
+        if (!cursor.ReadVarint(&value) ||
+            value > static_cast<uint64_t>(cursor.remaining() - end)) {
+          return Malformed("a piece's data runs past the end of the piece");
+        }
+        piece.size = static_cast<int64_t>(value);
+        piece.slice = cursor.slice();
+        piece.start = cursor.position();
+        cursor.Skip(value);
+      } else if (absl::Status s = SkipField(piece_field, piece_wire_type, end, kRecursionLimit - 1,
+                                             &cursor);
+                 !s.ok()) {
+        return s;
+      }
+      if (cursor.remaining() < end) return Malformed("a piece's field runs past the piece");
+    }
+    pieces_.push_back(piece);
+  }
+  return absl::OkStatus();
+}
+
+void ReceivedChunk::CopyData(const Piece& piece, char* dest) const {
+  size_t slice = piece.slice;
+  size_t start = piece.start;
+  int64_t left = piece.size;
+  while (left > 0) {
+    const size_t available = slices_[slice].size() - start;
+    const size_t step = std::min<uint64_t>(available, static_cast<uint64_t>(left));
+    std::memcpy(dest, slices_[slice].begin() + start, step);
+    dest += step;
+    left -= static_cast<int64_t>(step);
+    ++slice;
+    start = 0;
+  }
+}
+
+}  // namespace pst

@@ -1,0 +1,98 @@
+// The messages of the chunked streams (PushChunk and PullChunk in
+// proto/ps.proto) as gRPC byte buffers, built and read without protobuf
+// copying their payloads.
+//
+// On the wire these are ordinary serialized PushChunk / PullChunk messages,
+// so a client built from ps.proto alone speaks the same protocol. What
+// differs is where the bytes go: a built message's slices point straight
+// into the sender's tensor memory (the kernel's copy into the socket is the
+// only one), and a received message is parsed over gRPC's receive slices,
+// each piece copied once, straight to where it belongs. TensorFlow's
+// grpc_tensor_coding / TensorResponse do the same for its tensors.
+#ifndef PST_COMMON_CHUNK_WIRE_H_
+#define PST_COMMON_CHUNK_WIRE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+
+namespace pst {
+
+// The streamed methods of service ParameterServer (proto/ps.proto), which
+// both ends call and serve with byte buffers built and read here instead of
+// through the generated PullChunk / PushChunk code.
+inline constexpr char kPullStreamMethod[] = "/pst.ParameterServer/PullStream";
+inline constexpr char kPushStreamMethod[] = "/pst.ParameterServer/PushStream";
+
+// Keeps memory that a built message references alive and unchanged for as
+// long as gRPC holds a slice of it: every referenced piece holds one count
+// of the pin until gRPC releases the piece, which can be after the Write
+// that sent it has returned. The owner may change the memory again once its
+// own count is the only one left (use_count() == 1).
+using PayloadPin = std::shared_ptr<const void>;
+
+// Builds one stream message.
+class ChunkBuilder {
+ public:
+  // The first message's header: a PushRequest or PullResponse whose tensors
+  // carry no data.
+  void SetHeader(const google::protobuf::MessageLite& header);
+
+  // The piece of tensor `tensor` that starts `offset` bytes into its
+  // payload. Large pieces are referenced, not copied, and counted in `pin`;
+  // small ones are copied.
+  void AddPiece(int tensor, int64_t offset, std::span<const char> data, const PayloadPin& pin);
+
+  // The message built so far, as gRPC sends it; the builder starts afresh.
+  grpc::ByteBuffer Finish();
+
+ private:
+  // Turns the bytes gathered in `inline_` into a slice of their own.
+  void FlushInline();
+
+  std::string inline_;  // framing and small payloads not yet in a slice
+  std::vector<grpc::Slice> slices_;
+};
+
+// One received stream message, parsed: its header, if it has one, and where
+// each piece's data lies in gRPC's receive buffers, which it keeps until the
+// next Parse.
+class ReceivedChunk {
+ public:
+  struct Piece {
+    int tensor = 0;
+    int64_t offset = 0;
+    int64_t size = 0;  // bytes of data
+    size_t slice = 0;  // the data starts in slices_[slice] at byte `start`
+    size_t start = 0;
+  };
+
+  // Takes `message`'s bytes and parses them. InvalidArgument if they are not
+  // a well-formed serialized PushChunk or PullChunk.
+  absl::Status Parse(grpc::ByteBuffer* message);
+
+  bool has_header() const { return has_header_; }
+  // The serialized header, for PushRequest / PullResponse::ParseFromString.
+  const std::string& header() const { return header_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+  // Copies the piece's piece.size data bytes to `dest`.
+  void CopyData(const Piece& piece, char* dest) const;
+
+ private:
+  std::vector<grpc::Slice> slices_;
+  bool has_header_ = false;
+  std::string header_;
+  std::vector<Piece> pieces_;
+};
+
+}  // namespace pst
+
+#endif  // PST_COMMON_CHUNK_WIRE_H_

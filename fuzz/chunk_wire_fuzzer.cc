@@ -1,0 +1,55 @@
+// The hand-written stream-message parser (common/chunk_wire.h) against
+// protobuf's own: for any bytes, cut into gRPC slices anywhere, ReceivedChunk
+// accepts exactly when PushChunk::ParseFromString does, and then finds the
+// same header and pieces. The first byte picks the slice size.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/chunk_wire.h"
+#include "ps.pb.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const size_t slice_bytes = 1 + data[0];
+  const std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
+  std::vector<grpc::Slice> slices;
+  for (size_t from = 0; from < bytes.size(); from += slice_bytes) {
+    slices.emplace_back(bytes.data() + from, std::min(slice_bytes, bytes.size() - from));
+  }
+  grpc::ByteBuffer message(slices.data(), slices.size());
+  pst::ReceivedChunk chunk;
+  bool ours = chunk.Parse(&message).ok();
+  // The header's own bytes are parsed by protobuf, as its receivers do;
+  // wrapped in a header field, so that they nest as deep as in the message.
+  pst::PushChunk header_only;
+  if (ours && chunk.has_header()) {
+    std::string wrapped("\x0a", 1);
+    for (uint64_t n = chunk.header().size(); ; n >>= 7) {
+      wrapped.push_back(static_cast<char>(n >= 0x80 ? (n & 0x7f) | 0x80 : n));
+      if (n < 0x80) break;
+    }
+    ours = header_only.ParseFromString(wrapped + chunk.header());
+  }
+  pst::PushChunk reference;
+  const bool protobuf = reference.ParseFromString(bytes);
+  if (ours != protobuf) __builtin_trap();
+  if (!ours) return 0;
+  if (chunk.has_header() != reference.has_header()) __builtin_trap();
+  if (header_only.header().SerializeAsString() != reference.header().SerializeAsString()) {
+    __builtin_trap();
+  }
+  if (static_cast<int>(chunk.pieces().size()) != reference.pieces_size()) __builtin_trap();
+  for (size_t i = 0; i < chunk.pieces().size(); ++i) {
+    const pst::ReceivedChunk::Piece& piece = chunk.pieces()[i];
+    const pst::TensorPiece& expected = reference.pieces(static_cast<int>(i));
+    std::string piece_data(piece.size, '\0');
+    chunk.CopyData(piece, piece_data.data());
+    if (piece.tensor != expected.tensor() || piece.offset != expected.offset() ||
+        piece_data != expected.data()) {
+      __builtin_trap();
+    }
+  }
+  return 0;
+}
