@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
 
 namespace pst {
 namespace {
@@ -53,16 +54,21 @@ class Cursor {
   size_t slice() const { return slice_; }
   size_t position() const { return position_; }
 
-  bool ReadVarint(uint64_t* value) {
-    *value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (remaining_ == 0) return false;
-      const uint8_t byte = slices_[slice_].begin()[position_];
-      Advance(1);
-      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;  // more than ten bytes: not a varint
+  // A varint of at most ten bytes, as protobuf reads values.
+  bool ReadVarint(uint64_t* value) { return ReadVarintOf(10, value); }
+
+  // A field key as protobuf reads it: at most five bytes, the value kept to
+  // its low 32 bits.
+  bool ReadKey(uint64_t* key) {
+    if (!ReadVarintOf(5, key)) return false;
+    *key &= 0xffffffffu;
+    return true;
+  }
+
+  // A length as protobuf reads it: at most five bytes, and below 2 GiB less
+  // protobuf's 16 bytes of slop.
+  bool ReadLength(uint64_t* length) {
+    return ReadVarintOf(5, length) && *length <= 0x7fffffffu - 16;
   }
 
   bool Skip(uint64_t bytes) {
@@ -77,6 +83,18 @@ class Cursor {
   }
 
  private:
+  bool ReadVarintOf(int max_bytes, uint64_t* value) {
+    *value = 0;
+    for (int i = 0; i < max_bytes; ++i) {
+      if (remaining_ == 0) return false;
+      const uint8_t byte = slices_[slice_].begin()[position_];
+      Advance(1);
+      *value |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
   void Advance(size_t bytes) {
     position_ += bytes;
     remaining_ -= static_cast<int64_t>(bytes);
@@ -112,14 +130,14 @@ absl::Status SkipField(uint64_t field, int wire_type, int64_t end, int depth, Cu
     case kFixed64: ok = cursor->remaining() - end >= 8 && cursor->Skip(8); break;
     case kFixed32: ok = cursor->remaining() - end >= 4 && cursor->Skip(4); break;
     case kLengthDelimited:
-      ok = cursor->ReadVarint(&value) && cursor->remaining() >= end &&
+      ok = cursor->ReadLength(&value) && cursor->remaining() >= end &&
            value <= static_cast<uint64_t>(cursor->remaining() - end) && cursor->Skip(value);
       break;
     case kStartGroup: {
       if (depth == 0) return Malformed("groups nest too deep");
       while (true) {
         uint64_t key = 0;
-        if (!cursor->ReadVarint(&key) || cursor->remaining() < end) {
+        if (!cursor->ReadKey(&key) || cursor->remaining() < end) {
           return Malformed("a group has no end");
         }
         if ((key & 7) == kEndGroup) {
@@ -196,8 +214,7 @@ void ChunkBuilder::FlushInline() {
 
 absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
   slices_.clear();
-  has_header_ = false;
-  header_.clear();
+  headers_.clear();
   pieces_.clear();
   if (grpc::Status dumped = message->Dump(&slices_); !dumped.ok()) {
     return Malformed(dumped.error_message());
@@ -206,7 +223,7 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
   Cursor cursor(slices_);
   while (cursor.remaining() > 0) {
     uint64_t key = 0;
-    if (!cursor.ReadVarint(&key)) return Malformed("a field key is cut off");
+    if (!cursor.ReadKey(&key)) return Malformed("a field key is cut off or too long");
     const uint64_t field = key >> 3;
     const int wire_type = static_cast<int>(key & 7);
     if (field == 0) return Malformed("field number 0");
@@ -217,19 +234,16 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
       continue;
     }
     uint64_t length = 0;
-    if (!cursor.ReadVarint(&length) || length > static_cast<uint64_t>(cursor.remaining())) {
+    if (!cursor.ReadLength(&length) || length > static_cast<uint64_t>(cursor.remaining())) {
       return Malformed("a field runs past the end of the message");
     }
     const int64_t end = cursor.remaining() - static_cast<int64_t>(length);
     if (field == kHeaderField) {
-      // A repeated header merges, as protobuf's parser merges it.
       Piece bytes{.size = static_cast<int64_t>(length), .slice = cursor.slice(),
                   .start = cursor.position()};
-      const size_t old_size = header_.size();
-      header_.resize(old_size + length);
-      CopyData(bytes, header_.data() + old_size);
+      headers_.emplace_back(length, '\0');
+      CopyData(bytes, headers_.back().data());
       cursor.Skip(length);
-      has_header_ = true;
       continue;
     }
     Piece piece;
@@ -237,7 +251,7 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
     piece.start = cursor.position();
     while (cursor.remaining() > end) {
       uint64_t piece_key = 0;
-      if (!cursor.ReadVarint(&piece_key) || cursor.remaining() < end) {
+      if (!cursor.ReadKey(&piece_key) || cursor.remaining() < end) {
         return Malformed("a piece's field key is cut off");
       }
       const uint64_t piece_field = piece_key >> 3;
@@ -256,7 +270,7 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
           piece.offset = static_cast<int64_t>(value);
         }
       } else if (piece_field == kDataField && piece_wire_type == kLengthDelimited) {
-        if (!cursor.ReadVarint(&value) ||
+        if (!cursor.ReadLength(&value) || cursor.remaining() < end ||
             value > static_cast<uint64_t>(cursor.remaining() - end)) {
           return Malformed("a piece's data runs past the end of the piece");
         }
@@ -274,6 +288,18 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
     pieces_.push_back(piece);
   }
   return absl::OkStatus();
+}
+
+bool ReceivedChunk::ParseHeader(google::protobuf::MessageLite* header) const {
+  header->Clear();
+  for (const std::string& bytes : headers_) {
+    google::protobuf::io::CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                 static_cast<int>(bytes.size()));
+    // Nested in the chunk message, as protobuf would see it.
+    input.SetRecursionLimit(kRecursionLimit - 1);
+    if (!header->MergeFromCodedStream(&input) || !input.ConsumedEntireMessage()) return false;
+  }
+  return true;
 }
 
 void ReceivedChunk::CopyData(const Piece& piece, char* dest) const {

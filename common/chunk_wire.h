@@ -78,9 +78,11 @@ class ReceivedChunk {
   // a well-formed serialized PushChunk or PullChunk.
   absl::Status Parse(grpc::ByteBuffer* message);
 
-  bool has_header() const { return has_header_; }
-  // The serialized header, for PushRequest / PullResponse::ParseFromString.
-  const std::string& header() const { return header_; }
+  bool has_header() const { return !headers_.empty(); }
+  // Parses the header into `header` (a PushRequest or PullResponse) as
+  // protobuf would: each occurrence of the field on its own, merged in
+  // order. False if one is not a valid message.
+  bool ParseHeader(google::protobuf::MessageLite* header) const;
   const std::vector<Piece>& pieces() const { return pieces_; }
 
   // Copies the piece's piece.size data bytes to `dest`.
@@ -88,8 +90,7 @@ class ReceivedChunk {
 
  private:
   std::vector<grpc::Slice> slices_;
-  bool has_header_ = false;
-  std::string header_;
+  std::vector<std::string> headers_;  // each occurrence's bytes
   std::vector<Piece> pieces_;
 };
 

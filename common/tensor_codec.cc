@@ -126,6 +126,27 @@ void DecodeValues(absl::string_view data, DType dtype, std::span<float> out) {
   }
 }
 
+bool EncodedFinite(absl::string_view data, DType dtype) {
+  // Integer-only and branch-free: the loops vectorize.
+  if (DTypeBytes(dtype) == 4) {
+    uint32_t non_finite = 0;
+    for (size_t i = 0; i + 4 <= data.size(); i += 4) {
+      uint32_t bits;
+      std::memcpy(&bits, data.data() + i, 4);
+      non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    return non_finite == 0;
+  }
+  const uint16_t exponent = Normalized(dtype) == FLOAT16 ? 0x7c00 : 0x7f80;
+  uint16_t non_finite = 0;
+  for (size_t i = 0; i + 2 <= data.size(); i += 2) {
+    uint16_t bits;
+    std::memcpy(&bits, data.data() + i, 2);
+    non_finite |= (bits & exponent) == exponent;
+  }
+  return non_finite == 0;
+}
+
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
                   std::span<const float> values, Tensor* tensor, DType dtype) {
   tensor->set_name(std::string(name));

@@ -36,6 +36,10 @@ void EncodeValuesTo(std::span<const float> values, DType dtype, char* out);
 // Decodes `data`, which holds out.size() elements of `dtype`, into `out`.
 void DecodeValues(absl::string_view data, DType dtype, std::span<float> out);
 
+// Whether every value of `data` (elements of `dtype`) is finite, read from
+// the encoded bits: a value is Inf or NaN exactly when its exponent bits
+// are all ones, so a 16-bit payload is not decoded just to be checked.
+bool EncodedFinite(absl::string_view data, DType dtype);
 // Fills `tensor` with name, shape and `values` encoded as `dtype`.
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
                   std::span<const float> values, Tensor* tensor, DType dtype = FLOAT32);

@@ -1,5 +1,7 @@
 #include "ps_server/chunk_streams.h"
 
+#include <atomic>
+#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -37,14 +39,37 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
   return PieceSequence(std::move(bytes), std::move(element_bytes));
 }
 
+// InvalidArgument naming the first non-finite value of a piece of
+// `gradient` (`data`, which starts at byte `offset` of its payload).
+absl::Status NonFinitePiece(const Tensor& gradient, int64_t offset, absl::string_view data) {
+  std::vector<float> values(data.size() / DTypeBytes(gradient.dtype()));
+  DecodeValues(data, gradient.dtype(), values);
+  const int64_t first = offset / DTypeBytes(gradient.dtype());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient for \"", gradient.name(), "\" has a non-finite value (", values[i],
+          ") at element ", first + static_cast<int64_t>(i), "; nothing was applied"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Copies the chunk's pieces into `request`, checking each as it lands (in
+// cache) for a non-finite value, which refuses the whole push.
 absl::Status AddPieces(const ReceivedChunk& chunk, PieceSequence* sequence,
                        PushRequest* request) {
   for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
     if (absl::Status s = sequence->Accept(piece.tensor, piece.offset, piece.size); !s.ok()) {
       return s;
     }
-    std::string* data = request->mutable_gradients(piece.tensor)->mutable_data();
-    chunk.CopyData(piece, data->data() + piece.offset);
+    Tensor* gradient = request->mutable_gradients(piece.tensor);
+    char* data = gradient->mutable_data()->data() + piece.offset;
+    chunk.CopyData(piece, data);
+    const absl::string_view copied(data, piece.size);
+    if (!EncodedFinite(copied, gradient->dtype())) {
+      return NonFinitePiece(*gradient, piece.offset, copied);
+    }
   }
   return absl::OkStatus();
 }
@@ -68,7 +93,7 @@ absl::Status ReceivePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* re
       if (!chunk.has_header()) {
         return refuse(absl::InvalidArgumentError("a push stream must start with its header"));
       }
-      if (!header.ParseFromString(chunk.header())) {
+      if (!chunk.ParseHeader(&header)) {
         return refuse(absl::InvalidArgumentError("a push stream's header is not a PushRequest"));
       }
       absl::StatusOr<std::vector<int64_t>> bytes = shard->StreamedPushBytes(header);
@@ -84,49 +109,57 @@ absl::Status ReceivePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* re
   return absl::OkStatus();
 }
 
-void EncodePullPayload(int64_t version, const std::vector<const Variable*>& variables,
-                       DType dtype, PullPayload* out) {
-  const int element_bytes = DTypeBytes(dtype);
+void CapturePull(int64_t version, const std::vector<const Variable*>& variables, DType dtype,
+                 PullPayload* out) {
   out->header.Clear();
   out->header.set_version(version);
-  out->tensor_bytes.clear();
-  int64_t total = 0;
+  out->dtype = dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype;
+  out->values.clear();
   for (const Variable* v : variables) {
     Tensor* tensor = out->header.add_variables();
     tensor->set_name(v->name);
     tensor->mutable_shape()->Assign(v->shape.begin(), v->shape.end());
-    tensor->set_dtype(dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype);
-    out->tensor_bytes.push_back(static_cast<int64_t>(v->values.size()) * element_bytes);
-    total += out->tensor_bytes.back();
-  }
-  out->bytes.resize(total);
-  char* next = out->bytes.data();
-  for (const Variable* v : variables) {
-    EncodeValuesTo(v->values, dtype, next);
-    next += v->values.size() * element_bytes;
+    tensor->set_dtype(out->dtype);
+    out->values.push_back(v->values);
   }
 }
 
 int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write) {
-  const PayloadPin pin = payload;
-  std::vector<int> element_bytes;
-  std::vector<int64_t> starts;
-  int64_t start = 0;
-  for (size_t t = 0; t < payload->tensor_bytes.size(); ++t) {
-    element_bytes.push_back(DTypeBytes(payload->header.variables(static_cast<int>(t)).dtype()));
-    starts.push_back(start);
-    start += payload->tensor_bytes[t];
+  const int element_bytes = DTypeBytes(payload->dtype);
+  const bool referenced = element_bytes == sizeof(float);  // float32 bytes are the values
+  std::vector<int64_t> tensor_bytes;
+  std::vector<const char*> wire;  // where each tensor's wire bytes are
+  std::vector<PayloadPin> pins;
+  int64_t encoded_bytes = 0;
+  for (const Values& values : payload->values) {
+    tensor_bytes.push_back(static_cast<int64_t>(values->size()) * element_bytes);
+    encoded_bytes += referenced ? 0 : tensor_bytes.back();
   }
-  const std::vector<std::vector<PieceRef>> plan = PlanChunks(payload->tensor_bytes, element_bytes);
+  payload->encoded.resize(encoded_bytes);
+  char* next = payload->encoded.data();
+  for (const Values& values : payload->values) {
+    if (referenced) {
+      wire.push_back(reinterpret_cast<const char*>(values->data()));
+      pins.push_back(values);
+    } else {
+      EncodeValuesTo(*values, payload->dtype, next);
+      wire.push_back(next);
+      pins.push_back(payload);
+      next += values->size() * element_bytes;
+    }
+  }
+  // From here the slices' pins hold the buffers; the payload need not.
+  payload->values.clear();
+  const std::vector<std::vector<PieceRef>> plan =
+      PlanChunks(tensor_bytes, std::vector<int>(tensor_bytes.size(), element_bytes));
   ChunkBuilder builder;
   int64_t sent = 0;
   for (size_t c = 0; c < plan.size(); ++c) {
     if (c == 0) builder.SetHeader(payload->header);
     for (const PieceRef& ref : plan[c]) {
       builder.AddPiece(ref.tensor, ref.offset,
-                       {payload->bytes.data() + starts[ref.tensor] + ref.offset,
-                        static_cast<size_t>(ref.bytes)},
-                       pin);
+                       {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)},
+                       pins[ref.tensor]);
     }
     grpc::ByteBuffer message = builder.Finish();
     sent += static_cast<int64_t>(message.Length());
@@ -140,7 +173,11 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
 std::shared_ptr<PullPayload> PullPayloadPool::Take() {
   absl::MutexLock lock(&mu_);
   for (const std::shared_ptr<PullPayload>& payload : payloads_) {
-    if (payload.use_count() == 1) return payload;
+    if (payload.use_count() == 1) {
+      // gRPC's last read of its bytes happened before it dropped its pin.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return payload;
+    }
   }
   payloads_.push_back(std::make_shared<PullPayload>());
   return payloads_.back();

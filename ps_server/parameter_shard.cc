@@ -175,7 +175,7 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
                    [&](int64_t version, const std::vector<const Variable*>& variables) {
                      response->set_version(version);
                      for (const Variable* v : variables) {
-                       EncodeTensor(v->name, v->shape, v->values, response->add_variables(),
+                       EncodeTensor(v->name, v->shape, *v->values, response->add_variables(),
                                     request.dtype());
                      }
                    });
@@ -232,7 +232,8 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
   return absl::OkStatus();
 }
 
-absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response) {
+absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
+                                  PushChecked checked) {
   absl::MutexLock lock(&mu_);
   while (snapshot_unwritten_ && !shutting_down_) changed_.Wait(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
@@ -254,7 +255,8 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   }
   std::vector<int> indices;
   if (absl::Status s = store_.ValidateGradients(request.gradients(),
-                                                /*require_all=*/options_.mode == SYNC, &indices);
+                                                /*require_all=*/options_.mode == SYNC,
+                                                /*check_finite=*/!checked.values_finite, &indices);
       !s.ok()) {
     ++pushes_rejected_;
     return s;
@@ -322,7 +324,7 @@ absl::StatusOr<std::vector<int64_t>> ParameterShard::StreamedPushBytes(
           absl::StrCat("gradient for \"", gradient.name(), "\" has unknown dtype ",
                        static_cast<int>(gradient.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16")));
     }
-    bytes.push_back(static_cast<int64_t>(store_.variable(index).values.size()) * element_bytes);
+    bytes.push_back(static_cast<int64_t>(store_.variable(index).size()) * element_bytes);
   }
   return bytes;
 }
@@ -344,7 +346,7 @@ absl::Status ParameterShard::PushSync(const PushRequest& request,
   std::vector<std::vector<float>>& slot = pending_[rank];
   slot.resize(store_.size());
   for (size_t i = 0; i < indices.size(); ++i) {
-    slot[indices[i]].resize(store_.variable(indices[i]).values.size());
+    slot[indices[i]].resize(store_.variable(indices[i]).size());
     DecodeTensor(request.gradients(static_cast<int>(i)), slot[indices[i]]);
   }
   arrived_[rank] = true;
@@ -366,7 +368,7 @@ void ParameterShard::MaybeCompleteSyncStep() {
   const float scale = 1.0f / static_cast<float>(arrived_count_);
   absl::Status staged = absl::OkStatus();
   for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
-    sum_.assign(store_.variable(static_cast<int>(v)).values.size(), 0.0f);
+    sum_.assign(store_.variable(static_cast<int>(v)).size(), 0.0f);
     // Rank order, whatever the arrival order: bitwise reproducible sums.
     for (int rank = 0; rank < options_.num_workers; ++rank) {
       if (!arrived_[rank]) continue;

@@ -66,6 +66,13 @@ struct ShardOptions {
 // The options of shard `shard` of the job `config` describes.
 ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
 
+// What a caller of ParameterShard::Push has already established about a
+// push, so that Push does not check it again: a pass over a large payload
+// costs about as much as applying it.
+struct PushChecked {
+  bool values_finite = false;  // every gradient value is finite
+};
+
 class ParameterShard {
  public:
   // InvalidArgument for a bad optimizer config or worker count.
@@ -89,7 +96,8 @@ class ParameterShard {
   absl::Status PullVisit(const PullRequest& request, absl::Time deadline,
                          const PullVisitor& visit);
 
-  absl::Status Push(const PushRequest& request, PushResponse* response);
+  absl::Status Push(const PushRequest& request, PushResponse* response,
+                    PushChecked checked = {});
 
   // For a push that arrives as a stream (PushStream): the payload bytes each
   // gradient of `header` must carry, taken from the shard's own shapes so

@@ -90,9 +90,10 @@ grpc::Status ParameterServerService::ServePullStream(
   absl::Status status = server_->PullVisit(
       request, PullDeadline(*context, request),
       [&](int64_t version, const std::vector<const Variable*>& variables) {
-        EncodePullPayload(version, variables, request.dtype(), payload.get());
+        CapturePull(version, variables, request.dtype(), payload.get());
       });
   int64_t bytes_sent = 0;
+  if (!status.ok()) payload->values.clear();  // nothing captured may stay pinned
   if (status.ok()) {
     bytes_sent = SendPullPayload(payload, [stream](const grpc::ByteBuffer& message,
                                                    grpc::WriteOptions options) {
@@ -111,7 +112,7 @@ grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext*,
   std::unique_ptr<PushRequest> request = push_buffers_.Take();
   absl::Status status = ReceivePushStream(reader, server_, request.get());
   if (!status.ok()) request->Clear();  // half-reassembled: counts as no bytes
-  if (status.ok()) status = server_->Push(*request, response);
+  if (status.ok()) status = server_->Push(*request, response, {.values_finite = true});
   RecordServedPush(*request, *response, status, absl::Now() - start);
   push_buffers_.Give(std::move(request));
   return ToGrpcStatus(status);

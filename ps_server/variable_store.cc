@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -30,41 +31,13 @@ absl::Status CheckFinite(std::span<const float> values, const std::string& what)
   return absl::OkStatus();
 }
 
-namespace {
-
-// Whether every value of `tensor` is finite, read from its encoded bits (a
-// value is Inf or NaN exactly when its exponent bits are all ones), so a
-// 16-bit gradient is not decoded just to be checked. Integer-only and
-// branch-free: the loops vectorize.
-bool EncodedFinite(const Tensor& tensor) {
-  const std::string& data = tensor.data();
-  if (DTypeBytes(tensor.dtype()) == 4) {
-    uint32_t non_finite = 0;
-    for (size_t i = 0; i + 4 <= data.size(); i += 4) {
-      uint32_t bits;
-      std::memcpy(&bits, data.data() + i, 4);
-      non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
-    }
-    return non_finite == 0;
-  }
-  const uint16_t exponent = tensor.dtype() == FLOAT16 ? 0x7c00 : 0x7f80;
-  uint16_t non_finite = 0;
-  for (size_t i = 0; i + 2 <= data.size(); i += 2) {
-    uint16_t bits;
-    std::memcpy(&bits, data.data() + i, 2);
-    non_finite |= (bits & exponent) == exponent;
-  }
-  return non_finite == 0;
-}
-
-}  // namespace
 
 VariableStore::VariableStore(std::unique_ptr<Optimizer> optimizer)
     : optimizer_(std::move(optimizer)) {}
 
 int64_t VariableStore::parameter_bytes() const {
   int64_t bytes = 0;
-  for (const Variable& v : variables_) bytes += v.values.size() * sizeof(float);
+  for (const Variable& v : variables_) bytes += v.size() * sizeof(float);
   return bytes;
 }
 
@@ -94,9 +67,9 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
     Variable v;
     v.name = tensor.name();
     v.shape.assign(tensor.shape().begin(), tensor.shape().end());
-    v.values.resize(elements);
-    DecodeTensor(tensor, v.values);
-    if (absl::Status s = CheckFinite(v.values, absl::StrCat("variable \"", v.name, "\""));
+    v.values->resize(elements);
+    DecodeTensor(tensor, *v.values);
+    if (absl::Status s = CheckFinite(*v.values, absl::StrCat("variable \"", v.name, "\""));
         !s.ok()) {
       return s;
     }
@@ -115,7 +88,7 @@ void VariableStore::Export(ShardCheckpoint* checkpoint) const {
     ShardCheckpoint::Variable* out = checkpoint->add_variables();
     out->set_name(v.name);
     out->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
-    out->set_values(reinterpret_cast<const char*>(v.values.data()), v.values.size() * sizeof(float));
+    out->set_values(reinterpret_cast<const char*>(v.values->data()), v.size() * sizeof(float));
     out->set_slots(reinterpret_cast<const char*>(v.slots.data()), v.slots.size() * sizeof(float));
     out->set_updates(v.updates);
   }
@@ -140,8 +113,8 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint variable \"", in.name(), "\" is inconsistent"));
     }
-    v.values.resize(elements);
-    std::memcpy(v.values.data(), in.values().data(), in.values().size());
+    v.values->resize(elements);
+    std::memcpy(v.values->data(), in.values().data(), in.values().size());
     // Plain SGD keeps no slots: an empty vector's data() may be null, which
     // memcpy must not be given even for zero bytes.
     v.slots.resize(slots);
@@ -163,7 +136,7 @@ int VariableStore::Find(const std::string& name) const {
 
 absl::Status VariableStore::ValidateGradients(
     const google::protobuf::RepeatedPtrField<Tensor>& gradients, bool require_all,
-    std::vector<int>* indices) const {
+    bool check_finite, std::vector<int>* indices) const {
   indices->clear();
   std::vector<bool> seen(variables_.size(), false);
   std::vector<float> scratch;
@@ -184,10 +157,10 @@ absl::Status VariableStore::ValidateGradients(
                     v.shape.end())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradient for \"", v.name, "\" has the wrong shape; the variable has ",
-          v.shape.size(), " dimension(s) and ", v.values.size(), " values"));
+          v.shape.size(), " dimension(s) and ", v.size(), " values"));
     }
-    if (absl::Status s = CheckTensorPayload(gradient, v.values.size()); !s.ok()) return s;
-    if (!EncodedFinite(gradient)) {  // then name the culprit
+    if (absl::Status s = CheckTensorPayload(gradient, v.size()); !s.ok()) return s;
+    if (check_finite && !EncodedFinite(gradient.data(), gradient.dtype())) {  // name the culprit
       if (absl::Status s = CheckFinite(TensorValues(gradient, &scratch),
                                        absl::StrCat("gradient for \"", v.name, "\""));
           !s.ok()) {
@@ -231,14 +204,22 @@ absl::Status VariableStore::Stage(int index, std::span<const float> gradient, fl
   const Variable& v = variables_[index];
   if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
   Staged& next = staged_[index];
-  const size_t n = v.values.size();
+  const size_t n = v.size();
   const int slots = optimizer_->SlotsPerParameter();
   if (slots > kMaxSlotsPerParameter) {
     return absl::InternalError(absl::StrCat("the ", optimizer_->Name(), " optimizer keeps ", slots,
                                             " state slots per parameter; staging handles ",
                                             kMaxSlotsPerParameter));
   }
-  next.values.resize(n);
+  if (next.values == nullptr || next.values.use_count() > 1) {
+    // A pull is still sending this buffer (it held the values before the
+    // last commit): leave it to that pull and stage into a new one.
+    next.values = std::make_shared<std::vector<float>>();
+  } else {
+    // The pull that held it is done; its reads happened before its release.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  next.values->resize(n);
   next.slots.resize(v.slots.size());
   const int64_t step = v.updates + 1;
   const float scale = lr_scale * optimizer_->DecayFactor(step);
@@ -250,8 +231,8 @@ absl::Status VariableStore::Stage(int index, std::span<const float> gradient, fl
   uint32_t non_finite = 0;
   for (size_t begin = 0; begin < n; begin += kStageBlock) {
     const size_t len = std::min(kStageBlock, n - begin);
-    float* values = next.values.data() + begin;
-    std::memcpy(values, v.values.data() + begin, len * sizeof(float));
+    float* values = next.values->data() + begin;
+    std::memcpy(values, v.values->data() + begin, len * sizeof(float));
     for (int s = 0; s < slots; ++s) {
       std::memcpy(block_slots.data() + s * len, v.slots.data() + s * n + begin,
                   len * sizeof(float));
@@ -266,7 +247,7 @@ absl::Status VariableStore::Stage(int index, std::span<const float> gradient, fl
   }
   if (non_finite != 0) {  // name the culprit
     absl::Status finite =
-        CheckFinite(next.values, absl::StrCat("the update of \"", v.name, "\""));
+        CheckFinite(*next.values, absl::StrCat("the update of \"", v.name, "\""));
     if (finite.ok()) {
       finite = CheckFinite(next.slots, absl::StrCat("the optimizer state of \"", v.name, "\""));
     }

@@ -19,12 +19,19 @@
 
 namespace pst {
 
+// A variable's values. Shared and never written once published: an update
+// stages new values in another buffer and swaps it in, so a pull may keep
+// sending a reference to the old ones after the shard's lock is released
+// (copy on write, without the copy while nobody holds the old buffer).
+using Values = std::shared_ptr<std::vector<float>>;
+
 struct Variable {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> values;
+  Values values = std::make_shared<std::vector<float>>();
   std::vector<float> slots;  // optimizer state, Optimizer::SlotsPerParameter() per value
   int64_t updates = 0;       // optimizer steps applied to this variable
+  size_t size() const { return values->size(); }
 };
 
 class VariableStore {
@@ -47,11 +54,13 @@ class VariableStore {
   const std::vector<Variable>& variables() const { return variables_; }
 
   // Checks that `gradients` name distinct known variables with payloads of the
-  // right size and only finite values, and (when `require_all`) that every
-  // variable is present. On success fills `indices` with each gradient's
-  // variable index. InvalidArgument naming the first offending tensor.
+  // right size and (when `check_finite`) only finite values, and (when
+  // `require_all`) that every variable is present. On success fills
+  // `indices` with each gradient's variable index. InvalidArgument naming
+  // the first offending tensor.
   absl::Status ValidateGradients(const google::protobuf::RepeatedPtrField<Tensor>& gradients,
-                                 bool require_all, std::vector<int>* indices) const;
+                                 bool require_all, bool check_finite,
+                                 std::vector<int>* indices) const;
 
   // Copies every variable, its optimizer state and update count out.
   void Export(ShardCheckpoint* checkpoint) const;
@@ -73,9 +82,10 @@ class VariableStore {
 
  private:
   // The next values and optimizer state of a staged variable. Kept between
-  // updates, so staging reuses warm memory.
+  // updates, so staging reuses warm memory: after a commit `values` is the
+  // variable's previous buffer, reused unless a pull still holds it.
   struct Staged {
-    std::vector<float> values;
+    Values values;
     std::vector<float> slots;
   };
 

@@ -55,7 +55,7 @@ absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Dur
       PullResponse header;
       if (!chunk.has_header()) {
         problem = absl::InternalError("the stream did not start with a header");
-      } else if (!header.ParseFromString(chunk.header())) {
+      } else if (!chunk.ParseHeader(&header)) {
         problem = absl::InternalError("the stream's header is not a PullResponse");
       } else {
         problem = CheckPullHeader(s, header);

@@ -63,7 +63,7 @@ grpc::ByteBuffer Sliced(const std::string& bytes, const std::vector<size_t>& cut
 // What ReceivedChunk found, as the PushChunk protobuf would have it.
 PushChunk AsProto(const ReceivedChunk& chunk) {
   PushChunk out;
-  if (chunk.has_header()) EXPECT_TRUE(out.mutable_header()->ParseFromString(chunk.header()));
+  if (chunk.has_header()) EXPECT_TRUE(chunk.ParseHeader(out.mutable_header()));
   for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
     TensorPiece* p = out.add_pieces();
     p->set_tensor(piece.tensor);
@@ -167,6 +167,21 @@ TEST(ReceivedChunkTest, SkipsUnknownFieldsAndGroupsAndMergesARepeatedHeader) {
   EXPECT_EQ(parsed.pieces(0).data(), "abcd");
 }
 
+// Found by chunk_wire_fuzzer: protobuf parses each occurrence of the header
+// on its own, so a field cut off at the end of one is not completed by the
+// next (concatenating the occurrences' bytes would accept it).
+TEST(ReceivedChunkTest, EachHeaderOccurrenceMustBeAMessageOfItsOwn) {
+  const std::string bytes("\x0a\x02\x08\x80"  // worker = a varint cut off
+                          "\x0a\x01\x01", 7);  // ...which this byte would end
+  PushChunk reference;
+  ASSERT_FALSE(reference.ParseFromString(bytes));
+  grpc::ByteBuffer message = Sliced(bytes, {});
+  ReceivedChunk chunk;
+  ASSERT_TRUE(chunk.Parse(&message).ok());  // the framing is fine
+  PushRequest header;
+  EXPECT_FALSE(chunk.ParseHeader(&header));
+}
+
 TEST(ReceivedChunkTest, RefusesMalformedFraming) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"field number 0", std::string("\x00\x01", 2)},
@@ -175,6 +190,8 @@ TEST(ReceivedChunkTest, RefusesMalformedFraming) {
       {"an end-group tag alone", std::string("\x0c", 1)},
       {"a piece longer than the message", std::string("\x12\x05\x08\x01", 4)},
       {"piece data past its piece", std::string("\x12\x03\x1a\x05" "abcde", 9)},
+      {"a key of six bytes", std::string("\x88\x80\x80\x80\x80\x00\x01", 7)},
+      {"a length of six bytes", std::string("\x0a\x80\x80\x80\x80\x80\x00", 7)},
       {"a varint of eleven bytes", std::string("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12)},
   };
   for (const auto& [name, bytes] : cases) {

@@ -223,6 +223,9 @@ TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
   }
 }
 
+// The receiver checks pieces as it copies them in (and Push then skips its
+// own pass): a non-finite value anywhere, in any wire dtype, refuses the
+// push with the element named, and counts it.
 TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
   PushChunk chunk = Header({{"w", FLOAT32}});
   std::vector<float> values(300, 1.0f);
@@ -231,8 +234,25 @@ TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
   piece->set_data(reinterpret_cast<const char*>(values.data()), 1200);
   grpc::Status status = Send({chunk});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("non-finite"));
+  EXPECT_THAT(status.error_message(), HasSubstr("non-finite value (inf) at element 299"));
   EXPECT_EQ(State(), before_);
+
+  PushChunk first = Header({{"w", BFLOAT16}});
+  std::vector<float> half(300, 0.5f);
+  half[170] = std::numeric_limits<float>::quiet_NaN();
+  std::string encoded;
+  EncodeValues(half, BFLOAT16, &encoded);
+  first.add_pieces()->set_data(encoded.substr(0, 300));
+  PushChunk second;
+  second.add_pieces()->set_offset(300);
+  second.mutable_pieces(0)->set_data(encoded.substr(300));
+  status = Send({first, second});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("non-finite value (nan) at element 170"));
+  EXPECT_EQ(State(), before_);
+  StatsResponse stats;
+  served_.shard()->Stats(&stats);
+  EXPECT_EQ(stats.pushes_rejected(), 2);
 }
 
 }  // namespace
