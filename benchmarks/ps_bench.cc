@@ -246,8 +246,8 @@ int Main() {
   if (!json) {
     std::printf("baselines: iperf3 loopback (1 MiB writes) %s GB/s; gRPC echo p50 %.0f us\n",
                 iperf ? absl::StrFormat("%.2f", *iperf).c_str() : "n/a (iperf3 not installed)", *echo);
-    std::printf("%-8s %7s %6s %8s %10s %10s %10s %12s %14s\n", "size", "workers", "shards", "dtype",
-                "GB/s", "p50_us", "p99_us", "round_trips", "wire_MB/trip");
+    std::printf("%-8s %7s %6s %8s %10s %10s %10s %12s %12s %14s\n", "size", "workers", "shards",
+                "dtype", "GB/s", "p50_us", "p99_us", "round_trips", "cpu_us/trip", "wire_MB/trip");
   }
   for (int64_t size : sizes) {
     absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype);
@@ -265,10 +265,11 @@ int Main() {
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
                   iperf_text.c_str(), *echo, row->cpu_us_per_round_trip);
     } else {
-      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %6.2f (fp32 %.2f)\n",
+      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %12.0f %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
                   row->p99_us, static_cast<long long>(row->round_trips),
-                  row->wire_bytes_per_round_trip / 1e6, row->fp32_bytes_per_round_trip / 1e6);
+                  row->cpu_us_per_round_trip, row->wire_bytes_per_round_trip / 1e6,
+                  row->fp32_bytes_per_round_trip / 1e6);
     }
     std::fflush(stdout);
   }

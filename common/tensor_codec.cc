@@ -106,6 +106,7 @@ int DTypeBytes(DType dtype) {
 }
 
 void EncodeValuesTo(std::span<const float> values, DType dtype, char* out) {
+  if (values.empty()) return;  // and an empty vector's data() may be null
   switch (Normalized(dtype)) {
     case FLOAT16: Encode16<FloatToHalf>(values, out); break;
     case BFLOAT16: Encode16<FloatToBfloat16>(values, out); break;
@@ -119,6 +120,7 @@ void EncodeValues(std::span<const float> values, DType dtype, std::string* out) 
 }
 
 void DecodeValues(absl::string_view data, DType dtype, std::span<float> out) {
+  if (out.empty()) return;
   switch (Normalized(dtype)) {
     case FLOAT16: Decode16<HalfToFloat>(data, out); break;
     case BFLOAT16: Decode16<Bfloat16ToFloat>(data, out); break;

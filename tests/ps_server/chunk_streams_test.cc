@@ -5,8 +5,10 @@
 #include "ps_server/chunk_streams.h"
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
@@ -26,10 +28,10 @@ using ::testing::HasSubstr;
 // a real gRPC server on 127.0.0.1.
 class ServedShard {
  public:
-  ServedShard() {
+  explicit ServedShard(int workers = 1) {
     ShardOptions options;
     options.mode = ASYNC;
-    options.num_workers = 1;
+    options.num_workers = workers;
     options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
     shard_ = std::move(*ParameterShard::Create(options));
     auto running = StartGrpcServer("127.0.0.1:0", shard_.get(), AdminHooks{});
@@ -111,6 +113,57 @@ TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
       }
     }
   }
+}
+
+// A streamed pull sends the variables from their own buffers after the
+// shard's lock is released, while pushes keep committing: every pulled
+// model must still be exactly the one of the version it reports (copy on
+// write), never a mix of two. With SGD at learning rate 1, zeros and
+// gradients of ones, version v's values are all exactly -v.
+TEST(ChunkStreamsTest, StreamedPullsSeeOneVersionWhilePushesCommit) {
+  ServedShard served(/*workers=*/3);
+  const int64_t elements = 3 * kChunkBytes / 4;  // 3 MiB: three pieces each way
+  const std::vector<VariableSpec> model = {{"w", {elements}}};
+  auto connect = [&](int worker) {
+    auto client = PsClient::Connect({served.address()}, worker, absl::Seconds(10));
+    EXPECT_TRUE(client.ok()) << client.status();
+    (*client)->SetVariables(model);
+    return std::move(*client);
+  };
+  std::vector<float> zeros(elements, 0.0f);
+  ASSERT_TRUE(connect(0)->Init({zeros}).ok());
+  constexpr int kPushesPerWorker = 25;
+  std::atomic<int> pushers_left{2};
+  auto push = [&](int worker) {
+    std::unique_ptr<PsClient> client = connect(worker);
+    std::vector<float> params(elements), ones(elements, 1.0f);
+    std::vector<int64_t> versions;
+    std::vector<PushResponse> responses;
+    for (int i = 0; i < kPushesPerWorker; ++i) {
+      ASSERT_TRUE(client->Pull({0}, absl::Seconds(10), {params}, &versions).ok());
+      ASSERT_TRUE(client->Push(versions, {ones}, &responses).ok());
+    }
+    --pushers_left;
+  };
+  std::thread first(push, 0), second(push, 1);
+  std::unique_ptr<PsClient> puller = connect(2);
+  std::vector<float> pulled(elements);
+  std::vector<int64_t> versions;
+  int pulls = 0;
+  while (pushers_left.load() > 0 || pulls < 5) {
+    ASSERT_TRUE(puller->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+    ++pulls;
+    const float expected = -static_cast<float>(versions[0]);
+    for (int64_t i = 0; i < elements; ++i) {
+      ASSERT_EQ(pulled[i], expected) << "element " << i << " of a pull at version "
+                                     << versions[0] << " (pull " << pulls << ")";
+    }
+  }
+  first.join();
+  second.join();
+  ASSERT_TRUE(puller->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+  EXPECT_EQ(versions[0], 2 * kPushesPerWorker);
+  EXPECT_EQ(pulled[elements - 1], -2.0f * kPushesPerWorker);
 }
 
 // Raw push streams against a shard holding "w" [3, 100] (1200 bytes).
