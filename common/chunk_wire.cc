@@ -1,8 +1,10 @@
 #include "common/chunk_wire.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace pst {
@@ -159,6 +161,17 @@ absl::Status SkipField(uint64_t field, int wire_type, int64_t end, int depth, Cu
 }
 
 }  // namespace
+
+bool AwaitRelease(const PayloadPin& pin, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (pin.use_count() > 1) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Microseconds(50));
+  }
+  // gRPC's last read of the memory happened before it dropped its count.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
+}
 
 void ChunkBuilder::SetHeader(const google::protobuf::MessageLite& header) {
   AppendKey(kHeaderField, kLengthDelimited, &inline_);

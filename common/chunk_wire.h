@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -37,6 +38,10 @@ inline constexpr char kPushStreamMethod[] = "/pst.ParameterServer/PushStream";
 // that sent it has returned. The owner may change the memory again once its
 // own count is the only one left (use_count() == 1).
 using PayloadPin = std::shared_ptr<const void>;
+
+// Waits up to `timeout` until `pin` holds the only count left; true if it
+// does. For memory a caller owns and may change as soon as a call returns.
+bool AwaitRelease(const PayloadPin& pin, absl::Duration timeout);
 
 // Builds one stream message.
 class ChunkBuilder {

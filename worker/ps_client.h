@@ -115,6 +115,10 @@ class PsClient {
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
+  // How long a streamed push waits, after the call, for gRPC to drop its
+  // references to the caller's gradients (at once, unless a failed call
+  // left bytes queued on a stuck connection).
+  static constexpr absl::Duration kReleaseTimeout = absl::Seconds(10);
   static void SetDeadline(grpc::ClientContext* context, absl::Duration from_now);
 
   // Runs call(s) for every shard s concurrently and waits for all; the first

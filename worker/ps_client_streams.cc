@@ -6,6 +6,7 @@
 #include "common/chunk_wire.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
+#include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -131,12 +132,13 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
           shard.channel.get(), *shard.push_stream, &context, response));
-  // The pieces reference the wire bytes above without a pin: this call
-  // returns only once the shard has answered, i.e. read every byte, and
-  // gRPC never reads a slice again after sending it, so the caller may
-  // change or free the gradients afterwards even while gRPC still holds
-  // (and later drops) its slice references.
-  const PayloadPin no_pin;
+  // The pieces reference the wire bytes above, pinning `sent`. Once the
+  // shard has answered, every byte has left, and gRPC drops its references
+  // at once; a call that failed part way may leave some queued a moment
+  // longer. Either way the call returns only when they are gone, so the
+  // caller may change or free its gradients (and the next call reuse
+  // `encoded`) as soon as it returns.
+  const PayloadPin sent = std::make_shared<char>(0);
   ChunkBuilder builder;
   bool open = true;
   for (size_t c = 0; c < chunks.size() && open; ++c) {
@@ -154,7 +156,7 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
     }
     for (const PieceRef& ref : chunks[c]) {
       builder.AddPiece(ref.tensor, ref.offset,
-                       {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)}, no_pin);
+                       {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)}, sent);
     }
     grpc::WriteOptions options;
     if (c + 1 == chunks.size()) options.set_last_message();
@@ -162,6 +164,13 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
     open = writer->Write(builder.Finish(), options);
   }
   grpc::Status rpc = writer->Finish();
+  writer.reset();
+  if (!AwaitRelease(sent, kReleaseTimeout)) {
+    // Only bytes of a call that has ended can be left: nothing reads them
+    // into a model, whatever the caller writes there now.
+    spdlog::warn("ps:{} ({}): gRPC still held a push's gradients {} after the call ended",
+                 s, shard.address, absl::FormatDuration(kReleaseTimeout));
+  }
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 

@@ -4,8 +4,10 @@
 #include "common/chunk_wire.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps.pb.h"
 
@@ -105,6 +107,21 @@ TEST(ChunkBuilderTest, LargePiecesAreReferencedAndPinnedUntilGrpcDropsThem) {
     EXPECT_TRUE(referenced) << "the large piece was copied";
   }
   EXPECT_EQ(owner.use_count(), 2);
+}
+
+TEST(AwaitReleaseTest, WaitsForGrpcToDropTheLastSlice) {
+  const std::string large = Bytes(1 << 16, 'L');
+  const PayloadPin pin = std::make_shared<char>(0);
+  ChunkBuilder builder;
+  builder.AddPiece(0, 0, large, pin);
+  auto message = std::make_unique<grpc::ByteBuffer>(builder.Finish());
+  EXPECT_FALSE(AwaitRelease(pin, absl::Milliseconds(20)));
+  std::thread dropper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    message.reset();
+  });
+  EXPECT_TRUE(AwaitRelease(pin, absl::Seconds(10)));
+  dropper.join();
 }
 
 TEST(ReceivedChunkTest, ParsesWhateverWayTheSlicesCutTheMessage) {
