@@ -160,6 +160,47 @@ absl::Status SkipField(uint64_t field, int wire_type, int64_t end, int depth, Cu
              : Malformed("a field runs past the end of its message");
 }
 
+// Reads one TensorPiece, which ends where `cursor->remaining()` is `end`.
+absl::Status ParsePiece(int64_t end, Cursor* cursor, ReceivedChunk::Piece* piece) {
+  piece->slice = cursor->slice();
+  piece->start = cursor->position();
+  while (cursor->remaining() > end) {
+    uint64_t key = 0;
+    if (!cursor->ReadKey(&key) || cursor->remaining() < end) {
+      return Malformed("a piece's field key is cut off");
+    }
+    const uint64_t field = key >> 3;
+    const int wire_type = static_cast<int>(key & 7);
+    uint64_t value = 0;
+    if (field == 0) return Malformed("field number 0 in a piece");
+    if ((field == kTensorField || field == kOffsetField) && wire_type == kVarint) {
+      if (!cursor->ReadVarint(&value) || cursor->remaining() < end) {
+        return Malformed("a piece's tensor or offset is cut off");
+      }
+      // Truncated to the field's type, as protobuf does.
+      if (field == kTensorField) {
+        piece->tensor = static_cast<int32_t>(value);
+      } else {
+        piece->offset = static_cast<int64_t>(value);
+      }
+    } else if (field == kDataField && wire_type == kLengthDelimited) {
+      if (!cursor->ReadLength(&value) || cursor->remaining() < end ||
+          value > static_cast<uint64_t>(cursor->remaining() - end)) {
+        return Malformed("a piece's data runs past the end of the piece");
+      }
+      piece->size = static_cast<int64_t>(value);
+      piece->slice = cursor->slice();
+      piece->start = cursor->position();
+      cursor->Skip(value);
+    } else if (absl::Status s = SkipField(field, wire_type, end, kRecursionLimit - 1, cursor);
+               !s.ok()) {
+      return s;
+    }
+    if (cursor->remaining() < end) return Malformed("a piece's field runs past the piece");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool AwaitRelease(const PayloadPin& pin, absl::Duration timeout) {
@@ -260,44 +301,7 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
       continue;
     }
     Piece piece;
-    piece.slice = cursor.slice();
-    piece.start = cursor.position();
-    while (cursor.remaining() > end) {
-      uint64_t piece_key = 0;
-      if (!cursor.ReadKey(&piece_key) || cursor.remaining() < end) {
-        return Malformed("a piece's field key is cut off");
-      }
-      const uint64_t piece_field = piece_key >> 3;
-      const int piece_wire_type = static_cast<int>(piece_key & 7);
-      uint64_t value = 0;
-      if (piece_field == 0) return Malformed("field number 0 in a piece");
-      if ((piece_field == kTensorField || piece_field == kOffsetField) &&
-          piece_wire_type == kVarint) {
-        if (!cursor.ReadVarint(&value) || cursor.remaining() < end) {
-          return Malformed("a piece's tensor or offset is cut off");
-        }
-        // Truncated to the field's type, as protobuf does.
-        if (piece_field == kTensorField) {
-          piece.tensor = static_cast<int32_t>(value);
-        } else {
-          piece.offset = static_cast<int64_t>(value);
-        }
-      } else if (piece_field == kDataField && piece_wire_type == kLengthDelimited) {
-        if (!cursor.ReadLength(&value) || cursor.remaining() < end ||
-            value > static_cast<uint64_t>(cursor.remaining() - end)) {
-          return Malformed("a piece's data runs past the end of the piece");
-        }
-        piece.size = static_cast<int64_t>(value);
-        piece.slice = cursor.slice();
-        piece.start = cursor.position();
-        cursor.Skip(value);
-      } else if (absl::Status s = SkipField(piece_field, piece_wire_type, end, kRecursionLimit - 1,
-                                             &cursor);
-                 !s.ok()) {
-        return s;
-      }
-      if (cursor.remaining() < end) return Malformed("a piece's field runs past the piece");
-    }
+    if (absl::Status s = ParsePiece(end, &cursor, &piece); !s.ok()) return s;
     pieces_.push_back(piece);
   }
   return absl::OkStatus();
