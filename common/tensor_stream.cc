@@ -30,13 +30,6 @@ absl::StatusOr<int64_t> AnnouncedBytes(const Tensor& header) {
   return bytes;
 }
 
-void CopyHeader(const Tensor& tensor, Tensor* header) {
-  header->set_name(tensor.name());
-  header->mutable_shape()->CopyFrom(tensor.shape());
-  header->set_dtype(tensor.dtype());
-  header->clear_data();
-}
-
 std::vector<std::vector<PieceRef>> PlanChunks(std::span<const int64_t> tensor_bytes,
                                               std::span<const int> element_bytes,
                                               int64_t chunk_bytes) {

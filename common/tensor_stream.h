@@ -31,9 +31,6 @@ inline constexpr int64_t kChunkBytes = 1 << 20;
 // dimension or a size past 2^40 bytes.
 absl::StatusOr<int64_t> AnnouncedBytes(const Tensor& header);
 
-// A tensor's name, shape and dtype without its data.
-void CopyHeader(const Tensor& tensor, Tensor* header);
-
 struct PieceRef {
   int tensor;
   int64_t offset;  // bytes into the tensor's payload
