@@ -115,6 +115,10 @@ void EncodeValuesTo(std::span<const float> values, DType dtype, char* out) {
 }
 
 void EncodeValues(std::span<const float> values, DType dtype, std::string* out) {
+  if (DTypeBytes(dtype) == sizeof(float)) {  // one copy, without zero-filling `out` first
+    out->assign(reinterpret_cast<const char*>(values.data()), values.size_bytes());
+    return;
+  }
   out->resize(values.size() * DTypeBytes(dtype));
   EncodeValuesTo(values, dtype, out->data());
 }
