@@ -12,15 +12,28 @@
 
 namespace pst {
 
-absl::Status CheckFinite(std::span<const float> values, const std::string& what) {
-  // A float is Inf or NaN exactly when its exponent bits are all ones. The
-  // test is integer-only and branch-free, so the compiler vectorizes this
-  // pass over every pushed gradient; a second scan only names the culprit.
+namespace {
+
+// Elements staged at a time: a block of values, gradient and optimizer
+// state stays in L1 while it is copied, updated and checked.
+constexpr size_t kStageBlock = 2048;
+constexpr int kMaxSlotsPerParameter = 2;
+
+// Nonzero when a value is Inf or NaN, i.e. its exponent bits are all ones.
+// Integer-only and branch-free, so the compiler vectorizes it.
+uint32_t NonFiniteBits(const float* values, size_t n) {
   uint32_t non_finite = 0;
-  for (float v : values) {
-    non_finite |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+  for (size_t i = 0; i < n; ++i) {
+    non_finite |= (std::bit_cast<uint32_t>(values[i]) & 0x7f800000u) == 0x7f800000u;
   }
-  if (non_finite == 0) return absl::OkStatus();
+  return non_finite;
+}
+
+}  // namespace
+
+absl::Status CheckFinite(std::span<const float> values, const std::string& what) {
+  // The fast pass decides; a second scan only names the culprit.
+  if (NonFiniteBits(values.data(), values.size()) == 0) return absl::OkStatus();
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       return absl::InvalidArgumentError(
@@ -180,25 +193,6 @@ absl::Status VariableStore::ValidateGradients(
   }
   return absl::OkStatus();
 }
-
-namespace {
-
-// Elements staged at a time: a block of values, gradient and optimizer
-// state stays in L1 while it is copied, updated and checked.
-constexpr size_t kStageBlock = 2048;
-constexpr int kMaxSlotsPerParameter = 2;
-
-// Nonzero when a value is Inf or NaN (exponent bits all ones). Integer-only
-// and branch-free, so it vectorizes.
-uint32_t NonFiniteBits(const float* values, size_t n) {
-  uint32_t non_finite = 0;
-  for (size_t i = 0; i < n; ++i) {
-    non_finite |= (std::bit_cast<uint32_t>(values[i]) & 0x7f800000u) == 0x7f800000u;
-  }
-  return non_finite;
-}
-
-}  // namespace
 
 absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {
   const Variable& v = variables_[index];

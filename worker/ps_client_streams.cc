@@ -74,7 +74,7 @@ absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Dur
       const Slice& slice = slices_[shard.slices[piece.tensor]];
       std::span<float> values = out[slice.variable].subspan(
           slice.offset + piece.offset / element_bytes, piece.size / element_bytes);
-      if (DTypeBytes(wire_dtype_) == sizeof(float)) {
+      if (element_bytes == sizeof(float)) {
         chunk.CopyData(piece, reinterpret_cast<char*>(values.data()));  // float32: the wire bytes
       } else {
         shard.received.resize(piece.size);

@@ -2,11 +2,6 @@
 // raw loopback socket the way Prometheus does.
 #include "common/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <map>
 #include <thread>
 
@@ -16,6 +11,7 @@
 #include "common/metrics_http.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/http.h"
 
 namespace pst::metrics {
 namespace {
@@ -123,42 +119,6 @@ TEST(RegistryTest, ConcurrentObservationsAreAllCounted) {
   EXPECT_EQ(h.Read().count, 40000u);
   EXPECT_EQ(c.value(), 40000u);
   EXPECT_NEAR(h.Read().sum, 40.0, 1e-6);
-}
-
-struct HttpReply {
-  int status = 0;
-  std::string headers;
-  std::string body;
-};
-
-// One HTTP/1.0 request over a raw socket to 127.0.0.1:port.
-HttpReply HttpRequest(int port, const std::string& method, const std::string& path) {
-  HttpReply reply;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return reply;
-  }
-  const std::string request =
-      absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
-  std::string raw;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) raw.append(buffer, n);
-  close(fd);
-  const size_t split = raw.find("\r\n\r\n");
-  if (split == std::string::npos) return reply;
-  reply.headers = raw.substr(0, split);
-  reply.body = raw.substr(split + 4);
-  std::vector<std::string> status_line = absl::StrSplit(reply.headers, ' ');
-  if (status_line.size() >= 2) (void)absl::SimpleAtoi(status_line[1], &reply.status);
-  return reply;
 }
 
 TEST(MetricsServerTest, ServesMetricsOnLoopbackAnd404Elsewhere) {

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
+#include "tests/support/http.h"
 
 namespace pst {
 namespace {
@@ -51,26 +52,10 @@ int FreePorts(int count) {
   return 0;
 }
 
-// GET /metrics over a raw socket; empty when nothing answers.
+// GET /metrics; empty unless it answers 200.
 std::string Scrape(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  std::string raw;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) raw.append(buffer, n);
-    }
-  }
-  close(fd);
-  if (raw.rfind("HTTP/1.", 0) != 0 || raw.find(" 200 ") == std::string::npos) return "";
-  return raw.substr(raw.find("\r\n\r\n") + 4);
+  HttpReply reply = HttpRequest(port, "GET", "/metrics", /*timeout_seconds=*/5);
+  return reply.status == 200 ? reply.body : "";
 }
 
 std::map<std::string, double> Parse(const std::string& text) {
