@@ -320,17 +320,25 @@ bool ReceivedChunk::ParseHeader(google::protobuf::MessageLite* header) const {
 }
 
 void ReceivedChunk::CopyData(const Piece& piece, char* dest) const {
-  size_t slice = piece.slice;
-  size_t start = piece.start;
-  int64_t left = piece.size;
-  while (left > 0) {
-    const size_t available = slices_[slice].size() - start;
-    const size_t step = std::min<uint64_t>(available, static_cast<uint64_t>(left));
-    std::memcpy(dest, slices_[slice].begin() + start, step);
+  PieceReader(*this, piece).Read(piece.size, dest);
+}
+
+ReceivedChunk::PieceReader::PieceReader(const ReceivedChunk& chunk, const Piece& piece)
+    : slices_(chunk.slices_), slice_(piece.slice), start_(piece.start), left_(piece.size) {}
+
+void ReceivedChunk::PieceReader::Read(int64_t size, char* dest) {
+  left_ -= size;
+  while (size > 0) {
+    const size_t available = slices_[slice_].size() - start_;
+    const size_t step = std::min<uint64_t>(available, static_cast<uint64_t>(size));
+    std::memcpy(dest, slices_[slice_].begin() + start_, step);
     dest += step;
-    left -= static_cast<int64_t>(step);
-    ++slice;
-    start = 0;
+    size -= static_cast<int64_t>(step);
+    start_ += step;
+    if (start_ == slices_[slice_].size()) {
+      ++slice_;
+      start_ = 0;
+    }
   }
 }
 

@@ -93,6 +93,22 @@ class ReceivedChunk {
   // Copies the piece's piece.size data bytes to `dest`.
   void CopyData(const Piece& piece, char* dest) const;
 
+  // Reads a piece's data front to back in steps of the caller's choosing,
+  // e.g. a cache-sized block at a time. Valid until the chunk's next Parse.
+  class PieceReader {
+   public:
+    PieceReader(const ReceivedChunk& chunk, const Piece& piece);
+    int64_t left() const { return left_; }
+    // Copies the next `size` bytes (at most left()) to `dest`.
+    void Read(int64_t size, char* dest);
+
+   private:
+    const std::vector<grpc::Slice>& slices_;
+    size_t slice_;
+    size_t start_;
+    int64_t left_;
+  };
+
  private:
   std::vector<grpc::Slice> slices_;
   std::vector<std::string> headers_;  // each occurrence's bytes

@@ -1,5 +1,6 @@
 #include "ps_server/chunk_streams.h"
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <optional>
@@ -39,17 +40,18 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
   return PieceSequence(std::move(bytes), std::move(element_bytes));
 }
 
-// InvalidArgument naming the first non-finite value of a piece of
-// `gradient` (`data`, which starts at byte `offset` of its payload).
-absl::Status NonFinitePiece(const Tensor& gradient, int64_t offset, absl::string_view data) {
-  std::vector<float> values(data.size() / DTypeBytes(gradient.dtype()));
-  DecodeValues(data, gradient.dtype(), values);
-  const int64_t first = offset / DTypeBytes(gradient.dtype());
+// InvalidArgument naming the first non-finite value in `data`, the bytes
+// of gradient `name` from byte `offset` on.
+absl::Status NonFinitePiece(const std::string& name, DType dtype, int64_t offset,
+                            absl::string_view data) {
+  std::vector<float> values(data.size() / DTypeBytes(dtype));
+  DecodeValues(data, dtype, values);
+  const int64_t first = offset / DTypeBytes(dtype);
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "gradient for \"", gradient.name(), "\" has a non-finite value (", values[i],
-          ") at element ", first + static_cast<int64_t>(i), "; nothing was applied"));
+          "gradient for \"", name, "\" has a non-finite value (", values[i], ") at element ",
+          first + static_cast<int64_t>(i), "; nothing was applied"));
     }
   }
   return absl::OkStatus();
@@ -68,7 +70,42 @@ absl::Status AddPieces(const ReceivedChunk& chunk, PieceSequence* sequence,
     chunk.CopyData(piece, data);
     const absl::string_view copied(data, piece.size);
     if (!EncodedFinite(copied, gradient->dtype())) {
-      return NonFinitePiece(*gradient, piece.offset, copied);
+      return NonFinitePiece(gradient->name(), gradient->dtype(), piece.offset, copied);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Applies the chunk's pieces to `update` a cache-sized block at a time:
+// copied out of gRPC's buffers, checked for non-finite values and staged
+// while in L1. A non-finite value refuses the whole push.
+absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
+                         PieceSequence* sequence, StreamedUpdate* update) {
+  constexpr int64_t kBlockElements = 4096;
+  alignas(64) std::array<char, kBlockElements * sizeof(float)> wire;
+  alignas(64) std::array<float, kBlockElements> block;
+  for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
+    if (absl::Status s = sequence->Accept(piece.tensor, piece.offset, piece.size); !s.ok()) {
+      return s;
+    }
+    const Tensor& gradient = header.gradients(piece.tensor);
+    const int element_bytes = DTypeBytes(gradient.dtype());
+    ReceivedChunk::PieceReader reader(chunk, piece);
+    int64_t offset = piece.offset;
+    // float32 lands in `block` as it is; 16-bit types are decoded into it.
+    char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(block.data())
+                                                   : wire.data();
+    while (reader.left() >= element_bytes) {  // pieces hold whole elements (Accept)
+      const int64_t elements = std::min(kBlockElements, reader.left() / element_bytes);
+      const absl::string_view data(landing, elements * element_bytes);
+      reader.Read(static_cast<int64_t>(data.size()), landing);
+      if (!EncodedFinite(data, gradient.dtype())) {
+        return NonFinitePiece(gradient.name(), gradient.dtype(), offset, data);
+      }
+      const std::span<float> values(block.data(), elements);
+      if (landing == wire.data()) DecodeValues(data, gradient.dtype(), values);
+      update->Apply(piece.tensor, offset / element_bytes, values);
+      offset += static_cast<int64_t>(data.size());
     }
   }
   return absl::OkStatus();
@@ -76,18 +113,22 @@ absl::Status AddPieces(const ReceivedChunk& chunk, PieceSequence* sequence,
 
 }  // namespace
 
-absl::Status ReceivePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                               ParameterShard* shard, PushRequest* request) {
+absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
+                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
+                             ReceivedPush* received) {
   // The shard counts the refusals of a header it checks; the rest are counted here.
   auto refuse = [shard](absl::Status status) {
     shard->CountRejectedPush();
     return status;
   };
+  *received = ReceivedPush{};
   grpc::ByteBuffer message;
   ReceivedChunk chunk;
   PushRequest header;
   std::optional<PieceSequence> sequence;
+  std::unique_ptr<StreamedUpdate> update;  // null: buffered
   while (reader->Read(&message)) {
+    received->bytes += static_cast<int64_t>(message.Length());
     if (absl::Status s = chunk.Parse(&message); !s.ok()) return refuse(s);
     if (!sequence) {
       if (!chunk.has_header()) {
@@ -96,17 +137,28 @@ absl::Status ReceivePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* re
       if (!chunk.ParseHeader(&header)) {
         return refuse(absl::InvalidArgumentError("a push stream's header is not a PushRequest"));
       }
-      absl::StatusOr<std::vector<int64_t>> bytes = shard->StreamedPushBytes(header);
-      if (!bytes.ok()) return bytes.status();
-      sequence.emplace(BeginPush(header, std::move(*bytes), request));
+      received->computed_at_version = header.computed_at_version();
+      absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
+      if (!push.ok()) return push.status();
+      update = std::move(push->update);
+      if (update == nullptr) {
+        sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
+      } else {
+        std::vector<int> element_bytes;
+        for (const Tensor& g : header.gradients()) element_bytes.push_back(DTypeBytes(g.dtype()));
+        sequence.emplace(std::move(push->bytes), std::move(element_bytes));
+      }
     } else if (chunk.has_header()) {
       return refuse(absl::InvalidArgumentError("a push stream carries a second header"));
     }
-    if (absl::Status s = AddPieces(chunk, &*sequence, request); !s.ok()) return refuse(s);
+    absl::Status added = update != nullptr ? ApplyPieces(chunk, header, &*sequence, update.get())
+                                           : AddPieces(chunk, &*sequence, buffer);
+    if (!added.ok()) return refuse(added);
   }
   if (!sequence) return refuse(absl::InvalidArgumentError("the push stream was empty: no header"));
   if (absl::Status s = sequence->Finish(); !s.ok()) return refuse(s);
-  return absl::OkStatus();
+  if (update != nullptr) return shard->CommitStreamedPush(std::move(update), response);
+  return shard->Push(*buffer, response, {.values_finite = true});
 }
 
 void CapturePull(int64_t version, const std::vector<const Variable*>& variables, DType dtype,

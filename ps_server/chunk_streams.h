@@ -17,17 +17,25 @@
 
 namespace pst {
 
-// Reads a whole PushStream into `request`, whose buffers are reused from an
-// earlier call: every field is overwritten, and a payload of the same size
-// as before costs no allocation. The header is checked against `shard`
-// before any payload is buffered; pieces must follow the stream rules, and
-// are checked for non-finite values as they are copied in (so the caller
-// can tell Push they were: PushChecked). On
-// InvalidArgument or FailedPrecondition, `request` is garbage, the model
-// untouched and the refusal counted in the shard's pushes_rejected; nothing
-// is applied here either way (the caller calls Push).
-absl::Status ReceivePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                               ParameterShard* shard, PushRequest* request);
+// Serves one PushStream: reads it and pushes it to `shard`. When the shard
+// can apply the push as it streams in (ParameterShard::BeginStreamedPush),
+// each piece is staged as it lands, straight from gRPC's buffers, and the
+// update is committed at the end of the stream. Otherwise the pieces are
+// reassembled into `buffer`, whose memory is reused from an earlier call
+// (every field is overwritten; a payload of the same size costs no
+// allocation), and the request is pushed once complete. Either way the
+// header is checked against the shard before any payload is taken, pieces
+// must follow the stream rules, and every value is checked to be finite as
+// it is copied, before anything of the push is applied. A refused stream
+// leaves the model untouched and is counted in pushes_rejected.
+// `received` gets what the metrics want to know of the push.
+struct ReceivedPush {
+  int64_t bytes = 0;  // on the wire
+  int64_t computed_at_version = 0;
+};
+absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
+                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
+                             ReceivedPush* received);
 
 // One pull's answer: the header, and the requested variables' values at
 // one version, in the wire dtype.

@@ -235,7 +235,7 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
                                   PushChecked checked) {
   absl::MutexLock lock(&mu_);
-  while (snapshot_unwritten_ && !shutting_down_) changed_.Wait(&mu_);
+  while ((snapshot_unwritten_ || staging_held_) && !shutting_down_) changed_.Wait(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
     ++pushes_rejected_;
@@ -274,11 +274,7 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   const WorkerState worker_before = worker;
   const int64_t staleness_sum_before = staleness_sum_;
   const int64_t staleness = version_ - request.computed_at_version();
-  ++worker.clock;
-  worker.last_step = request.computed_at_version();
-  worker.last_staleness = staleness;
-  worker.max_staleness = std::max(worker.max_staleness, staleness);
-  staleness_sum_ += staleness;
+  RecordPush(request.worker(), request.computed_at_version(), staleness);
   absl::Status status = options_.mode == SYNC
                             ? PushSync(request, indices, response)
                             : PushAsync(request, indices, staleness, response);
@@ -293,7 +289,16 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   return status;
 }
 
-absl::StatusOr<std::vector<int64_t>> ParameterShard::StreamedPushBytes(
+void ParameterShard::RecordPush(int worker, int64_t computed_at, int64_t staleness) {
+  WorkerState& w = workers_[worker];
+  ++w.clock;
+  w.last_step = computed_at;
+  w.last_staleness = staleness;
+  w.max_staleness = std::max(w.max_staleness, staleness);
+  staleness_sum_ += staleness;
+}
+
+absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     const PushRequest& header) {
   absl::MutexLock lock(&mu_);
   auto refuse = [this](absl::Status status) {
@@ -305,7 +310,13 @@ absl::StatusOr<std::vector<int64_t>> ParameterShard::StreamedPushBytes(
     return refuse(absl::FailedPreconditionError(
         "push before Init: the variables of this shard have not been initialized yet"));
   }
-  std::vector<int64_t> bytes;
+  if (header.computed_at_version() > version_ || header.computed_at_version() < 0) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("gradient claims version ", header.computed_at_version(), " but shard ",
+                     options_.shard, " is at version ", version_)));
+  }
+  StreamedPush push;
+  std::vector<int> indices;
   std::vector<bool> seen(store_.size(), false);
   for (const Tensor& gradient : header.gradients()) {
     const int index = store_.Find(gradient.name());
@@ -318,15 +329,83 @@ absl::StatusOr<std::vector<int64_t>> ParameterShard::StreamedPushBytes(
           absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push")));
     }
     seen[index] = true;
+    const Variable& v = store_.variable(index);
+    if (!gradient.shape().empty() &&
+        !std::equal(gradient.shape().begin(), gradient.shape().end(), v.shape.begin(),
+                    v.shape.end())) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          "gradient for \"", v.name, "\" has the wrong shape; the variable has ", v.shape.size(),
+          " dimension(s) and ", v.size(), " values")));
+    }
     const int element_bytes = DTypeBytes(gradient.dtype());
     if (element_bytes == 0) {
       return refuse(absl::InvalidArgumentError(
           absl::StrCat("gradient for \"", gradient.name(), "\" has unknown dtype ",
                        static_cast<int>(gradient.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16")));
     }
-    bytes.push_back(static_cast<int64_t>(store_.variable(index).size()) * element_bytes);
+    push.bytes.push_back(static_cast<int64_t>(v.size()) * element_bytes);
+    indices.push_back(index);
   }
-  return bytes;
+  const int64_t staleness = version_ - header.computed_at_version();
+  const bool dropped = options_.max_staleness > 0 && staleness > options_.max_staleness;
+  if (options_.mode == SYNC || staging_held_ || snapshot_unwritten_ || shutting_down_ ||
+      dropped) {
+    return push;  // Push decides, once the gradient is in
+  }
+  const float lr_scale =
+      options_.staleness_lr_scaling ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
+  push.update.reset(new StreamedUpdate(this));
+  StreamedUpdate& update = *push.update;
+  update.worker_ = header.worker();
+  update.computed_at_ = header.computed_at_version();
+  update.staleness_ = staleness;
+  update.indices_ = std::move(indices);
+  for (int index : update.indices_) {
+    absl::StatusOr<VariableStore::StageTarget> target = store_.BeginStage(index, lr_scale);
+    if (!target.ok()) {
+      update.holds_staging_ = false;
+      return refuse(target.status());
+    }
+    update.targets_.push_back(*target);
+  }
+  staging_held_ = true;
+  Touch(header.worker());
+  return push;
+}
+
+absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
+                                                PushResponse* response) {
+  absl::MutexLock lock(&mu_);
+  // Whatever happens, the staging is free when this returns.
+  update->holds_staging_ = false;
+  staging_held_ = false;
+  changed_.SignalAll();
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  Touch(update->worker_);
+  for (size_t i = 0; i < update->indices_.size(); ++i) {
+    if (absl::Status s = store_.FinishStage(update->indices_[i], update->targets_[i]); !s.ok()) {
+      store_.Discard();
+      ++pushes_rejected_;
+      return s;
+    }
+  }
+  RecordPush(update->worker_, update->computed_at_, update->staleness_);
+  store_.Commit();
+  ++pushes_applied_;
+  AdvanceVersion();
+  response->set_outcome(PushResponse::APPLIED);
+  response->set_version(version_);
+  return absl::OkStatus();
+}
+
+StreamedUpdate::~StreamedUpdate() {
+  if (holds_staging_) shard_->ReleaseStaging();
+}
+
+void ParameterShard::ReleaseStaging() {
+  absl::MutexLock lock(&mu_);
+  staging_held_ = false;
+  changed_.SignalAll();
 }
 
 void ParameterShard::CountRejectedPush() {

@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,41 @@ struct PushChecked {
   bool values_finite = false;  // every gradient value is finite
 };
 
+class ParameterShard;
+
+// An ASYNC push applied while its gradient streams in, a piece at a time,
+// and committed when the stream ends: the transfer and the update overlap,
+// and no copy of the whole gradient is made. The update is staged in the
+// shard's staging buffers, so while one exists every other update of the
+// shard waits (pulls do not: they read the published values). A stream
+// holds one only as long as its data keeps coming; a client that goes away
+// ends its call, and the update is dropped with the call.
+class StreamedUpdate {
+ public:
+  ~StreamedUpdate();  // drops the update unless committed
+  StreamedUpdate(const StreamedUpdate&) = delete;
+  StreamedUpdate& operator=(const StreamedUpdate&) = delete;
+
+  // Applies the gradient of elements [first, first + gradient.size()) of
+  // the header's gradient number `tensor`, which must be finite and come
+  // in stream order (PieceSequence): each element once.
+  void Apply(int tensor, int64_t first, std::span<const float> gradient) {
+    targets_[tensor].Apply(first, gradient);
+  }
+
+ private:
+  friend class ParameterShard;
+  explicit StreamedUpdate(ParameterShard* shard) : shard_(shard) {}
+
+  ParameterShard* const shard_;
+  int worker_ = 0;
+  int64_t computed_at_ = 0;
+  int64_t staleness_ = 0;
+  std::vector<int> indices_;  // the variables, in header order
+  std::vector<VariableStore::StageTarget> targets_;
+  bool holds_staging_ = true;
+};
+
 class ParameterShard {
  public:
   // InvalidArgument for a bad optimizer config or worker count.
@@ -99,12 +135,24 @@ class ParameterShard {
   absl::Status Push(const PushRequest& request, PushResponse* response,
                     PushChecked checked = {});
 
-  // For a push that arrives as a stream (PushStream): the payload bytes each
-  // gradient of `header` must carry, taken from the shard's own shapes so
-  // that a header cannot make the receiver allocate more than the model.
-  // InvalidArgument for a bad worker, an unknown or repeated variable or an
-  // unknown dtype; FailedPrecondition before Init. A refusal is counted.
-  absl::StatusOr<std::vector<int64_t>> StreamedPushBytes(const PushRequest& header);
+  // For a push that arrives as a stream (PushStream), given its header:
+  // the payload bytes each gradient must carry, taken from the shard's own
+  // shapes so that a header cannot make the receiver allocate more than the
+  // model; and, when the push can be applied while it streams in (ASYNC, no
+  // other streamed update under way, no checkpoint pending, not too stale),
+  // the update to apply its pieces to. Without one, the caller reassembles
+  // the push and calls Push. InvalidArgument for a bad worker or version,
+  // an unknown or repeated variable, a wrong shape or an unknown dtype;
+  // FailedPrecondition before Init. A refusal is counted.
+  struct StreamedPush {
+    std::vector<int64_t> bytes;
+    std::unique_ptr<StreamedUpdate> update;
+  };
+  absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header);
+  // Makes a streamed update whose every element has been applied visible at
+  // once, as Push would have; the same outcomes and counters.
+  absl::Status CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
+                                  PushResponse* response);
   // Counts a push refused before it could reach Push (a malformed stream).
   void CountRejectedPush();
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
@@ -169,6 +217,12 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts an accepted push in its worker's clock and staleness figures.
+  void RecordPush(int worker, int64_t computed_at, int64_t staleness)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lets the next update stage (a StreamedUpdate is done with the staging).
+  void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
+  friend class StreamedUpdate;
   ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
@@ -195,6 +249,8 @@ class ParameterShard {
   std::optional<ShardCheckpoint> scheduled_snapshot_ ABSL_GUARDED_BY(mu_);
   bool checkpoint_writer_attached_ ABSL_GUARDED_BY(mu_) = false;
   bool snapshot_unwritten_ ABSL_GUARDED_BY(mu_) = false;
+  // A StreamedUpdate holds the store's staging; other updates wait.
+  bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace pst

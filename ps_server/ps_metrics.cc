@@ -48,16 +48,17 @@ int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {
   return arrival_version - computed_at;
 }
 
-void RecordServedPush(const PushRequest& request, const PushResponse& response,
-                      const absl::Status& status, absl::Duration latency) {
+void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
+                      const PushResponse& response, const absl::Status& status,
+                      absl::Duration latency) {
   ServedMetrics& m = Served();
   m.push_seconds.Observe(absl::ToDoubleSeconds(latency));
-  m.bytes_in.Increment(request.ByteSizeLong());
+  m.bytes_in.Increment(bytes_in);
   if (!status.ok()) {
     m.failed_calls.Increment();
     return;
   }
-  m.staleness.Observe(static_cast<double>(PushStaleness(request.computed_at_version(), response)));
+  m.staleness.Observe(static_cast<double>(PushStaleness(computed_at_version, response)));
 }
 
 void ExportShardMetrics(ParameterShard* shard) {

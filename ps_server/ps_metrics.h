@@ -19,8 +19,9 @@ void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Durat
 
 // One served Push: its time, the bytes received and, when it was accepted
 // (applied, aggregated or dropped), the gradient's staleness.
-void RecordServedPush(const PushRequest& request, const PushResponse& response,
-                      const absl::Status& status, absl::Duration latency);
+void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
+                      const PushResponse& response, const absl::Status& status,
+                      absl::Duration latency);
 
 // A Push's staleness: the shard's version when it arrived minus the version
 // it was computed at, recovered from the response (an applied push advanced

@@ -109,12 +109,12 @@ grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext*,
                                                      grpc::ServerReader<grpc::ByteBuffer>* reader,
                                                      PushResponse* response) {
   const absl::Time start = absl::Now();
-  std::unique_ptr<PushRequest> request = push_buffers_.Take();
-  absl::Status status = ReceivePushStream(reader, server_, request.get());
-  if (!status.ok()) request->Clear();  // half-reassembled: counts as no bytes
-  if (status.ok()) status = server_->Push(*request, response, {.values_finite = true});
-  RecordServedPush(*request, *response, status, absl::Now() - start);
-  push_buffers_.Give(std::move(request));
+  std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
+  ReceivedPush received;
+  absl::Status status = pst::ServePushStream(reader, server_, buffer.get(), response, &received);
+  push_buffers_.Give(std::move(buffer));
+  RecordServedPush(received.bytes, received.computed_at_version, *response, status,
+                   absl::Now() - start);
   return ToGrpcStatus(status);
 }
 
@@ -122,7 +122,8 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushReques
                                           PushResponse* response) {
   const absl::Time start = absl::Now();
   absl::Status status = server_->Push(*request, response);
-  RecordServedPush(*request, *response, status, absl::Now() - start);
+  RecordServedPush(static_cast<int64_t>(request->ByteSizeLong()), request->computed_at_version(),
+                   *response, status, absl::Now() - start);
   return ToGrpcStatus(status);
 }
 

@@ -195,10 +195,16 @@ absl::Status VariableStore::ValidateGradients(
 }
 
 absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {
+  absl::StatusOr<StageTarget> target = BeginStage(index, lr_scale);
+  if (!target.ok()) return target.status();
+  target->Apply(0, gradient);
+  return FinishStage(index, *target);
+}
+
+absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(int index, float lr_scale) {
   const Variable& v = variables_[index];
   if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
   Staged& next = staged_[index];
-  const size_t n = v.size();
   const int slots = optimizer_->SlotsPerParameter();
   if (slots > kMaxSlotsPerParameter) {
     return absl::InternalError(absl::StrCat("the ", optimizer_->Name(), " optimizer keeps ", slots,
@@ -213,33 +219,50 @@ absl::Status VariableStore::Stage(int index, std::span<const float> gradient, fl
     // The pull that held it is done; its reads happened before its release.
     std::atomic_thread_fence(std::memory_order_acquire);
   }
-  next.values->resize(n);
+  next.values->resize(v.size());
   next.slots.resize(v.slots.size());
-  const int64_t step = v.updates + 1;
-  const float scale = lr_scale * optimizer_->DecayFactor(step);
+  StageTarget target;
+  target.optimizer_ = optimizer_.get();
+  target.step_ = v.updates + 1;
+  target.scale_ = lr_scale * optimizer_->DecayFactor(target.step_);
+  target.slots_ = slots;
+  target.values_ = *v.values;
+  target.state_ = v.slots;
+  target.next_values_ = *next.values;
+  target.next_state_ = next.slots;
+  return target;
+}
+
+void VariableStore::StageTarget::Apply(size_t first, std::span<const float> gradient) {
+  const size_t n = values_.size();
   // Block by block, so the old values are read and the new ones written
   // once: copy, update and check each block while it is in cache. The
   // optimizer wants a block's state slot-major and contiguous, hence the
   // small copy of the slots through `block_slots`.
   std::array<float, kStageBlock * kMaxSlotsPerParameter> block_slots;
-  uint32_t non_finite = 0;
-  for (size_t begin = 0; begin < n; begin += kStageBlock) {
-    const size_t len = std::min(kStageBlock, n - begin);
-    float* values = next.values->data() + begin;
-    std::memcpy(values, v.values->data() + begin, len * sizeof(float));
-    for (int s = 0; s < slots; ++s) {
-      std::memcpy(block_slots.data() + s * len, v.slots.data() + s * n + begin,
+  for (size_t done = 0; done < gradient.size(); done += kStageBlock) {
+    const size_t begin = first + done;
+    const size_t len = std::min(kStageBlock, gradient.size() - done);
+    float* values = next_values_.data() + begin;
+    std::memcpy(values, values_.data() + begin, len * sizeof(float));
+    for (int s = 0; s < slots_; ++s) {
+      std::memcpy(block_slots.data() + s * len, state_.data() + s * n + begin,
                   len * sizeof(float));
     }
-    optimizer_->Apply(step, scale, {values, len}, gradient.subspan(begin, len),
-                      {block_slots.data(), slots * len});
-    for (int s = 0; s < slots; ++s) {
-      std::memcpy(next.slots.data() + s * n + begin, block_slots.data() + s * len,
+    optimizer_->Apply(step_, scale_, {values, len}, gradient.subspan(done, len),
+                      {block_slots.data(), slots_ * len});
+    for (int s = 0; s < slots_; ++s) {
+      std::memcpy(next_state_.data() + s * n + begin, block_slots.data() + s * len,
                   len * sizeof(float));
     }
-    non_finite |= NonFiniteBits(values, len) | NonFiniteBits(block_slots.data(), slots * len);
+    non_finite_ |= NonFiniteBits(values, len) | NonFiniteBits(block_slots.data(), slots_ * len);
   }
-  if (non_finite != 0) {  // name the culprit
+}
+
+absl::Status VariableStore::FinishStage(int index, const StageTarget& target) {
+  if (target.non_finite_ != 0) {  // name the culprit
+    const Variable& v = variables_[index];
+    const Staged& next = staged_[index];
     absl::Status finite =
         CheckFinite(*next.values, absl::StrCat("the update of \"", v.name, "\""));
     if (finite.ok()) {

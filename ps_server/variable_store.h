@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/optimizer.h"
 #include "ps.pb.h"
 
@@ -79,6 +80,34 @@ class VariableStore {
   absl::Status Stage(int index, std::span<const float> gradient, float lr_scale);
   void Commit();
   void Discard();
+
+  // Stage() in steps, for a gradient that arrives piece by piece:
+  // BeginStage readies the variable's staging buffers and returns a target
+  // that applies the optimizer to any range of elements; FinishStage checks
+  // the result, as Stage does, and includes it in the next Commit. A target
+  // reads the variable's published values and state and writes only its
+  // own buffers, so it may run without the owner's lock, provided the owner
+  // lets no other update, Commit or Restore touch the store until
+  // FinishStage (or until it gives the target up, which needs no call).
+  class StageTarget {
+   public:
+    // Applies the step to elements [first, first + gradient.size()) from
+    // `gradient` (already validated). Each element is staged once per
+    // update; every one must be by FinishStage.
+    void Apply(size_t first, std::span<const float> gradient);
+
+   private:
+    friend class VariableStore;
+    const Optimizer* optimizer_ = nullptr;
+    int64_t step_ = 0;
+    float scale_ = 0;
+    int slots_ = 0;  // per parameter
+    std::span<const float> values_, state_;  // published
+    std::span<float> next_values_, next_state_;
+    uint32_t non_finite_ = 0;
+  };
+  absl::StatusOr<StageTarget> BeginStage(int index, float lr_scale);
+  absl::Status FinishStage(int index, const StageTarget& target);
 
  private:
   // The next values and optimizer state of a staged variable. Kept between

@@ -112,7 +112,11 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
   // resident memory grows by design there and says nothing about ours; the
   // exactly-once invariant above is what this build checks.
 #else
-  EXPECT_LT(second_half - first_half, 8 << 20);
+  // Malloc's per-thread arenas (32 workers, gRPC's threads) keep reaching
+  // new high-water marks for a while: up to about 8 MiB between the halves
+  // on a loaded 2-core machine. A leaked message or gradient buffer (128
+  // KiB a round trip here) would add hundreds of MiB in the second half.
+  EXPECT_LT(second_half - first_half, 16 << 20);
 #endif
   (*shard)->BeginShutdown();
   server->grpc_server->Shutdown();

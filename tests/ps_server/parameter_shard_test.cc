@@ -9,8 +9,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
@@ -584,6 +586,201 @@ TEST(ParameterShardTest, AsyncDropsGradientsPastMaxStalenessAndScalesTheRest) {
   EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
   EXPECT_EQ(StatsOf(shard.get()).pushes_dropped(), 1);
+}
+
+
+// --- Updates applied while their gradient streams in (StreamedUpdate) ---
+
+// Two variables of sizes that are no multiple of any block: "big" [3, 4099]
+// and "small" [5], filled with 0.001 * i.
+InitRequest StreamingModel() {
+  InitRequest init;
+  std::vector<float> big(3 * 4099), small(5);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = 0.001f * static_cast<float>(i % 1000);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = 0.5f * static_cast<float>(i);
+  AddTensor("big", {3, 4099}, big, init.mutable_variables());
+  AddTensor("small", {5}, small, init.mutable_variables());
+  return init;
+}
+
+std::vector<std::vector<float>> StreamingGradients(int round) {
+  std::vector<std::vector<float>> g = {std::vector<float>(3 * 4099), std::vector<float>(5)};
+  for (auto& tensor : g) {
+    for (size_t i = 0; i < tensor.size(); ++i) {
+      tensor[i] = std::sin(0.37f * static_cast<float>(i + 11 * round));
+    }
+  }
+  return g;
+}
+
+PushRequest StreamingPush(int worker, int64_t version, const std::vector<std::vector<float>>& g) {
+  PushRequest push;
+  push.set_worker(worker);
+  push.set_computed_at_version(version);
+  AddTensor("big", {3, 4099}, g[0], push.mutable_gradients());
+  AddTensor("small", {5}, g[1], push.mutable_gradients());
+  return push;
+}
+
+// A push's header as a stream announces it: names, shapes, dtypes, no data.
+PushRequest HeaderOf(PushRequest push) {
+  for (Tensor& t : *push.mutable_gradients()) t.clear_data();
+  return push;
+}
+
+// Applies `g` to `update` in uneven pieces, as a stream would deliver them.
+void ApplyInPieces(StreamedUpdate* update, const std::vector<std::vector<float>>& g) {
+  for (size_t t = 0; t < g.size(); ++t) {
+    const std::span<const float> all(g[t]);
+    size_t first = 0;
+    for (size_t piece : {size_t{1}, size_t{4095}, size_t{3000}, size_t{2049}}) {
+      piece = std::min(piece, all.size() - first);
+      update->Apply(static_cast<int>(t), static_cast<int64_t>(first), all.subspan(first, piece));
+      first += piece;
+    }
+    update->Apply(static_cast<int>(t), static_cast<int64_t>(first), all.subspan(first));
+  }
+}
+
+TEST(StreamedUpdateTest, PieceByPieceEqualsOnePushBitForBit) {
+  // Adam: state slots and bias correction must come out the same too,
+  // hence two rounds.
+  ShardOptions options = Options(ASYNC, 1);
+  options.optimizer.mutable_adam()->set_learning_rate(0.01f);
+  auto whole = MakeShard(options);
+  auto streamed = MakeShard(options);
+  InitResponse init;
+  ASSERT_TRUE(whole->Init(StreamingModel(), &init).ok());
+  ASSERT_TRUE(streamed->Init(StreamingModel(), &init).ok());
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<std::vector<float>> g = StreamingGradients(round);
+    PushResponse expected, response;
+    ASSERT_TRUE(whole->Push(StreamingPush(0, round, g), &expected).ok());
+    auto push = streamed->BeginStreamedPush(HeaderOf(StreamingPush(0, round, g)));
+    ASSERT_TRUE(push.ok()) << push.status();
+    EXPECT_THAT(push->bytes, ::testing::ElementsAre(3 * 4099 * 4, 5 * 4));
+    ASSERT_NE(push->update, nullptr) << "an idle ASYNC shard applies a stream as it comes";
+    ApplyInPieces(push->update.get(), g);
+    ASSERT_TRUE(streamed->CommitStreamedPush(std::move(push->update), &response).ok());
+    EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+    EXPECT_EQ(response.version(), expected.version());
+  }
+  for (const char* name : {"big", "small"}) {
+    const std::vector<float> a = PullValues(whole.get(), name);
+    const std::vector<float> b = PullValues(streamed.get(), name);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << name;
+  }
+  EXPECT_EQ(StatsOf(streamed.get()).pushes_applied(), 2);
+  EXPECT_EQ(StatsOf(streamed.get()).workers(0).clock(), 2);
+}
+
+TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) {
+  auto shard = MakeShard(ASYNC, 2);
+  InitResponse init;
+  ASSERT_TRUE(shard->Init(StreamingModel(), &init).ok());
+  const std::vector<float> before = PullValues(shard.get(), "small");
+  const std::vector<std::vector<float>> g = StreamingGradients(0);
+  auto first = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+  ASSERT_TRUE(first.ok() && first->update != nullptr);
+  // A second stream meanwhile is reassembled instead, and pushed whole.
+  auto second = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->update, nullptr);
+  ApplyInPieces(first->update.get(), g);
+  EXPECT_EQ(PullValues(shard.get(), "small"), before) << "staged, not yet visible";
+
+  std::atomic<bool> pushed{false};
+  PushResponse later;
+  std::thread pusher([&] {
+    EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &later).ok());
+    pushed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(pushed.load()) << "a push went through while a streamed update was staged";
+  PushResponse response;
+  ASSERT_TRUE(shard->CommitStreamedPush(std::move(first->update), &response).ok());
+  pusher.join();
+  EXPECT_EQ(response.version(), 1);
+  EXPECT_EQ(later.version(), 2) << "applied after the streamed update, on top of it";
+  const std::vector<float> after = PullValues(shard.get(), "small");
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_FLOAT_EQ(after[i], before[i] - 2 * g[1][i]) << i;
+  }
+}
+
+TEST(StreamedUpdateTest, AnAbandonedUpdateLeavesNoTraceAndFreesTheStaging) {
+  auto shard = MakeShard(ASYNC, 1);
+  InitResponse init;
+  ASSERT_TRUE(shard->Init(StreamingModel(), &init).ok());
+  const std::vector<float> before = PullValues(shard.get(), "big");
+  const std::vector<std::vector<float>> g = StreamingGradients(0);
+  {
+    auto push = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+    ASSERT_TRUE(push.ok() && push->update != nullptr);
+    push->update->Apply(0, 0, std::span<const float>(g[0]).first(5000));
+  }  // the stream broke off
+  EXPECT_EQ(PullValues(shard.get(), "big"), before);
+  EXPECT_EQ(StatsOf(shard.get()).version(), 0);
+  EXPECT_EQ(StatsOf(shard.get()).workers(0).clock(), 0);
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(StreamingPush(0, 0, g), &response).ok()) << "the staging is free";
+  EXPECT_EQ(response.version(), 1);
+}
+
+TEST(StreamedUpdateTest, AnUpdateThatWouldOverflowIsRefusedWholeAtCommit) {
+  ShardOptions options = Options(ASYNC, 1);
+  options.optimizer.mutable_adam()->set_learning_rate(0.1f);
+  auto shard = MakeShard(options);
+  InitResponse init;
+  ASSERT_TRUE(shard->Init(StreamingModel(), &init).ok());
+  const std::vector<float> big = PullValues(shard.get(), "big");
+  std::vector<std::vector<float>> g = StreamingGradients(0);
+  g[1][3] = 3e38f;  // finite; Adam's squared gradient is not
+  auto push = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+  ASSERT_TRUE(push.ok() && push->update != nullptr);
+  ApplyInPieces(push->update.get(), g);
+  PushResponse response;
+  absl::Status status = shard->CommitStreamedPush(std::move(push->update), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("\"small\""));
+  EXPECT_EQ(PullValues(shard.get(), "big"), big) << "the variable that updated fine kept its values too";
+  EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
+  EXPECT_EQ(StatsOf(shard.get()).version(), 0);
+  ASSERT_TRUE(shard->Push(StreamingPush(0, 0, StreamingGradients(1)), &response).ok());
+}
+
+TEST(StreamedUpdateTest, OnlyAnAsyncPushThatWillBeAppliedStreamsItsUpdate) {
+  const std::vector<std::vector<float>> g = StreamingGradients(0);
+  InitResponse init;
+  auto sync = MakeShard(SYNC, 2);
+  ASSERT_TRUE(sync->Init(StreamingModel(), &init).ok());
+  auto push = sync->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+  ASSERT_TRUE(push.ok());
+  EXPECT_EQ(push->update, nullptr) << "SYNC averages first";
+  EXPECT_THAT(push->bytes, ::testing::ElementsAre(3 * 4099 * 4, 5 * 4));
+
+  ShardOptions options = Options(ASYNC, 2);
+  options.max_staleness = 1;
+  auto bounded = MakeShard(options);
+  ASSERT_TRUE(bounded->Init(StreamingModel(), &init).ok());
+  PushResponse response;
+  ASSERT_TRUE(bounded->Push(StreamingPush(0, 0, g), &response).ok());
+  ASSERT_TRUE(bounded->Push(StreamingPush(0, 1, g), &response).ok());
+  push = bounded->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));  // staleness 2
+  ASSERT_TRUE(push.ok());
+  EXPECT_EQ(push->update, nullptr) << "a gradient to be dropped is not applied";
+
+  // A header the shard refuses is refused before any payload, and counted.
+  PushRequest bad = HeaderOf(StreamingPush(0, 2, g));
+  bad.mutable_gradients(1)->mutable_shape()->Set(0, 6);
+  push = bounded->BeginStreamedPush(bad);
+  EXPECT_EQ(push.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(push.status().message(), HasSubstr("wrong shape"));
+  bad = HeaderOf(StreamingPush(0, 7, g));
+  EXPECT_EQ(bounded->BeginStreamedPush(bad).status().code(), absl::StatusCode::kInvalidArgument)
+      << "a gradient from the future";
+  EXPECT_EQ(StatsOf(bounded.get()).pushes_rejected(), 2);
 }
 
 }  // namespace
