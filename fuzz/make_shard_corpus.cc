@@ -39,8 +39,9 @@ class Sequence {
     return Op(kPushValues, p);
   }
   // A structured push of raw float32 wire data (flags bit 4).
-  Sequence& PushRawValues(int worker, int version_lag, float base) {
-    std::string p = {static_cast<char>(worker), static_cast<char>(version_lag), 0x18};
+  Sequence& PushRawValues(int worker, int version_lag, float base, int flags = 0x18) {
+    std::string p = {static_cast<char>(worker), static_cast<char>(version_lag),
+                     static_cast<char>(flags | 0x10)};
     for (int i = 0; i < 9; ++i) {
       const float v = base * static_cast<float>(i - 4);
       p.append(reinterpret_cast<const char*>(&v), sizeof(v));
@@ -112,6 +113,15 @@ std::vector<std::pair<std::string, Sequence>> Seeds() {
     s.PushValues(0, 0x80, 0, 10).PushRawValues(1, 0, 1e3f).PullValues(1, 3, 1, 2);
     s.Message(kHeartbeat, WithWorker<HeartbeatRequest>(2)).Op(kStats);
     seeds.emplace_back("async_adam", s);
+  }
+  {  // ASYNC, Adam, pushes applied as they stream in, in pieces of 1-4
+     // elements: a stale one, one that overflows Adam, a non-finite one.
+    Sequence s(kAsync | Workers(2) | kStructured | kLrScaling, kAdam | MaxStaleness(2));
+    s.PushValues(0, 0, 0x28, 15).PushValues(1, 0, 0x68, 16).PushValues(0, 1, 0xe8, 17);
+    s.PushValues(1, 0, 0xa0, 18).PushRawValues(1, 0, 1e30f, 0x38).PushRawValues(0, 0, 1e38f, 0x38);
+    s.PullValues(1, 0, 1, 0);
+    s.Op(kStats).Op(kSnapshotRoundTrip);
+    seeds.emplace_back("async_streamed", s);
   }
   {  // SSP with raw messages only: Init, Register, pushes, pulls, Done.
     Sequence s(kSsp | Workers(2), kAdagrad | Staleness(1));

@@ -167,7 +167,16 @@ class ShardDriver {
         break;
       }
       case kStats: CheckStats(); break;
-      case kPushValues: Push(StructuredPush(payload)); break;
+      case kPushValues: {
+        uint8_t flags = 0;
+        PushRequest request = StructuredPush(payload, &flags);
+        if (flags & 0x20) {
+          StreamedPush(request, (flags >> 6) + 1);
+        } else {
+          Push(request);
+        }
+        break;
+      }
       case kPullValues: Pull(StructuredPull(payload)); break;
       case kSnapshotRoundTrip: CheckRoundTrip(); break;
       case kTakeSnapshot: {
@@ -198,13 +207,14 @@ class ShardDriver {
     return message->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
   }
 
-  PushRequest StructuredPush(Input& p) {
+  PushRequest StructuredPush(Input& p, uint8_t* flags_out) {
     PushRequest request;
     request.set_worker(p.Byte() % (options_.num_workers + 1));
     const uint8_t version = p.Byte();
     request.set_computed_at_version((version & 0x80) ? last_version_ + 1
                                                      : last_version_ - (version & 3));
     const uint8_t flags = p.Byte();
+    *flags_out = flags;
     const DType dtype = static_cast<DType>(flags & 3);
     FillGradient("w", kWeightShape, dtype, flags, p, request.add_gradients());
     if (!(flags & 0x04)) FillGradient("b", kBiasShape, dtype, flags, p, request.add_gradients());
@@ -233,6 +243,64 @@ class ShardDriver {
       SHARD_INVARIANT(advanced == (response.outcome() == PushResponse::APPLIED ? 1 : 0));
       if (options_.mode != SYNC) SHARD_INVARIANT(response.outcome() != PushResponse::AGGREGATED);
     }
+    AfterCall(s, s.ok() ? response.version() : last_version_);
+  }
+
+  // `request` as a PushStream delivers it, in pieces of `piece` elements:
+  // applied as it streams in when the shard allows, which must end exactly
+  // as Push on a copy of the shard does (state, status, response), or
+  // reassembled and pushed.
+  void StreamedPush(const PushRequest& request, int piece) {
+    const ShardCheckpoint before = shard_->Snapshot();
+    PushRequest header = request;
+    for (Tensor& t : *header.mutable_gradients()) t.clear_data();
+    absl::StatusOr<ParameterShard::StreamedPush> push = shard_->BeginStreamedPush(header);
+    if (!push.ok()) {
+      AfterCall(push.status(), last_version_);
+      return;
+    }
+    if (push->update == nullptr) {
+      Push(request);
+      return;
+    }
+    // The stream receiver's own checks: sizes and finiteness, piece by piece.
+    std::vector<std::vector<float>> gradients;
+    for (int i = 0; i < request.gradients_size(); ++i) {
+      const Tensor& t = request.gradients(i);
+      if (static_cast<int64_t>(t.data().size()) != push->bytes[i] ||
+          !EncodedFinite(t.data(), t.dtype())) {
+        push->update.reset();  // the receiver drops the stream
+        shard_->CountRejectedPush();
+        AfterCall(absl::InvalidArgumentError("bad piece"), last_version_);
+        return;
+      }
+      gradients.emplace_back(push->bytes[i] / DTypeBytes(t.dtype()));
+      DecodeTensor(t, gradients.back());
+    }
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      const std::span<const float> all(gradients[i]);
+      for (size_t first = 0; first < all.size(); first += piece) {
+        push->update->Apply(static_cast<int>(i), static_cast<int64_t>(first),
+                            all.subspan(first, std::min<size_t>(piece, all.size() - first)));
+      }
+    }
+    PushResponse response;
+    absl::Status s = shard_->CommitStreamedPush(std::move(push->update), &response);
+    absl::StatusOr<std::unique_ptr<ParameterShard>> reference = ParameterShard::Create(options_);
+    SHARD_INVARIANT(reference.ok());
+    SHARD_INVARIANT((*reference)->Restore(before).ok());
+    PushResponse expected;
+    absl::Status e = (*reference)->Push(request, &expected);
+    if (trace_) std::fprintf(stderr, "  streamed: %s; as a push: %s\n", s.ToString().c_str(),
+                             e.ToString().c_str());
+    SHARD_INVARIANT(s.code() == e.code());
+    if (s.ok()) {
+      SHARD_INVARIANT(response.outcome() == expected.outcome());
+      SHARD_INVARIANT(response.version() == expected.version());
+      SHARD_INVARIANT(response.version() == shard_->version());
+    }
+    SHARD_INVARIANT(shard_->Snapshot().SerializeAsString() ==
+                    (*reference)->Snapshot().SerializeAsString());
     AfterCall(s, s.ok() ? response.version() : last_version_);
   }
 
