@@ -6,7 +6,10 @@
 // iperf3 is installed, loopback TCP with 1 MiB writes.
 //
 // Shards and workers are threads of this process, each worker with its own
-// channel; bytes are counted as they travel (at the wire dtype).
+// channel; bytes are counted as they travel (at the wire dtype). On a shared
+// host loopback bandwidth drifts from minute to minute, so iperf3 runs right
+// before each row and right after it, and the row is compared with the
+// mean of the two (`of_iperf3`).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -125,38 +128,42 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   const std::vector<VariableSpec> model = {{"w", {rows, elements / rows}}};
   const int64_t used = model[0].size();
   std::atomic<bool> stop{false};
-  std::atomic<int> failures{0};
+  absl::Mutex failure_mu;
+  absl::Status failure;  // the first one
+  auto fail = [&](absl::Status status) {
+    absl::MutexLock lock(&failure_mu);
+    if (failure.ok()) failure = std::move(status);
+  };
   std::vector<std::vector<double>> latencies(workers);
   absl::Mutex start_mu;
   int ready = 0;
   auto worker = [&](int rank) {
     auto client = PsClient::Connect(cluster.addresses, rank, absl::Seconds(10));
     if (!client.ok()) {
-      ++failures;
+      fail(client.status());
       return;
     }
     (*client)->SetVariables(model);
     (*client)->set_wire_dtype(dtype);
     std::vector<float> params(used, 0.0f), grads(used, 1e-12f);
-    if (!(*client)->Init({params}).ok()) ++failures;
+    if (absl::StatusOr<bool> init = (*client)->Init({params}); !init.ok()) fail(init.status());
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
     std::vector<int64_t> min_versions(shards, 0);
     auto round_trip = [&]() {
-      return (*client)->Pull(min_versions, absl::Seconds(30), {params}, &versions).ok() &&
-             (*client)->Push(versions, {grads}, &responses).ok();
+      absl::Status s = (*client)->Pull(min_versions, absl::Seconds(30), {params}, &versions);
+      if (s.ok()) s = (*client)->Push(versions, {grads}, &responses);
+      if (!s.ok()) fail(s);
+      return s.ok();
     };
-    if (!round_trip()) ++failures;  // warm-up: connections, first-touch buffers
+    round_trip();  // warm-up: connections, first-touch buffers
     {
       absl::MutexLock lock(&start_mu);
       ++ready;
     }
     while (!stop.load()) {
       absl::Time start = absl::Now();
-      if (!round_trip()) {
-        ++failures;
-        return;
-      }
+      if (!round_trip()) return;
       latencies[rank].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
     }
   };
@@ -173,7 +180,9 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   for (std::thread& t : threads) t.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
   const double cpu_seconds = ProcessCpuSeconds() - cpu_begin;
-  if (failures.load() > 0) return absl::InternalError("a worker's pull or push failed");
+  if (!failure.ok()) {
+    return absl::Status(failure.code(), absl::StrCat("a worker's call failed: ", failure.message()));
+  }
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   std::sort(all.begin(), all.end());
@@ -242,34 +251,45 @@ int Main() {
   std::optional<double> iperf = IperfGbps();
   absl::StatusOr<double> echo = EchoP50Micros();
   if (!echo.ok()) ExitWithError("ps_bench", echo.status());
-  const std::string iperf_text = iperf ? absl::StrFormat("%.2f", *iperf) : "null";
   if (!json) {
-    std::printf("baselines: iperf3 loopback (1 MiB writes) %s GB/s; gRPC echo p50 %.0f us\n",
-                iperf ? absl::StrFormat("%.2f", *iperf).c_str() : "n/a (iperf3 not installed)", *echo);
-    std::printf("%-8s %7s %6s %8s %10s %10s %10s %12s %12s %14s\n", "size", "workers", "shards",
-                "dtype", "GB/s", "p50_us", "p99_us", "round_trips", "cpu_us/trip", "wire_MB/trip");
+    const std::string iperf_text =
+        iperf ? absl::StrFormat("%.2f GB/s", *iperf)
+              : (absl::GetFlag(FLAGS_iperf) ? "n/a (iperf3 not installed)" : "not run (--iperf=false)");
+    std::printf("baselines: iperf3 loopback (1 MiB writes) %s; gRPC echo p50 %.0f us\n",
+                iperf_text.c_str(), *echo);
+    std::printf("%-8s %7s %6s %8s %10s %10s %10s %12s %12s %14s %16s\n", "size", "workers",
+                "shards", "dtype", "GB/s", "p50_us", "p99_us", "round_trips", "cpu_us/trip",
+                "iperf3_GB/s", "wire_MB/trip");
   }
   for (int64_t size : sizes) {
     absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype);
     if (!row.ok()) ExitWithError("ps_bench", row.status());
+    // The baseline around this row: the mean of the runs before and after.
+    const std::optional<double> iperf_after = iperf ? IperfGbps() : std::nullopt;
+    const std::optional<double> row_iperf =
+        iperf && iperf_after ? std::optional<double>((*iperf + *iperf_after) / 2) : iperf;
+    iperf = iperf_after ? iperf_after : iperf;
+    const std::string iperf_text = row_iperf ? absl::StrFormat("%.2f", *row_iperf) : "null";
+    const std::string ratio_text =
+        row_iperf && *row_iperf > 0 ? absl::StrFormat("%.3f", row->gbps / *row_iperf) : "null";
     const std::string dtype_name = absl::AsciiStrToLower(DType_Name(dtype));
     if (json) {
       std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"shards\":%d,\"wire_dtype\":\"%s\","
                   "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
                   "\"wire_bytes_per_round_trip\":%lld,\"bytes_saved_vs_fp32\":%lld,\"iperf3_gbps\":%s,"
-                  "\"echo_p50_us\":%.1f,\"cpu_us_per_round_trip\":%.0f}\n",
+                  "\"of_iperf3\":%s,\"echo_p50_us\":%.1f,\"cpu_us_per_round_trip\":%.0f}\n",
                   SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
                   dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
-                  iperf_text.c_str(), *echo, row->cpu_us_per_round_trip);
+                  iperf_text.c_str(), ratio_text.c_str(), *echo, row->cpu_us_per_round_trip);
     } else {
-      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %12.0f %6.2f (fp32 %.2f)\n",
+      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %12.0f %14s %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
                   row->p99_us, static_cast<long long>(row->round_trips),
-                  row->cpu_us_per_round_trip, row->wire_bytes_per_round_trip / 1e6,
-                  row->fp32_bytes_per_round_trip / 1e6);
+                  row->cpu_us_per_round_trip, iperf_text.c_str(),
+                  row->wire_bytes_per_round_trip / 1e6, row->fp32_bytes_per_round_trip / 1e6);
     }
     std::fflush(stdout);
   }

@@ -55,15 +55,50 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
+namespace {
+
+int64_t Rows(const VariableSpec& spec) { return spec.shape.empty() ? 1 : spec.shape[0]; }
+
+// Which variables to cut by rows across the shards: those over
+// `slice_bytes`, and then, while there are fewer pieces than shards (a small
+// model), the largest of the others that has rows to cut, so that every
+// shard holds a part of the model (a shard with none would never be
+// initialized).
+std::vector<bool> VariablesToSlice(const std::vector<VariableSpec>& variables, int shards,
+                                   int64_t slice_bytes) {
+  std::vector<bool> slice(variables.size(), false);
+  if (shards <= 1) return slice;
+  int64_t pieces = 0;
+  for (size_t v = 0; v < variables.size(); ++v) {
+    const int64_t rows = Rows(variables[v]);
+    slice[v] = rows > 1 && variables[v].size() * static_cast<int64_t>(sizeof(float)) > slice_bytes;
+    pieces += slice[v] ? std::min<int64_t>(shards, rows) : 1;
+  }
+  while (pieces < shards) {
+    int largest = -1;
+    for (size_t v = 0; v < variables.size(); ++v) {
+      if (!slice[v] && Rows(variables[v]) > 1 &&
+          (largest < 0 || variables[v].size() > variables[largest].size())) {
+        largest = static_cast<int>(v);
+      }
+    }
+    if (largest < 0) break;  // every row is a piece already: Init says so
+    slice[largest] = true;
+    pieces += std::min<int64_t>(shards, Rows(variables[largest])) - 1;
+  }
+  return slice;
+}
+
+}  // namespace
+
 void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
   slices_.clear();
+  const std::vector<bool> sliced = VariablesToSlice(variables, num_shards(), kSliceBytes);
   for (size_t v = 0; v < variables.size(); ++v) {
     const VariableSpec& spec = variables[v];
-    const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
+    const int64_t rows = Rows(spec);
     const int64_t row_elements = rows > 0 ? spec.size() / rows : 0;
-    const bool slice = num_shards() > 1 && rows > 1 &&
-                       spec.size() * static_cast<int64_t>(sizeof(float)) > kSliceBytes;
-    const int64_t parts = slice ? std::min<int64_t>(num_shards(), rows) : 1;
+    const int64_t parts = sliced[v] ? std::min<int64_t>(num_shards(), rows) : 1;
     int64_t row = 0;
     for (int64_t p = 0; p < parts; ++p) {
       // Rows as even as possible: the first rows % parts slices get one more.
@@ -122,6 +157,14 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
 }
 
 absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (shards_[s].slices.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the model is too small to give each of the ", shards_.size(),
+          " PS shards a part (it has ", slices_.size(), " pieces in all, ps:", s,
+          " would hold none); run fewer PS shards"));
+    }
+  }
   std::vector<InitResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     InitRequest request;

@@ -47,8 +47,11 @@ class PsClient {
   // With several shards, a variable over kSliceBytes is cut along its first
   // dimension into one slice per shard ("<name>/part-<i>"), so one big
   // matrix does not load one shard alone; slices and small variables are
-  // then spread by size (common/partitioner.h). Every process computes the
-  // same placement from the same model.
+  // then spread by size (common/partitioner.h). A model too small for that
+  // to reach every shard has its largest variables cut too, so that no
+  // shard is left without a part (Init refuses a model that has fewer rows
+  // in all than there are shards). Every process computes the same
+  // placement from the same model.
   void SetVariables(const std::vector<VariableSpec>& variables);
 
   // A contiguous piece of one model variable, as one PS shard stores it.

@@ -63,6 +63,40 @@ TEST(PsClientTest, SlicesCoverEveryVariableExactlyOnceAndBalanceTheShards) {
   }
 }
 
+TEST(PsClientTest, EveryShardHoldsAPartOfASmallModel) {
+  // Nothing here is over kSliceBytes: the largest variable is cut anyway
+  // when there are more shards than variables.
+  const std::vector<VariableSpec> small = {{"w", {1024, 1}}, {"b", {3}}, {"s", {1}}};
+  for (int shards : {2, 3, 4, 8}) {
+    SCOPED_TRACE(shards);
+    Shards servers(shards);
+    auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
+    ASSERT_TRUE(client.ok()) << client.status();
+    (*client)->SetVariables(small);
+    std::vector<int> pieces(shards, 0);
+    std::map<size_t, int64_t> covered;
+    for (const PsClient::Slice& s : (*client)->slices()) {
+      ++pieces[s.shard];
+      EXPECT_EQ(s.offset, covered[s.variable]) << s.name;
+      covered[s.variable] += s.count;
+    }
+    for (int p : pieces) EXPECT_GT(p, 0);
+    for (size_t v = 0; v < small.size(); ++v) EXPECT_EQ(covered[v], small[v].size());
+    // Three variables fill three shards; beyond that only "w" is cut.
+    EXPECT_EQ((*client)->slices().size(), shards <= 3 ? 3u : static_cast<size_t>(shards) + 2);
+  }
+  // One scalar cannot be cut: Init says why instead of asking a shard to
+  // hold nothing.
+  Shards servers(2);
+  auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->SetVariables({{"s", {1}}});
+  const std::vector<float> one = {1.0f};
+  absl::StatusOr<bool> init = (*client)->Init({one});
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(init.status().message(), ::testing::HasSubstr("run fewer PS shards"));
+}
+
 TEST(PsClientTest, PlacementIsTheSameOnEveryWorker) {
   Shards servers(3);
   auto a = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));

@@ -1,0 +1,68 @@
+// ps_bench as scripts use it: the flags the issue fixes, and one JSON object
+// per row with the fields they read. Short rows without iperf3: this checks
+// the interface, not the figures (docs/benchmarks.md has those).
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/commands.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
+
+// The value of "key" in a one-line JSON object, as written ("" if absent).
+std::string Field(const std::string& line, const std::string& key) {
+  std::smatch match;
+  const std::regex pattern("\"" + key + "\":(\"[^\"]*\"|[^,}]*)");
+  return std::regex_search(line, match, pattern) ? match[1].str() : "";
+}
+
+TEST(PsBenchTest, JsonRowsCarryTheFieldsScriptsRead) {
+  const CommandResult run = RunCommand(
+      Bin("ps_bench") + " --sizes=4KiB,3MiB --workers=2 --shards=2 --wire_dtype=bf16 "
+                        "--seconds=0.3 --json --iperf=false",
+      120);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> rows = absl::StrSplit(run.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 2u) << run.out;
+  const struct {
+    const char* size;
+    int64_t elements;  // of the model ps_bench builds for that size
+  } kRows[] = {{"4KiB", 1024}, {"3MiB", 3 << 18}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE(rows[i]);
+    EXPECT_EQ(Field(rows[i], "size"), absl::StrCat("\"", kRows[i].size, "\""));
+    EXPECT_EQ(Field(rows[i], "workers"), "2");
+    EXPECT_EQ(Field(rows[i], "shards"), "2");
+    EXPECT_EQ(Field(rows[i], "wire_dtype"), "\"bfloat16\"");
+    EXPECT_GT(std::stod(Field(rows[i], "push_pull_gbps")), 0.0);
+    EXPECT_GT(std::stoll(Field(rows[i], "round_trips")), 0);
+    const double p50 = std::stod(Field(rows[i], "p50_us"));
+    EXPECT_GT(p50, 0.0);
+    EXPECT_GE(std::stod(Field(rows[i], "p99_us")), p50);
+    // bf16 halves the bytes of a push and of a pull.
+    EXPECT_EQ(Field(rows[i], "wire_bytes_per_round_trip"), absl::StrCat(2 * 2 * kRows[i].elements));
+    EXPECT_EQ(Field(rows[i], "bytes_saved_vs_fp32"), absl::StrCat(2 * 2 * kRows[i].elements));
+    EXPECT_EQ(Field(rows[i], "iperf3_gbps"), "null");
+    EXPECT_EQ(Field(rows[i], "of_iperf3"), "null");
+    EXPECT_GT(std::stod(Field(rows[i], "echo_p50_us")), 0.0);
+  }
+}
+
+TEST(PsBenchTest, ABadSizeIsOneLineAndExitCodeTwo) {
+  const CommandResult run = RunCommand(Bin("ps_bench") + " --sizes=4KiB,7XB --iperf=false", 60);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--sizes: cannot read \"7XB\""));
+  EXPECT_EQ(run.out, "");
+}
+
+}  // namespace
+}  // namespace pst
