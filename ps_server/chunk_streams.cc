@@ -114,8 +114,8 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
 }  // namespace
 
 absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
-                             ReceivedPush* received) {
+                             std::function<void()> cancel, ParameterShard* shard,
+                             PushRequest* buffer, PushResponse* response, ReceivedPush* received) {
   // The shard counts the refusals of a header it checks; the rest are counted here.
   auto refuse = [shard](absl::Status status) {
     shard->CountRejectedPush();
@@ -128,6 +128,7 @@ absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* read
   std::optional<PieceSequence> sequence;
   std::unique_ptr<StreamedUpdate> update;  // null: buffered
   while (reader->Read(&message)) {
+    if (update != nullptr) update->Progressed();
     received->bytes += static_cast<int64_t>(message.Length());
     if (absl::Status s = chunk.Parse(&message); !s.ok()) return refuse(s);
     if (!sequence) {
@@ -141,6 +142,7 @@ absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* read
       absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
       if (!push.ok()) return push.status();
       update = std::move(push->update);
+      if (update != nullptr) update->SetCancel(std::move(cancel));
       if (update == nullptr) {
         sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
       } else {

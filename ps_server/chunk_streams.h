@@ -4,6 +4,7 @@
 #ifndef PST_PS_SERVER_CHUNK_STREAMS_H_
 #define PST_PS_SERVER_CHUNK_STREAMS_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,14 +29,16 @@ namespace pst {
 // must follow the stream rules, and every value is checked to be finite as
 // it is copied, before anything of the push is applied. A refused stream
 // leaves the model untouched and is counted in pushes_rejected.
-// `received` gets what the metrics want to know of the push.
+// `cancel` ends the call (ServerContext::TryCancel): the shard uses it on a
+// stream that stalls while other updates wait for it. `received` gets what
+// the metrics want to know of the push.
 struct ReceivedPush {
   int64_t bytes = 0;  // on the wire
   int64_t computed_at_version = 0;
 };
 absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
-                             ReceivedPush* received);
+                             std::function<void()> cancel, ParameterShard* shard,
+                             PushRequest* buffer, PushResponse* response, ReceivedPush* received);
 
 // One pull's answer: the header, and the requested variables' values at
 // one version, in the wire dtype.

@@ -235,7 +235,7 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
                                   PushChecked checked) {
   absl::MutexLock lock(&mu_);
-  while ((snapshot_unwritten_ || staging_held_) && !shutting_down_) changed_.Wait(&mu_);
+  AwaitUpdateTurn();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
     ++pushes_rejected_;
@@ -369,8 +369,37 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     update.targets_.push_back(*target);
   }
   staging_held_ = true;
+  staging_holder_ = push.update.get();
   Touch(header.worker());
   return push;
+}
+
+void ParameterShard::AwaitUpdateTurn() {
+  while ((snapshot_unwritten_ || staging_held_) && !shutting_down_) {
+    if (snapshot_unwritten_) {
+      changed_.Wait(&mu_);
+      continue;
+    }
+    StreamedUpdate* holder = staging_holder_;
+    const absl::Duration idle = holder->Idle();
+    if (idle < options_.stalled_stream_timeout || holder->cancelled_) {
+      changed_.WaitWithTimeout(&mu_, std::max(options_.stalled_stream_timeout - idle,
+                                              absl::Milliseconds(10)));
+      continue;
+    }
+    spdlog::warn("shard {}: worker:{}'s push stream sent nothing for {}; cancelling it so that "
+                 "other updates can go on",
+                 options_.shard, holder->worker_, absl::FormatDuration(idle));
+    holder->cancelled_ = true;
+    if (holder->cancel_) {
+      holder->cancel_();  // the stream's next read fails and drops the update
+    }
+  }
+}
+
+void StreamedUpdate::SetCancel(std::function<void()> cancel) {
+  absl::MutexLock lock(&shard_->mu_);
+  cancel_ = std::move(cancel);
 }
 
 absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
@@ -378,9 +407,14 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
   absl::MutexLock lock(&mu_);
   // Whatever happens, the staging is free when this returns.
   update->holds_staging_ = false;
-  staging_held_ = false;
-  changed_.SignalAll();
+  ReleaseStagingLocked();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  if (update->cancelled_) {
+    ++pushes_rejected_;
+    return absl::AbortedError(
+        "the push stream stalled while other updates waited and was cancelled; nothing of it "
+        "was applied");
+  }
   Touch(update->worker_);
   for (size_t i = 0; i < update->indices_.size(); ++i) {
     if (absl::Status s = store_.FinishStage(update->indices_[i], update->targets_[i]); !s.ok()) {
@@ -404,7 +438,12 @@ StreamedUpdate::~StreamedUpdate() {
 
 void ParameterShard::ReleaseStaging() {
   absl::MutexLock lock(&mu_);
+  ReleaseStagingLocked();
+}
+
+void ParameterShard::ReleaseStagingLocked() {
   staging_held_ = false;
+  staging_holder_ = nullptr;
   changed_.SignalAll();
 }
 

@@ -30,6 +30,7 @@
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "ps.pb.h"
@@ -56,6 +58,11 @@ struct ShardOptions {
   bool staleness_lr_scaling = false;
   int max_staleness = 0;          // 0 = no bound
   absl::Duration lease = absl::Seconds(5);
+  // A push streaming into the update (StreamedUpdate) that receives nothing
+  // for this long while another update waits for it is cancelled, so that a
+  // worker that stalls mid-stream (paused, cut off without a reset) holds
+  // the others up for this long, not for its call's whole deadline.
+  absl::Duration stalled_stream_timeout = absl::Seconds(5);
   // Copy the state each time the version reaches a multiple of this, for a
   // checkpoint that lands exactly there (0 = never).
   int64_t snapshot_every_steps = 0;
@@ -96,11 +103,25 @@ class StreamedUpdate {
     targets_[tensor].Apply(first, gradient);
   }
 
+  // How the shard ends the stream if it stalls while another update waits
+  // (ShardOptions::stalled_stream_timeout): e.g. cancel the call, so that
+  // the stream's next read fails and the update is dropped. Thread-safe;
+  // set before the first piece. Called at most once.
+  void SetCancel(std::function<void()> cancel);
+  // The stream delivered data just now.
+  void Progressed() { last_progress_ = absl::GetCurrentTimeNanos(); }
+
  private:
   friend class ParameterShard;
   explicit StreamedUpdate(ParameterShard* shard) : shard_(shard) {}
+  absl::Duration Idle() const {
+    return absl::Nanoseconds(absl::GetCurrentTimeNanos() - last_progress_.load());
+  }
 
   ParameterShard* const shard_;
+  std::atomic<int64_t> last_progress_{absl::GetCurrentTimeNanos()};
+  std::function<void()> cancel_;  // guarded by the shard's mu_
+  bool cancelled_ = false;        // guarded by the shard's mu_
   int worker_ = 0;
   int64_t computed_at_ = 0;
   int64_t staleness_ = 0;
@@ -222,6 +243,10 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets the next update stage (a StreamedUpdate is done with the staging).
   void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no checkpoint and no streamed update hold updates back,
+  // cancelling a streamed update whose stream has stalled.
+  void AwaitUpdateTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
   ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -251,6 +276,7 @@ class ParameterShard {
   bool snapshot_unwritten_ ABSL_GUARDED_BY(mu_) = false;
   // A StreamedUpdate holds the store's staging; other updates wait.
   bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
+  StreamedUpdate* staging_holder_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace pst

@@ -105,13 +105,14 @@ grpc::Status ParameterServerService::ServePullStream(
   return ToGrpcStatus(status);
 }
 
-grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext*,
+grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext* context,
                                                      grpc::ServerReader<grpc::ByteBuffer>* reader,
                                                      PushResponse* response) {
   const absl::Time start = absl::Now();
   std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
   ReceivedPush received;
-  absl::Status status = pst::ServePushStream(reader, server_, buffer.get(), response, &received);
+  absl::Status status = pst::ServePushStream(
+      reader, [context] { context->TryCancel(); }, server_, buffer.get(), response, &received);
   push_buffers_.Give(std::move(buffer));
   RecordServedPush(received.bytes, received.computed_at_version, *response, status,
                    absl::Now() - start);

@@ -28,9 +28,11 @@ using ::testing::HasSubstr;
 // a real gRPC server on 127.0.0.1.
 class ServedShard {
  public:
-  explicit ServedShard(int workers = 1) {
+  explicit ServedShard(int workers = 1,
+                       absl::Duration stalled_stream_timeout = absl::Seconds(5)) {
     ShardOptions options;
     options.mode = ASYNC;
+    options.stalled_stream_timeout = stalled_stream_timeout;
     options.num_workers = workers;
     options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
     shard_ = std::move(*ParameterShard::Create(options));
@@ -306,6 +308,51 @@ TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
   StatsResponse stats;
   served_.shard()->Stats(&stats);
   EXPECT_EQ(stats.pushes_rejected(), 2);
+}
+
+// A worker that stops sending in the middle of a push that streams into the
+// update (paused, or cut off without a reset) holds other updates up only
+// until the stall timeout: its call is cancelled and nothing of it lands.
+TEST(ChunkStreamsTest, AStalledPushStreamIsCancelledAndOtherPushesGoOn) {
+  ServedShard served(/*workers=*/2, /*stalled_stream_timeout=*/absl::Milliseconds(300));
+  InitRequest init;
+  EncodeTensor("w", std::vector<int64_t>{3, 100}, Ramp(300, 1.0f, 1.0f), init.add_variables());
+  InitResponse initialized;
+  ASSERT_TRUE(served.shard()->Init(init, &initialized).ok());
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(served.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  PushResponse stalled_response;
+  auto writer = stub->PushStream(&context, &stalled_response);
+  PushChunk first;
+  first.mutable_header()->set_worker(0);
+  Tensor* t = first.mutable_header()->add_gradients();
+  t->set_name("w");
+  t->set_dtype(FLOAT32);
+  std::vector<float> quarter(100, 0.25f);
+  TensorPiece* piece = first.add_pieces();
+  piece->set_data(reinterpret_cast<const char*>(quarter.data()), 400);
+  ASSERT_TRUE(writer->Write(first));
+  absl::SleepFor(absl::Milliseconds(100));  // the header is in: the update is staging
+
+  const absl::Time start = absl::Now();
+  PushRequest other;
+  other.set_worker(1);
+  EncodeTensor("w", std::vector<int64_t>{3, 100}, std::vector<float>(300, 1.0f),
+               other.add_gradients());
+  PushResponse response;
+  ASSERT_TRUE(served.shard()->Push(other, &response).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "held up for the stream's deadline";
+  EXPECT_EQ(response.version(), 1);
+  const grpc::Status stalled = writer->Finish();
+  EXPECT_EQ(stalled.error_code(), grpc::StatusCode::CANCELLED) << stalled.error_message();
+  PullRequest pull;
+  PullResponse pulled;
+  ASSERT_TRUE(served.shard()->Pull(pull, absl::Now(), &pulled).ok());
+  std::vector<float> values(300);
+  DecodeTensor(pulled.variables(0), values);
+  EXPECT_EQ(values, Ramp(300, 0.0f, 1.0f)) << "only the other push landed";
 }
 
 }  // namespace

@@ -783,5 +783,72 @@ TEST(StreamedUpdateTest, OnlyAnAsyncPushThatWillBeAppliedStreamsItsUpdate) {
   EXPECT_EQ(StatsOf(bounded.get()).pushes_rejected(), 2);
 }
 
+
+TEST(StreamedUpdateTest, AStalledStreamIsCancelledWhenAnotherUpdateWaits) {
+  ShardOptions options = Options(ASYNC, 2);
+  options.stalled_stream_timeout = absl::Milliseconds(300);
+  auto shard = MakeShard(options);
+  InitResponse init;
+  ASSERT_TRUE(shard->Init(StreamingModel(), &init).ok());
+  const std::vector<float> before = PullValues(shard.get(), "small");
+  const std::vector<std::vector<float>> g = StreamingGradients(0);
+  auto stalled = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+  ASSERT_TRUE(stalled.ok() && stalled->update != nullptr);
+  std::atomic<int> cancels{0};
+  stalled->update->SetCancel([&] { ++cancels; });
+  stalled->update->Apply(0, 0, std::span<const float>(g[0]).first(100));  // then nothing
+
+  const absl::Time start = absl::Now();
+  PushResponse pushed;
+  std::thread pusher([&] { EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &pushed).ok()); });
+  while (cancels.load() == 0 && absl::Now() - start < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(cancels.load(), 1);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250)) << "cancelled before it stalled";
+  // The stream's reads now fail: whatever it does next, nothing of it lands.
+  ApplyInPieces(stalled->update.get(), g);
+  PushResponse response;
+  absl::Status status = shard->CommitStreamedPush(std::move(stalled->update), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  pusher.join();
+  EXPECT_EQ(pushed.version(), 1);
+  const std::vector<float> after = PullValues(shard.get(), "small");
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] - g[1][i]) << i;
+  EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
+  EXPECT_EQ(cancels.load(), 1);
+}
+
+TEST(StreamedUpdateTest, AStreamThatKeepsDeliveringIsNotCancelled) {
+  ShardOptions options = Options(ASYNC, 2);
+  options.stalled_stream_timeout = absl::Milliseconds(300);
+  auto shard = MakeShard(options);
+  InitResponse init;
+  ASSERT_TRUE(shard->Init(StreamingModel(), &init).ok());
+  const std::vector<std::vector<float>> g = StreamingGradients(0);
+  auto slow = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+  ASSERT_TRUE(slow.ok() && slow->update != nullptr);
+  std::atomic<int> cancels{0};
+  slow->update->SetCancel([&] { ++cancels; });
+  PushResponse pushed;
+  std::thread pusher([&] { EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &pushed).ok()); });
+  // Three times the timeout in all, never more than a third of it silent.
+  const std::span<const float> big(g[0]);
+  const size_t step = big.size() / 9 + 1;
+  for (size_t first = 0; first < big.size(); first += step) {
+    absl::SleepFor(absl::Milliseconds(100));
+    slow->update->Progressed();
+    slow->update->Apply(0, static_cast<int64_t>(first),
+                        big.subspan(first, std::min(step, big.size() - first)));
+  }
+  slow->update->Apply(1, 0, g[1]);
+  PushResponse response;
+  ASSERT_TRUE(shard->CommitStreamedPush(std::move(slow->update), &response).ok());
+  pusher.join();
+  EXPECT_EQ(cancels.load(), 0);
+  EXPECT_EQ(response.version(), 1);
+  EXPECT_EQ(pushed.version(), 2);
+}
+
 }  // namespace
 }  // namespace pst
