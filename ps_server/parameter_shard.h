@@ -31,6 +31,7 @@
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,7 +43,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "ps.pb.h"
@@ -109,17 +109,21 @@ class StreamedUpdate {
   // set before the first piece. Called at most once.
   void SetCancel(std::function<void()> cancel);
   // The stream delivered data just now.
-  void Progressed() { last_progress_ = absl::GetCurrentTimeNanos(); }
+  void Progressed() { last_progress_ = SteadyNanos(); }
 
  private:
   friend class ParameterShard;
   explicit StreamedUpdate(ParameterShard* shard) : shard_(shard) {}
-  absl::Duration Idle() const {
-    return absl::Nanoseconds(absl::GetCurrentTimeNanos() - last_progress_.load());
+  // A monotonic clock: a wall-clock step must not cancel a healthy stream.
+  static int64_t SteadyNanos() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
+  absl::Duration Idle() const { return absl::Nanoseconds(SteadyNanos() - last_progress_.load()); }
 
   ParameterShard* const shard_;
-  std::atomic<int64_t> last_progress_{absl::GetCurrentTimeNanos()};
+  std::atomic<int64_t> last_progress_{SteadyNanos()};
   std::function<void()> cancel_;  // guarded by the shard's mu_
   bool cancelled_ = false;        // guarded by the shard's mu_
   int worker_ = 0;
