@@ -27,6 +27,8 @@
 #include "absl/time/clock.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/grpc_status.h"
+#include "common/security.h"
 #include "common/tensor_codec.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
@@ -87,7 +89,9 @@ struct Cluster {
   }
 };
 
-absl::Status StartCluster(int shards, int workers, Cluster* cluster) {
+// `model_bytes`: the whole model as float32, which the workers' Init sends
+// to the shards in one request per shard.
+absl::Status StartCluster(int shards, int workers, int64_t model_bytes, Cluster* cluster) {
   for (int i = 0; i < shards; ++i) {
     ShardOptions options;
     options.mode = ASYNC;
@@ -97,7 +101,12 @@ absl::Status StartCluster(int shards, int workers, Cluster* cluster) {
     options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     if (!shard.ok()) return shard.status();
-    absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
+    // A 256 MiB model's Init is just over ps_server's default limit; these
+    // servers take what the swept model needs.
+    const int64_t limit = std::max<int64_t>(kDefaultMaxRequestBytes, model_bytes + (1 << 20));
+    absl::StatusOr<RunningServer> server =
+        StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, ClusterSecurity::Plaintext(),
+                        static_cast<int>(std::min<int64_t>(limit, kMaxMessageBytes)));
     if (!server.ok()) return server.status();
     cluster->addresses.push_back(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards.push_back(std::move(*shard));
@@ -121,7 +130,7 @@ struct Row {
 
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
   Cluster cluster;
-  if (absl::Status s = StartCluster(shards, workers, &cluster); !s.ok()) return s;
+  if (absl::Status s = StartCluster(shards, workers, size_bytes, &cluster); !s.ok()) return s;
   const int64_t elements = std::max<int64_t>(1, size_bytes / 4);
   // A matrix, so that big models are sliced across shards like real ones.
   const int64_t rows = elements >= 1024 ? 1024 : 1;
@@ -201,7 +210,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
 // Our stack's smallest round trip: the Heartbeat RPC.
 absl::StatusOr<double> EchoP50Micros() {
   Cluster cluster;
-  if (absl::Status s = StartCluster(1, 1, &cluster); !s.ok()) return s;
+  if (absl::Status s = StartCluster(1, 1, 0, &cluster); !s.ok()) return s;
   auto client = PsClient::Connect(cluster.addresses, 0, absl::Seconds(10));
   if (!client.ok()) return client.status();
   std::vector<double> micros;

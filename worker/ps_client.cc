@@ -177,6 +177,14 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
     grpc::ClientContext context;
     SetDeadline(&context, kRpcDeadline);
     grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
+    if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // Init is the one call that carries a shard's whole share at once.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ps:", s, " (", shards_[s].address, "): its share of the model (",
+          request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "
+          "ps_server --max_message_bytes or spread the model over more PS shards (",
+          rpc.error_message(), ")"));
+    }
     return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
   });
   if (!status.ok()) return status;

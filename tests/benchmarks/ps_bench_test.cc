@@ -43,7 +43,8 @@ TEST(PsBenchTest, JsonRowsCarryTheFieldsScriptsRead) {
     EXPECT_EQ(Field(rows[i], "workers"), "2");
     EXPECT_EQ(Field(rows[i], "shards"), "2");
     EXPECT_EQ(Field(rows[i], "wire_dtype"), "\"bfloat16\"");
-    EXPECT_GT(std::stod(Field(rows[i], "push_pull_gbps")), 0.0);
+    // A number; a 4 KiB row's can round to 0.000 on a loaded machine.
+    EXPECT_GE(std::stod(Field(rows[i], "push_pull_gbps")), 0.0);
     EXPECT_GT(std::stoll(Field(rows[i], "round_trips")), 0);
     const double p50 = std::stod(Field(rows[i], "p50_us"));
     EXPECT_GT(p50, 0.0);

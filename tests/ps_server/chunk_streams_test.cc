@@ -355,5 +355,28 @@ TEST(ChunkStreamsTest, AStalledPushStreamIsCancelledAndOtherPushesGoOn) {
   EXPECT_EQ(values, Ramp(300, 0.0f, 1.0f)) << "only the other push landed";
 }
 
+// Init is the one call that carries a shard's whole share in one request:
+// over the PS's limit, the worker is told which flag to raise.
+TEST(ChunkStreamsTest, AnInitOverThePsLimitSaysWhatToRaise) {
+  ShardOptions options;
+  options.mode = ASYNC;
+  options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
+  auto shard = ParameterShard::Create(options);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  auto server = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{},
+                                ClusterSecurity::Plaintext(), /*max_request_bytes=*/32 << 10);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", server->port)}, 0, absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->SetVariables({{"w", {16384}}});  // 64 KiB
+  const std::vector<float> zeros(16384, 0.0f);
+  absl::StatusOr<bool> init = (*client)->Init({zeros});
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(init.status().message(), HasSubstr("raise ps_server --max_message_bytes"));
+  EXPECT_THAT(init.status().message(), HasSubstr("ps:0"));
+  (*shard)->BeginShutdown();
+  server->grpc_server->Shutdown();
+}
+
 }  // namespace
 }  // namespace pst
