@@ -13,6 +13,13 @@
 namespace pst {
 namespace {
 
+// Each gradient's element size, in header order.
+std::vector<int> ElementBytes(const PushRequest& header) {
+  std::vector<int> sizes;
+  for (const Tensor& g : header.gradients()) sizes.push_back(DTypeBytes(g.dtype()));
+  return sizes;
+}
+
 // Sets up `request` from the stream's header, with every gradient's buffer
 // sized as `bytes` (what the shard expects); returns the sequence the pieces
 // must follow. The buffers keep their old bytes: the pieces overwrite every
@@ -27,7 +34,6 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
                               gradients->size() - header.gradients_size());
   }
   while (gradients->size() < header.gradients_size()) gradients->Add();
-  std::vector<int> element_bytes;
   for (int i = 0; i < header.gradients_size(); ++i) {
     const Tensor& announced = header.gradients(i);
     Tensor* gradient = gradients->Mutable(i);
@@ -35,9 +41,8 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
     gradient->mutable_shape()->CopyFrom(announced.shape());
     gradient->set_dtype(announced.dtype());
     gradient->mutable_data()->resize(bytes[i]);
-    element_bytes.push_back(DTypeBytes(announced.dtype()));
   }
-  return PieceSequence(std::move(bytes), std::move(element_bytes));
+  return PieceSequence(std::move(bytes), ElementBytes(header));
 }
 
 // InvalidArgument naming the first non-finite value in `data`, the bytes
@@ -146,9 +151,7 @@ absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* read
       if (update == nullptr) {
         sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
       } else {
-        std::vector<int> element_bytes;
-        for (const Tensor& g : header.gradients()) element_bytes.push_back(DTypeBytes(g.dtype()));
-        sequence.emplace(std::move(push->bytes), std::move(element_bytes));
+        sequence.emplace(std::move(push->bytes), ElementBytes(header));
       }
     } else if (chunk.has_header()) {
       return refuse(absl::InvalidArgumentError("a push stream carries a second header"));

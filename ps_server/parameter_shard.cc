@@ -319,24 +319,9 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   std::vector<int> indices;
   std::vector<bool> seen(store_.size(), false);
   for (const Tensor& gradient : header.gradients()) {
-    const int index = store_.Find(gradient.name());
-    if (index < 0) {
-      return refuse(absl::InvalidArgumentError(
-          absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push")));
-    }
-    if (seen[index]) {
-      return refuse(absl::InvalidArgumentError(
-          absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push")));
-    }
-    seen[index] = true;
-    const Variable& v = store_.variable(index);
-    if (!gradient.shape().empty() &&
-        !std::equal(gradient.shape().begin(), gradient.shape().end(), v.shape.begin(),
-                    v.shape.end())) {
-      return refuse(absl::InvalidArgumentError(absl::StrCat(
-          "gradient for \"", v.name, "\" has the wrong shape; the variable has ", v.shape.size(),
-          " dimension(s) and ", v.size(), " values")));
-    }
+    absl::StatusOr<int> index = store_.CheckGradientHeader(gradient, &seen);
+    if (!index.ok()) return refuse(index.status());
+    const Variable& v = store_.variable(*index);
     const int element_bytes = DTypeBytes(gradient.dtype());
     if (element_bytes == 0) {
       return refuse(absl::InvalidArgumentError(
@@ -344,7 +329,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
                        static_cast<int>(gradient.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16")));
     }
     push.bytes.push_back(static_cast<int64_t>(v.size()) * element_bytes);
-    indices.push_back(index);
+    indices.push_back(*index);
   }
   const int64_t staleness = version_ - header.computed_at_version();
   const bool dropped = options_.max_staleness > 0 && staleness > options_.max_staleness;
@@ -424,11 +409,7 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
     }
   }
   RecordPush(update->worker_, update->computed_at_, update->staleness_);
-  store_.Commit();
-  ++pushes_applied_;
-  AdvanceVersion();
-  response->set_outcome(PushResponse::APPLIED);
-  response->set_version(version_);
+  CommitApplied(response);
   return absl::OkStatus();
 }
 
@@ -535,12 +516,16 @@ absl::Status ParameterShard::PushAsync(const PushRequest& request,
       return staged;
     }
   }
+  CommitApplied(response);
+  return absl::OkStatus();
+}
+
+void ParameterShard::CommitApplied(PushResponse* response) {
   store_.Commit();
   ++pushes_applied_;
   AdvanceVersion();
   response->set_outcome(PushResponse::APPLIED);
   response->set_version(version_);
-  return absl::OkStatus();
 }
 
 void ParameterShard::AdvanceVersion() {

@@ -242,6 +242,9 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the staged ASYNC update visible as the next version and answers
+  // APPLIED.
+  void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts an accepted push in its worker's clock and staleness figures.
   void RecordPush(int worker, int64_t computed_at, int64_t staleness)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

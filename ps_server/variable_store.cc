@@ -154,24 +154,9 @@ absl::Status VariableStore::ValidateGradients(
   std::vector<bool> seen(variables_.size(), false);
   std::vector<float> scratch;
   for (const Tensor& gradient : gradients) {
-    int index = Find(gradient.name());
-    if (index < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push"));
-    }
-    if (seen[index]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push"));
-    }
-    seen[index] = true;
-    const Variable& v = variables_[index];
-    if (!gradient.shape().empty() &&
-        !std::equal(gradient.shape().begin(), gradient.shape().end(), v.shape.begin(),
-                    v.shape.end())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient for \"", v.name, "\" has the wrong shape; the variable has ",
-          v.shape.size(), " dimension(s) and ", v.size(), " values"));
-    }
+    absl::StatusOr<int> index = CheckGradientHeader(gradient, &seen);
+    if (!index.ok()) return index.status();
+    const Variable& v = variables_[*index];
     if (absl::Status s = CheckTensorPayload(gradient, v.size()); !s.ok()) return s;
     if (check_finite && !EncodedFinite(gradient.data(), gradient.dtype())) {  // name the culprit
       if (absl::Status s = CheckFinite(TensorValues(gradient, &scratch),
@@ -180,7 +165,7 @@ absl::Status VariableStore::ValidateGradients(
         return s;
       }
     }
-    indices->push_back(index);
+    indices->push_back(*index);
   }
   if (require_all && indices->size() != variables_.size()) {
     for (size_t i = 0; i < variables_.size(); ++i) {
@@ -192,6 +177,29 @@ absl::Status VariableStore::ValidateGradients(
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> VariableStore::CheckGradientHeader(const Tensor& gradient,
+                                                       std::vector<bool>* seen) const {
+  const int index = Find(gradient.name());
+  if (index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push"));
+  }
+  if ((*seen)[index]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push"));
+  }
+  (*seen)[index] = true;
+  const Variable& v = variables_[index];
+  if (!gradient.shape().empty() &&
+      !std::equal(gradient.shape().begin(), gradient.shape().end(), v.shape.begin(),
+                  v.shape.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient for \"", v.name, "\" has the wrong shape; the variable has ", v.shape.size(),
+        " dimension(s) and ", v.size(), " values"));
+  }
+  return index;
 }
 
 absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {

@@ -62,6 +62,11 @@ class VariableStore {
   absl::Status ValidateGradients(const google::protobuf::RepeatedPtrField<Tensor>& gradients,
                                  bool require_all, bool check_finite,
                                  std::vector<int>* indices) const;
+  // What ValidateGradients checks of one gradient before its payload: a
+  // known variable, not already in `seen` (one flag per variable, which
+  // this sets), and the variable's shape if it names one. The variable's
+  // index, or InvalidArgument naming the gradient.
+  absl::StatusOr<int> CheckGradientHeader(const Tensor& gradient, std::vector<bool>* seen) const;
 
   // Copies every variable, its optimizer state and update count out.
   void Export(ShardCheckpoint* checkpoint) const;
