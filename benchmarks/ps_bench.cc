@@ -158,10 +158,18 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     if (absl::StatusOr<bool> init = (*client)->Init({params}); !init.ok()) fail(init.status());
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
-    std::vector<int64_t> min_versions(shards, 0);
+    if (absl::Status s = (*client)->Pull(std::vector<int64_t>(shards, 0), absl::Seconds(30),
+                                         {params}, &versions);
+        !s.ok()) {
+      fail(s);
+      return;
+    }
+    // A training step's exchange: the gradient goes out, the new parameters
+    // come back (PsClient::PushPull), as the trainer does it.
     auto round_trip = [&]() {
-      absl::Status s = (*client)->Pull(min_versions, absl::Seconds(30), {params}, &versions);
-      if (s.ok()) s = (*client)->Push(versions, {grads}, &responses);
+      const std::vector<int64_t> computed_at = versions;
+      absl::Status s = (*client)->PushPull(computed_at, {grads}, computed_at, absl::Seconds(30),
+                                           {params}, &versions, &responses);
       if (!s.ok()) fail(s);
       return s.ok();
     };

@@ -10,13 +10,13 @@
 namespace pst {
 namespace {
 
-// Protobuf wire types and the field numbers of PushChunk / PullChunk and
-// TensorPiece (proto/ps.proto).
+// Protobuf wire types and the field numbers of PushChunk / PullChunk /
+// PushPullChunk and TensorPiece (proto/ps.proto).
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kStartGroup = 3, kEndGroup = 4,
               kFixed32 = 5;
 // protobuf's default recursion limit: how deep messages and groups may nest.
 constexpr int kRecursionLimit = 100;
-constexpr int kHeaderField = 1, kPiecesField = 2;
+constexpr int kHeaderField = 1, kPiecesField = 2, kExtraField = 3;
 constexpr int kTensorField = 1, kOffsetField = 2, kDataField = 3;
 
 // Pieces up to this size are copied into the framing around them: a slice
@@ -220,6 +220,12 @@ void ChunkBuilder::SetHeader(const google::protobuf::MessageLite& header) {
   header.AppendToString(&inline_);
 }
 
+void ChunkBuilder::SetExtra(const google::protobuf::MessageLite& extra) {
+  AppendKey(kExtraField, kLengthDelimited, &inline_);
+  AppendVarint(extra.ByteSizeLong(), &inline_);
+  extra.AppendToString(&inline_);
+}
+
 void ChunkBuilder::AddPiece(int tensor, int64_t offset, std::span<const char> data,
                             const PayloadPin& pin) {
   // Fields as protobuf writes them: in number order, proto3 zeros left out.
@@ -269,6 +275,7 @@ void ChunkBuilder::FlushInline() {
 absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
   slices_.clear();
   headers_.clear();
+  extras_.clear();
   pieces_.clear();
   if (grpc::Status dumped = message->Dump(&slices_); !dumped.ok()) {
     return Malformed(dumped.error_message());
@@ -281,7 +288,8 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
     const uint64_t field = key >> 3;
     const int wire_type = static_cast<int>(key & 7);
     if (field == 0) return Malformed("field number 0");
-    if (wire_type != kLengthDelimited || (field != kHeaderField && field != kPiecesField)) {
+    if (wire_type != kLengthDelimited ||
+        (field != kHeaderField && field != kPiecesField && field != kExtraField)) {
       if (absl::Status s = SkipField(field, wire_type, 0, kRecursionLimit, &cursor); !s.ok()) {
         return s;
       }
@@ -292,11 +300,12 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
       return Malformed("a field runs past the end of the message");
     }
     const int64_t end = cursor.remaining() - static_cast<int64_t>(length);
-    if (field == kHeaderField) {
+    if (field == kHeaderField || field == kExtraField) {
       Piece bytes{.size = static_cast<int64_t>(length), .slice = cursor.slice(),
                   .start = cursor.position()};
-      headers_.emplace_back(length, '\0');
-      CopyData(bytes, headers_.back().data());
+      std::vector<std::string>& occurrences = field == kHeaderField ? headers_ : extras_;
+      occurrences.emplace_back(length, '\0');
+      CopyData(bytes, occurrences.back().data());
       cursor.Skip(length);
       continue;
     }
@@ -307,16 +316,31 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
   return absl::OkStatus();
 }
 
-bool ReceivedChunk::ParseHeader(google::protobuf::MessageLite* header) const {
-  header->Clear();
-  for (const std::string& bytes : headers_) {
+namespace {
+
+// Parses `occurrences` into `message` as protobuf parses a repeated
+// occurrence of a message field: each on its own, merged in order.
+bool MergeOccurrences(const std::vector<std::string>& occurrences,
+                      google::protobuf::MessageLite* message) {
+  message->Clear();
+  for (const std::string& bytes : occurrences) {
     google::protobuf::io::CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
                                                  static_cast<int>(bytes.size()));
     // Nested in the chunk message, as protobuf would see it.
     input.SetRecursionLimit(kRecursionLimit - 1);
-    if (!header->MergeFromCodedStream(&input) || !input.ConsumedEntireMessage()) return false;
+    if (!message->MergeFromCodedStream(&input) || !input.ConsumedEntireMessage()) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool ReceivedChunk::ParseHeader(google::protobuf::MessageLite* header) const {
+  return MergeOccurrences(headers_, header);
+}
+
+bool ReceivedChunk::ParseExtra(google::protobuf::MessageLite* extra) const {
+  return MergeOccurrences(extras_, extra);
 }
 
 void ReceivedChunk::CopyData(const Piece& piece, char* dest) const {

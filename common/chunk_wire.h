@@ -1,5 +1,5 @@
-// The messages of the chunked streams (PushChunk and PullChunk in
-// proto/ps.proto) as gRPC byte buffers, built and read without protobuf
+// The messages of the chunked streams (PushChunk, PullChunk and
+// PushPullChunk in proto/ps.proto) as gRPC byte buffers, built and read without protobuf
 // copying their payloads.
 //
 // On the wire these are ordinary serialized PushChunk / PullChunk messages,
@@ -31,6 +31,7 @@ namespace pst {
 // through the generated PullChunk / PushChunk code.
 inline constexpr char kPullStreamMethod[] = "/pst.ParameterServer/PullStream";
 inline constexpr char kPushStreamMethod[] = "/pst.ParameterServer/PushStream";
+inline constexpr char kPushPullMethod[] = "/pst.ParameterServer/PushPull";
 
 // Keeps memory that a built message references alive and unchanged for as
 // long as gRPC holds a slice of it: every referenced piece holds one count
@@ -49,6 +50,9 @@ class ChunkBuilder {
   // The first message's header: a PushRequest or PullResponse whose tensors
   // carry no data.
   void SetHeader(const google::protobuf::MessageLite& header);
+  // Field 3 of the message: a PushPull's PullRequest (PushChunk.pull) or
+  // its PushPullDone (PushPullChunk.done).
+  void SetExtra(const google::protobuf::MessageLite& extra);
 
   // The piece of tensor `tensor` that starts `offset` bytes into its
   // payload. Large pieces are referenced, not copied, and counted in `pin`;
@@ -88,6 +92,9 @@ class ReceivedChunk {
   // protobuf would: each occurrence of the field on its own, merged in
   // order. False if one is not a valid message.
   bool ParseHeader(google::protobuf::MessageLite* header) const;
+  // The same for field 3 (ChunkBuilder::SetExtra).
+  bool has_extra() const { return !extras_.empty(); }
+  bool ParseExtra(google::protobuf::MessageLite* extra) const;
   const std::vector<Piece>& pieces() const { return pieces_; }
 
   // Copies the piece's piece.size data bytes to `dest`.
@@ -111,7 +118,9 @@ class ReceivedChunk {
 
  private:
   std::vector<grpc::Slice> slices_;
-  std::vector<std::string> headers_;  // each occurrence's bytes
+  // Each occurrence's bytes of fields 1 and 3.
+  std::vector<std::string> headers_;
+  std::vector<std::string> extras_;
   std::vector<Piece> pieces_;
 };
 

@@ -1,7 +1,7 @@
 // The hand-written stream-message parser (common/chunk_wire.h) against
 // protobuf's own: for any bytes, cut into gRPC slices anywhere, ReceivedChunk
 // accepts exactly when PushChunk::ParseFromString does, and then finds the
-// same header and pieces. The first byte picks the slice size.
+// same header, pieces and pull (field 3). The first byte picks the slice size.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,8 +28,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pst::ReceivedChunk chunk;
   bool ours = chunk.Parse(&message).ok();
   // The header's own bytes are parsed by protobuf, as its receivers do.
+  // So are field 3's (a PushPull's PullRequest).
   pst::PushRequest header;
   if (ours && chunk.has_header()) ours = chunk.ParseHeader(&header);
+  pst::PullRequest pull;
+  if (ours && chunk.has_extra()) ours = chunk.ParseExtra(&pull);
   pst::PushChunk reference;
   const bool protobuf = reference.ParseFromString(bytes);
   if (ours != protobuf) __builtin_trap();
@@ -38,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (header.SerializeAsString() != reference.header().SerializeAsString()) {
     __builtin_trap();
   }
+  if (chunk.has_extra() != reference.has_pull()) __builtin_trap();
+  if (pull.SerializeAsString() != reference.pull().SerializeAsString()) __builtin_trap();
   if (static_cast<int>(chunk.pieces().size()) != reference.pieces_size()) __builtin_trap();
   for (size_t i = 0; i < chunk.pieces().size(); ++i) {
     const pst::ReceivedChunk::Piece& piece = chunk.pieces()[i];

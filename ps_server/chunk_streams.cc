@@ -118,9 +118,9 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
 
 }  // namespace
 
-absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                             std::function<void()> cancel, ParameterShard* shard,
-                             PushRequest* buffer, PushResponse* response, ReceivedPush* received) {
+absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
+                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
+                             ReceivedPush* received, PushEcho* echo) {
   // The shard counts the refusals of a header it checks; the rest are counted here.
   auto refuse = [shard](absl::Status status) {
     shard->CountRejectedPush();
@@ -132,7 +132,7 @@ absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* read
   PushRequest header;
   std::optional<PieceSequence> sequence;
   std::unique_ptr<StreamedUpdate> update;  // null: buffered
-  while (reader->Read(&message)) {
+  while (read(&message)) {
     if (update != nullptr) update->Progressed();
     received->bytes += static_cast<int64_t>(message.Length());
     if (absl::Status s = chunk.Parse(&message); !s.ok()) return refuse(s);
@@ -147,6 +147,11 @@ absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* read
       absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
       if (!push.ok()) return push.status();
       update = std::move(push->update);
+      if (echo != nullptr) {
+        absl::StatusOr<bool> may_stream = echo->Start(chunk, header);
+        if (!may_stream.ok()) return refuse(may_stream.status());
+        if (!*may_stream) update.reset();
+      }
       if (update != nullptr) update->SetCancel(std::move(cancel));
       if (update == nullptr) {
         sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
@@ -159,6 +164,9 @@ absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* read
     absl::Status added = update != nullptr ? ApplyPieces(chunk, header, &*sequence, update.get())
                                            : AddPieces(chunk, &*sequence, buffer);
     if (!added.ok()) return refuse(added);
+    if (echo != nullptr && update != nullptr) {
+      if (absl::Status s = echo->Staged(chunk, *update); !s.ok()) return s;
+    }
   }
   if (!sequence) return refuse(absl::InvalidArgumentError("the push stream was empty: no header"));
   if (absl::Status s = sequence->Finish(); !s.ok()) return refuse(s);
@@ -181,7 +189,8 @@ void CapturePull(int64_t version, const std::vector<const Variable*>& variables,
   }
 }
 
-int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write) {
+int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write,
+                        const google::protobuf::MessageLite* last_extra) {
   const int element_bytes = DTypeBytes(payload->dtype);
   const bool referenced = element_bytes == sizeof(float);  // float32 bytes are the values
   std::vector<int64_t> tensor_bytes;
@@ -218,13 +227,163 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
                        {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)},
                        pins[ref.tensor]);
     }
+    const bool last = c + 1 == plan.size();
+    if (last && last_extra != nullptr) builder.SetExtra(*last_extra);
     grpc::ByteBuffer message = builder.Finish();
     sent += static_cast<int64_t>(message.Length());
     grpc::WriteOptions options;
-    if (c + 1 == plan.size()) options.set_last_message();
+    if (last) options.set_last_message();
     if (!write(message, options)) return -1;
   }
   return sent;
+}
+
+namespace {
+
+// PushPull's answer: the staged values of each chunk as it is staged, or,
+// when the push is not applied while it streams in, a pull once it is in.
+class PushPullEcho final : public PushEcho {
+ public:
+  PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload, bool async)
+      : write_(write), payload_(std::move(payload)), async_(async) {}
+
+  absl::StatusOr<bool> Start(const ReceivedChunk& first, const PushRequest& header) override {
+    if (!first.has_extra() || !first.ParseExtra(&pull_)) {
+      return absl::InvalidArgumentError(
+          "a PushPull's first message must carry its PullRequest (PushChunk.pull)");
+    }
+    dtype_ = pull_.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : pull_.dtype();
+    if (DTypeBytes(dtype_) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown wire dtype ", static_cast<int>(pull_.dtype()), " in a PushPull's pull"));
+    }
+    // The answer holds the pushed variables, in the push's order.
+    pull_.set_worker(header.worker());
+    pull_.clear_names();
+    answer_.Clear();
+    for (const Tensor& gradient : header.gradients()) {
+      pull_.add_names(gradient.name());
+      Tensor* variable = answer_.add_variables();
+      variable->set_name(gradient.name());
+      variable->mutable_shape()->CopyFrom(gradient.shape());
+      variable->set_dtype(dtype_);
+      gradient_element_bytes_.push_back(DTypeBytes(gradient.dtype()));
+    }
+    // Committed, the push is the version after the one it was computed at,
+    // or later: an ASYNC pull that asks for no more needs no wait. (SSP's
+    // pulls may have to wait for slower workers, SYNC's for the step.)
+    return async_ && pull_.min_version() <= header.computed_at_version() + 1;
+  }
+
+  absl::Status Staged(const ReceivedChunk& chunk, const StreamedUpdate& update) override {
+    ChunkBuilder builder;
+    if (!streamed_) {
+      streamed_ = true;
+      builder.SetHeader(answer_);
+      PrepareEncoding(update);
+    }
+    const int element_bytes = DTypeBytes(dtype_);
+    for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
+      const int64_t first = piece.offset / gradient_element_bytes_[piece.tensor];
+      const int64_t count = piece.size / gradient_element_bytes_[piece.tensor];
+      const Values& staged = update.staged_values(piece.tensor);
+      const std::span<const float> values(staged->data() + first, count);
+      const int64_t offset = first * element_bytes;
+      if (element_bytes == sizeof(float)) {  // float32: the staged values are the wire bytes
+        builder.AddPiece(piece.tensor, offset,
+                         {reinterpret_cast<const char*>(values.data()), values.size_bytes()},
+                         staged);
+      } else {
+        char* wire = encoded_[piece.tensor] + offset;
+        EncodeValuesTo(values, dtype_, wire);
+        builder.AddPiece(piece.tensor, offset, {wire, static_cast<size_t>(count * element_bytes)},
+                         payload_);
+      }
+    }
+    grpc::ByteBuffer message = builder.Finish();
+    sent_ += static_cast<int64_t>(message.Length());
+    if (!write_(message, grpc::WriteOptions())) {
+      return absl::CancelledError("the worker went away during a PushPull");
+    }
+    return absl::OkStatus();
+  }
+
+  // After the push: the answer's end, or all of it if nothing was streamed.
+  absl::Status Finish(const PushPullContext& context, const PushResponse& response) {
+    PushPullDone done;
+    *done.mutable_push() = response;
+    if (streamed_) {
+      done.set_version(response.version());
+      ChunkBuilder builder;
+      builder.SetExtra(done);
+      grpc::ByteBuffer message = builder.Finish();
+      sent_ += static_cast<int64_t>(message.Length());
+      grpc::WriteOptions options;
+      options.set_last_message();
+      if (!write_(message, options)) {
+        return absl::CancelledError("the worker went away during a PushPull");
+      }
+      return absl::OkStatus();
+    }
+    absl::Status status = context.shard->PullVisit(
+        pull_, context.pull_deadline(pull_),
+        [&](int64_t version, const std::vector<const Variable*>& variables) {
+          CapturePull(version, variables, dtype_, payload_.get());
+        });
+    if (!status.ok()) {
+      payload_->values.clear();  // nothing captured may stay pinned
+      return status;
+    }
+    done.set_version(payload_->header.version());
+    const int64_t sent = SendPullPayload(payload_, write_, &done);
+    if (sent < 0) return absl::CancelledError("the worker went away during a PushPull");
+    sent_ += sent;
+    return absl::OkStatus();
+  }
+
+  int64_t sent() const { return sent_; }
+
+ private:
+  // 16-bit answers are encoded into the payload's buffer, one region per
+  // variable.
+  void PrepareEncoding(const StreamedUpdate& update) {
+    const int element_bytes = DTypeBytes(dtype_);
+    if (element_bytes == sizeof(float)) return;
+    int64_t total = 0;
+    for (int i = 0; i < answer_.variables_size(); ++i) {
+      total += static_cast<int64_t>(update.staged_values(i)->size()) * element_bytes;
+    }
+    payload_->encoded.resize(total);
+    char* next = payload_->encoded.data();
+    for (int i = 0; i < answer_.variables_size(); ++i) {
+      encoded_.push_back(next);
+      next += update.staged_values(i)->size() * element_bytes;
+    }
+  }
+
+  WriteMessage write_;
+  std::shared_ptr<PullPayload> payload_;
+  const bool async_;  // the shard's mode is ASYNC
+  PullRequest pull_;
+  DType dtype_ = FLOAT32;
+  PullResponse answer_;  // the header: the pushed variables, no data
+  std::vector<int> gradient_element_bytes_;
+  std::vector<char*> encoded_;
+  bool streamed_ = false;
+  int64_t sent_ = 0;
+};
+
+}  // namespace
+
+absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
+                           const PushPullContext& context, PushResponse* response,
+                           ReceivedPush* received, int64_t* bytes_sent) {
+  PushPullEcho echo(write, context.payloads->Take(), context.shard->mode() == ASYNC);
+  absl::Status status = ServePushStream(read, std::move(cancel), context.shard, context.buffer,
+                                        response, received, &echo);
+  if (status.ok()) status = echo.Finish(context, *response);
+  *bytes_sent = echo.sent();
+  return status;
 }
 
 std::shared_ptr<PullPayload> PullPayloadPool::Take() {

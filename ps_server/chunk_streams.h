@@ -1,6 +1,7 @@
 // The server's end of the chunked data plane (common/tensor_stream.h,
-// common/chunk_wire.h): reassembling a PushStream into a PushRequest and
-// sending a pull as a PullStream, over raw gRPC byte buffers.
+// common/chunk_wire.h): taking a PushStream (applied as it streams in, or
+// reassembled into a PushRequest), sending a pull as a PullStream, and
+// PushPull, which does both in one call, over raw gRPC byte buffers.
 #ifndef PST_PS_SERVER_CHUNK_STREAMS_H_
 #define PST_PS_SERVER_CHUNK_STREAMS_H_
 
@@ -13,10 +14,27 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
+#include "common/chunk_wire.h"
 #include "ps.pb.h"
 #include "ps_server/parameter_shard.h"
 
 namespace pst {
+
+// Reads the next message of a stream into its argument; false at the end
+// of the stream or when the call failed.
+using ReadMessage = absl::FunctionRef<bool(grpc::ByteBuffer*)>;
+
+// What a PushPull adds to serving its push stream (ServePushStream).
+class PushEcho {
+ public:
+  virtual ~PushEcho() = default;
+  // Given the stream's first message and its header (already checked
+  // against the shard): whether the push may be applied while it streams
+  // in. An error refuses the stream.
+  virtual absl::StatusOr<bool> Start(const ReceivedChunk& first, const PushRequest& header) = 0;
+  // The pieces of `chunk` have just been staged into `update`.
+  virtual absl::Status Staged(const ReceivedChunk& chunk, const StreamedUpdate& update) = 0;
+};
 
 // Serves one PushStream: reads it and pushes it to `shard`. When the shard
 // can apply the push as it streams in (ParameterShard::BeginStreamedPush),
@@ -31,14 +49,15 @@ namespace pst {
 // leaves the model untouched and is counted in pushes_rejected.
 // `cancel` ends the call (ServerContext::TryCancel): the shard uses it on a
 // stream that stalls while other updates wait for it. `received` gets what
-// the metrics want to know of the push.
+// the metrics want to know of the push. `echo`, if given, is told of the
+// stream's start and of every chunk staged.
 struct ReceivedPush {
   int64_t bytes = 0;  // on the wire
   int64_t computed_at_version = 0;
 };
-absl::Status ServePushStream(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                             std::function<void()> cancel, ParameterShard* shard,
-                             PushRequest* buffer, PushResponse* response, ReceivedPush* received);
+absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
+                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
+                             ReceivedPush* received, PushEcho* echo = nullptr);
 
 // One pull's answer: the header, and the requested variables' values at
 // one version, in the wire dtype.
@@ -62,8 +81,11 @@ void CapturePull(int64_t version, const std::vector<const Variable*>& variables,
 // (outside the shard's lock); the slices gRPC still holds keep what they
 // reference alive. Drops the payload's references to the variables.
 // Returns the bytes written, or -1 if a write failed (the client went away).
+// `last_extra`, if given, goes into the last message as its field 3
+// (PushPullChunk.done).
 using WriteMessage = absl::FunctionRef<bool(const grpc::ByteBuffer&, grpc::WriteOptions)>;
-int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write);
+int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write,
+                        const google::protobuf::MessageLite* last_extra = nullptr);
 
 // Pull payloads for reuse, so that a pull encodes into warm memory. A
 // payload is handed out again only once nothing but the pool holds it,
@@ -76,6 +98,27 @@ class PullPayloadPool {
   absl::Mutex mu_;
   std::vector<std::shared_ptr<PullPayload>> payloads_ ABSL_GUARDED_BY(mu_);
 };
+
+// Serves one PushPull: the push stream as ServePushStream does, then the
+// pushed variables' values, in the pull's dtype, at a version that
+// includes the push and is at least pull.min_version (waiting for it until
+// `pull_deadline`), as PushPullChunk messages through `write`; the last
+// carries the push's response and the values' version (PushPullDone).
+// On an ASYNC shard that applies the push as it streams in, and when the
+// pull needs no wait, each chunk's new values are written as soon as they
+// are staged, from the staging buffers themselves (float32) or encoded
+// into a pooled payload; the push and the answer then flow at once.
+// `bytes_sent` gets the answer's size on the wire.
+struct PushPullContext {
+  ParameterShard* shard;
+  PushRequest* buffer;         // as ServePushStream's
+  PullPayloadPool* payloads;   // encodings of 16-bit answers
+  // When the pull's wait ends, given its request.
+  std::function<absl::Time(const PullRequest&)> pull_deadline;
+};
+absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
+                           const PushPullContext& context, PushResponse* response,
+                           ReceivedPush* received, int64_t* bytes_sent);
 
 }  // namespace pst
 

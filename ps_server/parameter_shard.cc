@@ -352,6 +352,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
       return refuse(target.status());
     }
     update.targets_.push_back(*target);
+    update.staged_.push_back(store_.staged_values(index));
   }
   staging_held_ = true;
   staging_holder_ = push.update.get();
@@ -392,6 +393,7 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
   absl::MutexLock lock(&mu_);
   // Whatever happens, the staging is free when this returns.
   update->holds_staging_ = false;
+  update->staged_.clear();
   ReleaseStagingLocked();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (update->cancelled_) {
@@ -414,6 +416,7 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
 }
 
 StreamedUpdate::~StreamedUpdate() {
+  staged_.clear();
   if (holds_staging_) shard_->ReleaseStaging();
 }
 

@@ -103,6 +103,12 @@ class StreamedUpdate {
     targets_[tensor].Apply(first, gradient);
   }
 
+  // The buffer the header's variable `tensor` is staged into: once
+  // elements have been applied, their new values are there, unchanged
+  // until the update is committed (and, committed, they are the variable's
+  // values). For PushPull, which sends each block back as it is staged.
+  const Values& staged_values(int tensor) const { return staged_[tensor]; }
+
   // How the shard ends the stream if it stalls while another update waits
   // (ShardOptions::stalled_stream_timeout): e.g. cancel the call, so that
   // the stream's next read fails and the update is dropped. Thread-safe;
@@ -131,6 +137,9 @@ class StreamedUpdate {
   int64_t staleness_ = 0;
   std::vector<int> indices_;  // the variables, in header order
   std::vector<VariableStore::StageTarget> targets_;
+  // Dropped before the staging is freed, so that the next update does not
+  // see them as a pull still holding the buffers.
+  std::vector<Values> staged_;
   bool holds_staging_ = true;
 };
 
@@ -138,6 +147,8 @@ class ParameterShard {
  public:
   // InvalidArgument for a bad optimizer config or worker count.
   static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(const ShardOptions& options);
+
+  Mode mode() const { return options_.mode; }
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);

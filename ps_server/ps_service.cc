@@ -48,6 +48,15 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
             return service->ServePushStream(context, reader, response);
           },
           this));
+  MarkMethodStreamed(
+      MethodIndex("PushPull"),
+      new grpc::internal::BidiStreamingHandler<ParameterServerService, grpc::ByteBuffer,
+                                                 grpc::ByteBuffer>(
+          [](ParameterServerService* service, grpc::ServerContext* context,
+             grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+            return service->ServePushPull(context, stream);
+          },
+          this));
 }
 
 grpc::Status ParameterServerService::Register(grpc::ServerContext*, const RegisterRequest* request,
@@ -112,10 +121,38 @@ grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext* contex
   std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
   ReceivedPush received;
   absl::Status status = pst::ServePushStream(
-      reader, [context] { context->TryCancel(); }, server_, buffer.get(), response, &received);
+      [reader](grpc::ByteBuffer* message) { return reader->Read(message); },
+      [context] { context->TryCancel(); }, server_, buffer.get(), response, &received);
   push_buffers_.Give(std::move(buffer));
   RecordServedPush(received.bytes, received.computed_at_version, *response, status,
                    absl::Now() - start);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ParameterServerService::ServePushPull(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+  const absl::Time start = absl::Now();
+  std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
+  const PushPullContext call{
+      .shard = server_,
+      .buffer = buffer.get(),
+      .payloads = &pull_payloads_,
+      .pull_deadline = [context](const PullRequest& pull) { return PullDeadline(*context, pull); },
+  };
+  PushResponse response;
+  ReceivedPush received;
+  int64_t bytes_sent = 0;
+  absl::Status status = pst::ServePushPull(
+      [stream](grpc::ByteBuffer* message) { return stream->Read(message); },
+      [stream](const grpc::ByteBuffer& message, grpc::WriteOptions options) {
+        return stream->Write(message, options);
+      },
+      [context] { context->TryCancel(); }, call, &response, &received, &bytes_sent);
+  push_buffers_.Give(std::move(buffer));
+  const absl::Duration took = absl::Now() - start;
+  RecordServedPush(received.bytes, received.computed_at_version, response, status, took);
+  RecordServedPull(status.ok() ? bytes_sent : 0, status, took);
   return ToGrpcStatus(status);
 }
 

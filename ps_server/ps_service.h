@@ -2,9 +2,9 @@
 // nothing more. Shutdown is forwarded to a callback so that the process
 // (not the service) decides how to stop.
 //
-// PullStream and PushStream carry the bulk of the bytes, so they are served
-// over raw byte buffers (common/chunk_wire.h): the service replaces the
-// generated handlers of those two methods with its own.
+// PullStream, PushStream and PushPull carry the bulk of the bytes, so they
+// are served over raw byte buffers (common/chunk_wire.h): the service
+// replaces the generated handlers of those methods with its own.
 #ifndef PST_PS_SERVER_PS_SERVICE_H_
 #define PST_PS_SERVER_PS_SERVICE_H_
 
@@ -34,12 +34,14 @@ class ParameterServerService final : public ParameterServer::Service {
   // `server` must outlive the service.
   ParameterServerService(pst::ParameterShard* server, AdminHooks hooks);
 
-  // PullStream and PushStream, over byte buffers.
+  // PullStream, PushStream and PushPull, over byte buffers.
   grpc::Status ServePullStream(grpc::ServerContext* context,
                                grpc::ServerReaderWriter<grpc::ByteBuffer, PullRequest>* stream);
   grpc::Status ServePushStream(grpc::ServerContext* context,
                                grpc::ServerReader<grpc::ByteBuffer>* reader,
                                PushResponse* response);
+  grpc::Status ServePushPull(grpc::ServerContext* context,
+                             grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;

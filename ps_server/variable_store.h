@@ -113,6 +113,11 @@ class VariableStore {
   };
   absl::StatusOr<StageTarget> BeginStage(int index, float lr_scale);
   absl::Status FinishStage(int index, const StageTarget& target);
+  // The buffer BeginStage(index) stages the new values into: the values
+  // the variable has once the update is committed, for a caller that sends
+  // them on as they are staged. Holding it past the update makes the next
+  // BeginStage of the variable stage into a new buffer.
+  const Values& staged_values(int index) const { return staged_[index].values; }
 
  private:
   // The next values and optimizer state of a staged variable. Kept between

@@ -50,6 +50,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
         kPullStreamMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel);
     shard.push_stream = std::make_unique<grpc::internal::RpcMethod>(
         kPushStreamMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
+    shard.push_pull = std::make_unique<grpc::internal::RpcMethod>(
+        kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel);
     client->shards_.push_back(std::move(shard));
   }
   return client;
@@ -208,15 +210,20 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
   });
 }
 
-absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration timeout,
-                                 const std::vector<std::span<float>>& out, int64_t* version) {
-  const Shard& shard = shards_[s];
+PullRequest PsClient::MakePullRequest(int s, int64_t min_version, absl::Duration timeout) const {
   PullRequest request;
   request.set_worker(worker_);
   request.set_min_version(min_version);
   request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
   request.set_dtype(wire_dtype_);
-  for (size_t i : shard.slices) request.add_names(slices_[i].name);
+  for (size_t i : shards_[s].slices) request.add_names(slices_[i].name);
+  return request;
+}
+
+absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration timeout,
+                                 const std::vector<std::span<float>>& out, int64_t* version) {
+  const Shard& shard = shards_[s];
+  const PullRequest request = MakePullRequest(s, min_version, timeout);
   if (WireBytes(s) > kChunkBytes) return PullStreamed(s, request, timeout, out, version);
   PullResponse response;
   grpc::ClientContext context;
@@ -253,6 +260,33 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
   return ForEachShard([&](int s) {
     absl::Status status = PushShard(s, computed_at[s], gradients, &(*responses)[s]);
     if (status.ok()) GetWorkerMetrics().bytes_out.Increment(WireBytes(s));
+    return status;
+  });
+}
+
+absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
+                                const std::vector<std::span<const float>>& gradients,
+                                const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                                const std::vector<std::span<float>>& out,
+                                std::vector<int64_t>* versions,
+                                std::vector<PushResponse>* responses) {
+  versions->resize(shards_.size());
+  responses->resize(shards_.size());
+  return ForEachShard([&](int s) {
+    absl::Status status;
+    if (WireBytes(s) > kChunkBytes) {
+      PullRequest pull = MakePullRequest(s, min_versions[s], timeout);
+      pull.clear_names();  // a PushPull answers with the pushed variables
+      status = PushPullStreamed(s, computed_at[s], gradients, pull, timeout, out,
+                                &(*versions)[s], &(*responses)[s]);
+    } else {
+      status = PushShard(s, computed_at[s], gradients, &(*responses)[s]);
+      if (status.ok()) status = PullShard(s, min_versions[s], timeout, out, &(*versions)[s]);
+    }
+    if (status.ok()) {
+      GetWorkerMetrics().bytes_out.Increment(WireBytes(s));
+      GetWorkerMetrics().bytes_in.Increment(WireBytes(s));
+    }
     return status;
   });
 }

@@ -1,25 +1,30 @@
 // A worker's connection to every PS shard of the cluster.
 //
 // The client knows where each variable lives (common/partitioner.h) and
-// speaks to all shards in parallel: one Pull or Push call here is one RPC
-// per shard, all in flight at once. A shard's share up to one chunk
+// speaks to all shards in parallel: one Pull, Push or PushPull call here is
+// one RPC per shard, all in flight at once. A shard's share up to one chunk
 // (common/tensor_stream.h) goes in a unary Pull/Push; a larger one is
-// streamed in chunks (PullStream/PushStream), encoded straight from and
-// decoded straight into the caller's buffers through message buffers that
-// are reused from step to step. Pull and Push may not run concurrently with
-// themselves (one training loop per client); the other calls may.
+// streamed in chunks (PullStream/PushStream/PushPull), encoded straight
+// from and decoded straight into the caller's buffers through message
+// buffers that are reused from step to step. Pull, Push and PushPull may
+// not run concurrently with each other (one training loop per client); the
+// other calls may.
 #ifndef PST_WORKER_PS_CLIENT_H_
 #define PST_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/chunk_wire.h"
 #include "common/security.h"
+#include "common/tensor_stream.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "ps.grpc.pb.h"
 
@@ -86,6 +91,19 @@ class PsClient {
                     const std::vector<std::span<const float>>& gradients,
                     std::vector<PushResponse>* responses);
 
+  // A training step's exchange in one call per shard: pushes the gradients
+  // as Push does, then fills `out` and `versions` as Pull does, with values
+  // that include this push, at versions of at least min_versions. On an
+  // ASYNC shard whose share is streamed, the shard sends each chunk's new
+  // values back while the rest of the push is still on its way, so the two
+  // directions of the connection are busy at once; elsewhere it is a Push
+  // and then a Pull. `gradients` and `out` must not overlap.
+  absl::Status PushPull(const std::vector<int64_t>& computed_at,
+                        const std::vector<std::span<const float>>& gradients,
+                        const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                        const std::vector<std::span<float>>& out, std::vector<int64_t>* versions,
+                        std::vector<PushResponse>* responses);
+
   // Tells every shard this worker is alive (it may be computing a long step).
   absl::Status Heartbeat();
 
@@ -104,10 +122,11 @@ class PsClient {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<ParameterServer::Stub> stub;
-    // PullStream and PushStream, called with byte-buffer messages
+    // PullStream, PushStream and PushPull, called with byte-buffer messages
     // (common/chunk_wire.h) instead of through the stub.
     std::unique_ptr<grpc::internal::RpcMethod> pull_stream;
     std::unique_ptr<grpc::internal::RpcMethod> push_stream;
+    std::unique_ptr<grpc::internal::RpcMethod> push_pull;
     std::vector<size_t> slices;  // indices into slices_, in order
     // 16-bit wire types: gradients encoded for a streamed push, a piece
     // received for decoding. Reused by every streamed call.
@@ -142,8 +161,31 @@ class PsClient {
   absl::Status PushStreamed(int shard, int64_t computed_at,
                             const std::vector<std::span<const float>>& gradients,
                             PushResponse* response);
+  absl::Status PushPullStreamed(int shard, int64_t computed_at,
+                                const std::vector<std::span<const float>>& gradients,
+                                const PullRequest& pull, absl::Duration timeout,
+                                const std::vector<std::span<float>>& out, int64_t* version,
+                                PushResponse* response);
+  // What shard s's part of a pull asks for.
+  PullRequest MakePullRequest(int shard, int64_t min_version, absl::Duration timeout) const;
   // Checks a streamed pull's header against what shard s should hold.
   absl::Status CheckPullHeader(int shard, const PullResponse& header) const;
+  // Takes one message of shard s's streamed pull answer into `out`: the
+  // first sets up `sequence` from its header (and sets `version`), every
+  // one's pieces must follow it.
+  absl::Status TakePullChunk(int shard, const ReceivedChunk& chunk,
+                             const std::vector<std::span<float>>& out,
+                             std::optional<PieceSequence>* sequence, int64_t* version);
+  // Sends shard s's gradients as push-stream messages through `write`,
+  // referencing the caller's memory (float32) or shard.encoded, each piece
+  // counted in `sent`; the first message carries `pull` if given. False if
+  // a write failed (the call ended early).
+  bool WritePushChunks(int shard, int64_t computed_at,
+                       const std::vector<std::span<const float>>& gradients,
+                       const PullRequest* pull, const PayloadPin& sent,
+                       absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write);
+  // Waits until gRPC has dropped every reference `sent` counts.
+  void AwaitPushReleased(int shard, const PayloadPin& sent) const;
 
   int worker_;
   DType wire_dtype_ = FLOAT32;

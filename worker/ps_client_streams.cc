@@ -1,6 +1,7 @@
-// PsClient's streamed Pull and Push (PullStream / PushStream), for a shard
-// whose share of the model is larger than one chunk.
+// PsClient's streamed Pull, Push and PushPull (PullStream / PushStream /
+// PushPull), for a shard whose share of the model is larger than one chunk.
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
@@ -36,10 +37,48 @@ absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header) const 
   return absl::OkStatus();
 }
 
+absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
+                                     const std::vector<std::span<float>>& out,
+                                     std::optional<PieceSequence>* sequence, int64_t* version) {
+  Shard& shard = shards_[s];
+  const int element_bytes = DTypeBytes(wire_dtype_);
+  if (!sequence->has_value()) {
+    PullResponse header;
+    if (!chunk.has_header()) return absl::InternalError("the stream did not start with a header");
+    if (!chunk.ParseHeader(&header)) {
+      return absl::InternalError("the stream's header is not a PullResponse");
+    }
+    if (absl::Status checked = CheckPullHeader(s, header); !checked.ok()) return checked;
+    std::vector<int64_t> bytes;
+    for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
+    std::vector<int> element_sizes(bytes.size(), element_bytes);
+    sequence->emplace(std::move(bytes), std::move(element_sizes));
+    *version = header.version();
+  } else if (chunk.has_header()) {
+    return absl::InternalError("the stream carried a second header");
+  }
+  for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
+    if (absl::Status accepted = (*sequence)->Accept(piece.tensor, piece.offset, piece.size);
+        !accepted.ok()) {
+      return accepted;
+    }
+    const Slice& slice = slices_[shard.slices[piece.tensor]];
+    std::span<float> values = out[slice.variable].subspan(
+        slice.offset + piece.offset / element_bytes, piece.size / element_bytes);
+    if (element_bytes == sizeof(float)) {
+      chunk.CopyData(piece, reinterpret_cast<char*>(values.data()));  // float32: the wire bytes
+    } else {
+      shard.received.resize(piece.size);
+      chunk.CopyData(piece, shard.received.data());
+      DecodeValues(shard.received, wire_dtype_, values);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Duration timeout,
                                     const std::vector<std::span<float>>& out, int64_t* version) {
   Shard& shard = shards_[s];
-  const int element_bytes = DTypeBytes(wire_dtype_);
   grpc::ClientContext context;
   SetDeadline(&context, timeout + kRpcDeadline);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
@@ -51,37 +90,7 @@ absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Dur
   absl::Status problem;
   while (problem.ok() && reader->Read(&message)) {
     problem = chunk.Parse(&message);
-    if (!problem.ok()) break;
-    if (!sequence) {
-      PullResponse header;
-      if (!chunk.has_header()) {
-        problem = absl::InternalError("the stream did not start with a header");
-      } else if (!chunk.ParseHeader(&header)) {
-        problem = absl::InternalError("the stream's header is not a PullResponse");
-      } else {
-        problem = CheckPullHeader(s, header);
-      }
-      if (!problem.ok()) break;
-      std::vector<int64_t> bytes;
-      for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
-      std::vector<int> element_sizes(bytes.size(), element_bytes);
-      sequence.emplace(std::move(bytes), std::move(element_sizes));
-      *version = header.version();
-    }
-    for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
-      problem = sequence->Accept(piece.tensor, piece.offset, piece.size);
-      if (!problem.ok()) break;
-      const Slice& slice = slices_[shard.slices[piece.tensor]];
-      std::span<float> values = out[slice.variable].subspan(
-          slice.offset + piece.offset / element_bytes, piece.size / element_bytes);
-      if (element_bytes == sizeof(float)) {
-        chunk.CopyData(piece, reinterpret_cast<char*>(values.data()));  // float32: the wire bytes
-      } else {
-        shard.received.resize(piece.size);
-        chunk.CopyData(piece, shard.received.data());
-        DecodeValues(shard.received, wire_dtype_, values);
-      }
-    }
+    if (problem.ok()) problem = TakePullChunk(s, chunk, out, &sequence, version);
   }
   if (!problem.ok()) context.TryCancel();
   grpc::Status rpc = reader->Finish();
@@ -97,9 +106,10 @@ absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Dur
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
-                                    const std::vector<std::span<const float>>& gradients,
-                                    PushResponse* response) {
+bool PsClient::WritePushChunks(int s, int64_t computed_at,
+                               const std::vector<std::span<const float>>& gradients,
+                               const PullRequest* pull, const PayloadPin& sent,
+                               absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write) {
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
   std::vector<int64_t> bytes;
@@ -127,21 +137,8 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
   }
   const std::vector<std::vector<PieceRef>> chunks =
       PlanChunks(bytes, std::vector<int>(bytes.size(), element_bytes));
-  grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          shard.channel.get(), *shard.push_stream, &context, response));
-  // The pieces reference the wire bytes above, pinning `sent`. Once the
-  // shard has answered, every byte has left, and gRPC drops its references
-  // at once; a call that failed part way may leave some queued a moment
-  // longer. Either way the call returns only when they are gone, so the
-  // caller may change or free its gradients (and the next call reuse
-  // `encoded`) as soon as it returns.
-  const PayloadPin sent = std::make_shared<char>(0);
   ChunkBuilder builder;
-  bool open = true;
-  for (size_t c = 0; c < chunks.size() && open; ++c) {
+  for (size_t c = 0; c < chunks.size(); ++c) {
     if (c == 0) {
       PushRequest header;
       header.set_worker(worker_);
@@ -158,20 +155,104 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
       builder.AddPiece(ref.tensor, ref.offset,
                        {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)}, sent);
     }
+    if (c == 0 && pull != nullptr) builder.SetExtra(*pull);
     grpc::WriteOptions options;
     if (c + 1 == chunks.size()) options.set_last_message();
-    // A false write means the shard ended the call early; Finish says why.
-    open = writer->Write(builder.Finish(), options);
+    if (!write(builder.Finish(), options)) return false;
   }
-  grpc::Status rpc = writer->Finish();
-  writer.reset();
+  return true;
+}
+
+void PsClient::AwaitPushReleased(int s, const PayloadPin& sent) const {
   if (!AwaitRelease(sent, kReleaseTimeout)) {
     // Only bytes of a call that has ended can be left: nothing reads them
     // into a model, whatever the caller writes there now.
-    spdlog::warn("ps:{} ({}): gRPC still held a push's gradients {} after the call ended",
-                 s, shard.address, absl::FormatDuration(kReleaseTimeout));
+    spdlog::warn("ps:{} ({}): gRPC still held a push's gradients {} after the call ended", s,
+                 shards_[s].address, absl::FormatDuration(kReleaseTimeout));
   }
+}
+
+absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
+                                    const std::vector<std::span<const float>>& gradients,
+                                    PushResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(&context, kRpcDeadline);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          shards_[s].channel.get(), *shards_[s].push_stream, &context, response));
+  // The pieces reference the wire bytes, pinning `sent`. Once the shard has
+  // answered, every byte has left, and gRPC drops its references at once; a
+  // call that failed part way may leave some queued a moment longer. Either
+  // way the call returns only when they are gone, so the caller may change
+  // or free its gradients (and the next call reuse `encoded`) as soon as it
+  // returns.
+  const PayloadPin sent = std::make_shared<char>(0);
+  // A false write means the shard ended the call early; Finish says why.
+  WritePushChunks(s, computed_at, gradients, nullptr, sent,
+                  [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
+                    return writer->Write(message, options);
+                  });
+  grpc::Status rpc = writer->Finish();
+  writer.reset();
+  AwaitPushReleased(s, sent);
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+}
+
+absl::Status PsClient::PushPullStreamed(int s, int64_t computed_at,
+                                        const std::vector<std::span<const float>>& gradients,
+                                        const PullRequest& pull, absl::Duration timeout,
+                                        const std::vector<std::span<float>>& out,
+                                        int64_t* version, PushResponse* response) {
+  Shard& shard = shards_[s];
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + kRpcDeadline);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          shard.channel.get(), *shard.push_pull, &context));
+  // The answer is read while the push is written: the shard sends values
+  // back while the rest of the push is still arriving, and neither side's
+  // writes may wait on the other's reads.
+  absl::Status problem;
+  std::optional<PieceSequence> sequence;
+  std::optional<PushPullDone> done;
+  std::thread reader([&] {
+    grpc::ByteBuffer message;
+    ReceivedChunk chunk;
+    int64_t header_version = 0;  // 0 in a PushPull: `done` has the version
+    while (problem.ok() && stream->Read(&message)) {
+      problem = chunk.Parse(&message);
+      if (problem.ok() && done) problem = absl::InternalError("the answer went on after its end");
+      if (problem.ok()) problem = TakePullChunk(s, chunk, out, &sequence, &header_version);
+      if (problem.ok() && chunk.has_extra()) {
+        done.emplace();
+        if (!chunk.ParseExtra(&*done)) problem = absl::InternalError("malformed PushPullDone");
+      }
+    }
+    if (!problem.ok()) context.TryCancel();
+  });
+  const PayloadPin sent = std::make_shared<char>(0);  // as in PushStreamed
+  WritePushChunks(s, computed_at, gradients, &pull, sent,
+                  [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
+                    return stream->Write(message, options);
+                  });
+  reader.join();
+  grpc::Status rpc = stream->Finish();
+  stream.reset();
+  AwaitPushReleased(s, sent);
+  if (!problem.ok()) {
+    return absl::Status(problem.code(), absl::StrCat("ps:", s, " (", shard.address,
+                                                     "): push-pull: ", problem.message()));
+  }
+  if (!rpc.ok()) return ShardError(s, rpc);
+  if (!sequence || !done) {
+    return absl::InternalError(absl::StrCat("ps:", s, " ended a push-pull's answer early"));
+  }
+  if (absl::Status finished = sequence->Finish(); !finished.ok()) {
+    return absl::InternalError(absl::StrCat("ps:", s, " push-pull: ", finished.message()));
+  }
+  *response = done->push();
+  *version = done->version();
+  return absl::OkStatus();
 }
 
 }  // namespace pst

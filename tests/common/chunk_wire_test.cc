@@ -39,6 +39,8 @@ PushChunk SampleChunk() {
   far->set_tensor(70000);
   far->set_offset(int64_t{1} << 40);
   far->set_data(Bytes(5000, 'q'));
+  chunk.mutable_pull()->set_min_version(41);  // field 3, as a PushPull sends it
+  chunk.mutable_pull()->set_dtype(BFLOAT16);
   return chunk;
 }
 
@@ -66,6 +68,7 @@ grpc::ByteBuffer Sliced(const std::string& bytes, const std::vector<size_t>& cut
 PushChunk AsProto(const ReceivedChunk& chunk) {
   PushChunk out;
   if (chunk.has_header()) EXPECT_TRUE(chunk.ParseHeader(out.mutable_header()));
+  if (chunk.has_extra()) EXPECT_TRUE(chunk.ParseExtra(out.mutable_pull()));
   for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
     TensorPiece* p = out.add_pieces();
     p->set_tensor(piece.tensor);
@@ -84,6 +87,7 @@ TEST(ChunkBuilderTest, WritesExactlyWhatProtobufSerializes) {
   for (const TensorPiece& piece : expected.pieces()) {
     builder.AddPiece(piece.tensor(), piece.offset(), piece.data(), nullptr);
   }
+  builder.SetExtra(expected.pull());
   EXPECT_EQ(Flatten(builder.Finish()), expected.SerializeAsString());
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "gmock/gmock.h"
@@ -24,14 +25,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A shard (ASYNC, SGD with learning rate 1: a push of g subtracts g) behind
-// a real gRPC server on 127.0.0.1.
+// A shard (ASYNC unless told, SGD with learning rate 1: a push of g
+// subtracts g) behind a real gRPC server on 127.0.0.1.
 class ServedShard {
  public:
   explicit ServedShard(int workers = 1,
-                       absl::Duration stalled_stream_timeout = absl::Seconds(5)) {
+                       absl::Duration stalled_stream_timeout = absl::Seconds(5),
+                       Mode mode = ASYNC) {
     ShardOptions options;
-    options.mode = ASYNC;
+    options.mode = mode;
     options.stalled_stream_timeout = stalled_stream_timeout;
     options.num_workers = workers;
     options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
@@ -115,6 +117,93 @@ TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
       }
     }
   }
+}
+
+// PushPull gives back what a Push and then a Pull would, in both of its
+// ways: streamed back as the push is staged (ASYNC) and pulled once the
+// push is in (SYNC, where the pull waits for the step).
+TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
+  const int64_t chunk_floats = kChunkBytes / 4;
+  struct Case {
+    const char* name;
+    std::vector<VariableSpec> model;
+    DType dtype;
+  };
+  const std::vector<Case> cases = {
+      {"one chunk exactly (unary)", {{"w", {chunk_floats}}}, FLOAT32},
+      {"chunk + 1 element", {{"w", {chunk_floats + 1}}}, FLOAT32},
+      {"many chunks, several variables",
+       {{"k", {1000, 1001}}, {"b", {7}}, {"k2", {3, 333}}}, FLOAT32},
+      {"bf16, odd count past two chunks", {{"w", {kChunkBytes + 3}}}, BFLOAT16},
+      {"fp16, odd counts", {{"a", {kChunkBytes / 2 + 1}}, {"c", {5}}}, FLOAT16},
+  };
+  for (Mode mode : {ASYNC, SYNC}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(c.name, ", ", Mode_Name(mode)));
+      ServedShard served(/*workers=*/1, absl::Seconds(5), mode);
+      auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
+      ASSERT_TRUE(client.ok()) << client.status();
+      (*client)->SetVariables(c.model);
+      (*client)->set_wire_dtype(c.dtype);
+      std::vector<std::vector<float>> initial, gradient, pulled;
+      std::vector<std::span<const float>> initial_spans, gradient_spans;
+      std::vector<std::span<float>> pulled_spans;
+      for (const VariableSpec& spec : c.model) {
+        initial.push_back(Ramp(spec.size(), 1.0f, 0.5f));
+        gradient.push_back(Ramp(spec.size(), -4.0f, 1.0f));
+        pulled.emplace_back(spec.size(), 0.0f);
+      }
+      for (size_t v = 0; v < c.model.size(); ++v) {
+        initial_spans.emplace_back(initial[v]);
+        gradient_spans.emplace_back(gradient[v]);
+        pulled_spans.emplace_back(pulled[v]);
+      }
+      ASSERT_TRUE((*client)->Init(initial_spans).ok());
+      std::vector<int64_t> versions = {0};
+      std::vector<PushResponse> responses;
+      for (int step = 1; step <= 2; ++step) {
+        // As the trainer asks: SYNC wants the step this push completes.
+        const std::vector<int64_t> min_versions = {mode == SYNC ? versions[0] + 1 : versions[0]};
+        absl::Status exchanged = (*client)->PushPull(versions, gradient_spans, min_versions,
+                                                     absl::Seconds(10), pulled_spans, &versions,
+                                                     &responses);
+        ASSERT_TRUE(exchanged.ok()) << exchanged;
+        EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
+        EXPECT_EQ(responses[0].version(), step);
+        ASSERT_EQ(versions[0], step);
+        for (size_t v = 0; v < c.model.size(); ++v) {
+          for (size_t i = 0; i < pulled[v].size(); ++i) {
+            ASSERT_EQ(pulled[v][i], initial[v][i] - static_cast<float>(step) * gradient[v][i])
+                << c.model[v].name << "[" << i << "] after step " << step;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A refused PushPull (a non-finite gradient) is an error to the caller and
+// leaves the model as it was.
+TEST(ChunkStreamsTest, ARefusedPushPullLeavesTheModelUntouched) {
+  ServedShard served;
+  const int64_t elements = 2 * kChunkBytes / 4 + 5;
+  auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->SetVariables({{"w", {elements}}});
+  const std::vector<float> initial = Ramp(elements, 1.0f, 0.5f);
+  ASSERT_TRUE((*client)->Init({initial}).ok());
+  std::vector<float> gradient(elements, 0.5f), pulled(elements, 0.0f);
+  gradient[elements - 2] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int64_t> versions = {0};
+  std::vector<PushResponse> responses;
+  absl::Status exchanged = (*client)->PushPull(versions, {gradient}, versions, absl::Seconds(10),
+                                               {pulled}, &versions, &responses);
+  EXPECT_EQ(exchanged.code(), absl::StatusCode::kInvalidArgument) << exchanged;
+  EXPECT_THAT(exchanged.message(), HasSubstr("non-finite"));
+  versions = {0};
+  ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+  EXPECT_EQ(versions[0], 0);
+  EXPECT_EQ(pulled, initial);
 }
 
 // A streamed pull sends the variables from their own buffers after the
@@ -235,6 +324,63 @@ TEST_F(MalformedPushTest, AWellFormedStreamIsApplied) {
   grpc::Status status = Send({first, second});
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(State().first, before_.first + 1);
+}
+
+// On an ASYNC shard a PushPull's answer flows while the push is still
+// arriving: the new values of the first chunk come back before the client
+// has sent the second (if the shard waited for the whole push, the read
+// below would time out).
+TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub_->PushPull(&context);
+  PushChunk first = Header({{"w", FLOAT32}});
+  AddPiece(&first, 0, 0, 800);  // values 0.25
+  first.mutable_pull()->set_min_version(before_.first);
+  ASSERT_TRUE(stream->Write(first));
+  PushPullChunk answer;
+  ASSERT_TRUE(stream->Read(&answer)) << "no answer before the push ended";
+  ASSERT_EQ(answer.header().variables_size(), 1);
+  EXPECT_EQ(answer.header().variables(0).name(), "w");
+  ASSERT_EQ(answer.pieces_size(), 1);
+  EXPECT_EQ(answer.pieces(0).offset(), 0);
+  ASSERT_EQ(answer.pieces(0).data().size(), 800u);
+  float value = 0;
+  std::memcpy(&value, answer.pieces(0).data().data() + 4 * 199, 4);
+  EXPECT_EQ(value, Ramp(300, 1.0f, 1.0f)[199] - 0.25f);
+  EXPECT_EQ(State(), before_) << "staged values are not visible to pulls before the commit";
+
+  PushChunk second;
+  AddPiece(&second, 0, 800, 400);
+  ASSERT_TRUE(stream->Write(second));
+  ASSERT_TRUE(stream->WritesDone());
+  ASSERT_TRUE(stream->Read(&answer));
+  ASSERT_EQ(answer.pieces_size(), 1);
+  EXPECT_EQ(answer.pieces(0).offset(), 800);
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_TRUE(answer.has_done());
+  EXPECT_EQ(answer.done().push().outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(answer.done().version(), before_.first + 1);
+  EXPECT_FALSE(stream->Read(&answer));
+  grpc::Status status = stream->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(State().first, before_.first + 1);
+}
+
+TEST_F(MalformedPushTest, APushPullWithoutItsPullIsRefused) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub_->PushPull(&context);
+  PushChunk only = Header({{"w", FLOAT32}});
+  AddPiece(&only, 0, 0, 1200);
+  stream->Write(only);
+  stream->WritesDone();
+  PushPullChunk answer;
+  EXPECT_FALSE(stream->Read(&answer));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("PullRequest"));
+  EXPECT_EQ(State(), before_);
 }
 
 TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
