@@ -156,7 +156,6 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   const int batch = training.batch_size();
   const int64_t steps = sampler_->steps_per_epoch();
   const int log_every = training.log_every_steps();
-  const bool sync = training.mode() == SYNC;
   std::vector<PushResponse> responses;
   double epoch_loss = 0.0;
   double window_loss = 0.0;
@@ -171,11 +170,6 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
       loss = RunStep(epoch, step, &responses);
     }
     if (!loss.ok()) return loss.status();
-    // SYNC: the next pull must see the step this push belongs to completed.
-    // ASYNC and SSP: take whatever is newest (SSP's bound is the shard's).
-    for (size_t s = 0; s < versions_.size(); ++s) {
-      next_min_[s] = sync ? versions_[s] + 1 : versions_[s];
-    }
     epoch_loss += loss->loss;
     window_loss += loss->loss;
     result->set_steps(result->steps() + 1);
@@ -208,20 +202,42 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
 absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
                                             std::vector<PushResponse>* responses) {
   const absl::Time start = absl::Now();
-  if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+  if (!parameters_current_) {
+    if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+  }
   const int batch = config_.training().batch_size();
   GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
   absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
   if (!loss.ok()) return loss;
   if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
+  // The gradient goes out and the next step's parameters come back in one
+  // exchange (PsClient::PushPull). SYNC: they must include the step this
+  // push belongs to. ASYNC and SSP: whatever is newest once the push is in
+  // (SSP's bound is the shard's).
+  const std::vector<int64_t> computed_at = versions_;
+  std::vector<int64_t> min_versions = computed_at;
+  if (config_.training().mode() == SYNC) {
+    for (int64_t& v : min_versions) ++v;
+  }
   const absl::Time push_start = absl::Now();
-  if (absl::Status s = client_->Push(versions_, gradients_, responses); !s.ok()) return s;
+  parameters_current_ = false;  // a failed exchange may have written part of them
+  if (absl::Status s = client_->PushPull(
+          computed_at, gradients_, min_versions,
+          absl::Seconds(config_.training().pull_timeout_seconds()), parameters_, &versions_,
+          responses);
+      !s.ok()) {
+    return s;
+  }
+  parameters_current_ = true;
+  next_min_ = versions_;
   WorkerMetrics& metrics = GetWorkerMetrics();
   metrics.push_seconds.Observe(Seconds(push_start));
+  metrics.version.Set(static_cast<double>(versions_[0]));
   metrics.step_seconds.Observe(Seconds(start));
   metrics.steps.Increment();
   metrics.samples.Increment(batch);
-  window_staleness_ += RecordPushes(versions_, *responses);
+  window_staleness_ += RecordPushes(computed_at, *responses);
+  if (absl::Status s = mlp_->UploadParameters(); !s.ok()) return s;
   return loss;
 }
 
@@ -245,6 +261,7 @@ absl::Status Trainer::Reconnect(const absl::Status& cause) {
       }
       // The shard may have gone back to its last checkpoint: take what it has.
       std::fill(next_min_.begin(), next_min_.end(), 0);
+      parameters_current_ = false;
       spdlog::info("reconnected; shard 0 is at version {}", view->version());
       return absl::OkStatus();
     }

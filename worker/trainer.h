@@ -63,7 +63,9 @@ class Trainer {
   // Keeps this worker in every shard's live set while it computes.
   void HeartbeatLoop(absl::Notification* stop);
   absl::Status PullParameters(const std::vector<int64_t>& min_versions);
-  // Pull, forward/backward on batch `step` of `epoch`, push.
+  // Forward/backward on batch `step` of `epoch` (after a pull, unless the
+  // last step's exchange brought the parameters back), then the exchange:
+  // push the gradient, receive the next parameters.
   absl::StatusOr<LossResult> RunStep(int epoch, int64_t step, std::vector<PushResponse>* responses);
   // After `cause` (Unavailable): registers again with backoff and jitter until
   // every shard answers, re-offers Init, and pulls whatever the shards hold.
@@ -84,6 +86,9 @@ class Trainer {
   std::vector<std::span<const float>> gradients_;
   std::vector<int64_t> versions_;      // each shard's version at the last pull
   std::vector<int64_t> next_min_;      // the version each shard must reach before the next pull
+  // The last step's PushPull left the next step's parameters in
+  // parameters_ (and on the device): the step need not pull.
+  bool parameters_current_ = false;
   std::span<float> batch_x_;  // the Mlp's (pinned) input staging buffer
   std::span<float> batch_y_;  // the Mlp's (pinned) target staging buffer
   int64_t resume_clock_ = 0;           // steps this worker had done before a restart

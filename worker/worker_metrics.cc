@@ -6,13 +6,18 @@ using metrics::GlobalRegistry;
 
 WorkerMetrics& GetWorkerMetrics() {
   static WorkerMetrics* m = new WorkerMetrics{
-      GlobalRegistry().AddHistogram("pst_worker_pull_seconds",
-                                    "Time of a Pull from every shard, waiting included.",
-                                    metrics::LatencyBuckets()),
-      GlobalRegistry().AddHistogram("pst_worker_push_seconds", "Time of a Push to every shard.",
-                                    metrics::LatencyBuckets()),
+      GlobalRegistry().AddHistogram(
+          "pst_worker_pull_seconds",
+          "Time of a Pull from every shard (first step, after a reconnect, before an "
+          "evaluation), waiting included.",
+          metrics::LatencyBuckets()),
+      GlobalRegistry().AddHistogram(
+          "pst_worker_push_seconds",
+          "Time of a step's exchange with every shard: the Push and the new parameters that "
+          "come back in the same call (PushPull), waiting included.",
+          metrics::LatencyBuckets()),
       GlobalRegistry().AddHistogram("pst_worker_step_seconds",
-                                    "Time of one training step: pull, compute, push.",
+                                    "Time of one training step: compute and exchange.",
                                     metrics::LatencyBuckets()),
       GlobalRegistry().AddHistogram("pst_worker_push_staleness",
                                     "Versions between computing a gradient and its arrival.",

@@ -124,7 +124,9 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(ScratchDir() + "/worker.log");
 
   EXPECT_GE(w["pst_worker_steps_total"], 5) << ReadFile(ScratchDir() + "/worker.log");
-  EXPECT_GE(w["pst_worker_pull_seconds_count"], 5);
+  // Only the first step pulls; every step's exchange brings the next one's
+  // parameters back (PsClient::PushPull).
+  EXPECT_GE(w["pst_worker_pull_seconds_count"], 1);
   EXPECT_GE(w["pst_worker_push_seconds_count"], 5);
   EXPECT_GE(w["pst_worker_step_seconds_bucket{le=\"+Inf\"}"], 5);
   EXPECT_GT(w["pst_worker_sent_bytes_total"], 0);
