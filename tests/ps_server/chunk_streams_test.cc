@@ -182,6 +182,64 @@ TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
   }
 }
 
+// SYNC over several shards: two workers exchange at once, each shard holds
+// the first gradient until the second arrives, and both workers get the
+// averaged step back from every shard, at the step's version.
+TEST(ChunkStreamsTest, SyncPushPullOfTwoWorkersOverTwoShardsReturnsTheAveragedStep) {
+  ServedShard first(/*workers=*/2, absl::Seconds(5), SYNC);
+  ServedShard second(/*workers=*/2, absl::Seconds(5), SYNC);
+  const std::vector<std::string> addresses = {first.address(), second.address()};
+  const std::vector<VariableSpec> model = {{"w", {1024, 768}}, {"b", {5}}};  // streamed shares
+  auto connect = [&](int worker) {
+    auto client = PsClient::Connect(addresses, worker, absl::Seconds(10));
+    EXPECT_TRUE(client.ok()) << client.status();
+    (*client)->SetVariables(model);
+    return std::move(*client);
+  };
+  std::vector<std::vector<float>> initial;
+  for (const VariableSpec& spec : model) initial.push_back(Ramp(spec.size(), 1.0f, 0.5f));
+  ASSERT_TRUE(connect(0)->Init({initial[0], initial[1]}).ok());
+  auto gradient = [](int worker, int64_t n) {
+    return worker == 0 ? Ramp(n, -4.0f, 1.0f) : Ramp(n, 2.0f, 0.5f);
+  };
+  std::vector<std::vector<std::vector<float>>> pulled(2);
+  std::vector<std::vector<PushResponse>> responses(2);
+  std::vector<std::vector<int64_t>> versions(2, std::vector<int64_t>{0, 0});
+  std::vector<absl::Status> results(2);
+  auto exchange = [&](int worker) {
+    std::unique_ptr<PsClient> client = connect(worker);
+    std::vector<std::vector<float>> grads;
+    for (const VariableSpec& spec : model) {
+      grads.push_back(gradient(worker, spec.size()));
+      pulled[worker].emplace_back(spec.size(), 0.0f);
+    }
+    results[worker] = client->PushPull(
+        versions[worker], {grads[0], grads[1]}, /*min_versions=*/{1, 1}, absl::Seconds(10),
+        {pulled[worker][0], pulled[worker][1]}, &versions[worker], &responses[worker]);
+  };
+  std::thread other(exchange, 1);
+  exchange(0);
+  other.join();
+  for (int worker = 0; worker < 2; ++worker) {
+    SCOPED_TRACE(absl::StrCat("worker:", worker));
+    ASSERT_TRUE(results[worker].ok()) << results[worker];
+    EXPECT_EQ(versions[worker], (std::vector<int64_t>{1, 1}));
+    for (size_t v = 0; v < model.size(); ++v) {
+      const std::vector<float> g0 = gradient(0, model[v].size());
+      const std::vector<float> g1 = gradient(1, model[v].size());
+      for (size_t i = 0; i < initial[v].size(); ++i) {
+        ASSERT_EQ(pulled[worker][v][i], initial[v][i] - (g0[i] + g1[i]) / 2)
+            << model[v].name << "[" << i << "]";
+      }
+    }
+  }
+  for (int shard = 0; shard < 2; ++shard) {  // one push completed each shard's step
+    const int applied = (responses[0][shard].outcome() == PushResponse::APPLIED) +
+                        (responses[1][shard].outcome() == PushResponse::APPLIED);
+    EXPECT_EQ(applied, 1) << "ps:" << shard;
+  }
+}
+
 // A refused PushPull (a non-finite gradient) is an error to the caller and
 // leaves the model as it was.
 TEST(ChunkStreamsTest, ARefusedPushPullLeavesTheModelUntouched) {
