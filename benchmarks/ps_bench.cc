@@ -1,6 +1,7 @@
-// ps_bench: the data plane alone. Workers pull a dense model from the PS
-// shards and push a gradient of the same size back, as fast as they can,
-// over gRPC on 127.0.0.1; no compute. Sweeps model size, and prints GB/s and
+// ps_bench: the data plane alone. Workers push a gradient of a dense model
+// to the PS shards and get the model back (one PushPull per shard, or a Push
+// and then a Pull with --exchange=push_then_pull), as fast as they can, over
+// gRPC on 127.0.0.1 (or to running shards, --ps); no compute. Sweeps model size, and prints GB/s and
 // latency percentiles next to two baselines measured in the same run: a
 // plain small gRPC call (the Heartbeat RPC: our stack's echo) and, when
 // iperf3 is installed, loopback TCP with 1 MiB writes.
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -41,6 +43,14 @@ ABSL_FLAG(int, shards, 1, "PS shards.");
 ABSL_FLAG(double, seconds, 3.0, "Measuring time per row (after one warm-up round trip).");
 ABSL_FLAG(bool, json, false, "One JSON object per row instead of a table.");
 ABSL_FLAG(bool, iperf, true, "Measure loopback TCP with iperf3 when it is installed.");
+ABSL_FLAG(std::string, exchange, "push_pull",
+          "How a round trip goes: push_pull (one PushPull call per shard, as the trainer "
+          "steps) or push_then_pull (a Push, then a Pull).");
+ABSL_FLAG(std::string, ps, "",
+          "Comma-separated addresses of running ps_server shards (ASYNC, SGD) to measure "
+          "against, e.g. across a network, instead of shards in this process; one size per "
+          "run, since a shard keeps the first model it is given. --shards is then their "
+          "number.");
 
 namespace pst {
 namespace {
@@ -130,7 +140,14 @@ struct Row {
 
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
   Cluster cluster;
-  if (absl::Status s = StartCluster(shards, workers, size_bytes, &cluster); !s.ok()) return s;
+  const std::vector<std::string> external =
+      absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipEmpty());
+  if (!external.empty()) {
+    cluster.addresses = external;
+  } else if (absl::Status s = StartCluster(shards, workers, size_bytes, &cluster); !s.ok()) {
+    return s;
+  }
+  const bool push_pull = absl::GetFlag(FLAGS_exchange) == "push_pull";
   const int64_t elements = std::max<int64_t>(1, size_bytes / 4);
   // A matrix, so that big models are sliced across shards like real ones.
   const int64_t rows = elements >= 1024 ? 1024 : 1;
@@ -145,8 +162,18 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   };
   std::vector<std::vector<double>> latencies(workers);
   absl::Mutex start_mu;
-  int ready = 0;
+  int settled = 0;  // workers past their warm-up, or failed before it
   auto worker = [&](int rank) {
+    bool counted = false;
+    auto settle = [&] {
+      if (counted) return;
+      counted = true;
+      absl::MutexLock lock(&start_mu);
+      ++settled;
+    };
+    // A worker that fails before its warm-up ends must not hold the
+    // measurement (and the report of its failure) up.
+    absl::Cleanup settle_on_exit = settle;
     auto client = PsClient::Connect(cluster.addresses, rank, absl::Seconds(10));
     if (!client.ok()) {
       fail(client.status());
@@ -168,16 +195,19 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     // come back (PsClient::PushPull), as the trainer does it.
     auto round_trip = [&]() {
       const std::vector<int64_t> computed_at = versions;
-      absl::Status s = (*client)->PushPull(computed_at, {grads}, computed_at, absl::Seconds(30),
-                                           {params}, &versions, &responses);
+      absl::Status s;
+      if (push_pull) {
+        s = (*client)->PushPull(computed_at, {grads}, computed_at, absl::Seconds(30), {params},
+                                &versions, &responses);
+      } else {
+        s = (*client)->Push(computed_at, {grads}, &responses);
+        if (s.ok()) s = (*client)->Pull(computed_at, absl::Seconds(30), {params}, &versions);
+      }
       if (!s.ok()) fail(s);
       return s.ok();
     };
-    round_trip();  // warm-up: connections, first-touch buffers
-    {
-      absl::MutexLock lock(&start_mu);
-      ++ready;
-    }
+    if (!round_trip()) return;  // warm-up: connections, first-touch buffers
+    settle();
     while (!stop.load()) {
       absl::Time start = absl::Now();
       if (!round_trip()) return;
@@ -188,7 +218,8 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   for (int rank = 0; rank < workers; ++rank) threads.emplace_back(worker, rank);
   {
     absl::MutexLock lock(&start_mu);
-    start_mu.AwaitWithTimeout(absl::Condition(+[](int* r) { return *r > 0; }, &ready), absl::Seconds(60));
+    start_mu.AwaitWithTimeout(absl::Condition(+[](int* n) { return *n > 0; }, &settled),
+                              absl::Seconds(60));
   }
   absl::Time begin = absl::Now();
   const double cpu_begin = ProcessCpuSeconds();
@@ -262,8 +293,21 @@ int Main() {
   if (absl::Status s = ApplyOverrides(overrides, &dtype_config); !s.ok()) ExitWithError("ps_bench", s);
   const DType dtype = WireDType(dtype_config.training().wire_dtype());
   const int workers = overrides.workers.value_or(1);
-  const int shards = absl::GetFlag(FLAGS_shards);
+  const std::vector<std::string> external =
+      absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipEmpty());
+  const int shards = external.empty() ? absl::GetFlag(FLAGS_shards)
+                                      : static_cast<int>(external.size());
   const bool json = absl::GetFlag(FLAGS_json);
+  const std::string exchange = absl::GetFlag(FLAGS_exchange);
+  if (exchange != "push_pull" && exchange != "push_then_pull") {
+    ExitWithError("ps_bench", absl::InvalidArgumentError(absl::StrCat(
+                                  "--exchange=", exchange, ": use push_pull or push_then_pull")));
+  }
+  if (!external.empty() && sizes.size() != 1) {
+    ExitWithError("ps_bench", absl::InvalidArgumentError(
+                                  "--ps: give one size (--sizes): a running shard keeps the "
+                                  "first model it is given"));
+  }
 
   std::optional<double> iperf = IperfGbps();
   absl::StatusOr<double> echo = EchoP50Micros();
@@ -294,13 +338,15 @@ int Main() {
       std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"shards\":%d,\"wire_dtype\":\"%s\","
                   "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
                   "\"wire_bytes_per_round_trip\":%lld,\"bytes_saved_vs_fp32\":%lld,\"iperf3_gbps\":%s,"
-                  "\"of_iperf3\":%s,\"echo_p50_us\":%.1f,\"cpu_us_per_round_trip\":%.0f}\n",
+                  "\"of_iperf3\":%s,\"echo_p50_us\":%.1f,\"cpu_us_per_round_trip\":%.0f,"
+                  "\"exchange\":\"%s\"}\n",
                   SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
                   dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
-                  iperf_text.c_str(), ratio_text.c_str(), *echo, row->cpu_us_per_round_trip);
+                  iperf_text.c_str(), ratio_text.c_str(), *echo, row->cpu_us_per_round_trip,
+                  exchange.c_str());
     } else {
       std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %12.0f %14s %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,

@@ -211,6 +211,10 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, security.ServerCredentials(), &running.port);
+  // gRPC sets SO_REUSEPORT by default: a second ps_server started for the
+  // same shard would then bind beside the first, and the kernel would split
+  // the workers' connections between two shards of different state.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(running.service.get());
   builder.SetMaxReceiveMessageSize(max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

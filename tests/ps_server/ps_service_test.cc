@@ -1,5 +1,6 @@
 // The gRPC face of a shard: requests over the configured size are refused by
-// gRPC before the handler runs, and leave the model as it was.
+// gRPC before the handler runs, and leave the model as it was; a second
+// server cannot take a port a shard already serves.
 #include "ps_server/ps_service.h"
 
 #include <ostream>
@@ -32,6 +33,25 @@ std::vector<float> Values(ParameterShard* shard, int64_t* version) {
   std::vector<float> values(response.variables(0).data().size() / sizeof(float));
   DecodeTensor(response.variables(0), values);
   return values;
+}
+
+// Without this, gRPC's default SO_REUSEPORT lets a second ps_server for the
+// same shard start beside the first, and the kernel splits the workers'
+// connections between the two.
+TEST(StartGrpcServerTest, ASecondServerCannotTakeAPortInUse) {
+  ShardOptions options;
+  options.num_workers = 1;
+  options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
+  absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  absl::StatusOr<RunningServer> first = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = absl::StrCat("127.0.0.1:", first->port);
+  absl::StatusOr<RunningServer> second = StartGrpcServer(address, shard->get(), AdminHooks{});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("port in use"), std::string::npos)
+      << second.status();
+  first->grpc_server->Shutdown();
 }
 
 TEST_P(MaxRequestBytesTest, RefusesOversizedPushAndLeavesModelUntouched) {
