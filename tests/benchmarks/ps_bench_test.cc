@@ -55,7 +55,27 @@ TEST(PsBenchTest, JsonRowsCarryTheFieldsScriptsRead) {
     EXPECT_EQ(Field(rows[i], "iperf3_gbps"), "null");
     EXPECT_EQ(Field(rows[i], "of_iperf3"), "null");
     EXPECT_GT(std::stod(Field(rows[i], "echo_p50_us")), 0.0);
+    EXPECT_EQ(Field(rows[i], "exchange"), "\"push_pull\"");
   }
+}
+
+TEST(PsBenchTest, TheExchangeCanBeAPushThenAPull) {
+  const CommandResult run = RunCommand(
+      Bin("ps_bench") + " --sizes=2MiB --exchange=push_then_pull --seconds=0.3 --json "
+                        "--iperf=false",
+      120);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(Field(run.out, "exchange"), "\"push_then_pull\"");
+  EXPECT_GT(std::stoll(Field(run.out, "round_trips")), 0);
+}
+
+TEST(PsBenchTest, BadExchangeOrSeveralSizesForRunningShardsAreOneLine) {
+  CommandResult run = RunCommand(Bin("ps_bench") + " --exchange=both --iperf=false", 60);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--exchange=both: use push_pull or push_then_pull"));
+  run = RunCommand(Bin("ps_bench") + " --ps=127.0.0.1:1 --sizes=4KiB,4MiB --iperf=false", 60);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--ps: give one size"));
 }
 
 TEST(PsBenchTest, ABadSizeIsOneLineAndExitCodeTwo) {
