@@ -148,9 +148,9 @@ absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
       if (!push.ok()) return push.status();
       update = std::move(push->update);
       if (echo != nullptr) {
-        absl::StatusOr<bool> may_stream = echo->Start(chunk, header);
-        if (!may_stream.ok()) return refuse(may_stream.status());
-        if (!*may_stream) update.reset();
+        if (absl::Status s = echo->Start(chunk, header, update != nullptr); !s.ok()) {
+          return refuse(s);
+        }
       }
       if (update != nullptr) update->SetCancel(std::move(cancel));
       if (update == nullptr) {
@@ -247,7 +247,8 @@ class PushPullEcho final : public PushEcho {
   PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload, bool async)
       : write_(write), payload_(std::move(payload)), async_(async) {}
 
-  absl::StatusOr<bool> Start(const ReceivedChunk& first, const PushRequest& header) override {
+  absl::Status Start(const ReceivedChunk& first, const PushRequest& header,
+                     bool streamed) override {
     if (!first.has_extra() || !first.ParseExtra(&pull_)) {
       return absl::InvalidArgumentError(
           "a PushPull's first message must carry its PullRequest (PushChunk.pull)");
@@ -272,13 +273,15 @@ class PushPullEcho final : public PushEcho {
     // Committed, the push is the version after the one it was computed at,
     // or later: an ASYNC pull that asks for no more needs no wait. (SSP's
     // pulls may have to wait for slower workers, SYNC's for the step.)
-    return async_ && pull_.min_version() <= header.computed_at_version() + 1;
+    echo_ = streamed && async_ && pull_.min_version() <= header.computed_at_version() + 1;
+    return absl::OkStatus();
   }
 
   absl::Status Staged(const ReceivedChunk& chunk, const StreamedUpdate& update) override {
+    if (!echo_) return absl::OkStatus();  // the answer is a pull once the push is in
     ChunkBuilder builder;
-    if (!streamed_) {
-      streamed_ = true;
+    if (!header_sent_) {
+      header_sent_ = true;
       builder.SetHeader(answer_);
       PrepareEncoding(update);
     }
@@ -312,7 +315,7 @@ class PushPullEcho final : public PushEcho {
   absl::Status Finish(const PushPullContext& context, const PushResponse& response) {
     PushPullDone done;
     *done.mutable_push() = response;
-    if (streamed_) {
+    if (echo_) {
       done.set_version(response.version());
       ChunkBuilder builder;
       builder.SetExtra(done);
@@ -369,7 +372,8 @@ class PushPullEcho final : public PushEcho {
   PullResponse answer_;  // the header: the pushed variables, no data
   std::vector<int> gradient_element_bytes_;
   std::vector<char*> encoded_;
-  bool streamed_ = false;
+  bool echo_ = false;         // each staged chunk's values go back at once
+  bool header_sent_ = false;
   int64_t sent_ = 0;
 };
 

@@ -29,10 +29,12 @@ class PushEcho {
  public:
   virtual ~PushEcho() = default;
   // Given the stream's first message and its header (already checked
-  // against the shard): whether the push may be applied while it streams
-  // in. An error refuses the stream.
-  virtual absl::StatusOr<bool> Start(const ReceivedChunk& first, const PushRequest& header) = 0;
-  // The pieces of `chunk` have just been staged into `update`.
+  // against the shard), and whether the push is applied while it streams
+  // in (a StreamedUpdate) or reassembled. An error refuses the stream.
+  virtual absl::Status Start(const ReceivedChunk& first, const PushRequest& header,
+                             bool streamed) = 0;
+  // The pieces of `chunk` have just been staged into `update` (streamed
+  // pushes only).
   virtual absl::Status Staged(const ReceivedChunk& chunk, const StreamedUpdate& update) = 0;
 };
 
@@ -108,6 +110,8 @@ class PullPayloadPool {
 // pull needs no wait, each chunk's new values are written as soon as they
 // are staged, from the staging buffers themselves (float32) or encoded
 // into a pooled payload; the push and the answer then flow at once.
+// Otherwise (SYNC, SSP, a reassembled push, a pull that must wait) the
+// answer is a pull once the push is in.
 // `bytes_sent` gets the answer's size on the wire.
 struct PushPullContext {
   ParameterShard* shard;

@@ -119,9 +119,11 @@ TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
   }
 }
 
-// PushPull gives back what a Push and then a Pull would, in both of its
-// ways: streamed back as the push is staged (ASYNC) and pulled once the
-// push is in (SYNC, where the pull waits for the step).
+// PushPull gives back what a Push and then a Pull would, in each of its
+// ways: streamed back as the push is staged (ASYNC), pulled once a push
+// applied as it streamed in is committed (SSP, whose pulls may have to
+// wait), and pulled once a reassembled push is in (SYNC, where the pull
+// waits for the step).
 TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
   const int64_t chunk_floats = kChunkBytes / 4;
   struct Case {
@@ -137,7 +139,7 @@ TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
       {"bf16, odd count past two chunks", {{"w", {kChunkBytes + 3}}}, BFLOAT16},
       {"fp16, odd counts", {{"a", {kChunkBytes / 2 + 1}}, {"c", {5}}}, FLOAT16},
   };
-  for (Mode mode : {ASYNC, SYNC}) {
+  for (Mode mode : {ASYNC, SSP, SYNC}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(absl::StrCat(c.name, ", ", Mode_Name(mode)));
       ServedShard served(/*workers=*/1, absl::Seconds(5), mode);
