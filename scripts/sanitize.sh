@@ -52,7 +52,7 @@ ASAN_TESTS=(kernels_test worker_test common_test ps_server_test chunk_streams_te
 TSAN_TESTS=(kernels_test worker_test common_test ps_server_test)
 # The gRPC tests by name, so that a build-tsan/ where training_test or
 # load_test happen to be built still skips them.
-TSAN_GRPC_TESTS='^PsClientTest\.|MaxRequestBytesTest\.|^TrainingTest\.|ConvergenceTest\.|^LoadTest\.'
+TSAN_GRPC_TESTS='^PsClientTest\.|MaxRequestBytesTest\.|StartGrpcServerTest\.|^TrainingTest\.|ConvergenceTest\.|^LoadTest\.'
 # Not run under the sanitizers: the full Fashion-MNIST convergence run (about
 # 4 minutes under ASan on 2 cores, most of this script's test time). Its
 # concurrent paths are those of the small SYNC/ASYNC/SSP convergence runs and
