@@ -65,14 +65,14 @@ std::vector<float> Ramp(int64_t n, float start, float step) {
 
 // Models whose wire size sits at and around the chunk size, so that both the
 // unary path (<= one chunk) and streams of 2 or many chunks are exercised.
-TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
+struct BoundaryCase {
+  const char* name;
+  std::vector<VariableSpec> model;
+  DType dtype;
+};
+std::vector<BoundaryCase> ChunkBoundaryCases() {
   const int64_t chunk_floats = kChunkBytes / 4;
-  struct Case {
-    const char* name;
-    std::vector<VariableSpec> model;
-    DType dtype;
-  };
-  const std::vector<Case> cases = {
+  return {
       {"one chunk exactly (unary)", {{"w", {chunk_floats}}}, FLOAT32},
       {"chunk + 1 element", {{"w", {chunk_floats + 1}}}, FLOAT32},
       {"chunk - 1 element, then a bias", {{"w", {chunk_floats - 1}}, {"b", {2}}}, FLOAT32},
@@ -81,41 +81,71 @@ TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
       {"bf16, odd count past two chunks", {{"w", {kChunkBytes + 3}}}, BFLOAT16},
       {"fp16, odd counts", {{"a", {kChunkBytes / 2 + 1}}, {"c", {5}}}, FLOAT16},
   };
-  for (const Case& c : cases) {
+}
+
+// A model's initial values, a gradient and a buffer to pull into, with the
+// spans PsClient takes. Values are exact in every wire dtype (Ramp).
+class ModelBuffers {
+ public:
+  explicit ModelBuffers(const std::vector<VariableSpec>& model) : model_(model) {
+    for (const VariableSpec& spec : model) {
+      initial.push_back(Ramp(spec.size(), 1.0f, 0.5f));
+      gradient.push_back(Ramp(spec.size(), -4.0f, 1.0f));
+      pulled.emplace_back(spec.size(), 0.0f);
+    }
+    for (size_t v = 0; v < model.size(); ++v) {
+      initial_spans.emplace_back(initial[v]);
+      gradient_spans.emplace_back(gradient[v]);
+      pulled_spans.emplace_back(pulled[v]);
+    }
+  }
+  ModelBuffers(const ModelBuffers&) = delete;
+  ModelBuffers& operator=(const ModelBuffers&) = delete;
+
+  // Whether `pulled` holds the initial values after `steps` SGD steps of
+  // learning rate 1 with the gradient; names the first element that does not.
+  ::testing::AssertionResult PulledAfter(int steps) const {
+    for (size_t v = 0; v < model_.size(); ++v) {
+      for (size_t i = 0; i < pulled[v].size(); ++i) {
+        const float expected = initial[v][i] - static_cast<float>(steps) * gradient[v][i];
+        if (pulled[v][i] != expected) {
+          return ::testing::AssertionFailure() << model_[v].name << "[" << i << "] is "
+                                               << pulled[v][i] << ", expected " << expected
+                                               << " after " << steps << " step(s)";
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  std::vector<std::vector<float>> initial, gradient, pulled;
+  std::vector<std::span<const float>> initial_spans, gradient_spans;
+  std::vector<std::span<float>> pulled_spans;
+
+ private:
+  std::vector<VariableSpec> model_;
+};
+
+TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
+  for (const BoundaryCase& c : ChunkBoundaryCases()) {
     SCOPED_TRACE(c.name);
     ServedShard served;
     auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
     ASSERT_TRUE(client.ok()) << client.status();
     (*client)->SetVariables(c.model);
     (*client)->set_wire_dtype(c.dtype);
-    std::vector<std::vector<float>> initial, gradient, pulled;
-    std::vector<std::span<const float>> initial_spans, gradient_spans;
-    std::vector<std::span<float>> pulled_spans;
-    for (const VariableSpec& spec : c.model) {
-      initial.push_back(Ramp(spec.size(), 1.0f, 0.5f));
-      gradient.push_back(Ramp(spec.size(), -4.0f, 1.0f));
-      pulled.emplace_back(spec.size(), 0.0f);
-    }
-    for (size_t v = 0; v < c.model.size(); ++v) {
-      initial_spans.emplace_back(initial[v]);
-      gradient_spans.emplace_back(gradient[v]);
-      pulled_spans.emplace_back(pulled[v]);
-    }
-    ASSERT_TRUE((*client)->Init(initial_spans).ok());
+    ModelBuffers buffers(c.model);
+    ASSERT_TRUE((*client)->Init(buffers.initial_spans).ok());
     std::vector<int64_t> versions;
-    ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), pulled_spans, &versions).ok());
-    EXPECT_EQ(pulled, initial);
+    ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), buffers.pulled_spans, &versions).ok());
+    EXPECT_TRUE(buffers.PulledAfter(0));
     std::vector<PushResponse> responses;
-    absl::Status pushed = (*client)->Push(versions, gradient_spans, &responses);
+    absl::Status pushed = (*client)->Push(versions, buffers.gradient_spans, &responses);
     ASSERT_TRUE(pushed.ok()) << pushed;
     EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
-    ASSERT_TRUE((*client)->Pull({1}, absl::Seconds(10), pulled_spans, &versions).ok());
+    ASSERT_TRUE((*client)->Pull({1}, absl::Seconds(10), buffers.pulled_spans, &versions).ok());
     EXPECT_EQ(versions[0], 1);
-    for (size_t v = 0; v < c.model.size(); ++v) {
-      for (size_t i = 0; i < pulled[v].size(); ++i) {
-        ASSERT_EQ(pulled[v][i], initial[v][i] - gradient[v][i]) << c.model[v].name << "[" << i << "]";
-      }
-    }
+    EXPECT_TRUE(buffers.PulledAfter(1));
   }
 }
 
@@ -125,60 +155,29 @@ TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
 // wait), and pulled once a reassembled push is in (SYNC, where the pull
 // waits for the step).
 TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
-  const int64_t chunk_floats = kChunkBytes / 4;
-  struct Case {
-    const char* name;
-    std::vector<VariableSpec> model;
-    DType dtype;
-  };
-  const std::vector<Case> cases = {
-      {"one chunk exactly (unary)", {{"w", {chunk_floats}}}, FLOAT32},
-      {"chunk + 1 element", {{"w", {chunk_floats + 1}}}, FLOAT32},
-      {"many chunks, several variables",
-       {{"k", {1000, 1001}}, {"b", {7}}, {"k2", {3, 333}}}, FLOAT32},
-      {"bf16, odd count past two chunks", {{"w", {kChunkBytes + 3}}}, BFLOAT16},
-      {"fp16, odd counts", {{"a", {kChunkBytes / 2 + 1}}, {"c", {5}}}, FLOAT16},
-  };
   for (Mode mode : {ASYNC, SSP, SYNC}) {
-    for (const Case& c : cases) {
+    for (const BoundaryCase& c : ChunkBoundaryCases()) {
       SCOPED_TRACE(absl::StrCat(c.name, ", ", Mode_Name(mode)));
       ServedShard served(/*workers=*/1, absl::Seconds(5), mode);
       auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
       ASSERT_TRUE(client.ok()) << client.status();
       (*client)->SetVariables(c.model);
       (*client)->set_wire_dtype(c.dtype);
-      std::vector<std::vector<float>> initial, gradient, pulled;
-      std::vector<std::span<const float>> initial_spans, gradient_spans;
-      std::vector<std::span<float>> pulled_spans;
-      for (const VariableSpec& spec : c.model) {
-        initial.push_back(Ramp(spec.size(), 1.0f, 0.5f));
-        gradient.push_back(Ramp(spec.size(), -4.0f, 1.0f));
-        pulled.emplace_back(spec.size(), 0.0f);
-      }
-      for (size_t v = 0; v < c.model.size(); ++v) {
-        initial_spans.emplace_back(initial[v]);
-        gradient_spans.emplace_back(gradient[v]);
-        pulled_spans.emplace_back(pulled[v]);
-      }
-      ASSERT_TRUE((*client)->Init(initial_spans).ok());
+      ModelBuffers buffers(c.model);
+      ASSERT_TRUE((*client)->Init(buffers.initial_spans).ok());
       std::vector<int64_t> versions = {0};
       std::vector<PushResponse> responses;
       for (int step = 1; step <= 2; ++step) {
         // As the trainer asks: SYNC wants the step this push completes.
         const std::vector<int64_t> min_versions = {mode == SYNC ? versions[0] + 1 : versions[0]};
-        absl::Status exchanged = (*client)->PushPull(versions, gradient_spans, min_versions,
-                                                     absl::Seconds(10), pulled_spans, &versions,
-                                                     &responses);
+        absl::Status exchanged =
+            (*client)->PushPull(versions, buffers.gradient_spans, min_versions, absl::Seconds(10),
+                                buffers.pulled_spans, &versions, &responses);
         ASSERT_TRUE(exchanged.ok()) << exchanged;
         EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
         EXPECT_EQ(responses[0].version(), step);
         ASSERT_EQ(versions[0], step);
-        for (size_t v = 0; v < c.model.size(); ++v) {
-          for (size_t i = 0; i < pulled[v].size(); ++i) {
-            ASSERT_EQ(pulled[v][i], initial[v][i] - static_cast<float>(step) * gradient[v][i])
-                << c.model[v].name << "[" << i << "] after step " << step;
-          }
-        }
+        ASSERT_TRUE(buffers.PulledAfter(step));
       }
     }
   }
