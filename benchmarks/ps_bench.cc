@@ -89,6 +89,11 @@ double Percentile(std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()))];
 }
 
+// The addresses --ps names (none: shards in this process).
+std::vector<std::string> RunningShards() {
+  return absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipEmpty());
+}
+
 struct Cluster {
   std::vector<std::unique_ptr<ParameterShard>> shards;
   std::vector<RunningServer> servers;
@@ -140,8 +145,7 @@ struct Row {
 
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
   Cluster cluster;
-  const std::vector<std::string> external =
-      absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipEmpty());
+  const std::vector<std::string> external = RunningShards();
   if (!external.empty()) {
     cluster.addresses = external;
   } else if (absl::Status s = StartCluster(shards, workers, size_bytes, &cluster); !s.ok()) {
@@ -293,8 +297,7 @@ int Main() {
   if (absl::Status s = ApplyOverrides(overrides, &dtype_config); !s.ok()) ExitWithError("ps_bench", s);
   const DType dtype = WireDType(dtype_config.training().wire_dtype());
   const int workers = overrides.workers.value_or(1);
-  const std::vector<std::string> external =
-      absl::StrSplit(absl::GetFlag(FLAGS_ps), ',', absl::SkipEmpty());
+  const std::vector<std::string> external = RunningShards();
   const int shards = external.empty() ? absl::GetFlag(FLAGS_shards)
                                       : static_cast<int>(external.size());
   const bool json = absl::GetFlag(FLAGS_json);

@@ -240,6 +240,10 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
 
 namespace {
 
+absl::Status WorkerWentAway() {
+  return absl::CancelledError("the worker went away during a PushPull");
+}
+
 // PushPull's answer: the staged values of each chunk as it is staged, or,
 // when the push is not applied while it streams in, a pull once it is in.
 class PushPullEcho final : public PushEcho {
@@ -268,8 +272,8 @@ class PushPullEcho final : public PushEcho {
       variable->set_name(gradient.name());
       variable->mutable_shape()->CopyFrom(gradient.shape());
       variable->set_dtype(dtype_);
-      gradient_element_bytes_.push_back(DTypeBytes(gradient.dtype()));
     }
+    gradient_element_bytes_ = ElementBytes(header);
     // Committed, the push is the version after the one it was computed at,
     // or later: an ASYNC pull that asks for no more needs no wait. (SSP's
     // pulls may have to wait for slower workers, SYNC's for the step.)
@@ -306,7 +310,7 @@ class PushPullEcho final : public PushEcho {
     grpc::ByteBuffer message = builder.Finish();
     sent_ += static_cast<int64_t>(message.Length());
     if (!write_(message, grpc::WriteOptions())) {
-      return absl::CancelledError("the worker went away during a PushPull");
+      return WorkerWentAway();
     }
     return absl::OkStatus();
   }
@@ -324,7 +328,7 @@ class PushPullEcho final : public PushEcho {
       grpc::WriteOptions options;
       options.set_last_message();
       if (!write_(message, options)) {
-        return absl::CancelledError("the worker went away during a PushPull");
+        return WorkerWentAway();
       }
       return absl::OkStatus();
     }
@@ -339,7 +343,7 @@ class PushPullEcho final : public PushEcho {
     }
     done.set_version(payload_->header.version());
     const int64_t sent = SendPullPayload(payload_, write_, &done);
-    if (sent < 0) return absl::CancelledError("the worker went away during a PushPull");
+    if (sent < 0) return WorkerWentAway();
     sent_ += sent;
     return absl::OkStatus();
   }

@@ -210,20 +210,20 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
   });
 }
 
-PullRequest PsClient::MakePullRequest(int s, int64_t min_version, absl::Duration timeout) const {
+PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
   PullRequest request;
   request.set_worker(worker_);
   request.set_min_version(min_version);
   request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
   request.set_dtype(wire_dtype_);
-  for (size_t i : shards_[s].slices) request.add_names(slices_[i].name);
   return request;
 }
 
 absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration timeout,
                                  const std::vector<std::span<float>>& out, int64_t* version) {
   const Shard& shard = shards_[s];
-  const PullRequest request = MakePullRequest(s, min_version, timeout);
+  PullRequest request = MakePullRequest(min_version, timeout);
+  for (size_t i : shard.slices) request.add_names(slices_[i].name);
   if (WireBytes(s) > kChunkBytes) return PullStreamed(s, request, timeout, out, version);
   PullResponse response;
   grpc::ClientContext context;
@@ -275,9 +275,9 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
   return ForEachShard([&](int s) {
     absl::Status status;
     if (WireBytes(s) > kChunkBytes) {
-      PullRequest pull = MakePullRequest(s, min_versions[s], timeout);
-      pull.clear_names();  // a PushPull answers with the pushed variables
-      status = PushPullStreamed(s, computed_at[s], gradients, pull, timeout, out,
+      // No names: a PushPull answers with the pushed variables.
+      status = PushPullStreamed(s, computed_at[s], gradients,
+                                MakePullRequest(min_versions[s], timeout), timeout, out,
                                 &(*versions)[s], &(*responses)[s]);
     } else {
       status = PushShard(s, computed_at[s], gradients, &(*responses)[s]);

@@ -166,8 +166,9 @@ class PsClient {
                                 const PullRequest& pull, absl::Duration timeout,
                                 const std::vector<std::span<float>>& out, int64_t* version,
                                 PushResponse* response);
-  // What shard s's part of a pull asks for.
-  PullRequest MakePullRequest(int shard, int64_t min_version, absl::Duration timeout) const;
+  // A pull of this worker's at least `min_version`, waiting up to `timeout`,
+  // in the wire dtype; the caller adds the variables' names if it wants them.
+  PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
   // Checks a streamed pull's header against what shard s should hold.
   absl::Status CheckPullHeader(int shard, const PullResponse& header) const;
   // Takes one message of shard s's streamed pull answer into `out`: the
