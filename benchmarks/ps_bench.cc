@@ -10,7 +10,10 @@
 // channel; bytes are counted as they travel (at the wire dtype). On a shared
 // host loopback bandwidth drifts from minute to minute, so iperf3 runs right
 // before each row and right after it, and the row is compared with the
-// mean of the two (`of_iperf3`).
+// mean of the two (`of_iperf3`). The echo is timed right after each row,
+// in the state the row left the process in: the first gRPC server of a
+// fresh process can answer several times faster for a moment than any
+// later one, a state no row (nor any training step) runs in.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -313,17 +316,16 @@ int Main() {
   }
 
   std::optional<double> iperf = IperfGbps();
-  absl::StatusOr<double> echo = EchoP50Micros();
-  if (!echo.ok()) ExitWithError("ps_bench", echo.status());
   if (!json) {
     const std::string iperf_text =
         iperf ? absl::StrFormat("%.2f GB/s", *iperf)
               : (absl::GetFlag(FLAGS_iperf) ? "n/a (iperf3 not installed)" : "not run (--iperf=false)");
-    std::printf("baselines: iperf3 loopback (1 MiB writes) %s; gRPC echo p50 %.0f us\n",
-                iperf_text.c_str(), *echo);
-    std::printf("%-8s %7s %6s %8s %10s %10s %10s %12s %12s %14s %16s\n", "size", "workers",
-                "shards", "dtype", "GB/s", "p50_us", "p99_us", "round_trips", "cpu_us/trip",
-                "iperf3_GB/s", "wire_MB/trip");
+    std::printf("baselines: iperf3 loopback (1 MiB writes) %s; gRPC echo p50 after each row "
+                "(echo_us)\n",
+                iperf_text.c_str());
+    std::printf("%-8s %7s %6s %8s %10s %10s %10s %10s %12s %12s %14s %16s\n", "size", "workers",
+                "shards", "dtype", "GB/s", "p50_us", "p99_us", "echo_us", "round_trips",
+                "cpu_us/trip", "iperf3_GB/s", "wire_MB/trip");
   }
   for (int64_t size : sizes) {
     absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype);
@@ -333,6 +335,8 @@ int Main() {
     const std::optional<double> row_iperf =
         iperf && iperf_after ? std::optional<double>((*iperf + *iperf_after) / 2) : iperf;
     iperf = iperf_after ? iperf_after : iperf;
+    absl::StatusOr<double> echo = EchoP50Micros();
+    if (!echo.ok()) ExitWithError("ps_bench", echo.status());
     const std::string iperf_text = row_iperf ? absl::StrFormat("%.2f", *row_iperf) : "null";
     const std::string ratio_text =
         row_iperf && *row_iperf > 0 ? absl::StrFormat("%.3f", row->gbps / *row_iperf) : "null";
@@ -351,9 +355,9 @@ int Main() {
                   iperf_text.c_str(), ratio_text.c_str(), *echo, row->cpu_us_per_round_trip,
                   exchange.c_str());
     } else {
-      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %12lld %12.0f %14s %6.2f (fp32 %.2f)\n",
+      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %10.0f %12lld %12.0f %14s %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
-                  row->p99_us, static_cast<long long>(row->round_trips),
+                  row->p99_us, *echo, static_cast<long long>(row->round_trips),
                   row->cpu_us_per_round_trip, iperf_text.c_str(),
                   row->wire_bytes_per_round_trip / 1e6, row->fp32_bytes_per_round_trip / 1e6);
     }

@@ -165,6 +165,27 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushReques
   return ToGrpcStatus(status);
 }
 
+grpc::Status ParameterServerService::PushPullSmall(grpc::ServerContext* context,
+                                                   const PushPullRequest* request,
+                                                   PushPullResponse* response) {
+  const absl::Time start = absl::Now();
+  const PushRequest& push = request->push();
+  absl::Status status = server_->Push(push, response->mutable_push());
+  RecordServedPush(static_cast<int64_t>(push.ByteSizeLong()), push.computed_at_version(),
+                   response->push(), status, absl::Now() - start);
+  if (!status.ok()) return ToGrpcStatus(status);
+  // The answer holds the pushed variables, in the push's order.
+  PullRequest pull = request->pull();
+  pull.set_worker(push.worker());
+  pull.clear_names();
+  for (const Tensor& gradient : push.gradients()) pull.add_names(gradient.name());
+  const absl::Time pull_start = absl::Now();
+  status = server_->Pull(pull, PullDeadline(*context, pull), response->mutable_pull());
+  RecordServedPull(status.ok() ? response->pull().ByteSizeLong() : 0, status,
+                   absl::Now() - pull_start);
+  return ToGrpcStatus(status);
+}
+
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*,
                                                const HeartbeatRequest* request,
                                                HeartbeatResponse* response) {

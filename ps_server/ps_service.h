@@ -51,6 +51,8 @@ class ParameterServerService final : public ParameterServer::Service {
                     PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
                     PushResponse* response) override;
+  grpc::Status PushPullSmall(grpc::ServerContext* context, const PushPullRequest* request,
+                             PushPullResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,

@@ -230,6 +230,13 @@ absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration time
   SetDeadline(&context, timeout + kRpcDeadline);
   grpc::Status rpc = shard.stub->Pull(&context, request, &response);
   if (!rpc.ok()) return ShardError(s, rpc);
+  return TakePullResponse(s, response, out, version);
+}
+
+absl::Status PsClient::TakePullResponse(int s, const PullResponse& response,
+                                        const std::vector<std::span<float>>& out,
+                                        int64_t* version) const {
+  const Shard& shard = shards_[s];
   if (response.variables_size() != static_cast<int>(shard.slices.size())) {
     return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
                                             response.variables_size(), " variables, expected ",
@@ -280,8 +287,8 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
                                 MakePullRequest(min_versions[s], timeout), timeout, out,
                                 &(*versions)[s], &(*responses)[s]);
     } else {
-      status = PushShard(s, computed_at[s], gradients, &(*responses)[s]);
-      if (status.ok()) status = PullShard(s, min_versions[s], timeout, out, &(*versions)[s]);
+      status = PushPullSmall(s, computed_at[s], gradients, min_versions[s], timeout, out,
+                             &(*versions)[s], &(*responses)[s]);
     }
     if (status.ok()) {
       GetWorkerMetrics().bytes_out.Increment(WireBytes(s));
@@ -296,18 +303,42 @@ absl::Status PsClient::PushShard(int s, int64_t computed_at,
                                  PushResponse* response) {
   if (WireBytes(s) > kChunkBytes) return PushStreamed(s, computed_at, gradients, response);
   PushRequest request;
-  request.set_worker(worker_);
-  request.set_computed_at_version(computed_at);
-  for (size_t i : shards_[s].slices) {
-    const Slice& slice = slices_[i];
-    EncodeTensor(slice.name, slice.shape,
-                 gradients[slice.variable].subspan(slice.offset, slice.count),
-                 request.add_gradients(), wire_dtype_);
-  }
+  FillPushRequest(s, computed_at, gradients, &request);
   grpc::ClientContext context;
   SetDeadline(&context, kRpcDeadline);
   grpc::Status rpc = shards_[s].stub->Push(&context, request, response);
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+}
+
+void PsClient::FillPushRequest(int s, int64_t computed_at,
+                               const std::vector<std::span<const float>>& gradients,
+                               PushRequest* request) const {
+  request->set_worker(worker_);
+  request->set_computed_at_version(computed_at);
+  for (size_t i : shards_[s].slices) {
+    const Slice& slice = slices_[i];
+    EncodeTensor(slice.name, slice.shape,
+                 gradients[slice.variable].subspan(slice.offset, slice.count),
+                 request->add_gradients(), wire_dtype_);
+  }
+}
+
+absl::Status PsClient::PushPullSmall(int s, int64_t computed_at,
+                                     const std::vector<std::span<const float>>& gradients,
+                                     int64_t min_version, absl::Duration timeout,
+                                     const std::vector<std::span<float>>& out, int64_t* version,
+                                     PushResponse* push_response) {
+  PushPullRequest request;
+  FillPushRequest(s, computed_at, gradients, request.mutable_push());
+  // No names: a PushPull answers with the pushed variables.
+  *request.mutable_pull() = MakePullRequest(min_version, timeout);
+  PushPullResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + kRpcDeadline);
+  grpc::Status rpc = shards_[s].stub->PushPullSmall(&context, request, &response);
+  if (!rpc.ok()) return ShardError(s, rpc);
+  *push_response = response.push();
+  return TakePullResponse(s, response.pull(), out, version);
 }
 
 absl::Status PsClient::Heartbeat() {

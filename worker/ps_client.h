@@ -96,8 +96,9 @@ class PsClient {
   // that include this push, at versions of at least min_versions. On an
   // ASYNC shard whose share is streamed, the shard sends each chunk's new
   // values back while the rest of the push is still on its way, so the two
-  // directions of the connection are busy at once; elsewhere it is a Push
-  // and then a Pull. `gradients` and `out` must not overlap.
+  // directions of the connection are busy at once. A share of at most one
+  // chunk goes as one unary call (PushPullSmall). `gradients` and `out`
+  // must not overlap.
   absl::Status PushPull(const std::vector<int64_t>& computed_at,
                         const std::vector<std::span<const float>>& gradients,
                         const std::vector<int64_t>& min_versions, absl::Duration timeout,
@@ -153,11 +154,26 @@ class PsClient {
   // Shard s's part of Pull and Push, unary or streamed by WireBytes.
   absl::Status PullShard(int shard, int64_t min_version, absl::Duration timeout,
                          const std::vector<std::span<float>>& out, int64_t* version);
+  // Checks a unary pull's answer against shard s's slices and decodes it
+  // into `out`.
+  absl::Status TakePullResponse(int shard, const PullResponse& response,
+                                const std::vector<std::span<float>>& out,
+                                int64_t* version) const;
   absl::Status PullStreamed(int shard, const PullRequest& request, absl::Duration timeout,
                             const std::vector<std::span<float>>& out, int64_t* version);
   absl::Status PushShard(int shard, int64_t computed_at,
                          const std::vector<std::span<const float>>& gradients,
                          PushResponse* response);
+  // Shard s's slices of `gradients`, encoded in the wire dtype, as a unary push.
+  void FillPushRequest(int shard, int64_t computed_at,
+                       const std::vector<std::span<const float>>& gradients,
+                       PushRequest* request) const;
+  // Shard s's part of PushPull when it fits in one message: one unary call.
+  absl::Status PushPullSmall(int shard, int64_t computed_at,
+                             const std::vector<std::span<const float>>& gradients,
+                             int64_t min_version, absl::Duration timeout,
+                             const std::vector<std::span<float>>& out, int64_t* version,
+                             PushResponse* response);
   absl::Status PushStreamed(int shard, int64_t computed_at,
                             const std::vector<std::span<const float>>& gradients,
                             PushResponse* response);

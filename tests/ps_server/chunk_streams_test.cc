@@ -185,12 +185,13 @@ TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
 
 // SYNC over several shards: two workers exchange at once, each shard holds
 // the first gradient until the second arrives, and both workers get the
-// averaged step back from every shard, at the step's version.
-TEST(ChunkStreamsTest, SyncPushPullOfTwoWorkersOverTwoShardsReturnsTheAveragedStep) {
+// averaged step back from every shard, at the step's version. Shares that
+// are streamed (PushPull) and shares of one message (PushPullSmall), whose
+// handler waits for the step inside the unary call.
+void ExpectSyncPushPullOfTwoWorkersOverTwoShards(const std::vector<VariableSpec>& model) {
   ServedShard first(/*workers=*/2, absl::Seconds(5), SYNC);
   ServedShard second(/*workers=*/2, absl::Seconds(5), SYNC);
   const std::vector<std::string> addresses = {first.address(), second.address()};
-  const std::vector<VariableSpec> model = {{"w", {1024, 768}}, {"b", {5}}};  // streamed shares
   auto connect = [&](int worker) {
     auto client = PsClient::Connect(addresses, worker, absl::Seconds(10));
     EXPECT_TRUE(client.ok()) << client.status();
@@ -241,28 +242,42 @@ TEST(ChunkStreamsTest, SyncPushPullOfTwoWorkersOverTwoShardsReturnsTheAveragedSt
   }
 }
 
+TEST(ChunkStreamsTest, SyncPushPullOfTwoWorkersOverTwoShardsReturnsTheAveragedStep) {
+  {
+    SCOPED_TRACE("streamed shares");
+    ExpectSyncPushPullOfTwoWorkersOverTwoShards({{"w", {1024, 768}}, {"b", {5}}});
+  }
+  {
+    SCOPED_TRACE("shares of one message");
+    ExpectSyncPushPullOfTwoWorkersOverTwoShards({{"w", {64, 3}}, {"b", {5}}});
+  }
+}
+
 // A refused PushPull (a non-finite gradient) is an error to the caller and
-// leaves the model as it was.
+// leaves the model as it was, streamed or in one message.
 TEST(ChunkStreamsTest, ARefusedPushPullLeavesTheModelUntouched) {
-  ServedShard served;
-  const int64_t elements = 2 * kChunkBytes / 4 + 5;
-  auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
-  ASSERT_TRUE(client.ok()) << client.status();
-  (*client)->SetVariables({{"w", {elements}}});
-  const std::vector<float> initial = Ramp(elements, 1.0f, 0.5f);
-  ASSERT_TRUE((*client)->Init({initial}).ok());
-  std::vector<float> gradient(elements, 0.5f), pulled(elements, 0.0f);
-  gradient[elements - 2] = std::numeric_limits<float>::quiet_NaN();
-  std::vector<int64_t> versions = {0};
-  std::vector<PushResponse> responses;
-  absl::Status exchanged = (*client)->PushPull(versions, {gradient}, versions, absl::Seconds(10),
-                                               {pulled}, &versions, &responses);
-  EXPECT_EQ(exchanged.code(), absl::StatusCode::kInvalidArgument) << exchanged;
-  EXPECT_THAT(exchanged.message(), HasSubstr("non-finite"));
-  versions = {0};
-  ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
-  EXPECT_EQ(versions[0], 0);
-  EXPECT_EQ(pulled, initial);
+  for (const int64_t elements : {2 * kChunkBytes / 4 + 5, int64_t{100}}) {
+    SCOPED_TRACE(elements);
+    ServedShard served;
+    auto client = PsClient::Connect({served.address()}, 0, absl::Seconds(10));
+    ASSERT_TRUE(client.ok()) << client.status();
+    (*client)->SetVariables({{"w", {elements}}});
+    const std::vector<float> initial = Ramp(elements, 1.0f, 0.5f);
+    ASSERT_TRUE((*client)->Init({initial}).ok());
+    std::vector<float> gradient(elements, 0.5f), pulled(elements, 0.0f);
+    gradient[elements - 2] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<int64_t> versions = {0};
+    std::vector<PushResponse> responses;
+    absl::Status exchanged = (*client)->PushPull(versions, {gradient}, versions,
+                                                 absl::Seconds(10), {pulled}, &versions,
+                                                 &responses);
+    EXPECT_EQ(exchanged.code(), absl::StatusCode::kInvalidArgument) << exchanged;
+    EXPECT_THAT(exchanged.message(), HasSubstr("non-finite"));
+    versions = {0};
+    ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+    EXPECT_EQ(versions[0], 0);
+    EXPECT_EQ(pulled, initial);
+  }
 }
 
 // A streamed pull sends the variables from their own buffers after the
