@@ -10,10 +10,13 @@
 // channel; bytes are counted as they travel (at the wire dtype). On a shared
 // host loopback bandwidth drifts from minute to minute, so iperf3 runs right
 // before each row and right after it, and the row is compared with the
-// mean of the two (`of_iperf3`). The echo is timed right after each row,
-// in the state the row left the process in: the first gRPC server of a
-// fresh process can answer several times faster for a moment than any
-// later one, a state no row (nor any training step) runs in.
+// mean of the two (`of_iperf3`). The echo is timed the same way, on the
+// row's own connection: the first worker sends heartbeats to shard 0 right
+// before the row's measured window and right after it. (Timed on a cluster
+// of its own at the start, as it once was, the echo came out 70 us in one
+// run and 250 us in the next, while heartbeats interleaved with the round
+// trips took 150-250 us throughout: a fresh process answered faster for a
+// moment than it ever did once a row ran.)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -144,7 +147,18 @@ struct Row {
   // round trip. A shared host's noise moves it far less than the wall-clock
   // figures, so before/after comparisons of a change read it first.
   double cpu_us_per_round_trip = 0;
+  double echo_p50_us = 0;  // heartbeats on the first worker's connection to shard 0
 };
+
+// Heartbeats to shard 0 on `client`'s connection, timed into `micros`.
+absl::Status TimeEcho(PsClient* client, int calls, std::vector<double>* micros) {
+  for (int i = 0; i < calls; ++i) {
+    const absl::Time start = absl::Now();
+    if (absl::Status s = client->Heartbeat(0); !s.ok()) return s;
+    micros->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
   Cluster cluster;
@@ -168,19 +182,32 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     if (failure.ok()) failure = std::move(status);
   };
   std::vector<std::vector<double>> latencies(workers);
+  std::vector<double> echo_micros;  // the first worker's, around the window
+  constexpr int kEchoCalls = 1000;
   absl::Mutex start_mu;
-  int settled = 0;  // workers past their warm-up, or failed before it
+  int settled = 0;   // workers past their warm-up, or failed before it
+  int finished = 0;  // workers past their last round trip, or failed
   auto worker = [&](int rank) {
-    bool counted = false;
+    // Each counts a worker once, when it gets there or when it fails first:
+    // a failed worker must not hold the measurement (and the report of its
+    // failure) up.
+    bool counted_settled = false, counted_finished = false;
     auto settle = [&] {
-      if (counted) return;
-      counted = true;
+      if (counted_settled) return;
+      counted_settled = true;
       absl::MutexLock lock(&start_mu);
       ++settled;
     };
-    // A worker that fails before its warm-up ends must not hold the
-    // measurement (and the report of its failure) up.
-    absl::Cleanup settle_on_exit = settle;
+    auto finish = [&] {
+      if (counted_finished) return;
+      counted_finished = true;
+      absl::MutexLock lock(&start_mu);
+      ++finished;
+    };
+    absl::Cleanup count_on_exit = [&] {
+      settle();
+      finish();
+    };
     auto client = PsClient::Connect(cluster.addresses, rank, absl::Seconds(10));
     if (!client.ok()) {
       fail(client.status());
@@ -214,27 +241,47 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
       return s.ok();
     };
     if (!round_trip()) return;  // warm-up: connections, first-touch buffers
+    if (rank == 0) {
+      if (absl::Status s = TimeEcho(client->get(), kEchoCalls, &echo_micros); !s.ok()) {
+        fail(s);
+        return;
+      }
+    }
     settle();
+    {  // all start together, after the first worker's opening echo
+      absl::MutexLock lock(&start_mu);
+      const auto all_settled = [&] { return settled == workers; };
+      start_mu.Await(absl::Condition(&all_settled));
+    }
     while (!stop.load()) {
       absl::Time start = absl::Now();
       if (!round_trip()) return;
       latencies[rank].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+    }
+    finish();
+    if (rank == 0) {
+      if (absl::Status s = TimeEcho(client->get(), kEchoCalls, &echo_micros); !s.ok()) fail(s);
     }
   };
   std::vector<std::thread> threads;
   for (int rank = 0; rank < workers; ++rank) threads.emplace_back(worker, rank);
   {
     absl::MutexLock lock(&start_mu);
-    start_mu.AwaitWithTimeout(absl::Condition(+[](int* n) { return *n > 0; }, &settled),
-                              absl::Seconds(60));
+    const auto all_settled = [&] { return settled == workers; };
+    start_mu.Await(absl::Condition(&all_settled));
   }
   absl::Time begin = absl::Now();
   const double cpu_begin = ProcessCpuSeconds();
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
   stop = true;
-  for (std::thread& t : threads) t.join();
+  {
+    absl::MutexLock lock(&start_mu);
+    const auto all_finished = [&] { return finished == workers; };
+    start_mu.Await(absl::Condition(&all_finished));
+  }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
   const double cpu_seconds = ProcessCpuSeconds() - cpu_begin;
+  for (std::thread& t : threads) t.join();  // after the first worker's closing echo
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("a worker's call failed: ", failure.message()));
   }
@@ -250,23 +297,9 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   row.cpu_us_per_round_trip = row.round_trips > 0 ? cpu_seconds * 1e6 / row.round_trips : 0;
   row.p50_us = Percentile(all, 0.50);
   row.p99_us = Percentile(all, 0.99);
+  std::sort(echo_micros.begin(), echo_micros.end());
+  row.echo_p50_us = Percentile(echo_micros, 0.50);
   return row;
-}
-
-// Our stack's smallest round trip: the Heartbeat RPC.
-absl::StatusOr<double> EchoP50Micros() {
-  Cluster cluster;
-  if (absl::Status s = StartCluster(1, 1, 0, &cluster); !s.ok()) return s;
-  auto client = PsClient::Connect(cluster.addresses, 0, absl::Seconds(10));
-  if (!client.ok()) return client.status();
-  std::vector<double> micros;
-  for (int i = 0; i < 2000; ++i) {
-    absl::Time start = absl::Now();
-    if (absl::Status s = (*client)->Heartbeat(); !s.ok()) return s;
-    if (i >= 100) micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
-  }
-  std::sort(micros.begin(), micros.end());
-  return Percentile(micros, 0.5);
 }
 
 // Loopback TCP with 1 MiB writes, by iperf3; nullopt when not installed.
@@ -320,7 +353,7 @@ int Main() {
     const std::string iperf_text =
         iperf ? absl::StrFormat("%.2f GB/s", *iperf)
               : (absl::GetFlag(FLAGS_iperf) ? "n/a (iperf3 not installed)" : "not run (--iperf=false)");
-    std::printf("baselines: iperf3 loopback (1 MiB writes) %s; gRPC echo p50 after each row "
+    std::printf("baselines: iperf3 loopback (1 MiB writes) %s; gRPC echo p50 around each row "
                 "(echo_us)\n",
                 iperf_text.c_str());
     std::printf("%-8s %7s %6s %8s %10s %10s %10s %10s %12s %12s %14s %16s\n", "size", "workers",
@@ -335,8 +368,6 @@ int Main() {
     const std::optional<double> row_iperf =
         iperf && iperf_after ? std::optional<double>((*iperf + *iperf_after) / 2) : iperf;
     iperf = iperf_after ? iperf_after : iperf;
-    absl::StatusOr<double> echo = EchoP50Micros();
-    if (!echo.ok()) ExitWithError("ps_bench", echo.status());
     const std::string iperf_text = row_iperf ? absl::StrFormat("%.2f", *row_iperf) : "null";
     const std::string ratio_text =
         row_iperf && *row_iperf > 0 ? absl::StrFormat("%.3f", row->gbps / *row_iperf) : "null";
@@ -352,12 +383,12 @@ int Main() {
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
-                  iperf_text.c_str(), ratio_text.c_str(), *echo, row->cpu_us_per_round_trip,
+                  iperf_text.c_str(), ratio_text.c_str(), row->echo_p50_us, row->cpu_us_per_round_trip,
                   exchange.c_str());
     } else {
       std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %10.0f %12lld %12.0f %14s %6.2f (fp32 %.2f)\n",
                   SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
-                  row->p99_us, *echo, static_cast<long long>(row->round_trips),
+                  row->p99_us, row->echo_p50_us, static_cast<long long>(row->round_trips),
                   row->cpu_us_per_round_trip, iperf_text.c_str(),
                   row->wire_bytes_per_round_trip / 1e6, row->fp32_bytes_per_round_trip / 1e6);
     }

@@ -342,15 +342,17 @@ absl::Status PsClient::PushPullSmall(int s, int64_t computed_at,
 }
 
 absl::Status PsClient::Heartbeat() {
-  return ForEachShard([&](int s) {
-    HeartbeatRequest request;
-    request.set_worker(worker_);
-    HeartbeatResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, kRpcDeadline);
-    grpc::Status rpc = shards_[s].stub->Heartbeat(&context, request, &response);
-    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
-  });
+  return ForEachShard([&](int s) { return Heartbeat(s); });
+}
+
+absl::Status PsClient::Heartbeat(int s) {
+  HeartbeatRequest request;
+  request.set_worker(worker_);
+  HeartbeatResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[s].stub->Heartbeat(&context, request, &response);
+  return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
 absl::Status PsClient::Done() {

@@ -107,6 +107,8 @@ class PsClient {
 
   // Tells every shard this worker is alive (it may be computing a long step).
   absl::Status Heartbeat();
+  // One shard's heartbeat: also the stack's smallest round trip.
+  absl::Status Heartbeat(int shard);
 
   // Tells every shard this worker has finished.
   absl::Status Done();
