@@ -441,6 +441,32 @@ TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
   EXPECT_EQ(State().first, before_.first + 1);
 }
 
+// A worker that goes away in the middle of a PushPull, while the shard is
+// sending values back: nothing of its push is applied, and the shard's next
+// update is not held up by it.
+TEST_F(MalformedPushTest, APushPullWhoseWorkerGoesAwayMidwayIsDropped) {
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub_->PushPull(&context);
+    PushChunk first = Header({{"w", FLOAT32}});
+    AddPiece(&first, 0, 0, 800);
+    first.mutable_pull()->set_min_version(before_.first);
+    ASSERT_TRUE(stream->Write(first));
+    PushPullChunk answer;
+    ASSERT_TRUE(stream->Read(&answer));  // the shard is answering
+    context.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  PushChunk whole = Header({{"w", FLOAT32}});
+  AddPiece(&whole, 0, 0, 1200);
+  const absl::Time start = absl::Now();
+  grpc::Status status = Send({whole});
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4)) << "waited for the dropped update";
+  EXPECT_EQ(State().first, before_.first + 1) << "the dropped push was applied too";
+}
+
 TEST_F(MalformedPushTest, APushPullWithoutItsPullIsRefused) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
