@@ -12,11 +12,11 @@
 // before each row and right after it, and the row is compared with the
 // mean of the two (`of_iperf3`). The echo is timed the same way, on the
 // row's own connection: the first worker sends heartbeats to shard 0 right
-// before the row's measured window and right after it. (Timed on a cluster
-// of its own at the start, as it once was, the echo came out 70 us in one
-// run and 250 us in the next, while heartbeats interleaved with the round
-// trips took 150-250 us throughout: a fresh process answered faster for a
-// moment than it ever did once a row ran.)
+// before the row's measured window and right after it. (Timed once, on a
+// cluster of its own, before the first row, it caught a moment of an idle,
+// fresh process: 48-94 us in some runs, 140-250 us in others, while the
+// same heartbeats interleaved with a row's round trips took 86-274 us;
+// docs/benchmarks.md.)
 #include <sys/resource.h>
 
 #include <algorithm>
