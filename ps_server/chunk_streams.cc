@@ -238,6 +238,12 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
   return sent;
 }
 
+void AskForPushedVariables(const PushRequest& push, PullRequest* pull) {
+  pull->set_worker(push.worker());
+  pull->clear_names();
+  for (const Tensor& gradient : push.gradients()) pull->add_names(gradient.name());
+}
+
 namespace {
 
 absl::Status WorkerWentAway() {
@@ -262,12 +268,9 @@ class PushPullEcho final : public PushEcho {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown wire dtype ", static_cast<int>(pull_.dtype()), " in a PushPull's pull"));
     }
-    // The answer holds the pushed variables, in the push's order.
-    pull_.set_worker(header.worker());
-    pull_.clear_names();
+    AskForPushedVariables(header, &pull_);
     answer_.Clear();
     for (const Tensor& gradient : header.gradients()) {
-      pull_.add_names(gradient.name());
       Tensor* variable = answer_.add_variables();
       variable->set_name(gradient.name());
       variable->mutable_shape()->CopyFrom(gradient.shape());

@@ -101,6 +101,11 @@ class PullPayloadPool {
   std::vector<std::shared_ptr<PullPayload>> payloads_ ABSL_GUARDED_BY(mu_);
 };
 
+// Makes `pull` the pull half of a PushPull (streamed or PushPullSmall):
+// this worker's, asking for the pushed variables in the push's order. The
+// names the worker sent, if any, are dropped.
+void AskForPushedVariables(const PushRequest& push, PullRequest* pull);
+
 // Serves one PushPull: the push stream as ServePushStream does, then the
 // pushed variables' values, in the pull's dtype, at a version that
 // includes the push and is at least pull.min_version (waiting for it until

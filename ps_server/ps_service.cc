@@ -174,11 +174,8 @@ grpc::Status ParameterServerService::PushPullSmall(grpc::ServerContext* context,
   RecordServedPush(static_cast<int64_t>(push.ByteSizeLong()), push.computed_at_version(),
                    response->push(), status, absl::Now() - start);
   if (!status.ok()) return ToGrpcStatus(status);
-  // The answer holds the pushed variables, in the push's order.
   PullRequest pull = request->pull();
-  pull.set_worker(push.worker());
-  pull.clear_names();
-  for (const Tensor& gradient : push.gradients()) pull.add_names(gradient.name());
+  AskForPushedVariables(push, &pull);
   const absl::Time pull_start = absl::Now();
   status = server_->Pull(pull, PullDeadline(*context, pull), response->mutable_pull());
   RecordServedPull(status.ok() ? response->pull().ByteSizeLong() : 0, status,

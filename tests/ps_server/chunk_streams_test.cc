@@ -373,6 +373,22 @@ class MalformedPushTest : public ::testing::Test {
     piece->set_data(reinterpret_cast<const char*>(values.data()), bytes);
   }
 
+  // A PushPull call on `context`, which gets a 10 s deadline.
+  std::unique_ptr<grpc::ClientReaderWriter<PushChunk, PushPullChunk>> OpenPushPull(
+      grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub_->PushPull(context);
+  }
+
+  // A PushPull's first message: the header and the first 800 bytes of "w"
+  // (values 0.25), with a pull that needs no wait.
+  PushChunk FirstPushPullChunk() const {
+    PushChunk first = Header({{"w", FLOAT32}});
+    AddPiece(&first, 0, 0, 800);
+    first.mutable_pull()->set_min_version(before_.first);
+    return first;
+  }
+
   grpc::Status Send(const std::vector<PushChunk>& chunks) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -406,12 +422,8 @@ TEST_F(MalformedPushTest, AWellFormedStreamIsApplied) {
 // below would time out).
 TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  auto stream = stub_->PushPull(&context);
-  PushChunk first = Header({{"w", FLOAT32}});
-  AddPiece(&first, 0, 0, 800);  // values 0.25
-  first.mutable_pull()->set_min_version(before_.first);
-  ASSERT_TRUE(stream->Write(first));
+  auto stream = OpenPushPull(&context);
+  ASSERT_TRUE(stream->Write(FirstPushPullChunk()));
   PushPullChunk answer;
   ASSERT_TRUE(stream->Read(&answer)) << "no answer before the push ended";
   ASSERT_EQ(answer.header().variables_size(), 1);
@@ -447,12 +459,8 @@ TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
 TEST_F(MalformedPushTest, APushPullWhoseWorkerGoesAwayMidwayIsDropped) {
   {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    auto stream = stub_->PushPull(&context);
-    PushChunk first = Header({{"w", FLOAT32}});
-    AddPiece(&first, 0, 0, 800);
-    first.mutable_pull()->set_min_version(before_.first);
-    ASSERT_TRUE(stream->Write(first));
+    auto stream = OpenPushPull(&context);
+    ASSERT_TRUE(stream->Write(FirstPushPullChunk()));
     PushPullChunk answer;
     ASSERT_TRUE(stream->Read(&answer));  // the shard is answering
     context.TryCancel();
@@ -469,8 +477,7 @@ TEST_F(MalformedPushTest, APushPullWhoseWorkerGoesAwayMidwayIsDropped) {
 
 TEST_F(MalformedPushTest, APushPullWithoutItsPullIsRefused) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  auto stream = stub_->PushPull(&context);
+  auto stream = OpenPushPull(&context);
   PushChunk only = Header({{"w", FLOAT32}});
   AddPiece(&only, 0, 0, 1200);
   stream->Write(only);
