@@ -124,15 +124,13 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
 // The lanes of one push; a push that is not split has one, of its own.
 class PushJoin {
  public:
-  // `joins` (split pushes) lends the buffer a reassembled push goes into
-  // and is told when the join ends, as `key`.
-  PushJoin(int lanes, ParameterShard* shard, PushJoins* joins = nullptr, PushJoins::Key key = {})
-      : lanes_(lanes), shard_(shard), joins_(joins), key_(key), arrived_(lanes, false),
+  // `buffers` (split pushes) lends the buffer a reassembled push goes into.
+  PushJoin(int lanes, ParameterShard* shard, MessagePool<PushRequest>* buffers)
+      : lanes_(lanes), shard_(shard), buffers_(buffers), arrived_(lanes, false),
         cancels_(lanes) {}
   ~PushJoin() {
     update_.reset();  // drops an update that was not committed
-    if (own_buffer_ != nullptr) joins_->buffers_.Give(std::move(own_buffer_));
-    if (joins_ != nullptr) joins_->Ended(key_);
+    if (own_buffer_ != nullptr) buffers_->Give(std::move(own_buffer_));
   }
 
   // What every lane works on, once the first lane's header has begun it.
@@ -186,7 +184,7 @@ class PushJoin {
       push_.update = update_.get();
     } else {
       if (lanes_ > 1) {
-        own_buffer_ = joins_->buffers_.Take();
+        own_buffer_ = buffers_->Take();
         buffer = own_buffer_.get();
       }
       push_.destinations = BeginPush(header, push_.bytes, buffer);
@@ -302,8 +300,7 @@ class PushJoin {
 
   const int lanes_;
   ParameterShard* const shard_;
-  PushJoins* const joins_;
-  const PushJoins::Key key_;
+  MessagePool<PushRequest>* const buffers_;
 
   absl::Mutex mu_;
   absl::CondVar changed_;
@@ -332,35 +329,18 @@ class PushJoin {
   std::atomic<bool> cancelled_{false};  // by the shard, as stalled
 };
 
-absl::StatusOr<std::shared_ptr<PushJoin>> PushJoins::Join(const PushRequest& header,
-                                                           ParameterShard* shard) {
-  const Key key = {header.worker(), header.lane().push_id()};
+std::shared_ptr<PushJoin> PushJoins::Join(const PushRequest& header, ParameterShard* shard) {
   absl::MutexLock lock(&mu_);
-  if (ended_set_.contains(key)) {
-    // Cancelled, as its other lanes were: the error that ended the push is
-    // on the lane that failed.
-    return absl::CancelledError(absl::StrCat("lane ", header.lane().index(), " of push ",
-                                             key.second, " came after the push had ended"));
+  for (auto it = joins_.begin(); it != joins_.end();) {  // those every lane has left
+    it = it->second.expired() ? joins_.erase(it) : std::next(it);
   }
-  std::weak_ptr<PushJoin>& entry = joins_[key];
+  std::weak_ptr<PushJoin>& entry = joins_[{header.worker(), header.lane().push_id()}];
   std::shared_ptr<PushJoin> join = entry.lock();
   if (join == nullptr) {
-    join = std::make_shared<PushJoin>(header.lane().count(), shard, this, key);
+    join = std::make_shared<PushJoin>(header.lane().count(), shard, &buffers_);
     entry = join;
   }
   return join;
-}
-
-void PushJoins::Ended(Key key) {
-  // Enough to catch a late lane; a lane comes at most a call's deadline late.
-  constexpr size_t kRemembered = 4096;
-  absl::MutexLock lock(&mu_);
-  joins_.erase(key);
-  if (ended_set_.insert(key).second) ended_.push_back(key);
-  while (ended_.size() > kRemembered) {
-    ended_set_.erase(ended_.front());
-    ended_.pop_front();
-  }
 }
 
 namespace {
@@ -419,13 +399,8 @@ absl::Status ServePushStream(ReadMessage read, const StreamCall& call, Parameter
       const int lanes = std::max(1, header.lane().count());
       lane = header.lane().index();
       received->counts_push = lane == 0;
-      if (lanes > 1) {
-        absl::StatusOr<std::shared_ptr<PushJoin>> joined = joins->Join(header, shard);
-        if (!joined.ok()) return joined.status();  // the push was counted when it failed
-        join = *std::move(joined);
-      } else {
-        join = std::make_shared<PushJoin>(1, shard);
-      }
+      join = lanes > 1 ? joins->Join(header, shard)
+                       : std::make_shared<PushJoin>(1, shard, /*buffers=*/nullptr);
       PushRequest identity = header;
       identity.mutable_lane()->clear_index();
       bool counted = false;

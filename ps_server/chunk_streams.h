@@ -6,15 +6,12 @@
 #define PST_PS_SERVER_CHUNK_STREAMS_H_
 
 #include <functional>
-#include <deque>
 #include <map>
-#include <set>
 #include <memory>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
@@ -52,23 +49,13 @@ class PushJoin;
 class PushJoins {
  public:
   // The join of the split push `header` is a lane of; the first lane to
-  // ask makes it. It lasts while a lane holds it. Cancelled for a lane of a
-  // push that has ended already (its other lanes failed and left): such a
-  // late lane must not begin the push again.
-  absl::StatusOr<std::shared_ptr<PushJoin>> Join(const PushRequest& header, ParameterShard* shard);
+  // ask makes it. It lasts while a lane holds it.
+  std::shared_ptr<PushJoin> Join(const PushRequest& header, ParameterShard* shard);
 
  private:
-  friend class PushJoin;
-  using Key = std::pair<int, uint64_t>;  // worker, push_id
-  // A join's last lane has left.
-  void Ended(Key key);
-
   absl::Mutex mu_;
-  std::map<Key, std::weak_ptr<PushJoin>> joins_ ABSL_GUARDED_BY(mu_);
-  // The pushes that ended most recently, oldest first (workers number
-  // their pushes from a random start, so ids do not repeat).
-  std::deque<Key> ended_ ABSL_GUARDED_BY(mu_);
-  std::set<Key> ended_set_ ABSL_GUARDED_BY(mu_);
+  // By worker and push_id.
+  std::map<std::pair<int, uint64_t>, std::weak_ptr<PushJoin>> joins_ ABSL_GUARDED_BY(mu_);
   // The buffers split pushes are reassembled into (SYNC, SSP, ...).
   MessagePool<PushRequest> buffers_;
 };

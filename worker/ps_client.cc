@@ -13,14 +13,7 @@
 #include "worker/mlp.h"
 #include "worker/worker_metrics.h"
 
-#include <random>
-
 namespace pst {
-
-PsClient::PsClient(int worker) : worker_(worker) {
-  std::random_device random;
-  next_push_id_ = (static_cast<uint64_t>(random()) << 32) | random();
-}
 
 void PsClient::SetDeadline(grpc::ClientContext* context, absl::Duration from_now) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));

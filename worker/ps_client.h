@@ -154,7 +154,7 @@ class PsClient {
     std::vector<char> encoded;
     std::vector<std::string> received;
   };
-  PsClient(int worker);
+  PsClient(int worker) : worker_(worker) {}
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
@@ -245,9 +245,7 @@ class PsClient {
   int worker_;
   DType wire_dtype_ = FLOAT32;
   int connections_per_shard_ = kDefaultConnectionsPerShard;
-  // From a random start: a restarted worker's pushes are not taken for
-  // its predecessor's by a shard that remembers those (PushJoins).
-  std::atomic<uint64_t> next_push_id_;
+  std::atomic<uint64_t> next_push_id_{0};
   // What Connect opened the shards' channels with, for the lanes' channels.
   grpc::ChannelArguments channel_args_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;

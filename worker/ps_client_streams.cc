@@ -332,10 +332,10 @@ absl::Status PsClient::PushPullLane(int s, const LaneCall& lane, int64_t compute
     return absl::Status(problem.code(), absl::StrCat("ps:", s, " (", shard.address,
                                                      "): push-pull: ", problem.message()));
   }
-  // A lane the shard refused needs no cancel from here: the shard ends the
-  // push's other lanes itself, and a cancel from here could overtake the
-  // refusal's status on another lane.
-  if (!rpc.ok()) return ShardError(s, rpc);
+  if (!rpc.ok()) {
+    cancel_all();
+    return ShardError(s, rpc);
+  }
   if (!sequence || !ended) {
     return absl::InternalError(absl::StrCat("ps:", s, " ended a push-pull's answer early"));
   }
