@@ -54,7 +54,7 @@ ABSL_FLAG(std::string, exchange, "push_pull",
           "steps) or push_then_pull (a Push, then a Pull).");
 ABSL_FLAG(int, connections_per_shard, 0,
           "TCP connections per worker and shard, as training.connections_per_shard (0 = the "
-          "default, 2; 1 = no split).");
+          "default, 3; 1 = no split).");
 ABSL_FLAG(std::string, ps, "",
           "Comma-separated addresses of running ps_server shards (ASYNC, SGD) to measure "
           "against, e.g. across a network, instead of shards in this process; one size per "

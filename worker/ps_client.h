@@ -57,7 +57,7 @@ class PsClient {
   void set_connections_per_shard(int connections) {
     connections_per_shard_ = std::clamp(connections, 1, kMaxConnectionsPerShard);
   }
-  static constexpr int kDefaultConnectionsPerShard = 2;
+  static constexpr int kDefaultConnectionsPerShard = 3;
   static constexpr int kMaxConnectionsPerShard = 16;  // the PS's kMaxLanes
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
