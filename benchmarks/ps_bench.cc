@@ -52,9 +52,6 @@ ABSL_FLAG(bool, iperf, true, "Measure loopback TCP with iperf3 when it is instal
 ABSL_FLAG(std::string, exchange, "push_pull",
           "How a round trip goes: push_pull (one PushPull call per shard, as the trainer "
           "steps) or push_then_pull (a Push, then a Pull).");
-ABSL_FLAG(int, connections_per_shard, 0,
-          "TCP connections per worker and shard, as training.connections_per_shard (0 = the "
-          "default, 3; 1 = no split).");
 ABSL_FLAG(std::string, ps, "",
           "Comma-separated addresses of running ps_server shards (ASYNC, SGD) to measure "
           "against, e.g. across a network, instead of shards in this process; one size per "
@@ -218,9 +215,6 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     }
     (*client)->SetVariables(model);
     (*client)->set_wire_dtype(dtype);
-    if (int n = absl::GetFlag(FLAGS_connections_per_shard); n > 0) {
-      (*client)->set_connections_per_shard(n);
-    }
     std::vector<float> params(used, 0.0f), grads(used, 1e-12f);
     if (absl::StatusOr<bool> init = (*client)->Init({params}); !init.ok()) fail(init.status());
     std::vector<int64_t> versions;

@@ -343,12 +343,6 @@ bool ReceivedChunk::ParseExtra(google::protobuf::MessageLite* extra) const {
   return MergeOccurrences(extras_, extra);
 }
 
-std::string ReceivedChunk::ExtraBytes() const {
-  std::string bytes;
-  for (const std::string& extra : extras_) bytes += extra;
-  return bytes;
-}
-
 void ReceivedChunk::CopyData(const Piece& piece, char* dest) const {
   PieceReader(*this, piece).Read(piece.size, dest);
 }

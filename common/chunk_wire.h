@@ -95,8 +95,6 @@ class ReceivedChunk {
   // The same for field 3 (ChunkBuilder::SetExtra).
   bool has_extra() const { return !extras_.empty(); }
   bool ParseExtra(google::protobuf::MessageLite* extra) const;
-  // Field 3 as it came, every occurrence in order.
-  std::string ExtraBytes() const;
   const std::vector<Piece>& pieces() const { return pieces_; }
 
   // Copies the piece's piece.size data bytes to `dest`.

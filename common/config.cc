@@ -329,9 +329,6 @@ absl::Status ValidateConfig(const JobConfig& config) {
   }
   if (training.staleness() < 0) return Invalid("training.staleness", "must not be negative");
   if (training.max_staleness() < 0) return Invalid("training.max_staleness", "must not be negative");
-  if (training.connections_per_shard() < 0 || training.connections_per_shard() > 16) {
-    return Invalid("training.connections_per_shard", "must be 0 (the default, 3) to 16");
-  }
   if (training.replicas_to_aggregate() < 0 ||
       training.replicas_to_aggregate() > config.cluster().workers()) {
     return Invalid("training.replicas_to_aggregate",

@@ -67,42 +67,12 @@ void PieceSequence::SkipComplete() {
   }
 }
 
-PieceSequence PieceSequence::ForLane(std::vector<int64_t> tensor_bytes,
-                                     std::vector<int> element_bytes, int lane, int lanes) {
-  std::vector<PieceRef> pieces;
-  const std::vector<std::vector<PieceRef>> plan = PlanChunks(tensor_bytes, element_bytes);
-  for (size_t c = 0; c < plan.size(); ++c) {
-    if (LaneOfChunk(c, lanes) == lane) pieces.insert(pieces.end(), plan[c].begin(), plan[c].end());
-  }
-  PieceSequence sequence(std::move(tensor_bytes), std::move(element_bytes));
-  sequence.lane_pieces_ = std::move(pieces);
-  return sequence;
-}
-
-absl::Status PieceSequence::AcceptLanePiece(int tensor, int64_t offset, int64_t bytes) {
-  const std::vector<PieceRef>& expected = *lane_pieces_;
-  if (lane_next_ >= expected.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a piece of tensor ", tensor, " arrived after every piece of this lane (too many bytes)"));
-  }
-  const PieceRef& next = expected[lane_next_];
-  if (next.tensor != tensor || next.offset != offset || next.bytes != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a lane's piece of tensor ", tensor, " at byte ", offset, " (", bytes,
-        " bytes) is not the lane's next planned piece: tensor ", next.tensor, " at byte ",
-        next.offset, " (", next.bytes, " bytes)"));
-  }
-  ++lane_next_;
-  return absl::OkStatus();
-}
-
 absl::Status PieceSequence::Accept(int tensor, int64_t offset, int64_t bytes) {
   if (tensor < 0 || static_cast<size_t>(tensor) >= tensor_bytes_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a piece names tensor ", tensor, ", but the stream's header has ", tensor_bytes_.size(),
         " tensors"));
   }
-  if (lane_pieces_) return AcceptLanePiece(tensor, offset, bytes);
   if (tensor_ >= tensor_bytes_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a piece of tensor ", tensor, " arrived after every tensor was complete (too many bytes)"));
@@ -128,14 +98,6 @@ absl::Status PieceSequence::Accept(int tensor, int64_t offset, int64_t bytes) {
 }
 
 absl::Status PieceSequence::Finish() const {
-  if (lane_pieces_) {
-    if (lane_next_ < lane_pieces_->size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the lane ended after ", lane_next_, " of its ", lane_pieces_->size(),
-          " pieces: missing chunks"));
-    }
-    return absl::OkStatus();
-  }
   if (tensor_ < tensor_bytes_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the stream ended with tensor ", tensor_, " incomplete (", offset_, " of ",

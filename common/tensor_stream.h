@@ -13,7 +13,6 @@
 #define PST_COMMON_TENSOR_STREAM_H_
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <vector>
 
@@ -46,10 +45,6 @@ std::vector<std::vector<PieceRef>> PlanChunks(std::span<const int64_t> tensor_by
                                               std::span<const int> element_bytes,
                                               int64_t chunk_bytes = kChunkBytes);
 
-// A stream split into `lanes` streams (proto PushLane) sends chunk `chunk`
-// of the whole stream's plan on this lane.
-inline int LaneOfChunk(size_t chunk, int lanes) { return static_cast<int>(chunk % lanes); }
-
 // The receiver's side: accepts pieces only in the order PlanChunks produces
 // them (any chunk size), refusing with InvalidArgument a piece that names no
 // tensor of the header, comes out of order, overruns its tensor or splits an
@@ -57,11 +52,6 @@ inline int LaneOfChunk(size_t chunk, int lanes) { return static_cast<int>(chunk 
 class PieceSequence {
  public:
   PieceSequence(std::vector<int64_t> tensor_bytes, std::vector<int> element_bytes);
-  // The sequence of one lane of a split stream: exactly the pieces of its
-  // chunks of PlanChunks(tensor_bytes, element_bytes) (kChunkBytes), in
-  // order; a lane's pieces cannot be cut another way.
-  static PieceSequence ForLane(std::vector<int64_t> tensor_bytes, std::vector<int> element_bytes,
-                               int lane, int lanes);
 
   absl::Status Accept(int tensor, int64_t offset, int64_t bytes);
   absl::Status Finish() const;
@@ -70,15 +60,10 @@ class PieceSequence {
   // Moves the cursor past tensors that are complete.
   void SkipComplete();
 
-  absl::Status AcceptLanePiece(int tensor, int64_t offset, int64_t bytes);
-
   std::vector<int64_t> tensor_bytes_;
   std::vector<int> element_bytes_;
   size_t tensor_ = 0;   // the tensor the next piece must belong to
   int64_t offset_ = 0;  // and the byte it must start at
-  // A lane's: the pieces it must carry, and how many have come.
-  std::optional<std::vector<PieceRef>> lane_pieces_;
-  size_t lane_next_ = 0;
 };
 
 }  // namespace pst

@@ -21,11 +21,11 @@ std::vector<int> ElementBytes(const PushRequest& header) {
 }
 
 // Sets up `request` from the stream's header, with every gradient's buffer
-// sized as `bytes` (what the shard expects); returns where each gradient's
-// bytes go. The buffers keep their old bytes: the pieces overwrite every
+// sized as `bytes` (what the shard expects); returns the sequence the pieces
+// must follow. The buffers keep their old bytes: the pieces overwrite every
 // one of them before the stream is accepted.
-std::vector<char*> BeginPush(const PushRequest& header, const std::vector<int64_t>& bytes,
-                             PushRequest* request) {
+PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
+                        PushRequest* request) {
   request->set_worker(header.worker());
   request->set_computed_at_version(header.computed_at_version());
   auto* gradients = request->mutable_gradients();
@@ -34,7 +34,6 @@ std::vector<char*> BeginPush(const PushRequest& header, const std::vector<int64_
                               gradients->size() - header.gradients_size());
   }
   while (gradients->size() < header.gradients_size()) gradients->Add();
-  std::vector<char*> destinations;
   for (int i = 0; i < header.gradients_size(); ++i) {
     const Tensor& announced = header.gradients(i);
     Tensor* gradient = gradients->Mutable(i);
@@ -42,9 +41,8 @@ std::vector<char*> BeginPush(const PushRequest& header, const std::vector<int64_
     gradient->mutable_shape()->CopyFrom(announced.shape());
     gradient->set_dtype(announced.dtype());
     gradient->mutable_data()->resize(bytes[i]);
-    destinations.push_back(gradient->mutable_data()->data());
   }
-  return destinations;
+  return PieceSequence(std::move(bytes), ElementBytes(header));
 }
 
 // InvalidArgument naming the first non-finite value in `data`, the bytes
@@ -64,21 +62,20 @@ absl::Status NonFinitePiece(const std::string& name, DType dtype, int64_t offset
   return absl::OkStatus();
 }
 
-// Copies the chunk's pieces to `destinations` (each gradient's bytes in the
-// reassembled push), checking each as it lands (in cache) for a non-finite
-// value, which refuses the whole push.
-absl::Status AddPieces(const ReceivedChunk& chunk, const PushRequest& header,
-                       PieceSequence* sequence, const std::vector<char*>& destinations) {
+// Copies the chunk's pieces into `request`, checking each as it lands (in
+// cache) for a non-finite value, which refuses the whole push.
+absl::Status AddPieces(const ReceivedChunk& chunk, PieceSequence* sequence,
+                       PushRequest* request) {
   for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
     if (absl::Status s = sequence->Accept(piece.tensor, piece.offset, piece.size); !s.ok()) {
       return s;
     }
-    const Tensor& gradient = header.gradients(piece.tensor);
-    char* data = destinations[piece.tensor] + piece.offset;
+    Tensor* gradient = request->mutable_gradients(piece.tensor);
+    char* data = gradient->mutable_data()->data() + piece.offset;
     chunk.CopyData(piece, data);
     const absl::string_view copied(data, piece.size);
-    if (!EncodedFinite(copied, gradient.dtype())) {
-      return NonFinitePiece(gradient.name(), gradient.dtype(), piece.offset, copied);
+    if (!EncodedFinite(copied, gradient->dtype())) {
+      return NonFinitePiece(gradient->name(), gradient->dtype(), piece.offset, copied);
     }
   }
   return absl::OkStatus();
@@ -88,7 +85,7 @@ absl::Status AddPieces(const ReceivedChunk& chunk, const PushRequest& header,
 // copied out of gRPC's buffers, checked for non-finite values and staged
 // while in L1. A non-finite value refuses the whole push.
 absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
-                         PieceSequence* sequence, StreamedUpdate* update, int lane) {
+                         PieceSequence* sequence, StreamedUpdate* update) {
   constexpr int64_t kBlockElements = 4096;
   alignas(64) std::array<char, kBlockElements * sizeof(float)> wire;
   alignas(64) std::array<float, kBlockElements> block;
@@ -112,7 +109,7 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
       }
       const std::span<float> values(block.data(), elements);
       if (landing == wire.data()) DecodeValues(data, gradient.dtype(), values);
-      update->Apply(piece.tensor, offset / element_bytes, values, lane);
+      update->Apply(piece.tensor, offset / element_bytes, values);
       offset += static_cast<int64_t>(data.size());
     }
   }
@@ -121,270 +118,22 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
 
 }  // namespace
 
-// The lanes of one push; a push that is not split has one, of its own.
-class PushJoin {
- public:
-  // `buffers` (split pushes) lends the buffer a reassembled push goes into.
-  PushJoin(int lanes, ParameterShard* shard, MessagePool<PushRequest>* buffers)
-      : lanes_(lanes), shard_(shard), buffers_(buffers), arrived_(lanes, false),
-        cancels_(lanes) {}
-  ~PushJoin() {
-    update_.reset();  // drops an update that was not committed
-    if (own_buffer_ != nullptr) buffers_->Give(std::move(own_buffer_));
-  }
-
-  // What every lane works on, once the first lane's header has begun it.
-  struct Push {
-    std::vector<int64_t> bytes;        // each gradient's, on the wire
-    StreamedUpdate* update = nullptr;  // applied as it streams in; or null:
-    PushRequest* buffer = nullptr;     // reassembled here,
-    std::vector<char*> destinations;   // each gradient's bytes in `buffer`
+absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
+                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
+                             ReceivedPush* received, PushEcho* echo) {
+  // The shard counts the refusals of a header it checks; the rest are counted here.
+  auto refuse = [shard](absl::Status status) {
+    shard->CountRejectedPush();
+    return status;
   };
-
-  // Lane `lane` has read its first message: `header`, and `identity`, what
-  // every lane of the push must bring alike (the header but for the lane
-  // index, and the pull). The first lane begins the push on the shard,
-  // reassembling it, if it must be, into `buffer` (a push that is not split)
-  // or into a buffer of the join's. Why the lane cannot go on otherwise;
-  // `counted` says whether the shard has counted that refusal.
-  absl::StatusOr<const Push*> Arrive(int lane, const PushRequest& header, std::string identity,
-                                     const StreamCall& call, PushRequest* buffer, bool* counted) {
-    *counted = false;
-    {
-      absl::MutexLock lock(&cancel_mu_);
-      cancels_[lane] = call.cancel;
-    }
-    absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) return failure_;
-    if (arrived_[lane]) {
-      return absl::InvalidArgumentError(absl::StrCat("lane ", lane, " of push ",
-                                                     header.lane().push_id(), " came twice"));
-    }
-    arrived_[lane] = true;
-    if (begun_) {
-      if (identity != identity_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "lane ", lane, " of push ", header.lane().push_id(),
-            " carries another header or pull than the push's first lane"));
-      }
-      return &push_;
-    }
-    begun_ = true;
-    identity_ = std::move(identity);
-    absl::StatusOr<ParameterShard::StreamedPush> begun = shard_->BeginStreamedPush(header);
-    if (!begun.ok()) {
-      *counted = true;
-      return begun.status();
-    }
-    push_.bytes = std::move(begun->bytes);
-    update_ = std::move(begun->update);
-    if (update_ != nullptr) {
-      update_->SplitIntoLanes(lanes_);
-      update_->SetCancel([this] { CancelLanes(/*except=*/-1); });
-      push_.update = update_.get();
-    } else {
-      if (lanes_ > 1) {
-        own_buffer_ = buffers_->Take();
-        buffer = own_buffer_.get();
-      }
-      push_.destinations = BeginPush(header, push_.bytes, buffer);
-      push_.buffer = buffer;
-    }
-    return &push_;
-  }
-
-  // Lane `lane` failed with `status`: so does every lane, and the others'
-  // calls are ended. A push the shard has not counted (`counted`) is
-  // counted as refused unless it was already committed.
-  void Fail(int lane, absl::Status status, bool counted) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!failure_.ok()) return;
-      failure_ = std::move(status);
-      if (!counted && !committed_) shard_->CountRejectedPush();
-      changed_.SignalAll();
-    }
-    CancelLanes(lane);
-  }
-
-  // The lane has applied or copied all its pieces. The last lane to get here
-  // commits the push; the others wait for it. The push's outcome, the same
-  // for every lane.
-  absl::Status Finish(const StreamCall& call, PushResponse* response) {
-    absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) return failure_;
-    if (++finished_ == lanes_) {
-      // Nothing else touches the push now; the shard may call CancelLanes
-      // under its own lock, so it is not called under this one.
-      mu_.Unlock();
-      absl::Status outcome =
-          push_.update != nullptr
-              ? shard_->CommitStreamedPush(std::move(update_), response)
-              : shard_->Push(*push_.buffer, response, {.values_finite = true});
-      mu_.Lock();
-      outcome_ = outcome;
-      response_ = *response;
-      committed_ = true;
-      changed_.SignalAll();
-      return outcome;
-    }
-    if (absl::Status s = Await(call, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return committed_;
-        });
-        !s.ok()) {
-      return s;
-    }
-    *response = response_;
-    return outcome_;
-  }
-
-  // The answer of a push that was not answered as it streamed in: made by
-  // the first lane to ask, with `make`, and sent by every lane in part.
-  absl::StatusOr<const PreparedPull*> Answer(
-      const StreamCall& call, absl::FunctionRef<absl::StatusOr<PreparedPull>()> make) {
-    absl::MutexLock lock(&mu_);
-    if (!answering_) {
-      answering_ = true;
-      mu_.Unlock();  // a pull may wait, e.g. for a SYNC step
-      absl::StatusOr<PreparedPull> made = make();
-      mu_.Lock();
-      answer_status_ = made.status();
-      if (made.ok()) answer_ = *std::move(made);
-      answered_ = true;
-      changed_.SignalAll();
-    } else if (absl::Status s = Await(call, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                 return answered_;
-               });
-               !s.ok()) {
-      return s;
-    }
-    if (!answer_status_.ok()) return answer_status_;
-    return &answer_;
-  }
-
- private:
-  // Waits until `ready`, or until a lane fails, the lanes are cancelled,
-  // the call ends or its deadline passes.
-  absl::Status Await(const StreamCall& call, absl::FunctionRef<bool()> ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    // Cancellation and the call's end come without a signal: look every
-    // few milliseconds.
-    constexpr absl::Duration kLook = absl::Milliseconds(20);
-    while (!ready()) {
-      if (!failure_.ok()) return failure_;
-      if (cancelled_.load()) {
-        return absl::AbortedError(
-            "a lane of the push stalled while other updates waited; the push was cancelled and "
-            "nothing of it was applied");
-      }
-      if (call.cancelled && call.cancelled()) {
-        return absl::CancelledError("the worker went away while the lanes of its push met");
-      }
-      if (absl::Now() >= call.deadline) {
-        return absl::DeadlineExceededError(
-            "the other lanes of the push did not all arrive before the call's deadline");
-      }
-      changed_.WaitWithTimeout(&mu_, kLook);
-    }
-    return absl::OkStatus();
-  }
-
-  // Ends every lane's call but `except`'s.
-  void CancelLanes(int except) {
-    cancelled_ = except < 0;
-    absl::MutexLock lock(&cancel_mu_);
-    for (int lane = 0; lane < lanes_; ++lane) {
-      if (lane != except && cancels_[lane]) cancels_[lane]();
-    }
-  }
-
-  const int lanes_;
-  ParameterShard* const shard_;
-  MessagePool<PushRequest>* const buffers_;
-
-  absl::Mutex mu_;
-  absl::CondVar changed_;
-  std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
-  bool begun_ ABSL_GUARDED_BY(mu_) = false;
-  std::string identity_ ABSL_GUARDED_BY(mu_);
-  // Written by the first lane under mu_, then read by every lane, which
-  // got its address under mu_.
-  Push push_;
-  std::unique_ptr<StreamedUpdate> update_;
-  std::unique_ptr<PushRequest> own_buffer_;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  int finished_ ABSL_GUARDED_BY(mu_) = 0;
-  bool committed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status outcome_ ABSL_GUARDED_BY(mu_);
-  PushResponse response_ ABSL_GUARDED_BY(mu_);
-  bool answering_ ABSL_GUARDED_BY(mu_) = false;
-  bool answered_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status answer_status_ ABSL_GUARDED_BY(mu_);
-  PreparedPull answer_ ABSL_GUARDED_BY(mu_);
-
-  // The shard calls CancelLanes under its own lock (a stalled update), so
-  // the lanes' cancels have a lock of their own, never held into the shard.
-  absl::Mutex cancel_mu_;
-  std::vector<std::function<void()>> cancels_ ABSL_GUARDED_BY(cancel_mu_);
-  std::atomic<bool> cancelled_{false};  // by the shard, as stalled
-};
-
-std::shared_ptr<PushJoin> PushJoins::Join(const PushRequest& header, ParameterShard* shard) {
-  absl::MutexLock lock(&mu_);
-  for (auto it = joins_.begin(); it != joins_.end();) {  // those every lane has left
-    it = it->second.expired() ? joins_.erase(it) : std::next(it);
-  }
-  std::weak_ptr<PushJoin>& entry = joins_[{header.worker(), header.lane().push_id()}];
-  std::shared_ptr<PushJoin> join = entry.lock();
-  if (join == nullptr) {
-    join = std::make_shared<PushJoin>(header.lane().count(), shard, &buffers_);
-    entry = join;
-  }
-  return join;
-}
-
-namespace {
-
-// The lane a header's stream is, of how many; InvalidArgument for an
-// impossible one.
-absl::Status CheckLane(const PushRequest& header, bool may_split) {
-  const PushLane& lane = header.lane();
-  const int lanes = std::max(1, lane.count());
-  if (lanes > 1 && !may_split) {
-    return absl::InvalidArgumentError("only a PushPull may be split into lanes (PushLane)");
-  }
-  if (lanes > kMaxLanes || lane.index() < 0 || lane.index() >= lanes) {
-    return absl::InvalidArgumentError(absl::StrCat("lane ", lane.index(), " of ", lane.count(),
-                                                   ": a push has 1 to ", kMaxLanes,
-                                                   " lanes, numbered from 0"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status ServePushStream(ReadMessage read, const StreamCall& call, ParameterShard* shard,
-                             PushRequest* buffer, PushResponse* response, ReceivedPush* received,
-                             PushEcho* echo, PushJoins* joins) {
   *received = ReceivedPush{};
   grpc::ByteBuffer message;
   ReceivedChunk chunk;
   PushRequest header;
   std::optional<PieceSequence> sequence;
-  std::shared_ptr<PushJoin> join;
-  const PushJoin::Push* push = nullptr;
-  int lane = 0;
-  // Every refusal fails the push's other lanes too, and is counted once.
-  auto refuse = [&](absl::Status status, bool counted = false) {
-    if (join != nullptr) {
-      join->Fail(lane, status, counted);
-    } else if (!counted) {
-      shard->CountRejectedPush();
-    }
-    return status;
-  };
+  std::unique_ptr<StreamedUpdate> update;  // null: buffered
   while (read(&message)) {
-    if (push != nullptr && push->update != nullptr) push->update->Progressed();
+    if (update != nullptr) update->Progressed();
     received->bytes += static_cast<int64_t>(message.Length());
     if (absl::Status s = chunk.Parse(&message); !s.ok()) return refuse(s);
     if (!sequence) {
@@ -395,50 +144,34 @@ absl::Status ServePushStream(ReadMessage read, const StreamCall& call, Parameter
         return refuse(absl::InvalidArgumentError("a push stream's header is not a PushRequest"));
       }
       received->computed_at_version = header.computed_at_version();
-      if (absl::Status s = CheckLane(header, joins != nullptr); !s.ok()) return refuse(s);
-      const int lanes = std::max(1, header.lane().count());
-      lane = header.lane().index();
-      received->counts_push = lane == 0;
-      join = lanes > 1 ? joins->Join(header, shard)
-                       : std::make_shared<PushJoin>(1, shard, /*buffers=*/nullptr);
-      PushRequest identity = header;
-      identity.mutable_lane()->clear_index();
-      bool counted = false;
-      absl::StatusOr<const PushJoin::Push*> begun =
-          join->Arrive(lane, header, identity.SerializeAsString() + chunk.ExtraBytes(), call,
-                       buffer, &counted);
-      if (!begun.ok()) return refuse(begun.status(), counted);
-      push = *begun;
+      absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
+      if (!push.ok()) return push.status();
+      update = std::move(push->update);
       if (echo != nullptr) {
-        if (absl::Status s = echo->Start(chunk, header, push->update != nullptr); !s.ok()) {
+        if (absl::Status s = echo->Start(chunk, header, update != nullptr); !s.ok()) {
           return refuse(s);
         }
       }
-      std::vector<int64_t> bytes = push->bytes;
-      sequence.emplace(lanes > 1 ? PieceSequence::ForLane(std::move(bytes), ElementBytes(header),
-                                                          lane, lanes)
-                                 : PieceSequence(std::move(bytes), ElementBytes(header)));
+      if (update != nullptr) update->SetCancel(std::move(cancel));
+      if (update == nullptr) {
+        sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
+      } else {
+        sequence.emplace(std::move(push->bytes), ElementBytes(header));
+      }
     } else if (chunk.has_header()) {
       return refuse(absl::InvalidArgumentError("a push stream carries a second header"));
     }
-    absl::Status added =
-        push->update != nullptr
-            ? ApplyPieces(chunk, header, &*sequence, push->update, lane)
-            : AddPieces(chunk, header, &*sequence, push->destinations);
+    absl::Status added = update != nullptr ? ApplyPieces(chunk, header, &*sequence, update.get())
+                                           : AddPieces(chunk, &*sequence, buffer);
     if (!added.ok()) return refuse(added);
-    if (echo != nullptr && push->update != nullptr) {
-      if (absl::Status s = echo->Staged(chunk, *push->update); !s.ok()) {
-        join->Fail(lane, s, /*counted=*/true);  // the worker went away: not a refusal
-        return s;
-      }
+    if (echo != nullptr && update != nullptr) {
+      if (absl::Status s = echo->Staged(chunk, *update); !s.ok()) return s;
     }
   }
   if (!sequence) return refuse(absl::InvalidArgumentError("the push stream was empty: no header"));
   if (absl::Status s = sequence->Finish(); !s.ok()) return refuse(s);
-  received->join = join;
-  received->lane = lane;
-  received->lanes = std::max(1, header.lane().count());
-  return join->Finish(call, response);
+  if (update != nullptr) return shard->CommitStreamedPush(std::move(update), response);
+  return shard->Push(*buffer, response, {.values_finite = true});
 }
 
 void CapturePull(int64_t version, const std::vector<const Variable*>& variables, DType dtype,
@@ -456,53 +189,45 @@ void CapturePull(int64_t version, const std::vector<const Variable*>& variables,
   }
 }
 
-PreparedPull PreparePull(const std::shared_ptr<PullPayload>& payload) {
-  PreparedPull pull;
-  pull.header = payload->header;
-  pull.element_bytes = DTypeBytes(payload->dtype);
-  const bool referenced = pull.element_bytes == sizeof(float);  // float32 bytes are the values
+int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write,
+                        const google::protobuf::MessageLite* last_extra) {
+  const int element_bytes = DTypeBytes(payload->dtype);
+  const bool referenced = element_bytes == sizeof(float);  // float32 bytes are the values
+  std::vector<int64_t> tensor_bytes;
+  std::vector<const char*> wire;  // where each tensor's wire bytes are
+  std::vector<PayloadPin> pins;
   int64_t encoded_bytes = 0;
   for (const Values& values : payload->values) {
-    pull.tensor_bytes.push_back(static_cast<int64_t>(values->size()) * pull.element_bytes);
-    encoded_bytes += referenced ? 0 : pull.tensor_bytes.back();
+    tensor_bytes.push_back(static_cast<int64_t>(values->size()) * element_bytes);
+    encoded_bytes += referenced ? 0 : tensor_bytes.back();
   }
   payload->encoded.resize(encoded_bytes);
   char* next = payload->encoded.data();
   for (const Values& values : payload->values) {
     if (referenced) {
-      pull.wire.push_back(reinterpret_cast<const char*>(values->data()));
-      pull.pins.push_back(values);
+      wire.push_back(reinterpret_cast<const char*>(values->data()));
+      pins.push_back(values);
     } else {
       EncodeValuesTo(*values, payload->dtype, next);
-      pull.wire.push_back(next);
-      pull.pins.push_back(payload);
-      next += values->size() * pull.element_bytes;
+      wire.push_back(next);
+      pins.push_back(payload);
+      next += values->size() * element_bytes;
     }
   }
-  // From here the pins hold the buffers; the payload need not.
+  // From here the slices' pins hold the buffers; the payload need not.
   payload->values.clear();
-  return pull;
-}
-
-int64_t SendPreparedPull(const PreparedPull& pull, WriteMessage write,
-                         const google::protobuf::MessageLite* last_extra, int lane, int lanes) {
   const std::vector<std::vector<PieceRef>> plan =
-      PlanChunks(pull.tensor_bytes, std::vector<int>(pull.tensor_bytes.size(), pull.element_bytes));
-  std::vector<size_t> chunks;  // this lane's
-  for (size_t c = 0; c < plan.size(); ++c) {
-    if (LaneOfChunk(c, lanes) == lane) chunks.push_back(c);
-  }
-  const std::vector<PieceRef> none;
+      PlanChunks(tensor_bytes, std::vector<int>(tensor_bytes.size(), element_bytes));
   ChunkBuilder builder;
   int64_t sent = 0;
-  for (size_t i = 0; i < std::max<size_t>(1, chunks.size()); ++i) {
-    if (i == 0) builder.SetHeader(pull.header);
-    for (const PieceRef& ref : chunks.empty() ? none : plan[chunks[i]]) {
+  for (size_t c = 0; c < plan.size(); ++c) {
+    if (c == 0) builder.SetHeader(payload->header);
+    for (const PieceRef& ref : plan[c]) {
       builder.AddPiece(ref.tensor, ref.offset,
-                       {pull.wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)},
-                       pull.pins[ref.tensor]);
+                       {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)},
+                       pins[ref.tensor]);
     }
-    const bool last = i + 1 >= chunks.size();
+    const bool last = c + 1 == plan.size();
     if (last && last_extra != nullptr) builder.SetExtra(*last_extra);
     grpc::ByteBuffer message = builder.Finish();
     sent += static_cast<int64_t>(message.Length());
@@ -511,11 +236,6 @@ int64_t SendPreparedPull(const PreparedPull& pull, WriteMessage write,
     if (!write(message, options)) return -1;
   }
   return sent;
-}
-
-int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write,
-                        const google::protobuf::MessageLite* last_extra) {
-  return SendPreparedPull(PreparePull(payload), write, last_extra);
 }
 
 void AskForPushedVariables(const PushRequest& push, PullRequest* pull) {
@@ -547,15 +267,6 @@ class PushPullEcho final : public PushEcho {
     if (DTypeBytes(dtype_) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown wire dtype ", static_cast<int>(pull_.dtype()), " in a PushPull's pull"));
-    }
-    if (header.lane().count() > 1) {
-      for (const Tensor& gradient : header.gradients()) {
-        if (gradient.dtype() != dtype_) {
-          return absl::InvalidArgumentError(
-              "a PushPull split into lanes must push and pull one dtype: its lanes' answers are "
-              "planned as its push");
-        }
-      }
     }
     AskForPushedVariables(header, &pull_);
     answer_.Clear();
@@ -607,10 +318,8 @@ class PushPullEcho final : public PushEcho {
     return absl::OkStatus();
   }
 
-  // After the push: the answer's end, or all of it if nothing was streamed
-  // (this lane's part of it, for a lane of a split push).
-  absl::Status Finish(const PushPullContext& context, const ReceivedPush& push,
-                      const StreamCall& call, const PushResponse& response) {
+  // After the push: the answer's end, or all of it if nothing was streamed.
+  absl::Status Finish(const PushPullContext& context, const PushResponse& response) {
     PushPullDone done;
     *done.mutable_push() = response;
     if (echo_) {
@@ -626,22 +335,17 @@ class PushPullEcho final : public PushEcho {
       }
       return absl::OkStatus();
     }
-    absl::StatusOr<const PreparedPull*> answer =
-        push.join->Answer(call, [&]() -> absl::StatusOr<PreparedPull> {
-          absl::Status status = context.shard->PullVisit(
-              pull_, context.pull_deadline(pull_),
-              [&](int64_t version, const std::vector<const Variable*>& variables) {
-                CapturePull(version, variables, dtype_, payload_.get());
-              });
-          if (!status.ok()) {
-            payload_->values.clear();  // nothing captured may stay pinned
-            return status;
-          }
-          return PreparePull(payload_);
+    absl::Status status = context.shard->PullVisit(
+        pull_, context.pull_deadline(pull_),
+        [&](int64_t version, const std::vector<const Variable*>& variables) {
+          CapturePull(version, variables, dtype_, payload_.get());
         });
-    if (!answer.ok()) return answer.status();
-    done.set_version((*answer)->header.version());
-    const int64_t sent = SendPreparedPull(**answer, write_, &done, push.lane, push.lanes);
+    if (!status.ok()) {
+      payload_->values.clear();  // nothing captured may stay pinned
+      return status;
+    }
+    done.set_version(payload_->header.version());
+    const int64_t sent = SendPullPayload(payload_, write_, &done);
     if (sent < 0) return WorkerWentAway();
     sent_ += sent;
     return absl::OkStatus();
@@ -682,14 +386,13 @@ class PushPullEcho final : public PushEcho {
 
 }  // namespace
 
-absl::Status ServePushPull(ReadMessage read, WriteMessage write, const StreamCall& call,
+absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
                            const PushPullContext& context, PushResponse* response,
                            ReceivedPush* received, int64_t* bytes_sent) {
   PushPullEcho echo(write, context.payloads->Take(), context.shard->mode() == ASYNC);
-  absl::Status status = ServePushStream(read, call, context.shard, context.buffer, response,
-                                        received, &echo, context.joins);
-  if (status.ok()) status = echo.Finish(context, *received, call, *response);
-  received->join.reset();
+  absl::Status status = ServePushStream(read, std::move(cancel), context.shard, context.buffer,
+                                        response, received, &echo);
+  if (status.ok()) status = echo.Finish(context, *response);
   *bytes_sent = echo.sent();
   return status;
 }

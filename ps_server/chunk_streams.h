@@ -6,7 +6,6 @@
 #define PST_PS_SERVER_CHUNK_STREAMS_H_
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -17,7 +16,6 @@
 #include "grpcpp/support/sync_stream.h"
 #include "common/chunk_wire.h"
 #include "ps.pb.h"
-#include "ps_server/message_pool.h"
 #include "ps_server/parameter_shard.h"
 
 namespace pst {
@@ -40,38 +38,6 @@ class PushEcho {
   virtual absl::Status Staged(const ReceivedChunk& chunk, const StreamedUpdate& update) = 0;
 };
 
-// Where the lanes of a split push (proto PushLane) meet: each lane is a
-// PushPull of its own, on its own connection and serving thread; the first
-// lane's header begins the push, every lane stages or copies its own
-// chunks, and the last one to finish commits the push, once, for all. One
-// per service.
-class PushJoin;
-class PushJoins {
- public:
-  // The join of the split push `header` is a lane of; the first lane to
-  // ask makes it. It lasts while a lane holds it.
-  std::shared_ptr<PushJoin> Join(const PushRequest& header, ParameterShard* shard);
-
- private:
-  absl::Mutex mu_;
-  // By worker and push_id.
-  std::map<std::pair<int, uint64_t>, std::weak_ptr<PushJoin>> joins_ ABSL_GUARDED_BY(mu_);
-  // The buffers split pushes are reassembled into (SYNC, SSP, ...).
-  MessagePool<PushRequest> buffers_;
-};
-
-// The most lanes a push may be split into.
-inline constexpr int kMaxLanes = 16;
-
-// What a stream's server end is given of its call, besides its messages.
-struct StreamCall {
-  // Ends the call (ServerContext::TryCancel); thread-safe.
-  std::function<void()> cancel;
-  // Whether the call has ended (ServerContext::IsCancelled).
-  std::function<bool()> cancelled;
-  absl::Time deadline = absl::InfiniteFuture();
-};
-
 // Serves one PushStream: reads it and pushes it to `shard`. When the shard
 // can apply the push as it streams in (ParameterShard::BeginStreamedPush),
 // each piece is staged as it lands, straight from gRPC's buffers, and the
@@ -83,26 +49,17 @@ struct StreamCall {
 // must follow the stream rules, and every value is checked to be finite as
 // it is copied, before anything of the push is applied. A refused stream
 // leaves the model untouched and is counted in pushes_rejected.
-// `call.cancel` ends the call: the shard uses it on a stream that stalls
-// while other updates wait for it. A lane of a split push (a PushPull
-// only: `joins` given) meets its other lanes in `joins`; a lane that fails
-// fails them all, and lanes that wait for the others give up at
-// `call.deadline` or when their call ends. `received` gets what
+// `cancel` ends the call (ServerContext::TryCancel): the shard uses it on a
+// stream that stalls while other updates wait for it. `received` gets what
 // the metrics want to know of the push. `echo`, if given, is told of the
 // stream's start and of every chunk staged.
 struct ReceivedPush {
   int64_t bytes = 0;  // on the wire
   int64_t computed_at_version = 0;
-  // False for all but one lane of a split push: the push is counted once.
-  bool counts_push = true;
-  // The lane this stream was, of how many, and where they met.
-  int lane = 0;
-  int lanes = 1;
-  std::shared_ptr<PushJoin> join;
 };
-absl::Status ServePushStream(ReadMessage read, const StreamCall& call, ParameterShard* shard,
-                             PushRequest* buffer, PushResponse* response, ReceivedPush* received,
-                             PushEcho* echo = nullptr, PushJoins* joins = nullptr);
+absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
+                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
+                             ReceivedPush* received, PushEcho* echo = nullptr);
 
 // One pull's answer: the header, and the requested variables' values at
 // one version, in the wire dtype.
@@ -132,23 +89,6 @@ using WriteMessage = absl::FunctionRef<bool(const grpc::ByteBuffer&, grpc::Write
 int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessage write,
                         const google::protobuf::MessageLite* last_extra = nullptr);
 
-// SendPullPayload in two steps, for lanes that send one answer between
-// them: Prepare encodes the payload (16-bit types) and takes over its pins
-// once; each lane then sends its chunks (LaneOfChunk), the header first and
-// `last_extra` in its last message (a lane without chunks sends one message
-// with both).
-struct PreparedPull {
-  PullResponse header;
-  int element_bytes = 4;
-  std::vector<int64_t> tensor_bytes;
-  std::vector<const char*> wire;  // each tensor's wire bytes
-  std::vector<PayloadPin> pins;   // what keeps them alive
-};
-PreparedPull PreparePull(const std::shared_ptr<PullPayload>& payload);
-int64_t SendPreparedPull(const PreparedPull& pull, WriteMessage write,
-                         const google::protobuf::MessageLite* last_extra, int lane = 0,
-                         int lanes = 1);
-
 // Pull payloads for reuse, so that a pull encodes into warm memory. A
 // payload is handed out again only once nothing but the pool holds it,
 // i.e. gRPC has released every slice of the answer it was sent in.
@@ -177,20 +117,15 @@ void AskForPushedVariables(const PushRequest& push, PullRequest* pull);
 // into a pooled payload; the push and the answer then flow at once.
 // Otherwise (SYNC, SSP, a reassembled push, a pull that must wait) the
 // answer is a pull once the push is in.
-// A lane of a split push answers with its lane's chunks of the answer (the
-// header first, PushPullDone last in each lane); the push's gradients and
-// the pull must then have one dtype, so that push and answer are planned
-// alike.
 // `bytes_sent` gets the answer's size on the wire.
 struct PushPullContext {
   ParameterShard* shard;
   PushRequest* buffer;         // as ServePushStream's
   PullPayloadPool* payloads;   // encodings of 16-bit answers
-  PushJoins* joins;            // where split pushes' lanes meet
   // When the pull's wait ends, given its request.
   std::function<absl::Time(const PullRequest&)> pull_deadline;
 };
-absl::Status ServePushPull(ReadMessage read, WriteMessage write, const StreamCall& call,
+absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
                            const PushPullContext& context, PushResponse* response,
                            ReceivedPush* received, int64_t* bytes_sent);
 

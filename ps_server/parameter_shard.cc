@@ -345,14 +345,13 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   update.computed_at_ = header.computed_at_version();
   update.staleness_ = staleness;
   update.indices_ = std::move(indices);
-  update.targets_.resize(1);
   for (int index : update.indices_) {
     absl::StatusOr<VariableStore::StageTarget> target = store_.BeginStage(index, lr_scale);
     if (!target.ok()) {
       update.holds_staging_ = false;
       return refuse(target.status());
     }
-    update.targets_.front().push_back(*target);
+    update.targets_.push_back(*target);
     update.staged_.push_back(store_.staged_values(index));
   }
   staging_held_ = true;
@@ -405,11 +404,7 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
   }
   Touch(update->worker_);
   for (size_t i = 0; i < update->indices_.size(); ++i) {
-    VariableStore::StageTarget& target = update->targets_[0][i];
-    for (size_t lane = 1; lane < update->targets_.size(); ++lane) {
-      target.Merge(update->targets_[lane][i]);
-    }
-    if (absl::Status s = store_.FinishStage(update->indices_[i], target); !s.ok()) {
+    if (absl::Status s = store_.FinishStage(update->indices_[i], update->targets_[i]); !s.ok()) {
       store_.Discard();
       ++pushes_rejected_;
       return s;

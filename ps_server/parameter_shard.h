@@ -98,14 +98,10 @@ class StreamedUpdate {
 
   // Applies the gradient of elements [first, first + gradient.size()) of
   // the header's gradient number `tensor`, which must be finite and come
-  // in stream order (PieceSequence): each element once. A push split into
-  // lanes (SplitIntoLanes) applies each lane's pieces with its `lane`
-  // number; different lanes may apply at once, from different threads.
-  void Apply(int tensor, int64_t first, std::span<const float> gradient, int lane = 0) {
-    targets_[lane][tensor].Apply(first, gradient);
+  // in stream order (PieceSequence): each element once.
+  void Apply(int tensor, int64_t first, std::span<const float> gradient) {
+    targets_[tensor].Apply(first, gradient);
   }
-  // Before the first Apply: the push arrives over `lanes` streams.
-  void SplitIntoLanes(int lanes) { targets_.resize(lanes, targets_[0]); }
 
   // The buffer the header's variable `tensor` is staged into: once
   // elements have been applied, their new values are there, unchanged
@@ -140,7 +136,7 @@ class StreamedUpdate {
   int64_t computed_at_ = 0;
   int64_t staleness_ = 0;
   std::vector<int> indices_;  // the variables, in header order
-  std::vector<std::vector<VariableStore::StageTarget>> targets_;  // [lane][tensor]
+  std::vector<VariableStore::StageTarget> targets_;
   // Dropped before the staging is freed, so that the next update does not
   // see them as a pull still holding the buffers.
   std::vector<Values> staged_;

@@ -42,12 +42,6 @@ void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Durat
   m.bytes_out.Increment(bytes_sent);
 }
 
-void RecordLaneBytes(int64_t bytes_in, const absl::Status& status, size_t bytes_sent) {
-  ServedMetrics& m = Served();
-  m.bytes_in.Increment(bytes_in);
-  if (status.ok()) m.bytes_out.Increment(bytes_sent);
-}
-
 int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {
   const int64_t arrival_version =
       response.version() - (response.outcome() == PushResponse::APPLIED ? 1 : 0);

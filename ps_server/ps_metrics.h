@@ -23,10 +23,6 @@ void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
                       const PushResponse& response, const absl::Status& status,
                       absl::Duration latency);
 
-// The bytes one lane of a split PushPull moved, other than the lane that
-// records the push and the pull: the call is counted once, its bytes all.
-void RecordLaneBytes(int64_t bytes_in, const absl::Status& status, size_t bytes_sent);
-
 // A Push's staleness: the shard's version when it arrived minus the version
 // it was computed at, recovered from the response (an applied push advanced
 // the version by one).

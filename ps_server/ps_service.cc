@@ -71,15 +71,6 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext*, const InitReques
 
 namespace {
 
-// What a stream's server end needs of its call.
-StreamCall Call(grpc::ServerContext& context) {
-  return StreamCall{
-      .cancel = [&context] { context.TryCancel(); },
-      .cancelled = [&context] { return context.IsCancelled(); },
-      .deadline = absl::FromChrono(context.deadline()),
-  };
-}
-
 // Wait no longer than the client asked for, nor past the call's deadline.
 absl::Time PullDeadline(const grpc::ServerContext& context, const PullRequest& request) {
   const absl::Time deadline =
@@ -130,8 +121,8 @@ grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext* contex
   std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
   ReceivedPush received;
   absl::Status status = pst::ServePushStream(
-      [reader](grpc::ByteBuffer* message) { return reader->Read(message); }, Call(*context),
-      server_, buffer.get(), response, &received);
+      [reader](grpc::ByteBuffer* message) { return reader->Read(message); },
+      [context] { context->TryCancel(); }, server_, buffer.get(), response, &received);
   push_buffers_.Give(std::move(buffer));
   RecordServedPush(received.bytes, received.computed_at_version, *response, status,
                    absl::Now() - start);
@@ -147,7 +138,6 @@ grpc::Status ParameterServerService::ServePushPull(
       .shard = server_,
       .buffer = buffer.get(),
       .payloads = &pull_payloads_,
-      .joins = &push_joins_,
       .pull_deadline = [context](const PullRequest& pull) { return PullDeadline(*context, pull); },
   };
   PushResponse response;
@@ -158,15 +148,11 @@ grpc::Status ParameterServerService::ServePushPull(
       [stream](const grpc::ByteBuffer& message, grpc::WriteOptions options) {
         return stream->Write(message, options);
       },
-      Call(*context), call, &response, &received, &bytes_sent);
+      [context] { context->TryCancel(); }, call, &response, &received, &bytes_sent);
   push_buffers_.Give(std::move(buffer));
   const absl::Duration took = absl::Now() - start;
-  if (received.counts_push) {
-    RecordServedPush(received.bytes, received.computed_at_version, response, status, took);
-    RecordServedPull(status.ok() ? bytes_sent : 0, status, took);
-  } else {
-    RecordLaneBytes(received.bytes, status, bytes_sent);
-  }
+  RecordServedPush(received.bytes, received.computed_at_version, response, status, took);
+  RecordServedPull(status.ok() ? bytes_sent : 0, status, took);
   return ToGrpcStatus(status);
 }
 

@@ -71,7 +71,6 @@ class ParameterServerService final : public ParameterServer::Service {
   // their buffers.
   MessagePool<PushRequest> push_buffers_;
   PullPayloadPool pull_payloads_;
-  PushJoins push_joins_;
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server

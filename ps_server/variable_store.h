@@ -100,9 +100,6 @@ class VariableStore {
     // `gradient` (already validated). Each element is staged once per
     // update; every one must be by FinishStage.
     void Apply(size_t first, std::span<const float> gradient);
-    // Copies of one target may apply disjoint ranges on different threads;
-    // each copy's outcome is merged into one before FinishStage.
-    void Merge(const StageTarget& copy) { non_finite_ |= copy.non_finite_; }
 
    private:
     friend class VariableStore;

@@ -32,11 +32,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   security.ConfigureChannel(&args);
-  client->channel_args_ = args;
-  client->credentials_ = security.ChannelCredentials();
   auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
   for (size_t s = 0; s < addresses.size(); ++s) {
-    auto channel = grpc::CreateCustomChannel(addresses[s], client->credentials_, args);
+    auto channel =
+        grpc::CreateCustomChannel(addresses[s], security.ChannelCredentials(), args);
     if (!channel->WaitForConnected(deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach ps:", s, " at ", addresses[s], " within ",
@@ -45,7 +44,6 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     }
     Shard shard;
     shard.address = addresses[s];
-    shard.received.resize(1);
     shard.channel = channel;
     shard.stub = ParameterServer::NewStub(channel);
     shard.pull_stream = std::make_unique<grpc::internal::RpcMethod>(

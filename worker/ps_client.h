@@ -12,8 +12,6 @@
 #ifndef PST_WORKER_PS_CLIENT_H_
 #define PST_WORKER_PS_CLIENT_H_
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,12 +21,10 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/chunk_wire.h"
 #include "common/security.h"
 #include "common/tensor_stream.h"
-#include "grpcpp/create_channel.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "ps.grpc.pb.h"
 
@@ -48,17 +44,6 @@ class PsClient {
 
   // How gradients and pulled parameters travel (default FLOAT32).
   void set_wire_dtype(DType dtype) { wire_dtype_ = dtype; }
-
-  // TCP connections to each shard (training.connections_per_shard, at least
-  // 1): a PushPull of a share of several chunks is split into that many
-  // lanes (proto PushLane), each a PushPull on its own connection, written
-  // and read by threads of its own, so that more cores move one step's
-  // bytes on both ends. The extra connections open on first use.
-  void set_connections_per_shard(int connections) {
-    connections_per_shard_ = std::clamp(connections, 1, kMaxConnectionsPerShard);
-  }
-  static constexpr int kDefaultConnectionsPerShard = 3;
-  static constexpr int kMaxConnectionsPerShard = 16;  // the PS's kMaxLanes
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int worker() const { return worker_; }
@@ -146,13 +131,10 @@ class PsClient {
     std::unique_ptr<grpc::internal::RpcMethod> push_stream;
     std::unique_ptr<grpc::internal::RpcMethod> push_pull;
     std::vector<size_t> slices;  // indices into slices_, in order
-    // The connections of lanes 1, 2, ... of a split PushPull (lane 0 takes
-    // `channel`), opened on first use.
-    std::vector<std::shared_ptr<grpc::Channel>> lane_channels;
-    // 16-bit wire types: gradients encoded for a streamed push, and per
-    // lane a piece received for decoding. Reused by every streamed call.
+    // 16-bit wire types: gradients encoded for a streamed push, a piece
+    // received for decoding. Reused by every streamed call.
     std::vector<char> encoded;
-    std::vector<std::string> received;
+    std::string received;
   };
   PsClient(int worker) : worker_(worker) {}
 
@@ -202,20 +184,6 @@ class PsClient {
                                 const PullRequest& pull, absl::Duration timeout,
                                 const std::vector<std::span<float>>& out, int64_t* version,
                                 PushResponse* response);
-  // One lane of a PushPull of shard s: one of `lanes` streams, whose
-  // context is contexts[lane]; a lane that fails cancels the others.
-  // Sets `done` from the answer's end.
-  struct LaneCall {
-    int lane = 0;
-    int lanes = 1;
-    uint64_t push_id = 0;
-    std::vector<std::unique_ptr<grpc::ClientContext>>* contexts;
-  };
-  absl::Status PushPullLane(int shard, const LaneCall& lane, int64_t computed_at,
-                            const std::vector<const char*>& wire, const PullRequest& pull,
-                            const std::vector<std::span<float>>& out, PushPullDone* done);
-  // The channel of shard s's lane `lane`, opened on first use.
-  std::shared_ptr<grpc::Channel> LaneChannel(int shard, int lane);
   // A pull of this worker's at least `min_version`, waiting up to `timeout`,
   // in the wire dtype; the caller adds the variables' names if it wants them.
   PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
@@ -223,33 +191,23 @@ class PsClient {
   absl::Status CheckPullHeader(int shard, const PullResponse& header) const;
   // Takes one message of shard s's streamed pull answer into `out`: the
   // first sets up `sequence` from its header (and sets `version`), every
-  // one's pieces must follow it (lane `lane` of `lanes`' pieces only).
+  // one's pieces must follow it.
   absl::Status TakePullChunk(int shard, const ReceivedChunk& chunk,
                              const std::vector<std::span<float>>& out,
-                             std::optional<PieceSequence>* sequence, int64_t* version,
-                             int lane = 0, int lanes = 1);
-  // Where shard s's gradients' wire bytes are, slice by slice: the caller's
-  // memory (float32), or shard.encoded, encoded here.
-  std::vector<const char*> WireGradients(int shard,
-                                         const std::vector<std::span<const float>>& gradients);
-  // Sends shard s's gradients (`wire`) as push-stream messages through
-  // `write`, each piece counted in `sent`: lane `lane.lane`'s chunks of
-  // the push, the first message with the header (and `pull` if given).
-  // False if a write failed (the call ended early).
-  bool WritePushChunks(int shard, int64_t computed_at, const std::vector<const char*>& wire,
-                       const PullRequest* pull, const PayloadPin& sent, const LaneCall& lane,
+                             std::optional<PieceSequence>* sequence, int64_t* version);
+  // Sends shard s's gradients as push-stream messages through `write`,
+  // referencing the caller's memory (float32) or shard.encoded, each piece
+  // counted in `sent`; the first message carries `pull` if given. False if
+  // a write failed (the call ended early).
+  bool WritePushChunks(int shard, int64_t computed_at,
+                       const std::vector<std::span<const float>>& gradients,
+                       const PullRequest* pull, const PayloadPin& sent,
                        absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write);
   // Waits until gRPC has dropped every reference `sent` counts.
   void AwaitPushReleased(int shard, const PayloadPin& sent) const;
 
   int worker_;
   DType wire_dtype_ = FLOAT32;
-  int connections_per_shard_ = kDefaultConnectionsPerShard;
-  std::atomic<uint64_t> next_push_id_{0};
-  // What Connect opened the shards' channels with, for the lanes' channels.
-  grpc::ChannelArguments channel_args_;
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  absl::Mutex lane_channels_mu_;  // shards' lane_channels
   std::vector<Shard> shards_;
   std::vector<Slice> slices_;
 };

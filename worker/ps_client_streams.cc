@@ -39,8 +39,7 @@ absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header) const 
 
 absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
                                      const std::vector<std::span<float>>& out,
-                                     std::optional<PieceSequence>* sequence, int64_t* version,
-                                     int lane, int lanes) {
+                                     std::optional<PieceSequence>* sequence, int64_t* version) {
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
   if (!sequence->has_value()) {
@@ -53,12 +52,7 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
     std::vector<int64_t> bytes;
     for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
     std::vector<int> element_sizes(bytes.size(), element_bytes);
-    if (lanes > 1) {
-      sequence->emplace(
-          PieceSequence::ForLane(std::move(bytes), std::move(element_sizes), lane, lanes));
-    } else {
-      sequence->emplace(std::move(bytes), std::move(element_sizes));
-    }
+    sequence->emplace(std::move(bytes), std::move(element_sizes));
     *version = header.version();
   } else if (chunk.has_header()) {
     return absl::InternalError("the stream carried a second header");
@@ -74,10 +68,9 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
     if (element_bytes == sizeof(float)) {
       chunk.CopyData(piece, reinterpret_cast<char*>(values.data()));  // float32: the wire bytes
     } else {
-      std::string& received = shard.received[lane];  // sized by the caller
-      received.resize(piece.size);
-      chunk.CopyData(piece, received.data());
-      DecodeValues(received, wire_dtype_, values);
+      shard.received.resize(piece.size);
+      chunk.CopyData(piece, shard.received.data());
+      DecodeValues(shard.received, wire_dtype_, values);
     }
   }
   return absl::OkStatus();
@@ -113,48 +106,40 @@ absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Dur
   return absl::OkStatus();
 }
 
-std::vector<const char*> PsClient::WireGradients(
-    int s, const std::vector<std::span<const float>>& gradients) {
+bool PsClient::WritePushChunks(int s, int64_t computed_at,
+                               const std::vector<std::span<const float>>& gradients,
+                               const PullRequest* pull, const PayloadPin& sent,
+                               absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write) {
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
+  std::vector<int64_t> bytes;
+  for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
+  // Where each slice's wire bytes are: float32 gradients are sent from the
+  // caller's memory as they are; 16-bit ones are encoded first.
   std::vector<const char*> wire;
   if (element_bytes == sizeof(float)) {
     for (size_t i : shard.slices) {
       const Slice& slice = slices_[i];
       wire.push_back(reinterpret_cast<const char*>(gradients[slice.variable].data() + slice.offset));
     }
-    return wire;
+  } else {
+    int64_t total = 0;
+    for (int64_t b : bytes) total += b;
+    shard.encoded.resize(total);
+    char* next = shard.encoded.data();
+    for (size_t i : shard.slices) {
+      const Slice& slice = slices_[i];
+      EncodeValuesTo(gradients[slice.variable].subspan(slice.offset, slice.count), wire_dtype_,
+                     next);
+      wire.push_back(next);
+      next += slice.count * element_bytes;
+    }
   }
-  int64_t total = 0;
-  for (size_t i : shard.slices) total += slices_[i].count * element_bytes;
-  shard.encoded.resize(total);
-  char* next = shard.encoded.data();
-  for (size_t i : shard.slices) {
-    const Slice& slice = slices_[i];
-    EncodeValuesTo(gradients[slice.variable].subspan(slice.offset, slice.count), wire_dtype_, next);
-    wire.push_back(next);
-    next += slice.count * element_bytes;
-  }
-  return wire;
-}
-
-bool PsClient::WritePushChunks(int s, int64_t computed_at, const std::vector<const char*>& wire,
-                               const PullRequest* pull, const PayloadPin& sent,
-                               const LaneCall& lane,
-                               absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write) {
-  Shard& shard = shards_[s];
-  const int element_bytes = DTypeBytes(wire_dtype_);
-  std::vector<int64_t> bytes;
-  for (size_t i : shard.slices) bytes.push_back(slices_[i].count * element_bytes);
   const std::vector<std::vector<PieceRef>> chunks =
       PlanChunks(bytes, std::vector<int>(bytes.size(), element_bytes));
-  std::vector<size_t> ours;  // this lane's chunks
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    if (LaneOfChunk(c, lane.lanes) == lane.lane) ours.push_back(c);
-  }
   ChunkBuilder builder;
-  for (size_t n = 0; n < ours.size(); ++n) {
-    if (n == 0) {
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (c == 0) {
       PushRequest header;
       header.set_worker(worker_);
       header.set_computed_at_version(computed_at);
@@ -164,21 +149,15 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at, const std::vector<con
         tensor->mutable_shape()->Assign(slices_[i].shape.begin(), slices_[i].shape.end());
         tensor->set_dtype(wire_dtype_);
       }
-      if (lane.lanes > 1) {
-        PushLane* split = header.mutable_lane();
-        split->set_push_id(lane.push_id);
-        split->set_index(lane.lane);
-        split->set_count(lane.lanes);
-      }
       builder.SetHeader(header);
     }
-    for (const PieceRef& ref : chunks[ours[n]]) {
+    for (const PieceRef& ref : chunks[c]) {
       builder.AddPiece(ref.tensor, ref.offset,
                        {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)}, sent);
     }
-    if (n == 0 && pull != nullptr) builder.SetExtra(*pull);
+    if (c == 0 && pull != nullptr) builder.SetExtra(*pull);
     grpc::WriteOptions options;
-    if (n + 1 == ours.size()) options.set_last_message();
+    if (c + 1 == chunks.size()) options.set_last_message();
     if (!write(builder.Finish(), options)) return false;
   }
   return true;
@@ -209,7 +188,7 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
   // returns.
   const PayloadPin sent = std::make_shared<char>(0);
   // A false write means the shard ended the call early; Finish says why.
-  WritePushChunks(s, computed_at, WireGradients(s, gradients), nullptr, sent, LaneCall{},
+  WritePushChunks(s, computed_at, gradients, nullptr, sent,
                   [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
                     return writer->Write(message, options);
                   });
@@ -219,108 +198,40 @@ absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
-std::shared_ptr<grpc::Channel> PsClient::LaneChannel(int s, int lane) {
-  if (lane == 0) return shards_[s].channel;
-  absl::MutexLock lock(&lane_channels_mu_);
-  std::vector<std::shared_ptr<grpc::Channel>>& channels = shards_[s].lane_channels;
-  while (static_cast<int>(channels.size()) < lane) {
-    // A channel argument of its own gives the lane a connection of its own:
-    // gRPC shares a connection only among channels with the same arguments.
-    grpc::ChannelArguments args = channel_args_;
-    args.SetInt("pst.lane", static_cast<int>(channels.size()) + 1);
-    channels.push_back(grpc::CreateCustomChannel(shards_[s].address, credentials_, args));
-  }
-  return channels[lane - 1];
-}
-
 absl::Status PsClient::PushPullStreamed(int s, int64_t computed_at,
                                         const std::vector<std::span<const float>>& gradients,
                                         const PullRequest& pull, absl::Duration timeout,
                                         const std::vector<std::span<float>>& out,
                                         int64_t* version, PushResponse* response) {
   Shard& shard = shards_[s];
-  const int64_t chunks = (WireBytes(s) + kChunkBytes - 1) / kChunkBytes;
-  const int lanes = static_cast<int>(std::min<int64_t>(connections_per_shard_, chunks));
-  const std::vector<const char*> wire = WireGradients(s, gradients);
-  shard.received.resize(lanes);
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  for (int lane = 0; lane < lanes; ++lane) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    SetDeadline(contexts.back().get(), timeout + kRpcDeadline);
-  }
-  const uint64_t push_id = next_push_id_.fetch_add(1);
-  std::vector<PushPullDone> dones(lanes);
-  std::vector<absl::Status> results(lanes);
-  std::vector<std::thread> others;
-  for (int lane = 1; lane < lanes; ++lane) {
-    others.emplace_back([&, lane] {
-      results[lane] = PushPullLane(s, {lane, lanes, push_id, &contexts}, computed_at, wire, pull,
-                                   out, &dones[lane]);
-    });
-  }
-  results[0] = PushPullLane(s, {0, lanes, push_id, &contexts}, computed_at, wire, pull, out,
-                            &dones[0]);
-  for (std::thread& t : others) t.join();
-  // A lane cancelled because another failed reports less than the one that
-  // failed: report the first that is not a cancellation.
-  for (const absl::Status& result : results) {
-    if (!result.ok() && !absl::IsCancelled(result)) return result;
-  }
-  for (const absl::Status& result : results) {
-    if (!result.ok()) return result;
-  }
-  for (int lane = 1; lane < lanes; ++lane) {
-    if (dones[lane].SerializeAsString() != dones[0].SerializeAsString()) {
-      return absl::InternalError(absl::StrCat("ps:", s, " (", shard.address,
-                                              "): the lanes of a push-pull ended differently"));
-    }
-  }
-  *response = dones[0].push();
-  *version = dones[0].version();
-  return absl::OkStatus();
-}
-
-absl::Status PsClient::PushPullLane(int s, const LaneCall& lane, int64_t computed_at,
-                                    const std::vector<const char*>& wire,
-                                    const PullRequest& pull,
-                                    const std::vector<std::span<float>>& out,
-                                    PushPullDone* done) {
-  Shard& shard = shards_[s];
-  grpc::ClientContext& context = *(*lane.contexts)[lane.lane];
-  auto cancel_all = [&] {
-    for (auto& c : *lane.contexts) c->TryCancel();
-  };
-  std::shared_ptr<grpc::Channel> channel = LaneChannel(s, lane.lane);
-  const grpc::internal::RpcMethod method(kPushPullMethod,
-                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + kRpcDeadline);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          channel.get(), lane.lane == 0 ? *shard.push_pull : method, &context));
+          shard.channel.get(), *shard.push_pull, &context));
   // The answer is read while the push is written: the shard sends values
   // back while the rest of the push is still arriving, and neither side's
   // writes may wait on the other's reads.
   absl::Status problem;
   std::optional<PieceSequence> sequence;
-  bool ended = false;
+  std::optional<PushPullDone> done;
   std::thread reader([&] {
     grpc::ByteBuffer message;
     ReceivedChunk chunk;
     int64_t header_version = 0;  // 0 in a PushPull: `done` has the version
     while (problem.ok() && stream->Read(&message)) {
       problem = chunk.Parse(&message);
-      if (problem.ok() && ended) problem = absl::InternalError("the answer went on after its end");
-      if (problem.ok()) {
-        problem = TakePullChunk(s, chunk, out, &sequence, &header_version, lane.lane, lane.lanes);
-      }
+      if (problem.ok() && done) problem = absl::InternalError("the answer went on after its end");
+      if (problem.ok()) problem = TakePullChunk(s, chunk, out, &sequence, &header_version);
       if (problem.ok() && chunk.has_extra()) {
-        ended = true;
-        if (!chunk.ParseExtra(done)) problem = absl::InternalError("malformed PushPullDone");
+        done.emplace();
+        if (!chunk.ParseExtra(&*done)) problem = absl::InternalError("malformed PushPullDone");
       }
     }
-    if (!problem.ok()) cancel_all();
+    if (!problem.ok()) context.TryCancel();
   });
   const PayloadPin sent = std::make_shared<char>(0);  // as in PushStreamed
-  WritePushChunks(s, computed_at, wire, &pull, sent, lane,
+  WritePushChunks(s, computed_at, gradients, &pull, sent,
                   [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
                     return stream->Write(message, options);
                   });
@@ -332,16 +243,15 @@ absl::Status PsClient::PushPullLane(int s, const LaneCall& lane, int64_t compute
     return absl::Status(problem.code(), absl::StrCat("ps:", s, " (", shard.address,
                                                      "): push-pull: ", problem.message()));
   }
-  if (!rpc.ok()) {
-    cancel_all();
-    return ShardError(s, rpc);
-  }
-  if (!sequence || !ended) {
+  if (!rpc.ok()) return ShardError(s, rpc);
+  if (!sequence || !done) {
     return absl::InternalError(absl::StrCat("ps:", s, " ended a push-pull's answer early"));
   }
   if (absl::Status finished = sequence->Finish(); !finished.ok()) {
     return absl::InternalError(absl::StrCat("ps:", s, " push-pull: ", finished.message()));
   }
+  *response = done->push();
+  *version = done->version();
   return absl::OkStatus();
 }
 

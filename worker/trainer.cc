@@ -110,9 +110,6 @@ absl::Status Trainer::Setup() {
 
   client_->SetVariables(mlp_->variables());
   client_->set_wire_dtype(WireDType(training.wire_dtype()));
-  if (training.connections_per_shard() > 0) {
-    client_->set_connections_per_shard(training.connections_per_shard());
-  }
   absl::StatusOr<RegisterResponse> view = client_->Register();
   if (!view.ok()) return view.status();
   if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {

@@ -132,38 +132,5 @@ TEST(TensorStreamTest, AnnouncedBytesFollowShapeAndDtype) {
   EXPECT_EQ(AnnouncedBytes(tensor).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The lanes of a split stream carry every planned piece once between them,
-// each lane only its own chunks, exactly as planned.
-TEST(TensorStreamTest, LanesTakeTheirChunksOfThePlanAndNothingElse) {
-  const std::vector<int64_t> bytes = {3 * kChunkBytes + 8, 12};
-  const std::vector<int> elements = {4, 4};
-  const std::vector<std::vector<PieceRef>> plan = PlanChunks(bytes, elements);
-  ASSERT_EQ(plan.size(), 4u);
-  constexpr int kLanes = 3;
-  for (int lane = 0; lane < kLanes; ++lane) {
-    SCOPED_TRACE(lane);
-    PieceSequence sequence = PieceSequence::ForLane(bytes, elements, lane, kLanes);
-    for (size_t c = 0; c < plan.size(); ++c) {
-      for (const PieceRef& piece : plan[c]) {
-        PieceSequence probe = PieceSequence::ForLane(bytes, elements, lane, kLanes);
-        if (LaneOfChunk(c, kLanes) == lane) {
-          EXPECT_TRUE(sequence.Accept(piece.tensor, piece.offset, piece.bytes).ok());
-        } else if (piece.bytes > 0) {
-          // Another lane's piece is refused where this lane's first is due.
-          EXPECT_FALSE(probe.Accept(piece.tensor, piece.offset, piece.bytes).ok());
-        }
-      }
-    }
-    EXPECT_TRUE(sequence.Finish().ok());
-    EXPECT_FALSE(sequence.Accept(0, 0, 4).ok()) << "a piece past the lane's last";
-  }
-  // A lane cut another way than planned, or ended early, is refused.
-  PieceSequence halves = PieceSequence::ForLane(bytes, elements, 0, kLanes);
-  EXPECT_FALSE(halves.Accept(0, 0, kChunkBytes / 2).ok());
-  PieceSequence early = PieceSequence::ForLane(bytes, elements, 0, kLanes);
-  ASSERT_TRUE(early.Accept(0, 0, kChunkBytes).ok());
-  EXPECT_FALSE(early.Finish().ok());
-}
-
 }  // namespace
 }  // namespace pst
