@@ -13,6 +13,8 @@ namespace pst {
 
 // Serves large allocations from the heap and keeps freed memory mapped, so
 // that buffers freed in one step are reused warm in the next. Idempotent.
+// Call it before the process starts a thread: it also puts every thread's
+// allocations in the one main heap.
 void KeepLargeBuffersWarm();
 
 }  // namespace pst

@@ -9,6 +9,7 @@
 #include "common/chunk_wire.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
+#include "ps_server/background_writer.h"
 
 namespace pst {
 namespace {
@@ -255,7 +256,12 @@ absl::Status WorkerWentAway() {
 class PushPullEcho final : public PushEcho {
  public:
   PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload, bool async)
-      : write_(write), payload_(std::move(payload)), async_(async) {}
+      : write_(write),
+        staged_answers_([this](const grpc::ByteBuffer& message) {
+          return write_(message, grpc::WriteOptions());
+        }),
+        payload_(std::move(payload)),
+        async_(async) {}
 
   absl::Status Start(const ReceivedChunk& first, const PushRequest& header,
                      bool streamed) override {
@@ -312,7 +318,7 @@ class PushPullEcho final : public PushEcho {
     }
     grpc::ByteBuffer message = builder.Finish();
     sent_ += static_cast<int64_t>(message.Length());
-    if (!write_(message, grpc::WriteOptions())) {
+    if (!staged_answers_.Write(std::move(message))) {
       return WorkerWentAway();
     }
     return absl::OkStatus();
@@ -322,6 +328,7 @@ class PushPullEcho final : public PushEcho {
   absl::Status Finish(const PushPullContext& context, const PushResponse& response) {
     PushPullDone done;
     *done.mutable_push() = response;
+    if (!staged_answers_.Finish()) return WorkerWentAway();
     if (echo_) {
       done.set_version(response.version());
       ChunkBuilder builder;
@@ -372,6 +379,9 @@ class PushPullEcho final : public PushEcho {
   }
 
   WriteMessage write_;
+  // Each staged chunk's answer, written while the next chunk is read and
+  // staged; the answer's end is written here once they are all out.
+  BackgroundWriter staged_answers_;
   std::shared_ptr<PullPayload> payload_;
   const bool async_;  // the shard's mode is ASYNC
   PullRequest pull_;

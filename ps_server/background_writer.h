@@ -1,0 +1,60 @@
+// Writes one stream's messages, in order, on a thread of its own.
+//
+// A sync-API Write blocks until gRPC has taken the message, and on a busy
+// connection that means waiting for the peer to read. A PushPull's serving
+// thread used to wait so after every staged chunk, with the next chunk of
+// the push already arrived and unread: on the 2-core VM a 1 MiB answer
+// message took 0.3-1.2 ms to write, about as long as staging a chunk, and
+// the two ran one after the other. With the answer written from here, the
+// serving thread goes straight on to read and stage the next chunk
+// (docs/benchmarks.md, "The answer written beside the push").
+#ifndef PST_PS_SERVER_BACKGROUND_WRITER_H_
+#define PST_PS_SERVER_BACKGROUND_WRITER_H_
+
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace pst {
+
+class BackgroundWriter {
+ public:
+  // `write` sends one message on the stream (false: the call has ended). It
+  // is called from the writer's thread only, one message at a time, and
+  // must stay callable until Finish has returned. gRPC allows one thread to
+  // write a stream while another reads it.
+  explicit BackgroundWriter(std::function<bool(const grpc::ByteBuffer&)> write);
+  // Finishes first.
+  ~BackgroundWriter();
+
+  BackgroundWriter(const BackgroundWriter&) = delete;
+  BackgroundWriter& operator=(const BackgroundWriter&) = delete;
+
+  // Queues `message` behind the ones before it and returns at once; the
+  // thread starts with the first message. False, and the message dropped,
+  // once a write has failed: nothing after a failed write is sent.
+  bool Write(grpc::ByteBuffer message);
+
+  // Waits until every queued message is written (or dropped after a
+  // failure) and ends the thread; false if a write failed. The caller may
+  // then write on the stream itself. No Write may follow.
+  bool Finish();
+
+ private:
+  void Run();
+
+  const std::function<bool(const grpc::ByteBuffer&)> write_;
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // started by the first Write, joined by Finish
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_BACKGROUND_WRITER_H_
