@@ -14,6 +14,7 @@ bool BackgroundWriter::Write(grpc::ByteBuffer message) {
   if (failed_) return false;
   queue_.push_back(std::move(message));
   if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  work_.Signal();
   return true;
 }
 
@@ -21,6 +22,7 @@ bool BackgroundWriter::Finish() {
   {
     absl::MutexLock lock(&mu_);
     finishing_ = true;
+    work_.Signal();
   }
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
@@ -32,10 +34,7 @@ void BackgroundWriter::Run() {
     grpc::ByteBuffer message;
     {
       absl::MutexLock lock(&mu_);
-      const auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || finishing_;
-      };
-      mu_.Await(absl::Condition(&has_work));
+      while (queue_.empty() && !finishing_) work_.Wait(&mu_);
       if (queue_.empty()) return;  // finishing, and all written
       message = std::move(queue_.front());
       queue_.pop_front();

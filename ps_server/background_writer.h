@@ -7,7 +7,8 @@
 // message took 0.3-1.2 ms to write, about as long as staging a chunk, and
 // the two ran one after the other. With the answer written from here, the
 // serving thread goes straight on to read and stage the next chunk
-// (docs/benchmarks.md, "The answer written beside the push").
+// (docs/benchmarks.md, "Heap arenas and the answer written beside the
+// push").
 #ifndef PST_PS_SERVER_BACKGROUND_WRITER_H_
 #define PST_PS_SERVER_BACKGROUND_WRITER_H_
 
@@ -21,6 +22,7 @@
 
 namespace pst {
 
+// Write and Finish are called from one thread, the one serving the call.
 class BackgroundWriter {
  public:
   // `write` sends one message on the stream (false: the call has ended). It
@@ -49,6 +51,11 @@ class BackgroundWriter {
 
   const std::function<bool(const grpc::ByteBuffer&)> write_;
   absl::Mutex mu_;
+  // Signalled when a message is queued or Finish begins. (A CondVar, not
+  // Mutex::Await: absl evaluates an Await condition on whichever thread
+  // unlocks, which the TSan build's annotations, scripts/tsan_absl_mutex.cc,
+  // cannot order.)
+  absl::CondVar work_;
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
