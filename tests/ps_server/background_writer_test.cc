@@ -3,6 +3,8 @@
 // failed write.
 #include "ps_server/background_writer.h"
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,12 +36,12 @@ struct FakeStream {
   absl::Mutex mu;
   std::vector<std::string> written ABSL_GUARDED_BY(mu);
   std::vector<std::thread::id> writers ABSL_GUARDED_BY(mu);
-  int fail_from = -1;  // the write of this index on fails (-1: none)
+  size_t failed_writes ABSL_GUARDED_BY(mu) = 0;
+  size_t fail_from = SIZE_MAX;  // the write of this index on fails
 
   bool Write(const grpc::ByteBuffer& message) {
     absl::MutexLock lock(&mu);
-    const int index = static_cast<int>(written.size()) + static_cast<int>(failed_writes);
-    if (fail_from >= 0 && index >= fail_from) {
+    if (written.size() + failed_writes >= fail_from) {
       ++failed_writes;
       return false;
     }
@@ -47,7 +49,6 @@ struct FakeStream {
     writers.push_back(std::this_thread::get_id());
     return true;
   }
-  size_t failed_writes ABSL_GUARDED_BY(mu) = 0;
 };
 
 TEST(BackgroundWriterTest, WritesEveryMessageInOrderFromAnotherThread) {
