@@ -4,17 +4,23 @@
 
 namespace pst {
 
-BackgroundWriter::BackgroundWriter(std::function<bool(const grpc::ByteBuffer&)> write)
-    : write_(std::move(write)) {}
+BackgroundWriter::BackgroundWriter(std::function<bool(const grpc::ByteBuffer&)> write,
+                                   ThreadPool* threads)
+    : write_(std::move(write)), threads_(threads) {}
 
 BackgroundWriter::~BackgroundWriter() { Finish(); }
 
 bool BackgroundWriter::Write(grpc::ByteBuffer message) {
-  absl::MutexLock lock(&mu_);
-  if (failed_) return false;
-  queue_.push_back(std::move(message));
-  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
-  work_.Signal();
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) return false;
+    queue_.push_back(std::move(message));
+    work_.Signal();
+  }
+  if (!started_) {
+    started_ = true;
+    writing_ = threads_->Start([this] { Run(); });
+  }
   return true;
 }
 
@@ -24,7 +30,7 @@ bool BackgroundWriter::Finish() {
     finishing_ = true;
     work_.Signal();
   }
-  if (thread_.joinable()) thread_.join();
+  writing_.Wait();
   absl::MutexLock lock(&mu_);
   return !failed_;
 }

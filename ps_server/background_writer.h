@@ -1,4 +1,4 @@
-// Writes one stream's messages, in order, on a thread of its own.
+// Writes one stream's messages, in order, on a thread of a pool.
 //
 // A sync-API Write blocks until gRPC has taken the message, and on a busy
 // connection that means waiting for the peer to read. A PushPull's serving
@@ -14,10 +14,11 @@
 
 #include <deque>
 #include <functional>
-#include <thread>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace pst {
@@ -28,8 +29,9 @@ class BackgroundWriter {
   // `write` sends one message on the stream (false: the call has ended). It
   // is called from the writer's thread only, one message at a time, and
   // must stay callable until Finish has returned. gRPC allows one thread to
-  // write a stream while another reads it.
-  explicit BackgroundWriter(std::function<bool(const grpc::ByteBuffer&)> write);
+  // write a stream while another reads it. The writes run on a thread of
+  // `threads`, which must outlive the writer.
+  BackgroundWriter(std::function<bool(const grpc::ByteBuffer&)> write, ThreadPool* threads);
   // Finishes first.
   ~BackgroundWriter();
 
@@ -37,12 +39,12 @@ class BackgroundWriter {
   BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
   // Queues `message` behind the ones before it and returns at once; the
-  // thread starts with the first message. False, and the message dropped,
+  // writing starts with the first message. False, and the message dropped,
   // once a write has failed: nothing after a failed write is sent.
   bool Write(grpc::ByteBuffer message);
 
   // Waits until every queued message is written (or dropped after a
-  // failure) and ends the thread; false if a write failed. The caller may
+  // failure) and gives the thread back; false if a write failed. The caller may
   // then write on the stream itself. No Write may follow.
   bool Finish();
 
@@ -59,7 +61,11 @@ class BackgroundWriter {
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // started by the first Write, joined by Finish
+  ThreadPool* const threads_;
+  // The writing: started by the first Write, waited for by Finish. Touched
+  // by the caller's thread only.
+  ThreadPool::Task writing_;
+  bool started_ = false;
 };
 
 }  // namespace pst

@@ -255,11 +255,14 @@ absl::Status WorkerWentAway() {
 // when the push is not applied while it streams in, a pull once it is in.
 class PushPullEcho final : public PushEcho {
  public:
-  PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload, bool async)
+  PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload, bool async,
+               ThreadPool* threads)
       : write_(write),
-        staged_answers_([this](const grpc::ByteBuffer& message) {
-          return write_(message, grpc::WriteOptions());
-        }),
+        staged_answers_(
+            [this](const grpc::ByteBuffer& message) {
+              return write_(message, grpc::WriteOptions());
+            },
+            threads),
         payload_(std::move(payload)),
         async_(async) {}
 
@@ -399,7 +402,8 @@ class PushPullEcho final : public PushEcho {
 absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
                            const PushPullContext& context, PushResponse* response,
                            ReceivedPush* received, int64_t* bytes_sent) {
-  PushPullEcho echo(write, context.payloads->Take(), context.shard->mode() == ASYNC);
+  PushPullEcho echo(write, context.payloads->Take(), context.shard->mode() == ASYNC,
+                    context.threads);
   absl::Status status = ServePushStream(read, std::move(cancel), context.shard, context.buffer,
                                         response, received, &echo);
   if (status.ok()) status = echo.Finish(context, *response);

@@ -15,6 +15,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
 #include "common/chunk_wire.h"
+#include "common/thread_pool.h"
 #include "ps.pb.h"
 #include "ps_server/parameter_shard.h"
 
@@ -122,6 +123,7 @@ struct PushPullContext {
   ParameterShard* shard;
   PushRequest* buffer;         // as ServePushStream's
   PullPayloadPool* payloads;   // encodings of 16-bit answers
+  ThreadPool* threads;         // where the answer is written from
   // When the pull's wait ends, given its request.
   std::function<absl::Time(const PullRequest&)> pull_deadline;
 };

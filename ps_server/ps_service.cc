@@ -138,6 +138,7 @@ grpc::Status ParameterServerService::ServePushPull(
       .shard = server_,
       .buffer = buffer.get(),
       .payloads = &pull_payloads_,
+      .threads = &threads_,
       .pull_deadline = [context](const PullRequest& pull) { return PullDeadline(*context, pull); },
   };
   PushResponse response;

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/security.h"
+#include "common/thread_pool.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
 #include "ps_server/chunk_streams.h"
@@ -71,6 +72,8 @@ class ParameterServerService final : public ParameterServer::Service {
   // their buffers.
   MessagePool<PushRequest> push_buffers_;
   PullPayloadPool pull_payloads_;
+  // Where PushPull answers are written from (BackgroundWriter).
+  ThreadPool threads_;
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server

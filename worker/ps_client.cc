@@ -132,12 +132,12 @@ absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
 template <typename Call>
 absl::Status PsClient::ForEachShard(Call call) {
   std::vector<absl::Status> results(shards_.size());
-  std::vector<std::thread> threads;
+  std::vector<ThreadPool::Task> tasks;
   for (size_t s = 1; s < shards_.size(); ++s) {
-    threads.emplace_back([&, s] { results[s] = call(static_cast<int>(s)); });
+    tasks.push_back(threads_.Start([&, s] { results[s] = call(static_cast<int>(s)); }));
   }
   results[0] = call(0);
-  for (std::thread& t : threads) t.join();
+  for (ThreadPool::Task& task : tasks) task.Wait();
   for (absl::Status& status : results) {
     if (!status.ok()) return status;
   }

@@ -25,6 +25,7 @@
 #include "common/chunk_wire.h"
 #include "common/security.h"
 #include "common/tensor_stream.h"
+#include "common/thread_pool.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "ps.grpc.pb.h"
 
@@ -210,6 +211,8 @@ class PsClient {
   DType wire_dtype_ = FLOAT32;
   std::vector<Shard> shards_;
   std::vector<Slice> slices_;
+  // Where shards 1..N-1 are called from, and a PushPull's answer read.
+  ThreadPool threads_;
 };
 
 }  // namespace pst

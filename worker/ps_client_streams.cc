@@ -1,7 +1,6 @@
 // PsClient's streamed Pull, Push and PushPull (PullStream / PushStream /
 // PushPull), for a shard whose share of the model is larger than one chunk.
 #include <optional>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
@@ -215,7 +214,7 @@ absl::Status PsClient::PushPullStreamed(int s, int64_t computed_at,
   absl::Status problem;
   std::optional<PieceSequence> sequence;
   std::optional<PushPullDone> done;
-  std::thread reader([&] {
+  ThreadPool::Task reader = threads_.Start([&] {
     grpc::ByteBuffer message;
     ReceivedChunk chunk;
     int64_t header_version = 0;  // 0 in a PushPull: `done` has the version
@@ -235,7 +234,7 @@ absl::Status PsClient::PushPullStreamed(int s, int64_t computed_at,
                   [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
                     return stream->Write(message, options);
                   });
-  reader.join();
+  reader.Wait();
   grpc::Status rpc = stream->Finish();
   stream.reset();
   AwaitPushReleased(s, sent);

@@ -1,5 +1,5 @@
 // BackgroundWriter: a stream's messages leave in order from a thread of
-// their own, the caller never waits on a write, and nothing follows a
+// a pool, the caller never waits on a write, and nothing follows a
 // failed write.
 #include "ps_server/background_writer.h"
 
@@ -52,8 +52,10 @@ struct FakeStream {
 };
 
 TEST(BackgroundWriterTest, WritesEveryMessageInOrderFromAnotherThread) {
+  ThreadPool threads;
   FakeStream stream;
-  BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); });
+  BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); },
+                          &threads);
   std::vector<std::string> sent;
   for (int i = 0; i < 100; ++i) {
     sent.push_back("message " + std::to_string(i));
@@ -69,6 +71,7 @@ TEST(BackgroundWriterTest, WritesEveryMessageInOrderFromAnotherThread) {
 }
 
 TEST(BackgroundWriterTest, WriteReturnsWhileAnEarlierWriteIsStillBlocked) {
+  ThreadPool threads;
   absl::Notification peer_reads;
   std::vector<std::string> written;
   BackgroundWriter writer([&](const grpc::ByteBuffer& m) {
@@ -77,7 +80,7 @@ TEST(BackgroundWriterTest, WriteReturnsWhileAnEarlierWriteIsStillBlocked) {
     peer_reads.WaitForNotificationWithTimeout(absl::Seconds(10));
     written.push_back(Text(m));
     return true;
-  });
+  }, &threads);
   EXPECT_TRUE(writer.Write(Message("a")));
   EXPECT_TRUE(writer.Write(Message("b")));  // the caller goes on meanwhile
   EXPECT_TRUE(written.empty());
@@ -87,9 +90,11 @@ TEST(BackgroundWriterTest, WriteReturnsWhileAnEarlierWriteIsStillBlocked) {
 }
 
 TEST(BackgroundWriterTest, NothingFollowsAFailedWrite) {
+  ThreadPool threads;
   FakeStream stream;
   stream.fail_from = 2;
-  BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); });
+  BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); },
+                          &threads);
   for (int i = 0; i < 5; ++i) writer.Write(Message(std::to_string(i)));
   EXPECT_FALSE(writer.Finish());
   absl::MutexLock lock(&stream.mu);
@@ -98,7 +103,8 @@ TEST(BackgroundWriterTest, NothingFollowsAFailedWrite) {
 }
 
 TEST(BackgroundWriterTest, WriteSaysSoOnceAWriteHasFailed) {
-  BackgroundWriter writer([](const grpc::ByteBuffer&) { return false; });
+  ThreadPool threads;
+  BackgroundWriter writer([](const grpc::ByteBuffer&) { return false; }, &threads);
   EXPECT_TRUE(writer.Write(Message("x")));  // queued before anything failed
   // The thread fails the write soon; every Write after that says so.
   bool refused = false;
@@ -111,20 +117,38 @@ TEST(BackgroundWriterTest, WriteSaysSoOnceAWriteHasFailed) {
 }
 
 TEST(BackgroundWriterTest, FinishWithNothingWrittenSucceeds) {
+  ThreadPool threads;
   bool called = false;
-  BackgroundWriter writer([&](const grpc::ByteBuffer&) { return called = true; });
+  BackgroundWriter writer([&](const grpc::ByteBuffer&) { return called = true; }, &threads);
   EXPECT_TRUE(writer.Finish());
   EXPECT_FALSE(called);
 }
 
 TEST(BackgroundWriterTest, DestructionWaitsForQueuedMessages) {
+  ThreadPool threads;
   FakeStream stream;
   {
-    BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); });
+    BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); },
+                            &threads);
     for (int i = 0; i < 20; ++i) writer.Write(Message(std::to_string(i)));
   }
   absl::MutexLock lock(&stream.mu);
   EXPECT_EQ(stream.written.size(), 20u);
+}
+
+TEST(BackgroundWriterTest, SuccessiveCallsWriteFromOneKeptThread) {
+  ThreadPool threads;
+  FakeStream stream;
+  for (int call = 0; call < 5; ++call) {
+    BackgroundWriter writer([&](const grpc::ByteBuffer& m) { return stream.Write(m); },
+                            &threads);
+    ASSERT_TRUE(writer.Write(Message(std::to_string(call))));
+    ASSERT_TRUE(writer.Finish());
+  }
+  EXPECT_EQ(threads.threads(), 1);
+  absl::MutexLock lock(&stream.mu);
+  ASSERT_EQ(stream.writers.size(), 5u);
+  for (const std::thread::id& writer : stream.writers) EXPECT_EQ(writer, stream.writers[0]);
 }
 
 }  // namespace
