@@ -6,11 +6,12 @@
 // plain small gRPC call (the Heartbeat RPC: our stack's echo) and, when
 // iperf3 is installed, loopback TCP with 1 MiB writes.
 //
-// Shards and workers are threads of this process, each worker with its own
-// channel; bytes are counted as they travel (at the wire dtype). On a shared
-// host loopback bandwidth drifts from minute to minute, so iperf3 runs right
-// before each row and right after it, and the row is compared with the
-// mean of the two (`of_iperf3`). The echo is timed the same way, on the
+// Each shard is a ps_server process, as deployed (--shard_processes=false:
+// threads of this process); workers are threads of this process, each with
+// its own channel; bytes are counted as they travel (at the wire dtype). On
+// a shared host loopback bandwidth drifts from minute to minute, so iperf3
+// runs right before each row and right after it, and the row is compared
+// with the mean of the two (`of_iperf3`). The echo is timed the same way, on the
 // row's own connection: the first worker sends heartbeats to shard 0 right
 // before the row's measured window and right after it. (Timed once, on a
 // cluster of its own, before the first row, it caught a moment of an idle,
@@ -33,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/grpc_status.h"
@@ -52,6 +54,10 @@ ABSL_FLAG(bool, iperf, true, "Measure loopback TCP with iperf3 when it is instal
 ABSL_FLAG(std::string, exchange, "push_pull",
           "How a round trip goes: push_pull (one PushPull call per shard, as the trainer "
           "steps) or push_then_pull (a Push, then a Pull).");
+ABSL_FLAG(bool, shard_processes, true,
+          "Run each shard as a ps_server process (from beside ps_bench), as deployed. "
+          "false: shards are threads of this process, sharing its gRPC pollers with the "
+          "workers.");
 ABSL_FLAG(std::string, ps, "",
           "Comma-separated addresses of running ps_server shards (ASYNC, SGD) to measure "
           "against, e.g. across a network, instead of shards in this process; one size per "
@@ -103,16 +109,36 @@ std::vector<std::string> RunningShards() {
 struct Cluster {
   std::vector<std::unique_ptr<ParameterShard>> shards;
   std::vector<RunningServer> servers;
+  std::unique_ptr<PsServerProcesses> processes;  // --shard_processes
   std::vector<std::string> addresses;
+  // CPU time of this process and of the shard processes.
+  double CpuSeconds() const {
+    return ProcessCpuSeconds() + (processes ? processes->CpuSeconds() : 0);
+  }
   ~Cluster() {
     for (auto& s : shards) s->BeginShutdown();
     for (auto& s : servers) s.grpc_server->Shutdown();
   }
 };
 
-// `model_bytes`: the whole model as float32, which the workers' Init sends
-// to the shards in one request per shard.
+// A 256 MiB model's Init is just over ps_server's default limit; the shards
+// started here take what the swept model needs. `model_bytes`: the whole
+// model as float32, which the workers' Init sends to the shards in one
+// request per shard.
+int MaxRequestBytes(int64_t model_bytes) {
+  const int64_t limit = std::max<int64_t>(kDefaultMaxRequestBytes, model_bytes + (1 << 20));
+  return static_cast<int>(std::min<int64_t>(limit, kMaxMessageBytes));
+}
+
 absl::Status StartCluster(int shards, int workers, int64_t model_bytes, Cluster* cluster) {
+  if (absl::GetFlag(FLAGS_shard_processes)) {
+    absl::StatusOr<std::unique_ptr<PsServerProcesses>> processes =
+        PsServerProcesses::Start(shards, workers, MaxRequestBytes(model_bytes));
+    if (!processes.ok()) return processes.status();
+    cluster->processes = std::move(*processes);
+    cluster->addresses = cluster->processes->addresses();
+    return absl::OkStatus();
+  }
   for (int i = 0; i < shards; ++i) {
     ShardOptions options;
     options.mode = ASYNC;
@@ -122,12 +148,9 @@ absl::Status StartCluster(int shards, int workers, int64_t model_bytes, Cluster*
     options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     if (!shard.ok()) return shard.status();
-    // A 256 MiB model's Init is just over ps_server's default limit; these
-    // servers take what the swept model needs.
-    const int64_t limit = std::max<int64_t>(kDefaultMaxRequestBytes, model_bytes + (1 << 20));
     absl::StatusOr<RunningServer> server =
         StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, ClusterSecurity::Plaintext(),
-                        static_cast<int>(std::min<int64_t>(limit, kMaxMessageBytes)));
+                        MaxRequestBytes(model_bytes));
     if (!server.ok()) return server.status();
     cluster->addresses.push_back(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards.push_back(std::move(*shard));
@@ -143,8 +166,8 @@ struct Row {
   int64_t round_trips = 0;
   int64_t wire_bytes_per_round_trip = 0;
   int64_t fp32_bytes_per_round_trip = 0;  // the same model as float32
-  // CPU time (user + system, every thread: workers, shards and gRPC) per
-  // round trip. A shared host's noise moves it far less than the wall-clock
+  // CPU time (user + system, every thread of every process: workers, shards
+  // and gRPC) per round trip. A shared host's noise moves it far less than the wall-clock
   // figures, so before/after comparisons of a change read it first.
   double cpu_us_per_round_trip = 0;
   double echo_p50_us = 0;  // heartbeats on the first worker's connection to shard 0
@@ -271,7 +294,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     start_mu.Await(absl::Condition(&all_settled));
   }
   absl::Time begin = absl::Now();
-  const double cpu_begin = ProcessCpuSeconds();
+  const double cpu_begin = cluster.CpuSeconds();
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
   stop = true;
   {
@@ -280,7 +303,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     start_mu.Await(absl::Condition(&all_finished));
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
-  const double cpu_seconds = ProcessCpuSeconds() - cpu_begin;
+  const double cpu_seconds = cluster.CpuSeconds() - cpu_begin;
   for (std::thread& t : threads) t.join();  // after the first worker's closing echo
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("a worker's call failed: ", failure.message()));

@@ -1,0 +1,61 @@
+// ps_server shards for a benchmark, each a process of its own on a free
+// loopback port, as a deployment runs them: ASYNC, SGD with learning rate 1,
+// plaintext. Shards that are threads of the benchmark instead would share
+// its gRPC pollers with the workers, which a real worker never does.
+//
+// The processes are started from the executable beside the benchmark's own,
+// write their output to a log in a private temporary directory, die with
+// the benchmark (PR_SET_PDEATHSIG), and are stopped by PID (SIGTERM, then
+// SIGKILL) when the object is destroyed.
+#ifndef PST_BENCHMARKS_PS_SERVER_PROCESSES_H_
+#define PST_BENCHMARKS_PS_SERVER_PROCESSES_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pst {
+
+class PsServerProcesses {
+ public:
+  // Starts `shards` ps_server processes for `workers` workers, each taking
+  // requests of up to `max_message_bytes`, and waits until every one
+  // accepts connections. The error names the shard that did not come up
+  // and ends with its log.
+  static absl::StatusOr<std::unique_ptr<PsServerProcesses>> Start(int shards, int workers,
+                                                                    int64_t max_message_bytes);
+  ~PsServerProcesses();
+
+  PsServerProcesses(const PsServerProcesses&) = delete;
+  PsServerProcesses& operator=(const PsServerProcesses&) = delete;
+
+  // "127.0.0.1:<port>", one per shard.
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+  // User plus system CPU time the shards have used so far.
+  double CpuSeconds() const;
+
+  // The shards' process IDs, in shard order.
+  const std::vector<pid_t>& pids() const { return pids_; }
+
+  // Where their config and logs are; removed with the object.
+  const std::string& dir() const { return dir_; }
+
+ private:
+  PsServerProcesses() = default;
+  absl::Status StartShard(int shard, const std::string& config_path, int64_t max_message_bytes);
+
+  std::string dir_;
+  std::vector<pid_t> pids_;  // -1: reaped already
+  std::vector<std::string> addresses_;
+  std::vector<std::string> logs_;
+};
+
+}  // namespace pst
+
+#endif  // PST_BENCHMARKS_PS_SERVER_PROCESSES_H_
