@@ -11,9 +11,9 @@
 // its own channel; bytes are counted as they travel (at the wire dtype). On
 // a shared host loopback bandwidth drifts from minute to minute, so iperf3
 // runs right before each row and right after it, and the row is compared
-// with the mean of the two (`of_iperf3`). The echo is timed the same way, on the
-// row's own connection: the first worker sends heartbeats to shard 0 right
-// before the row's measured window and right after it. (Timed once, on a
+// with the mean of the two (`of_iperf3`). The echo is timed the same way,
+// on the row's own connection: the first worker sends heartbeats to shard 0
+// right before the row's measured window and right after it. (Timed once, on a
 // cluster of its own, before the first row, it caught a moment of an idle,
 // fresh process: 48-94 us in some runs, 140-250 us in others, while the
 // same heartbeats interleaved with a row's round trips took 86-274 us;
@@ -60,7 +60,7 @@ ABSL_FLAG(bool, shard_processes, true,
           "workers.");
 ABSL_FLAG(std::string, ps, "",
           "Comma-separated addresses of running ps_server shards (ASYNC, SGD) to measure "
-          "against, e.g. across a network, instead of shards in this process; one size per "
+          "against, e.g. across a network, instead of starting shards of its own; one size per "
           "run, since a shard keeps the first model it is given. --shards is then their "
           "number.");
 
@@ -167,8 +167,9 @@ struct Row {
   int64_t wire_bytes_per_round_trip = 0;
   int64_t fp32_bytes_per_round_trip = 0;  // the same model as float32
   // CPU time (user + system, every thread of every process: workers, shards
-  // and gRPC) per round trip. A shared host's noise moves it far less than the wall-clock
-  // figures, so before/after comparisons of a change read it first.
+  // and gRPC) per round trip. A shared host's noise moves it far less than
+  // the wall-clock figures, so before/after comparisons of a change read it
+  // first.
   double cpu_us_per_round_trip = 0;
   double echo_p50_us = 0;  // heartbeats on the first worker's connection to shard 0
 };
