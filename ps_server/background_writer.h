@@ -14,7 +14,6 @@
 
 #include <deque>
 #include <functional>
-#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -44,8 +43,8 @@ class BackgroundWriter {
   bool Write(grpc::ByteBuffer message);
 
   // Waits until every queued message is written (or dropped after a
-  // failure) and gives the thread back; false if a write failed. The caller may
-  // then write on the stream itself. No Write may follow.
+  // failure) and gives the thread back; false if a write failed. The
+  // caller may then write on the stream itself. No Write may follow.
   bool Finish();
 
  private:

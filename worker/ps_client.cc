@@ -1,7 +1,6 @@
 #include "worker/ps_client.h"
 
 #include <chrono>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
