@@ -13,11 +13,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tests/support/commands.h"  // FreePort, ReadFile
 
 namespace pst {
 namespace {
@@ -31,21 +31,6 @@ std::string ExecutableDir() {
   return error ? "." : self.parent_path().string();
 }
 
-// A loopback port nothing listens on now (the kernel's pick for port 0).
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  close(fd);
-  if (!ok) return absl::InternalError(absl::StrCat("no free loopback port: ", strerror(errno)));
-  return ntohs(address.sin_port);
-}
-
 bool Accepts(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return false;
@@ -56,13 +41,6 @@ bool Accepts(int port) {
   const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
   close(fd);
   return connected;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // User plus system time of process `pid` from /proc (0 once it is gone).
@@ -91,10 +69,8 @@ absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
   std::string cluster = "cluster {";
   std::vector<int> ports;
   for (int s = 0; s < shards; ++s) {
-    absl::StatusOr<int> port = FreePort();
-    if (!port.ok()) return port.status();
-    ports.push_back(*port);
-    processes->addresses_.push_back(absl::StrCat("127.0.0.1:", *port));
+    ports.push_back(FreePort());
+    processes->addresses_.push_back(absl::StrCat("127.0.0.1:", ports.back()));
     absl::StrAppend(&cluster, " ps: \"", processes->addresses_.back(), "\"");
   }
   absl::StrAppend(&cluster, " workers: ", workers, " }\n");
