@@ -301,6 +301,20 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
     }
     training->set_device(*overrides.device);
   }
+  if (overrides.devices) {
+    if (absl::StatusOr<DeviceList> d = ParseDeviceList(*overrides.devices); !d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--devices: ", d.status().message()));
+    }
+    training->set_devices(*overrides.devices);
+  }
+  if (overrides.exchange) {
+    ExchangeSchedule schedule;
+    if (!ExchangeSchedule_Parse(absl::AsciiStrToUpper(*overrides.exchange), &schedule)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--exchange_schedule: unknown schedule \"", *overrides.exchange, "\"; use layerwise or whole_model"));
+    }
+    training->set_exchange(schedule);
+  }
   return absl::OkStatus();
 }
 
@@ -338,6 +352,14 @@ absl::Status ValidateConfig(const JobConfig& config) {
   if (!(training.lease_seconds() > 0)) return Invalid("training.lease_seconds", "must be positive");
   if (absl::StatusOr<DeviceSpec> d = ParseDeviceSpec(training.device()); !d.ok()) {
     return Invalid("training.device", d.status().message());
+  }
+  if (absl::StatusOr<DeviceList> d = ParseDeviceList(training.devices()); !d.ok()) {
+    return Invalid("training.devices", d.status().message());
+  } else if (!d->towers.empty() && training.batch_size() % static_cast<int>(d->towers.size()) != 0) {
+    return Invalid("training.devices",
+                   absl::StrCat(d->towers.size(), " towers cannot split batch_size ",
+                                training.batch_size(),
+                                " into equal slices; use a batch_size divisible by the towers"));
   }
   if (absl::Status s = ValidateOptimizer(training.optimizer()); !s.ok()) return s;
   if (absl::Status s = ValidateDataset(training.dataset()); !s.ok()) return s;

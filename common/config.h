@@ -38,6 +38,8 @@ struct ConfigOverrides {
   std::optional<int> staleness;
   std::optional<std::string> wire_dtype;  // "fp32", "fp16" or "bf16"
   std::optional<std::string> device;      // "auto", "cpu" or "gpu:N"
+  std::optional<std::string> devices;     // towers: "cpu:2", "gpu:0,gpu:1", ...
+  std::optional<std::string> exchange;    // "layerwise" or "whole_model"
 };
 
 // Replaces ${NAME} with the environment variable NAME and ${NAME:-default}

@@ -20,6 +20,14 @@ ABSL_FLAG(std::string, wire_dtype, "",
 ABSL_FLAG(std::string, device, "",
           "Override training.device, where workers compute: auto (a GPU when one is visible, "
           "else the CPU), cpu, or gpu:N.");
+ABSL_FLAG(std::string, devices, "",
+          "Override training.devices: towers, the local devices one worker splits each batch "
+          "over, e.g. cpu:2 (two CPU towers, a thread each), gpu:0,gpu:1, or gpu:all. The batch "
+          "size must divide evenly among them.");
+ABSL_FLAG(std::string, exchange_schedule, "",
+          "Override training.exchange: layerwise (push each layer's gradient as backward "
+          "produces it and start each layer of the next forward pass once its parameters are "
+          "in) or whole_model (one push after backward, the whole model back before forward).");
 ABSL_FLAG(int, staleness, -1, "Override training.staleness, the SSP bound (-1 = keep the config's).");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
 ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
@@ -53,6 +61,8 @@ ConfigOverrides OverridesFromFlags() {
   if (int v = absl::GetFlag(FLAGS_staleness); v >= 0) overrides.staleness = v;
   if (std::string v = absl::GetFlag(FLAGS_wire_dtype); !v.empty()) overrides.wire_dtype = v;
   if (std::string v = absl::GetFlag(FLAGS_device); !v.empty()) overrides.device = v;
+  if (std::string v = absl::GetFlag(FLAGS_devices); !v.empty()) overrides.devices = v;
+  if (std::string v = absl::GetFlag(FLAGS_exchange_schedule); !v.empty()) overrides.exchange = v;
   return overrides;
 }
 
@@ -66,6 +76,8 @@ std::vector<std::string> OverrideFlagsAsArgs() {
   if (overrides.staleness) args.push_back(absl::StrCat("--staleness=", *overrides.staleness));
   if (overrides.wire_dtype) args.push_back(absl::StrCat("--wire_dtype=", *overrides.wire_dtype));
   if (overrides.device) args.push_back(absl::StrCat("--device=", *overrides.device));
+  if (overrides.devices) args.push_back(absl::StrCat("--devices=", *overrides.devices));
+  if (overrides.exchange) args.push_back(absl::StrCat("--exchange_schedule=", *overrides.exchange));
   if (overrides.learning_rate) {
     args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
   }

@@ -1,82 +1,29 @@
-// The CPU reference backend. Single-threaded on purpose: a worker process
-// owns one core, and several workers share a machine.
-//
-// Matrix products are written so that the innermost loop always runs over
-// contiguous memory (the compiler vectorizes it), rows of C are processed
-// four at a time so each loaded row of B feeds four rows, and the k and n
-// dimensions are blocked so the working tile of B stays in cache. Products
-// with a transposed B first transpose it into a reusable scratch buffer.
+// The CPU backend. Matrix products go to OpenBLAS (CBLAS, column-major,
+// through the same operand mapping as the cuBLAS backend); the elementwise
+// kernels are loops the compiler vectorizes. OpenBLAS runs on the calling
+// thread only: a worker's compute threads are its towers, one per core it
+// was given, and several workers may share a machine.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
+#include <mutex>
+
+#include <cblas.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/column_major_gemm.h"
 #include "kernels/kernels.h"
 
 namespace pst {
 namespace {
 
-constexpr int kBlockK = 128;  // rows of B per tile
-constexpr int kBlockN = 512;  // columns of B and C per tile (2 KiB per row)
-
-// c[i, j0:j1] += alpha * sum_p a(i, p) * b[p, j0:j1] for rows i0 <= i < i1,
-// where a(i, p) = a[i * a_row + p * a_col] (either layout of A) and B is
-// row-major k x n. Cloned for x86-64-v3 (AVX2 + FMA) with a baseline fallback.
-// Not under ThreadSanitizer: the ifunc resolver that picks the clone runs
-// while the dynamic loader relocates, before TSan's runtime is up, and TSan's
-// instrumentation of that resolver crashes the process at load.
-#if defined(__SANITIZE_THREAD__)
-#define PST_GEMM_CLONES
-#else
-#define PST_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-PST_GEMM_CLONES
-void GemmTile(int i0, int i1, int p0, int p1, int j0, int j1, int n, float alpha,
-              const float* a, int a_row, int a_col, const float* b, float* c) {
-  const int width = j1 - j0;
-  int i = i0;
-  for (; i + 4 <= i1; i += 4) {
-    float* __restrict c0 = c + static_cast<size_t>(i) * n + j0;
-    float* __restrict c1 = c0 + n;
-    float* __restrict c2 = c1 + n;
-    float* __restrict c3 = c2 + n;
-    for (int p = p0; p < p1; ++p) {
-      const float* __restrict bp = b + static_cast<size_t>(p) * n + j0;
-      const float a0 = alpha * a[static_cast<size_t>(i) * a_row + static_cast<size_t>(p) * a_col];
-      const float a1 = alpha * a[static_cast<size_t>(i + 1) * a_row + static_cast<size_t>(p) * a_col];
-      const float a2 = alpha * a[static_cast<size_t>(i + 2) * a_row + static_cast<size_t>(p) * a_col];
-      const float a3 = alpha * a[static_cast<size_t>(i + 3) * a_row + static_cast<size_t>(p) * a_col];
-      for (int j = 0; j < width; ++j) {
-        const float bv = bp[j];
-        c0[j] += a0 * bv;
-        c1[j] += a1 * bv;
-        c2[j] += a2 * bv;
-        c3[j] += a3 * bv;
-      }
-    }
-  }
-  for (; i < i1; ++i) {
-    float* __restrict ci = c + static_cast<size_t>(i) * n + j0;
-    for (int p = p0; p < p1; ++p) {
-      const float* __restrict bp = b + static_cast<size_t>(p) * n + j0;
-      const float av = alpha * a[static_cast<size_t>(i) * a_row + static_cast<size_t>(p) * a_col];
-      for (int j = 0; j < width; ++j) ci[j] += av * bp[j];
-    }
-  }
+// OpenBLAS's own thread pool would compete with the towers for the cores.
+void UseOneBlasThreadPerCaller() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-void Transpose(int rows, int cols, const float* in, float* out) {
-  constexpr int kTile = 32;
-  for (int r0 = 0; r0 < rows; r0 += kTile) {
-    for (int c0 = 0; c0 < cols; c0 += kTile) {
-      const int r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-      for (int r = r0; r < r1; ++r) {
-        for (int c = c0; c < c1; ++c) out[static_cast<size_t>(c) * rows + r] = in[static_cast<size_t>(r) * cols + c];
-      }
-    }
-  }
-}
+CBLAS_TRANSPOSE BlasTranspose(bool transpose) { return transpose ? CblasTrans : CblasNoTrans; }
 
 absl::Status CheckDims(const char* op, std::initializer_list<int> dims) {
   for (int d : dims) {
@@ -87,7 +34,9 @@ absl::Status CheckDims(const char* op, std::initializer_list<int> dims) {
 
 class CpuKernels final : public Kernels {
  public:
+  CpuKernels() { UseOneBlasThreadPerCaller(); }
   std::string Name() const override { return "cpu"; }
+  bool ComputesOnHostMemory() const override { return true; }
 
   absl::StatusOr<float*> Allocate(size_t count) override {
     float* p = new (std::nothrow) float[std::max<size_t>(count, 1)]();
@@ -116,24 +65,15 @@ class CpuKernels final : public Kernels {
   absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
                     const float* a, const float* b, float beta, float* c) override {
     if (absl::Status s = CheckDims("Gemm", {m, n, k}); !s.ok()) return s;
-    ScaleOutput(static_cast<size_t>(m) * n, beta, c);
-    if (m == 0 || n == 0 || k == 0) return absl::OkStatus();
-    if (transpose_b) {
-      // op(b) = b^T with b stored n x k: lay it out k x n once.
-      scratch_.resize(static_cast<size_t>(k) * n);
-      Transpose(n, k, b, scratch_.data());
-      b = scratch_.data();
+    if (m == 0 || n == 0) return absl::OkStatus();
+    if (k == 0) {  // an empty sum: BLAS implementations disagree on it
+      ScaleOutput(static_cast<size_t>(m) * n, beta, c);
+      return absl::OkStatus();
     }
-    // a(i, p) is a[i * k + p] for A m x k, or a[p * m + i] for A^T stored k x m.
-    const int a_row = transpose_a ? 1 : k;
-    const int a_col = transpose_a ? m : 1;
-    for (int j0 = 0; j0 < n; j0 += kBlockN) {
-      const int j1 = std::min(n, j0 + kBlockN);
-      for (int p0 = 0; p0 < k; p0 += kBlockK) {
-        const int p1 = std::min(k, p0 + kBlockK);
-        GemmTile(0, m, p0, p1, j0, j1, n, alpha, a, a_row, a_col, b, c);
-      }
-    }
+    const ColumnMajorGemm call = ToColumnMajorGemm(transpose_a, transpose_b, m, n, k);
+    cblas_sgemm(CblasColMajor, BlasTranspose(call.transpose_first),
+                BlasTranspose(call.transpose_second), call.m, call.n, call.k, alpha, b,
+                call.ld_first, a, call.ld_second, beta, c, call.ld_c);
     return absl::OkStatus();
   }
 
@@ -236,7 +176,6 @@ class CpuKernels final : public Kernels {
     }
   }
 
-  std::vector<float> scratch_;  // transposed B, reused across calls
 };
 
 }  // namespace

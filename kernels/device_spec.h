@@ -8,6 +8,7 @@
 #define PST_KERNELS_DEVICE_SPEC_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -24,6 +25,25 @@ struct DeviceSpec {
 
 // InvalidArgument naming the string and the accepted forms.
 absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
+
+// The devices of a worker's towers, as written in --devices and
+// training.devices: comma-separated items, each
+//   "cpu"      one CPU tower
+//   "cpu:N"    N CPU towers, each on its own thread
+//   "gpu:N"    one tower on CUDA device N
+//   "gpu:all"  one tower on every visible GPU (alone in the list)
+// An empty list means one tower on training.device.
+struct DeviceList {
+  std::vector<DeviceSpec> towers;  // in tower order; empty when every_gpu
+  bool every_gpu = false;
+
+  std::string ToString() const;  // "cpu:2", "gpu:0,gpu:1", "gpu:all"
+};
+
+// InvalidArgument naming the item and the accepted forms; a list of more
+// than kMaxTowers towers, or gpu:all beside other items, is refused too.
+absl::StatusOr<DeviceList> ParseDeviceList(absl::string_view text);
+inline constexpr int kMaxTowers = 64;
 
 }  // namespace pst
 

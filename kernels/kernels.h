@@ -1,6 +1,8 @@
 // The compute backend a worker trains with. One interface, two
-// implementations: the CPU one (the reference, always built) and the CUDA one
-// (cuBLAS + small kernels, built when nvcc is present).
+// implementations: the CPU one (OpenBLAS + vectorized loops, always built) and
+// the CUDA one (cuBLAS + small kernels, built when nvcc is present). Both
+// map the row-major products onto column-major BLAS the same way
+// (kernels/column_major_gemm.h).
 //
 // Contract shared by every method:
 //  - Matrices are dense, row-major float32.
@@ -45,6 +47,11 @@ class Kernels {
 
   // "cpu" or "cuda:N".
   virtual std::string Name() const = 0;
+
+  // True when this backend's memory is host memory (the CPU backend): a
+  // caller may then compute on host buffers directly instead of copying
+  // them in and out.
+  virtual bool ComputesOnHostMemory() const { return false; }
 
   virtual absl::StatusOr<float*> Allocate(size_t count) = 0;
   virtual void Free(float* buffer) = 0;
@@ -97,7 +104,8 @@ class Kernels {
                                                       const float* target, float* dpred) = 0;
 };
 
-// The CPU reference backend: single-threaded, cache-friendly loops.
+// The CPU backend: matrix products on OpenBLAS, which runs on the calling
+// thread only (one compute thread per tower).
 std::unique_ptr<Kernels> MakeCpuKernels();
 
 }  // namespace pst

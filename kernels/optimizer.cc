@@ -7,17 +7,22 @@
 namespace pst {
 namespace {
 
+// The update loops are compiled with -fno-math-errno (kernels/CMakeLists.txt),
+// so sqrt is one instruction and every loop vectorizes. Inputs and outputs
+// are distinct in the hot path (the PS stages into fresh buffers), so the
+// compiler's alias check selects the vector loop.
+
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(float lr) : lr_(lr) {}
   std::string Name() const override { return "sgd"; }
   int SlotsPerParameter() const override { return 0; }
-  void Apply(int64_t, float lr_scale, std::span<float> param, std::span<const float> grad,
-             std::span<float>) const override {
+  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
     const float lr = lr_ * lr_scale;
-    float* __restrict p = param.data();
-    const float* __restrict g = grad.data();
-    for (size_t i = 0; i < param.size(); ++i) p[i] -= lr * g[i];
+    const float* p = r.param;
+    const float* g = r.grad;
+    float* out = r.param_out;
+    for (size_t i = 0; i < r.count; ++i) out[i] = p[i] - lr * g[i];
   }
 
  private:
@@ -31,22 +36,25 @@ class Momentum final : public Optimizer {
       : lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
   std::string Name() const override { return nesterov_ ? "nesterov" : "momentum"; }
   int SlotsPerParameter() const override { return 1; }
-  void Apply(int64_t, float lr_scale, std::span<float> param, std::span<const float> grad,
-             std::span<float> slots) const override {
+  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
     const float lr = lr_ * lr_scale;
     const float m = momentum_;
-    float* __restrict p = param.data();
-    const float* __restrict g = grad.data();
-    float* __restrict v = slots.data();
+    const float* p = r.param;
+    const float* g = r.grad;
+    const float* v = r.slots;
+    float* p_out = r.param_out;
+    float* v_out = r.slots_out;
     if (nesterov_) {
-      for (size_t i = 0; i < param.size(); ++i) {
-        v[i] = m * v[i] + g[i];
-        p[i] -= lr * (g[i] + m * v[i]);
+      for (size_t i = 0; i < r.count; ++i) {
+        const float vi = m * v[i] + g[i];
+        v_out[i] = vi;
+        p_out[i] = p[i] - lr * (g[i] + m * vi);
       }
     } else {
-      for (size_t i = 0; i < param.size(); ++i) {
-        v[i] = m * v[i] + g[i];
-        p[i] -= lr * v[i];
+      for (size_t i = 0; i < r.count; ++i) {
+        const float vi = m * v[i] + g[i];
+        v_out[i] = vi;
+        p_out[i] = p[i] - lr * vi;
       }
     }
   }
@@ -64,21 +72,24 @@ class Adam final : public Optimizer {
       : lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
   std::string Name() const override { return "adam"; }
   int SlotsPerParameter() const override { return 2; }
-  void Apply(int64_t step, float lr_scale, std::span<float> param, std::span<const float> grad,
-             std::span<float> slots) const override {
-    const size_t n = param.size();
+  void ApplyRange(int64_t step, float lr_scale, const Range& r) const override {
     const double t = static_cast<double>(step);
     const float alpha = static_cast<float>(lr_ * lr_scale * std::sqrt(1.0 - std::pow(beta2_, t)) /
                                            (1.0 - std::pow(beta1_, t)));
     const float b1 = beta1_, b2 = beta2_, eps = epsilon_;
-    float* __restrict p = param.data();
-    const float* __restrict g = grad.data();
-    float* __restrict m = slots.data();
-    float* __restrict v = slots.data() + n;
-    for (size_t i = 0; i < n; ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      p[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+    const float* p = r.param;
+    const float* g = r.grad;
+    const float* m = r.slots;
+    const float* v = r.slots + r.slot_stride;
+    float* p_out = r.param_out;
+    float* m_out = r.slots_out;
+    float* v_out = r.slots_out + r.slot_stride;
+    for (size_t i = 0; i < r.count; ++i) {
+      const float mi = b1 * m[i] + (1.0f - b1) * g[i];
+      const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      m_out[i] = mi;
+      v_out[i] = vi;
+      p_out[i] = p[i] - alpha * mi / (std::sqrt(vi) + eps);
     }
   }
 
@@ -93,16 +104,18 @@ class Adagrad final : public Optimizer {
   std::string Name() const override { return "adagrad"; }
   int SlotsPerParameter() const override { return 1; }
   float InitialSlotValue() const override { return initial_; }
-  void Apply(int64_t, float lr_scale, std::span<float> param, std::span<const float> grad,
-             std::span<float> slots) const override {
+  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
     const float lr = lr_ * lr_scale;
     const float eps = epsilon_;
-    float* __restrict p = param.data();
-    const float* __restrict g = grad.data();
-    float* __restrict acc = slots.data();
-    for (size_t i = 0; i < param.size(); ++i) {
-      acc[i] += g[i] * g[i];
-      p[i] -= lr * g[i] / (std::sqrt(acc[i]) + eps);
+    const float* p = r.param;
+    const float* g = r.grad;
+    const float* acc = r.slots;
+    float* p_out = r.param_out;
+    float* acc_out = r.slots_out;
+    for (size_t i = 0; i < r.count; ++i) {
+      const float a = acc[i] + g[i] * g[i];
+      acc_out[i] = a;
+      p_out[i] = p[i] - lr * g[i] / (std::sqrt(a) + eps);
     }
   }
 
@@ -128,6 +141,18 @@ absl::Status CheckUnitInterval(float value, const char* name) {
 float OrDefault(float value, float fallback) { return value == 0.0f ? fallback : value; }
 
 }  // namespace
+
+void Optimizer::Apply(int64_t step, float lr_scale, std::span<float> param,
+                      std::span<const float> grad, std::span<float> slots) const {
+  ApplyRange(step, lr_scale,
+             Range{.count = param.size(),
+                   .param = param.data(),
+                   .grad = grad.data(),
+                   .slots = slots.data(),
+                   .param_out = param.data(),
+                   .slots_out = slots.data(),
+                   .slot_stride = param.size()});
+}
 
 float Optimizer::DecayFactor(int64_t step) const {
   if (decay_steps_ <= 0) return 1.0f;

@@ -3,6 +3,7 @@
 #ifndef PST_KERNELS_OPTIMIZER_H_
 #define PST_KERNELS_OPTIMIZER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -28,14 +29,34 @@ class Optimizer {
   // initial_accumulator, everything else at 0).
   virtual float InitialSlotValue() const { return 0.0f; }
 
-  // One update: param -= rule(grad). `step` counts the updates applied to
-  // this variable so far, including this one (1 for the first), for Adam's
-  // bias correction. `lr_scale` multiplies the configured learning rate.
-  // `slots` holds SlotsPerParameter() * param.size() floats laid out
-  // slot-major: slot s of element i is slots[s * param.size() + i].
-  // Preconditions: grad.size() == param.size(); grad is finite.
-  virtual void Apply(int64_t step, float lr_scale, std::span<float> param,
-                     std::span<const float> grad, std::span<float> slots) const = 0;
+  // The memory of one update of `count` elements. The rule reads param,
+  // grad and slots and writes param_out and slots_out, which may be the same
+  // memory as param and slots (an in-place update) but must not otherwise
+  // overlap them. Slot s of element i is slots[s * slot_stride + i] (and
+  // likewise in slots_out).
+  struct Range {
+    size_t count = 0;
+    const float* param = nullptr;
+    const float* grad = nullptr;
+    const float* slots = nullptr;
+    float* param_out = nullptr;
+    float* slots_out = nullptr;
+    size_t slot_stride = 0;
+  };
+
+  // One update: param_out = param - rule(grad). `step` counts the updates
+  // applied to this variable so far, including this one (1 for the first),
+  // for Adam's bias correction. `lr_scale` multiplies the configured
+  // learning rate. Precondition: grad is finite. The result of an element
+  // depends only on that element's inputs, so a range may be split in any
+  // way (over threads, blocks) with bitwise the same result.
+  virtual void ApplyRange(int64_t step, float lr_scale, const Range& range) const = 0;
+
+  // ApplyRange in place on a whole variable: `slots` holds
+  // SlotsPerParameter() * param.size() floats laid out slot-major.
+  // Precondition: grad.size() == param.size().
+  void Apply(int64_t step, float lr_scale, std::span<float> param, std::span<const float> grad,
+             std::span<float> slots) const;
 
   // The configured decay's factor for update `step`: 1 without decay,
   // decay_rate ^ (step / decay_steps) otherwise.

@@ -1,5 +1,7 @@
 #include "ps_server/chunk_streams.h"
 
+#include <algorithm>
+
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -241,6 +243,15 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
 
 void AskForPushedVariables(const PushRequest& push, PullRequest* pull) {
   pull->set_worker(push.worker());
+  if (pull->names_size() == push.gradients_size()) {
+    // The worker's own order (the order its next forward pass needs the
+    // values in), if it names exactly the pushed variables.
+    std::vector<absl::string_view> pushed, asked(pull->names().begin(), pull->names().end());
+    for (const Tensor& gradient : push.gradients()) pushed.push_back(gradient.name());
+    std::sort(pushed.begin(), pushed.end());
+    std::sort(asked.begin(), asked.end());
+    if (pushed == asked) return;
+  }
   pull->clear_names();
   for (const Tensor& gradient : push.gradients()) pull->add_names(gradient.name());
 }

@@ -103,8 +103,10 @@ class PullPayloadPool {
 };
 
 // Makes `pull` the pull half of a PushPull (streamed or PushPullSmall):
-// this worker's, asking for the pushed variables in the push's order. The
-// names the worker sent, if any, are dropped.
+// this worker's, asking for the pushed variables: in the order the pull
+// names them if it names exactly those (the worker's next forward pass
+// wants its first layer first, while the push came last layer first), else
+// in the push's order.
 void AskForPushedVariables(const PushRequest& push, PullRequest* pull);
 
 // Serves one PushPull: the push stream as ServePushStream does, then the

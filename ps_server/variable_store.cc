@@ -1,7 +1,6 @@
 #include "ps_server/variable_store.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -15,9 +14,8 @@ namespace pst {
 namespace {
 
 // Elements staged at a time: a block of values, gradient and optimizer
-// state stays in L1 while it is copied, updated and checked.
+// state stays in L1 while it is updated and checked.
 constexpr size_t kStageBlock = 2048;
-constexpr int kMaxSlotsPerParameter = 2;
 
 // Nonzero when a value is Inf or NaN, i.e. its exponent bits are all ones.
 // Integer-only and branch-free, so the compiler vectorizes it.
@@ -214,11 +212,6 @@ absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(int index, 
   if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
   Staged& next = staged_[index];
   const int slots = optimizer_->SlotsPerParameter();
-  if (slots > kMaxSlotsPerParameter) {
-    return absl::InternalError(absl::StrCat("the ", optimizer_->Name(), " optimizer keeps ", slots,
-                                            " state slots per parameter; staging handles ",
-                                            kMaxSlotsPerParameter));
-  }
   if (next.values == nullptr || next.values.use_count() > 1) {
     // A pull is still sending this buffer (it held the values before the
     // last commit): leave it to that pull and stage into a new one.
@@ -243,27 +236,24 @@ absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(int index, 
 
 void VariableStore::StageTarget::Apply(size_t first, std::span<const float> gradient) {
   const size_t n = values_.size();
-  // Block by block, so the old values are read and the new ones written
-  // once: copy, update and check each block while it is in cache. The
-  // optimizer wants a block's state slot-major and contiguous, hence the
-  // small copy of the slots through `block_slots`.
-  std::array<float, kStageBlock * kMaxSlotsPerParameter> block_slots;
+  // One fused pass, block by block: the optimizer reads the published values
+  // and state and writes the staged ones, and each block is checked for
+  // non-finite results while it is still in cache.
   for (size_t done = 0; done < gradient.size(); done += kStageBlock) {
     const size_t begin = first + done;
     const size_t len = std::min(kStageBlock, gradient.size() - done);
-    float* values = next_values_.data() + begin;
-    std::memcpy(values, values_.data() + begin, len * sizeof(float));
+    optimizer_->ApplyRange(step_, scale_,
+                           Optimizer::Range{.count = len,
+                                            .param = values_.data() + begin,
+                                            .grad = gradient.data() + done,
+                                            .slots = state_.data() + begin,
+                                            .param_out = next_values_.data() + begin,
+                                            .slots_out = next_state_.data() + begin,
+                                            .slot_stride = n});
+    non_finite_ |= NonFiniteBits(next_values_.data() + begin, len);
     for (int s = 0; s < slots_; ++s) {
-      std::memcpy(block_slots.data() + s * len, state_.data() + s * n + begin,
-                  len * sizeof(float));
+      non_finite_ |= NonFiniteBits(next_state_.data() + s * n + begin, len);
     }
-    optimizer_->Apply(step_, scale_, {values, len}, gradient.subspan(done, len),
-                      {block_slots.data(), slots_ * len});
-    for (int s = 0; s < slots_; ++s) {
-      std::memcpy(next_state_.data() + s * n + begin, block_slots.data() + s * len,
-                  len * sizeof(float));
-    }
-    non_finite_ |= NonFiniteBits(values, len) | NonFiniteBits(block_slots.data(), slots_ * len);
   }
 }
 

@@ -63,7 +63,7 @@ constexpr char kUsage[] =
     "Their output is copied with a \"[task] \" prefix. When every worker has finished, the PS "
     "tasks are stopped and a one-line JSON summary is printed as the last line of stdout:\n"
     "  {\"mode\":\"sync\",\"workers\":2,\"epochs\":1,\"steps\":468,\"test_accuracy\":0.8412,"
-    "\"final_loss\":0.41,\"train_samples_per_sec\":9000.0,\"wall_seconds\":12.34}\n"
+    "\"final_loss\":0.41,\"train_samples_per_sec\":9000.0,\"wall_seconds\":12.34,\"devices\":\"cpu\"}\n"
     "If a task fails, the others are stopped and pslaunch exits with that task's exit code; "
     "on Ctrl-C (SIGINT) or SIGTERM it stops every task and exits 130; a bad config or flag "
     "exits 2.\n\n"
@@ -194,6 +194,7 @@ absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const st
                                     ? result->test_accuracy()
                                     : std::numeric_limits<double>::quiet_NaN());
       summary.set_final_loss(result->final_loss());
+      summary.set_devices(result->devices());
     }
   }
   summary.set_train_samples_per_sec(longest > 0 ? samples / longest : 0.0);
@@ -212,11 +213,11 @@ std::string JsonNumber(double value, const absl::FormatSpec<double>& format) {
 std::string SummaryLine(const pst::RunSummary& summary) {
   return absl::StrFormat(
       "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s,"
-      "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s}",
+      "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s,\"devices\":\"%s\"}",
       summary.mode(), summary.workers(), summary.epochs(), summary.steps(),
       JsonNumber(summary.test_accuracy(), "%.4f"), JsonNumber(summary.final_loss(), "%.6g"),
       JsonNumber(summary.train_samples_per_sec(), "%.1f"),
-      JsonNumber(summary.wall_seconds(), "%.2f"));
+      JsonNumber(summary.wall_seconds(), "%.2f"), summary.devices());
 }
 
 void RemoveDir(const std::string& dir) {

@@ -8,6 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
   libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
+  libopenblas-dev     # the CPU backend's matrix products (CBLAS)
   dataset-fashion-mnist
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.

@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
@@ -48,6 +49,40 @@ absl::Status WriteResult(const std::string& path, const pst::WorkerResult& resul
   return absl::OkStatus();
 }
 
+// One backend per tower: training.devices when set, else one on training.device.
+absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
+    const pst::TrainingConfig& training) {
+  absl::StatusOr<pst::DeviceList> list = pst::ParseDeviceList(training.devices());
+  if (!list.ok()) return list.status();
+  std::string where = "--devices=" + training.devices() + ": ";
+  std::string instead = "; use --devices=cpu:N";
+  if (list->every_gpu) {
+    const int gpus = pst::VisibleGpuCount();
+    if (gpus == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--devices=gpu:all: no GPU is visible (", pst::NoGpuReason(), "); use --devices=cpu:N"));
+    }
+    for (int g = 0; g < gpus; ++g) list->towers.push_back({pst::DeviceSpec::Kind::kGpu, g});
+  } else if (list->towers.empty()) {
+    absl::StatusOr<pst::DeviceSpec> device = pst::ParseDeviceSpec(training.device());
+    if (!device.ok()) return device.status();
+    list->towers.push_back(*device);
+    where = "";
+    instead = "; use --device=cpu, or auto";
+  }
+  std::vector<std::unique_ptr<pst::Kernels>> backends;
+  for (const pst::DeviceSpec& spec : list->towers) {
+    absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(spec);
+    if (!kernels.ok()) {
+      return absl::Status(kernels.status().code(),
+                          absl::StrCat(where, "--device=", spec.ToString(), ": ",
+                                       kernels.status().message(), instead));
+    }
+    backends.push_back(std::move(*kernels));
+  }
+  return backends;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +90,7 @@ int main(int argc, char** argv) {
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
       "shard of the data, pushes them back.\n"
       "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async] "
-      "[--device=auto|cpu|gpu:N]");
+      "[--device=auto|cpu|gpu:N] [--devices=cpu:2|gpu:0,gpu:1|gpu:all]");
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
@@ -66,20 +101,19 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
 
-  // The device first: a wrong --device fails at once, before data and peers.
-  absl::StatusOr<pst::DeviceSpec> device = pst::ParseDeviceSpec(config->training().device());
-  if (!device.ok()) pst::ExitWithError(kProgram, device.status());
-  absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(*device);
-  if (!kernels.ok()) {
-    pst::ExitWithError(kProgram, absl::Status(kernels.status().code(),
-                                              absl::StrCat("--device=", device->ToString(), ": ",
-                                                           kernels.status().message(),
-                                                           "; use --device=cpu, or auto")));
-  }
+  // The devices first: a wrong --device(s) fails at once, before data and peers.
+  absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> backends =
+      MakeTowerBackends(config->training());
+  if (!backends.ok()) pst::ExitWithError(kProgram, backends.status());
+  std::vector<pst::Kernels*> towers;
+  for (const std::unique_ptr<pst::Kernels>& backend : *backends) towers.push_back(backend.get());
   const int gpus = pst::VisibleGpuCount();
-  spdlog::info("{} computing on {} (--device={}, {} GPU(s) visible{})", task->ToString(),
-               (*kernels)->Name(), device->ToString(), gpus,
-               gpus > 0 ? "" : absl::StrCat(": ", pst::NoGpuReason()));
+  spdlog::info("{} computing on {} tower(s): {} ({} GPU(s) visible{})", task->ToString(),
+               towers.size(),
+               absl::StrJoin(towers, ",", [](std::string* out, const pst::Kernels* k) {
+                 out->append(k->Name());
+               }),
+               gpus, gpus > 0 ? "" : absl::StrCat(": ", pst::NoGpuReason()));
 
   // Before the slow parts (data, connecting), so a bad flag fails at once.
   pst::GetWorkerMetrics();  // every metric is scraped from the start, at zero
@@ -106,7 +140,7 @@ int main(int argc, char** argv) {
       *security);
   if (!client.ok()) pst::ExitWithError(kProgram, client.status());
 
-  pst::Trainer trainer(*config, task->index, client->get(), kernels->get(), &*data);
+  pst::Trainer trainer(*config, task->index, client->get(), towers, &*data);
   trainer.set_live_progress(true);
   trainer.set_event_writer(events.get());
   trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));

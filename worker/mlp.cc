@@ -103,12 +103,34 @@ absl::Status Mlp::AllocateBuffers() {
     std::fill(*buffer, *buffer + count, 0.0f);
     return std::span<float>(*buffer, count);
   };
-  for (const VariableSpec& v : variables_) {
-    for (std::vector<std::span<float>>* spans : {&host_params_, &host_grads_}) {
-      absl::StatusOr<std::span<float>> buffer = allocate_host(static_cast<size_t>(v.size()));
-      if (!buffer.ok()) return buffer.status();
-      spans->push_back(*buffer);
+  if (kernels_->ComputesOnHostMemory()) {
+    // The backend computes on host memory: the host parameters and
+    // gradients are the layers' own buffers, so uploads and downloads copy
+    // nothing.
+    host_params_.resize(variables_.size());
+    host_grads_.resize(variables_.size());
+    for (const Layer& layer : layers_) {
+      host_params_[layer.weights_var] = {layer.weights, static_cast<size_t>(layer.in) * layer.out};
+      host_grads_[layer.weights_var] = {layer.weights_grad,
+                                        static_cast<size_t>(layer.in) * layer.out};
+      if (layer.bias_var >= 0) {
+        host_params_[layer.bias_var] = {layer.bias, static_cast<size_t>(layer.out)};
+        host_grads_[layer.bias_var] = {layer.bias_grad, static_cast<size_t>(layer.out)};
+      }
     }
+  } else {
+    for (const VariableSpec& v : variables_) {
+      for (std::vector<std::span<float>>* spans : {&host_params_, &host_grads_}) {
+        absl::StatusOr<std::span<float>> buffer = allocate_host(static_cast<size_t>(v.size()));
+        if (!buffer.ok()) return buffer.status();
+        spans->push_back(*buffer);
+      }
+    }
+  }
+  if (kernels_->ComputesOnHostMemory()) {  // batches are computed on where they are staged
+    host_input_ = {device_x_, static_cast<size_t>(max_batch_) * spec_.input_dim};
+    host_targets_ = {device_targets_, static_cast<size_t>(max_batch_) * target_width};
+    return absl::OkStatus();
   }
   absl::StatusOr<std::span<float>> input =
       allocate_host(static_cast<size_t>(max_batch_) * spec_.input_dim);
@@ -118,6 +140,28 @@ absl::Status Mlp::AllocateBuffers() {
       allocate_host(static_cast<size_t>(max_batch_) * target_width);
   if (!host_targets.ok()) return host_targets.status();
   host_targets_ = *host_targets;
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::ReadParametersOf(const Mlp& source) {
+  if (!kernels_->ComputesOnHostMemory() || !source.kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only models on backends that compute on host memory can share parameters");
+  }
+  if (source.variables_.size() != variables_.size() || source.layers_.size() != layers_.size()) {
+    return absl::InvalidArgumentError("cannot share the parameters of a model of another shape");
+  }
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    if (source.variables_[i].shape != variables_[i].shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot share the parameters of a model of another shape: ", variables_[i].name));
+    }
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].weights = source.layers_[l].weights;
+    layers_[l].bias = source.layers_[l].bias;
+  }
+  host_params_ = source.host_params_;
   return absl::OkStatus();
 }
 
@@ -153,18 +197,31 @@ std::span<const float> Mlp::HostGradient(size_t index) const { return host_grads
 
 absl::Status Mlp::UploadParameters() {
   for (const Layer& layer : layers_) {
-    std::span<const float> w = host_params_[layer.weights_var];
-    if (absl::Status s = kernels_->CopyToDevice(w.data(), layer.weights, w.size()); !s.ok()) return s;
-    if (layer.bias_var >= 0) {
-      std::span<const float> b = host_params_[layer.bias_var];
-      if (absl::Status s = kernels_->CopyToDevice(b.data(), layer.bias, b.size()); !s.ok()) return s;
-    }
+    if (absl::Status s = UploadLayer(layer); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
+absl::Status Mlp::UploadLayer(const Layer& layer) {
+  std::span<const float> w = host_params_[layer.weights_var];
+  if (absl::Status s = kernels_->CopyToDevice(w.data(), layer.weights, w.size()); !s.ok()) return s;
+  if (layer.bias_var >= 0) {
+    std::span<const float> b = host_params_[layer.bias_var];
+    if (absl::Status s = kernels_->CopyToDevice(b.data(), layer.bias, b.size()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+int Mlp::num_layers() const { return static_cast<int>(layers_.size()); }
+
+std::vector<int> Mlp::LayerVariables(int layer) const {
+  const Layer& l = layers_[layer];
+  if (l.bias_var < 0) return {l.weights_var};
+  return {l.weights_var, l.bias_var};
+}
+
 absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, int batch,
-                                        bool want_gradient) {
+                                        bool want_gradient, const LayerHooks* hooks) {
   if (batch < 1 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
@@ -182,6 +239,10 @@ absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, in
   const float* input = device_x_;
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
+    if (hooks != nullptr) {
+      if (absl::Status s = hooks->parameters_needed(static_cast<int>(l)); !s.ok()) return s;
+      if (absl::Status s = UploadLayer(layer); !s.ok()) return s;
+    }
     if (absl::Status s = kernels_->Gemm(false, false, batch, layer.out, layer.in, 1.0f, input,
                                         layer.weights, 0.0f, layer.output);
         !s.ok()) {
@@ -209,7 +270,7 @@ absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, in
                                                dlogits);
 }
 
-absl::Status Mlp::Backward(const float* x, int batch) {
+absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
   for (size_t l = layers_.size(); l-- > 0;) {
     Layer& layer = layers_[l];
     const float* input = l == 0 ? x : layers_[l - 1].output;
@@ -225,22 +286,43 @@ absl::Status Mlp::Backward(const float* x, int batch) {
         return s;
       }
     }
-    if (l == 0) break;
-    // d input = dZ W^T, then through the previous layer's activation.
-    Layer& below = layers_[l - 1];
-    if (absl::Status s = kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
-                                        layer.output_grad, layer.weights, 0.0f, below.output_grad);
-        !s.ok()) {
-      return s;
+    if (l > 0) {
+      // d input = dZ W^T, then through the previous layer's activation.
+      Layer& below = layers_[l - 1];
+      if (absl::Status s = kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
+                                          layer.output_grad, layer.weights, 0.0f,
+                                          below.output_grad);
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = kernels_->ActivationBackward(spec_.activation,
+                                                        static_cast<size_t>(batch) * below.out,
+                                                        below.output, below.output_grad);
+          !s.ok()) {
+        return s;
+      }
     }
-    if (absl::Status s = kernels_->ActivationBackward(spec_.activation,
-                                                      static_cast<size_t>(batch) * below.out,
-                                                      below.output, below.output_grad);
-        !s.ok()) {
-      return s;
+    // The layer's gradients are final and its weights no longer read.
+    if (hooks != nullptr) {
+      if (absl::Status s = DownloadLayer(layer); !s.ok()) return s;
+      if (absl::Status s = hooks->gradients_ready(static_cast<int>(l)); !s.ok()) return s;
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadLayer(const Layer& layer) {
+  std::span<float> w = host_grads_[layer.weights_var];
+  if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size()); !s.ok()) {
+    return s;
+  }
+  if (layer.bias_var >= 0) {
+    std::span<float> b = host_grads_[layer.bias_var];
+    if (absl::Status s = kernels_->CopyToHostAsync(layer.bias_grad, b.data(), b.size()); !s.ok()) {
+      return s;
+    }
+  }
+  return kernels_->Synchronize();
 }
 
 absl::Status Mlp::DownloadGradients() {
@@ -266,6 +348,14 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
   absl::StatusOr<LossResult> loss = ComputeDeviceGradients(x, targets, batch);
   if (!loss.ok()) return loss;
   if (absl::Status s = DownloadGradients(); !s.ok()) return s;
+  return loss;
+}
+
+absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch,
+                                                 const LayerHooks& hooks) {
+  absl::StatusOr<LossResult> loss = Forward(x, targets, batch, /*want_gradient=*/true, &hooks);
+  if (!loss.ok()) return loss;
+  if (absl::Status s = Backward(device_x_, batch, &hooks); !s.ok()) return s;
   return loss;
 }
 

@@ -15,6 +15,7 @@
 #define PST_WORKER_MLP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -54,6 +55,7 @@ class Mlp {
 
   const MlpSpec& spec() const { return spec_; }
   const std::vector<VariableSpec>& variables() const { return variables_; }
+  const Kernels& backend() const { return *kernels_; }
   int64_t num_parameters() const;
 
   // Deterministic initial values from `seed`: Glorot-uniform kernels (He
@@ -73,10 +75,35 @@ class Mlp {
   // Copies every HostParameter to the backend.
   absl::Status UploadParameters();
 
+  // Makes this model's layers compute with `source`'s parameters instead of
+  // its own (both on backends that compute on host memory, same shape), so
+  // CPU towers share one copy: HostParameter(i) is then source's, and
+  // UploadParameters copies nothing. `source` must outlive this model.
+  absl::Status ReadParametersOf(const Mlp& source);
+
   // Forward + backward on `batch` rows. `x` is [batch, input_dim];
   // `targets` is [batch] class indices (cross-entropy) or [batch, output_dim]
   // (MSE), host memory. Leaves d(mean loss)/d(variable) in HostGradient.
   absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch);
+
+  // What a caller overlapping communication with computation is told, layer
+  // by layer (layer l holds variables LayerVariables(l)). An error from a
+  // hook ends the pass with that error.
+  struct LayerHooks {
+    // Before layer l's forward: return once the layer's HostParameters hold
+    // the values to compute with; the Mlp then uploads that layer alone.
+    std::function<absl::Status(int layer)> parameters_needed;
+    // After layer l's backward, last layer first: the layer's HostGradients
+    // are final, and the pass no longer reads the layer's parameters.
+    std::function<absl::Status(int layer)> gradients_ready;
+  };
+  // ComputeGradients with the upload and download done layer by layer
+  // around `hooks` (so no UploadParameters is needed before it).
+  absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch,
+                                              const LayerHooks& hooks);
+  int num_layers() const;
+  // The variables of layer l, in variable order (its kernel, then its bias).
+  std::vector<int> LayerVariables(int layer) const;
 
   // ComputeGradients in two halves: the forward + backward pass, leaving the
   // gradients in backend buffers, and their copy into HostGradient. Apart
@@ -96,10 +123,12 @@ class Mlp {
   Mlp(MlpSpec spec, Kernels* kernels, int max_batch);
   absl::Status AllocateBuffers();
   absl::StatusOr<LossResult> Forward(const float* x, const float* targets, int batch,
-                                     bool want_gradient);
-  absl::Status Backward(const float* x, int batch);
+                                     bool want_gradient, const LayerHooks* hooks = nullptr);
+  absl::Status Backward(const float* x, int batch, const LayerHooks* hooks = nullptr);
 
   struct Layer;
+  absl::Status UploadLayer(const Layer& layer);
+  absl::Status DownloadLayer(const Layer& layer);
   MlpSpec spec_;
   Kernels* kernels_;
   int max_batch_;

@@ -16,8 +16,8 @@ constexpr absl::Duration kRedrawInterval = absl::Milliseconds(100);
 
 }  // namespace
 
-Progress::Progress(bool live, int64_t steps_total)
-    : live_(live), steps_total_(steps_total), start_(absl::Now()) {}
+Progress::Progress(bool live, int64_t steps_total, std::string devices)
+    : live_(live), steps_total_(steps_total), devices_(std::move(devices)), start_(absl::Now()) {}
 
 bool Progress::IsTerminal() { return isatty(STDOUT_FILENO) == 1; }
 
@@ -34,9 +34,9 @@ std::string Progress::Line(const ProgressPoint& p, int64_t steps_done) const {
     const absl::Duration per_step = (absl::Now() - start_) / static_cast<double>(steps_done);
     eta = FormatEta(per_step * static_cast<double>(steps_total_ - steps_done));
   }
-  return absl::StrFormat("epoch %d/%d step %d/%d loss %.4f samples/s %.0f version %d eta %s",
-                         p.epoch + 1, p.epochs, p.step, p.steps, p.loss, p.samples_per_sec,
-                         p.version, eta);
+  return absl::StrFormat(
+      "epoch %d/%d step %d/%d loss %.4f samples/s %.0f on %s version %d eta %s", p.epoch + 1,
+      p.epochs, p.step, p.steps, p.loss, p.samples_per_sec, devices_, p.version, eta);
 }
 
 void Progress::Report(const ProgressPoint& point, int64_t steps_done) {

@@ -24,8 +24,9 @@ struct ProgressPoint {
 class Progress {
  public:
   // `live` draws the bar (pass IsTerminal()); `steps_total` is every step
-  // this worker will run, for the ETA.
-  Progress(bool live, int64_t steps_total);
+  // this worker will run, for the ETA; `devices` names where it computes
+  // ("cpu:2"), shown in every line.
+  Progress(bool live, int64_t steps_total, std::string devices = "cpu");
 
   // One report; every `log_every` steps in line mode, at most ten times a
   // second in live mode (the caller calls it every step).
@@ -43,6 +44,7 @@ class Progress {
 
   const bool live_;
   const int64_t steps_total_;
+  const std::string devices_;
   const absl::Time start_;
   absl::Time last_draw_ = absl::InfinitePast();
 };

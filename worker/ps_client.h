@@ -28,6 +28,7 @@
 #include "common/thread_pool.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "ps.grpc.pb.h"
+#include "worker/step_exchange.h"
 
 namespace pst {
 
@@ -105,6 +106,19 @@ class PsClient {
                         const std::vector<int64_t>& min_versions, absl::Duration timeout,
                         const std::vector<std::span<float>>& out, std::vector<int64_t>* versions,
                         std::vector<PushResponse>* responses);
+
+  // A training step's exchange fed layer by layer (worker/step_exchange.h):
+  // one streamed PushPull per shard, whatever the share's size. Gradients
+  // are pushed as Push pushes them, in `push_order` (every variable once,
+  // the order StepExchange::Push will be called in), tagged as PushPull
+  // tags them; the values come back into `out` in variable order, at
+  // versions of at least min_versions. `gradients` and `out` must not
+  // overlap, and must stay valid until the exchange is finished or gone.
+  absl::StatusOr<std::unique_ptr<StepExchange>> BeginExchange(
+      const std::vector<int64_t>& computed_at,
+      const std::vector<std::span<const float>>& gradients, const std::vector<int>& push_order,
+      const std::vector<int64_t>& min_versions, absl::Duration timeout,
+      const std::vector<std::span<float>>& out);
 
   // Tells every shard this worker is alive (it may be computing a long step).
   absl::Status Heartbeat();
@@ -188,24 +202,40 @@ class PsClient {
   // A pull of this worker's at least `min_version`, waiting up to `timeout`,
   // in the wire dtype; the caller adds the variables' names if it wants them.
   PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
-  // Checks a streamed pull's header against what shard s should hold.
-  absl::Status CheckPullHeader(int shard, const PullResponse& header) const;
-  // Takes one message of shard s's streamed pull answer into `out`: the
-  // first sets up `sequence` from its header (and sets `version`), every
-  // one's pieces must follow it.
+  // A streamed answer being read from one shard.
+  struct StreamedAnswer {
+    std::optional<PieceSequence> sequence;  // set up by the header
+    std::vector<size_t> order;      // answer tensor -> position in the shard's slices
+    std::vector<int64_t> received;  // bytes of each answer tensor so far
+    int64_t version = 0;            // the header's
+  };
+  // Checks a streamed pull's header against what shard s should hold: its
+  // slices, in any order, which `order` gets.
+  absl::Status CheckPullHeader(int shard, const PullResponse& header,
+                               std::vector<size_t>* order) const;
+  // Takes one message of shard s's streamed answer into `out`: the first
+  // sets up `answer` from its header, every one's pieces must follow it.
+  // `completed`, if given, gets the position (in the shard's slices) of
+  // every slice whose values this message completed.
   absl::Status TakePullChunk(int shard, const ReceivedChunk& chunk,
-                             const std::vector<std::span<float>>& out,
-                             std::optional<PieceSequence>* sequence, int64_t* version);
-  // Sends shard s's gradients as push-stream messages through `write`,
-  // referencing the caller's memory (float32) or shard.encoded, each piece
-  // counted in `sent`; the first message carries `pull` if given. False if
-  // a write failed (the call ended early).
+                             const std::vector<std::span<float>>& out, StreamedAnswer* answer,
+                             std::vector<size_t>* completed = nullptr);
+  // Sends shard s's gradients as push-stream messages through `write`: the
+  // slices at positions [first, end) of `header_order` (the stream's
+  // tensors, as slice indices), referencing the caller's memory (float32)
+  // or shard.encoded, each piece counted in `sent`. The stream's first
+  // message (first == 0) carries the header, and `pull` if given; the last
+  // slice's last message ends the stream. False if a write failed (the call
+  // ended early).
   bool WritePushChunks(int shard, int64_t computed_at,
                        const std::vector<std::span<const float>>& gradients,
+                       const std::vector<size_t>& header_order, size_t first, size_t end,
                        const PullRequest* pull, const PayloadPin& sent,
                        absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write);
   // Waits until gRPC has dropped every reference `sent` counts.
   void AwaitPushReleased(int shard, const PayloadPin& sent) const;
+
+  friend class LayerwiseExchange;
 
   int worker_;
   DType wire_dtype_ = FLOAT32;

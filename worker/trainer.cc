@@ -81,17 +81,17 @@ MlpSpec ModelSpecFor(const TrainingConfig& training, const Dataset& data) {
   return spec;
 }
 
-Trainer::Trainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
-                 const TrainingData* data)
-    : config_(config), rank_(rank), client_(client), kernels_(kernels), data_(data) {}
+Trainer::Trainer(const JobConfig& config, int rank, PsClient* client,
+                 std::vector<Kernels*> towers, const TrainingData* data)
+    : config_(config), rank_(rank), client_(client), backends_(std::move(towers)), data_(data) {}
 
 absl::Status Trainer::Setup() {
   const TrainingConfig& training = config_.training();
   int batch = training.batch_size();
-  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
-      Mlp::Create(ModelSpecFor(training, data_->train), kernels_, std::max(batch, kEvalBatch));
-  if (!mlp.ok()) return mlp.status();
-  mlp_ = std::move(*mlp);
+  absl::StatusOr<std::unique_ptr<Towers>> towers =
+      Towers::Create(ModelSpecFor(training, data_->train), backends_, batch, kEvalBatch);
+  if (!towers.ok()) return towers.status();
+  towers_ = std::move(*towers);
   sampler_ = std::make_unique<ShardSampler>(data_->train.size, rank_, config_.cluster().workers(),
                                             batch, training.seed());
   if (sampler_->steps_per_epoch() == 0) {
@@ -99,16 +99,19 @@ absl::Status Trainer::Setup() {
         "the training set has ", data_->train.size, " examples, fewer than workers x batch_size = ",
         config_.cluster().workers() * batch, "; lower batch_size or workers"));
   }
-  for (size_t i = 0; i < mlp_->variables().size(); ++i) {
-    parameters_.push_back(mlp_->HostParameter(i));
-    gradients_.push_back(mlp_->HostGradient(i));
+  for (size_t i = 0; i < towers_->variables().size(); ++i) {
+    parameters_.push_back(towers_->HostParameter(i));
+    gradients_.push_back(towers_->HostGradient(i));
   }
-  // Batches are gathered straight into the Mlp's staging buffers, from
+  // Batches are gathered straight into tower 0's staging buffers, from
   // which a GPU backend uploads them by DMA.
-  batch_x_ = mlp_->HostInput().first(static_cast<size_t>(batch) * data_->train.feature_dim);
-  batch_y_ = mlp_->HostTargets().first(static_cast<size_t>(batch) * data_->train.target_dim);
+  batch_x_ = towers_->HostInput().first(static_cast<size_t>(batch) * data_->train.feature_dim);
+  batch_y_ = towers_->HostTargets().first(static_cast<size_t>(batch) * data_->train.target_dim);
 
-  client_->SetVariables(mlp_->variables());
+  for (int layer = towers_->num_layers(); layer-- > 0;) {
+    for (int v : towers_->LayerVariables(layer)) push_order_.push_back(v);
+  }
+  client_->SetVariables(towers_->variables());
   client_->set_wire_dtype(WireDType(training.wire_dtype()));
   absl::StatusOr<RegisterResponse> view = client_->Register();
   if (!view.ok()) return view.status();
@@ -120,13 +123,13 @@ absl::Status Trainer::Setup() {
   }
   // Every worker offers the same seeded values; the first to arrive wins, so
   // the job does not depend on the chief being first or alive.
-  std::vector<std::vector<float>> initial = mlp_->InitialValues(training.seed());
+  std::vector<std::vector<float>> initial = towers_->InitialValues(training.seed());
   std::vector<std::span<const float>> initial_spans(initial.begin(), initial.end());
   absl::StatusOr<bool> accepted = client_->Init(initial_spans);
   if (!accepted.ok()) return accepted.status();
   spdlog::info("worker:{} registered: {} mode, {} worker(s), {} shard(s), model {} parameters{}",
                rank_, ModeName(view->mode()), view->workers(), client_->num_shards(),
-               mlp_->num_parameters(), *accepted ? " (initialized the variables)" : "");
+               towers_->num_parameters(), *accepted ? " (initialized the variables)" : "");
   resume_clock_ = view->worker_clock();
   if (resume_clock_ > 0) {
     spdlog::info("worker:{} rejoins after {} steps: resuming at version {}", rank_, resume_clock_,
@@ -135,7 +138,8 @@ absl::Status Trainer::Setup() {
   versions_.assign(client_->num_shards(), 0);
   next_min_.assign(client_->num_shards(), 0);
   progress_ = std::make_unique<Progress>(live_progress_ && Progress::IsTerminal(),
-                                         sampler_->steps_per_epoch() * training.epochs());
+                                         sampler_->steps_per_epoch() * training.epochs(),
+                                         towers_->DevicesLabel());
   recorder_ = std::make_unique<RunRecorder>(is_chief() ? events_ : nullptr);
   return absl::OkStatus();
 }
@@ -148,7 +152,7 @@ absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
   }
   GetWorkerMetrics().pull_seconds.Observe(Seconds(start));
   GetWorkerMetrics().version.Set(static_cast<double>(versions_[0]));
-  return mlp_->UploadParameters();
+  return towers_->UploadParameters();
 }
 
 absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* result) {
@@ -166,6 +170,7 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
     // A shard that went away (crashed, restarting from its checkpoint) is
     // waited for; the step is then redone on whatever the shard holds.
     while (!loss.ok() && absl::IsUnavailable(loss.status())) {
+      exchange_.reset();  // cancelled: the shards' state is read afresh
       if (absl::Status s = Reconnect(loss.status()); !s.ok()) return s;
       loss = RunStep(epoch, step, &responses);
     }
@@ -178,7 +183,7 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
     if (window_end || progress_->live()) {
       const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
       ProgressPoint point{epoch, training.epochs(), step + 1, steps, window_loss / in_window,
-                          in_window * batch / Seconds(window_start), responses[0].version()};
+                          in_window * batch / Seconds(window_start), versions_[0]};
       progress_->Report(point, epoch * steps + step + 1);
     }
     if (window_end) {
@@ -186,59 +191,144 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
       recorder_->OnWindow({epoch * steps + step + 1, window_loss / in_window,
                            in_window * batch / Seconds(window_start),
                            static_cast<double>(window_staleness_) / in_window,
-                           responses[0].version()},
+                           versions_[0]},
                           result);
       window_staleness_ = 0;
       window_loss = 0.0;
       window_start = absl::Now();
     }
   }
+  // The epoch's last exchange: its values are the model the epoch ends with.
+  absl::Status finished = FinishExchange(&responses, /*upload=*/true);
+  while (!finished.ok() && absl::IsUnavailable(finished)) {
+    if (absl::Status s = Reconnect(finished); !s.ok()) return s;
+    finished = PullParameters(next_min_);
+  }
+  if (!finished.ok()) return finished;
   train_seconds_ += Seconds(epoch_start);
   last_epoch_loss_ = epoch_loss / std::max<int64_t>(1, steps - first_step);
   progress_->Finish();
   return absl::OkStatus();
 }
 
+std::vector<int64_t> Trainer::MinVersionsAfter(const std::vector<int64_t>& computed_at) const {
+  // SYNC: the values must include the step this push belongs to. ASYNC and
+  // SSP: whatever is newest once the push is in (SSP's bound is the shard's).
+  std::vector<int64_t> min_versions = computed_at;
+  if (config_.training().mode() == SYNC) {
+    for (int64_t& v : min_versions) ++v;
+  }
+  return min_versions;
+}
+
+void Trainer::RecordExchange(const std::vector<int64_t>& computed_at,
+                             const std::vector<PushResponse>& responses, absl::Time push_start) {
+  next_min_ = versions_;
+  WorkerMetrics& metrics = GetWorkerMetrics();
+  metrics.push_seconds.Observe(Seconds(push_start));
+  metrics.version.Set(static_cast<double>(versions_[0]));
+  window_staleness_ += RecordPushes(computed_at, responses);
+}
+
 absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
                                             std::vector<PushResponse>* responses) {
+  if (config_.training().exchange() == LAYERWISE) return RunStepLayerwise(epoch, step, responses);
   const absl::Time start = absl::Now();
   if (!parameters_current_) {
     if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
   }
   const int batch = config_.training().batch_size();
   GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
-  absl::StatusOr<LossResult> loss = mlp_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+  absl::StatusOr<LossResult> loss =
+      towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
   if (!loss.ok()) return loss;
   if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
   // The gradient goes out and the next step's parameters come back in one
-  // exchange (PsClient::PushPull). SYNC: they must include the step this
-  // push belongs to. ASYNC and SSP: whatever is newest once the push is in
-  // (SSP's bound is the shard's).
+  // exchange (PsClient::PushPull).
   const std::vector<int64_t> computed_at = versions_;
-  std::vector<int64_t> min_versions = computed_at;
-  if (config_.training().mode() == SYNC) {
-    for (int64_t& v : min_versions) ++v;
-  }
   const absl::Time push_start = absl::Now();
   parameters_current_ = false;  // a failed exchange may have written part of them
   if (absl::Status s = client_->PushPull(
-          computed_at, gradients_, min_versions,
+          computed_at, gradients_, MinVersionsAfter(computed_at),
           absl::Seconds(config_.training().pull_timeout_seconds()), parameters_, &versions_,
           responses);
       !s.ok()) {
     return s;
   }
   parameters_current_ = true;
-  next_min_ = versions_;
+  RecordExchange(computed_at, *responses, push_start);
   WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.push_seconds.Observe(Seconds(push_start));
-  metrics.version.Set(static_cast<double>(versions_[0]));
   metrics.step_seconds.Observe(Seconds(start));
   metrics.steps.Increment();
   metrics.samples.Increment(batch);
-  window_staleness_ += RecordPushes(computed_at, *responses);
-  if (absl::Status s = mlp_->UploadParameters(); !s.ok()) return s;
+  if (absl::Status s = towers_->UploadParameters(); !s.ok()) return s;
   return loss;
+}
+
+absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
+                                                     std::vector<PushResponse>* responses) {
+  const absl::Time start = absl::Now();
+  if (!parameters_current_ && exchange_ == nullptr) {
+    if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+  }
+  const int batch = config_.training().batch_size();
+  GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
+  std::unique_ptr<StepExchange> pushing;  // this step's exchange, begun by its first push
+  absl::Mutex pushing_mu;
+  Mlp::LayerHooks hooks{
+      .parameters_needed = [this](int layer) -> absl::Status {
+        if (exchange_ == nullptr) return absl::OkStatus();  // pulled whole
+        for (int v : towers_->LayerVariables(layer)) {
+          if (absl::Status s = exchange_->AwaitValues(v); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      },
+      .gradients_ready = [&](int layer) -> absl::Status {
+        absl::MutexLock lock(&pushing_mu);
+        if (pushing == nullptr) {
+          // The forward pass has taken every value of the last exchange:
+          // end it (its versions tag this push), and begin this step's.
+          if (absl::Status s = FinishExchange(responses, /*upload=*/false); !s.ok()) return s;
+          if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
+          exchange_computed_at_ = versions_;
+          exchange_start_ = absl::Now();
+          absl::StatusOr<std::unique_ptr<StepExchange>> begun = client_->BeginExchange(
+              exchange_computed_at_, gradients_, push_order_,
+              MinVersionsAfter(exchange_computed_at_),
+              absl::Seconds(config_.training().pull_timeout_seconds()), parameters_);
+          if (!begun.ok()) return begun.status();
+          pushing = std::move(*begun);
+        }
+        const std::vector<int> variables = towers_->LayerVariables(layer);
+        return pushing->Push(variables);
+      }};
+  absl::StatusOr<LossResult> loss =
+      towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch, hooks);
+  if (!loss.ok()) {
+    // A failed exchange may have written part of the parameters.
+    exchange_.reset();
+    parameters_current_ = false;
+    return loss;
+  }
+  exchange_ = std::move(pushing);
+  parameters_current_ = false;  // until the exchange has brought them all
+  WorkerMetrics& metrics = GetWorkerMetrics();
+  metrics.step_seconds.Observe(Seconds(start));
+  metrics.steps.Increment();
+  metrics.samples.Increment(batch);
+  return loss;
+}
+
+absl::Status Trainer::FinishExchange(std::vector<PushResponse>* responses, bool upload) {
+  if (exchange_ == nullptr) return absl::OkStatus();
+  std::unique_ptr<StepExchange> exchange = std::move(exchange_);
+  if (absl::Status s = exchange->Finish(&versions_, responses); !s.ok()) {
+    parameters_current_ = false;
+    return s;
+  }
+  parameters_current_ = true;
+  RecordExchange(exchange_computed_at_, *responses, exchange_start_);
+  return upload ? towers_->UploadParameters() : absl::OkStatus();
 }
 
 absl::Status Trainer::Reconnect(const absl::Status& cause) {
@@ -255,7 +345,7 @@ absl::Status Trainer::Reconnect(const absl::Status& cause) {
     if (view.ok()) {
       // A shard restarted without a checkpoint needs its variables again.
       if (!view->initialized()) {
-        std::vector<std::vector<float>> initial = mlp_->InitialValues(config_.training().seed());
+        std::vector<std::vector<float>> initial = towers_->InitialValues(config_.training().seed());
         std::vector<std::span<const float>> spans(initial.begin(), initial.end());
         if (absl::StatusOr<bool> init = client_->Init(spans); !init.ok()) return init.status();
       }
@@ -282,7 +372,7 @@ absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
     indices.resize(rows);
     for (int i = 0; i < rows; ++i) indices[i] = start + i;
     GatherBatch(data, indices, x.data(), y.data());
-    absl::StatusOr<LossResult> part = mlp_->Evaluate(x.data(), y.data(), rows);
+    absl::StatusOr<LossResult> part = towers_->Evaluate(x.data(), y.data(), rows);
     if (!part.ok()) return part.status();
     total.loss += part->loss * rows;
     total.correct += part->correct;
@@ -339,6 +429,7 @@ absl::StatusOr<WorkerResult> Trainer::Run() {
   WorkerResult result;
   result.set_task(absl::StrCat("worker:", rank_));
   if (absl::Status s = Setup(); !s.ok()) return s;
+  result.set_devices(towers_->DevicesLabel());
   absl::Notification stop_heartbeats;
   std::thread heartbeats([this, &stop_heartbeats] { HeartbeatLoop(&stop_heartbeats); });
   absl::StatusOr<WorkerResult> trained = Train(std::move(result));

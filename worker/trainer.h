@@ -15,9 +15,11 @@
 #include "result.pb.h"
 #include "worker/dataset.h"
 #include "worker/mlp.h"
+#include "worker/towers.h"
 #include "worker/progress.h"
 #include "worker/run_recorder.h"
 #include "worker/ps_client.h"
+#include "worker/step_exchange.h"
 
 namespace pst {
 
@@ -35,9 +37,12 @@ MlpSpec ModelSpecFor(const TrainingConfig& training, const Dataset& data);
 class Trainer {
  public:
   // Borrowed pointers must outlive the Trainer. `data.test` is only read by
-  // the chief.
-  Trainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
+  // the chief. One tower per backend in `towers` (worker/towers.h).
+  Trainer(const JobConfig& config, int rank, PsClient* client, std::vector<Kernels*> towers,
           const TrainingData* data);
+  Trainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
+          const TrainingData* data)
+      : Trainer(config, rank, client, std::vector<Kernels*>{kernels}, data) {}
 
   // Test and benchmark hook: sleep this long in every step, to make a
   // straggler on purpose.
@@ -67,6 +72,21 @@ class Trainer {
   // last step's exchange brought the parameters back), then the exchange:
   // push the gradient, receive the next parameters.
   absl::StatusOr<LossResult> RunStep(int epoch, int64_t step, std::vector<PushResponse>* responses);
+  // RunStep with the exchange overlapped with computation (LAYERWISE): the
+  // forward pass takes each layer's parameters as they arrive from the last
+  // step's exchange, and backward pushes each layer's gradient as soon as
+  // it is final. The step's exchange is still in flight when this returns.
+  absl::StatusOr<LossResult> RunStepLayerwise(int epoch, int64_t step,
+                                              std::vector<PushResponse>* responses);
+  // The versions each shard must reach for a push computed at `computed_at`.
+  std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
+  // Ends the exchange in flight, if any: its versions and responses are
+  // taken, and its values are the parameters (uploaded to every tower if
+  // `upload`; the layer-wise forward pass uploads them layer by layer).
+  absl::Status FinishExchange(std::vector<PushResponse>* responses, bool upload);
+  // Records what a finished exchange of a push computed at `computed_at` did.
+  void RecordExchange(const std::vector<int64_t>& computed_at,
+                      const std::vector<PushResponse>& responses, absl::Time push_start);
   // After `cause` (Unavailable): registers again with backoff and jitter until
   // every shard answers, re-offers Init, and pulls whatever the shards hold.
   absl::Status Reconnect(const absl::Status& cause);
@@ -78,12 +98,17 @@ class Trainer {
   const JobConfig& config_;
   const int rank_;
   PsClient* client_;
-  Kernels* kernels_;
+  std::vector<Kernels*> backends_;
   const TrainingData* data_;
-  std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<Towers> towers_;
   std::unique_ptr<ShardSampler> sampler_;
   std::vector<std::span<float>> parameters_;
   std::vector<std::span<const float>> gradients_;
+  // LAYERWISE: the exchange in flight since the last step, and what it pushed.
+  std::unique_ptr<StepExchange> exchange_;
+  std::vector<int64_t> exchange_computed_at_;
+  absl::Time exchange_start_;
+  std::vector<int> push_order_;        // variables, last layer first
   std::vector<int64_t> versions_;      // each shard's version at the last pull
   std::vector<int64_t> next_min_;      // the version each shard must reach before the next pull
   // The last step's PushPull left the next step's parameters in

@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/column_major_gemm.h"
 #include "kernels/cuda/cuda_launch.h"
 #include "kernels/device.h"
 
@@ -201,15 +202,11 @@ class CudaKernels final : public Kernels {
       }
       return CudaStatus(cuda::LaunchScale(stream_, c_count, beta, c), "Scale kernel launch");
     }
-    // Column-major view: C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
-    // B as stored reads column-major as an n x k matrix (ld n) when not
-    // transposed, a k x n one (ld k) when it is; likewise A with m.
-    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int ldb = transpose_b ? k : n;
-    const int lda = transpose_a ? m : k;
-    return CublasStatus(cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta,
-                                    c, n),
+    const ColumnMajorGemm call = ToColumnMajorGemm(transpose_a, transpose_b, m, n, k);
+    return CublasStatus(cublasSgemm(cublas_, call.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    call.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N, call.m,
+                                    call.n, call.k, &alpha, b, call.ld_first, a, call.ld_second,
+                                    &beta, c, call.ld_c),
                         "cublasSgemm");
   }
 

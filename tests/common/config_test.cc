@@ -74,6 +74,10 @@ TEST(ConfigTest, OverridesWinOverTheFile) {
   EXPECT_EQ(config->training().batch_size(), 8);
   EXPECT_FLOAT_EQ(config->training().optimizer().sgd().learning_rate(), 0.5f);
   EXPECT_FLOAT_EQ(config->training().optimizer().sgd().momentum(), 0.9f);
+  overrides.devices = "cpu:2";
+  config = LoadJobConfig(path, overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training().devices(), "cpu:2");
 }
 
 TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
@@ -122,6 +126,10 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        "--mode: unknown mode \"fast\"; use sync, async or ssp"},
       {"bad epochs flag", good, {.epochs = -1}, absl::StatusCode::kInvalidArgument,
        "training.epochs must be at least 1"},
+      {"bad devices flag", good, {.devices = "cpu:0"}, absl::StatusCode::kInvalidArgument,
+       "--devices: devices \"cpu:0\""},
+      {"towers that cannot split the batch", replace("epochs: 2", "epochs: 2 devices: \"cpu:3\""),
+       {}, absl::StatusCode::kInvalidArgument, "3 towers cannot split batch_size 32"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

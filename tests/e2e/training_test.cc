@@ -47,12 +47,14 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 // SYNC with N workers of batch b must give the parameters of one worker with
 // batch N*b over the same samples, with one PS shard or several (the first
-// kernel, 784 x 32, is sliced across shards).
+// kernel, 784 x 32, is sliced across shards), and with each worker's batch
+// split over T CPU towers.
 TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
   constexpr int kCombinedBatch = 32;
-  auto config_for = [](int workers) {
+  auto config_for = [](int workers, int towers = 1) {
     JobConfig config = BaseConfig(SYNC, workers, kCombinedBatch / workers, 1);
     TrainingConfig* t = config.mutable_training();
+    if (towers > 1) t->set_devices(absl::StrCat("cpu:", towers));
     t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05f);
     t->mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
     t->mutable_model()->mutable_mlp()->add_hidden(32);
@@ -63,12 +65,15 @@ TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
   ASSERT_TRUE(single.ok()) << single.status();
   ASSERT_GE(single->stats[0].version(), 20);
   struct Layout {
-    int workers, shards;
+    int workers, shards, towers;
   };
-  for (Layout layout : {Layout{2, 1}, Layout{4, 1}, Layout{2, 3}, Layout{4, 2}}) {
+  for (Layout layout : {Layout{2, 1, 1}, Layout{4, 1, 1}, Layout{2, 3, 1}, Layout{4, 2, 1},
+                        Layout{1, 1, 2}, Layout{1, 2, 4}, Layout{2, 1, 2}}) {
     const int workers = layout.workers;
-    SCOPED_TRACE(absl::StrCat(workers, " workers, ", layout.shards, " shards"));
-    absl::StatusOr<ClusterRun> multi = TrainOnce(config_for(workers), layout.shards);
+    SCOPED_TRACE(absl::StrCat(workers, " workers, ", layout.shards, " shards, ", layout.towers,
+                              " towers each"));
+    absl::StatusOr<ClusterRun> multi =
+        TrainOnce(config_for(workers, layout.towers), layout.shards);
     ASSERT_TRUE(multi.ok()) << multi.status();
     for (const StatsResponse& shard : multi->stats) {
       EXPECT_EQ(shard.version(), single->stats[0].version());
@@ -79,6 +84,34 @@ TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
       SCOPED_TRACE(absl::StrCat("variable ", v));
       EXPECT_LE(RelativeError(multi->parameters[v], single->parameters[v]), 1e-5);
     }
+  }
+}
+
+// The layer-wise exchange only reorders the bytes on the wire: SYNC applies
+// the same sums in the same order, so the model is bitwise the same as with
+// the whole-model exchange.
+TEST(TrainingTest, LayerwiseExchangeKeepsSyncBitwiseIdentical) {
+  auto config_for = [](ExchangeSchedule schedule) {
+    JobConfig config = BaseConfig(SYNC, 2, 16, 1);
+    TrainingConfig* t = config.mutable_training();
+    t->set_exchange(schedule);
+    t->mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
+    t->mutable_model()->mutable_mlp()->add_hidden(32);
+    t->mutable_model()->mutable_mlp()->add_hidden(16);
+    t->mutable_dataset()->mutable_fashion_mnist()->set_train_limit(1600);  // 50 steps
+    return config;
+  };
+  absl::StatusOr<ClusterRun> whole = TrainOnce(config_for(WHOLE_MODEL), 2);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  absl::StatusOr<ClusterRun> layerwise = TrainOnce(config_for(LAYERWISE), 2);
+  ASSERT_TRUE(layerwise.ok()) << layerwise.status();
+  ASSERT_EQ(whole->stats[0].version(), 50);
+  for (size_t s = 0; s < whole->stats.size(); ++s) {
+    EXPECT_EQ(layerwise->stats[s].version(), whole->stats[s].version());
+  }
+  ASSERT_EQ(layerwise->parameters.size(), whole->parameters.size());
+  for (size_t v = 0; v < whole->parameters.size(); ++v) {
+    EXPECT_EQ(layerwise->parameters[v], whole->parameters[v]) << "variable " << v;
   }
 }
 

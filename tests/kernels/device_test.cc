@@ -54,6 +54,43 @@ TEST(DeviceSpecTest, RejectsAnythingElseNamingIt) {
   }
 }
 
+TEST(DeviceListTest, ParsesTowersInOrder) {
+  struct Good {
+    std::string text;
+    size_t towers;
+    bool every_gpu;
+    std::string canonical;
+  };
+  for (const Good& g : {Good{"", 0, false, ""}, Good{"cpu", 1, false, "cpu"},
+                        Good{"cpu:2", 2, false, "cpu:2"}, Good{"cpu, cpu", 2, false, "cpu:2"},
+                        Good{"gpu:0,gpu:1", 2, false, "gpu:0,gpu:1"},
+                        Good{"gpu:1,cpu", 2, false, "gpu:1,cpu"},
+                        Good{"gpu:all", 0, true, "gpu:all"}}) {
+    SCOPED_TRACE(g.text);
+    absl::StatusOr<DeviceList> list = ParseDeviceList(g.text);
+    ASSERT_TRUE(list.ok()) << list.status();
+    EXPECT_EQ(list->towers.size(), g.towers);
+    EXPECT_EQ(list->every_gpu, g.every_gpu);
+    if (!g.text.empty()) EXPECT_EQ(list->ToString(), g.canonical);
+  }
+  absl::StatusOr<DeviceList> mixed = ParseDeviceList("gpu:1,cpu");
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(mixed->towers[0].kind, DeviceSpec::Kind::kGpu);
+  EXPECT_EQ(mixed->towers[0].gpu, 1);
+  EXPECT_EQ(mixed->towers[1].kind, DeviceSpec::Kind::kCpu);
+}
+
+TEST(DeviceListTest, RejectsBadItemsNamingThem) {
+  for (const char* bad : {"cpu:0", "cpu:x", "cpu:65", "gpu", "gpu:x", "tpu", "gpu:all,cpu",
+                          "cpu:40,cpu:40", "cpu,"}) {
+    SCOPED_TRACE(bad);
+    absl::StatusOr<DeviceList> list = ParseDeviceList(bad);
+    ASSERT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(list.status().message(), HasSubstr(absl::StrCat("\"", bad, "\"")));
+    EXPECT_THAT(list.status().message(), HasSubstr("cpu, cpu:N, gpu:N"));
+  }
+}
+
 TEST(DeviceTest, CpuIsAlwaysThere) {
   absl::StatusOr<std::unique_ptr<Kernels>> kernels = MakeKernelsFor({DeviceSpec::Kind::kCpu, 0});
   ASSERT_TRUE(kernels.ok()) << kernels.status();

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/device_spec.h"
 
 namespace pst {
 
@@ -45,8 +46,16 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
   std::vector<std::thread> threads;
   for (int rank = 0; rank < workers; ++rank) {
     threads.emplace_back([&, rank] {
-      std::unique_ptr<Kernels> kernels = MakeCpuKernels();
-      Trainer trainer(config_, rank, clients[rank].get(), kernels.get(), &data);
+      // One CPU backend per tower (training.devices; the config was validated).
+      absl::StatusOr<DeviceList> devices = ParseDeviceList(config_.training().devices());
+      const size_t towers = devices.ok() ? std::max<size_t>(devices->towers.size(), 1) : 1;
+      std::vector<std::unique_ptr<Kernels>> backends;
+      std::vector<Kernels*> tower_backends;
+      for (size_t t = 0; t < towers; ++t) {
+        backends.push_back(MakeCpuKernels());
+        tower_backends.push_back(backends.back().get());
+      }
+      Trainer trainer(config_, rank, clients[rank].get(), tower_backends, &data);
       if (static_cast<size_t>(rank) < step_delays.size()) {
         trainer.set_injected_step_delay(step_delays[rank]);
       }

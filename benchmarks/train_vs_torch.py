@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""Training throughput of pstrain next to PyTorch, in one invocation.
+
+Trains the same model (MLP 784-256-128-10, ReLU, softmax cross-entropy) on
+the same data (Fashion-MNIST, pixels / 255), batch and learning rule, one
+epoch per run, with every variant run once per round, in turn, so that a
+noisy shared machine slows them all alike. Reports the median samples/s of
+each variant over the rounds, its spread, and the ratios the README quotes:
+
+  ours, 2 workers SYNC               vs  PyTorch DDP, 2 processes (gloo, 127.0.0.1)
+  ours, best of {2 workers SYNC,     vs  PyTorch in one process, no distribution
+        1 worker with 2 CPU towers}
+
+samples/s is, on both sides, the training samples of every process divided
+by the longest process's training loop (data loading, start-up and the
+test-set evaluation excluded: pstrain's train_samples_per_sec). Every
+process computes on one thread (OpenBLAS and torch.set_num_threads(1)); the
+towers worker has one thread per tower, and a PyTorch single process with
+two threads is reported beside it.
+
+    /usr/bin/python3 benchmarks/train_vs_torch.py --rounds=5 --json=train_vs_torch.json
+
+Needs python3-torch and python3-numpy (Debian) and a build in build/.
+"""
+import argparse
+import gzip
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+HIDDEN = (256, 128)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- PyTorch side
+
+def load_fashion_mnist(data_dir, limit):
+    import numpy as np
+
+    def read(name, offset):
+        with gzip.open(os.path.join(data_dir, name), "rb") as f:
+            return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+    x = read("train-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype(np.float32) / 255.0
+    y = read("train-labels-idx1-ubyte.gz", 8).astype(np.int64)
+    if limit:
+        x, y = x[:limit], y[:limit]
+    return x, y
+
+
+def torch_worker(rank, world, port, args, queue):
+    """One PyTorch training process; puts (samples, seconds) on `queue`."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    x_all, y_all = load_fashion_mnist(args.data_dir, args.train_limit)
+    x_all, y_all = torch.from_numpy(x_all), torch.from_numpy(y_all)
+    layers, width = [], 784
+    for h in HIDDEN:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 10))
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=rank, world_size=world)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    if args.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.adam_lr)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.sgd_lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    # Each process takes its own shard of a seeded shuffle, as pstrain's workers do.
+    order = torch.from_numpy(np.random.default_rng(args.seed).permutation(len(y_all)))
+    shard = order[rank::world]
+    steps = len(shard) // args.batch_size
+    if world > 1:
+        dist.barrier()
+    start = time.perf_counter()
+    for step in range(steps):
+        index = shard[step * args.batch_size:(step + 1) * args.batch_size]
+        x, y = x_all[index], y_all[index]
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    seconds = time.perf_counter() - start
+    if world > 1:
+        dist.destroy_process_group()
+    queue.put((steps * args.batch_size, seconds))
+
+
+def run_torch(world, args):
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=torch_worker, args=(r, world, port, args, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=args.timeout) for _ in procs]
+    for p in procs:
+        p.join(args.timeout)
+        if p.exitcode != 0:
+            raise RuntimeError(f"a PyTorch process exited with {p.exitcode}")
+    return sum(r[0] for r in results) / max(r[1] for r in results)
+
+
+# ---------------------------------------------------------------- pstrain side
+
+def ours_config(args, workers, devices):
+    if args.optimizer == "adam":
+        optimizer = f"adam {{ learning_rate: {args.adam_lr} }}"
+    else:
+        optimizer = f"sgd {{ learning_rate: {args.sgd_lr} }}"
+    hidden = " ".join(f"hidden: {h}" for h in HIDDEN)
+    limit = f" train_limit: {args.train_limit}" if args.train_limit else ""
+    return f"""
+cluster {{ ps: "127.0.0.1:{free_port()}" workers: {workers} max_restarts: 0 }}
+training {{
+  mode: SYNC
+  optimizer {{ {optimizer} }}
+  batch_size: {args.batch_size}
+  epochs: 1
+  seed: {args.seed}
+  log_every_steps: 1000000
+  devices: "{devices}"
+  model {{ mlp {{ {hidden} activation: RELU }} }}
+  dataset {{ fashion_mnist {{ dir: "{args.data_dir}"{limit} }} }}
+}}
+"""
+
+
+def run_ours(workers, devices, args):
+    with tempfile.TemporaryDirectory(prefix="train_vs_torch.") as tmp:
+        path = os.path.join(tmp, "job.textproto")
+        with open(path, "w") as f:
+            f.write(ours_config(args, workers, devices))
+        out = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={path}"],
+                             capture_output=True, text=True, timeout=args.timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"pslaunch exited {out.returncode}: {out.stderr[-2000:]}")
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        return summary["train_samples_per_sec"]
+
+
+# ---------------------------------------------------------------- the table
+
+VARIANTS = [
+    # name, runner
+    ("ours 2 workers", lambda a: run_ours(2, "cpu", a)),
+    ("torch DDP 2 processes", lambda a: run_torch(2, a)),
+    ("ours 1 worker 2 towers", lambda a: run_ours(1, "cpu:2", a)),
+    ("torch 1 process", lambda a: run_torch(1, a)),
+    ("torch 1 process 2 threads", lambda a: run_torch(1, with_threads(a, 2))),
+]
+
+
+def with_threads(args, threads):
+    copy = argparse.Namespace(**vars(args))
+    copy.threads = threads
+    return copy
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--optimizers", default="sgd,adam")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--sgd_lr", type=float, default=0.1)
+    parser.add_argument("--adam_lr", type=float, default=0.001)
+    parser.add_argument("--train_limit", type=int, default=0, help="0 = all 60000")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--bin_dir", default="build/bin")
+    parser.add_argument("--data_dir", default=DATA_DIR)
+    parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--json", default="", help="write the rows here too")
+    args = parser.parse_args()
+    args.threads = 1
+    try:
+        import torch  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as e:
+        print(f"train_vs_torch.py: error: {e}; install python3-torch python3-numpy",
+              file=sys.stderr)
+        return 2
+    if not os.path.exists(os.path.join(args.bin_dir, "pslaunch")):
+        print(f"train_vs_torch.py: error: no pslaunch in {args.bin_dir}; build first "
+              "(scripts/build.sh) or pass --bin_dir", file=sys.stderr)
+        return 2
+    os.environ["OMP_NUM_THREADS"] = "1"
+    rows = []
+    for optimizer in args.optimizers.split(","):
+        args.optimizer = optimizer
+        samples = {name: [] for name, _ in VARIANTS}
+        for r in range(args.rounds):
+            for name, runner in VARIANTS:
+                value = runner(args)
+                samples[name].append(value)
+                print(f"# {optimizer} round {r + 1}/{args.rounds}: {name}: {value:.0f} samples/s",
+                      file=sys.stderr, flush=True)
+        median = {name: statistics.median(v) for name, v in samples.items()}
+        for name, values in samples.items():
+            rows.append({"benchmark": "train_vs_torch", "optimizer": optimizer,
+                         "batch_size": args.batch_size, "variant": name,
+                         "median_samples_per_sec": round(median[name], 1),
+                         "min": round(min(values), 1), "max": round(max(values), 1),
+                         "runs": len(values)})
+        best_ours = max(median["ours 2 workers"], median["ours 1 worker 2 towers"])
+        rows.append({"benchmark": "train_vs_torch", "optimizer": optimizer,
+                     "batch_size": args.batch_size,
+                     "ratio_2_workers_vs_ddp":
+                         round(median["ours 2 workers"] / median["torch DDP 2 processes"], 3),
+                     "ratio_best_vs_torch_1_process":
+                         round(best_ours / median["torch 1 process"], 3),
+                     "ratio_best_vs_torch_1_process_2_threads":
+                         round(best_ours / median["torch 1 process 2 threads"], 3)})
+    print(f"{'optimizer':9} {'variant':28} {'median samples/s':>16} {'min':>8} {'max':>8}")
+    for row in rows:
+        if "variant" in row:
+            print(f"{row['optimizer']:9} {row['variant']:28} {row['median_samples_per_sec']:16.0f}"
+                  f" {row['min']:8.0f} {row['max']:8.0f}")
+        else:
+            print(f"{row['optimizer']:9} ours 2 workers / DDP: {row['ratio_2_workers_vs_ddp']:.2f}x;"
+                  f" best of ours / torch 1 process: {row['ratio_best_vs_torch_1_process']:.2f}x"
+                  f" (2 threads: {row['ratio_best_vs_torch_1_process_2_threads']:.2f}x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+// Towers against one device computing the whole batch.
+#include "worker/towers.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+MlpSpec SmallClassifier() {
+  MlpSpec spec;
+  spec.input_dim = 12;
+  spec.hidden = {16, 8};
+  spec.output_dim = 5;
+  spec.loss = LossKind::kSoftmaxCrossEntropy;
+  return spec;
+}
+
+struct Batch {
+  std::vector<float> x, y;
+};
+
+Batch RandomBatch(const MlpSpec& spec, int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  Batch b;
+  b.x.resize(static_cast<size_t>(rows) * spec.input_dim);
+  for (float& v : b.x) v = value(rng);
+  for (int r = 0; r < rows; ++r) b.y.push_back(static_cast<float>(rng() % spec.output_dim));
+  return b;
+}
+
+double RelativeError(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// Sets every tower's (and the reference's) parameters to the seeded values.
+void LoadInitialValues(const std::vector<std::vector<float>>& values,
+                       const std::function<std::span<float>(size_t)>& host) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::copy(values[i].begin(), values[i].end(), host(i).begin());
+  }
+}
+
+TEST(TowersTest, TTowersOfBOverTRowsGiveTheGradientOfOneDeviceWithBRows) {
+  constexpr int kBatch = 24;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 7);
+  std::unique_ptr<Kernels> reference_kernels = MakeCpuKernels();
+  absl::StatusOr<std::unique_ptr<Mlp>> reference = Mlp::Create(spec, reference_kernels.get(), kBatch);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::vector<std::vector<float>> initial = (*reference)->InitialValues(3);
+  LoadInitialValues(initial, [&](size_t i) { return (*reference)->HostParameter(i); });
+  ASSERT_TRUE((*reference)->UploadParameters().ok());
+  absl::StatusOr<LossResult> expected =
+      (*reference)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  for (int count : {1, 2, 3, 4}) {
+    SCOPED_TRACE(absl::StrCat(count, " towers"));
+    std::vector<std::unique_ptr<Kernels>> owned;
+    std::vector<Kernels*> backends;
+    for (int t = 0; t < count; ++t) {
+      owned.push_back(MakeCpuKernels());
+      backends.push_back(owned.back().get());
+    }
+    absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(spec, backends, kBatch, 50);
+    ASSERT_TRUE(towers.ok()) << towers.status();
+    EXPECT_EQ((*towers)->DevicesLabel(), count == 1 ? "cpu" : absl::StrCat("cpu:", count));
+    LoadInitialValues(initial, [&](size_t i) { return (*towers)->HostParameter(i); });
+    ASSERT_TRUE((*towers)->UploadParameters().ok());
+    absl::StatusOr<LossResult> loss =
+        (*towers)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_NEAR(loss->loss, expected->loss, 1e-5 * std::abs(expected->loss));
+    EXPECT_EQ(loss->correct, expected->correct);
+    for (size_t v = 0; v < initial.size(); ++v) {
+      SCOPED_TRACE(absl::StrCat("variable ", v));
+      EXPECT_LE(RelativeError((*towers)->HostGradient(v), (*reference)->HostGradient(v)), 1e-5);
+    }
+  }
+}
+
+TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
+  constexpr int kBatch = 16;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 9);
+  std::vector<std::unique_ptr<Kernels>> owned;
+  for (int t = 0; t < 2; ++t) owned.push_back(MakeCpuKernels());
+  absl::StatusOr<std::unique_ptr<Towers>> towers =
+      Towers::Create(spec, {owned[0].get(), owned[1].get()}, kBatch, kBatch);
+  ASSERT_TRUE(towers.ok()) << towers.status();
+  LoadInitialValues((*towers)->InitialValues(5), [&](size_t i) { return (*towers)->HostParameter(i); });
+  ASSERT_TRUE((*towers)->UploadParameters().ok());
+  std::vector<std::vector<float>> first;
+  for (int run = 0; run < 20; ++run) {
+    ASSERT_TRUE((*towers)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    for (size_t v = 0; v < (*towers)->variables().size(); ++v) {
+      std::span<const float> g = (*towers)->HostGradient(v);
+      if (run == 0) {
+        first.emplace_back(g.begin(), g.end());
+      } else {
+        ASSERT_TRUE(std::equal(g.begin(), g.end(), first[v].begin())) << "variable " << v;
+      }
+    }
+  }
+}
+
+TEST(TowersTest, RefusesABatchThatDoesNotSplitEvenly) {
+  std::vector<std::unique_ptr<Kernels>> owned;
+  for (int t = 0; t < 3; ++t) owned.push_back(MakeCpuKernels());
+  absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(
+      SmallClassifier(), {owned[0].get(), owned[1].get(), owned[2].get()}, 32, 32);
+  ASSERT_FALSE(towers.ok());
+  EXPECT_EQ(towers.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(towers.status().message().find("divisible"), std::string::npos) << towers.status();
+}
+
+}  // namespace
+}  // namespace pst

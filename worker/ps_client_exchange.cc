@@ -1,0 +1,285 @@
+// PsClient::BeginExchange: a step's exchange fed layer by layer
+// (worker/step_exchange.h), as one streamed PushPull per shard.
+#include <algorithm>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/chunk_wire.h"
+#include "worker/ps_client.h"
+#include "worker/worker_metrics.h"
+
+namespace pst {
+
+class LayerwiseExchange final : public StepExchange {
+ public:
+  LayerwiseExchange(PsClient* client, std::vector<int64_t> computed_at,
+                    std::vector<std::span<const float>> gradients, const std::vector<int>& push_order,
+                    std::vector<int64_t> min_versions, absl::Duration timeout,
+                    std::vector<std::span<float>> out);
+  ~LayerwiseExchange() override;
+
+  // Opens every shard's stream and starts reading its answer.
+  void Start();
+
+  absl::Status Push(std::span<const int> variables) override;
+  absl::Status AwaitValues(int variable) override;
+  absl::Status Finish(std::vector<int64_t>* versions,
+                      std::vector<PushResponse>* responses) override;
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream;
+    std::vector<size_t> push_slices;  // the stream's header: slice indices in push order
+    size_t pushed = 0;                // push_slices written so far
+    bool write_failed = false;
+    PayloadPin sent = std::make_shared<char>(0);
+    PullRequest pull;
+    // Written by the reader; read by Finish once the reader is done.
+    PsClient::StreamedAnswer answer;
+    std::optional<PushPullDone> done;
+    absl::Status problem;
+    ThreadPool::Task reader;
+  };
+
+  // Reads shard s's answer to its end, marking values final as they are.
+  void ReadAnswer(int s);
+  // The slice at `position` of shard s's slices holds final values.
+  void MarkFinal(int s, size_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every call still open and waits for the readers.
+  void Cancel();
+
+  PsClient* const client_;
+  const std::vector<int64_t> computed_at_;
+  const std::vector<std::span<const float>> gradients_;
+  const std::vector<int64_t> min_versions_;
+  const absl::Duration timeout_;
+  const std::vector<std::span<float>> out_;
+  std::vector<Call> calls_;  // per shard
+  bool finished_ = false;
+
+  absl::Mutex write_mu_;  // one Push at a time, in push order
+
+  absl::Mutex mu_;
+  absl::CondVar values_ready_;
+  std::vector<int> slices_left_ ABSL_GUARDED_BY(mu_);  // per variable: slices not yet final
+  std::vector<std::vector<bool>> final_ ABSL_GUARDED_BY(mu_);  // per shard, per slice position
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+LayerwiseExchange::LayerwiseExchange(PsClient* client, std::vector<int64_t> computed_at,
+                                     std::vector<std::span<const float>> gradients,
+                                     const std::vector<int>& push_order,
+                                     std::vector<int64_t> min_versions, absl::Duration timeout,
+                                     std::vector<std::span<float>> out)
+    : client_(client),
+      computed_at_(std::move(computed_at)),
+      gradients_(std::move(gradients)),
+      min_versions_(std::move(min_versions)),
+      timeout_(timeout),
+      out_(std::move(out)),
+      calls_(client->shards_.size()) {
+  absl::MutexLock lock(&mu_);
+  slices_left_.assign(out_.size(), 0);
+  for (const PsClient::Shard& shard : client->shards_) final_.emplace_back(shard.slices.size(), false);
+  for (int variable : push_order) {
+    for (size_t i = 0; i < client_->slices_.size(); ++i) {
+      const PsClient::Slice& slice = client_->slices_[i];
+      if (slice.variable != static_cast<size_t>(variable)) continue;
+      calls_[slice.shard].push_slices.push_back(i);
+      ++slices_left_[variable];
+    }
+  }
+}
+
+LayerwiseExchange::~LayerwiseExchange() {
+  if (!finished_) Cancel();
+}
+
+void LayerwiseExchange::Start() {
+  for (size_t s = 0; s < calls_.size(); ++s) {
+    Call& call = calls_[s];
+    PsClient::Shard& shard = client_->shards_[s];
+    PsClient::SetDeadline(&call.context, timeout_ + PsClient::kRpcDeadline);
+    call.stream.reset(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            shard.channel.get(), *shard.push_pull, &call.context));
+    // The answer in the shard's own slice order: the model's, first layer first.
+    call.pull = client_->MakePullRequest(min_versions_[s], timeout_);
+    for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
+    call.reader = client_->threads_.Start([this, s] { ReadAnswer(static_cast<int>(s)); });
+  }
+}
+
+void LayerwiseExchange::ReadAnswer(int s) {
+  Call& call = calls_[s];
+  grpc::ByteBuffer message;
+  ReceivedChunk chunk;
+  std::vector<size_t> completed;
+  absl::Status problem;
+  while (problem.ok() && call.stream->Read(&message)) {
+    problem = chunk.Parse(&message);
+    if (problem.ok() && call.done) problem = absl::InternalError("the answer went on after its end");
+    completed.clear();
+    if (problem.ok()) problem = client_->TakePullChunk(s, chunk, out_, &call.answer, &completed);
+    if (problem.ok() && chunk.has_extra()) {
+      call.done.emplace();
+      if (!chunk.ParseExtra(&*call.done)) problem = absl::InternalError("malformed PushPullDone");
+    }
+    if (!problem.ok()) break;
+    absl::MutexLock lock(&mu_);
+    if (call.done && call.answer.sequence && call.answer.sequence->Finish().ok()) {
+      // Committed: every value of the answer counts now.
+      for (size_t position = 0; position < final_[s].size(); ++position) MarkFinal(s, position);
+    } else if (call.answer.version > 0) {
+      // Sent after the push was in: final as it arrives.
+      for (size_t position : completed) MarkFinal(s, position);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!problem.ok()) {
+    call.context.TryCancel();
+    problem = absl::Status(problem.code(), absl::StrCat("ps:", s, " (", client_->address(s),
+                                                        "): push-pull: ", problem.message()));
+  } else if (!call.done ||
+             std::find(final_[s].begin(), final_[s].end(), false) != final_[s].end()) {
+    problem = absl::UnavailableError(
+        absl::StrCat("ps:", s, " (", client_->address(s), ") ended a push-pull's answer early"));
+  }
+  call.problem = problem;
+  if (!problem.ok()) Fail(problem);
+}
+
+void LayerwiseExchange::MarkFinal(int s, size_t position) {
+  std::vector<bool>& marked = final_[s];
+  if (marked[position]) return;  // `done` marks again those that arrived final
+  marked[position] = true;
+  const PsClient::Slice& slice = client_->slices_[client_->shards_[s].slices[position]];
+  if (--slices_left_[slice.variable] == 0) values_ready_.SignalAll();
+}
+
+void LayerwiseExchange::Fail(const absl::Status& status) {
+  if (failure_.ok()) failure_ = status;
+  values_ready_.SignalAll();
+}
+
+absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
+  absl::MutexLock write_lock(&write_mu_);
+  for (size_t s = 0; s < calls_.size(); ++s) {
+    Call& call = calls_[s];
+    const size_t first = call.pushed;
+    size_t end = first;
+    while (end < call.push_slices.size() &&
+           std::find(variables.begin(), variables.end(),
+                     static_cast<int>(client_->slices_[call.push_slices[end]].variable)) !=
+               variables.end()) {
+      ++end;
+    }
+    if (end == first || call.write_failed) continue;
+    call.pushed = end;
+    const bool written = client_->WritePushChunks(
+        static_cast<int>(s), computed_at_[s], gradients_, call.push_slices, first, end, &call.pull,
+        call.sent, [&call](grpc::ByteBuffer message, grpc::WriteOptions options) {
+          return call.stream->Write(message, options);
+        });
+    // A failed write means the shard ended the call; its reader says why.
+    if (!written) call.write_failed = true;
+  }
+  // Every slice of `variables` must have gone out now: later ones were
+  // pushed first, or the variables were not given in push order.
+  for (int variable : variables) {
+    for (size_t s = 0; s < calls_.size(); ++s) {
+      const Call& call = calls_[s];
+      for (size_t p = call.pushed; p < call.push_slices.size(); ++p) {
+        if (client_->slices_[call.push_slices[p]].variable == static_cast<size_t>(variable)) {
+          return absl::InternalError(absl::StrCat(
+              "variable ", variable, " was pushed out of the exchange's push order"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LayerwiseExchange::AwaitValues(int variable) {
+  absl::MutexLock lock(&mu_);
+  while (slices_left_[variable] > 0 && failure_.ok()) values_ready_.Wait(&mu_);
+  return slices_left_[variable] > 0 ? failure_ : absl::OkStatus();
+}
+
+absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
+                                       std::vector<PushResponse>* responses) {
+  finished_ = true;
+  for (Call& call : calls_) {
+    if (call.pushed < call.push_slices.size()) call.context.TryCancel();  // never completed
+  }
+  absl::Status first_problem;
+  versions->resize(calls_.size());
+  responses->resize(calls_.size());
+  for (size_t s = 0; s < calls_.size(); ++s) {
+    Call& call = calls_[s];
+    call.reader.Wait();
+    grpc::Status rpc = call.stream->Finish();
+    call.stream.reset();
+    client_->AwaitPushReleased(static_cast<int>(s), call.sent);
+    absl::Status status = call.problem;
+    if (!rpc.ok()) status = client_->ShardError(static_cast<int>(s), rpc);  // the cause, if any
+    if (status.ok() && call.pushed < call.push_slices.size()) {
+      status = absl::InternalError("the exchange finished before every variable was pushed");
+    }
+    if (status.ok()) {
+      if (absl::Status complete = call.answer.sequence->Finish(); !complete.ok()) {
+        status = absl::InternalError(absl::StrCat("ps:", s, " push-pull: ", complete.message()));
+      }
+    }
+    if (status.ok()) {
+      (*versions)[s] = call.done->version();
+      (*responses)[s] = call.done->push();
+      const int64_t bytes = client_->WireBytes(static_cast<int>(s));
+      GetWorkerMetrics().bytes_out.Increment(bytes);
+      GetWorkerMetrics().bytes_in.Increment(bytes);
+    } else if (first_problem.ok()) {
+      first_problem = status;
+    }
+  }
+  return first_problem;
+}
+
+void LayerwiseExchange::Cancel() {
+  for (Call& call : calls_) {
+    if (call.stream != nullptr) call.context.TryCancel();
+  }
+  for (size_t s = 0; s < calls_.size(); ++s) {
+    Call& call = calls_[s];
+    if (call.stream == nullptr) continue;
+    call.reader.Wait();
+    call.stream->Finish().IgnoreError();
+    call.stream.reset();
+    client_->AwaitPushReleased(static_cast<int>(s), call.sent);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<StepExchange>> PsClient::BeginExchange(
+    const std::vector<int64_t>& computed_at, const std::vector<std::span<const float>>& gradients,
+    const std::vector<int>& push_order, const std::vector<int64_t>& min_versions,
+    absl::Duration timeout, const std::vector<std::span<float>>& out) {
+  std::vector<bool> seen(out.size(), false);
+  for (int variable : push_order) {
+    if (variable < 0 || static_cast<size_t>(variable) >= out.size() || seen[variable]) {
+      return absl::InvalidArgumentError("an exchange's push order must name every variable once");
+    }
+    seen[variable] = true;
+  }
+  if (push_order.size() != out.size() || gradients.size() != out.size()) {
+    return absl::InvalidArgumentError("an exchange's push order must name every variable once");
+  }
+  auto exchange = std::make_unique<LayerwiseExchange>(this, computed_at, gradients, push_order,
+                                                      min_versions, timeout, out);
+  exchange->Start();
+  return exchange;
+}
+
+}  // namespace pst
