@@ -1,7 +1,7 @@
 // The CUDA backend against the CPU reference on fresh random inputs, kernel
 // by kernel. fp32 everywhere (cuBLAS in CUBLAS_DEFAULT_MATH, no TF32): every
-// result agrees to a norm-wise relative error of 1e-5. Each test skips where
-// no GPU is visible (or the build has no CUDA).
+// result agrees to a norm-wise relative error of 1e-5. Each test runs, skips
+// or fails as tests/support/gpu_check.h decides.
 #include <cmath>
 #include <limits>
 #include <random>
@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
+#include "tests/support/gpu_check.h"
 
 namespace pst {
 namespace {
@@ -37,8 +38,7 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CudaCompiledIn()) GTEST_SKIP() << "built without CUDA (no nvcc or PS_WITH_CUDA=OFF)";
-    if (VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible to the CUDA runtime";
+    PST_REQUIRE_GPU();
     absl::StatusOr<std::unique_ptr<Kernels>> cuda = MakeCudaKernels(0);
     ASSERT_TRUE(cuda.ok()) << cuda.status();
     gpu_ = std::move(*cuda);

@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/gpu_check.h"
 
 namespace pst {
 namespace {
@@ -147,7 +148,13 @@ TEST(GpuBenchTest, WithoutAGpuExitsWithCode2AndOneLine) {
 #ifndef PST_HAS_GPU_BENCH
   GTEST_SKIP() << "gpu_bench is built only with CUDA";
 #endif
-  if (VisibleGpuCount() > 0) GTEST_SKIP() << "a GPU is visible: gpu_bench would run in full";
+  // The inverse of the GPU tests: this one needs the GPU to be absent, but a
+  // GPU the runtime cannot see still fails here rather than passing.
+  const GpuTestDecision gpu = DecideGpuTest(ObserveGpuFacts());
+  if (gpu.verdict == GpuTestVerdict::kRun) {
+    GTEST_SKIP() << "a GPU is visible: gpu_bench would run in full";
+  }
+  if (gpu.verdict == GpuTestVerdict::kFail) FAIL() << gpu.reason;
   CommandResult r = RunBinary("gpu_bench", "");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("gpu_bench: error: needs a GPU"));
