@@ -14,7 +14,8 @@
 // Host synchronization happens only where the host needs a result: the
 // loss readback (LossTotals, 24 bytes into pinned memory), CopyToHost and
 // Synchronize. Device buffers are allocated by the caller once (Allocate);
-// the loss reduction's scratch is allocated here, once, at construction.
+// the scratch of the loss and column-sum reductions is allocated here, once,
+// at construction.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -24,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/column_sums.h"
 #include "kernels/cuda/cuda_launch.h"
 #include "kernels/device.h"
 
@@ -83,6 +85,7 @@ class CudaKernels final : public Kernels {
       if (stream_ != nullptr) cudaStreamSynchronize(stream_);
       if (cublas_ != nullptr) cublasDestroy(cublas_);
       if (partials_ != nullptr) cudaFree(partials_);
+      if (column_scratch_ != nullptr) cudaFree(column_scratch_);
       if (totals_ != nullptr) cudaFree(totals_);
       if (host_totals_ != nullptr) cudaFreeHost(host_totals_);
       if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -112,6 +115,12 @@ class CudaKernels final : public Kernels {
     if (absl::Status s = CudaStatus(
             cudaMalloc(reinterpret_cast<void**>(&partials_), sizeof(cuda::LossPartial) * cuda::kMaxLossBlocks),
             "cudaMalloc (loss partials)");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&column_scratch_),
+                                               sizeof(float) * kColumnSumsScratch),
+                                    "cudaMalloc (column sums scratch)");
         !s.ok()) {
       return s;
     }
@@ -237,7 +246,7 @@ class CudaKernels final : public Kernels {
   absl::Status ColumnSums(int rows, int cols, const float* m, float* out) override {
     if (absl::Status s = CheckDims("ColumnSums", {rows, cols}); !s.ok()) return s;
     if (absl::Status s = UseDevice(); !s.ok()) return s;
-    return CudaStatus(cuda::LaunchColumnSums(stream_, rows, cols, m, out),
+    return CudaStatus(cuda::LaunchColumnSums(stream_, rows, cols, m, out, column_scratch_),
                       "ColumnSums kernel launch");
   }
 
@@ -311,6 +320,7 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cuda::LossPartial* partials_ = nullptr;  // device, kMaxLossBlocks entries
+  float* column_scratch_ = nullptr;        // device, kColumnSumsScratch floats
   cuda::LossTotals* totals_ = nullptr;     // device
   cuda::LossTotals* host_totals_ = nullptr;  // pinned host
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/column_sums.h"
 #include "kernels/device.h"
 #include "tests/support/gpu_check.h"
 
@@ -135,6 +136,26 @@ TEST_F(CudaKernelsTest, AddBiasAndColumnSumsMatchTheCpu) {
     ASSERT_TRUE(cpu_->ColumnSums(rows, cols, y.data(), sums.data()).ok());
     ASSERT_TRUE(gpu_->ColumnSums(rows, cols, dy, dsums).ok());
     EXPECT_LE(RelativeError(Download(dsums, cols), sums), kTolerance);
+  }
+}
+
+TEST_F(CudaKernelsTest, ColumnSumsAreBitwiseTheReferenceOnOddShapes) {
+  // The kernels and ColumnSumsReference add in the same order
+  // (kernels/column_sums.h), so the results are equal, not merely close.
+  for (auto [rows, cols] : {std::pair{0, 5}, std::pair{1, 1}, std::pair{7, 1}, std::pair{33, 10},
+                            std::pair{1024, 10}, std::pair{1025, 3}, std::pair{3, 1025},
+                            std::pair{100, 2000}, std::pair{70001, 5}, std::pair{5, 300000}}) {
+    SCOPED_TRACE(absl::StrCat(rows, "x", cols));
+    std::vector<float> m = RandomVector(static_cast<size_t>(rows) * cols, 14);
+    std::vector<float> expected(cols);
+    ColumnSumsReference(rows, cols, m.data(), expected.data());
+    float* dm = Upload(m.empty() ? std::vector<float>{0.0f} : m);
+    float* dout = Upload(std::vector<float>(cols, std::nanf("")));
+    ASSERT_TRUE(gpu_->ColumnSums(rows, cols, dm, dout).ok());
+    EXPECT_EQ(Download(dout, cols), expected);
+    // Twice: the same bits again.
+    ASSERT_TRUE(gpu_->ColumnSums(rows, cols, dm, dout).ok());
+    EXPECT_EQ(Download(dout, cols), expected);
   }
 }
 
