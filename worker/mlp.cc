@@ -118,6 +118,9 @@ absl::Status Mlp::AllocateBuffers() {
       allocate_host(static_cast<size_t>(max_batch_) * target_width);
   if (!host_targets.ok()) return host_targets.status();
   host_targets_ = *host_targets;
+  absl::StatusOr<std::unique_ptr<QueueMarker>> marker = kernels_->NewMarker();
+  if (!marker.ok()) return marker.status();
+  upload_done_ = std::move(*marker);
   return absl::OkStatus();
 }
 
@@ -160,11 +163,12 @@ absl::Status Mlp::UploadParameters() {
       if (absl::Status s = kernels_->CopyToDevice(b.data(), layer.bias, b.size()); !s.ok()) return s;
     }
   }
-  return absl::OkStatus();
+  return upload_done_->Record();
 }
 
-absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, int batch,
-                                        bool want_gradient) {
+absl::Status Mlp::PrepareHostParametersForWrite() { return upload_done_->Wait(); }
+
+absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool want_gradient) {
   if (batch < 1 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
@@ -243,8 +247,7 @@ absl::Status Mlp::Backward(const float* x, int batch) {
   return absl::OkStatus();
 }
 
-absl::Status Mlp::DownloadGradients() {
-  // Queue every gradient's copy, then wait once.
+absl::Status Mlp::QueueGradientDownloads() {
   for (const Layer& layer : layers_) {
     std::span<float> w = host_grads_[layer.weights_var];
     if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size());
@@ -259,26 +262,36 @@ absl::Status Mlp::DownloadGradients() {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadGradients() {
+  if (absl::Status s = QueueGradientDownloads(); !s.ok()) return s;
   return kernels_->Synchronize();
 }
 
+absl::StatusOr<LossResult> Mlp::SynchronizeAndTakeLoss() {
+  if (absl::Status s = kernels_->Synchronize(); !s.ok()) return s;
+  return kernels_->TakeLoss();
+}
+
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
-  absl::StatusOr<LossResult> loss = ComputeDeviceGradients(x, targets, batch);
-  if (!loss.ok()) return loss;
-  if (absl::Status s = DownloadGradients(); !s.ok()) return s;
-  return loss;
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true); !s.ok()) return s;
+  if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
+  if (absl::Status s = QueueGradientDownloads(); !s.ok()) return s;
+  return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
                                                        int batch) {
-  absl::StatusOr<LossResult> loss = Forward(x, targets, batch, /*want_gradient=*/true);
-  if (!loss.ok()) return loss;
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true); !s.ok()) return s;
   if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
-  return loss;
+  return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<LossResult> Mlp::Evaluate(const float* x, const float* targets, int batch) {
-  return Forward(x, targets, batch, /*want_gradient=*/false);
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/false); !s.ok()) return s;
+  return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<std::vector<float>> Mlp::LastOutput(int batch) {
