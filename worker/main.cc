@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   // The device first: a wrong --device fails at once, before data and peers.
   absl::StatusOr<pst::DeviceSpec> device = pst::ParseDeviceSpec(config->training().device());
   if (!device.ok()) pst::ExitWithError(kProgram, device.status());
-  absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(*device);
+  absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(*device, task->index);
   if (!kernels.ok()) {
     pst::ExitWithError(kProgram, absl::Status(kernels.status().code(),
                                               absl::StrCat("--device=", device->ToString(), ": ",
