@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/column_major_gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/loss_slot.h"
 
 namespace pst {
 namespace {
@@ -53,14 +54,28 @@ class CpuKernels final : public Kernels {
   }
   absl::Status CopyToHost(const float* device, float* host, size_t count) override {
     if (host != device) std::memcpy(host, device, count * sizeof(float));
+    loss_slot_.Waited();
     return absl::OkStatus();
   }
   absl::StatusOr<float*> AllocateHost(size_t count) override { return Allocate(count); }
   void FreeHost(float* buffer) override { Free(buffer); }
   absl::Status CopyToHostAsync(const float* device, float* host, size_t count) override {
-    return CopyToHost(device, host, count);
+    if (host != device) std::memcpy(host, device, count * sizeof(float));
+    return absl::OkStatus();
   }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override {
+    loss_slot_.Waited();
+    return absl::OkStatus();
+  }
+  // Work is done when its call returns: there is never anything to wait for.
+  absl::StatusOr<std::unique_ptr<QueueMarker>> NewMarker() override {
+    class DoneMarker final : public QueueMarker {
+     public:
+      absl::Status Record() override { return absl::OkStatus(); }
+      absl::Status Wait() override { return absl::OkStatus(); }
+    };
+    return std::make_unique<DoneMarker>();
+  }
 
   absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
                     const float* a, const float* b, float beta, float* c) override {
@@ -113,11 +128,41 @@ class CpuKernels final : public Kernels {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<LossResult> SoftmaxCrossEntropy(int rows, int classes, const float* logits,
-                                                 const float* labels, float* dlogits) override {
+  // The loss is computed at once and kept for TakeLoss, which still requires
+  // a Synchronize() in between, so that code run on the CPU keeps to the
+  // contract the CUDA backend needs.
+  absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                   const float* labels, float* dlogits) override {
     if (rows <= 0 || classes <= 0) {
+      loss_slot_.Clear();
       return absl::InvalidArgumentError("SoftmaxCrossEntropy needs rows and classes > 0");
     }
+    loss_ = ComputeSoftmaxCrossEntropy(rows, classes, logits, labels, dlogits);
+    loss_slot_.Queued();
+    return absl::OkStatus();
+  }
+
+  absl::Status MeanSquaredError(int rows, int cols, const float* pred, const float* target,
+                                float* dpred) override {
+    if (rows <= 0 || cols <= 0) {
+      loss_slot_.Clear();
+      return absl::InvalidArgumentError("MeanSquaredError needs rows and cols > 0");
+    }
+    loss_ = ComputeMeanSquaredError(rows, cols, pred, target, dpred);
+    loss_slot_.Queued();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<LossResult> TakeLoss() override {
+    if (absl::Status s = loss_slot_.Take(); !s.ok()) return s;
+    return loss_;
+  }
+
+ private:
+  static absl::StatusOr<LossResult> ComputeSoftmaxCrossEntropy(int rows, int classes,
+                                                               const float* logits,
+                                                               const float* labels,
+                                                               float* dlogits) {
     LossResult result;
     const float inv_rows = 1.0f / static_cast<float>(rows);
     for (int r = 0; r < rows; ++r) {
@@ -149,11 +194,8 @@ class CpuKernels final : public Kernels {
     return result;
   }
 
-  absl::StatusOr<LossResult> MeanSquaredError(int rows, int cols, const float* pred,
-                                              const float* target, float* dpred) override {
-    if (rows <= 0 || cols <= 0) {
-      return absl::InvalidArgumentError("MeanSquaredError needs rows and cols > 0");
-    }
+  static absl::StatusOr<LossResult> ComputeMeanSquaredError(int rows, int cols, const float* pred,
+                                                            const float* target, float* dpred) {
     const size_t count = static_cast<size_t>(rows) * cols;
     const float scale = 2.0f / static_cast<float>(count);
     double sum = 0.0;
@@ -167,7 +209,6 @@ class CpuKernels final : public Kernels {
     return result;
   }
 
- private:
   static void ScaleOutput(size_t count, float beta, float* c) {
     if (beta == 0.0f) {
       std::fill(c, c + count, 0.0f);
@@ -176,6 +217,8 @@ class CpuKernels final : public Kernels {
     }
   }
 
+  LossSlot loss_slot_;
+  absl::StatusOr<LossResult> loss_;
 };
 
 }  // namespace

@@ -2,16 +2,10 @@
 
 namespace pst {
 
-absl::StatusOr<std::unique_ptr<Kernels>> MakeKernelsFor(const DeviceSpec& spec) {
-  switch (spec.kind) {
-    case DeviceSpec::Kind::kCpu:
-      return MakeCpuKernels();
-    case DeviceSpec::Kind::kGpu:
-      return MakeCudaKernels(spec.gpu);
-    case DeviceSpec::Kind::kAuto:
-      break;
-  }
-  if (VisibleGpuCount() > 0) return MakeCudaKernels(0);
+absl::StatusOr<std::unique_ptr<Kernels>> MakeKernelsFor(const DeviceSpec& spec, int rank) {
+  const DeviceSpec device =
+      spec.kind == DeviceSpec::Kind::kAuto ? ResolveDevice(spec, rank, VisibleGpuCount()) : spec;
+  if (device.kind == DeviceSpec::Kind::kGpu) return MakeCudaKernels(device.gpu);
   return MakeCpuKernels();
 }
 

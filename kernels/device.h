@@ -34,9 +34,9 @@ std::string NoGpuReason();
 // cuBLAS error (call named) if the device cannot be set up.
 absl::StatusOr<std::unique_ptr<Kernels>> MakeCudaKernels(int device);
 
-// The backend for `spec`; kAuto is gpu:0 when VisibleGpuCount() > 0, else
-// the CPU.
-absl::StatusOr<std::unique_ptr<Kernels>> MakeKernelsFor(const DeviceSpec& spec);
+// The backend for `spec` and the worker of rank `rank`: kAuto resolves as
+// ResolveDevice(spec, rank, VisibleGpuCount()) does.
+absl::StatusOr<std::unique_ptr<Kernels>> MakeKernelsFor(const DeviceSpec& spec, int rank);
 
 }  // namespace pst
 

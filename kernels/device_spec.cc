@@ -97,4 +97,16 @@ absl::StatusOr<DeviceList> ParseDeviceList(absl::string_view text) {
   return list;
 }
 
+DeviceSpec ResolveDevice(const DeviceSpec& spec, int rank, int visible_gpus) {
+  if (spec.kind != DeviceSpec::Kind::kAuto) return spec;
+  DeviceSpec resolved;
+  if (visible_gpus <= 0) {
+    resolved.kind = DeviceSpec::Kind::kCpu;
+    return resolved;
+  }
+  resolved.kind = DeviceSpec::Kind::kGpu;
+  resolved.gpu = (rank > 0 ? rank : 0) % visible_gpus;
+  return resolved;
+}
+
 }  // namespace pst

@@ -1,6 +1,8 @@
 // The device a worker computes on, as written in --device and
 // training.device:
-//   "auto" or ""  a GPU when one is visible (gpu:0), else the CPU
+//   "auto" or ""  a GPU when one is visible (the worker of rank r takes
+//                 gpu:(r % visible GPUs), so workers spread over them),
+//                 else the CPU
 //   "cpu"         the CPU reference kernels
 //   "gpu:N"       CUDA device N (as numbered under CUDA_VISIBLE_DEVICES)
 // Parsing only; kernels/device.h turns a spec into a backend.
@@ -44,6 +46,11 @@ struct DeviceList {
 // than kMaxTowers towers, or gpu:all beside other items, is refused too.
 absl::StatusOr<DeviceList> ParseDeviceList(absl::string_view text);
 inline constexpr int kMaxTowers = 64;
+
+// The device the worker of rank `rank` uses where the CUDA runtime sees
+// `visible_gpus` GPUs: kAuto becomes gpu:(rank % visible_gpus), or cpu when
+// there is none; cpu and gpu:N are returned as they are.
+DeviceSpec ResolveDevice(const DeviceSpec& spec, int rank, int visible_gpus);
 
 }  // namespace pst
 

@@ -12,11 +12,12 @@
 //  - Work may be queued asynchronously (the CUDA backend queues everything
 //    on one stream, in call order); results read by the host are only valid
 //    after CopyToHost (which orders after all earlier work) returns, or after
-//    Synchronize() for CopyToHostAsync.
+//    Synchronize() for CopyToHostAsync and for the loss (TakeLoss).
 //  - Host buffers from AllocateHost (pinned memory on CUDA) may be read by
 //    a queued CopyToDevice after the call returns: do not overwrite them
-//    until a later CopyToHost or Synchronize() has returned. Host memory from
-//    anywhere else may be reused as soon as CopyToDevice returns.
+//    until a later CopyToHost or Synchronize() has returned, or a
+//    QueueMarker recorded after the copy has been waited for. Host memory
+//    from anywhere else may be reused as soon as CopyToDevice returns.
 //  - Errors come back as absl::Status naming the failing call, never as a
 //    silently wrong answer.
 #ifndef PST_KERNELS_KERNELS_H_
@@ -33,6 +34,17 @@
 namespace pst {
 
 enum class ActivationKind { kRelu, kTanh };
+
+// A point in a backend's queue (a CUDA event on the CUDA backend). Record()
+// marks the end of the work queued so far; Wait() returns once that work has
+// finished, without waiting for anything queued after the Record() (and at
+// once if the marker was never recorded). Must not outlive its Kernels.
+class QueueMarker {
+ public:
+  virtual ~QueueMarker() = default;
+  virtual absl::Status Record() = 0;
+  virtual absl::Status Wait() = 0;
+};
 
 // Mean loss over the rows of a batch, and (for classification) how many rows
 // were predicted correctly.
@@ -68,6 +80,9 @@ class Kernels {
   // Waits for all queued work; returns the first asynchronous error.
   virtual absl::Status Synchronize() = 0;
 
+  // A marker of this backend's queue, not yet recorded (see QueueMarker).
+  virtual absl::StatusOr<std::unique_ptr<QueueMarker>> NewMarker() = 0;
+
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(x) is x or its
   // transpose. op(a) is m x k, op(b) is k x n. With beta == 0, c is not read.
   virtual absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
@@ -88,20 +103,34 @@ class Kernels {
   // out[c] = sum over rows of m[r, c] (the bias gradient).
   virtual absl::Status ColumnSums(int rows, int cols, const float* m, float* out) = 0;
 
+  // The loss calls queue the loss computation (and the copy of its totals
+  // to the host) like any other work, so the host need not wait between the
+  // forward and the backward pass; TakeLoss() reads the result at the end of
+  // the step. The returned status covers the arguments only (InvalidArgument
+  // for empty shapes); a label that is not a class index is found as the loss
+  // is computed, and TakeLoss reports it. A loss call replaces a result not
+  // yet taken.
+
   // Softmax cross-entropy averaged over rows. labels[r] holds the class index
   // of row r as a float. Writes dlogits = (softmax(logits) - onehot) / rows
-  // (dlogits may be null for evaluation) and returns the mean loss and the
-  // number of rows whose argmax equals the label.
-  virtual absl::StatusOr<LossResult> SoftmaxCrossEntropy(int rows, int classes,
-                                                         const float* logits,
-                                                         const float* labels,
-                                                         float* dlogits) = 0;
+  // (dlogits may be null for evaluation); the loss is the mean over rows, and
+  // correct the number of rows whose argmax equals the label.
+  virtual absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                           const float* labels, float* dlogits) = 0;
 
   // Mean squared error: loss = sum((pred - target)^2) / (rows * cols).
   // Writes dpred = 2 (pred - target) / (rows * cols) (dpred may be null);
   // correct is 0.
-  virtual absl::StatusOr<LossResult> MeanSquaredError(int rows, int cols, const float* pred,
-                                                      const float* target, float* dpred) = 0;
+  virtual absl::Status MeanSquaredError(int rows, int cols, const float* pred,
+                                        const float* target, float* dpred) = 0;
+
+  // The result of the latest loss call, once a Synchronize() (or a
+  // CopyToHost, which waits for all earlier work) called after it has
+  // returned OK; each result is taken once. InvalidArgument naming the row
+  // for a bad label; FailedPrecondition when no loss call is pending, or
+  // when it has not been waited for (TakeLoss never waits itself: the wait
+  // is the caller's, once per step).
+  virtual absl::StatusOr<LossResult> TakeLoss() = 0;
 };
 
 // The CPU backend: matrix products on OpenBLAS, which runs on the calling

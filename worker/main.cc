@@ -49,9 +49,10 @@ absl::Status WriteResult(const std::string& path, const pst::WorkerResult& resul
   return absl::OkStatus();
 }
 
-// One backend per tower: training.devices when set, else one on training.device.
+// One backend per tower: training.devices when set, else one on training.device
+// (auto: this rank's share of the visible GPUs, kernels/device.h).
 absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
-    const pst::TrainingConfig& training) {
+    const pst::TrainingConfig& training, int rank) {
   absl::StatusOr<pst::DeviceList> list = pst::ParseDeviceList(training.devices());
   if (!list.ok()) return list.status();
   std::string where = "--devices=" + training.devices() + ": ";
@@ -72,7 +73,7 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
   }
   std::vector<std::unique_ptr<pst::Kernels>> backends;
   for (const pst::DeviceSpec& spec : list->towers) {
-    absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(spec);
+    absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(spec, rank);
     if (!kernels.ok()) {
       return absl::Status(kernels.status().code(),
                           absl::StrCat(where, "--device=", spec.ToString(), ": ",
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
 
   // The devices first: a wrong --device(s) fails at once, before data and peers.
   absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> backends =
-      MakeTowerBackends(config->training());
+      MakeTowerBackends(config->training(), task->index);
   if (!backends.ok()) pst::ExitWithError(kProgram, backends.status());
   std::vector<pst::Kernels*> towers;
   for (const std::unique_ptr<pst::Kernels>& backend : *backends) towers.push_back(backend.get());

@@ -127,6 +127,9 @@ absl::Status Mlp::AllocateBuffers() {
       }
     }
   }
+  absl::StatusOr<std::unique_ptr<QueueMarker>> marker = kernels_->NewMarker();
+  if (!marker.ok()) return marker.status();
+  upload_done_ = std::move(*marker);
   if (kernels_->ComputesOnHostMemory()) {  // batches are computed on where they are staged
     host_input_ = {device_x_, static_cast<size_t>(max_batch_) * spec_.input_dim};
     host_targets_ = {device_targets_, static_cast<size_t>(max_batch_) * target_width};
@@ -199,7 +202,7 @@ absl::Status Mlp::UploadParameters() {
   for (const Layer& layer : layers_) {
     if (absl::Status s = UploadLayer(layer); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return upload_done_->Record();
 }
 
 absl::Status Mlp::UploadLayer(const Layer& layer) {
@@ -220,8 +223,10 @@ std::vector<int> Mlp::LayerVariables(int layer) const {
   return {l.weights_var, l.bias_var};
 }
 
-absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, int batch,
-                                        bool want_gradient, const LayerHooks* hooks) {
+absl::Status Mlp::PrepareHostParametersForWrite() { return upload_done_->Wait(); }
+
+absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool want_gradient,
+                          const LayerHooks* hooks) {
   if (batch < 1 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
@@ -242,6 +247,7 @@ absl::StatusOr<LossResult> Mlp::Forward(const float* x, const float* targets, in
     if (hooks != nullptr) {
       if (absl::Status s = hooks->parameters_needed(static_cast<int>(l)); !s.ok()) return s;
       if (absl::Status s = UploadLayer(layer); !s.ok()) return s;
+      if (absl::Status s = upload_done_->Record(); !s.ok()) return s;
     }
     if (absl::Status s = kernels_->Gemm(false, false, batch, layer.out, layer.in, 1.0f, input,
                                         layer.weights, 0.0f, layer.output);
@@ -325,8 +331,7 @@ absl::Status Mlp::DownloadLayer(const Layer& layer) {
   return kernels_->Synchronize();
 }
 
-absl::Status Mlp::DownloadGradients() {
-  // Queue every gradient's copy, then wait once.
+absl::Status Mlp::QueueGradientDownloads() {
   for (const Layer& layer : layers_) {
     std::span<float> w = host_grads_[layer.weights_var];
     if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size());
@@ -341,34 +346,45 @@ absl::Status Mlp::DownloadGradients() {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadGradients() {
+  if (absl::Status s = QueueGradientDownloads(); !s.ok()) return s;
   return kernels_->Synchronize();
 }
 
+absl::StatusOr<LossResult> Mlp::SynchronizeAndTakeLoss() {
+  if (absl::Status s = kernels_->Synchronize(); !s.ok()) return s;
+  return kernels_->TakeLoss();
+}
+
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
-  absl::StatusOr<LossResult> loss = ComputeDeviceGradients(x, targets, batch);
-  if (!loss.ok()) return loss;
-  if (absl::Status s = DownloadGradients(); !s.ok()) return s;
-  return loss;
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true); !s.ok()) return s;
+  if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
+  if (absl::Status s = QueueGradientDownloads(); !s.ok()) return s;
+  return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch,
                                                  const LayerHooks& hooks) {
-  absl::StatusOr<LossResult> loss = Forward(x, targets, batch, /*want_gradient=*/true, &hooks);
-  if (!loss.ok()) return loss;
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true, &hooks); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = Backward(device_x_, batch, &hooks); !s.ok()) return s;
-  return loss;
+  return SynchronizeAndTakeLoss();  // the layers' downloads have waited already
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
                                                        int batch) {
-  absl::StatusOr<LossResult> loss = Forward(x, targets, batch, /*want_gradient=*/true);
-  if (!loss.ok()) return loss;
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true); !s.ok()) return s;
   if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
-  return loss;
+  return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<LossResult> Mlp::Evaluate(const float* x, const float* targets, int batch) {
-  return Forward(x, targets, batch, /*want_gradient=*/false);
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/false); !s.ok()) return s;
+  return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<std::vector<float>> Mlp::LastOutput(int batch) {

@@ -7,10 +7,12 @@
 // the loss (softmax cross-entropy over classes, or mean squared error).
 //
 // Parameters and gradients are exchanged through host buffers the Mlp owns
-// (from Kernels::AllocateHost: pinned memory on a GPU): write pulled values
-// into HostParameter(i), call UploadParameters(), run ComputeGradients(),
-// then read HostGradient(i). A step waits for the device twice: for the loss
-// after the forward pass, and for the gradients at its end.
+// (from Kernels::AllocateHost: pinned memory on a GPU): call
+// PrepareHostParametersForWrite(), write pulled values into HostParameter(i),
+// call UploadParameters(), run ComputeGradients(), then read HostGradient(i).
+// A step waits for the device once: forward, backward and the gradients'
+// copies to the host are queued in order, then one wait, then the loss is
+// read.
 #ifndef PST_WORKER_MLP_H_
 #define PST_WORKER_MLP_H_
 
@@ -62,6 +64,8 @@ class Mlp {
   // scaling for ReLU), zero biases. One vector per variable, in order.
   std::vector<std::vector<float>> InitialValues(uint64_t seed) const;
 
+  // Valid to write only between PrepareHostParametersForWrite() and the next
+  // UploadParameters().
   std::span<float> HostParameter(size_t index);
   std::span<const float> HostGradient(size_t index) const;
 
@@ -72,7 +76,9 @@ class Mlp {
   std::span<float> HostInput() { return host_input_; }
   std::span<float> HostTargets() { return host_targets_; }
 
-  // Copies every HostParameter to the backend.
+  // Queues the copy of every HostParameter to the backend. On a GPU the copy
+  // runs after this returns, reading the host buffers as it goes: they must
+  // not change until PrepareHostParametersForWrite() says so.
   absl::Status UploadParameters();
 
   // Makes this model's layers compute with `source`'s parameters instead of
@@ -80,6 +86,12 @@ class Mlp {
   // CPU towers share one copy: HostParameter(i) is then source's, and
   // UploadParameters copies nothing. `source` must outlive this model.
   absl::Status ReadParametersOf(const Mlp& source);
+
+  // Waits until no queued copy still reads the HostParameter buffers (those
+  // of the last UploadParameters, and nothing queued after them), so they
+  // may be rewritten. Cheap when the copy is done; call it before every
+  // write into HostParameter spans, however they were obtained.
+  absl::Status PrepareHostParametersForWrite();
 
   // Forward + backward on `batch` rows. `x` is [batch, input_dim];
   // `targets` is [batch] class indices (cross-entropy) or [batch, output_dim]
@@ -105,9 +117,10 @@ class Mlp {
   // The variables of layer l, in variable order (its kernel, then its bias).
   std::vector<int> LayerVariables(int layer) const;
 
-  // ComputeGradients in two halves: the forward + backward pass, leaving the
-  // gradients in backend buffers, and their copy into HostGradient. Apart
-  // for gpu_bench, which times the device work alone.
+  // ComputeGradients in two halves: the forward + backward pass, waited for
+  // and leaving the gradients in backend buffers, and their copy into
+  // HostGradient (one more wait). Apart for gpu_bench, which times the
+  // device work alone.
   absl::StatusOr<LossResult> ComputeDeviceGradients(const float* x, const float* targets,
                                                     int batch);
   absl::Status DownloadGradients();
@@ -122,9 +135,13 @@ class Mlp {
  private:
   Mlp(MlpSpec spec, Kernels* kernels, int max_batch);
   absl::Status AllocateBuffers();
-  absl::StatusOr<LossResult> Forward(const float* x, const float* targets, int batch,
-                                     bool want_gradient, const LayerHooks* hooks = nullptr);
+  // Queue the work; nothing here waits for the backend.
+  absl::Status Forward(const float* x, const float* targets, int batch, bool want_gradient,
+                       const LayerHooks* hooks = nullptr);
   absl::Status Backward(const float* x, int batch, const LayerHooks* hooks = nullptr);
+  absl::Status QueueGradientDownloads();
+  // The step's one wait, then the loss its Forward queued.
+  absl::StatusOr<LossResult> SynchronizeAndTakeLoss();
 
   struct Layer;
   absl::Status UploadLayer(const Layer& layer);
@@ -142,6 +159,7 @@ class Mlp {
   float* device_targets_ = nullptr;
   std::vector<float*> owned_;       // every device buffer, freed in the destructor
   std::vector<float*> owned_host_;  // every host buffer, freed in the destructor
+  std::unique_ptr<QueueMarker> upload_done_;  // recorded after each parameter upload
 };
 
 }  // namespace pst

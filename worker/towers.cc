@@ -87,6 +87,13 @@ absl::Status Towers::UploadParameters() {
   });
 }
 
+absl::Status Towers::PrepareHostParametersForWrite() {
+  for (const std::unique_ptr<Mlp>& tower : towers_) {
+    if (absl::Status s = tower->PrepareHostParametersForWrite(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 void Towers::CopyParameters(int t, const std::vector<int>& variables) {
   for (int i : variables) {
     std::span<const float> from = towers_[0]->HostParameter(i);

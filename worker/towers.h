@@ -50,6 +50,9 @@ class Towers {
   // UploadParameters hands them to every tower.
   std::span<float> HostParameter(size_t index) { return towers_[0]->HostParameter(index); }
   absl::Status UploadParameters();
+  // Waits until no queued upload still reads the host parameters
+  // (Mlp::PrepareHostParametersForWrite): call before writing into them.
+  absl::Status PrepareHostParametersForWrite();
 
   // The averaged gradient of the last ComputeGradients.
   std::span<const float> HostGradient(size_t index) const {

@@ -147,6 +147,7 @@ absl::Status Trainer::Setup() {
 absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
   absl::Duration timeout = absl::Seconds(config_.training().pull_timeout_seconds());
   const absl::Time start = absl::Now();
+  if (absl::Status s = towers_->PrepareHostParametersForWrite(); !s.ok()) return s;
   if (absl::Status s = client_->Pull(min_versions, timeout, parameters_, &versions_); !s.ok()) {
     return s;
   }
@@ -248,6 +249,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   const std::vector<int64_t> computed_at = versions_;
   const absl::Time push_start = absl::Now();
   parameters_current_ = false;  // a failed exchange may have written part of them
+  if (absl::Status s = towers_->PrepareHostParametersForWrite(); !s.ok()) return s;
   if (absl::Status s = client_->PushPull(
           computed_at, gradients_, MinVersionsAfter(computed_at),
           absl::Seconds(config_.training().pull_timeout_seconds()), parameters_, &versions_,
@@ -292,6 +294,8 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
           if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
           exchange_computed_at_ = versions_;
           exchange_start_ = absl::Now();
+          // The exchange writes the next values into the host parameters.
+          if (absl::Status s = towers_->PrepareHostParametersForWrite(); !s.ok()) return s;
           absl::StatusOr<std::unique_ptr<StepExchange>> begun = client_->BeginExchange(
               exchange_computed_at_, gradients_, push_order_,
               MinVersionsAfter(exchange_computed_at_),

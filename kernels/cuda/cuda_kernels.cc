@@ -11,10 +11,12 @@
 // so results match the CPU reference to ~1e-6 relative; TF32 would trade
 // that (to ~1e-3) for speed.
 //
-// Host synchronization happens only where the host needs a result: the
-// loss readback (LossTotals, 24 bytes into pinned memory), CopyToHost and
-// Synchronize. Device buffers are allocated by the caller once (Allocate);
-// the loss reduction's scratch is allocated here, once, at construction.
+// Host synchronization happens only where the host asks for it: CopyToHost,
+// Synchronize and QueueMarker::Wait. A loss call queues its 24-byte totals'
+// copy into pinned memory, and TakeLoss reads them after the caller's wait.
+// Device buffers are allocated by the caller once (Allocate); the scratch of
+// the loss and column-sum reductions is allocated here, once, at
+// construction.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -25,8 +27,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/column_major_gemm.h"
+#include "kernels/column_sums.h"
 #include "kernels/cuda/cuda_launch.h"
 #include "kernels/device.h"
+#include "kernels/loss_slot.h"
 
 namespace pst {
 namespace {
@@ -84,6 +88,7 @@ class CudaKernels final : public Kernels {
       if (stream_ != nullptr) cudaStreamSynchronize(stream_);
       if (cublas_ != nullptr) cublasDestroy(cublas_);
       if (partials_ != nullptr) cudaFree(partials_);
+      if (column_scratch_ != nullptr) cudaFree(column_scratch_);
       if (totals_ != nullptr) cudaFree(totals_);
       if (host_totals_ != nullptr) cudaFreeHost(host_totals_);
       if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -113,6 +118,12 @@ class CudaKernels final : public Kernels {
     if (absl::Status s = CudaStatus(
             cudaMalloc(reinterpret_cast<void**>(&partials_), sizeof(cuda::LossPartial) * cuda::kMaxLossBlocks),
             "cudaMalloc (loss partials)");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&column_scratch_),
+                                               sizeof(float) * kColumnSumsScratch),
+                                    "cudaMalloc (column sums scratch)");
         !s.ok()) {
       return s;
     }
@@ -181,7 +192,20 @@ class CudaKernels final : public Kernels {
 
   absl::Status Synchronize() override {
     if (absl::Status s = UseDevice(); !s.ok()) return s;
-    return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (s.ok()) loss_slot_.Waited();
+    return s;
+  }
+
+  absl::StatusOr<std::unique_ptr<QueueMarker>> NewMarker() override {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    cudaEvent_t event = nullptr;
+    if (absl::Status s = CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                    "cudaEventCreateWithFlags");
+        !s.ok()) {
+      return s;
+    }
+    return std::make_unique<EventMarker>(this, event);
   }
 
   absl::Status CopyToHost(const float* device, float* host, size_t count) override {
@@ -234,52 +258,83 @@ class CudaKernels final : public Kernels {
   absl::Status ColumnSums(int rows, int cols, const float* m, float* out) override {
     if (absl::Status s = CheckDims("ColumnSums", {rows, cols}); !s.ok()) return s;
     if (absl::Status s = UseDevice(); !s.ok()) return s;
-    return CudaStatus(cuda::LaunchColumnSums(stream_, rows, cols, m, out),
+    return CudaStatus(cuda::LaunchColumnSums(stream_, rows, cols, m, out, column_scratch_),
                       "ColumnSums kernel launch");
   }
 
-  absl::StatusOr<LossResult> SoftmaxCrossEntropy(int rows, int classes, const float* logits,
-                                                 const float* labels, float* dlogits) override {
+  absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                   const float* labels, float* dlogits) override {
     if (rows <= 0 || classes <= 0) {
+      loss_slot_.Clear();
       return absl::InvalidArgumentError("SoftmaxCrossEntropy needs rows and classes > 0");
     }
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
-    if (absl::Status s = CudaStatus(cuda::LaunchSoftmaxCrossEntropy(stream_, rows, classes, logits,
-                                                                    labels, dlogits, partials_,
-                                                                    totals_),
-                                    "SoftmaxCrossEntropy kernel launch");
-        !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<cuda::LossTotals> totals = ReadTotals();
-    if (!totals.ok()) return totals.status();
-    if (totals->first_bad_row != INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat("label ", totals->bad_label, " of row ",
-                                                     totals->first_bad_row,
-                                                     " is not a class index in [0, ", classes, ")"));
-    }
-    return LossResult{totals->loss_sum / rows, totals->correct};
+    return QueueLoss(
+        PendingLoss{true, static_cast<double>(rows), classes},
+        [&] {
+          return cuda::LaunchSoftmaxCrossEntropy(stream_, rows, classes, logits, labels, dlogits,
+                                                 partials_, totals_);
+        },
+        "SoftmaxCrossEntropy kernel launch");
   }
 
-  absl::StatusOr<LossResult> MeanSquaredError(int rows, int cols, const float* pred,
-                                              const float* target, float* dpred) override {
+  absl::Status MeanSquaredError(int rows, int cols, const float* pred, const float* target,
+                                float* dpred) override {
     if (rows <= 0 || cols <= 0) {
+      loss_slot_.Clear();
       return absl::InvalidArgumentError("MeanSquaredError needs rows and cols > 0");
     }
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
     const size_t count = static_cast<size_t>(rows) * cols;
-    if (absl::Status s = CudaStatus(
-            cuda::LaunchSquaredError(stream_, count, pred, target, dpred, partials_, totals_),
-            "MeanSquaredError kernel launch");
-        !s.ok()) {
-      return s;
+    return QueueLoss(
+        PendingLoss{false, static_cast<double>(count), 0},
+        [&] {
+          return cuda::LaunchSquaredError(stream_, count, pred, target, dpred, partials_, totals_);
+        },
+        "MeanSquaredError kernel launch");
+  }
+
+  absl::StatusOr<LossResult> TakeLoss() override {
+    if (absl::Status s = loss_slot_.Take(); !s.ok()) return s;
+    const cuda::LossTotals totals = *host_totals_;
+    if (pending_.classify && totals.first_bad_row != INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", totals.bad_label, " of row ",
+                                                     totals.first_bad_row,
+                                                     " is not a class index in [0, ",
+                                                     pending_.classes, ")"));
     }
-    absl::StatusOr<cuda::LossTotals> totals = ReadTotals();
-    if (!totals.ok()) return totals.status();
-    return LossResult{totals->loss_sum / static_cast<double>(count), 0};
+    return LossResult{totals.loss_sum / pending_.divisor, pending_.classify ? totals.correct : 0};
   }
 
  private:
+  // A QueueMarker as a CUDA event on the backend's stream. A never-recorded
+  // event counts as complete, so Wait() on it returns at once.
+  class EventMarker final : public QueueMarker {
+   public:
+    EventMarker(const CudaKernels* kernels, cudaEvent_t event) : kernels_(kernels), event_(event) {}
+    ~EventMarker() override {
+      if (kernels_->UseDevice().ok()) cudaEventDestroy(event_);
+      cudaGetLastError();
+    }
+    absl::Status Record() override {
+      if (absl::Status s = kernels_->UseDevice(); !s.ok()) return s;
+      return CudaStatus(cudaEventRecord(event_, kernels_->stream_), "cudaEventRecord");
+    }
+    absl::Status Wait() override {
+      if (absl::Status s = kernels_->UseDevice(); !s.ok()) return s;
+      return CudaStatus(cudaEventSynchronize(event_), "cudaEventSynchronize");
+    }
+
+   private:
+    const CudaKernels* kernels_;
+    cudaEvent_t event_;
+  };
+
+  // What TakeLoss needs to finish the queued loss's totals.
+  struct PendingLoss {
+    bool classify = false;  // softmax cross-entropy (labels checked, correct counted)
+    double divisor = 1.0;   // rows, or elements for MSE
+    int classes = 0;
+  };
+
   // The worker may call from a thread other than the one that made this
   // object; the CUDA device is per host thread.
   absl::Status UseDevice() const {
@@ -289,27 +344,35 @@ class CudaKernels final : public Kernels {
     return CudaStatus(cudaSetDevice(device_), "cudaSetDevice");
   }
 
-  // The one wait a loss call needs: its 24-byte result.
-  absl::StatusOr<cuda::LossTotals> ReadTotals() {
+  // Queues the loss kernels and the copy of their 24-byte totals into pinned
+  // host memory, where TakeLoss reads them after the next Synchronize. Only
+  // one loss is in flight at a time: the totals buffers are single, and the
+  // stream orders a later loss after this one's copy.
+  template <typename Launch>
+  absl::Status QueueLoss(PendingLoss pending, Launch launch, absl::string_view what) {
+    loss_slot_.Clear();
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    if (absl::Status s = CudaStatus(launch(), what); !s.ok()) return s;
     if (absl::Status s = CudaStatus(cudaMemcpyAsync(host_totals_, totals_, sizeof(cuda::LossTotals),
                                                     cudaMemcpyDeviceToHost, stream_),
                                     "cudaMemcpyAsync (loss totals)");
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-        !s.ok()) {
-      return s;
-    }
-    return *host_totals_;
+    pending_ = pending;
+    loss_slot_.Queued();
+    return absl::OkStatus();
   }
 
   const int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cuda::LossPartial* partials_ = nullptr;  // device, kMaxLossBlocks entries
+  float* column_scratch_ = nullptr;        // device, kColumnSumsScratch floats
   cuda::LossTotals* totals_ = nullptr;     // device
   cuda::LossTotals* host_totals_ = nullptr;  // pinned host
+  PendingLoss pending_;
+  LossSlot loss_slot_;
 };
 
 }  // namespace

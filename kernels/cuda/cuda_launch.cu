@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 
+#include "kernels/column_sums.h"
 #include "kernels/cuda/cuda_launch.h"
 
 namespace pst::cuda {
@@ -15,8 +16,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kColumnTile = 32;  // columns per ColumnSums block
-constexpr int kRowLanes = 8;     // row strides per ColumnSums block
 
 unsigned BlocksFor(size_t count, size_t cap) {
   const size_t blocks = (count + kThreads - 1) / kThreads;
@@ -60,23 +59,40 @@ __global__ void ActivationBackwardKernel(bool use_tanh, size_t count, const floa
   }
 }
 
-// Block (kColumnTile, kRowLanes): thread (x, y) sums rows y, y + kRowLanes,
-// ... of column x (coalesced across x), then row 0 adds the kRowLanes
-// partial sums in order.
-__global__ void ColumnSumsKernel(int rows, int cols, const float* m, float* out) {
-  __shared__ float partial[kRowLanes][kColumnTile + 1];
-  const int col = blockIdx.x * kColumnTile + threadIdx.x;
+// Step 1 and 2 of kernels/column_sums.h. Block (kColumnSumsTileCols,
+// kColumnSumsRowLanes) at (column tile x, row block y): thread (x, y) sums
+// lane y of its column over the block's rows (loads coalesced across x),
+// then row 0 of the block adds the lanes in order. `sums` is out itself when
+// there is one row block, else the row_blocks x cols partial sums.
+__global__ void ColumnSumsBlockKernel(int rows, int cols, long long rows_per_block,
+                                      const float* m, float* sums) {
+  __shared__ float lanes[kColumnSumsRowLanes][kColumnSumsTileCols + 1];
+  const int col = blockIdx.x * kColumnSumsTileCols + threadIdx.x;
+  const long long first = blockIdx.y * rows_per_block;
+  const long long end = first + rows_per_block < rows ? first + rows_per_block : rows;
   float sum = 0.0f;
   if (col < cols) {
-    for (int r = threadIdx.y; r < rows; r += kRowLanes) sum += m[static_cast<size_t>(r) * cols + col];
+    for (long long r = first + threadIdx.y; r < end; r += kColumnSumsRowLanes) {
+      sum += m[static_cast<size_t>(r) * cols + col];
+    }
   }
-  partial[threadIdx.y][threadIdx.x] = sum;
+  lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     float total = 0.0f;
-    for (int k = 0; k < kRowLanes; ++k) total += partial[k][threadIdx.x];
-    out[col] = total;
+    for (int y = 0; y < kColumnSumsRowLanes; ++y) total += lanes[y][threadIdx.x];
+    sums[static_cast<size_t>(blockIdx.y) * cols + col] = total;
   }
+}
+
+// Step 3: one thread per column adds the row blocks' sums in block order.
+__global__ void ColumnSumsFinishKernel(long long row_blocks, int cols, const float* partials,
+                                       float* out) {
+  const long long col = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (col >= cols) return;
+  float total = 0.0f;
+  for (long long b = 0; b < row_blocks; ++b) total += partials[static_cast<size_t>(b) * cols + col];
+  out[col] = total;
 }
 
 // The largest value and its first index among the warp's candidates
@@ -226,11 +242,20 @@ cudaError_t LaunchActivationBackward(cudaStream_t stream, bool tanh, size_t coun
   return cudaGetLastError();
 }
 
-cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols, const float* m, float* out) {
-  if (cols <= 0) return cudaSuccess;
-  const dim3 block(kColumnTile, kRowLanes);
-  const unsigned blocks = static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile);
-  ColumnSumsKernel<<<blocks, block, 0, stream>>>(rows, cols, m, out);
+cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols, const float* m, float* out,
+                             float* scratch) {
+  if (cols <= 0 || rows < 0) return cudaSuccess;
+  const ColumnSumsPlan plan = PlanColumnSums(rows, cols);
+  const dim3 block(kColumnSumsTileCols, kColumnSumsRowLanes);
+  const dim3 grid(static_cast<unsigned>((cols + kColumnSumsTileCols - 1) / kColumnSumsTileCols),
+                  static_cast<unsigned>(plan.row_blocks));
+  float* sums = plan.row_blocks == 1 ? out : scratch;
+  ColumnSumsBlockKernel<<<grid, block, 0, stream>>>(rows, cols, plan.rows_per_block, m, sums);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (plan.row_blocks == 1) return cudaSuccess;
+  const unsigned finish_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+  ColumnSumsFinishKernel<<<finish_blocks, kThreads, 0, stream>>>(plan.row_blocks, cols, scratch,
+                                                                 out);
   return cudaGetLastError();
 }
 

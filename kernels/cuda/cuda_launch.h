@@ -46,8 +46,11 @@ cudaError_t LaunchActivationForward(cudaStream_t stream, bool tanh, size_t count
 cudaError_t LaunchActivationBackward(cudaStream_t stream, bool tanh, size_t count,
                                      const float* y, float* dy);
 
-// out[c] = sum over r of m[r, c].
-cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols, const float* m, float* out);
+// out[c] = sum over r of m[r, c], in the order of kernels/column_sums.h
+// (bitwise what ColumnSumsReference gives). `scratch` holds
+// kColumnSumsScratch floats of device memory.
+cudaError_t LaunchColumnSums(cudaStream_t stream, int rows, int cols, const float* m, float* out,
+                             float* scratch);
 
 // Softmax cross-entropy over rows (labels as float class indices), writing
 // dlogits = (softmax - onehot) / rows when dlogits is not null, and the sums

@@ -104,6 +104,13 @@ TEST(CpuKernelsTest, ActivationsAndTheirGradients) {
   EXPECT_FLOAT_EQ(g[1], 2.0f);
 }
 
+// A queued loss call, the wait, and the result (as Mlp does it).
+absl::StatusOr<LossResult> WaitForLoss(Kernels& kernels, const absl::Status& queued) {
+  if (!queued.ok()) return queued;
+  if (absl::Status s = kernels.Synchronize(); !s.ok()) return s;
+  return kernels.TakeLoss();
+}
+
 TEST(CpuKernelsTest, SoftmaxCrossEntropyMatchesHandValues) {
   std::unique_ptr<Kernels> kernels = MakeCpuKernels();
   // Row 0: logits (0, ln 3) label 1 -> p = (1/4, 3/4), loss -ln(3/4), correct.
@@ -112,8 +119,8 @@ TEST(CpuKernelsTest, SoftmaxCrossEntropyMatchesHandValues) {
   std::vector<float> logits = {0.0f, std::log(3.0f), 1000.0f, 1000.0f};
   std::vector<float> labels = {1, 0};
   std::vector<float> d(4);
-  absl::StatusOr<LossResult> r =
-      kernels->SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(), d.data());
+  absl::StatusOr<LossResult> r = WaitForLoss(
+      *kernels, kernels->SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(), d.data()));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NEAR(r->loss, (-std::log(0.75) + std::log(2.0)) / 2, 1e-6);
   EXPECT_EQ(r->correct, 2);
@@ -126,15 +133,60 @@ TEST(CpuKernelsTest, SoftmaxCrossEntropyMatchesHandValues) {
 TEST(CpuKernelsTest, SoftmaxCrossEntropyRefusesALabelOutOfRange) {
   std::unique_ptr<Kernels> kernels = MakeCpuKernels();
   std::vector<float> logits = {0, 0}, labels = {2};
-  absl::StatusOr<LossResult> r =
-      kernels->SoftmaxCrossEntropy(1, 2, logits.data(), labels.data(), nullptr);
+  // As on a GPU, the label is checked as the loss is computed: the result
+  // carries the error.
+  ASSERT_TRUE(kernels->SoftmaxCrossEntropy(1, 2, logits.data(), labels.data(), nullptr).ok());
+  ASSERT_TRUE(kernels->Synchronize().ok());
+  absl::StatusOr<LossResult> r = kernels->TakeLoss();
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("label 2 of row 0"));
+  // Empty shapes are refused at the call.
+  EXPECT_EQ(kernels->SoftmaxCrossEntropy(0, 2, logits.data(), labels.data(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuKernelsTest, TheLossIsTakenOnceAndOnlyAfterAWait) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  EXPECT_EQ(kernels->TakeLoss().status().code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<float> pred = {1, 2}, target = {0, 0};
+  ASSERT_TRUE(kernels->MeanSquaredError(1, 2, pred.data(), target.data(), nullptr).ok());
+  // The CPU computed it already, but the contract is the GPU's: no wait, no loss.
+  absl::StatusOr<LossResult> early = kernels->TakeLoss();
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(early.status().message(), ::testing::HasSubstr("Synchronize"));
+  // An asynchronous copy is no wait.
+  float host = 0.0f;
+  ASSERT_TRUE(kernels->CopyToHostAsync(pred.data(), &host, 1).ok());
+  EXPECT_FALSE(kernels->TakeLoss().ok());
+  ASSERT_TRUE(kernels->Synchronize().ok());
+  absl::StatusOr<LossResult> loss = kernels->TakeLoss();
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_DOUBLE_EQ(loss->loss, 2.5);
+  EXPECT_EQ(kernels->TakeLoss().status().code(), absl::StatusCode::kFailedPrecondition);
+  // A later loss call replaces one not taken.
+  target = {1, 2};
+  ASSERT_TRUE(kernels->MeanSquaredError(1, 2, pred.data(), target.data(), nullptr).ok());
+  ASSERT_TRUE(kernels->MeanSquaredError(1, 1, pred.data(), pred.data(), nullptr).ok());
+  ASSERT_TRUE(kernels->CopyToHost(pred.data(), &host, 1).ok());  // a wait too
+  loss = kernels->TakeLoss();
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(loss->loss, 0.0);
+}
+
+TEST(CpuKernelsTest, MarkersHaveNothingToWaitFor) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  absl::StatusOr<std::unique_ptr<QueueMarker>> marker = kernels->NewMarker();
+  ASSERT_TRUE(marker.ok()) << marker.status();
+  EXPECT_TRUE((*marker)->Wait().ok());
+  EXPECT_TRUE((*marker)->Record().ok());
+  EXPECT_TRUE((*marker)->Wait().ok());
 }
 
 TEST(CpuKernelsTest, MeanSquaredErrorMatchesHandValues) {
   std::unique_ptr<Kernels> kernels = MakeCpuKernels();
   std::vector<float> pred = {1, 2, 3, 4}, target = {1, 0, 3, 8}, d(4);
-  absl::StatusOr<LossResult> r = kernels->MeanSquaredError(2, 2, pred.data(), target.data(), d.data());
+  absl::StatusOr<LossResult> r = WaitForLoss(
+      *kernels, kernels->MeanSquaredError(2, 2, pred.data(), target.data(), d.data()));
   ASSERT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(r->loss, (0 + 4 + 0 + 16) / 4.0);
   EXPECT_THAT(d, ::testing::ElementsAre(0, 1, 0, -2));  // 2 (pred - target) / 4

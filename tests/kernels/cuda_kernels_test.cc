@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU reference on fresh random inputs, kernel
 // by kernel. fp32 everywhere (cuBLAS in CUBLAS_DEFAULT_MATH, no TF32): every
-// result agrees to a norm-wise relative error of 1e-5. Each test skips where
-// no GPU is visible (or the build has no CUDA).
+// result agrees to a norm-wise relative error of 1e-5. Each test runs, skips
+// or fails as tests/support/gpu_check.h decides.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -9,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/column_sums.h"
 #include "kernels/device.h"
+#include "tests/support/gpu_check.h"
 
 namespace pst {
 namespace {
@@ -37,8 +40,7 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CudaCompiledIn()) GTEST_SKIP() << "built without CUDA (no nvcc or PS_WITH_CUDA=OFF)";
-    if (VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible to the CUDA runtime";
+    PST_REQUIRE_GPU();
     absl::StatusOr<std::unique_ptr<Kernels>> cuda = MakeCudaKernels(0);
     ASSERT_TRUE(cuda.ok()) << cuda.status();
     gpu_ = std::move(*cuda);
@@ -56,6 +58,12 @@ class CudaKernelsTest : public ::testing::Test {
     device_buffers_.push_back(*p);
     EXPECT_TRUE(gpu_->CopyToDevice(host.data(), *p, host.size()).ok());
     return *p;
+  }
+  // A queued loss call, the wait, and the result (as Mlp does it).
+  absl::StatusOr<LossResult> WaitForLoss(const absl::Status& queued) {
+    if (!queued.ok()) return queued;
+    if (absl::Status s = gpu_->Synchronize(); !s.ok()) return s;
+    return gpu_->TakeLoss();
   }
   std::vector<float> Download(const float* device, size_t count) {
     std::vector<float> host(count);
@@ -138,6 +146,26 @@ TEST_F(CudaKernelsTest, AddBiasAndColumnSumsMatchTheCpu) {
   }
 }
 
+TEST_F(CudaKernelsTest, ColumnSumsAreBitwiseTheReferenceOnOddShapes) {
+  // The kernels and ColumnSumsReference add in the same order
+  // (kernels/column_sums.h), so the results are equal, not merely close.
+  for (auto [rows, cols] : {std::pair{0, 5}, std::pair{1, 1}, std::pair{7, 1}, std::pair{33, 10},
+                            std::pair{1024, 10}, std::pair{1025, 3}, std::pair{3, 1025},
+                            std::pair{100, 2000}, std::pair{70001, 5}, std::pair{5, 300000}}) {
+    SCOPED_TRACE(absl::StrCat(rows, "x", cols));
+    std::vector<float> m = RandomVector(static_cast<size_t>(rows) * cols, 14);
+    std::vector<float> expected(cols);
+    ColumnSumsReference(rows, cols, m.data(), expected.data());
+    float* dm = Upload(m.empty() ? std::vector<float>{0.0f} : m);
+    float* dout = Upload(std::vector<float>(cols, std::nanf("")));
+    ASSERT_TRUE(gpu_->ColumnSums(rows, cols, dm, dout).ok());
+    EXPECT_EQ(Download(dout, cols), expected);
+    // Twice: the same bits again.
+    ASSERT_TRUE(gpu_->ColumnSums(rows, cols, dm, dout).ok());
+    EXPECT_EQ(Download(dout, cols), expected);
+  }
+}
+
 TEST_F(CudaKernelsTest, ActivationsAndTheirGradientsMatchTheCpu) {
   for (ActivationKind kind : {ActivationKind::kRelu, ActivationKind::kTanh}) {
     for (size_t count : {size_t{1}, size_t{1000}, size_t{1} << 20}) {
@@ -176,11 +204,13 @@ TEST_F(CudaKernelsTest, SoftmaxCrossEntropyMatchesTheCpu) {
     float* d_logits = Upload(logits);
     float* d_labels = Upload(labels);
     float* d_grad = Upload(grad);
-    absl::StatusOr<LossResult> expected =
-        cpu_->SoftmaxCrossEntropy(rows, classes, logits.data(), labels.data(), grad.data());
+    ASSERT_TRUE(
+        cpu_->SoftmaxCrossEntropy(rows, classes, logits.data(), labels.data(), grad.data()).ok());
+    ASSERT_TRUE(cpu_->Synchronize().ok());
+    absl::StatusOr<LossResult> expected = cpu_->TakeLoss();
     ASSERT_TRUE(expected.ok());
     absl::StatusOr<LossResult> actual =
-        gpu_->SoftmaxCrossEntropy(rows, classes, d_logits, d_labels, d_grad);
+        WaitForLoss(gpu_->SoftmaxCrossEntropy(rows, classes, d_logits, d_labels, d_grad));
     ASSERT_TRUE(actual.ok()) << actual.status();
     EXPECT_NEAR(actual->loss, expected->loss, kTolerance * std::abs(expected->loss));
     EXPECT_EQ(actual->correct, expected->correct);
@@ -188,7 +218,7 @@ TEST_F(CudaKernelsTest, SoftmaxCrossEntropyMatchesTheCpu) {
 
     // Evaluation: no gradient buffer, same loss and count.
     absl::StatusOr<LossResult> eval =
-        gpu_->SoftmaxCrossEntropy(rows, classes, d_logits, d_labels, nullptr);
+        WaitForLoss(gpu_->SoftmaxCrossEntropy(rows, classes, d_logits, d_labels, nullptr));
     ASSERT_TRUE(eval.ok()) << eval.status();
     EXPECT_EQ(eval->loss, actual->loss);
     EXPECT_EQ(eval->correct, actual->correct);
@@ -199,12 +229,13 @@ TEST_F(CudaKernelsTest, SoftmaxCrossEntropyNamesTheFirstBadLabel) {
   std::vector<float> labels = {1, 0, 2.5f, 7, 1};
   float* logits = Upload(RandomVector(5 * 3, 10));
   float* d_labels = Upload(labels);
-  absl::StatusOr<LossResult> result = gpu_->SoftmaxCrossEntropy(5, 3, logits, d_labels, nullptr);
+  absl::StatusOr<LossResult> result =
+      WaitForLoss(gpu_->SoftmaxCrossEntropy(5, 3, logits, d_labels, nullptr));
   ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(result.status().message(), ::testing::HasSubstr("label 2.5 of row 2"));
   // The backend stays usable after a refused batch.
   float* good = Upload({1, 0, 2, 2, 1});
-  EXPECT_TRUE(gpu_->SoftmaxCrossEntropy(5, 3, logits, good, nullptr).ok());
+  EXPECT_TRUE(WaitForLoss(gpu_->SoftmaxCrossEntropy(5, 3, logits, good, nullptr)).ok());
 }
 
 TEST_F(CudaKernelsTest, MeanSquaredErrorMatchesTheCpu) {
@@ -218,15 +249,49 @@ TEST_F(CudaKernelsTest, MeanSquaredErrorMatchesTheCpu) {
     float* d_pred = Upload(pred);
     float* d_target = Upload(target);
     float* d_grad = Upload(grad);
-    absl::StatusOr<LossResult> expected =
-        cpu_->MeanSquaredError(rows, cols, pred.data(), target.data(), grad.data());
+    ASSERT_TRUE(cpu_->MeanSquaredError(rows, cols, pred.data(), target.data(), grad.data()).ok());
+    ASSERT_TRUE(cpu_->Synchronize().ok());
+    absl::StatusOr<LossResult> expected = cpu_->TakeLoss();
     ASSERT_TRUE(expected.ok());
-    absl::StatusOr<LossResult> actual = gpu_->MeanSquaredError(rows, cols, d_pred, d_target, d_grad);
+    absl::StatusOr<LossResult> actual =
+        WaitForLoss(gpu_->MeanSquaredError(rows, cols, d_pred, d_target, d_grad));
     ASSERT_TRUE(actual.ok()) << actual.status();
     EXPECT_NEAR(actual->loss, expected->loss, kTolerance * expected->loss);
     EXPECT_EQ(actual->correct, 0);
     EXPECT_LE(RelativeError(Download(d_grad, count), grad), kTolerance);
   }
+}
+
+TEST_F(CudaKernelsTest, TheLossIsReadOnlyAfterTheCallersWait) {
+  float* logits = Upload(RandomVector(64 * 10, 15));
+  float* labels = Upload(RandomLabels(64, 10, 16));
+  ASSERT_TRUE(gpu_->SoftmaxCrossEntropy(64, 10, logits, labels, nullptr).ok());
+  absl::StatusOr<LossResult> early = gpu_->TakeLoss();
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  absl::StatusOr<LossResult> loss = gpu_->TakeLoss();
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_GT(loss->loss, 0.0);
+  EXPECT_EQ(gpu_->TakeLoss().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CudaKernelsTest, AMarkerWaitsForTheCopyQueuedBeforeIt) {
+  constexpr size_t kCount = size_t{1} << 22;  // 16 MiB: the copy takes a while
+  absl::StatusOr<float*> host = gpu_->AllocateHost(kCount);
+  ASSERT_TRUE(host.ok()) << host.status();
+  std::fill(*host, *host + kCount, 1.0f);
+  absl::StatusOr<std::unique_ptr<QueueMarker>> marker = gpu_->NewMarker();
+  ASSERT_TRUE(marker.ok()) << marker.status();
+  EXPECT_TRUE((*marker)->Wait().ok());  // never recorded: nothing to wait for
+  float* device = Upload(std::vector<float>(kCount, 0.0f));
+  ASSERT_TRUE(gpu_->CopyToDevice(*host, device, kCount).ok());
+  ASSERT_TRUE((*marker)->Record().ok());
+  ASSERT_TRUE((*marker)->Wait().ok());
+  std::fill(*host, *host + kCount, 2.0f);  // the copy has read the buffer
+  std::vector<float> copied = Download(device, kCount);
+  EXPECT_EQ(std::count(copied.begin(), copied.end(), 1.0f), static_cast<ptrdiff_t>(kCount));
+  marker->reset();
+  gpu_->FreeHost(*host);
 }
 
 TEST_F(CudaKernelsTest, PinnedHostBuffersRoundTripThroughAsyncCopies) {

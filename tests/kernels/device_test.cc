@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/gpu_check.h"
 
 namespace pst {
 namespace {
@@ -92,21 +93,49 @@ TEST(DeviceListTest, RejectsBadItemsNamingThem) {
 }
 
 TEST(DeviceTest, CpuIsAlwaysThere) {
-  absl::StatusOr<std::unique_ptr<Kernels>> kernels = MakeKernelsFor({DeviceSpec::Kind::kCpu, 0});
+  absl::StatusOr<std::unique_ptr<Kernels>> kernels = MakeKernelsFor({DeviceSpec::Kind::kCpu, 0}, 0);
   ASSERT_TRUE(kernels.ok()) << kernels.status();
   EXPECT_EQ((*kernels)->Name(), "cpu");
 }
 
-TEST(DeviceTest, AutoPicksTheFirstGpuWhenOneIsVisibleElseTheCpu) {
-  absl::StatusOr<std::unique_ptr<Kernels>> kernels = MakeKernelsFor({DeviceSpec::Kind::kAuto, 0});
-  ASSERT_TRUE(kernels.ok()) << kernels.status();
-  EXPECT_EQ((*kernels)->Name(), VisibleGpuCount() > 0 ? "cuda:0" : "cpu");
+TEST(DeviceTest, AutoSpreadsWorkersOverTheGpusByRank) {
+  struct Case {
+    DeviceSpec spec;
+    int rank;
+    int visible_gpus;
+    std::string resolved;
+  };
+  const DeviceSpec automatic;
+  for (const Case& c : {Case{automatic, 0, 0, "cpu"}, Case{automatic, 5, 0, "cpu"},
+                        Case{automatic, 0, 1, "gpu:0"}, Case{automatic, 3, 1, "gpu:0"},
+                        Case{automatic, 0, 4, "gpu:0"}, Case{automatic, 1, 4, "gpu:1"},
+                        Case{automatic, 3, 4, "gpu:3"}, Case{automatic, 4, 4, "gpu:0"},
+                        Case{automatic, 7, 3, "gpu:1"}, Case{automatic, 1000003, 8, "gpu:3"},
+                        // Only auto is resolved: cpu and gpu:N stay, visible or not.
+                        Case{{DeviceSpec::Kind::kCpu, 0}, 3, 4, "cpu"},
+                        Case{{DeviceSpec::Kind::kGpu, 2}, 1, 4, "gpu:2"},
+                        Case{{DeviceSpec::Kind::kGpu, 2}, 1, 0, "gpu:2"}}) {
+    SCOPED_TRACE(absl::StrCat(c.spec.ToString(), " rank ", c.rank, " with ", c.visible_gpus,
+                              " GPU(s)"));
+    EXPECT_EQ(ResolveDevice(c.spec, c.rank, c.visible_gpus).ToString(), c.resolved);
+  }
+}
+
+TEST(DeviceTest, AutoPicksTheRanksGpuWhenOneIsVisibleElseTheCpu) {
+  const int gpus = VisibleGpuCount();
+  for (int rank : {0, 1, 3}) {
+    SCOPED_TRACE(rank);
+    absl::StatusOr<std::unique_ptr<Kernels>> kernels =
+        MakeKernelsFor({DeviceSpec::Kind::kAuto, 0}, rank);
+    ASSERT_TRUE(kernels.ok()) << kernels.status();
+    EXPECT_EQ((*kernels)->Name(), gpus > 0 ? absl::StrCat("cuda:", rank % gpus) : "cpu");
+  }
 }
 
 TEST(DeviceTest, AMissingGpuIsAClearError) {
   const int missing = VisibleGpuCount();  // one past the last visible GPU
   absl::StatusOr<std::unique_ptr<Kernels>> kernels =
-      MakeKernelsFor({DeviceSpec::Kind::kGpu, missing});
+      MakeKernelsFor({DeviceSpec::Kind::kGpu, missing}, 0);
   ASSERT_FALSE(kernels.ok());
   EXPECT_THAT(kernels.status().code(), ::testing::AnyOf(absl::StatusCode::kInvalidArgument,
                                                         absl::StatusCode::kFailedPrecondition));
@@ -184,7 +213,13 @@ TEST(GpuBenchTest, WithoutAGpuExitsWithCode2AndOneLine) {
 #ifndef PST_HAS_GPU_BENCH
   GTEST_SKIP() << "gpu_bench is built only with CUDA";
 #endif
-  if (VisibleGpuCount() > 0) GTEST_SKIP() << "a GPU is visible: gpu_bench would run in full";
+  // The inverse of the GPU tests: this one needs the GPU to be absent, but a
+  // GPU the runtime cannot see still fails here rather than passing.
+  const GpuTestDecision gpu = DecideGpuTest(ObserveGpuFacts());
+  if (gpu.verdict == GpuTestVerdict::kRun) {
+    GTEST_SKIP() << "a GPU is visible: gpu_bench would run in full";
+  }
+  if (gpu.verdict == GpuTestVerdict::kFail) FAIL() << gpu.reason;
   CommandResult r = RunBinary("gpu_bench", "");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("gpu_bench: error: needs a GPU"));

@@ -1,12 +1,14 @@
 // A whole Mlp forward + backward on the CUDA backend against the same Mlp on
 // the CPU reference: same parameters, same batch, loss and every gradient
-// within 1e-5 relative error (fp32, no TF32). Skips where no GPU is visible.
+// within 1e-5 relative error (fp32, no TF32). Runs, skips or fails as
+// tests/support/gpu_check.h decides.
 #include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/device.h"
+#include "tests/support/gpu_check.h"
 #include "worker/mlp.h"
 
 namespace pst {
@@ -52,8 +54,7 @@ std::unique_ptr<Mlp> MakeModel(const Case& c, Kernels* kernels) {
 }
 
 TEST(MlpCudaTest, ForwardAndBackwardMatchTheCpu) {
-  if (!CudaCompiledIn()) GTEST_SKIP() << "built without CUDA (no nvcc or PS_WITH_CUDA=OFF)";
-  if (VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible to the CUDA runtime";
+  PST_REQUIRE_GPU();
   absl::StatusOr<std::unique_ptr<Kernels>> gpu = MakeCudaKernels(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   std::unique_ptr<Kernels> cpu = MakeCpuKernels();

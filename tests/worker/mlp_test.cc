@@ -1,4 +1,6 @@
-// Mlp gradients against central finite differences of its own loss.
+// Mlp gradients against central finite differences of its own loss, and
+// the order in which Mlp queues work and waits for it (on DeferredKernels,
+// which runs nothing before a wait, as a GPU stream at its slowest).
 #include "worker/mlp.h"
 
 #include <cmath>
@@ -7,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/deferred_kernels.h"
 
 namespace pst {
 namespace {
@@ -129,6 +132,141 @@ TEST(MlpTest, BadSpecsAndBatchesAreRefused) {
   std::vector<float> x(5), y(5);
   EXPECT_EQ((*mlp)->ComputeGradients(x.data(), y.data(), 5).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A model on `kernels` with the parameters InitialValues(seed) plus
+// `shift`, uploaded.
+std::unique_ptr<Mlp> ModelOn(Kernels* kernels, const MlpSpec& spec, int batch, float shift) {
+  absl::StatusOr<std::unique_ptr<Mlp>> mlp = Mlp::Create(spec, kernels, batch);
+  EXPECT_TRUE(mlp.ok()) << mlp.status();
+  if (!mlp.ok()) return nullptr;
+  std::vector<std::vector<float>> init = (*mlp)->InitialValues(5);
+  EXPECT_TRUE((*mlp)->PrepareHostParametersForWrite().ok());
+  for (size_t v = 0; v < init.size(); ++v) {
+    for (size_t i = 0; i < init[v].size(); ++i) (*mlp)->HostParameter(v)[i] = init[v][i] + shift;
+  }
+  EXPECT_TRUE((*mlp)->UploadParameters().ok());
+  return std::move(*mlp);
+}
+
+const MlpSpec kClassifier{6, {5, 4}, 3, ActivationKind::kTanh, LossKind::kSoftmaxCrossEntropy, true};
+constexpr int kRows = 7;
+
+struct Batch {
+  std::vector<float> x, y;
+};
+
+Batch ClassifierBatch() {
+  Batch b{Random(static_cast<size_t>(kRows) * kClassifier.input_dim, 3, -1, 1), {}};
+  for (int r = 0; r < kRows; ++r) b.y.push_back(static_cast<float>(r % kClassifier.output_dim));
+  return b;
+}
+
+TEST(MlpQueueingTest, AStepWaitsForTheBackendOnceAndGetsTheCpusAnswer) {
+  std::unique_ptr<Kernels> cpu = MakeCpuKernels();
+  DeferredKernels deferred;
+  std::unique_ptr<Mlp> reference = ModelOn(cpu.get(), kClassifier, kRows, 0.1f);
+  std::unique_ptr<Mlp> queued = ModelOn(&deferred, kClassifier, kRows, 0.1f);
+  ASSERT_TRUE(reference && queued);
+  const Batch batch = ClassifierBatch();
+  absl::StatusOr<LossResult> expected = reference->ComputeGradients(batch.x.data(), batch.y.data(), kRows);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  const int64_t waits_before = deferred.waits();
+  absl::StatusOr<LossResult> actual = queued->ComputeGradients(batch.x.data(), batch.y.data(), kRows);
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  // One wait, after the forward and backward passes and the gradients'
+  // copies were all queued: nothing is left over, and every gradient arrived.
+  EXPECT_EQ(deferred.waits() - waits_before, 1);
+  EXPECT_EQ(deferred.queued(), 0u);
+  EXPECT_EQ(actual->loss, expected->loss);
+  EXPECT_EQ(actual->correct, expected->correct);
+  for (size_t v = 0; v < reference->variables().size(); ++v) {
+    SCOPED_TRACE(reference->variables()[v].name);
+    std::span<const float> want = reference->HostGradient(v), got = queued->HostGradient(v);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin(), got.end()));
+  }
+
+  absl::StatusOr<LossResult> eval_expected = reference->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  const int64_t eval_waits_before = deferred.waits();
+  absl::StatusOr<LossResult> eval = queued->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  ASSERT_TRUE(eval.ok() && eval_expected.ok());
+  EXPECT_EQ(deferred.waits() - eval_waits_before, 1);
+  EXPECT_EQ(eval->loss, eval_expected->loss);
+}
+
+TEST(MlpQueueingTest, ABadLabelFailsTheStepAfterItsWait) {
+  DeferredKernels deferred;
+  std::unique_ptr<Mlp> mlp = ModelOn(&deferred, kClassifier, kRows, 0.0f);
+  ASSERT_TRUE(mlp);
+  Batch batch = ClassifierBatch();
+  batch.y[4] = 3.0f;  // 3 classes: 0..2
+  absl::StatusOr<LossResult> loss = mlp->ComputeGradients(batch.x.data(), batch.y.data(), kRows);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loss.status().message(), ::testing::HasSubstr("label 3 of row 4"));
+  batch.y[4] = 1.0f;
+  EXPECT_TRUE(mlp->ComputeGradients(batch.x.data(), batch.y.data(), kRows).ok());
+}
+
+// The loss a CPU model with parameters InitialValues + `shift` gives.
+double CpuLoss(float shift, const Batch& batch) {
+  std::unique_ptr<Kernels> cpu = MakeCpuKernels();
+  std::unique_ptr<Mlp> mlp = ModelOn(cpu.get(), kClassifier, kRows, shift);
+  absl::StatusOr<LossResult> loss = mlp->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  return loss.ok() ? loss->loss : -1.0;
+}
+
+void OverwriteParameters(Mlp& mlp, float value) {
+  for (size_t v = 0; v < mlp.variables().size(); ++v) {
+    std::span<float> p = mlp.HostParameter(v);
+    std::fill(p.begin(), p.end(), value);
+  }
+}
+
+// The loss a CPU model with every parameter equal to `value` gives.
+double CpuLossOfFilled(float value, const Batch& batch) {
+  std::unique_ptr<Kernels> cpu = MakeCpuKernels();
+  std::unique_ptr<Mlp> mlp = ModelOn(cpu.get(), kClassifier, kRows, 0.0f);
+  OverwriteParameters(*mlp, value);
+  EXPECT_TRUE(mlp->UploadParameters().ok());
+  absl::StatusOr<LossResult> loss = mlp->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  return loss.ok() ? loss->loss : -1.0;
+}
+
+TEST(MlpQueueingTest, ParametersRewrittenAfterPreparingDoNotReachTheQueuedUpload) {
+  const Batch batch = ClassifierBatch();
+  DeferredKernels deferred;
+  std::unique_ptr<Mlp> mlp = ModelOn(&deferred, kClassifier, kRows, 0.1f);
+  ASSERT_TRUE(mlp);
+  // The next step's parameters arrive while the upload is still queued.
+  ASSERT_TRUE(mlp->PrepareHostParametersForWrite().ok());
+  OverwriteParameters(*mlp, 0.5f);
+  absl::StatusOr<LossResult> loss = mlp->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(loss->loss, CpuLoss(0.1f, batch));
+  // And the rewritten values are what the next upload sends.
+  ASSERT_TRUE(mlp->UploadParameters().ok());
+  absl::StatusOr<LossResult> after = mlp->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->loss, CpuLossOfFilled(0.5f, batch));
+}
+
+TEST(MlpQueueingTest, RewritingWithoutPreparingCorruptsTheQueuedUpload) {
+  // What PrepareHostParametersForWrite prevents, shown on the deferred
+  // backend: the upload reads the pinned buffers when it runs, so a rewrite
+  // before it has run is what the model computes with. On a GPU this is a
+  // race; here it happens every time.
+  const Batch batch = ClassifierBatch();
+  DeferredKernels deferred;
+  std::unique_ptr<Mlp> mlp = ModelOn(&deferred, kClassifier, kRows, 0.1f);
+  ASSERT_TRUE(mlp);
+  OverwriteParameters(*mlp, 0.5f);
+  absl::StatusOr<LossResult> loss = mlp->Evaluate(batch.x.data(), batch.y.data(), kRows);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(loss->loss, CpuLossOfFilled(0.5f, batch));
+  EXPECT_NE(loss->loss, CpuLoss(0.1f, batch));
 }
 
 }  // namespace
