@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
   // The device first: a wrong --device fails at once, before data and peers.
   absl::StatusOr<pst::DeviceSpec> device = pst::ParseDeviceSpec(config->training().device());
   if (!device.ok()) pst::ExitWithError(kProgram, device.status());
+  if (absl::GetFlag(FLAGS_check_config)) {
+    pst::FinishConfigCheck(kProgram, *config, pst::CheckTaskFiles(*config, /*ps=*/false,
+                                                                  /*workers=*/true));
+  }
   absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(*device);
   if (!kernels.ok()) {
     pst::ExitWithError(kProgram, absl::Status(kernels.status().code(),
@@ -111,10 +115,7 @@ int main(int argc, char** argv) {
   trainer.set_event_writer(events.get());
   trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));
   absl::StatusOr<pst::WorkerResult> result = trainer.Run();
-  if (!result.ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", kProgram, std::string(result.status().message()).c_str());
-    return 1;
-  }
+  if (!result.ok()) pst::ExitWithStatus(kProgram, result.status());
   if (std::string path = absl::GetFlag(FLAGS_result_file); !path.empty()) {
     if (absl::Status s = WriteResult(path, *result); !s.ok()) pst::ExitWithError(kProgram, s);
   }
