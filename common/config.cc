@@ -1,16 +1,26 @@
 #include "common/config.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <string_view>
-#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -34,15 +44,61 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
     if (!has_error_) {
       has_error_ = true;
       error_ = absl::StrFormat("%d:%d: %s", line + 1, column + 1, message);
+      message_ = message;
     }
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
   const std::string& error() const { return error_; }
+  const std::string& message() const { return message_; }
 
  private:
   bool has_error_ = false;
   std::string error_;
+  std::string message_;
 };
+
+// The messages enclosing `target`, outermost first, ending with `target`;
+// empty if `target` is not reachable from `from`.
+std::vector<const google::protobuf::Descriptor*> PathTo(const google::protobuf::Descriptor* from,
+                                                        const google::protobuf::Descriptor* target,
+                                                        int depth = 0) {
+  if (from == target) return {from};
+  if (depth > 8) return {};
+  for (int i = 0; i < from->field_count(); ++i) {
+    const google::protobuf::Descriptor* child = from->field(i)->message_type();
+    if (child == nullptr) continue;
+    std::vector<const google::protobuf::Descriptor*> path = PathTo(child, target, depth + 1);
+    if (!path.empty()) {
+      path.insert(path.begin(), from);
+      return path;
+    }
+  }
+  return {};
+}
+
+// The parser reports a field after a missing '}' as unknown in the message
+// left open: `Message type "pst.ClusterConfig" has no field named
+// "training"`. When the field belongs to an enclosing message, say so.
+std::string MissingBraceHint(absl::string_view message) {
+  constexpr absl::string_view kType = "Message type \"", kField = "has no field named \"";
+  size_t type_at = message.find(kType), field_at = message.find(kField);
+  if (type_at == absl::string_view::npos || field_at == absl::string_view::npos) return "";
+  absl::string_view type = message.substr(type_at + kType.size());
+  type = type.substr(0, type.find('"'));
+  absl::string_view field = message.substr(field_at + kField.size());
+  field = field.substr(0, field.find('"'));
+  const google::protobuf::Descriptor* open =
+      google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(std::string(type));
+  if (open == nullptr) return "";
+  std::vector<const google::protobuf::Descriptor*> path = PathTo(JobConfig::descriptor(), open);
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    if (path[i]->FindFieldByName(std::string(field)) != nullptr) {
+      return absl::StrCat(" (\"", field, "\" belongs to ", path[i]->full_name(),
+                          ": is a closing } missing before it?)");
+    }
+  }
+  return "";
+}
 
 absl::StatusOr<Mode> ParseMode(absl::string_view text) {
   std::string lower = absl::AsciiStrToLower(text);
@@ -70,6 +126,11 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
   if (cluster.ps_size() == 0) {
     return Invalid("cluster.ps", "is empty; list at least one \"host:port\"");
   }
+  if (cluster.ps_size() > kMaxPsShards) {
+    return Invalid("cluster.ps", absl::StrCat("lists ", cluster.ps_size(), " shards, more than the ",
+                                              kMaxPsShards, " a cluster may have"));
+  }
+  std::map<std::string, int> first_index;
   for (int i = 0; i < cluster.ps_size(); ++i) {
     const std::string& address = cluster.ps(i);
     size_t colon = address.rfind(':');
@@ -79,8 +140,18 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
       return Invalid(absl::StrCat("cluster.ps[", i, "]"),
                      absl::StrCat("\"", address, "\" is not \"host:port\""));
     }
+    auto [first, inserted] = first_index.emplace(address, i);
+    if (!inserted) {
+      return Invalid(absl::StrCat("cluster.ps[", i, "]"),
+                     absl::StrCat("\"", address, "\" is also cluster.ps[", first->second,
+                                  "]; every shard needs its own address"));
+    }
   }
   if (cluster.workers() < 1) return Invalid("cluster.workers", "must be at least 1");
+  if (cluster.workers() > kMaxWorkers) {
+    return Invalid("cluster.workers", absl::StrCat(cluster.workers(), " is more than the ",
+                                                   kMaxWorkers, " a cluster may have"));
+  }
   if (cluster.max_restarts() < 0) return Invalid("cluster.max_restarts", "must not be negative");
   if (cluster.has_tls() && cluster.tls().ca().empty()) {
     return Invalid("cluster.tls.ca", "is empty; name the PEM file of the CA that signed the PS certificates");
@@ -97,6 +168,18 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
   return absl::OkStatus();
 }
 
+// Inputs and outputs of the model for the configured data set.
+std::pair<int64_t, int64_t> ModelEnds(const DatasetConfig& dataset) {
+  switch (dataset.kind_case()) {
+    case DatasetConfig::kFashionMnist: return {28 * 28, 10};
+    case DatasetConfig::kQuadratic: return {3, 1};
+    case DatasetConfig::kParabola: return {1, 1};
+    case DatasetConfig::kLinearRegression: return {dataset.linear_regression().features(), 1};
+    case DatasetConfig::KIND_NOT_SET: break;
+  }
+  return {0, 0};
+}
+
 absl::Status ValidateModel(const TrainingConfig& training) {
   if (!training.model().has_mlp()) return Invalid("training.model", "must set mlp { ... }");
   const MlpConfig& mlp = training.model().mlp();
@@ -104,6 +187,17 @@ absl::Status ValidateModel(const TrainingConfig& training) {
     if (mlp.hidden(i) < 1) {
       return Invalid(absl::StrCat("training.model.mlp.hidden[", i, "]"), "must be at least 1");
     }
+  }
+  if (!Activation_IsValid(mlp.activation())) {
+    return Invalid("training.model.mlp.activation", "must be RELU or TANH");
+  }
+  if (!Loss_IsValid(mlp.loss())) {
+    return Invalid("training.model.mlp.loss", "must be SOFTMAX_CROSS_ENTROPY or MSE");
+  }
+  if (int64_t parameters = ModelParameterCount(training); parameters > kMaxModelParameters) {
+    return Invalid("training.model.mlp", absl::StrCat(
+        "makes a model of ", parameters, " parameters, more than the ", kMaxModelParameters,
+        " (1 GiB of float32) a worker or PS holds; use fewer or narrower hidden layers"));
   }
   bool classification = training.dataset().has_fashion_mnist();
   if (classification && mlp.loss() == MSE) {
@@ -124,13 +218,17 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
       }
       return absl::OkStatus();
     case DatasetConfig::kQuadratic:
-      if (dataset.quadratic().examples() < 1) {
-        return Invalid("training.dataset.quadratic.examples", "must be at least 1");
+      if (dataset.quadratic().examples() < 1 ||
+          dataset.quadratic().examples() > kMaxModelParameters / 4) {
+        return Invalid("training.dataset.quadratic.examples",
+                       absl::StrCat("must be between 1 and ", kMaxModelParameters / 4));
       }
       return absl::OkStatus();
     case DatasetConfig::kParabola:
-      if (dataset.parabola().examples() < 1) {
-        return Invalid("training.dataset.parabola.examples", "must be at least 1");
+      if (dataset.parabola().examples() < 1 ||
+          dataset.parabola().examples() > kMaxModelParameters / 2) {
+        return Invalid("training.dataset.parabola.examples",
+                       absl::StrCat("must be between 1 and ", kMaxModelParameters / 2));
       }
       return absl::OkStatus();
     case DatasetConfig::kLinearRegression:
@@ -138,6 +236,12 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
           dataset.linear_regression().features() < 1) {
         return Invalid("training.dataset.linear_regression",
                        "needs examples and features of at least 1");
+      }
+      if (double{1.0} * dataset.linear_regression().examples() *
+              (dataset.linear_regression().features() + 1) > kMaxModelParameters) {
+        return Invalid("training.dataset.linear_regression",
+                       absl::StrCat("examples x (features + 1) must be at most ",
+                                    kMaxModelParameters, " floats (1 GiB)"));
       }
       return absl::OkStatus();
     case DatasetConfig::KIND_NOT_SET:
@@ -160,6 +264,41 @@ absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   absl::StatusOr<std::unique_ptr<Optimizer>> built = MakeOptimizer(optimizer);
   if (!built.ok()) return Invalid("training.optimizer", built.status().message());
   return absl::OkStatus();
+}
+
+absl::Status ValidateCheckpoint(const CheckpointConfig& checkpoint) {
+  const std::pair<const char*, int64_t> counts[] = {
+      {"every_steps", checkpoint.every_steps()},
+      {"every_seconds", checkpoint.every_seconds()},
+      {"keep", checkpoint.keep()},
+      {"max_failures", checkpoint.max_failures()}};
+  for (const auto& [name, value] : counts) {
+    if (value < 0) {
+      return Invalid(absl::StrCat("training.checkpoint.", name),
+                     absl::StrCat("is ", value, "; it must not be negative"));
+    }
+  }
+  if (checkpoint.dir().empty() && (checkpoint.every_steps() > 0 || checkpoint.every_seconds() > 0)) {
+    return Invalid("training.checkpoint.dir", "is empty, so no checkpoint would be written; "
+                                              "name the directory for every_steps/every_seconds");
+  }
+  if (checkpoint.run_id().size() > 64 ||
+      !std::all_of(checkpoint.run_id().begin(), checkpoint.run_id().end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
+      })) {
+    return Invalid("training.checkpoint.run_id",
+                   "must be at most 64 letters, digits, '-', '_' or '.'");
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Fnv1a(absl::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (char c : bytes) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
 }
 
 bool IsVariableName(absl::string_view name) {
@@ -255,20 +394,39 @@ absl::StatusOr<JobConfig> ParseConfig(absl::string_view raw_text, absl::string_v
   parser.RecordErrorsTo(&errors);
   google::protobuf::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
   if (!parser.Parse(&input, &config)) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ":", errors.error()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ":", errors.error(), MissingBraceHint(errors.message())));
   }
   return config;
 }
 
 absl::StatusOr<JobConfig> ReadConfigFile(const std::string& path) {
-  std::ifstream file(path);
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config=", path, " is a directory; name the config file in it"));
+  }
+  std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
                                             "; check the --config path"));
   }
-  std::stringstream contents;
-  contents << file.rdbuf();
-  return ParseConfig(contents.str(), path);
+  // Bounded, so that a device (/dev/zero) or a huge file is refused, not read forever.
+  std::string contents;
+  char buffer[1 << 16];
+  while (file.read(buffer, sizeof(buffer)) || file.gcount() > 0) {
+    contents.append(buffer, static_cast<size_t>(file.gcount()));
+    if (static_cast<int64_t>(contents.size()) > kMaxConfigFileBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config file ", path, " is larger than ", kMaxConfigFileBytes >> 20,
+          " MiB; --config must name a cluster config"));
+    }
+  }
+  if (file.bad()) {
+    return absl::NotFoundError(absl::StrCat("cannot read config file ", path, ": ",
+                                            std::strerror(errno)));
+  }
+  return ParseConfig(contents, path);
 }
 
 absl::string_view EmbeddedDefaultConfig() {
@@ -336,6 +494,13 @@ void ApplyDefaults(JobConfig* config) {
 absl::Status ValidateConfig(const JobConfig& config) {
   if (absl::Status s = ValidateCluster(config.cluster()); !s.ok()) return s;
   const TrainingConfig& training = config.training();
+  if (training.mode() != SYNC && training.mode() != ASYNC && training.mode() != SSP) {
+    return Invalid("training.mode", absl::StrCat(training.mode(), " is not a mode; use SYNC, ASYNC or SSP"));
+  }
+  if (!WireDtype_IsValid(training.wire_dtype())) {
+    return Invalid("training.wire_dtype",
+                   absl::StrCat(training.wire_dtype(), " is not a type; use FP32, FP16 or BF16"));
+  }
   if (training.batch_size() < 1) return Invalid("training.batch_size", "must be at least 1");
   if (training.epochs() < 1) return Invalid("training.epochs", "must be at least 1");
   if (training.pull_timeout_seconds() < 1) {
@@ -361,9 +526,79 @@ absl::Status ValidateConfig(const JobConfig& config) {
                                 training.batch_size(),
                                 " into equal slices; use a batch_size divisible by the towers"));
   }
+  if (absl::Status s = ValidateCheckpoint(training.checkpoint()); !s.ok()) return s;
   if (absl::Status s = ValidateOptimizer(training.optimizer()); !s.ok()) return s;
   if (absl::Status s = ValidateDataset(training.dataset()); !s.ok()) return s;
   return ValidateModel(training);
+}
+
+int64_t ModelParameterCount(const TrainingConfig& training) {
+  const MlpConfig& mlp = training.model().mlp();
+  auto [in, out] = ModelEnds(training.dataset());
+  std::vector<int64_t> widths = {in};
+  widths.insert(widths.end(), mlp.hidden().begin(), mlp.hidden().end());
+  widths.push_back(out);
+  // In double: absurd widths must not overflow into a small count.
+  double parameters = 0;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    parameters += static_cast<double>(widths[i]) * static_cast<double>(widths[i + 1]) +
+                  (mlp.no_bias() ? 0 : static_cast<double>(widths[i + 1]));
+  }
+  return parameters >= 9e18 ? std::numeric_limits<int64_t>::max()
+                            : static_cast<int64_t>(parameters);
+}
+
+std::string TrainingConfigHash(const JobConfig& config) {
+  TrainingConfig training = config.training();
+  training.clear_pull_timeout_seconds();
+  training.clear_log_every_steps();
+  training.clear_lease_seconds();
+  training.clear_checkpoint();
+  training.clear_device();
+  training.clear_require_all_workers();
+  if (training.dataset().has_fashion_mnist()) {
+    training.mutable_dataset()->mutable_fashion_mnist()->clear_dir();
+  }
+  const std::string relevant =
+      absl::StrCat("ps=", config.cluster().ps_size(), ";workers=", config.cluster().workers(),
+                   ";", training.SerializeAsString());
+  return absl::StrFormat("%016x", Fnv1a(relevant));
+}
+
+absl::Status CheckWritableDirectory(const std::string& dir, absl::string_view field) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path path = fs::absolute(dir, error);
+  if (error) path = dir;
+  fs::path existing = path;
+  while (!fs::exists(existing, error) && existing.has_parent_path() &&
+         existing != existing.parent_path()) {
+    existing = existing.parent_path();
+  }
+  const bool is_target = existing == path;
+  auto problem = [&](absl::string_view what) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "config field ", field, " ", dir, is_target ? " " : " cannot be created: ", what,
+        "; choose a directory this process can write"));
+  };
+  if (!fs::is_directory(existing, error)) {
+    return problem(absl::StrCat(is_target ? "is" : existing.string() + " is", " not a directory"));
+  }
+  if (access(existing.c_str(), W_OK | X_OK) != 0) {
+    return problem(absl::StrCat(is_target ? "is" : existing.string() + " is",
+                                " not writable (", std::strerror(errno), ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigSummary(const JobConfig& config) {
+  const ClusterConfig& cluster = config.cluster();
+  return absl::StrFormat("%d ps shard(s), %d worker(s), %s mode, %s%s", cluster.ps_size(),
+                         cluster.workers(), ModeName(config.training().mode()),
+                         !cluster.has_tls()                    ? "plaintext"
+                         : cluster.tls().require_client_cert() ? "mutual TLS"
+                                                               : "TLS",
+                         cluster.has_auth() ? " + token" : "");
 }
 
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
@@ -390,6 +625,14 @@ absl::Status ValidateTask(const JobConfig& config, const TaskId& task) {
         task.kind == TaskId::Kind::kPs ? " ps shard(s)" : " worker(s)"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointStart> ParseCheckpointStart(absl::string_view text) {
+  if (text == "auto") return CheckpointStart::kAuto;
+  if (text == "restore") return CheckpointStart::kRestore;
+  if (text == "fresh") return CheckpointStart::kFresh;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--checkpoint_start=", text, " is not a choice; use auto, restore or fresh"));
 }
 
 std::string ModeName(Mode mode) {

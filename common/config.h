@@ -15,6 +15,16 @@
 
 namespace pst {
 
+// Bounds ValidateConfig enforces whatever the host: beyond them a config is a
+// typo, not a job (a PS keeps state per worker, pslaunch a process per task).
+inline constexpr int kMaxWorkers = 4096;
+inline constexpr int kMaxPsShards = 1024;
+// Parameters of the model, and floats of a generated data set: 1 GiB of
+// float32 each, of which a worker and a PS keep several copies.
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 28;
+// A config file is text of a few kilobytes; reading stops here.
+inline constexpr int64_t kMaxConfigFileBytes = 16 << 20;
+
 // Which process of the cluster this is: "ps:0", "worker:3".
 struct TaskId {
   enum class Kind { kPs, kWorker };
@@ -69,6 +79,22 @@ void ApplyDefaults(JobConfig* config);
 // InvalidArgument naming the first field that is out of range.
 absl::Status ValidateConfig(const JobConfig& config);
 
+// Trainable parameters of the model the config describes.
+int64_t ModelParameterCount(const TrainingConfig& training);
+
+// A stable hex digest of what decides the trained model: cluster shape, mode
+// and its knobs, optimizer, model, data, batch size, epochs, seed, wire type.
+// Addresses, security, timeouts and checkpoint settings are left out, so a
+// task restarted under another host name still recognizes its run.
+std::string TrainingConfigHash(const JobConfig& config);
+
+// FailedPrecondition unless `dir` is, or can be created as, a directory this
+// process may write into; checks without creating anything.
+absl::Status CheckWritableDirectory(const std::string& dir, absl::string_view field);
+
+// One line describing a valid config: "N ps shard(s), M worker(s), sync mode, TLS + token".
+std::string ConfigSummary(const JobConfig& config);
+
 // Everything above in order: read `path` (or the embedded default when
 // `path` is empty), override, default, validate.
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
@@ -76,6 +102,17 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
 
 // InvalidArgument if the task does not exist in the cluster.
 absl::Status ValidateTask(const JobConfig& config, const TaskId& task);
+
+// What a PS does with the checkpoints it finds at start (--checkpoint_start):
+//  kAuto:    restore this run's newest valid checkpoint; refuse to start when
+//            the directory holds checkpoint files none of which is this
+//            run's to restore (all invalid, another run's or job's, or a
+//            finished run's); start fresh when it holds none.
+//  kRestore: restore the newest valid checkpoint whatever run wrote it;
+//            refuse when there is none.
+//  kFresh:   ignore them (moved aside), start from the initial weights.
+enum class CheckpointStart { kAuto, kRestore, kFresh };
+absl::StatusOr<CheckpointStart> ParseCheckpointStart(absl::string_view text);
 
 // "sync" / "async" / "ssp".
 std::string ModeName(Mode mode);

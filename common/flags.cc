@@ -1,15 +1,23 @@
 #include "common/flags.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
+#include <set>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "common/process_memory.h"
-#include "spdlog/spdlog.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit.h"
+#include "common/process_memory.h"
+#include "common/security.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, config, "",
           "Cluster + job config (protobuf text format, or JSON). Empty: the built-in "
@@ -34,8 +42,52 @@ ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
 ABSL_FLAG(int, batch_size, 0, "Override training.batch_size, per worker (0 = keep the config's).");
 ABSL_FLAG(float, learning_rate, 0.0f,
           "Override the optimizer's learning rate (0 = keep the config's).");
+ABSL_FLAG(bool, check_config, false,
+          "Only check the config (after ${VAR} expansion and the flag overrides), the task, and "
+          "the files this host's tasks would use (TLS files, token, checkpoint directory); print "
+          "a one-line summary and exit: 0 if valid, 2 with the error if not.");
 
 namespace pst {
+
+absl::Status CheckCommandLine(int argc, char** argv) {
+  // Abseil's own flags (help, flag files) are left to its parser.
+  static const std::set<absl::string_view> kAbseilFlags = {
+      "help",    "helpfull",        "helpshort", "helppackage", "helpon",     "helpmatch",
+      "version", "only_check_args", "flagfile",  "fromenv",     "tryfromenv", "undefok"};
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;  // a positional argument
+    const absl::string_view body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t equals = body.find('=');
+    const absl::string_view name = body.substr(0, equals);
+    if (kAbseilFlags.count(name) > 0) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && equals == absl::string_view::npos && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) continue;  // --noflag
+    }
+    if (flag == nullptr || flag->IsRetired()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, "; see --help"));
+    }
+    std::string value;
+    if (equals != absl::string_view::npos) {
+      value = std::string(body.substr(equals + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+    }
+    // Sets the flag to the value the parser will set it to anyway.
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage) {
   // Every binary starts here, before its first large buffer.
@@ -46,6 +98,9 @@ std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_vie
     return !absl::StrContains(file, "absl/");
   };
   absl::SetFlagsUsageConfig(config);
+  if (absl::Status s = CheckCommandLine(argc, argv); !s.ok()) {
+    ExitWithError(std::filesystem::path(argv[0]).filename().string(), s);
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   return positional;
@@ -86,6 +141,33 @@ std::vector<std::string> OverrideFlagsAsArgs() {
 
 absl::StatusOr<JobConfig> LoadJobConfigFromFlags() {
   return LoadJobConfig(absl::GetFlag(FLAGS_config), OverridesFromFlags());
+}
+
+absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers) {
+  if (ps) {
+    if (const std::string& dir = config.training().checkpoint().dir(); !dir.empty()) {
+      if (absl::Status s = CheckWritableDirectory(dir, "training.checkpoint.dir"); !s.ok()) {
+        return s;
+      }
+    }
+    absl::StatusOr<ClusterSecurity> server =
+        ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kServer);
+    if (!server.ok()) return server.status();
+  }
+  if (workers) {
+    absl::StatusOr<ClusterSecurity> client =
+        ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kClient);
+    if (!client.ok()) return client.status();
+  }
+  return absl::OkStatus();
+}
+
+void FinishConfigCheck(absl::string_view program, const JobConfig& config,
+                       const absl::Status& check) {
+  if (!check.ok()) ExitWithError(program, check);
+  std::printf("config OK: %s\n", ConfigSummary(config).c_str());
+  std::fflush(stdout);
+  std::exit(0);
 }
 
 }  // namespace pst

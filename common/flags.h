@@ -19,13 +19,30 @@ ABSL_DECLARE_FLAG(float, learning_rate);
 ABSL_DECLARE_FLAG(int, staleness);
 ABSL_DECLARE_FLAG(std::string, wire_dtype);
 ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(bool, check_config);
 
 namespace pst {
 
 // Sets the usage text, makes --help list this project's flags (not
 // Abseil's own), parses the command line and sets the log format. Returns
-// the positional arguments.
+// the positional arguments. A malformed command line exits 2 with one line.
 std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage);
+
+// InvalidArgument naming the first unknown flag, flag without a value or
+// value its flag cannot take. Abseil's parser reports these itself, but
+// exits 1, which launchers take for a crash worth a restart.
+absl::Status CheckCommandLine(int argc, char** argv);
+
+// What --check_config checks beyond ValidateConfig: the files the PS tasks
+// (`ps`) and the workers (`workers`) of this host would read or write at
+// start (TLS files, the token, the checkpoint directory), with the errors
+// those tasks would give.
+absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers);
+
+// Ends a --check_config run: "config OK: <summary>" on stdout and exit 0,
+// or the error on stderr and exit 2.
+[[noreturn]] void FinishConfigCheck(absl::string_view program, const JobConfig& config,
+                                    const absl::Status& check);
 
 // The overrides given by the flags above (a flag left at its default
 // sentinel is not an override).

@@ -39,28 +39,40 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+// On failure nothing is left behind: the temporary file is removed, so a
+// full disk is not filled further by torn attempts.
 absl::Status WriteFileDurably(const std::string& path, const std::string& contents) {
   const std::string temp = path + ".tmp";
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", temp);
+  auto fail = [&](absl::string_view what) {
+    absl::Status status = Errno(what, temp);
+    close(fd);
+    unlink(temp.c_str());
+    return status;
+  };
   size_t written = 0;
   while (written < contents.size()) {
     ssize_t n = write(fd, contents.data() + written, contents.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      absl::Status status = Errno("cannot write", temp);
-      close(fd);
-      return status;
+    if (n < 0) return fail("cannot write");
+    if (n == 0) {
+      errno = ENOSPC;
+      return fail("cannot write");
     }
     written += static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0) {
-    absl::Status status = Errno("cannot fsync", temp);
-    close(fd);
+  if (fsync(fd) != 0) return fail("cannot fsync");
+  if (close(fd) != 0) {
+    absl::Status status = Errno("cannot close", temp);
+    unlink(temp.c_str());
     return status;
   }
-  close(fd);
-  if (rename(temp.c_str(), path.c_str()) != 0) return Errno("cannot rename into", path);
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    absl::Status status = Errno("cannot rename into", path);
+    unlink(temp.c_str());
+    return status;
+  }
   // Make the rename itself durable.
   const std::string dir = std::filesystem::path(path).parent_path().string();
   int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -86,6 +98,19 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
   // Versions are zero-padded, so the names sort like the versions.
   std::sort(files.rbegin(), files.rend());
   return files;
+}
+
+int RemoveTemporaryFiles(const std::string& dir) {
+  int removed = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+        std::filesystem::remove(entry.path(), error)) {
+      ++removed;
+    }
+  }
+  return removed;
 }
 
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,

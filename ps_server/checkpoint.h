@@ -18,13 +18,17 @@
 namespace pst {
 
 // Writes `checkpoint` as <dir>/ckpt-<version>.bin, creating `dir` if needed,
-// then deletes all but the newest `keep` checkpoints. Returns the path.
+// then deletes all but the newest `keep` checkpoints. Returns the path. A
+// failed write (Unavailable: disk full, I/O error) leaves no file behind.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
                                             const ShardCheckpoint& checkpoint, int keep);
 
 // Reads and verifies one file. DataLoss naming the file when it is torn or
 // corrupted.
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
+
+// Deletes the temporary files a crash mid-write left in `dir`; returns how many.
+int RemoveTemporaryFiles(const std::string& dir);
 
 // Checkpoint files in `dir`, newest first.
 std::vector<std::string> ListCheckpoints(const std::string& dir);

@@ -4,9 +4,12 @@
 #include <atomic>
 #include <cstdio>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
 #include "common/exit.h"
@@ -24,9 +27,13 @@ ABSL_FLAG(std::string, listen, "",
 ABSL_FLAG(int, max_message_bytes, pst::kDefaultMaxRequestBytes,
           "Largest request (Init, Push, ...) this shard accepts, in bytes; a larger one is "
           "refused with RESOURCE_EXHAUSTED and changes nothing.");
-ABSL_FLAG(bool, check_config, false,
-          "Only check the config (after ${VAR} expansion and the flag overrides) and the task, "
-          "print a one-line summary and exit: 0 if valid, 2 with the error if not.");
+ABSL_FLAG(std::string, checkpoint_start, "auto",
+          "What to do with the checkpoints in training.checkpoint.dir at start. auto: restore "
+          "this run's newest valid checkpoint, start fresh if the directory holds none, and "
+          "refuse to start (exit 2) if it holds checkpoints of which none is this run's to "
+          "restore (all damaged, another run's or job's, or a finished run's). restore: restore "
+          "the newest valid checkpoint, whichever run wrote it (resume a run). fresh: start from "
+          "the initial weights, moving the old checkpoints to <dir>/shard-<i>/previous/.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Serve plaintext (no cluster.tls) on an address other machines can reach; only on a "
           "trusted network, such as a private container network.");
@@ -76,16 +83,15 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(
         "--max_message_bytes must be a positive number of bytes (default 268435456, 256 MiB)"));
   }
+  absl::StatusOr<pst::CheckpointStart> checkpoint_start =
+      pst::ParseCheckpointStart(absl::GetFlag(FLAGS_checkpoint_start));
+  if (!checkpoint_start.ok()) pst::ExitWithError(kProgram, checkpoint_start.status());
   if (absl::GetFlag(FLAGS_check_config)) {
-    const pst::ClusterConfig& cluster = config->cluster();
-    std::printf("config OK: %d ps shard(s), %d worker(s), %s mode, %s%s\n", cluster.ps_size(),
-                cluster.workers(), pst::ModeName(config->training().mode()).c_str(),
-                !cluster.has_tls()                 ? "plaintext"
-                : cluster.tls().require_client_cert() ? "mutual TLS"
-                                                      : "TLS",
-                cluster.has_auth() ? " + token" : "");
-    return 0;
+    pst::FinishConfigCheck(kProgram, *config, pst::CheckTaskFiles(*config, /*ps=*/true,
+                                                                  /*workers=*/false));
   }
+  // A file-size limit (ulimit -f) makes a checkpoint write fail, not the PS die.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
@@ -116,18 +122,31 @@ int main(int argc, char** argv) {
   }
   // Restore before serving, so no worker ever sees the fresh state.
   const pst::CheckpointConfig& checkpoints = config->training().checkpoint();
-  pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index);
+  pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index,
+                                 {checkpoints.run_id(), pst::TrainingConfigHash(*config)});
+  absl::Mutex gave_up_mu;
+  absl::Status gave_up;  // the checkpoint writer's reason to stop the PS
+  checkpointer.set_on_give_up([&](const absl::Status& reason) {
+    {
+      absl::MutexLock lock(&gave_up_mu);
+      gave_up = reason;
+    }
+    request_stop();
+  });
   pst::AdminHooks hooks;
   hooks.shutdown = request_stop;
+  absl::StatusOr<int64_t> restored = checkpointer.Prepare(*checkpoint_start);
+  if (!restored.ok()) {
+    request_stop();
+    signal_waiter.join();
+    pst::ExitWithError(kProgram, absl::Status(restored.status().code(),
+                                              absl::StrCat(task->ToString(), ": ",
+                                                           restored.status().message())));
+  }
+  if (*restored >= 0) {
+    spdlog::info("{} restored its checkpoint at version {}", task->ToString(), *restored);
+  }
   if (!checkpoints.dir().empty()) {
-    absl::StatusOr<int64_t> restored = checkpointer.RestoreNewest();
-    if (restored.ok()) {
-      spdlog::info("{} restored its checkpoint at version {}", task->ToString(), *restored);
-    } else if (restored.status().code() != absl::StatusCode::kNotFound) {
-      request_stop();
-      signal_waiter.join();
-      pst::ExitWithError(kProgram, restored.status());
-    }
     hooks.checkpoint = [&checkpointer]() -> absl::StatusOr<pst::CheckpointResponse> {
       absl::StatusOr<pst::Checkpointer::Written> written = checkpointer.CheckpointNow();
       if (!written.ok()) return written.status();
@@ -153,8 +172,10 @@ int main(int argc, char** argv) {
 
   checkpointer.Start();
   stop.WaitForNotification();
-  checkpointer.Stop();
+  // No update lands after this, so the final checkpoint is the final state,
+  // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();
+  checkpointer.Stop();
   server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   signal_waiter.join();
   metrics_server->reset();  // no scrape may read the shard from here on
@@ -163,5 +184,12 @@ int main(int argc, char** argv) {
   spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",
                stats.version(), stats.pushes_applied(), stats.pushes_aggregated(),
                stats.pushes_dropped(), stats.pushes_rejected());
+  absl::MutexLock lock(&gave_up_mu);
+  if (!gave_up.ok()) {
+    // Not 2: the disk may recover, and a restarted PS loses at most every_steps.
+    std::fprintf(stderr, "%s: error: %s: %s\n", kProgram, task->ToString().c_str(),
+                 std::string(gave_up.message()).c_str());
+    return 1;
+  }
   return 0;
 }

@@ -602,6 +602,12 @@ void ParameterShard::Stats(StatsResponse* response) {
   response->set_live_workers(live);
   response->set_clock_spread(live > 0 ? fastest - slowest : 0);
   response->set_mean_staleness(pushes == 0 ? 0.0 : static_cast<double>(staleness_sum_) / pushes);
+  *response->mutable_checkpoint() = checkpoint_stats_;
+}
+
+void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_stats_ = stats;
 }
 
 ShardCheckpoint ParameterShard::Snapshot() const {

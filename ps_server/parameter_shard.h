@@ -216,6 +216,9 @@ class ParameterShard {
   void DetachCheckpointWriter();
   void ScheduledSnapshotWritten();
 
+  // What Stats reports of the shard's checkpoint writer.
+  void SetCheckpointStats(const CheckpointStats& stats);
+
   // Wakes every waiting Pull with Unavailable; later calls fail the same way.
   void BeginShutdown();
 
@@ -292,6 +295,7 @@ class ParameterShard {
   std::optional<ShardCheckpoint> scheduled_snapshot_ ABSL_GUARDED_BY(mu_);
   bool checkpoint_writer_attached_ ABSL_GUARDED_BY(mu_) = false;
   bool snapshot_unwritten_ ABSL_GUARDED_BY(mu_) = false;
+  CheckpointStats checkpoint_stats_ ABSL_GUARDED_BY(mu_);
   // A StreamedUpdate holds the store's staging; other updates wait.
   bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
   StreamedUpdate* staging_holder_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -87,6 +87,16 @@ void ExportShardMetrics(ParameterShard* shard) {
        [](const StatsResponse& s) { return double(s.workers_done()); }},
       {"pst_ps_parameter_bytes", "Bytes of variables held by the shard.", metrics::Type::kGauge,
        [](const StatsResponse& s) { return double(s.parameter_bytes()); }},
+      {"pst_ps_checkpoints_written_total", "Checkpoints written.", metrics::Type::kCounter,
+       [](const StatsResponse& s) { return double(s.checkpoint().written()); }},
+      {"pst_ps_checkpoint_failures_total", "Failed checkpoint write attempts, retries included.",
+       metrics::Type::kCounter, [](const StatsResponse& s) { return double(s.checkpoint().failures()); }},
+      {"pst_ps_checkpoint_consecutive_failures",
+       "Failed checkpoint writes since the last success; the PS stops at checkpoint.max_failures.",
+       metrics::Type::kGauge,
+       [](const StatsResponse& s) { return double(s.checkpoint().consecutive_failures()); }},
+      {"pst_ps_checkpoint_version", "Version of the newest checkpoint on disk (-1: none).",
+       metrics::Type::kGauge, [](const StatsResponse& s) { return double(s.checkpoint().version()); }},
   };
   for (const Read& read : kReads) {
     GlobalRegistry().AddCallback(read.name, read.help, read.type, [shard, value = read.value] {

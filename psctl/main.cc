@@ -57,6 +57,17 @@ int Status(const JobConfig& config) {
                 static_cast<long long>(st.pushes_dropped()),
                 static_cast<long long>(st.pushes_rejected()), st.live_workers(), st.workers_size());
   }
+  if (!config.training().checkpoint().dir().empty()) {
+    std::printf("\n%-6s %11s %8s %8s %9s %s\n", "shard", "checkpoint", "written", "failed",
+                "in_a_row", "last_error");
+    for (int s = 0; s < client->num_shards(); ++s) {
+      const CheckpointStats& c = shards[s].checkpoint();
+      std::printf("%-6s %11s %8lld %8lld %9d %s\n", absl::StrCat("ps:", s).c_str(),
+                  c.version() < 0 ? "none" : absl::StrCat(c.version()).c_str(),
+                  static_cast<long long>(c.written()), static_cast<long long>(c.failures()),
+                  c.consecutive_failures(), c.last_error().empty() ? "-" : c.last_error().c_str());
+    }
+  }
   // Workers as shard 0 sees them; lag is how many versions behind shard 0's
   // current version the worker's last gradient was computed.
   std::printf("\n%-10s %10s %8s %6s %10s %8s %10s %s\n", "worker", "last_step", "clock", "lag",
@@ -108,8 +119,9 @@ int main(int argc, char** argv) {
       argc, argv,
       "Looks at and steers a running cluster.\n"
       "Usage: psctl status|checkpoint|shutdown --config=cluster.textproto\n"
-      "  status      each shard (address, version, variables, bytes, pushes) and each worker\n"
-      "              (last step, lag behind the PS, last seen, pushes dropped)\n"
+      "  status      each shard (address, version, variables, bytes, pushes, checkpoints written\n"
+      "              and failed) and each worker (last step, lag behind the PS, last seen,\n"
+      "              pushes dropped)\n"
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
       "  shutdown    every shard stops cleanly; workers then exit");
   spdlog::set_level(spdlog::level::warn);

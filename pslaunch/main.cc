@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
@@ -50,6 +53,14 @@ ABSL_FLAG(std::string, report, "",
           "on one page). Default: report.html in --result_dir when that is set, else none.");
 ABSL_FLAG(int, grace_seconds, 10,
           "When stopping, how long tasks get to exit after SIGTERM before they are killed.");
+ABSL_FLAG(int, max_local_tasks, 0,
+          "Refuse a config with more tasks (PS shards + workers) than this: each is a process "
+          "of this host. 0 = 4 per CPU, at least 16. Larger clusters span hosts: start their "
+          "tasks there with ps_server and worker.");
+ABSL_FLAG(std::string, checkpoint_start, "auto",
+          "Passed to every PS on its first start (see ps_server --help): auto, restore (resume "
+          "the run whose checkpoints are in training.checkpoint.dir) or fresh (start over, "
+          "moving them aside). A restarted PS always uses auto, and restores this run's own.");
 
 namespace {
 
@@ -134,6 +145,34 @@ void AssignMetricsPorts(std::vector<pst::ChildSpec>* tasks) {
   spdlog::info("metrics on http://{}:PORT/metrics: {}", address, absl::StrJoin(mapping, " "));
 }
 
+int MaxLocalTasks() {
+  if (int flag = absl::GetFlag(FLAGS_max_local_tasks); flag > 0) return flag;
+  return std::max(16, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// InvalidArgument when the config has more tasks than this host should run.
+absl::Status CheckLocalTaskCount(const pst::JobConfig& config) {
+  const int tasks = config.cluster().ps_size() + config.cluster().workers();
+  if (absl::GetFlag(FLAGS_max_local_tasks) < 0) {
+    return absl::InvalidArgumentError("--max_local_tasks must not be negative");
+  }
+  if (tasks <= MaxLocalTasks()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the config has ", config.cluster().ps_size(), " ps shard(s) + ", config.cluster().workers(),
+      " worker(s) = ", tasks, " tasks, more than the ", MaxLocalTasks(),
+      " pslaunch starts on one host (--max_local_tasks); raise it if this host can run them, "
+      "or start the tasks on several hosts"));
+}
+
+// Names this run in its checkpoints, so that a PS of a later run in the same
+// directory does not take them for its own.
+void SetRunId(pst::JobConfig* config) {
+  pst::CheckpointConfig* checkpoint = config->mutable_training()->mutable_checkpoint();
+  if (checkpoint->dir().empty() || !checkpoint->run_id().empty()) return;
+  checkpoint->set_run_id(absl::StrCat(
+      absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::LocalTimeZone()), "-", getpid()));
+}
+
 std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::string& bin_dir,
                                   const std::string& config_path, const std::string& result_dir) {
   std::vector<pst::ChildSpec> tasks;
@@ -142,7 +181,8 @@ std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::strin
     std::string task = absl::StrCat("ps:", i);
     tasks.push_back({task,
                      {bin_dir + "/ps_server", "--config=" + config_path, "--task=" + task},
-                     /*must_finish=*/false});
+                     /*must_finish=*/false,
+                     {"--checkpoint_start=" + absl::GetFlag(FLAGS_checkpoint_start)}});
   }
   for (int i = 0; i < config.cluster().workers(); ++i) {
     std::string task = absl::StrCat("worker:", i);
@@ -174,17 +214,22 @@ absl::StatusOr<pst::WorkerResult> ReadWorkerResult(const std::string& path) {
   return result;
 }
 
+// `abandoned`: worker indices pslaunch gave up on (no restarts left); their
+// results are missing, and the summary names them.
 absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const std::string& dir,
-                                          absl::Time start) {
+                                          absl::Time start, const std::set<int>& abandoned) {
   pst::RunSummary summary;
   summary.set_mode(pst::ModeName(config.training().mode()));
   summary.set_workers(config.cluster().workers());
   summary.set_epochs(config.training().epochs());
+  std::set<int> missing = abandoned;
   int64_t samples = 0;
   double longest = 0.0;
   for (int i = 0; i < config.cluster().workers(); ++i) {
     absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(WorkerResultPath(dir, i));
+    if (!result.ok() && missing.count(i) > 0) continue;
     if (!result.ok()) return result.status();
+    if (i == 0) missing.insert(result->missing_workers().begin(), result->missing_workers().end());
     samples += result->samples();
     longest = std::max(longest, result->train_seconds());
     if (i == 0) {  // the chief
@@ -199,6 +244,7 @@ absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const st
   }
   summary.set_train_samples_per_sec(longest > 0 ? samples / longest : 0.0);
   summary.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  summary.mutable_missing_workers()->Add(missing.begin(), missing.end());
   return summary;
 }
 
@@ -211,13 +257,19 @@ std::string JsonNumber(double value, const absl::FormatSpec<double>& format) {
 // the documented order and 64-bit integers print as numbers (the protobuf
 // printer quotes them).
 std::string SummaryLine(const pst::RunSummary& summary) {
+  // Only a run that lost workers has the last key.
+  const std::string missing =
+      summary.missing_workers().empty()
+          ? ""
+          : absl::StrCat(",\"missing_workers\":[", absl::StrJoin(summary.missing_workers(), ","),
+                         "]");
   return absl::StrFormat(
       "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s,"
-      "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s,\"devices\":\"%s\"}",
+      "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s,\"devices\":\"%s\"%s}",
       summary.mode(), summary.workers(), summary.epochs(), summary.steps(),
       JsonNumber(summary.test_accuracy(), "%.4f"), JsonNumber(summary.final_loss(), "%.6g"),
       JsonNumber(summary.train_samples_per_sec(), "%.1f"),
-      JsonNumber(summary.wall_seconds(), "%.2f"), summary.devices());
+      JsonNumber(summary.wall_seconds(), "%.2f"), summary.devices(), missing);
 }
 
 void RemoveDir(const std::string& dir) {
@@ -250,10 +302,10 @@ void WriteReport(const pst::RunSummary& summary, const pst::JobConfig& config,
 
 // Reports how the run ended and returns pslaunch's exit code.
 int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const std::string& dir,
-           absl::Time start) {
+           absl::Time start, const std::set<int>& abandoned) {
   switch (outcome.kind) {
     case pst::RunOutcome::Kind::kAllFinished: {
-      absl::StatusOr<pst::RunSummary> summary = Summarize(config, dir, start);
+      absl::StatusOr<pst::RunSummary> summary = Summarize(config, dir, start, abandoned);
       if (!summary.ok()) {
         std::fprintf(stderr, "%s: error: %s\n", kProgram,
                      std::string(summary.status().message()).c_str());
@@ -277,6 +329,54 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
       return kInterruptedExitCode;
   }
   return 1;
+}
+
+// Runs the tasks to the end under the restart policy: a task that dies is
+// started again, up to cluster.max_restarts times; a restarted PS restores
+// its checkpoint and a restarted worker resumes, so the run goes on. A PS
+// that exits 0 was shut down on purpose (psctl shutdown), and a task that
+// exits 2 refused its input (config, flags, data, device): neither is
+// restarted, since a restart would fail the same way; nor is a PS without
+// checkpoints, which would start over from the initial weights. A worker
+// other than the chief that is gone for good (code 2 aside) is left behind
+// unless training.require_all_workers: the chief reports the model without
+// it. `abandoned` gets those workers' indices.
+pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* supervisor,
+                                std::set<int>* abandoned) {
+  absl::flat_hash_map<std::string, int> restarts;
+  pst::RunOutcome outcome = supervisor->Run();
+  while (outcome.kind == pst::RunOutcome::Kind::kChildFailed && outcome.exit_code != 0) {
+    const std::string name = outcome.failed_child;
+    const bool is_ps = absl::StartsWith(name, "ps:");
+    const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode;
+    const bool forgets = is_ps && config.training().checkpoint().dir().empty();
+    if (!bad_input && !forgets && restarts[name] < config.cluster().max_restarts()) {
+      int attempt = ++restarts[name];
+      spdlog::warn("task {} exited with code {}; restarting it ({} of {})", name,
+                   outcome.exit_code, attempt, config.cluster().max_restarts());
+      absl::SleepFor(absl::Milliseconds(200 * attempt));
+      if (absl::Status s = supervisor->Restart(name); !s.ok()) {
+        spdlog::error("cannot restart {}: {}", name, std::string(s.message()));
+        return outcome;
+      }
+    } else if (!is_ps && !bad_input && name != "worker:0" &&
+               !config.training().require_all_workers()) {
+      spdlog::warn("task {} exited with code {} and is not restarted again; the run goes on "
+                   "without it (training.require_all_workers is off)", name, outcome.exit_code);
+      if (!supervisor->Abandon(name).ok()) return outcome;
+      int index = 0;
+      if (absl::SimpleAtoi(name.substr(name.find(':') + 1), &index)) abandoned->insert(index);
+    } else {
+      if (forgets && !bad_input) {
+        spdlog::error("{} exited with code {} and is not restarted: without "
+                      "training.checkpoint.dir it would start over from the initial weights",
+                      name, outcome.exit_code);
+      }
+      return outcome;
+    }
+    outcome = supervisor->Run();
+  }
+  return outcome;
 }
 
 // --help lists pslaunch's own flags and the shared override flags (by
@@ -305,6 +405,9 @@ void SetUpLogging() {
 int main(int argc, char** argv) {
   absl::Time start = absl::Now();
   SetUpHelp();
+  if (absl::Status s = pst::CheckCommandLine(argc, argv); !s.ok()) {
+    pst::ExitWithError(kProgram, s);
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   SetUpLogging();
   if (positional.size() > 1) {
@@ -324,6 +427,14 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
+  absl::Status startable = CheckLocalTaskCount(*config);
+  if (startable.ok()) {
+    startable = pst::ParseCheckpointStart(absl::GetFlag(FLAGS_checkpoint_start)).status();
+  }
+  if (startable.ok()) startable = pst::CheckTaskFiles(*config, /*ps=*/true, /*workers=*/true);
+  if (absl::GetFlag(FLAGS_check_config)) pst::FinishConfigCheck(kProgram, *config, startable);
+  if (!startable.ok()) pst::ExitWithError(kProgram, startable);
+  SetRunId(&*config);
   bool remove_dir = false;
   absl::StatusOr<std::string> dir = MakeResultDir(&remove_dir);
   if (!dir.ok()) pst::ExitWithError(kProgram, dir.status());
@@ -345,6 +456,12 @@ int main(int argc, char** argv) {
     if (absl::Status s = supervisor.StopOnSignals(); !s.ok()) pst::ExitWithError(kProgram, s);
     std::vector<std::string> started;
     for (const pst::ChildSpec& task : Tasks(*config, bin_dir, *config_path, *dir)) {
+      if (supervisor.StopRequested()) {  // a stop does not wait for every task to start
+        supervisor.StopAll(grace);
+        if (remove_dir) RemoveDir(*dir);
+        std::fprintf(stderr, "%s: interrupted; stopped every task\n", kProgram);
+        return kInterruptedExitCode;
+      }
       absl::Status s = supervisor.Start(task);
       if (!s.ok()) {
         supervisor.StopAll(grace);
@@ -354,36 +471,20 @@ int main(int argc, char** argv) {
       }
       started.push_back(absl::StrCat(task.name, " (pid ", supervisor.pids().back(), ")"));
     }
-    spdlog::info("{} mode, config {}: started {}", pst::ModeName(config->training().mode()),
-                 *config_path, absl::StrJoin(started, ", "));
+    spdlog::info("{} mode, config {}: started {}{}", pst::ModeName(config->training().mode()),
+                 *config_path, absl::StrJoin(started, ", "),
+                 config->training().checkpoint().run_id().empty()
+                     ? ""
+                     : absl::StrCat("; run ", config->training().checkpoint().run_id()));
 
-    pst::RunOutcome outcome = supervisor.Run();
-    // The restart policy: a task that dies is started again, up to
-    // cluster.max_restarts times; a restarted PS restores its checkpoint and
-    // a restarted worker resumes, so the run goes on.
-    absl::flat_hash_map<std::string, int> restarts;
-    // A PS that exits 0 was shut down on purpose (psctl shutdown), and a task
-    // that exits 2 refused its input (config, flags, data, device): neither
-    // is restarted, since a restart would fail the same way.
-    while (outcome.kind == pst::RunOutcome::Kind::kChildFailed && outcome.exit_code != 0 &&
-           outcome.exit_code != pst::kUsageErrorExitCode &&
-           restarts[outcome.failed_child] < config->cluster().max_restarts()) {
-      int attempt = ++restarts[outcome.failed_child];
-      spdlog::warn("task {} exited with code {}; restarting it ({} of {})", outcome.failed_child,
-                   outcome.exit_code, attempt, config->cluster().max_restarts());
-      absl::SleepFor(absl::Milliseconds(200 * attempt));
-      if (absl::Status s = supervisor.Restart(outcome.failed_child); !s.ok()) {
-        spdlog::error("cannot restart {}: {}", outcome.failed_child, std::string(s.message()));
-        break;
-      }
-      outcome = supervisor.Run();
-    }
+    std::set<int> abandoned;
+    pst::RunOutcome outcome = RunWithRestarts(*config, &supervisor, &abandoned);
     if (outcome.kind == pst::RunOutcome::Kind::kAllFinished) {
       spdlog::info("all {} worker(s) finished; stopping the PS tasks", config->cluster().workers());
     }
     supervisor.StopAll(grace);
     std::fflush(stderr);
-    exit_code = Finish(outcome, *config, *dir, start);
+    exit_code = Finish(outcome, *config, *dir, start, abandoned);
   }
   std::fflush(stdout);
   if (remove_dir) RemoveDir(*dir);

@@ -155,6 +155,9 @@ absl::Status Supervisor::Start(const ChildSpec& spec) {
   // Everything the child needs is prepared here: after fork it may not allocate.
   std::vector<char*> argv;
   for (const std::string& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  for (const std::string& arg : spec.first_start_args) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
   argv.push_back(nullptr);
   int out[2], err[2], status[2];
   if (pipe2(out, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "cannot create a pipe");
@@ -296,12 +299,20 @@ void Supervisor::Pump(absl::Duration timeout) {
       auto [child, stream] = owners[i];
       Drain(*child, *stream, stream == &child->out ? out_fd_ : err_fd_);
     }
-    if (fds.back().revents & POLLIN) {
-      char bytes[64];
-      while (read(stop_pipe_[0], bytes, sizeof(bytes)) > 0) ++stop_requests_;
-    }
+    if (fds.back().revents & POLLIN) ReadStopRequests();
   }
   Reap(/*block=*/false);
+}
+
+void Supervisor::ReadStopRequests() {
+  char bytes[64];
+  ssize_t n;
+  while ((n = read(stop_pipe_[0], bytes, sizeof(bytes))) > 0) stop_requests_ += static_cast<int>(n);
+}
+
+bool Supervisor::StopRequested() {
+  ReadStopRequests();
+  return stop_requests_ > 0;
 }
 
 void Supervisor::Reap(bool block) {
@@ -328,8 +339,25 @@ absl::Status Supervisor::Restart(const std::string& name) {
   Collect(old.pid);
   old.collected = true;
   FlushExited(/*close_all=*/false);
-  const ChildSpec spec = old.spec;  // copy: Start() may reallocate children_
+  ChildSpec spec = old.spec;  // copy: Start() may reallocate children_
+  spec.first_start_args.clear();
   return Start(spec);
+}
+
+absl::Status Supervisor::Abandon(const std::string& name) {
+  auto exited = std::find_if(exit_order_.begin(), exit_order_.end(),
+                             [&](size_t i) { return children_[i].spec.name == name; });
+  if (exited == exit_order_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("no exited task called ", name));
+  }
+  Child& child = children_[*exited];
+  exit_order_.erase(exited);
+  child.spec.must_finish = false;
+  kill(-child.pid, SIGKILL);  // whatever it left in its group
+  Collect(child.pid);
+  child.collected = true;
+  FlushExited(/*close_all=*/false);
+  return absl::OkStatus();
 }
 
 RunOutcome Supervisor::Run() {

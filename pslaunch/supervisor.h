@@ -39,6 +39,9 @@ struct ChildSpec {
   // the others (servers) are expected to run until stopped, so one exiting
   // on its own, even with code 0, ends the run as a failure.
   bool must_finish = true;
+  // Appended to argv on the first start only, not on Restart(): choices
+  // that must not be repeated when a task is started again.
+  std::vector<std::string> first_start_args = {};
 };
 
 struct RunOutcome {
@@ -82,10 +85,20 @@ class Supervisor {
   // the remaining children running: follow it with StopAll().
   RunOutcome Run();
 
+  // Gives up on the child called `name`, which Run() reported as failed:
+  // Run() neither reports it again nor waits for it. FailedPrecondition if
+  // no exited child has that name.
+  absl::Status Abandon(const std::string& name);
+
   // Makes Run() return kStopRequested, and a StopAll() in progress skip the
   // rest of its grace period. Async-signal-safe: call it from a signal
   // handler or another thread.
   void RequestStop();
+
+  // Whether a stop was requested since this Supervisor was made, for a
+  // caller between Start()s (starting many tasks takes a while) that must
+  // not make a stop wait for the rest.
+  bool StopRequested();
 
   // Routes SIGINT and SIGTERM to RequestStop() until this Supervisor is
   // destroyed. FailedPrecondition if another live Supervisor already did.
@@ -117,6 +130,8 @@ class Supervisor {
     int exit_code = 0;
   };
 
+  // Counts the stop requests waiting in the stop pipe.
+  void ReadStopRequests();
   // Waits up to `timeout` for output or a stop request, copies complete
   // lines, then reaps the children that exited.
   void Pump(absl::Duration timeout);

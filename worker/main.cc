@@ -102,6 +102,10 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
 
+  if (absl::GetFlag(FLAGS_check_config)) {
+    pst::FinishConfigCheck(kProgram, *config, pst::CheckTaskFiles(*config, /*ps=*/false,
+                                                                  /*workers=*/true));
+  }
   // The devices first: a wrong --device(s) fails at once, before data and peers.
   absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> backends =
       MakeTowerBackends(config->training(), task->index);
@@ -146,10 +150,7 @@ int main(int argc, char** argv) {
   trainer.set_event_writer(events.get());
   trainer.set_injected_step_delay(absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms)));
   absl::StatusOr<pst::WorkerResult> result = trainer.Run();
-  if (!result.ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", kProgram, std::string(result.status().message()).c_str());
-    return 1;
-  }
+  if (!result.ok()) pst::ExitWithStatus(kProgram, result.status());
   if (std::string path = absl::GetFlag(FLAGS_result_file); !path.empty()) {
     if (absl::Status s = WriteResult(path, *result); !s.ok()) pst::ExitWithError(kProgram, s);
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/tensor_codec.h"
@@ -385,23 +386,39 @@ absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
   return total;
 }
 
-absl::Status Trainer::WaitForAllWorkersDone() {
-  absl::Time deadline = absl::Now() + absl::Seconds(config_.training().pull_timeout_seconds());
+absl::StatusOr<Trainer::WorkersAtEnd> Trainer::WaitForAllWorkersDone() {
+  const absl::Duration patience = absl::Seconds(config_.training().pull_timeout_seconds());
+  absl::Time deadline = absl::Now() + patience;
   while (true) {
     absl::StatusOr<StatsResponse> stats = client_->Stats(0);
     if (!stats.ok()) return stats.status();
-    if (stats->workers_done() >= config_.cluster().workers()) return absl::OkStatus();
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "only ", stats->workers_done(), " of ", config_.cluster().workers(),
-          " workers finished within training.pull_timeout_seconds"));
+    WorkersAtEnd at_end{*std::move(stats), {}};
+    if (at_end.stats.workers_done() >= config_.cluster().workers()) return at_end;
+    for (const WorkerStats& w : at_end.stats.workers()) {
+      // A worker never heard from counts as live to the shard (it may be
+      // starting), but by now it should have trained: it is missing too.
+      if (!w.done() && (!w.live() || w.seconds_since_seen() < 0)) {
+        at_end.missing.push_back(w.worker());
+      }
     }
+    // While every unfinished worker is still training, waiting is progress.
+    if (at_end.missing.empty()) deadline = absl::Now() + patience;
+    if (absl::Now() > deadline) return at_end;
     absl::SleepFor(absl::Milliseconds(20));
   }
 }
 
 absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
-  if (absl::Status s = WaitForAllWorkersDone(); !s.ok()) return s;
+  absl::StatusOr<WorkersAtEnd> workers = WaitForAllWorkersDone();
+  if (!workers.ok()) return workers.status();
+  const CheckpointStats& restored = workers->stats.checkpoint();
+  if (result->steps() == 0 && workers->stats.pushes_applied() == 0 &&
+      workers->stats.pushes_aggregated() == 0 && restored.restored_version() >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no training happened: ps:0 restored version ", restored.restored_version(),
+        ", where every worker had already done its steps (a finished run); to train again, "
+        "start the PS with --checkpoint_start=fresh"));
+  }
   if (absl::Status s = PullParameters(std::vector<int64_t>(versions_.size(), 0)); !s.ok()) return s;
   absl::StatusOr<LossResult> test = Evaluate(data_->test);
   if (!test.ok()) return test.status();
@@ -409,13 +426,27 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
   const int epochs = config_.training().epochs();
   recorder_->OnEvaluation(epochs, epochs * sampler_->steps_per_epoch(), test->loss,
                           Accuracy(*test, data_->test), result);
+  std::vector<std::string> missing;
+  for (int worker : workers->missing) {
+    result->add_missing_workers(worker);
+    missing.push_back(absl::StrCat("worker:", worker));
+  }
+  const std::string without =
+      missing.empty() ? ""
+                      : absl::StrCat(" (without ", absl::StrJoin(missing, ", "),
+                                     ": gone for good, neither done nor back within "
+                                     "training.pull_timeout_seconds)");
   if (data_->test.num_classes > 0) {
     result->set_has_test_accuracy(true);
     result->set_test_accuracy(static_cast<double>(test->correct) / data_->test.size);
-    spdlog::info("final: version {} test_accuracy {:.4f} test_loss {:.4f}", versions_[0],
-                 result->test_accuracy(), test->loss);
+    spdlog::info("final: version {} test_accuracy {:.4f} test_loss {:.4f}{}", versions_[0],
+                 result->test_accuracy(), test->loss, without);
   } else {
-    spdlog::info("final: version {} test_loss {:.6f}", versions_[0], test->loss);
+    spdlog::info("final: version {} test_loss {:.6f}{}", versions_[0], test->loss, without);
+  }
+  if (!missing.empty() && config_.training().require_all_workers()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        absl::StrJoin(missing, ", "), " did not finish, and training.require_all_workers is set"));
   }
   return absl::OkStatus();
 }

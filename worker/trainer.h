@@ -91,7 +91,17 @@ class Trainer {
   // every shard answers, re-offers Init, and pulls whatever the shards hold.
   absl::Status Reconnect(const absl::Status& cause);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
-  absl::Status WaitForAllWorkersDone();
+  // How the workers stood when the chief stopped waiting for them: shard 0's
+  // Stats, and the workers it gave up on (neither done nor in the live set,
+  // or never heard from, for pull_timeout_seconds).
+  struct WorkersAtEnd {
+    StatsResponse stats;
+    std::vector<int> missing;
+  };
+  absl::StatusOr<WorkersAtEnd> WaitForAllWorkersDone();
+  // Evaluates the final model and reports it, naming any missing workers;
+  // an error when no training happened at all (the PS restored a finished
+  // run) or when training.require_all_workers and some are missing.
   absl::Status EvaluateFinal(WorkerResult* result);
   bool is_chief() const { return rank_ == 0; }
 

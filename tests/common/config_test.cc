@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -130,6 +131,28 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        "--devices: devices \"cpu:0\""},
       {"towers that cannot split the batch", replace("epochs: 2", "epochs: 2 devices: \"cpu:3\""),
        {}, absl::StatusCode::kInvalidArgument, "3 towers cannot split batch_size 32"},
+      // Accepted at load, then refused (or worse) by the PS or pslaunch.
+      {"duplicate ps address", replace("ps: \"127.0.0.1:50051\"", "ps: \"a:1\" ps: \"a:1\""), {},
+       absl::StatusCode::kInvalidArgument,
+       "cluster.ps[1] \"a:1\" is also cluster.ps[0]; every shard needs its own address"},
+      {"mode out of range", replace("mode: SYNC", "mode: 7"), {}, absl::StatusCode::kInvalidArgument,
+       "training.mode 7 is not a mode"},
+      {"wire dtype out of range", replace("mode: SYNC", "wire_dtype: 9"), {},
+       absl::StatusCode::kInvalidArgument, "training.wire_dtype 9 is not a type"},
+      {"negative every_steps", replace("epochs: 2", "checkpoint { dir: \"c\" every_steps: -5 }"), {},
+       absl::StatusCode::kInvalidArgument, "training.checkpoint.every_steps is -5"},
+      {"negative keep", replace("epochs: 2", "checkpoint { dir: \"c\" keep: -2 }"), {},
+       absl::StatusCode::kInvalidArgument, "training.checkpoint.keep is -2"},
+      {"interval without a directory", replace("epochs: 2", "checkpoint { every_steps: 10 }"), {},
+       absl::StatusCode::kInvalidArgument, "training.checkpoint.dir is empty"},
+      {"absurd worker count", replace("workers: 2", "workers: 100000"), {},
+       absl::StatusCode::kInvalidArgument, "cluster.workers 100000 is more than the 4096"},
+      {"model too large", replace("hidden: 16", "hidden: 100000 hidden: 100000"), {},
+       absl::StatusCode::kInvalidArgument, "makes a model of 10079600010 parameters"},
+      {"missing closing brace", "cluster { ps: \"a:1\" workers: 1\ntraining { epochs: 1 }\n", {},
+       absl::StatusCode::kInvalidArgument,
+       "bad.textproto:2:10: Message type \"pst.ClusterConfig\" has no field named \"training\". "
+       "(\"training\" belongs to pst.JobConfig: is a closing } missing before it?)"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -139,6 +162,45 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
     EXPECT_EQ(config.status().code(), c.code);
     EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.message));
   }
+}
+
+// A directory or a device given as --config is one line, not an empty
+// config or a read that never ends.
+TEST(ConfigTest, ADirectoryOrAnEndlessFileIsNoConfig) {
+  absl::StatusOr<JobConfig> directory = LoadJobConfig(::testing::TempDir(), {});
+  EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(directory.status().message()), HasSubstr("is a directory"));
+  absl::StatusOr<JobConfig> endless = LoadJobConfig("/dev/zero", {});
+  EXPECT_EQ(endless.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(endless.status().message()),
+              HasSubstr("/dev/zero is larger than 16 MiB"));
+}
+
+TEST(ConfigTest, UnwritableCheckpointDirectoryIsFoundWithoutCreatingIt) {
+  EXPECT_TRUE(CheckWritableDirectory(::testing::TempDir() + "/not/yet/there", "dir").ok());
+  absl::Status through_a_file = CheckWritableDirectory("/etc/passwd/ckpt", "training.checkpoint.dir");
+  EXPECT_EQ(through_a_file.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(through_a_file.message()),
+              HasSubstr("training.checkpoint.dir /etc/passwd/ckpt cannot be created: /etc/passwd "
+                        "is not a directory"));
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/not"));
+}
+
+// The run identity ignores where tasks run and how they are secured, and
+// changes with anything that decides the trained model.
+TEST(ConfigTest, TrainingConfigHashFollowsWhatDecidesTheModel) {
+  const JobConfig base = *ParseConfig(kGoodConfig, "good");
+  JobConfig moved = base;
+  moved.mutable_cluster()->set_ps(0, "10.0.0.1:6000");
+  moved.mutable_training()->set_lease_seconds(9);
+  moved.mutable_training()->mutable_checkpoint()->set_dir("/elsewhere");
+  EXPECT_EQ(TrainingConfigHash(moved), TrainingConfigHash(base));
+  JobConfig wider = base;
+  wider.mutable_training()->mutable_model()->mutable_mlp()->set_hidden(0, 32);
+  EXPECT_NE(TrainingConfigHash(wider), TrainingConfigHash(base));
+  JobConfig more_workers = base;
+  more_workers.mutable_cluster()->set_workers(3);
+  EXPECT_NE(TrainingConfigHash(more_workers), TrainingConfigHash(base));
 }
 
 TEST(ConfigTest, MissingFileIsNotFound) {

@@ -38,17 +38,26 @@ def k8s_objects():
 
 
 def check_config(text, task, env):
-    """Runs ps_server --check_config on `text` as `task`; returns (code, output)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".textproto", delete=False) as f:
-        f.write(text)
-        path = f.name
-    try:
+    """Runs ps_server --check_config on `text` as `task`; returns (code, output).
+
+    --check_config also checks the files the PS would use, which only exist
+    in the pods: the pods' paths are mapped into a scratch directory holding
+    stand-ins (the TLS files, the checkpoint directory's parent) and the
+    token variable is set.
+    """
+    with tempfile.TemporaryDirectory() as pod:
+        for name in ("tls.crt", "tls.key", "ca.crt"):
+            with open(os.path.join(pod, name), "w") as f:
+                f.write("stand-in PEM\n")
+        text = text.replace("/etc/pstrain/tls/", pod + "/").replace("/var/lib/pstrain/", pod + "/")
+        path = os.path.join(pod, "cluster.textproto")
+        with open(path, "w") as f:
+            f.write(text)
         run = subprocess.run(
             [PS_SERVER, "--config=" + path, "--task=" + task, "--check_config"],
-            env=env, capture_output=True, text=True, timeout=30)
+            env=dict(env, PSTRAIN_TOKEN="stand-in-token"), capture_output=True, text=True,
+            timeout=30)
         return run.returncode, run.stdout + run.stderr
-    finally:
-        os.unlink(path)
 
 
 def count_field(text, field):

@@ -1,7 +1,9 @@
 // Fault injection with real processes on loopback: a worker killed with
-// SIGKILL mid-run, and the PS killed with SIGKILL mid-run and restarted from
-// its checkpoint. Every process is started here, watched by PID, and killed
-// at the end whatever happens.
+// SIGKILL mid-run (and restarted, or gone for good), the PS killed with
+// SIGKILL mid-run and restarted from its checkpoint, checkpoints that do not
+// restore or belong to a finished run, and a disk that refuses checkpoints.
+// Every process is started here, watched by PID, and killed at the end
+// whatever happens.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -43,6 +45,9 @@ class Process {
     }
   }
   ~Process() { Kill(); }
+  void Signal(int signal_number) {
+    if (pid_ > 0) kill(pid_, signal_number);
+  }
   void Kill() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
@@ -83,21 +88,38 @@ class FaultTest : public ::testing::Test {
     address_ = absl::StrCat("127.0.0.1:", FreePort());
   }
 
-  std::string WriteConfig(int workers, const std::string& extra) {
+  std::string WriteConfig(int workers, const std::string& extra, int pull_timeout_seconds = 60) {
     std::string path = dir_ + "/job.textproto";
     std::ofstream(path) << "cluster { ps: \"" << address_ << "\" workers: " << workers << " }\n"
                         << "training {\n  optimizer { adam { learning_rate: 0.001 } }\n"
-                        << "  batch_size: 32 epochs: 2 lease_seconds: 1 pull_timeout_seconds: 60\n"
+                        << "  batch_size: 32 epochs: 2 lease_seconds: 1\n"
+                        << "  pull_timeout_seconds: " << pull_timeout_seconds << "\n"
                         << "  model { mlp { hidden: 64 } }\n"
                         << "  dataset { fashion_mnist { train_limit: 12000 } }\n"
                         << extra << "}\n";
     return path;
   }
 
-  std::unique_ptr<Process> StartPs(const std::string& config) {
-    return std::make_unique<Process>(
-        std::vector<std::string>{Bin("ps_server"), "--config=" + config, "--task=ps:0"},
-        dir_ + "/ps.log");
+  // One worker, sixteen steps: a whole run in about a second.
+  std::string WriteTinyConfig(const std::string& extra) {
+    std::string path = dir_ + "/tiny.textproto";
+    std::ofstream(path) << "cluster { ps: \"" << address_ << "\" workers: 1 }\n"
+                        << "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 16\n"
+                        << "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } }\n"
+                        << extra << "}\n";
+    return path;
+  }
+
+  std::unique_ptr<Process> StartPs(const std::string& config,
+                                   const std::vector<std::string>& prefix = {},
+                                   const std::string& extra_arg = "",
+                                   const std::string& log = "ps.log") {
+    std::vector<std::string> argv = prefix;
+    for (const std::string& arg : {Bin("ps_server"), "--config=" + config, std::string("--task=ps:0")}) {
+      argv.push_back(arg);
+    }
+    if (!extra_arg.empty()) argv.push_back(extra_arg);
+    return std::make_unique<Process>(argv, dir_ + "/" + log);
   }
   std::unique_ptr<Process> StartWorker(const std::string& config, int rank) {
     return std::make_unique<Process>(
@@ -107,11 +129,15 @@ class FaultTest : public ::testing::Test {
         absl::StrCat(dir_, "/worker-", rank, ".log"));
   }
 
+  absl::StatusOr<StatsResponse> TryStats(absl::Duration connect_timeout) {
+    auto client = PsClient::Connect({address_}, 0, connect_timeout);
+    if (!client.ok()) return client.status();
+    return (*client)->Stats(0);
+  }
+
   StatsResponse Stats() {
-    auto client = PsClient::Connect({address_}, 0, absl::Seconds(10));
-    EXPECT_TRUE(client.ok()) << client.status();
-    if (!client.ok()) return StatsResponse();
-    absl::StatusOr<StatsResponse> stats = (*client)->Stats(0);
+    absl::StatusOr<StatsResponse> stats = TryStats(absl::Seconds(10));
+    EXPECT_TRUE(stats.ok()) << stats.status();
     return stats.ok() ? *stats : StatsResponse();
   }
 
@@ -134,6 +160,25 @@ class FaultTest : public ::testing::Test {
     WorkerResult result;
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &result).ok());
     return result;
+  }
+
+  // The lines of a log that contain "error: ".
+  std::vector<std::string> ErrorLines(const std::string& name) {
+    std::vector<std::string> errors;
+    std::stringstream log(Log(name));
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("error: ") != std::string::npos) errors.push_back(line);
+    }
+    return errors;
+  }
+
+  std::vector<std::string> FilesUnder(const std::string& path) {
+    std::vector<std::string> files;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(path, error)) {
+      if (entry.is_regular_file()) files.push_back(entry.path().filename().string());
+    }
+    return files;
   }
 
   std::string Log(const std::string& name) {
@@ -239,6 +284,102 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
               static_cast<long long>(before), static_cast<long long>(restored),
               static_cast<long long>(before - restored), absl::FormatDuration(recovery).c_str(),
               Result(0).test_accuracy());
+}
+
+// Every checkpoint in the directory is damaged: the PS refuses to start
+// (exit 2, one line naming the directory) instead of starting from the
+// initial weights while the workers carry on as if nothing was lost.
+TEST_F(FaultTest, PsRefusesToStartWhenNoCheckpointRestores) {
+  std::string config = WriteConfig(1, absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" }\n"));
+  std::filesystem::create_directories(dir_ + "/ckpt/shard-0");
+  std::ofstream(dir_ + "/ckpt/shard-0/ckpt-000000000000700.bin") << "PSTCKPT1 torn by a crash";
+  auto ps = StartPs(config);
+  EXPECT_EQ(ps->Wait(absl::Seconds(30)), 2) << Log("ps.log");
+  std::vector<std::string> errors = ErrorLines("ps.log");
+  ASSERT_EQ(errors.size(), 1u) << Log("ps.log");
+  EXPECT_THAT(errors[0], ::testing::HasSubstr(dir_ + "/ckpt/shard-0 holds 1 checkpoint file(s) "
+                                              "and none restores"));
+  EXPECT_THAT(errors[0], ::testing::HasSubstr("--checkpoint_start=fresh"));
+}
+
+// Checkpoint writes fail (a file-size limit stands in for a full disk): the
+// PS holds pushes at the scheduled checkpoint while it retries, then stops
+// with one line and a non-zero code, leaving no temporary files. The
+// version never runs past the checkpoint that could not be written.
+TEST_F(FaultTest, PsStopsWhenCheckpointsKeepFailing) {
+  std::string config = WriteConfig(
+      2, absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 20 max_failures: 3 }\n"));
+  auto ps = StartPs(config, {"/usr/bin/prlimit", "--fsize=65536", "--"});
+  auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
+  int code = -1;
+  int64_t highest = 0;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(90); code < 0 && absl::Now() < deadline;) {
+    code = ps->Wait(absl::Milliseconds(100));
+    if (absl::StatusOr<StatsResponse> stats = TryStats(absl::Seconds(1)); stats.ok()) {
+      highest = std::max(highest, stats->version());
+    }
+  }
+  EXPECT_EQ(code, 1) << Log("ps.log");
+  EXPECT_EQ(highest, 20) << "the model ran ahead of the disk";
+  std::vector<std::string> errors = ErrorLines("ps.log");
+  ASSERT_FALSE(errors.empty()) << Log("ps.log");
+  EXPECT_THAT(errors.back(), ::testing::HasSubstr("ps_server: error: ps:0: checkpoint at version 20"));
+  EXPECT_THAT(errors.back(), ::testing::HasSubstr("failed 3 times in a row"));
+  EXPECT_THAT(Log("ps.log"), ::testing::HasSubstr("checkpoint failed (1 in a row"));
+  EXPECT_THAT(FilesUnder(dir_ + "/ckpt"), ::testing::IsEmpty());
+}
+
+// A finished run's checkpoints are not taken for a new run's: a new PS in
+// the directory refuses to start; told to restore, it does, and the chief,
+// with nothing left to train, does not report success; told to start fresh,
+// it trains from the initial weights.
+TEST_F(FaultTest, ANewRunInAFinishedRunsDirectoryIsRefused) {
+  std::string config =
+      WriteTinyConfig(absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 5 }\n"));
+  auto ps = StartPs(config);
+  EXPECT_EQ(StartWorker(config, 0)->Wait(absl::Seconds(60)), 0) << Log("worker-0.log");
+  ps->Signal(SIGTERM);
+  ASSERT_EQ(ps->Wait(absl::Seconds(30)), 0) << Log("ps.log");
+
+  auto again = StartPs(config, {}, "", "ps-again.log");
+  EXPECT_EQ(again->Wait(absl::Seconds(30)), 2) << Log("ps-again.log");
+  ASSERT_EQ(ErrorLines("ps-again.log").size(), 1u) << Log("ps-again.log");
+  EXPECT_THAT(ErrorLines("ps-again.log")[0],
+              ::testing::HasSubstr("holds the final checkpoint of a finished run (version 16"));
+
+  auto restored = StartPs(config, {}, "--checkpoint_start=restore", "ps-restore.log");
+  auto idle = StartWorker(config, 0);
+  EXPECT_EQ(idle->Wait(absl::Seconds(60)), 2) << Log("worker-0.log");
+  EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("no training happened: ps:0 restored version 16"));
+  restored->Kill();
+
+  auto fresh = StartPs(config, {}, "--checkpoint_start=fresh", "ps-fresh.log");
+  EXPECT_EQ(StartWorker(config, 0)->Wait(absl::Seconds(60)), 0) << Log("worker-0.log");
+  EXPECT_EQ(Result(0).steps(), 16);
+  EXPECT_THAT(FilesUnder(dir_ + "/ckpt/shard-0/previous"),
+              ::testing::Contains("ckpt-000000000000016.bin"));
+}
+
+// A worker killed and never restarted: the chief still evaluates the final
+// model once the worker has been gone for pull_timeout_seconds, reports its
+// accuracy and names the missing worker, and exits 0
+// (training.require_all_workers is off).
+TEST_F(FaultTest, ChiefReportsTheModelWhenAWorkerIsGoneForGood) {
+  std::string config = WriteConfig(2, "", /*pull_timeout_seconds=*/3);
+  auto ps = StartPs(config);
+  auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60);
+       Stats().workers(1).clock() == 0 && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+  }
+  ASSERT_GT(Stats().workers(1).clock(), 0) << Log("worker-1.log");
+  w1->Kill();
+  EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
+  WorkerResult chief = Result(0);
+  EXPECT_THAT(chief.missing_workers(), ::testing::ElementsAre(1));
+  EXPECT_TRUE(chief.has_test_accuracy());
+  EXPECT_GE(chief.test_accuracy(), 0.7);
+  EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("(without worker:1: gone for good"));
 }
 
 }  // namespace

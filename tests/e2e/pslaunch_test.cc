@@ -205,6 +205,31 @@ TEST(BinaryErrorsTest, UserMistakesGiveOneLineAndExitCodeTwo) {
 training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
   dataset { fashion_mnist { dir: "/nonexistent/fmnist" } } })"));
   std::string unreachable = WriteConfig("unreachable.textproto", FashionMnistConfig(FreePort()));
+  const std::string good = FashionMnistConfig(FreePort());
+  auto variant = [&good](const std::string& name, const std::string& from, const std::string& to) {
+    std::string text = good;
+    text.replace(text.find(from), from.size(), to);
+    return WriteConfig(name, text);
+  };
+  std::string empty_token = WriteConfig("empty.token", "");
+  std::string many_workers = variant("many.textproto", "workers: 2", "workers: 300");
+  std::string huge_cluster = variant("huge.textproto", "workers: 2", "workers: 100000");
+  std::string duplicate_ps = variant("duplicate.textproto", " workers: 2",
+                                     " ps: \"127.0.0.1:1\" ps: \"127.0.0.1:1\" workers: 2");
+  std::string mode_seven = variant("mode7.textproto", "batch_size: 64", "batch_size: 64 mode: 7");
+  std::string every_minus = variant("every.textproto", "epochs: 1",
+                                    "epochs: 1 checkpoint { dir: \"c\" every_steps: -5 }");
+  std::string keep_minus =
+      variant("keep.textproto", "epochs: 1", "epochs: 1 checkpoint { dir: \"c\" keep: -2 }");
+  std::string unwritable = variant("unwritable.textproto", "epochs: 1",
+                                   "epochs: 1 checkpoint { dir: \"/etc/passwd/ckpt\" }");
+  std::string token = variant(
+      "token.textproto", " workers: 2 }",
+      absl::StrCat(" workers: 2 tls { ca: \"/etc/ssl/certs/ca-certificates.crt\" }"
+                   " auth { token_file: \"", empty_token, "\" } }"));
+  std::string huge_model =
+      variant("huge_model.textproto", "hidden: 256 hidden: 128", "hidden: 100000 hidden: 100000");
+  std::string no_brace = variant("brace.textproto", " workers: 2 }", " workers: 2");
   struct Case {
     std::string name;
     std::string command;
@@ -225,6 +250,31 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
       {"unreachable PS",
        Bin("worker") + " --config=" + unreachable + " --task=worker:1 --connect_timeout_seconds=1",
        "cannot reach ps:0"},
+      {"more tasks than one host runs", Bin("pslaunch") + " --config=" + many_workers,
+       "= 301 tasks, more than the"},
+      {"more tasks than one host runs (check)",
+       Bin("pslaunch") + " --check_config --config=" + many_workers, "(--max_local_tasks)"},
+      {"absurd cluster", Bin("ps_server") + " --check_config --config=" + huge_cluster,
+       "cluster.workers 100000 is more than the 4096"},
+      {"duplicate PS addresses", Bin("ps_server") + " --task=ps:1 --config=" + duplicate_ps,
+       "is also cluster.ps[1]; every shard needs its own address"},
+      {"mode out of range", Bin("ps_server") + " --check_config --config=" + mode_seven,
+       "training.mode 7 is not a mode"},
+      {"negative every_steps", Bin("ps_server") + " --check_config --config=" + every_minus,
+       "training.checkpoint.every_steps is -5"},
+      {"negative keep", Bin("pslaunch") + " --check_config --config=" + keep_minus,
+       "training.checkpoint.keep is -2"},
+      {"unwritable checkpoint directory", Bin("ps_server") + " --check_config --config=" + unwritable,
+       "/etc/passwd is not a directory"},
+      {"empty token file", Bin("worker") + " --check_config --config=" + token, "is empty"},
+      {"model too large", Bin("worker") + " --config=" + huge_model,
+       "makes a model of 10079600010 parameters"},
+      {"directory as config", Bin("ps_server") + " --config=" + ScratchDir(), "is a directory"},
+      {"endless config", Bin("ps_server") + " --config=/dev/zero", "larger than 16 MiB"},
+      {"unknown flag", Bin("pslaunch") + " --epocks=3", "unknown flag --epocks"},
+      {"malformed flag value", Bin("worker") + " --epochs=three", "--epochs=three"},
+      {"missing closing brace", Bin("pslaunch") + " --check_config --config=" + no_brace,
+       "is a closing } missing before it?"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -235,6 +285,74 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
     std::vector<std::string> lines = absl::StrSplit(run.err, '\n', absl::SkipEmpty());
     EXPECT_EQ(lines.size(), 1u) << run.err;
   }
+}
+
+std::string TinyCheckpointedConfig(const std::string& checkpoints) {
+  return absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 2 }\n",
+                      "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 8\n",
+                      "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } }\n",
+                      "  checkpoint { dir: \"", checkpoints, "\" every_steps: 4 } }\n");
+}
+
+// Each pslaunch is a run of its own: a second launch in a finished run's
+// checkpoint directory does not "finish" at once on the old state; asked to
+// restore it, the chief refuses to call a run without training a success;
+// asked to start fresh, it trains.
+TEST(PslaunchCheckpointTest, ANewLaunchDoesNotTakeOverAFinishedRun) {
+  const std::string dir = ScratchDir() + "/new_launch";
+  std::filesystem::remove_all(dir);
+  const std::string config =
+      WriteConfig("new_launch.textproto", TinyCheckpointedConfig(dir + "/ckpt"));
+  const std::string launch = absl::StrCat(Bin("pslaunch"), " --config=", config);
+  CommandResult first = RunCommand(launch, 120);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+
+  CommandResult second = RunCommand(launch, 120);
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("[ps:0] ps_server: error: ps:0: " + dir +
+                                    "/ckpt/shard-0 holds the checkpoints of another run"));
+  EXPECT_THAT(second.out, ::testing::Not(HasSubstr("{\"mode\":")));
+
+  CommandResult restored = RunCommand(launch + " --checkpoint_start=restore", 120);
+  EXPECT_EQ(restored.exit_code, 2) << restored.err;
+  EXPECT_THAT(restored.err, HasSubstr("no training happened"));
+
+  CommandResult fresh = RunCommand(launch + " --checkpoint_start=fresh", 120);
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  RunSummary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(LastLine(fresh.out), &summary).ok());
+  EXPECT_EQ(summary.steps(), 16);
+}
+
+// SIGTERM while pslaunch is still starting tasks: it starts no more and is
+// gone within --grace_seconds, even though its tasks ignore SIGTERM. The
+// tasks here are stand-ins: the PS sends pslaunch SIGTERM as it starts.
+TEST(PslaunchSignalTest, SigtermWhileStartingTasksStopsWithinTheGracePeriod) {
+  const std::string bin = ScratchDir() + "/fake_bin";
+  std::filesystem::remove_all(bin);
+  std::filesystem::create_directories(bin);
+  std::ofstream(bin + "/ps_server") << "#!/bin/sh\ntrap '' TERM\nkill -TERM $PPID\nexec sleep 300\n";
+  std::ofstream(bin + "/worker") << "#!/bin/sh\ntrap '' TERM\necho started >> \"$(dirname \"$0\")/started\"\n"
+                                 << "exec sleep 300\n";
+  for (const char* name : {"/ps_server", "/worker"}) {
+    std::filesystem::permissions(bin + name, std::filesystem::perms::owner_all);
+  }
+  std::string config = WriteConfig(
+      "many_fakes.textproto",
+      absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 200 }\n",
+                   "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }\n",
+                   "  dataset { quadratic { examples: 256 } } }\n"));
+  const absl::Time start = absl::Now();
+  CommandResult run = RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", config, " --bin_dir=",
+                                              bin, " --max_local_tasks=300 --grace_seconds=1"),
+                                 60);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(run.exit_code, 130) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("interrupted; stopped every task"));
+  const std::string started = ReadFile(bin + "/started");
+  const size_t workers_started = std::count(started.begin(), started.end(), '\n');
+  EXPECT_LT(workers_started, 100u) << "pslaunch went on starting tasks after SIGTERM";
+  EXPECT_LT(took, absl::Seconds(10));
 }
 
 }  // namespace

@@ -1,17 +1,24 @@
-// Checkpoint files and shard restore: nothing torn or corrupted is ever
-// loaded, and a restored shard continues exactly where the old one stood.
+// Checkpoint files, shard restore and the Checkpointer: nothing torn or
+// corrupted is ever loaded, a restored shard continues exactly where the old
+// one stood, a PS never silently starts over or takes another run's state,
+// and a failing disk stops the PS rather than letting the loss bound grow.
 #include "ps_server/checkpoint.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/synchronization/notification.h"
+#include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
 
 namespace pst {
@@ -188,10 +195,222 @@ TEST(CheckpointTest, RestoreRefusesAnotherShardsCheckpointOrALiveShard) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("momentum"));
 }
 
+// A disk that fills up mid-write (here a file-size limit) leaves nothing
+// behind: no torn temporary file accumulates on the full disk.
+TEST(CheckpointTest, AFailedWriteLeavesNoTemporaryFile) {
+  auto shard = MomentumShard();
+  InitRequest init;
+  std::vector<float> big(64 * 1024, 1.0f);
+  EncodeTensor("w", std::vector<int64_t>{static_cast<int64_t>(big.size())}, big,
+               init.add_variables());
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(init, &response).ok());
+  const std::string dir = FreshDir("ckpt_full_disk");
+  std::filesystem::create_directories(dir);
+  rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  absl::StatusOr<std::string> written = WriteCheckpoint(dir, shard->Snapshot(), 3);
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(written.ok());
+  EXPECT_THAT(std::string(written.status().message()), HasSubstr("cannot write"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << std::filesystem::directory_iterator(dir)->path();
+}
+
 TEST(CheckpointTest, MissingDirectoryHasNothingToRestore) {
   std::vector<std::string> rejected;
   EXPECT_EQ(ReadNewestValidCheckpoint("/nonexistent/ckpt", &rejected).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+class CheckpointerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.set_dir(FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  }
+  std::string ShardDir() const { return config_.dir() + "/shard-0"; }
+
+  // A shard of the job with one pushed update, checkpointed as `identity`.
+  void WriteRun(const RunIdentity& identity, bool finished) {
+    auto shard = MomentumShard();
+    Init(shard.get());
+    PushOnes(shard.get());
+    if (finished) {
+      DoneRequest done;
+      DoneResponse response;
+      ASSERT_TRUE(shard->Done(done, &response).ok());
+    }
+    Checkpointer checkpointer(shard.get(), config_, 0, identity);
+    ASSERT_TRUE(checkpointer.CheckpointNow().ok());
+  }
+
+  CheckpointConfig config_;
+};
+
+// Every checkpoint file damaged: the PS refuses to start rather than train
+// again from the initial weights; told to start fresh, it moves them aside.
+TEST_F(CheckpointerTest, RefusesToStartWhenNoCheckpointRestores) {
+  WriteRun({"", "job"}, /*finished=*/false);
+  const std::string file = ListCheckpoints(ShardDir()).front();
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);
+  auto shard = MomentumShard();
+  Checkpointer checkpointer(shard.get(), config_, 0, {"", "job"});
+  absl::StatusOr<int64_t> start = checkpointer.Prepare(CheckpointStart::kAuto);
+  ASSERT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(start.status().message()), HasSubstr(ShardDir() + " holds 1 checkpoint"));
+  EXPECT_THAT(std::string(start.status().message()), HasSubstr("--checkpoint_start=fresh"));
+
+  Checkpointer fresh(shard.get(), config_, 0, {"", "job"});
+  EXPECT_EQ(*fresh.Prepare(CheckpointStart::kFresh), -1);
+  EXPECT_TRUE(ListCheckpoints(ShardDir()).empty());
+  EXPECT_EQ(ListCheckpoints(ShardDir() + "/previous").size(), 1u);
+}
+
+// A checkpoint of another run, another job or a finished run is not taken
+// for this run's own; only --checkpoint_start=restore loads it, and then
+// stamps it as this run's, so that this run's next restart finds it.
+TEST_F(CheckpointerTest, RestoresOnlyItsOwnUnfinishedRunUnlessAsked) {
+  struct Case {
+    std::string name;
+    RunIdentity written, starting;
+    bool finished;
+    std::string refusal;
+  };
+  const std::vector<Case> cases = {
+      {"another run", {"run-a", "job"}, {"run-b", "job"}, false,
+       "another run (version 1, run run-a; this is run run-b)"},
+      {"another job", {"", "job-1"}, {"", "job-2"}, false, "another job"},
+      {"a finished run", {"", "job"}, {"", "job"}, true, "final checkpoint of a finished run"},
+      {"this run", {"run-a", "job"}, {"run-a", "job"}, false, ""},
+      {"this run, finished", {"run-a", "job"}, {"run-a", "job"}, true, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::filesystem::remove_all(config_.dir());
+    WriteRun(c.written, c.finished);
+    auto shard = MomentumShard();
+    Checkpointer automatic(shard.get(), config_, 0, c.starting);
+    absl::StatusOr<int64_t> start = automatic.Prepare(CheckpointStart::kAuto);
+    if (c.refusal.empty()) {
+      EXPECT_EQ(*start, 1);
+      continue;
+    }
+    ASSERT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(start.status().message()), HasSubstr(c.refusal));
+    EXPECT_EQ(shard->version(), 0);
+
+    Checkpointer resume(shard.get(), config_, 0, c.starting);
+    EXPECT_EQ(*resume.Prepare(CheckpointStart::kRestore), 1);
+    absl::StatusOr<ShardCheckpoint> stamped = ReadCheckpoint(ListCheckpoints(ShardDir()).front());
+    ASSERT_TRUE(stamped.ok());
+    EXPECT_EQ(stamped->run_id(), c.starting.run_id);
+    EXPECT_EQ(stamped->config_hash(), c.starting.config_hash);
+    EXPECT_FALSE(stamped->finished());
+    auto restarted = MomentumShard();
+    Checkpointer again(restarted.get(), config_, 0, c.starting);
+    EXPECT_EQ(*again.Prepare(CheckpointStart::kAuto), 1);
+  }
+}
+
+// Pushes are applied on a thread of their own, as fast as the shard lets them.
+class Pusher {
+ public:
+  explicit Pusher(ParameterShard* shard)
+      : thread_([this, shard] {
+          while (!stop_) {
+            PushRequest push;
+            push.set_computed_at_version(shard->version());
+            std::vector<float> g = {1, 1, 1};
+            EncodeTensor("w", std::vector<int64_t>{3}, g, push.add_gradients());
+            PushResponse response;
+            shard->Push(push, &response).IgnoreError();  // Unavailable once shut down
+          }
+        }) {}
+  ~Pusher() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// A write that fails is retried while pushes stay held, so the model never
+// runs ahead of the disk by more than every_steps; each failure is counted
+// in Stats.
+TEST_F(CheckpointerTest, FailedWritesAreRetriedWhilePushesWait) {
+  config_.set_every_steps(2);
+  config_.set_max_failures(5);
+  auto shard = MomentumShard(0, /*snapshot_every_steps=*/2);
+  std::mutex mu;
+  std::vector<int64_t> versions_seen;  // the shard's version at each attempt
+  absl::Notification written;
+  Checkpointer checkpointer(
+      shard.get(), config_, 0, {"", "job"},
+      [&](const std::string& dir, const ShardCheckpoint& checkpoint,
+          int keep) -> absl::StatusOr<std::string> {
+        std::lock_guard<std::mutex> lock(mu);
+        versions_seen.push_back(shard->version());
+        if (versions_seen.size() < 3) return absl::UnavailableError("No space left on device");
+        if (!written.HasBeenNotified()) written.Notify();
+        return WriteCheckpoint(dir, checkpoint, keep);
+      });
+  Init(shard.get());
+  checkpointer.Start();
+  {
+    Pusher pusher(shard.get());
+    ASSERT_TRUE(written.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+  checkpointer.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(versions_seen.size(), 3u);
+  EXPECT_EQ(versions_seen[0], 2);
+  EXPECT_EQ(versions_seen[1], 2) << "pushes went on while the checkpoint was unwritten";
+  EXPECT_EQ(versions_seen[2], 2) << "pushes went on while the checkpoint was unwritten";
+  StatsResponse stats;
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.checkpoint().failures(), 2);
+  EXPECT_EQ(stats.checkpoint().consecutive_failures(), 0);
+  EXPECT_GE(stats.checkpoint().written(), 1);
+  EXPECT_GE(stats.checkpoint().version(), 2);
+}
+
+// A disk that keeps failing stops the PS after max_failures attempts, and
+// Stats says why until then.
+TEST_F(CheckpointerTest, GivesUpAfterMaxFailuresInARow) {
+  config_.set_every_steps(1);
+  config_.set_max_failures(2);
+  auto shard = MomentumShard(0, /*snapshot_every_steps=*/1);
+  Checkpointer checkpointer(shard.get(), config_, 0, {"", "job"},
+                            [](const std::string&, const ShardCheckpoint&, int) {
+                              return absl::StatusOr<std::string>(
+                                  absl::UnavailableError("No space left on device"));
+                            });
+  absl::Notification gave_up;
+  std::string reason;
+  checkpointer.set_on_give_up([&](const absl::Status& status) {
+    reason = std::string(status.message());
+    gave_up.Notify();
+  });
+  Init(shard.get());
+  checkpointer.Start();
+  PushOnes(shard.get());
+  ASSERT_TRUE(gave_up.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_THAT(reason, HasSubstr("failed 2 times in a row (No space left on device)"));
+  StatsResponse stats;
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.checkpoint().failures(), 2);
+  EXPECT_EQ(stats.checkpoint().consecutive_failures(), 2);
+  EXPECT_EQ(stats.checkpoint().last_error(), "No space left on device");
+  EXPECT_EQ(stats.checkpoint().version(), -1);
+  EXPECT_EQ(shard->version(), 1);
+  shard->BeginShutdown();
+  checkpointer.Stop();
 }
 
 }  // namespace
