@@ -25,8 +25,9 @@
 // later call brings it back.
 //
 // Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
-// future version, push before Init) are refused with InvalidArgument or
-// FailedPrecondition before anything is touched.
+// future version, a push with no gradient, a pull naming a variable twice,
+// push before Init) are refused with InvalidArgument or FailedPrecondition
+// before anything is touched.
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 

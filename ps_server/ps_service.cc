@@ -36,7 +36,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       // One buffer per worker, and one for a worker whose old call is
       // still ending: more are freed after use.
       push_buffers_(static_cast<size_t>(server->num_workers()) + 1),
-      pull_payloads_(static_cast<size_t>(limits.max_streams)),
+      pull_payloads_(static_cast<size_t>(server->num_workers()) + 1),
       streams_(limits, [this] { return PushBufferBudget(); }) {
   // The streamed methods get byte-buffer handlers in place of the generated
   // ones. gRPC serves a replaced ("streamed") handler as a bidi stream, so

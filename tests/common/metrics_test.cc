@@ -180,7 +180,9 @@ TEST(ExposureWarningTest, WarnsOnlyForAReachableEndpointOfASecureCluster) {
     SCOPED_TRACE(absl::StrCat(c.address, ":", c.port, c.tls ? " TLS" : " plaintext"));
     std::optional<std::string> warning = ExposureWarning(c.address, c.port, c.tls);
     EXPECT_EQ(warning.has_value(), c.warned);
-    if (warning) EXPECT_THAT(*warning, ::testing::HasSubstr("--metrics_address"));
+    if (warning) {
+      EXPECT_THAT(*warning, ::testing::HasSubstr("--metrics_address"));
+    }
   }
 }
 
