@@ -248,6 +248,27 @@ TEST(RpcLimitsTest, AbandonedPushStreamsEndAtTheIdleDeadlineAndFreeTheirMemory) 
   EXPECT_TRUE(served.Alive());
 }
 
+// The idle deadline covers writes too: a client that opens a pull stream
+// and never reads it holds the server's Write, then loses the stream.
+TEST(RpcLimitsTest, APullStreamWhoseClientNeverReadsEndsAtTheIdleDeadline) {
+  constexpr int64_t kElements = 4 << 20;  // 16 MiB: more than the connection's windows
+  Served served({{"w", kElements}}, RpcLimits{.stream_idle_timeout = absl::Milliseconds(300)});
+  grpc::ClientContext context;
+  context.set_deadline(In(absl::Seconds(30)));
+  std::unique_ptr<grpc::ClientReader<PullChunk>> reader =
+      served.stub().PullStream(&context, PullOf({}));
+  ASSERT_TRUE(Eventually([&] { return served.streams().open() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return served.streams().open() == 0; }, absl::Seconds(10)))
+      << "the server still writes to a client that does not read";
+  // What it had sent is still there to read, and then the reason.
+  PullChunk chunk;
+  while (reader->Read(&chunk)) {
+  }
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("--stream_idle_timeout_seconds"));
+}
+
 // Streams beyond the caps, per worker and in total, are refused at once.
 TEST(RpcLimitsTest, StreamsBeyondThePerWorkerAndTotalCapsAreRefused) {
   constexpr int64_t kElements = 1024;
