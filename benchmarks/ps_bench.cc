@@ -150,7 +150,7 @@ absl::Status StartCluster(int shards, int workers, int64_t model_bytes, Cluster*
     if (!shard.ok()) return shard.status();
     absl::StatusOr<RunningServer> server =
         StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, ClusterSecurity::Plaintext(),
-                        MaxRequestBytes(model_bytes));
+                        RpcLimits{.max_request_bytes = MaxRequestBytes(model_bytes)});
     if (!server.ok()) return server.status();
     cluster->addresses.push_back(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards.push_back(std::move(*shard));

@@ -103,4 +103,30 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
   return server;
 }
 
+namespace {
+
+bool IsLoopbackIp(const std::string& address) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, address.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+}  // namespace
+
+std::optional<std::string> ExposureWarning(const std::string& address, int port,
+                                           bool cluster_tls) {
+  if (port == 0 || !cluster_tls || IsLoopbackIp(address)) return std::nullopt;
+  return absl::StrCat(
+      "the metrics endpoint on ", address, ":", port,
+      " (--metrics_address) is plain HTTP without the cluster's TLS or token: anyone who can "
+      "reach it reads the job's metrics; bind it to 127.0.0.1 or to a network only your "
+      "scraper reaches");
+}
+
+std::optional<std::string> ExposureWarningFromFlags(bool cluster_tls) {
+  return ExposureWarning(absl::GetFlag(FLAGS_metrics_address), absl::GetFlag(FLAGS_metrics_port),
+                         cluster_tls);
+}
+
 }  // namespace pst::metrics

@@ -10,6 +10,7 @@
 #define PST_COMMON_METRICS_HTTP_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -51,6 +52,14 @@ class MetricsServer {
 // nullptr when --metrics_port is 0.
 absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
     const std::string& task);
+
+// A warning when the metrics endpoint is on (--metrics_port) at an address
+// other machines can reach in a cluster that secures its RPCs
+// (`cluster_tls`): the endpoint is plain HTTP with no token, so it shows
+// the job's figures to anyone who can reach it. nullopt otherwise.
+std::optional<std::string> ExposureWarning(const std::string& address, int port,
+                                           bool cluster_tls);
+std::optional<std::string> ExposureWarningFromFlags(bool cluster_tls);
 
 }  // namespace pst::metrics
 

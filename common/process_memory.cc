@@ -22,4 +22,6 @@ void KeepLargeBuffersWarm() {
   mallopt(M_ARENA_MAX, 1);
 }
 
+void ReturnFreedMemory() { malloc_trim(0); }
+
 }  // namespace pst

@@ -17,6 +17,12 @@ namespace pst {
 // allocations in the one main heap.
 void KeepLargeBuffersWarm();
 
+// Gives the kernel back the pages of freed heap memory (malloc_trim), which
+// KeepLargeBuffersWarm otherwise keeps: for after a large free that is not
+// part of a step's rhythm, e.g. buffers of abandoned calls. Takes the heap's
+// lock for a walk of its free chunks (milliseconds for gigabytes).
+void ReturnFreedMemory();
+
 }  // namespace pst
 
 #endif  // PST_COMMON_PROCESS_MEMORY_H_

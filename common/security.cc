@@ -1,5 +1,7 @@
 #include "common/security.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -33,11 +35,18 @@ absl::StatusOr<std::string> ReadPem(absl::string_view field, const std::string& 
   return contents.str();
 }
 
-absl::StatusOr<std::string> ReadToken(const AuthConfig& auth) {
+absl::StatusOr<std::string> ReadToken(const AuthConfig& auth, std::vector<std::string>* warnings) {
   std::string token;
   std::string source;
   if (!auth.token_file().empty()) {
     source = absl::StrCat("cluster.auth.token_file ", auth.token_file());
+    struct stat info;
+    if (stat(auth.token_file().c_str(), &info) == 0 && (info.st_mode & S_IROTH) != 0) {
+      warnings->push_back(absl::StrCat(
+          "the cluster token file ", auth.token_file(),
+          " is readable by every user of this machine, who could then call the PS as a "
+          "worker; make it private: chmod 600 ", auth.token_file()));
+    }
     std::ifstream file(auth.token_file());
     std::stringstream contents;
     contents << file.rdbuf();
@@ -54,6 +63,12 @@ absl::StatusOr<std::string> ReadToken(const AuthConfig& auth) {
   token = std::string(absl::StripAsciiWhitespace(token));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("the token in ", source, " is empty"));
+  }
+  if (token.size() < kShortTokenLength) {
+    warnings->push_back(absl::StrCat(
+        "the cluster token in ", source, " is only ", token.size(),
+        " characters long, short enough to guess; use at least 32 random characters, e.g. "
+        "from: openssl rand -hex 32"));
   }
   return token;
 }
@@ -129,7 +144,7 @@ absl::StatusOr<ClusterSecurity> ClusterSecurity::FromConfig(const ClusterConfig&
     security.ca_pem_ = *std::move(ca);
   }
   if (cluster.has_auth()) {
-    absl::StatusOr<std::string> token = ReadToken(cluster.auth());
+    absl::StatusOr<std::string> token = ReadToken(cluster.auth(), &security.warnings_);
     if (!token.ok()) return token.status();
     security.token_ = *std::move(token);
   }
@@ -197,6 +212,16 @@ absl::Status CheckListenAddress(absl::string_view address, const ClusterSecurity
       "refusing to serve plaintext on ", address,
       ", which other machines can reach; configure cluster.tls or pass --allow_insecure on a "
       "trusted network"));
+}
+
+std::optional<std::string> InsecureListenWarning(absl::string_view address,
+                                                 const ClusterSecurity& security,
+                                                 bool allow_insecure) {
+  if (security.tls() || !allow_insecure || IsLoopbackAddress(address)) return std::nullopt;
+  return absl::StrCat(
+      "serving plaintext on ", address,
+      " (--allow_insecure): anyone who can reach this address can read the model and change "
+      "it, with no token; use this only on a private network, or configure cluster.tls");
 }
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {

@@ -10,7 +10,9 @@
 #define PST_COMMON_SECURITY_H_
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +58,11 @@ class ClusterSecurity {
   // Appended to a "cannot reach" error: what to check when TLS is on.
   std::string ConnectFailureHint() const;
 
+  // What FromConfig found weak but usable, one line each, for the process
+  // to log: a token file other users can read, a token too short to resist
+  // guessing. Each names the file or variable and what to do.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
  private:
   bool tls_ = false;
   bool require_client_cert_ = false;
@@ -64,7 +71,11 @@ class ClusterSecurity {
   std::string ca_pem_;
   std::string server_name_;
   std::string token_;
+  std::vector<std::string> warnings_;
 };
+
+// Tokens shorter than this get a warning: a few characters can be guessed.
+inline constexpr size_t kShortTokenLength = 16;
 
 // Whether `address` ("host:port", "[v6]:port") accepts connections from
 // this machine only: 127.0.0.0/8, ::1 or "localhost". Names are not resolved.
@@ -74,6 +85,13 @@ bool IsLoopbackAddress(absl::string_view address);
 // loopback and `allow_insecure` is false.
 absl::Status CheckListenAddress(absl::string_view address, const ClusterSecurity& security,
                                 bool allow_insecure);
+
+// A warning for a server that serves plaintext beyond loopback because
+// `allow_insecure` says so: anyone who can reach it can read and change the
+// model. nullopt when TLS is on or the address is loopback.
+std::optional<std::string> InsecureListenWarning(absl::string_view address,
+                                                 const ClusterSecurity& security,
+                                                 bool allow_insecure);
 
 // Whether a == b, taking time that depends on the lengths only, so a caller
 // cannot learn a token byte by byte from response times.

@@ -3,7 +3,7 @@
 // still keep its promises:
 //  - every variable value it holds or serves as float32 is finite;
 //  - its version never decreases, and a push moves it by one exactly when
-//    the push says APPLIED;
+//    the push says APPLIED (or SKIPPED: a SYNC step that would have overflowed);
 //  - a refused call leaves the variables, their optimizer state and the
 //    version untouched;
 //  - a pull answers with the requested variables at the current version,
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/push_outcome.h"
 #include "common/tensor_codec.h"
 #include "fuzz/shard_input.h"
 #include "ps_server/parameter_shard.h"
@@ -240,7 +241,7 @@ class ShardDriver {
       SHARD_INVARIANT(response.outcome() != PushResponse::OUTCOME_UNSPECIFIED);
       SHARD_INVARIANT(response.version() == shard_->version());
       const int64_t advanced = response.version() - before;
-      SHARD_INVARIANT(advanced == (response.outcome() == PushResponse::APPLIED ? 1 : 0));
+      SHARD_INVARIANT(advanced == (AdvancedTheVersion(response.outcome()) ? 1 : 0));
       if (options_.mode != SYNC) SHARD_INVARIANT(response.outcome() != PushResponse::AGGREGATED);
     }
     AfterCall(s, s.ok() ? response.version() : last_version_);

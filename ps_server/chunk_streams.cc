@@ -121,7 +121,7 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
 
 }  // namespace
 
-absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
+absl::Status ServePushStream(ReadMessage read, const PushStreamHooks& hooks,
                              ParameterShard* shard, PushRequest* buffer, PushResponse* response,
                              ReceivedPush* received, PushEcho* echo) {
   // The shard counts the refusals of a header it checks; the rest are counted here.
@@ -150,12 +150,19 @@ absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
       absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
       if (!push.ok()) return push.status();
       update = std::move(push->update);
+      if (hooks.admit) {
+        int64_t buffered = 0;
+        if (update == nullptr) {
+          for (int64_t bytes : push->bytes) buffered += bytes;
+        }
+        if (absl::Status s = hooks.admit(header, buffered); !s.ok()) return s;
+      }
       if (echo != nullptr) {
         if (absl::Status s = echo->Start(chunk, header, update != nullptr); !s.ok()) {
           return refuse(s);
         }
       }
-      if (update != nullptr) update->SetCancel(std::move(cancel));
+      if (update != nullptr) update->SetCancel(hooks.cancel);
       if (update == nullptr) {
         sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
       } else {
@@ -360,7 +367,8 @@ class PushPullEcho final : public PushEcho {
         pull_, context.pull_deadline(pull_),
         [&](int64_t version, const std::vector<const Variable*>& variables) {
           CapturePull(version, variables, dtype_, payload_.get());
-        });
+        },
+        {.caller_gone = context.caller_gone});
     if (!status.ok()) {
       payload_->values.clear();  // nothing captured may stay pinned
       return status;
@@ -410,13 +418,13 @@ class PushPullEcho final : public PushEcho {
 
 }  // namespace
 
-absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
+absl::Status ServePushPull(ReadMessage read, WriteMessage write, const PushStreamHooks& hooks,
                            const PushPullContext& context, PushResponse* response,
                            ReceivedPush* received, int64_t* bytes_sent) {
   PushPullEcho echo(write, context.payloads->Take(), context.shard->mode() == ASYNC,
                     context.threads);
-  absl::Status status = ServePushStream(read, std::move(cancel), context.shard, context.buffer,
-                                        response, received, &echo);
+  absl::Status status = ServePushStream(read, hooks, context.shard, context.buffer, response,
+                                        received, &echo);
   if (status.ok()) status = echo.Finish(context, *response);
   *bytes_sent = echo.sent();
   return status;
@@ -431,6 +439,7 @@ std::shared_ptr<PullPayload> PullPayloadPool::Take() {
       return payload;
     }
   }
+  if (payloads_.size() >= max_kept_) return std::make_shared<PullPayload>();
   payloads_.push_back(std::make_shared<PullPayload>());
   return payloads_.back();
 }

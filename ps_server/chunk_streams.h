@@ -50,15 +50,25 @@ class PushEcho {
 // must follow the stream rules, and every value is checked to be finite as
 // it is copied, before anything of the push is applied. A refused stream
 // leaves the model untouched and is counted in pushes_rejected.
-// `cancel` ends the call (ServerContext::TryCancel): the shard uses it on a
-// stream that stalls while other updates wait for it. `received` gets what
+// `hooks` are the caller's say in the stream (below). `received` gets what
 // the metrics want to know of the push. `echo`, if given, is told of the
 // stream's start and of every chunk staged.
+struct PushStreamHooks {
+  // Ends the call (ServerContext::TryCancel): the shard uses it on a
+  // stream that stalls while other updates wait for it.
+  std::function<void()> cancel;
+  // Given the header, once the shard has accepted it, and the bytes the
+  // push will hold until it is applied (its share, when it is reassembled;
+  // 0 when it streams into the update). An error refuses the stream before
+  // any payload is taken, and is not counted as a rejected push: e.g. the
+  // limits of rpc_limits.h. Unset: everything is admitted.
+  std::function<absl::Status(const PushRequest& header, int64_t buffered_bytes)> admit;
+};
 struct ReceivedPush {
   int64_t bytes = 0;  // on the wire
   int64_t computed_at_version = 0;
 };
-absl::Status ServePushStream(ReadMessage read, std::function<void()> cancel,
+absl::Status ServePushStream(ReadMessage read, const PushStreamHooks& hooks,
                              ParameterShard* shard, PushRequest* buffer, PushResponse* response,
                              ReceivedPush* received, PushEcho* echo = nullptr);
 
@@ -92,12 +102,16 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
 
 // Pull payloads for reuse, so that a pull encodes into warm memory. A
 // payload is handed out again only once nothing but the pool holds it,
-// i.e. gRPC has released every slice of the answer it was sent in.
+// i.e. gRPC has released every slice of the answer it was sent in. The
+// pool keeps at most `max_kept` payloads; beyond that (more pulls at once
+// than training makes), a payload is the caller's alone and freed after.
 class PullPayloadPool {
  public:
+  explicit PullPayloadPool(size_t max_kept = 64) : max_kept_(max_kept) {}
   std::shared_ptr<PullPayload> Take();
 
  private:
+  const size_t max_kept_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<PullPayload>> payloads_ ABSL_GUARDED_BY(mu_);
 };
@@ -128,8 +142,11 @@ struct PushPullContext {
   ThreadPool* threads;         // where the answer is written from
   // When the pull's wait ends, given its request.
   std::function<absl::Time(const PullRequest&)> pull_deadline;
+  // Whether the worker has gone, polled while the pull waits.
+  std::function<bool()> caller_gone;
 };
-absl::Status ServePushPull(ReadMessage read, WriteMessage write, std::function<void()> cancel,
+// `hooks` as ServePushStream's.
+absl::Status ServePushPull(ReadMessage read, WriteMessage write, const PushStreamHooks& hooks,
                            const PushPullContext& context, PushResponse* response,
                            ReceivedPush* received, int64_t* bytes_sent);
 

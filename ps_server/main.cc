@@ -2,6 +2,8 @@
 //   ps_server --config=cluster.textproto --task=ps:0
 // it listens on cluster.ps[0] and serves until SIGTERM/SIGINT or a Shutdown RPC.
 #include <atomic>
+#include <optional>
+#include <string>
 #include <cstdio>
 #include <csignal>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_metrics.h"
 #include "ps_server/ps_service.h"
+#include "ps_server/rpc_limits.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, task, "ps:0", "Which shard this is: ps:<index> into cluster.ps.");
@@ -34,6 +37,36 @@ ABSL_FLAG(std::string, checkpoint_start, "auto",
           "restore (all damaged, another run's or job's, or a finished run's). restore: restore "
           "the newest valid checkpoint, whichever run wrote it (resume a run). fresh: start from "
           "the initial weights, moving the old checkpoints to <dir>/shard-<i>/previous/.");
+ABSL_FLAG(int, max_names_per_request, pst::RpcLimits().max_names_per_request,
+          "Most variables one Pull may name or one Push carry; more, or a name given twice, is "
+          "refused with INVALID_ARGUMENT.");
+ABSL_FLAG(int64_t, max_reply_bytes, pst::RpcLimits().max_reply_bytes,
+          "Largest answer of a unary Pull or PushPullSmall, in bytes; a pull whose answer would "
+          "be larger is refused with RESOURCE_EXHAUSTED before it is built (workers stream "
+          "shares over 1 MiB, which this does not bound).");
+ABSL_FLAG(double, max_pull_wait_seconds,
+          absl::ToDoubleSeconds(pst::RpcLimits().max_pull_wait),
+          "Longest a Pull waits for its min_version, whatever timeout_ms it asks for; then it "
+          "ends with DEADLINE_EXCEEDED. Keep it above training.pull_timeout_seconds.");
+ABSL_FLAG(int, max_streams, pst::RpcLimits().max_streams,
+          "Streamed calls (PullStream, PushStream, PushPull) open at once; one more is refused "
+          "with RESOURCE_EXHAUSTED. Training opens one per worker at a time.");
+ABSL_FLAG(int, max_streams_per_worker, pst::RpcLimits().max_streams_per_worker,
+          "Streamed calls open at once for one worker id; one more is refused with "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(double, stream_idle_timeout_seconds,
+          absl::ToDoubleSeconds(pst::RpcLimits().stream_idle_timeout),
+          "A streamed call that waits this long on its client (for its next message, or for it "
+          "to read the last one) is ended with DEADLINE_EXCEEDED and its buffers are freed; "
+          "nothing of an unfinished push is applied.");
+ABSL_FLAG(int64_t, max_push_buffer_bytes, pst::RpcLimits().max_push_buffer_bytes,
+          "Bytes that pushes being received may hold in total before they are applied (every "
+          "streamed SYNC push holds its shard's share); a push that would pass it, while others "
+          "hold some, is refused with RESOURCE_EXHAUSTED. 0: one share per worker, plus one.");
+ABSL_FLAG(int, max_server_threads, pst::RpcLimits().max_server_threads,
+          "Threads of the gRPC server (every running call, a waiting pull or an open stream, "
+          "holds one); a call that finds none free is refused with RESOURCE_EXHAUSTED. Must "
+          "exceed --max_streams by at least 8.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Serve plaintext (no cluster.tls) on an address other machines can reach; only on a "
           "trusted network, such as a private container network.");
@@ -41,6 +74,20 @@ ABSL_FLAG(bool, allow_insecure, false,
 namespace {
 
 constexpr char kProgram[] = "ps_server";
+
+pst::RpcLimits RpcLimitsFromFlags() {
+  return pst::RpcLimits{
+      .max_request_bytes = absl::GetFlag(FLAGS_max_message_bytes),
+      .max_names_per_request = absl::GetFlag(FLAGS_max_names_per_request),
+      .max_reply_bytes = absl::GetFlag(FLAGS_max_reply_bytes),
+      .max_pull_wait = absl::Seconds(absl::GetFlag(FLAGS_max_pull_wait_seconds)),
+      .max_streams = absl::GetFlag(FLAGS_max_streams),
+      .max_streams_per_worker = absl::GetFlag(FLAGS_max_streams_per_worker),
+      .stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_seconds)),
+      .max_push_buffer_bytes = absl::GetFlag(FLAGS_max_push_buffer_bytes),
+      .max_server_threads = absl::GetFlag(FLAGS_max_server_threads),
+  };
+}
 
 // Blocks SIGINT/SIGTERM in every thread and returns a thread that waits for
 // them (or for `stop`) and then runs `on_signal`.
@@ -86,6 +133,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<pst::CheckpointStart> checkpoint_start =
       pst::ParseCheckpointStart(absl::GetFlag(FLAGS_checkpoint_start));
   if (!checkpoint_start.ok()) pst::ExitWithError(kProgram, checkpoint_start.status());
+  const pst::RpcLimits limits = RpcLimitsFromFlags();
+  if (absl::Status s = pst::ValidateRpcLimits(limits); !s.ok()) pst::ExitWithError(kProgram, s);
   if (absl::GetFlag(FLAGS_check_config)) {
     pst::FinishConfigCheck(kProgram, *config, pst::CheckTaskFiles(*config, /*ps=*/true,
                                                                   /*workers=*/false));
@@ -156,8 +205,16 @@ int main(int argc, char** argv) {
       return response;
     };
   }
-  absl::StatusOr<pst::RunningServer> server = pst::StartGrpcServer(
-      address, shard->get(), hooks, *security, absl::GetFlag(FLAGS_max_message_bytes));
+  for (const std::string& warning : security->warnings()) spdlog::warn("{}", warning);
+  if (std::optional<std::string> warning =
+          pst::InsecureListenWarning(address, *security, absl::GetFlag(FLAGS_allow_insecure))) {
+    spdlog::warn("{}", *warning);
+  }
+  if (std::optional<std::string> warning = pst::metrics::ExposureWarningFromFlags(security->tls())) {
+    spdlog::warn("{}", *warning);
+  }
+  absl::StatusOr<pst::RunningServer> server =
+      pst::StartGrpcServer(address, shard->get(), hooks, *security, limits);
   if (!server.ok()) {
     request_stop();
     signal_waiter.join();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
+#include "ps_server/rpc_limits.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -13,6 +14,12 @@ namespace {
 // How often a waiting Pull re-evaluates the live set, so that a worker's
 // death is noticed within lease + this.
 constexpr absl::Duration kLivenessPoll = absl::Milliseconds(100);
+
+// A push with nothing in it would still count as an update and move the
+// version.
+absl::Status EmptyPush() {
+  return absl::InvalidArgumentError("the push carries no gradients; nothing was applied");
+}
 
 }  // namespace
 
@@ -170,19 +177,24 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
 }
 
 absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadline,
-                                  PullResponse* response) {
-  return PullVisit(request, deadline,
-                   [&](int64_t version, const std::vector<const Variable*>& variables) {
-                     response->set_version(version);
-                     for (const Variable* v : variables) {
-                       EncodeTensor(v->name, v->shape, *v->values, response->add_variables(),
-                                    request.dtype());
-                     }
-                   });
+                                  PullResponse* response, const PullBounds& bounds) {
+  absl::Status answer;
+  absl::Status status = PullVisit(
+      request, deadline,
+      [&](int64_t version, const std::vector<const Variable*>& variables) {
+        answer = CheckPullReply(variables, request.dtype(), bounds.max_reply_bytes);
+        if (!answer.ok()) return;
+        response->set_version(version);
+        for (const Variable* v : variables) {
+          EncodeTensor(v->name, v->shape, *v->values, response->add_variables(), request.dtype());
+        }
+      },
+      bounds);
+  return status.ok() ? answer : status;
 }
 
 absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time deadline,
-                                       const PullVisitor& visit) {
+                                       const PullVisitor& visit, const PullBounds& bounds) {
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   if (DTypeBytes(request.dtype()) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
@@ -192,13 +204,22 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
   WorkerState& worker = workers_[request.worker()];
   Touch(request.worker());
   ++worker.calls_in_flight;
+  bool caller_gone = false;
   while (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
+    if (bounds.caller_gone && bounds.caller_gone()) {
+      caller_gone = true;
+      break;
+    }
     changed_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + kLivenessPoll));
     RefreshLiveSet();
   }
   --worker.calls_in_flight;
   Touch(request.worker());
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  if (caller_gone) {
+    return absl::CancelledError(absl::StrCat("worker:", request.worker(),
+                                             " went away while its pull waited"));
+  }
   if (!store_.initialized()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "shard ", options_.shard, " is still waiting for a worker to Init its variables"));
@@ -217,12 +238,20 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
   if (request.names().empty()) {
     for (size_t i = 0; i < store_.size(); ++i) indices.push_back(static_cast<int>(i));
   } else {
+    // Each variable once: a request of a few bytes per name must not
+    // make the answer many copies of the shard.
+    std::vector<bool> seen(store_.size(), false);
     for (const std::string& name : request.names()) {
       int index = store_.Find(name);
       if (index < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("unknown variable \"", name, "\" in a pull from shard ", options_.shard));
       }
+      if (seen[index]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a pull names variable \"", name, "\" twice; name each variable once"));
+      }
+      seen[index] = true;
       indices.push_back(index);
     }
   }
@@ -252,6 +281,10 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient claims version ", request.computed_at_version(), " but shard ",
         options_.shard, " is at version ", version_));
+  }
+  if (request.gradients().empty()) {
+    ++pushes_rejected_;
+    return EmptyPush();
   }
   std::vector<int> indices;
   if (absl::Status s = store_.ValidateGradients(request.gradients(),
@@ -315,6 +348,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
         absl::StrCat("gradient claims version ", header.computed_at_version(), " but shard ",
                      options_.shard, " is at version ", version_)));
   }
+  if (header.gradients().empty()) return refuse(EmptyPush());
   StreamedPush push;
   std::vector<int> indices;
   std::vector<bool> seen(store_.size(), false);
@@ -453,20 +487,24 @@ absl::Status ParameterShard::PushSync(const PushRequest& request,
   }
   arrived_[rank] = true;
   ++arrived_count_;
-  const int64_t before = version_;
-  MaybeCompleteSyncStep();
-  if (version_ == before) {
-    ++pushes_aggregated_;
-    response->set_outcome(PushResponse::AGGREGATED);
-  } else {
-    response->set_outcome(PushResponse::APPLIED);
+  switch (MaybeCompleteSyncStep()) {
+    case StepResult::kPending:
+      ++pushes_aggregated_;
+      response->set_outcome(PushResponse::AGGREGATED);
+      break;
+    case StepResult::kApplied:
+      response->set_outcome(PushResponse::APPLIED);
+      break;
+    case StepResult::kSkipped:
+      response->set_outcome(PushResponse::SKIPPED);
+      break;
   }
   response->set_version(version_);
   return absl::OkStatus();
 }
 
-void ParameterShard::MaybeCompleteSyncStep() {
-  if (arrived_count_ == 0 || arrived_count_ < RequiredGradients()) return;
+ParameterShard::StepResult ParameterShard::MaybeCompleteSyncStep() {
+  if (arrived_count_ == 0 || arrived_count_ < RequiredGradients()) return StepResult::kPending;
   const float scale = 1.0f / static_cast<float>(arrived_count_);
   absl::Status staged = absl::OkStatus();
   for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
@@ -496,6 +534,7 @@ void ParameterShard::MaybeCompleteSyncStep() {
                  std::string(staged.message()));
   }
   AdvanceVersion();
+  return staged.ok() ? StepResult::kApplied : StepResult::kSkipped;
 }
 
 absl::Status ParameterShard::PushAsync(const PushRequest& request,
@@ -668,6 +707,11 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   }
   changed_.SignalAll();
   return absl::OkStatus();
+}
+
+int64_t ParameterShard::parameter_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return store_.parameter_bytes();
 }
 
 int64_t ParameterShard::version() const {

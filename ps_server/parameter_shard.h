@@ -25,8 +25,9 @@
 // later call brings it back.
 //
 // Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
-// future version, push before Init) are refused with InvalidArgument or
-// FailedPrecondition before anything is touched.
+// future version, a push with no gradient, a pull naming a variable twice,
+// push before Init) are refused with InvalidArgument or FailedPrecondition
+// before anything is touched.
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
@@ -82,6 +83,17 @@ struct PushChecked {
 };
 
 class ParameterShard;
+
+// What a caller adds to a pull's deadline.
+struct PullBounds {
+  // Polled while the pull waits (every 100 ms at most): true once the
+  // caller has gone (its call cancelled, its connection closed), which
+  // ends the wait with Cancelled, so no thread stays parked for nobody.
+  std::function<bool()> caller_gone;
+  // Pull only: ResourceExhausted, before anything is encoded, if the
+  // answer would be larger (rpc_limits.h: PullReplyBytes). 0: no bound.
+  int64_t max_reply_bytes = 0;
+};
 
 // An ASYNC push applied while its gradient streams in, a piece at a time,
 // and committed when the stream ends: the transfer and the update overlap,
@@ -149,6 +161,9 @@ class ParameterShard {
   static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(const ShardOptions& options);
 
   Mode mode() const { return options_.mode; }
+  int num_workers() const { return options_.num_workers; }
+  // Bytes of the shard's variables as float32 (0 before Init).
+  int64_t parameter_bytes() const;
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);
@@ -156,8 +171,10 @@ class ParameterShard {
   // Waits (up to `deadline`) until the shard is initialized, its version
   // reaches request.min_version and (SSP) the worker is within the staleness
   // bound, then copies the requested variables. DeadlineExceeded if the wait
-  // runs out; Unavailable once shutting down.
-  absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response);
+  // runs out; Unavailable once shutting down; InvalidArgument for an unknown
+  // or repeated name.
+  absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response,
+                    const PullBounds& bounds = {});
 
   // As Pull, but instead of copying the requested variables into a response
   // it hands them, and the version, to `visit`, which runs under the shard's
@@ -166,7 +183,7 @@ class ParameterShard {
   using PullVisitor =
       std::function<void(int64_t version, const std::vector<const Variable*>& variables)>;
   absl::Status PullVisit(const PullRequest& request, absl::Time deadline,
-                         const PullVisitor& visit);
+                         const PullVisitor& visit, const PullBounds& bounds = {});
 
   absl::Status Push(const PushRequest& request, PushResponse* response,
                     PushChecked checked = {});
@@ -254,7 +271,11 @@ class ParameterShard {
   absl::Status PushAsync(const PushRequest& request, const std::vector<int>& indices,
                          int64_t staleness, PushResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the SYNC step if every gradient it needs is in. kSkipped: it
+  // completed, but its update would have made the model non-finite, so the
+  // model kept its values.
+  enum class StepResult { kPending, kApplied, kSkipped };
+  StepResult MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged ASYNC update visible as the next version and answers
   // APPLIED.

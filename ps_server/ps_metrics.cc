@@ -1,6 +1,7 @@
 #include "ps_server/ps_metrics.h"
 
 #include "common/metrics.h"
+#include "common/push_outcome.h"
 #include "ps_server/parameter_shard.h"
 
 namespace pst {
@@ -44,7 +45,7 @@ void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Durat
 
 int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {
   const int64_t arrival_version =
-      response.version() - (response.outcome() == PushResponse::APPLIED ? 1 : 0);
+      response.version() - (AdvancedTheVersion(response.outcome()) ? 1 : 0);
   return arrival_version - computed_at;
 }
 

@@ -5,6 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_status.h"
+#include "common/process_memory.h"
+#include "grpc/grpc.h"
+#include "grpcpp/resource_quota.h"
 #include "ps_server/chunk_streams.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/server_builder.h"
@@ -25,8 +28,16 @@ int MethodIndex(const char* method) {
 
 }  // namespace
 
-ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks)
-    : server_(server), hooks_(std::move(hooks)) {
+ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
+                                               const RpcLimits& limits)
+    : server_(server),
+      hooks_(std::move(hooks)),
+      limits_(limits),
+      // One buffer per worker, and one for a worker whose old call is
+      // still ending: more are freed after use.
+      push_buffers_(static_cast<size_t>(server->num_workers()) + 1),
+      pull_payloads_(static_cast<size_t>(server->num_workers()) + 1),
+      streams_(limits, [this] { return PushBufferBudget(); }) {
   // The streamed methods get byte-buffer handlers in place of the generated
   // ones. gRPC serves a replaced ("streamed") handler as a bidi stream, so
   // the pull handler reads its request itself; on the wire nothing changes.
@@ -71,19 +82,74 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext*, const InitReques
 
 namespace {
 
-// Wait no longer than the client asked for, nor past the call's deadline.
-absl::Time PullDeadline(const grpc::ServerContext& context, const PullRequest& request) {
-  const absl::Time deadline =
-      absl::Now() + absl::Milliseconds(std::max(0, request.timeout_ms()));
-  return std::min(deadline, absl::FromChrono(context.deadline()));
+// Bytes of payload a reassembly buffer holds.
+int64_t BufferBytes(const PushRequest& buffer) {
+  int64_t bytes = 0;
+  for (const Tensor& gradient : buffer.gradients()) {
+    bytes += static_cast<int64_t>(gradient.data().capacity());
+  }
+  return bytes;
+}
+
+// Heap freed by dropped buffers before it is given back to the system.
+constexpr int64_t kTrimAfterFreeing = 16 << 20;
+
+// Ends `context`'s call with `status` (the idle watchdog's): the client sees
+// that status, and a Read or Write blocked on the call returns false.
+std::function<void(const absl::Status&)> EndCall(grpc::ServerContext* context) {
+  return [context](const absl::Status& status) {
+    const std::string message(status.message());
+    grpc_call_cancel_with_status(context->c_call(), static_cast<grpc_status_code>(status.code()),
+                                 message.c_str(), nullptr);
+  };
+}
+
+// Whether the client of `context` has cancelled the call or gone away.
+std::function<bool()> CallerGone(grpc::ServerContext* context) {
+  return [context] { return context->IsCancelled(); };
+}
+
+// What a streamed call returns: the watchdog's status, if it ended the
+// call, over whatever the ended call's last read or write made of it.
+absl::Status StreamOutcome(const OpenStreams::Stream& stream, absl::Status status) {
+  absl::Status ended = stream.ended();
+  return ended.ok() ? status : ended;
 }
 
 }  // namespace
 
+int64_t ParameterServerService::PushBufferBudget() const {
+  if (limits_.max_push_buffer_bytes > 0) return limits_.max_push_buffer_bytes;
+  return (static_cast<int64_t>(server_->num_workers()) + 1) * server_->parameter_bytes();
+}
+
+absl::Status ParameterServerService::AdmitPush(const PushRequest& header, int64_t buffered_bytes,
+                                               OpenStreams::Stream* stream) const {
+  if (absl::Status s = CheckPushSize(header, limits_); !s.ok()) return s;
+  if (absl::Status s = stream->ClaimWorker(header.worker()); !s.ok()) return s;
+  if (buffered_bytes > 0) return stream->ReservePushBuffer(buffered_bytes);
+  return absl::OkStatus();
+}
+
+void ParameterServerService::ReturnPushBuffer(std::unique_ptr<PushRequest> buffer) {
+  const int64_t bytes = BufferBytes(*buffer);
+  if (push_buffers_.Give(std::move(buffer))) return;
+  if (freed_since_trim_.fetch_add(bytes) + bytes >= kTrimAfterFreeing) {
+    freed_since_trim_.store(0);
+    ReturnFreedMemory();
+  }
+}
+
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
                                           const PullRequest* request, PullResponse* response) {
   const absl::Time start = absl::Now();
-  absl::Status status = server_->Pull(*request, PullDeadline(*context, *request), response);
+  absl::Status status = CheckPullNames(*request, limits_);
+  if (status.ok()) {
+    status = server_->Pull(
+        *request,
+        PullWaitDeadline(start, *request, absl::FromChrono(context->deadline()), limits_),
+        response, {.caller_gone = CallerGone(context), .max_reply_bytes = limits_.max_reply_bytes});
+  }
   RecordServedPull(status.ok() ? response->ByteSizeLong() : 0, status, absl::Now() - start);
   return ToGrpcStatus(status);
 }
@@ -91,26 +157,49 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
 grpc::Status ParameterServerService::ServePullStream(
     grpc::ServerContext* context, grpc::ServerReaderWriter<grpc::ByteBuffer, PullRequest>* stream) {
   const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> admitted = streams_.Admit(EndCall(context));
+  if (!admitted.ok()) {
+    RecordServedPull(0, admitted.status(), absl::Now() - start);
+    return ToGrpcStatus(admitted.status());
+  }
+  OpenStreams::Stream& open = **admitted;
   PullRequest request;
-  if (!stream->Read(&request)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a pull stream carried no PullRequest");
+  bool read = false;
+  {
+    OpenStreams::Stream::ClientWait wait(&open);
+    read = stream->Read(&request);
   }
-  std::shared_ptr<PullPayload> payload = pull_payloads_.Take();
-  absl::Status status = server_->PullVisit(
-      request, PullDeadline(*context, request),
-      [&](int64_t version, const std::vector<const Variable*>& variables) {
-        CapturePull(version, variables, request.dtype(), payload.get());
-      });
-  int64_t bytes_sent = 0;
-  if (!status.ok()) payload->values.clear();  // nothing captured may stay pinned
+  absl::Status status =
+      read ? CheckPullNames(request, limits_)
+           : absl::InvalidArgumentError("a pull stream carried no PullRequest");
+  if (status.ok()) status = open.ClaimWorker(request.worker());
   if (status.ok()) {
-    bytes_sent = SendPullPayload(payload, [stream](const grpc::ByteBuffer& message,
-                                                   grpc::WriteOptions options) {
-      return stream->Write(message, options);
-    });
-    if (bytes_sent < 0) status = absl::CancelledError("the worker went away during a pull stream");
+    std::shared_ptr<PullPayload> payload = pull_payloads_.Take();
+    status = server_->PullVisit(
+        request,
+        PullWaitDeadline(absl::Now(), request, absl::FromChrono(context->deadline()), limits_),
+        [&](int64_t version, const std::vector<const Variable*>& variables) {
+          CapturePull(version, variables, request.dtype(), payload.get());
+        },
+        {.caller_gone = CallerGone(context)});
+    int64_t bytes_sent = 0;
+    if (!status.ok()) payload->values.clear();  // nothing captured may stay pinned
+    if (status.ok()) {
+      bytes_sent = SendPullPayload(payload, [stream, &open](const grpc::ByteBuffer& message,
+                                                            grpc::WriteOptions options) {
+        OpenStreams::Stream::ClientWait wait(&open);
+        return stream->Write(message, options);
+      });
+      if (bytes_sent < 0) {
+        status = absl::CancelledError("the worker went away during a pull stream");
+      }
+    }
+    status = StreamOutcome(open, status);
+    RecordServedPull(status.ok() ? bytes_sent : 0, status, absl::Now() - start);
+    return ToGrpcStatus(status);
   }
-  RecordServedPull(status.ok() ? bytes_sent : 0, status, absl::Now() - start);
+  status = StreamOutcome(open, status);
+  RecordServedPull(0, status, absl::Now() - start);
   return ToGrpcStatus(status);
 }
 
@@ -118,12 +207,27 @@ grpc::Status ParameterServerService::ServePushStream(grpc::ServerContext* contex
                                                      grpc::ServerReader<grpc::ByteBuffer>* reader,
                                                      PushResponse* response) {
   const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> admitted = streams_.Admit(EndCall(context));
+  if (!admitted.ok()) {
+    RecordServedPush(0, 0, *response, admitted.status(), absl::Now() - start);
+    return ToGrpcStatus(admitted.status());
+  }
+  OpenStreams::Stream& open = **admitted;
   std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
   ReceivedPush received;
+  const PushStreamHooks hooks{
+      .cancel = [context] { context->TryCancel(); },
+      .admit = [this, &open](const PushRequest& header,
+                             int64_t buffered) { return AdmitPush(header, buffered, &open); },
+  };
   absl::Status status = pst::ServePushStream(
-      [reader](grpc::ByteBuffer* message) { return reader->Read(message); },
-      [context] { context->TryCancel(); }, server_, buffer.get(), response, &received);
-  push_buffers_.Give(std::move(buffer));
+      [reader, &open](grpc::ByteBuffer* message) {
+        OpenStreams::Stream::ClientWait wait(&open);
+        return reader->Read(message);
+      },
+      hooks, server_, buffer.get(), response, &received);
+  status = StreamOutcome(open, status);
+  ReturnPushBuffer(std::move(buffer));
   RecordServedPush(received.bytes, received.computed_at_version, *response, status,
                    absl::Now() - start);
   return ToGrpcStatus(status);
@@ -133,24 +237,45 @@ grpc::Status ParameterServerService::ServePushPull(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
   const absl::Time start = absl::Now();
+  PushResponse response;
+  absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> admitted = streams_.Admit(EndCall(context));
+  if (!admitted.ok()) {
+    RecordServedPush(0, 0, response, admitted.status(), absl::Now() - start);
+    return ToGrpcStatus(admitted.status());
+  }
+  OpenStreams::Stream& open = **admitted;
   std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
   const PushPullContext call{
       .shard = server_,
       .buffer = buffer.get(),
       .payloads = &pull_payloads_,
       .threads = &threads_,
-      .pull_deadline = [context](const PullRequest& pull) { return PullDeadline(*context, pull); },
+      .pull_deadline =
+          [this, context](const PullRequest& pull) {
+            return PullWaitDeadline(absl::Now(), pull, absl::FromChrono(context->deadline()),
+                                    limits_);
+          },
+      .caller_gone = CallerGone(context),
   };
-  PushResponse response;
+  const PushStreamHooks hooks{
+      .cancel = [context] { context->TryCancel(); },
+      .admit = [this, &open](const PushRequest& header,
+                             int64_t buffered) { return AdmitPush(header, buffered, &open); },
+  };
   ReceivedPush received;
   int64_t bytes_sent = 0;
   absl::Status status = pst::ServePushPull(
-      [stream](grpc::ByteBuffer* message) { return stream->Read(message); },
-      [stream](const grpc::ByteBuffer& message, grpc::WriteOptions options) {
+      [stream, &open](grpc::ByteBuffer* message) {
+        OpenStreams::Stream::ClientWait wait(&open);
+        return stream->Read(message);
+      },
+      [stream, &open](const grpc::ByteBuffer& message, grpc::WriteOptions options) {
+        OpenStreams::Stream::ClientWait wait(&open);
         return stream->Write(message, options);
       },
-      [context] { context->TryCancel(); }, call, &response, &received, &bytes_sent);
-  push_buffers_.Give(std::move(buffer));
+      hooks, call, &response, &received, &bytes_sent);
+  status = StreamOutcome(open, status);
+  ReturnPushBuffer(std::move(buffer));
   const absl::Duration took = absl::Now() - start;
   RecordServedPush(received.bytes, received.computed_at_version, response, status, took);
   RecordServedPull(status.ok() ? bytes_sent : 0, status, took);
@@ -160,7 +285,8 @@ grpc::Status ParameterServerService::ServePushPull(
 grpc::Status ParameterServerService::Push(grpc::ServerContext*, const PushRequest* request,
                                           PushResponse* response) {
   const absl::Time start = absl::Now();
-  absl::Status status = server_->Push(*request, response);
+  absl::Status status = CheckPushSize(*request, limits_);
+  if (status.ok()) status = server_->Push(*request, response);
   RecordServedPush(static_cast<int64_t>(request->ByteSizeLong()), request->computed_at_version(),
                    *response, status, absl::Now() - start);
   return ToGrpcStatus(status);
@@ -171,14 +297,18 @@ grpc::Status ParameterServerService::PushPullSmall(grpc::ServerContext* context,
                                                    PushPullResponse* response) {
   const absl::Time start = absl::Now();
   const PushRequest& push = request->push();
-  absl::Status status = server_->Push(push, response->mutable_push());
+  absl::Status status = CheckPushSize(push, limits_);
+  if (status.ok()) status = server_->Push(push, response->mutable_push());
   RecordServedPush(static_cast<int64_t>(push.ByteSizeLong()), push.computed_at_version(),
                    response->push(), status, absl::Now() - start);
   if (!status.ok()) return ToGrpcStatus(status);
   PullRequest pull = request->pull();
   AskForPushedVariables(push, &pull);
   const absl::Time pull_start = absl::Now();
-  status = server_->Pull(pull, PullDeadline(*context, pull), response->mutable_pull());
+  status = server_->Pull(
+      pull, PullWaitDeadline(pull_start, pull, absl::FromChrono(context->deadline()), limits_),
+      response->mutable_pull(),
+      {.caller_gone = CallerGone(context), .max_reply_bytes = limits_.max_reply_bytes});
   RecordServedPull(status.ok() ? response->pull().ByteSizeLong() : 0, status,
                    absl::Now() - pull_start);
   return ToGrpcStatus(status);
@@ -225,17 +355,25 @@ grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const Shutdo
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
                                               pst::ParameterShard* server, AdminHooks hooks,
                                               const ClusterSecurity& security,
-                                              int max_request_bytes) {
+                                              const RpcLimits& limits) {
+  if (absl::Status s = ValidateRpcLimits(limits); !s.ok()) return s;
   RunningServer running;
-  running.service = std::make_unique<ParameterServerService>(server, std::move(hooks));
+  running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits);
   grpc::ServerBuilder builder;
+  // Every call of the sync API holds a thread while it runs (a long-polling
+  // pull, an open stream): without a bound, calls that never end would
+  // grow the process's threads without one. Past it, gRPC answers
+  // RESOURCE_EXHAUSTED at once.
+  grpc::ResourceQuota quota("ps_server");
+  quota.SetMaxThreads(limits.max_server_threads);
+  builder.SetResourceQuota(quota);
   builder.AddListeningPort(address, security.ServerCredentials(), &running.port);
   // gRPC sets SO_REUSEPORT by default: a second ps_server started for the
   // same shard would then bind beside the first, and the kernel would split
   // the workers' connections between two shards of different state.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(running.service.get());
-  builder.SetMaxReceiveMessageSize(max_request_bytes);
+  builder.SetMaxReceiveMessageSize(limits.max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   running.grpc_server = builder.BuildAndStart();
   if (!running.grpc_server || running.port == 0) {

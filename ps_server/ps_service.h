@@ -1,6 +1,8 @@
-// The gRPC face of a ParameterShard: translates calls and statuses,
-// nothing more. Shutdown is forwarded to a callback so that the process
-// (not the service) decides how to stop.
+// The gRPC face of a ParameterShard: translates calls and statuses, and
+// holds every call to the bounds of rpc_limits.h (names per request, reply
+// size, the wait of a pull, open streams and their idle time, memory of
+// unfinished pushes). Shutdown is forwarded to a callback so that the
+// process (not the service) decides how to stop.
 //
 // PullStream, PushStream and PushPull carry the bulk of the bytes, so they
 // are served over raw byte buffers (common/chunk_wire.h): the service
@@ -8,6 +10,7 @@
 #ifndef PST_PS_SERVER_PS_SERVICE_H_
 #define PST_PS_SERVER_PS_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,7 +22,9 @@
 #include "ps.grpc.pb.h"
 #include "ps_server/chunk_streams.h"
 #include "ps_server/message_pool.h"
+#include "ps_server/open_streams.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/rpc_limits.h"
 
 namespace pst {
 
@@ -33,7 +38,11 @@ struct AdminHooks {
 class ParameterServerService final : public ParameterServer::Service {
  public:
   // `server` must outlive the service.
-  ParameterServerService(pst::ParameterShard* server, AdminHooks hooks);
+  ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
+                         const RpcLimits& limits = {});
+
+  // Streamed calls open now, and the bytes their unfinished pushes hold.
+  const OpenStreams& open_streams() const { return streams_; }
 
   // PullStream, PushStream and PushPull, over byte buffers.
   grpc::Status ServePullStream(grpc::ServerContext* context,
@@ -66,25 +75,41 @@ class ParameterServerService final : public ParameterServer::Service {
                         ShutdownResponse* response) override;
 
  private:
+  // The checks a streamed push's header passes before its payload is
+  // taken: its size, its worker's streams, the push buffer budget.
+  absl::Status AdmitPush(const PushRequest& header, int64_t buffered_bytes,
+                         OpenStreams::Stream* stream) const;
+  // The budget of bytes for pushes being reassembled (RpcLimits).
+  int64_t PushBufferBudget() const;
+  // Gives a reassembly buffer back to the pool, and the memory to the
+  // system once the pool has freed enough of them.
+  void ReturnPushBuffer(std::unique_ptr<PushRequest> buffer);
+
   pst::ParameterShard* server_;
   AdminHooks hooks_;
+  const RpcLimits limits_;
   // Reassembled pushes and pull answers, kept so that the next call reuses
-  // their buffers.
+  // their buffers (as many as training has at once).
   MessagePool<PushRequest> push_buffers_;
   PullPayloadPool pull_payloads_;
+  std::atomic<int64_t> freed_since_trim_{0};
   // Where PushPull answers are written from (BackgroundWriter).
   ThreadPool threads_;
+  // Last: its watchdog may end calls until it is destroyed.
+  OpenStreams streams_;
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server
 // --max_message_bytes): far above a Push of the models trained here, small
 // enough that one bad client cannot make the PS buffer a gigabyte.
-inline constexpr int kDefaultMaxRequestBytes = 256 << 20;
+inline constexpr int kDefaultMaxRequestBytes = RpcLimits().max_request_bytes;
 
 // A running gRPC server for `server` on `address`, secured by `security`;
 // the bound port is written to `*bound_port` (useful with port 0).
 // Unavailable if the address cannot be bound. gRPC refuses a request larger
-// than `max_request_bytes` with RESOURCE_EXHAUSTED before any handler sees it.
+// than `limits.max_request_bytes` with RESOURCE_EXHAUSTED before any
+// handler sees it, and a call that finds all `limits.max_server_threads`
+// threads busy with RESOURCE_EXHAUSTED too.
 struct RunningServer {
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> grpc_server;
@@ -93,7 +118,7 @@ struct RunningServer {
 absl::StatusOr<RunningServer> StartGrpcServer(
     const std::string& address, pst::ParameterShard* server, AdminHooks hooks,
     const ClusterSecurity& security = ClusterSecurity::Plaintext(),
-    int max_request_bytes = kDefaultMaxRequestBytes);
+    const RpcLimits& limits = {});
 
 }  // namespace pst
 

@@ -3,6 +3,7 @@
 // it trains its shard of the data against every PS shard and exits 0 when
 // its epochs are done (the chief, worker:0, after the final evaluation).
 #include <fstream>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<pst::ClusterSecurity> security =
       pst::ClusterSecurity::FromConfig(config->cluster(), pst::ClusterSecurity::Role::kClient);
   if (!security.ok()) pst::ExitWithError(kProgram, security.status());
+  for (const std::string& warning : security->warnings()) spdlog::warn("{}", warning);
+  if (std::optional<std::string> warning = pst::metrics::ExposureWarningFromFlags(security->tls())) {
+    spdlog::warn("{}", *warning);
+  }
   std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
   absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
       addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)),

@@ -1,5 +1,7 @@
 #include "worker/worker_metrics.h"
 
+#include "common/push_outcome.h"
+
 namespace pst {
 
 using metrics::GlobalRegistry;
@@ -42,7 +44,7 @@ WorkerMetrics& GetWorkerMetrics() {
 // The same rule as the PS's (ps_server/ps_metrics.h), from the worker's side.
 int64_t StalenessOf(int64_t computed_at, const PushResponse& response) {
   const int64_t arrival_version =
-      response.version() - (response.outcome() == PushResponse::APPLIED ? 1 : 0);
+      response.version() - (AdvancedTheVersion(response.outcome()) ? 1 : 0);
   return arrival_version - computed_at;
 }
 

@@ -161,5 +161,30 @@ TEST(MetricsServerTest, BadAddressAndBusyPortAreErrorsNotCrashes) {
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use"));
 }
 
+// The endpoint is plain HTTP without the cluster's token: beyond loopback,
+// in a cluster that secures its RPCs, that is worth a warning.
+TEST(ExposureWarningTest, WarnsOnlyForAReachableEndpointOfASecureCluster) {
+  struct Case {
+    std::string address;
+    int port;
+    bool tls;
+    bool warned;
+  };
+  const std::vector<Case> cases = {
+      {"0.0.0.0", 9100, true, true},   {"10.1.2.3", 9100, true, true},
+      {"::", 9100, true, true},        {"127.0.0.1", 9100, true, false},
+      {"::1", 9100, true, false},      {"0.0.0.0", 9100, false, false},
+      {"0.0.0.0", 0, true, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.address, ":", c.port, c.tls ? " TLS" : " plaintext"));
+    std::optional<std::string> warning = ExposureWarning(c.address, c.port, c.tls);
+    EXPECT_EQ(warning.has_value(), c.warned);
+    if (warning) {
+      EXPECT_THAT(*warning, ::testing::HasSubstr("--metrics_address"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pst::metrics

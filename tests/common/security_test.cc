@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -221,6 +224,51 @@ TEST(ListenAddressTest, PlaintextOnlyOnLoopbackUnlessAllowed) {
       EXPECT_THAT(std::string(plain.message()), HasSubstr("--allow_insecure"));
     }
     EXPECT_TRUE(CheckListenAddress(c.address, ClusterSecurity::Plaintext(), true).ok());
+    // Allowed, but said out loud: anyone who can reach it can change the model.
+    std::optional<std::string> warning =
+        InsecureListenWarning(c.address, ClusterSecurity::Plaintext(), true);
+    EXPECT_EQ(warning.has_value(), !c.loopback);
+    if (warning) {
+      EXPECT_THAT(*warning, HasSubstr(c.address));
+      EXPECT_THAT(*warning, HasSubstr("cluster.tls"));
+    }
+    EXPECT_FALSE(InsecureListenWarning(c.address, ClusterSecurity::Plaintext(), false));
+  }
+}
+
+// A token other users can read, or one short enough to guess, is served
+// but warned about, naming the file and what to do.
+TEST_F(SecurityTest, AWeakTokenIsWarnedAbout) {
+  struct Case {
+    const char* name;
+    const char* token;
+    std::filesystem::perms perms;
+    std::vector<std::string> warned;  // substrings, one per warning expected
+  };
+  const std::string strong(40, 'k');
+  const std::vector<Case> cases = {
+      {"private and long", strong.c_str(), std::filesystem::perms::owner_read, {}},
+      {"world-readable", strong.c_str(),
+       std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+           std::filesystem::perms::others_read,
+       {"chmod 600"}},
+      {"three characters", "abc", std::filesystem::perms::owner_read, {"3 characters"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string token_file = absl::StrCat(*dir_, "/weak.", &c - cases.data(), ".token");
+    std::ofstream(token_file) << c.token << "\n";
+    std::filesystem::permissions(token_file, c.perms);
+    ClusterConfig cluster = SecureCluster(false);
+    cluster.mutable_auth()->set_token_file(token_file);
+    absl::StatusOr<ClusterSecurity> security =
+        ClusterSecurity::FromConfig(cluster, ClusterSecurity::Role::kServer);
+    ASSERT_TRUE(security.ok()) << security.status();
+    ASSERT_EQ(security->warnings().size(), c.warned.size());
+    for (size_t i = 0; i < c.warned.size(); ++i) {
+      EXPECT_THAT(security->warnings()[i], HasSubstr(c.warned[i]));
+      EXPECT_THAT(security->warnings()[i], HasSubstr(token_file));
+    }
   }
 }
 

@@ -617,7 +617,7 @@ TEST(ChunkStreamsTest, AnInitOverThePsLimitSaysWhatToRaise) {
   auto shard = ParameterShard::Create(options);
   ASSERT_TRUE(shard.ok()) << shard.status();
   auto server = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{},
-                                ClusterSecurity::Plaintext(), /*max_request_bytes=*/32 << 10);
+                                ClusterSecurity::Plaintext(), RpcLimits{.max_request_bytes = 32 << 10});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", server->port)}, 0, absl::Seconds(10));
   ASSERT_TRUE(client.ok()) << client.status();

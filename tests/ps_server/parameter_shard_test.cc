@@ -380,6 +380,8 @@ TEST(ParameterShardTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
       status = shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
       ASSERT_TRUE(status.ok()) << status;
       EXPECT_EQ(response.version(), 1) << "the step completes so no worker waits forever";
+      EXPECT_EQ(response.outcome(), PushResponse::SKIPPED)
+          << "the worker that completed the step must learn that it changed nothing";
     } else {
       EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
       EXPECT_THAT(status.message(), HasSubstr("\"b\""));
@@ -401,6 +403,83 @@ TEST(ParameterShardTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
                 ::testing::ElementsAre(::testing::FloatNear(-0.1f, 1e-5f),
                                        ::testing::FloatNear(-0.1f, 1e-5f)));
   }
+}
+
+// A push with no gradient in it would otherwise count as an update and
+// move the version (ASYNC), unary or streamed.
+TEST(ParameterShardTest, AnEmptyPushIsRefusedAndLeavesTheVersion) {
+  for (Mode mode : {ASYNC, SSP, SYNC}) {
+    SCOPED_TRACE(ModeName(mode));
+    auto shard = MakeShard(mode, 1);
+    InitTwoVariables(shard.get());
+    PushRequest empty;
+    empty.set_worker(0);
+    PushResponse response;
+    absl::Status status = shard->Push(empty, &response);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("no gradients"));
+    absl::StatusOr<ParameterShard::StreamedPush> streamed = shard->BeginStreamedPush(empty);
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kInvalidArgument) << streamed.status();
+    EXPECT_EQ(shard->version(), 0);
+    EXPECT_EQ(StatsOf(shard.get()).pushes_applied(), 0);
+    EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 2);
+  }
+}
+
+// A pull names each variable once: naming one many times would make a
+// request of a few bytes per name cost a copy of the variable per name.
+TEST(ParameterShardTest, APullNamingAVariableTwiceIsRefused) {
+  auto shard = MakeShard(ASYNC, 1);
+  InitTwoVariables(shard.get());
+  PullRequest pull;
+  pull.add_names("w");
+  pull.add_names("b");
+  pull.add_names("w");
+  PullResponse response;
+  absl::Status status = shard->Pull(pull, absl::Now(), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("\"w\" twice"));
+  EXPECT_EQ(response.variables_size(), 0);
+}
+
+// A bound on the answer is checked before anything is encoded.
+TEST(ParameterShardTest, APullWhoseAnswerIsTooLargeIsRefusedBeforeItIsBuilt) {
+  auto shard = MakeShard(ASYNC, 1);
+  InitTwoVariables(shard.get());  // 6 floats: 24 bytes of payload, plus framing
+  PullRequest pull;
+  PullResponse response;
+  absl::Status status = shard->Pull(pull, absl::Now(), &response, {.max_reply_bytes = 64});
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--max_reply_bytes"));
+  EXPECT_EQ(response.variables_size(), 0);
+  ASSERT_TRUE(shard->Pull(pull, absl::Now(), &response, {.max_reply_bytes = 1 << 20}).ok());
+  EXPECT_EQ(response.variables_size(), 2);
+}
+
+// A waiting pull whose caller has gone ends at the next poll, long before
+// its deadline.
+TEST(ParameterShardTest, AWaitingPullEndsWhenItsCallerIsGone) {
+  auto shard = MakeShard(ASYNC, 1);
+  InitTwoVariables(shard.get());
+  std::atomic<bool> gone{false};
+  std::atomic<int> polls{0};
+  PullRequest pull;
+  pull.set_min_version(1000);
+  absl::Status status;
+  std::thread waiting([&] {
+    PullResponse response;
+    status = shard->Pull(pull, absl::Now() + absl::Minutes(5), &response,
+                         {.caller_gone = [&] {
+                           ++polls;
+                           return gone.load();
+                         }});
+  });
+  while (polls.load() < 2) absl::SleepFor(absl::Milliseconds(1));  // it is waiting
+  const absl::Time left = absl::Now();
+  gone = true;
+  waiting.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_LT(absl::Now() - left, absl::Seconds(5));
 }
 
 TEST(ParameterShardTest, PushBeforeInitIsAFailedPrecondition) {

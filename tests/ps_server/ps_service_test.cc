@@ -69,7 +69,8 @@ TEST_P(MaxRequestBytesTest, RefusesOversizedPushAndLeavesModelUntouched) {
   ASSERT_TRUE((*shard)->Init(init, &init_response).ok());
 
   absl::StatusOr<RunningServer> server =
-      StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, ClusterSecurity::Plaintext(), c.max_request_bytes);
+      StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, ClusterSecurity::Plaintext(),
+                      RpcLimits{.max_request_bytes = c.max_request_bytes});
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = ParameterServer::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", server->port), grpc::InsecureChannelCredentials()));

@@ -1,0 +1,140 @@
+#include "ps_server/open_streams.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+
+int64_t OpenStreams::SteadyNanos() {
+  // Monotonic: a wall-clock step must not end a healthy stream.
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+OpenStreams::OpenStreams(const RpcLimits& limits, std::function<int64_t()> push_buffer_budget)
+    : limits_(limits),
+      push_buffer_budget_(std::move(push_buffer_budget)),
+      watchdog_([this] { Watch(); }) {}
+
+OpenStreams::~OpenStreams() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    stop_signal_.Signal();
+  }
+  watchdog_.join();
+}
+
+absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> OpenStreams::Admit(
+    std::function<void(const absl::Status&)> end_call) {
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(streams_.size()) >= limits_.max_streams) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this PS already serves ", streams_.size(),
+        " streamed calls, its limit (--max_streams); try again later"));
+  }
+  std::unique_ptr<Stream> stream(new Stream(this, std::move(end_call)));
+  stream->since_.store(SteadyNanos());
+  streams_.insert(stream.get());
+  return stream;
+}
+
+OpenStreams::Stream::~Stream() {
+  absl::MutexLock lock(&owner_->mu_);
+  owner_->streams_.erase(this);
+  if (claimed_worker_ && --owner_->per_worker_[worker_] == 0) owner_->per_worker_.erase(worker_);
+  owner_->push_buffer_bytes_ -= reserved_bytes_;
+}
+
+absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
+  absl::MutexLock lock(&owner_->mu_);
+  if (claimed_worker_) return absl::OkStatus();
+  int& open = owner_->per_worker_[worker];
+  if (open >= owner_->limits_.max_streams_per_worker) {
+    if (open == 0) owner_->per_worker_.erase(worker);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "worker:", worker, " already has ", open,
+        " streamed calls open on this PS, its limit (--max_streams_per_worker)"));
+  }
+  ++open;
+  worker_ = worker;
+  claimed_worker_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status OpenStreams::Stream::ReservePushBuffer(int64_t bytes) {
+  const int64_t budget = owner_->push_buffer_budget_();
+  absl::MutexLock lock(&owner_->mu_);
+  const int64_t held = owner_->push_buffer_bytes_;
+  // One push is always let through, so a budget below one share slows
+  // pushes down instead of refusing them all.
+  if (held > 0 && held + bytes > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the pushes this PS is receiving already hold ", held, " bytes; ", bytes,
+        " more would pass its budget of ", budget,
+        " (--max_push_buffer_bytes); try again later"));
+  }
+  owner_->push_buffer_bytes_ += bytes;
+  reserved_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status OpenStreams::Stream::ended() const {
+  absl::MutexLock lock(&owner_->mu_);
+  return ended_;
+}
+
+OpenStreams::Stream::ClientWait::ClientWait(Stream* stream) : stream_(stream) {
+  stream_->since_.store(SteadyNanos());
+  stream_->waiting_.fetch_add(1);
+}
+
+OpenStreams::Stream::ClientWait::~ClientWait() {
+  stream_->since_.store(SteadyNanos());
+  stream_->waiting_.fetch_sub(1);
+}
+
+int OpenStreams::open() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(streams_.size());
+}
+
+int64_t OpenStreams::push_buffer_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return push_buffer_bytes_;
+}
+
+void OpenStreams::Watch() {
+  const int64_t timeout_ns = absl::ToInt64Nanoseconds(limits_.stream_idle_timeout);
+  // Checked a few times per timeout: a stream ends within 1.25 timeouts of
+  // its last message.
+  const absl::Duration poll = std::clamp(limits_.stream_idle_timeout / 4, absl::Milliseconds(5),
+                                         absl::Seconds(1));
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    stop_signal_.WaitWithTimeout(&mu_, poll);
+    const int64_t now = SteadyNanos();
+    for (Stream* stream : streams_) {
+      if (!stream->ended_.ok() || stream->waiting_.load() == 0) continue;
+      const int64_t idle = now - stream->since_.load();
+      if (idle < timeout_ns) continue;
+      stream->ended_ = absl::DeadlineExceededError(absl::StrCat(
+          "the stream waited ", absl::FormatDuration(absl::Nanoseconds(idle)),
+          " on the client (for its next message, or for it to read the last one), longer than "
+          "this PS allows (--stream_idle_timeout_seconds); the call is ended and nothing of an "
+          "unfinished push was applied"));
+      spdlog::warn("ended a streamed call{} idle for {} (--stream_idle_timeout_seconds)",
+                   stream->claimed_worker_ ? absl::StrCat(" of worker:", stream->worker_) : "",
+                   absl::FormatDuration(absl::Nanoseconds(idle)));
+      // Under mu_: the Stream, and so its call, still exists.
+      stream->end_call_(stream->ended_);
+    }
+  }
+}
+
+}  // namespace pst

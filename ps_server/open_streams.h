@@ -1,0 +1,121 @@
+// The streamed calls (PullStream, PushStream, PushPull) a shard has open,
+// and the bounds they are held to (rpc_limits.h): how many may be open in
+// total and per worker, how long one may wait on its client, and how many
+// bytes the pushes being reassembled may hold in total.
+//
+// A sync-API stream blocks its server thread in Read or Write for as long
+// as the client lets it, and gRPC has no per-message deadline: a client
+// that opens a stream and sends nothing more would hold the thread, and
+// whatever the call had buffered, until its own deadline, if it set one.
+// So a watchdog thread ends every stream that has waited on its client for
+// the idle timeout, with DEADLINE_EXCEEDED, which wakes the blocked Read or
+// Write; the handler then returns and frees what it held.
+#ifndef PST_PS_SERVER_OPEN_STREAMS_H_
+#define PST_PS_SERVER_OPEN_STREAMS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps_server/rpc_limits.h"
+
+namespace pst {
+
+class OpenStreams {
+ public:
+  // `push_buffer_budget` gives the bound on bytes held by pushes being
+  // reassembled, asked each time a push reserves some (it may follow the
+  // shard's size, known only after Init).
+  OpenStreams(const RpcLimits& limits, std::function<int64_t()> push_buffer_budget);
+  // Stops the watchdog. Every Stream must have been destroyed.
+  ~OpenStreams();
+
+  OpenStreams(const OpenStreams&) = delete;
+  OpenStreams& operator=(const OpenStreams&) = delete;
+
+  // One admitted streamed call. Destroying it gives back its place, its
+  // worker's and the bytes it reserved; it must be destroyed before the
+  // call's handler returns.
+  class Stream {
+   public:
+    ~Stream();
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+
+    // While one of these lives, the call waits on its client: a Read, or a
+    // Write that the client must read to let through. Several may live at
+    // once (a PushPull reads and writes on two threads); the stream is idle
+    // once none has started or ended for the idle timeout.
+    class ClientWait {
+     public:
+      explicit ClientWait(Stream* stream);
+      ~ClientWait();
+      ClientWait(const ClientWait&) = delete;
+      ClientWait& operator=(const ClientWait&) = delete;
+
+     private:
+      Stream* const stream_;
+    };
+
+    // Counts the stream against `worker`'s streams (once; later calls do
+    // nothing). ResourceExhausted if that worker already has
+    // max_streams_per_worker open.
+    absl::Status ClaimWorker(int worker);
+    // Reserves `bytes` of the push buffer budget for this stream until it
+    // ends. ResourceExhausted if the budget would be exceeded while other
+    // streams hold some of it.
+    absl::Status ReservePushBuffer(int64_t bytes);
+    // The status the watchdog ended the call with, if it did.
+    absl::Status ended() const;
+
+   private:
+    friend class OpenStreams;
+    Stream(OpenStreams* owner, std::function<void(const absl::Status&)> end_call)
+        : owner_(owner), end_call_(std::move(end_call)) {}
+
+    OpenStreams* const owner_;
+    const std::function<void(const absl::Status&)> end_call_;
+    std::atomic<int> waiting_{0};     // ClientWaits alive
+    std::atomic<int64_t> since_{0};   // steady ns of the last start or end of one
+    // Guarded by owner_->mu_.
+    int worker_ = -1;
+    bool claimed_worker_ = false;
+    int64_t reserved_bytes_ = 0;
+    absl::Status ended_;
+  };
+
+  // Admits a new streamed call, or ResourceExhausted if max_streams are
+  // open. `end_call` ends the call with the given status; the watchdog
+  // calls it, from its own thread, only while the Stream exists.
+  absl::StatusOr<std::unique_ptr<Stream>> Admit(std::function<void(const absl::Status&)> end_call);
+
+  int open() const;
+  int64_t push_buffer_bytes() const;  // reserved by open streams
+
+ private:
+  void Watch();
+  static int64_t SteadyNanos();
+
+  const RpcLimits limits_;
+  const std::function<int64_t()> push_buffer_budget_;
+  mutable absl::Mutex mu_;
+  absl::CondVar stop_signal_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, int> per_worker_ ABSL_GUARDED_BY(mu_);
+  int64_t push_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread watchdog_;
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_OPEN_STREAMS_H_

@@ -1,0 +1,102 @@
+#include "ps_server/rpc_limits.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace pst {
+
+absl::Status ValidateRpcLimits(const RpcLimits& limits) {
+  auto positive = [](const char* flag, int64_t value) {
+    return value > 0 ? absl::OkStatus()
+                     : absl::InvalidArgumentError(absl::StrCat(
+                           "--", flag, " must be positive (it is ", value, ")"));
+  };
+  for (absl::Status s : {positive("max_message_bytes", limits.max_request_bytes),
+                         positive("max_names_per_request", limits.max_names_per_request),
+                         positive("max_reply_bytes", limits.max_reply_bytes),
+                         positive("max_streams", limits.max_streams),
+                         positive("max_streams_per_worker", limits.max_streams_per_worker),
+                         positive("max_server_threads", limits.max_server_threads)}) {
+    if (!s.ok()) return s;
+  }
+  if (limits.max_pull_wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--max_pull_wait_seconds must be positive");
+  }
+  if (limits.stream_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stream_idle_timeout_seconds must be positive");
+  }
+  if (limits.max_push_buffer_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "--max_push_buffer_bytes must be 0 (automatic) or a positive number of bytes");
+  }
+  // Each open stream holds a server thread; the rest serve heartbeats, pulls, Stats.
+  if (limits.max_server_threads < limits.max_streams + 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_server_threads (", limits.max_server_threads,
+        ") must leave at least 8 threads beside --max_streams (", limits.max_streams,
+        ") for the unary calls"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPullNames(const PullRequest& request, const RpcLimits& limits) {
+  if (request.names_size() > limits.max_names_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a pull names ", request.names_size(), " variables, more than the ",
+        limits.max_names_per_request, " this PS takes in one request (--max_names_per_request)"));
+  }
+  absl::flat_hash_set<absl::string_view> seen;
+  seen.reserve(request.names_size());
+  for (const std::string& name : request.names()) {
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a pull names variable \"", name, "\" twice; name each variable once"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPushSize(const PushRequest& request, const RpcLimits& limits) {
+  if (request.gradients_size() > limits.max_names_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a push carries ", request.gradients_size(), " gradients, more than the ",
+        limits.max_names_per_request, " this PS takes in one request (--max_names_per_request)"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t PullReplyBytes(const std::vector<const Variable*>& variables, DType dtype) {
+  const int64_t element_bytes = std::max(DTypeBytes(dtype), 1);
+  // Per tensor: the payload, the name, each dimension as a varint (at most
+  // 10 bytes), and tags, lengths and the dtype (at most 40 bytes).
+  int64_t bytes = 16;  // the version
+  for (const Variable* v : variables) {
+    bytes += static_cast<int64_t>(v->size()) * element_bytes +
+             static_cast<int64_t>(v->name.size()) + 10 * static_cast<int64_t>(v->shape.size()) +
+             40;
+  }
+  return bytes;
+}
+
+absl::Status CheckPullReply(const std::vector<const Variable*>& variables, DType dtype,
+                            int64_t max_reply_bytes) {
+  if (max_reply_bytes <= 0) return absl::OkStatus();
+  const int64_t bytes = PullReplyBytes(variables, dtype);
+  if (bytes <= max_reply_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the answer to this call (", variables.size(), " variables, about ", bytes,
+      " bytes) is larger than the ", max_reply_bytes,
+      " bytes this PS sends in one message (--max_reply_bytes); pull fewer variables per call, "
+      "or use PullStream"));
+}
+
+absl::Time PullWaitDeadline(absl::Time now, const PullRequest& request, absl::Time call_deadline,
+                            const RpcLimits& limits) {
+  const absl::Duration asked = absl::Milliseconds(std::max(0, request.timeout_ms()));
+  return std::min(now + std::min(asked, limits.max_pull_wait), call_deadline);
+}
+
+}  // namespace pst
