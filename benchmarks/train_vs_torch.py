@@ -15,8 +15,9 @@ samples/s is, on both sides, the training samples of every process divided
 by the longest process's training loop (data loading, start-up and the
 test-set evaluation excluded: pstrain's train_samples_per_sec). Every
 process computes on one thread (OpenBLAS and torch.set_num_threads(1)); the
-towers worker has one thread per tower, and a PyTorch single process with
-two threads is reported beside it.
+towers worker has one thread per tower, each on a slice of --batch_size rows
+(so it trains like the 2-worker job), and a PyTorch single process with two
+threads is reported beside it.
 
     /usr/bin/python3 benchmarks/train_vs_torch.py --rounds=5 --json=train_vs_torch.json
 
@@ -123,7 +124,7 @@ def run_torch(world, args):
 
 # ---------------------------------------------------------------- pstrain side
 
-def ours_config(args, workers, devices):
+def ours_config(args, workers, devices, batch_size):
     if args.optimizer == "adam":
         optimizer = f"adam {{ learning_rate: {args.adam_lr} }}"
     else:
@@ -135,7 +136,7 @@ cluster {{ ps: "127.0.0.1:{free_port()}" workers: {workers} max_restarts: 0 }}
 training {{
   mode: SYNC
   optimizer {{ {optimizer} }}
-  batch_size: {args.batch_size}
+  batch_size: {batch_size}
   epochs: 1
   seed: {args.seed}
   log_every_steps: 1000000
@@ -146,12 +147,16 @@ training {{
 """
 
 
-def run_ours(workers, devices, args):
+def run_ours(workers, devices, args, schedule=""):
+    # Every tower computes on a slice of batch_size rows, as every worker and
+    # every PyTorch process does.
+    towers = int(devices.split(":")[1]) if devices.startswith("cpu:") else 1
     with tempfile.TemporaryDirectory(prefix="train_vs_torch.") as tmp:
         path = os.path.join(tmp, "job.textproto")
         with open(path, "w") as f:
-            f.write(ours_config(args, workers, devices))
-        out = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={path}"],
+            f.write(ours_config(args, workers, devices, args.batch_size * towers))
+        flags = [f"--exchange_schedule={schedule}"] if schedule else []
+        out = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={path}"] + flags,
                              capture_output=True, text=True, timeout=args.timeout)
         if out.returncode != 0:
             raise RuntimeError(f"pslaunch exited {out.returncode}: {out.stderr[-2000:]}")
@@ -162,12 +167,15 @@ def run_ours(workers, devices, args):
 # ---------------------------------------------------------------- the table
 
 VARIANTS = [
-    # name, runner
+    # name, runner; ours with the default (whole-model) exchange, and with the
+    # layer-wise one for comparison.
     ("ours 2 workers", lambda a: run_ours(2, "cpu", a)),
     ("torch DDP 2 processes", lambda a: run_torch(2, a)),
     ("ours 1 worker 2 towers", lambda a: run_ours(1, "cpu:2", a)),
     ("torch 1 process", lambda a: run_torch(1, a)),
+    ("ours 2 workers layer-wise exchange", lambda a: run_ours(2, "cpu", a, "layerwise")),
     ("torch 1 process 2 threads", lambda a: run_torch(1, with_threads(a, 2))),
+    ("ours 1 worker 2 towers layer-wise exchange", lambda a: run_ours(1, "cpu:2", a, "layerwise")),
 ]
 
 
@@ -230,10 +238,10 @@ def main() -> int:
                          round(best_ours / median["torch 1 process"], 3),
                      "ratio_best_vs_torch_1_process_2_threads":
                          round(best_ours / median["torch 1 process 2 threads"], 3)})
-    print(f"{'optimizer':9} {'variant':28} {'median samples/s':>16} {'min':>8} {'max':>8}")
+    print(f"{'optimizer':9} {'variant':44} {'median samples/s':>16} {'min':>8} {'max':>8}")
     for row in rows:
         if "variant" in row:
-            print(f"{row['optimizer']:9} {row['variant']:28} {row['median_samples_per_sec']:16.0f}"
+            print(f"{row['optimizer']:9} {row['variant']:44} {row['median_samples_per_sec']:16.0f}"
                   f" {row['min']:8.0f} {row['max']:8.0f}")
         else:
             print(f"{row['optimizer']:9} ours 2 workers / DDP: {row['ratio_2_workers_vs_ddp']:.2f}x;"

@@ -34,7 +34,6 @@ class LayerwiseExchange final : public StepExchange {
     std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream;
     std::vector<size_t> push_slices;  // the stream's header: slice indices in push order
     size_t pushed = 0;                // push_slices written so far
-    bool write_failed = false;
     PayloadPin sent = std::make_shared<char>(0);
     PullRequest pull;
     // Written by the reader; read by Finish once the reader is done.
@@ -178,15 +177,22 @@ absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
                variables.end()) {
       ++end;
     }
-    if (end == first || call.write_failed) continue;
+    if (end == first) continue;
     call.pushed = end;
     const bool written = client_->WritePushChunks(
         static_cast<int>(s), computed_at_[s], gradients_, call.push_slices, first, end, &call.pull,
         call.sent, [&call](grpc::ByteBuffer message, grpc::WriteOptions options) {
           return call.stream->Write(message, options);
         });
-    // A failed write means the shard ended the call; its reader says why.
-    if (!written) call.write_failed = true;
+    if (!written) {
+      // The shard ended the call; its reader, which ends with it, says why.
+      call.reader.Wait();
+      absl::MutexLock lock(&mu_);
+      return failure_.ok() ? absl::UnavailableError(absl::StrCat(
+                                 "ps:", s, " (", client_->address(static_cast<int>(s)),
+                                 ") ended a push-pull while it was being written"))
+                           : failure_;
+    }
   }
   // Every slice of `variables` must have gone out now: later ones were
   // pushed first, or the variables were not given in push order.

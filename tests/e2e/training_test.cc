@@ -51,10 +51,11 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 // split over T CPU towers.
 TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
   constexpr int kCombinedBatch = 32;
-  auto config_for = [](int workers, int towers = 1) {
+  auto config_for = [](int workers, int towers = 1, ExchangeSchedule schedule = WHOLE_MODEL) {
     JobConfig config = BaseConfig(SYNC, workers, kCombinedBatch / workers, 1);
     TrainingConfig* t = config.mutable_training();
     if (towers > 1) t->set_devices(absl::StrCat("cpu:", towers));
+    t->set_exchange(schedule);
     t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05f);
     t->mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
     t->mutable_model()->mutable_mlp()->add_hidden(32);
@@ -66,14 +67,17 @@ TEST(TrainingTest, SyncWithNWorkersEqualsOneWorkerWithTheCombinedBatch) {
   ASSERT_GE(single->stats[0].version(), 20);
   struct Layout {
     int workers, shards, towers;
+    ExchangeSchedule schedule;
   };
-  for (Layout layout : {Layout{2, 1, 1}, Layout{4, 1, 1}, Layout{2, 3, 1}, Layout{4, 2, 1},
-                        Layout{1, 1, 2}, Layout{1, 2, 4}, Layout{2, 1, 2}}) {
+  for (Layout layout : {Layout{2, 1, 1, WHOLE_MODEL}, Layout{4, 1, 1, WHOLE_MODEL},
+                        Layout{2, 3, 1, WHOLE_MODEL}, Layout{4, 2, 1, LAYERWISE},
+                        Layout{1, 1, 2, WHOLE_MODEL}, Layout{1, 2, 4, LAYERWISE},
+                        Layout{2, 1, 2, LAYERWISE}}) {
     const int workers = layout.workers;
     SCOPED_TRACE(absl::StrCat(workers, " workers, ", layout.shards, " shards, ", layout.towers,
-                              " towers each"));
+                              " towers each, ", ExchangeSchedule_Name(layout.schedule)));
     absl::StatusOr<ClusterRun> multi =
-        TrainOnce(config_for(workers, layout.towers), layout.shards);
+        TrainOnce(config_for(workers, layout.towers, layout.schedule), layout.shards);
     ASSERT_TRUE(multi.ok()) << multi.status();
     for (const StatsResponse& shard : multi->stats) {
       EXPECT_EQ(shard.version(), single->stats[0].version());
