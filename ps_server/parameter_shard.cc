@@ -1,5 +1,7 @@
 #include "ps_server/parameter_shard.h"
 
+#include "ps_server/sync_reduce.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -507,16 +509,15 @@ ParameterShard::StepResult ParameterShard::MaybeCompleteSyncStep() {
   if (arrived_count_ == 0 || arrived_count_ < RequiredGradients()) return StepResult::kPending;
   const float scale = 1.0f / static_cast<float>(arrived_count_);
   absl::Status staged = absl::OkStatus();
+  std::vector<std::span<const float>> gradients;
   for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
-    sum_.assign(store_.variable(static_cast<int>(v)).size(), 0.0f);
     // Rank order, whatever the arrival order: bitwise reproducible sums.
+    gradients.clear();
     for (int rank = 0; rank < options_.num_workers; ++rank) {
-      if (!arrived_[rank]) continue;
-      const std::vector<float>& g = pending_[rank][v];
-      for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
+      if (arrived_[rank]) gradients.push_back(pending_[rank][v]);
     }
-    for (float& x : sum_) x *= scale;
-    staged = store_.Stage(static_cast<int>(v), sum_, 1.0f);
+    staged = StageMean(&store_, static_cast<int>(v), gradients, scale, &reduce_threads_,
+                       reduce_parts_);
   }
   std::fill(arrived_.begin(), arrived_.end(), false);
   arrived_count_ = 0;

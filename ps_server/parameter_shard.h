@@ -31,6 +31,7 @@
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,6 +49,7 @@
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "ps.pb.h"
+#include "common/thread_pool.h"
 #include "ps_server/variable_store.h"
 
 namespace pst {
@@ -305,7 +308,10 @@ class ParameterShard {
   std::vector<std::vector<std::vector<float>>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
   int arrived_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+  // Where a SYNC step's large variables are reduced and applied, in up to
+  // reduce_parts_ shares (ps_server/sync_reduce.h).
+  ThreadPool reduce_threads_;
+  const int reduce_parts_ = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;

@@ -100,6 +100,9 @@ class VariableStore {
     // `gradient` (already validated). Each element is staged once per
     // update; every one must be by FinishStage.
     void Apply(size_t first, std::span<const float> gradient);
+    // Takes in what a copy of this target (staging other elements of the
+    // same update, e.g. on another thread) found.
+    void Merge(const StageTarget& other) { non_finite_ |= other.non_finite_; }
 
    private:
     friend class VariableStore;

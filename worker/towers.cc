@@ -81,7 +81,7 @@ absl::Status Towers::UploadParameters() {
     if (t > 0 && !shared_parameters_) {
       std::vector<int> all(towers_[0]->variables().size());
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-      CopyParameters(t, all);
+      if (absl::Status s = CopyParameters(t, all); !s.ok()) return s;
     }
     return towers_[t]->UploadParameters();
   });
@@ -94,11 +94,14 @@ absl::Status Towers::PrepareHostParametersForWrite() {
   return absl::OkStatus();
 }
 
-void Towers::CopyParameters(int t, const std::vector<int>& variables) {
+absl::Status Towers::CopyParameters(int t, const std::vector<int>& variables) {
+  // Tower t's own host parameters may still be read by its last upload.
+  if (absl::Status s = towers_[t]->PrepareHostParametersForWrite(); !s.ok()) return s;
   for (int i : variables) {
     std::span<const float> from = towers_[0]->HostParameter(i);
     std::memcpy(towers_[t]->HostParameter(i).data(), from.data(), from.size_bytes());
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
@@ -140,7 +143,7 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
       Mlp::LayerHooks tower_hooks{
           .parameters_needed = [this, hooks, t](int layer) -> absl::Status {
             if (absl::Status s = hooks->parameters_needed(layer); !s.ok()) return s;
-            if (t > 0 && !shared_parameters_) CopyParameters(t, LayerVariables(layer));
+            if (t > 0 && !shared_parameters_) return CopyParameters(t, LayerVariables(layer));
             return absl::OkStatus();
           },
           .gradients_ready = [this, hooks](int layer) -> absl::Status {

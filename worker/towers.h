@@ -95,8 +95,8 @@ class Towers {
   absl::StatusOr<LossResult> ComputeSlices(const float* x, const float* targets, int batch,
                                            const Mlp::LayerHooks* hooks);
   // Tower 0's host values of `variables` into tower t's (towers that keep
-  // their own parameters).
-  void CopyParameters(int t, const std::vector<int>& variables);
+  // their own parameters), once tower t's last upload has read them.
+  absl::Status CopyParameters(int t, const std::vector<int>& variables);
 
   std::vector<std::unique_ptr<Mlp>> towers_;
   std::vector<std::vector<float>> averaged_;  // per variable; with several towers
