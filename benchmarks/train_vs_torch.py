@@ -35,7 +35,6 @@ import tempfile
 import time
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
-HIDDEN = (256, 128)
 
 
 def free_port() -> int:
@@ -71,7 +70,7 @@ def torch_worker(rank, world, port, args, queue):
     x_all, y_all = load_fashion_mnist(args.data_dir, args.train_limit)
     x_all, y_all = torch.from_numpy(x_all), torch.from_numpy(y_all)
     layers, width = [], 784
-    for h in HIDDEN:
+    for h in args.hidden:
         layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
         width = h
     model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 10))
@@ -129,7 +128,7 @@ def ours_config(args, workers, devices, batch_size):
         optimizer = f"adam {{ learning_rate: {args.adam_lr} }}"
     else:
         optimizer = f"sgd {{ learning_rate: {args.sgd_lr} }}"
-    hidden = " ".join(f"hidden: {h}" for h in HIDDEN)
+    hidden = " ".join(f"hidden: {h}" for h in args.hidden)
     limit = f" train_limit: {args.train_limit}" if args.train_limit else ""
     return f"""
 cluster {{ ps: "127.0.0.1:{free_port()}" workers: {workers} max_restarts: 0 }}
@@ -190,6 +189,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--optimizers", default="sgd,adam")
     parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--hidden", default="256,128", help="hidden layer widths")
     parser.add_argument("--sgd_lr", type=float, default=0.1)
     parser.add_argument("--adam_lr", type=float, default=0.001)
     parser.add_argument("--train_limit", type=int, default=0, help="0 = all 60000")
@@ -200,6 +200,7 @@ def main() -> int:
     parser.add_argument("--json", default="", help="write the rows here too")
     args = parser.parse_args()
     args.threads = 1
+    args.hidden = [int(h) for h in args.hidden.split(",")]
     try:
         import torch  # noqa: F401
         import numpy  # noqa: F401
@@ -225,13 +226,13 @@ def main() -> int:
         median = {name: statistics.median(v) for name, v in samples.items()}
         for name, values in samples.items():
             rows.append({"benchmark": "train_vs_torch", "optimizer": optimizer,
-                         "batch_size": args.batch_size, "variant": name,
+                         "batch_size": args.batch_size, "hidden": args.hidden, "variant": name,
                          "median_samples_per_sec": round(median[name], 1),
                          "min": round(min(values), 1), "max": round(max(values), 1),
                          "runs": len(values)})
         best_ours = max(median["ours 2 workers"], median["ours 1 worker 2 towers"])
         rows.append({"benchmark": "train_vs_torch", "optimizer": optimizer,
-                     "batch_size": args.batch_size,
+                     "batch_size": args.batch_size, "hidden": args.hidden,
                      "ratio_2_workers_vs_ddp":
                          round(median["ours 2 workers"] / median["torch DDP 2 processes"], 3),
                      "ratio_best_vs_torch_1_process":

@@ -11,18 +11,26 @@ import json
 import sys
 
 
+def model(row):
+    hidden = row.get("hidden", [256, 128])
+    return "784-" + "-".join(str(h) for h in hidden) + "-10"
+
+
 def train_vs_torch(rows):
-    lines = ["| optimizer | variant | median samples/s | min | max | runs |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| model | batch | optimizer | variant | median samples/s | min | max | runs |",
+             "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "variant" in r:
-            lines.append(f"| {r['optimizer']} | {r['variant']} | {r['median_samples_per_sec']:.0f} "
-                         f"| {r['min']:.0f} | {r['max']:.0f} | {r['runs']} |")
-    lines += ["", "| optimizer | ours 2 workers / PyTorch DDP | best of ours / PyTorch 1 process "
-              "| best of ours / PyTorch 1 process, 2 threads |", "| --- | ---: | ---: | ---: |"]
+            lines.append(f"| {model(r)} | {r['batch_size']} | {r['optimizer']} | {r['variant']} "
+                         f"| {r['median_samples_per_sec']:.0f} | {r['min']:.0f} | {r['max']:.0f} "
+                         f"| {r['runs']} |")
+    lines += ["", "| model | batch | optimizer | ours 2 workers / PyTorch DDP "
+              "| best of ours / PyTorch 1 process | best of ours / PyTorch 1 process, 2 threads |",
+              "| --- | ---: | --- | ---: | ---: | ---: |"]
     for r in rows:
         if "ratio_2_workers_vs_ddp" in r:
-            lines.append(f"| {r['optimizer']} | {r['ratio_2_workers_vs_ddp']:.2f} "
+            lines.append(f"| {model(r)} | {r['batch_size']} | {r['optimizer']} "
+                         f"| {r['ratio_2_workers_vs_ddp']:.2f} "
                          f"| {r['ratio_best_vs_torch_1_process']:.2f} "
                          f"| {r['ratio_best_vs_torch_1_process_2_threads']:.2f} |")
     return "\n".join(lines)
