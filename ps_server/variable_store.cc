@@ -239,17 +239,20 @@ void VariableStore::StageTarget::Apply(size_t first, std::span<const float> grad
   // One fused pass, block by block: the optimizer reads the published values
   // and state and writes the staged ones, and each block is checked for
   // non-finite results while it is still in cache.
+  // Without state (SGD) there is no slot memory to point into.
+  const bool has_state = slots_ > 0;
   for (size_t done = 0; done < gradient.size(); done += kStageBlock) {
     const size_t begin = first + done;
     const size_t len = std::min(kStageBlock, gradient.size() - done);
-    optimizer_->ApplyRange(step_, scale_,
-                           Optimizer::Range{.count = len,
-                                            .param = values_.data() + begin,
-                                            .grad = gradient.data() + done,
-                                            .slots = state_.data() + begin,
-                                            .param_out = next_values_.data() + begin,
-                                            .slots_out = next_state_.data() + begin,
-                                            .slot_stride = n});
+    optimizer_->ApplyRange(
+        step_, scale_,
+        Optimizer::Range{.count = len,
+                         .param = values_.data() + begin,
+                         .grad = gradient.data() + done,
+                         .slots = has_state ? state_.data() + begin : nullptr,
+                         .param_out = next_values_.data() + begin,
+                         .slots_out = has_state ? next_state_.data() + begin : nullptr,
+                         .slot_stride = n});
     non_finite_ |= NonFiniteBits(next_values_.data() + begin, len);
     for (int s = 0; s < slots_; ++s) {
       non_finite_ |= NonFiniteBits(next_state_.data() + s * n + begin, len);

@@ -15,11 +15,11 @@
 #include "result.pb.h"
 #include "worker/dataset.h"
 #include "worker/mlp.h"
-#include "worker/towers.h"
 #include "worker/progress.h"
-#include "worker/run_recorder.h"
 #include "worker/ps_client.h"
+#include "worker/run_recorder.h"
 #include "worker/step_exchange.h"
+#include "worker/towers.h"
 
 namespace pst {
 
