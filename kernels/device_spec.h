@@ -3,7 +3,7 @@
 //   "auto" or ""  a GPU when one is visible (the worker of rank r takes
 //                 gpu:(r % visible GPUs), so workers spread over them),
 //                 else the CPU
-//   "cpu"         the CPU reference kernels
+//   "cpu"         the CPU kernels (OpenBLAS)
 //   "gpu:N"       CUDA device N (as numbered under CUDA_VISIBLE_DEVICES)
 // Parsing only; kernels/device.h turns a spec into a backend.
 #ifndef PST_KERNELS_DEVICE_SPEC_H_

@@ -72,7 +72,9 @@ TEST(DeviceListTest, ParsesTowersInOrder) {
     ASSERT_TRUE(list.ok()) << list.status();
     EXPECT_EQ(list->towers.size(), g.towers);
     EXPECT_EQ(list->every_gpu, g.every_gpu);
-    if (!g.text.empty()) EXPECT_EQ(list->ToString(), g.canonical);
+    if (!g.text.empty()) {
+      EXPECT_EQ(list->ToString(), g.canonical);
+    }
   }
   absl::StatusOr<DeviceList> mixed = ParseDeviceList("gpu:1,cpu");
   ASSERT_TRUE(mixed.ok());
