@@ -231,8 +231,12 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
     grpc::Status rpc = call.stream->Finish();
     call.stream.reset();
     client_->AwaitPushReleased(static_cast<int>(s), call.sent);
+    // The shard's status says why it ended the call; a call this end
+    // cancelled (a malformed answer) has the reader's reason.
     absl::Status status = call.problem;
-    if (!rpc.ok()) status = client_->ShardError(static_cast<int>(s), rpc);  // the cause, if any
+    if (!rpc.ok() && (status.ok() || rpc.error_code() != grpc::StatusCode::CANCELLED)) {
+      status = client_->ShardError(static_cast<int>(s), rpc);
+    }
     if (status.ok() && call.pushed < call.push_slices.size()) {
       status = absl::InternalError("the exchange finished before every variable was pushed");
     }
