@@ -522,8 +522,8 @@ absl::Status ValidateConfig(const JobConfig& config) {
     return Invalid("training.devices", d.status().message());
   } else if (!d->towers.empty() && training.batch_size() % static_cast<int>(d->towers.size()) != 0) {
     return Invalid("training.devices",
-                   absl::StrCat(d->towers.size(), " towers cannot split batch_size ",
-                                training.batch_size(),
+                   absl::StrCat("makes ", d->towers.size(),
+                                " towers, which cannot split batch_size ", training.batch_size(),
                                 " into equal slices; use a batch_size divisible by the towers"));
   }
   if (absl::Status s = ValidateCheckpoint(training.checkpoint()); !s.ok()) return s;

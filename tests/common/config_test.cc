@@ -130,7 +130,7 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
       {"bad devices flag", good, {.devices = "cpu:0"}, absl::StatusCode::kInvalidArgument,
        "--devices: devices \"cpu:0\""},
       {"towers that cannot split the batch", replace("epochs: 2", "epochs: 2 devices: \"cpu:3\""),
-       {}, absl::StatusCode::kInvalidArgument, "3 towers cannot split batch_size 32"},
+       {}, absl::StatusCode::kInvalidArgument, "makes 3 towers, which cannot split batch_size 32"},
       // Accepted at load, then refused (or worse) by the PS or pslaunch.
       {"duplicate ps address", replace("ps: \"127.0.0.1:50051\"", "ps: \"a:1\" ps: \"a:1\""), {},
        absl::StatusCode::kInvalidArgument,
