@@ -10,6 +10,15 @@
 
 namespace pst {
 
+namespace {
+
+bool ParseCount(absl::string_view text, int* count) {
+  return !text.empty() && text.find_first_not_of("0123456789") == absl::string_view::npos &&
+         absl::SimpleAtoi(text, count);
+}
+
+}  // namespace
+
 std::string DeviceSpec::ToString() const {
   switch (kind) {
     case Kind::kCpu:
@@ -30,24 +39,13 @@ absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text) {
     return spec;
   }
   absl::string_view index = text;
-  if (absl::ConsumePrefix(&index, "gpu:") && !index.empty() &&
-      index.find_first_not_of("0123456789") == absl::string_view::npos &&
-      absl::SimpleAtoi(index, &spec.gpu)) {
+  if (absl::ConsumePrefix(&index, "gpu:") && ParseCount(index, &spec.gpu)) {
     spec.kind = DeviceSpec::Kind::kGpu;
     return spec;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("device \"", text, "\" is not one of auto, cpu or gpu:N (N = 0, 1, ...)"));
 }
-
-namespace {
-
-bool ParseCount(absl::string_view text, int* count) {
-  return !text.empty() && text.find_first_not_of("0123456789") == absl::string_view::npos &&
-         absl::SimpleAtoi(text, count);
-}
-
-}  // namespace
 
 std::string DeviceList::ToString() const {
   if (every_gpu) return "gpu:all";

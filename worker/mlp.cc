@@ -317,7 +317,7 @@ absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
   return absl::OkStatus();
 }
 
-absl::Status Mlp::DownloadLayer(const Layer& layer) {
+absl::Status Mlp::QueueLayerDownload(const Layer& layer) {
   std::span<float> w = host_grads_[layer.weights_var];
   if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size()); !s.ok()) {
     return s;
@@ -328,23 +328,17 @@ absl::Status Mlp::DownloadLayer(const Layer& layer) {
       return s;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadLayer(const Layer& layer) {
+  if (absl::Status s = QueueLayerDownload(layer); !s.ok()) return s;
   return kernels_->Synchronize();
 }
 
 absl::Status Mlp::QueueGradientDownloads() {
   for (const Layer& layer : layers_) {
-    std::span<float> w = host_grads_[layer.weights_var];
-    if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size());
-        !s.ok()) {
-      return s;
-    }
-    if (layer.bias_var >= 0) {
-      std::span<float> b = host_grads_[layer.bias_var];
-      if (absl::Status s = kernels_->CopyToHostAsync(layer.bias_grad, b.data(), b.size());
-          !s.ok()) {
-        return s;
-      }
-    }
+    if (absl::Status s = QueueLayerDownload(layer); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

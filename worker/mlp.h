@@ -145,7 +145,8 @@ class Mlp {
 
   struct Layer;
   absl::Status UploadLayer(const Layer& layer);
-  absl::Status DownloadLayer(const Layer& layer);
+  absl::Status QueueLayerDownload(const Layer& layer);
+  absl::Status DownloadLayer(const Layer& layer);  // queued, then waited for
   MlpSpec spec_;
   Kernels* kernels_;
   int max_batch_;

@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
       }
     }
   }
+  for (size_t i = 0; i < towers->variables().size(); ++i) {
+    towers->all_variables_.push_back(static_cast<int>(i));
+  }
   if (count > 1) {
     for (const VariableSpec& v : towers->variables()) {
       towers->averaged_.emplace_back(static_cast<size_t>(v.size()));
@@ -79,9 +82,7 @@ absl::Status Towers::ForEachTower(const std::function<absl::Status(int)>& fn) {
 absl::Status Towers::UploadParameters() {
   return ForEachTower([this](int t) {
     if (t > 0 && !shared_parameters_) {
-      std::vector<int> all(towers_[0]->variables().size());
-      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-      if (absl::Status s = CopyParameters(t, all); !s.ok()) return s;
+      if (absl::Status s = CopyParameters(t, all_variables_); !s.ok()) return s;
     }
     return towers_[t]->UploadParameters();
   });
@@ -109,9 +110,7 @@ absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float*
   if (size() == 1) return towers_[0]->ComputeGradients(x, targets, batch);
   absl::StatusOr<LossResult> loss = ComputeSlices(x, targets, batch, nullptr);
   if (!loss.ok()) return loss;
-  std::vector<int> all(averaged_.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-  AverageGradients(all);
+  AverageGradients(all_variables_);
   return loss;
 }
 

@@ -100,6 +100,7 @@ class Towers {
 
   std::vector<std::unique_ptr<Mlp>> towers_;
   std::vector<std::vector<float>> averaged_;  // per variable; with several towers
+  std::vector<int> all_variables_;            // 0, 1, ..., variables - 1
   bool shared_parameters_ = false;  // towers 1.. compute with tower 0's parameters
   int input_dim_ = 0;
   int target_width_ = 0;  // floats per row of targets

@@ -232,6 +232,13 @@ void Trainer::RecordExchange(const std::vector<int64_t>& computed_at,
   window_staleness_ += RecordPushes(computed_at, responses);
 }
 
+void Trainer::RecordStep(absl::Time start, int batch) {
+  WorkerMetrics& metrics = GetWorkerMetrics();
+  metrics.step_seconds.Observe(Seconds(start));
+  metrics.steps.Increment();
+  metrics.samples.Increment(batch);
+}
+
 absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
                                             std::vector<PushResponse>* responses) {
   if (config_.training().exchange() == LAYERWISE) return RunStepLayerwise(epoch, step, responses);
@@ -260,10 +267,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   }
   parameters_current_ = true;
   RecordExchange(computed_at, *responses, push_start);
-  WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.step_seconds.Observe(Seconds(start));
-  metrics.steps.Increment();
-  metrics.samples.Increment(batch);
+  RecordStep(start, batch);
   if (absl::Status s = towers_->UploadParameters(); !s.ok()) return s;
   return loss;
 }
@@ -317,10 +321,7 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
   }
   exchange_ = std::move(pushing);
   parameters_current_ = false;  // until the exchange has brought them all
-  WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.step_seconds.Observe(Seconds(start));
-  metrics.steps.Increment();
-  metrics.samples.Increment(batch);
+  RecordStep(start, batch);
   return loss;
 }
 

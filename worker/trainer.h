@@ -84,6 +84,8 @@ class Trainer {
   // taken, and its values are the parameters (uploaded to every tower if
   // `upload`; the layer-wise forward pass uploads them layer by layer).
   absl::Status FinishExchange(std::vector<PushResponse>* responses, bool upload);
+  // Records a step of `batch` examples begun at `start`.
+  void RecordStep(absl::Time start, int batch);
   // Records what a finished exchange of a push computed at `computed_at` did.
   void RecordExchange(const std::vector<int64_t>& computed_at,
                       const std::vector<PushResponse>& responses, absl::Time push_start);
