@@ -6,9 +6,7 @@
 // the push already arrived and unread: on the 2-core VM a 1 MiB answer
 // message took 0.3-1.2 ms to write, about as long as staging a chunk, and
 // the two ran one after the other. With the answer written from here, the
-// serving thread goes straight on to read and stage the next chunk
-// (docs/benchmarks.md, "Heap arenas and the answer written beside the
-// push").
+// serving thread goes straight on to read and stage the next chunk.
 #ifndef PST_PS_SERVER_BACKGROUND_WRITER_H_
 #define PST_PS_SERVER_BACKGROUND_WRITER_H_
 
