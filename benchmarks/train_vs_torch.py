@@ -146,7 +146,7 @@ training {{
 """
 
 
-def run_ours(workers, devices, args, schedule=""):
+def run_ours(workers, devices, args, flags=()):
     # Every tower computes on a slice of batch_size rows, as every worker and
     # every PyTorch process does.
     towers = int(devices.split(":")[1]) if devices.startswith("cpu:") else 1
@@ -154,8 +154,7 @@ def run_ours(workers, devices, args, schedule=""):
         path = os.path.join(tmp, "job.textproto")
         with open(path, "w") as f:
             f.write(ours_config(args, workers, devices, args.batch_size * towers))
-        flags = [f"--exchange_schedule={schedule}"] if schedule else []
-        out = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={path}"] + flags,
+        out = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={path}"] + list(flags),
                              capture_output=True, text=True, timeout=args.timeout)
         if out.returncode != 0:
             raise RuntimeError(f"pslaunch exited {out.returncode}: {out.stderr[-2000:]}")
@@ -165,17 +164,24 @@ def run_ours(workers, devices, args, schedule=""):
 
 # ---------------------------------------------------------------- the table
 
+LAYERWISE = ["--exchange_schedule=layerwise"]
+TCP = ["--shm=off"]
 VARIANTS = [
-    # name, runner; ours with the default (whole-model) exchange, and with the
-    # layer-wise one for comparison.
+    # name, runner; ours as configured by default (whole-model exchange,
+    # shared memory with the co-located PS), and with the layer-wise exchange
+    # and over TCP for comparison.
     ("ours 2 workers", lambda a: run_ours(2, "cpu", a)),
     ("torch DDP 2 processes", lambda a: run_torch(2, a)),
     ("ours 1 worker 2 towers", lambda a: run_ours(1, "cpu:2", a)),
     ("torch 1 process", lambda a: run_torch(1, a)),
-    ("ours 2 workers layer-wise exchange", lambda a: run_ours(2, "cpu", a, "layerwise")),
+    ("ours 2 workers over TCP", lambda a: run_ours(2, "cpu", a, TCP)),
+    ("ours 2 workers layer-wise exchange", lambda a: run_ours(2, "cpu", a, LAYERWISE)),
     ("torch 1 process 2 threads", lambda a: run_torch(1, with_threads(a, 2))),
-    ("ours 1 worker 2 towers layer-wise exchange", lambda a: run_ours(1, "cpu:2", a, "layerwise")),
+    ("ours 1 worker 2 towers layer-wise exchange", lambda a: run_ours(1, "cpu:2", a, LAYERWISE)),
 ]
+# The variants the ratios are computed from.
+REQUIRED = ["ours 2 workers", "torch DDP 2 processes", "ours 1 worker 2 towers",
+            "torch 1 process", "torch 1 process 2 threads"]
 
 
 def with_threads(args, threads):
@@ -198,7 +204,14 @@ def main() -> int:
     parser.add_argument("--data_dir", default=DATA_DIR)
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--json", default="", help="write the rows here too")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated variants to leave out (not those the ratios need)")
     args = parser.parse_args()
+    skipped = set(filter(None, args.skip.split(",")))
+    if skipped & set(REQUIRED):
+        print(f"train_vs_torch.py: error: the ratios need {', '.join(REQUIRED)}", file=sys.stderr)
+        return 2
+    variants = [(name, runner) for name, runner in VARIANTS if name not in skipped]
     args.threads = 1
     args.hidden = [int(h) for h in args.hidden.split(",")]
     try:
@@ -216,9 +229,9 @@ def main() -> int:
     rows = []
     for optimizer in args.optimizers.split(","):
         args.optimizer = optimizer
-        samples = {name: [] for name, _ in VARIANTS}
+        samples = {name: [] for name, _ in variants}
         for r in range(args.rounds):
-            for name, runner in VARIANTS:
+            for name, runner in variants:
                 value = runner(args)
                 samples[name].append(value)
                 print(f"# {optimizer} round {r + 1}/{args.rounds}: {name}: {value:.0f} samples/s",

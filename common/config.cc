@@ -473,6 +473,14 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
     }
     training->set_exchange(schedule);
   }
+  if (overrides.shm) {
+    SharedMemory shm;
+    if (!SharedMemory_Parse(absl::StrCat("SHM_", absl::AsciiStrToUpper(*overrides.shm)), &shm)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shm: unknown setting "", *overrides.shm, ""; use auto or off"));
+    }
+    config->mutable_cluster()->set_shm(shm);
+  }
   return absl::OkStatus();
 }
 

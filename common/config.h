@@ -50,6 +50,7 @@ struct ConfigOverrides {
   std::optional<std::string> device;      // "auto", "cpu" or "gpu:N"
   std::optional<std::string> devices;     // towers: "cpu:2", "gpu:0,gpu:1", ...
   std::optional<std::string> exchange;    // "layerwise" or "whole_model"
+  std::optional<std::string> shm;         // "auto" or "off"
 };
 
 // Replaces ${NAME} with the environment variable NAME and ${NAME:-default}

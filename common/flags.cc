@@ -36,6 +36,10 @@ ABSL_FLAG(std::string, exchange_schedule, "",
           "Override training.exchange: layerwise (push each layer's gradient as backward "
           "produces it and start each layer of the next forward pass once its parameters are "
           "in) or whole_model (one push after backward, the whole model back before forward).");
+ABSL_FLAG(std::string, shm, "",
+          "Override cluster.shm: auto (a worker and a PS shard on the same host move tensors "
+          "through shared memory, gRPC carries only control messages) or off (every byte over "
+          "TCP).");
 ABSL_FLAG(int, staleness, -1, "Override training.staleness, the SSP bound (-1 = keep the config's).");
 ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
 ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
@@ -118,6 +122,7 @@ ConfigOverrides OverridesFromFlags() {
   if (std::string v = absl::GetFlag(FLAGS_device); !v.empty()) overrides.device = v;
   if (std::string v = absl::GetFlag(FLAGS_devices); !v.empty()) overrides.devices = v;
   if (std::string v = absl::GetFlag(FLAGS_exchange_schedule); !v.empty()) overrides.exchange = v;
+  if (std::string v = absl::GetFlag(FLAGS_shm); !v.empty()) overrides.shm = v;
   return overrides;
 }
 
@@ -133,6 +138,7 @@ std::vector<std::string> OverrideFlagsAsArgs() {
   if (overrides.device) args.push_back(absl::StrCat("--device=", *overrides.device));
   if (overrides.devices) args.push_back(absl::StrCat("--devices=", *overrides.devices));
   if (overrides.exchange) args.push_back(absl::StrCat("--exchange_schedule=", *overrides.exchange));
+  if (overrides.shm) args.push_back(absl::StrCat("--shm=", *overrides.shm));
   if (overrides.learning_rate) {
     args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
   }

@@ -214,7 +214,8 @@ int main(int argc, char** argv) {
     spdlog::warn("{}", *warning);
   }
   absl::StatusOr<pst::RunningServer> server =
-      pst::StartGrpcServer(address, shard->get(), hooks, *security, limits);
+      pst::StartGrpcServer(address, shard->get(), hooks, *security, limits,
+                           config->cluster().shm() != pst::SHM_OFF);
   if (!server.ok()) {
     request_stop();
     signal_waiter.join();

@@ -12,6 +12,7 @@
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/ps_metrics.h"
+#include "ps_server/shm_exchange.h"
 
 namespace pst {
 
@@ -29,7 +30,7 @@ int MethodIndex(const char* method) {
 }  // namespace
 
 ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
-                                               const RpcLimits& limits)
+                                               const RpcLimits& limits, bool shared_memory)
     : server_(server),
       hooks_(std::move(hooks)),
       limits_(limits),
@@ -37,6 +38,9 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       // still ending: more are freed after use.
       push_buffers_(static_cast<size_t>(server->num_workers()) + 1),
       pull_payloads_(static_cast<size_t>(server->num_workers()) + 1),
+      // A region holds a push and its answer.
+      shm_regions_(shared_memory, server->num_workers(),
+                   int64_t{limits.max_request_bytes} + limits.max_reply_bytes),
       streams_(limits, [this] { return PushBufferBudget(); }) {
   // The streamed methods get byte-buffer handlers in place of the generated
   // ones. gRPC serves a replaced ("streamed") handler as a bidi stream, so
@@ -314,6 +318,45 @@ grpc::Status ParameterServerService::PushPullSmall(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
+grpc::Status ParameterServerService::ShmAttach(grpc::ServerContext*,
+                                               const ShmAttachRequest* request,
+                                               ShmAttachResponse* response) {
+  return ToGrpcStatus(shm_regions_.Attach(*request, response));
+}
+
+grpc::Status ParameterServerService::ShmExchange(grpc::ServerContext* context,
+                                                 const ShmExchangeRequest* request,
+                                                 ShmExchangeResponse* response) {
+  const absl::Time start = absl::Now();
+  const bool pushes = request->push().gradients_size() > 0;
+  const int worker = pushes ? request->push().worker() : request->pull().worker();
+  absl::StatusOr<std::shared_ptr<const OpenedRegion>> region =
+      shm_regions_.Find(request->region(), worker);
+  if (!region.ok()) return ToGrpcStatus(region.status());
+  std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
+  const ShmExchangeContext call{
+      .shard = server_,
+      .limits = &limits_,
+      .buffer = buffer.get(),
+      .payloads = &pull_payloads_,
+      .pull_deadline =
+          [this, context, start](const PullRequest& pull) {
+            return PullWaitDeadline(start, pull, absl::FromChrono(context->deadline()), limits_);
+          },
+      .caller_gone = CallerGone(context),
+  };
+  ShmExchangeBytes bytes;
+  absl::Status status = ServeShmExchange(*request, **region, call, response, &bytes);
+  ReturnPushBuffer(std::move(buffer));
+  const absl::Duration took = absl::Now() - start;
+  if (pushes) {
+    RecordServedPush(bytes.pushed, request->push().computed_at_version(), response->push(),
+                     status, took);
+  }
+  if (request->has_pull()) RecordServedPull(status.ok() ? bytes.answered : 0, status, took);
+  return ToGrpcStatus(status);
+}
+
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*,
                                                const HeartbeatRequest* request,
                                                HeartbeatResponse* response) {
@@ -355,10 +398,11 @@ grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const Shutdo
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
                                               pst::ParameterShard* server, AdminHooks hooks,
                                               const ClusterSecurity& security,
-                                              const RpcLimits& limits) {
+                                              const RpcLimits& limits, bool shared_memory) {
   if (absl::Status s = ValidateRpcLimits(limits); !s.ok()) return s;
   RunningServer running;
-  running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits);
+  running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits,
+                                                               shared_memory);
   grpc::ServerBuilder builder;
   // Every call of the sync API holds a thread while it runs (a long-polling
   // pull, an open stream): without a bound, calls that never end would

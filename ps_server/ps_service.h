@@ -6,7 +6,9 @@
 //
 // PullStream, PushStream and PushPull carry the bulk of the bytes, so they
 // are served over raw byte buffers (common/chunk_wire.h): the service
-// replaces the generated handlers of those methods with its own.
+// replaces the generated handlers of those methods with its own. Workers on
+// the same host may instead attach a shared region (ShmAttach) and move the
+// bytes through it (ShmExchange, ps_server/shm_exchange.h).
 #ifndef PST_PS_SERVER_PS_SERVICE_H_
 #define PST_PS_SERVER_PS_SERVICE_H_
 
@@ -25,6 +27,7 @@
 #include "ps_server/open_streams.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
+#include "ps_server/shm_regions.h"
 
 namespace pst {
 
@@ -37,12 +40,16 @@ struct AdminHooks {
 
 class ParameterServerService final : public ParameterServer::Service {
  public:
-  // `server` must outlive the service.
+  // `server` must outlive the service. `shared_memory` false refuses
+  // every ShmAttach (cluster.shm: SHM_OFF).
   ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
-                         const RpcLimits& limits = {});
+                         const RpcLimits& limits = {}, bool shared_memory = true);
 
   // Streamed calls open now, and the bytes their unfinished pushes hold.
   const OpenStreams& open_streams() const { return streams_; }
+
+  // Workers whose tensors travel through shared memory now.
+  int shared_regions() const { return shm_regions_.attached(); }
 
   // PullStream, PushStream and PushPull, over byte buffers.
   grpc::Status ServePullStream(grpc::ServerContext* context,
@@ -63,6 +70,10 @@ class ParameterServerService final : public ParameterServer::Service {
                     PushResponse* response) override;
   grpc::Status PushPullSmall(grpc::ServerContext* context, const PushPullRequest* request,
                              PushPullResponse* response) override;
+  grpc::Status ShmAttach(grpc::ServerContext* context, const ShmAttachRequest* request,
+                         ShmAttachResponse* response) override;
+  grpc::Status ShmExchange(grpc::ServerContext* context, const ShmExchangeRequest* request,
+                           ShmExchangeResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
@@ -93,6 +104,7 @@ class ParameterServerService final : public ParameterServer::Service {
   MessagePool<PushRequest> push_buffers_;
   PullPayloadPool pull_payloads_;
   std::atomic<int64_t> freed_since_trim_{0};
+  ShmRegions shm_regions_;
   // Where PushPull answers are written from (BackgroundWriter).
   ThreadPool threads_;
   // Last: its watchdog may end calls until it is destroyed.
@@ -118,7 +130,7 @@ struct RunningServer {
 absl::StatusOr<RunningServer> StartGrpcServer(
     const std::string& address, pst::ParameterShard* server, AdminHooks hooks,
     const ClusterSecurity& security = ClusterSecurity::Plaintext(),
-    const RpcLimits& limits = {});
+    const RpcLimits& limits = {}, bool shared_memory = true);
 
 }  // namespace pst
 

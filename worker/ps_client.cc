@@ -223,6 +223,9 @@ absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration time
   const Shard& shard = shards_[s];
   PullRequest request = MakePullRequest(min_version, timeout);
   for (size_t i : shard.slices) request.add_names(slices_[i].name);
+  absl::StatusOr<bool> shared = UseSharedMemory(s);
+  if (!shared.ok()) return shared.status();
+  if (*shared) return ExchangeShared(s, 0, nullptr, &request, &out, version, nullptr);
   if (WireBytes(s) > kChunkBytes) return PullStreamed(s, request, timeout, out, version);
   PullResponse response;
   grpc::ClientContext context;
@@ -279,8 +282,15 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
   versions->resize(shards_.size());
   responses->resize(shards_.size());
   return ForEachShard([&](int s) {
+    absl::StatusOr<bool> shared = UseSharedMemory(s);
+    if (!shared.ok()) return shared.status();
     absl::Status status;
-    if (WireBytes(s) > kChunkBytes) {
+    if (*shared) {
+      // No names: a PushPull answers with the pushed variables.
+      const PullRequest pull = MakePullRequest(min_versions[s], timeout);
+      status = ExchangeShared(s, computed_at[s], &gradients, &pull, &out, &(*versions)[s],
+                              &(*responses)[s]);
+    } else if (WireBytes(s) > kChunkBytes) {
       // No names: a PushPull answers with the pushed variables.
       status = PushPullStreamed(s, computed_at[s], gradients,
                                 MakePullRequest(min_versions[s], timeout), timeout, out,
@@ -300,6 +310,9 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
 absl::Status PsClient::PushShard(int s, int64_t computed_at,
                                  const std::vector<std::span<const float>>& gradients,
                                  PushResponse* response) {
+  absl::StatusOr<bool> shared = UseSharedMemory(s);
+  if (!shared.ok()) return shared.status();
+  if (*shared) return ExchangeShared(s, computed_at, &gradients, nullptr, nullptr, nullptr, response);
   if (WireBytes(s) > kChunkBytes) return PushStreamed(s, computed_at, gradients, response);
   PushRequest request;
   FillPushRequest(s, computed_at, gradients, &request);

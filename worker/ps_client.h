@@ -6,7 +6,10 @@
 // (common/tensor_stream.h) goes in a unary Pull/Push; a larger one is
 // streamed in chunks (PullStream/PushStream/PushPull), encoded straight
 // from and decoded straight into the caller's buffers through message
-// buffers that are reused from step to step. Pull, Push and PushPull may
+// buffers that are reused from step to step. A shard on this host is
+// offered a shared region instead (common/shared_memory.h): Pull, Push and
+// PushPull then move the tensors through it, one ShmExchange call each,
+// and gRPC carries only names, shapes and versions. Pull, Push and PushPull may
 // not run concurrently with each other (one training loop per client); the
 // other calls may.
 #ifndef PST_WORKER_PS_CLIENT_H_
@@ -24,6 +27,7 @@
 #include "absl/time/time.h"
 #include "common/chunk_wire.h"
 #include "common/security.h"
+#include "common/shared_memory.h"
 #include "common/tensor_stream.h"
 #include "common/thread_pool.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -46,6 +50,17 @@ class PsClient {
 
   // How gradients and pulled parameters travel (default FLOAT32).
   void set_wire_dtype(DType dtype) { wire_dtype_ = dtype; }
+
+  // How tensors travel (cluster.shm). kAuto: through shared memory to every
+  // shard that can open this host's regions, over TCP to the others (the
+  // choice is logged once per shard); kTcp: over TCP; kShm: through shared
+  // memory, and a shard that cannot share fails the call. A new client
+  // uses kTcp; the trainer sets what cluster.shm says.
+  enum class Transport { kAuto, kTcp, kShm };
+  void set_transport(Transport transport) { transport_ = transport; }
+  // Whether shard s's tensors travel through shared memory (known once a
+  // Pull, Push or PushPull has reached it).
+  bool uses_shared_memory(int shard) const { return shards_[shard].region != nullptr; }
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int worker() const { return worker_; }
@@ -150,6 +165,12 @@ class PsClient {
     // received for decoding. Reused by every streamed call.
     std::vector<char> encoded;
     std::string received;
+    // Shared memory with this shard: the region and the shard's handle for
+    // it, once attached; `shm_refused` once the shard has said it cannot.
+    std::unique_ptr<SharedRegion> region;
+    uint64_t region_handle = 0;
+    bool shm_refused = false;
+    bool shm_logged = false;
   };
   PsClient(int worker) : worker_(worker) {}
 
@@ -232,6 +253,22 @@ class PsClient {
                        const std::vector<size_t>& header_order, size_t first, size_t end,
                        const PullRequest* pull, const PayloadPin& sent,
                        absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write);
+  // Whether shard s's tensors go through shared memory: attaches a region
+  // the first time (and again after the shard has lost it). An error only
+  // where the call must fail (kShm refused, the shard unreachable).
+  absl::StatusOr<bool> UseSharedMemory(int shard);
+  // Shard s's part of Push, Pull or PushPull through its region: a push of
+  // `gradients` if given (tagged `computed_at`), then `pull` if given, its
+  // answer decoded into `out`.
+  absl::Status ExchangeShared(int shard, int64_t computed_at,
+                              const std::vector<std::span<const float>>* gradients,
+                              const PullRequest* pull, const std::vector<std::span<float>>* out,
+                              int64_t* version, PushResponse* response);
+  absl::Status ExchangeSharedOnce(int shard, int64_t computed_at,
+                                  const std::vector<std::span<const float>>* gradients,
+                                  const PullRequest* pull,
+                                  const std::vector<std::span<float>>* out, int64_t* version,
+                                  PushResponse* response);
   // Waits until gRPC has dropped every reference `sent` counts.
   void AwaitPushReleased(int shard, const PayloadPin& sent) const;
 
@@ -239,6 +276,7 @@ class PsClient {
 
   int worker_;
   DType wire_dtype_ = FLOAT32;
+  Transport transport_ = Transport::kTcp;
   std::vector<Shard> shards_;
   std::vector<Slice> slices_;
   // Where shards 1..N-1 are called from, and a PushPull's answer read.

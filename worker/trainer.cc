@@ -114,6 +114,8 @@ absl::Status Trainer::Setup() {
   }
   client_->SetVariables(towers_->variables());
   client_->set_wire_dtype(WireDType(training.wire_dtype()));
+  client_->set_transport(config_.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
+                                                            : PsClient::Transport::kAuto);
   absl::StatusOr<RegisterResponse> view = client_->Register();
   if (!view.ok()) return view.status();
   if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
 #include "result.pb.h"
+#include "common/shared_memory.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -55,6 +56,7 @@ class Process {
       pid_ = -1;
     }
   }
+  pid_t pid() const { return pid_; }
   // Exit code, or -1 if it did not exit within `timeout`.
   int Wait(absl::Duration timeout) {
     absl::Time deadline = absl::Now() + timeout;
@@ -181,6 +183,27 @@ class FaultTest : public ::testing::Test {
     return files;
   }
 
+  // The shared-memory objects a process with this pid created that are
+  // still in /dev/shm.
+  static std::vector<std::string> SharedRegionsOf(pid_t pid) {
+    const std::string prefix = SharedRegionPrefix(pid).substr(1);  // no leading '/'
+    std::vector<std::string> left;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0) left.push_back(name);
+    }
+    return left;
+  }
+
+  static int Count(const std::string& text, const std::string& what) {
+    int count = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+      ++count;
+    }
+    return count;
+  }
+
   std::string Log(const std::string& name) {
     std::ifstream in(dir_ + "/" + name);
     std::stringstream text;
@@ -211,7 +234,12 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
        absl::SleepFor(absl::Milliseconds(20))) {
   }
   ASSERT_GT(Stats().workers(2).clock(), 0) << Log("worker-2.log");
+  // Its tensors went through shared memory with the PS; killed mid-write,
+  // it leaves no segment behind (the PS unlinked it once opened).
+  EXPECT_THAT(Log("worker-2.log"), ::testing::HasSubstr("tensors travel through shared memory"));
+  const pid_t killed_pid = w2->pid();
   w2->Kill();
+  EXPECT_THAT(SharedRegionsOf(killed_pid), ::testing::IsEmpty());
   const absl::Time killed = absl::Now();
   const int64_t at_kill = Stats().version();
   // The live set drops worker:2 after the 1 s lease; steps go on without it.
@@ -256,6 +284,9 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
   const int64_t before = Stats().version();
   ps->Kill();
   const absl::Time killed = absl::Now();
+  // Killed mid-answer, the PS leaves none of the workers' segments behind.
+  EXPECT_THAT(SharedRegionsOf(w0->pid()), ::testing::IsEmpty());
+  EXPECT_THAT(SharedRegionsOf(w1->pid()), ::testing::IsEmpty());
   ps = StartPs(config);
   // The restarted PS says which version it restored before it serves.
   const std::string marker = "restored its checkpoint at version ";
@@ -278,6 +309,9 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
   EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
   EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << Log("worker-1.log");
   EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("reconnected"));
+  // Both workers moved tensors through shared memory with both lives of
+  // the PS: they attached new regions to the restarted one.
+  EXPECT_EQ(Count(Log("ps.log"), "moves tensors through shared memory"), 4) << Log("ps.log");
   EXPECT_GE(Result(0).test_accuracy(), 0.75);
   std::printf("fault: PS SIGKILLed at version %lld, restored version %lld (%lld steps lost), "
               "training again %s after the kill; final test accuracy %.4f\n",

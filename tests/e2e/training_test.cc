@@ -119,6 +119,45 @@ TEST(TrainingTest, LayerwiseExchangeKeepsSyncBitwiseIdentical) {
   }
 }
 
+// Shared memory only moves the bytes: training through it gives bitwise the
+// model training over TCP gives, in SYNC (float32 and bfloat16 on the wire,
+// several shards) and ASYNC, and every worker did attach to every shard.
+TEST(TrainingTest, SharedMemoryTrainsBitwiseAsTcp) {
+  struct Case {
+    Mode mode;
+    int workers, shards;
+    WireDtype dtype;
+  };
+  for (Case c : {Case{SYNC, 2, 2, FP32}, Case{SYNC, 2, 3, BF16}, Case{ASYNC, 1, 2, FP32}}) {
+    SCOPED_TRACE(absl::StrCat(Mode_Name(c.mode), ", ", c.workers, " workers, ", c.shards,
+                              " shards, ", WireDtype_Name(c.dtype)));
+    auto config_for = [&](SharedMemory shm) {
+      JobConfig config = BaseConfig(c.mode, c.workers, 16, 1);
+      config.mutable_cluster()->set_shm(shm);
+      TrainingConfig* t = config.mutable_training();
+      t->set_wire_dtype(c.dtype);
+      t->mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
+      t->mutable_model()->mutable_mlp()->add_hidden(32);
+      t->mutable_dataset()->mutable_fashion_mnist()->set_train_limit(640);
+      return config;
+    };
+    absl::StatusOr<ClusterRun> tcp = TrainOnce(config_for(SHM_OFF), c.shards);
+    ASSERT_TRUE(tcp.ok()) << tcp.status();
+    absl::StatusOr<ClusterRun> shared = TrainOnce(config_for(SHM_AUTO), c.shards);
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    EXPECT_THAT(tcp->shared_regions, ::testing::Each(0));
+    EXPECT_THAT(shared->shared_regions, ::testing::Each(c.workers));
+    ASSERT_GT(tcp->stats[0].version(), 0);
+    for (size_t s = 0; s < tcp->stats.size(); ++s) {
+      EXPECT_EQ(shared->stats[s].version(), tcp->stats[s].version());
+    }
+    ASSERT_EQ(shared->parameters.size(), tcp->parameters.size());
+    for (size_t v = 0; v < tcp->parameters.size(); ++v) {
+      EXPECT_EQ(shared->parameters[v], tcp->parameters[v]) << "variable " << v;
+    }
+  }
+}
+
 // Every push of every worker is applied exactly once: the version counts
 // them, and the workers' own step counts add up to it.
 TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {

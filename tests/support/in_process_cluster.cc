@@ -92,6 +92,7 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
     absl::StatusOr<StatsResponse> stats = client.Stats(s);
     if (!stats.ok()) return stats.status();
     run.stats.push_back(*stats);
+    run.shared_regions.push_back(servers_[s].service->shared_regions());
   }
   return run;
 }

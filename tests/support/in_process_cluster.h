@@ -20,6 +20,7 @@ struct ClusterRun {
   std::vector<WorkerResult> results;           // one per worker, by rank
   std::vector<std::vector<float>> parameters;  // final values, in model variable order
   std::vector<StatsResponse> stats;            // per shard, at the end
+  std::vector<int> shared_regions;             // per shard: workers attached through shared memory
 };
 
 class InProcessCluster {

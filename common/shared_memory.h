@@ -1,0 +1,102 @@
+// Same-host shared memory for tensors: a worker creates a POSIX shared
+// memory object, maps it once and offers its name to a PS shard on the same
+// host; the shard opens it once (and unlinks the name at once, so that
+// nothing is left in /dev/shm whichever end dies), and the two then move
+// tensor bytes through it while gRPC carries only names, shapes and
+// offsets (ShmAttach / ShmExchange in proto/ps.proto).
+//
+// The shard never maps a region: it reads and writes it with pread/pwrite
+// on the descriptor it opened. A worker can shrink or rewrite its region at
+// any moment; a read past its end is then a short read (refused), not a
+// SIGBUS, and the bytes read land in the shard's own buffers, where they
+// are validated like bytes from a socket before anything is applied.
+#ifndef PST_COMMON_SHARED_MEMORY_H_
+#define PST_COMMON_SHARED_MEMORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace pst {
+
+// This host's boot id (/proc/sys/kernel/random/boot_id): two processes that
+// see the same one run on the same kernel, so may share memory.
+absl::StatusOr<std::string> HostBootId();
+
+// Whether `name` is one a worker creates: "/pstrain-" and then 1 to 64
+// letters, digits or '-'. A shard opens no other name, so a client cannot
+// make it open another program's object (or a path: '/' is refused).
+bool IsSharedRegionName(absl::string_view name);
+
+// The prefix of every region's name that a process with this pid creates
+// ("/pstrain-<pid>-"): tests look for leftovers with it.
+std::string SharedRegionPrefix(int64_t pid);
+
+// A worker's region: created, sized and mapped here; unmapped and closed
+// (and unlinked, if the shard has not done it) when destroyed.
+class SharedRegion {
+ public:
+  // A new region of `bytes` bytes (rounded up to whole pages), readable and
+  // writable by this user only.
+  static absl::StatusOr<std::unique_ptr<SharedRegion>> Create(int64_t bytes);
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::span<char> bytes() const { return {data_, static_cast<size_t>(size_)}; }
+  // Removes the name (the memory stays until both ends have closed it).
+  // Safe to call more than once, and after the shard has unlinked it.
+  void Unlink();
+
+ private:
+  SharedRegion(std::string name, int fd, char* data, int64_t size)
+      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+
+  std::string name_;
+  int fd_;
+  char* data_;
+  int64_t size_;
+  bool linked_ = true;
+};
+
+// A shard's view of a worker's region: the descriptor, never a mapping.
+class OpenedRegion {
+ public:
+  // Opens the region `name` of exactly `bytes` bytes and unlinks its name.
+  // InvalidArgument for a name that is not a region's or a size that does
+  // not match; FailedPrecondition when it cannot be opened or written here
+  // (another host or IPC namespace, a file-size limit).
+  static absl::StatusOr<std::unique_ptr<OpenedRegion>> Open(absl::string_view name,
+                                                            int64_t bytes);
+  ~OpenedRegion();
+  OpenedRegion(const OpenedRegion&) = delete;
+  OpenedRegion& operator=(const OpenedRegion&) = delete;
+
+  int64_t size() const { return size_; }
+  // InvalidArgument unless [offset, offset + bytes) lies within the size
+  // announced at Open.
+  absl::Status CheckRange(int64_t offset, int64_t bytes) const;
+  // InvalidArgument if the region is now smaller than announced (its owner
+  // shrank it).
+  absl::Status CheckNotShrunk() const;
+  // Copies region bytes [offset, offset + dest.size()) into `dest`;
+  // InvalidArgument if the range is outside the region or could not be
+  // read whole (the region shrank).
+  absl::Status Read(int64_t offset, std::span<char> dest) const;
+  // Copies `src` to region bytes [offset, offset + src.size()).
+  absl::Status Write(int64_t offset, std::span<const char> src) const;
+
+ private:
+  OpenedRegion(int fd, int64_t size) : fd_(fd), size_(size) {}
+  int fd_;
+  int64_t size_;
+};
+
+}  // namespace pst
+
+#endif  // PST_COMMON_SHARED_MEMORY_H_

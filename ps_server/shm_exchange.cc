@@ -1,0 +1,130 @@
+#include "ps_server/shm_exchange.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+#include "common/tensor_stream.h"
+
+namespace pst {
+
+namespace {
+
+DType AnswerDType(const PullRequest& pull) {
+  return pull.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : pull.dtype();
+}
+
+// Reads the push's gradients out of `region` into `buffer`; `answer_bytes`
+// gets the size of the pushed variables in `answer_dtype`.
+absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& region,
+                      DType answer_dtype, PushRequest* buffer, int64_t* pushed_bytes,
+                      int64_t* answer_bytes) {
+  const PushRequest& push = request.push();
+  buffer->set_worker(push.worker());
+  buffer->set_computed_at_version(push.computed_at_version());
+  // Reuses the buffer's tensors (and their payloads' memory) in place.
+  while (buffer->gradients_size() > push.gradients_size()) buffer->mutable_gradients()->RemoveLast();
+  int64_t offset = request.push_offset();
+  *pushed_bytes = 0;
+  *answer_bytes = 0;
+  for (int i = 0; i < push.gradients_size(); ++i) {
+    const Tensor& header = push.gradients(i);
+    absl::StatusOr<int64_t> bytes = AnnouncedBytes(header);
+    if (!bytes.ok()) return bytes.status();
+    if (absl::Status in = region.CheckRange(offset, *bytes); !in.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient \"", header.name(), "\": ", in.message()));
+    }
+    Tensor* gradient = i < buffer->gradients_size() ? buffer->mutable_gradients(i)
+                                                    : buffer->add_gradients();
+    gradient->set_name(header.name());
+    gradient->mutable_shape()->Assign(header.shape().begin(), header.shape().end());
+    gradient->set_dtype(header.dtype());
+    std::string* data = gradient->mutable_data();
+    data->resize(static_cast<size_t>(*bytes));
+    if (absl::Status read = region.Read(offset, {data->data(), data->size()}); !read.ok()) {
+      return read;
+    }
+    offset += *bytes;
+    *pushed_bytes += *bytes;
+    const int element_bytes = std::max(DTypeBytes(header.dtype()), 1);
+    *answer_bytes += *bytes / element_bytes * DTypeBytes(answer_dtype);
+  }
+  return absl::OkStatus();
+}
+
+// Writes the captured answer into `region` from `offset`, packed in header
+// order; `bytes` gets its size.
+absl::Status WriteAnswer(PullPayload* payload, const OpenedRegion& region, int64_t offset,
+                         int64_t* bytes) {
+  const int element_bytes = DTypeBytes(payload->dtype);
+  int64_t total = 0;
+  for (const Values& values : payload->values) {
+    total += static_cast<int64_t>(values->size()) * element_bytes;
+  }
+  if (absl::Status in = region.CheckRange(offset, total); !in.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
+  }
+  for (const Values& values : payload->values) {
+    const int64_t size = static_cast<int64_t>(values->size()) * element_bytes;
+    std::span<const char> wire;
+    if (element_bytes == sizeof(float)) {
+      wire = {reinterpret_cast<const char*>(values->data()), static_cast<size_t>(size)};
+    } else {
+      payload->encoded.resize(static_cast<size_t>(size));
+      EncodeValuesTo(*values, payload->dtype, payload->encoded.data());
+      wire = {payload->encoded.data(), static_cast<size_t>(size)};
+    }
+    if (absl::Status written = region.Write(offset, wire); !written.ok()) return written;
+    offset += size;
+  }
+  *bytes = total;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServeShmExchange(const ShmExchangeRequest& request, const OpenedRegion& region,
+                              const ShmExchangeContext& context, ShmExchangeResponse* response,
+                              ShmExchangeBytes* bytes) {
+  const bool pushes = request.push().gradients_size() > 0;
+  if (!pushes && !request.has_pull()) {
+    return absl::InvalidArgumentError("a shared-memory exchange with neither push nor pull");
+  }
+  if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
+  if (pushes) {
+    if (absl::Status s = CheckPushSize(request.push(), *context.limits); !s.ok()) return s;
+    int64_t answer_bytes = 0;
+    if (absl::Status read = ReadPush(request, region, AnswerDType(request.pull()), context.buffer,
+                                     &bytes->pushed, &answer_bytes);
+        !read.ok()) {
+      return read;
+    }
+    if (request.has_pull()) {
+      // Refused before the push is applied, so a bad offset never leaves a
+      // push applied and its answer lost.
+      if (absl::Status in = region.CheckRange(request.answer_offset(), answer_bytes); !in.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
+      }
+    }
+    if (absl::Status pushed = context.shard->Push(*context.buffer, response->mutable_push());
+        !pushed.ok()) {
+      return pushed;
+    }
+  }
+  if (!request.has_pull()) return absl::OkStatus();
+  PullRequest pull = request.pull();
+  if (pushes) AskForPushedVariables(request.push(), &pull);
+  if (absl::Status s = CheckPullNames(pull, *context.limits); !s.ok()) return s;
+  std::shared_ptr<PullPayload> payload = context.payloads->Take();
+  absl::Status status = context.shard->PullVisit(
+      pull, context.pull_deadline(pull),
+      [&](int64_t version, const std::vector<const Variable*>& variables) {
+        CapturePull(version, variables, pull.dtype(), payload.get());
+      },
+      {.caller_gone = context.caller_gone});
+  if (status.ok()) status = WriteAnswer(payload.get(), region, request.answer_offset(), &bytes->answered);
+  if (status.ok()) *response->mutable_pull() = payload->header;
+  payload->values.clear();  // the variables' buffers go back to the shard
+  return status;
+}
+
+}  // namespace pst

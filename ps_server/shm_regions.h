@@ -1,0 +1,55 @@
+// The shared-memory regions workers on this host have attached to the
+// shard (common/shared_memory.h): at most one per worker, found by the
+// handle Attach returned. A worker that attaches again replaces its region,
+// so a shard holds at most one descriptor per worker, however often a
+// worker reconnects. The shard never maps a region, and writes at most an
+// answer's bytes into it, so a region's size costs the shard nothing; it
+// is still bounded, by the largest push and answer the shard takes.
+#ifndef PST_PS_SERVER_SHM_REGIONS_H_
+#define PST_PS_SERVER_SHM_REGIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shared_memory.h"
+#include "ps.pb.h"
+
+namespace pst {
+
+class ShmRegions {
+ public:
+  // `enabled` false (cluster.shm SHM_OFF) refuses every attach.
+  ShmRegions(bool enabled, int num_workers, int64_t max_region_bytes);
+
+  // Opens the region the request names. FailedPrecondition when it cannot
+  // be shared here (disabled, another host or IPC namespace): the worker
+  // then stays on TCP. InvalidArgument for a bad worker, name or size.
+  absl::Status Attach(const ShmAttachRequest& request, ShmAttachResponse* response);
+
+  // The region `handle` names. NotFound if there is none (the shard
+  // restarted, or the worker attached a newer one): the worker attaches
+  // again. PermissionDenied if it is not `worker`'s.
+  absl::StatusOr<std::shared_ptr<const OpenedRegion>> Find(uint64_t handle, int worker) const;
+
+  // Regions attached now.
+  int attached() const;
+
+ private:
+  struct Attached {
+    uint64_t handle = 0;
+    std::shared_ptr<const OpenedRegion> region;
+  };
+  const bool enabled_;
+  const int64_t max_region_bytes_;
+  const std::string boot_id_;  // empty if unreadable: nothing is shared
+  mutable absl::Mutex mu_;
+  std::vector<Attached> by_worker_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_SHM_REGIONS_H_

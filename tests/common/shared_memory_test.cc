@@ -1,0 +1,157 @@
+#include "common/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+bool NameExists(const std::string& name) {
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+TEST(SharedMemoryTest, BootIdIsReadable) {
+  absl::StatusOr<std::string> id = HostBootId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->size(), 36u);  // a UUID
+}
+
+TEST(SharedMemoryTest, OnlyRegionNamesAreAccepted) {
+  EXPECT_TRUE(IsSharedRegionName("/pstrain-123-0-abcdef0123456789"));
+  EXPECT_FALSE(IsSharedRegionName("/pstrain-"));
+  EXPECT_FALSE(IsSharedRegionName("/other-123"));
+  EXPECT_FALSE(IsSharedRegionName("/pstrain-../../etc/passwd"));
+  EXPECT_FALSE(IsSharedRegionName("/pstrain-a/b"));
+  EXPECT_FALSE(IsSharedRegionName(std::string("/pstrain-a\\0b", 12)));
+  EXPECT_FALSE(IsSharedRegionName("/pstrain-" + std::string(65, 'a')));
+  EXPECT_FALSE(IsSharedRegionName("pstrain-123"));
+}
+
+TEST(SharedMemoryTest, RegionNamesCarryTheCreatorsPid) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(100);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_THAT((*region)->name(), ::testing::StartsWith(SharedRegionPrefix(getpid())));
+  EXPECT_TRUE(IsSharedRegionName((*region)->name()));
+  EXPECT_EQ((*region)->bytes().size() % static_cast<size_t>(sysconf(_SC_PAGESIZE)), 0u);
+}
+
+TEST(SharedMemoryTest, OpeningUnlinksTheNameAndBothEndsSeeTheSameBytes) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const std::string name = (*region)->name();
+  ASSERT_TRUE(NameExists(name));
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open(name, static_cast<int64_t>((*region)->bytes().size()));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_FALSE(NameExists(name));  // nothing is left behind, whoever dies next
+
+  std::memcpy((*region)->bytes().data() + 100, "gradient", 8);
+  char read[8];
+  ASSERT_TRUE((*opened)->Read(100, read).ok());
+  EXPECT_EQ(std::string(read, 8), "gradient");
+  ASSERT_TRUE((*opened)->Write(4000, std::span<const char>("answer", 6)).ok());
+  EXPECT_EQ(std::string((*region)->bytes().data() + 4000, 6), "answer");
+  (*region)->Unlink();  // after the shard did: harmless
+}
+
+TEST(SharedMemoryTest, DestroyingAnUnopenedRegionRemovesItsName) {
+  std::string name;
+  {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+    ASSERT_TRUE(region.ok()) << region.status();
+    name = (*region)->name();
+    ASSERT_TRUE(NameExists(name));
+  }
+  EXPECT_FALSE(NameExists(name));
+}
+
+TEST(SharedMemoryTest, OpenRefusesWrongNamesAndSizes) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const int64_t size = static_cast<int64_t>((*region)->bytes().size());
+  EXPECT_EQ(OpenedRegion::Open("/dev/shm/x", size).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenedRegion::Open("/pstrain-no-such-region", size).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> wrong =
+      OpenedRegion::Open((*region)->name(), size * 2);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("not a region of the"));
+}
+
+TEST(SharedMemoryTest, RangesOutsideTheRegionAreRefused) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open((*region)->name(), static_cast<int64_t>((*region)->bytes().size()));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const int64_t size = (*opened)->size();
+  char buffer[16];
+  EXPECT_TRUE((*opened)->Read(size - 16, buffer).ok());
+  EXPECT_EQ((*opened)->Read(size - 15, buffer).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opened)->Read(-1, buffer).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opened)->Write(size, std::span<const char>(buffer, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opened)->CheckRange(1, INT64_MAX).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The owner may shrink its region under the shard: the shard notices, and a
+// read past the new end is refused, never a fault.
+TEST(SharedMemoryTest, AShrunkRegionIsRefusedNotAFault) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page);
+  ASSERT_TRUE(region.ok()) << region.status();
+  // A hostile owner keeps a descriptor of its own to shrink the region with.
+  const int owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(owner, 0);
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open((*region)->name(), 4 * page);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_TRUE((*opened)->CheckNotShrunk().ok());
+  ASSERT_EQ(ftruncate(owner, page), 0);
+  close(owner);
+  EXPECT_EQ((*opened)->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<char> buffer(2 * page);
+  absl::Status read = (*opened)->Read(0, buffer);
+  EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.message(), HasSubstr("shrank"));
+}
+
+// A process that may not write past 64 KiB of any file (RLIMIT_FSIZE)
+// cannot answer into a larger region: Open says so, so the worker can keep
+// to TCP, instead of the first answer failing.
+TEST(SharedMemoryTest, AFileSizeLimitRefusesTheRegionAtOpen) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(1 << 20);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // as ps_server does
+    const rlimit limit{65536, 65536};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+        OpenedRegion::Open((*region)->name(), 1 << 20);
+    _exit(opened.status().code() == absl::StatusCode::kFailedPrecondition ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace pst

@@ -1,0 +1,322 @@
+// Shared-memory exchanges through the gRPC service (ShmAttach,
+// ShmExchange): the bytes travel through a worker's region, and a hostile
+// region (offsets past its end, wrong sizes, shrunk, NaNs) is refused with
+// INVALID_ARGUMENT and leaves the model untouched.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/shared_memory.h"
+#include "common/tensor_codec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "ps_server/ps_service.h"
+
+namespace pst {
+namespace {
+
+using ::testing::Each;
+using ::testing::Eq;
+
+constexpr int64_t kElements = 1000;
+constexpr int64_t kBytes = kElements * sizeof(float);
+
+class ShmExchangeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(/*shared_memory=*/true); }
+
+  void Start(bool shared_memory) {
+    ShardOptions options;
+    options.mode = ASYNC;
+    options.num_workers = 2;
+    options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
+    absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    shard_ = std::move(*shard);
+    InitRequest init;
+    EncodeTensor("w", std::vector<int64_t>{kElements}, std::vector<float>(kElements, 1.0f),
+                 init.add_variables());
+    InitResponse init_response;
+    ASSERT_TRUE(shard_->Init(init, &init_response).ok());
+    absl::StatusOr<RunningServer> server =
+        StartGrpcServer("127.0.0.1:0", shard_.get(), AdminHooks{}, ClusterSecurity::Plaintext(),
+                        RpcLimits{}, shared_memory);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = ParameterServer::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_.port), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override { server_.grpc_server->Shutdown(); }
+
+  grpc::Status Attach(const SharedRegion& region, int worker, uint64_t* handle,
+                      std::string boot_id = "") {
+    ShmAttachRequest request;
+    request.set_worker(worker);
+    request.set_name(region.name());
+    request.set_bytes(static_cast<int64_t>(region.bytes().size()));
+    request.set_boot_id(boot_id.empty() ? *HostBootId() : boot_id);
+    ShmAttachResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = stub_->ShmAttach(&context, request, &response);
+    *handle = response.region();
+    return status;
+  }
+
+  // A push of "w" from `push_offset` and its answer at `answer_offset`.
+  static ShmExchangeRequest PushPull(uint64_t handle, int64_t push_offset, int64_t answer_offset,
+                                     int64_t elements = kElements) {
+    ShmExchangeRequest request;
+    request.set_region(handle);
+    request.mutable_push()->set_worker(0);
+    Tensor* gradient = request.mutable_push()->add_gradients();
+    gradient->set_name("w");
+    gradient->add_shape(elements);
+    gradient->set_dtype(FLOAT32);
+    request.set_push_offset(push_offset);
+    request.mutable_pull()->set_worker(0);
+    request.set_answer_offset(answer_offset);
+    return request;
+  }
+
+  grpc::Status Exchange(const ShmExchangeRequest& request, ShmExchangeResponse* response) {
+    grpc::ClientContext context;
+    return stub_->ShmExchange(&context, request, response);
+  }
+
+  // The model's values and version.
+  std::vector<float> Model(int64_t* version) {
+    PullRequest pull;
+    PullResponse response;
+    EXPECT_TRUE(shard_->Pull(pull, absl::Now(), &response).ok());
+    *version = response.version();
+    std::vector<float> values(kElements);
+    DecodeTensor(response.variables(0), values);
+    return values;
+  }
+
+  void ExpectModelUntouched() {
+    int64_t version = -1;
+    EXPECT_THAT(Model(&version), Each(Eq(1.0f)));
+    EXPECT_EQ(version, 0);
+  }
+
+  static std::unique_ptr<SharedRegion> NewRegion(int64_t bytes = 2 * kBytes) {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes);
+    EXPECT_TRUE(region.ok()) << region.status();
+    return std::move(*region);
+  }
+
+  static void Fill(const SharedRegion& region, int64_t offset, float value) {
+    std::vector<float> values(kElements, value);
+    std::memcpy(region.bytes().data() + offset, values.data(), kBytes);
+  }
+
+  std::unique_ptr<ParameterShard> shard_;
+  RunningServer server_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+TEST_F(ShmExchangeTest, PushPullMovesTheBytesThroughTheRegion) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.25f);
+  ShmExchangeResponse response;
+  grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.push().outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(response.pull().version(), 1);
+  ASSERT_EQ(response.pull().variables_size(), 1);
+  EXPECT_EQ(response.pull().variables(0).name(), "w");
+  EXPECT_TRUE(response.pull().variables(0).data().empty());  // the values are in the region
+  std::vector<float> answer(kElements);
+  std::memcpy(answer.data(), region->bytes().data() + kBytes, kBytes);
+  EXPECT_THAT(answer, Each(Eq(0.75f)));
+  EXPECT_EQ(server_.service->shared_regions(), 1);
+}
+
+TEST_F(ShmExchangeTest, APullAloneWritesTheModelIntoTheRegion) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 1, &handle).ok());
+  ShmExchangeRequest request;
+  request.set_region(handle);
+  request.mutable_pull()->set_worker(1);
+  request.set_answer_offset(8);
+  ShmExchangeResponse response;
+  ASSERT_TRUE(Exchange(request, &response).ok());
+  std::vector<float> answer(kElements);
+  std::memcpy(answer.data(), region->bytes().data() + 8, kBytes);
+  EXPECT_THAT(answer, Each(Eq(1.0f)));
+}
+
+TEST_F(ShmExchangeTest, HostileRangesAreRefusedAndLeaveTheModelUntouched) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.25f);
+  const int64_t size = static_cast<int64_t>(region->bytes().size());
+  struct Case {
+    const char* what;
+    ShmExchangeRequest request;
+  };
+  const Case cases[] = {
+      {"push past the end", PushPull(handle, size - kBytes + 4, 0)},
+      {"negative push offset", PushPull(handle, -4, kBytes)},
+      {"a gradient larger than the region", PushPull(handle, 0, kBytes, size)},
+      {"an answer past the end", PushPull(handle, 0, size - kBytes + 4)},
+      {"an answer at an absurd offset", PushPull(handle, 0, std::numeric_limits<int64_t>::max())},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ShmExchangeResponse response;
+    grpc::Status status = Exchange(c.request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    ExpectModelUntouched();
+  }
+}
+
+TEST_F(ShmExchangeTest, AGradientOfTheWrongShapeIsRefused) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  ShmExchangeResponse response;
+  grpc::Status status = Exchange(PushPull(handle, 0, kBytes, kElements - 1), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  ExpectModelUntouched();
+}
+
+TEST_F(ShmExchangeTest, ARegionShrunkAfterAttachingIsRefused) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  // The hostile worker keeps a descriptor of its own to shrink it with.
+  const int owner = shm_open(region->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(owner, 0);
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.25f);
+  ASSERT_EQ(ftruncate(owner, 4096), 0);
+  close(owner);
+  ShmExchangeResponse response;
+  grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("shrank"), std::string::npos) << status.error_message();
+  ExpectModelUntouched();
+}
+
+TEST_F(ShmExchangeTest, NonFiniteGradientsInTheRegionAreRefused) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.25f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(region->bytes().data() + 40, &nan, sizeof(nan));
+  ShmExchangeResponse response;
+  grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  ExpectModelUntouched();
+}
+
+// The worker may write NaNs into its region while the shard is reading it:
+// the shard checks the copy it took, so each push is either refused whole
+// or applied with the finite values it read, and the model stays finite.
+TEST_F(ShmExchangeTest, NaNsWrittenDuringTheExchangeNeverReachTheModel) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.0f);
+  // One NaN runs through the gradient, so a read may or may not catch it.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> writes{0};
+  std::thread vandal([&] {
+    auto* values = reinterpret_cast<std::atomic<float>*>(region->bytes().data());
+    for (int64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      values[i % kElements].store(std::numeric_limits<float>::quiet_NaN(),
+                                  std::memory_order_relaxed);
+      values[i % kElements].store(0.0f, std::memory_order_relaxed);
+      writes.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (writes.load() == 0) std::this_thread::yield();
+  int applied = 0, refused = 0;
+  for (int i = 0; i < 200; ++i) {
+    ShmExchangeResponse response;
+    grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
+    if (status.ok()) {
+      ++applied;
+    } else {
+      ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+      ++refused;
+    }
+  }
+  stop = true;
+  vandal.join();
+  int64_t version = 0;
+  for (float v : Model(&version)) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(version, applied);
+  EXPECT_EQ(applied + refused, 200);
+}
+
+TEST_F(ShmExchangeTest, RegionsAreEachWorkersOwn) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 1, &handle).ok());
+  ShmExchangeResponse response;
+  // Worker 0 names worker 1's region.
+  EXPECT_EQ(Exchange(PushPull(handle, 0, kBytes), &response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Exchange(PushPull(handle + 1, 0, kBytes), &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ExpectModelUntouched();
+}
+
+TEST_F(ShmExchangeTest, AttachingAgainReplacesTheWorkersRegion) {
+  uint64_t first = 0, handle = 0;
+  std::unique_ptr<SharedRegion> old_region = NewRegion();
+  ASSERT_TRUE(Attach(*old_region, 0, &first).ok());
+  for (int i = 0; i < 5; ++i) {
+    std::unique_ptr<SharedRegion> region = NewRegion();
+    ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  }
+  EXPECT_EQ(server_.service->shared_regions(), 1);
+  ShmExchangeResponse response;
+  EXPECT_EQ(Exchange(PushPull(first, 0, kBytes), &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ShmExchangeTest, AttachRefusesWhatItCannotShare) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  EXPECT_EQ(Attach(*region, 0, &handle, "not-this-host").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Attach(*region, 2, &handle).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ShmAttachRequest request;
+  request.set_worker(0);
+  request.set_name("/etc/passwd");
+  request.set_bytes(4096);
+  request.set_boot_id(*HostBootId());
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  EXPECT_EQ(stub_->ShmAttach(&context, request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server_.service->shared_regions(), 0);
+}
+
+TEST_F(ShmExchangeTest, APsWithSharedMemoryOffRefusesToAttach) {
+  server_.grpc_server->Shutdown();
+  Start(/*shared_memory=*/false);
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  EXPECT_EQ(Attach(*region, 0, &handle).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+}  // namespace
+}  // namespace pst
