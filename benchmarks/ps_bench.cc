@@ -1,10 +1,13 @@
 // ps_bench: the data plane alone. Workers push a gradient of a dense model
 // to the PS shards and get the model back (one PushPull per shard, or a Push
 // and then a Pull with --exchange=push_then_pull), as fast as they can, over
-// gRPC on 127.0.0.1 (or to running shards, --ps); no compute. Sweeps model size, and prints GB/s and
-// latency percentiles next to two baselines measured in the same run: a
-// plain small gRPC call (the Heartbeat RPC: our stack's echo) and, when
-// iperf3 is installed, loopback TCP with 1 MiB writes.
+// gRPC on 127.0.0.1 or through shared memory (--transport), or to running
+// shards (--ps); no compute. Sweeps model size, and prints GB/s and
+// latency percentiles next to three baselines measured in the same run: a
+// plain small gRPC call (the Heartbeat RPC: our stack's echo), when iperf3
+// is installed loopback TCP with 1 MiB writes, and a warm memcpy of the
+// row's size. --peer_json adds another program's rows (a peer such as
+// ps-lite, same fields) and the ratios against them.
 //
 // Each shard is a ps_server process, as deployed (--shard_processes=false:
 // threads of this process); workers are threads of this process, each with
@@ -21,6 +24,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <optional>
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -40,6 +46,8 @@
 #include "common/grpc_status.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
 #include "spdlog/spdlog.h"
@@ -58,6 +66,14 @@ ABSL_FLAG(bool, shard_processes, true,
           "Run each shard as a ps_server process (from beside ps_bench), as deployed. "
           "false: shards are threads of this process, sharing its gRPC pollers with the "
           "workers.");
+ABSL_FLAG(std::string, transport, "auto",
+          "How tensors travel: auto (shared memory with shards on this host, as training "
+          "does; TCP otherwise), tcp (gRPC over the socket) or shm (shared memory, or fail).");
+ABSL_FLAG(std::string, peer_json, "",
+          "A file of rows another program measured (one JSON object per line with at least "
+          "size_bytes or size, workers and push_pull_gbps; optionally cpu_us_per_round_trip "
+          "and p50_us): each of our rows is printed with the peer's row of the same size and "
+          "workers, and the ratios ours / peer.");
 ABSL_FLAG(std::string, ps, "",
           "Comma-separated addresses of running ps_server shards (ASYNC, SGD) to measure "
           "against, e.g. across a network, instead of starting shards of its own; one size per "
@@ -172,6 +188,7 @@ struct Row {
   // first.
   double cpu_us_per_round_trip = 0;
   double echo_p50_us = 0;  // heartbeats on the first worker's connection to shard 0
+  bool shared_memory = false;  // the first worker's tensors went through shared memory
 };
 
 // Heartbeats to shard 0 on `client`'s connection, timed into `micros`.
@@ -184,7 +201,8 @@ absl::Status TimeEcho(PsClient* client, int calls, std::vector<double>* micros) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype) {
+absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype,
+                                    PsClient::Transport transport) {
   Cluster cluster;
   const std::vector<std::string> external = RunningShards();
   if (!external.empty()) {
@@ -208,6 +226,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   std::vector<std::vector<double>> latencies(workers);
   std::vector<double> echo_micros;  // the first worker's, around the window
   constexpr int kEchoCalls = 1000;
+  bool used_shared_memory = false;  // the first worker's, written before it settles
   absl::Mutex start_mu;
   int settled = 0;   // workers past their warm-up, or failed before it
   int finished = 0;  // workers past their last round trip, or failed
@@ -239,6 +258,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     }
     (*client)->SetVariables(model);
     (*client)->set_wire_dtype(dtype);
+    (*client)->set_transport(transport);
     std::vector<float> params(used, 0.0f), grads(used, 1e-12f);
     if (absl::StatusOr<bool> init = (*client)->Init({params}); !init.ok()) fail(init.status());
     std::vector<int64_t> versions;
@@ -266,6 +286,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     };
     if (!round_trip()) return;  // warm-up: connections, first-touch buffers
     if (rank == 0) {
+      used_shared_memory = (*client)->uses_shared_memory(0);
       if (absl::Status s = TimeEcho(client->get(), kEchoCalls, &echo_micros); !s.ok()) {
         fail(s);
         return;
@@ -323,7 +344,88 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   row.p99_us = Percentile(all, 0.99);
   std::sort(echo_micros.begin(), echo_micros.end());
   row.echo_p50_us = Percentile(echo_micros, 0.50);
+  row.shared_memory = used_shared_memory;
   return row;
+}
+
+// A warm memcpy of `bytes` (source and destination touched first), in GB/s:
+// the ceiling of any one-way move of a tensor on this host.
+double MemcpyGbps(int64_t bytes) {
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  std::memcpy(to.data(), from.data(), bytes);
+  int64_t copies = 0;
+  const absl::Time start = absl::Now();
+  absl::Duration elapsed;
+  do {
+    from[copies % bytes] = static_cast<char>(copies);  // the copy cannot be hoisted
+    std::memcpy(to.data(), from.data(), bytes);
+    ++copies;
+    elapsed = absl::Now() - start;
+  } while (elapsed < absl::Milliseconds(300));
+  return copies * static_cast<double>(bytes) / absl::ToDoubleSeconds(elapsed) / 1e9;
+}
+
+// A row of --peer_json.
+struct PeerRow {
+  int64_t size_bytes = 0;
+  int workers = 0;
+  double gbps = 0;
+  std::optional<double> cpu_us_per_round_trip, p50_us;
+};
+
+absl::StatusOr<std::vector<PeerRow>> ReadPeerRows(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::InvalidArgumentError(absl::StrCat("--peer_json: cannot read ", path));
+  }
+  std::vector<PeerRow> rows;
+  int line_number = 0;
+  for (std::string line; std::getline(file, line);) {
+    ++line_number;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    google::protobuf::Struct object;
+    const auto where = [&] { return absl::StrCat("--peer_json: ", path, ":", line_number, ": "); };
+    if (!google::protobuf::util::JsonStringToMessage(line, &object).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where(), "not a JSON object"));
+    }
+    const auto& fields = object.fields();
+    auto number = [&](const char* name) -> std::optional<double> {
+      auto it = fields.find(name);
+      if (it == fields.end() || !it->second.has_number_value()) return std::nullopt;
+      return it->second.number_value();
+    };
+    PeerRow row;
+    if (std::optional<double> size = number("size_bytes")) {
+      row.size_bytes = static_cast<int64_t>(*size);
+    } else if (auto it = fields.find("size"); it != fields.end() && it->second.has_string_value()) {
+      absl::StatusOr<int64_t> size = ParseSize(it->second.string_value());
+      if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(where(), size.status().message()));
+      row.size_bytes = *size;
+    }
+    const std::optional<double> workers = number("workers"), gbps = number("push_pull_gbps");
+    if (row.size_bytes <= 0 || !workers || !gbps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), "a row needs size_bytes (or size), workers and push_pull_gbps"));
+    }
+    row.workers = static_cast<int>(*workers);
+    row.gbps = *gbps;
+    row.cpu_us_per_round_trip = number("cpu_us_per_round_trip");
+    row.p50_us = number("p50_us");
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::optional<PeerRow> FindPeer(const std::vector<PeerRow>& peers, int64_t size, int workers) {
+  for (const PeerRow& peer : peers) {
+    if (peer.size_bytes == size && peer.workers == workers) return peer;
+  }
+  return std::nullopt;
+}
+
+std::string Ratio(std::optional<double> ours, std::optional<double> theirs) {
+  if (!ours || !theirs || *theirs <= 0) return "null";
+  return absl::StrFormat("%.3f", *ours / *theirs);
 }
 
 // Loopback TCP with 1 MiB writes, by iperf3; nullopt when not installed.
@@ -366,6 +468,24 @@ int Main() {
     ExitWithError("ps_bench", absl::InvalidArgumentError(absl::StrCat(
                                   "--exchange=", exchange, ": use push_pull or push_then_pull")));
   }
+  PsClient::Transport transport;
+  const std::string transport_name = absl::GetFlag(FLAGS_transport);
+  if (transport_name == "auto") {
+    transport = PsClient::Transport::kAuto;
+  } else if (transport_name == "tcp") {
+    transport = PsClient::Transport::kTcp;
+  } else if (transport_name == "shm") {
+    transport = PsClient::Transport::kShm;
+  } else {
+    ExitWithError("ps_bench", absl::InvalidArgumentError(absl::StrCat(
+                                  "--transport=", transport_name, ": use auto, tcp or shm")));
+  }
+  std::vector<PeerRow> peers;
+  if (const std::string path = absl::GetFlag(FLAGS_peer_json); !path.empty()) {
+    absl::StatusOr<std::vector<PeerRow>> read = ReadPeerRows(path);
+    if (!read.ok()) ExitWithError("ps_bench", read.status());
+    peers = std::move(*read);
+  }
   if (!external.empty() && sizes.size() != 1) {
     ExitWithError("ps_bench", absl::InvalidArgumentError(
                                   "--ps: give one size (--sizes): a running shard keeps the "
@@ -380,12 +500,16 @@ int Main() {
     std::printf("baselines: iperf3 loopback (1 MiB writes) %s; gRPC echo p50 around each row "
                 "(echo_us)\n",
                 iperf_text.c_str());
-    std::printf("%-8s %7s %6s %8s %10s %10s %10s %10s %12s %12s %14s %16s\n", "size", "workers",
-                "shards", "dtype", "GB/s", "p50_us", "p99_us", "echo_us", "round_trips",
-                "cpu_us/trip", "iperf3_GB/s", "wire_MB/trip");
+    std::printf("%-8s %7s %6s %8s %9s %10s %10s %10s %10s %12s %12s %12s %12s %16s", "size",
+                "workers", "shards", "dtype", "transport", "GB/s", "p50_us", "p99_us", "echo_us",
+                "round_trips", "cpu_us/trip", "iperf3_GB/s", "memcpy_GB/s", "wire_MB/trip");
+    if (!peers.empty()) {
+      std::printf(" %10s %8s %12s", "peer_GB/s", "vs_peer", "cpu_vs_peer");
+    }
+    std::printf("\n");
   }
   for (int64_t size : sizes) {
-    absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype);
+    absl::StatusOr<Row> row = MeasurePushPull(size, workers, shards, dtype, transport);
     if (!row.ok()) ExitWithError("ps_bench", row.status());
     // The baseline around this row: the mean of the runs before and after.
     const std::optional<double> iperf_after = iperf ? IperfGbps() : std::nullopt;
@@ -396,25 +520,42 @@ int Main() {
     const std::string ratio_text =
         row_iperf && *row_iperf > 0 ? absl::StrFormat("%.3f", row->gbps / *row_iperf) : "null";
     const std::string dtype_name = absl::AsciiStrToLower(DType_Name(dtype));
+    const double memcpy_gbps = MemcpyGbps(size);
+    const char* used_transport = row->shared_memory ? "shm" : "tcp";
+    const std::optional<PeerRow> peer = FindPeer(peers, size, workers);
+    const std::string peer_gbps =
+        peer ? absl::StrFormat("%.3f", peer->gbps) : std::string("null");
+    const std::string vs_peer = Ratio(row->gbps, peer ? std::optional(peer->gbps) : std::nullopt);
+    const std::string cpu_vs_peer = Ratio(
+        row->cpu_us_per_round_trip, peer ? peer->cpu_us_per_round_trip : std::nullopt);
     if (json) {
       std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"shards\":%d,\"wire_dtype\":\"%s\","
                   "\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"round_trips\":%lld,"
                   "\"wire_bytes_per_round_trip\":%lld,\"bytes_saved_vs_fp32\":%lld,\"iperf3_gbps\":%s,"
                   "\"of_iperf3\":%s,\"echo_p50_us\":%.1f,\"cpu_us_per_round_trip\":%.0f,"
-                  "\"exchange\":\"%s\"}\n",
+                  "\"exchange\":\"%s\",\"transport\":\"%s\",\"memcpy_gbps\":%.3f,"
+                  "\"each_way_of_memcpy\":%.3f,\"peer_gbps\":%s,\"vs_peer\":%s,"
+                  "\"cpu_vs_peer\":%s}\n",
                   SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
                   dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
                   static_cast<long long>(row->fp32_bytes_per_round_trip - row->wire_bytes_per_round_trip),
                   iperf_text.c_str(), ratio_text.c_str(), row->echo_p50_us, row->cpu_us_per_round_trip,
-                  exchange.c_str());
+                  exchange.c_str(), used_transport, memcpy_gbps, row->gbps / 2 / memcpy_gbps,
+                  peer_gbps.c_str(), vs_peer.c_str(), cpu_vs_peer.c_str());
     } else {
-      std::printf("%-8s %7d %6d %8s %10.3f %10.0f %10.0f %10.0f %12lld %12.0f %14s %6.2f (fp32 %.2f)\n",
-                  SizeName(size).c_str(), workers, shards, dtype_name.c_str(), row->gbps, row->p50_us,
-                  row->p99_us, row->echo_p50_us, static_cast<long long>(row->round_trips),
-                  row->cpu_us_per_round_trip, iperf_text.c_str(),
-                  row->wire_bytes_per_round_trip / 1e6, row->fp32_bytes_per_round_trip / 1e6);
+      std::printf("%-8s %7d %6d %8s %9s %10.3f %10.0f %10.0f %10.0f %12lld %12.0f %12s %12.2f "
+                  "%6.2f (fp32 %.2f)",
+                  SizeName(size).c_str(), workers, shards, dtype_name.c_str(), used_transport,
+                  row->gbps, row->p50_us, row->p99_us, row->echo_p50_us,
+                  static_cast<long long>(row->round_trips), row->cpu_us_per_round_trip,
+                  iperf_text.c_str(), memcpy_gbps, row->wire_bytes_per_round_trip / 1e6,
+                  row->fp32_bytes_per_round_trip / 1e6);
+      if (!peers.empty()) {
+        std::printf(" %10s %8s %12s", peer_gbps.c_str(), vs_peer.c_str(), cpu_vs_peer.c_str());
+      }
+      std::printf("\n");
     }
     std::fflush(stdout);
   }
@@ -429,7 +570,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "Push+pull throughput and latency of the PS data plane over loopback gRPC, by model size, "
       "next to iperf3 and gRPC-echo baselines from the same run.\n"
-      "Usage: ps_bench --sizes=4KiB,4MiB,64MiB --workers=2 --shards=2 --wire_dtype=bf16 [--json]");
+      "Usage: ps_bench --sizes=4KiB,4MiB,64MiB --workers=2 --shards=2 --wire_dtype=bf16 "
+      "--transport=auto|tcp|shm [--peer_json=FILE] [--json]");
   spdlog::set_level(spdlog::level::warn);
   return pst::Main();
 }

@@ -4,7 +4,9 @@
 # debian:bookworm base image locally (no registry is reachable), builds
 # docker/Dockerfile and runs docker/docker-compose.yml to completion twice:
 # SYNC with 2 workers, ASYNC with --scale worker=3. Asserts every worker's
-# exit code, the PS health check and the chief's accuracy line, then
+# exit code, the PS health check, the chief's accuracy line and the
+# transport: shared memory where the workers share the PS's IPC namespace
+# (the compose file's default), TCP where each has its own. Then it
 # removes what it made (containers, networks, volumes, the dockerd it started).
 #
 # Skips (exit 0, saying why) only without root or when dockerd cannot start.
@@ -94,13 +96,15 @@ phase=$(date +%s)
   { tail -30 "$WORK/build.log" >&2; fail "docker build failed (log: $WORK/build.log)"; }
 say "image $IMAGE built ($(elapsed "$phase") s)"
 
-# Runs the cluster to completion: run_cluster MODE WORKERS
+# Runs the cluster to completion: run_cluster MODE WORKERS WORKER_IPC, where
+# WORKER_IPC is the workers' IPC namespace: service:ps (shared memory with
+# the PS) or private (each its own: tensors over TCP).
 run_cluster() {
-  local mode=$1 workers=$2 project="pstrain-ci-$1"
+  local mode=$1 workers=$2 ipc=$3 project="pstrain-ci-$1"
   PROJECTS+=("$project")
   local phase
   phase=$(date +%s)
-  export PSTRAIN_IMAGE=$IMAGE MODE=$mode WORKERS=$workers TRAIN_LIMIT=4000 EPOCHS=1
+  export PSTRAIN_IMAGE=$IMAGE MODE=$mode WORKERS=$workers TRAIN_LIMIT=4000 EPOCHS=1 WORKER_IPC=$ipc
   "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1 || true
   "${COMPOSE[@]}" -p "$project" up -d --no-build --scale "worker=$workers" >"$WORK/$project.up.log" 2>&1 ||
     { cat "$WORK/$project.up.log" >&2; fail "$mode: compose up failed"; }
@@ -125,10 +129,16 @@ run_cluster() {
   [ -n "$accuracy" ] || fail "$mode: no 'final: ... test_accuracy' line from the chief (log: $WORK/$project.log)"
   awk -v a="$accuracy" -v min="$MIN_ACCURACY" 'BEGIN { exit !(a >= min) }' ||
     fail "$mode: test accuracy $accuracy is below $MIN_ACCURACY"
+  local transport="through shared memory"
+  [ "$ipc" = private ] && transport="over TCP"
+  local chose
+  chose=$(grep -c "tensors travel $transport" "$WORK/$project.log" || true)
+  [ "$chose" -eq "$workers" ] ||
+    fail "$mode: $chose of $workers workers said their tensors travel $transport (log: $WORK/$project.log)"
   "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1
-  say "$mode with $workers workers: all exited 0, PS healthy, test_accuracy $accuracy ($(elapsed "$phase") s)"
+  say "$mode with $workers workers: all exited 0, PS healthy, test_accuracy $accuracy, tensors $transport ($(elapsed "$phase") s)"
 }
 
-run_cluster sync 2
-run_cluster async 3
+run_cluster sync 2 service:ps
+run_cluster async 3 private
 say "PASS in $(elapsed "$START") s"

@@ -1,0 +1,131 @@
+// The shard's end of a shared-memory exchange (ps_server/shm_exchange.h) on
+// control messages and region contents from the fuzzer's input: the first
+// byte says how to size the region (and whether to shrink it under the
+// shard), the next two give the length of a serialized ShmExchangeRequest,
+// which follows, and the rest is written into the region. Whatever they say:
+//  - nothing outside the region is read or written (ASan watches the
+//    shard's buffers; the region is reached only through its descriptor);
+//  - the model stays finite;
+//  - the version moves only with a push the shard reports as applied, and
+//    a refused exchange (no push outcome) leaves it where it was.
+// A broken promise is reported on stderr and ends the run with a trap.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/push_outcome.h"
+#include "common/shared_memory.h"
+#include "common/tensor_codec.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/shm_exchange.h"
+#include "spdlog/spdlog.h"
+
+namespace pst::fuzz {
+namespace {
+
+#define SHM_INVARIANT(cond)                                                      \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      std::fprintf(stderr, "shm_exchange_fuzzer: invariant broken at %s:%d: %s\n", \
+                   __FILE__, __LINE__, #cond);                                   \
+      __builtin_trap();                                                          \
+    }                                                                            \
+  } while (0)
+
+// An ASYNC shard of one worker holding "w" [2, 3], "b" [3] and "v" [64].
+std::unique_ptr<ParameterShard> MakeShard() {
+  ShardOptions options;
+  options.mode = ASYNC;
+  options.num_workers = 1;
+  options.optimizer.mutable_sgd()->set_learning_rate(0.5f);
+  std::unique_ptr<ParameterShard> shard = std::move(*ParameterShard::Create(options));
+  InitRequest init;
+  EncodeTensor("w", std::vector<int64_t>{2, 3}, std::vector<float>(6, 0.5f), init.add_variables());
+  EncodeTensor("b", std::vector<int64_t>{3}, std::vector<float>(3, 0.0f), init.add_variables());
+  EncodeTensor("v", std::vector<int64_t>{64}, std::vector<float>(64, 1.0f), init.add_variables());
+  InitResponse response;
+  SHM_INVARIANT(shard->Init(init, &response).ok());
+  return shard;
+}
+
+bool ModelFinite(ParameterShard* shard) {
+  PullRequest pull;
+  PullResponse response;
+  if (!shard->Pull(pull, absl::Now(), &response).ok()) return false;
+  for (const Tensor& t : response.variables()) {
+    std::vector<float> values(t.data().size() / sizeof(float));
+    DecodeTensor(t, values);
+    for (float v : values) {
+      if (!std::isfinite(v)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace pst::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace pst;
+  static const bool quiet = [] {
+    spdlog::set_level(spdlog::level::off);
+    return true;
+  }();
+  (void)quiet;
+  if (size < 3) return 0;
+  const uint8_t control = data[0];
+  const size_t request_bytes = std::min<size_t>(data[1] | (data[2] << 8), size - 3);
+  ShmExchangeRequest request;
+  if (!request.ParseFromArray(data + 3, static_cast<int>(request_bytes))) return 0;
+  const uint8_t* contents = data + 3 + request_bytes;
+  const size_t contents_bytes = size - 3 - request_bytes;
+
+  static std::unique_ptr<ParameterShard> shard = fuzz::MakeShard();
+  static PullPayloadPool payloads;
+  static PushRequest buffer;
+  static const RpcLimits limits{.max_names_per_request = 8};
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t region_bytes = page * (1 + (control & 3));
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(region_bytes);
+  SHM_INVARIANT(region.ok());
+  std::memcpy((*region)->bytes().data(), contents,
+              std::min<size_t>(contents_bytes, (*region)->bytes().size()));
+  // A hostile owner shrinks the region after the shard opened it.
+  const int owner = (control & 4) ? shm_open((*region)->name().c_str(), O_RDWR, 0) : -1;
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open((*region)->name(), region_bytes);
+  SHM_INVARIANT(opened.ok());
+  if (owner >= 0) {
+    SHM_INVARIANT(ftruncate(owner, ((control >> 3) & 3) * page / 2) == 0);
+    close(owner);
+  }
+  // The one worker's exchanges; a pull never waits.
+  if (request.push().gradients_size() > 0) request.mutable_push()->set_worker(0);
+  request.mutable_pull()->set_worker(0);
+  if ((control & 32) == 0) request.clear_pull();
+  const ShmExchangeContext context{
+      .shard = shard.get(),
+      .limits = &limits,
+      .buffer = &buffer,
+      .payloads = &payloads,
+      .pull_deadline = [](const PullRequest&) { return absl::Now(); },
+      .caller_gone = [] { return false; },
+  };
+  const int64_t before = shard->version();
+  ShmExchangeResponse response;
+  ShmExchangeBytes bytes;
+  const absl::Status status = ServeShmExchange(request, **opened, context, &response, &bytes);
+  const int64_t moved = shard->version() - before;
+  SHM_INVARIANT(moved == (AdvancedTheVersion(response.push().outcome()) ? 1 : 0));
+  if (!status.ok() && !response.has_push()) SHM_INVARIANT(moved == 0);
+  SHM_INVARIANT(fuzz::ModelFinite(shard.get()));
+  return 0;
+}
