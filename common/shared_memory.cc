@@ -61,12 +61,15 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot create shared memory ", name, ": ", Errno()));
   }
-  if (ftruncate(fd, size) != 0) {
-    const std::string error = Errno();
+  // Every page is allocated now: a region on a full /dev/shm (a container's
+  // is 64 MiB by default) is refused here, where the worker can keep to
+  // TCP, instead of a later write into the mapping dying of SIGBUS.
+  if (const int error = posix_fallocate(fd, 0, size); error != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot size shared memory ", name, " to ", size, " bytes: ", error));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size,
+                                                     " bytes of shared memory for ", name, ": ",
+                                                     std::strerror(error)));
   }
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {

@@ -12,11 +12,17 @@ DType AnswerDType(const PullRequest& pull) {
   return pull.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : pull.dtype();
 }
 
+// Bytes read from a region at a time: each block is checked for
+// non-finite values while it is still in cache, instead of in a second pass
+// over the whole gradient.
+constexpr int64_t kReadBlockBytes = 256 << 10;
+
 // Reads the push's gradients out of `region` into `buffer`; `answer_bytes`
-// gets the size of the pushed variables in `answer_dtype`.
+// gets the size of the pushed variables in `answer_dtype`, `finite` whether
+// every value read is finite.
 absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& region,
                       DType answer_dtype, PushRequest* buffer, int64_t* pushed_bytes,
-                      int64_t* answer_bytes) {
+                      int64_t* answer_bytes, bool* finite) {
   const PushRequest& push = request.push();
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
@@ -25,6 +31,7 @@ absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& reg
   int64_t offset = request.push_offset();
   *pushed_bytes = 0;
   *answer_bytes = 0;
+  *finite = true;
   for (int i = 0; i < push.gradients_size(); ++i) {
     const Tensor& header = push.gradients(i);
     absl::StatusOr<int64_t> bytes = AnnouncedBytes(header);
@@ -40,12 +47,18 @@ absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& reg
     gradient->set_dtype(header.dtype());
     std::string* data = gradient->mutable_data();
     data->resize(static_cast<size_t>(*bytes));
-    if (absl::Status read = region.Read(offset, {data->data(), data->size()}); !read.ok()) {
-      return read;
+    const int element_bytes = std::max(DTypeBytes(header.dtype()), 1);
+    const int64_t block = kReadBlockBytes / element_bytes * element_bytes;
+    for (int64_t done = 0; done < *bytes; done += block) {
+      const int64_t size = std::min(block, *bytes - done);
+      if (absl::Status read = region.Read(offset + done, {data->data() + done, static_cast<size_t>(size)});
+          !read.ok()) {
+        return read;
+      }
+      *finite = *finite && EncodedFinite(absl::string_view(data->data() + done, size), header.dtype());
     }
     offset += *bytes;
     *pushed_bytes += *bytes;
-    const int element_bytes = std::max(DTypeBytes(header.dtype()), 1);
     *answer_bytes += *bytes / element_bytes * DTypeBytes(answer_dtype);
   }
   return absl::OkStatus();
@@ -93,8 +106,9 @@ absl::Status ServeShmExchange(const ShmExchangeRequest& request, const OpenedReg
   if (pushes) {
     if (absl::Status s = CheckPushSize(request.push(), *context.limits); !s.ok()) return s;
     int64_t answer_bytes = 0;
+    bool finite = false;
     if (absl::Status read = ReadPush(request, region, AnswerDType(request.pull()), context.buffer,
-                                     &bytes->pushed, &answer_bytes);
+                                     &bytes->pushed, &answer_bytes, &finite);
         !read.ok()) {
       return read;
     }
@@ -105,7 +119,10 @@ absl::Status ServeShmExchange(const ShmExchangeRequest& request, const OpenedReg
         return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
       }
     }
-    if (absl::Status pushed = context.shard->Push(*context.buffer, response->mutable_push());
+    // A push with a non-finite value is left to the shard to refuse (and
+    // count), as any other.
+    if (absl::Status pushed = context.shard->Push(*context.buffer, response->mutable_push(),
+                                                  {.values_finite = finite});
         !pushed.ok()) {
       return pushed;
     }

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Markdown tables for docs/benchmarks.md from a benchmark's JSON rows.
 
-    scripts/benchmark_tables.py train_vs_torch.json
+    scripts/benchmark_tables.py docs/bench/train_vs_torch.json
+    scripts/benchmark_tables.py docs/bench/ps_bench.json
 
-reads the rows benchmarks/train_vs_torch.py --json wrote (one JSON object a
-line) and prints one table of medians and spreads, then the ratios, so the
-docs quote exactly what the benchmark printed.
+reads the rows a benchmark driver wrote with --json (one JSON object a line:
+benchmarks/train_vs_torch.py, benchmarks/data_plane.py) and prints its
+tables of medians and spreads, so the docs quote exactly what the benchmark
+printed.
 """
 import json
 import sys
@@ -36,7 +38,29 @@ def train_vs_torch(rows):
     return "\n".join(lines)
 
 
-TABLES = {"train_vs_torch": train_vs_torch}
+def spread(row, figure, digits):
+    if figure not in row:
+        return "n/a"
+    return (f"{row[figure]:.{digits}f} ({row[figure + '_min']:.{digits}f}-"
+            f"{row[figure + '_max']:.{digits}f})")
+
+
+def ps_bench(rows):
+    peer = any("vs_peer" in r for r in rows)
+    lines = ["| size | workers | transport | GB/s (both ways) | CPU us / round trip | p50 us "
+             "| of iperf3 | each way / memcpy |" + (" ours / peer |" if peer else "") + " runs |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |" +
+             (" ---: |" if peer else "") + " ---: |"]
+    for r in rows:
+        lines.append(f"| {r['size']} | {r['workers']} | {r['transport']} "
+                     f"| {spread(r, 'push_pull_gbps', 3)} | {spread(r, 'cpu_us_per_round_trip', 0)} "
+                     f"| {spread(r, 'p50_us', 0)} | {spread(r, 'of_iperf3', 3)} "
+                     f"| {spread(r, 'each_way_of_memcpy', 3)} |" +
+                     (f" {spread(r, 'vs_peer', 2)} |" if peer else "") + f" {r['runs']} |")
+    return "\n".join(lines)
+
+
+TABLES = {"train_vs_torch": train_vs_torch, "ps_bench": ps_bench}
 
 
 def main() -> int:
