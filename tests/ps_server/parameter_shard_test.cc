@@ -237,6 +237,7 @@ TEST(ParameterShardTest, PullWaitsForTheRequestedVersion) {
   EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(30), &response).ok());
   EXPECT_EQ(response.version(), 1);
   pusher.join();
+  EXPECT_EQ(shard->waiting_pulls(), 0);
 }
 
 TEST(ParameterShardTest, PullTimesOutWithDeadlineExceeded) {
@@ -769,6 +770,7 @@ TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) 
   const std::vector<std::vector<float>> g = StreamingGradients(0);
   auto first = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
   ASSERT_TRUE(first.ok() && first->update != nullptr);
+  EXPECT_TRUE(shard->streamed_update_staged());
   // A second stream meanwhile is reassembled instead, and pushed whole.
   auto second = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));
   ASSERT_TRUE(second.ok());
@@ -788,6 +790,8 @@ TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) 
   PushResponse response;
   ASSERT_TRUE(shard->CommitStreamedPush(std::move(first->update), &response).ok());
   pusher.join();
+  EXPECT_EQ(shard->waiting_updates(), 0);
+  EXPECT_FALSE(shard->streamed_update_staged());
   EXPECT_EQ(response.version(), 1);
   EXPECT_EQ(later.version(), 2) << "applied after the streamed update, on top of it";
   const std::vector<float> after = PullValues(shard.get(), "small");
