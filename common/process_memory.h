@@ -2,9 +2,9 @@
 //
 // glibc serves every allocation above its mmap threshold (dynamic, at most
 // 32 MiB) with a fresh mapping and returns it to the kernel on free, so each
-// step's multi-megabyte buffers would be page-faulted in again; on the 2-core
-// development VM a first touch costs about 14 us per 4 KiB page (0.3 GB/s,
-// against about 20 GB/s into reused memory). Our binaries call this first
+// step's multi-megabyte buffers would be page-faulted in again, and writing
+// into a page touched for the first time is many times slower than writing
+// into memory already mapped. Our binaries call KeepLargeBuffersWarm first
 // thing, so that the user needs no MALLOC_* environment tuning.
 #ifndef PST_COMMON_PROCESS_MEMORY_H_
 #define PST_COMMON_PROCESS_MEMORY_H_

@@ -4,10 +4,10 @@
 // The data plane runs a few short tasks beside each call: a worker reads a
 // PushPull's answer while it writes the push, talks to shards 1..N-1 while
 // the calling thread talks to shard 0, and a PS writes a PushPull's answer
-// beside the thread reading the push. Creating and joining a thread costs
-// about 200 us on the 2-vCPU VMs we measure on, as long as a 4 KiB round
-// trip (docs/benchmarks.md, "Threads kept for reuse"); a kept thread is
-// woken in a few microseconds.
+// beside the thread reading the push. Creating and joining a thread for
+// each costs about as much as a small round trip itself, while a kept
+// thread is woken in a few microseconds (docs/benchmarks.md, "Threads kept
+// for reuse").
 //
 // The pool grows to the most tasks that ever ran at once and keeps those
 // threads until it is destroyed.

@@ -1,12 +1,12 @@
 // Writes one stream's messages, in order, on a thread of a pool.
 //
 // A sync-API Write blocks until gRPC has taken the message, and on a busy
-// connection that means waiting for the peer to read. A PushPull's serving
-// thread used to wait so after every staged chunk, with the next chunk of
-// the push already arrived and unread: on the 2-core VM a 1 MiB answer
-// message took 0.3-1.2 ms to write, about as long as staging a chunk, and
-// the two ran one after the other. With the answer written from here, the
-// serving thread goes straight on to read and stage the next chunk.
+// connection that means waiting for the peer to read. Writing a large
+// answer message takes about as long as staging a chunk of the push, so a
+// PushPull's serving thread that wrote its answers itself would do the two
+// one after the other, with the push's next chunk arrived and unread. With
+// the answers written from here, the serving thread goes straight on to
+// read and stage the next chunk while the last answer is written.
 #ifndef PST_PS_SERVER_BACKGROUND_WRITER_H_
 #define PST_PS_SERVER_BACKGROUND_WRITER_H_
 

@@ -212,7 +212,9 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
       caller_gone = true;
       break;
     }
+    ++waiting_pulls_;
     changed_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + kLivenessPoll));
+    --waiting_pulls_;
     RefreshLiveSet();
   }
   --worker.calls_in_flight;
@@ -399,14 +401,18 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
 void ParameterShard::AwaitUpdateTurn() {
   while ((snapshot_unwritten_ || staging_held_) && !shutting_down_) {
     if (snapshot_unwritten_) {
+      ++waiting_updates_;
       changed_.Wait(&mu_);
+      --waiting_updates_;
       continue;
     }
     StreamedUpdate* holder = staging_holder_;
     const absl::Duration idle = holder->Idle();
     if (idle < options_.stalled_stream_timeout || holder->cancelled_) {
+      ++waiting_updates_;
       changed_.WaitWithTimeout(&mu_, std::max(options_.stalled_stream_timeout - idle,
                                               absl::Milliseconds(10)));
+      --waiting_updates_;
       continue;
     }
     spdlog::warn("shard {}: worker:{}'s push stream sent nothing for {}; cancelling it so that "
@@ -718,6 +724,21 @@ int64_t ParameterShard::parameter_bytes() const {
 int64_t ParameterShard::version() const {
   absl::MutexLock lock(&mu_);
   return version_;
+}
+
+int ParameterShard::waiting_pulls() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_pulls_;
+}
+
+int ParameterShard::waiting_updates() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_updates_;
+}
+
+bool ParameterShard::streamed_update_staged() const {
+  absl::MutexLock lock(&mu_);
+  return staging_held_;
 }
 
 void ParameterShard::BeginShutdown() {

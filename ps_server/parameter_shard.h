@@ -242,6 +242,16 @@ class ParameterShard {
   // Wakes every waiting Pull with Unavailable; later calls fail the same way.
   void BeginShutdown();
 
+  // Calls parked in the shard right now: pulls waiting for their version,
+  // Init or the staleness bound, and updates waiting for their turn behind
+  // an unwritten scheduled snapshot or a streamed update. They tell a stuck
+  // step from an idle shard, and let a caller know that a call has reached
+  // its wait before it checks what the wait holds back.
+  int waiting_pulls() const;
+  int waiting_updates() const;
+  // Whether a StreamedUpdate holds the staging, holding other updates back.
+  bool streamed_update_staged() const;
+
   const std::string& optimizer_name() const { return optimizer_name_; }
 
  private:
@@ -302,6 +312,8 @@ class ParameterShard {
   VariableStore store_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_updates_ ABSL_GUARDED_BY(mu_) = 0;
 
   // SYNC: the gradients received for the current version, per worker rank
   // and variable; `arrived_` marks which ranks have pushed.

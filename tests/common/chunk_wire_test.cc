@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps.pb.h"
@@ -120,11 +121,17 @@ TEST(AwaitReleaseTest, WaitsForGrpcToDropTheLastSlice) {
   builder.AddPiece(0, 0, large, pin);
   auto message = std::make_unique<grpc::ByteBuffer>(builder.Finish());
   EXPECT_FALSE(AwaitRelease(pin, absl::Milliseconds(20)));
+  // The slice is dropped only once AwaitRelease has been called and has not
+  // returned for a while: one that looked once and did not wait fails.
+  absl::Notification calling, returned;
   std::thread dropper([&] {
-    absl::SleepFor(absl::Milliseconds(20));
+    calling.WaitForNotification();
+    EXPECT_FALSE(returned.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
     message.reset();
   });
+  calling.Notify();
   EXPECT_TRUE(AwaitRelease(pin, absl::Seconds(10)));
+  returned.Notify();
   dropper.join();
 }
 

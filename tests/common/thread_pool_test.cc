@@ -4,6 +4,7 @@
 #include "common/thread_pool.h"
 
 #include <atomic>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -68,33 +69,51 @@ TEST(ThreadPoolTest, ATaskMayStartAnother) {
   EXPECT_TRUE(inner_ran);
 }
 
-TEST(ThreadPoolTest, DestroyingATaskWaitsForIt) {
-  ThreadPool pool;
-  absl::Notification release;
-  std::atomic<bool> finished{false};
-  std::thread releaser([&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    release.Notify();
-  });
-  {
-    ThreadPool::Task task = pool.Start([&] {
-      release.WaitForNotification();
-      finished = true;
+// The task runs until the releaser lets it go, and the releaser does so only
+// once the call that must wait for the task has been made and has not
+// returned for a while. A call that returned without waiting is caught
+// twice: it returns before the task finished, and the releaser sees it
+// return.
+class TaskWaitTest : public ::testing::Test {
+ protected:
+  // Starts the task that `call` must wait for.
+  ThreadPool::Task StartHeldTask() {
+    return pool_.Start([this] {
+      release_.WaitForNotification();
+      finished_ = true;
     });
   }
-  EXPECT_TRUE(finished.load());
-  releaser.join();
+
+  // Makes `call`, which must return only once the held task has finished.
+  template <typename Call>
+  void ExpectWaits(Call call) {
+    std::thread releaser([this] {
+      calling_.WaitForNotification();
+      EXPECT_FALSE(returned_.WaitForNotificationWithTimeout(absl::Milliseconds(100)))
+          << "returned while the task still ran";
+      release_.Notify();
+    });
+    calling_.Notify();
+    call();
+    const bool finished_on_return = finished_.load();
+    returned_.Notify();
+    EXPECT_TRUE(finished_on_return);
+    releaser.join();
+  }
+
+  absl::Notification calling_, returned_, release_;
+  std::atomic<bool> finished_{false};
+  ThreadPool pool_;  // last: its threads are joined before the rest goes
+};
+
+TEST_F(TaskWaitTest, DestroyingATaskWaitsForIt) {
+  auto task = std::make_unique<ThreadPool::Task>(StartHeldTask());
+  ExpectWaits([&] { task.reset(); });
 }
 
-TEST(ThreadPoolTest, AssigningATaskWaitsForTheOneItHeld) {
-  ThreadPool pool;
-  std::atomic<bool> first_finished{false};
-  ThreadPool::Task task = pool.Start([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    first_finished = true;
-  });
-  task = pool.Start([] {});
-  EXPECT_TRUE(first_finished.load());
+TEST_F(TaskWaitTest, AssigningATaskWaitsForTheOneItHeld) {
+  ThreadPool::Task task = StartHeldTask();
+  ExpectWaits([&] { task = pool_.Start([] {}); });
 }
 
 }  // namespace

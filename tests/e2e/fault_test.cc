@@ -22,6 +22,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
+#include "tests/support/eventually.h"
 #include "result.pb.h"
 #include "common/shared_memory.h"
 #include "worker/ps_client.h"
@@ -59,16 +60,11 @@ class Process {
   pid_t pid() const { return pid_; }
   // Exit code, or -1 if it did not exit within `timeout`.
   int Wait(absl::Duration timeout) {
-    absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return -1;
+    if (pid_ <= 0 || !AwaitProcessEnd(pid_, timeout)) return -1;
+    int status = 0;
+    if (waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
  private:
@@ -143,15 +139,12 @@ class FaultTest : public ::testing::Test {
     return stats.ok() ? *stats : StatsResponse();
   }
 
-  // Waits until the shard's version reaches `version`; returns it.
+  // Waits until the shard's version reaches `version`; returns the last
+  // version seen (below `version` if the wait ran out).
   int64_t WaitForVersion(int64_t version, absl::Duration timeout) {
-    absl::Time deadline = absl::Now() + timeout;
     int64_t seen = -1;
-    while (absl::Now() < deadline) {
-      seen = Stats().version();
-      if (seen >= version) return seen;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
+    Eventually([&] { return (seen = Stats().version()) >= version; }, timeout,
+               absl::Milliseconds(100));
     return seen;
   }
 
@@ -229,11 +222,9 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
   ASSERT_GE(WaitForVersion(40, absl::Seconds(60)), 40) << Log("ps.log");
   // On a loaded machine the others can reach version 40 in ASYNC before
   // worker:2 has started; it must have pushed before it is killed mid-run.
-  for (absl::Time deadline = absl::Now() + absl::Seconds(60);
-       Stats().workers(2).clock() == 0 && absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(20))) {
-  }
-  ASSERT_GT(Stats().workers(2).clock(), 0) << Log("worker-2.log");
+  ASSERT_TRUE(Eventually([&] { return Stats().workers(2).clock() > 0; }, absl::Seconds(60),
+                         absl::Milliseconds(20)))
+      << Log("worker-2.log");
   // Its tensors went through shared memory with the PS; killed mid-write,
   // it leaves no segment behind (the PS unlinked it once opened).
   EXPECT_THAT(Log("worker-2.log"), ::testing::HasSubstr("tensors travel through shared memory"));
@@ -252,12 +243,10 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
               GetParam().c_str(), static_cast<long long>(at_kill),
               absl::FormatDuration(stalled).c_str());
   // Within the 1 s lease (plus the liveness poll) the PS has dropped it.
-  StatsResponse stats = Stats();
-  for (absl::Time deadline = killed + absl::Seconds(5);
-       stats.workers(2).live() && absl::Now() < deadline; stats = Stats()) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  EXPECT_FALSE(stats.workers(2).live()) << stats.DebugString();
+  StatsResponse stats;
+  EXPECT_TRUE(Eventually([&] { return !(stats = Stats()).workers(2).live(); },
+                         killed + absl::Seconds(5) - absl::Now(), absl::Milliseconds(50)))
+      << stats.DebugString();
   EXPECT_EQ(stats.live_workers(), 2);
 
   w2 = StartWorker(config, 2);
@@ -291,14 +280,15 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
   // The restarted PS says which version it restored before it serves.
   const std::string marker = "restored its checkpoint at version ";
   int64_t restored = -1;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline && restored < 0;
-       absl::SleepFor(absl::Milliseconds(20))) {
-    std::string log = Log("ps.log");
-    if (size_t at = log.find(marker); at != std::string::npos) {
-      restored = std::stoll(log.substr(at + marker.size()));
-    }
-  }
-  ASSERT_GE(restored, 0) << Log("ps.log");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string log = Log("ps.log");
+        const size_t at = log.find(marker);
+        if (at != std::string::npos) restored = std::stoll(log.substr(at + marker.size()));
+        return restored >= 0;
+      },
+      absl::Seconds(20), absl::Milliseconds(20)))
+      << Log("ps.log");
   const int64_t resumed = WaitForVersion(restored + 1, absl::Seconds(30));
   const absl::Duration recovery = absl::Now() - killed;
   EXPECT_GT(resumed, restored);
@@ -402,11 +392,9 @@ TEST_F(FaultTest, ChiefReportsTheModelWhenAWorkerIsGoneForGood) {
   std::string config = WriteConfig(2, "", /*pull_timeout_seconds=*/3);
   auto ps = StartPs(config);
   auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
-  for (absl::Time deadline = absl::Now() + absl::Seconds(60);
-       Stats().workers(1).clock() == 0 && absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(20))) {
-  }
-  ASSERT_GT(Stats().workers(1).clock(), 0) << Log("worker-1.log");
+  ASSERT_TRUE(Eventually([&] { return Stats().workers(1).clock() > 0; }, absl::Seconds(60),
+                         absl::Milliseconds(20)))
+      << Log("worker-1.log");
   w1->Kill();
   EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
   WorkerResult chief = Result(0);

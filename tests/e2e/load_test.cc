@@ -1,5 +1,5 @@
 // Load: 32 concurrent workers, each with its own gRPC channel, pull and push
-// in ASYNC mode against one PS for a bounded time. Every push is a gradient
+// in ASYNC mode against one PS for a fixed number of pushes. Every push is a gradient
 // of exactly -1 with SGD at learning rate 1, so each parameter must end at
 // its initial value plus the number of acknowledged pushes: a lost or
 // doubled update shows exactly. Memory must stay flat after warm-up.
@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps_server/parameter_shard.h"
@@ -23,6 +24,13 @@ namespace {
 
 constexpr int kWorkers = 32;
 constexpr int64_t kElements = 16384;  // 64 KiB per variable
+// Memory is sampled after a warm-up (channels, buffers, allocator pools) and
+// then every kPushesPerSample pushes, counted in work rather than time so
+// that a slow machine puts as many round trips between the samples as a
+// fast one: a leak grows with the pushes.
+constexpr int64_t kWarmUpPushes = 1000;
+constexpr int64_t kPushesPerSample = 250;
+constexpr int kSamples = 24;
 
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
@@ -43,45 +51,64 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
   const std::string address = absl::StrCat("127.0.0.1:", server->port);
   const std::vector<VariableSpec> variables = {{"a", {kElements}}, {"b", {128, kElements / 128}}};
 
-  std::atomic<int64_t> acknowledged{0};
-  std::atomic<int> failures{0};
+  std::atomic<int64_t> acknowledged{0};  // changed under `mu`
+  std::atomic<int64_t> failures{0};      // changed under `mu`
   std::atomic<bool> stop{false};
+  absl::Mutex mu;
+  absl::CondVar progressed;  // a push acknowledged, or a worker failed
+  auto count = [&](std::atomic<int64_t>& counter) {
+    {
+      absl::MutexLock lock(&mu);
+      ++counter;
+    }
+    progressed.SignalAll();
+  };
   auto worker = [&](int rank) {
     auto client = PsClient::Connect({address}, rank, absl::Seconds(10));
     if (!client.ok()) {
-      ++failures;
+      count(failures);
       return;
     }
     (*client)->SetVariables(variables);
     std::vector<float> zeros(kElements, 0.0f);
-    if (!(*client)->Init({zeros, zeros}).ok()) ++failures;
+    if (!(*client)->Init({zeros, zeros}).ok()) count(failures);
     std::vector<float> a(kElements), b(kElements), minus_one(kElements, -1.0f);
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
     while (!stop.load()) {
       if (!(*client)->Pull({0}, absl::Seconds(10), {a, b}, &versions).ok() ||
           !(*client)->Push(versions, {minus_one, minus_one}, &responses).ok()) {
-        ++failures;
+        count(failures);
         return;
       }
-      if (responses[0].outcome() == PushResponse::APPLIED) ++acknowledged;
+      if (responses[0].outcome() == PushResponse::APPLIED) count(acknowledged);
     }
   };
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kWorkers; ++rank) threads.emplace_back(worker, rank);
-  absl::SleepFor(absl::Seconds(2));  // warm-up: channels, buffers, allocator pools
-  // RSS every 250 ms for 6 s. In-flight messages make single samples swing
-  // by several MiB, so compare the means of the two halves: a leak raises
-  // the second half, noise does not.
+  // Waits until `pushes` have been acknowledged (true), a worker failed or
+  // the deadline passed.
+  const absl::Time deadline = absl::Now() + absl::Seconds(80);
+  auto reached = [&](int64_t pushes) {
+    absl::MutexLock lock(&mu);
+    while (acknowledged.load() < pushes && failures.load() == 0) {
+      if (progressed.WaitWithDeadline(&mu, deadline)) break;
+    }
+    return acknowledged.load() >= pushes && failures.load() == 0;
+  };
+  // In-flight messages make single samples swing by several MiB, so
+  // compare the means of the two halves: a leak raises the second half,
+  // noise does not.
   std::vector<int64_t> samples;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < kSamples && reached(kWarmUpPushes + i * kPushesPerSample); ++i) {
     samples.push_back(ResidentBytes());
-    absl::SleepFor(absl::Milliseconds(250));
   }
   stop = true;
   for (std::thread& t : threads) t.join();
 
   ASSERT_EQ(failures.load(), 0);
+  ASSERT_EQ(samples.size(), static_cast<size_t>(kSamples))
+      << "only " << acknowledged.load() << " pushes in 80 s";
   StatsResponse stats;
   (*shard)->Stats(&stats);
   EXPECT_GT(acknowledged.load(), kWorkers * 10);
@@ -102,9 +129,10 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
   auto mean = [](auto begin, auto end) {
     return std::accumulate(begin, end, 0.0) / static_cast<double>(end - begin);
   };
-  const double first_half = mean(samples.begin(), samples.begin() + 12);
-  const double second_half = mean(samples.begin() + 12, samples.end());
-  std::printf("load: %lld pushes by %d workers; mean RSS %.1f MiB (2-5 s), %.1f MiB (5-8 s)\n",
+  const double first_half = mean(samples.begin(), samples.begin() + kSamples / 2);
+  const double second_half = mean(samples.begin() + kSamples / 2, samples.end());
+  std::printf("load: %lld pushes by %d workers; mean RSS %.1f MiB (first half), %.1f MiB (second "
+              "half)\n",
               static_cast<long long>(acknowledged.load()), kWorkers, first_half / 1048576.0,
               second_half / 1048576.0);
 #if defined(__SANITIZE_ADDRESS__)

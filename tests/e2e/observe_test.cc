@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
+#include "tests/support/eventually.h"
 #include "tests/support/http.h"
 
 namespace pst {
@@ -111,11 +112,12 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
                        ScratchDir() + "/worker.log");
 
   std::map<std::string, double> w;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(100))) {
-    w = Parse(Scrape(ports + 2));
-    if (w["pst_worker_steps_total"] >= 5) break;
-  }
+  Eventually(
+      [&] {
+        w = Parse(Scrape(ports + 2));
+        return w["pst_worker_steps_total"] >= 5;
+      },
+      absl::Seconds(60), absl::Milliseconds(100));  // checked below
   std::map<std::string, double> p = Parse(Scrape(ports + 1));
   int status = 0;
   waitpid(worker, &status, 0);

@@ -18,6 +18,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
+#include "tests/support/eventually.h"
 #include "result.pb.h"
 
 namespace pst {
@@ -134,15 +135,15 @@ TEST_P(PslaunchRestartTest, AKilledTaskIsRestartedAndTheRunFinishes) {
   }
   // Wait for training to be under way, then kill the victim.
   const std::string marker = dir + "/run/cluster.textproto";
-  bool killed = false;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline && !killed;
-       absl::SleepFor(absl::Milliseconds(100))) {
-    if (ReadFile(out).find("step 200/") == std::string::npos) continue;
-    std::vector<pid_t> pids = FindProcesses(Bin(victim) + " ", marker);
-    if (pids.empty()) continue;
-    kill(pids.back(), SIGKILL);
-    killed = true;
-  }
+  const bool killed = Eventually(
+      [&] {
+        if (ReadFile(out).find("step 200/") == std::string::npos) return false;
+        std::vector<pid_t> pids = FindProcesses(Bin(victim) + " ", marker);
+        if (pids.empty()) return false;
+        kill(pids.back(), SIGKILL);
+        return true;
+      },
+      absl::Seconds(60), absl::Milliseconds(100));
   int status = 0;
   waitpid(launcher, &status, 0);
   ASSERT_TRUE(killed) << ReadFile(err);
@@ -175,10 +176,11 @@ TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
           ("--config=" + config).c_str(), nullptr);
     _exit(127);
   }
-  for (absl::Time deadline = absl::Now() + absl::Seconds(60);
-       absl::Now() < deadline && ReadFile(dir + ".out").find("step 100/") == std::string::npos;
-       absl::SleepFor(absl::Milliseconds(100))) {
-  }
+  // Failing here still goes on to the shutdown below, which ends the cluster.
+  EXPECT_TRUE(Eventually(
+      [&] { return ReadFile(dir + ".out").find("step 100/") != std::string::npos; },
+      absl::Seconds(60), absl::Milliseconds(100)))
+      << ReadFile(dir + ".err");
   CommandResult status = RunCommand(absl::StrCat(Bin("psctl"), " status --config=", config), 30);
   EXPECT_EQ(status.exit_code, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("ps:0"));

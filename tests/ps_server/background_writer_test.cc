@@ -3,7 +3,6 @@
 // failed write.
 #include "ps_server/background_writer.h"
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -12,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -106,13 +106,11 @@ TEST(BackgroundWriterTest, WriteSaysSoOnceAWriteHasFailed) {
   ThreadPool threads;
   BackgroundWriter writer([](const grpc::ByteBuffer&) { return false; }, &threads);
   EXPECT_TRUE(writer.Write(Message("x")));  // queued before anything failed
-  // The thread fails the write soon; every Write after that says so.
-  bool refused = false;
-  for (int i = 0; i < 10000 && !refused; ++i) {
-    refused = !writer.Write(Message("y"));
-    if (!refused) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  EXPECT_TRUE(refused);
+  // The thread fails the write soon; every Write after that says so. Write's
+  // answer is the one sign of the failure the caller gets, so ask until it
+  // comes.
+  EXPECT_TRUE(Eventually([&] { return !writer.Write(Message("y")); }));
+  EXPECT_FALSE(writer.Write(Message("z")));
   EXPECT_FALSE(writer.Finish());
 }
 

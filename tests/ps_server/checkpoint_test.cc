@@ -20,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -74,8 +75,9 @@ TEST(CheckpointTest, PushesWaitForTheScheduledSnapshotToBeWritten) {
     PushOnes(shard.get());
     pushed = true;
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(Eventually([&] { return shard->waiting_updates() == 1 || pushed.load(); }));
   EXPECT_FALSE(pushed) << "a push went through before the checkpoint was written";
+  EXPECT_EQ(shard->waiting_updates(), 1);
   EXPECT_EQ(shard->version(), 2);
   std::optional<ShardCheckpoint> snapshot = shard->TakeScheduledSnapshot(absl::Now());
   ASSERT_TRUE(snapshot.has_value());

@@ -17,6 +17,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
+#include "tests/support/eventually.h"
 #include "worker/mlp.h"
 #include "worker/ps_client.h"
 
@@ -587,7 +588,8 @@ TEST(ChunkStreamsTest, AStalledPushStreamIsCancelledAndOtherPushesGoOn) {
   TensorPiece* piece = first.add_pieces();
   piece->set_data(reinterpret_cast<const char*>(quarter.data()), 400);
   ASSERT_TRUE(writer->Write(first));
-  absl::SleepFor(absl::Milliseconds(100));  // the header is in: the update is staging
+  ASSERT_TRUE(Eventually([&] { return served.shard()->streamed_update_staged(); }))
+      << "the header never reached the shard";
 
   const absl::Time start = absl::Now();
   PushRequest other;

@@ -12,11 +12,13 @@
 #include <span>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -222,17 +224,20 @@ TEST(ParameterShardTest, AsyncConcurrentPushesAreEachAppliedExactlyOnce) {
 TEST(ParameterShardTest, PullWaitsForTheRequestedVersion) {
   auto shard = MakeShard(SYNC, 1);
   InitTwoVariables(shard.get());
+  // The push comes once the pull waits: one that came first would let a
+  // pull that never waits pass.
   std::thread pusher([&] {
-    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_TRUE(Eventually([&] { return shard->waiting_pulls() == 1; })) << "the pull never waited";
     PushResponse response;
     EXPECT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
   });
   PullRequest pull;
   pull.set_min_version(1);
   PullResponse response;
-  ASSERT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(10), &response).ok());
+  EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(30), &response).ok());
   EXPECT_EQ(response.version(), 1);
   pusher.join();
+  EXPECT_EQ(shard->waiting_pulls(), 0);
 }
 
 TEST(ParameterShardTest, PullTimesOutWithDeadlineExceeded) {
@@ -249,8 +254,10 @@ TEST(ParameterShardTest, PullTimesOutWithDeadlineExceeded) {
 TEST(ParameterShardTest, ShutdownWakesWaitingPulls) {
   auto shard = MakeShard(SYNC, 2);
   InitTwoVariables(shard.get());
+  // Once the pull waits: a pull that starts after the shutdown fails at once
+  // without being woken.
   std::thread stopper([&] {
-    absl::SleepFor(absl::Milliseconds(30));
+    EXPECT_TRUE(Eventually([&] { return shard->waiting_pulls() == 1; })) << "the pull never waited";
     shard->BeginShutdown();
   });
   PullRequest pull;
@@ -463,6 +470,7 @@ TEST(ParameterShardTest, AWaitingPullEndsWhenItsCallerIsGone) {
   InitTwoVariables(shard.get());
   std::atomic<bool> gone{false};
   std::atomic<int> polls{0};
+  absl::Notification waited;  // polled again after a wait: it is waiting
   PullRequest pull;
   pull.set_min_version(1000);
   absl::Status status;
@@ -470,11 +478,11 @@ TEST(ParameterShardTest, AWaitingPullEndsWhenItsCallerIsGone) {
     PullResponse response;
     status = shard->Pull(pull, absl::Now() + absl::Minutes(5), &response,
                          {.caller_gone = [&] {
-                           ++polls;
+                           if (++polls == 2) waited.Notify();
                            return gone.load();
                          }});
   });
-  while (polls.load() < 2) absl::SleepFor(absl::Milliseconds(1));  // it is waiting
+  EXPECT_TRUE(waited.WaitForNotificationWithTimeout(absl::Seconds(30)));
   const absl::Time left = absl::Now();
   gone = true;
   waiting.join();
@@ -623,11 +631,11 @@ TEST(ParameterShardTest, SspHoldsAWorkerThatRunsTooFarAhead) {
   absl::Status status = shard->Pull(pull, absl::Now() + absl::Milliseconds(100), &pulled);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);  // clock 3, slowest 0
   std::thread slow([&] {
-    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_TRUE(Eventually([&] { return shard->waiting_pulls() == 1; })) << "the pull never waited";
     PushResponse r;
     EXPECT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &r).ok());
   });
-  ASSERT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(10), &pulled).ok());
+  EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(30), &pulled).ok());
   slow.join();
   StatsResponse stats = StatsOf(shard.get());
   EXPECT_LE(stats.workers(0).clock() - stats.workers(1).clock(), 2);
@@ -762,6 +770,7 @@ TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) 
   const std::vector<std::vector<float>> g = StreamingGradients(0);
   auto first = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
   ASSERT_TRUE(first.ok() && first->update != nullptr);
+  EXPECT_TRUE(shard->streamed_update_staged());
   // A second stream meanwhile is reassembled instead, and pushed whole.
   auto second = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));
   ASSERT_TRUE(second.ok());
@@ -775,11 +784,14 @@ TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) 
     EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &later).ok());
     pushed = true;
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(Eventually([&] { return shard->waiting_updates() == 1 || pushed.load(); }));
   EXPECT_FALSE(pushed.load()) << "a push went through while a streamed update was staged";
+  EXPECT_EQ(shard->waiting_updates(), 1);
   PushResponse response;
   ASSERT_TRUE(shard->CommitStreamedPush(std::move(first->update), &response).ok());
   pusher.join();
+  EXPECT_EQ(shard->waiting_updates(), 0);
+  EXPECT_FALSE(shard->streamed_update_staged());
   EXPECT_EQ(response.version(), 1);
   EXPECT_EQ(later.version(), 2) << "applied after the streamed update, on top of it";
   const std::vector<float> after = PullValues(shard.get(), "small");
@@ -874,15 +886,16 @@ TEST(StreamedUpdateTest, AStalledStreamIsCancelledWhenAnotherUpdateWaits) {
   auto stalled = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
   ASSERT_TRUE(stalled.ok() && stalled->update != nullptr);
   std::atomic<int> cancels{0};
-  stalled->update->SetCancel([&] { ++cancels; });
+  absl::Notification cancelled;
+  stalled->update->SetCancel([&] {
+    if (++cancels == 1) cancelled.Notify();
+  });
   stalled->update->Apply(0, 0, std::span<const float>(g[0]).first(100));  // then nothing
 
   const absl::Time start = absl::Now();
   PushResponse pushed;
   std::thread pusher([&] { EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &pushed).ok()); });
-  while (cancels.load() == 0 && absl::Now() - start < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(cancelled.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(cancels.load(), 1);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(250)) << "cancelled before it stalled";
   // The stream's reads now fail: whatever it does next, nothing of it lands.
@@ -911,7 +924,15 @@ TEST(StreamedUpdateTest, AStreamThatKeepsDeliveringIsNotCancelled) {
   slow->update->SetCancel([&] { ++cancels; });
   PushResponse pushed;
   std::thread pusher([&] { EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &pushed).ok()); });
-  // Three times the timeout in all, never more than a third of it silent.
+  // The stall timeout only runs while another update waits: the stream
+  // starts delivering once the push waits, and keeps up its progress until
+  // then as a live stream would.
+  EXPECT_TRUE(Eventually([&] {
+    slow->update->Progressed();
+    return shard->waiting_updates() == 1;
+  })) << "the push never waited";
+  // Three times the timeout in all, never more than a third of it silent:
+  // the pauses are the slow stream under test.
   const std::span<const float> big(g[0]);
   const size_t step = big.size() / 9 + 1;
   for (size_t first = 0; first < big.size(); first += step) {
@@ -921,6 +942,7 @@ TEST(StreamedUpdateTest, AStreamThatKeepsDeliveringIsNotCancelled) {
                         big.subspan(first, std::min(step, big.size() - first)));
   }
   slow->update->Apply(1, 0, g[1]);
+  EXPECT_EQ(shard->waiting_updates(), 1) << "the push stopped waiting before the stream ended";
   PushResponse response;
   ASSERT_TRUE(shard->CommitStreamedPush(std::move(slow->update), &response).ok());
   pusher.join();

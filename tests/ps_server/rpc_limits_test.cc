@@ -21,6 +21,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -39,17 +40,6 @@ int64_t ProcStatus(const std::string& field) {
     if (absl::SimpleAtoi(value, &number)) return number;
   }
   return -1;
-}
-
-// Waits up to `timeout` for `condition`, checking it every few ms.
-template <typename Condition>
-bool Eventually(Condition condition, absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
 }
 
 std::chrono::system_clock::time_point In(absl::Duration d) {

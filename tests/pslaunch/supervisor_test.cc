@@ -15,11 +15,14 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/commands.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -83,11 +86,14 @@ void ExpectAllGone(const Supervisor& supervisor) {
 
 // Waits (bounded) until the child has created `path`: its traps are set.
 void WaitForFile(const std::string& path) {
-  absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (!std::filesystem::exists(path) && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  ASSERT_TRUE(Eventually([&] { return std::filesystem::exists(path); })) << path;
+}
+
+// Waits (bounded) until the Supervisor has copied `line` of a child's
+// output: Run() or StopAll() is under way.
+void WaitForOutput(const CapturedOutput& output, const std::string& line) {
+  ASSERT_TRUE(Eventually([&] { return absl::StrContains(output.Out(), line); }))
+      << output.Out();
 }
 
 std::string TempPath(const std::string& name) {
@@ -263,8 +269,7 @@ TEST(SupervisorTest, StopAllEndsWhatAnExitedChildLeftBehind) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   ExpectAllGone(supervisor);
   // Not our child, so not ours to reap: dead is enough.
-  absl::Time deadline = absl::Now() + absl::Seconds(2);
-  while (!Ended(left_behind) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(AwaitProcessEnd(left_behind, absl::Seconds(10)));
   EXPECT_TRUE(Ended(left_behind));
   std::filesystem::remove(pid_file);
 }
@@ -272,11 +277,13 @@ TEST(SupervisorTest, StopAllEndsWhatAnExitedChildLeftBehind) {
 TEST(SupervisorTest, RequestStopFromAnotherThreadEndsRun) {
   CapturedOutput output;
   Supervisor supervisor(output.out_fd(), output.err_fd());
-  ASSERT_TRUE(supervisor.Start(Shell("a", "sleep 30")).ok());
+  ASSERT_TRUE(supervisor.Start(Shell("a", "echo up; sleep 30")).ok());
   ASSERT_TRUE(supervisor.Start(Shell("b", "sleep 30", /*must_finish=*/false)).ok());
   absl::Time start = absl::Now();
+  // Once Run() is copying output: a stop requested before Run() began would
+  // end it without waking it.
   std::thread stopper([&] {
-    absl::SleepFor(absl::Milliseconds(200));
+    WaitForOutput(output, "[a] up\n");
     supervisor.RequestStop();
   });
   RunOutcome outcome = supervisor.Run();
@@ -289,14 +296,20 @@ TEST(SupervisorTest, RequestStopFromAnotherThreadEndsRun) {
 
 TEST(SupervisorTest, ASecondStopRequestCutsTheGracePeriodShort) {
   std::string ready = TempPath("second-stop");
+  std::string termed = TempPath("second-stop-termed");
   CapturedOutput output;
   Supervisor supervisor(output.out_fd(), output.err_fd());
-  ASSERT_TRUE(
-      supervisor.Start(Shell("stubborn", "trap '' TERM; touch " + ready + "; sleep 30")).ok());
+  // Notes StopAll's SIGTERM and goes on (its sleep dies with the group).
+  ASSERT_TRUE(supervisor
+                  .Start(Shell("stubborn", "trap 'touch " + termed + "' TERM; touch " + ready +
+                                               "; while :; do sleep 30 & wait $!; done"))
+                  .ok());
   WaitForFile(ready);
   absl::Time start = absl::Now();
+  // Once StopAll's grace period runs: a request before StopAll began would
+  // cut it short without being a second one.
   std::thread stopper([&] {
-    absl::SleepFor(absl::Milliseconds(300));
+    WaitForFile(termed);
     supervisor.RequestStop();
   });
   supervisor.StopAll(absl::Seconds(25));
@@ -304,6 +317,7 @@ TEST(SupervisorTest, ASecondStopRequestCutsTheGracePeriodShort) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   ExpectAllGone(supervisor);
   std::filesystem::remove(ready);
+  std::filesystem::remove(termed);
 }
 
 TEST(SupervisorTest, SigtermToTheLauncherEndsRun) {
@@ -315,9 +329,10 @@ TEST(SupervisorTest, SigtermToTheLauncherEndsRun) {
     ASSERT_TRUE(supervisor.StopOnSignals().ok());
     Supervisor other(output.out_fd(), output.err_fd());
     EXPECT_EQ(other.StopOnSignals().code(), absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE(supervisor.Start(Shell("a", "sleep 30")).ok());
-    std::thread signaller([] {
-      absl::SleepFor(absl::Milliseconds(200));
+    ASSERT_TRUE(supervisor.Start(Shell("a", "echo up; sleep 30")).ok());
+    // Once Run() is copying output, as in RequestStopFromAnotherThreadEndsRun.
+    std::thread signaller([&] {
+      WaitForOutput(output, "[a] up\n");
       kill(getpid(), SIGTERM);
     });
     RunOutcome outcome = supervisor.Run();

@@ -1,16 +1,21 @@
 #include "tests/support/commands.h"
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace pst {
 
@@ -55,6 +60,23 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+bool AwaitProcessEnd(pid_t pid, absl::Duration timeout) {
+  // A pidfd becomes readable when its process ends. (Through syscall():
+  // glibc 2.36's <sys/pidfd.h> declares pidfd_open without C linkage.)
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  const absl::Time deadline = absl::Now() + timeout;
+  pollfd ended = {.fd = fd, .events = POLLIN, .revents = 0};
+  int ready;
+  do {
+    const int64_t ms =
+        absl::ToInt64Milliseconds(absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
+    ready = poll(&ended, 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30)));
+  } while (ready < 0 && errno == EINTR);
+  close(fd);
+  return ready > 0;
 }
 
 }  // namespace pst

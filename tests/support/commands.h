@@ -5,7 +5,11 @@
 #ifndef PST_TESTS_SUPPORT_COMMANDS_H_
 #define PST_TESTS_SUPPORT_COMMANDS_H_
 
+#include <sys/types.h>
+
 #include <string>
+
+#include "absl/time/time.h"
 
 namespace pst {
 
@@ -27,6 +31,11 @@ std::string ScratchDir();
 
 // A port on 127.0.0.1 that nothing listens on right now.
 int FreePort();
+
+// Waits up to `timeout` for process `pid` to end, without reaping it: true
+// once it has exited or been killed (a zombie counts), or if no such process
+// exists. Works for processes that are not our children too.
+bool AwaitProcessEnd(pid_t pid, absl::Duration timeout);
 
 }  // namespace pst
 
