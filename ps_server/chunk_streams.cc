@@ -12,6 +12,7 @@
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "ps_server/background_writer.h"
+#include "ps_server/consistency_policy.h"
 
 namespace pst {
 namespace {
@@ -273,8 +274,8 @@ absl::Status WorkerWentAway() {
 // when the push is not applied while it streams in, a pull once it is in.
 class PushPullEcho final : public PushEcho {
  public:
-  PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload, bool async,
-               ThreadPool* threads)
+  PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload,
+               const ConsistencyPolicy& policy, ThreadPool* threads)
       : write_(write),
         staged_answers_(
             [this](const grpc::ByteBuffer& message) {
@@ -282,7 +283,7 @@ class PushPullEcho final : public PushEcho {
             },
             threads),
         payload_(std::move(payload)),
-        async_(async) {}
+        policy_(policy) {}
 
   absl::Status Start(const ReceivedChunk& first, const PushRequest& header,
                      bool streamed) override {
@@ -304,10 +305,8 @@ class PushPullEcho final : public PushEcho {
       variable->set_dtype(dtype_);
     }
     gradient_element_bytes_ = ElementBytes(header);
-    // Committed, the push is the version after the one it was computed at,
-    // or later: an ASYNC pull that asks for no more needs no wait. (SSP's
-    // pulls may have to wait for slower workers, SYNC's for the step.)
-    echo_ = streamed && async_ && pull_.min_version() <= header.computed_at_version() + 1;
+    echo_ = streamed && policy_.AnswerMayStreamDuringPush(pull_.min_version(),
+                                                          header.computed_at_version());
     return absl::OkStatus();
   }
 
@@ -405,7 +404,7 @@ class PushPullEcho final : public PushEcho {
   // staged; the answer's end is written here once they are all out.
   BackgroundWriter staged_answers_;
   std::shared_ptr<PullPayload> payload_;
-  const bool async_;  // the shard's mode is ASYNC
+  const ConsistencyPolicy& policy_;
   PullRequest pull_;
   DType dtype_ = FLOAT32;
   PullResponse answer_;  // the header: the pushed variables, no data
@@ -421,8 +420,7 @@ class PushPullEcho final : public PushEcho {
 absl::Status ServePushPull(ReadMessage read, WriteMessage write, const PushStreamHooks& hooks,
                            const PushPullContext& context, PushResponse* response,
                            ReceivedPush* received, int64_t* bytes_sent) {
-  PushPullEcho echo(write, context.payloads->Take(), context.shard->mode() == ASYNC,
-                    context.threads);
+  PushPullEcho echo(write, context.payloads->Take(), context.shard->policy(), context.threads);
   absl::Status status = ServePushStream(read, hooks, context.shard, context.buffer, response,
                                         received, &echo);
   if (status.ok()) status = echo.Finish(context, *response);

@@ -28,12 +28,7 @@ absl::Status EmptyPush() {
 ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   const TrainingConfig& training = config.training();
   ShardOptions options;
-  options.mode = training.mode();
-  options.num_workers = config.cluster().workers();
-  options.replicas_to_aggregate = training.replicas_to_aggregate();
-  options.staleness = training.staleness();
-  options.staleness_lr_scaling = training.staleness_lr_scaling();
-  options.max_staleness = training.max_staleness();
+  static_cast<ConsistencyOptions&>(options) = ConsistencyOptionsFromConfig(config);
   if (training.lease_seconds() > 0) {
     options.lease = absl::Seconds(static_cast<double>(training.lease_seconds()));
   }
@@ -51,25 +46,23 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError("a parameter server needs at least one worker");
   }
-  if (options.mode != SYNC && options.mode != ASYNC && options.mode != SSP) {
-    return absl::InvalidArgumentError("the parameter server mode must be SYNC, ASYNC or SSP");
-  }
-  if (options.replicas_to_aggregate < 0 || options.replicas_to_aggregate > options.num_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replicas_to_aggregate must be between 1 and the ", options.num_workers,
-                     " workers (0 = all)"));
-  }
+  absl::StatusOr<std::unique_ptr<ConsistencyPolicy>> policy = MakeConsistencyPolicy(options);
+  if (!policy.ok()) return policy.status();
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(options.optimizer);
   if (!optimizer.ok()) return optimizer.status();
-  return std::unique_ptr<ParameterShard>(new ParameterShard(options, std::move(*optimizer)));
+  return std::unique_ptr<ParameterShard>(
+      new ParameterShard(options, std::move(*policy), std::move(*optimizer)));
 }
 
-ParameterShard::ParameterShard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer)
+ParameterShard::ParameterShard(const ShardOptions& options,
+                               std::unique_ptr<ConsistencyPolicy> policy,
+                               std::unique_ptr<Optimizer> optimizer)
     : options_(options),
+      policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
       store_(std::move(optimizer)),
       pending_(options.num_workers),
-      arrived_(options.num_workers, false),
+      progress_(options.num_workers),
       workers_(options.num_workers) {}
 
 absl::Status ParameterShard::CheckWorker(int worker) const {
@@ -85,8 +78,8 @@ void ParameterShard::Touch(int worker) {
   WorkerState& w = workers_[worker];
   w.ever_seen = true;
   w.last_seen = absl::Now();
-  if (!w.live) {
-    w.live = true;
+  if (!progress_[worker].live) {
+    progress_[worker].live = true;
     spdlog::info("shard {}: worker:{} is back in the live set", options_.shard, worker);
     changed_.SignalAll();
   }
@@ -98,8 +91,8 @@ void ParameterShard::RefreshLiveSet() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerState& w = workers_[i];
     bool live = !w.ever_seen || w.calls_in_flight > 0 || now - w.last_seen <= options_.lease;
-    if (live != w.live) {
-      w.live = live;
+    if (live != progress_[i].live) {
+      progress_[i].live = live;
       changed = true;
       if (!live) {
         spdlog::warn("shard {}: worker:{} silent for {}; dropped from the live set",
@@ -108,37 +101,14 @@ void ParameterShard::RefreshLiveSet() {
     }
   }
   if (changed) {
-    if (options_.mode == SYNC) MaybeCompleteSyncStep();
+    MaybeCompleteStep();
     changed_.SignalAll();
   }
 }
 
-int64_t ParameterShard::SlowestActiveClock() const {
-  int64_t slowest = std::numeric_limits<int64_t>::max();
-  for (const WorkerState& w : workers_) {
-    if (w.live && !w.done) slowest = std::min(slowest, w.clock);
-  }
-  return slowest;
-}
-
-int ParameterShard::RequiredGradients() const {
-  // A worker that pushed for this step and then finished still counts: the
-  // step waits for the others as it would have without the Done.
-  int active = 0;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const WorkerState& w = workers_[i];
-    active += (w.live && (!w.done || arrived_[i])) ? 1 : 0;
-  }
-  int wanted = options_.replicas_to_aggregate > 0 ? options_.replicas_to_aggregate
-                                                  : options_.num_workers;
-  return std::max(1, std::min(wanted, active));
-}
-
 bool ParameterShard::PullMayProceed(const PullRequest& request) const {
-  if (!store_.initialized() || version_ < request.min_version()) return false;
-  if (options_.mode != SSP) return true;
-  const int64_t clock = workers_[request.worker()].clock;
-  return clock - SlowestActiveClock() <= options_.staleness;
+  return store_.initialized() &&
+         policy_->PullMayProceed(View(), request.worker(), request.min_version());
 }
 
 absl::Status ParameterShard::Register(const RegisterRequest& request,
@@ -147,14 +117,14 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   Touch(request.worker());
-  workers_[request.worker()].done = false;
+  progress_[request.worker()].done = false;
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
   response->set_version(version_);
   response->set_initialized(store_.initialized());
   response->set_shard(options_.shard);
   response->set_num_shards(options_.num_shards);
-  response->set_worker_clock(workers_[request.worker()].clock);
+  response->set_worker_clock(progress_[request.worker()].clock);
   return absl::OkStatus();
 }
 
@@ -292,43 +262,55 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   }
   std::vector<int> indices;
   if (absl::Status s = store_.ValidateGradients(request.gradients(),
-                                                /*require_all=*/options_.mode == SYNC,
+                                                policy_->PushCarriesEveryVariable(),
                                                 /*check_finite=*/!checked.values_finite, &indices);
       !s.ok()) {
     ++pushes_rejected_;
     return s;
   }
-  if (options_.mode == SYNC && request.computed_at_version() == version_ &&
-      arrived_[request.worker()]) {
+  absl::StatusOr<Admission> admission =
+      policy_->AdmitPush(View(), request.worker(), request.computed_at_version());
+  if (!admission.ok()) {
     ++pushes_rejected_;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker:", request.worker(), " already pushed a gradient for version ", version_,
-        "; SYNC takes one gradient per worker per step"));
+    return admission.status();
   }
   WorkerState& worker = workers_[request.worker()];
   // A push the update refuses (it would overflow the model) must leave no
   // trace but the rejection counter, the worker's clock included.
   const WorkerState worker_before = worker;
+  const int64_t clock_before = progress_[request.worker()].clock;
   const int64_t staleness_sum_before = staleness_sum_;
-  const int64_t staleness = version_ - request.computed_at_version();
-  RecordPush(request.worker(), request.computed_at_version(), staleness);
-  absl::Status status = options_.mode == SYNC
-                            ? PushSync(request, indices, response)
-                            : PushAsync(request, indices, staleness, response);
+  RecordPush(request.worker(), request.computed_at_version(),
+             version_ - request.computed_at_version());
+  absl::Status status = absl::OkStatus();
+  switch (admission->action) {
+    case Admission::Action::kDrop:
+      ++pushes_dropped_;
+      response->set_outcome(PushResponse::DROPPED);
+      response->set_version(version_);
+      break;
+    case Admission::Action::kAggregate:
+      Aggregate(request, indices, response);
+      break;
+    case Admission::Action::kApply:
+      status = Apply(request, indices, admission->lr_scale, response);
+      break;
+  }
   if (!status.ok()) {
     worker = worker_before;
+    progress_[request.worker()].clock = clock_before;
     staleness_sum_ = staleness_sum_before;
     return status;
   }
   if (response->outcome() == PushResponse::DROPPED) ++worker.dropped;
-  // A new clock can release SSP pulls even when the version did not move.
+  // A new clock can release pulls (SSP's) even when the version did not move.
   changed_.SignalAll();
   return status;
 }
 
 void ParameterShard::RecordPush(int worker, int64_t computed_at, int64_t staleness) {
+  ++progress_[worker].clock;
   WorkerState& w = workers_[worker];
-  ++w.clock;
   w.last_step = computed_at;
   w.last_staleness = staleness;
   w.max_staleness = std::max(w.max_staleness, staleness);
@@ -369,22 +351,21 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     push.bytes.push_back(static_cast<int64_t>(v.size()) * element_bytes);
     indices.push_back(*index);
   }
-  const int64_t staleness = version_ - header.computed_at_version();
-  const bool dropped = options_.max_staleness > 0 && staleness > options_.max_staleness;
-  if (options_.mode == SYNC || staging_held_ || snapshot_unwritten_ || shutting_down_ ||
-      dropped) {
+  absl::StatusOr<Admission> admission =
+      policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
+  if (!admission.ok() || admission->action != Admission::Action::kApply || staging_held_ ||
+      snapshot_unwritten_ || shutting_down_) {
     return push;  // Push decides, once the gradient is in
   }
-  const float lr_scale =
-      options_.staleness_lr_scaling ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
   push.update.reset(new StreamedUpdate(this));
   StreamedUpdate& update = *push.update;
   update.worker_ = header.worker();
   update.computed_at_ = header.computed_at_version();
-  update.staleness_ = staleness;
+  update.staleness_ = version_ - header.computed_at_version();
   update.indices_ = std::move(indices);
   for (int index : update.indices_) {
-    absl::StatusOr<VariableStore::StageTarget> target = store_.BeginStage(index, lr_scale);
+    absl::StatusOr<VariableStore::StageTarget> target =
+        store_.BeginStage(index, admission->lr_scale);
     if (!target.ok()) {
       update.holds_staging_ = false;
       return refuse(target.status());
@@ -478,14 +459,8 @@ void ParameterShard::CountRejectedPush() {
   ++pushes_rejected_;
 }
 
-absl::Status ParameterShard::PushSync(const PushRequest& request,
-                                      const std::vector<int>& indices, PushResponse* response) {
-  if (request.computed_at_version() < version_) {
-    ++pushes_dropped_;
-    response->set_outcome(PushResponse::DROPPED);
-    response->set_version(version_);
-    return absl::OkStatus();
-  }
+void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int>& indices,
+                               PushResponse* response) {
   const int rank = request.worker();
   std::vector<std::vector<float>>& slot = pending_[rank];
   slot.resize(store_.size());
@@ -493,9 +468,8 @@ absl::Status ParameterShard::PushSync(const PushRequest& request,
     slot[indices[i]].resize(store_.variable(indices[i]).size());
     DecodeTensor(request.gradients(static_cast<int>(i)), slot[indices[i]]);
   }
-  arrived_[rank] = true;
-  ++arrived_count_;
-  switch (MaybeCompleteSyncStep()) {
+  progress_[rank].pushed = true;
+  switch (MaybeCompleteStep()) {
     case StepResult::kPending:
       ++pushes_aggregated_;
       response->set_outcome(PushResponse::AGGREGATED);
@@ -508,25 +482,25 @@ absl::Status ParameterShard::PushSync(const PushRequest& request,
       break;
   }
   response->set_version(version_);
-  return absl::OkStatus();
 }
 
-ParameterShard::StepResult ParameterShard::MaybeCompleteSyncStep() {
-  if (arrived_count_ == 0 || arrived_count_ < RequiredGradients()) return StepResult::kPending;
-  const float scale = 1.0f / static_cast<float>(arrived_count_);
+ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
+  if (!policy_->StepComplete(View())) return StepResult::kPending;
+  const auto pushed = std::count_if(progress_.begin(), progress_.end(),
+                                    [](const WorkerProgress& w) { return w.pushed; });
+  const float scale = 1.0f / static_cast<float>(pushed);
   absl::Status staged = absl::OkStatus();
   std::vector<std::span<const float>> gradients;
   for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
     // Rank order, whatever the arrival order: bitwise reproducible sums.
     gradients.clear();
     for (int rank = 0; rank < options_.num_workers; ++rank) {
-      if (arrived_[rank]) gradients.push_back(pending_[rank][v]);
+      if (progress_[rank].pushed) gradients.push_back(pending_[rank][v]);
     }
     staged = StageMean(&store_, static_cast<int>(v), gradients, scale, &reduce_threads_,
                        reduce_parts_);
   }
-  std::fill(arrived_.begin(), arrived_.end(), false);
-  arrived_count_ = 0;
+  for (WorkerProgress& w : progress_) w.pushed = false;
   // pushes_applied counts completed steps, so it stays equal to the version.
   ++pushes_applied_;
   if (staged.ok()) {
@@ -544,17 +518,9 @@ ParameterShard::StepResult ParameterShard::MaybeCompleteSyncStep() {
   return staged.ok() ? StepResult::kApplied : StepResult::kSkipped;
 }
 
-absl::Status ParameterShard::PushAsync(const PushRequest& request,
-                                       const std::vector<int>& indices, int64_t staleness,
-                                       PushResponse* response) {
+absl::Status ParameterShard::Apply(const PushRequest& request, const std::vector<int>& indices,
+                                   float lr_scale, PushResponse* response) {
   response->set_version(version_);
-  if (options_.max_staleness > 0 && staleness > options_.max_staleness) {
-    ++pushes_dropped_;
-    response->set_outcome(PushResponse::DROPPED);
-    return absl::OkStatus();
-  }
-  const float lr_scale =
-      options_.staleness_lr_scaling ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
   std::vector<float> scratch;
   for (size_t i = 0; i < indices.size(); ++i) {
     absl::Status staged = store_.Stage(
@@ -599,12 +565,12 @@ absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* resp
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
-  workers_[request.worker()].done = true;
-  // A finished worker no longer holds back SSP pulls or SYNC steps.
-  if (options_.mode == SYNC) MaybeCompleteSyncStep();
+  progress_[request.worker()].done = true;
+  // A finished worker no longer holds back pulls or steps.
+  MaybeCompleteStep();
   changed_.SignalAll();
   int done = 0;
-  for (const WorkerState& w : workers_) done += w.done ? 1 : 0;
+  for (const WorkerProgress& w : progress_) done += w.done ? 1 : 0;
   response->set_workers_done(done);
   return absl::OkStatus();
 }
@@ -625,23 +591,24 @@ void ParameterShard::Stats(StatsResponse* response) {
   int done = 0, live = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerState& w = workers_[i];
+    const WorkerProgress& p = progress_[i];
     WorkerStats* stats = response->add_workers();
     stats->set_worker(static_cast<int>(i));
     stats->set_last_step(w.last_step);
-    stats->set_pushes(w.clock);
-    stats->set_clock(w.clock);
+    stats->set_pushes(p.clock);
+    stats->set_clock(p.clock);
     stats->set_last_staleness(w.last_staleness);
     stats->set_max_staleness(w.max_staleness);
-    stats->set_done(w.done);
-    stats->set_live(w.live);
+    stats->set_done(p.done);
+    stats->set_live(p.live);
     stats->set_dropped(w.dropped);
     stats->set_seconds_since_seen(w.ever_seen ? absl::ToDoubleSeconds(now - w.last_seen) : -1.0);
-    pushes += w.clock;
-    done += w.done ? 1 : 0;
-    if (w.live) {
+    pushes += p.clock;
+    done += p.done ? 1 : 0;
+    if (p.live) {
       ++live;
-      fastest = std::max(fastest, w.clock);
-      slowest = std::min(slowest, w.clock);
+      fastest = std::max(fastest, p.clock);
+      slowest = std::min(slowest, p.clock);
     }
   }
   response->set_workers_done(done);
@@ -694,7 +661,7 @@ ShardCheckpoint ParameterShard::SnapshotLocked() const {
   checkpoint.set_shard(options_.shard);
   checkpoint.set_version(version_);
   store_.Export(&checkpoint);
-  for (const WorkerState& w : workers_) checkpoint.add_worker_clocks(w.clock);
+  for (const WorkerProgress& w : progress_) checkpoint.add_worker_clocks(w.clock);
   return checkpoint;
 }
 
@@ -710,7 +677,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   if (absl::Status s = store_.Restore(checkpoint); !s.ok()) return s;
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
-    workers_[i].clock = checkpoint.worker_clocks(i);
+    progress_[i].clock = checkpoint.worker_clocks(i);
   }
   changed_.SignalAll();
   return absl::OkStatus();

@@ -1,22 +1,18 @@
 // One parameter-server shard: its variables, its version counter, and the
-// consistency rule that decides when a gradient is applied.
+// state its consistency policy (ps_server/consistency_policy.h: SYNC, ASYNC
+// or SSP) reads to decide what becomes of a push and when a pull may read.
 //
 // A plain thread-safe class with no knowledge of gRPC (ps_service.h adapts
 // it), so the update semantics are unit-tested without a network.
 //
-//  - SYNC: the version only advances once per step. A push tagged with the
-//    current version is held until `replicas_to_aggregate` gradients from
-//    distinct live workers have arrived (all live workers by default); they
-//    are summed in worker-rank order (bitwise independent of arrival order),
-//    averaged, applied with one optimizer step, and the version advances by
-//    one. A push tagged with an older version is dropped and counted: that is
-//    what makes the extra workers backups.
-//  - ASYNC: every valid push is applied at once and advances the version; its
-//    staleness (version at arrival minus the version it was computed at) is
-//    recorded, can scale the learning rate by 1 / (1 + staleness), and past
-//    `max_staleness` gets the gradient dropped.
-//  - SSP: as ASYNC, and a worker's Pull waits until it is at most `staleness`
-//    pushes ahead of the slowest live worker that has not finished.
+// A push the policy applies on its own advances the version by one, its
+// learning rate scaled as the policy says. Pushes the policy aggregates are
+// kept until it calls the step complete; then they are summed in
+// worker-rank order (bitwise independent of arrival order), averaged,
+// applied with one optimizer step, and the version advances by one. Dropped
+// pushes are counted. Every valid push, dropped or not, advances its
+// worker's clock and records its staleness (the version at arrival minus
+// the version it was computed at).
 //
 // The live set: a worker is live while it has never been heard from (it may
 // still be starting), while one of its calls is in flight, or within
@@ -50,17 +46,13 @@
 #include "config.pb.h"
 #include "ps.pb.h"
 #include "common/thread_pool.h"
+#include "ps_server/consistency_policy.h"
 #include "ps_server/variable_store.h"
 
 namespace pst {
 
-struct ShardOptions {
-  Mode mode = SYNC;
-  int num_workers = 1;
-  int replicas_to_aggregate = 0;  // SYNC; 0 = every live worker
-  int staleness = 0;              // SSP bound
-  bool staleness_lr_scaling = false;
-  int max_staleness = 0;          // 0 = no bound
+// The consistency options (mode, workers, ...) are the policy's.
+struct ShardOptions : ConsistencyOptions {
   absl::Duration lease = absl::Seconds(5);
   // A push streaming into the update (StreamedUpdate) that receives nothing
   // for this long while another update waits for it is cancelled, so that a
@@ -160,22 +152,25 @@ class StreamedUpdate {
 
 class ParameterShard {
  public:
-  // InvalidArgument for a bad optimizer config or worker count.
+  // InvalidArgument for a bad optimizer config, worker count or
+  // consistency option.
   static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(const ShardOptions& options);
 
   Mode mode() const { return options_.mode; }
   int num_workers() const { return options_.num_workers; }
+  // The rules this shard follows, for a caller that must apply them too.
+  const ConsistencyPolicy& policy() const { return *policy_; }
   // Bytes of the shard's variables as float32 (0 before Init).
   int64_t parameter_bytes() const;
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);
 
-  // Waits (up to `deadline`) until the shard is initialized, its version
-  // reaches request.min_version and (SSP) the worker is within the staleness
-  // bound, then copies the requested variables. DeadlineExceeded if the wait
-  // runs out; Unavailable once shutting down; InvalidArgument for an unknown
-  // or repeated name.
+  // Waits (up to `deadline`) until the shard is initialized and the policy
+  // lets the pull proceed (its version reaches request.min_version; SSP: the
+  // worker is within the staleness bound), then copies the requested
+  // variables. DeadlineExceeded if the wait runs out; Unavailable once
+  // shutting down; InvalidArgument for an unknown or repeated name.
   absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response,
                     const PullBounds& bounds = {});
 
@@ -194,9 +189,9 @@ class ParameterShard {
   // For a push that arrives as a stream (PushStream), given its header:
   // the payload bytes each gradient must carry, taken from the shard's own
   // shapes so that a header cannot make the receiver allocate more than the
-  // model; and, when the push can be applied while it streams in (ASYNC, no
-  // other streamed update under way, no checkpoint pending, not too stale),
-  // the update to apply its pieces to. Without one, the caller reassembles
+  // model; and, when the push can be applied while it streams in (the
+  // policy would apply it on its own, no other streamed update is under way,
+  // no checkpoint is pending), the update to apply its pieces to. Without one, the caller reassembles
   // the push and calls Push. InvalidArgument for a bad worker or version,
   // an unknown or repeated variable, a wrong shape or an unknown dtype;
   // FailedPrecondition before Init. A refusal is counted.
@@ -255,42 +250,44 @@ class ParameterShard {
   const std::string& optimizer_name() const { return optimizer_name_; }
 
  private:
+  // What the policy does not read of a worker (that is in progress_).
   struct WorkerState {
-    int64_t clock = 0;  // valid gradients pushed
     int64_t last_step = -1;
     int64_t last_staleness = 0;
     int64_t max_staleness = 0;
     int64_t dropped = 0;
-    bool done = false;
     bool ever_seen = false;
-    bool live = true;
     int calls_in_flight = 0;
     absl::Time last_seen = absl::InfinitePast();
   };
 
-  ParameterShard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer);
+  ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
+                 std::unique_ptr<Optimizer> optimizer);
 
+  ShardView View() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return {.version = version_, .workers = progress_};
+  }
   absl::Status CheckWorker(int worker) const;
   // Marks `worker` as heard from now.
   void Touch(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-evaluates leases; completes a SYNC step the live set no longer needs
-  // to wait for; wakes waiters when anything changed.
+  // Re-evaluates leases; completes a step the live set no longer needs to
+  // wait for; wakes waiters when anything changed.
   void RefreshLiveSet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t SlowestActiveClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int RequiredGradients() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PushSync(const PushRequest& request, const std::vector<int>& indices,
-                        PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PushAsync(const PushRequest& request, const std::vector<int>& indices,
-                         int64_t staleness, PushResponse* response)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the SYNC step if every gradient it needs is in. kSkipped: it
-  // completed, but its update would have made the model non-finite, so the
-  // model kept its values.
+  // Keeps the push's gradients for the current step and completes the step
+  // if the policy says so.
+  void Aggregate(const PushRequest& request, const std::vector<int>& indices,
+                 PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the push on its own, its learning rate scaled by `lr_scale`.
+  absl::Status Apply(const PushRequest& request, const std::vector<int>& indices,
+                     float lr_scale, PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the step if the policy says so. kSkipped: it completed, but
+  // its update would have made the model non-finite, so the model kept its
+  // values.
   enum class StepResult { kPending, kApplied, kSkipped };
-  StepResult MaybeCompleteSyncStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StepResult MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes the staged ASYNC update visible as the next version and answers
+  // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts an accepted push in its worker's clock and staleness figures.
@@ -306,6 +303,7 @@ class ParameterShard {
   ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
+  const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
@@ -315,16 +313,15 @@ class ParameterShard {
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_updates_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // SYNC: the gradients received for the current version, per worker rank
-  // and variable; `arrived_` marks which ranks have pushed.
+  // The gradients aggregated for the current step, per worker rank and
+  // variable; progress_[rank].pushed marks which ranks have pushed.
   std::vector<std::vector<std::vector<float>>> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> arrived_ ABSL_GUARDED_BY(mu_);
-  int arrived_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // Where a SYNC step's large variables are reduced and applied, in up to
+  // Where a step's large variables are reduced and applied, in up to
   // reduce_parts_ shares (ps_server/sync_reduce.h).
   ThreadPool reduce_threads_;
   const int reduce_parts_ = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 
+  std::vector<WorkerProgress> progress_ ABSL_GUARDED_BY(mu_);  // what the policy reads
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_aggregated_ ABSL_GUARDED_BY(mu_) = 0;

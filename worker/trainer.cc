@@ -88,6 +88,10 @@ Trainer::Trainer(const JobConfig& config, int rank, PsClient* client,
 
 absl::Status Trainer::Setup() {
   const TrainingConfig& training = config_.training();
+  absl::StatusOr<std::unique_ptr<ConsistencyPolicy>> policy =
+      MakeConsistencyPolicy(ConsistencyOptionsFromConfig(config_));
+  if (!policy.ok()) return policy.status();
+  policy_ = std::move(*policy);
   int batch = training.batch_size();
   absl::StatusOr<std::unique_ptr<Towers>> towers =
       Towers::Create(ModelSpecFor(training, data_->train), backends_, batch, kEvalBatch);
@@ -216,12 +220,8 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
 }
 
 std::vector<int64_t> Trainer::MinVersionsAfter(const std::vector<int64_t>& computed_at) const {
-  // SYNC: the values must include the step this push belongs to. ASYNC and
-  // SSP: whatever is newest once the push is in (SSP's bound is the shard's).
   std::vector<int64_t> min_versions = computed_at;
-  if (config_.training().mode() == SYNC) {
-    for (int64_t& v : min_versions) ++v;
-  }
+  for (int64_t& v : min_versions) v = policy_->MinVersionAfterPush(v);
   return min_versions;
 }
 

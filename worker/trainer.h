@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "config.pb.h"
 #include "kernels/kernels.h"
+#include "ps_server/consistency_policy.h"
 #include "result.pb.h"
 #include "worker/dataset.h"
 #include "worker/mlp.h"
@@ -113,6 +114,8 @@ class Trainer {
   std::vector<Kernels*> backends_;
   const TrainingData* data_;
   std::unique_ptr<Towers> towers_;
+  // The job's consistency rules, which say what to pull after a push.
+  std::unique_ptr<const ConsistencyPolicy> policy_;
   std::unique_ptr<ShardSampler> sampler_;
   std::vector<std::span<float>> parameters_;
   std::vector<std::span<const float>> gradients_;
