@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "common/push_outcome.h"
 #include "common/tensor_codec.h"
+#include "fuzz/small_shard.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
 #include "spdlog/spdlog.h"
@@ -31,63 +32,38 @@
 namespace pst::fuzz {
 namespace {
 
-#define LIMITS_INVARIANT(cond)                                                \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      std::fprintf(stderr, "rpc_limits_fuzzer: invariant broken at %s:%d: %s\n", \
-                   __FILE__, __LINE__, #cond);                                \
-      __builtin_trap();                                                       \
-    }                                                                         \
-  } while (0)
-
-// An ASYNC shard of one worker holding "w" [2, 3], "b" [3] and "v" [64].
-std::unique_ptr<ParameterShard> MakeShard() {
-  ShardOptions options;
-  options.mode = ASYNC;
-  options.num_workers = 1;
-  options.optimizer.mutable_sgd()->set_learning_rate(0.5f);
-  std::unique_ptr<ParameterShard> shard = std::move(*ParameterShard::Create(options));
-  InitRequest init;
-  EncodeTensor("w", std::vector<int64_t>{2, 3}, std::vector<float>(6, 0.5f), init.add_variables());
-  EncodeTensor("b", std::vector<int64_t>{3}, std::vector<float>(3, 0.0f), init.add_variables());
-  EncodeTensor("v", std::vector<int64_t>{64}, std::vector<float>(64, 1.0f), init.add_variables());
-  InitResponse response;
-  LIMITS_INVARIANT(shard->Init(init, &response).ok());
-  return shard;
-}
-
 void FuzzPull(const RpcLimits& limits, ParameterShard* shard, const PullRequest& request) {
   const absl::Time now = absl::Now();
   const absl::Time call_deadline = now + absl::Milliseconds(request.worker() & 0xffff);
   const absl::Time wait = PullWaitDeadline(now, request, call_deadline, limits);
-  LIMITS_INVARIANT(wait <= now + limits.max_pull_wait && wait <= call_deadline);
+  FUZZ_INVARIANT(wait <= now + limits.max_pull_wait && wait <= call_deadline);
   if (!CheckPullNames(request, limits).ok()) return;
-  LIMITS_INVARIANT(request.names_size() <= limits.max_names_per_request);
+  FUZZ_INVARIANT(request.names_size() <= limits.max_names_per_request);
   std::set<std::string> names(request.names().begin(), request.names().end());
-  LIMITS_INVARIANT(static_cast<int>(names.size()) == request.names_size());
+  FUZZ_INVARIANT(static_cast<int>(names.size()) == request.names_size());
   PullRequest no_wait = request;
   no_wait.set_worker(0);  // the shard's only worker; the wait ends at once
   PullResponse response;
   const absl::Status status =
       shard->Pull(no_wait, absl::Now(), &response, {.max_reply_bytes = limits.max_reply_bytes});
   if (!status.ok()) return;
-  LIMITS_INVARIANT(static_cast<int64_t>(response.ByteSizeLong()) <= limits.max_reply_bytes);
+  FUZZ_INVARIANT(static_cast<int64_t>(response.ByteSizeLong()) <= limits.max_reply_bytes);
   std::set<std::string> answered;
-  for (const Tensor& t : response.variables()) LIMITS_INVARIANT(answered.insert(t.name()).second);
+  for (const Tensor& t : response.variables()) FUZZ_INVARIANT(answered.insert(t.name()).second);
 }
 
 void FuzzPush(const RpcLimits& limits, ParameterShard* shard, PushRequest request) {
   if (!CheckPushSize(request, limits).ok()) return;
-  LIMITS_INVARIANT(request.gradients_size() <= limits.max_names_per_request);
+  FUZZ_INVARIANT(request.gradients_size() <= limits.max_names_per_request);
   request.set_worker(0);
   const int64_t before = shard->version();
   PushResponse response;
   if (!shard->Push(request, &response).ok()) {
-    LIMITS_INVARIANT(shard->version() == before);
+    FUZZ_INVARIANT(shard->version() == before);
     return;
   }
-  LIMITS_INVARIANT(request.gradients_size() > 0);
-  LIMITS_INVARIANT(shard->version() - before == (AdvancedTheVersion(response.outcome()) ? 1 : 0));
+  FUZZ_INVARIANT(request.gradients_size() > 0);
+  FUZZ_INVARIANT(shard->version() - before == (AdvancedTheVersion(response.outcome()) ? 1 : 0));
 }
 
 }  // namespace
@@ -107,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       .max_reply_bytes = 64 << ((control >> 3) & 3),  // 64 B .. 512 B: around the variables' sizes
       .max_pull_wait = absl::Milliseconds(1 + ((control >> 5) & 7)),
   };
-  static std::unique_ptr<ParameterShard> shard = fuzz::MakeShard();
+  static std::unique_ptr<ParameterShard> shard = fuzz::MakeSmallShard();
   if (control & 1) {
     PushRequest request;
     if (request.ParseFromArray(data + 1, static_cast<int>(size - 1))) {

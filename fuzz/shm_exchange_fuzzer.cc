@@ -24,37 +24,13 @@
 #include "common/push_outcome.h"
 #include "common/shared_memory.h"
 #include "common/tensor_codec.h"
+#include "fuzz/small_shard.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/shm_exchange.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {
 namespace {
-
-#define SHM_INVARIANT(cond)                                                      \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      std::fprintf(stderr, "shm_exchange_fuzzer: invariant broken at %s:%d: %s\n", \
-                   __FILE__, __LINE__, #cond);                                   \
-      __builtin_trap();                                                          \
-    }                                                                            \
-  } while (0)
-
-// An ASYNC shard of one worker holding "w" [2, 3], "b" [3] and "v" [64].
-std::unique_ptr<ParameterShard> MakeShard() {
-  ShardOptions options;
-  options.mode = ASYNC;
-  options.num_workers = 1;
-  options.optimizer.mutable_sgd()->set_learning_rate(0.5f);
-  std::unique_ptr<ParameterShard> shard = std::move(*ParameterShard::Create(options));
-  InitRequest init;
-  EncodeTensor("w", std::vector<int64_t>{2, 3}, std::vector<float>(6, 0.5f), init.add_variables());
-  EncodeTensor("b", std::vector<int64_t>{3}, std::vector<float>(3, 0.0f), init.add_variables());
-  EncodeTensor("v", std::vector<int64_t>{64}, std::vector<float>(64, 1.0f), init.add_variables());
-  InitResponse response;
-  SHM_INVARIANT(shard->Init(init, &response).ok());
-  return shard;
-}
 
 bool ModelFinite(ParameterShard* shard) {
   PullRequest pull;
@@ -88,23 +64,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* contents = data + 3 + request_bytes;
   const size_t contents_bytes = size - 3 - request_bytes;
 
-  static std::unique_ptr<ParameterShard> shard = fuzz::MakeShard();
+  static std::unique_ptr<ParameterShard> shard = fuzz::MakeSmallShard();
   static PullPayloadPool payloads;
   static PushRequest buffer;
   static const RpcLimits limits{.max_names_per_request = 8};
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t region_bytes = page * (1 + (control & 3));
   absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(region_bytes);
-  SHM_INVARIANT(region.ok());
+  FUZZ_INVARIANT(region.ok());
   std::memcpy((*region)->bytes().data(), contents,
               std::min<size_t>(contents_bytes, (*region)->bytes().size()));
   // A hostile owner shrinks the region after the shard opened it.
   const int owner = (control & 4) ? shm_open((*region)->name().c_str(), O_RDWR, 0) : -1;
   absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
       OpenedRegion::Open((*region)->name(), region_bytes);
-  SHM_INVARIANT(opened.ok());
+  FUZZ_INVARIANT(opened.ok());
   if (owner >= 0) {
-    SHM_INVARIANT(ftruncate(owner, ((control >> 3) & 3) * page / 2) == 0);
+    FUZZ_INVARIANT(ftruncate(owner, ((control >> 3) & 3) * page / 2) == 0);
     close(owner);
   }
   // The one worker's exchanges; a pull never waits.
@@ -124,8 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ShmExchangeBytes bytes;
   const absl::Status status = ServeShmExchange(request, **opened, context, &response, &bytes);
   const int64_t moved = shard->version() - before;
-  SHM_INVARIANT(moved == (AdvancedTheVersion(response.push().outcome()) ? 1 : 0));
-  if (!status.ok() && !response.has_push()) SHM_INVARIANT(moved == 0);
-  SHM_INVARIANT(fuzz::ModelFinite(shard.get()));
+  FUZZ_INVARIANT(moved == (AdvancedTheVersion(response.push().outcome()) ? 1 : 0));
+  if (!status.ok() && !response.has_push()) FUZZ_INVARIANT(moved == 0);
+  FUZZ_INVARIANT(fuzz::ModelFinite(shard.get()));
   return 0;
 }
