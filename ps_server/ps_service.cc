@@ -331,7 +331,7 @@ grpc::Status ParameterServerService::ShmExchange(grpc::ServerContext* context,
   const bool pushes = request->push().gradients_size() > 0;
   const int worker = pushes ? request->push().worker() : request->pull().worker();
   absl::StatusOr<std::shared_ptr<const OpenedRegion>> region =
-      shm_regions_.Find(request->region(), worker);
+      shm_regions_.Claim(request->region(), worker, absl::FromChrono(context->deadline()));
   if (!region.ok()) return ToGrpcStatus(region.status());
   std::unique_ptr<PushRequest> buffer = push_buffers_.Take();
   const ShmExchangeContext call{

@@ -50,6 +50,8 @@ class ParameterServerService final : public ParameterServer::Service {
 
   // Workers whose tensors travel through shared memory now.
   int shared_regions() const { return shm_regions_.attached(); }
+  // Shared-memory exchanges waiting for their region (ShmRegions::Claim).
+  int shared_region_waiters() const { return shm_regions_.waiting(); }
 
   // PullStream, PushStream and PushPull, over byte buffers.
   grpc::Status ServePullStream(grpc::ServerContext* context,

@@ -44,19 +44,55 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Find(uint64_t handle,
-                                                                     int worker) const {
+absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Claim(uint64_t handle,
+                                                                      int worker,
+                                                                      absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  for (size_t w = 0; w < by_worker_.size(); ++w) {
-    if (by_worker_[w].handle != handle || handle == 0) continue;
-    if (static_cast<int>(w) != worker) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("shared region ", handle, " is not worker ", worker, "'s"));
+  auto find = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> Attached* {
+    for (Attached& attached : by_worker_) {
+      if (attached.handle == handle && handle != 0) return &attached;
     }
-    return by_worker_[w].region;
+    return nullptr;
+  };
+  Attached* attached = find();
+  if (attached == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "no shared region ", handle, " here (the PS restarted, or the worker attached another)"));
   }
-  return absl::NotFoundError(absl::StrCat(
-      "no shared region ", handle, " here (the PS restarted, or the worker attached another)"));
+  if (attached - by_worker_.data() != worker) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shared region ", handle, " is not worker ", worker, "'s"));
+  }
+  ++waiting_;
+  const auto free_or_gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return by_worker_[worker].handle != handle || !by_worker_[worker].claimed;
+  };
+  const bool in_time = mu_.AwaitWithDeadline(absl::Condition(&free_or_gone), deadline);
+  --waiting_;
+  if (by_worker_[worker].handle != handle) {
+    return absl::NotFoundError(absl::StrCat("shared region ", handle,
+                                            " was replaced while an exchange waited for it"));
+  }
+  if (!in_time) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker ", worker, "'s shared region stayed busy with an earlier exchange"));
+  }
+  by_worker_[worker].claimed = true;
+  // The pointer keeps the region open (a re-attach may replace it
+  // meanwhile) and gives the claim back when the exchange drops it.
+  std::shared_ptr<const OpenedRegion> region = by_worker_[worker].region;
+  return std::shared_ptr<const OpenedRegion>(
+      region.get(), [this, worker, handle, region](const OpenedRegion*) { Release(worker, handle); });
+}
+
+void ShmRegions::Release(int worker, uint64_t handle) {
+  absl::MutexLock lock(&mu_);
+  if (by_worker_[worker].handle == handle) by_worker_[worker].claimed = false;
+}
+
+int ShmRegions::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
 }
 
 int ShmRegions::attached() const {

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/shared_memory.h"
 #include "ps.pb.h"
 
@@ -30,10 +31,19 @@ class ShmRegions {
   // then stays on TCP. InvalidArgument for a bad worker, name or size.
   absl::Status Attach(const ShmAttachRequest& request, ShmAttachResponse* response);
 
-  // The region `handle` names. NotFound if there is none (the shard
+  // The region `handle` names, claimed for one exchange until the returned
+  // pointer is dropped; while another exchange holds it, this waits (until
+  // `deadline`: DeadlineExceeded). A worker makes one exchange at a time,
+  // so the wait is for a call it has given up on that the shard is still
+  // ending; it bounds what exchanges make the shard buffer to one region's
+  // worth per worker. NotFound if there is no such region (the shard
   // restarted, or the worker attached a newer one): the worker attaches
   // again. PermissionDenied if it is not `worker`'s.
-  absl::StatusOr<std::shared_ptr<const OpenedRegion>> Find(uint64_t handle, int worker) const;
+  absl::StatusOr<std::shared_ptr<const OpenedRegion>> Claim(uint64_t handle, int worker,
+                                                            absl::Time deadline);
+
+  // Exchanges waiting in Claim now.
+  int waiting() const;
 
   // Regions attached now.
   int attached() const;
@@ -42,12 +52,15 @@ class ShmRegions {
   struct Attached {
     uint64_t handle = 0;
     std::shared_ptr<const OpenedRegion> region;
+    bool claimed = false;
   };
+  void Release(int worker, uint64_t handle);
   const bool enabled_;
   const int64_t max_region_bytes_;
   const std::string boot_id_;  // empty if unreadable: nothing is shared
   mutable absl::Mutex mu_;
   std::vector<Attached> by_worker_ ABSL_GUARDED_BY(mu_);
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pst

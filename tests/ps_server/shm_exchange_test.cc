@@ -19,6 +19,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -276,6 +277,46 @@ TEST_F(ShmExchangeTest, RegionsAreEachWorkersOwn) {
   EXPECT_EQ(Exchange(PushPull(handle + 1, 0, kBytes), &response).error_code(),
             grpc::StatusCode::NOT_FOUND);
   ExpectModelUntouched();
+}
+
+// A worker makes one exchange at a time; a second on the same region while
+// the first is still in the shard (a call the worker gave up on) waits for
+// it, so exchanges never make the shard buffer more than one region's
+// worth per worker.
+TEST_F(ShmExchangeTest, ARegionServesOneExchangeAtATime) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  ShmExchangeRequest waiting;  // a pull of a version that does not come
+  waiting.set_region(handle);
+  waiting.mutable_pull()->set_worker(0);
+  waiting.mutable_pull()->set_min_version(5);
+  waiting.mutable_pull()->set_timeout_ms(60000);
+  grpc::ClientContext first_context;
+  ShmExchangeResponse first_response;
+  grpc::Status first_status;
+  std::thread first(
+      [&] { first_status = stub_->ShmExchange(&first_context, waiting, &first_response); });
+  ASSERT_TRUE(Eventually([&] { return shard_->waiting_pulls() > 0; }, absl::Seconds(60)));
+
+  Fill(*region, 0, 0.25f);
+  grpc::Status second_status;
+  std::thread second([&] {
+    ShmExchangeResponse response;
+    second_status = Exchange(PushPull(handle, 0, kBytes), &response);
+  });
+  ASSERT_TRUE(
+      Eventually([&] { return server_.service->shared_region_waiters() == 1; }, absl::Seconds(60)));
+  ExpectModelUntouched();  // the second waits for the first
+
+  first_context.TryCancel();
+  first.join();
+  second.join();
+  EXPECT_EQ(first_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(second_status.ok()) << second_status.error_message();
+  int64_t version = 0;
+  EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
+  EXPECT_EQ(version, 1);
 }
 
 TEST_F(ShmExchangeTest, AttachingAgainReplacesTheWorkersRegion) {
