@@ -12,9 +12,9 @@
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/escaping.h"
 
 namespace pst {
 
@@ -54,12 +54,13 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes
   static std::atomic<int> created{0};
   std::random_device random;
   // Unguessable, so that no other client can name it to the shard first.
-  const std::string name = absl::StrCat(SharedRegionPrefix(getpid()), created.fetch_add(1), "-",
-                                        absl::Hex(random(), absl::kZeroPad8),
-                                        absl::Hex(random(), absl::kZeroPad8));
+  const std::string name =
+      absl::StrCat(SharedRegionPrefix(getpid()), created.fetch_add(1), "-",
+                   absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8));
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create shared memory ", name, ": ", Errno()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create shared memory ", name, ": ", Errno()));
   }
   // Every page is allocated now: a region on a full /dev/shm (a container's
   // is 64 MiB by default) is refused here, where the worker can keep to
@@ -76,10 +77,10 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes
     const std::string error = Errno();
     close(fd);
     shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory ", name, ": ", error));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map shared memory ", name, ": ", error));
   }
-  return std::unique_ptr<SharedRegion>(
-      new SharedRegion(name, fd, static_cast<char*>(data), size));
+  return std::unique_ptr<SharedRegion>(new SharedRegion(name, fd, static_cast<char*>(data), size));
 }
 
 SharedRegion::~SharedRegion() {
@@ -105,9 +106,9 @@ absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_vi
   const std::string path(name);
   const int fd = shm_open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot open shared memory ", path, " (", Errno(),
-        "): the worker is on another host or in another IPC namespace"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open shared memory ", path, " (", Errno(),
+                     "): the worker is on another host or in another IPC namespace"));
   }
   // The name has done its work: from here only the two open ends hold the
   // memory, and it goes when both have closed it, however they end.
@@ -125,9 +126,9 @@ absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_vi
   if (pread(fd, &last, 1, bytes - 1) != 1 || pwrite(fd, &last, 1, bytes - 1) != 1) {
     const std::string error = Errno();
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot write shared memory ", path, " of ", bytes, " bytes here (", error,
-        "; a file-size limit?)"));
+    return absl::FailedPreconditionError(absl::StrCat("cannot write shared memory ", path, " of ",
+                                                      bytes, " bytes here (", error,
+                                                      "; a file-size limit?)"));
   }
   return std::unique_ptr<OpenedRegion>(new OpenedRegion(fd, bytes));
 }
@@ -136,9 +137,8 @@ OpenedRegion::~OpenedRegion() { close(fd_); }
 
 absl::Status OpenedRegion::CheckRange(int64_t offset, int64_t bytes) const {
   if (offset < 0 || bytes < 0 || offset > size_ || bytes > size_ - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("bytes [", offset, ", +", bytes,
-                                                   ") lie outside the shared region of ", size_,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes [", offset, ", +", bytes, ") lie outside the shared region of ", size_, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -149,8 +149,8 @@ absl::Status OpenedRegion::CheckNotShrunk() const {
     return absl::InternalError(absl::StrCat("cannot stat a shared region: ", Errno()));
   }
   if (status.st_size < size_) {
-    return absl::InvalidArgumentError(absl::StrCat("the shared region shrank from ", size_,
-                                                   " to ", status.st_size, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shared region shrank from ", size_, " to ", status.st_size, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -159,13 +159,13 @@ absl::Status OpenedRegion::Read(int64_t offset, std::span<char> dest) const {
   if (absl::Status s = CheckRange(offset, static_cast<int64_t>(dest.size())); !s.ok()) return s;
   size_t done = 0;
   while (done < dest.size()) {
-    const ssize_t got = pread(fd_, dest.data() + done, dest.size() - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t got =
+        pread(fd_, dest.data() + done, dest.size() - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the shared region ended ", offset + done, " bytes in, before the ", dest.size(),
-          " bytes announced at ", offset, " (it shrank)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the shared region ended ", offset + done, " bytes in, before the ",
+                       dest.size(), " bytes announced at ", offset, " (it shrank)"));
     }
     done += static_cast<size_t>(got);
   }
@@ -176,8 +176,8 @@ absl::Status OpenedRegion::Write(int64_t offset, std::span<const char> src) cons
   if (absl::Status s = CheckRange(offset, static_cast<int64_t>(src.size())); !s.ok()) return s;
   size_t done = 0;
   while (done < src.size()) {
-    const ssize_t put = pwrite(fd_, src.data() + done, src.size() - done,
-                               static_cast<off_t>(offset + done));
+    const ssize_t put =
+        pwrite(fd_, src.data() + done, src.size() - done, static_cast<off_t>(offset + done));
     if (put < 0 && errno == EINTR) continue;
     if (put <= 0) {
       return absl::InternalError(absl::StrCat("cannot write the shared region: ", Errno()));

@@ -71,8 +71,7 @@ class OpenedRegion {
   // InvalidArgument for a name that is not a region's or a size that does
   // not match; FailedPrecondition when it cannot be opened or written here
   // (another host or IPC namespace, a file-size limit).
-  static absl::StatusOr<std::unique_ptr<OpenedRegion>> Open(absl::string_view name,
-                                                            int64_t bytes);
+  static absl::StatusOr<std::unique_ptr<OpenedRegion>> Open(absl::string_view name, int64_t bytes);
   ~OpenedRegion();
   OpenedRegion(const OpenedRegion&) = delete;
   OpenedRegion& operator=(const OpenedRegion&) = delete;

@@ -13,13 +13,12 @@
 
 // A promise a fuzzer checks: broken, it is reported on stderr and the run
 // ends with a trap, which libFuzzer reports with the input.
-#define FUZZ_INVARIANT(cond)                                                           \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "fuzzer invariant broken at %s:%d: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                             \
-      __builtin_trap();                                                                \
-    }                                                                                  \
+#define FUZZ_INVARIANT(cond)                                                                     \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      std::fprintf(stderr, "fuzzer invariant broken at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      __builtin_trap();                                                                          \
+    }                                                                                            \
   } while (0)
 
 namespace pst::fuzz {

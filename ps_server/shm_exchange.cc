@@ -27,7 +27,8 @@ absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& reg
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
   // Reuses the buffer's tensors (and their payloads' memory) in place.
-  while (buffer->gradients_size() > push.gradients_size()) buffer->mutable_gradients()->RemoveLast();
+  while (buffer->gradients_size() > push.gradients_size())
+    buffer->mutable_gradients()->RemoveLast();
   int64_t offset = request.push_offset();
   *pushed_bytes = 0;
   *answer_bytes = 0;
@@ -40,8 +41,8 @@ absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& reg
       return absl::InvalidArgumentError(
           absl::StrCat("gradient \"", header.name(), "\": ", in.message()));
     }
-    Tensor* gradient = i < buffer->gradients_size() ? buffer->mutable_gradients(i)
-                                                    : buffer->add_gradients();
+    Tensor* gradient =
+        i < buffer->gradients_size() ? buffer->mutable_gradients(i) : buffer->add_gradients();
     gradient->set_name(header.name());
     gradient->mutable_shape()->Assign(header.shape().begin(), header.shape().end());
     gradient->set_dtype(header.dtype());
@@ -51,11 +52,13 @@ absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& reg
     const int64_t block = kReadBlockBytes / element_bytes * element_bytes;
     for (int64_t done = 0; done < *bytes; done += block) {
       const int64_t size = std::min(block, *bytes - done);
-      if (absl::Status read = region.Read(offset + done, {data->data() + done, static_cast<size_t>(size)});
+      if (absl::Status read =
+              region.Read(offset + done, {data->data() + done, static_cast<size_t>(size)});
           !read.ok()) {
         return read;
       }
-      *finite = *finite && EncodedFinite(absl::string_view(data->data() + done, size), header.dtype());
+      *finite =
+          *finite && EncodedFinite(absl::string_view(data->data() + done, size), header.dtype());
     }
     offset += *bytes;
     *pushed_bytes += *bytes;
@@ -132,13 +135,14 @@ absl::Status ServeShmExchange(const ShmExchangeRequest& request, const OpenedReg
   if (pushes) AskForPushedVariables(request.push(), &pull);
   if (absl::Status s = CheckPullNames(pull, *context.limits); !s.ok()) return s;
   std::shared_ptr<PullPayload> payload = context.payloads->Take();
-  absl::Status status = context.shard->PullVisit(
-      pull, context.pull_deadline(pull),
-      [&](int64_t version, const std::vector<const Variable*>& variables) {
-        CapturePull(version, variables, pull.dtype(), payload.get());
-      },
-      {.caller_gone = context.caller_gone});
-  if (status.ok()) status = WriteAnswer(payload.get(), region, request.answer_offset(), &bytes->answered);
+  absl::Status status =
+      context.shard->PullVisit(pull, context.pull_deadline(pull),
+                               [&](int64_t version, const std::vector<const Variable*>& variables) {
+                                 CapturePull(version, variables, pull.dtype(), payload.get());
+                               },
+                               {.caller_gone = context.caller_gone});
+  if (status.ok())
+    status = WriteAnswer(payload.get(), region, request.answer_offset(), &bytes->answered);
   if (status.ok()) *response->mutable_pull() = payload->header;
   payload->values.clear();  // the variables' buffers go back to the shard
   return status;

@@ -15,7 +15,8 @@ ShmRegions::ShmRegions(bool enabled, int num_workers, int64_t max_region_bytes)
 
 absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachResponse* response) {
   if (!enabled_) {
-    return absl::FailedPreconditionError("this PS moves tensors over TCP only (cluster.shm: SHM_OFF)");
+    return absl::FailedPreconditionError(
+        "this PS moves tensors over TCP only (cluster.shm: SHM_OFF)");
   }
   const int worker = request.worker();
   if (worker < 0 || worker >= static_cast<int>(by_worker_.size())) {
@@ -39,13 +40,11 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
   absl::MutexLock lock(&mu_);
   by_worker_[worker] = {handle, std::move(*region)};
   response->set_region(handle);
-  spdlog::info("worker {} moves tensors through shared memory ({} bytes)", worker,
-               request.bytes());
+  spdlog::info("worker {} moves tensors through shared memory ({} bytes)", worker, request.bytes());
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Claim(uint64_t handle,
-                                                                      int worker,
+absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Claim(uint64_t handle, int worker,
                                                                       absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto find = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> Attached* {
@@ -70,19 +69,20 @@ absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Claim(uint64_t h
   const bool in_time = mu_.AwaitWithDeadline(absl::Condition(&free_or_gone), deadline);
   --waiting_;
   if (by_worker_[worker].handle != handle) {
-    return absl::NotFoundError(absl::StrCat("shared region ", handle,
-                                            " was replaced while an exchange waited for it"));
+    return absl::NotFoundError(
+        absl::StrCat("shared region ", handle, " was replaced while an exchange waited for it"));
   }
   if (!in_time) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "worker ", worker, "'s shared region stayed busy with an earlier exchange"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("worker ", worker, "'s shared region stayed busy with an earlier exchange"));
   }
   by_worker_[worker].claimed = true;
   // The pointer keeps the region open (a re-attach may replace it
   // meanwhile) and gives the claim back when the exchange drops it.
   std::shared_ptr<const OpenedRegion> region = by_worker_[worker].region;
   return std::shared_ptr<const OpenedRegion>(
-      region.get(), [this, worker, handle, region](const OpenedRegion*) { Release(worker, handle); });
+      region.get(),
+      [this, worker, handle, region](const OpenedRegion*) { Release(worker, handle); });
 }
 
 void ShmRegions::Release(int worker, uint64_t handle) {

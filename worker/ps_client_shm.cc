@@ -32,9 +32,9 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   if (shard.region != nullptr) return true;
   auto refuse = [&](absl::string_view why) -> absl::StatusOr<bool> {
     if (transport_ == Transport::kShm) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ps:", s, " (", shard.address, "): no shared memory (", why,
-          "); run the worker on the shard's host, in its IPC namespace, or use TCP"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ps:", s, " (", shard.address, "): no shared memory (", why,
+                       "); run the worker on the shard's host, in its IPC namespace, or use TCP"));
     }
     shard.shm_refused = true;
     spdlog::info("ps:{} ({}): tensors travel over TCP ({})", s, shard.address, std::string(why));
@@ -128,8 +128,9 @@ absl::Status PsClient::ExchangeSharedOnce(int s, int64_t computed_at,
   if (pull != nullptr) *request.mutable_pull() = *pull;
   ShmExchangeResponse answer;
   grpc::ClientContext context;
-  SetDeadline(&context, (pull != nullptr ? absl::Milliseconds(pull->timeout_ms()) : absl::ZeroDuration()) +
-                            kRpcDeadline);
+  SetDeadline(&context,
+              (pull != nullptr ? absl::Milliseconds(pull->timeout_ms()) : absl::ZeroDuration()) +
+                  kRpcDeadline);
   grpc::Status rpc = shard.stub->ShmExchange(&context, request, &answer);
   if (!rpc.ok()) return ShardError(s, rpc);
   if (response != nullptr) *response = answer.push();

@@ -52,8 +52,8 @@ class ShmExchangeTest : public ::testing::Test {
                         RpcLimits{}, shared_memory);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    stub_ = ParameterServer::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_.port), grpc::InsecureChannelCredentials()));
+    stub_ = ParameterServer::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_.port),
+                                                         grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override { server_.grpc_server->Shutdown(); }
