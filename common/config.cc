@@ -20,12 +20,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/optimizer_config.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device_spec.h"
-#include "kernels/optimizer.h"
 
 namespace pst {
 namespace internal {
@@ -259,10 +259,11 @@ absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   if (!std::isfinite(lr) || lr <= 0) {
     return Invalid("training.optimizer learning_rate", "must be a positive number");
   }
-  // Every PS builds its optimizer from this config: whatever that refuses
-  // (momentum, betas, epsilon, decay out of range) is refused at load time.
-  absl::StatusOr<std::unique_ptr<Optimizer>> built = MakeOptimizer(optimizer);
-  if (!built.ok()) return Invalid("training.optimizer", built.status().message());
+  // Every PS builds its optimizer from what this resolves: whatever that
+  // refuses (momentum, betas, epsilon, decay out of range) is refused at
+  // load time.
+  absl::StatusOr<OptimizerSettings> resolved = ResolveOptimizerConfig(optimizer);
+  if (!resolved.ok()) return Invalid("training.optimizer", resolved.status().message());
   return absl::OkStatus();
 }
 

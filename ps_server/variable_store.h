@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/optimizer.h"
 #include "ps.pb.h"
+#include "ps_server/optimizer.h"
 
 namespace pst {
 

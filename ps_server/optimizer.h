@@ -1,7 +1,7 @@
 // Optimizer update rules, in one place. The parameter server owns one
 // Optimizer per shard and calls Apply once per update of each variable.
-#ifndef PST_KERNELS_OPTIMIZER_H_
-#define PST_KERNELS_OPTIMIZER_H_
+#ifndef PST_PS_SERVER_OPTIMIZER_H_
+#define PST_PS_SERVER_OPTIMIZER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/optimizer_config.h"
 #include "config.pb.h"
 
 namespace pst {
@@ -63,15 +64,18 @@ class Optimizer {
   float DecayFactor(int64_t step) const;
 
  private:
-  friend absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig&);
+  friend std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSettings&);
   float decay_rate_ = 1.0f;
   int64_t decay_steps_ = 0;
 };
 
-// Builds the optimizer a config names; InvalidArgument for a missing
-// optimizer or a non-positive learning rate, or hyperparameters out of range.
+// Builds the optimizer a config names; InvalidArgument for what
+// ResolveOptimizerConfig (common/optimizer_config.h) refuses.
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& config);
+
+// Builds the optimizer resolved settings describe.
+std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSettings& settings);
 
 }  // namespace pst
 
-#endif  // PST_KERNELS_OPTIMIZER_H_
+#endif  // PST_PS_SERVER_OPTIMIZER_H_

@@ -1,5 +1,5 @@
 // Optimizer update rules against values worked out by hand.
-#include "kernels/optimizer.h"
+#include "ps_server/optimizer.h"
 
 #include <cmath>
 

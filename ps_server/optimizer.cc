@@ -1,13 +1,11 @@
-#include "kernels/optimizer.h"
+#include "ps_server/optimizer.h"
 
 #include <cmath>
-
-#include "absl/strings/str_cat.h"
 
 namespace pst {
 namespace {
 
-// The update loops are compiled with -fno-math-errno (kernels/CMakeLists.txt),
+// The update loops are compiled with -fno-math-errno (ps_server/CMakeLists.txt),
 // so sqrt is one instruction and every loop vectorizes. Inputs and outputs
 // are distinct in the hot path (the PS stages into fresh buffers), so the
 // compiler's alias check selects the vector loop.
@@ -123,23 +121,6 @@ class Adagrad final : public Optimizer {
   float lr_, initial_, epsilon_;
 };
 
-absl::Status CheckLearningRate(float lr, const char* optimizer) {
-  if (!std::isfinite(lr) || lr <= 0.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        optimizer, " learning_rate must be a positive number, got ", lr));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckUnitInterval(float value, const char* name) {
-  if (!std::isfinite(value) || value < 0.0f || value >= 1.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must be in [0, 1), got ", value));
-  }
-  return absl::OkStatus();
-}
-
-float OrDefault(float value, float fallback) { return value == 0.0f ? fallback : value; }
-
 }  // namespace
 
 void Optimizer::Apply(int64_t step, float lr_scale, std::span<float> param,
@@ -160,59 +141,33 @@ float Optimizer::DecayFactor(int64_t step) const {
       std::pow(static_cast<double>(decay_rate_), static_cast<double>(step) / decay_steps_));
 }
 
-namespace {
-
-absl::StatusOr<std::unique_ptr<Optimizer>> MakeUpdateRule(const OptimizerConfig& config) {
-  switch (config.kind_case()) {
-    case OptimizerConfig::kSgd: {
-      const SgdConfig& c = config.sgd();
-      if (absl::Status s = CheckLearningRate(c.learning_rate(), "sgd"); !s.ok()) return s;
-      if (absl::Status s = CheckUnitInterval(c.momentum(), "sgd momentum"); !s.ok()) return s;
-      if (c.momentum() == 0.0f && !c.nesterov()) {
-        return std::unique_ptr<Optimizer>(new Sgd(c.learning_rate()));
-      }
-      return std::unique_ptr<Optimizer>(new Momentum(c.learning_rate(), c.momentum(), c.nesterov()));
-    }
-    case OptimizerConfig::kAdam: {
-      const AdamConfig& c = config.adam();
-      float beta1 = OrDefault(c.beta1(), 0.9f), beta2 = OrDefault(c.beta2(), 0.999f);
-      float epsilon = OrDefault(c.epsilon(), 1e-8f);
-      if (absl::Status s = CheckLearningRate(c.learning_rate(), "adam"); !s.ok()) return s;
-      if (absl::Status s = CheckUnitInterval(beta1, "adam beta1"); !s.ok()) return s;
-      if (absl::Status s = CheckUnitInterval(beta2, "adam beta2"); !s.ok()) return s;
-      if (!(epsilon > 0.0f)) return absl::InvalidArgumentError("adam epsilon must be positive");
-      return std::unique_ptr<Optimizer>(new Adam(c.learning_rate(), beta1, beta2, epsilon));
-    }
-    case OptimizerConfig::kAdagrad: {
-      const AdagradConfig& c = config.adagrad();
-      float initial = OrDefault(c.initial_accumulator(), 0.1f);
-      float epsilon = OrDefault(c.epsilon(), 1e-7f);
-      if (absl::Status s = CheckLearningRate(c.learning_rate(), "adagrad"); !s.ok()) return s;
-      if (!(initial >= 0.0f) || !(epsilon > 0.0f)) {
-        return absl::InvalidArgumentError(
-            "adagrad initial_accumulator must be >= 0 and epsilon positive");
-      }
-      return std::unique_ptr<Optimizer>(new Adagrad(c.learning_rate(), initial, epsilon));
-    }
-    case OptimizerConfig::KIND_NOT_SET:
+std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSettings& s) {
+  std::unique_ptr<Optimizer> optimizer;
+  switch (s.rule) {
+    case OptimizerSettings::Rule::kSgd:
+      optimizer = std::make_unique<Sgd>(s.learning_rate);
+      break;
+    case OptimizerSettings::Rule::kMomentum:
+    case OptimizerSettings::Rule::kNesterov:
+      optimizer = std::make_unique<Momentum>(s.learning_rate, s.momentum,
+                                             s.rule == OptimizerSettings::Rule::kNesterov);
+      break;
+    case OptimizerSettings::Rule::kAdam:
+      optimizer = std::make_unique<Adam>(s.learning_rate, s.beta1, s.beta2, s.epsilon);
+      break;
+    case OptimizerSettings::Rule::kAdagrad:
+      optimizer = std::make_unique<Adagrad>(s.learning_rate, s.initial_accumulator, s.epsilon);
       break;
   }
-  return absl::InvalidArgumentError("no optimizer configured; set sgd, adam or adagrad");
+  optimizer->decay_rate_ = s.decay_rate;
+  optimizer->decay_steps_ = s.decay_steps;
+  return optimizer;
 }
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerConfig& config) {
-  if (config.decay_steps() < 0 ||
-      (config.decay_steps() > 0 && !(config.decay_rate() > 0.0f && config.decay_rate() <= 1.0f))) {
-    return absl::InvalidArgumentError(
-        "learning-rate decay needs decay_steps >= 0 and decay_rate in (0, 1]");
-  }
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeUpdateRule(config);
-  if (!optimizer.ok()) return optimizer;
-  (*optimizer)->decay_rate_ = config.decay_rate();
-  (*optimizer)->decay_steps_ = config.decay_steps();
-  return optimizer;
+  absl::StatusOr<OptimizerSettings> settings = ResolveOptimizerConfig(config);
+  if (!settings.ok()) return settings.status();
+  return MakeOptimizer(*settings);
 }
 
 }  // namespace pst

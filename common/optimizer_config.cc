@@ -1,0 +1,91 @@
+#include "common/optimizer_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+namespace {
+
+absl::Status CheckLearningRate(float lr, const char* optimizer) {
+  if (!std::isfinite(lr) || lr <= 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(optimizer, " learning_rate must be a positive number, got ", lr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUnitInterval(float value, const char* name) {
+  if (!std::isfinite(value) || value < 0.0f || value >= 1.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be in [0, 1), got ", value));
+  }
+  return absl::OkStatus();
+}
+
+float OrDefault(float value, float fallback) { return value == 0.0f ? fallback : value; }
+
+// The update rule and its hyperparameters; decay is left to the caller.
+absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
+  OptimizerSettings settings;
+  switch (config.kind_case()) {
+    case OptimizerConfig::kSgd: {
+      const SgdConfig& c = config.sgd();
+      if (absl::Status s = CheckLearningRate(c.learning_rate(), "sgd"); !s.ok()) return s;
+      if (absl::Status s = CheckUnitInterval(c.momentum(), "sgd momentum"); !s.ok()) return s;
+      settings.rule = c.nesterov()           ? OptimizerSettings::Rule::kNesterov
+                      : c.momentum() != 0.0f ? OptimizerSettings::Rule::kMomentum
+                                             : OptimizerSettings::Rule::kSgd;
+      settings.learning_rate = c.learning_rate();
+      settings.momentum = c.momentum();
+      return settings;
+    }
+    case OptimizerConfig::kAdam: {
+      const AdamConfig& c = config.adam();
+      settings.rule = OptimizerSettings::Rule::kAdam;
+      settings.learning_rate = c.learning_rate();
+      settings.beta1 = OrDefault(c.beta1(), 0.9f);
+      settings.beta2 = OrDefault(c.beta2(), 0.999f);
+      settings.epsilon = OrDefault(c.epsilon(), 1e-8f);
+      if (absl::Status s = CheckLearningRate(c.learning_rate(), "adam"); !s.ok()) return s;
+      if (absl::Status s = CheckUnitInterval(settings.beta1, "adam beta1"); !s.ok()) return s;
+      if (absl::Status s = CheckUnitInterval(settings.beta2, "adam beta2"); !s.ok()) return s;
+      if (!(settings.epsilon > 0.0f)) {
+        return absl::InvalidArgumentError("adam epsilon must be positive");
+      }
+      return settings;
+    }
+    case OptimizerConfig::kAdagrad: {
+      const AdagradConfig& c = config.adagrad();
+      settings.rule = OptimizerSettings::Rule::kAdagrad;
+      settings.learning_rate = c.learning_rate();
+      settings.initial_accumulator = OrDefault(c.initial_accumulator(), 0.1f);
+      settings.epsilon = OrDefault(c.epsilon(), 1e-7f);
+      if (absl::Status s = CheckLearningRate(c.learning_rate(), "adagrad"); !s.ok()) return s;
+      if (!(settings.initial_accumulator >= 0.0f) || !(settings.epsilon > 0.0f)) {
+        return absl::InvalidArgumentError(
+            "adagrad initial_accumulator must be >= 0 and epsilon positive");
+      }
+      return settings;
+    }
+    case OptimizerConfig::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("no optimizer configured; set sgd, adam or adagrad");
+}
+
+}  // namespace
+
+absl::StatusOr<OptimizerSettings> ResolveOptimizerConfig(const OptimizerConfig& config) {
+  if (config.decay_steps() < 0 ||
+      (config.decay_steps() > 0 && !(config.decay_rate() > 0.0f && config.decay_rate() <= 1.0f))) {
+    return absl::InvalidArgumentError(
+        "learning-rate decay needs decay_steps >= 0 and decay_rate in (0, 1]");
+  }
+  absl::StatusOr<OptimizerSettings> settings = ResolveRule(config);
+  if (!settings.ok()) return settings;
+  settings->decay_rate = config.decay_rate();
+  settings->decay_steps = config.decay_steps();
+  return settings;
+}
+
+}  // namespace pst
