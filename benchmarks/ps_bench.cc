@@ -24,11 +24,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <atomic>
-#include <cstdio>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -48,10 +48,10 @@
 #include "common/tensor_codec.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "placement/variable_spec.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
 #include "spdlog/spdlog.h"
-#include "worker/mlp.h"
 #include "worker/ps_client.h"
 
 ABSL_FLAG(std::string, sizes, "4KiB,4MiB,64MiB", "Model sizes (float32 bytes): B, KiB, MiB, GiB.");

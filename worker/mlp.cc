@@ -22,12 +22,6 @@ struct Mlp::Layer {
   int bias_var = -1;
 };
 
-int64_t VariableSpec::size() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 Mlp::Mlp(MlpSpec spec, Kernels* kernels, int max_batch)
     : spec_(std::move(spec)), kernels_(kernels), max_batch_(max_batch) {}
 

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/kernels.h"
+#include "placement/variable_spec.h"
 
 namespace pst {
 
@@ -37,12 +38,6 @@ struct MlpSpec {
   ActivationKind activation = ActivationKind::kRelu;
   LossKind loss = LossKind::kSoftmaxCrossEntropy;
   bool use_bias = true;
-};
-
-struct VariableSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t size() const;
 };
 
 class Mlp {

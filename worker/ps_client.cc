@@ -5,11 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_status.h"
-#include "common/partitioner.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "grpcpp/create_channel.h"
-#include "worker/mlp.h"
 #include "worker/worker_metrics.h"
 
 namespace pst {
@@ -56,70 +54,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
-namespace {
-
-int64_t Rows(const VariableSpec& spec) { return spec.shape.empty() ? 1 : spec.shape[0]; }
-
-// Which variables to cut by rows across the shards: those over
-// `slice_bytes`, and then, while there are fewer pieces than shards (a small
-// model), the largest of the others that has rows to cut, so that every
-// shard holds a part of the model (a shard with none would never be
-// initialized).
-std::vector<bool> VariablesToSlice(const std::vector<VariableSpec>& variables, int shards,
-                                   int64_t slice_bytes) {
-  std::vector<bool> slice(variables.size(), false);
-  if (shards <= 1) return slice;
-  int64_t pieces = 0;
-  for (size_t v = 0; v < variables.size(); ++v) {
-    const int64_t rows = Rows(variables[v]);
-    slice[v] = rows > 1 && variables[v].size() * static_cast<int64_t>(sizeof(float)) > slice_bytes;
-    pieces += slice[v] ? std::min<int64_t>(shards, rows) : 1;
-  }
-  while (pieces < shards) {
-    int largest = -1;
-    for (size_t v = 0; v < variables.size(); ++v) {
-      if (!slice[v] && Rows(variables[v]) > 1 &&
-          (largest < 0 || variables[v].size() > variables[largest].size())) {
-        largest = static_cast<int>(v);
-      }
-    }
-    if (largest < 0) break;  // every row is a piece already: Init says so
-    slice[largest] = true;
-    pieces += std::min<int64_t>(shards, Rows(variables[largest])) - 1;
-  }
-  return slice;
-}
-
-}  // namespace
-
 void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
-  slices_.clear();
-  const std::vector<bool> sliced = VariablesToSlice(variables, num_shards(), kSliceBytes);
-  for (size_t v = 0; v < variables.size(); ++v) {
-    const VariableSpec& spec = variables[v];
-    const int64_t rows = Rows(spec);
-    const int64_t row_elements = rows > 0 ? spec.size() / rows : 0;
-    const int64_t parts = sliced[v] ? std::min<int64_t>(num_shards(), rows) : 1;
-    int64_t row = 0;
-    for (int64_t p = 0; p < parts; ++p) {
-      // Rows as even as possible: the first rows % parts slices get one more.
-      const int64_t part_rows = rows / parts + (p < rows % parts ? 1 : 0);
-      Slice s{v, row * row_elements, part_rows * row_elements,
-              parts == 1 ? spec.name : absl::StrCat(spec.name, "/part-", p), spec.shape, 0};
-      if (!s.shape.empty()) s.shape[0] = part_rows;
-      if (parts == 1) s.count = spec.size();
-      slices_.push_back(std::move(s));
-      row += part_rows;
-    }
-  }
-  std::vector<int64_t> sizes;
-  for (const Slice& s : slices_) sizes.push_back(s.count);
-  std::vector<int> placement = PlaceVariables(sizes, num_shards());
+  slices_ = PlaceModel(variables, num_shards());
   for (Shard& shard : shards_) shard.slices.clear();
-  for (size_t i = 0; i < slices_.size(); ++i) {
-    slices_[i].shard = placement[i];
-    shards_[placement[i]].slices.push_back(i);
-  }
+  for (size_t i = 0; i < slices_.size(); ++i) shards_[slices_[i].shard].slices.push_back(i);
 }
 
 absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
@@ -158,20 +96,13 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
 }
 
 absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    if (shards_[s].slices.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the model is too small to give each of the ", shards_.size(),
-          " PS shards a part (it has ", slices_.size(), " pieces in all, ps:", s,
-          " would hold none); run fewer PS shards"));
-    }
-  }
+  if (absl::Status s = CheckEveryShardHoldsASlice(slices_, num_shards()); !s.ok()) return s;
   std::vector<InitResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     InitRequest request;
     request.set_worker(worker_);
     for (size_t i : shards_[s].slices) {
-      const Slice& slice = slices_[i];
+      const VariableSlice& slice = slices_[i];
       EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),
                    request.add_variables());
     }
@@ -245,7 +176,7 @@ absl::Status PsClient::TakePullResponse(int s, const PullResponse& response,
                                             shard.slices.size()));
   }
   for (size_t i = 0; i < shard.slices.size(); ++i) {
-    const Slice& slice = slices_[shard.slices[i]];
+    const VariableSlice& slice = slices_[shard.slices[i]];
     const Tensor& tensor = response.variables(static_cast<int>(i));
     if (tensor.name() != slice.name) {
       return absl::InternalError(absl::StrCat("ps:", s, " returned \"", tensor.name(),
@@ -328,7 +259,7 @@ void PsClient::FillPushRequest(int s, int64_t computed_at,
   request->set_worker(worker_);
   request->set_computed_at_version(computed_at);
   for (size_t i : shards_[s].slices) {
-    const Slice& slice = slices_[i];
+    const VariableSlice& slice = slices_[i];
     EncodeTensor(slice.name, slice.shape,
                  gradients[slice.variable].subspan(slice.offset, slice.count),
                  request->add_gradients(), wire_dtype_);

@@ -1,6 +1,6 @@
 // A worker's connection to every PS shard of the cluster.
 //
-// The client knows where each variable lives (common/partitioner.h) and
+// The client knows where each variable lives (placement/placement.h) and
 // speaks to all shards in parallel: one Pull, Push or PushPull call here is
 // one RPC per shard, all in flight at once. A shard's share up to one chunk
 // (common/tensor_stream.h) goes in a unary Pull/Push; a larger one is
@@ -31,12 +31,12 @@
 #include "common/tensor_stream.h"
 #include "common/thread_pool.h"
 #include "grpcpp/impl/rpc_method.h"
+#include "placement/placement.h"
+#include "placement/variable_spec.h"
 #include "ps.grpc.pb.h"
 #include "worker/step_exchange.h"
 
 namespace pst {
-
-struct VariableSpec;
 
 class PsClient {
  public:
@@ -65,35 +65,20 @@ class PsClient {
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int worker() const { return worker_; }
 
-  // Declares the model's variables, in order, and places them on shards.
-  // With several shards, a variable over kSliceBytes is cut along its first
-  // dimension into one slice per shard ("<name>/part-<i>"), so one big
-  // matrix does not load one shard alone; slices and small variables are
-  // then spread by size (common/partitioner.h). A model too small for that
-  // to reach every shard has its largest variables cut too, so that no
-  // shard is left without a part (Init refuses a model that has fewer rows
-  // in all than there are shards). Every process computes the same
-  // placement from the same model.
+  // Declares the model's variables, in order, and places them on the
+  // shards as every process does (placement/placement.h: PlaceModel).
   void SetVariables(const std::vector<VariableSpec>& variables);
 
-  // A contiguous piece of one model variable, as one PS shard stores it.
-  struct Slice {
-    size_t variable;  // index into the model's variables
-    int64_t offset;   // first element within the variable
-    int64_t count;
-    std::string name;
-    std::vector<int64_t> shape;
-    int shard;
-  };
-  const std::vector<Slice>& slices() const { return slices_; }
-
-  static constexpr int64_t kSliceBytes = 64 << 10;
+  // The placed slices of the model's variables.
+  const std::vector<VariableSlice>& slices() const { return slices_; }
 
   // Registers with every shard; returns shard 0's answer.
   absl::StatusOr<RegisterResponse> Register();
 
   // Offers initial values (one span per variable) to every shard; a shard
   // that already has values keeps them. Returns whether shard 0 accepted.
+  // FailedPrecondition, before any call, if the placement leaves a shard
+  // without a part (a model with fewer rows in all than there are shards).
   absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values);
 
   // Pulls every variable into `out` (one span per variable, sized like the
@@ -278,7 +263,7 @@ class PsClient {
   DType wire_dtype_ = FLOAT32;
   Transport transport_ = Transport::kTcp;
   std::vector<Shard> shards_;
-  std::vector<Slice> slices_;
+  std::vector<VariableSlice> slices_;
   // Where shards 1..N-1 are called from, and a PushPull's answer read.
   ThreadPool threads_;
 };

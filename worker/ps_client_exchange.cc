@@ -86,7 +86,7 @@ LayerwiseExchange::LayerwiseExchange(PsClient* client, std::vector<int64_t> comp
   for (const PsClient::Shard& shard : client->shards_) final_.emplace_back(shard.slices.size(), false);
   for (int variable : push_order) {
     for (size_t i = 0; i < client_->slices_.size(); ++i) {
-      const PsClient::Slice& slice = client_->slices_[i];
+      const VariableSlice& slice = client_->slices_[i];
       if (slice.variable != static_cast<size_t>(variable)) continue;
       calls_[slice.shard].push_slices.push_back(i);
       ++slices_left_[variable];
@@ -156,7 +156,7 @@ void LayerwiseExchange::MarkFinal(int s, size_t position) {
   std::vector<bool>& marked = final_[s];
   if (marked[position]) return;  // `done` marks again those that arrived final
   marked[position] = true;
-  const PsClient::Slice& slice = client_->slices_[client_->shards_[s].slices[position]];
+  const VariableSlice& slice = client_->slices_[client_->shards_[s].slices[position]];
   if (--slices_left_[slice.variable] == 0) values_ready_.SignalAll();
 }
 

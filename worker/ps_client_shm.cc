@@ -115,7 +115,7 @@ absl::Status PsClient::ExchangeSharedOnce(int s, int64_t computed_at,
     push->set_computed_at_version(computed_at);
     char* next = region.data();
     for (size_t i : shard.slices) {
-      const Slice& slice = slices_[i];
+      const VariableSlice& slice = slices_[i];
       Tensor* tensor = push->add_gradients();
       tensor->set_name(slice.name);
       tensor->mutable_shape()->Assign(slice.shape.begin(), slice.shape.end());
@@ -141,7 +141,7 @@ absl::Status PsClient::ExchangeSharedOnce(int s, int64_t computed_at,
   }
   const char* next = region.data() + request.answer_offset();
   for (size_t position : order) {
-    const Slice& slice = slices_[shard.slices[position]];
+    const VariableSlice& slice = slices_[shard.slices[position]];
     std::span<float> values = (*out)[slice.variable].subspan(slice.offset, slice.count);
     const size_t bytes = static_cast<size_t>(slice.count) * element_bytes;
     if (element_bytes == sizeof(float)) {

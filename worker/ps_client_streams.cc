@@ -33,7 +33,7 @@ absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header,
     }
     seen[position] = true;
     order->push_back(position);
-    const Slice& slice = slices_[shard.slices[position]];
+    const VariableSlice& slice = slices_[shard.slices[position]];
     absl::StatusOr<int64_t> bytes = AnnouncedBytes(tensor);
     if (!bytes.ok() || DTypeBytes(tensor.dtype()) != DTypeBytes(wire_dtype_) ||
         *bytes != slice.count * DTypeBytes(wire_dtype_)) {
@@ -76,7 +76,7 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
       return accepted;
     }
     const size_t position = answer->order[piece.tensor];
-    const Slice& slice = slices_[shard.slices[position]];
+    const VariableSlice& slice = slices_[shard.slices[position]];
     std::span<float> values = out[slice.variable].subspan(
         slice.offset + piece.offset / element_bytes, piece.size / element_bytes);
     if (element_bytes == sizeof(float)) {
@@ -142,7 +142,7 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
   std::vector<const char*> wire;
   if (element_bytes == sizeof(float)) {
     for (size_t p = first; p < end; ++p) {
-      const Slice& slice = slices_[header_order[p]];
+      const VariableSlice& slice = slices_[header_order[p]];
       wire.push_back(reinterpret_cast<const char*>(gradients[slice.variable].data() + slice.offset));
     }
   } else {
@@ -154,7 +154,7 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
     if (first == 0) shard.encoded.resize(total);
     char* next = shard.encoded.data() + offset;
     for (size_t p = first; p < end; ++p) {
-      const Slice& slice = slices_[header_order[p]];
+      const VariableSlice& slice = slices_[header_order[p]];
       EncodeValuesTo(gradients[slice.variable].subspan(slice.offset, slice.count), wire_dtype_,
                      next);
       wire.push_back(next);

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
-#include "worker/mlp.h"
+#include "placement/variable_spec.h"
 #include "worker/ps_client.h"
 
 namespace pst {

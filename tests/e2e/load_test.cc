@@ -14,9 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "placement/variable_spec.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
-#include "worker/mlp.h"
 #include "worker/ps_client.h"
 
 namespace pst {

@@ -16,9 +16,9 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "placement/variable_spec.h"
 #include "ps_server/ps_service.h"
 #include "tests/support/eventually.h"
-#include "worker/mlp.h"
 #include "worker/ps_client.h"
 
 namespace pst {

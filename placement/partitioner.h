@@ -1,8 +1,8 @@
 // Where each variable lives: a deterministic placement of variables on PS
 // shards that every process computes identically from the same variable
 // list, so no placement table is ever exchanged.
-#ifndef PST_COMMON_PARTITIONER_H_
-#define PST_COMMON_PARTITIONER_H_
+#ifndef PST_PLACEMENT_PARTITIONER_H_
+#define PST_PLACEMENT_PARTITIONER_H_
 
 #include <cstdint>
 #include <vector>
@@ -16,4 +16,4 @@ std::vector<int> PlaceVariables(const std::vector<int64_t>& sizes, int num_shard
 
 }  // namespace pst
 
-#endif  // PST_COMMON_PARTITIONER_H_
+#endif  // PST_PLACEMENT_PARTITIONER_H_

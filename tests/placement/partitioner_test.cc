@@ -1,4 +1,4 @@
-#include "common/partitioner.h"
+#include "placement/partitioner.h"
 
 #include <algorithm>
 
