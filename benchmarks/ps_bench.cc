@@ -43,7 +43,6 @@
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
-#include "common/grpc_status.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
 #include "google/protobuf/struct.pb.h"
@@ -51,6 +50,7 @@
 #include "placement/variable_spec.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
+#include "rpc/grpc_status.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 

@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -13,12 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "grpcpp/security/auth_metadata_processor.h"
 
 namespace pst {
 namespace {
-
-constexpr char kBearer[] = "Bearer ";
 
 absl::StatusOr<std::string> ReadPem(absl::string_view field, const std::string& path) {
   if (path.empty()) {
@@ -73,51 +69,6 @@ absl::StatusOr<std::string> ReadToken(const AuthConfig& auth, std::vector<std::s
   return token;
 }
 
-// Runs before every call on the server: lets it through only with the token.
-class TokenChecker final : public grpc::AuthMetadataProcessor {
- public:
-  explicit TokenChecker(std::string token) : expected_(absl::StrCat(kBearer, token)) {}
-
-  // The check is a short comparison; no need for gRPC's extra thread.
-  bool IsBlocking() const override { return false; }
-
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*,
-                       OutputMetadata* consumed, OutputMetadata*) override {
-    auto found = metadata.find(kTokenMetadataKey);
-    if (found == metadata.end()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this PS requires the cluster token (cluster.auth) and the call carried none");
-    }
-    absl::string_view given(found->second.data(), found->second.size());
-    if (!ConstantTimeEquals(given, expected_)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "the call's token does not match this PS's cluster token (cluster.auth)");
-    }
-    consumed->emplace(kTokenMetadataKey, std::string(given));
-    return grpc::Status::OK;
-  }
-
- private:
-  const std::string expected_;
-};
-
-// Adds the token to every call of a channel.
-class TokenPlugin final : public grpc::MetadataCredentialsPlugin {
- public:
-  explicit TokenPlugin(std::string token) : value_(absl::StrCat(kBearer, token)) {}
-
-  bool IsBlocking() const override { return false; }
-
-  grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
-                           std::multimap<std::string, std::string>* metadata) override {
-    metadata->emplace(kTokenMetadataKey, value_);
-    return grpc::Status::OK;
-  }
-
- private:
-  const std::string value_;
-};
-
 }  // namespace
 
 absl::StatusOr<ClusterSecurity> ClusterSecurity::FromConfig(const ClusterConfig& cluster,
@@ -149,36 +100,6 @@ absl::StatusOr<ClusterSecurity> ClusterSecurity::FromConfig(const ClusterConfig&
     security.token_ = *std::move(token);
   }
   return security;
-}
-
-std::shared_ptr<grpc::ServerCredentials> ClusterSecurity::ServerCredentials() const {
-  if (!tls_) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options(
-      require_client_cert_ ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  options.pem_root_certs = ca_pem_;
-  options.pem_key_cert_pairs.push_back({key_pem_, cert_pem_});
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
-  // Only TLS credentials take a processor (gRPC aborts on plaintext ones);
-  // FromConfig never yields a token without TLS.
-  if (has_token()) credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(token_));
-  return credentials;
-}
-
-std::shared_ptr<grpc::ChannelCredentials> ClusterSecurity::ChannelCredentials() const {
-  if (!tls_) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = ca_pem_;
-  options.pem_private_key = key_pem_;
-  options.pem_cert_chain = cert_pem_;
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(options);
-  if (!has_token()) return credentials;
-  return grpc::CompositeChannelCredentials(
-      credentials, grpc::MetadataCredentialsFromPlugin(std::make_unique<TokenPlugin>(token_)));
-}
-
-void ClusterSecurity::ConfigureChannel(grpc::ChannelArguments* args) const {
-  if (tls_ && !server_name_.empty()) args->SetSslTargetNameOverride(server_name_);
 }
 
 std::string ClusterSecurity::ConnectFailureHint() const {

@@ -1,15 +1,15 @@
-// Transport security and authentication for every gRPC channel of a cluster.
+// Transport security and authentication for every channel of a cluster.
 //
-// One ClusterSecurity, built from cluster.tls and cluster.auth, gives a PS
-// its server credentials (TLS, the optional client-certificate check, and a
-// token check on every call) and gives clients (workers, psctl) the matching
-// channel credentials (TLS, client certificate, the token as call metadata).
-// Without cluster.tls both sides speak plaintext, which ps_server accepts
-// only on loopback addresses unless told --allow_insecure.
+// One ClusterSecurity holds what cluster.tls and cluster.auth name, read and
+// checked: the PEM files and the token one end of a channel needs. The gRPC
+// credentials made from it (rpc/grpc_credentials.h) give a PS TLS, the
+// optional client-certificate check and a token check on every call, and
+// give clients (workers, psctl) TLS, their certificate and the token as
+// call metadata. Without cluster.tls both sides speak plaintext, which
+// ps_server accepts only on loopback addresses unless told --allow_insecure.
 #ifndef PST_COMMON_SECURITY_H_
 #define PST_COMMON_SECURITY_H_
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,9 +18,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "config.pb.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/security/server_credentials.h"
-#include "grpcpp/support/channel_arguments.h"
 
 namespace pst {
 
@@ -42,18 +39,17 @@ class ClusterSecurity {
   static ClusterSecurity Plaintext() { return ClusterSecurity(); }
 
   bool tls() const { return tls_; }
+  bool require_client_cert() const { return require_client_cert_; }
   bool has_token() const { return !token_.empty(); }
 
-  // For grpc::ServerBuilder::AddListeningPort. With a token, every call
-  // without it (or with another) fails UNAUTHENTICATED before it reaches
-  // the service.
-  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
-
-  // For grpc::CreateCustomChannel, together with ConfigureChannel.
-  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
-
-  // Sets the name expected in the PS certificate when tls.server_name is given.
-  void ConfigureChannel(grpc::ChannelArguments* args) const;
+  // The PEM contents of this end's certificate and key (empty when its role
+  // needs none) and of the CA it trusts; the name expected in the PS
+  // certificate (tls.server_name, may be empty); the token.
+  const std::string& cert_pem() const { return cert_pem_; }
+  const std::string& key_pem() const { return key_pem_; }
+  const std::string& ca_pem() const { return ca_pem_; }
+  const std::string& server_name() const { return server_name_; }
+  const std::string& token() const { return token_; }
 
   // Appended to a "cannot reach" error: what to check when TLS is on.
   std::string ConnectFailureHint() const;

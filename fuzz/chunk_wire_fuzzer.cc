@@ -1,4 +1,4 @@
-// The hand-written stream-message parser (common/chunk_wire.h) against
+// The hand-written stream-message parser (rpc/chunk_wire.h) against
 // protobuf's own: for any bytes, cut into gRPC slices anywhere, ReceivedChunk
 // accepts exactly when PushChunk::ParseFromString does, and then finds the
 // same header, pieces and pull (field 3). The first byte picks the slice size.
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_wire.h"
 #include "google/protobuf/stubs/logging.h"
 #include "ps.pb.h"
+#include "rpc/chunk_wire.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   google::protobuf::SetLogHandler(nullptr);  // protobuf's complaints about each bad input

@@ -1,18 +1,17 @@
 #include "ps_server/chunk_streams.h"
 
 #include <algorithm>
-
 #include <array>
 #include <atomic>
 #include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "common/chunk_wire.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "ps_server/background_writer.h"
 #include "ps_server/consistency_policy.h"
+#include "rpc/chunk_wire.h"
 
 namespace pst {
 namespace {

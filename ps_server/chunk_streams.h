@@ -1,5 +1,5 @@
 // The server's end of the chunked data plane (common/tensor_stream.h,
-// common/chunk_wire.h): taking a PushStream (applied as it streams in, or
+// rpc/chunk_wire.h): taking a PushStream (applied as it streams in, or
 // reassembled into a PushRequest), sending a pull as a PullStream, and
 // PushPull, which does both in one call, over raw gRPC byte buffers.
 #ifndef PST_PS_SERVER_CHUNK_STREAMS_H_
@@ -12,12 +12,12 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
-#include "common/chunk_wire.h"
-#include "common/thread_pool.h"
 #include "ps.pb.h"
 #include "ps_server/parameter_shard.h"
+#include "rpc/chunk_wire.h"
 
 namespace pst {
 

@@ -3,16 +3,17 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/chunk_wire.h"
-#include "common/grpc_status.h"
 #include "common/process_memory.h"
+#include "google/protobuf/descriptor.h"
 #include "grpc/grpc.h"
 #include "grpcpp/resource_quota.h"
-#include "ps_server/chunk_streams.h"
-#include "google/protobuf/descriptor.h"
 #include "grpcpp/server_builder.h"
+#include "ps_server/chunk_streams.h"
 #include "ps_server/ps_metrics.h"
 #include "ps_server/shm_exchange.h"
+#include "rpc/chunk_wire.h"
+#include "rpc/grpc_credentials.h"
+#include "rpc/grpc_status.h"
 
 namespace pst {
 
@@ -411,7 +412,7 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   grpc::ResourceQuota quota("ps_server");
   quota.SetMaxThreads(limits.max_server_threads);
   builder.SetResourceQuota(quota);
-  builder.AddListeningPort(address, security.ServerCredentials(), &running.port);
+  builder.AddListeningPort(address, ServerCredentials(security), &running.port);
   // gRPC sets SO_REUSEPORT by default: a second ps_server started for the
   // same shard would then bind beside the first, and the kernel would split
   // the workers' connections between two shards of different state.

@@ -5,7 +5,7 @@
 // process (not the service) decides how to stop.
 //
 // PullStream, PushStream and PushPull carry the bulk of the bytes, so they
-// are served over raw byte buffers (common/chunk_wire.h): the service
+// are served over raw byte buffers (rpc/chunk_wire.h): the service
 // replaces the generated handlers of those methods with its own. Workers on
 // the same host may instead attach a shared region (ShmAttach) and move the
 // bytes through it (ShmExchange, ps_server/shm_exchange.h).

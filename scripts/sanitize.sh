@@ -36,7 +36,7 @@ JOBS=${JOBS:-2}
 # Tests whose code runs in this process only, or crosses gRPC only to a
 # server in the same process (training_test runs whole clusters in-process;
 # load_test drives 32 pushing threads against one shard).
-ASAN_TESTS=(kernels_test worker_test common_test placement_test ps_server_test consistency_policy_test chunk_streams_test training_test load_test)
+ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test chunk_streams_test training_test load_test)
 # Under TSan only the tests that run no gRPC thread: the concurrent
 # ParameterShard tests (pushers, pullers, stoppers on plain threads against
 # one shard), the Checkpointer's thread, kernels, codecs, configs. gRPC and
@@ -49,7 +49,7 @@ ASAN_TESTS=(kernels_test worker_test common_test placement_test ps_server_test c
 # worker/, common/ or tests/. Suppressing them would take rules broad enough
 # to hide our own races on gRPC threads, so those tests run under ASan +
 # UBSan only.
-TSAN_TESTS=(kernels_test worker_test common_test placement_test ps_server_test consistency_policy_test)
+TSAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test)
 # The gRPC tests by name, so that a build-tsan/ where training_test or
 # load_test happen to be built still skips them.
 TSAN_GRPC_TESTS='^PsClientTest\.|MaxRequestBytesTest\.|StartGrpcServerTest\.|ShmExchangeTest\.|^TrainingTest\.|ConvergenceTest\.|^LoadTest\.'

@@ -3,11 +3,12 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "common/chunk_wire.h"
-#include "common/grpc_status.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "grpcpp/create_channel.h"
+#include "rpc/chunk_wire.h"
+#include "rpc/grpc_credentials.h"
+#include "rpc/grpc_status.h"
 #include "worker/worker_metrics.h"
 
 namespace pst {
@@ -28,11 +29,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  security.ConfigureChannel(&args);
+  ConfigureChannel(security, &args);
   auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
   for (size_t s = 0; s < addresses.size(); ++s) {
-    auto channel =
-        grpc::CreateCustomChannel(addresses[s], security.ChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(addresses[s], ChannelCredentials(security), args);
     if (!channel->WaitForConnected(deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach ps:", s, " at ", addresses[s], " within ",

@@ -25,15 +25,16 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/chunk_wire.h"
 #include "common/security.h"
 #include "common/shared_memory.h"
 #include "common/tensor_stream.h"
 #include "common/thread_pool.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "placement/placement.h"
 #include "placement/variable_spec.h"
 #include "ps.grpc.pb.h"
+#include "rpc/chunk_wire.h"
 #include "worker/step_exchange.h"
 
 namespace pst {
@@ -141,7 +142,7 @@ class PsClient {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<ParameterServer::Stub> stub;
     // PullStream, PushStream and PushPull, called with byte-buffer messages
-    // (common/chunk_wire.h) instead of through the stub.
+    // (rpc/chunk_wire.h) instead of through the stub.
     std::unique_ptr<grpc::internal::RpcMethod> pull_stream;
     std::unique_ptr<grpc::internal::RpcMethod> push_stream;
     std::unique_ptr<grpc::internal::RpcMethod> push_pull;

@@ -6,7 +6,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/chunk_wire.h"
+#include "rpc/chunk_wire.h"
 #include "worker/ps_client.h"
 #include "worker/worker_metrics.h"
 

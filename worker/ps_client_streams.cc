@@ -3,9 +3,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "common/chunk_wire.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
+#include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 

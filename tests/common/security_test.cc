@@ -1,6 +1,7 @@
-// TLS and the cluster token: a PS with cluster.tls and cluster.auth serves
-// only clients that trust its CA, present the token and, under mutual TLS,
-// a certificate of its CA. Certificates come from openssl, made per run.
+// What cluster.tls and cluster.auth name, read and checked: missing files
+// and tokens are named, weak tokens warned about; and where a plaintext PS
+// may listen. Certificates come from openssl, made per run. The credentials
+// made from these, over gRPC, are tests/rpc/grpc_credentials_test.cc's.
 #include "common/security.h"
 
 #include <unistd.h>
@@ -14,11 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
-#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "ps.grpc.pb.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/ps_service.h"
 #include "tests/support/test_certificates.h"
 
 namespace pst {
@@ -44,11 +41,7 @@ class SecurityTest : public ::testing::Test {
   }
 
   void SetUp() override { setenv(kTokenEnv, "s3cret-token", 1); }
-  void TearDown() override {
-    unsetenv(kTokenEnv);
-    for (auto& server : servers_) server.grpc_server->Shutdown();
-    for (auto& shard : shards_) shard->BeginShutdown();
-  }
+  void TearDown() override { unsetenv(kTokenEnv); }
 
   // cluster.tls from our CA and certificate, cluster.auth from kTokenEnv.
   static ClusterConfig SecureCluster(bool require_client_cert) {
@@ -62,116 +55,12 @@ class SecurityTest : public ::testing::Test {
     return cluster;
   }
 
-  // Starts a PS shard secured by `cluster`; returns its address.
-  std::string StartServer(const ClusterConfig& cluster) {
-    absl::StatusOr<ClusterSecurity> security =
-        ClusterSecurity::FromConfig(cluster, ClusterSecurity::Role::kServer);
-    EXPECT_TRUE(security.ok()) << security.status();
-    ShardOptions options;
-    options.optimizer.mutable_sgd()->set_learning_rate(0.1f);
-    absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
-    EXPECT_TRUE(shard.ok()) << shard.status();
-    absl::StatusOr<RunningServer> server =
-        StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, *security);
-    EXPECT_TRUE(server.ok()) << server.status();
-    std::string address = absl::StrCat("127.0.0.1:", server->port);
-    shards_.push_back(std::move(*shard));
-    servers_.push_back(std::move(*server));
-    return address;
-  }
-
-  // One Stats call from a client secured by `cluster` (a client-side view).
-  static grpc::Status CallStats(const std::string& address, const ClusterConfig& cluster) {
-    absl::StatusOr<ClusterSecurity> security =
-        ClusterSecurity::FromConfig(cluster, ClusterSecurity::Role::kClient);
-    if (!security.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "bad client config");
-    grpc::ChannelArguments args;
-    security->ConfigureChannel(&args);
-    auto stub = ParameterServer::NewStub(
-        grpc::CreateCustomChannel(address, security->ChannelCredentials(), args));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    StatsRequest request;
-    StatsResponse response;
-    return stub->Stats(&context, request, &response);
-  }
-
   static std::string* dir_;
   static TestCertificates* certs_;
-  std::vector<std::unique_ptr<ParameterShard>> shards_;
-  std::vector<RunningServer> servers_;
 };
 
 std::string* SecurityTest::dir_ = nullptr;
 TestCertificates* SecurityTest::certs_ = nullptr;
-
-TEST_F(SecurityTest, TheRightTokenOverTlsIsServed) {
-  std::string address = StartServer(SecureCluster(false));
-  grpc::Status status = CallStats(address, SecureCluster(false));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-}
-
-TEST_F(SecurityTest, AMissingOrWrongTokenIsUnauthenticated) {
-  std::string address = StartServer(SecureCluster(false));
-  ClusterConfig no_token = SecureCluster(false);
-  no_token.clear_auth();
-  grpc::Status missing = CallStats(address, no_token);
-  EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_THAT(missing.error_message(), HasSubstr("carried none"));
-
-  std::string token_file = *dir_ + "/wrong.token";
-  std::ofstream(token_file) << "s3cret-tokeN\n";
-  ClusterConfig wrong_token = SecureCluster(false);
-  wrong_token.mutable_auth()->Clear();
-  wrong_token.mutable_auth()->set_token_file(token_file);
-  grpc::Status wrong = CallStats(address, wrong_token);
-  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_THAT(wrong.error_message(), HasSubstr("does not match"));
-}
-
-TEST_F(SecurityTest, ATokenFileServesLikeTheEnvironment) {
-  std::string token_file = *dir_ + "/right.token";
-  std::ofstream(token_file) << "  s3cret-token\n";  // whitespace around it is not part of it
-  ClusterConfig from_file = SecureCluster(false);
-  from_file.mutable_auth()->Clear();
-  from_file.mutable_auth()->set_token_file(token_file);
-  std::string address = StartServer(SecureCluster(false));
-  grpc::Status status = CallStats(address, from_file);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-}
-
-TEST_F(SecurityTest, APlaintextClientCannotTalkToATlsServer) {
-  std::string address = StartServer(SecureCluster(false));
-  grpc::Status status = CallStats(address, ClusterConfig());
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
-}
-
-TEST_F(SecurityTest, AClientThatDoesNotTrustTheServerCaFails) {
-  std::string address = StartServer(SecureCluster(false));
-  ClusterConfig other_ca = SecureCluster(false);
-  other_ca.mutable_tls()->set_ca(certs_->other_ca);
-  grpc::Status status = CallStats(address, other_ca);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
-}
-
-TEST_F(SecurityTest, MutualTlsRejectsClientCertificatesOfAnotherCa) {
-  std::string address = StartServer(SecureCluster(true));
-  grpc::Status good = CallStats(address, SecureCluster(true));
-  EXPECT_TRUE(good.ok()) << good.error_message();
-
-  // The client trusts the server, but its own certificate is signed by a CA
-  // the server does not know.
-  ClusterConfig foreign = SecureCluster(true);
-  foreign.mutable_tls()->set_cert(certs_->other_cert);
-  foreign.mutable_tls()->set_key(certs_->other_key);
-  grpc::Status status = CallStats(address, foreign);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
-
-  // No client certificate at all.
-  ClusterConfig anonymous = SecureCluster(false);
-  grpc::Status none = CallStats(address, anonymous);
-  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAVAILABLE) << none.error_message();
-}
 
 TEST_F(SecurityTest, MissingFilesAndTokensAreNamed) {
   struct Case {

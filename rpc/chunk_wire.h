@@ -9,8 +9,8 @@
 // only one), and a received message is parsed over gRPC's receive slices,
 // each piece copied once, straight to where it belongs. TensorFlow's
 // grpc_tensor_coding / TensorResponse do the same for its tensors.
-#ifndef PST_COMMON_CHUNK_WIRE_H_
-#define PST_COMMON_CHUNK_WIRE_H_
+#ifndef PST_RPC_CHUNK_WIRE_H_
+#define PST_RPC_CHUNK_WIRE_H_
 
 #include <cstdint>
 #include <memory>
@@ -126,4 +126,4 @@ class ReceivedChunk {
 
 }  // namespace pst
 
-#endif  // PST_COMMON_CHUNK_WIRE_H_
+#endif  // PST_RPC_CHUNK_WIRE_H_

@@ -1,7 +1,7 @@
 // ChunkBuilder and ReceivedChunk against protobuf itself: what the builder
 // writes is byte for byte what protobuf serializes, what the reader accepts
 // is what protobuf accepts, wherever gRPC's slices happen to split it.
-#include "common/chunk_wire.h"
+#include "rpc/chunk_wire.h"
 
 #include <string>
 #include <thread>

@@ -1,4 +1,4 @@
-#include "common/chunk_wire.h"
+#include "rpc/chunk_wire.h"
 
 #include <atomic>
 #include <cstring>

@@ -1,7 +1,7 @@
 // absl::Status <-> grpc::Status. The two share their code numbering, so the
 // conversion keeps the code and the message and nothing else.
-#ifndef PST_COMMON_GRPC_STATUS_H_
-#define PST_COMMON_GRPC_STATUS_H_
+#ifndef PST_RPC_GRPC_STATUS_H_
+#define PST_RPC_GRPC_STATUS_H_
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
@@ -17,4 +17,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace pst
 
-#endif  // PST_COMMON_GRPC_STATUS_H_
+#endif  // PST_RPC_GRPC_STATUS_H_

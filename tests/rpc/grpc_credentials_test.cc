@@ -1,0 +1,178 @@
+// TLS and the cluster token over gRPC: a PS with cluster.tls and
+// cluster.auth serves only clients that trust its CA, present the token and,
+// under mutual TLS, a certificate of its CA. Certificates come from openssl,
+// made per run.
+#include "rpc/grpc_credentials.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "ps.grpc.pb.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/ps_service.h"
+#include "tests/support/test_certificates.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kTokenEnv[] = "PST_GRPC_CREDENTIALS_TEST_TOKEN";
+
+class GrpcCredentialsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(absl::StrCat(::testing::TempDir(), "/grpc_credentials_test.", getpid()));
+    std::filesystem::create_directories(*dir_);
+    absl::StatusOr<TestCertificates> certs = MakeTestCertificates(*dir_);
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = new TestCertificates(*certs);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete certs_;
+    delete dir_;
+  }
+
+  void SetUp() override { setenv(kTokenEnv, "s3cret-token", 1); }
+  void TearDown() override {
+    unsetenv(kTokenEnv);
+    for (auto& server : servers_) server.grpc_server->Shutdown();
+    for (auto& shard : shards_) shard->BeginShutdown();
+  }
+
+  // cluster.tls from our CA and certificate, cluster.auth from kTokenEnv.
+  static ClusterConfig SecureCluster(bool require_client_cert) {
+    ClusterConfig cluster;
+    TlsConfig* tls = cluster.mutable_tls();
+    tls->set_ca(certs_->ca);
+    tls->set_cert(certs_->cert);
+    tls->set_key(certs_->key);
+    tls->set_require_client_cert(require_client_cert);
+    cluster.mutable_auth()->set_token_env(kTokenEnv);
+    return cluster;
+  }
+
+  // Starts a PS shard secured by `cluster`; returns its address.
+  std::string StartServer(const ClusterConfig& cluster) {
+    absl::StatusOr<ClusterSecurity> security =
+        ClusterSecurity::FromConfig(cluster, ClusterSecurity::Role::kServer);
+    EXPECT_TRUE(security.ok()) << security.status();
+    ShardOptions options;
+    options.optimizer.mutable_sgd()->set_learning_rate(0.1f);
+    absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    absl::StatusOr<RunningServer> server =
+        StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, *security);
+    EXPECT_TRUE(server.ok()) << server.status();
+    std::string address = absl::StrCat("127.0.0.1:", server->port);
+    shards_.push_back(std::move(*shard));
+    servers_.push_back(std::move(*server));
+    return address;
+  }
+
+  // One Stats call from a client secured by `cluster` (a client-side view).
+  static grpc::Status CallStats(const std::string& address, const ClusterConfig& cluster) {
+    absl::StatusOr<ClusterSecurity> security =
+        ClusterSecurity::FromConfig(cluster, ClusterSecurity::Role::kClient);
+    if (!security.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "bad client config");
+    grpc::ChannelArguments args;
+    ConfigureChannel(*security, &args);
+    auto stub = ParameterServer::NewStub(
+        grpc::CreateCustomChannel(address, ChannelCredentials(*security), args));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    StatsRequest request;
+    StatsResponse response;
+    return stub->Stats(&context, request, &response);
+  }
+
+  static std::string* dir_;
+  static TestCertificates* certs_;
+  std::vector<std::unique_ptr<ParameterShard>> shards_;
+  std::vector<RunningServer> servers_;
+};
+
+std::string* GrpcCredentialsTest::dir_ = nullptr;
+TestCertificates* GrpcCredentialsTest::certs_ = nullptr;
+
+TEST_F(GrpcCredentialsTest, TheRightTokenOverTlsIsServed) {
+  std::string address = StartServer(SecureCluster(false));
+  grpc::Status status = CallStats(address, SecureCluster(false));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(GrpcCredentialsTest, AMissingOrWrongTokenIsUnauthenticated) {
+  std::string address = StartServer(SecureCluster(false));
+  ClusterConfig no_token = SecureCluster(false);
+  no_token.clear_auth();
+  grpc::Status missing = CallStats(address, no_token);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(missing.error_message(), HasSubstr("carried none"));
+
+  std::string token_file = *dir_ + "/wrong.token";
+  std::ofstream(token_file) << "s3cret-tokeN\n";
+  ClusterConfig wrong_token = SecureCluster(false);
+  wrong_token.mutable_auth()->Clear();
+  wrong_token.mutable_auth()->set_token_file(token_file);
+  grpc::Status wrong = CallStats(address, wrong_token);
+  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(wrong.error_message(), HasSubstr("does not match"));
+}
+
+TEST_F(GrpcCredentialsTest, ATokenFileServesLikeTheEnvironment) {
+  std::string token_file = *dir_ + "/right.token";
+  std::ofstream(token_file) << "  s3cret-token\n";  // whitespace around it is not part of it
+  ClusterConfig from_file = SecureCluster(false);
+  from_file.mutable_auth()->Clear();
+  from_file.mutable_auth()->set_token_file(token_file);
+  std::string address = StartServer(SecureCluster(false));
+  grpc::Status status = CallStats(address, from_file);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(GrpcCredentialsTest, APlaintextClientCannotTalkToATlsServer) {
+  std::string address = StartServer(SecureCluster(false));
+  grpc::Status status = CallStats(address, ClusterConfig());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+TEST_F(GrpcCredentialsTest, AClientThatDoesNotTrustTheServerCaFails) {
+  std::string address = StartServer(SecureCluster(false));
+  ClusterConfig other_ca = SecureCluster(false);
+  other_ca.mutable_tls()->set_ca(certs_->other_ca);
+  grpc::Status status = CallStats(address, other_ca);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+TEST_F(GrpcCredentialsTest, MutualTlsRejectsClientCertificatesOfAnotherCa) {
+  std::string address = StartServer(SecureCluster(true));
+  grpc::Status good = CallStats(address, SecureCluster(true));
+  EXPECT_TRUE(good.ok()) << good.error_message();
+
+  // The client trusts the server, but its own certificate is signed by a CA
+  // the server does not know.
+  ClusterConfig foreign = SecureCluster(true);
+  foreign.mutable_tls()->set_cert(certs_->other_cert);
+  foreign.mutable_tls()->set_key(certs_->other_key);
+  grpc::Status status = CallStats(address, foreign);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+
+  // No client certificate at all.
+  ClusterConfig anonymous = SecureCluster(false);
+  grpc::Status none = CallStats(address, anonymous);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAVAILABLE) << none.error_message();
+}
+
+}  // namespace
+}  // namespace pst
