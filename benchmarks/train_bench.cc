@@ -14,10 +14,10 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "common/exit.h"
 #include "spdlog/spdlog.h"
-#include "tests/support/in_process_cluster.h"
 
 ABSL_FLAG(int, train_limit, 20000, "Training examples per run (0 = all 60000).");
 ABSL_FLAG(int, batch_size, 64, "Batch size per worker.");

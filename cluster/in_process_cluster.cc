@@ -1,4 +1,4 @@
-#include "tests/support/in_process_cluster.h"
+#include "cluster/in_process_cluster.h"
 
 #include <thread>
 
@@ -8,7 +8,7 @@
 namespace pst {
 
 absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobConfig config,
-                                                                           int num_shards) {
+                                                                          int num_shards) {
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster());
   config.mutable_cluster()->clear_ps();
   for (int s = 0; s < num_shards; ++s) {
@@ -16,7 +16,8 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobCon
     options.num_shards = num_shards;
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     if (!shard.ok()) return shard.status();
-    absl::StatusOr<RunningServer> server = StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
+    absl::StatusOr<RunningServer> server =
+        StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
     if (!server.ok()) return server.status();
     config.mutable_cluster()->add_ps(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards_.push_back(std::move(*shard));

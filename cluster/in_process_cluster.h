@@ -1,8 +1,8 @@
 // A whole cluster inside one process, for tests and benchmarks: real
 // ParameterShards behind real gRPC servers on 127.0.0.1 (ports chosen by the
 // kernel), and one Trainer thread per worker, each with its own client.
-#ifndef PST_TESTS_SUPPORT_IN_PROCESS_CLUSTER_H_
-#define PST_TESTS_SUPPORT_IN_PROCESS_CLUSTER_H_
+#ifndef PST_CLUSTER_IN_PROCESS_CLUSTER_H_
+#define PST_CLUSTER_IN_PROCESS_CLUSTER_H_
 
 #include <memory>
 #include <vector>
@@ -27,8 +27,7 @@ class InProcessCluster {
  public:
   // Starts `num_shards` shards for `config` (its cluster.ps is replaced by
   // the addresses actually bound).
-  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(JobConfig config,
-                                                                 int num_shards);
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(JobConfig config, int num_shards);
   ~InProcessCluster();
 
   const JobConfig& config() const { return config_; }
@@ -47,4 +46,4 @@ class InProcessCluster {
 
 }  // namespace pst
 
-#endif  // PST_TESTS_SUPPORT_IN_PROCESS_CLUSTER_H_
+#endif  // PST_CLUSTER_IN_PROCESS_CLUSTER_H_

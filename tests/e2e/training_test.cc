@@ -3,10 +3,10 @@
 // tutorial problems in both modes.
 #include <cmath>
 
+#include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/in_process_cluster.h"
 
 namespace pst {
 namespace {

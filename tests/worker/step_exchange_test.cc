@@ -4,9 +4,9 @@
 #include "worker/step_exchange.h"
 
 #include "absl/strings/str_cat.h"
+#include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "tests/support/in_process_cluster.h"
 #include "worker/ps_client.h"
 
 namespace pst {
