@@ -43,6 +43,7 @@
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/process_memory.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
 #include "google/protobuf/struct.pb.h"
@@ -566,6 +567,7 @@ int Main() {
 }  // namespace pst
 
 int main(int argc, char** argv) {
+  pst::KeepLargeBuffersWarm();
   pst::ParseCommandLineFlags(
       argc, argv,
       "Push+pull throughput and latency of the PS data plane over loopback gRPC, by model size, "

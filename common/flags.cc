@@ -15,7 +15,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit.h"
-#include "common/process_memory.h"
 #include "common/security.h"
 #include "spdlog/spdlog.h"
 
@@ -94,8 +93,6 @@ absl::Status CheckCommandLine(int argc, char** argv) {
 }
 
 std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage) {
-  // Every binary starts here, before its first large buffer.
-  KeepLargeBuffersWarm();
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {

@@ -4,8 +4,9 @@
 // 32 MiB) with a fresh mapping and returns it to the kernel on free, so each
 // step's multi-megabyte buffers would be page-faulted in again, and writing
 // into a page touched for the first time is many times slower than writing
-// into memory already mapped. Our binaries call KeepLargeBuffersWarm first
-// thing, so that the user needs no MALLOC_* environment tuning.
+// into memory already mapped. The binaries that move large tensors
+// (ps_server, worker, ps_bench, gpu_bench) call KeepLargeBuffersWarm first
+// thing in main, so that the user needs no MALLOC_* environment tuning.
 #ifndef PST_COMMON_PROCESS_MEMORY_H_
 #define PST_COMMON_PROCESS_MEMORY_H_
 

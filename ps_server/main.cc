@@ -17,6 +17,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
+#include "common/process_memory.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_metrics.h"
@@ -113,6 +114,7 @@ std::thread StartSignalWaiter(absl::Notification* stop, std::function<void()> on
 }  // namespace
 
 int main(int argc, char** argv) {
+  pst::KeepLargeBuffersWarm();
   pst::ParseCommandLineFlags(argc, argv,
       "One parameter-server shard: holds its variables and optimizer state and serves "
       "Register/Init/Pull/Push over gRPC.\n"

@@ -12,6 +12,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
+#include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device.h"
 #include "spdlog/spdlog.h"
@@ -88,6 +89,7 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
 }  // namespace
 
 int main(int argc, char** argv) {
+  pst::KeepLargeBuffersWarm();
   pst::ParseCommandLineFlags(argc, argv,
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
       "shard of the data, pushes them back.\n"
