@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "kernels/device_spec.h"
 
 namespace pst {
@@ -58,7 +59,7 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
       }
       Trainer trainer(config_, rank, clients[rank].get(), tower_backends, &data);
       if (static_cast<size_t>(rank) < step_delays.size()) {
-        trainer.set_injected_step_delay(step_delays[rank]);
+        trainer.set_before_push([delay = step_delays[rank]] { absl::SleepFor(delay); });
       }
       results[rank] = trainer.Run();
     });

@@ -253,7 +253,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   absl::StatusOr<LossResult> loss =
       towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
   if (!loss.ok()) return loss;
-  if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
+  if (before_push_) before_push_();
   // The gradient goes out and the next step's parameters come back in one
   // exchange (PsClient::PushPull).
   const std::vector<int64_t> computed_at = versions_;
@@ -298,7 +298,7 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
           // The forward pass has taken every value of the last exchange:
           // end it (its versions tag this push), and begin this step's.
           if (absl::Status s = FinishExchange(responses, /*upload=*/false); !s.ok()) return s;
-          if (injected_step_delay_ > absl::ZeroDuration()) absl::SleepFor(injected_step_delay_);
+          if (before_push_) before_push_();
           exchange_computed_at_ = versions_;
           exchange_start_ = absl::Now();
           // The exchange writes the next values into the host parameters.

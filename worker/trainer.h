@@ -6,6 +6,7 @@
 #ifndef PST_WORKER_TRAINER_H_
 #define PST_WORKER_TRAINER_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -45,9 +46,11 @@ class Trainer {
           const TrainingData* data)
       : Trainer(config, rank, client, std::vector<Kernels*>{kernels}, data) {}
 
-  // Test and benchmark hook: sleep this long in every step, to make a
-  // straggler on purpose.
-  void set_injected_step_delay(absl::Duration delay) { injected_step_delay_ = delay; }
+  // Called in every step once the gradients are computed, before they are
+  // pushed (layer-wise: before the step's first push), on the training
+  // thread; empty = nothing. A caller that makes a straggler on purpose
+  // sleeps in it.
+  void set_before_push(std::function<void()> hook) { before_push_ = std::move(hook); }
 
   // Draw a live progress bar when stdout is a terminal (the worker binary);
   // off by default, so that threads sharing a terminal do not fight over it.
@@ -132,7 +135,7 @@ class Trainer {
   std::span<float> batch_x_;  // the Mlp's (pinned) input staging buffer
   std::span<float> batch_y_;  // the Mlp's (pinned) target staging buffer
   int64_t resume_clock_ = 0;           // steps this worker had done before a restart
-  absl::Duration injected_step_delay_ = absl::ZeroDuration();
+  std::function<void()> before_push_;
   bool live_progress_ = false;
   std::unique_ptr<Progress> progress_;
   double train_seconds_ = 0.0;

@@ -107,8 +107,10 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
   pid_t ps = Spawn({Bin("ps_server"), "--config=" + config, "--task=ps:0",
                     absl::StrCat("--metrics_port=", ports + 1)},
                    ScratchDir() + "/ps.log");
-  pid_t worker = Spawn({Bin("worker"), "--config=" + config, "--task=worker:0",
-                        absl::StrCat("--metrics_port=", ports + 2), "--inject_step_delay_ms=20"},
+  // The worker slowed down (tests/support/slow_worker.cc), so that the
+  // scrapes below catch it while it trains.
+  pid_t worker = Spawn({PST_SLOW_WORKER, "--config=" + config, "--task=worker:0",
+                        absl::StrCat("--metrics_port=", ports + 2), "--step_delay_ms=20"},
                        ScratchDir() + "/worker.log");
 
   std::map<std::string, double> w;

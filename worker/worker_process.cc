@@ -1,0 +1,167 @@
+#include "worker/worker_process.h"
+
+#include <fstream>
+#include <optional>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config.h"
+#include "common/exit.h"
+#include "common/flags.h"
+#include "common/metrics_http.h"
+#include "google/protobuf/util/json_util.h"
+#include "kernels/device.h"
+#include "spdlog/spdlog.h"
+#include "worker/event_writer.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+ABSL_FLAG(std::string, task, "worker:0",
+          "Which worker this is: worker:<index>; worker:0 is the chief.");
+ABSL_FLAG(std::string, result_file, "",
+          "Write this worker's result (steps, samples, loss, test accuracy) here as JSON.");
+ABSL_FLAG(std::string, logdir, "",
+          "The chief (worker:0) writes TensorBoard event files here (train/loss, "
+          "train/samples_per_sec, train/staleness, test/loss, test/accuracy); other workers "
+          "ignore it. Empty = none.");
+ABSL_FLAG(int, connect_timeout_seconds, 60,
+          "How long to wait for every PS shard to accept a connection.");
+
+namespace {
+
+constexpr char kProgram[] = "worker";
+
+absl::Status WriteResult(const std::string& path, const pst::WorkerResult& result) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(result, &json, options).ok()) {
+    return absl::InternalError("cannot serialize the worker result");
+  }
+  std::ofstream out(path);
+  out << json << "\n";
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --result_file ", path));
+  return absl::OkStatus();
+}
+
+// One backend per tower: training.devices when set, else one on training.device
+// (auto: this rank's share of the visible GPUs, kernels/device.h).
+absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
+    const pst::TrainingConfig& training, int rank) {
+  absl::StatusOr<pst::DeviceList> list = pst::ParseDeviceList(training.devices());
+  if (!list.ok()) return list.status();
+  std::string where = "--devices=" + training.devices() + ": ";
+  std::string instead = "; use --devices=cpu:N";
+  if (list->every_gpu) {
+    const int gpus = pst::VisibleGpuCount();
+    if (gpus == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--devices=gpu:all: no GPU is visible (", pst::NoGpuReason(), "); use --devices=cpu:N"));
+    }
+    for (int g = 0; g < gpus; ++g) list->towers.push_back({pst::DeviceSpec::Kind::kGpu, g});
+  } else if (list->towers.empty()) {
+    absl::StatusOr<pst::DeviceSpec> device = pst::ParseDeviceSpec(training.device());
+    if (!device.ok()) return device.status();
+    list->towers.push_back(*device);
+    where = "";
+    instead = "; use --device=cpu, or auto";
+  }
+  std::vector<std::unique_ptr<pst::Kernels>> backends;
+  for (const pst::DeviceSpec& spec : list->towers) {
+    absl::StatusOr<std::unique_ptr<pst::Kernels>> kernels = pst::MakeKernelsFor(spec, rank);
+    if (!kernels.ok()) {
+      return absl::Status(kernels.status().code(),
+                          absl::StrCat(where, "--device=", spec.ToString(), ": ",
+                                       kernels.status().message(), instead));
+    }
+    backends.push_back(std::move(*kernels));
+  }
+  return backends;
+}
+
+}  // namespace
+
+namespace pst {
+
+int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
+  pst::ParseCommandLineFlags(
+      argc, argv,
+      "A training worker: pulls parameters from every PS shard, computes gradients on its "
+      "shard of the data, pushes them back.\n"
+      "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async] "
+      "[--device=auto|cpu|gpu:N] [--devices=cpu:2|gpu:0,gpu:1|gpu:all]");
+
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
+  if (!config.ok()) pst::ExitWithError(kProgram, config.status());
+  absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
+  if (!task.ok()) pst::ExitWithError(kProgram, task.status());
+  if (task->kind != pst::TaskId::Kind::kWorker) {
+    pst::ExitWithError(kProgram,
+                       absl::InvalidArgumentError("--task must be worker:<index> for worker"));
+  }
+  if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
+
+  if (absl::GetFlag(FLAGS_check_config)) {
+    pst::FinishConfigCheck(kProgram, *config,
+                           pst::CheckTaskFiles(*config, /*ps=*/false,
+                                               /*workers=*/true));
+  }
+  // The devices first: a wrong --device(s) fails at once, before data and peers.
+  absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> backends =
+      MakeTowerBackends(config->training(), task->index);
+  if (!backends.ok()) pst::ExitWithError(kProgram, backends.status());
+  std::vector<pst::Kernels*> towers;
+  for (const std::unique_ptr<pst::Kernels>& backend : *backends) towers.push_back(backend.get());
+  const int gpus = pst::VisibleGpuCount();
+  spdlog::info(
+      "{} computing on {} tower(s): {} ({} GPU(s) visible{})", task->ToString(), towers.size(),
+      absl::StrJoin(towers, ",",
+                    [](std::string* out, const pst::Kernels* k) { out->append(k->Name()); }),
+      gpus, gpus > 0 ? "" : absl::StrCat(": ", pst::NoGpuReason()));
+
+  // Before the slow parts (data, connecting), so a bad flag fails at once.
+  pst::GetWorkerMetrics();  // every metric is scraped from the start, at zero
+  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
+      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+  if (!metrics_server.ok()) pst::ExitWithError(kProgram, metrics_server.status());
+  std::unique_ptr<pst::EventWriter> events;
+  if (std::string logdir = absl::GetFlag(FLAGS_logdir); !logdir.empty() && task->index == 0) {
+    absl::StatusOr<std::unique_ptr<pst::EventWriter>> opened = pst::EventWriter::Open(logdir);
+    if (!opened.ok()) pst::ExitWithError(kProgram, opened.status());
+    events = std::move(*opened);
+    spdlog::info("TensorBoard events: {}", events->path());
+  }
+
+  absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
+  if (!data.ok()) pst::ExitWithError(kProgram, data.status());
+
+  absl::StatusOr<pst::ClusterSecurity> security =
+      pst::ClusterSecurity::FromConfig(config->cluster(), pst::ClusterSecurity::Role::kClient);
+  if (!security.ok()) pst::ExitWithError(kProgram, security.status());
+  for (const std::string& warning : security->warnings()) spdlog::warn("{}", warning);
+  if (std::optional<std::string> warning =
+          pst::metrics::ExposureWarningFromFlags(security->tls())) {
+    spdlog::warn("{}", *warning);
+  }
+  std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
+  absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
+      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)),
+      *security);
+  if (!client.ok()) pst::ExitWithError(kProgram, client.status());
+
+  pst::Trainer trainer(*config, task->index, client->get(), towers, &*data);
+  trainer.set_live_progress(true);
+  trainer.set_event_writer(events.get());
+  trainer.set_before_push(hooks.before_push);
+  absl::StatusOr<pst::WorkerResult> result = trainer.Run();
+  if (!result.ok()) pst::ExitWithStatus(kProgram, result.status());
+  if (std::string path = absl::GetFlag(FLAGS_result_file); !path.empty()) {
+    if (absl::Status s = WriteResult(path, *result); !s.ok()) pst::ExitWithError(kProgram, s);
+  }
+  return 0;
+}
+
+}  // namespace pst
