@@ -1,7 +1,5 @@
 #include "ps_server/parameter_shard.h"
 
-#include "ps_server/sync_reduce.h"
-
 #include <algorithm>
 #include <limits>
 
@@ -61,7 +59,7 @@ ParameterShard::ParameterShard(const ShardOptions& options,
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
       store_(std::move(optimizer)),
-      pending_(options.num_workers),
+      step_(options.num_workers),
       progress_(options.num_workers),
       workers_(options.num_workers) {}
 
@@ -141,6 +139,7 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
     ++pushes_rejected_;
     return s;
   }
+  ResetStep();
   response->set_accepted(true);
   spdlog::info("shard {}: initialized {} variables ({} bytes) from worker:{}", options_.shard,
                store_.size(), store_.parameter_bytes(), request.worker());
@@ -237,6 +236,15 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
                                   PushChecked checked) {
+  // The pass over the payload needs nothing of the shard: made before the
+  // lock, so pushes check their bytes side by side. A non-finite one is
+  // left to ValidateGradients, which names it.
+  if (!checked.values_finite) {
+    checked.values_finite =
+        std::all_of(request.gradients().begin(), request.gradients().end(), [](const Tensor& g) {
+          return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
+        });
+  }
   absl::MutexLock lock(&mu_);
   AwaitUpdateTurn();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
@@ -461,14 +469,14 @@ void ParameterShard::CountRejectedPush() {
 
 void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int>& indices,
                                PushResponse* response) {
-  const int rank = request.worker();
-  std::vector<std::vector<float>>& slot = pending_[rank];
-  slot.resize(store_.size());
-  for (size_t i = 0; i < indices.size(); ++i) {
-    slot[indices[i]].resize(store_.variable(indices[i]).size());
-    DecodeTensor(request.gradients(static_cast<int>(i)), slot[indices[i]]);
-  }
-  progress_[rank].pushed = true;
+  // Admitted into the step: the step cannot complete before this push has
+  // landed, and no other push of this rank is admitted until it completes.
+  progress_[request.worker()].pushed = true;
+  ++landing_;
+  mu_.Unlock();
+  step_.Land(request.worker(), request, indices);
+  mu_.Lock();
+  --landing_;
   switch (MaybeCompleteStep()) {
     case StepResult::kPending:
       ++pushes_aggregated_;
@@ -485,21 +493,9 @@ void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int
 }
 
 ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
-  if (!policy_->StepComplete(View())) return StepResult::kPending;
-  const auto pushed = std::count_if(progress_.begin(), progress_.end(),
-                                    [](const WorkerProgress& w) { return w.pushed; });
-  const float scale = 1.0f / static_cast<float>(pushed);
-  absl::Status staged = absl::OkStatus();
-  std::vector<std::span<const float>> gradients;
-  for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
-    // Rank order, whatever the arrival order: bitwise reproducible sums.
-    gradients.clear();
-    for (int rank = 0; rank < options_.num_workers; ++rank) {
-      if (progress_[rank].pushed) gradients.push_back(pending_[rank][v]);
-    }
-    staged = StageMean(&store_, static_cast<int>(v), gradients, scale, &reduce_threads_,
-                       reduce_parts_);
-  }
+  // An admitted push still landing completes the step itself once it has.
+  if (landing_ > 0 || !policy_->StepComplete(View())) return StepResult::kPending;
+  const absl::Status staged = step_.Stage(&store_, &reduce_threads_, reduce_parts_);
   for (WorkerProgress& w : progress_) w.pushed = false;
   // pushes_applied counts completed steps, so it stays equal to the version.
   ++pushes_applied_;
@@ -675,12 +671,19 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
                                                    ", this is shard ", options_.shard));
   }
   if (absl::Status s = store_.Restore(checkpoint); !s.ok()) return s;
+  ResetStep();
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
     progress_[i].clock = checkpoint.worker_clocks(i);
   }
   changed_.SignalAll();
   return absl::OkStatus();
+}
+
+void ParameterShard::ResetStep() {
+  std::vector<size_t> sizes(store_.size());
+  for (size_t v = 0; v < sizes.size(); ++v) sizes[v] = store_.variable(static_cast<int>(v)).size();
+  step_.Reset(std::move(sizes));
 }
 
 int64_t ParameterShard::parameter_bytes() const {

@@ -7,9 +7,10 @@
 //
 // A push the policy applies on its own advances the version by one, its
 // learning rate scaled as the policy says. Pushes the policy aggregates are
-// kept until it calls the step complete; then they are summed in
-// worker-rank order (bitwise independent of arrival order), averaged,
-// applied with one optimizer step, and the version advances by one. Dropped
+// summed in worker-rank order as they arrive, outside the shard's lock
+// (step_aggregate.h; bitwise independent of arrival order); when the policy
+// calls the step complete and every admitted push has landed, the sum is
+// averaged, applied with one optimizer step, and the version advances by one. Dropped
 // pushes are counted. Every valid push, dropped or not, advances its
 // worker's clock and records its staleness (the version at arrival minus
 // the version it was computed at).
@@ -47,6 +48,7 @@
 #include "ps.pb.h"
 #include "common/thread_pool.h"
 #include "ps_server/consistency_policy.h"
+#include "ps_server/step_aggregate.h"
 #include "ps_server/variable_store.h"
 
 namespace pst {
@@ -274,8 +276,8 @@ class ParameterShard {
   // wait for; wakes waiters when anything changed.
   void RefreshLiveSet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps the push's gradients for the current step and completes the step
-  // if the policy says so.
+  // Adds the push's gradients to the current step, releasing mu_ while they
+  // land, and completes the step if the policy says so.
   void Aggregate(const PushRequest& request, const std::vector<int>& indices,
                  PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the push on its own, its learning rate scaled by `lr_scale`.
@@ -287,6 +289,8 @@ class ParameterShard {
   enum class StepResult { kPending, kApplied, kSkipped };
   StepResult MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties the step and sizes it to the store's variables.
+  void ResetStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -313,9 +317,11 @@ class ParameterShard {
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_updates_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The gradients aggregated for the current step, per worker rank and
-  // variable; progress_[rank].pushed marks which ranks have pushed.
-  std::vector<std::vector<std::vector<float>>> pending_ ABSL_GUARDED_BY(mu_);
+  // The current step's gradients, summed as they land, outside mu_;
+  // progress_[rank].pushed marks the ranks admitted into it, and landing_
+  // counts those whose gradient has not landed yet.
+  StepAggregate step_;
+  int landing_ ABSL_GUARDED_BY(mu_) = 0;
   // Where a step's large variables are reduced and applied, in up to
   // reduce_parts_ shares (ps_server/sync_reduce.h).
   ThreadPool reduce_threads_;
