@@ -242,7 +242,7 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
   std::printf("fault: %s: worker:2 SIGKILLed at version %lld; stepping again after %s\n",
               GetParam().c_str(), static_cast<long long>(at_kill),
               absl::FormatDuration(stalled).c_str());
-  // Within the 1 s lease (plus the liveness poll) the PS has dropped it.
+  // When the 1 s lease runs out the PS drops it, on its own timer.
   StatsResponse stats;
   EXPECT_TRUE(Eventually([&] { return !(stats = Stats()).workers(2).live(); },
                          killed + absl::Seconds(5) - absl::Now(), absl::Milliseconds(50)))
