@@ -14,6 +14,7 @@ program's rows to ps_bench (e.g. ps-lite's) for the ratios against them.
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -58,8 +59,9 @@ def main() -> int:
                           f"{row['transport']}: {row['push_pull_gbps']:.3f} GB/s",
                           file=sys.stderr, flush=True)
     rows = []
+    command = shlex.join(["/usr/bin/python3"] + sys.argv)
     for (size_bytes, size, workers, transport), runs in sorted(samples.items()):
-        row = {"benchmark": "ps_bench", "size": size, "size_bytes": size_bytes,
+        row = {"benchmark": "ps_bench", "command": command, "size": size, "size_bytes": size_bytes,
                "workers": workers, "transport": transport, "runs": len(runs)}
         for figure in FIGURES:
             values = [x[figure] for x in runs if x.get(figure) is not None]

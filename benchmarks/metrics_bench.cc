@@ -1,9 +1,11 @@
 // metrics_bench: what the metrics cost on the hot path. Times
 // Histogram::Observe and Counter::Increment from 1 and 2 threads (the PS
 // serves Pulls and Pushes on several threads at once), and one Render of a
-// registry shaped like the PS's. Prints ns per operation; medians of --runs.
+// registry shaped like the PS's. Prints ns per operation, medians of --runs,
+// as a table or, with --json, one JSON object per row.
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,6 +17,7 @@
 
 ABSL_FLAG(int, ops, 2'000'000, "Operations per thread per run.");
 ABSL_FLAG(int, runs, 5, "Runs per measurement; the median is printed.");
+ABSL_FLAG(bool, json, false, "Print one JSON object per row instead of a table.");
 
 namespace pst::metrics {
 namespace {
@@ -38,6 +41,17 @@ double NanosPerOp(int threads, Op op) {
   return runs[runs.size() / 2];
 }
 
+// One row of the table, or of JSON with --json.
+void PrintRow(const std::string& operation, int threads, double value, const char* unit) {
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("{\"operation\":\"%s\",\"threads\":%d,\"%s_per_op\":%.1f}\n", operation.c_str(),
+                threads, unit, value);
+  } else {
+    std::printf("%-40s %8d %12.1f %s\n", operation.c_str(), threads, value, unit);
+  }
+  std::fflush(stdout);
+}
+
 int Main() {
   Registry registry;
   Histogram& latency = registry.AddHistogram("bench_seconds", "b", LatencyBuckets());
@@ -45,13 +59,18 @@ int Main() {
   for (int i = 0; i < 10; ++i) {
     registry.AddHistogram("bench_extra_" + std::to_string(i), "b", LatencyBuckets());
   }
-  std::printf("%-40s %8s %12s\n", "operation", "threads", "ns/op");
-  for (int threads : {1, 2}) {
-    std::printf("%-40s %8d %12.1f\n", "Histogram::Observe (17 buckets)", threads,
-                NanosPerOp(threads, [&](int t, int i) { latency.Observe(1e-4 * (i % 1000)); }));
-    std::printf("%-40s %8d %12.1f\n", "Counter::Increment", threads,
-                NanosPerOp(threads, [&](int, int) { counter.Increment(); }));
+  const std::string observe =
+      "Histogram::Observe (" + std::to_string(LatencyBuckets().size()) + " buckets)";
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("%-40s %8s %12s\n", "operation", "threads", "time/op");
   }
+  for (int threads : {1, 2}) {
+    PrintRow(observe, threads,
+             NanosPerOp(threads, [&](int t, int i) { latency.Observe(1e-4 * (i % 1000)); }), "ns");
+    PrintRow("Counter::Increment", threads,
+             NanosPerOp(threads, [&](int, int) { counter.Increment(); }), "ns");
+  }
+  // A scrape renders every instrument once; the median of 101 renders.
   std::vector<double> renders;
   for (int r = 0; r < 101; ++r) {
     absl::Time start = absl::Now();
@@ -59,8 +78,7 @@ int Main() {
     renders.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
   }
   std::sort(renders.begin(), renders.end());
-  std::printf("%-40s %8d %12.1f us (median of 101)\n", "Registry::Render (12 histograms)", 1,
-              renders[50]);
+  PrintRow("Registry::Render (12 histograms)", 1, renders[50], "us");
   return 0;
 }
 
@@ -68,7 +86,8 @@ int Main() {
 }  // namespace pst::metrics
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Times the metrics instruments. Usage: metrics_bench [--ops=N]");
+  absl::SetProgramUsageMessage(
+      "Times the metrics instruments. Usage: metrics_bench [--ops=N] [--runs=N] [--json]");
   absl::ParseCommandLine(argc, argv);
   return pst::metrics::Main();
 }

@@ -27,6 +27,7 @@ import argparse
 import gzip
 import json
 import os
+import shlex
 import socket
 import statistics
 import subprocess
@@ -226,6 +227,7 @@ def main() -> int:
               "(scripts/build.sh) or pass --bin_dir", file=sys.stderr)
         return 2
     os.environ["OMP_NUM_THREADS"] = "1"
+    command = shlex.join(["/usr/bin/python3"] + sys.argv)
     rows = []
     for optimizer in args.optimizers.split(","):
         args.optimizer = optimizer
@@ -238,13 +240,13 @@ def main() -> int:
                       file=sys.stderr, flush=True)
         median = {name: statistics.median(v) for name, v in samples.items()}
         for name, values in samples.items():
-            rows.append({"benchmark": "train_vs_torch", "optimizer": optimizer,
+            rows.append({"benchmark": "train_vs_torch", "command": command, "optimizer": optimizer,
                          "batch_size": args.batch_size, "hidden": args.hidden, "variant": name,
                          "median_samples_per_sec": round(median[name], 1),
                          "min": round(min(values), 1), "max": round(max(values), 1),
                          "runs": len(values)})
         best_ours = max(median["ours 2 workers"], median["ours 1 worker 2 towers"])
-        rows.append({"benchmark": "train_vs_torch", "optimizer": optimizer,
+        rows.append({"benchmark": "train_vs_torch", "command": command, "optimizer": optimizer,
                      "batch_size": args.batch_size, "hidden": args.hidden,
                      "ratio_2_workers_vs_ddp":
                          round(median["ours 2 workers"] / median["torch DDP 2 processes"], 3),

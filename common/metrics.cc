@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -60,11 +61,13 @@ std::string FormatValue(double value) {
 struct Registry::Family {
   std::string name;
   std::string help;
-  // Exactly one of these is set.
+  // Exactly one of these is set (a collector with its index).
   std::unique_ptr<Counter> counter;
   std::unique_ptr<Gauge> gauge;
   std::unique_ptr<Histogram> histogram;
   std::function<double()> callback;
+  std::shared_ptr<const std::function<std::vector<double>()>> collector;
+  size_t collected = 0;
   Type callback_type = Type::kGauge;
 
   const char* TypeName() const {
@@ -136,7 +139,27 @@ void Registry::AddCallback(const std::string& name, const std::string& help, Typ
   }
   family->help = help;
   family->callback = std::move(read);
+  family->collector.reset();
   family->callback_type = type;
+}
+
+void Registry::AddCollector(const std::vector<Collected>& metrics,
+                            std::function<std::vector<double>()> read) {
+  auto collector = std::make_shared<const std::function<std::vector<double>()>>(std::move(read));
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    Family* family = Find(metrics[i].name);
+    if (family == nullptr) {
+      families_.push_back(std::make_unique<Family>());
+      family = families_.back().get();
+      family->name = metrics[i].name;
+    }
+    family->help = metrics[i].help;
+    family->callback = nullptr;
+    family->collector = collector;
+    family->collected = i;
+    family->callback_type = metrics[i].type;
+  }
 }
 
 namespace {
@@ -172,6 +195,8 @@ void RenderHistogram(const std::string& name, const Histogram& histogram, std::s
 std::string Registry::Render() const {
   absl::MutexLock lock(&mu_);
   std::string out;
+  // Each collector's reading, taken at its first metric.
+  std::map<const void*, std::vector<double>> readings;
   for (const auto& family : families_) {
     absl::StrAppend(&out, "# HELP ", family->name, " ", EscapeHelp(family->help), "\n");
     absl::StrAppend(&out, "# TYPE ", family->name, " ", family->TypeName(), "\n");
@@ -181,6 +206,12 @@ std::string Registry::Render() const {
       absl::StrAppend(&out, family->name, " ", FormatValue(family->gauge->value()), "\n");
     } else if (family->histogram) {
       RenderHistogram(family->name, *family->histogram, &out);
+    } else if (family->collector) {
+      auto [reading, first] = readings.try_emplace(family->collector.get());
+      if (first) reading->second = (*family->collector)();
+      const std::vector<double>& values = reading->second;
+      const double value = family->collected < values.size() ? values[family->collected] : NAN;
+      absl::StrAppend(&out, family->name, " ", FormatValue(value), "\n");
     } else {
       absl::StrAppend(&out, family->name, " ", FormatValue(family->callback()), "\n");
     }

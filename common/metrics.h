@@ -4,8 +4,8 @@
 // Recording is lock-free (relaxed atomics), so instruments can sit on the
 // hot path of every Pull and Push; only registration and Render() take the
 // registry's lock. Metrics whose value already lives elsewhere (a shard's
-// Stats) are registered as callbacks and read at scrape time instead of
-// being counted twice.
+// Stats) are registered as callbacks, or as a collector that reads them all
+// at once, and read at scrape time instead of being counted twice.
 //
 //   Registry& registry = GlobalRegistry();
 //   Histogram& latency = registry.AddHistogram("pst_ps_push_seconds", "...", LatencyBuckets());
@@ -93,6 +93,18 @@ class Registry {
   // name again replaces the callback.
   void AddCallback(const std::string& name, const std::string& help, Type type,
                    std::function<double()> read);
+  // Counters and gauges read together: `read` runs once per Render and
+  // returns one value per entry of `metrics`, in that order, so that every
+  // one of them comes from the same reading (one snapshot of a shard, taken
+  // once per scrape). The same lifetime rule as AddCallback; registering a
+  // name again replaces how it is read.
+  struct Collected {
+    std::string name;
+    std::string help;
+    Type type = Type::kGauge;
+  };
+  void AddCollector(const std::vector<Collected>& metrics,
+                    std::function<std::vector<double>()> read);
 
   // Every metric, in registration order, with its # HELP and # TYPE lines.
   std::string Render() const;

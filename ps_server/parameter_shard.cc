@@ -1,7 +1,5 @@
 #include "ps_server/parameter_shard.h"
 
-#include "ps_server/sync_reduce.h"
-
 #include <algorithm>
 #include <limits>
 
@@ -12,10 +10,6 @@
 
 namespace pst {
 namespace {
-
-// How often a waiting Pull re-evaluates the live set, so that a worker's
-// death is noticed within lease + this.
-constexpr absl::Duration kLivenessPoll = absl::Milliseconds(100);
 
 // A push with nothing in it would still count as an update and move the
 // version.
@@ -61,9 +55,16 @@ ParameterShard::ParameterShard(const ShardOptions& options,
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
       store_(std::move(optimizer)),
-      pending_(options.num_workers),
+      step_(options.num_workers),
       progress_(options.num_workers),
-      workers_(options.num_workers) {}
+      workers_(options.num_workers),
+      lease_(
+          options.num_workers, options.lease, &mu_,
+          [this](const std::vector<int>& workers) {
+            mu_.AssertHeld();
+            LeasesExpired(workers);
+          },
+          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {}
 
 absl::Status ParameterShard::CheckWorker(int worker) const {
   if (worker < 0 || worker >= options_.num_workers) {
@@ -75,35 +76,60 @@ absl::Status ParameterShard::CheckWorker(int worker) const {
 }
 
 void ParameterShard::Touch(int worker) {
-  WorkerState& w = workers_[worker];
-  w.ever_seen = true;
-  w.last_seen = absl::Now();
-  if (!progress_[worker].live) {
-    progress_[worker].live = true;
-    spdlog::info("shard {}: worker:{} is back in the live set", options_.shard, worker);
-    changed_.SignalAll();
+  switch (lease_.Touch(worker)) {
+    case LeaseTracker::Heard::kAgain:
+      return;
+    case LeaseTracker::Heard::kBack:
+      progress_[worker].live = true;
+      spdlog::info("shard {}: worker:{} is back in the live set", options_.shard, worker);
+      break;
+    case LeaseTracker::Heard::kFirstTime:
+      break;
+  }
+  WorkersChanged();
+  Changed();
+}
+
+void ParameterShard::LeasesExpired(const std::vector<int>& workers) {
+  for (int worker : workers) {
+    progress_[worker].live = false;
+    spdlog::warn("shard {}: worker:{} silent for {}; dropped from the live set", options_.shard,
+                 worker, absl::FormatDuration(lease_.SinceSeen(worker).value_or(options_.lease)));
+  }
+  WorkersChanged();
+  MaybeCompleteStep();
+  Changed();
+}
+
+void ParameterShard::WorkersChanged() { ++worker_changes_; }
+
+void ParameterShard::Changed() {
+  changed_.SignalAll();
+  for (ParkedCall* call : parked_) {
+    if (shutting_down_ || (*call->ready)()) call->wake.Signal();
   }
 }
 
-void ParameterShard::RefreshLiveSet() {
-  const absl::Time now = absl::Now();
-  bool changed = false;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    WorkerState& w = workers_[i];
-    bool live = !w.ever_seen || w.calls_in_flight > 0 || now - w.last_seen <= options_.lease;
-    if (live != progress_[i].live) {
-      progress_[i].live = live;
-      changed = true;
-      if (!live) {
-        spdlog::warn("shard {}: worker:{} silent for {}; dropped from the live set",
-                     options_.shard, i, absl::FormatDuration(now - w.last_seen));
-      }
-    }
+bool ParameterShard::Park(const std::function<bool()>& ready, absl::Time deadline,
+                          const std::function<bool()>& caller_gone, int* waiting) {
+  ParkedCall call;
+  call.ready = &ready;
+  LeaseTracker::WatchedCall watch{.caller_gone = caller_gone, .wake = &call.wake};
+  parked_.push_back(&call);
+  if (caller_gone) lease_.Watch(&watch);
+  ++*waiting;
+  while (!shutting_down_ && !watch.gone && !ready()) {
+    if (call.wake.WaitWithDeadline(&mu_, deadline)) break;  // the deadline passed
   }
-  if (changed) {
-    MaybeCompleteStep();
-    changed_.SignalAll();
-  }
+  --*waiting;
+  if (caller_gone) lease_.Unwatch(&watch);
+  parked_.erase(std::find(parked_.begin(), parked_.end(), &call));
+  return watch.gone;
+}
+
+bool ParameterShard::AllWorkersDone() const {
+  return std::all_of(progress_.begin(), progress_.end(),
+                     [](const WorkerProgress& w) { return w.done; });
 }
 
 bool ParameterShard::PullMayProceed(const PullRequest& request) const {
@@ -117,7 +143,11 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   Touch(request.worker());
-  progress_[request.worker()].done = false;
+  if (progress_[request.worker()].done) {
+    progress_[request.worker()].done = false;
+    WorkersChanged();
+    Changed();
+  }
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
   response->set_version(version_);
@@ -141,10 +171,11 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
     ++pushes_rejected_;
     return s;
   }
+  ResetStep();
   response->set_accepted(true);
   spdlog::info("shard {}: initialized {} variables ({} bytes) from worker:{}", options_.shard,
                store_.size(), store_.parameter_bytes(), request.worker());
-  changed_.SignalAll();
+  Changed();
   return absl::OkStatus();
 }
 
@@ -173,22 +204,17 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
                                                    static_cast<int>(request.dtype()), " in a pull"));
   }
   absl::MutexLock lock(&mu_);
-  WorkerState& worker = workers_[request.worker()];
   Touch(request.worker());
-  ++worker.calls_in_flight;
+  lease_.BeginCall(request.worker());
   bool caller_gone = false;
-  while (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
-    if (bounds.caller_gone && bounds.caller_gone()) {
-      caller_gone = true;
-      break;
-    }
-    ++waiting_pulls_;
-    changed_.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + kLivenessPoll));
-    --waiting_pulls_;
-    RefreshLiveSet();
+  if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
+    const std::function<bool()> ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return PullMayProceed(request);
+    };
+    caller_gone = (bounds.caller_gone && bounds.caller_gone()) ||
+                  Park(ready, deadline, bounds.caller_gone, &waiting_pulls_);
   }
-  --worker.calls_in_flight;
-  Touch(request.worker());
+  lease_.EndCall(request.worker());
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (caller_gone) {
     return absl::CancelledError(absl::StrCat("worker:", request.worker(),
@@ -237,6 +263,15 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
                                   PushChecked checked) {
+  // The pass over the payload needs nothing of the shard: made before the
+  // lock, so pushes check their bytes side by side. A non-finite one is
+  // left to ValidateGradients, which names it.
+  if (!checked.values_finite) {
+    checked.values_finite =
+        std::all_of(request.gradients().begin(), request.gradients().end(), [](const Tensor& g) {
+          return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
+        });
+  }
   absl::MutexLock lock(&mu_);
   AwaitUpdateTurn();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
@@ -304,7 +339,7 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
   }
   if (response->outcome() == PushResponse::DROPPED) ++worker.dropped;
   // A new clock can release pulls (SSP's) even when the version did not move.
-  changed_.SignalAll();
+  Changed();
   return status;
 }
 
@@ -451,7 +486,7 @@ void ParameterShard::ReleaseStaging() {
 void ParameterShard::ReleaseStagingLocked() {
   staging_held_ = false;
   staging_holder_ = nullptr;
-  changed_.SignalAll();
+  changed_.SignalAll();  // updates wait for it; parked calls do not
 }
 
 void ParameterShard::CountRejectedPush() {
@@ -461,14 +496,14 @@ void ParameterShard::CountRejectedPush() {
 
 void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int>& indices,
                                PushResponse* response) {
-  const int rank = request.worker();
-  std::vector<std::vector<float>>& slot = pending_[rank];
-  slot.resize(store_.size());
-  for (size_t i = 0; i < indices.size(); ++i) {
-    slot[indices[i]].resize(store_.variable(indices[i]).size());
-    DecodeTensor(request.gradients(static_cast<int>(i)), slot[indices[i]]);
-  }
-  progress_[rank].pushed = true;
+  // Admitted into the step: the step cannot complete before this push has
+  // landed, and no other push of this rank is admitted until it completes.
+  progress_[request.worker()].pushed = true;
+  ++landing_;
+  mu_.Unlock();
+  step_.Land(request.worker(), request, indices);
+  mu_.Lock();
+  --landing_;
   switch (MaybeCompleteStep()) {
     case StepResult::kPending:
       ++pushes_aggregated_;
@@ -485,21 +520,9 @@ void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int
 }
 
 ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
-  if (!policy_->StepComplete(View())) return StepResult::kPending;
-  const auto pushed = std::count_if(progress_.begin(), progress_.end(),
-                                    [](const WorkerProgress& w) { return w.pushed; });
-  const float scale = 1.0f / static_cast<float>(pushed);
-  absl::Status staged = absl::OkStatus();
-  std::vector<std::span<const float>> gradients;
-  for (size_t v = 0; v < store_.size() && staged.ok(); ++v) {
-    // Rank order, whatever the arrival order: bitwise reproducible sums.
-    gradients.clear();
-    for (int rank = 0; rank < options_.num_workers; ++rank) {
-      if (progress_[rank].pushed) gradients.push_back(pending_[rank][v]);
-    }
-    staged = StageMean(&store_, static_cast<int>(v), gradients, scale, &reduce_threads_,
-                       reduce_parts_);
-  }
+  // An admitted push still landing completes the step itself once it has.
+  if (landing_ > 0 || !policy_->StepComplete(View())) return StepResult::kPending;
+  const absl::Status staged = step_.Stage(&store_, &reduce_threads_, reduce_parts_);
   for (WorkerProgress& w : progress_) w.pushed = false;
   // pushes_applied counts completed steps, so it stays equal to the version.
   ++pushes_applied_;
@@ -549,7 +572,7 @@ void ParameterShard::AdvanceVersion() {
     scheduled_snapshot_ = SnapshotLocked();
     snapshot_unwritten_ = checkpoint_writer_attached_;
   }
-  changed_.SignalAll();
+  Changed();
 }
 
 absl::Status ParameterShard::Heartbeat(const HeartbeatRequest& request,
@@ -565,20 +588,52 @@ absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* resp
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
-  progress_[request.worker()].done = true;
+  if (!progress_[request.worker()].done) {
+    progress_[request.worker()].done = true;
+    WorkersChanged();
+  }
   // A finished worker no longer holds back pulls or steps.
   MaybeCompleteStep();
-  changed_.SignalAll();
+  Changed();
   int done = 0;
   for (const WorkerProgress& w : progress_) done += w.done ? 1 : 0;
   response->set_workers_done(done);
   return absl::OkStatus();
 }
 
-void ParameterShard::Stats(StatsResponse* response) {
+void ParameterShard::Stats(StatsResponse* response) const {
   absl::MutexLock lock(&mu_);
-  RefreshLiveSet();
-  const absl::Time now = absl::Now();
+  FillStats(response);
+}
+
+absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& request,
+                                              absl::Time deadline, StatsResponse* response,
+                                              const std::function<bool()>& caller_gone) {
+  if (request.timeout_ms() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AwaitWorkersDone's timeout_ms is ",
+                                                   request.timeout_ms(), "; it must be 0 or more"));
+  }
+  if (request.known_changes() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AwaitWorkersDone's known_changes is ", request.known_changes(),
+                     "; pass -1, or the worker_changes of an earlier answer"));
+  }
+  absl::MutexLock lock(&mu_);
+  const std::function<bool()> settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return AllWorkersDone() || worker_changes_ != request.known_changes();
+  };
+  bool gone = false;
+  if (!shutting_down_ && !settled() && absl::Now() < deadline) {
+    gone = (caller_gone && caller_gone()) ||
+           Park(settled, deadline, caller_gone, &waiting_done_calls_);
+  }
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  if (gone) return absl::CancelledError("the caller went away while AwaitWorkersDone waited");
+  FillStats(response);
+  return absl::OkStatus();
+}
+
+void ParameterShard::FillStats(StatsResponse* response) const {
   response->set_version(version_);
   response->set_pushes_applied(pushes_applied_);
   response->set_pushes_aggregated(pushes_aggregated_);
@@ -602,7 +657,8 @@ void ParameterShard::Stats(StatsResponse* response) {
     stats->set_done(p.done);
     stats->set_live(p.live);
     stats->set_dropped(w.dropped);
-    stats->set_seconds_since_seen(w.ever_seen ? absl::ToDoubleSeconds(now - w.last_seen) : -1.0);
+    const std::optional<absl::Duration> since_seen = lease_.SinceSeen(static_cast<int>(i));
+    stats->set_seconds_since_seen(since_seen ? absl::ToDoubleSeconds(*since_seen) : -1.0);
     pushes += p.clock;
     done += p.done ? 1 : 0;
     if (p.live) {
@@ -616,6 +672,7 @@ void ParameterShard::Stats(StatsResponse* response) {
   response->set_clock_spread(live > 0 ? fastest - slowest : 0);
   response->set_mean_staleness(pushes == 0 ? 0.0 : static_cast<double>(staleness_sum_) / pushes);
   *response->mutable_checkpoint() = checkpoint_stats_;
+  response->set_worker_changes(worker_changes_);
 }
 
 void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
@@ -675,12 +732,19 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
                                                    ", this is shard ", options_.shard));
   }
   if (absl::Status s = store_.Restore(checkpoint); !s.ok()) return s;
+  ResetStep();
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
     progress_[i].clock = checkpoint.worker_clocks(i);
   }
-  changed_.SignalAll();
+  Changed();
   return absl::OkStatus();
+}
+
+void ParameterShard::ResetStep() {
+  std::vector<size_t> sizes(store_.size());
+  for (size_t v = 0; v < sizes.size(); ++v) sizes[v] = store_.variable(static_cast<int>(v)).size();
+  step_.Reset(std::move(sizes));
 }
 
 int64_t ParameterShard::parameter_bytes() const {
@@ -703,6 +767,11 @@ int ParameterShard::waiting_updates() const {
   return waiting_updates_;
 }
 
+int ParameterShard::waiting_done_calls() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_done_calls_;
+}
+
 bool ParameterShard::streamed_update_staged() const {
   absl::MutexLock lock(&mu_);
   return staging_held_;
@@ -711,7 +780,7 @@ bool ParameterShard::streamed_update_staged() const {
 void ParameterShard::BeginShutdown() {
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
-  changed_.SignalAll();
+  Changed();
 }
 
 }  // namespace pst

@@ -7,18 +7,26 @@
 //
 // A push the policy applies on its own advances the version by one, its
 // learning rate scaled as the policy says. Pushes the policy aggregates are
-// kept until it calls the step complete; then they are summed in
-// worker-rank order (bitwise independent of arrival order), averaged,
-// applied with one optimizer step, and the version advances by one. Dropped
+// summed in worker-rank order as they arrive, outside the shard's lock
+// (step_aggregate.h; bitwise independent of arrival order); when the policy
+// calls the step complete and every admitted push has landed, the sum is
+// averaged, applied with one optimizer step, and the version advances by one. Dropped
 // pushes are counted. Every valid push, dropped or not, advances its
 // worker's clock and records its staleness (the version at arrival minus
 // the version it was computed at).
 //
 // The live set: a worker is live while it has never been heard from (it may
-// still be starting), while one of its calls is in flight, or within
-// `lease` of its last call. A worker that falls silent leaves the live set,
-// so SYNC steps complete and SSP's slowest clock moves on without it; any
-// later call brings it back.
+// still be starting), while one of its calls is in flight, or until `lease`
+// has passed since its last call. A worker that falls silent leaves the
+// live set when its lease runs out (ps_server/lease_tracker.h: on a timer,
+// whether or not anyone calls in), so SYNC steps complete and SSP's slowest
+// clock moves on without it; any later call brings it back.
+//
+// A call that must wait (a pull for its version, AwaitWorkersDone) parks
+// on a condition variable of its own, and whatever changes what it waits
+// for (a version, a worker clock, the live or done set, Init, shutdown)
+// wakes exactly the parked calls that can now proceed; its deadline, or
+// its caller going away, ends the wait otherwise. Stats is a pure read.
 //
 // Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
 // future version, a push with no gradient, a pull naming a variable twice,
@@ -47,6 +55,8 @@
 #include "ps.pb.h"
 #include "common/thread_pool.h"
 #include "ps_server/consistency_policy.h"
+#include "ps_server/lease_tracker.h"
+#include "ps_server/step_aggregate.h"
 #include "ps_server/variable_store.h"
 
 namespace pst {
@@ -54,6 +64,8 @@ namespace pst {
 // The consistency options (mode, workers, ...) are the policy's.
 struct ShardOptions : ConsistencyOptions {
   absl::Duration lease = absl::Seconds(5);
+  // The time leases run on; null: the system's. Must outlive the shard.
+  const LeaseClock* lease_clock = nullptr;
   // A push streaming into the update (StreamedUpdate) that receives nothing
   // for this long while another update waits for it is cancelled, so that a
   // worker that stalls mid-stream (paused, cut off without a reset) holds
@@ -81,9 +93,11 @@ class ParameterShard;
 
 // What a caller adds to a pull's deadline.
 struct PullBounds {
-  // Polled while the pull waits (every 100 ms at most): true once the
-  // caller has gone (its call cancelled, its connection closed), which
-  // ends the wait with Cancelled, so no thread stays parked for nobody.
+  // True once the caller has gone (its call cancelled, its connection
+  // closed), which ends the wait with Cancelled, so no thread stays parked
+  // for nobody. Asked before the pull waits and then, while it waits, every
+  // LeaseTracker::kCallerPoll from the lease tracker's thread, with the
+  // shard's lock held.
   std::function<bool()> caller_gone;
   // Pull only: ResourceExhausted, before anything is encoded, if the
   // answer would be larger (rpc_limits.h: PullReplyBytes). 0: no bound.
@@ -208,7 +222,22 @@ class ParameterShard {
   void CountRejectedPush();
   absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   absl::Status Done(const DoneRequest& request, DoneResponse* response);
-  void Stats(StatsResponse* response);
+  // A snapshot of the shard's counters and workers; changes nothing.
+  void Stats(StatsResponse* response) const;
+
+  // The chief's wait for the end of training: waits (up to `deadline`) until
+  // every worker is done, or the workers' standing differs from what the
+  // caller last saw (StatsResponse.worker_changes != request.known_changes:
+  // a worker was first heard from, left or rejoined the live set, finished
+  // or registered again), then answers as Stats. So a caller that passes
+  // each answer's worker_changes back sees every change, and waits in
+  // between. OK at the deadline too, with the state then. InvalidArgument
+  // for a negative timeout_ms or a known_changes below -1; Cancelled once
+  // the caller has gone (polled as PullBounds::caller_gone is);
+  // Unavailable once shutting down.
+  absl::Status AwaitWorkersDone(const AwaitWorkersDoneRequest& request, absl::Time deadline,
+                                StatsResponse* response,
+                                const std::function<bool()>& caller_gone = {});
 
   // The shard's whole state, for a checkpoint.
   ShardCheckpoint Snapshot() const;
@@ -244,6 +273,8 @@ class ParameterShard {
   // its wait before it checks what the wait holds back.
   int waiting_pulls() const;
   int waiting_updates() const;
+  // AwaitWorkersDone calls parked now.
+  int waiting_done_calls() const;
   // Whether a StreamedUpdate holds the staging, holding other updates back.
   bool streamed_update_staged() const;
 
@@ -256,9 +287,13 @@ class ParameterShard {
     int64_t last_staleness = 0;
     int64_t max_staleness = 0;
     int64_t dropped = 0;
-    bool ever_seen = false;
-    int calls_in_flight = 0;
-    absl::Time last_seen = absl::InfinitePast();
+  };
+  // A call parked until `ready` holds (evaluated under mu_ by whoever
+  // changes the shard), its caller goes, the shard shuts down or its
+  // deadline passes.
+  struct ParkedCall {
+    const std::function<bool()>* ready = nullptr;
+    absl::CondVar wake;
   };
 
   ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
@@ -268,14 +303,26 @@ class ParameterShard {
     return {.version = version_, .workers = progress_};
   }
   absl::Status CheckWorker(int worker) const;
-  // Marks `worker` as heard from now.
+  // Marks `worker` as heard from now (its lease starts again).
   void Touch(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-evaluates leases; completes a step the live set no longer needs to
-  // wait for; wakes waiters when anything changed.
-  void RefreshLiveSet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lease tracker's report (on its thread, mu_ held): `workers` left
+  // the live set. Completes a step the live set no longer waits for.
+  void LeasesExpired(const std::vector<int>& workers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's standing (seen, live, done) changed: for AwaitWorkersDone.
+  void WorkersChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Something a waiter may wait for changed: wakes the update and snapshot
+  // waiters (changed_) and the parked calls whose condition now holds.
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parks the calling thread as ParkedCall says, counted in `*waiting`;
+  // true if it ended because the caller has gone.
+  bool Park(const std::function<bool()>& ready, absl::Time deadline,
+            const std::function<bool()>& caller_gone, int* waiting)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllWorkersDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps the push's gradients for the current step and completes the step
-  // if the policy says so.
+  // Adds the push's gradients to the current step, releasing mu_ while they
+  // land, and completes the step if the policy says so.
   void Aggregate(const PushRequest& request, const std::vector<int>& indices,
                  PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the push on its own, its learning rate scaled by `lr_scale`.
@@ -287,6 +334,8 @@ class ParameterShard {
   enum class StepResult { kPending, kApplied, kSkipped };
   StepResult MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties the step and sizes it to the store's variables.
+  void ResetStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -306,16 +355,24 @@ class ParameterShard {
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
+  // Waited on by updates held back (AwaitUpdateTurn) and by
+  // TakeScheduledSnapshot; parked calls have their own.
   absl::CondVar changed_;
+  std::vector<ParkedCall*> parked_ ABSL_GUARDED_BY(mu_);
   VariableStore store_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_done_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  // Changes of the workers' standing (StatsResponse.worker_changes).
+  int64_t worker_changes_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The gradients aggregated for the current step, per worker rank and
-  // variable; progress_[rank].pushed marks which ranks have pushed.
-  std::vector<std::vector<std::vector<float>>> pending_ ABSL_GUARDED_BY(mu_);
+  // The current step's gradients, summed as they land, outside mu_;
+  // progress_[rank].pushed marks the ranks admitted into it, and landing_
+  // counts those whose gradient has not landed yet.
+  StepAggregate step_;
+  int landing_ ABSL_GUARDED_BY(mu_) = 0;
   // Where a step's large variables are reduced and applied, in up to
   // reduce_parts_ shares (ps_server/sync_reduce.h).
   ThreadPool reduce_threads_;
@@ -335,6 +392,8 @@ class ParameterShard {
   // A StreamedUpdate holds the store's staging; other updates wait.
   bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
   StreamedUpdate* staging_holder_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Last: its thread reports into the members above, and stops first.
+  LeaseTracker lease_;
 };
 
 }  // namespace pst

@@ -64,6 +64,14 @@ void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
 
 void ExportShardMetrics(ParameterShard* shard) {
   Served();  // the served-call metrics appear from the first scrape on, at zero
+  ExportShardMetrics(&GlobalRegistry(), [shard] {
+    StatsResponse stats;
+    shard->Stats(&stats);
+    return stats;
+  });
+}
+
+void ExportShardMetrics(metrics::Registry* registry, std::function<StatsResponse()> stats) {
   struct Read {
     const char* name;
     const char* help;
@@ -99,13 +107,14 @@ void ExportShardMetrics(ParameterShard* shard) {
       {"pst_ps_checkpoint_version", "Version of the newest checkpoint on disk (-1: none).",
        metrics::Type::kGauge, [](const StatsResponse& s) { return double(s.checkpoint().version()); }},
   };
-  for (const Read& read : kReads) {
-    GlobalRegistry().AddCallback(read.name, read.help, read.type, [shard, value = read.value] {
-      StatsResponse stats;
-      shard->Stats(&stats);
-      return value(stats);
-    });
-  }
+  std::vector<metrics::Registry::Collected> collected;
+  for (const Read& read : kReads) collected.push_back({read.name, read.help, read.type});
+  registry->AddCollector(collected, [stats = std::move(stats)] {
+    const StatsResponse snapshot = stats();
+    std::vector<double> values;
+    for (const Read& read : kReads) values.push_back(read.value(snapshot));
+    return values;
+  });
 }
 
 }  // namespace pst

@@ -1,12 +1,16 @@
 // The PS's Prometheus metrics (see common/metrics.h): latency and size of
 // the Pull and Push calls it serves and the staleness of each gradient,
 // recorded by the gRPC service; the shard's push counters, version and live
-// workers, read from ParameterShard::Stats at scrape time.
+// workers, read from one ParameterShard::Stats snapshot per scrape (Stats
+// changes nothing, and every gauge of a scrape agrees with the others).
 #ifndef PST_PS_SERVER_PS_METRICS_H_
 #define PST_PS_SERVER_PS_METRICS_H_
 
+#include <functional>
+
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "ps.pb.h"
 
 namespace pst {
@@ -31,6 +35,9 @@ int64_t PushStaleness(int64_t computed_at, const PushResponse& response);
 // Registers the metrics read from `shard`'s Stats on the global registry.
 // `shard` must outlive every later scrape (stop the metrics server first).
 void ExportShardMetrics(ParameterShard* shard);
+// The same metrics on `registry`, read from `stats`, which runs once per
+// scrape (Registry::AddCollector).
+void ExportShardMetrics(metrics::Registry* registry, std::function<StatsResponse()> stats);
 
 }  // namespace pst
 

@@ -375,6 +375,15 @@ grpc::Status ParameterServerService::Stats(grpc::ServerContext*, const StatsRequ
   return grpc::Status::OK;
 }
 
+grpc::Status ParameterServerService::AwaitWorkersDone(grpc::ServerContext* context,
+                                                      const AwaitWorkersDoneRequest* request,
+                                                      StatsResponse* response) {
+  const absl::Duration asked = absl::Milliseconds(std::max(0, request->timeout_ms()));
+  const absl::Time deadline = std::min(absl::Now() + std::min(asked, limits_.max_pull_wait),
+                                       absl::FromChrono(context->deadline()));
+  return ToGrpcStatus(server_->AwaitWorkersDone(*request, deadline, response, CallerGone(context)));
+}
+
 grpc::Status ParameterServerService::Checkpoint(grpc::ServerContext*, const CheckpointRequest*,
                                                 CheckpointResponse* response) {
   if (!hooks_.checkpoint) {

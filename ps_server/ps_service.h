@@ -82,6 +82,11 @@ class ParameterServerService final : public ParameterServer::Service {
                     DoneResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context, const StatsRequest* request,
                      StatsResponse* response) override;
+  // Parks its thread as a long-polling Pull does: its wait is cut to
+  // max_pull_wait and the call's deadline, and ends when the caller goes.
+  grpc::Status AwaitWorkersDone(grpc::ServerContext* context,
+                                const AwaitWorkersDoneRequest* request,
+                                StatsResponse* response) override;
   grpc::Status Checkpoint(grpc::ServerContext* context, const CheckpointRequest* request,
                           CheckpointResponse* response) override;
   grpc::Status Shutdown(grpc::ServerContext* context, const ShutdownRequest* request,

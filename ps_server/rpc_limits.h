@@ -33,7 +33,7 @@ struct RpcLimits {
   // anything is encoded: larger shares go as PullStream, which sends from
   // the variables' own buffers.
   int64_t max_reply_bytes = 256 << 20;
-  // A Pull's timeout_ms is cut to this.
+  // A Pull's (and an AwaitWorkersDone's) timeout_ms is cut to this.
   absl::Duration max_pull_wait = absl::Minutes(10);
   // Streamed calls (PullStream, PushStream, PushPull) open at once: in
   // total, and naming one worker.

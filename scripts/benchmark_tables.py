@@ -1,21 +1,70 @@
 #!/usr/bin/python3
-"""Markdown tables for docs/benchmarks.md from a benchmark's JSON rows.
+"""Markdown tables for docs/benchmarks.md from the benchmarks' JSON rows.
 
-    scripts/benchmark_tables.py docs/bench/train_vs_torch.json
-    scripts/benchmark_tables.py docs/bench/ps_bench.json
+    scripts/benchmark_tables.py docs/bench/train_bench.json   # print its tables
+    scripts/benchmark_tables.py --update docs/benchmarks.md   # rewrite the doc's tables
 
-reads the rows a benchmark driver wrote with --json (one JSON object a line:
-benchmarks/train_vs_torch.py, benchmarks/data_plane.py) and prints its
+Reads the rows a benchmark or its driver wrote with --json (one JSON object a
+line, each with a "benchmark" field naming its kind) and renders each kind's
 tables of medians and spreads, so the docs quote exactly what the benchmark
 printed.
+
+--update DOC replaces the text between each pair of markers
+
+    <!-- table: KIND -->            every table of KIND
+    <!-- table: KIND/PART -->       one of them (e.g. train_bench/backup_workers)
+    ...
+    <!-- /table -->
+
+with the tables rendered from BENCH_DIR/KIND.json (BENCH_DIR: the doc's
+folder's bench/), and leaves everything outside the markers alone. A kind
+whose JSON file is missing keeps its section as it is, said on stderr.
+Running it twice changes nothing the second time.
 """
+import argparse
 import json
+import os
+import re
 import sys
+
+PROGRAM = "benchmark_tables.py"
+MARKER = re.compile(r"(<!-- table: ([\w.-]+)(?:/([\w.-]+))? -->\n)(.*?)(<!-- /table -->)", re.S)
+
+
+class BadInput(Exception):
+    """A JSON file or a doc that cannot be rendered; one line for the user."""
+
+
+def spread(row, figure, digits):
+    """`median (min-max)` of a figure, or n/a where the row lacks it."""
+    if row.get(figure) is None:
+        return "n/a"
+    return (f"{row[figure]:.{digits}f} ({row[figure + '_min']:.{digits}f}-"
+            f"{row[figure + '_max']:.{digits}f})")
+
+
+def table(header, align, rows):
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def model(row):
     hidden = row.get("hidden", [256, 128])
     return "784-" + "-".join(str(h) for h in hidden) + "-10"
+
+
+def machine(rows):
+    r = dict(rows[-1])
+    r["gpu"] = r.get("gpu") or "none"
+    names = [("date", "date (UTC)"), ("cpu", "CPU"), ("cpu_features", "CPU features"),
+             ("nproc", "CPUs (nproc)"),
+             ("memory", "memory"), ("os", "OS"), ("kernel", "kernel (uname -r)"),
+             ("load_average", "load average at the start (1, 5, 15 min)"),
+             ("compiler", "compiler"), ("build_type", "build type"),
+             ("openblas_coretype", "OPENBLAS_CORETYPE"), ("torch", "PyTorch"), ("gpu", "GPU")]
+    return {"": table(["machine", ""], ["---", "---"],
+                      [(label, r[key]) for key, label in names if r.get(key) not in (None, "")])}
 
 
 def train_vs_torch(rows):
@@ -35,14 +84,59 @@ def train_vs_torch(rows):
                          f"| {r['ratio_2_workers_vs_ddp']:.2f} "
                          f"| {r['ratio_best_vs_torch_1_process']:.2f} "
                          f"| {r['ratio_best_vs_torch_1_process_2_threads']:.2f} |")
-    return "\n".join(lines)
+    return {"": "\n".join(lines)}
 
 
-def spread(row, figure, digits):
-    if figure not in row:
-        return "n/a"
-    return (f"{row[figure]:.{digits}f} ({row[figure + '_min']:.{digits}f}-"
-            f"{row[figure + '_max']:.{digits}f})")
+def time_to_accuracy(rows):
+    target = rows[0]["target"]
+    body = []
+    for r in rows:
+        config = r["config"] + (f" {r['flags']}" if r.get("flags") else "")
+        reached = r.get("reached", r["runs"])
+        body.append((r["arm"], f"`{config}`",
+                     spread(r, "epoch", 0) if reached else "not reached",
+                     spread(r, "seconds", 1) if reached else "not reached",
+                     spread(r, "final_accuracy", 4), spread(r, "samples_per_sec", 0),
+                     f"{r['runs']}" + (f" ({reached} reached)" if reached != r["runs"] else "")))
+    return {"": table(["arm", "config and flags", "epoch", f"seconds to {target}",
+                       "final accuracy", "samples/s", "runs"],
+                      ["---", "---", "---:", "---:", "---:", "---:", "---:"], body)}
+
+
+def train_bench(rows):
+    figures = ("samples_per_sec", "push_pull_bytes", "fast_samples_per_sec")
+    if not all(any(f in r for f in figures) for r in rows):
+        raise ValueError("a train_bench row fits none of its tables")
+    return {
+        "throughput": table(
+            ["mode", "workers", "batch per worker", "samples/s", "runs"],
+            ["---", "---:", "---:", "---:", "---:"],
+            [(r["mode"], r["workers"], r["batch_size"], spread(r, "samples_per_sec", 0), r["runs"])
+             for r in rows if "samples_per_sec" in r]),
+        "round_trip": table(
+            ["bytes moved (both ways)", "p50 us", "p99 us", "runs"],
+            ["---:", "---:", "---:", "---:"],
+            [(r["push_pull_bytes"], spread(r, "p50_us", 0), spread(r, "p99_us", 0), r["runs"])
+             for r in rows if "push_pull_bytes" in r]),
+        "backup_workers": table(
+            ["replicas_to_aggregate", "straggler's delay per step (ms)",
+             "fast workers' samples/s", "runs"],
+            ["---:", "---:", "---:", "---:"],
+            [(r["replicas_to_aggregate"], r["straggler_delay_ms"],
+              spread(r, "fast_samples_per_sec", 0), r["runs"])
+             for r in rows if "fast_samples_per_sec" in r]),
+    }
+
+
+def main_job(rows):
+    return {"": table(
+        ["config", "mode", "workers", "devices", "epochs", "test accuracy", "final loss",
+         "samples/s", "wall seconds", "runs"],
+        ["---", "---", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(f"`{r.get('config', '')}`", r["mode"], r["workers"], r.get("devices", ""), r["epochs"],
+          spread(r, "test_accuracy", 4), spread(r, "final_loss", 4),
+          spread(r, "train_samples_per_sec", 0), spread(r, "wall_seconds", 1), r["runs"])
+         for r in rows])}
 
 
 def ps_bench(rows):
@@ -59,28 +153,172 @@ def ps_bench(rows):
                      f"| {spread(r, 'of_iperf3', 3)} "
                      f"| {spread(r, 'each_way_of_memcpy', 3)} |" +
                      (f" {spread(r, 'vs_peer', 2)} |" if peer else "") + f" {r['runs']} |")
-    return "\n".join(lines)
+    return {"": "\n".join(lines)}
 
 
-TABLES = {"train_vs_torch": train_vs_torch, "ps_bench": ps_bench}
+def ps_bench_shards(rows):
+    return {"": table(
+        ["shards", "size", "workers", "transport", "GB/s (both ways)", "of iperf3", "p50 us",
+         "CPU us / round trip", "runs"],
+        ["---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:"],
+        [(r["shards"], r["size"], r["workers"], r["transport"], spread(r, "push_pull_gbps", 3),
+          spread(r, "of_iperf3", 3), spread(r, "p50_us", 0),
+          spread(r, "cpu_us_per_round_trip", 0), r["runs"])
+         for r in sorted(rows, key=lambda r: (r["size_bytes"], r["shards"]))])}
+
+
+def ps_bench_wire_dtype(rows):
+    return {"": table(
+        ["size", "wire", "transport", "wire bytes / round trip", "wire GB/s (both ways)",
+         "p50 us", "CPU us / round trip", "runs"],
+        ["---:", "---", "---", "---:", "---:", "---:", "---:", "---:"],
+        [(r["size"], r["wire_dtype"], r["transport"], f"{r['wire_bytes_per_round_trip']:.0f}",
+          spread(r, "push_pull_gbps", 3), spread(r, "p50_us", 0),
+          spread(r, "cpu_us_per_round_trip", 0), r["runs"])
+         for r in sorted(rows, key=lambda r: (r["size_bytes"], -r["wire_bytes_per_round_trip"]))])}
+
+
+def ps_bench_sizes(rows):
+    return {"": table(
+        ["size", "workers", "transport", "GB/s (both ways)", "of iperf3", "p50 us", "p99 us",
+         "echo p50 us", "runs"],
+        ["---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["size"], r["workers"], r["transport"], spread(r, "push_pull_gbps", 3),
+          spread(r, "of_iperf3", 3), spread(r, "p50_us", 0), spread(r, "p99_us", 0),
+          spread(r, "echo_p50_us", 0), r["runs"])
+         for r in sorted(rows, key=lambda r: r["size_bytes"])])}
+
+
+def metrics_bench(rows):
+    body = []
+    for r in rows:
+        unit = "ns" if "ns_per_op" in r else "us"
+        body.append((f"`{r['operation']}`", r["threads"], spread(r, f"{unit}_per_op", 1), unit,
+                     r["runs"]))
+    return {"": table(["operation", "threads", "time per operation", "unit", "runs"],
+                      ["---", "---:", "---:", "---", "---:"], body)}
+
+
+def gpu_bench(rows):
+    torch = any("torch_ms" in r for r in rows)
+    header = ["model", "batch", "step ms", "cuBLAS alone ms", "step / cuBLAS", "step TFLOP/s",
+              "copy ms"] + (["PyTorch ms", "ours / PyTorch"] if torch else []) + ["runs"]
+    body = []
+    for r in rows:
+        cells = [r["model"], r["batch"], spread(r, "step_ms", 3), spread(r, "gemm_ms", 3),
+                 spread(r, "ratio", 2), spread(r, "step_tflops", 2), spread(r, "copy_ms", 3)]
+        if torch:
+            cells += [spread(r, "torch_ms", 3), spread(r, "vs_torch", 2)]
+        body.append(cells + [r["runs"]])
+    return {"": table(header, ["---", "---:"] + ["---:"] * (len(header) - 2), body)}
+
+
+# Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
+TABLES = {"machine": machine, "train_vs_torch": train_vs_torch,
+          "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
+          "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards,
+          "ps_bench_wire_dtype": ps_bench_wire_dtype, "ps_bench_sizes": ps_bench_sizes,
+          "metrics_bench": metrics_bench, "gpu_bench": gpu_bench}
+
+
+def read_rows(path):
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except ValueError as e:
+        raise BadInput(f"{path}: not one JSON object a line: {e}")
+    if not all(isinstance(r, dict) for r in rows):
+        raise BadInput(f"{path}: not one JSON object a line")
+    return rows
+
+
+def render(kind, rows, path):
+    """{part: markdown} for the rows of `kind`."""
+    rows = [r for r in rows if r.get("benchmark") == kind]
+    if not rows:
+        raise BadInput(f"{path}: no rows with \"benchmark\": \"{kind}\"")
+    try:
+        return TABLES[kind](rows)
+    except (KeyError, TypeError) as e:
+        raise BadInput(f"{path}: a {kind} row lacks or mangles {e}")
+    except ValueError as e:
+        raise BadInput(f"{path}: {e}")
+
+
+def section(kind, part, tables, path):
+    if part is None:
+        return "\n\n".join(tables.values())
+    if part not in tables:
+        raise BadInput(f"{path}: {kind} has no table \"{part}\" (it has {', '.join(tables)})")
+    return tables[part]
+
+
+def update(doc, bench_dir):
+    """Rewrites doc's marked tables; returns (rendered, kept) section names."""
+    with open(doc) as f:
+        text = f.read()
+    rendered, kept, cache = [], [], {}
+
+    def replace(match):
+        head, kind, part, old, tail = match.groups()
+        name = kind + (f"/{part}" if part else "")
+        if kind not in TABLES:
+            raise BadInput(f"{doc}: no renderer for the table \"{name}\" (known: "
+                           f"{', '.join(sorted(TABLES))})")
+        path = os.path.join(bench_dir, kind + ".json")
+        if not os.path.exists(path):
+            kept.append(name)
+            print(f"{PROGRAM}: {path} does not exist; left the table \"{name}\" as it is",
+                  file=sys.stderr)
+            return match.group(0)
+        if path not in cache:
+            cache[path] = render(kind, read_rows(path), path)
+        rendered.append(name)
+        return head + section(kind, part, cache[path], path) + "\n" + tail
+
+    new_text = MARKER.sub(replace, text)
+    if new_text != text:
+        tmp = doc + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(new_text)
+        os.replace(tmp, doc)
+    return rendered, kept
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json_files", nargs="*", metavar="FILE.json", help="print these tables")
+    parser.add_argument("--update", metavar="DOC", default="",
+                        help="rewrite the tables between DOC's markers")
+    parser.add_argument("--bench_dir", default="",
+                        help="where --update reads KIND.json (default: DOC's folder/bench)")
+    args = parser.parse_args()
+    if not args.json_files and not args.update:
+        parser.print_usage(sys.stderr)
+        print(f"{PROGRAM}: error: give FILE.json or --update DOC", file=sys.stderr)
         return 2
     try:
-        with open(sys.argv[1]) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError) as e:
-        print(f"benchmark_tables.py: error: {sys.argv[1]}: {e}", file=sys.stderr)
+        for path in args.json_files:
+            rows = read_rows(path)
+            kinds = sorted({str(r.get("benchmark")) for r in rows})
+            unknown = [k for k in kinds if k not in TABLES]
+            if unknown:
+                raise BadInput(f"{path}: no table for {unknown}")
+            for kind in kinds:
+                print("\n\n".join(render(kind, rows, path).values()))
+        if args.update:
+            bench_dir = args.bench_dir or os.path.join(os.path.dirname(args.update), "bench")
+            rendered, kept = update(args.update, bench_dir)
+            print(f"{PROGRAM}: {args.update}: {len(rendered)} tables rendered from {bench_dir}, "
+                  f"{len(kept)} left as they were", file=sys.stderr)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{PROGRAM}: error: {where}{e.strerror}", file=sys.stderr)
         return 2
-    kinds = {r.get("benchmark") for r in rows}
-    for kind in sorted(k for k in kinds if k in TABLES):
-        print(TABLES[kind]([r for r in rows if r.get("benchmark") == kind]))
-    unknown = kinds - TABLES.keys()
-    if unknown:
-        print(f"benchmark_tables.py: error: no table for {sorted(map(str, unknown))}", file=sys.stderr)
+    except BadInput as e:
+        print(f"{PROGRAM}: error: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,6 +1,8 @@
 #include "worker/ps_client.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
@@ -315,6 +317,22 @@ absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
   grpc::ClientContext context;
   SetDeadline(&context, kRpcDeadline);
   grpc::Status rpc = shards_[shard].stub->Stats(&context, StatsRequest(), &response);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
+}
+
+absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t known_changes,
+                                                         absl::Duration timeout) {
+  AwaitWorkersDoneRequest request;
+  request.set_known_changes(known_changes);
+  // Rounded up: a wait cut short of `timeout` would only be asked again.
+  const int64_t timeout_ms = absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)));
+  request.set_timeout_ms(static_cast<int32_t>(
+      std::clamp<int64_t>(timeout_ms, 0, std::numeric_limits<int32_t>::max())));
+  StatsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->AwaitWorkersDone(&context, request, &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
 }

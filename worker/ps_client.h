@@ -130,6 +130,12 @@ class PsClient {
   absl::Status Done();
 
   absl::StatusOr<StatsResponse> Stats(int shard);
+  // Shard `shard`'s Stats once every worker is done, or the workers'
+  // standing differs from `known_changes` (the worker_changes of the last
+  // answer; -1 for none), or `timeout` has passed: a long-poll, so the
+  // chief learns of each change as it happens without polling.
+  absl::StatusOr<StatsResponse> AwaitWorkersDone(int shard, int64_t known_changes,
+                                                 absl::Duration timeout);
 
   // Admin calls, one shard at a time.
   absl::StatusOr<CheckpointResponse> Checkpoint(int shard);

@@ -390,11 +390,19 @@ absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
 }
 
 absl::StatusOr<Trainer::WorkersAtEnd> Trainer::WaitForAllWorkersDone() {
+  // One long-poll's longest wait: each call is bounded, and a quiet shard
+  // costs one call per this.
+  constexpr absl::Duration kLongPoll = absl::Seconds(10);
   const absl::Duration patience = absl::Seconds(config_.training().pull_timeout_seconds());
   absl::Time deadline = absl::Now() + patience;
+  int64_t known_changes = -1;  // nothing seen yet: answered at once
+  absl::Duration wait = absl::ZeroDuration();
   while (true) {
-    absl::StatusOr<StatsResponse> stats = client_->Stats(0);
+    // Answered when the workers' standing changes, so every change that can
+    // decide the outcome below is seen as it happens.
+    absl::StatusOr<StatsResponse> stats = client_->AwaitWorkersDone(0, known_changes, wait);
     if (!stats.ok()) return stats.status();
+    known_changes = stats->worker_changes();
     WorkersAtEnd at_end{*std::move(stats), {}};
     if (at_end.stats.workers_done() >= config_.cluster().workers()) return at_end;
     for (const WorkerStats& w : at_end.stats.workers()) {
@@ -404,10 +412,11 @@ absl::StatusOr<Trainer::WorkersAtEnd> Trainer::WaitForAllWorkersDone() {
         at_end.missing.push_back(w.worker());
       }
     }
+    const absl::Time now = absl::Now();
     // While every unfinished worker is still training, waiting is progress.
-    if (at_end.missing.empty()) deadline = absl::Now() + patience;
-    if (absl::Now() > deadline) return at_end;
-    absl::SleepFor(absl::Milliseconds(20));
+    if (at_end.missing.empty()) deadline = now + patience;
+    if (now > deadline) return at_end;
+    wait = at_end.missing.empty() ? kLongPoll : std::min(kLongPoll, deadline - now);
   }
 }
 

@@ -102,6 +102,37 @@ TEST(RegistryTest, CallbacksAreReadAtScrapeTime) {
   EXPECT_THAT(text, HasSubstr("# TYPE pst_test_done_total counter\n"));
 }
 
+// A collector's metrics come from one reading per scrape, in its order.
+TEST(RegistryTest, ACollectorIsReadOncePerScrapeForAllItsMetrics) {
+  Registry registry;
+  int reads = 0;
+  registry.AddCollector({{"pst_test_applied_total", "Applied.", Type::kCounter},
+                         {"pst_test_level", "Level.", Type::kGauge}},
+                        [&] {
+                          ++reads;
+                          return std::vector<double>{10.0 * reads, 0.5 * reads};
+                        });
+  std::string text = registry.Render();
+  EXPECT_EQ(reads, 1);
+  EXPECT_EQ(text,
+            "# HELP pst_test_applied_total Applied.\n"
+            "# TYPE pst_test_applied_total counter\n"
+            "pst_test_applied_total 10\n"
+            "# HELP pst_test_level Level.\n"
+            "# TYPE pst_test_level gauge\n"
+            "pst_test_level 0.5\n");
+  std::map<std::string, double> samples = ParseSamples(registry.Render());
+  EXPECT_EQ(reads, 2);
+  EXPECT_EQ(samples["pst_test_applied_total"], 20);
+  EXPECT_EQ(samples["pst_test_level"], 1);
+  // Registered again: the new reading replaces the old, in place.
+  registry.AddCollector({{"pst_test_level", "Level.", Type::kGauge}},
+                        [] { return std::vector<double>{7}; });
+  samples = ParseSamples(registry.Render());
+  EXPECT_EQ(reads, 3);  // still read for the metric it keeps
+  EXPECT_EQ(samples["pst_test_level"], 7);
+}
+
 TEST(RegistryTest, ConcurrentObservationsAreAllCounted) {
   Registry registry;
   Histogram& h = registry.AddHistogram("pst_test_h", "h", LatencyBuckets());

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -375,6 +376,61 @@ TEST(RpcLimitsTest, APullWaitsNoLongerThanTheLimit) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(status.error_message(), HasSubstr("did not arrive in time"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+grpc::Status AwaitWorkersDone(Served* served, int32_t timeout_ms, int64_t known_changes,
+                              absl::Duration call_deadline, StatsResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(In(call_deadline));
+  AwaitWorkersDoneRequest request;
+  request.set_timeout_ms(timeout_ms);
+  request.set_known_changes(known_changes);
+  return served->stub().AwaitWorkersDone(&context, request, response);
+}
+
+// The chief's long-poll is held to what a Pull is: bad input is refused,
+// and its wait is cut to --max_pull_wait_seconds, answering the state then.
+TEST(RpcLimitsTest, AwaitWorkersDoneIsValidatedAndWaitsNoLongerThanTheLimit) {
+  Served served({{"w", 16}}, RpcLimits{.max_pull_wait = absl::Milliseconds(300)});
+  StatsResponse response;
+  grpc::Status status = AwaitWorkersDone(&served, -1, 0, absl::Seconds(30), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  status = AwaitWorkersDone(&served, 10, -7, absl::Seconds(30), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+
+  ASSERT_TRUE(AwaitWorkersDone(&served, 0, -1, absl::Seconds(30), &response).ok());
+  const int64_t changes = response.worker_changes();
+  const absl::Time start = absl::Now();
+  status = AwaitWorkersDone(&served, INT_MAX, changes, absl::Minutes(10), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.worker_changes(), changes);
+  EXPECT_EQ(response.workers_done(), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A call's deadline bounds the wait whatever its timeout_ms: the parked
+// thread goes back when the client stops waiting.
+TEST(RpcLimitsTest, AwaitWorkersDoneGivesItsThreadBackAtTheCallsDeadline) {
+  Served served({{"w", 16}}, RpcLimits{});
+  StatsResponse response;
+  ASSERT_TRUE(AwaitWorkersDone(&served, 0, -1, absl::Seconds(30), &response).ok());
+  const int64_t changes = response.worker_changes();
+  grpc::Status status;
+  std::thread chief([&] {
+    StatsResponse answer;
+    status = AwaitWorkersDone(&served, INT_MAX, changes, absl::Seconds(3), &answer);
+  });
+  EXPECT_TRUE(Eventually([&] { return served.shard().waiting_done_calls() == 1; }))
+      << "the call never waited";
+  chief.join();
+  // The server ends its wait at the call's deadline and answers OK with the
+  // state then, unless the client's own deadline fires first.
+  EXPECT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status.error_code() << ": " << status.error_message();
+  EXPECT_TRUE(
+      Eventually([&] { return served.shard().waiting_done_calls() == 0; }, absl::Seconds(10)))
+      << "the server still waits for a client that has stopped";
+  EXPECT_TRUE(served.Alive());
 }
 
 // The server's threads are bounded; a call past them is refused at once

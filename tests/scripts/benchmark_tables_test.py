@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""scripts/benchmark_tables.py and docs/benchmarks.md.
+
+--update replaces only the text between a doc's table markers, with the
+tables rendered from BENCH_DIR/KIND.json; a second run changes nothing; a
+missing JSON file leaves its section as it was and says so; bad input is one
+line and exit code 2, with the doc untouched. Every kind renders. And the
+doc quotes every command scripts/run_benchmarks.sh runs, and its tables are
+those of docs/bench/.
+
+Usage: benchmark_tables_test.py SOURCE_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SOURCE_DIR = ""
+
+# One row of every kind, as the benchmarks and drivers write them.
+ROWS = {
+    "machine": [{"date": "2026-11-24 06:40", "cpu": "AMD EPYC", "nproc": 2, "gpu": ""}],
+    "train_vs_torch": [
+        {"optimizer": "sgd", "batch_size": 64, "hidden": [256, 128], "variant": "ours 2 workers",
+         "median_samples_per_sec": 39577.4, "min": 34989.5, "max": 49053.0, "runs": 5},
+        {"optimizer": "sgd", "batch_size": 64, "hidden": [256, 128],
+         "ratio_2_workers_vs_ddp": 1.271, "ratio_best_vs_torch_1_process": 1.606,
+         "ratio_best_vs_torch_1_process_2_threads": 1.824}],
+    "time_to_accuracy": [
+        {"arm": "tcp", "config": "configs/local.textproto", "flags": "--shm=off", "target": 0.88,
+         "runs": 2, "reached": 2, "epoch": 5, "epoch_min": 5, "epoch_max": 5, "seconds": 9.6,
+         "seconds_min": 9.5, "seconds_max": 9.7, "final_accuracy": 0.8939,
+         "final_accuracy_min": 0.8939, "final_accuracy_max": 0.8939, "samples_per_sec": 31720,
+         "samples_per_sec_min": 30000, "samples_per_sec_max": 33000}],
+    "train_bench": [
+        {"mode": "sync", "workers": 1, "batch_size": 64, "runs": 3, "samples_per_sec": 25333,
+         "samples_per_sec_min": 18858, "samples_per_sec_max": 25994},
+        {"straggler_delay_ms": 20, "replicas_to_aggregate": 2, "runs": 3,
+         "fast_samples_per_sec": 23835, "fast_samples_per_sec_min": 22553,
+         "fast_samples_per_sec_max": 26910},
+        {"push_pull_bytes": 1881168, "runs": 3, "p50_us": 2582, "p50_us_min": 2065,
+         "p50_us_max": 2630, "p99_us": 15261, "p99_us_min": 13266, "p99_us_max": 15883}],
+    "main_job": [
+        {"config": "configs/local.textproto", "mode": "sync", "workers": 2, "epochs": 15,
+         "devices": "cpu", "runs": 2, "test_accuracy": 0.8939, "test_accuracy_min": 0.8939,
+         "test_accuracy_max": 0.8939, "train_samples_per_sec": 31659.2,
+         "train_samples_per_sec_min": 30324.8, "train_samples_per_sec_max": 32993.6}],
+    "ps_bench_shards": [
+        {"size": "4MiB", "size_bytes": 4194304, "workers": 2, "shards": 4, "transport": "tcp",
+         "runs": 3, "push_pull_gbps": 1.288, "push_pull_gbps_min": 1.159,
+         "push_pull_gbps_max": 1.378}],
+    "ps_bench_wire_dtype": [
+        {"size": "4MiB", "size_bytes": 4194304, "wire_dtype": "bfloat16", "transport": "tcp",
+         "runs": 3, "wire_bytes_per_round_trip": 4194304, "push_pull_gbps": 0.553,
+         "push_pull_gbps_min": 0.493, "push_pull_gbps_max": 0.611}],
+    "ps_bench_sizes": [
+        {"size": "256MiB", "size_bytes": 268435456, "workers": 1, "transport": "tcp", "runs": 1,
+         "push_pull_gbps": 1.165, "push_pull_gbps_min": 1.165, "push_pull_gbps_max": 1.165}],
+    "ps_bench": [
+        {"size": "4KiB", "size_bytes": 4096, "workers": 1, "transport": "shm", "runs": 3,
+         "push_pull_gbps": 0.109, "push_pull_gbps_min": 0.098, "push_pull_gbps_max": 0.121}],
+    "metrics_bench": [
+        {"operation": "Counter::Increment", "threads": 2, "runs": 3, "ns_per_op": 39.1,
+         "ns_per_op_min": 38.0, "ns_per_op_max": 41.5}],
+    "gpu_bench": [
+        {"model": "784-1024-1024-10", "batch": 256, "runs": 3, "step_ms": 0.5, "step_ms_min": 0.4,
+         "step_ms_max": 0.6, "ratio": 1.2, "ratio_min": 1.1, "ratio_max": 1.3}],
+}
+
+# What each kind's table shows of ROWS.
+EXPECTED = {
+    "machine": "| GPU | none |",
+    "train_vs_torch": "| 784-256-128-10 | 64 | sgd | 1.27 | 1.61 | 1.82 |",
+    "time_to_accuracy": "| tcp | `configs/local.textproto --shm=off` | 5 (5-5) | 9.6 (9.5-9.7) |",
+    "train_bench": "| 1881168 | 2582 (2065-2630) | 15261 (13266-15883) | 3 |",
+    "main_job": "| 31659 (30325-32994) |",
+    "ps_bench_shards": "| 4 | 4MiB | 2 | tcp | 1.288 (1.159-1.378) |",
+    "ps_bench_wire_dtype": "| 4MiB | bfloat16 | tcp | 4194304 | 0.553 (0.493-0.611) |",
+    "ps_bench_sizes": "| 256MiB | 1 | tcp | 1.165 (1.165-1.165) | n/a |",
+    "ps_bench": "| 4KiB | 1 | shm | 0.109 (0.098-0.121) |",
+    "metrics_bench": "| `Counter::Increment` | 2 | 39.1 (38.0-41.5) | ns | 3 |",
+    "gpu_bench": "| 784-1024-1024-10 | 256 | 0.500 (0.400-0.600) |",
+}
+
+DOC = """# Benchmarks
+
+Prose before, kept as it is.
+
+<!-- table: train_bench/backup_workers -->
+an old table
+<!-- /table -->
+
+Reading between, kept.
+
+<!-- table: metrics_bench -->
+a hand-written table
+<!-- /table -->
+
+<!-- table: train_bench -->
+<!-- /table -->
+Prose after.
+"""
+
+
+def write_rows(path, kind, rows):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(dict(benchmark=kind, **row)) + "\n")
+
+
+class BenchmarkTablesTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="benchmark_tables_test.")
+        self.doc = os.path.join(self.dir.name, "benchmarks.md")
+        self.bench = os.path.join(self.dir.name, "bench")
+        os.mkdir(self.bench)
+        with open(self.doc, "w") as f:
+            f.write(DOC)
+        write_rows(os.path.join(self.bench, "train_bench.json"), "train_bench",
+                   ROWS["train_bench"])
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def tables(self, *args):
+        return subprocess.run(
+            [sys.executable, os.path.join(SOURCE_DIR, "scripts", "benchmark_tables.py"), *args],
+            capture_output=True, text=True)
+
+    def read_doc(self):
+        with open(self.doc) as f:
+            return f.read()
+
+    def test_update_renders_between_markers_and_keeps_the_rest(self):
+        out = self.tables("--update", self.doc)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        text = self.read_doc()
+        for kept in ["Prose before, kept as it is.", "Reading between, kept.", "Prose after.",
+                     "<!-- table: metrics_bench -->\na hand-written table\n<!-- /table -->"]:
+            self.assertIn(kept, text)
+        self.assertNotIn("an old table", text)
+        self.assertIn("<!-- table: train_bench/backup_workers -->\n"
+                      "| replicas_to_aggregate |", text)
+        self.assertIn("| 2 | 20 | 23835 (22553-26910) | 3 |\n<!-- /table -->", text)
+        # The whole kind: its three tables.
+        whole = text[text.index("<!-- table: train_bench -->"):]
+        for header in ["| mode |", "| bytes moved (both ways) |", "| replicas_to_aggregate |"]:
+            self.assertIn(header, whole)
+        self.assertIn("metrics_bench.json does not exist; left the table \"metrics_bench\"",
+                      out.stderr)
+
+    def test_a_second_update_changes_nothing(self):
+        self.assertEqual(self.tables("--update", self.doc).returncode, 0)
+        once = self.read_doc()
+        out = self.tables("--update", self.doc, f"--bench_dir={self.bench}")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(self.read_doc(), once)
+
+    def test_every_kind_renders(self):
+        for kind, rows in ROWS.items():
+            with self.subTest(kind=kind):
+                path = os.path.join(self.bench, kind + ".json")
+                write_rows(path, kind, rows)
+                out = self.tables(path)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertIn(EXPECTED[kind], out.stdout)
+
+    def test_bad_input_is_one_line_and_leaves_the_doc(self):
+        broken = os.path.join(self.bench, "broken.json")
+        with open(broken, "w") as f:
+            f.write("{not json\n")
+        cases = [
+            # (doc text, train_bench.json text (None: valid rows), arguments, message)
+            (DOC, "{not json\n", ["--update", self.doc], "not one JSON object a line"),
+            (DOC, '{"benchmark": "train_bench", "mode": "sync"}\n', ["--update", self.doc],
+             "a train_bench row fits none of its tables"),
+            (DOC, '{"benchmark": "train_bench", "mode": "sync", "samples_per_sec": 1}\n',
+             ["--update", self.doc], "a train_bench row lacks or mangles"),
+            (DOC, '{"benchmark": "main_job"}\n', ["--update", self.doc],
+             "no rows with \"benchmark\": \"train_bench\""),
+            ("<!-- table: nothing -->\n<!-- /table -->\n", None, ["--update", self.doc],
+             "no renderer for the table \"nothing\""),
+            ("<!-- table: train_bench/nothing -->\n<!-- /table -->\n", None,
+             ["--update", self.doc], "train_bench has no table \"nothing\""),
+            (DOC, None, [broken], "not one JSON object a line"),
+            (DOC, None, [os.path.join(self.bench, "missing.json")], "No such file"),
+            (DOC, None, [], "give FILE.json or --update DOC"),
+        ]
+        for doc, rows, args, message in cases:
+            with self.subTest(message=message):
+                with open(self.doc, "w") as f:
+                    f.write(doc)
+                if rows is None:
+                    write_rows(os.path.join(self.bench, "train_bench.json"), "train_bench",
+                               ROWS["train_bench"])
+                else:
+                    with open(os.path.join(self.bench, "train_bench.json"), "w") as f:
+                        f.write(rows)
+                out = self.tables(*args)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn(message, out.stderr)
+                self.assertEqual(self.read_doc(), doc)
+                errors = [l for l in out.stderr.splitlines() if "error" in l]
+                self.assertEqual(len(errors), 1, out.stderr)
+
+
+class BenchmarksDocTest(unittest.TestCase):
+    def test_the_doc_quotes_every_command_run_benchmarks_runs(self):
+        out = subprocess.run([os.path.join(SOURCE_DIR, "scripts", "run_benchmarks.sh")],
+                             env=dict(os.environ, DRY_RUN="1", ROUNDS="", ONLY=""),
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        commands = out.stdout.splitlines()
+        self.assertGreater(len(commands), 10)
+        with open(os.path.join(SOURCE_DIR, "docs", "benchmarks.md")) as f:
+            lines = set(f.read().splitlines())
+        for command in commands:
+            self.assertIn(command, lines)
+
+    def test_the_doc_shows_the_tables_of_docs_bench(self):
+        with tempfile.TemporaryDirectory(prefix="benchmarks_doc_test.") as d:
+            doc = os.path.join(d, "benchmarks.md")
+            shutil.copy(os.path.join(SOURCE_DIR, "docs", "benchmarks.md"), doc)
+            out = subprocess.run(
+                [sys.executable, os.path.join(SOURCE_DIR, "scripts", "benchmark_tables.py"),
+                 "--update", doc, "--bench_dir=" + os.path.join(SOURCE_DIR, "docs", "bench")],
+                capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            with open(doc) as rendered, open(os.path.join(SOURCE_DIR, "docs",
+                                                          "benchmarks.md")) as committed:
+                self.assertEqual(rendered.read(), committed.read(),
+                                 "run scripts/benchmark_tables.py --update docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    SOURCE_DIR = sys.argv[1]
+    unittest.main(argv=sys.argv[:1], verbosity=2)
