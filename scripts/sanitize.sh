@@ -11,7 +11,9 @@
 # excluded below. Left out on purpose: the multi-process tests
 # (pslaunch_e2e_test, fault_test, bundle_test, launch_test), which fork the
 # real binaries and take minutes; their code is the same libraries tested here;
-# and k8s_manifests_test, a script that runs the shipped ps_server (not built).
+# and k8s_manifests_test, a script that runs the shipped ps_server (not built);
+# rounds_test and benchmark_tables_test, Python tests of the benchmark
+# scripts (rounds_test runs metrics_bench, which is not built here).
 #
 # ThreadSanitizer and Debian's uninstrumented libabsl: absl::Mutex blocks on
 # futexes inside libabsl_synchronization.so, so TSan would see none of our
@@ -116,7 +118,7 @@ run_suite() {
   started=$SECONDS
   local skipped=$SKIPPED
   if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS"; fi
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|^k8s_manifests_test\$|$skipped")
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|^k8s_manifests_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 
