@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -68,7 +69,9 @@ ShardOptions OptionsFrom(uint8_t a, uint8_t b) {
   ShardOptions options;
   options.mode = kModes[a & 3];
   options.num_workers = ((a >> 2) & 3) + 1;
-  options.lease = (a & 0x20) ? absl::ZeroDuration() : absl::Seconds(5);
+  // The shortest lease: it runs out at the next tick of the driver's clock
+  // (CheckStats), so workers leave the live set between calls.
+  options.lease = (a & 0x20) ? absl::Nanoseconds(1) : absl::Seconds(5);
   options.staleness_lr_scaling = (a & 0x40) != 0;
   options.snapshot_every_steps = (a & 0x80) ? 2 : 0;
   switch (b & 3) {
@@ -119,8 +122,9 @@ void FillGradient(const std::string& name, std::span<const int64_t> shape, DType
 
 class ShardDriver {
  public:
-  ShardDriver(ShardOptions options, std::unique_ptr<ParameterShard> shard)
-      : options_(std::move(options)), shard_(std::move(shard)) {
+  ShardDriver(ShardOptions options, std::unique_ptr<ParameterShard> shard,
+              ManualLeaseClock* clock)
+      : options_(std::move(options)), shard_(std::move(shard)), clock_(clock) {
     state_ = State();
   }
 
@@ -367,6 +371,12 @@ class ShardDriver {
   }
 
   void CheckStats() {
+    // A moment passes: a zero lease runs out for every worker not in a call,
+    // which can complete a SYNC step. Waits until the lease tracker has
+    // acted on the new time (it is back asleep), so the state read after is
+    // the state.
+    clock_->Advance(absl::Nanoseconds(1));
+    while (clock_->sleepers() < 1) std::this_thread::yield();
     StatsResponse stats;
     shard_->Stats(&stats);
     SHARD_INVARIANT(stats.version() >= last_version_);
@@ -376,7 +386,6 @@ class ShardDriver {
     SHARD_INVARIANT(stats.live_workers() >= 0 && stats.live_workers() <= options_.num_workers);
     SHARD_INVARIANT(stats.workers_done() <= options_.num_workers);
     SHARD_INVARIANT(stats.clock_spread() >= 0);
-    // Stats re-evaluates the live set, which can complete a SYNC step.
     AfterCall(absl::OkStatus(), stats.version());
   }
 
@@ -392,6 +401,7 @@ class ShardDriver {
 
   const ShardOptions options_;
   std::unique_ptr<ParameterShard> shard_;
+  ManualLeaseClock* const clock_;
   int64_t last_version_ = 0;
   std::string state_;
   const bool trace_ = std::getenv("SHARD_FUZZER_TRACE") != nullptr;
@@ -410,10 +420,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input input(data, size);
   const uint8_t a = input.Byte();
   const uint8_t b = input.Byte();
-  const pst::ShardOptions options = OptionsFrom(a, b);
+  // Leases run on a clock that moves only when the driver says (CheckStats),
+  // so nothing changes the shard between calls.
+  pst::ManualLeaseClock clock;
+  pst::ShardOptions options = OptionsFrom(a, b);
+  options.lease_clock = &clock;
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   SHARD_INVARIANT(shard.ok());
-  ShardDriver driver(options, std::move(*shard));
+  ShardDriver driver(options, std::move(*shard), &clock);
   if (a & 0x10) driver.Init(StructuredInit());
   while (!input.empty()) {
     const Op op = static_cast<Op>(input.Byte() % kOpCount);
