@@ -3,7 +3,7 @@
 // host; the shard opens it once (and unlinks the name at once, so that
 // nothing is left in /dev/shm whichever end dies), and the two then move
 // tensor bytes through it while gRPC carries only names, shapes and
-// offsets (ShmAttach / ShmExchange in proto/ps.proto).
+// offsets (ShmAttach, ExchangeChunk.shm in proto/ps.proto).
 //
 // The shard never maps a region: it reads and writes it with pread/pwrite
 // on the descriptor it opened. A worker can shrink or rewrite its region at

@@ -1,7 +1,7 @@
 // Chunked tensor streams: how a Push or Pull larger than one chunk is cut
 // into messages of at most kChunkBytes of payload, and the rules a receiver
-// enforces while putting it back together (proto/ps.proto: PushChunk,
-// PullChunk, TensorPiece).
+// enforces while putting it back together (proto/ps.proto: ExchangeChunk,
+// ExchangeAnswer, TensorPiece).
 //
 // A stream is a header (the tensors' names, shapes and dtypes) and then
 // pieces: the tensors in header order, each front to back, every piece whole

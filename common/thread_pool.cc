@@ -40,16 +40,23 @@ ThreadPool::~ThreadPool() {
 
 ThreadPool::Task ThreadPool::Start(absl::AnyInvocable<void() &&> task) {
   auto state = std::make_shared<TaskState>();
+  Enqueue(std::move(task), state);
+  return Task(std::move(state));
+}
+
+void ThreadPool::Post(absl::AnyInvocable<void() &&> task) { Enqueue(std::move(task), nullptr); }
+
+void ThreadPool::Enqueue(absl::AnyInvocable<void() &&> task, std::shared_ptr<TaskState> state) {
   absl::MutexLock lock(&mu_);
   queue_.push_back({std::move(task), state});
   // Idle threads not yet woken count against the tasks queued before this
   // one: a new thread is made unless one is left over for this task.
-  if (static_cast<int>(queue_.size()) > idle_) {
+  if (static_cast<int>(queue_.size()) > idle_ &&
+      static_cast<int>(threads_.size()) < max_threads_) {
     threads_.emplace_back([this] { Serve(); });
   } else {
     work_.Signal();
   }
-  return Task(std::move(state));
 }
 
 int ThreadPool::threads() const {

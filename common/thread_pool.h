@@ -1,20 +1,21 @@
 // Threads kept for reuse: runs each task on an idle thread of the pool, or
 // on a new one when every thread is busy.
 //
-// The data plane runs a few short tasks beside each call: a worker reads a
-// PushPull's answer while it writes the push, talks to shards 1..N-1 while
-// the calling thread talks to shard 0, and a PS writes a PushPull's answer
-// beside the thread reading the push. Creating and joining a thread for
+// A few short tasks run beside the calls: a worker makes its control calls
+// to shards 1..N-1 while the calling thread makes shard 0's, and a PS
+// answers a pull once its wait is over, or applies a push that waited for
+// its turn, off gRPC's callback threads. Creating and joining a thread for
 // each costs about as much as a small round trip itself, while a kept
 // thread is woken in a few microseconds (docs/benchmarks.md, "Threads kept
 // for reuse").
 //
-// The pool grows to the most tasks that ever ran at once and keeps those
-// threads until it is destroyed.
+// The pool grows to the most tasks that ever ran at once (or to its bound,
+// if it has one) and keeps those threads until it is destroyed.
 #ifndef PST_COMMON_THREAD_POOL_H_
 #define PST_COMMON_THREAD_POOL_H_
 
 #include <deque>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -48,6 +49,10 @@ class ThreadPool {
   };
 
   ThreadPool() = default;
+  // A pool of at most `max_threads` threads: beyond that, a task waits in
+  // the queue for a thread to be free. For tasks that never wait on each
+  // other.
+  explicit ThreadPool(int max_threads) : max_threads_(max_threads) {}
   // Runs the tasks still queued, then joins every thread.
   ~ThreadPool();
 
@@ -57,6 +62,10 @@ class ThreadPool {
   // Starts `task` at once, on a thread of its own. May be called from any
   // thread, tasks included.
   Task Start(absl::AnyInvocable<void() &&> task);
+  // Starts `task` as Start does, with nobody to wait for it: for work
+  // handed off by a callback that must not block (a gRPC reactor's). The
+  // pool's destructor still runs it.
+  void Post(absl::AnyInvocable<void() &&> task);
 
   // Threads the pool has made (busy or idle).
   int threads() const;
@@ -67,11 +76,14 @@ class ThreadPool {
     std::shared_ptr<TaskState> state;
   };
 
+  void Enqueue(absl::AnyInvocable<void() &&> task, std::shared_ptr<TaskState> state);
   void Serve();
 
+  const int max_threads_ = std::numeric_limits<int>::max();
   mutable absl::Mutex mu_;
   // Signalled when a task is queued or the pool is being destroyed. (A
-  // CondVar, not Mutex::Await, for the TSan build: see BackgroundWriter.)
+  // CondVar, not Mutex::Await: absl evaluates an Await condition on whichever
+  // thread unlocks, which the TSan build's annotations cannot order.)
   absl::CondVar work_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   int idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for a task

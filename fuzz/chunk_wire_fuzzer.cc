@@ -1,7 +1,8 @@
 // The hand-written stream-message parser (rpc/chunk_wire.h) against
 // protobuf's own: for any bytes, cut into gRPC slices anywhere, ReceivedChunk
-// accepts exactly when PushChunk::ParseFromString does, and then finds the
-// same header, pieces and pull (field 3). The first byte picks the slice size.
+// accepts exactly when ExchangeChunk::ParseFromString does, and then finds the
+// same header, pieces, pull (field 3) and shm (field 4). The first byte
+// picks the slice size.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,12 +29,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pst::ReceivedChunk chunk;
   bool ours = chunk.Parse(&message).ok();
   // The header's own bytes are parsed by protobuf, as its receivers do.
-  // So are field 3's (a PushPull's PullRequest).
+  // So are field 3's (an exchange's PullRequest) and field 4's (its
+  // ShmTransfer).
   pst::PushRequest header;
   if (ours && chunk.has_header()) ours = chunk.ParseHeader(&header);
   pst::PullRequest pull;
   if (ours && chunk.has_extra()) ours = chunk.ParseExtra(&pull);
-  pst::PushChunk reference;
+  pst::ShmTransfer shm;
+  if (ours && chunk.has_shm()) ours = chunk.ParseShm(&shm);
+  pst::ExchangeChunk reference;
   const bool protobuf = reference.ParseFromString(bytes);
   if (ours != protobuf) __builtin_trap();
   if (!ours) return 0;
@@ -43,6 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (chunk.has_extra() != reference.has_pull()) __builtin_trap();
   if (pull.SerializeAsString() != reference.pull().SerializeAsString()) __builtin_trap();
+  if (chunk.has_shm() != reference.has_shm()) __builtin_trap();
+  if (shm.SerializeAsString() != reference.shm().SerializeAsString()) __builtin_trap();
   if (static_cast<int>(chunk.pieces().size()) != reference.pieces_size()) __builtin_trap();
   for (size_t i = 0; i < chunk.pieces().size(); ++i) {
     const pst::ReceivedChunk::Piece& piece = chunk.pieces()[i];

@@ -251,7 +251,7 @@ class ShardDriver {
     AfterCall(s, s.ok() ? response.version() : last_version_);
   }
 
-  // `request` as a PushStream delivers it, in pieces of `piece` elements:
+  // `request` as an exchange delivers it, in pieces of `piece` elements:
   // applied as it streams in when the shard allows, which must end exactly
   // as Push on a copy of the shard does (state, status, response), or
   // reassembled and pushed.

@@ -37,7 +37,7 @@ enum Op : uint8_t {
   // set claims version + 1, else the current version minus (bits 0-1).
   // flags: bits 0-1 dtype; bit 2 leave out "b"; bit 3 send the shape;
   // bit 4 the gradient bytes are raw wire data, else each byte is a small
-  // value (int8 / 16); bit 5 deliver it as a PushStream would, in pieces of
+  // value (int8 / 16); bit 5 deliver it as an exchange would, in pieces of
   // (bits 6-7) + 1 elements (ParameterShard::BeginStreamedPush).
   kPushValues,
   // Structured pull: [worker][dtype][version][names]: min_version is the

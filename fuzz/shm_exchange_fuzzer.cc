@@ -1,8 +1,10 @@
 // The shard's end of a shared-memory exchange (ps_server/shm_exchange.h) on
 // control messages and region contents from the fuzzer's input: the first
 // byte says how to size the region (and whether to shrink it under the
-// shard), the next two give the length of a serialized ShmExchangeRequest,
-// which follows, and the rest is written into the region. Whatever they say:
+// shard, and whether the exchange pulls), the next two give the length of a
+// serialized ExchangeChunk (its header, pull and shm), which follows, and
+// the rest is written into the region. The push and the pull run as the
+// service runs them (ps_server/exchange_call.cc). Whatever they say:
 //  - nothing outside the region is read or written (ASan watches the
 //    shard's buffers; the region is reached only through its descriptor);
 //  - the model stays finite;
@@ -59,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
   const uint8_t control = data[0];
   const size_t request_bytes = std::min<size_t>(data[1] | (data[2] << 8), size - 3);
-  ShmExchangeRequest request;
+  ExchangeChunk request;
   if (!request.ParseFromArray(data + 3, static_cast<int>(request_bytes))) return 0;
   const uint8_t* contents = data + 3 + request_bytes;
   const size_t contents_bytes = size - 3 - request_bytes;
@@ -84,24 +86,46 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     close(owner);
   }
   // The one worker's exchanges; a pull never waits.
-  if (request.push().gradients_size() > 0) request.mutable_push()->set_worker(0);
-  request.mutable_pull()->set_worker(0);
-  if ((control & 32) == 0) request.clear_pull();
-  const ShmExchangeContext context{
-      .shard = shard.get(),
-      .limits = &limits,
-      .buffer = &buffer,
-      .payloads = &payloads,
-      .pull_deadline = [](const PullRequest&) { return absl::Now(); },
-      .caller_gone = [] { return false; },
-  };
+  PushRequest header = request.header();
+  header.set_worker(0);
+  const bool pushes = header.gradients_size() > 0;
+  const bool pulls = (control & 32) != 0;
+  PullRequest pull = request.pull();
+  pull.set_worker(0);
   const int64_t before = shard->version();
-  ShmExchangeResponse response;
-  ShmExchangeBytes bytes;
-  const absl::Status status = ServeShmExchange(request, **opened, context, &response, &bytes);
+  PushResponse pushed;
+  absl::Status status = absl::OkStatus();
+  if (pushes) {
+    const DType dtype = pull.dtype();
+    bool finite = false;
+    int64_t bytes = 0;
+    status = ReadShmPush(header, request.shm(), pulls ? &dtype : nullptr, **opened, limits,
+                         &buffer, &finite, &bytes);
+    if (status.ok()) status = shard->Push(buffer, &pushed, {.values_finite = finite});
+  }
   const int64_t moved = shard->version() - before;
-  FUZZ_INVARIANT(moved == (AdvancedTheVersion(response.push().outcome()) ? 1 : 0));
-  if (!status.ok() && !response.has_push()) FUZZ_INVARIANT(moved == 0);
+  FUZZ_INVARIANT(moved == (AdvancedTheVersion(pushed.outcome()) ? 1 : 0));
+  if (!status.ok()) FUZZ_INVARIANT(moved == 0);
+  if (status.ok() && pulls) {
+    if (pushes) {
+      AskForPushedVariables(header, &pull);
+    } else {
+      status = CheckPullNames(pull, limits);
+    }
+    std::shared_ptr<PullPayload> payload = payloads.Take();
+    if (status.ok()) {
+      status = shard->PullVisit(pull, absl::Now(),
+                                [&](int64_t version, const std::vector<const Variable*>& variables) {
+                                  CapturePull(version, variables, pull.dtype(), payload.get());
+                                });
+    }
+    int64_t written = 0;
+    if (status.ok()) {
+      status = WriteShmAnswer(payload.get(), **opened, request.shm().answer_offset(), &written);
+    }
+    payload->values.clear();
+  }
+  FUZZ_INVARIANT(shard->version() - before == moved);  // a pull changes nothing
   FUZZ_INVARIANT(fuzz::ModelFinite(shard.get()));
   return 0;
 }

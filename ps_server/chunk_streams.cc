@@ -9,8 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
-#include "ps_server/background_writer.h"
-#include "ps_server/consistency_policy.h"
 #include "rpc/chunk_wire.h"
 
 namespace pst {
@@ -121,67 +119,55 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
 
 }  // namespace
 
-absl::Status ServePushStream(ReadMessage read, const PushStreamHooks& hooks,
-                             ParameterShard* shard, PushRequest* buffer, PushResponse* response,
-                             ReceivedPush* received, PushEcho* echo) {
-  // The shard counts the refusals of a header it checks; the rest are counted here.
-  auto refuse = [shard](absl::Status status) {
-    shard->CountRejectedPush();
-    return status;
-  };
-  *received = ReceivedPush{};
-  grpc::ByteBuffer message;
-  ReceivedChunk chunk;
-  PushRequest header;
-  std::optional<PieceSequence> sequence;
-  std::unique_ptr<StreamedUpdate> update;  // null: buffered
-  while (read(&message)) {
-    if (update != nullptr) update->Progressed();
-    received->bytes += static_cast<int64_t>(message.Length());
-    if (absl::Status s = chunk.Parse(&message); !s.ok()) return refuse(s);
-    if (!sequence) {
-      if (!chunk.has_header()) {
-        return refuse(absl::InvalidArgumentError("a push stream must start with its header"));
-      }
-      if (!chunk.ParseHeader(&header)) {
-        return refuse(absl::InvalidArgumentError("a push stream's header is not a PushRequest"));
-      }
-      received->computed_at_version = header.computed_at_version();
-      absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
-      if (!push.ok()) return push.status();
-      update = std::move(push->update);
-      if (hooks.admit) {
-        int64_t buffered = 0;
-        if (update == nullptr) {
-          for (int64_t bytes : push->bytes) buffered += bytes;
-        }
-        if (absl::Status s = hooks.admit(header, buffered); !s.ok()) return s;
-      }
-      if (echo != nullptr) {
-        if (absl::Status s = echo->Start(chunk, header, update != nullptr); !s.ok()) {
-          return refuse(s);
-        }
-      }
-      if (update != nullptr) update->SetCancel(hooks.cancel);
-      if (update == nullptr) {
-        sequence.emplace(BeginPush(header, std::move(push->bytes), buffer));
-      } else {
-        sequence.emplace(std::move(push->bytes), ElementBytes(header));
-      }
-    } else if (chunk.has_header()) {
-      return refuse(absl::InvalidArgumentError("a push stream carries a second header"));
+absl::Status PushIntake::Refuse(absl::Status status) {
+  shard_->CountRejectedPush();
+  return status;
+}
+
+absl::Status PushIntake::Begin(const PushRequest& header, const Admit& admit,
+                               std::function<void()> cancel) {
+  header_ = header;
+  absl::StatusOr<ParameterShard::StreamedPush> push = shard_->BeginStreamedPush(header_);
+  if (!push.ok()) return push.status();  // counted by the shard
+  update_ = std::move(push->update);
+  if (admit) {
+    int64_t buffered = 0;
+    if (update_ == nullptr) {
+      for (int64_t bytes : push->bytes) buffered += bytes;
     }
-    absl::Status added = update != nullptr ? ApplyPieces(chunk, header, &*sequence, update.get())
-                                           : AddPieces(chunk, &*sequence, buffer);
-    if (!added.ok()) return refuse(added);
-    if (echo != nullptr && update != nullptr) {
-      if (absl::Status s = echo->Staged(chunk, *update); !s.ok()) return s;
+    if (absl::Status s = admit(header_, buffered); !s.ok()) {
+      update_.reset();
+      return s;
     }
   }
-  if (!sequence) return refuse(absl::InvalidArgumentError("the push stream was empty: no header"));
-  if (absl::Status s = sequence->Finish(); !s.ok()) return refuse(s);
-  if (update != nullptr) return shard->CommitStreamedPush(std::move(update), response);
-  return shard->Push(*buffer, response, {.values_finite = true});
+  if (update_ != nullptr) {
+    update_->SetCancel(std::move(cancel));
+    sequence_.emplace(std::move(push->bytes), ElementBytes(header_));
+  } else {
+    sequence_.emplace(BeginPush(header_, std::move(push->bytes), buffer_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushIntake::Take(const ReceivedChunk& chunk) {
+  if (update_ != nullptr) update_->Progressed();
+  absl::Status added = update_ != nullptr ? ApplyPieces(chunk, header_, &*sequence_, update_.get())
+                                          : AddPieces(chunk, &*sequence_, buffer_);
+  if (!added.ok()) {
+    update_.reset();  // nothing of it lands
+    return Refuse(added);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> PushIntake::Finish(bool may_wait, PushResponse* response) {
+  if (absl::Status s = sequence_->Finish(); !s.ok()) {
+    update_.reset();
+    return Refuse(s);
+  }
+  if (update_ != nullptr) return shard_->CommitStreamedPush(std::move(update_), response);
+  if (may_wait) return shard_->Push(*buffer_, response, {.values_finite = true});
+  return shard_->TryPush(*buffer_, response, {.values_finite = true});
 }
 
 void CapturePull(int64_t version, const std::vector<const Variable*>& variables, DType dtype,
@@ -241,9 +227,7 @@ int64_t SendPullPayload(const std::shared_ptr<PullPayload>& payload, WriteMessag
     if (last && last_extra != nullptr) builder.SetExtra(*last_extra);
     grpc::ByteBuffer message = builder.Finish();
     sent += static_cast<int64_t>(message.Length());
-    grpc::WriteOptions options;
-    if (last) options.set_last_message();
-    if (!write(message, options)) return -1;
+    if (!write(message, last)) return -1;
   }
   return sent;
 }
@@ -263,168 +247,63 @@ void AskForPushedVariables(const PushRequest& push, PullRequest* pull) {
   for (const Tensor& gradient : push.gradients()) pull->add_names(gradient.name());
 }
 
-namespace {
-
-absl::Status WorkerWentAway() {
-  return absl::CancelledError("the worker went away during a PushPull");
+StagedAnswer::StagedAnswer(const PushRequest& header, DType dtype,
+                           std::shared_ptr<PullPayload> payload)
+    : dtype_(dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype),
+      payload_(std::move(payload)),
+      gradient_element_bytes_(ElementBytes(header)) {
+  for (const Tensor& gradient : header.gradients()) {
+    Tensor* variable = answer_.add_variables();
+    variable->set_name(gradient.name());
+    variable->mutable_shape()->CopyFrom(gradient.shape());
+    variable->set_dtype(dtype_);
+  }
 }
 
-// PushPull's answer: the staged values of each chunk as it is staged, or,
-// when the push is not applied while it streams in, a pull once it is in.
-class PushPullEcho final : public PushEcho {
- public:
-  PushPullEcho(WriteMessage write, std::shared_ptr<PullPayload> payload,
-               const ConsistencyPolicy& policy, ThreadPool* threads)
-      : write_(write),
-        staged_answers_(
-            [this](const grpc::ByteBuffer& message) {
-              return write_(message, grpc::WriteOptions());
-            },
-            threads),
-        payload_(std::move(payload)),
-        policy_(policy) {}
-
-  absl::Status Start(const ReceivedChunk& first, const PushRequest& header,
-                     bool streamed) override {
-    if (!first.has_extra() || !first.ParseExtra(&pull_)) {
-      return absl::InvalidArgumentError(
-          "a PushPull's first message must carry its PullRequest (PushChunk.pull)");
-    }
-    dtype_ = pull_.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : pull_.dtype();
-    if (DTypeBytes(dtype_) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown wire dtype ", static_cast<int>(pull_.dtype()), " in a PushPull's pull"));
-    }
-    AskForPushedVariables(header, &pull_);
-    answer_.Clear();
-    for (const Tensor& gradient : header.gradients()) {
-      Tensor* variable = answer_.add_variables();
-      variable->set_name(gradient.name());
-      variable->mutable_shape()->CopyFrom(gradient.shape());
-      variable->set_dtype(dtype_);
-    }
-    gradient_element_bytes_ = ElementBytes(header);
-    echo_ = streamed && policy_.AnswerMayStreamDuringPush(pull_.min_version(),
-                                                          header.computed_at_version());
-    return absl::OkStatus();
+void StagedAnswer::Add(const ReceivedChunk& chunk, const StreamedUpdate& update) {
+  if (!header_sent_) {
+    header_sent_ = true;
+    builder_.SetHeader(answer_);
+    PrepareEncoding(update);
   }
-
-  absl::Status Staged(const ReceivedChunk& chunk, const StreamedUpdate& update) override {
-    if (!echo_) return absl::OkStatus();  // the answer is a pull once the push is in
-    ChunkBuilder builder;
-    if (!header_sent_) {
-      header_sent_ = true;
-      builder.SetHeader(answer_);
-      PrepareEncoding(update);
-    }
-    const int element_bytes = DTypeBytes(dtype_);
-    for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
-      const int64_t first = piece.offset / gradient_element_bytes_[piece.tensor];
-      const int64_t count = piece.size / gradient_element_bytes_[piece.tensor];
-      const Values& staged = update.staged_values(piece.tensor);
-      const std::span<const float> values(staged->data() + first, count);
-      const int64_t offset = first * element_bytes;
-      if (element_bytes == sizeof(float)) {  // float32: the staged values are the wire bytes
-        builder.AddPiece(piece.tensor, offset,
-                         {reinterpret_cast<const char*>(values.data()), values.size_bytes()},
-                         staged);
-      } else {
-        char* wire = encoded_[piece.tensor] + offset;
-        EncodeValuesTo(values, dtype_, wire);
-        builder.AddPiece(piece.tensor, offset, {wire, static_cast<size_t>(count * element_bytes)},
-                         payload_);
-      }
-    }
-    grpc::ByteBuffer message = builder.Finish();
-    sent_ += static_cast<int64_t>(message.Length());
-    if (!staged_answers_.Write(std::move(message))) {
-      return WorkerWentAway();
-    }
-    return absl::OkStatus();
-  }
-
-  // After the push: the answer's end, or all of it if nothing was streamed.
-  absl::Status Finish(const PushPullContext& context, const PushResponse& response) {
-    PushPullDone done;
-    *done.mutable_push() = response;
-    if (!staged_answers_.Finish()) return WorkerWentAway();
-    if (echo_) {
-      done.set_version(response.version());
-      ChunkBuilder builder;
-      builder.SetExtra(done);
-      grpc::ByteBuffer message = builder.Finish();
-      sent_ += static_cast<int64_t>(message.Length());
-      grpc::WriteOptions options;
-      options.set_last_message();
-      if (!write_(message, options)) {
-        return WorkerWentAway();
-      }
-      return absl::OkStatus();
-    }
-    absl::Status status = context.shard->PullVisit(
-        pull_, context.pull_deadline(pull_),
-        [&](int64_t version, const std::vector<const Variable*>& variables) {
-          CapturePull(version, variables, dtype_, payload_.get());
-        },
-        {.caller_gone = context.caller_gone});
-    if (!status.ok()) {
-      payload_->values.clear();  // nothing captured may stay pinned
-      return status;
-    }
-    done.set_version(payload_->header.version());
-    const int64_t sent = SendPullPayload(payload_, write_, &done);
-    if (sent < 0) return WorkerWentAway();
-    sent_ += sent;
-    return absl::OkStatus();
-  }
-
-  int64_t sent() const { return sent_; }
-
- private:
-  // 16-bit answers are encoded into the payload's buffer, one region per
-  // variable.
-  void PrepareEncoding(const StreamedUpdate& update) {
-    const int element_bytes = DTypeBytes(dtype_);
-    if (element_bytes == sizeof(float)) return;
-    int64_t total = 0;
-    for (int i = 0; i < answer_.variables_size(); ++i) {
-      total += static_cast<int64_t>(update.staged_values(i)->size()) * element_bytes;
-    }
-    payload_->encoded.resize(total);
-    char* next = payload_->encoded.data();
-    for (int i = 0; i < answer_.variables_size(); ++i) {
-      encoded_.push_back(next);
-      next += update.staged_values(i)->size() * element_bytes;
+  const int element_bytes = DTypeBytes(dtype_);
+  for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
+    const int64_t first = piece.offset / gradient_element_bytes_[piece.tensor];
+    const int64_t count = piece.size / gradient_element_bytes_[piece.tensor];
+    const Values& staged = update.staged_values(piece.tensor);
+    const std::span<const float> values(staged->data() + first, count);
+    const int64_t offset = first * element_bytes;
+    if (element_bytes == sizeof(float)) {  // float32: the staged values are the wire bytes
+      builder_.AddPiece(piece.tensor, offset,
+                        {reinterpret_cast<const char*>(values.data()), values.size_bytes()},
+                        staged);
+    } else {
+      char* wire = encoded_[piece.tensor] + offset;
+      EncodeValuesTo(values, dtype_, wire);
+      builder_.AddPiece(piece.tensor, offset, {wire, static_cast<size_t>(count * element_bytes)},
+                        payload_);
     }
   }
+}
 
-  WriteMessage write_;
-  // Each staged chunk's answer, written while the next chunk is read and
-  // staged; the answer's end is written here once they are all out.
-  BackgroundWriter staged_answers_;
-  std::shared_ptr<PullPayload> payload_;
-  const ConsistencyPolicy& policy_;
-  PullRequest pull_;
-  DType dtype_ = FLOAT32;
-  PullResponse answer_;  // the header: the pushed variables, no data
-  std::vector<int> gradient_element_bytes_;
-  std::vector<char*> encoded_;
-  bool echo_ = false;         // each staged chunk's values go back at once
-  bool header_sent_ = false;
-  int64_t sent_ = 0;
-};
+grpc::ByteBuffer StagedAnswer::Take(const ExchangeDone* done) {
+  if (done != nullptr) builder_.SetExtra(*done);
+  return builder_.Finish();
+}
 
-}  // namespace
-
-absl::Status ServePushPull(ReadMessage read, WriteMessage write, const PushStreamHooks& hooks,
-                           const PushPullContext& context, PushResponse* response,
-                           ReceivedPush* received, int64_t* bytes_sent) {
-  PushPullEcho echo(write, context.payloads->Take(), context.shard->policy(), context.threads);
-  absl::Status status = ServePushStream(read, hooks, context.shard, context.buffer, response,
-                                        received, &echo);
-  if (status.ok()) status = echo.Finish(context, *response);
-  *bytes_sent = echo.sent();
-  return status;
+void StagedAnswer::PrepareEncoding(const StreamedUpdate& update) {
+  const int element_bytes = DTypeBytes(dtype_);
+  if (element_bytes == sizeof(float)) return;
+  int64_t total = 0;
+  for (int i = 0; i < answer_.variables_size(); ++i) {
+    total += static_cast<int64_t>(update.staged_values(i)->size()) * element_bytes;
+  }
+  payload_->encoded.resize(total);
+  char* next = payload_->encoded.data();
+  for (int i = 0; i < answer_.variables_size(); ++i) {
+    encoded_.push_back(next);
+    next += update.staged_values(i)->size() * element_bytes;
+  }
 }
 
 std::shared_ptr<PullPayload> PullPayloadPool::Take() {

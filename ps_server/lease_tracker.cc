@@ -18,12 +18,12 @@ class SystemClock final : public LeaseClock {
   }
 };
 
-// Starts `run` on a thread that takes no asynchronous signal. A process
-// that handles SIGTERM on a thread of its own (ps_server) blocks it before
-// it starts its threads, but a shard, and so its tracker, may be made
-// before that; a thread that does not block SIGTERM would take it, and die
-// of it. Faults still reach the thread that raises them.
-std::thread StartWithoutSignals(std::function<void()> run) {
+}  // namespace
+
+// A process that handles SIGTERM on a thread of its own (ps_server) blocks
+// it before it starts its threads, but a shard, and so its tracker, may be
+// made before that. Faults still reach the thread that raises them.
+std::thread StartThreadWithoutSignals(std::function<void()> run) {
   sigset_t blocked, before;
   sigfillset(&blocked);
   for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS}) {
@@ -34,8 +34,6 @@ std::thread StartWithoutSignals(std::function<void()> run) {
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
   return thread;
 }
-
-}  // namespace
 
 const LeaseClock& SystemLeaseClock() {
   static const SystemClock* clock = new SystemClock();
@@ -90,7 +88,7 @@ LeaseTracker::LeaseTracker(int num_workers, absl::Duration lease, absl::Mutex* m
       expired_(std::move(expired)),
       clock_(clock),
       leases_(num_workers),
-      thread_(StartWithoutSignals([this] { Run(); })) {}
+      thread_(StartThreadWithoutSignals([this] { Run(); })) {}
 
 LeaseTracker::~LeaseTracker() {
   {
@@ -148,20 +146,6 @@ std::optional<absl::Duration> LeaseTracker::SinceSeen(int worker) const {
   return clock_.Now() - lease.last_seen;
 }
 
-void LeaseTracker::Watch(WatchedCall* call) {
-  mu_->AssertHeld();
-  watched_.push_back(call);
-  if (watched_.size() == 1) {
-    next_probe_ = clock_.Now() + kCallerPoll;
-    WakeBy(next_probe_);
-  }
-}
-
-void LeaseTracker::Unwatch(WatchedCall* call) {
-  mu_->AssertHeld();
-  watched_.erase(std::find(watched_.begin(), watched_.end(), call));
-}
-
 void LeaseTracker::WakeBy(absl::Time when) {
   if (when < next_wake_) {
     next_wake_ = when;
@@ -173,7 +157,7 @@ void LeaseTracker::Run() {
   absl::MutexLock lock(mu_);
   while (!stopping_) {
     const absl::Time now = clock_.Now();
-    next_wake_ = std::min(ExpireDue(now), ProbeCallers(now));
+    next_wake_ = ExpireDue(now);
     clock_.WaitUntil(mu_, &wake_, next_wake_);
   }
 }
@@ -192,20 +176,6 @@ absl::Time LeaseTracker::ExpireDue(absl::Time now) {
   }
   if (!expired.empty()) expired_(expired);
   return next;
-}
-
-absl::Time LeaseTracker::ProbeCallers(absl::Time now) {
-  if (watched_.empty()) return absl::InfiniteFuture();
-  if (now >= next_probe_) {
-    for (WatchedCall* call : watched_) {
-      if (!call->gone && call->caller_gone()) {
-        call->gone = true;
-        call->wake->SignalAll();
-      }
-    }
-    next_probe_ = now + kCallerPoll;
-  }
-  return next_probe_;
 }
 
 }  // namespace pst

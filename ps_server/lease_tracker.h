@@ -6,12 +6,9 @@
 // earliest lease runs out and then reports the workers whose lease did, so
 // the live set changes when time passes, whether or not anyone calls in.
 //
-// The same thread watches the callers of parked calls. gRPC's sync API
-// tells a handler nothing when its client cancels or disconnects, so the
-// only way to learn it is to ask (ServerContext::IsCancelled): while any
-// call is watched, the thread asks each one's caller every kCallerPoll, and
-// wakes the call whose caller has gone. This is the one poll left; nothing
-// else wakes on a period.
+// Nothing wakes on a period. (A call waiting in the shard whose caller goes
+// away is dropped by the caller, on gRPC's cancel callback:
+// ParameterShard::CancelWait.)
 //
 // The thread takes no asynchronous signal (SIGTERM and the like are the
 // process's to handle, on a thread of its choosing).
@@ -44,6 +41,11 @@ class LeaseClock {
   virtual void WaitUntil(absl::Mutex* mu, absl::CondVar* cv, absl::Time deadline) const = 0;
 };
 
+// Starts `run` on a thread that takes no asynchronous signal (SIGTERM and
+// the like are the process's to handle, on a thread of its choosing; one
+// made before the process blocks them would otherwise take them, and die).
+std::thread StartThreadWithoutSignals(std::function<void()> run);
+
 // absl::Now(), shared by every tracker that is given no clock.
 const LeaseClock& SystemLeaseClock();
 
@@ -74,16 +76,6 @@ class ManualLeaseClock final : public LeaseClock {
 
 class LeaseTracker {
  public:
-  // How often the callers of watched calls are asked whether they are gone.
-  static constexpr absl::Duration kCallerPoll = absl::Milliseconds(100);
-
-  // A call parked under the owner's mutex whose caller may go away.
-  struct WatchedCall {
-    std::function<bool()> caller_gone;  // asked with the mutex held
-    absl::CondVar* wake = nullptr;      // signalled once the caller is gone
-    bool gone = false;                  // set once caller_gone said true
-  };
-
   // `expired` runs on the tracker's thread with `*mu` held, with the workers
   // that just left the live set. `*mu` and `clock` must outlive the tracker.
   LeaseTracker(int num_workers, absl::Duration lease, absl::Mutex* mu,
@@ -111,10 +103,6 @@ class LeaseTracker {
   // How long since `worker` was last heard from; nullopt if never.
   std::optional<absl::Duration> SinceSeen(int worker) const;
 
-  // Watches `call`'s caller until Unwatch; `call` must stay valid until then.
-  void Watch(WatchedCall* call);
-  void Unwatch(WatchedCall* call);
-
  private:
   struct Lease {
     bool live = true;
@@ -129,9 +117,6 @@ class LeaseTracker {
   // Reports the workers whose lease has run out by `now`; returns when the
   // next one runs out.
   absl::Time ExpireDue(absl::Time now);
-  // Asks the watched callers, if kCallerPoll has passed; returns when to
-  // ask next (InfiniteFuture if nothing is watched).
-  absl::Time ProbeCallers(absl::Time now);
   // Wakes the thread if it sleeps past `when`, and only then: a call that
   // renews a lease costs no wake-up.
   void WakeBy(absl::Time when);
@@ -144,8 +129,6 @@ class LeaseTracker {
   absl::CondVar wake_;
   // Guarded by *mu_.
   std::vector<Lease> leases_;
-  std::vector<WatchedCall*> watched_;
-  absl::Time next_probe_ = absl::InfiniteFuture();
   // When the thread wakes next, unless signalled. InfinitePast until it
   // first looks (and then sees everything anyway).
   absl::Time next_wake_ = absl::InfinitePast();

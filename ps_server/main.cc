@@ -39,35 +39,35 @@ ABSL_FLAG(std::string, checkpoint_start, "auto",
           "the newest valid checkpoint, whichever run wrote it (resume a run). fresh: start from "
           "the initial weights, moving the old checkpoints to <dir>/shard-<i>/previous/.");
 ABSL_FLAG(int, max_names_per_request, pst::RpcLimits().max_names_per_request,
-          "Most variables one Pull may name or one Push carry; more, or a name given twice, is "
-          "refused with INVALID_ARGUMENT.");
+          "Most variables one exchange's pull may name or its push carry; more, or a name given "
+          "twice, is refused with INVALID_ARGUMENT.");
 ABSL_FLAG(int64_t, max_reply_bytes, pst::RpcLimits().max_reply_bytes,
-          "Largest answer of a unary Pull or PushPullSmall, in bytes; a pull whose answer would "
-          "be larger is refused with RESOURCE_EXHAUSTED before it is built (workers stream "
-          "shares over 1 MiB, which this does not bound).");
+          "Largest answer the PS encodes for one pull in a 16-bit wire type, in bytes; a pull "
+          "whose answer would be larger is refused with RESOURCE_EXHAUSTED before it is built "
+          "(float32 answers are sent from the variables' own buffers, which this does not "
+          "bound).");
 ABSL_FLAG(double, max_pull_wait_seconds,
           absl::ToDoubleSeconds(pst::RpcLimits().max_pull_wait),
-          "Longest a Pull waits for its min_version, whatever timeout_ms it asks for; then it "
+          "Longest a pull waits for its min_version, whatever timeout_ms it asks for; then it "
           "ends with DEADLINE_EXCEEDED. Keep it above training.pull_timeout_seconds.");
 ABSL_FLAG(int, max_streams, pst::RpcLimits().max_streams,
-          "Streamed calls (PullStream, PushStream, PushPull) open at once; one more is refused "
+          "Exchanges (pushes and pulls, long-polls included) open at once; one more is refused "
           "with RESOURCE_EXHAUSTED. Training opens one per worker at a time.");
 ABSL_FLAG(int, max_streams_per_worker, pst::RpcLimits().max_streams_per_worker,
-          "Streamed calls open at once for one worker id; one more is refused with "
+          "Exchanges open at once for one worker id; one more is refused with "
           "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(double, stream_idle_timeout_seconds,
           absl::ToDoubleSeconds(pst::RpcLimits().stream_idle_timeout),
-          "A streamed call that waits this long on its client (for its next message, or for it "
+          "An exchange that waits this long on its client (for its next message, or for it "
           "to read the last one) is ended with DEADLINE_EXCEEDED and its buffers are freed; "
           "nothing of an unfinished push is applied.");
 ABSL_FLAG(int64_t, max_push_buffer_bytes, pst::RpcLimits().max_push_buffer_bytes,
           "Bytes that pushes being received may hold in total before they are applied (every "
-          "streamed SYNC push holds its shard's share); a push that would pass it, while others "
+          "SYNC push holds its shard's share); a push that would pass it, while others "
           "hold some, is refused with RESOURCE_EXHAUSTED. 0: one share per worker, plus one.");
 ABSL_FLAG(int, max_server_threads, pst::RpcLimits().max_server_threads,
-          "Threads of the gRPC server (every running call, a waiting pull or an open stream, "
-          "holds one); a call that finds none free is refused with RESOURCE_EXHAUSTED. Must "
-          "exceed --max_streams by at least 8.");
+          "Threads of the gRPC server's unary calls (exchanges and AwaitWorkersDone hold none "
+          "while they wait); a call that finds none free is refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(bool, allow_insecure, false,
           "Serve plaintext (no cluster.tls) on an address other machines can reach; only on a "
           "trusted network, such as a private container network.");

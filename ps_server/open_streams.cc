@@ -45,10 +45,17 @@ absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> OpenStreams::Admit(
 }
 
 OpenStreams::Stream::~Stream() {
+  Release();
   absl::MutexLock lock(&owner_->mu_);
   owner_->streams_.erase(this);
+}
+
+void OpenStreams::Stream::Release() {
+  absl::MutexLock lock(&owner_->mu_);
   if (claimed_worker_ && --owner_->per_worker_[worker_] == 0) owner_->per_worker_.erase(worker_);
+  claimed_worker_ = false;
   owner_->push_buffer_bytes_ -= reserved_bytes_;
+  reserved_bytes_ = 0;
 }
 
 absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
@@ -119,6 +126,7 @@ void OpenStreams::Watch() {
   while (!stopping_) {
     stop_signal_.WaitWithTimeout(&mu_, poll);
     const int64_t now = SteadyNanos();
+    std::vector<std::pair<std::function<void(const absl::Status&)>, absl::Status>> to_end;
     for (Stream* stream : streams_) {
       if (!stream->ended_.ok() || stream->waiting_.load() == 0) continue;
       const int64_t idle = now - stream->since_.load();
@@ -131,9 +139,13 @@ void OpenStreams::Watch() {
       spdlog::warn("ended a streamed call{} idle for {} (--stream_idle_timeout_seconds)",
                    stream->claimed_worker_ ? absl::StrCat(" of worker:", stream->worker_) : "",
                    absl::FormatDuration(absl::Nanoseconds(idle)));
-      // Under mu_: the Stream, and so its call, still exists.
-      stream->end_call_(stream->ended_);
+      to_end.emplace_back(stream->end_call_, stream->ended_);
     }
+    // Outside mu_: ending a call may run its callbacks, which destroy its
+    // Stream.
+    mu_.Unlock();
+    for (auto& [end_call, status] : to_end) end_call(status);
+    mu_.Lock();
   }
 }
 

@@ -1,15 +1,13 @@
-// The streamed calls (PullStream, PushStream, PushPull) a shard has open,
-// and the bounds they are held to (rpc_limits.h): how many may be open in
-// total and per worker, how long one may wait on its client, and how many
-// bytes the pushes being reassembled may hold in total.
+// The exchanges (Exchange calls) a shard has open, and the bounds they are
+// held to (rpc_limits.h): how many may be open in total and per worker,
+// how long one may wait on its client, and how many bytes the pushes being
+// reassembled may hold in total.
 //
-// A sync-API stream blocks its server thread in Read or Write for as long
-// as the client lets it, and gRPC has no per-message deadline: a client
-// that opens a stream and sends nothing more would hold the thread, and
-// whatever the call had buffered, until its own deadline, if it set one.
-// So a watchdog thread ends every stream that has waited on its client for
-// the idle timeout, with DEADLINE_EXCEEDED, which wakes the blocked Read or
-// Write; the handler then returns and frees what it held.
+// gRPC has no per-message deadline: a client that opens an exchange and
+// sends nothing more would hold the call, and whatever it had buffered,
+// until its own deadline, if it set one. So a watchdog thread ends every
+// exchange that has waited on its client for the idle timeout, with
+// DEADLINE_EXCEEDED; the call then ends and frees what it held.
 #ifndef PST_PS_SERVER_OPEN_STREAMS_H_
 #define PST_PS_SERVER_OPEN_STREAMS_H_
 
@@ -42,19 +40,19 @@ class OpenStreams {
   OpenStreams(const OpenStreams&) = delete;
   OpenStreams& operator=(const OpenStreams&) = delete;
 
-  // One admitted streamed call. Destroying it gives back its place, its
+  // One admitted exchange. Destroying it gives back its place, its
   // worker's and the bytes it reserved; it must be destroyed before the
-  // call's handler returns.
+  // OpenStreams.
   class Stream {
    public:
     ~Stream();
     Stream(const Stream&) = delete;
     Stream& operator=(const Stream&) = delete;
 
-    // While one of these lives, the call waits on its client: a Read, or a
-    // Write that the client must read to let through. Several may live at
-    // once (a PushPull reads and writes on two threads); the stream is idle
-    // once none has started or ended for the idle timeout.
+    // While one of these lives, the call waits on its client: a read, or a
+    // write that the client must read to let through. Several may live at
+    // once (an exchange reads and writes at once); the stream is idle once
+    // none has started or ended for the idle timeout.
     class ClientWait {
      public:
       explicit ClientWait(Stream* stream);
@@ -76,6 +74,10 @@ class OpenStreams {
     absl::Status ReservePushBuffer(int64_t bytes);
     // The status the watchdog ended the call with, if it did.
     absl::Status ended() const;
+    // Gives back the stream's worker claim and push buffer reservation
+    // before it is destroyed: for a call whose outcome is decided while
+    // gRPC is still ending it. Idempotent.
+    void Release();
 
    private:
     friend class OpenStreams;
@@ -93,9 +95,10 @@ class OpenStreams {
     absl::Status ended_;
   };
 
-  // Admits a new streamed call, or ResourceExhausted if max_streams are
-  // open. `end_call` ends the call with the given status; the watchdog
-  // calls it, from its own thread, only while the Stream exists.
+  // Admits a new exchange, or ResourceExhausted if max_streams are open.
+  // `end_call` ends the call with the given status; the watchdog calls it
+  // from its own thread, without its lock, so possibly just after the
+  // Stream has been destroyed: it must stay safe to call.
   absl::StatusOr<std::unique_ptr<Stream>> Admit(std::function<void(const absl::Status&)> end_call);
 
   int open() const;

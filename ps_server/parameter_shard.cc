@@ -64,7 +64,68 @@ ParameterShard::ParameterShard(const ShardOptions& options,
             mu_.AssertHeld();
             LeasesExpired(workers);
           },
-          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {}
+          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {
+  waiter_timer_ = StartThreadWithoutSignals([this] { RunWaiterTimer(); });
+}
+
+ParameterShard::~ParameterShard() {
+  {
+    absl::MutexLock lock(&mu_);
+    timer_stopping_ = true;
+    timer_wake_.Signal();
+  }
+  waiter_timer_.join();
+}
+
+ParameterShard::WaitId ParameterShard::AddWaiter(std::unique_ptr<Waiter> waiter) {
+  waiter->id = ++last_wait_id_;
+  if (waiter->worker >= 0) lease_.BeginCall(waiter->worker);
+  ++*waiter->waiting;
+  const WaitId id = waiter->id;
+  waiters_.push_back(std::move(waiter));
+  timer_wake_.Signal();
+  return id;
+}
+
+void ParameterShard::WakeWaiters(absl::Time now) {
+  std::vector<std::unique_ptr<Waiter>> woken;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    Waiter& waiter = **it;
+    if (shutting_down_ || waiter.deadline <= now || waiter.ready()) {
+      woken.push_back(std::move(*it));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (std::unique_ptr<Waiter>& waiter : woken) {
+    if (waiter->worker >= 0) lease_.EndCall(waiter->worker);
+    --*waiter->waiting;
+    std::move(waiter->wake)();
+  }
+}
+
+bool ParameterShard::CancelWait(WaitId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                         [id](const std::unique_ptr<Waiter>& w) { return w->id == id; });
+  if (it == waiters_.end()) return false;
+  if ((*it)->worker >= 0) lease_.EndCall((*it)->worker);
+  --*(*it)->waiting;
+  std::unique_ptr<Waiter> cancelled = std::move(*it);
+  waiters_.erase(it);
+  return true;
+}
+
+void ParameterShard::RunWaiterTimer() {
+  absl::MutexLock lock(&mu_);
+  while (!timer_stopping_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const std::unique_ptr<Waiter>& waiter : waiters_) next = std::min(next, waiter->deadline);
+    timer_wake_.WaitWithDeadline(&mu_, next);
+    if (!waiters_.empty()) WakeWaiters(absl::Now());
+  }
+}
 
 absl::Status ParameterShard::CheckWorker(int worker) const {
   if (worker < 0 || worker >= options_.num_workers) {
@@ -108,23 +169,20 @@ void ParameterShard::Changed() {
   for (ParkedCall* call : parked_) {
     if (shutting_down_ || (*call->ready)()) call->wake.Signal();
   }
+  if (!waiters_.empty()) WakeWaiters(absl::InfinitePast());
 }
 
-bool ParameterShard::Park(const std::function<bool()>& ready, absl::Time deadline,
-                          const std::function<bool()>& caller_gone, int* waiting) {
+void ParameterShard::Park(const std::function<bool()>& ready, absl::Time deadline,
+                          int* waiting) {
   ParkedCall call;
   call.ready = &ready;
-  LeaseTracker::WatchedCall watch{.caller_gone = caller_gone, .wake = &call.wake};
   parked_.push_back(&call);
-  if (caller_gone) lease_.Watch(&watch);
   ++*waiting;
-  while (!shutting_down_ && !watch.gone && !ready()) {
+  while (!shutting_down_ && !ready()) {
     if (call.wake.WaitWithDeadline(&mu_, deadline)) break;  // the deadline passed
   }
   --*waiting;
-  if (caller_gone) lease_.Unwatch(&watch);
   parked_.erase(std::find(parked_.begin(), parked_.end(), &call));
-  return watch.gone;
 }
 
 bool ParameterShard::AllWorkersDone() const {
@@ -206,20 +264,45 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   lease_.BeginCall(request.worker());
-  bool caller_gone = false;
   if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
     const std::function<bool()> ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return PullMayProceed(request);
     };
-    caller_gone = (bounds.caller_gone && bounds.caller_gone()) ||
-                  Park(ready, deadline, bounds.caller_gone, &waiting_pulls_);
+    Park(ready, deadline, &waiting_pulls_);
   }
   lease_.EndCall(request.worker());
-  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
-  if (caller_gone) {
-    return absl::CancelledError(absl::StrCat("worker:", request.worker(),
-                                             " went away while its pull waited"));
+  return VisitLocked(request, visit);
+}
+
+absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
+    const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
+    absl::AnyInvocable<void()> wake) {
+  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  if (DTypeBytes(request.dtype()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
+                                                   static_cast<int>(request.dtype()), " in a pull"));
   }
+  absl::MutexLock lock(&mu_);
+  Touch(request.worker());
+  if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
+    auto waiter = std::make_unique<Waiter>();
+    waiter->ready = [this, worker = request.worker(), min_version = request.min_version()]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                          return store_.initialized() &&
+                                 policy_->PullMayProceed(View(), worker, min_version);
+                        };
+    waiter->deadline = deadline;
+    waiter->wake = std::move(wake);
+    waiter->worker = request.worker();
+    waiter->waiting = &waiting_pulls_;
+    return AddWaiter(std::move(waiter));
+  }
+  if (absl::Status s = VisitLocked(request, visit); !s.ok()) return s;
+  return WaitId{0};
+}
+
+absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullVisitor& visit) {
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (!store_.initialized()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "shard ", options_.shard, " is still waiting for a worker to Init its variables"));
@@ -263,6 +346,17 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 
 absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
                                   PushChecked checked) {
+  return *PushImpl(request, response, checked, /*may_wait=*/true);
+}
+
+std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
+                                                    PushResponse* response, PushChecked checked) {
+  return PushImpl(request, response, checked, /*may_wait=*/false);
+}
+
+std::optional<absl::Status> ParameterShard::PushImpl(const PushRequest& request,
+                                                     PushResponse* response, PushChecked checked,
+                                                     bool may_wait) {
   // The pass over the payload needs nothing of the shard: made before the
   // lock, so pushes check their bytes side by side. A non-finite one is
   // left to ValidateGradients, which names it.
@@ -273,6 +367,9 @@ absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* resp
         });
   }
   absl::MutexLock lock(&mu_);
+  if (!may_wait && (snapshot_unwritten_ || staging_held_) && !shutting_down_) {
+    return std::nullopt;
+  }
   AwaitUpdateTurn();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
@@ -606,9 +703,9 @@ void ParameterShard::Stats(StatsResponse* response) const {
   FillStats(response);
 }
 
-absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& request,
-                                              absl::Time deadline, StatsResponse* response,
-                                              const std::function<bool()>& caller_gone) {
+namespace {
+
+absl::Status CheckAwaitWorkersDone(const AwaitWorkersDoneRequest& request) {
   if (request.timeout_ms() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("AwaitWorkersDone's timeout_ms is ",
                                                    request.timeout_ms(), "; it must be 0 or more"));
@@ -618,19 +715,45 @@ absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& req
         absl::StrCat("AwaitWorkersDone's known_changes is ", request.known_changes(),
                      "; pass -1, or the worker_changes of an earlier answer"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& request,
+                                              absl::Time deadline, StatsResponse* response) {
+  if (absl::Status s = CheckAwaitWorkersDone(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const std::function<bool()> settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return AllWorkersDone() || worker_changes_ != request.known_changes();
   };
-  bool gone = false;
   if (!shutting_down_ && !settled() && absl::Now() < deadline) {
-    gone = (caller_gone && caller_gone()) ||
-           Park(settled, deadline, caller_gone, &waiting_done_calls_);
+    Park(settled, deadline, &waiting_done_calls_);
   }
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
-  if (gone) return absl::CancelledError("the caller went away while AwaitWorkersDone waited");
   FillStats(response);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
+    const AwaitWorkersDoneRequest& request, absl::Time deadline, StatsResponse* response,
+    absl::AnyInvocable<void()> wake) {
+  if (absl::Status s = CheckAwaitWorkersDone(request); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const int64_t known = request.known_changes();
+  if (!shutting_down_ && !AllWorkersDone() && worker_changes_ == known && absl::Now() < deadline) {
+    auto waiter = std::make_unique<Waiter>();
+    waiter->ready = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return AllWorkersDone() || worker_changes_ != known;
+    };
+    waiter->deadline = deadline;
+    waiter->wake = std::move(wake);
+    waiter->waiting = &waiting_done_calls_;
+    return AddWaiter(std::move(waiter));
+  }
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  FillStats(response);
+  return WaitId{0};
 }
 
 void ParameterShard::FillStats(StatsResponse* response) const {

@@ -22,11 +22,15 @@
 // whether or not anyone calls in), so SYNC steps complete and SSP's slowest
 // clock moves on without it; any later call brings it back.
 //
-// A call that must wait (a pull for its version, AwaitWorkersDone) parks
-// on a condition variable of its own, and whatever changes what it waits
-// for (a version, a worker clock, the live or done set, Init, shutdown)
-// wakes exactly the parked calls that can now proceed; its deadline, or
-// its caller going away, ends the wait otherwise. Stats is a pure read.
+// A call that must wait (a pull for its version, AwaitWorkersDone) either
+// parks its thread on a condition variable of its own (Pull, PullVisit,
+// AwaitWorkersDone) or leaves a waiter and returns (PullVisitOrWait,
+// AwaitWorkersDoneOrWait: the gRPC service's, so that no thread is held
+// per long-poll). Whatever changes what it waits for (a version, a worker
+// clock, the live or done set, Init, shutdown) wakes exactly the calls
+// that can now proceed; its deadline (for a waiter: on the shard's timer
+// thread), or its caller going away, ends the wait otherwise. Stats is a
+// pure read.
 //
 // Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
 // future version, a push with no gradient, a pull naming a variable twice,
@@ -47,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -93,12 +98,6 @@ class ParameterShard;
 
 // What a caller adds to a pull's deadline.
 struct PullBounds {
-  // True once the caller has gone (its call cancelled, its connection
-  // closed), which ends the wait with Cancelled, so no thread stays parked
-  // for nobody. Asked before the pull waits and then, while it waits, every
-  // LeaseTracker::kCallerPoll from the lease tracker's thread, with the
-  // shard's lock held.
-  std::function<bool()> caller_gone;
   // Pull only: ResourceExhausted, before anything is encoded, if the
   // answer would be larger (rpc_limits.h: PullReplyBytes). 0: no bound.
   int64_t max_reply_bytes = 0;
@@ -127,7 +126,8 @@ class StreamedUpdate {
   // The buffer the header's variable `tensor` is staged into: once
   // elements have been applied, their new values are there, unchanged
   // until the update is committed (and, committed, they are the variable's
-  // values). For PushPull, which sends each block back as it is staged.
+  // values). For an exchange whose answer sends each block back as it is
+  // staged.
   const Values& staged_values(int tensor) const { return staged_[tensor]; }
 
   // How the shard ends the stream if it stalls while another update waits
@@ -169,6 +169,8 @@ class ParameterShard {
   // InvalidArgument for a bad optimizer config, worker count or
   // consistency option.
   static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(const ShardOptions& options);
+  // Stops the timer thread. Waiters left behind are dropped unrun.
+  ~ParameterShard();
 
   Mode mode() const { return options_.mode; }
   int num_workers() const { return options_.num_workers; }
@@ -197,10 +199,35 @@ class ParameterShard {
   absl::Status PullVisit(const PullRequest& request, absl::Time deadline,
                          const PullVisitor& visit, const PullBounds& bounds = {});
 
+  // A pull that waits without holding a thread. Under one lock: if
+  // `request` may proceed now, or cannot wait (shutting down, `deadline`
+  // passed), it runs as PullVisit would without waiting, and the result is
+  // 0 (or PullVisit's error); `wake` is dropped. Otherwise it leaves a
+  // waiter and returns its id (never 0): `wake` then runs once, when the
+  // pull may proceed, the shard begins shutting down or `deadline` passes,
+  // on the thread that changed the shard (or the shard's timer thread, for
+  // the deadline) with the shard's lock held, so it must be quick and must
+  // not call into the shard; the caller then calls PullVisitOrWait again.
+  // While it waits, the pull counts in waiting_pulls() and keeps its
+  // worker live, as a parked pull does.
+  using WaitId = uint64_t;
+  absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
+                                         const PullVisitor& visit,
+                                         absl::AnyInvocable<void()> wake);
+  // Drops waiter `id` (its caller went away): its wake will not run after
+  // this returns. False if it had already run (or there is no such waiter).
+  bool CancelWait(WaitId id);
+
   absl::Status Push(const PushRequest& request, PushResponse* response,
                     PushChecked checked = {});
+  // As Push, but for a caller that must not block: nullopt, with nothing
+  // done, where Push would wait for its turn (behind a streamed update or
+  // an unwritten scheduled snapshot). The caller then calls Push from a
+  // thread that may wait.
+  std::optional<absl::Status> TryPush(const PushRequest& request, PushResponse* response,
+                                      PushChecked checked = {});
 
-  // For a push that arrives as a stream (PushStream), given its header:
+  // For a push that arrives as a stream (an exchange), given its header:
   // the payload bytes each gradient must carry, taken from the shard's own
   // shapes so that a header cannot make the receiver allocate more than the
   // model; and, when the push can be applied while it streams in (the
@@ -232,12 +259,17 @@ class ParameterShard {
   // or registered again), then answers as Stats. So a caller that passes
   // each answer's worker_changes back sees every change, and waits in
   // between. OK at the deadline too, with the state then. InvalidArgument
-  // for a negative timeout_ms or a known_changes below -1; Cancelled once
-  // the caller has gone (polled as PullBounds::caller_gone is);
-  // Unavailable once shutting down.
+  // for a negative timeout_ms or a known_changes below -1; Unavailable once
+  // shutting down.
   absl::Status AwaitWorkersDone(const AwaitWorkersDoneRequest& request, absl::Time deadline,
-                                StatsResponse* response,
-                                const std::function<bool()>& caller_gone = {});
+                                StatsResponse* response);
+  // AwaitWorkersDone without holding a thread, as PullVisitOrWait is to
+  // PullVisit: 0 once `response` is filled (or an error), else a waiter's
+  // id, and `wake` runs once when the caller should call again. The wait
+  // counts in waiting_done_calls().
+  absl::StatusOr<WaitId> AwaitWorkersDoneOrWait(const AwaitWorkersDoneRequest& request,
+                                                absl::Time deadline, StatsResponse* response,
+                                                absl::AnyInvocable<void()> wake);
 
   // The shard's whole state, for a checkpoint.
   ShardCheckpoint Snapshot() const;
@@ -289,11 +321,21 @@ class ParameterShard {
     int64_t dropped = 0;
   };
   // A call parked until `ready` holds (evaluated under mu_ by whoever
-  // changes the shard), its caller goes, the shard shuts down or its
-  // deadline passes.
+  // changes the shard), the shard shuts down or its deadline passes.
   struct ParkedCall {
     const std::function<bool()>* ready = nullptr;
     absl::CondVar wake;
+  };
+
+  // A call waiting without a thread (PullVisitOrWait): woken as a parked
+  // call is, or by the timer thread at its deadline.
+  struct Waiter {
+    WaitId id = 0;
+    std::function<bool()> ready;  // evaluated under mu_
+    absl::Time deadline;
+    absl::AnyInvocable<void()> wake;
+    int worker = -1;       // a pull's worker, in flight while it waits
+    int* waiting = nullptr;
   };
 
   ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
@@ -313,11 +355,22 @@ class ParameterShard {
   // Something a waiter may wait for changed: wakes the update and snapshot
   // waiters (changed_) and the parked calls whose condition now holds.
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Parks the calling thread as ParkedCall says, counted in `*waiting`;
-  // true if it ended because the caller has gone.
-  bool Park(const std::function<bool()>& ready, absl::Time deadline,
-            const std::function<bool()>& caller_gone, int* waiting)
+  // Parks the calling thread as ParkedCall says, counted in `*waiting`.
+  void Park(const std::function<bool()>& ready, absl::Time deadline, int* waiting)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leaves `waiter` to be woken; returns its id.
+  WaitId AddWaiter(std::unique_ptr<Waiter> waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes (and forgets) the waiters that may go on: shutting down, ready,
+  // or past their deadline at `now`.
+  void WakeWaiters(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The timer thread: wakes each waiter at its deadline.
+  void RunWaiterTimer();
+  // Everything of PullVisit after its wait.
+  absl::Status VisitLocked(const PullRequest& request, const PullVisitor& visit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push, or TryPush when `may_wait` is false.
+  std::optional<absl::Status> PushImpl(const PushRequest& request, PushResponse* response,
+                                       PushChecked checked, bool may_wait);
   bool AllWorkersDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -359,6 +412,13 @@ class ParameterShard {
   // TakeScheduledSnapshot; parked calls have their own.
   absl::CondVar changed_;
   std::vector<ParkedCall*> parked_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  WaitId last_wait_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Signalled when a waiter is added (its deadline may be the earliest)
+  // and to stop the timer thread.
+  absl::CondVar timer_wake_;
+  bool timer_stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread waiter_timer_;  // started by the constructor's body
   VariableStore store_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -32,13 +32,6 @@ absl::Status ValidateRpcLimits(const RpcLimits& limits) {
     return absl::InvalidArgumentError(
         "--max_push_buffer_bytes must be 0 (automatic) or a positive number of bytes");
   }
-  // Each open stream holds a server thread; the rest serve heartbeats, pulls, Stats.
-  if (limits.max_server_threads < limits.max_streams + 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_server_threads (", limits.max_server_threads,
-        ") must leave at least 8 threads beside --max_streams (", limits.max_streams,
-        ") for the unary calls"));
-  }
   return absl::OkStatus();
 }
 
@@ -89,8 +82,8 @@ absl::Status CheckPullReply(const std::vector<const Variable*>& variables, DType
   return absl::ResourceExhaustedError(absl::StrCat(
       "the answer to this call (", variables.size(), " variables, about ", bytes,
       " bytes) is larger than the ", max_reply_bytes,
-      " bytes this PS sends in one message (--max_reply_bytes); pull fewer variables per call, "
-      "or use PullStream"));
+      " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer variables per "
+      "call, or pull them as FLOAT32, which is sent from the variables' own buffers"));
 }
 
 absl::Time PullWaitDeadline(absl::Time now, const PullRequest& request, absl::Time call_deadline,

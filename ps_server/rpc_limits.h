@@ -4,9 +4,9 @@
 // without bound. ps_server sets them from its flags (README, "Limits").
 //
 // The defaults are sized for a 2-core machine with about 1.5 GB for the
-// PS, and sit well above what training needs: a worker has at most one
-// streamed call and a few short unary calls (heartbeat, a long-polling
-// pull) open per shard at a time.
+// PS, and sit well above what training needs: a worker has one exchange
+// and a few short unary calls (heartbeat, AwaitWorkersDone) open per shard
+// at a time.
 #ifndef PST_PS_SERVER_RPC_LIMITS_H_
 #define PST_PS_SERVER_RPC_LIMITS_H_
 
@@ -25,43 +25,46 @@ struct RpcLimits {
   // RESOURCE_EXHAUSTED before any handler sees it. Far above a Push of the
   // models trained here; an Init carries a shard's whole share.
   int max_request_bytes = 256 << 20;
-  // Variables one Pull may name, or one Push (unary or streamed) carry.
+  // Variables one exchange's pull may name, or its push carry.
   // Names must be distinct as well, so an answer is never larger than the
   // shard's share.
   int max_names_per_request = 65536;
-  // Largest answer of a unary call (Pull, PushPullSmall), computed before
-  // anything is encoded: larger shares go as PullStream, which sends from
-  // the variables' own buffers.
+  // Largest answer the PS encodes into a buffer of its own (an exchange's
+  // pull in a 16-bit wire type), computed before anything is encoded. A
+  // float32 answer is sent from the variables' own buffers and is bounded
+  // by the shard's share alone.
   int64_t max_reply_bytes = 256 << 20;
-  // A Pull's (and an AwaitWorkersDone's) timeout_ms is cut to this.
+  // A pull's (and an AwaitWorkersDone's) timeout_ms is cut to this.
   absl::Duration max_pull_wait = absl::Minutes(10);
-  // Streamed calls (PullStream, PushStream, PushPull) open at once: in
-  // total, and naming one worker.
+  // Exchanges open at once (long-polling pulls included): in total, and
+  // naming one worker.
   int max_streams = 64;
   int max_streams_per_worker = 4;
-  // A streamed call that waits this long on its client (for the next
-  // message, or for it to read the last one) ends with DEADLINE_EXCEEDED,
-  // and what it held is freed.
+  // An exchange that waits this long on its client (for the next message,
+  // or for it to read the last one) ends with DEADLINE_EXCEEDED, and what
+  // it held is freed.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
-  // Bytes held, in total, by pushes being reassembled (every streamed SYNC
-  // push, and an ASYNC one that cannot stream into the update). 0: one
+  // Bytes held, in total, by pushes being reassembled (every SYNC push,
+  // and an ASYNC one that cannot stream into the update). 0: one
   // share per worker plus one (as much as SYNC's aggregation holds anyway).
   // A push that would go past it is refused with RESOURCE_EXHAUSTED, unless
   // no other push holds any.
   int64_t max_push_buffer_bytes = 0;
-  // Threads of the gRPC server, pollers included; a call that finds none
-  // free is answered RESOURCE_EXHAUSTED at once.
+  // Threads of the gRPC server's unary calls, pollers included; a call
+  // that finds none free is answered RESOURCE_EXHAUSTED at once. Exchanges
+  // and AwaitWorkersDone run on gRPC's callbacks and hold no thread while
+  // they wait.
   int max_server_threads = 160;
 };
 
 // InvalidArgument unless `limits` is usable: every bound positive (the push
-// budget may be 0, automatic), and room for the streams within the threads.
+// budget may be 0, automatic).
 absl::Status ValidateRpcLimits(const RpcLimits& limits);
 
-// InvalidArgument for a Pull naming more than max_names_per_request
+// InvalidArgument for a pull naming more than max_names_per_request
 // variables, or one variable twice.
 absl::Status CheckPullNames(const PullRequest& request, const RpcLimits& limits);
-// InvalidArgument for a Push carrying more than max_names_per_request
+// InvalidArgument for a push carrying more than max_names_per_request
 // gradients (the shard refuses repeated ones).
 absl::Status CheckPushSize(const PushRequest& request, const RpcLimits& limits);
 
@@ -72,7 +75,7 @@ int64_t PullReplyBytes(const std::vector<const Variable*>& variables, DType dtyp
 absl::Status CheckPullReply(const std::vector<const Variable*>& variables, DType dtype,
                             int64_t max_reply_bytes);
 
-// When a Pull's wait for its version ends: `now` plus its timeout_ms (at
+// When a pull's wait for its version ends: `now` plus its timeout_ms (at
 // most max_pull_wait), and never past the call's own deadline.
 absl::Time PullWaitDeadline(absl::Time now, const PullRequest& request, absl::Time call_deadline,
                             const RpcLimits& limits);

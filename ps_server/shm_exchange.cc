@@ -8,10 +8,6 @@ namespace pst {
 
 namespace {
 
-DType AnswerDType(const PullRequest& pull) {
-  return pull.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : pull.dtype();
-}
-
 // Bytes read from a region at a time: each block is checked for
 // non-finite values while it is still in cache, instead of in a second pass
 // over the whole gradient.
@@ -20,16 +16,14 @@ constexpr int64_t kReadBlockBytes = 256 << 10;
 // Reads the push's gradients out of `region` into `buffer`; `answer_bytes`
 // gets the size of the pushed variables in `answer_dtype`, `finite` whether
 // every value read is finite.
-absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& region,
+absl::Status ReadPush(const PushRequest& push, int64_t offset, const OpenedRegion& region,
                       DType answer_dtype, PushRequest* buffer, int64_t* pushed_bytes,
                       int64_t* answer_bytes, bool* finite) {
-  const PushRequest& push = request.push();
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
   // Reuses the buffer's tensors (and their payloads' memory) in place.
   while (buffer->gradients_size() > push.gradients_size())
     buffer->mutable_gradients()->RemoveLast();
-  int64_t offset = request.push_offset();
   *pushed_bytes = 0;
   *answer_bytes = 0;
   *finite = true;
@@ -67,10 +61,8 @@ absl::Status ReadPush(const ShmExchangeRequest& request, const OpenedRegion& reg
   return absl::OkStatus();
 }
 
-// Writes the captured answer into `region` from `offset`, packed in header
-// order; `bytes` gets its size.
-absl::Status WriteAnswer(PullPayload* payload, const OpenedRegion& region, int64_t offset,
-                         int64_t* bytes) {
+absl::Status WriteAnswerBytes(PullPayload* payload, const OpenedRegion& region, int64_t offset,
+                              int64_t* bytes) {
   const int element_bytes = DTypeBytes(payload->dtype);
   int64_t total = 0;
   for (const Values& values : payload->values) {
@@ -98,54 +90,33 @@ absl::Status WriteAnswer(PullPayload* payload, const OpenedRegion& region, int64
 
 }  // namespace
 
-absl::Status ServeShmExchange(const ShmExchangeRequest& request, const OpenedRegion& region,
-                              const ShmExchangeContext& context, ShmExchangeResponse* response,
-                              ShmExchangeBytes* bytes) {
-  const bool pushes = request.push().gradients_size() > 0;
-  if (!pushes && !request.has_pull()) {
-    return absl::InvalidArgumentError("a shared-memory exchange with neither push nor pull");
-  }
-  if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
-  if (pushes) {
-    if (absl::Status s = CheckPushSize(request.push(), *context.limits); !s.ok()) return s;
-    int64_t answer_bytes = 0;
-    bool finite = false;
-    if (absl::Status read = ReadPush(request, region, AnswerDType(request.pull()), context.buffer,
-                                     &bytes->pushed, &answer_bytes, &finite);
-        !read.ok()) {
-      return read;
-    }
-    if (request.has_pull()) {
-      // Refused before the push is applied, so a bad offset never leaves a
-      // push applied and its answer lost.
-      if (absl::Status in = region.CheckRange(request.answer_offset(), answer_bytes); !in.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
-      }
-    }
-    // A push with a non-finite value is left to the shard to refuse (and
-    // count), as any other.
-    if (absl::Status pushed = context.shard->Push(*context.buffer, response->mutable_push(),
-                                                  {.values_finite = finite});
-        !pushed.ok()) {
-      return pushed;
-    }
-  }
-  if (!request.has_pull()) return absl::OkStatus();
-  PullRequest pull = request.pull();
-  if (pushes) AskForPushedVariables(request.push(), &pull);
-  if (absl::Status s = CheckPullNames(pull, *context.limits); !s.ok()) return s;
-  std::shared_ptr<PullPayload> payload = context.payloads->Take();
-  absl::Status status =
-      context.shard->PullVisit(pull, context.pull_deadline(pull),
-                               [&](int64_t version, const std::vector<const Variable*>& variables) {
-                                 CapturePull(version, variables, pull.dtype(), payload.get());
-                               },
-                               {.caller_gone = context.caller_gone});
-  if (status.ok())
-    status = WriteAnswer(payload.get(), region, request.answer_offset(), &bytes->answered);
-  if (status.ok()) *response->mutable_pull() = payload->header;
+absl::Status WriteShmAnswer(PullPayload* payload, const OpenedRegion& region, int64_t offset,
+                            int64_t* bytes) {
+  absl::Status status = WriteAnswerBytes(payload, region, offset, bytes);
   payload->values.clear();  // the variables' buffers go back to the shard
   return status;
+}
+
+absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
+                         const DType* answer_dtype, const OpenedRegion& region,
+                         const RpcLimits& limits, PushRequest* buffer, bool* finite,
+                         int64_t* bytes) {
+  if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
+  if (absl::Status s = CheckPushSize(push, limits); !s.ok()) return s;
+  const DType dtype =
+      answer_dtype == nullptr || *answer_dtype == DTYPE_UNSPECIFIED ? FLOAT32 : *answer_dtype;
+  int64_t answer_bytes = 0;
+  if (absl::Status read = ReadPush(push, transfer.push_offset(), region, dtype, buffer, bytes,
+                                   &answer_bytes, finite);
+      !read.ok()) {
+    return read;
+  }
+  if (answer_dtype != nullptr) {
+    if (absl::Status in = region.CheckRange(transfer.answer_offset(), answer_bytes); !in.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pst

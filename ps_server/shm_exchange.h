@@ -1,48 +1,41 @@
-// The server's end of ShmExchange (proto/ps.proto): a Push, a Pull or a
-// PushPull whose tensor bytes lie in a worker's shared region.
+// The server's end of an exchange whose tensor bytes lie in a worker's
+// shared region (ExchangeChunk.shm in proto/ps.proto): reading the push out
+// of the region and writing the answer into it. The calls and the shard
+// are the caller's (ps_server/exchange_call.h, fuzz/shm_exchange_fuzzer.cc).
 #ifndef PST_PS_SERVER_SHM_EXCHANGE_H_
 #define PST_PS_SERVER_SHM_EXCHANGE_H_
 
-#include <functional>
+#include <cstdint>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "common/shared_memory.h"
 #include "ps.pb.h"
 #include "ps_server/chunk_streams.h"
-#include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
 
 namespace pst {
 
-struct ShmExchangeContext {
-  ParameterShard* shard;
-  const RpcLimits* limits;
-  // The push's gradients are read into it (its buffers reused from an
-  // earlier call).
-  PushRequest* buffer;
-  PullPayloadPool* payloads;  // where 16-bit answers are encoded
-  // When the pull's wait ends, given its request.
-  std::function<absl::Time(const PullRequest&)> pull_deadline;
-  std::function<bool()> caller_gone;
-};
+// Copies the gradients `push` announces out of `region`, from
+// transfer.push_offset, into `buffer` (its memory reused from an earlier
+// call), so that they are checked there, as bytes from a socket are,
+// before anything is applied: what the worker writes to the region
+// afterwards changes nothing. Every range is checked against the region
+// before it is touched, and, if the exchange pulls (`answer_dtype` set),
+// the answer's too, so that a bad offset never leaves a push applied and
+// its answer lost. `finite` gets whether every value read is finite (the
+// shard refuses and counts a push that is not), `bytes` the bytes read.
+// InvalidArgument for a range outside the region, one that has shrunk
+// since it was attached, or more gradients than the limits allow.
+absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
+                         const DType* answer_dtype, const OpenedRegion& region,
+                         const RpcLimits& limits, PushRequest* buffer, bool* finite,
+                         int64_t* bytes);
 
-struct ShmExchangeBytes {
-  int64_t pushed = 0;    // read from the region
-  int64_t answered = 0;  // written to it
-};
-
-// Serves `request` over `region`, the worker's. The push's bytes are copied
-// out of the region into the shard's own buffer and checked there, as bytes
-// from a socket are, before anything is applied: what the worker writes to
-// the region afterwards changes nothing. Every range is checked against the
-// region before it is touched, the answer's before the push is applied.
-// The pull then runs as PushPull's (the pushed variables, at a version
-// that includes the push) or as a Pull (no push), and its values are
-// written into the region at answer_offset; `response` gets its header.
-absl::Status ServeShmExchange(const ShmExchangeRequest& request, const OpenedRegion& region,
-                              const ShmExchangeContext& context, ShmExchangeResponse* response,
-                              ShmExchangeBytes* bytes);
+// Writes a captured answer into `region` from `offset`, packed in header
+// order, and drops the payload's references to the variables; `bytes` gets
+// its size. InvalidArgument if it does not fit there.
+absl::Status WriteShmAnswer(PullPayload* payload, const OpenedRegion& region, int64_t offset,
+                            int64_t* bytes);
 
 }  // namespace pst
 

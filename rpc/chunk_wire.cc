@@ -10,13 +10,13 @@
 namespace pst {
 namespace {
 
-// Protobuf wire types and the field numbers of PushChunk / PullChunk /
-// PushPullChunk and TensorPiece (proto/ps.proto).
+// Protobuf wire types and the field numbers of ExchangeChunk /
+// ExchangeAnswer and TensorPiece (proto/ps.proto).
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kStartGroup = 3, kEndGroup = 4,
               kFixed32 = 5;
 // protobuf's default recursion limit: how deep messages and groups may nest.
 constexpr int kRecursionLimit = 100;
-constexpr int kHeaderField = 1, kPiecesField = 2, kExtraField = 3;
+constexpr int kHeaderField = 1, kPiecesField = 2, kExtraField = 3, kShmField = 4;
 constexpr int kTensorField = 1, kOffsetField = 2, kDataField = 3;
 
 // Pieces up to this size are copied into the framing around them: a slice
@@ -226,6 +226,12 @@ void ChunkBuilder::SetExtra(const google::protobuf::MessageLite& extra) {
   extra.AppendToString(&inline_);
 }
 
+void ChunkBuilder::SetShm(const google::protobuf::MessageLite& shm) {
+  AppendKey(kShmField, kLengthDelimited, &inline_);
+  AppendVarint(shm.ByteSizeLong(), &inline_);
+  shm.AppendToString(&inline_);
+}
+
 void ChunkBuilder::AddPiece(int tensor, int64_t offset, std::span<const char> data,
                             const PayloadPin& pin) {
   // Fields as protobuf writes them: in number order, proto3 zeros left out.
@@ -276,6 +282,7 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
   slices_.clear();
   headers_.clear();
   extras_.clear();
+  shms_.clear();
   pieces_.clear();
   if (grpc::Status dumped = message->Dump(&slices_); !dumped.ok()) {
     return Malformed(dumped.error_message());
@@ -289,7 +296,8 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
     const int wire_type = static_cast<int>(key & 7);
     if (field == 0) return Malformed("field number 0");
     if (wire_type != kLengthDelimited ||
-        (field != kHeaderField && field != kPiecesField && field != kExtraField)) {
+        (field != kHeaderField && field != kPiecesField && field != kExtraField &&
+         field != kShmField)) {
       if (absl::Status s = SkipField(field, wire_type, 0, kRecursionLimit, &cursor); !s.ok()) {
         return s;
       }
@@ -300,10 +308,12 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
       return Malformed("a field runs past the end of the message");
     }
     const int64_t end = cursor.remaining() - static_cast<int64_t>(length);
-    if (field == kHeaderField || field == kExtraField) {
+    if (field != kPiecesField) {
       Piece bytes{.size = static_cast<int64_t>(length), .slice = cursor.slice(),
                   .start = cursor.position()};
-      std::vector<std::string>& occurrences = field == kHeaderField ? headers_ : extras_;
+      std::vector<std::string>& occurrences = field == kHeaderField  ? headers_
+                                              : field == kExtraField ? extras_
+                                                                     : shms_;
       occurrences.emplace_back(length, '\0');
       CopyData(bytes, occurrences.back().data());
       cursor.Skip(length);
@@ -341,6 +351,10 @@ bool ReceivedChunk::ParseHeader(google::protobuf::MessageLite* header) const {
 
 bool ReceivedChunk::ParseExtra(google::protobuf::MessageLite* extra) const {
   return MergeOccurrences(extras_, extra);
+}
+
+bool ReceivedChunk::ParseShm(google::protobuf::MessageLite* shm) const {
+  return MergeOccurrences(shms_, shm);
 }
 
 void ReceivedChunk::CopyData(const Piece& piece, char* dest) const {

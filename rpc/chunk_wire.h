@@ -1,8 +1,8 @@
-// The messages of the chunked streams (PushChunk, PullChunk and
-// PushPullChunk in proto/ps.proto) as gRPC byte buffers, built and read without protobuf
-// copying their payloads.
+// The messages of the data plane's one call, Exchange (ExchangeChunk and
+// ExchangeAnswer in proto/ps.proto), as gRPC byte buffers, built and read
+// without protobuf copying their payloads.
 //
-// On the wire these are ordinary serialized PushChunk / PullChunk messages,
+// On the wire these are ordinary serialized ExchangeChunk / ExchangeAnswer messages,
 // so a client built from ps.proto alone speaks the same protocol. What
 // differs is where the bytes go: a built message's slices point straight
 // into the sender's tensor memory (the kernel's copy into the socket is the
@@ -26,12 +26,10 @@
 
 namespace pst {
 
-// The streamed methods of service ParameterServer (proto/ps.proto), which
-// both ends call and serve with byte buffers built and read here instead of
-// through the generated PullChunk / PushChunk code.
-inline constexpr char kPullStreamMethod[] = "/pst.ParameterServer/PullStream";
-inline constexpr char kPushStreamMethod[] = "/pst.ParameterServer/PushStream";
-inline constexpr char kPushPullMethod[] = "/pst.ParameterServer/PushPull";
+// The data method of service ParameterServer (proto/ps.proto), which both
+// ends call and serve with byte buffers built and read here instead of
+// through the generated ExchangeChunk / ExchangeAnswer code.
+inline constexpr char kExchangeMethod[] = "/pst.ParameterServer/Exchange";
 
 // Keeps memory that a built message references alive and unchanged for as
 // long as gRPC holds a slice of it: every referenced piece holds one count
@@ -50,9 +48,11 @@ class ChunkBuilder {
   // The first message's header: a PushRequest or PullResponse whose tensors
   // carry no data.
   void SetHeader(const google::protobuf::MessageLite& header);
-  // Field 3 of the message: a PushPull's PullRequest (PushChunk.pull) or
-  // its PushPullDone (PushPullChunk.done).
+  // Field 3 of the message: an exchange's PullRequest (ExchangeChunk.pull)
+  // or its ExchangeDone (ExchangeAnswer.done).
   void SetExtra(const google::protobuf::MessageLite& extra);
+  // Field 4: an exchange's ShmTransfer (ExchangeChunk.shm).
+  void SetShm(const google::protobuf::MessageLite& shm);
 
   // The piece of tensor `tensor` that starts `offset` bytes into its
   // payload. Large pieces are referenced, not copied, and counted in `pin`;
@@ -84,7 +84,7 @@ class ReceivedChunk {
   };
 
   // Takes `message`'s bytes and parses them. InvalidArgument if they are not
-  // a well-formed serialized PushChunk or PullChunk.
+  // a well-formed serialized ExchangeChunk or ExchangeAnswer.
   absl::Status Parse(grpc::ByteBuffer* message);
 
   bool has_header() const { return !headers_.empty(); }
@@ -95,6 +95,9 @@ class ReceivedChunk {
   // The same for field 3 (ChunkBuilder::SetExtra).
   bool has_extra() const { return !extras_.empty(); }
   bool ParseExtra(google::protobuf::MessageLite* extra) const;
+  // The same for field 4 (ChunkBuilder::SetShm).
+  bool has_shm() const { return !shms_.empty(); }
+  bool ParseShm(google::protobuf::MessageLite* shm) const;
   const std::vector<Piece>& pieces() const { return pieces_; }
 
   // Copies the piece's piece.size data bytes to `dest`.
@@ -118,9 +121,10 @@ class ReceivedChunk {
 
  private:
   std::vector<grpc::Slice> slices_;
-  // Each occurrence's bytes of fields 1 and 3.
+  // Each occurrence's bytes of fields 1, 3 and 4.
   std::vector<std::string> headers_;
   std::vector<std::string> extras_;
+  std::vector<std::string> shms_;
   std::vector<Piece> pieces_;
 };
 

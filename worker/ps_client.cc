@@ -45,12 +45,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     shard.address = addresses[s];
     shard.channel = channel;
     shard.stub = ParameterServer::NewStub(channel);
-    shard.pull_stream = std::make_unique<grpc::internal::RpcMethod>(
-        kPullStreamMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel);
-    shard.push_stream = std::make_unique<grpc::internal::RpcMethod>(
-        kPushStreamMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
-    shard.push_pull = std::make_unique<grpc::internal::RpcMethod>(
-        kPushPullMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+    shard.generic = std::make_unique<grpc::GenericStub>(channel);
     client->shards_.push_back(std::move(shard));
   }
   return client;
@@ -63,9 +58,12 @@ void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
 }
 
 absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
-  absl::Status inner = FromGrpcStatus(status);
-  return absl::Status(inner.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
-                                                 "): ", inner.message()));
+  return ShardError(shard, FromGrpcStatus(status));
+}
+
+absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
+  return absl::Status(status.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
+                                                  "): ", status.message()));
 }
 
 template <typename Call>
@@ -135,11 +133,16 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
                             const std::vector<std::span<float>>& out,
                             std::vector<int64_t>* versions) {
   versions->resize(shards_.size());
-  return ForEachShard([&](int s) {
-    absl::Status status = PullShard(s, min_versions[s], timeout, out, &(*versions)[s]);
-    if (status.ok()) GetWorkerMetrics().bytes_in.Increment(WireBytes(s));
-    return status;
-  });
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    for (size_t i : shards_[s].slices) exchange.pull->add_names(slices_[i].name);
+    exchange.out = &out;
+    exchange.version = &(*versions)[s];
+  }
+  return RunExchanges(exchanges);
 }
 
 PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
@@ -151,59 +154,19 @@ PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeou
   return request;
 }
 
-absl::Status PsClient::PullShard(int s, int64_t min_version, absl::Duration timeout,
-                                 const std::vector<std::span<float>>& out, int64_t* version) {
-  const Shard& shard = shards_[s];
-  PullRequest request = MakePullRequest(min_version, timeout);
-  for (size_t i : shard.slices) request.add_names(slices_[i].name);
-  absl::StatusOr<bool> shared = UseSharedMemory(s);
-  if (!shared.ok()) return shared.status();
-  if (*shared) return ExchangeShared(s, 0, nullptr, &request, &out, version, nullptr);
-  if (WireBytes(s) > kChunkBytes) return PullStreamed(s, request, timeout, out, version);
-  PullResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout + kRpcDeadline);
-  grpc::Status rpc = shard.stub->Pull(&context, request, &response);
-  if (!rpc.ok()) return ShardError(s, rpc);
-  return TakePullResponse(s, response, out, version);
-}
-
-absl::Status PsClient::TakePullResponse(int s, const PullResponse& response,
-                                        const std::vector<std::span<float>>& out,
-                                        int64_t* version) const {
-  const Shard& shard = shards_[s];
-  if (response.variables_size() != static_cast<int>(shard.slices.size())) {
-    return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
-                                            response.variables_size(), " variables, expected ",
-                                            shard.slices.size()));
-  }
-  for (size_t i = 0; i < shard.slices.size(); ++i) {
-    const VariableSlice& slice = slices_[shard.slices[i]];
-    const Tensor& tensor = response.variables(static_cast<int>(i));
-    if (tensor.name() != slice.name) {
-      return absl::InternalError(absl::StrCat("ps:", s, " returned \"", tensor.name(),
-                                              "\" where \"", slice.name, "\" was asked for"));
-    }
-    if (absl::Status check = CheckTensorPayload(tensor, slice.count); !check.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ps:", s, " holds a different model: ", check.message(),
-                       " (was it initialized by a job with another config?)"));
-    }
-    DecodeTensor(tensor, out[slice.variable].subspan(slice.offset, slice.count));
-  }
-  *version = response.version();
-  return absl::OkStatus();
-}
-
 absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
                             const std::vector<std::span<const float>>& gradients,
                             std::vector<PushResponse>* responses) {
   responses->resize(shards_.size());
-  return ForEachShard([&](int s) {
-    absl::Status status = PushShard(s, computed_at[s], gradients, &(*responses)[s]);
-    if (status.ok()) GetWorkerMetrics().bytes_out.Increment(WireBytes(s));
-    return status;
-  });
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.computed_at = computed_at[s];
+    exchange.gradients = &gradients;
+    exchange.response = &(*responses)[s];
+  }
+  return RunExchanges(exchanges);
 }
 
 absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
@@ -214,76 +177,19 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
                                 std::vector<PushResponse>* responses) {
   versions->resize(shards_.size());
   responses->resize(shards_.size());
-  return ForEachShard([&](int s) {
-    absl::StatusOr<bool> shared = UseSharedMemory(s);
-    if (!shared.ok()) return shared.status();
-    absl::Status status;
-    if (*shared) {
-      // No names: a PushPull answers with the pushed variables.
-      const PullRequest pull = MakePullRequest(min_versions[s], timeout);
-      status = ExchangeShared(s, computed_at[s], &gradients, &pull, &out, &(*versions)[s],
-                              &(*responses)[s]);
-    } else if (WireBytes(s) > kChunkBytes) {
-      // No names: a PushPull answers with the pushed variables.
-      status = PushPullStreamed(s, computed_at[s], gradients,
-                                MakePullRequest(min_versions[s], timeout), timeout, out,
-                                &(*versions)[s], &(*responses)[s]);
-    } else {
-      status = PushPullSmall(s, computed_at[s], gradients, min_versions[s], timeout, out,
-                             &(*versions)[s], &(*responses)[s]);
-    }
-    if (status.ok()) {
-      GetWorkerMetrics().bytes_out.Increment(WireBytes(s));
-      GetWorkerMetrics().bytes_in.Increment(WireBytes(s));
-    }
-    return status;
-  });
-}
-
-absl::Status PsClient::PushShard(int s, int64_t computed_at,
-                                 const std::vector<std::span<const float>>& gradients,
-                                 PushResponse* response) {
-  absl::StatusOr<bool> shared = UseSharedMemory(s);
-  if (!shared.ok()) return shared.status();
-  if (*shared) return ExchangeShared(s, computed_at, &gradients, nullptr, nullptr, nullptr, response);
-  if (WireBytes(s) > kChunkBytes) return PushStreamed(s, computed_at, gradients, response);
-  PushRequest request;
-  FillPushRequest(s, computed_at, gradients, &request);
-  grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
-  grpc::Status rpc = shards_[s].stub->Push(&context, request, response);
-  return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
-}
-
-void PsClient::FillPushRequest(int s, int64_t computed_at,
-                               const std::vector<std::span<const float>>& gradients,
-                               PushRequest* request) const {
-  request->set_worker(worker_);
-  request->set_computed_at_version(computed_at);
-  for (size_t i : shards_[s].slices) {
-    const VariableSlice& slice = slices_[i];
-    EncodeTensor(slice.name, slice.shape,
-                 gradients[slice.variable].subspan(slice.offset, slice.count),
-                 request->add_gradients(), wire_dtype_);
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.computed_at = computed_at[s];
+    exchange.gradients = &gradients;
+    // No names: an exchange that pushes answers with the pushed variables.
+    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.out = &out;
+    exchange.version = &(*versions)[s];
+    exchange.response = &(*responses)[s];
   }
-}
-
-absl::Status PsClient::PushPullSmall(int s, int64_t computed_at,
-                                     const std::vector<std::span<const float>>& gradients,
-                                     int64_t min_version, absl::Duration timeout,
-                                     const std::vector<std::span<float>>& out, int64_t* version,
-                                     PushResponse* push_response) {
-  PushPullRequest request;
-  FillPushRequest(s, computed_at, gradients, request.mutable_push());
-  // No names: a PushPull answers with the pushed variables.
-  *request.mutable_pull() = MakePullRequest(min_version, timeout);
-  PushPullResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout + kRpcDeadline);
-  grpc::Status rpc = shards_[s].stub->PushPullSmall(&context, request, &response);
-  if (!rpc.ok()) return ShardError(s, rpc);
-  *push_response = response.push();
-  return TakePullResponse(s, response.pull(), out, version);
+  return RunExchanges(exchanges);
 }
 
 absl::Status PsClient::Heartbeat() {

@@ -1,17 +1,18 @@
 // A worker's connection to every PS shard of the cluster.
 //
 // The client knows where each variable lives (placement/placement.h) and
-// speaks to all shards in parallel: one Pull, Push or PushPull call here is
-// one RPC per shard, all in flight at once. A shard's share up to one chunk
-// (common/tensor_stream.h) goes in a unary Pull/Push; a larger one is
-// streamed in chunks (PullStream/PushStream/PushPull), encoded straight
-// from and decoded straight into the caller's buffers through message
-// buffers that are reused from step to step. A shard on this host is
-// offered a shared region instead (common/shared_memory.h): Pull, Push and
-// PushPull then move the tensors through it, one ShmExchange call each,
-// and gRPC carries only names, shapes and versions. Pull, Push and PushPull may
-// not run concurrently with each other (one training loop per client); the
-// other calls may.
+// speaks to all shards at once: one Pull, Push or PushPull here is one
+// Exchange call per shard (proto/ps.proto), all in flight together and
+// driven by gRPC's callbacks (worker/shard_call.h), so no thread is made
+// or held per call. A pull is an exchange with no gradients, a push one
+// with no pull. The tensors are encoded straight from and decoded straight
+// into the caller's buffers, in chunks of at most one chunk
+// (common/tensor_stream.h) each way; a share of at most one chunk is one
+// message each way. A shard on this host is offered a shared region
+// instead (common/shared_memory.h): the exchange then carries only names,
+// shapes, offsets and versions, and the tensors move through the region.
+// Pull, Push and PushPull may not run concurrently with each other (one
+// training loop per client); the other calls may.
 #ifndef PST_WORKER_PS_CLIENT_H_
 #define PST_WORKER_PS_CLIENT_H_
 
@@ -30,11 +31,12 @@
 #include "common/tensor_stream.h"
 #include "common/thread_pool.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "placement/placement.h"
 #include "placement/variable_spec.h"
 #include "ps.grpc.pb.h"
 #include "rpc/chunk_wire.h"
+#include "worker/shard_call.h"
 #include "worker/step_exchange.h"
 
 namespace pst {
@@ -97,11 +99,9 @@ class PsClient {
   // A training step's exchange in one call per shard: pushes the gradients
   // as Push does, then fills `out` and `versions` as Pull does, with values
   // that include this push, at versions of at least min_versions. On an
-  // ASYNC shard whose share is streamed, the shard sends each chunk's new
-  // values back while the rest of the push is still on its way, so the two
-  // directions of the connection are busy at once. A share of at most one
-  // chunk goes as one unary call (PushPullSmall). `gradients` and `out`
-  // must not overlap.
+  // ASYNC shard, the shard sends each chunk's new values back while the
+  // rest of the push is still on its way, so the two directions of the
+  // connection are busy at once. `gradients` and `out` must not overlap.
   absl::Status PushPull(const std::vector<int64_t>& computed_at,
                         const std::vector<std::span<const float>>& gradients,
                         const std::vector<int64_t>& min_versions, absl::Duration timeout,
@@ -109,7 +109,7 @@ class PsClient {
                         std::vector<PushResponse>* responses);
 
   // A training step's exchange fed layer by layer (worker/step_exchange.h):
-  // one streamed PushPull per shard, whatever the share's size. Gradients
+  // one exchange per shard, whatever the share's size. Gradients
   // are pushed as Push pushes them, in `push_order` (every variable once,
   // the order StepExchange::Push will be called in), tagged as PushPull
   // tags them; the values come back into `out` in variable order, at
@@ -147,14 +147,12 @@ class PsClient {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<ParameterServer::Stub> stub;
-    // PullStream, PushStream and PushPull, called with byte-buffer messages
-    // (rpc/chunk_wire.h) instead of through the stub.
-    std::unique_ptr<grpc::internal::RpcMethod> pull_stream;
-    std::unique_ptr<grpc::internal::RpcMethod> push_stream;
-    std::unique_ptr<grpc::internal::RpcMethod> push_pull;
+    // Exchange, called with byte-buffer messages (rpc/chunk_wire.h)
+    // instead of through the stub.
+    std::unique_ptr<grpc::GenericStub> generic;
     std::vector<size_t> slices;  // indices into slices_, in order
-    // 16-bit wire types: gradients encoded for a streamed push, a piece
-    // received for decoding. Reused by every streamed call.
+    // 16-bit wire types: gradients encoded for a push, a piece received
+    // for decoding. Reused by every exchange.
     std::vector<char> encoded;
     std::string received;
     // Shared memory with this shard: the region and the shard's handle for
@@ -168,9 +166,9 @@ class PsClient {
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
-  // How long a streamed push waits, after the call, for gRPC to drop its
-  // references to the caller's gradients (at once, unless a failed call
-  // left bytes queued on a stuck connection).
+  // How long a push waits, after the call, for gRPC to drop its references
+  // to the caller's gradients (at once, unless a failed call left bytes
+  // queued on a stuck connection).
   static constexpr absl::Duration kReleaseTimeout = absl::Seconds(10);
   static void SetDeadline(grpc::ClientContext* context, absl::Duration from_now);
 
@@ -179,88 +177,92 @@ class PsClient {
   template <typename Call>
   absl::Status ForEachShard(Call call);
   absl::Status ShardError(int shard, const grpc::Status& status) const;
+  absl::Status ShardError(int shard, const absl::Status& status) const;
   // Bytes shard s's slices take on the wire.
   int64_t WireBytes(int shard) const;
-  // Shard s's part of Pull and Push, unary or streamed by WireBytes.
-  absl::Status PullShard(int shard, int64_t min_version, absl::Duration timeout,
-                         const std::vector<std::span<float>>& out, int64_t* version);
-  // Checks a unary pull's answer against shard s's slices and decodes it
-  // into `out`.
-  absl::Status TakePullResponse(int shard, const PullResponse& response,
-                                const std::vector<std::span<float>>& out,
-                                int64_t* version) const;
-  absl::Status PullStreamed(int shard, const PullRequest& request, absl::Duration timeout,
-                            const std::vector<std::span<float>>& out, int64_t* version);
-  absl::Status PushShard(int shard, int64_t computed_at,
-                         const std::vector<std::span<const float>>& gradients,
-                         PushResponse* response);
-  // Shard s's slices of `gradients`, encoded in the wire dtype, as a unary push.
-  void FillPushRequest(int shard, int64_t computed_at,
-                       const std::vector<std::span<const float>>& gradients,
-                       PushRequest* request) const;
-  // Shard s's part of PushPull when it fits in one message: one unary call.
-  absl::Status PushPullSmall(int shard, int64_t computed_at,
-                             const std::vector<std::span<const float>>& gradients,
-                             int64_t min_version, absl::Duration timeout,
-                             const std::vector<std::span<float>>& out, int64_t* version,
-                             PushResponse* response);
-  absl::Status PushStreamed(int shard, int64_t computed_at,
-                            const std::vector<std::span<const float>>& gradients,
-                            PushResponse* response);
-  absl::Status PushPullStreamed(int shard, int64_t computed_at,
-                                const std::vector<std::span<const float>>& gradients,
-                                const PullRequest& pull, absl::Duration timeout,
-                                const std::vector<std::span<float>>& out, int64_t* version,
-                                PushResponse* response);
-  // A pull of this worker's at least `min_version`, waiting up to `timeout`,
-  // in the wire dtype; the caller adds the variables' names if it wants them.
-  PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
-  // A streamed answer being read from one shard.
+
+  // One shard's part of Pull, Push or PushPull: a push of `gradients` if
+  // given (tagged `computed_at`), then `pull` if given, its answer decoded
+  // into `out`, its version into `version`; `response` gets what became of
+  // the push.
+  struct ShardExchange {
+    int shard = 0;
+    int64_t computed_at = 0;
+    const std::vector<std::span<const float>>* gradients = nullptr;
+    std::optional<PullRequest> pull;
+    const std::vector<std::span<float>>* out = nullptr;
+    int64_t* version = nullptr;
+    PushResponse* response = nullptr;
+  };
+  // An answer being read from one shard.
   struct StreamedAnswer {
     std::optional<PieceSequence> sequence;  // set up by the header
     std::vector<size_t> order;      // answer tensor -> position in the shard's slices
     std::vector<int64_t> received;  // bytes of each answer tensor so far
-    int64_t version = 0;            // the header's
+    int64_t version = 0;            // the header's: 0 where the answer streams during the push
+    PullResponse header;            // a shared answer's (its values lie in the region)
+    std::optional<ExchangeDone> done;
   };
-  // Checks a streamed pull's header against what shard s should hold: its
-  // slices, in any order, which `order` gets.
+  // An exchange started and not yet waited for.
+  struct OpenExchange {
+    bool shared = false;
+    int64_t answer_offset = 0;
+    StreamedAnswer answer;
+    // Counts gRPC's references to the pushed bytes (the caller's memory or
+    // shard.encoded).
+    PayloadPin sent = std::make_shared<char>(0);
+    std::unique_ptr<ShardCall> call;
+  };
+  // Runs `exchanges` (one per shard at most) at once and waits for all;
+  // the first failure is returned.
+  absl::Status RunExchanges(const std::vector<ShardExchange>& exchanges);
+  // Starts `exchange` over shard s's region (`shared`) or its socket.
+  std::unique_ptr<OpenExchange> StartExchange(const ShardExchange& exchange, bool shared);
+  // Waits for `open` and takes its answer. A shard that no longer knows
+  // the shared region (it restarted) is offered a new one and called again,
+  // if `may_attach_again`.
+  absl::Status FinishExchange(const ShardExchange& exchange, OpenExchange* open,
+                              bool may_attach_again = true);
+  // A pull of this worker's at least `min_version`, waiting up to `timeout`,
+  // in the wire dtype; the caller adds the variables' names if it wants them.
+  PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
+  // Checks a pull's header against what shard s should hold: its slices,
+  // in any order, which `order` gets.
   absl::Status CheckPullHeader(int shard, const PullResponse& header,
                                std::vector<size_t>* order) const;
-  // Takes one message of shard s's streamed answer into `out`: the first
-  // sets up `answer` from its header, every one's pieces must follow it.
+  // Takes one answer message of shard s into `out` (socket answers) or
+  // `answer->header` (shared ones): the first sets up `answer` from its
+  // header, every one's pieces must follow it, and the last carries `done`.
   // `completed`, if given, gets the position (in the shard's slices) of
   // every slice whose values this message completed.
+  absl::Status TakeAnswer(int shard, grpc::ByteBuffer* message, bool shared,
+                          const std::vector<std::span<float>>* out, StreamedAnswer* answer,
+                          std::vector<size_t>* completed = nullptr);
+  // Takes the pieces of a parsed answer message into `out`.
   absl::Status TakePullChunk(int shard, const ReceivedChunk& chunk,
                              const std::vector<std::span<float>>& out, StreamedAnswer* answer,
-                             std::vector<size_t>* completed = nullptr);
-  // Sends shard s's gradients as push-stream messages through `write`: the
-  // slices at positions [first, end) of `header_order` (the stream's
+                             std::vector<size_t>* completed);
+  // Sends shard s's gradients as exchange messages through `write`: the
+  // slices at positions [first, end) of `header_order` (the exchange's
   // tensors, as slice indices), referencing the caller's memory (float32)
-  // or shard.encoded, each piece counted in `sent`. The stream's first
+  // or shard.encoded, each piece counted in `sent`. The exchange's first
   // message (first == 0) carries the header, and `pull` if given; the last
-  // slice's last message ends the stream. False if a write failed (the call
-  // ended early).
+  // slice's last message ends the request. False if a write failed (the
+  // call ended early).
   bool WritePushChunks(int shard, int64_t computed_at,
                        const std::vector<std::span<const float>>& gradients,
                        const std::vector<size_t>& header_order, size_t first, size_t end,
                        const PullRequest* pull, const PayloadPin& sent,
-                       absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write);
+                       absl::FunctionRef<bool(grpc::ByteBuffer, bool last)> write);
   // Whether shard s's tensors go through shared memory: attaches a region
   // the first time (and again after the shard has lost it). An error only
   // where the call must fail (kShm refused, the shard unreachable).
   absl::StatusOr<bool> UseSharedMemory(int shard);
-  // Shard s's part of Push, Pull or PushPull through its region: a push of
-  // `gradients` if given (tagged `computed_at`), then `pull` if given, its
-  // answer decoded into `out`.
-  absl::Status ExchangeShared(int shard, int64_t computed_at,
-                              const std::vector<std::span<const float>>* gradients,
-                              const PullRequest* pull, const std::vector<std::span<float>>* out,
-                              int64_t* version, PushResponse* response);
-  absl::Status ExchangeSharedOnce(int shard, int64_t computed_at,
-                                  const std::vector<std::span<const float>>* gradients,
-                                  const PullRequest* pull,
-                                  const std::vector<std::span<float>>* out, int64_t* version,
-                                  PushResponse* response);
+  // The request of a shared exchange: the gradients encoded into shard s's
+  // region, their names, shapes and offsets in the message.
+  grpc::ByteBuffer SharedRequest(const ShardExchange& exchange, OpenExchange* open);
+  // Decodes a shared answer out of shard s's region into `out`.
+  absl::Status TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open);
   // Waits until gRPC has dropped every reference `sent` counts.
   void AwaitPushReleased(int shard, const PayloadPin& sent) const;
 
@@ -271,7 +273,8 @@ class PsClient {
   Transport transport_ = Transport::kTcp;
   std::vector<Shard> shards_;
   std::vector<VariableSlice> slices_;
-  // Where shards 1..N-1 are called from, and a PushPull's answer read.
+  // Where the control calls (Register, Init, Heartbeat, Done) of shards
+  // 1..N-1 are made from.
   ThreadPool threads_;
 };
 

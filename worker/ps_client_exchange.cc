@@ -1,9 +1,10 @@
 // PsClient::BeginExchange: a step's exchange fed layer by layer
-// (worker/step_exchange.h), as one streamed PushPull per shard.
+// (worker/step_exchange.h), as one Exchange call per shard.
 #include <algorithm>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "rpc/chunk_wire.h"
@@ -20,7 +21,7 @@ class LayerwiseExchange final : public StepExchange {
                     std::vector<std::span<float>> out);
   ~LayerwiseExchange() override;
 
-  // Opens every shard's stream and starts reading its answer.
+  // Opens every shard's call; its answer is read by gRPC's callbacks.
   void Start();
 
   absl::Status Push(std::span<const int> variables) override;
@@ -30,25 +31,23 @@ class LayerwiseExchange final : public StepExchange {
 
  private:
   struct Call {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream;
-    std::vector<size_t> push_slices;  // the stream's header: slice indices in push order
+    std::vector<size_t> push_slices;  // the exchange's header: slice indices in push order
     size_t pushed = 0;                // push_slices written so far
     PayloadPin sent = std::make_shared<char>(0);
     PullRequest pull;
-    // Written by the reader; read by Finish once the reader is done.
+    // Written by the answer's callbacks; read by Finish once the call is over.
     PsClient::StreamedAnswer answer;
-    std::optional<PushPullDone> done;
-    absl::Status problem;
-    ThreadPool::Task reader;
+    std::unique_ptr<ShardCall> call;
   };
 
-  // Reads shard s's answer to its end, marking values final as they are.
-  void ReadAnswer(int s);
+  // Takes one message of shard s's answer, marking values final as they are.
+  absl::Status TakeAnswer(int s, grpc::ByteBuffer* message);
+  // Shard s's call is over, with `status`: its answer must be whole.
+  void Ended(int s, const absl::Status& status);
   // The slice at `position` of shard s's slices holds final values.
   void MarkFinal(int s, size_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends every call still open and waits for the readers.
+  // Ends every call still open and waits for them.
   void Cancel();
 
   PsClient* const client_;
@@ -102,54 +101,46 @@ void LayerwiseExchange::Start() {
   for (size_t s = 0; s < calls_.size(); ++s) {
     Call& call = calls_[s];
     PsClient::Shard& shard = client_->shards_[s];
-    PsClient::SetDeadline(&call.context, timeout_ + PsClient::kRpcDeadline);
-    call.stream.reset(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            shard.channel.get(), *shard.push_pull, &call.context));
     // The answer in the shard's own slice order: the model's, first layer first.
     call.pull = client_->MakePullRequest(min_versions_[s], timeout_);
     for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
-    call.reader = client_->threads_.Start([this, s] { ReadAnswer(static_cast<int>(s)); });
+    const int shard_index = static_cast<int>(s);
+    call.call = std::make_unique<ShardCall>(
+        shard.generic.get(), timeout_ + PsClient::kRpcDeadline,
+        [this, shard_index](grpc::ByteBuffer* message) { return TakeAnswer(shard_index, message); },
+        [this, shard_index](const absl::Status& status) { Ended(shard_index, status); });
+    call.call->Start();
   }
 }
 
-void LayerwiseExchange::ReadAnswer(int s) {
+absl::Status LayerwiseExchange::TakeAnswer(int s, grpc::ByteBuffer* message) {
   Call& call = calls_[s];
-  grpc::ByteBuffer message;
-  ReceivedChunk chunk;
   std::vector<size_t> completed;
-  absl::Status problem;
-  while (problem.ok() && call.stream->Read(&message)) {
-    problem = chunk.Parse(&message);
-    if (problem.ok() && call.done) problem = absl::InternalError("the answer went on after its end");
-    completed.clear();
-    if (problem.ok()) problem = client_->TakePullChunk(s, chunk, out_, &call.answer, &completed);
-    if (problem.ok() && chunk.has_extra()) {
-      call.done.emplace();
-      if (!chunk.ParseExtra(&*call.done)) problem = absl::InternalError("malformed PushPullDone");
-    }
-    if (!problem.ok()) break;
-    absl::MutexLock lock(&mu_);
-    if (call.done && call.answer.sequence && call.answer.sequence->Finish().ok()) {
-      // Committed: every value of the answer counts now.
-      for (size_t position = 0; position < final_[s].size(); ++position) MarkFinal(s, position);
-    } else if (call.answer.version > 0) {
-      // Sent after the push was in: final as it arrives.
-      for (size_t position : completed) MarkFinal(s, position);
-    }
+  absl::Status taken = client_->TakeAnswer(s, message, /*shared=*/false, &out_, &call.answer,
+                                           &completed);
+  if (!taken.ok()) {
+    return absl::Status(taken.code(), absl::StrCat("ps:", s, " (", client_->address(s),
+                                                   "): exchange: ", taken.message()));
   }
   absl::MutexLock lock(&mu_);
-  if (!problem.ok()) {
-    call.context.TryCancel();
-    problem = absl::Status(problem.code(), absl::StrCat("ps:", s, " (", client_->address(s),
-                                                        "): push-pull: ", problem.message()));
-  } else if (!call.done ||
-             std::find(final_[s].begin(), final_[s].end(), false) != final_[s].end()) {
-    problem = absl::UnavailableError(
-        absl::StrCat("ps:", s, " (", client_->address(s), ") ended a push-pull's answer early"));
+  if (call.answer.done && call.answer.sequence && call.answer.sequence->Finish().ok()) {
+    // Committed: every value of the answer counts now.
+    for (size_t position = 0; position < final_[s].size(); ++position) MarkFinal(s, position);
+  } else if (call.answer.version > 0) {
+    // Sent after the push was in: final as it arrives.
+    for (size_t position : completed) MarkFinal(s, position);
   }
-  call.problem = problem;
-  if (!problem.ok()) Fail(problem);
+  return absl::OkStatus();
+}
+
+void LayerwiseExchange::Ended(int s, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    Fail(absl::StartsWith(status.message(), "ps:") ? status : client_->ShardError(s, status));
+  } else if (std::find(final_[s].begin(), final_[s].end(), false) != final_[s].end()) {
+    Fail(absl::UnavailableError(
+        absl::StrCat("ps:", s, " (", client_->address(s), ") ended an exchange's answer early")));
+  }
 }
 
 void LayerwiseExchange::MarkFinal(int s, size_t position) {
@@ -181,17 +172,18 @@ absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
     call.pushed = end;
     const bool written = client_->WritePushChunks(
         static_cast<int>(s), computed_at_[s], gradients_, call.push_slices, first, end, &call.pull,
-        call.sent, [&call](grpc::ByteBuffer message, grpc::WriteOptions options) {
-          return call.stream->Write(message, options);
+        call.sent, [&call](grpc::ByteBuffer message, bool last) {
+          return call.call->Write(std::move(message), last);
         });
     if (!written) {
-      // The shard ended the call; its reader, which ends with it, says why.
-      call.reader.Wait();
+      // The shard ended the call; its end says why.
+      absl::Status ended = call.call->Wait();
       absl::MutexLock lock(&mu_);
-      return failure_.ok() ? absl::UnavailableError(absl::StrCat(
-                                 "ps:", s, " (", client_->address(static_cast<int>(s)),
-                                 ") ended a push-pull while it was being written"))
-                           : failure_;
+      if (!failure_.ok()) return failure_;
+      return ended.ok() ? absl::UnavailableError(absl::StrCat(
+                              "ps:", s, " (", client_->address(static_cast<int>(s)),
+                              ") ended an exchange while it was being written"))
+                        : client_->ShardError(static_cast<int>(s), ended);
     }
   }
   // Every slice of `variables` must have gone out now: later ones were
@@ -220,34 +212,33 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
                                        std::vector<PushResponse>* responses) {
   finished_ = true;
   for (Call& call : calls_) {
-    if (call.pushed < call.push_slices.size()) call.context.TryCancel();  // never completed
+    if (call.pushed < call.push_slices.size()) call.call->Cancel();  // never completed
   }
   absl::Status first_problem;
   versions->resize(calls_.size());
   responses->resize(calls_.size());
   for (size_t s = 0; s < calls_.size(); ++s) {
     Call& call = calls_[s];
-    call.reader.Wait();
-    grpc::Status rpc = call.stream->Finish();
-    call.stream.reset();
+    absl::Status status = call.call->Wait();
     client_->AwaitPushReleased(static_cast<int>(s), call.sent);
-    // The shard's status says why it ended the call; a call this end
-    // cancelled (a malformed answer) has the reader's reason.
-    absl::Status status = call.problem;
-    if (!rpc.ok() && (status.ok() || rpc.error_code() != grpc::StatusCode::CANCELLED)) {
-      status = client_->ShardError(static_cast<int>(s), rpc);
+    if (!status.ok() && !absl::StartsWith(status.message(), "ps:")) {
+      status = client_->ShardError(static_cast<int>(s), status);
     }
     if (status.ok() && call.pushed < call.push_slices.size()) {
       status = absl::InternalError("the exchange finished before every variable was pushed");
     }
+    if (status.ok() && (!call.answer.sequence || !call.answer.done)) {
+      status = absl::UnavailableError(absl::StrCat("ps:", s, " (", client_->address(static_cast<int>(s)),
+                                                   ") ended an exchange's answer early"));
+    }
     if (status.ok()) {
       if (absl::Status complete = call.answer.sequence->Finish(); !complete.ok()) {
-        status = absl::InternalError(absl::StrCat("ps:", s, " push-pull: ", complete.message()));
+        status = absl::InternalError(absl::StrCat("ps:", s, " exchange: ", complete.message()));
       }
     }
     if (status.ok()) {
-      (*versions)[s] = call.done->version();
-      (*responses)[s] = call.done->push();
+      (*versions)[s] = call.answer.done->version();
+      (*responses)[s] = call.answer.done->push();
       const int64_t bytes = client_->WireBytes(static_cast<int>(s));
       GetWorkerMetrics().bytes_out.Increment(bytes);
       GetWorkerMetrics().bytes_in.Increment(bytes);
@@ -260,14 +251,12 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
 
 void LayerwiseExchange::Cancel() {
   for (Call& call : calls_) {
-    if (call.stream != nullptr) call.context.TryCancel();
+    if (call.call != nullptr) call.call->Cancel();
   }
   for (size_t s = 0; s < calls_.size(); ++s) {
     Call& call = calls_[s];
-    if (call.stream == nullptr) continue;
-    call.reader.Wait();
-    call.stream->Finish().IgnoreError();
-    call.stream.reset();
+    if (call.call == nullptr) continue;
+    call.call->Wait().IgnoreError();
     client_->AwaitPushReleased(static_cast<int>(s), call.sent);
   }
 }

@@ -1,9 +1,11 @@
-// PsClient's same-host path: Pull, Push and PushPull through a shared
-// region (common/shared_memory.h), one ShmExchange call each.
+// PsClient's same-host path: an exchange whose tensors move through a
+// shared region (common/shared_memory.h), gRPC carrying only names, shapes,
+// offsets and versions.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
+#include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
@@ -74,75 +76,50 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   return true;
 }
 
-absl::Status PsClient::ExchangeShared(int s, int64_t computed_at,
-                                      const std::vector<std::span<const float>>* gradients,
-                                      const PullRequest* pull,
-                                      const std::vector<std::span<float>>* out, int64_t* version,
-                                      PushResponse* response) {
-  absl::Status status = ExchangeSharedOnce(s, computed_at, gradients, pull, out, version, response);
-  if (absl::IsNotFound(status)) {
-    // The shard no longer knows the region (it restarted): it refused the
-    // call before reading anything, so attach a new one and call again.
-    shards_[s].region.reset();
-    absl::StatusOr<bool> shared = UseSharedMemory(s);
-    if (!shared.ok()) return shared.status();
-    if (!*shared) {
-      return absl::UnavailableError(
-          absl::StrCat("ps:", s, " (", shards_[s].address, "): lost its shared region"));
-    }
-    status = ExchangeSharedOnce(s, computed_at, gradients, pull, out, version, response);
-  } else if (absl::IsUnavailable(status)) {
-    shards_[s].region.reset();  // a restarted shard needs a new one
-  }
-  return status;
-}
-
-absl::Status PsClient::ExchangeSharedOnce(int s, int64_t computed_at,
-                                          const std::vector<std::span<const float>>* gradients,
-                                          const PullRequest* pull,
-                                          const std::vector<std::span<float>>* out,
-                                          int64_t* version, PushResponse* response) {
-  Shard& shard = shards_[s];
+grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExchange* open) {
+  Shard& shard = shards_[exchange.shard];
   const std::span<char> region = shard.region->bytes();
   const int element_bytes = DTypeBytes(wire_dtype_);
-  ShmExchangeRequest request;
-  request.set_region(shard.region_handle);
-  request.set_push_offset(0);
-  request.set_answer_offset(static_cast<int64_t>(region.size() / 2));
-  if (gradients != nullptr) {
-    PushRequest* push = request.mutable_push();
-    push->set_worker(worker_);
-    push->set_computed_at_version(computed_at);
+  ShmTransfer transfer;
+  transfer.set_region(shard.region_handle);
+  transfer.set_push_offset(0);
+  transfer.set_answer_offset(static_cast<int64_t>(region.size() / 2));
+  open->answer_offset = transfer.answer_offset();
+  PushRequest header;
+  header.set_worker(worker_);
+  if (exchange.gradients != nullptr) {
+    header.set_computed_at_version(exchange.computed_at);
     char* next = region.data();
     for (size_t i : shard.slices) {
       const VariableSlice& slice = slices_[i];
-      Tensor* tensor = push->add_gradients();
+      Tensor* tensor = header.add_gradients();
       tensor->set_name(slice.name);
       tensor->mutable_shape()->Assign(slice.shape.begin(), slice.shape.end());
       tensor->set_dtype(wire_dtype_);
-      EncodeValuesTo((*gradients)[slice.variable].subspan(slice.offset, slice.count), wire_dtype_,
-                     next);
+      EncodeValuesTo((*exchange.gradients)[slice.variable].subspan(slice.offset, slice.count),
+                     wire_dtype_, next);
       next += slice.count * element_bytes;
     }
   }
-  if (pull != nullptr) *request.mutable_pull() = *pull;
-  ShmExchangeResponse answer;
-  grpc::ClientContext context;
-  SetDeadline(&context,
-              (pull != nullptr ? absl::Milliseconds(pull->timeout_ms()) : absl::ZeroDuration()) +
-                  kRpcDeadline);
-  grpc::Status rpc = shard.stub->ShmExchange(&context, request, &answer);
-  if (!rpc.ok()) return ShardError(s, rpc);
-  if (response != nullptr) *response = answer.push();
-  if (pull == nullptr) return absl::OkStatus();
+  ChunkBuilder builder;
+  builder.SetHeader(header);
+  if (exchange.pull) builder.SetExtra(*exchange.pull);
+  builder.SetShm(transfer);
+  return builder.Finish();
+}
+
+absl::Status PsClient::TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open) {
+  const int s = exchange.shard;
+  Shard& shard = shards_[s];
+  const int element_bytes = DTypeBytes(wire_dtype_);
   std::vector<size_t> order;
-  if (absl::Status checked = CheckPullHeader(s, answer.pull(), &order); !checked.ok()) {
+  if (absl::Status checked = CheckPullHeader(s, open.answer.header, &order); !checked.ok()) {
     return checked;
   }
-  const char* next = region.data() + request.answer_offset();
+  const char* next = shard.region->bytes().data() + open.answer_offset;
   for (size_t position : order) {
     const VariableSlice& slice = slices_[shard.slices[position]];
-    std::span<float> values = (*out)[slice.variable].subspan(slice.offset, slice.count);
+    std::span<float> values = (*exchange.out)[slice.variable].subspan(slice.offset, slice.count);
     const size_t bytes = static_cast<size_t>(slice.count) * element_bytes;
     if (element_bytes == sizeof(float)) {
       std::memcpy(values.data(), next, bytes);
@@ -151,7 +128,6 @@ absl::Status PsClient::ExchangeSharedOnce(int s, int64_t computed_at,
     }
     next += bytes;
   }
-  *version = answer.pull().version();
   return absl::OkStatus();
 }
 

@@ -1,7 +1,8 @@
-// The chunked data plane end to end over loopback gRPC: PsClient streams a
-// model larger than one chunk to a real shard and back, bit for bit, and a
-// shard refuses malformed push streams with INVALID_ARGUMENT, leaving the
-// model as it was.
+// The data plane's one call, Exchange, end to end over loopback gRPC:
+// PsClient streams a model larger than one chunk to a real shard and back,
+// bit for bit; a pull is an exchange with no push, a push one with no pull;
+// and a shard refuses malformed exchanges with INVALID_ARGUMENT, leaving
+// the model as it was.
 #include "ps_server/chunk_streams.h"
 
 #include <array>
@@ -19,6 +20,7 @@
 #include "placement/variable_spec.h"
 #include "ps_server/ps_service.h"
 #include "tests/support/eventually.h"
+#include "tests/support/exchange_calls.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -187,8 +189,8 @@ TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
 // SYNC over several shards: two workers exchange at once, each shard holds
 // the first gradient until the second arrives, and both workers get the
 // averaged step back from every shard, at the step's version. Shares that
-// are streamed (PushPull) and shares of one message (PushPullSmall), whose
-// handler waits for the step inside the unary call.
+// are streamed and shares of one message, whose pull waits for the step
+// without a thread.
 void ExpectSyncPushPullOfTwoWorkersOverTwoShards(const std::vector<VariableSpec>& model) {
   ServedShard first(/*workers=*/2, absl::Seconds(5), SYNC);
   ServedShard second(/*workers=*/2, absl::Seconds(5), SYNC);
@@ -353,8 +355,8 @@ class MalformedPushTest : public ::testing::Test {
     return {response.version(), response.variables(0).data()};
   }
 
-  static PushChunk Header(std::vector<std::pair<std::string, DType>> tensors) {
-    PushChunk chunk;
+  static ExchangeChunk Header(std::vector<std::pair<std::string, DType>> tensors) {
+    ExchangeChunk chunk;
     chunk.mutable_header()->set_worker(0);
     for (auto& [name, dtype] : tensors) {
       Tensor* t = chunk.mutable_header()->add_gradients();
@@ -366,7 +368,7 @@ class MalformedPushTest : public ::testing::Test {
     return chunk;
   }
 
-  static void AddPiece(PushChunk* chunk, int tensor, int64_t offset, int64_t bytes) {
+  static void AddPiece(ExchangeChunk* chunk, int tensor, int64_t offset, int64_t bytes) {
     TensorPiece* piece = chunk->add_pieces();
     piece->set_tensor(tensor);
     piece->set_offset(offset);
@@ -374,32 +376,25 @@ class MalformedPushTest : public ::testing::Test {
     piece->set_data(reinterpret_cast<const char*>(values.data()), bytes);
   }
 
-  // A PushPull call on `context`, which gets a 10 s deadline.
-  std::unique_ptr<grpc::ClientReaderWriter<PushChunk, PushPullChunk>> OpenPushPull(
+  // An exchange on `context`, which gets a 10 s deadline.
+  std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>> OpenExchange(
       grpc::ClientContext* context) {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return stub_->PushPull(context);
+    return stub_->Exchange(context);
   }
 
-  // A PushPull's first message: the header and the first 800 bytes of "w"
-  // (values 0.25), with a pull that needs no wait.
-  PushChunk FirstPushPullChunk() const {
-    PushChunk first = Header({{"w", FLOAT32}});
+  // A push and pull's first message: the header and the first 800 bytes of
+  // "w" (values 0.25), with a pull that needs no wait.
+  ExchangeChunk FirstPushPullChunk() const {
+    ExchangeChunk first = Header({{"w", FLOAT32}});
     AddPiece(&first, 0, 0, 800);
     first.mutable_pull()->set_min_version(before_.first);
     return first;
   }
 
-  grpc::Status Send(const std::vector<PushChunk>& chunks) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    PushResponse response;
-    auto writer = stub_->PushStream(&context, &response);
-    for (const PushChunk& chunk : chunks) {
-      if (!writer->Write(chunk)) break;
-    }
-    writer->WritesDone();
-    return writer->Finish();
+  // A push alone: `chunks`, and no pull.
+  grpc::Status Send(const std::vector<ExchangeChunk>& chunks) {
+    return CallExchange(stub_.get(), chunks, absl::Seconds(10)).status;
   }
 
   ServedShard served_;
@@ -407,14 +402,93 @@ class MalformedPushTest : public ::testing::Test {
   std::pair<int64_t, std::string> before_;
 };
 
-TEST_F(MalformedPushTest, AWellFormedStreamIsApplied) {
-  PushChunk first = Header({{"w", FLOAT32}});
+// A push with no pull is answered with its outcome alone.
+TEST_F(MalformedPushTest, AWellFormedPushWithNoPullIsAppliedAndAnsweredWithItsOutcome) {
+  ExchangeChunk first = Header({{"w", FLOAT32}});
   AddPiece(&first, 0, 0, 800);
-  PushChunk second;
+  ExchangeChunk second;
   AddPiece(&second, 0, 800, 400);
-  grpc::Status status = Send({first, second});
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  const ExchangeOutcome outcome = CallExchange(stub_.get(), {first, second});
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+  ASSERT_EQ(outcome.answers.size(), 1u);
+  EXPECT_FALSE(outcome.answers[0].has_header());
+  EXPECT_EQ(outcome.answers[0].pieces_size(), 0);
+  ASSERT_NE(outcome.done(), nullptr);
+  EXPECT_EQ(outcome.done()->push().outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(outcome.done()->push().version(), before_.first + 1);
   EXPECT_EQ(State().first, before_.first + 1);
+}
+
+// A pull with no push: one message each way for a small model, the values
+// at the shard's version, and nothing changed.
+TEST_F(MalformedPushTest, APullWithNoPushAnswersTheValuesInOneMessage) {
+  PullRequest pull;
+  pull.add_names("w");
+  const ExchangeOutcome outcome = CallExchange(stub_.get(), {PullOnly(pull)});
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+  ASSERT_EQ(outcome.answers.size(), 1u);
+  ASSERT_NE(outcome.done(), nullptr);
+  EXPECT_FALSE(outcome.done()->has_push());
+  EXPECT_EQ(outcome.done()->version(), before_.first);
+  EXPECT_EQ(outcome.answers[0].header().variables(0).name(), "w");
+  EXPECT_EQ(AnswerBytes(outcome.answers, 0), before_.second);
+  EXPECT_EQ(State(), before_);
+}
+
+// A small push and pull is one message each way, as the unary call it
+// replaces was: the header, the values and the outcome together.
+TEST_F(MalformedPushTest, ASmallPushAndPullIsOneMessageEachWay) {
+  ExchangeChunk only = Header({{"w", FLOAT32}});
+  AddPiece(&only, 0, 0, 1200);
+  only.mutable_pull()->set_min_version(before_.first);
+  const ExchangeOutcome outcome = CallExchange(stub_.get(), {only});
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+  ASSERT_EQ(outcome.answers.size(), 1u);
+  ASSERT_NE(outcome.done(), nullptr);
+  EXPECT_EQ(outcome.done()->push().outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(outcome.done()->version(), before_.first + 1);
+  EXPECT_TRUE(outcome.answers[0].has_header());
+  const std::pair<int64_t, std::string> after = State();
+  EXPECT_EQ(AnswerBytes(outcome.answers, 0), after.second);
+}
+
+// A first message that asks for nothing, or that is not what it claims, is
+// refused with INVALID_ARGUMENT before anything is touched.
+TEST_F(MalformedPushTest, AHostileFirstMessageIsRefusedAndLeavesTheModelUntouched) {
+  struct Case {
+    const char* name;
+    ExchangeChunk first;
+    const char* error;
+  };
+  ExchangeChunk no_header;
+  no_header.mutable_pull()->add_names("w");
+  ExchangeChunk both_empty;
+  both_empty.mutable_header()->set_worker(0);
+  ExchangeChunk pull_with_pieces = PullOnly(PullRequest());
+  AddPiece(&pull_with_pieces, 0, 0, 4);
+  ExchangeChunk bad_region = Header({{"w", FLOAT32}});
+  bad_region.mutable_shm()->set_region(12345);
+  ExchangeChunk bad_dtype = PullOnly(PullRequest());
+  bad_dtype.mutable_pull()->set_dtype(static_cast<DType>(9));
+  const std::vector<Case> cases = {
+      {"no header", no_header, "header"},
+      {"neither push nor pull", both_empty, "neither"},
+      {"a pull carrying pieces", pull_with_pieces, "pieces"},
+      {"an unknown wire dtype", bad_dtype, "dtype"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const ExchangeOutcome outcome = CallExchange(stub_.get(), {c.first});
+    EXPECT_EQ(outcome.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << outcome.status.error_message();
+    EXPECT_THAT(outcome.status.error_message(), HasSubstr(c.error));
+    EXPECT_EQ(State(), before_);
+  }
+  // A region the shard never attached: refused before any byte is read.
+  const ExchangeOutcome outcome = CallExchange(stub_.get(), {bad_region});
+  EXPECT_EQ(outcome.status.error_code(), grpc::StatusCode::NOT_FOUND)
+      << outcome.status.error_message();
+  EXPECT_EQ(State(), before_);
 }
 
 // On an ASYNC shard a PushPull's answer flows while the push is still
@@ -423,9 +497,9 @@ TEST_F(MalformedPushTest, AWellFormedStreamIsApplied) {
 // below would time out).
 TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
   grpc::ClientContext context;
-  auto stream = OpenPushPull(&context);
+  auto stream = OpenExchange(&context);
   ASSERT_TRUE(stream->Write(FirstPushPullChunk()));
-  PushPullChunk answer;
+  ExchangeAnswer answer;
   ASSERT_TRUE(stream->Read(&answer)) << "no answer before the push ended";
   ASSERT_EQ(answer.header().variables_size(), 1);
   EXPECT_EQ(answer.header().variables(0).name(), "w");
@@ -437,14 +511,14 @@ TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
   EXPECT_EQ(value, Ramp(300, 1.0f, 1.0f)[199] - 0.25f);
   EXPECT_EQ(State(), before_) << "staged values are not visible to pulls before the commit";
 
-  PushChunk second;
+  ExchangeChunk second;
   AddPiece(&second, 0, 800, 400);
   ASSERT_TRUE(stream->Write(second));
   ASSERT_TRUE(stream->WritesDone());
+  // The last values come with the outcome.
   ASSERT_TRUE(stream->Read(&answer));
   ASSERT_EQ(answer.pieces_size(), 1);
   EXPECT_EQ(answer.pieces(0).offset(), 800);
-  ASSERT_TRUE(stream->Read(&answer));
   EXPECT_TRUE(answer.has_done());
   EXPECT_EQ(answer.done().push().outcome(), PushResponse::APPLIED);
   EXPECT_EQ(answer.done().version(), before_.first + 1);
@@ -460,14 +534,14 @@ TEST_F(MalformedPushTest, PushPullSendsValuesBackWhileThePushIsStillArriving) {
 TEST_F(MalformedPushTest, APushPullWhoseWorkerGoesAwayMidwayIsDropped) {
   {
     grpc::ClientContext context;
-    auto stream = OpenPushPull(&context);
+    auto stream = OpenExchange(&context);
     ASSERT_TRUE(stream->Write(FirstPushPullChunk()));
-    PushPullChunk answer;
+    ExchangeAnswer answer;
     ASSERT_TRUE(stream->Read(&answer));  // the shard is answering
     context.TryCancel();
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  PushChunk whole = Header({{"w", FLOAT32}});
+  ExchangeChunk whole = Header({{"w", FLOAT32}});
   AddPiece(&whole, 0, 0, 1200);
   const absl::Time start = absl::Now();
   grpc::Status status = Send({whole});
@@ -476,32 +550,18 @@ TEST_F(MalformedPushTest, APushPullWhoseWorkerGoesAwayMidwayIsDropped) {
   EXPECT_EQ(State().first, before_.first + 1) << "the dropped push was applied too";
 }
 
-TEST_F(MalformedPushTest, APushPullWithoutItsPullIsRefused) {
-  grpc::ClientContext context;
-  auto stream = OpenPushPull(&context);
-  PushChunk only = Header({{"w", FLOAT32}});
-  AddPiece(&only, 0, 0, 1200);
-  stream->Write(only);
-  stream->WritesDone();
-  PushPullChunk answer;
-  EXPECT_FALSE(stream->Read(&answer));
-  grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("PullRequest"));
-  EXPECT_EQ(State(), before_);
-}
-
 TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
   struct Case {
     const char* name;
-    std::vector<PushChunk> chunks;
+    std::vector<ExchangeChunk> chunks;
     const char* error;
+    bool counted = true;  // in pushes_rejected
   };
-  auto with = [](PushChunk chunk, std::vector<std::array<int64_t, 3>> pieces) {
+  auto with = [](ExchangeChunk chunk, std::vector<std::array<int64_t, 3>> pieces) {
     for (auto [tensor, offset, bytes] : pieces) AddPiece(&chunk, tensor, offset, bytes);
     return chunk;
   };
-  const PushChunk header = Header({{"w", FLOAT32}});
+  const ExchangeChunk header = Header({{"w", FLOAT32}});
   const std::vector<Case> cases = {
       {"out of order", {with(header, {{0, 400, 400}, {0, 0, 400}, {0, 800, 400}})}, "out of order"},
       {"too many bytes", {with(header, {{0, 0, 1200}, {0, 1200, 4}})}, "too many bytes"},
@@ -514,10 +574,11 @@ TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
        "too many bytes"},
       {"unknown variable", {with(Header({{"v", FLOAT32}}), {{0, 0, 1200}})}, "unknown variable"},
       {"piece naming no tensor", {with(header, {{0, 0, 1200}, {1, 0, 4}})}, "names tensor 1"},
-      {"no header", {with(PushChunk(), {{0, 0, 1200}})}, "header"},
+      {"no header", {with(ExchangeChunk(), {{0, 0, 1200}})}, "header"},
       {"second header", {with(header, {{0, 0, 400}}), with(header, {{0, 400, 800}})},
        "second header"},
-      {"empty stream", {}, "no header"},
+      // Not a push at all: refused, but not counted as one.
+      {"empty exchange", {}, "no header", /*counted=*/false},
   };
   int64_t rejected = 0;
   for (const Case& c : cases) {
@@ -528,7 +589,8 @@ TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
     EXPECT_EQ(State(), before_);
     StatsResponse stats;
     served_.shard()->Stats(&stats);
-    EXPECT_EQ(stats.pushes_rejected(), ++rejected);
+    if (c.counted) ++rejected;
+    EXPECT_EQ(stats.pushes_rejected(), rejected);
   }
 }
 
@@ -536,7 +598,7 @@ TEST_F(MalformedPushTest, IsRefusedAndLeavesTheModelUntouched) {
 // own pass): a non-finite value anywhere, in any wire dtype, refuses the
 // push with the element named, and counts it.
 TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
-  PushChunk chunk = Header({{"w", FLOAT32}});
+  ExchangeChunk chunk = Header({{"w", FLOAT32}});
   std::vector<float> values(300, 1.0f);
   values[299] = std::numeric_limits<float>::infinity();
   TensorPiece* piece = chunk.add_pieces();
@@ -546,13 +608,13 @@ TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
   EXPECT_THAT(status.error_message(), HasSubstr("non-finite value (inf) at element 299"));
   EXPECT_EQ(State(), before_);
 
-  PushChunk first = Header({{"w", BFLOAT16}});
+  ExchangeChunk first = Header({{"w", BFLOAT16}});
   std::vector<float> half(300, 0.5f);
   half[170] = std::numeric_limits<float>::quiet_NaN();
   std::string encoded;
   EncodeValues(half, BFLOAT16, &encoded);
   first.add_pieces()->set_data(encoded.substr(0, 300));
-  PushChunk second;
+  ExchangeChunk second;
   second.add_pieces()->set_offset(300);
   second.mutable_pieces(0)->set_data(encoded.substr(300));
   status = Send({first, second});
@@ -577,9 +639,8 @@ TEST(ChunkStreamsTest, AStalledPushStreamIsCancelledAndOtherPushesGoOn) {
       grpc::CreateChannel(served.address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  PushResponse stalled_response;
-  auto writer = stub->PushStream(&context, &stalled_response);
-  PushChunk first;
+  auto writer = stub->Exchange(&context);
+  ExchangeChunk first;
   first.mutable_header()->set_worker(0);
   Tensor* t = first.mutable_header()->add_gradients();
   t->set_name("w");

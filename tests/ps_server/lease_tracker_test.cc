@@ -119,38 +119,5 @@ TEST_F(LeaseTrackerTest, AnExpiredWorkerThatCallsInIsBack) {
   EXPECT_THAT(Expired(), ElementsAre(0, 0));
 }
 
-// The caller of a watched call is asked every kCallerPoll; once it is gone
-// the call is marked and woken.
-TEST_F(LeaseTrackerTest, AWatchedCallIsWokenOnceItsCallerHasGone) {
-  bool gone = false;  // guarded by mu_
-  int asked = 0;      // guarded by mu_
-  absl::CondVar wake;
-  LeaseTracker::WatchedCall call{.caller_gone =
-                                     [&] {
-                                       ++asked;
-                                       return gone;
-                                     },
-                                 .wake = &wake};
-  {
-    absl::MutexLock lock(&mu_);
-    tracker_.Watch(&call);
-  }
-  Advance(LeaseTracker::kCallerPoll);
-  {
-    absl::MutexLock lock(&mu_);
-    EXPECT_EQ(asked, 1);
-    EXPECT_FALSE(call.gone);
-    gone = true;
-  }
-  clock_.Advance(LeaseTracker::kCallerPoll);
-  absl::MutexLock lock(&mu_);
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!call.gone && !wake.WaitWithDeadline(&mu_, give_up)) {
-  }
-  EXPECT_TRUE(call.gone) << "never woken";
-  EXPECT_EQ(asked, 2);
-  tracker_.Unwatch(&call);
-}
-
 }  // namespace
 }  // namespace pst

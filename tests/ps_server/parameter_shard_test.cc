@@ -269,6 +269,123 @@ TEST(ParameterShardTest, ShutdownWakesWaitingPulls) {
   stopper.join();
 }
 
+// A pull that may not proceed leaves a waiter instead of parking a thread;
+// the push that brings its version wakes it, once, and the pull then runs.
+TEST(PullWaiterTest, IsWokenByTheVersionItWaitsForAndThenPulls) {
+  auto shard = MakeShard(SYNC, 1);
+  InitTwoVariables(shard.get());
+  PullRequest pull;
+  pull.set_min_version(1);
+  int visits = 0;
+  const ParameterShard::PullVisitor visit = [&](int64_t, const std::vector<const Variable*>&) {
+    ++visits;
+  };
+  std::atomic<int> wakes{0};
+  absl::StatusOr<ParameterShard::WaitId> waited =
+      shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60), visit, [&] { ++wakes; });
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  ASSERT_NE(*waited, 0u);
+  EXPECT_EQ(visits, 0);
+  EXPECT_EQ(shard->waiting_pulls(), 1);
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  EXPECT_EQ(wakes.load(), 1);
+  EXPECT_EQ(shard->waiting_pulls(), 0);
+  EXPECT_FALSE(shard->CancelWait(*waited)) << "a woken waiter is gone";
+  waited = shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60), visit, [&] { ++wakes; });
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(*waited, 0u);
+  EXPECT_EQ(visits, 1);
+  EXPECT_EQ(wakes.load(), 1);
+}
+
+// The shard's timer wakes a waiter at its deadline; the pull then ends with
+// DeadlineExceeded, as a parked one does.
+TEST(PullWaiterTest, IsWokenAtItsDeadline) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PullRequest pull;
+  pull.set_min_version(5);
+  absl::Notification woken;
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
+  absl::StatusOr<ParameterShard::WaitId> waited = shard->PullVisitOrWait(
+      pull, deadline, [](int64_t, const std::vector<const Variable*>&) {},
+      [&] { woken.Notify(); });
+  ASSERT_TRUE(waited.ok() && *waited != 0);
+  woken.WaitForNotification();
+  EXPECT_GE(absl::Now(), deadline);
+  waited = shard->PullVisitOrWait(pull, deadline, [](int64_t, const std::vector<const Variable*>&) {},
+                                  [] {});
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(waited.status().message(), HasSubstr("version 5"));
+}
+
+// A waiter whose caller went away is dropped: it never runs, and no longer
+// counts or keeps its worker in flight.
+TEST(PullWaiterTest, ACancelledWaiterIsNeverWoken) {
+  auto shard = MakeShard(SYNC, 1);
+  InitTwoVariables(shard.get());
+  PullRequest pull;
+  pull.set_min_version(1);
+  bool woken = false;
+  absl::StatusOr<ParameterShard::WaitId> waited = shard->PullVisitOrWait(
+      pull, absl::Now() + absl::Seconds(60), [](int64_t, const std::vector<const Variable*>&) {},
+      [&] { woken = true; });
+  ASSERT_TRUE(waited.ok() && *waited != 0);
+  EXPECT_TRUE(shard->CancelWait(*waited));
+  EXPECT_EQ(shard->waiting_pulls(), 0);
+  EXPECT_FALSE(shard->CancelWait(*waited));
+  PushResponse response;
+  ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  EXPECT_FALSE(woken);
+}
+
+TEST(PullWaiterTest, ShutdownWakesEveryWaiter) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PullRequest pull;
+  pull.set_min_version(1);
+  int woken = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_NE(*shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60),
+                                      [](int64_t, const std::vector<const Variable*>&) {},
+                                      [&] { ++woken; }),
+              0u);
+  }
+  shard->BeginShutdown();
+  EXPECT_EQ(woken, 3);
+  EXPECT_EQ(shard->waiting_pulls(), 0);
+  EXPECT_EQ(shard->PullVisitOrWait(pull, absl::InfiniteFuture(),
+                                   [](int64_t, const std::vector<const Variable*>&) {}, [] {})
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+// AwaitWorkersDone without a thread: woken when a worker's standing changes.
+TEST(AwaitWorkersDoneTest, AWaiterIsWokenWhenAWorkerIsDone) {
+  auto shard = MakeShard(SYNC, 1);
+  AwaitWorkersDoneRequest request;
+  request.set_timeout_ms(60000);
+  StatsResponse stats = StatsOf(shard.get());
+  request.set_known_changes(stats.worker_changes());
+  bool woken = false;
+  absl::StatusOr<ParameterShard::WaitId> waited = shard->AwaitWorkersDoneOrWait(
+      request, absl::Now() + absl::Seconds(60), &stats, [&] { woken = true; });
+  ASSERT_TRUE(waited.ok() && *waited != 0);
+  EXPECT_EQ(shard->waiting_done_calls(), 1);
+  DoneRequest done;
+  DoneResponse done_response;
+  ASSERT_TRUE(shard->Done(done, &done_response).ok());
+  EXPECT_TRUE(woken);
+  EXPECT_EQ(shard->waiting_done_calls(), 0);
+  StatsResponse answer;
+  waited = shard->AwaitWorkersDoneOrWait(request, absl::Now() + absl::Seconds(60), &answer, [] {});
+  ASSERT_TRUE(waited.ok());
+  EXPECT_EQ(*waited, 0u);
+  EXPECT_EQ(answer.workers_done(), 1);
+}
+
 // Every bad request is refused with the right code and leaves the model as
 // it was.
 TEST(ParameterShardTest, BadPushesAreRefusedAndLeaveTheModelUntouched) {
@@ -462,33 +579,6 @@ TEST(ParameterShardTest, APullWhoseAnswerIsTooLargeIsRefusedBeforeItIsBuilt) {
   EXPECT_EQ(response.variables_size(), 0);
   ASSERT_TRUE(shard->Pull(pull, absl::Now(), &response, {.max_reply_bytes = 1 << 20}).ok());
   EXPECT_EQ(response.variables_size(), 2);
-}
-
-// A waiting pull whose caller has gone ends at the next poll, long before
-// its deadline.
-TEST(ParameterShardTest, AWaitingPullEndsWhenItsCallerIsGone) {
-  auto shard = MakeShard(ASYNC, 1);
-  InitTwoVariables(shard.get());
-  std::atomic<bool> gone{false};
-  std::atomic<int> polls{0};
-  absl::Notification waited;  // polled again after a wait: it is waiting
-  PullRequest pull;
-  pull.set_min_version(1000);
-  absl::Status status;
-  std::thread waiting([&] {
-    PullResponse response;
-    status = shard->Pull(pull, absl::Now() + absl::Minutes(5), &response,
-                         {.caller_gone = [&] {
-                           if (++polls == 2) waited.Notify();
-                           return gone.load();
-                         }});
-  });
-  EXPECT_TRUE(waited.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  const absl::Time left = absl::Now();
-  gone = true;
-  waiting.join();
-  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
-  EXPECT_LT(absl::Now() - left, absl::Seconds(5));
 }
 
 TEST(ParameterShardTest, PushBeforeInitIsAFailedPrecondition) {
@@ -878,20 +968,19 @@ TEST(AwaitWorkersDoneTest, RefusesBadRequests) {
   }
 }
 
-TEST(AwaitWorkersDoneTest, EndsWhenItsCallerIsGoneOrTheShardShutsDown) {
+TEST(AwaitWorkersDoneTest, EndsWhenItsWaiterIsCancelledOrTheShardShutsDown) {
   auto shard = MakeShard(ASYNC, 2);
   AwaitWorkersDoneRequest request;
-  std::atomic<bool> gone{false};
-  std::thread leaver([&] {
-    EXPECT_TRUE(Eventually([&] { return shard->waiting_done_calls() == 1; })) << "never waited";
-    gone = true;
-  });
   StatsResponse stats;
-  absl::Status status = shard->AwaitWorkersDone(request, absl::Now() + absl::Minutes(5), &stats,
-                                                [&] { return gone.load(); });
-  leaver.join();
-  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  bool woken = false;
+  absl::StatusOr<ParameterShard::WaitId> waited = shard->AwaitWorkersDoneOrWait(
+      request, absl::Now() + absl::Minutes(5), &stats, [&] { woken = true; });
+  ASSERT_TRUE(waited.ok() && *waited != 0);
+  EXPECT_TRUE(shard->CancelWait(*waited));  // its caller went away
+  EXPECT_EQ(shard->waiting_done_calls(), 0);
+  EXPECT_FALSE(woken);
 
+  absl::Status status;
   std::thread stopper([&] {
     EXPECT_TRUE(Eventually([&] { return shard->waiting_done_calls() == 1; })) << "never waited";
     shard->BeginShutdown();

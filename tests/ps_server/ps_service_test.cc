@@ -11,6 +11,7 @@
 #include "common/tensor_codec.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/support/exchange_calls.h"
 
 namespace pst {
 namespace {
@@ -79,10 +80,10 @@ TEST_P(MaxRequestBytesTest, RefusesOversizedPushAndLeavesModelUntouched) {
   push.set_worker(0);
   push.set_computed_at_version(0);
   EncodeTensor("w", shape, std::vector<float>(c.elements, 0.5f), push.add_gradients());
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  PushResponse response;
-  grpc::Status status = stub->Push(&context, push, &response);
+  // The whole push in one message, as a worker sends a share of at most
+  // one chunk.
+  const ExchangeOutcome outcome = CallExchange(stub.get(), {WholePush(push)}, absl::Seconds(60));
+  const grpc::Status& status = outcome.status;
 
   int64_t version = -1;
   std::vector<float> values = Values(shard->get(), &version);
@@ -90,7 +91,8 @@ TEST_P(MaxRequestBytesTest, RefusesOversizedPushAndLeavesModelUntouched) {
   (*shard)->Stats(&stats);
   if (c.accepted) {
     ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+    ASSERT_NE(outcome.done(), nullptr);
+    EXPECT_EQ(outcome.done()->push().outcome(), PushResponse::APPLIED);
     EXPECT_EQ(version, 1);
     EXPECT_EQ(values, std::vector<float>(c.elements, 0.5f));
   } else {

@@ -1,9 +1,10 @@
 // A hostile client against a real shard behind gRPC on 127.0.0.1: every
 // RPC has a bounded cost (ps_server/rpc_limits.h). A request cannot make
-// the answer many copies of the model; streams that are opened and never
+// the answer many copies of the model; exchanges that are opened and never
 // finished end at the idle deadline, within caps per worker and in total,
-// and free what they held; long-polls whose client has gone give their
-// thread back; calls past the thread limit are refused at once.
+// and free what they held; long-polls hold no thread while they wait, and
+// those whose client has gone drop their waiter; unary calls past the
+// thread limit are refused at once.
 #include "ps_server/rpc_limits.h"
 
 #include <chrono>
@@ -17,12 +18,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
 #include "tests/support/eventually.h"
+#include "tests/support/exchange_calls.h"
 
 namespace pst {
 namespace {
@@ -51,7 +55,7 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
 class Served {
  public:
   Served(std::vector<std::pair<std::string, int64_t>> variables, const RpcLimits& limits,
-         Mode mode = ASYNC, int workers = 2) {
+         Mode mode = ASYNC, int workers = 2, AdminHooks hooks = {}) {
     ShardOptions options;
     options.mode = mode;
     options.num_workers = workers;
@@ -64,7 +68,7 @@ class Served {
     }
     InitResponse initialized;
     EXPECT_TRUE(shard_->Init(init, &initialized).ok());
-    auto running = StartGrpcServer("127.0.0.1:0", shard_.get(), AdminHooks{},
+    auto running = StartGrpcServer("127.0.0.1:0", shard_.get(), std::move(hooks),
                                    ClusterSecurity::Plaintext(), limits);
     EXPECT_TRUE(running.ok()) << running.status();
     server_ = std::move(*running);
@@ -101,21 +105,14 @@ PullRequest PullOf(std::vector<std::string> names) {
   return request;
 }
 
-grpc::Status UnaryPull(Served* served, const PullRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(In(absl::Seconds(30)));
-  PullResponse response;
-  return served->stub().Pull(&context, request, &response);
+// A pull alone, as an exchange.
+grpc::Status ExchangePull(Served* served, const PullRequest& request) {
+  return CallExchange(&served->stub(), {PullOnly(request)}).status;
 }
 
-grpc::Status StreamedPull(Served* served, const PullRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(In(absl::Seconds(30)));
-  auto reader = served->stub().PullStream(&context, request);
-  PullChunk chunk;
-  while (reader->Read(&chunk)) {
-  }
-  return reader->Finish();
+PullRequest InDType(PullRequest request, DType dtype) {
+  request.set_dtype(dtype);
+  return request;
 }
 
 // Finding 1: a Pull of a few bytes per name that names one variable many
@@ -125,51 +122,50 @@ grpc::Status StreamedPull(Served* served, const PullRequest& request) {
 TEST(RpcLimitsTest, APullNamingOneVariableManyTimesIsRefusedAndTheServerStaysUp) {
   // 64 KiB named 2000 times would be a 128 MiB answer, under the default limits.
   Served served({{"w", 16 << 10}}, RpcLimits{});
-  grpc::Status status = UnaryPull(&served, PullOf(std::vector<std::string>(2000, "w")));
+  grpc::Status status = ExchangePull(&served, PullOf(std::vector<std::string>(2000, "w")));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("\"w\" twice"));
   EXPECT_TRUE(served.Alive());
-  EXPECT_TRUE(UnaryPull(&served, PullOf({"w"})).ok());
+  EXPECT_TRUE(ExchangePull(&served, PullOf({"w"})).ok());
 }
 
 TEST(RpcLimitsTest, PullsBeyondTheNameAndReplyLimitsAreRefused) {
   constexpr int64_t kElements = 16 << 10;  // "w": 64 KiB
   Served served({{"w", kElements}, {"v", 2 * kElements}, {"b", 4}},
-                RpcLimits{.max_names_per_request = 3, .max_reply_bytes = 160 << 10});
+                RpcLimits{.max_names_per_request = 3, .max_reply_bytes = 80 << 10});
   struct Case {
     const char* name;
     PullRequest request;
-    bool streamed;
     grpc::StatusCode code;
     const char* error;
   };
+  // The reply limit bounds what the PS encodes for an answer: a 16-bit one.
   const std::vector<Case> cases = {
-      {"a name given twice, streamed", PullOf({"w", "b", "w"}), true,
-       grpc::StatusCode::INVALID_ARGUMENT, "twice"},
-      {"more names than allowed", PullOf({"w", "v", "b", "x"}), false,
+      {"a name given twice", PullOf({"w", "b", "w"}), grpc::StatusCode::INVALID_ARGUMENT, "twice"},
+      {"more names than allowed", PullOf({"w", "v", "b", "x"}),
        grpc::StatusCode::INVALID_ARGUMENT, "--max_names_per_request"},
-      {"an answer over the reply limit", PullOf({"w", "v"}), false,
+      {"an encoded answer over the reply limit", InDType(PullOf({"w", "v"}), BFLOAT16),
        grpc::StatusCode::RESOURCE_EXHAUSTED, "--max_reply_bytes"},
-      {"every variable, over the reply limit", PullOf({}), false,
+      {"every variable, encoded, over the reply limit", InDType(PullOf({}), FLOAT16),
        grpc::StatusCode::RESOURCE_EXHAUSTED, "--max_reply_bytes"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    grpc::Status status =
-        c.streamed ? StreamedPull(&served, c.request) : UnaryPull(&served, c.request);
+    grpc::Status status = ExchangePull(&served, c.request);
     EXPECT_EQ(status.error_code(), c.code) << status.error_message();
     EXPECT_THAT(status.error_message(), HasSubstr(c.error));
     EXPECT_TRUE(served.Alive());
   }
-  // Within the limits, and streamed (which the reply limit does not bound).
-  EXPECT_TRUE(UnaryPull(&served, PullOf({"w", "b"})).ok());
-  EXPECT_TRUE(StreamedPull(&served, PullOf({})).ok());
+  // Within the limits, and in float32 (sent from the variables' own
+  // buffers, which the reply limit does not bound).
+  EXPECT_TRUE(ExchangePull(&served, InDType(PullOf({"w", "b"}), BFLOAT16)).ok());
+  EXPECT_TRUE(ExchangePull(&served, PullOf({})).ok());
 }
 
-// A PushStream's header for every variable of `served`'s "w" (elements),
-// from `worker`, with no payload.
-PushChunk HeaderOnly(int worker, int64_t elements) {
-  PushChunk chunk;
+// An exchange's header pushing every variable of `served`'s "w"
+// (elements), from `worker`, with no payload.
+ExchangeChunk HeaderOnly(int worker, int64_t elements) {
+  ExchangeChunk chunk;
   chunk.mutable_header()->set_worker(worker);
   Tensor* gradient = chunk.mutable_header()->add_gradients();
   gradient->set_name("w");
@@ -178,22 +174,21 @@ PushChunk HeaderOnly(int worker, int64_t elements) {
   return chunk;
 }
 
-// One push stream that sends its header and then nothing.
+// One exchange that sends its push's header and then nothing.
 struct AbandonedPush {
   grpc::ClientContext context;
-  PushResponse response;
-  std::unique_ptr<grpc::ClientWriter<PushChunk>> writer;
+  std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>> writer;
 
   AbandonedPush(ParameterServer::Stub* stub, int worker, int64_t elements,
                 absl::Duration deadline) {
     context.set_deadline(In(deadline));
-    writer = stub->PushStream(&context, &response);
+    writer = stub->Exchange(&context);
     writer->Write(HeaderOnly(worker, elements));
   }
 };
 
 // Finding 2: push streams opened and never finished held a server thread
-// and a buffer of the shard's share each, with no end (300 of them
+// and a buffer of the shard's share each (they were sync-API calls then), with no end (300 of them
 // OOM-killed a PS limited to 1.5 GB), and the buffers stayed allocated
 // after. Now the pushes being reassembled share a budget (one share per
 // worker plus one, by default), every stream ends at the idle deadline
@@ -239,20 +234,22 @@ TEST(RpcLimitsTest, AbandonedPushStreamsEndAtTheIdleDeadlineAndFreeTheirMemory) 
   EXPECT_TRUE(served.Alive());
 }
 
-// The idle deadline covers writes too: a client that opens a pull stream
-// and never reads it holds the server's Write, then loses the stream.
-TEST(RpcLimitsTest, APullStreamWhoseClientNeverReadsEndsAtTheIdleDeadline) {
+// The idle deadline covers writes too: a client that opens a pull and
+// never reads its answer holds the server's write, then loses the call.
+TEST(RpcLimitsTest, APullWhoseClientNeverReadsEndsAtTheIdleDeadline) {
   constexpr int64_t kElements = 4 << 20;  // 16 MiB: more than the connection's windows
   Served served({{"w", kElements}}, RpcLimits{.stream_idle_timeout = absl::Milliseconds(300)});
   grpc::ClientContext context;
   context.set_deadline(In(absl::Seconds(30)));
-  std::unique_ptr<grpc::ClientReader<PullChunk>> reader =
-      served.stub().PullStream(&context, PullOf({}));
+  std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>> reader =
+      served.stub().Exchange(&context);
+  ASSERT_TRUE(reader->Write(PullOnly(PullOf({}))));
+  ASSERT_TRUE(reader->WritesDone());
   ASSERT_TRUE(Eventually([&] { return served.streams().open() == 1; }));
   ASSERT_TRUE(Eventually([&] { return served.streams().open() == 0; }, absl::Seconds(10)))
       << "the server still writes to a client that does not read";
   // What it had sent is still there to read, and then the reason.
-  PullChunk chunk;
+  ExchangeAnswer chunk;
   while (reader->Read(&chunk)) {
   }
   grpc::Status status = reader->Finish();
@@ -284,8 +281,10 @@ TEST(RpcLimitsTest, StreamsBeyondThePerWorkerAndTotalCapsAreRefused) {
   {
     grpc::ClientContext context;
     context.set_deadline(In(absl::Seconds(20)));
-    auto reader = served.stub().PullStream(&context, PullOf({}));
-    PullChunk chunk;
+    auto reader = served.stub().Exchange(&context);
+    reader->Write(PullOnly(PullOf({})));
+    reader->WritesDone();
+    ExchangeAnswer chunk;
     EXPECT_FALSE(reader->Read(&chunk));
     grpc::Status status = reader->Finish();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -294,75 +293,121 @@ TEST(RpcLimitsTest, StreamsBeyondThePerWorkerAndTotalCapsAreRefused) {
   for (auto& stream : open) stream->context.TryCancel();
   for (auto& stream : open) stream->writer->Finish();
   ASSERT_TRUE(Eventually([&] { return served.streams().open() == 0; }));
-  EXPECT_TRUE(StreamedPull(&served, PullOf({})).ok()) << "a place is free again";
+  EXPECT_TRUE(ExchangePull(&served, PullOf({})).ok()) << "a place is free again";
 }
 
-// Pulls whose wait has no end in sight, issued without a thread each.
+// Pulls (exchanges) that wait for `min_version`, issued on gRPC's callback
+// API: no client thread each.
 class LongPolls {
  public:
-  LongPolls(ParameterServer::Stub* stub, int count, absl::Duration deadline) {
+  LongPolls(ParameterServer::Stub* stub, int count, absl::Duration deadline,
+            int64_t min_version = int64_t{1} << 60) {
     PullRequest request;
-    request.set_min_version(int64_t{1} << 60);
+    request.set_min_version(min_version);
     request.set_timeout_ms(INT_MAX);
+    first_ = PullOnly(request);
     for (int i = 0; i < count; ++i) {
-      calls_.push_back(std::make_unique<Call>());
+      calls_.push_back(std::make_unique<Call>(this));
       Call& call = *calls_.back();
       call.context.set_deadline(In(deadline));
-      call.reader = stub->AsyncPull(&call.context, request, &queue_);
-      call.reader->Finish(&call.response, &call.status, &call);
+      stub->async()->Exchange(&call.context, &call);
+      call.StartWriteLast(&first_, grpc::WriteOptions());
+      call.StartRead(&call.answer);
+      call.StartCall();
     }
   }
   ~LongPolls() {
     CancelAll();
-    while (done_ < static_cast<int>(calls_.size())) Next();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](LongPolls* polls) { return polls->ended_ == static_cast<int>(polls->calls_.size()); },
+        this));
   }
   void CancelAll() {
     for (auto& call : calls_) call->context.TryCancel();
   }
   // Waits for the next call to end; its status.
   grpc::Status Next() {
-    void* tag = nullptr;
-    bool ok = false;
-    EXPECT_TRUE(queue_.Next(&tag, &ok));
-    ++done_;
-    return static_cast<Call*>(tag)->status;
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](LongPolls* polls) { return polls->ended_ > polls->taken_; }, this));
+    return calls_[order_[taken_++]]->status;
   }
-  int done() const { return done_; }
 
  private:
-  struct Call {
+  struct Call final : grpc::ClientBidiReactor<ExchangeChunk, ExchangeAnswer> {
+    explicit Call(LongPolls* polls) : polls(polls) {}
+    void OnReadDone(bool ok) override {
+      if (ok) StartRead(&answer);
+    }
+    void OnDone(const grpc::Status& s) override {
+      absl::MutexLock lock(&polls->mu_);
+      status = s;
+      for (size_t i = 0; i < polls->calls_.size(); ++i) {
+        if (polls->calls_[i].get() == this) polls->order_.push_back(i);
+      }
+      ++polls->ended_;
+    }
+    LongPolls* const polls;
     grpc::ClientContext context;
-    PullResponse response;
+    ExchangeAnswer answer;
     grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<PullResponse>> reader;
   };
-  grpc::CompletionQueue queue_;
+  ExchangeChunk first_;
   std::vector<std::unique_ptr<Call>> calls_;
-  int done_ = 0;
+  absl::Mutex mu_;
+  std::vector<size_t> order_;  // calls, in the order they ended
+  int ended_ = 0;
+  int taken_ = 0;
 };
 
 // Finding 3: a long-poll cancelled by its client kept its server thread
 // until its own timeout (300 such calls per round took a PS from 13 to 913
-// threads in three rounds). The wait now notices the client has gone.
-TEST(RpcLimitsTest, CancelledLongPollsGiveTheirThreadsBack) {
+// threads in three rounds). A waiting pull now holds no thread at all, and
+// one whose client has gone drops its waiter at once.
+TEST(RpcLimitsTest, LongPollsHoldNoThreadAndCancelledOnesDropTheirWaiters) {
   constexpr int kPolls = 40;
-  Served served({{"w", 16}}, RpcLimits{});
+  // One worker's pulls: its cap on open exchanges is raised to let them all in.
+  Served served({{"w", 16}}, RpcLimits{.max_streams_per_worker = kPolls});
   ASSERT_TRUE(served.Alive());
   const int64_t baseline = ProcStatus("Threads");
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     LongPolls polls(&served.stub(), kPolls, absl::Hours(1));
-    ASSERT_TRUE(Eventually([&] { return ProcStatus("Threads") >= baseline + kPolls; }))
-        << "the pulls are not all waiting: " << ProcStatus("Threads") << " threads";
+    ASSERT_TRUE(Eventually([&] { return served.shard().waiting_pulls() == kPolls; }))
+        << "the pulls are not all waiting: " << served.shard().waiting_pulls();
+    EXPECT_LE(ProcStatus("Threads"), baseline + 8) << "the waiting pulls hold threads";
     polls.CancelAll();
     for (int i = 0; i < kPolls; ++i) {
       EXPECT_EQ(polls.Next().error_code(), grpc::StatusCode::CANCELLED);
     }
-    EXPECT_TRUE(Eventually([&] { return ProcStatus("Threads") <= baseline + 4; },
-                           absl::Seconds(10)))
-        << ProcStatus("Threads") << " threads, " << baseline << " before the pulls";
+    EXPECT_TRUE(Eventually([&] { return served.shard().waiting_pulls() == 0; }))
+        << served.shard().waiting_pulls() << " waiters left behind";
+    EXPECT_EQ(served.streams().open(), 0);
   }
   EXPECT_TRUE(served.Alive());
+}
+
+// More pulls wait than the server has threads, and every one is answered
+// when the version they wait for arrives.
+TEST(RpcLimitsTest, MorePullsWaitThanTheServerHasThreadsAndAllAreAnswered) {
+  constexpr int kThreads = 16;
+  constexpr int kPolls = 48;
+  Served served({{"w", 16}}, RpcLimits{.max_streams = kPolls, .max_streams_per_worker = kPolls,
+                                      .max_server_threads = kThreads});
+  LongPolls polls(&served.stub(), kPolls, absl::Seconds(60), /*min_version=*/1);
+  ASSERT_TRUE(Eventually([&] { return served.shard().waiting_pulls() == kPolls; }))
+      << "the pulls are not all waiting: " << served.shard().waiting_pulls();
+  PushRequest push;
+  push.set_worker(0);
+  EncodeTensor("w", std::vector<int64_t>{16}, std::vector<float>(16, 0.5f), push.add_gradients());
+  PushResponse pushed;
+  ASSERT_TRUE(served.shard().Push(push, &pushed).ok());
+  for (int i = 0; i < kPolls; ++i) {
+    const grpc::Status status = polls.Next();
+    EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  }
+  EXPECT_EQ(served.shard().waiting_pulls(), 0);
 }
 
 // timeout_ms is cut to --max_pull_wait_seconds.
@@ -372,7 +417,7 @@ TEST(RpcLimitsTest, APullWaitsNoLongerThanTheLimit) {
   request.set_min_version(1000);
   request.set_timeout_ms(INT_MAX);
   const absl::Time start = absl::Now();
-  grpc::Status status = UnaryPull(&served, request);
+  grpc::Status status = ExchangePull(&served, request);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(status.error_message(), HasSubstr("did not arrive in time"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
@@ -408,8 +453,8 @@ TEST(RpcLimitsTest, AwaitWorkersDoneIsValidatedAndWaitsNoLongerThanTheLimit) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
-// A call's deadline bounds the wait whatever its timeout_ms: the parked
-// thread goes back when the client stops waiting.
+// A call's deadline bounds the wait whatever its timeout_ms: the waiter
+// goes when the client stops waiting.
 TEST(RpcLimitsTest, AwaitWorkersDoneGivesItsThreadBackAtTheCallsDeadline) {
   Served served({{"w", 16}}, RpcLimits{});
   StatsResponse response;
@@ -433,22 +478,55 @@ TEST(RpcLimitsTest, AwaitWorkersDoneGivesItsThreadBackAtTheCallsDeadline) {
   EXPECT_TRUE(served.Alive());
 }
 
-// The server's threads are bounded; a call past them is refused at once
-// with RESOURCE_EXHAUSTED rather than given one more thread.
+// The server's threads for unary calls are bounded; a call past them is
+// refused at once with RESOURCE_EXHAUSTED rather than given one more thread.
+// (Checkpoint calls that block in the process's hook hold theirs.)
 TEST(RpcLimitsTest, CallsBeyondTheThreadLimitAreRefusedAtOnce) {
   constexpr int kThreads = 16;
-  constexpr int kPolls = 40;
-  Served served({{"w", 16}}, RpcLimits{.max_streams = 4, .max_server_threads = kThreads});
+  constexpr int kCalls = 40;
+  absl::Notification release;
+  AdminHooks hooks;
+  hooks.checkpoint = [&release]() -> absl::StatusOr<CheckpointResponse> {
+    release.WaitForNotification();
+    return CheckpointResponse();
+  };
+  Served served({{"w", 16}}, RpcLimits{.max_streams = 4, .max_server_threads = kThreads},
+                ASYNC, 2, std::move(hooks));
   ASSERT_TRUE(served.Alive());
   const int64_t baseline = ProcStatus("Threads");
-  LongPolls polls(&served.stub(), kPolls, absl::Seconds(30));
+  grpc::CompletionQueue queue;
+  struct Call {
+    grpc::ClientContext context;
+    CheckpointResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<CheckpointResponse>> reader;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call& call = *calls.back();
+    call.context.set_deadline(In(absl::Seconds(30)));
+    call.reader = served.stub().AsyncCheckpoint(&call.context, CheckpointRequest(), &queue);
+    call.reader->Finish(&call.response, &call.status, &call);
+  }
   // All but the threads' worth end at once, refused.
-  for (int i = 0; i < kPolls - kThreads; ++i) {
-    grpc::Status status = polls.Next();
+  int refused = 0;
+  for (int i = 0; i < kCalls - kThreads; ++i) {
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(queue.Next(&tag, &ok));
+    const grpc::Status& status = static_cast<Call*>(tag)->status;
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
         << status.error_message();
+    ++refused;
   }
   EXPECT_LE(ProcStatus("Threads"), baseline + kThreads);
+  release.Notify();
+  for (int i = refused; i < kCalls; ++i) {
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(queue.Next(&tag, &ok));
+  }
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Shared-memory exchanges through the gRPC service (ShmAttach,
-// ShmExchange): the bytes travel through a worker's region, and a hostile
-// region (offsets past its end, wrong sizes, shrunk, NaNs) is refused with
-// INVALID_ARGUMENT and leaves the model untouched.
+// Shared-memory exchanges through the gRPC service (ShmAttach, then
+// Exchange with ExchangeChunk.shm): the bytes travel through a worker's
+// region, and a hostile region (offsets past its end, wrong sizes, shrunk,
+// NaNs) is refused with INVALID_ARGUMENT and leaves the model untouched.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
 #include "tests/support/eventually.h"
+#include "tests/support/exchange_calls.h"
 
 namespace pst {
 namespace {
@@ -73,24 +74,25 @@ class ShmExchangeTest : public ::testing::Test {
   }
 
   // A push of "w" from `push_offset` and its answer at `answer_offset`.
-  static ShmExchangeRequest PushPull(uint64_t handle, int64_t push_offset, int64_t answer_offset,
-                                     int64_t elements = kElements) {
-    ShmExchangeRequest request;
-    request.set_region(handle);
-    request.mutable_push()->set_worker(0);
-    Tensor* gradient = request.mutable_push()->add_gradients();
+  static ExchangeChunk PushPull(uint64_t handle, int64_t push_offset, int64_t answer_offset,
+                                int64_t elements = kElements) {
+    ExchangeChunk request;
+    request.mutable_shm()->set_region(handle);
+    request.mutable_header()->set_worker(0);
+    Tensor* gradient = request.mutable_header()->add_gradients();
     gradient->set_name("w");
     gradient->add_shape(elements);
     gradient->set_dtype(FLOAT32);
-    request.set_push_offset(push_offset);
-    request.mutable_pull()->set_worker(0);
-    request.set_answer_offset(answer_offset);
+    request.mutable_shm()->set_push_offset(push_offset);
+    request.mutable_pull();
+    request.mutable_shm()->set_answer_offset(answer_offset);
     return request;
   }
 
-  grpc::Status Exchange(const ShmExchangeRequest& request, ShmExchangeResponse* response) {
-    grpc::ClientContext context;
-    return stub_->ShmExchange(&context, request, response);
+  // The exchange of one message `request`; `response` gets its answer.
+  grpc::Status Exchange(const ExchangeChunk& request, ExchangeOutcome* response) {
+    *response = CallExchange(stub_.get(), {request});
+    return response->status;
   }
 
   // The model's values and version.
@@ -131,14 +133,18 @@ TEST_F(ShmExchangeTest, PushPullMovesTheBytesThroughTheRegion) {
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 0, &handle).ok());
   Fill(*region, 0, 0.25f);
-  ShmExchangeResponse response;
+  ExchangeOutcome response;
   grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(response.push().outcome(), PushResponse::APPLIED);
-  EXPECT_EQ(response.pull().version(), 1);
-  ASSERT_EQ(response.pull().variables_size(), 1);
-  EXPECT_EQ(response.pull().variables(0).name(), "w");
-  EXPECT_TRUE(response.pull().variables(0).data().empty());  // the values are in the region
+  ASSERT_EQ(response.answers.size(), 1u);  // one message: the header and the outcome
+  ASSERT_NE(response.done(), nullptr);
+  EXPECT_EQ(response.done()->push().outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(response.done()->version(), 1);
+  const PullResponse& header = response.answers[0].header();
+  ASSERT_EQ(header.variables_size(), 1);
+  EXPECT_EQ(header.variables(0).name(), "w");
+  EXPECT_TRUE(header.variables(0).data().empty());  // the values are in the region
+  EXPECT_EQ(response.answers[0].pieces_size(), 0);
   std::vector<float> answer(kElements);
   std::memcpy(answer.data(), region->bytes().data() + kBytes, kBytes);
   EXPECT_THAT(answer, Each(Eq(0.75f)));
@@ -149,12 +155,11 @@ TEST_F(ShmExchangeTest, APullAloneWritesTheModelIntoTheRegion) {
   std::unique_ptr<SharedRegion> region = NewRegion();
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 1, &handle).ok());
-  ShmExchangeRequest request;
-  request.set_region(handle);
-  request.mutable_pull()->set_worker(1);
-  request.set_answer_offset(8);
-  ShmExchangeResponse response;
-  ASSERT_TRUE(Exchange(request, &response).ok());
+  ExchangeChunk request = PullOnly(PullRequest(), /*worker=*/1);
+  request.mutable_shm()->set_region(handle);
+  request.mutable_shm()->set_answer_offset(8);
+  ExchangeOutcome response;
+  ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
   std::vector<float> answer(kElements);
   std::memcpy(answer.data(), region->bytes().data() + 8, kBytes);
   EXPECT_THAT(answer, Each(Eq(1.0f)));
@@ -168,7 +173,7 @@ TEST_F(ShmExchangeTest, HostileRangesAreRefusedAndLeaveTheModelUntouched) {
   const int64_t size = static_cast<int64_t>(region->bytes().size());
   struct Case {
     const char* what;
-    ShmExchangeRequest request;
+    ExchangeChunk request;
   };
   const Case cases[] = {
       {"push past the end", PushPull(handle, size - kBytes + 4, 0)},
@@ -179,7 +184,7 @@ TEST_F(ShmExchangeTest, HostileRangesAreRefusedAndLeaveTheModelUntouched) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    ShmExchangeResponse response;
+    ExchangeOutcome response;
     grpc::Status status = Exchange(c.request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
     ExpectModelUntouched();
@@ -190,7 +195,7 @@ TEST_F(ShmExchangeTest, AGradientOfTheWrongShapeIsRefused) {
   std::unique_ptr<SharedRegion> region = NewRegion();
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 0, &handle).ok());
-  ShmExchangeResponse response;
+  ExchangeOutcome response;
   grpc::Status status = Exchange(PushPull(handle, 0, kBytes, kElements - 1), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   ExpectModelUntouched();
@@ -206,7 +211,7 @@ TEST_F(ShmExchangeTest, ARegionShrunkAfterAttachingIsRefused) {
   Fill(*region, 0, 0.25f);
   ASSERT_EQ(ftruncate(owner, 4096), 0);
   close(owner);
-  ShmExchangeResponse response;
+  ExchangeOutcome response;
   grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("shrank"), std::string::npos) << status.error_message();
@@ -220,7 +225,7 @@ TEST_F(ShmExchangeTest, NonFiniteGradientsInTheRegionAreRefused) {
   Fill(*region, 0, 0.25f);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(region->bytes().data() + 40, &nan, sizeof(nan));
-  ShmExchangeResponse response;
+  ExchangeOutcome response;
   grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   ExpectModelUntouched();
@@ -249,7 +254,7 @@ TEST_F(ShmExchangeTest, NaNsWrittenDuringTheExchangeNeverReachTheModel) {
   while (writes.load() == 0) std::this_thread::yield();
   int applied = 0, refused = 0;
   for (int i = 0; i < 200; ++i) {
-    ShmExchangeResponse response;
+    ExchangeOutcome response;
     grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
     if (status.ok()) {
       ++applied;
@@ -270,7 +275,7 @@ TEST_F(ShmExchangeTest, RegionsAreEachWorkersOwn) {
   std::unique_ptr<SharedRegion> region = NewRegion();
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 1, &handle).ok());
-  ShmExchangeResponse response;
+  ExchangeOutcome response;
   // Worker 0 names worker 1's region.
   EXPECT_EQ(Exchange(PushPull(handle, 0, kBytes), &response).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
@@ -287,22 +292,28 @@ TEST_F(ShmExchangeTest, ARegionServesOneExchangeAtATime) {
   std::unique_ptr<SharedRegion> region = NewRegion();
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 0, &handle).ok());
-  ShmExchangeRequest waiting;  // a pull of a version that does not come
-  waiting.set_region(handle);
-  waiting.mutable_pull()->set_worker(0);
-  waiting.mutable_pull()->set_min_version(5);
-  waiting.mutable_pull()->set_timeout_ms(60000);
+  PullRequest pull;  // a pull of a version that does not come
+  pull.set_min_version(5);
+  pull.set_timeout_ms(60000);
+  ExchangeChunk waiting = PullOnly(pull);
+  waiting.mutable_shm()->set_region(handle);
   grpc::ClientContext first_context;
-  ShmExchangeResponse first_response;
   grpc::Status first_status;
-  std::thread first(
-      [&] { first_status = stub_->ShmExchange(&first_context, waiting, &first_response); });
+  std::thread first([&] {
+    auto stream = stub_->Exchange(&first_context);
+    stream->Write(waiting);
+    stream->WritesDone();
+    ExchangeAnswer answer;
+    while (stream->Read(&answer)) {
+    }
+    first_status = stream->Finish();
+  });
   ASSERT_TRUE(Eventually([&] { return shard_->waiting_pulls() > 0; }, absl::Seconds(60)));
 
   Fill(*region, 0, 0.25f);
   grpc::Status second_status;
   std::thread second([&] {
-    ShmExchangeResponse response;
+    ExchangeOutcome response;
     second_status = Exchange(PushPull(handle, 0, kBytes), &response);
   });
   ASSERT_TRUE(
@@ -328,7 +339,7 @@ TEST_F(ShmExchangeTest, AttachingAgainReplacesTheWorkersRegion) {
     ASSERT_TRUE(Attach(*region, 0, &handle).ok());
   }
   EXPECT_EQ(server_.service->shared_regions(), 1);
-  ShmExchangeResponse response;
+  ExchangeOutcome response;
   EXPECT_EQ(Exchange(PushPull(first, 0, kBytes), &response).error_code(),
             grpc::StatusCode::NOT_FOUND);
 }

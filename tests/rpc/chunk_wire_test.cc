@@ -21,8 +21,8 @@ std::string Bytes(size_t n, char seed) {
   return s;
 }
 
-PushChunk SampleChunk() {
-  PushChunk chunk;
+ExchangeChunk SampleChunk() {
+  ExchangeChunk chunk;
   chunk.mutable_header()->set_worker(3);
   chunk.mutable_header()->set_computed_at_version(41);
   Tensor* t = chunk.mutable_header()->add_gradients();
@@ -40,8 +40,10 @@ PushChunk SampleChunk() {
   far->set_tensor(70000);
   far->set_offset(int64_t{1} << 40);
   far->set_data(Bytes(5000, 'q'));
-  chunk.mutable_pull()->set_min_version(41);  // field 3, as a PushPull sends it
+  chunk.mutable_pull()->set_min_version(41);  // field 3, as an exchange's first message sends it
   chunk.mutable_pull()->set_dtype(BFLOAT16);
+  chunk.mutable_shm()->set_region(uint64_t{1} << 63);  // field 4
+  chunk.mutable_shm()->set_answer_offset(4096);
   return chunk;
 }
 
@@ -65,11 +67,12 @@ grpc::ByteBuffer Sliced(const std::string& bytes, const std::vector<size_t>& cut
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-// What ReceivedChunk found, as the PushChunk protobuf would have it.
-PushChunk AsProto(const ReceivedChunk& chunk) {
-  PushChunk out;
+// What ReceivedChunk found, as the ExchangeChunk protobuf would have it.
+ExchangeChunk AsProto(const ReceivedChunk& chunk) {
+  ExchangeChunk out;
   if (chunk.has_header()) EXPECT_TRUE(chunk.ParseHeader(out.mutable_header()));
   if (chunk.has_extra()) EXPECT_TRUE(chunk.ParseExtra(out.mutable_pull()));
+  if (chunk.has_shm()) EXPECT_TRUE(chunk.ParseShm(out.mutable_shm()));
   for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
     TensorPiece* p = out.add_pieces();
     p->set_tensor(piece.tensor);
@@ -82,13 +85,14 @@ PushChunk AsProto(const ReceivedChunk& chunk) {
 }
 
 TEST(ChunkBuilderTest, WritesExactlyWhatProtobufSerializes) {
-  const PushChunk expected = SampleChunk();
+  const ExchangeChunk expected = SampleChunk();
   ChunkBuilder builder;
   builder.SetHeader(expected.header());
   for (const TensorPiece& piece : expected.pieces()) {
     builder.AddPiece(piece.tensor(), piece.offset(), piece.data(), nullptr);
   }
   builder.SetExtra(expected.pull());
+  builder.SetShm(expected.shm());
   EXPECT_EQ(Flatten(builder.Finish()), expected.SerializeAsString());
 }
 
@@ -136,7 +140,7 @@ TEST(AwaitReleaseTest, WaitsForGrpcToDropTheLastSlice) {
 }
 
 TEST(ReceivedChunkTest, ParsesWhateverWayTheSlicesCutTheMessage) {
-  const PushChunk expected = SampleChunk();
+  const ExchangeChunk expected = SampleChunk();
   const std::string bytes = expected.SerializeAsString();
   // Every single cut within the framing at the front, and a message cut into
   // one-byte slices throughout the framing, around the big piece.
@@ -161,7 +165,7 @@ TEST(ReceivedChunkTest, AcceptsExactlyWhatProtobufAcceptsForEveryTruncation) {
   for (size_t length = 0; length <= bytes.size(); length += (length < 200 ? 1 : 997)) {
     SCOPED_TRACE(length);
     const std::string prefix = bytes.substr(0, length);
-    PushChunk reference;
+    ExchangeChunk reference;
     const bool protobuf_ok = reference.ParseFromString(prefix);
     grpc::ByteBuffer message = Sliced(prefix, {});
     ReceivedChunk chunk;
@@ -172,9 +176,9 @@ TEST(ReceivedChunkTest, AcceptsExactlyWhatProtobufAcceptsForEveryTruncation) {
 }
 
 TEST(ReceivedChunkTest, SkipsUnknownFieldsAndGroupsAndMergesARepeatedHeader) {
-  PushChunk first;
+  ExchangeChunk first;
   first.mutable_header()->set_worker(1);
-  PushChunk second;
+  ExchangeChunk second;
   second.mutable_header()->set_computed_at_version(9);
   TensorPiece* piece = second.add_pieces();
   piece->set_tensor(2);
@@ -187,7 +191,7 @@ TEST(ReceivedChunkTest, SkipsUnknownFieldsAndGroupsAndMergesARepeatedHeader) {
   grpc::ByteBuffer message = Sliced(bytes, {3});
   ReceivedChunk chunk;
   ASSERT_TRUE(chunk.Parse(&message).ok());
-  PushChunk parsed = AsProto(chunk);
+  ExchangeChunk parsed = AsProto(chunk);
   EXPECT_EQ(parsed.header().worker(), 1);
   EXPECT_EQ(parsed.header().computed_at_version(), 9);
   ASSERT_EQ(parsed.pieces_size(), 1);
@@ -201,7 +205,7 @@ TEST(ReceivedChunkTest, SkipsUnknownFieldsAndGroupsAndMergesARepeatedHeader) {
 TEST(ReceivedChunkTest, EachHeaderOccurrenceMustBeAMessageOfItsOwn) {
   const std::string bytes("\x0a\x02\x08\x80"  // worker = a varint cut off
                           "\x0a\x01\x01", 7);  // ...which this byte would end
-  PushChunk reference;
+  ExchangeChunk reference;
   ASSERT_FALSE(reference.ParseFromString(bytes));
   grpc::ByteBuffer message = Sliced(bytes, {});
   ReceivedChunk chunk;
@@ -228,7 +232,7 @@ TEST(ReceivedChunkTest, RefusesMalformedFraming) {
     ReceivedChunk chunk;
     absl::Status status = chunk.Parse(&message);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-    PushChunk reference;
+    ExchangeChunk reference;
     EXPECT_FALSE(reference.ParseFromString(bytes)) << "protobuf accepts it";
   }
 }

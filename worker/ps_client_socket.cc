@@ -1,13 +1,16 @@
-// PsClient's streamed Pull, Push and PushPull (PullStream / PushStream /
-// PushPull), for a shard whose share of the model is larger than one chunk.
+// PsClient's exchanges (Pull, Push and PushPull, one Exchange call per
+// shard): starting them all, reading their answers, and the messages of an
+// exchange over the socket.
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
+#include "worker/worker_metrics.h"
 
 namespace pst {
 
@@ -94,44 +97,11 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PullStreamed(int s, const PullRequest& request, absl::Duration timeout,
-                                    const std::vector<std::span<float>>& out, int64_t* version) {
-  Shard& shard = shards_[s];
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout + kRpcDeadline);
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          shard.channel.get(), *shard.pull_stream, &context, request));
-  grpc::ByteBuffer message;
-  ReceivedChunk chunk;
-  StreamedAnswer answer;
-  absl::Status problem;
-  while (problem.ok() && reader->Read(&message)) {
-    problem = chunk.Parse(&message);
-    if (problem.ok()) problem = TakePullChunk(s, chunk, out, &answer);
-  }
-  if (!problem.ok()) context.TryCancel();
-  grpc::Status rpc = reader->Finish();
-  if (!problem.ok()) {
-    return absl::Status(problem.code(), absl::StrCat("ps:", s, " (", shard.address,
-                                                     "): pull stream: ", problem.message()));
-  }
-  if (!rpc.ok()) return ShardError(s, rpc);
-  if (!answer.sequence) {
-    return absl::InternalError(absl::StrCat("ps:", s, " sent an empty pull stream"));
-  }
-  if (absl::Status done = answer.sequence->Finish(); !done.ok()) {
-    return absl::InternalError(absl::StrCat("ps:", s, " pull stream: ", done.message()));
-  }
-  *version = answer.version;
-  return absl::OkStatus();
-}
-
 bool PsClient::WritePushChunks(int s, int64_t computed_at,
                                const std::vector<std::span<const float>>& gradients,
                                const std::vector<size_t>& header_order, size_t first, size_t end,
                                const PullRequest* pull, const PayloadPin& sent,
-                               absl::FunctionRef<bool(grpc::ByteBuffer, grpc::WriteOptions)> write) {
+                               absl::FunctionRef<bool(grpc::ByteBuffer, bool last)> write) {
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
   std::vector<int64_t> bytes;
@@ -183,9 +153,9 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
                        {wire[ref.tensor] + ref.offset, static_cast<size_t>(ref.bytes)}, sent);
     }
     if (opens_stream && pull != nullptr) builder.SetExtra(*pull);
-    grpc::WriteOptions options;
-    if (c + 1 == chunks.size() && end == header_order.size()) options.set_last_message();
-    if (!write(builder.Finish(), options)) return false;
+    if (!write(builder.Finish(), c + 1 == chunks.size() && end == header_order.size())) {
+      return false;
+    }
   }
   return true;
 }
@@ -199,86 +169,138 @@ void PsClient::AwaitPushReleased(int s, const PayloadPin& sent) const {
   }
 }
 
-absl::Status PsClient::PushStreamed(int s, int64_t computed_at,
-                                    const std::vector<std::span<const float>>& gradients,
-                                    PushResponse* response) {
-  grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          shards_[s].channel.get(), *shards_[s].push_stream, &context, response));
-  // The pieces reference the wire bytes, pinning `sent`. Once the shard has
-  // answered, every byte has left, and gRPC drops its references at once; a
-  // call that failed part way may leave some queued a moment longer. Either
-  // way the call returns only when they are gone, so the caller may change
-  // or free its gradients (and the next call reuse `encoded`) as soon as it
-  // returns.
-  const PayloadPin sent = std::make_shared<char>(0);
-  // A false write means the shard ended the call early; Finish says why.
-  WritePushChunks(s, computed_at, gradients, shards_[s].slices, 0, shards_[s].slices.size(),
-                  nullptr, sent,
-                  [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
-                    return writer->Write(message, options);
-                  });
-  grpc::Status rpc = writer->Finish();
-  writer.reset();
-  AwaitPushReleased(s, sent);
-  return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+absl::Status PsClient::TakeAnswer(int s, grpc::ByteBuffer* message, bool shared,
+                                  const std::vector<std::span<float>>* out,
+                                  StreamedAnswer* answer, std::vector<size_t>* completed) {
+  ReceivedChunk chunk;
+  if (absl::Status parsed = chunk.Parse(message); !parsed.ok()) return parsed;
+  if (answer->done) return absl::InternalError("the answer went on after its end");
+  if (shared) {
+    if (chunk.has_header() && !chunk.ParseHeader(&answer->header)) {
+      return absl::InternalError("the answer's header is not a PullResponse");
+    }
+    if (!chunk.pieces().empty()) return absl::InternalError("a shared answer carried pieces");
+  } else if (out != nullptr && (chunk.has_header() || !chunk.pieces().empty())) {
+    if (absl::Status taken = TakePullChunk(s, chunk, *out, answer, completed); !taken.ok()) {
+      return taken;
+    }
+  } else if (chunk.has_header() || !chunk.pieces().empty()) {
+    return absl::InternalError("values came back for an exchange that pulled nothing");
+  }
+  if (chunk.has_extra()) {
+    answer->done.emplace();
+    if (!chunk.ParseExtra(&*answer->done)) return absl::InternalError("malformed ExchangeDone");
+  }
+  return absl::OkStatus();
 }
 
-absl::Status PsClient::PushPullStreamed(int s, int64_t computed_at,
-                                        const std::vector<std::span<const float>>& gradients,
-                                        const PullRequest& pull, absl::Duration timeout,
-                                        const std::vector<std::span<float>>& out,
-                                        int64_t* version, PushResponse* response) {
-  Shard& shard = shards_[s];
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout + kRpcDeadline);
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          shard.channel.get(), *shard.push_pull, &context));
-  // The answer is read while the push is written: the shard sends values
-  // back while the rest of the push is still arriving, and neither side's
-  // writes may wait on the other's reads.
-  absl::Status problem;
-  StreamedAnswer answer;  // its version is 0 in a PushPull: `done` has the version
-  std::optional<PushPullDone> done;
-  ThreadPool::Task reader = threads_.Start([&] {
-    grpc::ByteBuffer message;
-    ReceivedChunk chunk;
-    while (problem.ok() && stream->Read(&message)) {
-      problem = chunk.Parse(&message);
-      if (problem.ok() && done) problem = absl::InternalError("the answer went on after its end");
-      if (problem.ok()) problem = TakePullChunk(s, chunk, out, &answer);
-      if (problem.ok() && chunk.has_extra()) {
-        done.emplace();
-        if (!chunk.ParseExtra(&*done)) problem = absl::InternalError("malformed PushPullDone");
-      }
+absl::Status PsClient::RunExchanges(const std::vector<ShardExchange>& exchanges) {
+  std::vector<std::unique_ptr<OpenExchange>> open(exchanges.size());
+  std::vector<absl::Status> results(exchanges.size());
+  // Every shard's call is started before any is waited for: they all run
+  // at once, driven by gRPC's callbacks.
+  for (size_t i = 0; i < exchanges.size(); ++i) {
+    absl::StatusOr<bool> shared = UseSharedMemory(exchanges[i].shard);
+    if (!shared.ok()) {
+      results[i] = shared.status();
+      continue;
     }
-    if (!problem.ok()) context.TryCancel();
-  });
-  const PayloadPin sent = std::make_shared<char>(0);  // as in PushStreamed
-  WritePushChunks(s, computed_at, gradients, shard.slices, 0, shard.slices.size(), &pull, sent,
-                  [&](grpc::ByteBuffer message, grpc::WriteOptions options) {
-                    return stream->Write(message, options);
-                  });
-  reader.Wait();
-  grpc::Status rpc = stream->Finish();
-  stream.reset();
-  AwaitPushReleased(s, sent);
-  if (!problem.ok()) {
-    return absl::Status(problem.code(), absl::StrCat("ps:", s, " (", shard.address,
-                                                     "): push-pull: ", problem.message()));
+    open[i] = StartExchange(exchanges[i], *shared);
   }
-  if (!rpc.ok()) return ShardError(s, rpc);
-  if (!answer.sequence || !done) {
-    return absl::InternalError(absl::StrCat("ps:", s, " ended a push-pull's answer early"));
+  for (size_t i = 0; i < exchanges.size(); ++i) {
+    if (open[i] != nullptr) results[i] = FinishExchange(exchanges[i], open[i].get());
   }
-  if (absl::Status finished = answer.sequence->Finish(); !finished.ok()) {
-    return absl::InternalError(absl::StrCat("ps:", s, " push-pull: ", finished.message()));
+  for (size_t i = 0; i < exchanges.size(); ++i) {
+    if (!results[i].ok()) return results[i];
+    const int64_t bytes = WireBytes(exchanges[i].shard);
+    if (exchanges[i].gradients != nullptr) GetWorkerMetrics().bytes_out.Increment(bytes);
+    if (exchanges[i].pull) GetWorkerMetrics().bytes_in.Increment(bytes);
   }
-  *response = done->push();
-  *version = done->version();
+  return absl::OkStatus();
+}
+
+std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExchange& exchange,
+                                                                 bool shared) {
+  const int s = exchange.shard;
+  Shard& shard = shards_[s];
+  auto open = std::make_unique<OpenExchange>();
+  open->shared = shared;
+  const absl::Duration wait =
+      exchange.pull ? absl::Milliseconds(exchange.pull->timeout_ms()) : absl::ZeroDuration();
+  OpenExchange* taking = open.get();
+  open->call = std::make_unique<ShardCall>(
+      shard.generic.get(), wait + kRpcDeadline,
+      [this, s, taking, out = exchange.out](grpc::ByteBuffer* message) {
+        absl::Status taken = TakeAnswer(s, message, taking->shared, out, &taking->answer);
+        return taken.ok() || absl::StartsWith(taken.message(), "ps:") ? taken
+                                                                       : ShardError(s, taken);
+      });
+  open->call->Start();
+  if (shared) {
+    open->call->Write(SharedRequest(exchange, open.get()), /*last=*/true);
+  } else if (exchange.gradients != nullptr) {
+    // A false write means the shard ended the call early; Wait says why.
+    WritePushChunks(s, exchange.computed_at, *exchange.gradients, shard.slices, 0,
+                    shard.slices.size(), exchange.pull ? &*exchange.pull : nullptr, open->sent,
+                    [&](grpc::ByteBuffer message, bool last) {
+                      return open->call->Write(std::move(message), last);
+                    });
+  } else {
+    PushRequest header;  // no gradients: the exchange only pulls
+    header.set_worker(worker_);
+    ChunkBuilder builder;
+    builder.SetHeader(header);
+    builder.SetExtra(*exchange.pull);
+    open->call->Write(builder.Finish(), /*last=*/true);
+  }
+  return open;
+}
+
+absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchange* open,
+                                      bool may_attach_again) {
+  const int s = exchange.shard;
+  absl::Status status = open->call->Wait();
+  // The pieces referenced the caller's gradients (or shard.encoded), pinning
+  // `sent`. Once the shard has answered every byte has left, and gRPC drops
+  // its references at once; a call that failed part way may leave some
+  // queued a moment longer. Either way the call returns only when they are
+  // gone, so the caller may change or free its gradients (and the next call
+  // reuse `encoded`) as soon as it returns.
+  AwaitPushReleased(s, open->sent);
+  if (open->shared) {
+    if (absl::IsNotFound(status) && may_attach_again) {
+      // The shard no longer knows the region (it restarted): it refused the
+      // call before reading anything, so attach a new one and call again.
+      shards_[s].region.reset();
+      absl::StatusOr<bool> shared = UseSharedMemory(s);
+      if (!shared.ok()) return shared.status();
+      if (!*shared) {
+        return absl::UnavailableError(
+            absl::StrCat("ps:", s, " (", shards_[s].address, "): lost its shared region"));
+      }
+      std::unique_ptr<OpenExchange> again = StartExchange(exchange, /*shared=*/true);
+      return FinishExchange(exchange, again.get(), /*may_attach_again=*/false);
+    }
+    if (absl::IsUnavailable(status)) shards_[s].region.reset();  // a restarted shard needs a new one
+  }
+  if (!status.ok()) {
+    // An answer this end refused already names the shard.
+    return absl::StartsWith(status.message(), "ps:") ? status : ShardError(s, status);
+  }
+  StreamedAnswer& answer = open->answer;
+  if (!answer.done) {
+    return absl::InternalError(absl::StrCat("ps:", s, " ended an exchange's answer early"));
+  }
+  if (exchange.response != nullptr) *exchange.response = answer.done->push();
+  if (!exchange.pull) return absl::OkStatus();
+  if (open->shared) {
+    if (absl::Status taken = TakeSharedAnswer(exchange, *open); !taken.ok()) return taken;
+  } else if (!answer.sequence) {
+    return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with no values"));
+  } else if (absl::Status finished = answer.sequence->Finish(); !finished.ok()) {
+    return absl::InternalError(absl::StrCat("ps:", s, " exchange: ", finished.message()));
+  }
+  *exchange.version = answer.done->version();
   return absl::OkStatus();
 }
 

@@ -1,0 +1,573 @@
+#include "ps_server/exchange_call.h"
+
+#include <atomic>
+#include <deque>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpc/grpc.h"
+#include "common/tensor_codec.h"
+#include "ps_server/ps_metrics.h"
+#include "ps_server/shm_exchange.h"
+#include "rpc/grpc_status.h"
+
+namespace pst {
+namespace {
+
+DType WireDType(DType dtype) { return dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype; }
+
+class ExchangeCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  ExchangeCall(const ExchangeResources& resources, grpc::CallbackServerContext* context)
+      : r_(resources),
+        context_(context),
+        start_(absl::Now()),
+        call_deadline_(absl::FromChrono(context->deadline())),
+        handle_(std::make_shared<Handle>()) {
+    handle_->call = this;
+  }
+
+  void Begin();
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  // What the idle watchdog holds of the call: the call until it is done.
+  struct Handle {
+    absl::Mutex mu;
+    ExchangeCall* call ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  // The call is freed once gRPC is done with it (OnDone) and no pool task
+  // or shard waiter still refers to it.
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Reading the request.
+  void ReadNext();
+  absl::Status TakeMessage();
+  absl::Status TakeFirst();
+  absl::Status Refuse(absl::Status status);  // a malformed request, counted as a rejected push
+  absl::Status AdmitPush(const PushRequest& header, int64_t buffered);
+
+  // After the request has ended: the push applied, then the pull. A step
+  // that would block (`may_block` false) hands the rest to the pool.
+  void Complete(bool may_block);
+  void Defer();
+  void Pull();
+  void PullWoken();
+  void Answer(const std::shared_ptr<PullPayload>& payload);
+
+  // The answer's messages go out one at a time, in order; the call is
+  // finished once they are out (at once, dropping them, on an error).
+  void Write(grpc::ByteBuffer message);
+  void End(absl::Status status);
+  // The watchdog's end: also while a write waits on the client.
+  void EndIdle(const absl::Status& status);
+  void Pump();
+  bool Ended();
+
+  const ExchangeResources r_;
+  grpc::CallbackServerContext* const context_;
+  const absl::Time start_;
+  const absl::Time call_deadline_;
+  std::atomic<int> refs_{1};  // gRPC's, until OnDone
+  const std::shared_ptr<Handle> handle_;
+  std::unique_ptr<OpenStreams::Stream> stream_;
+
+  // The request, touched by one callback or pool task at a time.
+  grpc::ByteBuffer in_;
+  ReceivedChunk chunk_;
+  bool started_ = false;
+  PushRequest header_;
+  bool pushes_ = false;
+  bool pulls_ = false;
+  PullRequest pull_;
+  bool shared_ = false;
+  ShmTransfer transfer_;
+  std::unique_ptr<PushRequest> buffer_;
+  std::optional<PushIntake> intake_;
+  std::optional<StagedAnswer> staged_;  // the answer streams during the push
+  std::shared_ptr<const OpenedRegion> region_;
+  bool shm_finite_ = false;
+  bool pushed_ = false;
+  PushResponse push_response_;
+  int64_t bytes_in_ = 0;
+  int64_t bytes_out_ = 0;
+  absl::Time pull_start_;
+
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);  // front: being written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<OpenStreams::Stream::ClientWait> read_wait_ ABSL_GUARDED_BY(mu_);
+  std::optional<OpenStreams::Stream::ClientWait> write_wait_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish (or WriteAndFinish) called
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;      // a pool task uses the request's buffers
+  bool done_ ABSL_GUARDED_BY(mu_) = false;      // OnDone: the context is gone
+  ParameterShard::WaitId wait_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void ExchangeCall::Begin() {
+  absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> admitted =
+      r_.streams->Admit([handle = handle_](const absl::Status& status) {
+        ExchangeCall* call = nullptr;
+        {
+          absl::MutexLock lock(&handle->mu);
+          call = handle->call;
+          if (call != nullptr) call->Ref();
+        }
+        if (call == nullptr) return;
+        call->EndIdle(status);
+        call->Unref();
+      });
+  if (!admitted.ok()) {
+    End(admitted.status());
+    return;
+  }
+  stream_ = std::move(*admitted);
+  buffer_ = r_.take_push_buffer();
+  ReadNext();
+}
+
+void ExchangeCall::ReadNext() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (end_) return;
+    read_wait_.emplace(stream_.get());
+  }
+  StartRead(&in_);
+}
+
+void ExchangeCall::OnReadDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    read_wait_.reset();
+    if (end_) return;
+  }
+  if (!ok) {
+    if (context_->IsCancelled()) {
+      End(absl::CancelledError("the worker went away during the exchange"));
+    } else if (!started_) {
+      // Not counted as a rejected push: there was none (and a request gRPC
+      // refused as too large ends here too).
+      End(absl::InvalidArgumentError("the exchange was empty: no header"));
+    } else {
+      Complete(/*may_block=*/false);
+    }
+    return;
+  }
+  if (absl::Status s = TakeMessage(); !s.ok()) {
+    End(s);
+    return;
+  }
+  ReadNext();
+}
+
+absl::Status ExchangeCall::Refuse(absl::Status status) {
+  r_.shard->CountRejectedPush();
+  return status;
+}
+
+absl::Status ExchangeCall::AdmitPush(const PushRequest& header, int64_t buffered) {
+  if (absl::Status s = CheckPushSize(header, *r_.limits); !s.ok()) return s;
+  if (absl::Status s = stream_->ClaimWorker(header.worker()); !s.ok()) return s;
+  if (buffered > 0) return stream_->ReservePushBuffer(buffered);
+  return absl::OkStatus();
+}
+
+absl::Status ExchangeCall::TakeMessage() {
+  bytes_in_ += static_cast<int64_t>(in_.Length());
+  if (absl::Status s = chunk_.Parse(&in_); !s.ok()) return Refuse(s);
+  if (!started_) {
+    started_ = true;
+    if (absl::Status s = TakeFirst(); !s.ok()) return s;
+  } else if (chunk_.has_header() || chunk_.has_extra() || chunk_.has_shm()) {
+    return Refuse(absl::InvalidArgumentError("an exchange carries a second header"));
+  }
+  if (chunk_.pieces().empty()) return absl::OkStatus();
+  if (!pushes_ || shared_) {
+    return Refuse(absl::InvalidArgumentError(
+        shared_ ? "an exchange through shared memory carries no pieces"
+                : "an exchange that pushes nothing (no gradients in its header) carries pieces"));
+  }
+  if (absl::Status s = intake_->Take(chunk_); !s.ok()) return s;
+  if (staged_) {
+    staged_->Add(chunk_, *intake_->update());
+    // The last values wait for the push's outcome, so that an exchange of
+    // one chunk is answered in one message.
+    if (!intake_->complete()) Write(staged_->Take(nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExchangeCall::TakeFirst() {
+  if (!chunk_.has_header()) {
+    return Refuse(absl::InvalidArgumentError(
+        "an exchange must start with its header (ExchangeChunk.header)"));
+  }
+  if (!chunk_.ParseHeader(&header_)) {
+    return Refuse(absl::InvalidArgumentError("an exchange's header is not a PushRequest"));
+  }
+  pushes_ = header_.gradients_size() > 0;
+  pulls_ = chunk_.has_extra();
+  if (pulls_ && !chunk_.ParseExtra(&pull_)) {
+    return Refuse(absl::InvalidArgumentError("an exchange's pull is not a PullRequest"));
+  }
+  shared_ = chunk_.has_shm();
+  if (shared_ && !chunk_.ParseShm(&transfer_)) {
+    return Refuse(absl::InvalidArgumentError("an exchange's shm is not a ShmTransfer"));
+  }
+  if (!pushes_ && !pulls_) {
+    return absl::InvalidArgumentError(
+        "an exchange with neither a push (gradients in its header) nor a pull");
+  }
+  const int worker = header_.worker();
+  if (pulls_) {
+    pull_.set_worker(worker);
+    if (DTypeBytes(pull_.dtype()) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown wire dtype ", static_cast<int>(pull_.dtype()), " in an exchange's pull"));
+    }
+    if (pushes_) {
+      AskForPushedVariables(header_, &pull_);
+    } else if (absl::Status s = CheckPullNames(pull_, *r_.limits); !s.ok()) {
+      return s;
+    }
+  }
+  if (shared_ || !pushes_) return stream_->ClaimWorker(worker);
+  intake_.emplace(r_.shard, buffer_.get());
+  const PushIntake::Admit admit = [this](const PushRequest& header, int64_t buffered) {
+    return AdmitPush(header, buffered);
+  };
+  // Called with the shard's lock held, while the update exists: the call
+  // is not done (OnDone drops the update, which takes that lock), and
+  // TryCancel runs none of its callbacks here.
+  auto cancel = [context = context_] { context->TryCancel(); };
+  if (absl::Status s = intake_->Begin(header_, admit, cancel); !s.ok()) return s;
+  if (pulls_ && intake_->update() != nullptr &&
+      r_.shard->policy().AnswerMayStreamDuringPush(pull_.min_version(),
+                                                   header_.computed_at_version())) {
+    staged_.emplace(header_, pull_.dtype(), r_.payloads->Take());
+  }
+  return absl::OkStatus();
+}
+
+void ExchangeCall::Defer() {
+  {
+    absl::MutexLock lock(&mu_);
+    busy_ = true;
+  }
+  Ref();
+  r_.blocking->Post([this] {
+    Complete(/*may_block=*/true);
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+    }
+    Pump();
+    Unref();
+  });
+}
+
+void ExchangeCall::Complete(bool may_block) {
+  if (Ended()) return;
+  if (shared_ && region_ == nullptr) {
+    absl::StatusOr<std::shared_ptr<const OpenedRegion>> region = r_.regions->Claim(
+        transfer_.region(), header_.worker(), may_block ? call_deadline_ : absl::InfinitePast());
+    if (!region.ok()) {
+      // Still claimed by the worker's previous exchange, which is ending.
+      if (!may_block && absl::IsDeadlineExceeded(region.status())) return Defer();
+      return End(region.status());
+    }
+    region_ = std::move(*region);
+    absl::Status read;
+    if (pushes_) {
+      const DType dtype = pull_.dtype();
+      read = ReadShmPush(header_, transfer_, pulls_ ? &dtype : nullptr, *region_, *r_.limits,
+                         buffer_.get(), &shm_finite_, &bytes_in_);
+    } else {
+      read = region_->CheckNotShrunk();
+    }
+    if (!read.ok()) return End(read);
+  }
+  if (pushes_ && !pushed_) {
+    std::optional<absl::Status> applied;
+    if (shared_) {
+      // A non-finite value is left to the shard to refuse (and count).
+      const PushChecked checked{.values_finite = shm_finite_};
+      if (may_block) {
+        applied = r_.shard->Push(*buffer_, &push_response_, checked);
+      } else {
+        applied = r_.shard->TryPush(*buffer_, &push_response_, checked);
+      }
+    } else {
+      applied = intake_->Finish(may_block, &push_response_);
+    }
+    if (!applied) return Defer();  // its turn comes behind another update
+    pushed_ = true;
+    if (!applied->ok()) return End(*applied);
+  }
+  ExchangeDone done;
+  if (pushes_) *done.mutable_push() = push_response_;
+  if (!pulls_) {
+    region_.reset();  // the worker's next exchange may claim it
+    ChunkBuilder builder;
+    builder.SetExtra(done);
+    Write(builder.Finish());
+    return End(absl::OkStatus());
+  }
+  if (staged_) {
+    // The answer went out as it was staged; the push is committed now.
+    done.set_version(push_response_.version());
+    Write(staged_->Take(&done));
+    return End(absl::OkStatus());
+  }
+  pull_start_ = absl::Now();
+  Pull();
+}
+
+void ExchangeCall::Pull() {
+  std::shared_ptr<PullPayload> payload = r_.payloads->Take();
+  const DType dtype = WireDType(pull_.dtype());
+  absl::Status too_large;
+  const ParameterShard::PullVisitor visit = [&](int64_t version,
+                                                const std::vector<const Variable*>& variables) {
+    // A 16-bit answer is encoded into a buffer of the PS's own; float32 is
+    // sent from the variables' buffers, and a shared answer lies in the
+    // region, whose bounds hold it.
+    if (!shared_ && DTypeBytes(dtype) != sizeof(float)) {
+      too_large = CheckPullReply(variables, dtype, r_.limits->max_reply_bytes);
+      if (!too_large.ok()) return;
+    }
+    CapturePull(version, variables, dtype, payload.get());
+  };
+  absl::StatusOr<ParameterShard::WaitId> waited;
+  {
+    // Held while the waiter is left, so that OnCancel finds it.
+    absl::MutexLock lock(&mu_);
+    if (end_) return;
+    Ref();  // the waiter's, if one is left
+    waited = r_.shard->PullVisitOrWait(
+        pull_, PullWaitDeadline(pull_start_, pull_, call_deadline_, *r_.limits), visit,
+        [this] { r_.answers->Post([this] { PullWoken(); }); });
+    if (waited.ok() && *waited != 0) {
+      wait_ = *waited;
+      return;
+    }
+  }
+  Unref();
+  if (!waited.ok()) {
+    payload->values.clear();  // nothing captured may stay pinned
+    return End(waited.status());
+  }
+  if (!too_large.ok()) return End(too_large);
+  Answer(payload);
+}
+
+void ExchangeCall::PullWoken() {
+  bool pull = false;
+  {
+    absl::MutexLock lock(&mu_);
+    wait_ = 0;
+    pull = !end_.has_value();
+    busy_ = pull;  // the call is not finished under the pull
+  }
+  if (pull) {
+    Pull();
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+    }
+    Pump();
+  }
+  Unref();
+}
+
+void ExchangeCall::Answer(const std::shared_ptr<PullPayload>& payload) {
+  ExchangeDone done;
+  if (pushes_) *done.mutable_push() = push_response_;
+  done.set_version(payload->header.version());
+  if (shared_) {
+    int64_t written = 0;
+    absl::Status status =
+        WriteShmAnswer(payload.get(), *region_, transfer_.answer_offset(), &written);
+    region_.reset();  // the worker's next exchange may claim it
+    if (!status.ok()) return End(status);
+    bytes_out_ += written;
+    ChunkBuilder builder;
+    builder.SetHeader(payload->header);
+    builder.SetExtra(done);
+    Write(builder.Finish());
+    return End(absl::OkStatus());
+  }
+  bytes_out_ += SendPullPayload(
+      payload,
+      [this](const grpc::ByteBuffer& message, bool /*last: End follows*/) {
+        Write(message);
+        return true;
+      },
+      &done);
+  End(absl::OkStatus());
+}
+
+bool ExchangeCall::Ended() {
+  absl::MutexLock lock(&mu_);
+  return end_.has_value();
+}
+
+void ExchangeCall::Write(grpc::ByteBuffer message) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (end_) return;
+    queue_.push_back(std::move(message));
+  }
+  Pump();
+}
+
+void ExchangeCall::End(absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (end_) return;
+    end_ = status;
+    if (!status.ok()) {
+      // What is not yet being written is not sent.
+      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+    }
+  }
+  // The worker's next exchange may come before gRPC is done with this one.
+  if (stream_ != nullptr) stream_->Release();
+  Pump();
+}
+
+void ExchangeCall::EndIdle(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!end_) {
+      end_ = status;
+      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+    }
+    if (done_) return;
+    if (finished_ || busy_ || writing_) {
+      // A write the client does not read would hold a Finish back: the call
+      // is cancelled with the status instead, its pending operations fail,
+      // and the call ends (Pump finishes it once nothing is in flight).
+      // Safe under mu_: cancelling runs none of the call's callbacks here.
+      const std::string message(status.message());
+      grpc_call_cancel_with_status(context_->c_call(),
+                                   static_cast<grpc_status_code>(status.code()),
+                                   message.c_str(), nullptr);
+      return;
+    }
+  }
+  Pump();
+}
+
+void ExchangeCall::Pump() {
+  const grpc::ByteBuffer* message = nullptr;
+  grpc::Status status;
+  enum { kWrite, kWriteAndFinish, kFinish } action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || writing_ || busy_) return;
+    if (!queue_.empty()) {
+      message = &queue_.front();
+      writing_ = true;
+      write_wait_.emplace(stream_.get());
+      action = kWrite;
+      if (end_ && end_->ok() && queue_.size() == 1) {
+        finished_ = true;
+        action = kWriteAndFinish;
+      }
+    } else if (end_) {
+      finished_ = true;
+      status = ToGrpcStatus(*end_);
+      action = kFinish;
+    } else {
+      return;
+    }
+  }
+  switch (action) {
+    case kWrite:
+      StartWrite(message);
+      break;
+    case kWriteAndFinish:
+      StartWriteAndFinish(message, grpc::WriteOptions(), grpc::Status::OK);
+      break;
+    case kFinish:
+      Finish(status);
+      break;
+  }
+}
+
+void ExchangeCall::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    write_wait_.reset();
+    queue_.pop_front();
+    if (!ok && !end_) {
+      end_ = absl::CancelledError("the worker went away while its answer was sent");
+      queue_.clear();
+    }
+  }
+  Pump();
+}
+
+void ExchangeCall::OnCancel() {
+  ParameterShard::WaitId waiting = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    waiting = wait_;
+  }
+  if (waiting != 0 && r_.shard->CancelWait(waiting)) Unref();  // the waiter's
+  End(absl::CancelledError("the worker went away during the exchange"));
+}
+
+void ExchangeCall::OnDone() {
+  {
+    absl::MutexLock lock(&handle_->mu);
+    handle_->call = nullptr;
+  }
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    read_wait_.reset();
+    write_wait_.reset();
+    status = end_.value_or(absl::OkStatus());
+  }
+  // Nothing else touches the request now: no callback is running, and no
+  // pool task that does (busy_) was, or the call would not be finished.
+  const absl::Duration took = absl::Now() - start_;
+  if (pushes_) {
+    RecordServedPush(bytes_in_, header_.computed_at_version(), push_response_, status, took);
+  }
+  if (pulls_ || !started_) RecordServedPull(status.ok() ? bytes_out_ : 0, status, took);
+  // Gives back the call's place, its worker's, its push budget, the
+  // staging of an update it never committed, its region and its buffer.
+  intake_.reset();
+  staged_.reset();
+  region_.reset();
+  stream_.reset();
+  if (buffer_ != nullptr) r_.return_push_buffer(std::move(buffer_));
+  Unref();
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartExchange(
+    const ExchangeResources& resources, grpc::CallbackServerContext* context) {
+  auto* call = new ExchangeCall(resources, context);
+  call->Begin();
+  return call;
+}
+
+}  // namespace pst

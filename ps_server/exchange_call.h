@@ -1,0 +1,62 @@
+// One Exchange call (proto/ps.proto), served on gRPC's callback API: a
+// reactor that reads the request a message at a time, pushes it to the
+// shard (ps_server/chunk_streams.h: PushIntake), and answers the pull as
+// messages (or through the worker's shared region, ps_server/
+// shm_exchange.h).
+//
+// No thread is held while the call waits. A pull that must wait for its
+// version leaves a waiter in the shard (ParameterShard::PullVisitOrWait)
+// and its answer is sent from a pool task once the waiter is woken; a push
+// that must wait for its turn, or a shared region still claimed by the
+// worker's previous exchange, is handed to the pool, whose task may block;
+// everything else runs in the callbacks, each bounded by one message's
+// work. A cancelled call drops its waiter; the idle watchdog
+// (ps_server/open_streams.h) ends a call that waits on its client.
+#ifndef PST_PS_SERVER_EXCHANGE_CALL_H_
+#define PST_PS_SERVER_EXCHANGE_CALL_H_
+
+#include <functional>
+#include <memory>
+
+#include "common/thread_pool.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
+#include "ps.pb.h"
+#include "ps_server/chunk_streams.h"
+#include "ps_server/message_pool.h"
+#include "ps_server/open_streams.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/rpc_limits.h"
+#include "ps_server/shm_regions.h"
+
+namespace pst {
+
+// What every exchange of a service shares; it all outlives the calls
+// (ParameterServerService owns it, and gRPC's server is shut down first).
+struct ExchangeResources {
+  ParameterShard* shard;
+  const RpcLimits* limits;
+  OpenStreams* streams;
+  ShmRegions* regions;
+  PullPayloadPool* payloads;
+  // Where pushes are reassembled; a buffer is taken per call and given back.
+  std::function<std::unique_ptr<PushRequest>()> take_push_buffer;
+  std::function<void(std::unique_ptr<PushRequest>)> return_push_buffer;
+  // Where a pull's answer is sent from once its waiter is woken: short
+  // tasks that never block.
+  ThreadPool* answers;
+  // Where work that may block runs (a push waiting its turn, a region
+  // still claimed): at most one task per open exchange, so as many
+  // threads as max_streams at most.
+  ThreadPool* blocking;
+};
+
+// Serves one Exchange on `context`; gRPC owns the returned reactor, which
+// frees itself once the call is done.
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartExchange(
+    const ExchangeResources& resources, grpc::CallbackServerContext* context);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_EXCHANGE_CALL_H_

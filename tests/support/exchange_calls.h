@@ -1,0 +1,90 @@
+// Exchange calls (proto/ps.proto) made message by message through the
+// generated stub, as a hostile or minimal client would make them: for the
+// tests of the PS's data plane.
+#ifndef PST_TESTS_SUPPORT_EXCHANGE_CALLS_H_
+#define PST_TESTS_SUPPORT_EXCHANGE_CALLS_H_
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/client_context.h"
+#include "ps.grpc.pb.h"
+
+namespace pst {
+
+// What an exchange answered: its messages, and its status.
+struct ExchangeOutcome {
+  grpc::Status status;
+  std::vector<ExchangeAnswer> answers;
+  // The last message's `done`, if it had one.
+  const ExchangeDone* done() const {
+    return answers.empty() || !answers.back().has_done() ? nullptr : &answers.back().done();
+  }
+};
+
+// Sends `messages` (all of them, then the end of the request) and reads the
+// whole answer.
+inline ExchangeOutcome CallExchange(ParameterServer::Stub* stub,
+                                    const std::vector<ExchangeChunk>& messages,
+                                    absl::Duration deadline = absl::Seconds(30)) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  auto stream = stub->Exchange(&context);
+  for (const ExchangeChunk& message : messages) {
+    if (!stream->Write(message)) break;
+  }
+  stream->WritesDone();
+  ExchangeOutcome outcome;
+  ExchangeAnswer answer;
+  while (stream->Read(&answer)) outcome.answers.push_back(answer);
+  outcome.status = stream->Finish();
+  return outcome;
+}
+
+// An exchange's one message for `push`, whose gradients carry their data:
+// the header, and each gradient's bytes as one piece.
+inline ExchangeChunk WholePush(const PushRequest& push) {
+  ExchangeChunk chunk;
+  PushRequest* header = chunk.mutable_header();
+  header->set_worker(push.worker());
+  header->set_computed_at_version(push.computed_at_version());
+  for (int i = 0; i < push.gradients_size(); ++i) {
+    Tensor* gradient = header->add_gradients();
+    *gradient = push.gradients(i);
+    gradient->clear_data();
+    TensorPiece* piece = chunk.add_pieces();
+    piece->set_tensor(i);
+    piece->set_data(push.gradients(i).data());
+  }
+  return chunk;
+}
+
+// An exchange's one message for a pull alone, by `worker`.
+inline ExchangeChunk PullOnly(const PullRequest& pull, int worker = 0) {
+  ExchangeChunk chunk;
+  chunk.mutable_header()->set_worker(worker);
+  *chunk.mutable_pull() = pull;
+  return chunk;
+}
+
+// The values of the answer's variable `tensor`, pieces put back together.
+inline std::string AnswerBytes(const std::vector<ExchangeAnswer>& answers, int tensor) {
+  std::string bytes;
+  for (const ExchangeAnswer& answer : answers) {
+    for (const TensorPiece& piece : answer.pieces()) {
+      if (piece.tensor() != tensor) continue;
+      if (bytes.size() < piece.offset() + piece.data().size()) {
+        bytes.resize(piece.offset() + piece.data().size());
+      }
+      bytes.replace(piece.offset(), piece.data().size(), piece.data());
+    }
+  }
+  return bytes;
+}
+
+}  // namespace pst
+
+#endif  // PST_TESTS_SUPPORT_EXCHANGE_CALLS_H_
