@@ -33,10 +33,11 @@ OpenStreams::~OpenStreams() {
 absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> OpenStreams::Admit(
     std::function<void(const absl::Status&)> end_call) {
   absl::MutexLock lock(&mu_);
-  if (static_cast<int>(streams_.size()) >= limits_.max_streams) {
+  const int serving = static_cast<int>(streams_.size()) - released_;
+  if (serving >= limits_.max_streams) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "this PS already serves ", streams_.size(),
-        " streamed calls, its limit (--max_streams); try again later"));
+        "this PS already serves ", serving,
+        " exchanges, its limit (--max_streams); try again later"));
   }
   std::unique_ptr<Stream> stream(new Stream(this, std::move(end_call)));
   stream->since_.store(SteadyNanos());
@@ -47,11 +48,16 @@ absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> OpenStreams::Admit(
 OpenStreams::Stream::~Stream() {
   Release();
   absl::MutexLock lock(&owner_->mu_);
+  --owner_->released_;
   owner_->streams_.erase(this);
 }
 
 void OpenStreams::Stream::Release() {
   absl::MutexLock lock(&owner_->mu_);
+  if (!released_) {
+    released_ = true;
+    ++owner_->released_;
+  }
   if (claimed_worker_ && --owner_->per_worker_[worker_] == 0) owner_->per_worker_.erase(worker_);
   claimed_worker_ = false;
   owner_->push_buffer_bytes_ -= reserved_bytes_;
@@ -66,7 +72,7 @@ absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
     if (open == 0) owner_->per_worker_.erase(worker);
     return absl::ResourceExhaustedError(absl::StrCat(
         "worker:", worker, " already has ", open,
-        " streamed calls open on this PS, its limit (--max_streams_per_worker)"));
+        " exchanges open on this PS, its limit (--max_streams_per_worker)"));
   }
   ++open;
   worker_ = worker;

@@ -74,9 +74,10 @@ class OpenStreams {
     absl::Status ReservePushBuffer(int64_t bytes);
     // The status the watchdog ended the call with, if it did.
     absl::Status ended() const;
-    // Gives back the stream's worker claim and push buffer reservation
-    // before it is destroyed: for a call whose outcome is decided while
-    // gRPC is still ending it. Idempotent.
+    // Gives back the stream's place (in the total and its worker's) and its
+    // push buffer reservation before it is destroyed: for a call whose
+    // outcome is decided while gRPC is still ending it. The watchdog still
+    // watches it until then. Idempotent.
     void Release();
 
    private:
@@ -91,6 +92,7 @@ class OpenStreams {
     // Guarded by owner_->mu_.
     int worker_ = -1;
     bool claimed_worker_ = false;
+    bool released_ = false;
     int64_t reserved_bytes_ = 0;
     absl::Status ended_;
   };
@@ -114,6 +116,7 @@ class OpenStreams {
   absl::CondVar stop_signal_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  int released_ ABSL_GUARDED_BY(mu_) = 0;  // of streams_: no longer counted against max_streams
   absl::flat_hash_map<int, int> per_worker_ ABSL_GUARDED_BY(mu_);
   int64_t push_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread watchdog_;

@@ -151,6 +151,9 @@ class PsClient {
     // instead of through the stub.
     std::unique_ptr<grpc::GenericStub> generic;
     std::vector<size_t> slices;  // indices into slices_, in order
+    // The last exchange's call, which gRPC may still be finishing after
+    // its answer arrived; replaced (and so waited for) by the next one.
+    std::unique_ptr<ShardCall> finishing;
     // 16-bit wire types: gradients encoded for a push, a piece received
     // for decoding. Reused by every exchange.
     std::vector<char> encoded;

@@ -232,6 +232,7 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
       shard.generic.get(), wait + kRpcDeadline,
       [this, s, taking, out = exchange.out](grpc::ByteBuffer* message) {
         absl::Status taken = TakeAnswer(s, message, taking->shared, out, &taking->answer);
+        if (taken.ok() && taking->answer.done) taking->call->AnswerComplete();
         return taken.ok() || absl::StartsWith(taken.message(), "ps:") ? taken
                                                                        : ShardError(s, taken);
       });
@@ -292,6 +293,9 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
     return absl::InternalError(absl::StrCat("ps:", s, " ended an exchange's answer early"));
   }
   if (exchange.response != nullptr) *exchange.response = answer.done->push();
+  // gRPC finishes the call after its answer: it is waited for (destroyed)
+  // by the shard's next exchange, not by this one.
+  shards_[s].finishing = std::move(open->call);
   if (!exchange.pull) return absl::OkStatus();
   if (open->shared) {
     if (absl::Status taken = TakeSharedAnswer(exchange, *open); !taken.ok()) return taken;

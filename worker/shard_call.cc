@@ -106,14 +106,21 @@ void ShardCall::OnReadDone(bool ok) {
     context_.TryCancel();
     return;
   }
+  if (answered_) {
+    answer_.Notify();
+    return;
+  }
   StartRead(&in_);
 }
 
 void ShardCall::OnDone(const grpc::Status& status) {
   status_ = !problem_.ok() ? problem_ : FromGrpcStatus(status);
   if (on_end_) on_end_(status_);
+  if (!answer_.HasBeenNotified()) answer_.Notify();
   done_.Notify();
 }
+
+void ShardCall::AnswerComplete() { answered_ = true; }
 
 void ShardCall::Cancel() {
   context_.TryCancel();
@@ -124,6 +131,9 @@ void ShardCall::Cancel() {
 }
 
 absl::Status ShardCall::Wait() {
+  answer_.WaitForNotification();
+  // A whole answer is a success; the status that follows it says so too.
+  if (answered_ && problem_.ok()) return absl::OkStatus();
   done_.WaitForNotification();
   return status_;
 }

@@ -50,9 +50,13 @@ class ShardCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::B
   bool Write(grpc::ByteBuffer message, bool last);
   // Ends the call early (the shard drops what it has of it).
   void Cancel();
-  // Waits for the call's end: OK, the first error of TakeAnswer, or the
-  // call's status from the shard (or gRPC) as an absl::Status whose message
-  // is gRPC's. Idempotent.
+  // For TakeAnswer: the message it just took ends the answer, and says the
+  // exchange succeeded (its outcome is in it). Nothing more is read, and
+  // Wait returns OK at once, before gRPC has finished the call.
+  void AnswerComplete();
+  // Waits for the call's end (or the answer's, AnswerComplete): OK, the
+  // first error of TakeAnswer, or the call's status from the shard (or
+  // gRPC) as an absl::Status whose message is gRPC's. Idempotent.
   absl::Status Wait();
 
   void OnWriteDone(bool ok) override;
@@ -71,6 +75,8 @@ class ShardCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::B
   grpc::ByteBuffer in_;
   absl::Status problem_;  // TakeAnswer's, set on the reading callback only
   absl::Status status_;   // set in OnDone
+  bool answered_ = false;  // set on the reading callback only
+  absl::Notification answer_;  // the answer is whole, or the call is done
   absl::Notification done_;
 
   absl::Mutex mu_;

@@ -76,8 +76,10 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
     while (!stop.load()) {
-      if (!(*client)->Pull({0}, absl::Seconds(10), {a, b}, &versions).ok() ||
-          !(*client)->Push(versions, {minus_one, minus_one}, &responses).ok()) {
+      absl::Status status = (*client)->Pull({0}, absl::Seconds(10), {a, b}, &versions);
+      if (status.ok()) status = (*client)->Push(versions, {minus_one, minus_one}, &responses);
+      if (!status.ok()) {
+        ADD_FAILURE() << "worker " << rank << ": " << status;
         count(failures);
         return;
       }
