@@ -5,7 +5,8 @@
 // once, at its first use in a process:
 //   tcp_frame_size_tuning  a read completes once the frame the transport
 //                          expects has arrived, into a buffer of its size;
-//   tcp_read_chunks        read buffers allocated in large chunks;
+//   tcp_read_chunks        reads into fixed 8 or 64 KiB chunks, which the
+//                          allocator recycles, not blocks of any size;
 //   tcp_rcv_lowat          SO_RCVLOWAT, so a reader is not woken per packet.
 // ps_bench measures them against the defaults (docs/benchmarks.md, "Data
 // plane"): they take less CPU per byte over TCP. Every binary that moves
