@@ -44,6 +44,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/process_memory.h"
+#include "rpc/grpc_experiments.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
 #include "google/protobuf/struct.pb.h"
@@ -568,6 +569,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::EnableTransportExperiments();
   pst::ParseCommandLineFlags(
       argc, argv,
       "Push+pull throughput and latency of the PS data plane over loopback gRPC, by model size, "

@@ -17,6 +17,7 @@
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "common/exit.h"
+#include "rpc/grpc_experiments.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(int, train_limit, 20000, "Training examples per run (0 = all 60000).");
@@ -187,6 +188,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Training samples/s of MLP 784-256-128-10 with 1 and 2 workers in SYNC and ASYNC, and "
       "the model's push+pull round trip, over gRPC on loopback.");
+  pst::EnableTransportExperiments();
   absl::ParseCommandLine(argc, argv);
   spdlog::set_level(spdlog::level::warn);
   return pst::Main();

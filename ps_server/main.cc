@@ -18,6 +18,7 @@
 #include "common/flags.h"
 #include "common/metrics_http.h"
 #include "common/process_memory.h"
+#include "rpc/grpc_experiments.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_metrics.h"
@@ -115,6 +116,7 @@ std::thread StartSignalWaiter(absl::Notification* stop, std::function<void()> on
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::EnableTransportExperiments();
   pst::ParseCommandLineFlags(argc, argv,
       "One parameter-server shard: holds its variables and optimizer state and serves "
       "Register/Init/Pull/Push over gRPC.\n"

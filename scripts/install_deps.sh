@@ -20,8 +20,9 @@ PACKAGES=(
   # Tests only: certificates for the TLS tests, and YAML parsing for the
   # offline check of deploy/k8s and docker/.
   openssl python3-yaml
-  # Benchmarks only: ps_bench's loopback TCP baseline.
-  iperf3
+  # Benchmarks only: ps_bench's loopback TCP baseline, and the metrics
+  # library metrics_bench compares our registry with.
+  iperf3 prometheus-cpp-dev
 )
 
 missing=()

@@ -1,8 +1,10 @@
 // worker: one training process (worker/worker_process.h).
 #include "common/process_memory.h"
+#include "rpc/grpc_experiments.h"
 #include "worker/worker_process.h"
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::EnableTransportExperiments();
   return pst::RunWorkerProcess(argc, argv);
 }

@@ -4,9 +4,6 @@
 // made from these, over gRPC, are tests/rpc/grpc_credentials_test.cc's.
 #include "common/security.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -16,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/test_certificates.h"
+#include "tests/support/secure_cluster_test.h"
 
 namespace pst {
 namespace {
@@ -25,42 +22,10 @@ using ::testing::HasSubstr;
 
 constexpr char kTokenEnv[] = "PST_SECURITY_TEST_TOKEN";
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest : public SecureClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(absl::StrCat(::testing::TempDir(), "/security_test.", getpid()));
-    std::filesystem::create_directories(*dir_);
-    absl::StatusOr<TestCertificates> certs = MakeTestCertificates(*dir_);
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new TestCertificates(*certs);
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete certs_;
-    delete dir_;
-  }
-
-  void SetUp() override { setenv(kTokenEnv, "s3cret-token", 1); }
-  void TearDown() override { unsetenv(kTokenEnv); }
-
-  // cluster.tls from our CA and certificate, cluster.auth from kTokenEnv.
-  static ClusterConfig SecureCluster(bool require_client_cert) {
-    ClusterConfig cluster;
-    TlsConfig* tls = cluster.mutable_tls();
-    tls->set_ca(certs_->ca);
-    tls->set_cert(certs_->cert);
-    tls->set_key(certs_->key);
-    tls->set_require_client_cert(require_client_cert);
-    cluster.mutable_auth()->set_token_env(kTokenEnv);
-    return cluster;
-  }
-
-  static std::string* dir_;
-  static TestCertificates* certs_;
+  SecurityTest() : SecureClusterTest(kTokenEnv) {}
 };
-
-std::string* SecurityTest::dir_ = nullptr;
-TestCertificates* SecurityTest::certs_ = nullptr;
 
 TEST_F(SecurityTest, MissingFilesAndTokensAreNamed) {
   struct Case {
@@ -70,14 +35,14 @@ TEST_F(SecurityTest, MissingFilesAndTokensAreNamed) {
     std::string message;
   };
   ClusterConfig no_key = SecureCluster(false);
-  no_key.mutable_tls()->set_key(*dir_ + "/absent.key");
+  no_key.mutable_tls()->set_key(dir() + "/absent.key");
   ClusterConfig no_ca = SecureCluster(false);
   no_ca.mutable_tls()->set_ca("");
   ClusterConfig unset_env = SecureCluster(false);
   unset_env.mutable_auth()->set_token_env("PST_SECURITY_TEST_UNSET");
   std::vector<Case> cases = {
       {"server key missing", no_key, ClusterSecurity::Role::kServer,
-       "cannot read cluster.tls.key file " + *dir_ + "/absent.key"},
+       "cannot read cluster.tls.key file " + dir() + "/absent.key"},
       {"client needs the ca", no_ca, ClusterSecurity::Role::kClient,
        "config field cluster.tls.ca is empty"},
       {"token variable unset", unset_env, ClusterSecurity::Role::kClient,
@@ -145,7 +110,7 @@ TEST_F(SecurityTest, AWeakTokenIsWarnedAbout) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string token_file = absl::StrCat(*dir_, "/weak.", &c - cases.data(), ".token");
+    const std::string token_file = absl::StrCat(dir(), "/weak.", &c - cases.data(), ".token");
     std::ofstream(token_file) << c.token << "\n";
     std::filesystem::permissions(token_file, c.perms);
     ClusterConfig cluster = SecureCluster(false);

@@ -4,10 +4,6 @@
 // made per run.
 #include "rpc/grpc_credentials.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -20,7 +16,7 @@
 #include "ps.grpc.pb.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/ps_service.h"
-#include "tests/support/test_certificates.h"
+#include "tests/support/secure_cluster_test.h"
 
 namespace pst {
 namespace {
@@ -29,38 +25,14 @@ using ::testing::HasSubstr;
 
 constexpr char kTokenEnv[] = "PST_GRPC_CREDENTIALS_TEST_TOKEN";
 
-class GrpcCredentialsTest : public ::testing::Test {
+class GrpcCredentialsTest : public SecureClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(absl::StrCat(::testing::TempDir(), "/grpc_credentials_test.", getpid()));
-    std::filesystem::create_directories(*dir_);
-    absl::StatusOr<TestCertificates> certs = MakeTestCertificates(*dir_);
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new TestCertificates(*certs);
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete certs_;
-    delete dir_;
-  }
+  GrpcCredentialsTest() : SecureClusterTest(kTokenEnv) {}
 
-  void SetUp() override { setenv(kTokenEnv, "s3cret-token", 1); }
   void TearDown() override {
-    unsetenv(kTokenEnv);
     for (auto& server : servers_) server.grpc_server->Shutdown();
     for (auto& shard : shards_) shard->BeginShutdown();
-  }
-
-  // cluster.tls from our CA and certificate, cluster.auth from kTokenEnv.
-  static ClusterConfig SecureCluster(bool require_client_cert) {
-    ClusterConfig cluster;
-    TlsConfig* tls = cluster.mutable_tls();
-    tls->set_ca(certs_->ca);
-    tls->set_cert(certs_->cert);
-    tls->set_key(certs_->key);
-    tls->set_require_client_cert(require_client_cert);
-    cluster.mutable_auth()->set_token_env(kTokenEnv);
-    return cluster;
+    SecureClusterTest::TearDown();
   }
 
   // Starts a PS shard secured by `cluster`; returns its address.
@@ -97,14 +69,9 @@ class GrpcCredentialsTest : public ::testing::Test {
     return stub->Stats(&context, request, &response);
   }
 
-  static std::string* dir_;
-  static TestCertificates* certs_;
   std::vector<std::unique_ptr<ParameterShard>> shards_;
   std::vector<RunningServer> servers_;
 };
-
-std::string* GrpcCredentialsTest::dir_ = nullptr;
-TestCertificates* GrpcCredentialsTest::certs_ = nullptr;
 
 TEST_F(GrpcCredentialsTest, TheRightTokenOverTlsIsServed) {
   std::string address = StartServer(SecureCluster(false));
@@ -120,7 +87,7 @@ TEST_F(GrpcCredentialsTest, AMissingOrWrongTokenIsUnauthenticated) {
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(missing.error_message(), HasSubstr("carried none"));
 
-  std::string token_file = *dir_ + "/wrong.token";
+  std::string token_file = dir() + "/wrong.token";
   std::ofstream(token_file) << "s3cret-tokeN\n";
   ClusterConfig wrong_token = SecureCluster(false);
   wrong_token.mutable_auth()->Clear();
@@ -131,7 +98,7 @@ TEST_F(GrpcCredentialsTest, AMissingOrWrongTokenIsUnauthenticated) {
 }
 
 TEST_F(GrpcCredentialsTest, ATokenFileServesLikeTheEnvironment) {
-  std::string token_file = *dir_ + "/right.token";
+  std::string token_file = dir() + "/right.token";
   std::ofstream(token_file) << "  s3cret-token\n";  // whitespace around it is not part of it
   ClusterConfig from_file = SecureCluster(false);
   from_file.mutable_auth()->Clear();
@@ -150,7 +117,7 @@ TEST_F(GrpcCredentialsTest, APlaintextClientCannotTalkToATlsServer) {
 TEST_F(GrpcCredentialsTest, AClientThatDoesNotTrustTheServerCaFails) {
   std::string address = StartServer(SecureCluster(false));
   ClusterConfig other_ca = SecureCluster(false);
-  other_ca.mutable_tls()->set_ca(certs_->other_ca);
+  other_ca.mutable_tls()->set_ca(certs().other_ca);
   grpc::Status status = CallStats(address, other_ca);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
 }
@@ -163,8 +130,8 @@ TEST_F(GrpcCredentialsTest, MutualTlsRejectsClientCertificatesOfAnotherCa) {
   // The client trusts the server, but its own certificate is signed by a CA
   // the server does not know.
   ClusterConfig foreign = SecureCluster(true);
-  foreign.mutable_tls()->set_cert(certs_->other_cert);
-  foreign.mutable_tls()->set_key(certs_->other_key);
+  foreign.mutable_tls()->set_cert(certs().other_cert);
+  foreign.mutable_tls()->set_key(certs().other_key);
   grpc::Status status = CallStats(address, foreign);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
 

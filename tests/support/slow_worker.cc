@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
 #include "common/process_memory.h"
+#include "rpc/grpc_experiments.h"
 #include "worker/worker_process.h"
 
 ABSL_FLAG(int, step_delay_ms, 0,
@@ -12,6 +13,7 @@ ABSL_FLAG(int, step_delay_ms, 0,
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::EnableTransportExperiments();
   return pst::RunWorkerProcess(
       argc, argv, {.before_push = [] {
         absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms)));
