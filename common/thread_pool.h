@@ -4,7 +4,7 @@
 // A few short tasks run beside the calls: a worker makes its control calls
 // to shards 1..N-1 while the calling thread makes shard 0's, and a PS
 // answers a pull once its wait is over, or applies a push that waited for
-// its turn, off gRPC's callback threads. Creating and joining a thread for
+// its turn, off gRPC's completion-queue threads. Creating and joining a thread for
 // each costs about as much as a small round trip itself, while a kept
 // thread is woken in a few microseconds (docs/benchmarks.md, "Threads kept
 // for reuse").
@@ -63,7 +63,7 @@ class ThreadPool {
   // thread, tasks included.
   Task Start(absl::AnyInvocable<void() &&> task);
   // Starts `task` as Start does, with nobody to wait for it: for work
-  // handed off by a callback that must not block (a gRPC reactor's). The
+  // handed off by code that must not block (a completion-queue event's). The
   // pool's destructor still runs it.
   void Post(absl::AnyInvocable<void() &&> task);
 

@@ -3,7 +3,7 @@
 // at a time (applied as it streams in, or reassembled into a PushRequest),
 // the answer's messages while the push streams in, and a pull's answer as
 // messages, over raw gRPC byte buffers. ps_server/exchange_call.h drives
-// them from gRPC's callbacks.
+// them from a call's completion-queue events.
 #ifndef PST_PS_SERVER_CHUNK_STREAMS_H_
 #define PST_PS_SERVER_CHUNK_STREAMS_H_
 
@@ -34,7 +34,7 @@ namespace pst {
 // must follow the stream rules, and every value is checked to be finite as
 // it is copied, before anything of the push is applied. A refused push
 // leaves the model untouched and is counted in pushes_rejected (refusals
-// by `admit` excepted). Not thread-safe: one call's callbacks drive it, one
+// by `admit` excepted). Not thread-safe: one call's events drive it, one
 // at a time.
 class PushIntake {
  public:

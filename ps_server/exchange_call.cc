@@ -5,38 +5,57 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "grpc/grpc.h"
 #include "common/tensor_codec.h"
 #include "ps_server/ps_metrics.h"
 #include "ps_server/shm_exchange.h"
+#include "rpc/completion_tag.h"
 #include "rpc/grpc_status.h"
 
 namespace pst {
 namespace {
 
+// A shard whose share is this large takes an exchange's messages on the
+// work pool: copying, decoding and applying them outlasts the hand-off,
+// and the queue's thread stays free to take other calls' events. A smaller
+// one takes them on the queue's thread, which saw them arrive.
+constexpr int64_t kOffloadBytes = 1 << 20;
+
 DType WireDType(DType dtype) { return dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype; }
 
-class ExchangeCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class ExchangeCall final {
  public:
-  ExchangeCall(const ExchangeResources& resources, grpc::CallbackServerContext* context)
-      : r_(resources),
-        context_(context),
-        start_(absl::Now()),
-        call_deadline_(absl::FromChrono(context->deadline())),
-        handle_(std::make_shared<Handle>()) {
+  ExchangeCall(const ExchangeResources& resources, grpc::ServerCompletionQueue* queue)
+      : r_(resources), completion_queue_(queue), handle_(std::make_shared<Handle>()) {
     handle_->call = this;
   }
 
-  void Begin();
-
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
+  // Asks gRPC for the next call; OnRequested runs once it has arrived.
+  void Request();
 
  private:
+  // The events of the call's operations.
+  void OnRequested(bool ok);
+  void OnReadDone(bool ok);
+  // The read's work: take the message (or the request's end), and go on.
+  void TakeRead(bool ok);
+  void OnWriteDone(bool ok);
+  void OnFinished(bool ok);
+  // The call is over: finished, or cancelled (the worker went away, its
+  // deadline passed, the watchdog ended it).
+  void OnCallOver(bool ok);
+  void OnCancel();
+  // Once the call is over and none of its operations is in flight.
+  void OnDone();
+  // An operation's event has come; OnDone if it was the last thing
+  // outstanding.
+  void Settle(bool call_over);
+
+  void Begin();
+
   // What the idle watchdog holds of the call: the call until it is done.
   struct Handle {
     absl::Mutex mu;
@@ -77,14 +96,23 @@ class ExchangeCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool Ended();
 
   const ExchangeResources r_;
-  grpc::CallbackServerContext* const context_;
-  const absl::Time start_;
-  const absl::Time call_deadline_;
+  grpc::ServerCompletionQueue* const completion_queue_;
+  grpc::ServerContext context_storage_;
+  grpc::ServerContext* const context_ = &context_storage_;
+  grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> call_{&context_storage_};
+  MemberTag<ExchangeCall, &ExchangeCall::OnRequested> requested_tag_{this};
+  MemberTag<ExchangeCall, &ExchangeCall::OnReadDone> read_tag_{this};
+  MemberTag<ExchangeCall, &ExchangeCall::OnWriteDone> write_tag_{this};
+  MemberTag<ExchangeCall, &ExchangeCall::OnFinished> finish_tag_{this};
+  MemberTag<ExchangeCall, &ExchangeCall::OnCallOver> over_tag_{this};
+  absl::Time start_;          // set as the call arrives
+  bool offload_ = false;      // messages are taken on r_.work
+  absl::Time call_deadline_;  // the client's
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
   const std::shared_ptr<Handle> handle_;
   std::unique_ptr<OpenStreams::Stream> stream_;
 
-  // The request, touched by one callback or pool task at a time.
+  // The request, touched by one event or pool task at a time.
   grpc::ByteBuffer in_;
   ReceivedChunk chunk_;
   bool started_ = false;
@@ -112,10 +140,56 @@ class ExchangeCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::optional<OpenStreams::Stream::ClientWait> write_wait_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish (or WriteAndFinish) called
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;      // a pool task uses the request's buffers
-  bool done_ ABSL_GUARDED_BY(mu_) = false;      // OnDone: the context is gone
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;           // pool tasks using the request's buffers
+  bool done_ ABSL_GUARDED_BY(mu_) = false;      // OnDone: the call is over
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;      // operations started, their events not yet in
+  bool over_ ABSL_GUARDED_BY(mu_) = false;      // OnCallOver has come
   ParameterShard::WaitId wait_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+void ExchangeCall::Request() {
+  // Told when the call is over, whether it ends by Finish or by
+  // cancellation; never for a request the server's shutdown ends.
+  context_->AsyncNotifyWhenDone(&over_tag_);
+  r_.service->RequestExchange(context_, &call_, completion_queue_, completion_queue_, &requested_tag_);
+}
+
+void ExchangeCall::OnRequested(bool ok) {
+  if (!ok) {  // the server is shutting down: no call came
+    delete this;
+    return;
+  }
+  // The next call is requested before this one is served, so that calls
+  // never wait for each other to arrive.
+  (new ExchangeCall(r_, completion_queue_))->Request();
+  start_ = absl::Now();
+  call_deadline_ = absl::FromChrono(context_->deadline());
+  offload_ = r_.shard->parameter_bytes() >= kOffloadBytes;
+  Begin();
+}
+
+void ExchangeCall::Settle(bool call_over) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (call_over) {
+      over_ = true;
+    } else {
+      --in_flight_;
+    }
+    if (!over_ || in_flight_ > 0 || done_) return;
+    done_ = true;
+  }
+  OnDone();
+}
+
+void ExchangeCall::OnFinished(bool /*ok: false where the call was cancelled first*/) {
+  Settle(/*call_over=*/false);
+}
+
+void ExchangeCall::OnCallOver(bool /*ok*/) {
+  if (context_->IsCancelled()) OnCancel();
+  Settle(/*call_over=*/true);
+}
 
 void ExchangeCall::Begin() {
   absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> admitted =
@@ -144,11 +218,34 @@ void ExchangeCall::ReadNext() {
     absl::MutexLock lock(&mu_);
     if (end_) return;
     read_wait_.emplace(stream_.get());
+    ++in_flight_;
   }
-  StartRead(&in_);
+  call_.Read(&in_, &read_tag_);
 }
 
 void ExchangeCall::OnReadDone(bool ok) {
+  if (!ok || !offload_) {
+    TakeRead(ok);
+    // The call is not done before the read's work is: Settle comes last.
+    Settle(/*call_over=*/false);
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++busy_;
+  }
+  r_.work->Post([this] {
+    TakeRead(/*ok=*/true);
+    {
+      absl::MutexLock lock(&mu_);
+      --busy_;
+    }
+    Pump();
+    Settle(/*call_over=*/false);
+  });
+}
+
+void ExchangeCall::TakeRead(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     read_wait_.reset();
@@ -172,7 +269,7 @@ void ExchangeCall::OnReadDone(bool ok) {
   }
   // A request that is whole (a pull alone, a shared exchange, a push whose
   // every byte is in) is served at once, without waiting to read the end
-  // of the request, which saves a callback on the small exchange's path.
+  // of the request, which saves an event on the small exchange's path.
   // Nothing more is read: whatever a client sends after is not looked at.
   if (RequestComplete()) return Complete(/*may_block=*/false);
   ReadNext();
@@ -261,7 +358,7 @@ absl::Status ExchangeCall::TakeFirst() {
   };
   // Called with the shard's lock held, while the update exists: the call
   // is not done (OnDone drops the update, which takes that lock), and
-  // TryCancel runs none of its callbacks here.
+  // TryCancel runs none of its events here.
   auto cancel = [context = context_] { context->TryCancel(); };
   if (absl::Status s = intake_->Begin(header_, admit, cancel); !s.ok()) return s;
   if (pulls_ && intake_->update() != nullptr &&
@@ -275,14 +372,14 @@ absl::Status ExchangeCall::TakeFirst() {
 void ExchangeCall::Defer() {
   {
     absl::MutexLock lock(&mu_);
-    busy_ = true;
+    ++busy_;
   }
   Ref();
   r_.blocking->Post([this] {
     Complete(/*may_block=*/true);
     {
       absl::MutexLock lock(&mu_);
-      busy_ = false;
+      --busy_;
     }
     Pump();
     Unref();
@@ -390,13 +487,13 @@ void ExchangeCall::PullWoken() {
     absl::MutexLock lock(&mu_);
     wait_ = 0;
     pull = !end_.has_value();
-    busy_ = pull;  // the call is not finished under the pull
+    if (pull) ++busy_;  // the call is not finished under the pull
   }
   if (pull) {
     Pull();
     {
       absl::MutexLock lock(&mu_);
-      busy_ = false;
+      --busy_;
     }
     Pump();
   }
@@ -467,11 +564,11 @@ void ExchangeCall::EndIdle(const absl::Status& status) {
       while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
     }
     if (done_) return;
-    if (finished_ || busy_ || writing_) {
+    if (finished_ || busy_ > 0 || writing_) {
       // A write the client does not read would hold a Finish back: the call
       // is cancelled with the status instead, its pending operations fail,
       // and the call ends (Pump finishes it once nothing is in flight).
-      // Safe under mu_: cancelling runs none of the call's callbacks here.
+      // Safe under mu_: cancelling runs none of the call's events here.
       const std::string message(status.message());
       grpc_call_cancel_with_status(context_->c_call(),
                                    static_cast<grpc_status_code>(status.code()),
@@ -488,7 +585,7 @@ void ExchangeCall::Pump() {
   enum { kWrite, kWriteAndFinish, kFinish } action;
   {
     absl::MutexLock lock(&mu_);
-    if (finished_ || writing_ || busy_) return;
+    if (finished_ || writing_ || busy_ > 0 || done_) return;
     if (!queue_.empty()) {
       message = &queue_.front();
       writing_ = true;
@@ -505,21 +602,24 @@ void ExchangeCall::Pump() {
     } else {
       return;
     }
+    ++in_flight_;
   }
   switch (action) {
     case kWrite:
-      StartWrite(message);
+      call_.Write(*message, &write_tag_);
       break;
     case kWriteAndFinish:
-      StartWriteAndFinish(message, grpc::WriteOptions(), grpc::Status::OK);
+      // One event for both: it comes as a write's.
+      call_.WriteAndFinish(*message, grpc::WriteOptions(), grpc::Status::OK, &write_tag_);
       break;
     case kFinish:
-      Finish(status);
+      call_.Finish(status, &finish_tag_);
       break;
   }
 }
 
 void ExchangeCall::OnWriteDone(bool ok) {
+  absl::Cleanup settle = [this] { Settle(/*call_over=*/false); };
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
@@ -551,12 +651,11 @@ void ExchangeCall::OnDone() {
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    done_ = true;
     read_wait_.reset();
     write_wait_.reset();
     status = end_.value_or(absl::OkStatus());
   }
-  // Nothing else touches the request now: no callback is running, and no
+  // Nothing else touches the request now: no event is running, and no
   // pool task that does (busy_) was, or the call would not be finished.
   const absl::Duration took = absl::Now() - start_;
   if (pushes_) {
@@ -575,11 +674,8 @@ void ExchangeCall::OnDone() {
 
 }  // namespace
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartExchange(
-    const ExchangeResources& resources, grpc::CallbackServerContext* context) {
-  auto* call = new ExchangeCall(resources, context);
-  call->Begin();
-  return call;
+void AwaitExchange(const ExchangeResources& resources, grpc::ServerCompletionQueue* queue) {
+  (new ExchangeCall(resources, queue))->Request();
 }
 
 }  // namespace pst

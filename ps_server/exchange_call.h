@@ -1,5 +1,6 @@
-// One Exchange call (proto/ps.proto), served on gRPC's callback API: a
-// reactor that reads the request a message at a time, pushes it to the
+// One Exchange call (proto/ps.proto), served on gRPC's completion-queue
+// API (rpc/completion_tag.h): a call that reads the request a message at a
+// time, pushes it to the
 // shard (ps_server/chunk_streams.h: PushIntake), and answers the pull as
 // messages (or through the worker's shared region, ps_server/
 // shm_exchange.h).
@@ -9,8 +10,8 @@
 // and its answer is sent from a pool task once the waiter is woken; a push
 // that must wait for its turn, or a shared region still claimed by the
 // worker's previous exchange, is handed to the pool, whose task may block;
-// everything else runs in the callbacks, each bounded by one message's
-// work. A cancelled call drops its waiter; the idle watchdog
+// everything else runs on the completion queue's threads, each event
+// bounded by one message's work. A cancelled call drops its waiter; the idle watchdog
 // (ps_server/open_streams.h) ends a call that waits on its client.
 #ifndef PST_PS_SERVER_EXCHANGE_CALL_H_
 #define PST_PS_SERVER_EXCHANGE_CALL_H_
@@ -19,10 +20,10 @@
 #include <memory>
 
 #include "common/thread_pool.h"
-#include "grpcpp/server_context.h"
+#include "grpcpp/completion_queue.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/server_callback.h"
 #include "ps.pb.h"
+#include "ps_server/async_service.h"
 #include "ps_server/chunk_streams.h"
 #include "ps_server/message_pool.h"
 #include "ps_server/open_streams.h"
@@ -35,6 +36,7 @@ namespace pst {
 // What every exchange of a service shares; it all outlives the calls
 // (ParameterServerService owns it, and gRPC's server is shut down first).
 struct ExchangeResources {
+  AsyncParameterServer* service;  // where calls are requested
   ParameterShard* shard;
   const RpcLimits* limits;
   OpenStreams* streams;
@@ -46,16 +48,19 @@ struct ExchangeResources {
   // Where a pull's answer is sent from once its waiter is woken: short
   // tasks that never block.
   ThreadPool* answers;
+  // Where the messages of exchanges with a large shard are taken (see
+  // exchange_call.cc): as many threads as cores.
+  ThreadPool* work;
   // Where work that may block runs (a push waiting its turn, a region
   // still claimed): at most one task per open exchange, so as many
   // threads as max_streams at most.
   ThreadPool* blocking;
 };
 
-// Serves one Exchange on `context`; gRPC owns the returned reactor, which
-// frees itself once the call is done.
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartExchange(
-    const ExchangeResources& resources, grpc::CallbackServerContext* context);
+// Requests the next Exchange call on `queue`. The call serves itself, on
+// the queue's threads, and requests the one after it as it arrives; it is
+// freed once done. A request the server's shutdown ends frees itself.
+void AwaitExchange(const ExchangeResources& resources, grpc::ServerCompletionQueue* queue);
 
 }  // namespace pst
 

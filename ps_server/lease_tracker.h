@@ -7,7 +7,7 @@
 // the live set changes when time passes, whether or not anyone calls in.
 //
 // Nothing wakes on a period. (A call waiting in the shard whose caller goes
-// away is dropped by the caller, on gRPC's cancel callback:
+// away is dropped by the call, as gRPC tells it the call is cancelled:
 // ParameterShard::CancelWait.)
 //
 // The thread takes no asynchronous signal (SIGTERM and the like are the

@@ -67,8 +67,9 @@ ABSL_FLAG(int64_t, max_push_buffer_bytes, pst::RpcLimits().max_push_buffer_bytes
           "SYNC push holds its shard's share); a push that would pass it, while others "
           "hold some, is refused with RESOURCE_EXHAUSTED. 0: one share per worker, plus one.");
 ABSL_FLAG(int, max_server_threads, pst::RpcLimits().max_server_threads,
-          "Threads of the gRPC server's unary calls (exchanges and AwaitWorkersDone hold none "
-          "while they wait); a call that finds none free is refused with RESOURCE_EXHAUSTED.");
+          "Threads that serve the gRPC calls; no call holds one while it waits (a waiting pull "
+          "or AwaitWorkersDone leaves a waiter in the shard), so they are all the threads "
+          "calls get. 0: automatic (one).");
 ABSL_FLAG(bool, allow_insecure, false,
           "Serve plaintext (no cluster.tls) on an address other machines can reach; only on a "
           "trusted network, such as a private container network.");

@@ -147,7 +147,7 @@ void OpenStreams::Watch() {
                    absl::FormatDuration(absl::Nanoseconds(idle)));
       to_end.emplace_back(stream->end_call_, stream->ended_);
     }
-    // Outside mu_: ending a call may run its callbacks, which destroy its
+    // Outside mu_: ending a call may run its events, which destroy its
     // Stream.
     mu_.Unlock();
     for (auto& [end_call, status] : to_end) end_call(status);

@@ -1,11 +1,10 @@
 #include "ps_server/ps_service.h"
 
 #include <algorithm>
-#include <optional>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/process_memory.h"
-#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/chunk_streams.h"
 #include "ps_server/ps_metrics.h"
@@ -29,17 +28,18 @@ int64_t BufferBytes(const PushRequest& buffer) {
 }
 
 // One AwaitWorkersDone: a waiter in the shard while it waits, no thread.
-class AwaitWorkersDoneCall final : public grpc::ServerUnaryReactor {
+// Its call is answered once the wait is over, or as it is cancelled.
+class AwaitWorkersDoneWait : public std::enable_shared_from_this<AwaitWorkersDoneWait> {
  public:
-  AwaitWorkersDoneCall(ParameterShard* shard, ThreadPool* threads,
-                       const AwaitWorkersDoneRequest* request, StatsResponse* response,
+  using Call = UnaryCall<AwaitWorkersDoneRequest, StatsResponse>;
+
+  AwaitWorkersDoneWait(ParameterShard* shard, ThreadPool* threads, Call* call,
                        absl::Time deadline)
-      : shard_(shard), threads_(threads), request_(request), response_(response),
-        deadline_(deadline) {}
+      : shard_(shard), threads_(threads), call_(call), deadline_(deadline) {}
 
   // Answers if it can, else leaves a waiter whose wake calls again.
   void Step() {
-    std::optional<absl::Status> finish;
+    absl::Status finish;
     {
       absl::MutexLock lock(&mu_);
       wait_ = 0;
@@ -47,53 +47,36 @@ class AwaitWorkersDoneCall final : public grpc::ServerUnaryReactor {
       if (cancelled_) {
         finish = absl::CancelledError("the caller went away while AwaitWorkersDone waited");
       } else {
-        Ref();  // the waiter's, if one is left
-        absl::StatusOr<ParameterShard::WaitId> waited =
-            shard_->AwaitWorkersDoneOrWait(*request_, deadline_, response_, [this] {
-              threads_->Post([this] {
-                Step();
-                Unref();
-              });
-            });
+        absl::StatusOr<ParameterShard::WaitId> waited = shard_->AwaitWorkersDoneOrWait(
+            call_->request(), deadline_, call_->response(),
+            [self = shared_from_this()] { self->threads_->Post([self] { self->Step(); }); });
         if (waited.ok() && *waited != 0) {
           wait_ = *waited;
           return;
         }
-        refs_.fetch_sub(1);  // never the last: the caller of Step holds one
         finish = waited.ok() ? absl::OkStatus() : waited.status();
       }
       finished_ = true;
     }
-    Finish(ToGrpcStatus(*finish));
+    call_->Finish(ToGrpcStatus(finish));
   }
 
-  void OnCancel() override {
+  // The caller went away: the waiter is dropped, and the call finished.
+  void Cancel() {
     ParameterShard::WaitId waiting = 0;
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
       waiting = wait_;
     }
-    if (waiting != 0 && shard_->CancelWait(waiting)) {
-      Unref();
-      Step();  // finishes it, cancelled
-    }
+    if (waiting != 0 && shard_->CancelWait(waiting)) Step();
   }
-
-  void OnDone() override { Unref(); }
 
  private:
-  void Ref() { refs_.fetch_add(1); }
-  void Unref() {
-    if (refs_.fetch_sub(1) == 1) delete this;
-  }
-
   ParameterShard* const shard_;
   ThreadPool* const threads_;
-  const AwaitWorkersDoneRequest* const request_;
-  StatsResponse* const response_;
+  Call* const call_;
   const absl::Time deadline_;
-  std::atomic<int> refs_{1};  // gRPC's, until OnDone
   absl::Mutex mu_;
   ParameterShard::WaitId wait_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -116,6 +99,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
                    int64_t{limits.max_request_bytes} + limits.max_reply_bytes),
       streams_(limits, [this] { return PushBufferBudget(); }),
       exchange_{
+          .service = this,
           .shard = server,
           .limits = &limits_,
           .streams = &streams_,
@@ -125,23 +109,86 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
           .return_push_buffer =
               [this](std::unique_ptr<PushRequest> buffer) { ReturnPushBuffer(std::move(buffer)); },
           .answers = &answer_threads_,
+          .work = &work_threads_,
           .blocking = &blocking_threads_,
-      } {}
-
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ParameterServerService::Exchange(
-    grpc::CallbackServerContext* context) {
-  return StartExchange(exchange_, context);
+      } {
+  using Service = ParameterServerService;
+  register_ = AnswerAtOnce<RegisterRequest, RegisterResponse>(&Service::RequestRegister,
+                                                              &Service::HandleRegister);
+  init_ = AnswerAtOnce<InitRequest, InitResponse>(&Service::RequestInit, &Service::HandleInit);
+  shm_attach_ = AnswerAtOnce<ShmAttachRequest, ShmAttachResponse>(&Service::RequestShmAttach,
+                                                                  &Service::HandleShmAttach);
+  heartbeat_ = AnswerAtOnce<HeartbeatRequest, HeartbeatResponse>(&Service::RequestHeartbeat,
+                                                                 &Service::HandleHeartbeat);
+  done_ = AnswerAtOnce<DoneRequest, DoneResponse>(&Service::RequestDone, &Service::HandleDone);
+  stats_ = AnswerAtOnce<StatsRequest, StatsResponse>(&Service::RequestStats, &Service::HandleStats);
+  shutdown_ = AnswerAtOnce<ShutdownRequest, ShutdownResponse>(&Service::RequestShutdown,
+                                                              &Service::HandleShutdown);
+  await_workers_done_ = {.service = this,
+                         .request = &Service::RequestAwaitWorkersDone,
+                         .serve = [this](Call<AwaitWorkersDoneRequest, StatsResponse>* call) {
+                           ServeAwaitWorkersDone(call);
+                         },
+                         .cancellable = true};
+  checkpoint_ = {.service = this,
+                 .request = &Service::RequestCheckpoint,
+                 .serve = [this](Call<CheckpointRequest, CheckpointResponse>* call) {
+                   ServeCheckpoint(call);
+                 }};
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::AwaitWorkersDone(
-    grpc::CallbackServerContext* context, const AwaitWorkersDoneRequest* request,
-    StatsResponse* response) {
-  const absl::Duration asked = absl::Milliseconds(std::max(0, request->timeout_ms()));
+template <typename Request, typename Response>
+typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerAtOnce(
+    typename Call<Request, Response>::RequestCall request,
+    absl::Status (ParameterServerService::*handle)(const Request&, Response*)) {
+  return {.service = this,
+          .request = request,
+          .serve = [this, handle](Call<Request, Response>* call) {
+            call->Finish(ToGrpcStatus((this->*handle)(call->request(), call->response())));
+          }};
+}
+
+void ParameterServerService::RequestCalls(grpc::ServerCompletionQueue* queue) {
+  AwaitExchange(exchange_, queue);
+  Call<RegisterRequest, RegisterResponse>::Await(&register_, queue);
+  Call<InitRequest, InitResponse>::Await(&init_, queue);
+  Call<ShmAttachRequest, ShmAttachResponse>::Await(&shm_attach_, queue);
+  Call<HeartbeatRequest, HeartbeatResponse>::Await(&heartbeat_, queue);
+  Call<DoneRequest, DoneResponse>::Await(&done_, queue);
+  Call<StatsRequest, StatsResponse>::Await(&stats_, queue);
+  Call<AwaitWorkersDoneRequest, StatsResponse>::Await(&await_workers_done_, queue);
+  Call<CheckpointRequest, CheckpointResponse>::Await(&checkpoint_, queue);
+  Call<ShutdownRequest, ShutdownResponse>::Await(&shutdown_, queue);
+}
+
+void ParameterServerService::ServeAwaitWorkersDone(
+    Call<AwaitWorkersDoneRequest, StatsResponse>* call) {
+  const absl::Duration asked = absl::Milliseconds(std::max(0, call->request().timeout_ms()));
   const absl::Time deadline = std::min(absl::Now() + std::min(asked, limits_.max_pull_wait),
-                                       absl::FromChrono(context->deadline()));
-  auto* call = new AwaitWorkersDoneCall(server_, &answer_threads_, request, response, deadline);
-  call->Step();
-  return call;
+                                       absl::FromChrono(call->context()->deadline()));
+  auto wait = std::make_shared<AwaitWorkersDoneWait>(server_, &answer_threads_, call, deadline);
+  call->SetOnCancel([wait] { wait->Cancel(); });
+  wait->Step();
+}
+
+void ParameterServerService::ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call) {
+  if (!hooks_.checkpoint) {
+    call->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "this PS has no checkpoint directory (training.checkpoint.dir)"));
+    return;
+  }
+  if (checkpointing_.exchange(true)) {
+    call->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "a checkpoint is being written already; ask again once it is done"));
+    return;
+  }
+  // Writing may take long: never on a queue thread.
+  checkpoint_thread_.Post([this, call] {
+    absl::StatusOr<CheckpointResponse> written = hooks_.checkpoint();
+    checkpointing_.store(false);
+    if (written.ok()) *call->response() = *std::move(written);
+    call->Finish(ToGrpcStatus(written.status()));
+  });
 }
 
 int64_t ParameterServerService::PushBufferBudget() const {
@@ -158,58 +205,42 @@ void ParameterServerService::ReturnPushBuffer(std::unique_ptr<PushRequest> buffe
   }
 }
 
-grpc::Status ParameterServerService::Register(grpc::ServerContext*, const RegisterRequest* request,
-                                              RegisterResponse* response) {
-  return ToGrpcStatus(server_->Register(*request, response));
+absl::Status ParameterServerService::HandleRegister(const RegisterRequest& request,
+                                                    RegisterResponse* response) {
+  return server_->Register(request, response);
 }
 
-grpc::Status ParameterServerService::Init(grpc::ServerContext*, const InitRequest* request,
-                                          InitResponse* response) {
-  return ToGrpcStatus(server_->Init(*request, response));
+absl::Status ParameterServerService::HandleInit(const InitRequest& request,
+                                                InitResponse* response) {
+  return server_->Init(request, response);
 }
 
-grpc::Status ParameterServerService::ShmAttach(grpc::ServerContext*,
-                                               const ShmAttachRequest* request,
-                                               ShmAttachResponse* response) {
-  return ToGrpcStatus(shm_regions_.Attach(*request, response));
+absl::Status ParameterServerService::HandleShmAttach(const ShmAttachRequest& request,
+                                                     ShmAttachResponse* response) {
+  return shm_regions_.Attach(request, response);
 }
 
-grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*,
-                                               const HeartbeatRequest* request,
-                                               HeartbeatResponse* response) {
-  return ToGrpcStatus(server_->Heartbeat(*request, response));
+absl::Status ParameterServerService::HandleHeartbeat(const HeartbeatRequest& request,
+                                                     HeartbeatResponse* response) {
+  return server_->Heartbeat(request, response);
 }
 
-grpc::Status ParameterServerService::Done(grpc::ServerContext*, const DoneRequest* request,
-                                          DoneResponse* response) {
-  return ToGrpcStatus(server_->Done(*request, response));
+absl::Status ParameterServerService::HandleDone(const DoneRequest& request,
+                                                DoneResponse* response) {
+  return server_->Done(request, response);
 }
 
-grpc::Status ParameterServerService::Stats(grpc::ServerContext*, const StatsRequest*,
-                                           StatsResponse* response) {
+absl::Status ParameterServerService::HandleStats(const StatsRequest&, StatsResponse* response) {
   server_->Stats(response);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status ParameterServerService::Checkpoint(grpc::ServerContext*, const CheckpointRequest*,
-                                                CheckpointResponse* response) {
-  if (!hooks_.checkpoint) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this PS has no checkpoint directory (training.checkpoint.dir)");
-  }
-  absl::StatusOr<CheckpointResponse> written = hooks_.checkpoint();
-  if (!written.ok()) return ToGrpcStatus(written.status());
-  *response = *written;
-  return grpc::Status::OK;
-}
-
-grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*, const ShutdownRequest*,
-                                              ShutdownResponse*) {
+absl::Status ParameterServerService::HandleShutdown(const ShutdownRequest&, ShutdownResponse*) {
   if (!hooks_.shutdown) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this PS cannot be shut down remotely");
+    return absl::FailedPreconditionError("this PS cannot be shut down remotely");
   }
   hooks_.shutdown();
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
@@ -221,13 +252,6 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits,
                                                                shared_memory);
   grpc::ServerBuilder builder;
-  // Every unary call of the sync API holds a thread while it runs: without
-  // a bound, a flood of calls would grow the process's threads without
-  // one. Past it, gRPC answers RESOURCE_EXHAUSTED at once. (Exchanges and
-  // AwaitWorkersDone run on gRPC's callbacks and hold none while they wait.)
-  grpc::ResourceQuota quota("ps_server");
-  quota.SetMaxThreads(limits.max_server_threads);
-  builder.SetResourceQuota(quota);
   builder.AddListeningPort(address, ServerCredentials(security), &running.port);
   // gRPC sets SO_REUSEPORT by default: a second ps_server started for the
   // same shard would then bind beside the first, and the kernel would split
@@ -236,7 +260,10 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   builder.RegisterService(running.service.get());
   builder.SetMaxReceiveMessageSize(limits.max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  running.grpc_server = builder.BuildAndStart();
+  ParameterServerService* service = running.service.get();
+  running.grpc_server =
+      QueueServer::Start(&builder, ServerThreads(limits),
+                         [service](grpc::ServerCompletionQueue* queue) { service->RequestCalls(queue); });
   if (!running.grpc_server || running.port == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, "; is the port in use or the address not on this host?"));

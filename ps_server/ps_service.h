@@ -4,12 +4,16 @@
 // pushes). Shutdown is forwarded to a callback so that the process (not
 // the service) decides how to stop.
 //
-// The data plane is one method, Exchange, served on gRPC's callback API
-// over raw byte buffers (ps_server/exchange_call.h, rpc/chunk_wire.h), so
-// that a long-polling pull holds no thread. AwaitWorkersDone, the other
-// long-poll, is a callback method too. The remaining methods are short
-// unary calls of the sync API. Workers on the same host may attach a
-// shared region (ShmAttach) and move an exchange's bytes through it.
+// Every method is served on gRPC's completion-queue API by the server's
+// fixed set of queue threads (rpc/completion_threads.h), so that no call
+// holds a thread while it waits and a flood of calls adds none. The data
+// plane is one method, Exchange, over raw byte buffers
+// (ps_server/exchange_call.h, rpc/chunk_wire.h); a long-polling pull, like
+// the chief's AwaitWorkersDone, leaves a waiter in the shard. The other
+// methods are short and answered on the queue thread, except Checkpoint,
+// which runs on a thread of its own, one at a time. Workers on the same
+// host may attach a shared region (ShmAttach) and move an exchange's bytes
+// through it.
 #ifndef PST_PS_SERVER_PS_SERVICE_H_
 #define PST_PS_SERVER_PS_SERVICE_H_
 
@@ -17,12 +21,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/security.h"
 #include "common/thread_pool.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
+#include "ps_server/async_service.h"
 #include "ps_server/chunk_streams.h"
 #include "ps_server/exchange_call.h"
 #include "ps_server/message_pool.h"
@@ -30,6 +36,8 @@
 #include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
 #include "ps_server/shm_regions.h"
+#include "ps_server/unary_call.h"
+#include "rpc/completion_threads.h"
 
 namespace pst {
 
@@ -40,12 +48,7 @@ struct AdminHooks {
   std::function<absl::StatusOr<CheckpointResponse>()> checkpoint;  // Checkpoint
 };
 
-// Exchange (raw, callback) and AwaitWorkersDone (callback) beside the
-// sync API's unary methods, on one service.
-using ParameterServerBase = ParameterServer::WithRawCallbackMethod_Exchange<
-    ParameterServer::WithCallbackMethod_AwaitWorkersDone<ParameterServer::Service>>;
-
-class ParameterServerService final : public ParameterServerBase {
+class ParameterServerService final : public AsyncParameterServer {
  public:
   // Threads that send the answers of pulls whose wait is over.
   static constexpr int kAnswerThreads = 8;
@@ -63,30 +66,9 @@ class ParameterServerService final : public ParameterServerBase {
   // Shared-memory exchanges waiting for their region (ShmRegions::Claim).
   int shared_region_waiters() const { return shm_regions_.waiting(); }
 
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(
-      grpc::CallbackServerContext* context) override;
-  // Waits as a pull does, holding no thread: cut to max_pull_wait and the
-  // call's deadline, and ended when the caller goes.
-  grpc::ServerUnaryReactor* AwaitWorkersDone(grpc::CallbackServerContext* context,
-                                             const AwaitWorkersDoneRequest* request,
-                                             StatsResponse* response) override;
-
-  grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
-                        RegisterResponse* response) override;
-  grpc::Status Init(grpc::ServerContext* context, const InitRequest* request,
-                    InitResponse* response) override;
-  grpc::Status ShmAttach(grpc::ServerContext* context, const ShmAttachRequest* request,
-                         ShmAttachResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
-                         HeartbeatResponse* response) override;
-  grpc::Status Done(grpc::ServerContext* context, const DoneRequest* request,
-                    DoneResponse* response) override;
-  grpc::Status Stats(grpc::ServerContext* context, const StatsRequest* request,
-                     StatsResponse* response) override;
-  grpc::Status Checkpoint(grpc::ServerContext* context, const CheckpointRequest* request,
-                          CheckpointResponse* response) override;
-  grpc::Status Shutdown(grpc::ServerContext* context, const ShutdownRequest* request,
-                        ShutdownResponse* response) override;
+  // Requests the first call of every method on `queue`; each call
+  // requests the next as it arrives.
+  void RequestCalls(grpc::ServerCompletionQueue* queue);
 
  private:
   // The budget of bytes for pushes being reassembled (RpcLimits).
@@ -94,6 +76,26 @@ class ParameterServerService final : public ParameterServerBase {
   // Gives a reassembly buffer back to the pool, and the memory to the
   // system once the pool has freed enough of them.
   void ReturnPushBuffer(std::unique_ptr<PushRequest> buffer);
+
+  template <typename Request, typename Response>
+  using Call = UnaryCall<Request, Response>;
+  // A method whose handler answers at once on the queue thread.
+  template <typename Request, typename Response>
+  typename Call<Request, Response>::Method AnswerAtOnce(
+      typename Call<Request, Response>::RequestCall request,
+      absl::Status (ParameterServerService::*handle)(const Request&, Response*));
+  absl::Status HandleRegister(const RegisterRequest& request, RegisterResponse* response);
+  absl::Status HandleInit(const InitRequest& request, InitResponse* response);
+  absl::Status HandleShmAttach(const ShmAttachRequest& request, ShmAttachResponse* response);
+  absl::Status HandleHeartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
+  absl::Status HandleDone(const DoneRequest& request, DoneResponse* response);
+  absl::Status HandleStats(const StatsRequest& request, StatsResponse* response);
+  absl::Status HandleShutdown(const ShutdownRequest& request, ShutdownResponse* response);
+  // Writes the checkpoint on checkpoint_thread_; refused while one is written.
+  void ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call);
+  // Waits as a pull does, holding no thread: cut to max_pull_wait and the
+  // call's deadline, and ended when the caller goes.
+  void ServeAwaitWorkersDone(Call<AwaitWorkersDoneRequest, StatsResponse>* call);
 
   pst::ParameterShard* server_;
   AdminHooks hooks_;
@@ -104,11 +106,26 @@ class ParameterServerService final : public ParameterServerBase {
   PullPayloadPool pull_payloads_;
   std::atomic<int64_t> freed_since_trim_{0};
   ShmRegions shm_regions_;
-  // Where exchanges hand off what must not run in gRPC's callbacks
+  // Where exchanges hand off what must not run on the queue's threads
   // (ExchangeResources): answers once a waiter is woken, bounded, since a
   // SYNC step wakes every worker's pull at once; and what may block.
   ThreadPool answer_threads_{kAnswerThreads};
+  ThreadPool work_threads_{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
   ThreadPool blocking_threads_;
+  // Checkpoint writes, one at a time: another asked for meanwhile is
+  // refused at once.
+  ThreadPool checkpoint_thread_{1};
+  std::atomic<bool> checkpointing_{false};
+  // The unary methods, as UnaryCall requests them.
+  Call<RegisterRequest, RegisterResponse>::Method register_;
+  Call<InitRequest, InitResponse>::Method init_;
+  Call<ShmAttachRequest, ShmAttachResponse>::Method shm_attach_;
+  Call<HeartbeatRequest, HeartbeatResponse>::Method heartbeat_;
+  Call<DoneRequest, DoneResponse>::Method done_;
+  Call<StatsRequest, StatsResponse>::Method stats_;
+  Call<AwaitWorkersDoneRequest, StatsResponse>::Method await_workers_done_;
+  Call<CheckpointRequest, CheckpointResponse>::Method checkpoint_;
+  Call<ShutdownRequest, ShutdownResponse>::Method shutdown_;
   // Last: its watchdog may end calls until it is destroyed.
   OpenStreams streams_;
   ExchangeResources exchange_;
@@ -119,15 +136,14 @@ class ParameterServerService final : public ParameterServerBase {
 // enough that one bad client cannot make the PS buffer a gigabyte.
 inline constexpr int kDefaultMaxRequestBytes = RpcLimits().max_request_bytes;
 
-// A running gRPC server for `server` on `address`, secured by `security`;
-// the bound port is written to `*bound_port` (useful with port 0).
-// Unavailable if the address cannot be bound. gRPC refuses a request larger
-// than `limits.max_request_bytes` with RESOURCE_EXHAUSTED before any
-// handler sees it, and a unary call that finds all
-// `limits.max_server_threads` threads busy with RESOURCE_EXHAUSTED too.
+// A running gRPC server for `server` on `address`, secured by `security`,
+// served by `limits.max_server_threads` queue threads; `port` is the bound
+// port (useful with port 0). Unavailable if the address cannot be bound.
+// gRPC refuses a request larger than `limits.max_request_bytes` with
+// RESOURCE_EXHAUSTED before any handler sees it.
 struct RunningServer {
   std::unique_ptr<ParameterServerService> service;
-  std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<QueueServer> grpc_server;  // shut down (and so destroyed) before the service
   int port = 0;
 };
 absl::StatusOr<RunningServer> StartGrpcServer(

@@ -1,12 +1,18 @@
 #include "ps_server/rpc_limits.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 
 namespace pst {
+
+int ServerThreads(const RpcLimits& limits) {
+  if (limits.max_server_threads > 0) return limits.max_server_threads;
+  return 1;
+}
 
 absl::Status ValidateRpcLimits(const RpcLimits& limits) {
   auto positive = [](const char* flag, int64_t value) {
@@ -18,9 +24,12 @@ absl::Status ValidateRpcLimits(const RpcLimits& limits) {
                          positive("max_names_per_request", limits.max_names_per_request),
                          positive("max_reply_bytes", limits.max_reply_bytes),
                          positive("max_streams", limits.max_streams),
-                         positive("max_streams_per_worker", limits.max_streams_per_worker),
-                         positive("max_server_threads", limits.max_server_threads)}) {
+                         positive("max_streams_per_worker", limits.max_streams_per_worker)}) {
     if (!s.ok()) return s;
+  }
+  if (limits.max_server_threads < 0) {
+    return absl::InvalidArgumentError(
+        "--max_server_threads must be 0 (automatic) or a positive number of threads");
   }
   if (limits.max_pull_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_pull_wait_seconds must be positive");

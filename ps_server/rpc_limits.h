@@ -50,12 +50,18 @@ struct RpcLimits {
   // A push that would go past it is refused with RESOURCE_EXHAUSTED, unless
   // no other push holds any.
   int64_t max_push_buffer_bytes = 0;
-  // Threads of the gRPC server's unary calls, pollers included; a call
-  // that finds none free is answered RESOURCE_EXHAUSTED at once. Exchanges
-  // and AwaitWorkersDone run on gRPC's callbacks and hold no thread while
-  // they wait.
-  int max_server_threads = 160;
+  // Threads that serve the gRPC calls (the server's completion-queue
+  // threads, rpc/completion_threads.h). No call holds one while it waits,
+  // so these are all the threads calls get, however many are open; the
+  // heavy part of a large exchange runs on a pool of one thread per core.
+  // 0: automatic (one: with more, gRPC wakes another on every event to
+  // poll while the first runs it, which costs a small exchange more than
+  // it saves; docs/architecture.md).
+  int max_server_threads = 0;
 };
+
+// The queue threads `limits` asks for (resolving 0).
+int ServerThreads(const RpcLimits& limits);
 
 // InvalidArgument unless `limits` is usable: every bound positive (the push
 // budget may be 0, automatic).

@@ -2,9 +2,10 @@
 //
 // The client knows where each variable lives (placement/placement.h) and
 // speaks to all shards at once: one Pull, Push or PushPull here is one
-// Exchange call per shard (proto/ps.proto), all in flight together and
-// driven by gRPC's callbacks (worker/shard_call.h), so no thread is made
-// or held per call. A pull is an exchange with no gradients, a push one
+// Exchange call per shard (proto/ps.proto), all in flight together on the
+// client's completion queue, driven by the thread that waits for them
+// (worker/shard_call.h, rpc/completion_driver.h), so no thread is made or
+// held per call. A pull is an exchange with no gradients, a push one
 // with no pull. The tensors are encoded straight from and decoded straight
 // into the caller's buffers, in chunks of at most one chunk
 // (common/tensor_stream.h) each way; a share of at most one chunk is one
@@ -36,6 +37,7 @@
 #include "placement/variable_spec.h"
 #include "ps.grpc.pb.h"
 #include "rpc/chunk_wire.h"
+#include "rpc/completion_driver.h"
 #include "worker/shard_call.h"
 #include "worker/step_exchange.h"
 
@@ -266,14 +268,18 @@ class PsClient {
   grpc::ByteBuffer SharedRequest(const ShardExchange& exchange, OpenExchange* open);
   // Decodes a shared answer out of shard s's region into `out`.
   absl::Status TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open);
-  // Waits until gRPC has dropped every reference `sent` counts.
-  void AwaitPushReleased(int shard, const PayloadPin& sent) const;
+  // Waits until gRPC has dropped every reference `sent` counts, running
+  // the queue's events meanwhile.
+  void AwaitPushReleased(int shard, const PayloadPin& sent);
 
   friend class LayerwiseExchange;
 
   int worker_;
   DType wire_dtype_ = FLOAT32;
   Transport transport_ = Transport::kTcp;
+  // The exchanges' queue; before shards_, whose finishing calls it drives
+  // as they are destroyed.
+  CompletionDriver driver_;
   std::vector<Shard> shards_;
   std::vector<VariableSlice> slices_;
   // Where the control calls (Register, Init, Heartbeat, Done) of shards

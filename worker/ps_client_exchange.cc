@@ -21,7 +21,8 @@ class LayerwiseExchange final : public StepExchange {
                     std::vector<std::span<float>> out);
   ~LayerwiseExchange() override;
 
-  // Opens every shard's call; its answer is read by gRPC's callbacks.
+  // Opens every shard's call; its answer is read as the client's queue is
+  // driven: by Push (without waiting), AwaitValues and Finish.
   void Start();
 
   absl::Status Push(std::span<const int> variables) override;
@@ -35,7 +36,7 @@ class LayerwiseExchange final : public StepExchange {
     size_t pushed = 0;                // push_slices written so far
     PayloadPin sent = std::make_shared<char>(0);
     PullRequest pull;
-    // Written by the answer's callbacks; read by Finish once the call is over.
+    // Written by the answer's events; read by Finish once the call is over.
     PsClient::StreamedAnswer answer;
     std::unique_ptr<ShardCall> call;
   };
@@ -62,7 +63,6 @@ class LayerwiseExchange final : public StepExchange {
   absl::Mutex write_mu_;  // one Push at a time, in push order
 
   absl::Mutex mu_;
-  absl::CondVar values_ready_;
   std::vector<int> slices_left_ ABSL_GUARDED_BY(mu_);  // per variable: slices not yet final
   std::vector<std::vector<bool>> final_ ABSL_GUARDED_BY(mu_);  // per shard, per slice position
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
@@ -106,7 +106,7 @@ void LayerwiseExchange::Start() {
     for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
     const int shard_index = static_cast<int>(s);
     call.call = std::make_unique<ShardCall>(
-        shard.generic.get(), timeout_ + PsClient::kRpcDeadline,
+        shard.generic.get(), &client_->driver_, timeout_ + PsClient::kRpcDeadline,
         [this, shard_index](grpc::ByteBuffer* message) { return TakeAnswer(shard_index, message); },
         [this, shard_index](const absl::Status& status) { Ended(shard_index, status); });
     call.call->Start();
@@ -148,12 +148,11 @@ void LayerwiseExchange::MarkFinal(int s, size_t position) {
   if (marked[position]) return;  // `done` marks again those that arrived final
   marked[position] = true;
   const VariableSlice& slice = client_->slices_[client_->shards_[s].slices[position]];
-  if (--slices_left_[slice.variable] == 0) values_ready_.SignalAll();
+  --slices_left_[slice.variable];
 }
 
 void LayerwiseExchange::Fail(const absl::Status& status) {
   if (failure_.ok()) failure_ = status;
-  values_ready_.SignalAll();
 }
 
 absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
@@ -186,6 +185,9 @@ absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
                         : client_->ShardError(static_cast<int>(s), ended);
     }
   }
+  // What the connections took meanwhile is followed by what they can take
+  // now, and answers that came are read, while the caller computes on.
+  client_->driver_.Poll();
   // Every slice of `variables` must have gone out now: later ones were
   // pushed first, or the variables were not given in push order.
   for (int variable : variables) {
@@ -203,8 +205,11 @@ absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
 }
 
 absl::Status LayerwiseExchange::AwaitValues(int variable) {
+  client_->driver_.WaitUntil([this, variable] {
+    absl::MutexLock lock(&mu_);
+    return slices_left_[variable] == 0 || !failure_.ok();
+  });
   absl::MutexLock lock(&mu_);
-  while (slices_left_[variable] > 0 && failure_.ok()) values_ready_.Wait(&mu_);
   return slices_left_[variable] > 0 ? failure_ : absl::OkStatus();
 }
 

@@ -160,8 +160,15 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
   return true;
 }
 
-void PsClient::AwaitPushReleased(int s, const PayloadPin& sent) const {
-  if (!AwaitRelease(sent, kReleaseTimeout)) {
+void PsClient::AwaitPushReleased(int s, const PayloadPin& sent) {
+  const absl::Time deadline = absl::Now() + kReleaseTimeout;
+  auto released = [&sent] { return sent.use_count() == 1; };
+  // A release is no event of the queue: it is looked for after each one,
+  // and at least every millisecond.
+  while (!released() && absl::Now() < deadline) {
+    driver_.WaitUntil(released, std::min(deadline, absl::Now() + absl::Milliseconds(1)));
+  }
+  if (!AwaitRelease(sent, absl::ZeroDuration())) {
     // Only bytes of a call that has ended can be left: nothing reads them
     // into a model, whatever the caller writes there now.
     spdlog::warn("ps:{} ({}): gRPC still held a push's gradients {} after the call ended", s,
@@ -198,7 +205,7 @@ absl::Status PsClient::RunExchanges(const std::vector<ShardExchange>& exchanges)
   std::vector<std::unique_ptr<OpenExchange>> open(exchanges.size());
   std::vector<absl::Status> results(exchanges.size());
   // Every shard's call is started before any is waited for: they all run
-  // at once, driven by gRPC's callbacks.
+  // at once, driven by whichever thread waits on the client's queue.
   for (size_t i = 0; i < exchanges.size(); ++i) {
     absl::StatusOr<bool> shared = UseSharedMemory(exchanges[i].shard);
     if (!shared.ok()) {
@@ -229,7 +236,7 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
       exchange.pull ? absl::Milliseconds(exchange.pull->timeout_ms()) : absl::ZeroDuration();
   OpenExchange* taking = open.get();
   open->call = std::make_unique<ShardCall>(
-      shard.generic.get(), wait + kRpcDeadline,
+      shard.generic.get(), &driver_, wait + kRpcDeadline,
       [this, s, taking, out = exchange.out](grpc::ByteBuffer* message) {
         absl::Status taken = TakeAnswer(s, message, taking->shared, out, &taking->answer);
         if (taken.ok() && taking->answer.done) taking->call->AnswerComplete();

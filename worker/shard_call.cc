@@ -5,17 +5,22 @@
 
 namespace pst {
 
-ShardCall::ShardCall(grpc::GenericStub* stub, absl::Duration deadline, TakeAnswer take,
-                     OnEnd on_end)
-    : take_(std::move(take)), on_end_(std::move(on_end)) {
+namespace {
+// Set by a stub's PrepareCall: the call's method.
+const std::string& ExchangeMethod() {
+  static const std::string* const method = new std::string(kExchangeMethod);
+  return *method;
+}
+}  // namespace
+
+ShardCall::ShardCall(grpc::GenericStub* stub, CompletionDriver* driver, absl::Duration deadline,
+                     TakeAnswer take, OnEnd on_end)
+    : driver_(driver), take_(std::move(take)), on_end_(std::move(on_end)) {
   context_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   // The call's headers go with its first message: one frame fewer for an
   // exchange of one message each way.
   context_.set_initial_metadata_corked(true);
-  stub->PrepareBidiStreamingCall(&context_, kExchangeMethod, grpc::StubOptions(), this);
-  // Writes may be queued from outside the callbacks until the last one: the
-  // hold keeps the call open for them.
-  AddHold();
+  call_ = stub->PrepareCall(&context_, ExchangeMethod(), driver_->queue());
 }
 
 ShardCall::~ShardCall() {
@@ -24,21 +29,31 @@ ShardCall::~ShardCall() {
     absl::MutexLock lock(&mu_);
     started = started_;
   }
-  if (!started) {
-    // A prepared call must still be started to be done with.
-    Start();
-  }
-  if (!done_.HasBeenNotified()) Cancel();
-  done_.WaitForNotification();
+  if (!started) return;  // gRPC drops a call never started with its context
+  if (!Over()) Cancel();
+  driver_->WaitUntil([this] { return Over(); });
+}
+
+bool ShardCall::Over() {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+bool ShardCall::Answered() {
+  absl::MutexLock lock(&mu_);
+  return done_ || answered_;
 }
 
 void ShardCall::Start() {
   {
     absl::MutexLock lock(&mu_);
     started_ = true;
+    reading_ = true;
   }
-  StartRead(&in_);
-  StartCall();
+  // With the headers corked, StartCall only queues them for the first
+  // write: its tag never comes back.
+  call_->StartCall(nullptr);
+  call_->Read(&in_, &read_tag_);
   Pump();
 }
 
@@ -61,31 +76,32 @@ void ShardCall::Pump() {
     next = &queue_.front();
   }
   if (next->last) {
-    StartWriteLast(&next->message, grpc::WriteOptions());
+    call_->WriteLast(next->message, grpc::WriteOptions(), &write_tag_);
   } else {
-    StartWrite(&next->message);
+    call_->Write(next->message, &write_tag_);
   }
 }
 
-void ShardCall::ReleaseHold() {
-  // Not while a write is being issued: the hold is what keeps the call
-  // open until that write is in flight.
-  if (!holding_ || writing_ || !(failed_ || last_written_)) return;
-  holding_ = false;
-  RemoveHold();  // schedules OnDone, never runs it here
+void ShardCall::MaybeFinish() {
+  if (!started_ || finishing_ || reading_ || writing_) return;
+  if (!(read_ended_ || answered_ || failed_)) return;
+  finishing_ = true;
+  call_->Finish(&grpc_status_, &finish_tag_);
 }
 
 void ShardCall::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    last_written_ = queue_.front().last;
+    const bool last = queue_.front().last;
     queue_.pop_front();
-    if (!ok) {
-      failed_ = true;
+    if (!ok || last) {
+      // Nothing more goes out: the request is whole, or the call is over.
+      failed_ = !ok;
       queue_.clear();
+      if (last) failed_ = true;
     }
-    ReleaseHold();
+    MaybeFinish();
   }
   Pump();
 }
@@ -95,46 +111,65 @@ void ShardCall::OnReadDone(bool ok) {
     // The answer has ended: the shard has finished the call, and nothing
     // more may be written.
     absl::MutexLock lock(&mu_);
+    reading_ = false;
+    read_ended_ = true;
     failed_ = true;
     queue_.erase(queue_.begin() + (writing_ ? 1 : 0), queue_.end());
-    ReleaseHold();
+    MaybeFinish();
     return;
   }
   absl::Status taken = take_(&in_);
+  absl::MutexLock lock(&mu_);
   if (!taken.ok()) {
     problem_ = std::move(taken);
+    reading_ = false;
+    failed_ = true;
     context_.TryCancel();
+    MaybeFinish();
     return;
   }
   if (answered_) {
-    answer_.Notify();
+    reading_ = false;
+    MaybeFinish();
     return;
   }
-  StartRead(&in_);
+  call_->Read(&in_, &read_tag_);
 }
 
-void ShardCall::OnDone(const grpc::Status& status) {
-  status_ = !problem_.ok() ? problem_ : FromGrpcStatus(status);
-  if (on_end_) on_end_(status_);
-  if (!answer_.HasBeenNotified()) answer_.Notify();
-  done_.Notify();
+void ShardCall::OnFinished(bool /*ok*/) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = !problem_.ok() ? problem_ : FromGrpcStatus(grpc_status_);
+  }
+  if (on_end_) on_end_(status);
+  absl::MutexLock lock(&mu_);
+  status_ = std::move(status);
+  done_ = true;
 }
 
-void ShardCall::AnswerComplete() { answered_ = true; }
+void ShardCall::AnswerComplete() {
+  absl::MutexLock lock(&mu_);
+  answered_ = true;
+}
 
 void ShardCall::Cancel() {
   context_.TryCancel();
   absl::MutexLock lock(&mu_);
   failed_ = true;
   queue_.erase(queue_.begin() + (writing_ ? 1 : 0), queue_.end());
-  ReleaseHold();
+  MaybeFinish();
 }
 
 absl::Status ShardCall::Wait() {
-  answer_.WaitForNotification();
-  // A whole answer is a success; the status that follows it says so too.
-  if (answered_ && problem_.ok()) return absl::OkStatus();
-  done_.WaitForNotification();
+  driver_->WaitUntil([this] { return Answered(); });
+  {
+    // A whole answer is a success; the status that follows it says so too.
+    absl::MutexLock lock(&mu_);
+    if (answered_ && problem_.ok()) return absl::OkStatus();
+  }
+  driver_->WaitUntil([this] { return Over(); });
+  absl::MutexLock lock(&mu_);
   return status_;
 }
 

@@ -1,42 +1,44 @@
-// One Exchange call (proto/ps.proto) to one shard, driven by gRPC's
-// callback API: the request's messages are written in the order given, one
-// at a time, as the connection takes them; each answer message is handed to
-// the caller's function on a gRPC thread as it arrives. No thread of the
-// caller's is held while the call runs, and none is made for it: the
-// caller queues its messages and waits for the end.
+// One Exchange call (proto/ps.proto) to one shard, on gRPC's completion-
+// queue API: the request's messages are written in the order given, one at
+// a time, as the connection takes them; each answer message is handed to
+// the caller's function as it arrives. The events run on whichever thread
+// waits on the client's queue (rpc/completion_driver.h), usually the one
+// that waits for this call's answer, so no thread is made or held for the
+// call and the answer is decoded where it is awaited.
 #ifndef PST_WORKER_SHARD_CALL_H_
 #define PST_WORKER_SHARD_CALL_H_
 
 #include <deque>
 #include <functional>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/client_callback.h"
+#include "rpc/completion_driver.h"
+#include "rpc/completion_tag.h"
 
 namespace pst {
 
-class ShardCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class ShardCall {
  public:
   // Takes one answer message (its bytes may be moved out). An error ends
   // the call: it is cancelled, and Wait returns the error.
   using TakeAnswer = std::function<absl::Status(grpc::ByteBuffer* message)>;
-  // Told the call's outcome once it is over (Wait's status), on a gRPC
-  // thread, before Wait returns.
+  // Told the call's outcome once it is over (Wait's status), before Wait
+  // returns.
   using OnEnd = std::function<void(const absl::Status& status)>;
 
-  // Prepares the call on `stub`, which must outlive it, ending by
-  // `deadline` from now.
-  ShardCall(grpc::GenericStub* stub, absl::Duration deadline, TakeAnswer take, OnEnd on_end = {});
-  // Waits for the call to end (cancelling it first if it was started and
-  // not waited for).
-  ~ShardCall() override;
+  // Prepares the call on `stub` and `driver`, which must outlive it, ending
+  // by `deadline` from now.
+  ShardCall(grpc::GenericStub* stub, CompletionDriver* driver, absl::Duration deadline,
+            TakeAnswer take, OnEnd on_end = {});
+  // Cancels a call that is not over and waits until gRPC is done with it.
+  ~ShardCall();
   ShardCall(const ShardCall&) = delete;
   ShardCall& operator=(const ShardCall&) = delete;
 
@@ -58,26 +60,29 @@ class ShardCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::B
   // first error of TakeAnswer, or the call's status from the shard (or
   // gRPC) as an absl::Status whose message is gRPC's. Idempotent.
   absl::Status Wait();
-
-  void OnWriteDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+  // Whether the answer is whole or the call over (Wait would not wait).
+  bool Answered();
 
  private:
+  void OnWriteDone(bool ok);
+  void OnReadDone(bool ok);
+  void OnFinished(bool ok);
   // Issues the next queued write if none is in flight.
   void Pump();
-  // Lets the call end once no more writes will be issued.
-  void ReleaseHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks for the call's status once nothing more is read or written.
+  void MaybeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Over();
 
+  CompletionDriver* const driver_;
   grpc::ClientContext context_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
   const TakeAnswer take_;
   const OnEnd on_end_;
-  grpc::ByteBuffer in_;
-  absl::Status problem_;  // TakeAnswer's, set on the reading callback only
-  absl::Status status_;   // set in OnDone
-  bool answered_ = false;  // set on the reading callback only
-  absl::Notification answer_;  // the answer is whole, or the call is done
-  absl::Notification done_;
+  grpc::ByteBuffer in_;  // touched by the reading event only
+  grpc::Status grpc_status_;
+  MemberTag<ShardCall, &ShardCall::OnWriteDone> write_tag_{this};
+  MemberTag<ShardCall, &ShardCall::OnReadDone> read_tag_{this};
+  MemberTag<ShardCall, &ShardCall::OnFinished> finish_tag_{this};
 
   absl::Mutex mu_;
   struct Outgoing {
@@ -87,9 +92,14 @@ class ShardCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::B
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);  // front: in flight while writing_
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool last_written_ ABSL_GUARDED_BY(mu_) = false;
-  bool holding_ ABSL_GUARDED_BY(mu_) = true;  // until the last write is out, or none can be
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;      // no more writes
+  bool read_ended_ ABSL_GUARDED_BY(mu_) = false;  // no more reads
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;   // Finish issued
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // Finish's event is in: gRPC is done
+  absl::Status problem_ ABSL_GUARDED_BY(mu_);  // TakeAnswer's
+  absl::Status status_ ABSL_GUARDED_BY(mu_);   // the outcome, once done_
 };
 
 }  // namespace pst
