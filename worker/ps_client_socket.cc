@@ -235,6 +235,11 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
   const absl::Duration wait =
       exchange.pull ? absl::Milliseconds(exchange.pull->timeout_ms()) : absl::ZeroDuration();
   OpenExchange* taking = open.get();
+  // A shared exchange, or a share of at most one chunk, is one message
+  // each way (the push's, and the pull's answer).
+  const ShardCall::Shape shape = shared || WireBytes(s) <= kChunkBytes
+                                     ? ShardCall::Shape::kOneEachWay
+                                     : ShardCall::Shape::kStreams;
   open->call = std::make_unique<ShardCall>(
       shard.generic.get(), &driver_, wait + kRpcDeadline,
       [this, s, taking, out = exchange.out](grpc::ByteBuffer* message) {
@@ -242,7 +247,8 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
         if (taken.ok() && taking->answer.done) taking->call->AnswerComplete();
         return taken.ok() || absl::StartsWith(taken.message(), "ps:") ? taken
                                                                        : ShardError(s, taken);
-      });
+      },
+      ShardCall::OnEnd(), shape);
   open->call->Start();
   if (shared) {
     open->call->Write(SharedRequest(exchange, open.get()), /*last=*/true);

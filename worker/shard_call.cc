@@ -14,22 +14,25 @@ const std::string& ExchangeMethod() {
 }  // namespace
 
 ShardCall::ShardCall(grpc::GenericStub* stub, CompletionDriver* driver, absl::Duration deadline,
-                     TakeAnswer take, OnEnd on_end)
-    : driver_(driver), take_(std::move(take)), on_end_(std::move(on_end)) {
+                     TakeAnswer take, OnEnd on_end, Shape shape)
+    : stub_(stub),
+      driver_(driver),
+      shape_(shape),
+      take_(std::move(take)),
+      on_end_(std::move(on_end)) {
   context_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   // The call's headers go with its first message: one frame fewer for an
   // exchange of one message each way.
   context_.set_initial_metadata_corked(true);
-  call_ = stub->PrepareCall(&context_, ExchangeMethod(), driver_->queue());
 }
 
 ShardCall::~ShardCall() {
-  bool started = false;
+  bool issued = false;
   {
     absl::MutexLock lock(&mu_);
-    started = started_;
+    issued = issued_;
   }
-  if (!started) return;  // gRPC drops a call never started with its context
+  if (!issued) return;
   if (!Over()) Cancel();
   driver_->WaitUntil([this] { return Over(); });
 }
@@ -48,12 +51,15 @@ void ShardCall::Start() {
   {
     absl::MutexLock lock(&mu_);
     started_ = true;
+    if (shape_ == Shape::kOneEachWay) return;  // made with its message
+    issued_ = true;
     reading_ = true;
+    call_ = stub_->PrepareCall(&context_, ExchangeMethod(), driver_->queue());
+    // With the headers corked, StartCall only queues them for the first
+    // write: its tag never comes back.
+    call_->StartCall(nullptr);
+    call_->Read(&in_, &read_tag_);
   }
-  // With the headers corked, StartCall only queues them for the first
-  // write: its tag never comes back.
-  call_->StartCall(nullptr);
-  call_->Read(&in_, &read_tag_);
   Pump();
 }
 
@@ -61,6 +67,21 @@ bool ShardCall::Write(grpc::ByteBuffer message, bool last) {
   {
     absl::MutexLock lock(&mu_);
     if (failed_) return false;
+    if (shape_ == Shape::kOneEachWay) {
+      if (!started_ || issued_ || !last) {
+        problem_ = absl::InternalError("a one-message exchange was given another message");
+        failed_ = true;
+        if (issued_) context_.TryCancel();
+        return false;
+      }
+      issued_ = true;
+      failed_ = true;  // no more messages
+      finishing_ = true;
+      unary_call_ = stub_->PrepareUnaryCall(&context_, ExchangeMethod(), message, driver_->queue());
+      unary_call_->StartCall();
+      unary_call_->Finish(&in_, &grpc_status_, &finish_tag_);
+      return true;
+    }
     queue_.push_back({std::move(message), last});
   }
   Pump();
@@ -83,7 +104,7 @@ void ShardCall::Pump() {
 }
 
 void ShardCall::MaybeFinish() {
-  if (!started_ || finishing_ || reading_ || writing_) return;
+  if (!issued_ || finishing_ || reading_ || writing_) return;
   if (!(read_ended_ || answered_ || failed_)) return;
   finishing_ = true;
   call_->Finish(&grpc_status_, &finish_tag_);
@@ -137,6 +158,12 @@ void ShardCall::OnReadDone(bool ok) {
 }
 
 void ShardCall::OnFinished(bool /*ok*/) {
+  if (shape_ == Shape::kOneEachWay && grpc_status_.ok()) {
+    // The answer's one message came with the status.
+    absl::Status taken = take_(&in_);
+    absl::MutexLock lock(&mu_);
+    if (!taken.ok() && problem_.ok()) problem_ = std::move(taken);
+  }
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
@@ -162,6 +189,13 @@ void ShardCall::Cancel() {
 }
 
 absl::Status ShardCall::Wait() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!issued_) {  // cancelled, or refused a message, before it was made
+      return problem_.ok() ? absl::CancelledError("the exchange ended before it was sent")
+                           : problem_;
+    }
+  }
   driver_->WaitUntil([this] { return Answered(); });
   {
     // A whole answer is a success; the status that follows it says so too.

@@ -33,10 +33,16 @@ class ShardCall {
   // returns.
   using OnEnd = std::function<void(const absl::Status& status)>;
 
+  // How many messages the exchange has. kOneEachWay: the request is one
+  // message and the answer will be one (a share of at most one chunk, or
+  // a shared exchange): the call is made as a unary call, one operation
+  // and one event instead of four. The shard serves both alike.
+  enum class Shape { kStreams, kOneEachWay };
+
   // Prepares the call on `stub` and `driver`, which must outlive it, ending
   // by `deadline` from now.
   ShardCall(grpc::GenericStub* stub, CompletionDriver* driver, absl::Duration deadline,
-            TakeAnswer take, OnEnd on_end = {});
+            TakeAnswer take, OnEnd on_end = {}, Shape shape = Shape::kStreams);
   // Cancels a call that is not over and waits until gRPC is done with it.
   ~ShardCall();
   ShardCall(const ShardCall&) = delete;
@@ -48,7 +54,7 @@ class ShardCall {
   // Queues `message` behind the ones before it; `last` ends the request
   // (no Write may follow). False, with the message dropped, once a write
   // has failed: the shard ended the call, and Wait says why. One caller at
-  // a time.
+  // a time. A kOneEachWay call takes one message, which must be `last`.
   bool Write(grpc::ByteBuffer message, bool last);
   // Ends the call early (the shard drops what it has of it).
   void Cancel();
@@ -73,9 +79,12 @@ class ShardCall {
   void MaybeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Over();
 
+  grpc::GenericStub* const stub_;
   CompletionDriver* const driver_;
+  const Shape shape_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;           // kStreams
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> unary_call_;  // kOneEachWay
   const TakeAnswer take_;
   const OnEnd on_end_;
   grpc::ByteBuffer in_;  // touched by the reading event only
@@ -91,6 +100,7 @@ class ShardCall {
   };
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);  // front: in flight while writing_
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool issued_ ABSL_GUARDED_BY(mu_) = false;  // gRPC has the call
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;      // no more writes
