@@ -8,7 +8,8 @@
 // threads of gRPC's own, so every event costs a hand-off between threads,
 // and those threads also take socket events from the process's other
 // calls and hand them off too. A queue drained by the threads that wait on
-// it has no such hop (docs/architecture.md, "Completion queues").
+// it has no such hop (docs/architecture.md, "One data call, on completion
+// queues").
 #ifndef PST_RPC_COMPLETION_TAG_H_
 #define PST_RPC_COMPLETION_TAG_H_
 
