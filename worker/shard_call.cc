@@ -6,7 +6,8 @@
 namespace pst {
 
 namespace {
-// Set by a stub's PrepareCall: the call's method.
+// The method's path, kept for the process's life: gRPC holds on to the
+// string while it makes a call.
 const std::string& ExchangeMethod() {
   static const std::string* const method = new std::string(kExchangeMethod);
   return *method;
@@ -33,7 +34,9 @@ ShardCall::~ShardCall() {
     issued = issued_;
   }
   if (!issued) return;
-  if (!Over()) Cancel();
+  // A whole answer is followed by the shard's status: it is waited for, not
+  // cancelled.
+  if (!Answered()) Cancel();
   driver_->WaitUntil([this] { return Over(); });
 }
 

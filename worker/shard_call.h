@@ -43,7 +43,8 @@ class ShardCall {
   // by `deadline` from now.
   ShardCall(grpc::GenericStub* stub, CompletionDriver* driver, absl::Duration deadline,
             TakeAnswer take, OnEnd on_end = {}, Shape shape = Shape::kStreams);
-  // Cancels a call that is not over and waits until gRPC is done with it.
+  // Cancels a call whose answer is not whole, and waits until gRPC is done
+  // with it.
   ~ShardCall();
   ShardCall(const ShardCall&) = delete;
   ShardCall& operator=(const ShardCall&) = delete;
