@@ -190,9 +190,21 @@ bool ParameterShard::AllWorkersDone() const {
                      [](const WorkerProgress& w) { return w.done; });
 }
 
+bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
+  return store_.initialized() && policy_->PullMayProceed(View(), worker, min_version);
+}
+
 bool ParameterShard::PullMayProceed(const PullRequest& request) const {
-  return store_.initialized() &&
-         policy_->PullMayProceed(View(), request.worker(), request.min_version());
+  return PullMayProceed(request.worker(), request.min_version());
+}
+
+absl::Status ParameterShard::CheckPull(const PullRequest& request) const {
+  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  if (DTypeBytes(request.dtype()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
+                                                   static_cast<int>(request.dtype()), " in a pull"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParameterShard::Register(const RegisterRequest& request,
@@ -229,6 +241,7 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
     ++pushes_rejected_;
     return s;
   }
+  parameter_bytes_.store(store_.parameter_bytes(), std::memory_order_relaxed);
   ResetStep();
   response->set_accepted(true);
   spdlog::info("shard {}: initialized {} variables ({} bytes) from worker:{}", options_.shard,
@@ -256,11 +269,7 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
 
 absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time deadline,
                                        const PullVisitor& visit, const PullBounds& bounds) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
-  if (DTypeBytes(request.dtype()) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
-                                                   static_cast<int>(request.dtype()), " in a pull"));
-  }
+  if (absl::Status s = CheckPull(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   lease_.BeginCall(request.worker());
@@ -277,19 +286,14 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
     absl::AnyInvocable<void()> wake) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
-  if (DTypeBytes(request.dtype()) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
-                                                   static_cast<int>(request.dtype()), " in a pull"));
-  }
+  if (absl::Status s = CheckPull(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
     auto waiter = std::make_unique<Waiter>();
     waiter->ready = [this, worker = request.worker(), min_version = request.min_version()]()
                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                          return store_.initialized() &&
-                                 policy_->PullMayProceed(View(), worker, min_version);
+                          return PullMayProceed(worker, min_version);
                         };
     waiter->deadline = deadline;
     waiter->wake = std::move(wake);
@@ -855,6 +859,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
                                                    ", this is shard ", options_.shard));
   }
   if (absl::Status s = store_.Restore(checkpoint); !s.ok()) return s;
+  parameter_bytes_.store(store_.parameter_bytes(), std::memory_order_relaxed);
   ResetStep();
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
@@ -871,8 +876,7 @@ void ParameterShard::ResetStep() {
 }
 
 int64_t ParameterShard::parameter_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return store_.parameter_bytes();
+  return parameter_bytes_.load(std::memory_order_relaxed);
 }
 
 int64_t ParameterShard::version() const {

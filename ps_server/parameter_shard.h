@@ -373,7 +373,11 @@ class ParameterShard {
                                        PushChecked checked, bool may_wait);
   bool AllWorkersDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PullMayProceed(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InvalidArgument for a pull from an unknown worker or in an unknown
+  // wire dtype.
+  absl::Status CheckPull(const PullRequest& request) const;
   // Adds the push's gradients to the current step, releasing mu_ while they
   // land, and completes the step if the policy says so.
   void Aggregate(const PushRequest& request, const std::vector<int>& indices,
@@ -420,6 +424,9 @@ class ParameterShard {
   bool timer_stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread waiter_timer_;  // started by the constructor's body
   VariableStore store_ ABSL_GUARDED_BY(mu_);
+  // store_'s parameter_bytes(), set once it holds variables: read on every
+  // call's arrival without the lock.
+  std::atomic<int64_t> parameter_bytes_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

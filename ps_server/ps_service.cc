@@ -113,17 +113,37 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
           .blocking = &blocking_threads_,
       } {
   using Service = ParameterServerService;
-  register_ = AnswerAtOnce<RegisterRequest, RegisterResponse>(&Service::RequestRegister,
-                                                              &Service::HandleRegister);
-  init_ = AnswerAtOnce<InitRequest, InitResponse>(&Service::RequestInit, &Service::HandleInit);
-  shm_attach_ = AnswerAtOnce<ShmAttachRequest, ShmAttachResponse>(&Service::RequestShmAttach,
-                                                                  &Service::HandleShmAttach);
-  heartbeat_ = AnswerAtOnce<HeartbeatRequest, HeartbeatResponse>(&Service::RequestHeartbeat,
-                                                                 &Service::HandleHeartbeat);
-  done_ = AnswerAtOnce<DoneRequest, DoneResponse>(&Service::RequestDone, &Service::HandleDone);
-  stats_ = AnswerAtOnce<StatsRequest, StatsResponse>(&Service::RequestStats, &Service::HandleStats);
-  shutdown_ = AnswerAtOnce<ShutdownRequest, ShutdownResponse>(&Service::RequestShutdown,
-                                                              &Service::HandleShutdown);
+  register_ = AnswerAtOnce<RegisterRequest, RegisterResponse>(
+      &Service::RequestRegister, [this](const auto& request, auto* response) {
+        return server_->Register(request, response);
+      });
+  init_ = AnswerAtOnce<InitRequest, InitResponse>(
+      &Service::RequestInit,
+      [this](const auto& request, auto* response) { return server_->Init(request, response); });
+  shm_attach_ = AnswerAtOnce<ShmAttachRequest, ShmAttachResponse>(
+      &Service::RequestShmAttach, [this](const auto& request, auto* response) {
+        return shm_regions_.Attach(request, response);
+      });
+  heartbeat_ = AnswerAtOnce<HeartbeatRequest, HeartbeatResponse>(
+      &Service::RequestHeartbeat, [this](const auto& request, auto* response) {
+        return server_->Heartbeat(request, response);
+      });
+  done_ = AnswerAtOnce<DoneRequest, DoneResponse>(
+      &Service::RequestDone,
+      [this](const auto& request, auto* response) { return server_->Done(request, response); });
+  stats_ = AnswerAtOnce<StatsRequest, StatsResponse>(
+      &Service::RequestStats, [this](const StatsRequest&, StatsResponse* response) {
+        server_->Stats(response);
+        return absl::OkStatus();
+      });
+  shutdown_ = AnswerAtOnce<ShutdownRequest, ShutdownResponse>(
+      &Service::RequestShutdown, [this](const ShutdownRequest&, ShutdownResponse*) {
+        if (!hooks_.shutdown) {
+          return absl::FailedPreconditionError("this PS cannot be shut down remotely");
+        }
+        hooks_.shutdown();
+        return absl::OkStatus();
+      });
   await_workers_done_ = {.service = this,
                          .request = &Service::RequestAwaitWorkersDone,
                          .serve = [this](Call<AwaitWorkersDoneRequest, StatsResponse>* call) {
@@ -140,11 +160,11 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
 template <typename Request, typename Response>
 typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerAtOnce(
     typename Call<Request, Response>::RequestCall request,
-    absl::Status (ParameterServerService::*handle)(const Request&, Response*)) {
+    std::function<absl::Status(const Request&, Response*)> handle) {
   return {.service = this,
           .request = request,
-          .serve = [this, handle](Call<Request, Response>* call) {
-            call->Finish(ToGrpcStatus((this->*handle)(call->request(), call->response())));
+          .serve = [handle = std::move(handle)](Call<Request, Response>* call) {
+            call->Finish(ToGrpcStatus(handle(call->request(), call->response())));
           }};
 }
 
@@ -203,44 +223,6 @@ void ParameterServerService::ReturnPushBuffer(std::unique_ptr<PushRequest> buffe
     freed_since_trim_.store(0);
     ReturnFreedMemory();
   }
-}
-
-absl::Status ParameterServerService::HandleRegister(const RegisterRequest& request,
-                                                    RegisterResponse* response) {
-  return server_->Register(request, response);
-}
-
-absl::Status ParameterServerService::HandleInit(const InitRequest& request,
-                                                InitResponse* response) {
-  return server_->Init(request, response);
-}
-
-absl::Status ParameterServerService::HandleShmAttach(const ShmAttachRequest& request,
-                                                     ShmAttachResponse* response) {
-  return shm_regions_.Attach(request, response);
-}
-
-absl::Status ParameterServerService::HandleHeartbeat(const HeartbeatRequest& request,
-                                                     HeartbeatResponse* response) {
-  return server_->Heartbeat(request, response);
-}
-
-absl::Status ParameterServerService::HandleDone(const DoneRequest& request,
-                                                DoneResponse* response) {
-  return server_->Done(request, response);
-}
-
-absl::Status ParameterServerService::HandleStats(const StatsRequest&, StatsResponse* response) {
-  server_->Stats(response);
-  return absl::OkStatus();
-}
-
-absl::Status ParameterServerService::HandleShutdown(const ShutdownRequest&, ShutdownResponse*) {
-  if (!hooks_.shutdown) {
-    return absl::FailedPreconditionError("this PS cannot be shut down remotely");
-  }
-  hooks_.shutdown();
-  return absl::OkStatus();
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,

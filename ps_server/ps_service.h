@@ -5,7 +5,7 @@
 // the service) decides how to stop.
 //
 // Every method is served on gRPC's completion-queue API by the server's
-// fixed set of queue threads (rpc/completion_threads.h), so that no call
+// fixed set of queue threads (rpc/queue_server.h), so that no call
 // holds a thread while it waits and a flood of calls adds none. The data
 // plane is one method, Exchange, over raw byte buffers
 // (ps_server/exchange_call.h, rpc/chunk_wire.h); a long-polling pull, like
@@ -37,7 +37,7 @@
 #include "ps_server/rpc_limits.h"
 #include "ps_server/shm_regions.h"
 #include "ps_server/unary_call.h"
-#include "rpc/completion_threads.h"
+#include "rpc/queue_server.h"
 
 namespace pst {
 
@@ -83,14 +83,7 @@ class ParameterServerService final : public AsyncParameterServer {
   template <typename Request, typename Response>
   typename Call<Request, Response>::Method AnswerAtOnce(
       typename Call<Request, Response>::RequestCall request,
-      absl::Status (ParameterServerService::*handle)(const Request&, Response*));
-  absl::Status HandleRegister(const RegisterRequest& request, RegisterResponse* response);
-  absl::Status HandleInit(const InitRequest& request, InitResponse* response);
-  absl::Status HandleShmAttach(const ShmAttachRequest& request, ShmAttachResponse* response);
-  absl::Status HandleHeartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
-  absl::Status HandleDone(const DoneRequest& request, DoneResponse* response);
-  absl::Status HandleStats(const StatsRequest& request, StatsResponse* response);
-  absl::Status HandleShutdown(const ShutdownRequest& request, ShutdownResponse* response);
+      std::function<absl::Status(const Request&, Response*)> handle);
   // Writes the checkpoint on checkpoint_thread_; refused while one is written.
   void ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call);
   // Waits as a pull does, holding no thread: cut to max_pull_wait and the

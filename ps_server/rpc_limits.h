@@ -51,7 +51,7 @@ struct RpcLimits {
   // no other push holds any.
   int64_t max_push_buffer_bytes = 0;
   // Threads that serve the gRPC calls (the server's completion-queue
-  // threads, rpc/completion_threads.h). No call holds one while it waits,
+  // threads, rpc/queue_server.h). No call holds one while it waits,
   // so these are all the threads calls get, however many are open; the
   // heavy part of a large exchange runs on a pool of one thread per core.
   // 0: automatic (one: with more, gRPC wakes another on every event to

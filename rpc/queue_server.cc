@@ -1,4 +1,4 @@
-#include "rpc/completion_threads.h"
+#include "rpc/queue_server.h"
 
 #include "rpc/completion_tag.h"
 
