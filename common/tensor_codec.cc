@@ -1,6 +1,7 @@
 #include "common/tensor_codec.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -151,6 +152,22 @@ bool EncodedFinite(absl::string_view data, DType dtype) {
     non_finite |= (bits & exponent) == exponent;
   }
   return non_finite == 0;
+}
+
+absl::Status CheckEncodedFinite(absl::string_view data, DType dtype, int64_t first_element,
+                                absl::string_view what) {
+  if (EncodedFinite(data, dtype)) return absl::OkStatus();
+  const int element_bytes = DTypeBytes(dtype);
+  for (size_t i = 0; i + element_bytes <= data.size(); i += element_bytes) {
+    float value = 0;
+    DecodeValues(data.substr(i, element_bytes), dtype, {&value, 1});
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has a non-finite value (", value, ") at element ",
+          first_element + static_cast<int64_t>(i / element_bytes), "; nothing was applied"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,

@@ -40,6 +40,12 @@ void DecodeValues(absl::string_view data, DType dtype, std::span<float> out);
 // the encoded bits: a value is Inf or NaN exactly when its exponent bits
 // are all ones, so a 16-bit payload is not decoded just to be checked.
 bool EncodedFinite(absl::string_view data, DType dtype);
+// OK if every value of `data` (elements of `dtype`) is finite; else
+// InvalidArgument naming `what` (e.g. `gradient for "w"`) and the first
+// value that is not, counting elements from `first_element`. As fast as
+// EncodedFinite where every value is finite.
+absl::Status CheckEncodedFinite(absl::string_view data, DType dtype, int64_t first_element,
+                                absl::string_view what);
 // Fills `tensor` with name, shape and `values` encoded as `dtype`.
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
                   std::span<const float> values, Tensor* tensor, DType dtype = FLOAT32);

@@ -4,7 +4,10 @@
 // shard, and whether the exchange pulls), the next two give the length of a
 // serialized ExchangeChunk (its header, pull and shm), which follows, and
 // the rest is written into the region. The push and the pull run as the
-// service runs them (ps_server/exchange_call.cc). Whatever they say:
+// service runs them (ps_server/exchange_call.cc): the push read whole and
+// then applied, or (control bit 64, where the shard can stream it) staged
+// straight out of the region with its answer written as it is staged.
+// Whatever they say:
 //  - nothing outside the region is read or written (ASan watches the
 //    shard's buffers; the region is reached only through its descriptor);
 //  - the model stays finite;
@@ -95,18 +98,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t before = shard->version();
   PushResponse pushed;
   absl::Status status = absl::OkStatus();
+  bool answered = false;  // written into the region as the push was staged
   if (pushes) {
     const DType dtype = pull.dtype();
-    bool finite = false;
+    const DType* answer_dtype = pulls ? &dtype : nullptr;
+    std::unique_ptr<StreamedUpdate> update;
+    if (control & 64) {
+      absl::StatusOr<ParameterShard::StreamedPush> streamed = shard->BeginStreamedPush(header);
+      status = streamed.status();
+      if (status.ok()) update = std::move(streamed->update);
+    }
     int64_t bytes = 0;
-    status = ReadShmPush(header, request.shm(), pulls ? &dtype : nullptr, **opened, limits,
-                         &buffer, &finite, &bytes);
-    if (status.ok()) status = shard->Push(buffer, &pushed, {.values_finite = finite});
+    if (status.ok() && update != nullptr) {
+      int64_t written = 0;
+      answered = pulls;
+      status = StageShmPush(header, request.shm(), answer_dtype, /*write_answer=*/pulls,
+                            **opened, limits, update.get(), &bytes, &written);
+      if (status.ok()) status = shard->CommitStreamedPush(std::move(update), &pushed);
+    } else if (status.ok()) {
+      bool finite = false;
+      status = ReadShmPush(header, request.shm(), answer_dtype, **opened, limits, &buffer,
+                           &finite, &bytes);
+      if (status.ok()) status = shard->Push(buffer, &pushed, {.values_finite = finite});
+    }
   }
   const int64_t moved = shard->version() - before;
   FUZZ_INVARIANT(moved == (AdvancedTheVersion(pushed.outcome()) ? 1 : 0));
   if (!status.ok()) FUZZ_INVARIANT(moved == 0);
-  if (status.ok() && pulls) {
+  if (status.ok() && pulls && !answered) {
     if (pushes) {
       AskForPushedVariables(header, &pull);
     } else {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -48,19 +47,10 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
 
 // InvalidArgument naming the first non-finite value in `data`, the bytes
 // of gradient `name` from byte `offset` on.
-absl::Status NonFinitePiece(const std::string& name, DType dtype, int64_t offset,
-                            absl::string_view data) {
-  std::vector<float> values(data.size() / DTypeBytes(dtype));
-  DecodeValues(data, dtype, values);
-  const int64_t first = offset / DTypeBytes(dtype);
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient for \"", name, "\" has a non-finite value (", values[i], ") at element ",
-          first + static_cast<int64_t>(i), "; nothing was applied"));
-    }
-  }
-  return absl::OkStatus();
+absl::Status CheckPieceFinite(const std::string& name, DType dtype, int64_t offset,
+                              absl::string_view data) {
+  return CheckEncodedFinite(data, dtype, offset / DTypeBytes(dtype),
+                            absl::StrCat("gradient for \"", name, "\""));
 }
 
 // Copies the chunk's pieces into `request`, checking each as it lands (in
@@ -74,9 +64,10 @@ absl::Status AddPieces(const ReceivedChunk& chunk, PieceSequence* sequence,
     Tensor* gradient = request->mutable_gradients(piece.tensor);
     char* data = gradient->mutable_data()->data() + piece.offset;
     chunk.CopyData(piece, data);
-    const absl::string_view copied(data, piece.size);
-    if (!EncodedFinite(copied, gradient->dtype())) {
-      return NonFinitePiece(gradient->name(), gradient->dtype(), piece.offset, copied);
+    if (absl::Status s = CheckPieceFinite(gradient->name(), gradient->dtype(), piece.offset,
+                                          absl::string_view(data, piece.size));
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -105,8 +96,9 @@ absl::Status ApplyPieces(const ReceivedChunk& chunk, const PushRequest& header,
       const int64_t elements = std::min(kBlockElements, reader.left() / element_bytes);
       const absl::string_view data(landing, elements * element_bytes);
       reader.Read(static_cast<int64_t>(data.size()), landing);
-      if (!EncodedFinite(data, gradient.dtype())) {
-        return NonFinitePiece(gradient.name(), gradient.dtype(), offset, data);
+      if (absl::Status s = CheckPieceFinite(gradient.name(), gradient.dtype(), offset, data);
+          !s.ok()) {
+        return s;
       }
       const std::span<float> values(block.data(), elements);
       if (landing == wire.data()) DecodeValues(data, gradient.dtype(), values);
@@ -247,18 +239,23 @@ void AskForPushedVariables(const PushRequest& push, PullRequest* pull) {
   for (const Tensor& gradient : push.gradients()) pull->add_names(gradient.name());
 }
 
+PullResponse PushedVariablesHeader(const PushRequest& push, DType dtype) {
+  PullResponse header;
+  for (const Tensor& gradient : push.gradients()) {
+    Tensor* variable = header.add_variables();
+    variable->set_name(gradient.name());
+    variable->mutable_shape()->CopyFrom(gradient.shape());
+    variable->set_dtype(dtype);
+  }
+  return header;
+}
+
 StagedAnswer::StagedAnswer(const PushRequest& header, DType dtype,
                            std::shared_ptr<PullPayload> payload)
     : dtype_(dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype),
       payload_(std::move(payload)),
-      gradient_element_bytes_(ElementBytes(header)) {
-  for (const Tensor& gradient : header.gradients()) {
-    Tensor* variable = answer_.add_variables();
-    variable->set_name(gradient.name());
-    variable->mutable_shape()->CopyFrom(gradient.shape());
-    variable->set_dtype(dtype_);
-  }
-}
+      answer_(PushedVariablesHeader(header, dtype_)),
+      gradient_element_bytes_(ElementBytes(header)) {}
 
 void StagedAnswer::Add(const ReceivedChunk& chunk, const StreamedUpdate& update) {
   if (!header_sent_) {

@@ -81,6 +81,10 @@ class ExchangeCall final {
   // After the request has ended: the push applied, then the pull. A step
   // that would block (`may_block` false) hands the rest to the pool.
   void Complete(bool may_block);
+  // A shared exchange's push, once its region is claimed: staged straight
+  // out of the region when the shard can stream it (ASYNC, no other update
+  // staging), else read into the buffer for Push.
+  absl::Status TakeSharedPush();
   void Defer();
   void Pull();
   void PullWoken();
@@ -126,6 +130,8 @@ class ExchangeCall final {
   std::optional<PushIntake> intake_;
   std::optional<StagedAnswer> staged_;  // the answer streams during the push
   std::shared_ptr<const OpenedRegion> region_;
+  std::unique_ptr<StreamedUpdate> shared_update_;  // staged out of the region
+  bool shared_answer_staged_ = false;  // its answer written into the region as staged
   bool shm_finite_ = false;
   bool pushed_ = false;
   PushResponse push_response_;
@@ -397,19 +403,14 @@ void ExchangeCall::Complete(bool may_block) {
       return End(region.status());
     }
     region_ = std::move(*region);
-    absl::Status read;
-    if (pushes_) {
-      const DType dtype = pull_.dtype();
-      read = ReadShmPush(header_, transfer_, pulls_ ? &dtype : nullptr, *region_, *r_.limits,
-                         buffer_.get(), &shm_finite_, &bytes_in_);
-    } else {
-      read = region_->CheckNotShrunk();
-    }
+    absl::Status read = pushes_ ? TakeSharedPush() : region_->CheckNotShrunk();
     if (!read.ok()) return End(read);
   }
   if (pushes_ && !pushed_) {
     std::optional<absl::Status> applied;
-    if (shared_) {
+    if (shared_update_ != nullptr) {
+      applied = r_.shard->CommitStreamedPush(std::move(shared_update_), &push_response_);
+    } else if (shared_) {
       // A non-finite value is left to the shard to refuse (and count).
       const PushChecked checked{.values_finite = shm_finite_};
       if (may_block) {
@@ -439,8 +440,45 @@ void ExchangeCall::Complete(bool may_block) {
     Write(staged_->Take(&done));
     return End(absl::OkStatus());
   }
+  if (shared_answer_staged_) {
+    // The answer is in the region, written as it was staged.
+    region_.reset();  // the worker's next exchange may claim it
+    done.set_version(push_response_.version());
+    PullResponse header = PushedVariablesHeader(header_, WireDType(pull_.dtype()));
+    header.set_version(push_response_.version());
+    ChunkBuilder builder;
+    builder.SetHeader(header);
+    builder.SetExtra(done);
+    Write(builder.Finish());
+    return End(absl::OkStatus());
+  }
   pull_start_ = absl::Now();
   Pull();
+}
+
+absl::Status ExchangeCall::TakeSharedPush() {
+  const DType dtype = pull_.dtype();
+  const DType* answer_dtype = pulls_ ? &dtype : nullptr;
+  absl::StatusOr<ParameterShard::StreamedPush> push = r_.shard->BeginStreamedPush(header_);
+  if (!push.ok()) return push.status();  // counted by the shard
+  if (push->update == nullptr) {
+    // Read whole, for Push to apply in its turn; a non-finite value is left
+    // to the shard to refuse (and count).
+    absl::Status read = ReadShmPush(header_, transfer_, answer_dtype, *region_, *r_.limits,
+                                    buffer_.get(), &shm_finite_, &bytes_in_);
+    return read.ok() ? read : Refuse(read);
+  }
+  shared_answer_staged_ =
+      pulls_ && r_.shard->policy().AnswerMayStreamDuringPush(pull_.min_version(),
+                                                              header_.computed_at_version());
+  if (absl::Status staged =
+          StageShmPush(header_, transfer_, answer_dtype, shared_answer_staged_, *region_,
+                       *r_.limits, push->update.get(), &bytes_in_, &bytes_out_);
+      !staged.ok()) {
+    return Refuse(staged);  // the update is dropped: nothing of it lands
+  }
+  shared_update_ = std::move(push->update);
+  return absl::OkStatus();
 }
 
 void ExchangeCall::Pull() {
@@ -666,6 +704,7 @@ void ExchangeCall::OnDone() {
   // staging of an update it never committed, its region and its buffer.
   intake_.reset();
   staged_.reset();
+  shared_update_.reset();
   region_.reset();
   stream_.reset();
   if (buffer_ != nullptr) r_.return_push_buffer(std::move(buffer_));

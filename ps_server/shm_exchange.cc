@@ -1,5 +1,11 @@
 #include "ps_server/shm_exchange.h"
 
+#include <algorithm>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
@@ -13,52 +19,111 @@ namespace {
 // over the whole gradient.
 constexpr int64_t kReadBlockBytes = 256 << 10;
 
-// Reads the push's gradients out of `region` into `buffer`; `answer_bytes`
-// gets the size of the pushed variables in `answer_dtype`, `finite` whether
-// every value read is finite.
-absl::Status ReadPush(const PushRequest& push, int64_t offset, const OpenedRegion& region,
-                      DType answer_dtype, PushRequest* buffer, int64_t* pushed_bytes,
-                      int64_t* answer_bytes, bool* finite) {
-  buffer->set_worker(push.worker());
-  buffer->set_computed_at_version(push.computed_at_version());
-  // Reuses the buffer's tensors (and their payloads' memory) in place.
-  while (buffer->gradients_size() > push.gradients_size())
-    buffer->mutable_gradients()->RemoveLast();
-  *pushed_bytes = 0;
-  *answer_bytes = 0;
-  *finite = true;
-  for (int i = 0; i < push.gradients_size(); ++i) {
-    const Tensor& header = push.gradients(i);
+// Elements staged at a time (StageShmPush): a block's gradient, as read
+// and decoded, and its new values stay in L2 from the read to the
+// answer's write.
+constexpr int64_t kStageBlockElements = 64 << 10;
+
+// A thread's buffers for StageShmPush, kept for its next exchange.
+struct StageBuffers {
+  std::vector<float> values;  // a block's gradient values
+  std::vector<char> wire;     // its 16-bit bytes, or its answer's
+};
+
+StageBuffers& ThisThreadsStageBuffers() {
+  thread_local StageBuffers buffers;
+  if (buffers.values.empty()) {
+    buffers.values.resize(kStageBlockElements);
+    buffers.wire.resize(kStageBlockElements * sizeof(float));
+  }
+  return buffers;
+}
+
+// Where one gradient lies in the region, and its answer from the answer's
+// offset.
+struct StagePlace {
+  int64_t push_offset = 0;
+  int64_t bytes = 0;
+  int64_t answer_offset = 0;
+};
+
+// Each gradient's place, every range checked against the region (the
+// answer's with `answer_element_bytes` > 0) before anything is read, and
+// the push against the limits.
+absl::StatusOr<std::vector<StagePlace>> PlanStage(const PushRequest& push,
+                                                  const ShmTransfer& transfer,
+                                                  int answer_element_bytes,
+                                                  const OpenedRegion& region,
+                                                  const RpcLimits& limits) {
+  if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
+  if (absl::Status s = CheckPushSize(push, limits); !s.ok()) return s;
+  std::vector<StagePlace> places;
+  int64_t offset = transfer.push_offset();
+  int64_t answer_bytes = 0;
+  for (const Tensor& header : push.gradients()) {
     absl::StatusOr<int64_t> bytes = AnnouncedBytes(header);
     if (!bytes.ok()) return bytes.status();
     if (absl::Status in = region.CheckRange(offset, *bytes); !in.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("gradient \"", header.name(), "\": ", in.message()));
     }
+    places.push_back({.push_offset = offset, .bytes = *bytes, .answer_offset = answer_bytes});
+    offset += *bytes;
+    answer_bytes += *bytes / DTypeBytes(header.dtype()) * answer_element_bytes;
+  }
+  if (answer_element_bytes > 0) {
+    if (absl::Status in = region.CheckRange(transfer.answer_offset(), answer_bytes); !in.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
+    }
+    for (StagePlace& place : places) place.answer_offset += transfer.answer_offset();
+  }
+  return places;
+}
+
+// Reads the push's gradients out of `region`, from where `places` says,
+// into `buffer`; `bytes` gets the bytes read, `finite` whether every value
+// read is finite.
+absl::Status ReadPush(const PushRequest& push, const std::vector<StagePlace>& places,
+                      const OpenedRegion& region, PushRequest* buffer, int64_t* bytes,
+                      bool* finite) {
+  buffer->set_worker(push.worker());
+  buffer->set_computed_at_version(push.computed_at_version());
+  // Reuses the buffer's tensors (and their payloads' memory) in place.
+  while (buffer->gradients_size() > push.gradients_size())
+    buffer->mutable_gradients()->RemoveLast();
+  *bytes = 0;
+  *finite = true;
+  for (int i = 0; i < push.gradients_size(); ++i) {
+    const Tensor& header = push.gradients(i);
+    const StagePlace& place = places[i];
     Tensor* gradient =
         i < buffer->gradients_size() ? buffer->mutable_gradients(i) : buffer->add_gradients();
     gradient->set_name(header.name());
     gradient->mutable_shape()->Assign(header.shape().begin(), header.shape().end());
     gradient->set_dtype(header.dtype());
     std::string* data = gradient->mutable_data();
-    data->resize(static_cast<size_t>(*bytes));
+    data->resize(static_cast<size_t>(place.bytes));
     const int element_bytes = std::max(DTypeBytes(header.dtype()), 1);
     const int64_t block = kReadBlockBytes / element_bytes * element_bytes;
-    for (int64_t done = 0; done < *bytes; done += block) {
-      const int64_t size = std::min(block, *bytes - done);
-      if (absl::Status read =
-              region.Read(offset + done, {data->data() + done, static_cast<size_t>(size)});
+    for (int64_t done = 0; done < place.bytes; done += block) {
+      const int64_t size = std::min(block, place.bytes - done);
+      if (absl::Status read = region.Read(place.push_offset + done,
+                                          {data->data() + done, static_cast<size_t>(size)});
           !read.ok()) {
         return read;
       }
       *finite =
           *finite && EncodedFinite(absl::string_view(data->data() + done, size), header.dtype());
     }
-    offset += *bytes;
-    *pushed_bytes += *bytes;
-    *answer_bytes += *bytes / element_bytes * DTypeBytes(answer_dtype);
+    *bytes += place.bytes;
   }
   return absl::OkStatus();
+}
+
+// The wire type of an exchange's answer; null: it pulls nothing.
+int AnswerElementBytes(const DType* answer_dtype) {
+  if (answer_dtype == nullptr) return 0;
+  return DTypeBytes(*answer_dtype == DTYPE_UNSPECIFIED ? FLOAT32 : *answer_dtype);
 }
 
 absl::Status WriteAnswerBytes(PullPayload* payload, const OpenedRegion& region, int64_t offset,
@@ -101,20 +166,68 @@ absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
                          const DType* answer_dtype, const OpenedRegion& region,
                          const RpcLimits& limits, PushRequest* buffer, bool* finite,
                          int64_t* bytes) {
-  if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
-  if (absl::Status s = CheckPushSize(push, limits); !s.ok()) return s;
-  const DType dtype =
+  absl::StatusOr<std::vector<StagePlace>> places =
+      PlanStage(push, transfer, AnswerElementBytes(answer_dtype), region, limits);
+  if (!places.ok()) return places.status();
+  return ReadPush(push, *places, region, buffer, bytes, finite);
+}
+
+absl::Status StageShmPush(const PushRequest& push, const ShmTransfer& transfer,
+                          const DType* answer_dtype, bool write_answer,
+                          const OpenedRegion& region, const RpcLimits& limits,
+                          StreamedUpdate* update, int64_t* read, int64_t* written) {
+  *read = 0;
+  *written = 0;
+  const DType answer =
       answer_dtype == nullptr || *answer_dtype == DTYPE_UNSPECIFIED ? FLOAT32 : *answer_dtype;
-  int64_t answer_bytes = 0;
-  if (absl::Status read = ReadPush(push, transfer.push_offset(), region, dtype, buffer, bytes,
-                                   &answer_bytes, finite);
-      !read.ok()) {
-    return read;
-  }
-  if (answer_dtype != nullptr) {
-    if (absl::Status in = region.CheckRange(transfer.answer_offset(), answer_bytes); !in.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
+  const int answer_element_bytes = AnswerElementBytes(answer_dtype);
+  absl::StatusOr<std::vector<StagePlace>> places =
+      PlanStage(push, transfer, answer_element_bytes, region, limits);
+  if (!places.ok()) return places.status();
+  const bool answers = write_answer && answer_element_bytes > 0;
+  StageBuffers& buffers = ThisThreadsStageBuffers();
+  for (int i = 0; i < push.gradients_size(); ++i) {
+    const Tensor& header = push.gradients(i);
+    const StagePlace& place = (*places)[i];
+    const int element_bytes = DTypeBytes(header.dtype());
+    const int64_t elements = place.bytes / element_bytes;
+    const std::string what = absl::StrCat("gradient for \"", header.name(), "\"");
+    for (int64_t first = 0; first < elements; first += kStageBlockElements) {
+      const std::span<float> values(buffers.values.data(),
+                                    std::min(kStageBlockElements, elements - first));
+      // float32 lands as the values themselves; 16-bit types are decoded
+      // into them.
+      char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(values.data())
+                                                     : buffers.wire.data();
+      const std::span<char> data(landing, values.size() * element_bytes);
+      if (absl::Status s = region.Read(place.push_offset + first * element_bytes, data); !s.ok()) {
+        return s;
+      }
+      const absl::string_view bytes(data.data(), data.size());
+      if (absl::Status s = CheckEncodedFinite(bytes, header.dtype(), first, what); !s.ok()) {
+        return s;
+      }
+      if (landing != reinterpret_cast<char*>(values.data())) {
+        DecodeValues(bytes, header.dtype(), values);
+      }
+      update->Apply(i, first, values);
+      update->Progressed();
+      if (!answers) continue;
+      const std::span<const float> staged(update->staged_values(i)->data() + first,
+                                          values.size());
+      std::span<const char> out(reinterpret_cast<const char*>(staged.data()), staged.size_bytes());
+      if (answer_element_bytes != sizeof(float)) {
+        EncodeValuesTo(staged, answer, buffers.wire.data());
+        out = {buffers.wire.data(), staged.size() * answer_element_bytes};
+      }
+      if (absl::Status s =
+              region.Write(place.answer_offset + first * answer_element_bytes, out);
+          !s.ok()) {
+        return s;
+      }
+      *written += static_cast<int64_t>(out.size());
     }
+    *read += place.bytes;
   }
   return absl::OkStatus();
 }

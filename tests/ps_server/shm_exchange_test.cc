@@ -35,17 +35,22 @@ class ShmExchangeTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(/*shared_memory=*/true); }
 
-  void Start(bool shared_memory) {
+  // A shard of `variables` (name and elements; every value 1), "w" of
+  // kElements by default, learning rate 1.
+  void Start(bool shared_memory, Mode mode = ASYNC,
+             const std::vector<std::pair<std::string, int64_t>>& variables = {{"w", kElements}}) {
     ShardOptions options;
-    options.mode = ASYNC;
+    options.mode = mode;
     options.num_workers = 2;
     options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = std::move(*shard);
     InitRequest init;
-    EncodeTensor("w", std::vector<int64_t>{kElements}, std::vector<float>(kElements, 1.0f),
-                 init.add_variables());
+    for (const auto& [name, elements] : variables) {
+      EncodeTensor(name, std::vector<int64_t>{elements}, std::vector<float>(elements, 1.0f),
+                   init.add_variables());
+    }
     InitResponse init_response;
     ASSERT_TRUE(shard_->Init(init, &init_response).ok());
     absl::StatusOr<RunningServer> server =
@@ -58,6 +63,12 @@ class ShmExchangeTest : public ::testing::Test {
   }
 
   void TearDown() override { server_.grpc_server->Shutdown(); }
+
+  void Restart(Mode mode,
+               const std::vector<std::pair<std::string, int64_t>>& variables = {{"w", kElements}}) {
+    server_.grpc_server->Shutdown();
+    Start(/*shared_memory=*/true, mode, variables);
+  }
 
   grpc::Status Attach(const SharedRegion& region, int worker, uint64_t* handle,
                       std::string boot_id = "") {
@@ -165,30 +176,109 @@ TEST_F(ShmExchangeTest, APullAloneWritesTheModelIntoTheRegion) {
   EXPECT_THAT(answer, Each(Eq(1.0f)));
 }
 
+// In ASYNC the shard stages the push straight out of the region; in SYNC
+// it reads it whole and applies it in its turn: both refuse the same.
 TEST_F(ShmExchangeTest, HostileRangesAreRefusedAndLeaveTheModelUntouched) {
-  std::unique_ptr<SharedRegion> region = NewRegion();
+  for (Mode mode : {ASYNC, SYNC}) {
+    SCOPED_TRACE(Mode_Name(mode));
+    Restart(mode);
+    std::unique_ptr<SharedRegion> region = NewRegion();
+    uint64_t handle = 0;
+    ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+    Fill(*region, 0, 0.25f);
+    const int64_t size = static_cast<int64_t>(region->bytes().size());
+    struct Case {
+      const char* what;
+      ExchangeChunk request;
+    };
+    const Case cases[] = {
+        {"push past the end", PushPull(handle, size - kBytes + 4, 0)},
+        {"negative push offset", PushPull(handle, -4, kBytes)},
+        {"a gradient larger than the region", PushPull(handle, 0, kBytes, size)},
+        {"an answer past the end", PushPull(handle, 0, size - kBytes + 4)},
+        {"an answer at an absurd offset",
+         PushPull(handle, 0, std::numeric_limits<int64_t>::max())},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.what);
+      ExchangeOutcome response;
+      grpc::Status status = Exchange(c.request, &response);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << status.error_message();
+      ExpectModelUntouched();
+    }
+    StatsResponse stats;
+    shard_->Stats(&stats);
+    EXPECT_EQ(stats.pushes_rejected(), static_cast<int64_t>(std::size(cases)));
+  }
+}
+
+// The answer is packed in the order its header lists the variables,
+// whatever order the pull names them in, in the pull's wire type.
+TEST_F(ShmExchangeTest, TheAnswerIsPackedInItsHeadersOrder) {
+  constexpr int64_t kBias = 24;
+  Restart(ASYNC, {{"w", kElements}, {"b", kBias}});
+  std::unique_ptr<SharedRegion> region = NewRegion(4 * kBytes);
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 0, &handle).ok());
-  Fill(*region, 0, 0.25f);
-  const int64_t size = static_cast<int64_t>(region->bytes().size());
-  struct Case {
-    const char* what;
-    ExchangeChunk request;
-  };
-  const Case cases[] = {
-      {"push past the end", PushPull(handle, size - kBytes + 4, 0)},
-      {"negative push offset", PushPull(handle, -4, kBytes)},
-      {"a gradient larger than the region", PushPull(handle, 0, kBytes, size)},
-      {"an answer past the end", PushPull(handle, 0, size - kBytes + 4)},
-      {"an answer at an absurd offset", PushPull(handle, 0, std::numeric_limits<int64_t>::max())},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.what);
-    ExchangeOutcome response;
-    grpc::Status status = Exchange(c.request, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-    ExpectModelUntouched();
+  // The push: "b" (float16, 0.5 each), then "w" (float32, 0.25 each).
+  std::string b_bytes;
+  EncodeValues(std::vector<float>(kBias, 0.5f), FLOAT16, &b_bytes);
+  std::memcpy(region->bytes().data(), b_bytes.data(), b_bytes.size());
+  Fill(*region, static_cast<int64_t>(b_bytes.size()), 0.25f);
+  ExchangeChunk request;
+  request.mutable_shm()->set_region(handle);
+  request.mutable_shm()->set_push_offset(0);
+  request.mutable_shm()->set_answer_offset(2 * kBytes);
+  PushRequest* header = request.mutable_header();
+  header->set_worker(0);
+  Tensor* b = header->add_gradients();
+  b->set_name("b");
+  b->add_shape(kBias);
+  b->set_dtype(FLOAT16);
+  Tensor* w = header->add_gradients();
+  w->set_name("w");
+  w->add_shape(kElements);
+  w->set_dtype(FLOAT32);
+  request.mutable_pull()->add_names("w");
+  request.mutable_pull()->add_names("b");
+  request.mutable_pull()->set_dtype(BFLOAT16);
+  ExchangeOutcome response;
+  ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
+  ASSERT_NE(response.done(), nullptr);
+  EXPECT_EQ(response.done()->version(), 1);
+  const PullResponse& answer = response.answers[0].header();
+  EXPECT_EQ(answer.version(), 1);
+  ASSERT_EQ(answer.variables_size(), 2);
+  const char* next = region->bytes().data() + 2 * kBytes;
+  for (const Tensor& variable : answer.variables()) {
+    SCOPED_TRACE(variable.name());
+    EXPECT_EQ(variable.dtype(), BFLOAT16);
+    const int64_t elements = variable.name() == "b" ? kBias : kElements;
+    std::vector<float> values(elements);
+    DecodeValues(absl::string_view(next, elements * 2), BFLOAT16, values);
+    EXPECT_THAT(values, Each(Eq(variable.name() == "b" ? 0.5f : 0.75f)));
+    next += elements * 2;
   }
+}
+
+// SYNC takes the push whole out of the region and sums it into the step.
+TEST_F(ShmExchangeTest, SyncPushesAreSummedIntoTheStep) {
+  Restart(SYNC);
+  for (int worker : {0, 1}) {
+    std::unique_ptr<SharedRegion> region = NewRegion();
+    uint64_t handle = 0;
+    ASSERT_TRUE(Attach(*region, worker, &handle).ok());
+    Fill(*region, 0, worker == 0 ? 0.25f : 0.75f);
+    ExchangeChunk request = PushPull(handle, 0, kBytes);
+    request.mutable_header()->set_worker(worker);
+    request.clear_pull();  // a push alone: the step completes with the second
+    ExchangeOutcome response;
+    ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
+  }
+  int64_t version = 0;
+  EXPECT_THAT(Model(&version), Each(Eq(0.5f)));  // 1 - (0.25 + 0.75) / 2
+  EXPECT_EQ(version, 1);
 }
 
 TEST_F(ShmExchangeTest, AGradientOfTheWrongShapeIsRefused) {
