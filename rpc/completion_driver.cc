@@ -58,16 +58,4 @@ bool CompletionDriver::WaitUntil(absl::FunctionRef<bool()> done, absl::Time dead
   return true;
 }
 
-void CompletionDriver::Poll() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (driving_) return;
-    driving_ = true;
-  }
-  while (RunOne(absl::Now())) {
-  }
-  absl::MutexLock lock(&mu_);
-  driving_ = false;
-}
-
 }  // namespace pst

@@ -34,11 +34,6 @@ class CompletionDriver {
   // an event has made it so, on whichever thread ran the event.
   bool WaitUntil(absl::FunctionRef<bool()> done, absl::Time deadline = absl::InfiniteFuture());
 
-  // Runs the events that are ready, without waiting, unless another thread
-  // drives: progress for calls nobody waits on now (the later messages of
-  // a push while the caller computes).
-  void Poll();
-
  private:
   // Takes one event, waiting until `deadline`; false if none came.
   bool RunOne(absl::Time deadline);

@@ -185,9 +185,18 @@ absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
                         : client_->ShardError(static_cast<int>(s), ended);
     }
   }
-  // What the connections took meanwhile is followed by what they can take
-  // now, and answers that came are read, while the caller computes on.
-  client_->driver_.Poll();
+  // The messages go out before the caller computes on: a write is issued
+  // only as the one before it completes, which takes the queue's events,
+  // and between pushes no thread drives the queue. Leaving them queued
+  // (polling for what was ready) measured half the samples per second:
+  // the push then moved only once the next forward pass waited for
+  // values. Answers that come meanwhile are taken too.
+  client_->driver_.WaitUntil([this] {
+    for (Call& call : calls_) {
+      if (call.call != nullptr && !call.call->Sent()) return false;
+    }
+    return true;
+  });
   // Every slice of `variables` must have gone out now: later ones were
   // pushed first, or the variables were not given in push order.
   for (int variable : variables) {

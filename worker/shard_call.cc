@@ -178,6 +178,11 @@ void ShardCall::OnFinished(bool /*ok*/) {
   done_ = true;
 }
 
+bool ShardCall::Sent() {
+  absl::MutexLock lock(&mu_);
+  return queue_.empty() || failed_;
+}
+
 void ShardCall::AnswerComplete() {
   absl::MutexLock lock(&mu_);
   answered_ = true;

@@ -69,6 +69,9 @@ class ShardCall {
   absl::Status Wait();
   // Whether the answer is whole or the call over (Wait would not wait).
   bool Answered();
+  // Whether gRPC has taken every message written so far, or will take no
+  // more (the request is whole, or the call failed).
+  bool Sent();
 
  private:
   void OnWriteDone(bool ok);

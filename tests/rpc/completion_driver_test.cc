@@ -69,22 +69,5 @@ TEST(CompletionDriverTest, EveryWaiterReturnsOnceItsEventHasRunWhoeverDrives) {
   }
 }
 
-TEST(CompletionDriverTest, PollRunsWhatIsReadyWithoutWaiting) {
-  CompletionDriver driver;
-  Event ready;
-  grpc::Alarm now;
-  now.Set(driver.queue(), Now(), &ready);
-  Event later;
-  grpc::Alarm in_an_hour;
-  in_an_hour.Set(driver.queue(), Now() + std::chrono::hours(1), &later);
-  // The alarm's event is queued by gRPC's timer, soon after it is due.
-  while (!ready.ran()) driver.Poll();
-  EXPECT_EQ(ready.thread(), std::this_thread::get_id());
-  EXPECT_FALSE(later.ran());
-  in_an_hour.Cancel();  // its event comes, not ok
-  EXPECT_TRUE(driver.WaitUntil([&] { return later.ran(); }));
-  EXPECT_FALSE(later.ok());
-}
-
 }  // namespace
 }  // namespace pst

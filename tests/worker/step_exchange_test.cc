@@ -7,6 +7,7 @@
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
+#include "tests/support/eventually.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -14,6 +15,12 @@ namespace {
 
 const std::vector<VariableSpec> kModel = {{"dense_0/kernel", {300, 200}}, {"dense_0/bias", {200}},
                                           {"dense_1/kernel", {200, 10}}, {"dense_1/bias", {10}}};
+// Its first kernel (32 MiB) takes more messages to each shard than the
+// connection takes at once.
+const std::vector<VariableSpec> kLargeModel = {{"dense_0/kernel", {4096, 2048}},
+                                               {"dense_0/bias", {2048}},
+                                               {"dense_1/kernel", {2048, 10}},
+                                               {"dense_1/bias", {10}}};
 // Backward's order: the last layer first.
 const std::vector<int> kPushOrder = {2, 3, 0, 1};
 
@@ -36,8 +43,8 @@ struct Connected {
   std::vector<std::vector<float>> initial, gradients, out;
 };
 
-// Two shards holding kModel (the big kernel sliced over both), initialized.
-Connected Connect(Mode mode) {
+// Two shards holding `model` (the big kernel sliced over both), initialized.
+Connected Connect(Mode mode, const std::vector<VariableSpec>& model = kModel) {
   Connected c;
   absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
       InProcessCluster::Start(ConfigFor(mode), 2);
@@ -48,9 +55,9 @@ Connected Connect(Mode mode) {
       std::vector<std::string>(ps.begin(), ps.end()), 0, absl::Seconds(10));
   EXPECT_TRUE(client.ok()) << client.status();
   c.client = std::move(*client);
-  c.client->SetVariables(kModel);
+  c.client->SetVariables(model);
   EXPECT_TRUE(c.client->Register().ok());
-  for (const VariableSpec& v : kModel) {
+  for (const VariableSpec& v : model) {
     c.initial.emplace_back(v.size(), 1.0f);
     c.gradients.emplace_back(v.size(), 2.0f);
     c.out.emplace_back(v.size(), 0.0f);
@@ -86,6 +93,31 @@ TEST_P(StepExchangeTest, AWholeExchangeCommitsOneUpdateAndBringsItBack) {
   ASSERT_TRUE((*exchange)->Finish(&versions, &responses).ok());
   EXPECT_EQ(versions, (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
+}
+
+// A push has gone out when Push returns: between pushes (while backward
+// computes) and after the last (until the next forward pass waits for
+// values) nothing else drives the worker's calls.
+TEST_P(StepExchangeTest, APushHasLeftWhenPushReturns) {
+  Connected c = Connect(GetParam(), kLargeModel);
+  absl::StatusOr<std::unique_ptr<StepExchange>> exchange = Begin(c, GetParam());
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  for (size_t i = 0; i < kPushOrder.size(); i += 2) {
+    ASSERT_TRUE((*exchange)->Push(std::span<const int>(kPushOrder).subspan(i, 2)).ok());
+  }
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_TRUE(Eventually([&] {
+      absl::StatusOr<StatsResponse> stats = c.client->Stats(s);  // not on the exchange's queue
+      return stats.ok() && stats->version() == 1;
+    })) << "shard " << s << " never had the whole push";
+  }
+  for (int v = 0; v < static_cast<int>(kLargeModel.size()); ++v) {
+    ASSERT_TRUE((*exchange)->AwaitValues(v).ok()) << v;
+  }
+  std::vector<int64_t> versions;
+  std::vector<PushResponse> responses;
+  ASSERT_TRUE((*exchange)->Finish(&versions, &responses).ok());
+  EXPECT_EQ(versions, (std::vector<int64_t>{1, 1}));
 }
 
 TEST_P(StepExchangeTest, PushingOutOfOrderIsRefused) {
