@@ -6,8 +6,7 @@
 // the rest is written into the region. The push and the pull run as the
 // service runs them (ps_server/exchange_call.cc): the push read whole and
 // then applied, or (control bit 64, where the shard can stream it) staged
-// straight out of the region with its answer written as it is staged.
-// Whatever they say:
+// straight out of the region. Whatever they say:
 //  - nothing outside the region is read or written (ASan watches the
 //    shard's buffers; the region is reached only through its descriptor);
 //  - the model stays finite;
@@ -98,7 +97,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t before = shard->version();
   PushResponse pushed;
   absl::Status status = absl::OkStatus();
-  bool answered = false;  // written into the region as the push was staged
   if (pushes) {
     const DType dtype = pull.dtype();
     const DType* answer_dtype = pulls ? &dtype : nullptr;
@@ -110,10 +108,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     int64_t bytes = 0;
     if (status.ok() && update != nullptr) {
-      int64_t written = 0;
-      answered = pulls;
-      status = StageShmPush(header, request.shm(), answer_dtype, /*write_answer=*/pulls,
-                            **opened, limits, update.get(), &bytes, &written);
+      status = StageShmPush(header, request.shm(), answer_dtype, **opened, limits, update.get(),
+                            &bytes);
       if (status.ok()) status = shard->CommitStreamedPush(std::move(update), &pushed);
     } else if (status.ok()) {
       bool finite = false;
@@ -125,7 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t moved = shard->version() - before;
   FUZZ_INVARIANT(moved == (AdvancedTheVersion(pushed.outcome()) ? 1 : 0));
   if (!status.ok()) FUZZ_INVARIANT(moved == 0);
-  if (status.ok() && pulls && !answered) {
+  if (status.ok() && pulls) {
     if (pushes) {
       AskForPushedVariables(header, &pull);
     } else {

@@ -126,10 +126,6 @@ class PullPayloadPool {
 // order.
 void AskForPushedVariables(const PushRequest& push, PullRequest* pull);
 
-// The header of an answer with the variables `push` pushes, in its order,
-// as `dtype`, without data or version.
-PullResponse PushedVariablesHeader(const PushRequest& push, DType dtype);
-
 // The answer of an exchange whose push streams into the update and whose
 // answer may flow during the push (ConsistencyPolicy::
 // AnswerMayStreamDuringPush): each message's new values as soon as they

@@ -131,7 +131,6 @@ class ExchangeCall final {
   std::optional<StagedAnswer> staged_;  // the answer streams during the push
   std::shared_ptr<const OpenedRegion> region_;
   std::unique_ptr<StreamedUpdate> shared_update_;  // staged out of the region
-  bool shared_answer_staged_ = false;  // its answer written into the region as staged
   bool shm_finite_ = false;
   bool pushed_ = false;
   PushResponse push_response_;
@@ -440,18 +439,6 @@ void ExchangeCall::Complete(bool may_block) {
     Write(staged_->Take(&done));
     return End(absl::OkStatus());
   }
-  if (shared_answer_staged_) {
-    // The answer is in the region, written as it was staged.
-    region_.reset();  // the worker's next exchange may claim it
-    done.set_version(push_response_.version());
-    PullResponse header = PushedVariablesHeader(header_, WireDType(pull_.dtype()));
-    header.set_version(push_response_.version());
-    ChunkBuilder builder;
-    builder.SetHeader(header);
-    builder.SetExtra(done);
-    Write(builder.Finish());
-    return End(absl::OkStatus());
-  }
   pull_start_ = absl::Now();
   Pull();
 }
@@ -468,12 +455,12 @@ absl::Status ExchangeCall::TakeSharedPush() {
                                     buffer_.get(), &shm_finite_, &bytes_in_);
     return read.ok() ? read : Refuse(read);
   }
-  shared_answer_staged_ =
-      pulls_ && r_.shard->policy().AnswerMayStreamDuringPush(pull_.min_version(),
-                                                              header_.computed_at_version());
-  if (absl::Status staged =
-          StageShmPush(header_, transfer_, answer_dtype, shared_answer_staged_, *region_,
-                       *r_.limits, push->update.get(), &bytes_in_, &bytes_out_);
+  // The answer is pulled once the update is committed, as for a push read
+  // whole: written into the region outside the staging, so that another
+  // worker's update does not wait for it. (Writing each block's new values
+  // as it was staged measured no faster, 6 alternations.)
+  if (absl::Status staged = StageShmPush(header_, transfer_, answer_dtype, *region_, *r_.limits,
+                                         push->update.get(), &bytes_in_);
       !staged.ok()) {
     return Refuse(staged);  // the update is dropped: nothing of it lands
   }

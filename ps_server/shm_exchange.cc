@@ -20,21 +20,20 @@ namespace {
 constexpr int64_t kReadBlockBytes = 256 << 10;
 
 // Elements staged at a time (StageShmPush): a block's gradient, as read
-// and decoded, and its new values stay in L2 from the read to the
-// answer's write.
+// and decoded, stays in L2 while it is checked and applied.
 constexpr int64_t kStageBlockElements = 64 << 10;
 
 // A thread's buffers for StageShmPush, kept for its next exchange.
 struct StageBuffers {
   std::vector<float> values;  // a block's gradient values
-  std::vector<char> wire;     // its 16-bit bytes, or its answer's
+  std::vector<char> wire;     // its 16-bit bytes
 };
 
 StageBuffers& ThisThreadsStageBuffers() {
   thread_local StageBuffers buffers;
   if (buffers.values.empty()) {
     buffers.values.resize(kStageBlockElements);
-    buffers.wire.resize(kStageBlockElements * sizeof(float));
+    buffers.wire.resize(kStageBlockElements * sizeof(uint16_t));
   }
   return buffers;
 }
@@ -173,18 +172,12 @@ absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
 }
 
 absl::Status StageShmPush(const PushRequest& push, const ShmTransfer& transfer,
-                          const DType* answer_dtype, bool write_answer,
-                          const OpenedRegion& region, const RpcLimits& limits,
-                          StreamedUpdate* update, int64_t* read, int64_t* written) {
-  *read = 0;
-  *written = 0;
-  const DType answer =
-      answer_dtype == nullptr || *answer_dtype == DTYPE_UNSPECIFIED ? FLOAT32 : *answer_dtype;
-  const int answer_element_bytes = AnswerElementBytes(answer_dtype);
+                          const DType* answer_dtype, const OpenedRegion& region,
+                          const RpcLimits& limits, StreamedUpdate* update, int64_t* bytes) {
+  *bytes = 0;
   absl::StatusOr<std::vector<StagePlace>> places =
-      PlanStage(push, transfer, answer_element_bytes, region, limits);
+      PlanStage(push, transfer, AnswerElementBytes(answer_dtype), region, limits);
   if (!places.ok()) return places.status();
-  const bool answers = write_answer && answer_element_bytes > 0;
   StageBuffers& buffers = ThisThreadsStageBuffers();
   for (int i = 0; i < push.gradients_size(); ++i) {
     const Tensor& header = push.gradients(i);
@@ -203,31 +196,17 @@ absl::Status StageShmPush(const PushRequest& push, const ShmTransfer& transfer,
       if (absl::Status s = region.Read(place.push_offset + first * element_bytes, data); !s.ok()) {
         return s;
       }
-      const absl::string_view bytes(data.data(), data.size());
-      if (absl::Status s = CheckEncodedFinite(bytes, header.dtype(), first, what); !s.ok()) {
+      const absl::string_view read(data.data(), data.size());
+      if (absl::Status s = CheckEncodedFinite(read, header.dtype(), first, what); !s.ok()) {
         return s;
       }
       if (landing != reinterpret_cast<char*>(values.data())) {
-        DecodeValues(bytes, header.dtype(), values);
+        DecodeValues(read, header.dtype(), values);
       }
       update->Apply(i, first, values);
       update->Progressed();
-      if (!answers) continue;
-      const std::span<const float> staged(update->staged_values(i)->data() + first,
-                                          values.size());
-      std::span<const char> out(reinterpret_cast<const char*>(staged.data()), staged.size_bytes());
-      if (answer_element_bytes != sizeof(float)) {
-        EncodeValuesTo(staged, answer, buffers.wire.data());
-        out = {buffers.wire.data(), staged.size() * answer_element_bytes};
-      }
-      if (absl::Status s =
-              region.Write(place.answer_offset + first * answer_element_bytes, out);
-          !s.ok()) {
-        return s;
-      }
-      *written += static_cast<int64_t>(out.size());
     }
-    *read += place.bytes;
+    *bytes += place.bytes;
   }
   return absl::OkStatus();
 }

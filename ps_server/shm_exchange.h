@@ -37,21 +37,15 @@ absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
 // block at a time: each block is read into a buffer of this thread's,
 // checked for non-finite values and staged while it is in cache, so that
 // no copy of the whole gradient is made and what the worker writes into
-// the region meanwhile never reaches the model unchecked. With
-// `answer_dtype`, the pushed variables' new values are the exchange's
-// answer, packed in the push's order from transfer.answer_offset
-// (PushedVariablesHeader): every range, the answer's too, is checked
-// before anything is read; and with `write_answer` each block's new
-// values are written there as soon as they are staged (they count once
-// the update is committed). `read` gets the bytes read, `written` those
-// written. InvalidArgument,
+// the region meanwhile never reaches the model unchecked. Every range is
+// checked before anything is read, the answer's too if the exchange pulls
+// (`answer_dtype` set). `bytes` gets the bytes read. InvalidArgument,
 // with the update to be dropped, for a range outside the region, one that
 // has shrunk since it was attached, a non-finite value or more gradients
 // than the limits allow.
 absl::Status StageShmPush(const PushRequest& push, const ShmTransfer& transfer,
-                          const DType* answer_dtype, bool write_answer,
-                          const OpenedRegion& region, const RpcLimits& limits,
-                          StreamedUpdate* update, int64_t* read, int64_t* written);
+                          const DType* answer_dtype, const OpenedRegion& region,
+                          const RpcLimits& limits, StreamedUpdate* update, int64_t* bytes);
 
 // Writes a captured answer into `region` from `offset`, packed in header
 // order, and drops the payload's references to the variables; `bytes` gets
