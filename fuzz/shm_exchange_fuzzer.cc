@@ -100,21 +100,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (pushes) {
     const DType dtype = pull.dtype();
     const DType* answer_dtype = pulls ? &dtype : nullptr;
-    std::unique_ptr<StreamedUpdate> update;
-    if (control & 64) {
-      absl::StatusOr<ParameterShard::StreamedPush> streamed = shard->BeginStreamedPush(header);
-      status = streamed.status();
-      if (status.ok()) update = std::move(streamed->update);
-    }
+    absl::StatusOr<ParameterShard::StreamedPush> begun = shard->BeginStreamedPush(header);
+    status = begun.status();
     int64_t bytes = 0;
-    if (status.ok() && update != nullptr) {
-      status = StageShmPush(header, request.shm(), answer_dtype, **opened, limits, update.get(),
-                            &bytes);
-      if (status.ok()) status = shard->CommitStreamedPush(std::move(update), &pushed);
+    if (status.ok() && (control & 64) && begun->update != nullptr) {
+      status = StageShmPush(header, begun->bytes, request.shm(), answer_dtype, **opened, limits,
+                            begun->update.get(), &bytes);
+      if (status.ok()) status = shard->CommitStreamedPush(std::move(begun->update), &pushed);
     } else if (status.ok()) {
+      begun->update.reset();  // as when another update holds the staging
       bool finite = false;
-      status = ReadShmPush(header, request.shm(), answer_dtype, **opened, limits, &buffer,
-                           &finite, &bytes);
+      status = ReadShmPush(header, begun->bytes, request.shm(), answer_dtype, **opened, limits,
+                           &buffer, &finite, &bytes);
       if (status.ok()) status = shard->Push(buffer, &pushed, {.values_finite = finite});
     }
   }

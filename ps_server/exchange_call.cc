@@ -451,16 +451,16 @@ absl::Status ExchangeCall::TakeSharedPush() {
   if (push->update == nullptr) {
     // Read whole, for Push to apply in its turn; a non-finite value is left
     // to the shard to refuse (and count).
-    absl::Status read = ReadShmPush(header_, transfer_, answer_dtype, *region_, *r_.limits,
-                                    buffer_.get(), &shm_finite_, &bytes_in_);
+    absl::Status read = ReadShmPush(header_, push->bytes, transfer_, answer_dtype, *region_,
+                                    *r_.limits, buffer_.get(), &shm_finite_, &bytes_in_);
     return read.ok() ? read : Refuse(read);
   }
   // The answer is pulled once the update is committed, as for a push read
   // whole: written into the region outside the staging, so that another
   // worker's update does not wait for it. (Writing each block's new values
   // as it was staged measured no faster, 6 alternations.)
-  if (absl::Status staged = StageShmPush(header_, transfer_, answer_dtype, *region_, *r_.limits,
-                                         push->update.get(), &bytes_in_);
+  if (absl::Status staged = StageShmPush(header_, push->bytes, transfer_, answer_dtype, *region_,
+                                         *r_.limits, push->update.get(), &bytes_in_);
       !staged.ok()) {
     return Refuse(staged);  // the update is dropped: nothing of it lands
   }

@@ -8,7 +8,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
-#include "common/tensor_stream.h"
 
 namespace pst {
 
@@ -48,27 +47,31 @@ struct StagePlace {
 
 // Each gradient's place, every range checked against the region (the
 // answer's with `answer_element_bytes` > 0) before anything is read, and
-// the push against the limits.
+// the push against the limits. Gradient i is bytes[i] bytes: the shard's
+// own size, whatever its header announces.
 absl::StatusOr<std::vector<StagePlace>> PlanStage(const PushRequest& push,
                                                   const ShmTransfer& transfer,
                                                   int answer_element_bytes,
                                                   const OpenedRegion& region,
-                                                  const RpcLimits& limits) {
+                                                  const RpcLimits& limits,
+                                                  std::span<const int64_t> bytes) {
   if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
   if (absl::Status s = CheckPushSize(push, limits); !s.ok()) return s;
+  if (bytes.size() != static_cast<size_t>(push.gradients_size())) {
+    return absl::InternalError("a shared push's sizes do not match its gradients");
+  }
   std::vector<StagePlace> places;
   int64_t offset = transfer.push_offset();
   int64_t answer_bytes = 0;
   for (const Tensor& header : push.gradients()) {
-    absl::StatusOr<int64_t> bytes = AnnouncedBytes(header);
-    if (!bytes.ok()) return bytes.status();
-    if (absl::Status in = region.CheckRange(offset, *bytes); !in.ok()) {
+    const int64_t size = bytes[places.size()];
+    if (absl::Status in = region.CheckRange(offset, size); !in.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("gradient \"", header.name(), "\": ", in.message()));
     }
-    places.push_back({.push_offset = offset, .bytes = *bytes, .answer_offset = answer_bytes});
-    offset += *bytes;
-    answer_bytes += *bytes / DTypeBytes(header.dtype()) * answer_element_bytes;
+    places.push_back({.push_offset = offset, .bytes = size, .answer_offset = answer_bytes});
+    offset += size;
+    answer_bytes += size / DTypeBytes(header.dtype()) * answer_element_bytes;
   }
   if (answer_element_bytes > 0) {
     if (absl::Status in = region.CheckRange(transfer.answer_offset(), answer_bytes); !in.ok()) {
@@ -161,22 +164,23 @@ absl::Status WriteShmAnswer(PullPayload* payload, const OpenedRegion& region, in
   return status;
 }
 
-absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
-                         const DType* answer_dtype, const OpenedRegion& region,
-                         const RpcLimits& limits, PushRequest* buffer, bool* finite,
-                         int64_t* bytes) {
-  absl::StatusOr<std::vector<StagePlace>> places =
-      PlanStage(push, transfer, AnswerElementBytes(answer_dtype), region, limits);
+absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
+                         const ShmTransfer& transfer, const DType* answer_dtype,
+                         const OpenedRegion& region, const RpcLimits& limits,
+                         PushRequest* buffer, bool* finite, int64_t* bytes) {
+  absl::StatusOr<std::vector<StagePlace>> places = PlanStage(
+      push, transfer, AnswerElementBytes(answer_dtype), region, limits, gradient_bytes);
   if (!places.ok()) return places.status();
   return ReadPush(push, *places, region, buffer, bytes, finite);
 }
 
-absl::Status StageShmPush(const PushRequest& push, const ShmTransfer& transfer,
-                          const DType* answer_dtype, const OpenedRegion& region,
-                          const RpcLimits& limits, StreamedUpdate* update, int64_t* bytes) {
+absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
+                          const ShmTransfer& transfer, const DType* answer_dtype,
+                          const OpenedRegion& region, const RpcLimits& limits,
+                          StreamedUpdate* update, int64_t* bytes) {
   *bytes = 0;
-  absl::StatusOr<std::vector<StagePlace>> places =
-      PlanStage(push, transfer, AnswerElementBytes(answer_dtype), region, limits);
+  absl::StatusOr<std::vector<StagePlace>> places = PlanStage(
+      push, transfer, AnswerElementBytes(answer_dtype), region, limits, gradient_bytes);
   if (!places.ok()) return places.status();
   StageBuffers& buffers = ThisThreadsStageBuffers();
   for (int i = 0; i < push.gradients_size(); ++i) {

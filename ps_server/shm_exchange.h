@@ -6,6 +6,7 @@
 #define PST_PS_SERVER_SHM_EXCHANGE_H_
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/status.h"
 #include "common/shared_memory.h"
@@ -20,32 +21,37 @@ namespace pst {
 // transfer.push_offset, into `buffer` (its memory reused from an earlier
 // call), so that they are checked there, as bytes from a socket are,
 // before anything is applied: what the worker writes to the region
-// afterwards changes nothing. Every range is checked against the region
-// before it is touched, and, if the exchange pulls (`answer_dtype` set),
-// the answer's too, so that a bad offset never leaves a push applied and
-// its answer lost. `finite` gets whether every value read is finite (the
-// shard refuses and counts a push that is not), `bytes` the bytes read.
-// InvalidArgument for a range outside the region, one that has shrunk
-// since it was attached, or more gradients than the limits allow.
-absl::Status ReadShmPush(const PushRequest& push, const ShmTransfer& transfer,
-                         const DType* answer_dtype, const OpenedRegion& region,
-                         const RpcLimits& limits, PushRequest* buffer, bool* finite,
-                         int64_t* bytes);
+// afterwards changes nothing. Gradient i is gradient_bytes[i] bytes, the
+// size the shard expects (ParameterShard::BeginStreamedPush). Every range
+// is checked against the region before it is touched, and, if the
+// exchange pulls (`answer_dtype` set), the answer's too, so that a bad
+// offset never leaves a push applied and its answer lost. `finite` gets
+// whether every value read is finite (the shard refuses and counts a push
+// that is not), `bytes` the bytes read. InvalidArgument for a range
+// outside the region, one that has shrunk since it was attached, or more
+// gradients than the limits allow.
+absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
+                         const ShmTransfer& transfer, const DType* answer_dtype,
+                         const OpenedRegion& region, const RpcLimits& limits,
+                         PushRequest* buffer, bool* finite, int64_t* bytes);
 
 // Applies the gradients `push` announces straight out of `region`, from
 // transfer.push_offset, to `update` (ParameterShard::BeginStreamedPush), a
-// block at a time: each block is read into a buffer of this thread's,
-// checked for non-finite values and staged while it is in cache, so that
-// no copy of the whole gradient is made and what the worker writes into
-// the region meanwhile never reaches the model unchecked. Every range is
-// checked before anything is read, the answer's too if the exchange pulls
-// (`answer_dtype` set). `bytes` gets the bytes read. InvalidArgument,
-// with the update to be dropped, for a range outside the region, one that
-// has shrunk since it was attached, a non-finite value or more gradients
-// than the limits allow.
-absl::Status StageShmPush(const PushRequest& push, const ShmTransfer& transfer,
-                          const DType* answer_dtype, const OpenedRegion& region,
-                          const RpcLimits& limits, StreamedUpdate* update, int64_t* bytes);
+// block at a time; gradient i is gradient_bytes[i] bytes, the size the
+// shard gave with the update (its own shapes: a header without a shape
+// stages the whole variable, never part of it). Each block is read into a
+// buffer of this thread's, checked for non-finite values and staged while
+// it is in cache, so that no copy of the whole gradient is made and what
+// the worker writes into the region meanwhile never reaches the model
+// unchecked. Every range is checked before anything is read, the answer's
+// too if the exchange pulls (`answer_dtype` set). `bytes` gets the bytes
+// read. InvalidArgument, with the update to be dropped, for a range
+// outside the region, one that has shrunk since it was attached, a
+// non-finite value or more gradients than the limits allow.
+absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
+                          const ShmTransfer& transfer, const DType* answer_dtype,
+                          const OpenedRegion& region, const RpcLimits& limits,
+                          StreamedUpdate* update, int64_t* bytes);
 
 // Writes a captured answer into `region` from `offset`, packed in header
 // order, and drops the payload's references to the variables; `bytes` gets

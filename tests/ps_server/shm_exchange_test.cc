@@ -262,6 +262,38 @@ TEST_F(ShmExchangeTest, TheAnswerIsPackedInItsHeadersOrder) {
   }
 }
 
+// A gradient's header may leave its shape out (it is the variable's): the
+// push then carries, and the shard applies, the whole variable.
+TEST_F(ShmExchangeTest, AGradientWithoutAShapeIsTheWholeVariable) {
+  for (Mode mode : {ASYNC, SYNC}) {
+    SCOPED_TRACE(Mode_Name(mode));
+    Restart(mode);
+    std::unique_ptr<SharedRegion> region = NewRegion();
+    uint64_t handle = 0;
+    ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+    Fill(*region, 0, 0.25f);
+    ExchangeChunk request = PushPull(handle, 0, kBytes);
+    request.mutable_header()->mutable_gradients(0)->clear_shape();
+    request.clear_pull();
+    if (mode == SYNC) {
+      // The step waits for worker 1: its push of the same gradient.
+      ExchangeOutcome response;
+      ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
+      std::unique_ptr<SharedRegion> other = NewRegion();
+      uint64_t other_handle = 0;
+      ASSERT_TRUE(Attach(*other, 1, &other_handle).ok());
+      Fill(*other, 0, 0.25f);
+      request.mutable_shm()->set_region(other_handle);
+      request.mutable_header()->set_worker(1);
+    }
+    ExchangeOutcome response;
+    ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
+    int64_t version = 0;
+    EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
+    EXPECT_EQ(version, 1);
+  }
+}
+
 // SYNC takes the push whole out of the region and sums it into the step.
 TEST_F(ShmExchangeTest, SyncPushesAreSummedIntoTheStep) {
   Restart(SYNC);
