@@ -37,12 +37,10 @@ StageBuffers& ThisThreadsStageBuffers() {
   return buffers;
 }
 
-// Where one gradient lies in the region, and its answer from the answer's
-// offset.
+// Where one gradient lies in the region.
 struct StagePlace {
   int64_t push_offset = 0;
   int64_t bytes = 0;
-  int64_t answer_offset = 0;
 };
 
 // Each gradient's place, every range checked against the region (the
@@ -69,7 +67,7 @@ absl::StatusOr<std::vector<StagePlace>> PlanStage(const PushRequest& push,
       return absl::InvalidArgumentError(
           absl::StrCat("gradient \"", header.name(), "\": ", in.message()));
     }
-    places.push_back({.push_offset = offset, .bytes = size, .answer_offset = answer_bytes});
+    places.push_back({.push_offset = offset, .bytes = size});
     offset += size;
     answer_bytes += size / DTypeBytes(header.dtype()) * answer_element_bytes;
   }
@@ -77,7 +75,6 @@ absl::StatusOr<std::vector<StagePlace>> PlanStage(const PushRequest& push,
     if (absl::Status in = region.CheckRange(transfer.answer_offset(), answer_bytes); !in.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("the answer: ", in.message()));
     }
-    for (StagePlace& place : places) place.answer_offset += transfer.answer_offset();
   }
   return places;
 }
