@@ -99,16 +99,7 @@ class ParameterServerService final : public AsyncParameterServer {
   PullPayloadPool pull_payloads_;
   std::atomic<int64_t> freed_since_trim_{0};
   ShmRegions shm_regions_;
-  // Where exchanges hand off what must not run on the queue's threads
-  // (ExchangeResources): answers once a waiter is woken, bounded, since a
-  // SYNC step wakes every worker's pull at once; and what may block.
-  ThreadPool answer_threads_{kAnswerThreads};
-  ThreadPool work_threads_{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
-  ThreadPool blocking_threads_;
-  // Checkpoint writes, one at a time: another asked for meanwhile is
-  // refused at once.
-  ThreadPool checkpoint_thread_{1};
-  std::atomic<bool> checkpointing_{false};
+  std::atomic<bool> checkpointing_{false};  // checkpoint_thread_ is writing one
   // The unary methods, as UnaryCall requests them.
   Call<RegisterRequest, RegisterResponse>::Method register_;
   Call<InitRequest, InitResponse>::Method init_;
@@ -119,9 +110,22 @@ class ParameterServerService final : public AsyncParameterServer {
   Call<AwaitWorkersDoneRequest, StatsResponse>::Method await_workers_done_;
   Call<CheckpointRequest, CheckpointResponse>::Method checkpoint_;
   Call<ShutdownRequest, ShutdownResponse>::Method shutdown_;
-  // Last: its watchdog may end calls until it is destroyed.
+  // Its watchdog may end calls until it is destroyed.
   OpenStreams streams_;
   ExchangeResources exchange_;
+  // Last, so that they are joined first: a call's last event may run on
+  // them after the server has shut down (a task handed off by an event
+  // settles the call when it ends), and ending a call gives back its place
+  // in streams_, its buffers and its region.
+  // Where exchanges hand off what must not run on the queue's threads
+  // (ExchangeResources): answers once a waiter is woken, bounded, since a
+  // SYNC step wakes every worker's pull at once; and what may block.
+  ThreadPool answer_threads_{kAnswerThreads};
+  ThreadPool work_threads_{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+  ThreadPool blocking_threads_;
+  // Checkpoint writes, one at a time: another asked for meanwhile is
+  // refused at once.
+  ThreadPool checkpoint_thread_{1};
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server
