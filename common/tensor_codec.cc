@@ -154,8 +154,8 @@ bool EncodedFinite(absl::string_view data, DType dtype) {
   return non_finite == 0;
 }
 
-absl::Status CheckEncodedFinite(absl::string_view data, DType dtype, int64_t first_element,
-                                absl::string_view what) {
+absl::Status CheckGradientFinite(absl::string_view data, DType dtype, int64_t first_element,
+                                 absl::string_view name) {
   if (EncodedFinite(data, dtype)) return absl::OkStatus();
   const int element_bytes = DTypeBytes(dtype);
   for (size_t i = 0; i + element_bytes <= data.size(); i += element_bytes) {
@@ -163,7 +163,7 @@ absl::Status CheckEncodedFinite(absl::string_view data, DType dtype, int64_t fir
     DecodeValues(data.substr(i, element_bytes), dtype, {&value, 1});
     if (!std::isfinite(value)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          what, " has a non-finite value (", value, ") at element ",
+          "gradient for \"", name, "\" has a non-finite value (", value, ") at element ",
           first_element + static_cast<int64_t>(i / element_bytes), "; nothing was applied"));
     }
   }

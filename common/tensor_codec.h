@@ -41,11 +41,11 @@ void DecodeValues(absl::string_view data, DType dtype, std::span<float> out);
 // are all ones, so a 16-bit payload is not decoded just to be checked.
 bool EncodedFinite(absl::string_view data, DType dtype);
 // OK if every value of `data` (elements of `dtype`) is finite; else
-// InvalidArgument naming `what` (e.g. `gradient for "w"`) and the first
-// value that is not, counting elements from `first_element`. As fast as
-// EncodedFinite where every value is finite.
-absl::Status CheckEncodedFinite(absl::string_view data, DType dtype, int64_t first_element,
-                                absl::string_view what);
+// InvalidArgument naming gradient `name` and the first value that is not,
+// counting elements from `first_element`. As fast as EncodedFinite where
+// every value is finite: the message is built only for a refusal.
+absl::Status CheckGradientFinite(absl::string_view data, DType dtype, int64_t first_element,
+                                 absl::string_view name);
 // Fills `tensor` with name, shape and `values` encoded as `dtype`.
 void EncodeTensor(absl::string_view name, std::span<const int64_t> shape,
                   std::span<const float> values, Tensor* tensor, DType dtype = FLOAT32);

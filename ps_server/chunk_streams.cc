@@ -49,8 +49,7 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
 // of gradient `name` from byte `offset` on.
 absl::Status CheckPieceFinite(const std::string& name, DType dtype, int64_t offset,
                               absl::string_view data) {
-  return CheckEncodedFinite(data, dtype, offset / DTypeBytes(dtype),
-                            absl::StrCat("gradient for \"", name, "\""));
+  return CheckGradientFinite(data, dtype, offset / DTypeBytes(dtype), name);
 }
 
 // Copies the chunk's pieces into `request`, checking each as it lands (in

@@ -185,7 +185,6 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
     const StagePlace& place = (*places)[i];
     const int element_bytes = DTypeBytes(header.dtype());
     const int64_t elements = place.bytes / element_bytes;
-    const std::string what = absl::StrCat("gradient for \"", header.name(), "\"");
     for (int64_t first = 0; first < elements; first += kStageBlockElements) {
       const std::span<float> values(buffers.values.data(),
                                     std::min(kStageBlockElements, elements - first));
@@ -198,7 +197,8 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
         return s;
       }
       const absl::string_view read(data.data(), data.size());
-      if (absl::Status s = CheckEncodedFinite(read, header.dtype(), first, what); !s.ok()) {
+      if (absl::Status s = CheckGradientFinite(read, header.dtype(), first, header.name());
+          !s.ok()) {
         return s;
       }
       if (landing != reinterpret_cast<char*>(values.data())) {
