@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
+#include <mutex>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,6 +25,56 @@ namespace {
 constexpr absl::string_view kNamePrefix = "/pstrain-";
 
 std::string Errno() { return std::strerror(errno); }
+
+// The mapped region the calling thread is copying to or from: how the
+// SIGBUS handler tells a page its owner cut off from any other fault.
+struct MappedAccess {
+  char* base;
+  int64_t size;
+  std::atomic<bool>* cut_off;
+};
+constinit thread_local const MappedAccess* current_access = nullptr;
+
+struct sigaction previous_sigbus;
+
+// A copy touched a page past the end of a region its owner shrank (or
+// whose memory ran out): private zero pages take the whole mapping's
+// place, the copy goes on over them, and the region is marked cut off so
+// that the copy is refused. Any other SIGBUS goes where it went before.
+void OnSigbus(int signal, siginfo_t* info, void* context) {
+  const MappedAccess* access = current_access;
+  const char* address = static_cast<const char*>(info->si_addr);
+  if (access != nullptr && address >= access->base && address < access->base + access->size &&
+      mmap(access->base, static_cast<size_t>(access->size), PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+    access->cut_off->store(true, std::memory_order_relaxed);
+    return;
+  }
+  if ((previous_sigbus.sa_flags & SA_SIGINFO) != 0 && previous_sigbus.sa_sigaction != nullptr) {
+    previous_sigbus.sa_sigaction(signal, info, context);
+  } else if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN) {
+    previous_sigbus.sa_handler(signal);
+  } else {
+    // The faulting instruction runs again and takes the default action.
+    sigaction(SIGBUS, &previous_sigbus, nullptr);
+  }
+}
+
+void InstallSigbusHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action = {};
+    action.sa_sigaction = OnSigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, &previous_sigbus);
+  });
+}
+
+absl::Status CutOffError(int64_t size) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the shared region of ", size, " bytes shrank under a copy (its owner cut it short)"));
+}
 
 }  // namespace
 
@@ -114,26 +166,30 @@ absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_vi
   // memory, and it goes when both have closed it, however they end.
   shm_unlink(path.c_str());
   struct stat status;
-  if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode) || status.st_size != bytes) {
+  if (bytes <= 0 || fstat(fd, &status) != 0 || !S_ISREG(status.st_mode) ||
+      status.st_size != bytes) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
         "shared memory ", path, " is not a region of the ", bytes, " bytes announced"));
   }
-  // Writes past a file-size limit (RLIMIT_FSIZE, e.g. a PS run under
-  // prlimit) fail even inside a region's size: find out now, while the
-  // worker can still choose TCP, not at the first answer.
-  char last = 0;
-  if (pread(fd, &last, 1, bytes - 1) != 1 || pwrite(fd, &last, 1, bytes - 1) != 1) {
+  // MAP_POPULATE maps every page now, once per region, instead of a fault
+  // per page on the first exchanges.
+  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (data == MAP_FAILED) {
     const std::string error = Errno();
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat("cannot write shared memory ", path, " of ",
-                                                      bytes, " bytes here (", error,
-                                                      "; a file-size limit?)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot map shared memory ", path, " of ", bytes, " bytes here: ", error));
   }
-  return std::unique_ptr<OpenedRegion>(new OpenedRegion(fd, bytes));
+  InstallSigbusHandler();
+  return std::unique_ptr<OpenedRegion>(new OpenedRegion(fd, static_cast<char*>(data), bytes));
 }
 
-OpenedRegion::~OpenedRegion() { close(fd_); }
+OpenedRegion::~OpenedRegion() {
+  munmap(data_, static_cast<size_t>(size_));
+  close(fd_);
+}
 
 absl::Status OpenedRegion::CheckRange(int64_t offset, int64_t bytes) const {
   if (offset < 0 || bytes < 0 || offset > size_ || bytes > size_ - offset) {
@@ -144,6 +200,7 @@ absl::Status OpenedRegion::CheckRange(int64_t offset, int64_t bytes) const {
 }
 
 absl::Status OpenedRegion::CheckNotShrunk() const {
+  if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
   struct stat status;
   if (fstat(fd_, &status) != 0) {
     return absl::InternalError(absl::StrCat("cannot stat a shared region: ", Errno()));
@@ -155,36 +212,26 @@ absl::Status OpenedRegion::CheckNotShrunk() const {
   return absl::OkStatus();
 }
 
+absl::Status OpenedRegion::GuardedCopy(char* to, const char* from, size_t bytes) const {
+  if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
+  const MappedAccess access{.base = data_, .size = size_, .cut_off = &cut_off_};
+  current_access = &access;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(to, from, bytes);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  current_access = nullptr;
+  if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
+  return absl::OkStatus();
+}
+
 absl::Status OpenedRegion::Read(int64_t offset, std::span<char> dest) const {
   if (absl::Status s = CheckRange(offset, static_cast<int64_t>(dest.size())); !s.ok()) return s;
-  size_t done = 0;
-  while (done < dest.size()) {
-    const ssize_t got =
-        pread(fd_, dest.data() + done, dest.size() - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the shared region ended ", offset + done, " bytes in, before the ",
-                       dest.size(), " bytes announced at ", offset, " (it shrank)"));
-    }
-    done += static_cast<size_t>(got);
-  }
-  return absl::OkStatus();
+  return GuardedCopy(dest.data(), data_ + offset, dest.size());
 }
 
 absl::Status OpenedRegion::Write(int64_t offset, std::span<const char> src) const {
   if (absl::Status s = CheckRange(offset, static_cast<int64_t>(src.size())); !s.ok()) return s;
-  size_t done = 0;
-  while (done < src.size()) {
-    const ssize_t put =
-        pwrite(fd_, src.data() + done, src.size() - done, static_cast<off_t>(offset + done));
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) {
-      return absl::InternalError(absl::StrCat("cannot write the shared region: ", Errno()));
-    }
-    done += static_cast<size_t>(put);
-  }
-  return absl::OkStatus();
+  return GuardedCopy(data_ + offset, src.data(), src.size());
 }
 
 }  // namespace pst

@@ -5,14 +5,18 @@
 // tensor bytes through it while gRPC carries only names, shapes and
 // offsets (ShmAttach, ExchangeChunk.shm in proto/ps.proto).
 //
-// The shard never maps a region: it reads and writes it with pread/pwrite
-// on the descriptor it opened. A worker can shrink or rewrite its region at
-// any moment; a read past its end is then a short read (refused), not a
-// SIGBUS, and the bytes read land in the shard's own buffers, where they
-// are validated like bytes from a socket before anything is applied.
+// The shard maps a region once and copies between it and its own buffers
+// with memcpy; it never computes on region memory in place. A worker can
+// shrink or rewrite its region at any moment: bytes read land in the
+// shard's own buffers, where they are validated like bytes from a socket
+// before anything is applied, and a copy that touches a page the worker
+// has cut off is caught (a SIGBUS handler puts private zero pages in the
+// mapping's place, as Wayland compositors do for client pools) and refused,
+// never a crash.
 #ifndef PST_COMMON_SHARED_MEMORY_H_
 #define PST_COMMON_SHARED_MEMORY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -64,13 +68,13 @@ class SharedRegion {
   bool linked_ = true;
 };
 
-// A shard's view of a worker's region: the descriptor, never a mapping.
+// A shard's view of a worker's region: mapped once, copied to and from.
 class OpenedRegion {
  public:
   // Opens the region `name` of exactly `bytes` bytes and unlinks its name.
   // InvalidArgument for a name that is not a region's or a size that does
-  // not match; FailedPrecondition when it cannot be opened or written here
-  // (another host or IPC namespace, a file-size limit).
+  // not match; FailedPrecondition when it cannot be opened or mapped here
+  // (another host or IPC namespace, an address-space limit).
   static absl::StatusOr<std::unique_ptr<OpenedRegion>> Open(absl::string_view name, int64_t bytes);
   ~OpenedRegion();
   OpenedRegion(const OpenedRegion&) = delete;
@@ -81,19 +85,27 @@ class OpenedRegion {
   // announced at Open.
   absl::Status CheckRange(int64_t offset, int64_t bytes) const;
   // InvalidArgument if the region is now smaller than announced (its owner
-  // shrank it).
+  // shrank it), or a copy has found it so.
   absl::Status CheckNotShrunk() const;
   // Copies region bytes [offset, offset + dest.size()) into `dest`;
   // InvalidArgument if the range is outside the region or could not be
-  // read whole (the region shrank).
+  // read whole (the region shrank: from then on every copy is refused).
   absl::Status Read(int64_t offset, std::span<char> dest) const;
-  // Copies `src` to region bytes [offset, offset + src.size()).
+  // Copies `src` to region bytes [offset, offset + src.size()); the same
+  // refusals as Read.
   absl::Status Write(int64_t offset, std::span<const char> src) const;
 
  private:
-  OpenedRegion(int fd, int64_t size) : fd_(fd), size_(size) {}
+  OpenedRegion(int fd, char* data, int64_t size) : fd_(fd), data_(data), size_(size) {}
+  // Copies `bytes` bytes from `from` to `to`, one of which lies in the
+  // mapping, catching a fault on a page the owner has cut off.
+  absl::Status GuardedCopy(char* to, const char* from, size_t bytes) const;
+
   int fd_;
+  char* data_;
   int64_t size_;
+  // A copy faulted: the mapping is private zero pages now.
+  mutable std::atomic<bool> cut_off_{false};
 };
 
 }  // namespace pst

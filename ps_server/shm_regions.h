@@ -2,9 +2,10 @@
 // shard (common/shared_memory.h): at most one per worker, found by the
 // handle Attach returned. A worker that attaches again replaces its region,
 // so a shard holds at most one descriptor per worker, however often a
-// worker reconnects. The shard never maps a region, and writes at most an
-// answer's bytes into it, so a region's size costs the shard nothing; it
-// is still bounded, by the largest push and answer the shard takes.
+// worker reconnects. A region's pages are the worker's (the shard maps
+// them, and copies a push's and an answer's bytes), so its size costs the
+// shard address space and page tables only; it is still bounded, by the
+// largest push and answer the shard takes.
 #ifndef PST_PS_SERVER_SHM_REGIONS_H_
 #define PST_PS_SERVER_SHM_REGIONS_H_
 

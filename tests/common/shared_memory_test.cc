@@ -131,10 +131,32 @@ TEST(SharedMemoryTest, AShrunkRegionIsRefusedNotAFault) {
   EXPECT_THAT(read.message(), HasSubstr("shrank"));
 }
 
-// A process that may not write past 64 KiB of any file (RLIMIT_FSIZE)
-// cannot answer into a larger region: Open says so, so the worker can keep
-// to TCP, instead of the first answer failing.
-TEST(SharedMemoryTest, AFileSizeLimitRefusesTheRegionAtOpen) {
+// A copy that runs into the part the owner cut off faults; the fault is
+// caught, and that copy and every later one are refused, the region's
+// surviving pages included.
+TEST(SharedMemoryTest, ACopyIntoAShrunkRegionIsRefusedNotAFault) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const int owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(owner, 0);
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open((*region)->name(), 4 * page);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_EQ(ftruncate(owner, page), 0);
+  close(owner);
+  const std::vector<char> answer(page, 'a');
+  absl::Status written = (*opened)->Write(2 * page, answer);
+  EXPECT_EQ(written.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(written.message(), HasSubstr("shrank"));
+  std::vector<char> buffer(page);
+  EXPECT_EQ((*opened)->Read(0, buffer).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opened)->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The shard copies into a mapping, not with write(2): a file-size limit
+// (RLIMIT_FSIZE, e.g. a PS run under prlimit) does not stop its answers.
+TEST(SharedMemoryTest, AFileSizeLimitDoesNotStopAnswers) {
   absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(1 << 20);
   ASSERT_TRUE(region.ok()) << region.status();
   const pid_t child = fork();
@@ -145,12 +167,15 @@ TEST(SharedMemoryTest, AFileSizeLimitRefusesTheRegionAtOpen) {
     setrlimit(RLIMIT_FSIZE, &limit);
     absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
         OpenedRegion::Open((*region)->name(), 1 << 20);
-    _exit(opened.status().code() == absl::StatusCode::kFailedPrecondition ? 0 : 1);
+    if (!opened.ok()) _exit(1);
+    const std::vector<char> answer(1 << 20, 'a');
+    _exit((*opened)->Write(0, answer).ok() ? 0 : 2);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ((*region)->bytes()[(1 << 20) - 1], 'a');
 }
 
 }  // namespace
