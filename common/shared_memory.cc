@@ -212,12 +212,12 @@ absl::Status OpenedRegion::CheckNotShrunk() const {
   return absl::OkStatus();
 }
 
-absl::Status OpenedRegion::GuardedCopy(char* to, const char* from, size_t bytes) const {
+absl::Status OpenedRegion::Guarded(absl::FunctionRef<void()> access) const {
   if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
-  const MappedAccess access{.base = data_, .size = size_, .cut_off = &cut_off_};
-  current_access = &access;
+  const MappedAccess mapped{.base = data_, .size = size_, .cut_off = &cut_off_};
+  current_access = &mapped;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(to, from, bytes);
+  access();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   current_access = nullptr;
   if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
@@ -226,12 +226,18 @@ absl::Status OpenedRegion::GuardedCopy(char* to, const char* from, size_t bytes)
 
 absl::Status OpenedRegion::Read(int64_t offset, std::span<char> dest) const {
   if (absl::Status s = CheckRange(offset, static_cast<int64_t>(dest.size())); !s.ok()) return s;
-  return GuardedCopy(dest.data(), data_ + offset, dest.size());
+  return Guarded([&] { std::memcpy(dest.data(), data_ + offset, dest.size()); });
 }
 
 absl::Status OpenedRegion::Write(int64_t offset, std::span<const char> src) const {
   if (absl::Status s = CheckRange(offset, static_cast<int64_t>(src.size())); !s.ok()) return s;
-  return GuardedCopy(data_ + offset, src.data(), src.size());
+  return Guarded([&] { std::memcpy(data_ + offset, src.data(), src.size()); });
+}
+
+absl::Status OpenedRegion::Visit(int64_t offset, int64_t bytes,
+                                 absl::FunctionRef<void(std::span<const char>)> visit) const {
+  if (absl::Status s = CheckRange(offset, bytes); !s.ok()) return s;
+  return Guarded([&] { visit({data_ + offset, static_cast<size_t>(bytes)}); });
 }
 
 }  // namespace pst

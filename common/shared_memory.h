@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -94,12 +95,17 @@ class OpenedRegion {
   // Copies `src` to region bytes [offset, offset + src.size()); the same
   // refusals as Read.
   absl::Status Write(int64_t offset, std::span<const char> src) const;
+  // Runs `visit` on region bytes [offset, offset + bytes) where they lie,
+  // for a caller that reads each byte once (what the owner writes
+  // meanwhile may or may not be seen); the same refusals as Read.
+  absl::Status Visit(int64_t offset, int64_t bytes,
+                     absl::FunctionRef<void(std::span<const char>)> visit) const;
 
  private:
   OpenedRegion(int fd, char* data, int64_t size) : fd_(fd), data_(data), size_(size) {}
-  // Copies `bytes` bytes from `from` to `to`, one of which lies in the
-  // mapping, catching a fault on a page the owner has cut off.
-  absl::Status GuardedCopy(char* to, const char* from, size_t bytes) const;
+  // Runs `access`, which touches the mapping, catching a fault on a page
+  // the owner has cut off.
+  absl::Status Guarded(absl::FunctionRef<void()> access) const;
 
   int fd_;
   char* data_;

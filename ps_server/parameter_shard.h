@@ -117,11 +117,16 @@ class StreamedUpdate {
   StreamedUpdate& operator=(const StreamedUpdate&) = delete;
 
   // Applies the gradient of elements [first, first + gradient.size()) of
-  // the header's gradient number `tensor`, which must be finite and come
-  // in stream order (PieceSequence): each element once.
+  // the header's gradient number `tensor`, in stream order (PieceSequence):
+  // each element once. A gradient value that is not finite gives a result
+  // that is not (every rule scales the gradient into its output or state),
+  // which finite() reports and the commit refuses; callers check the
+  // gradient first where they can name the culprit for the same cost.
   void Apply(int tensor, int64_t first, std::span<const float> gradient) {
     targets_[tensor].Apply(first, gradient);
   }
+  // Whether everything staged for gradient number `tensor` is finite.
+  bool finite(int tensor) const { return targets_[tensor].finite(); }
 
   // The buffer the header's variable `tensor` is staged into: once
   // elements have been applied, their new values are there, unchanged

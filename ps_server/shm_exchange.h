@@ -39,13 +39,15 @@ absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradi
 // transfer.push_offset, to `update` (ParameterShard::BeginStreamedPush), a
 // block at a time; gradient i is gradient_bytes[i] bytes, the size the
 // shard gave with the update (its own shapes: a header without a shape
-// stages the whole variable, never part of it). Each block is read into a
-// buffer of this thread's, checked for non-finite values and staged while
-// it is in cache, so that no copy of the whole gradient is made and what
-// the worker writes into the region meanwhile never reaches the model
-// unchecked. Every range is checked before anything is read, the answer's
-// too if the exchange pulls (`answer_dtype` set). `bytes` gets the bytes
-// read. InvalidArgument, with the update to be dropped, for a range
+// stages the whole variable, never part of it). A float32 block at an
+// aligned offset is applied where it lies (the optimizer reads each value
+// once; one that is not finite gives a result that is not, and the update
+// is refused naming it); any other block is copied into a buffer of this
+// thread's, checked and staged while it is in cache. No copy of the whole
+// gradient is made, and what the worker writes into the region meanwhile
+// never reaches the model unchecked. Every range is checked before
+// anything is read, the answer's too if the exchange pulls (`answer_dtype`
+// set). `bytes` gets the bytes read. InvalidArgument, with the update to be dropped, for a range
 // outside the region, one that has shrunk since it was attached, a
 // non-finite value or more gradients than the limits allow.
 absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,

@@ -103,6 +103,8 @@ class VariableStore {
     // Takes in what a copy of this target (staging other elements of the
     // same update, e.g. on another thread) found.
     void Merge(const StageTarget& other) { non_finite_ |= other.non_finite_; }
+    // Whether every value staged so far is finite.
+    bool finite() const { return non_finite_ == 0; }
 
    private:
     friend class VariableStore;

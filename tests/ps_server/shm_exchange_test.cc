@@ -341,16 +341,42 @@ TEST_F(ShmExchangeTest, ARegionShrunkAfterAttachingIsRefused) {
 }
 
 TEST_F(ShmExchangeTest, NonFiniteGradientsInTheRegionAreRefused) {
-  std::unique_ptr<SharedRegion> region = NewRegion();
+  // float32 at an aligned offset is applied where it lies, anything else
+  // from a copy: both refuse, naming the gradient and the element.
+  for (int64_t push_offset : {0, 2}) {
+    SCOPED_TRACE(push_offset);
+    std::unique_ptr<SharedRegion> region = NewRegion(2 * kBytes + 8);
+    uint64_t handle = 0;
+    ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity()}) {
+      Fill(*region, push_offset, 0.25f);
+      std::memcpy(region->bytes().data() + push_offset + 40, &bad, sizeof(bad));
+      ExchangeOutcome response;
+      grpc::Status status = Exchange(PushPull(handle, push_offset, kBytes + 4), &response);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << status.error_message();
+      EXPECT_THAT(status.error_message(),
+                  ::testing::HasSubstr("gradient for \"w\" has a non-finite value"));
+      EXPECT_THAT(status.error_message(), ::testing::HasSubstr("element 10"));
+      ExpectModelUntouched();
+    }
+  }
+}
+
+// A push at an offset that is not a float's is applied from a copy, with
+// the same result.
+TEST_F(ShmExchangeTest, AnUnalignedPushIsAppliedAsAnAlignedOne) {
+  std::unique_ptr<SharedRegion> region = NewRegion(2 * kBytes + 8);
   uint64_t handle = 0;
   ASSERT_TRUE(Attach(*region, 0, &handle).ok());
-  Fill(*region, 0, 0.25f);
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(region->bytes().data() + 40, &nan, sizeof(nan));
+  Fill(*region, 3, 0.25f);
   ExchangeOutcome response;
-  grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-  ExpectModelUntouched();
+  ASSERT_TRUE(Exchange(PushPull(handle, 3, kBytes + 4), &response).ok())
+      << response.status.error_message();
+  int64_t version = 0;
+  EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
+  EXPECT_EQ(version, 1);
 }
 
 // The worker may write NaNs into its region while the shard is reading it:
