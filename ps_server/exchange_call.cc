@@ -82,9 +82,10 @@ class ExchangeCall final {
   // that would block (`may_block` false) hands the rest to the pool.
   void Complete(bool may_block);
   // A shared exchange's push, once its region is claimed: staged straight
-  // out of the region when the shard can stream it (ASYNC, no other update
-  // staging), else read into the buffer for Push.
-  absl::Status TakeSharedPush();
+  // out of the region when the shard can stream it (ASYNC), after the
+  // update staging before it if `may_block` (nullopt: it would wait, and
+  // waits on the pool), else read into the buffer for Push.
+  std::optional<absl::Status> TakeSharedPush(bool may_block);
   void Defer();
   void Pull();
   void PullWoken();
@@ -132,6 +133,7 @@ class ExchangeCall final {
   std::shared_ptr<const OpenedRegion> region_;
   std::unique_ptr<StreamedUpdate> shared_update_;  // staged out of the region
   bool shm_finite_ = false;
+  bool shared_push_taken_ = false;
   bool pushed_ = false;
   PushResponse push_response_;
   int64_t bytes_in_ = 0;
@@ -402,8 +404,15 @@ void ExchangeCall::Complete(bool may_block) {
       return End(region.status());
     }
     region_ = std::move(*region);
-    absl::Status read = pushes_ ? TakeSharedPush() : region_->CheckNotShrunk();
-    if (!read.ok()) return End(read);
+    if (!pushes_) {
+      if (absl::Status s = region_->CheckNotShrunk(); !s.ok()) return End(s);
+    }
+  }
+  if (shared_ && pushes_ && !shared_push_taken_) {
+    std::optional<absl::Status> taken = TakeSharedPush(may_block);
+    if (!taken) return Defer();  // behind another update: staged once that is in
+    if (!taken->ok()) return End(*taken);
+    shared_push_taken_ = true;
   }
   if (pushes_ && !pushed_) {
     std::optional<absl::Status> applied;
@@ -443,14 +452,18 @@ void ExchangeCall::Complete(bool may_block) {
   Pull();
 }
 
-absl::Status ExchangeCall::TakeSharedPush() {
+std::optional<absl::Status> ExchangeCall::TakeSharedPush(bool may_block) {
   const DType dtype = pull_.dtype();
   const DType* answer_dtype = pulls_ ? &dtype : nullptr;
-  absl::StatusOr<ParameterShard::StreamedPush> push = r_.shard->BeginStreamedPush(header_);
+  absl::StatusOr<ParameterShard::StreamedPush> push =
+      r_.shard->BeginStreamedPush(header_, may_block);
   if (!push.ok()) return push.status();  // counted by the shard
+  // The gradient waits where it lies for the update staging before it,
+  // then is staged out of the region: a copy of it would be one more pass.
+  if (push->update == nullptr && push->awaits_turn && !may_block) return std::nullopt;
   if (push->update == nullptr) {
-    // Read whole, for Push to apply in its turn; a non-finite value is left
-    // to the shard to refuse (and count).
+    // Read whole, for Push to apply in its turn (SYNC sums it into the
+    // step); a non-finite value is left to the shard to refuse (and count).
     absl::Status read = ReadShmPush(header_, push->bytes, transfer_, answer_dtype, *region_,
                                     *r_.limits, buffer_.get(), &shm_finite_, &bytes_in_);
     return read.ok() ? read : Refuse(read);

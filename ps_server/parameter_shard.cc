@@ -454,8 +454,9 @@ void ParameterShard::RecordPush(int worker, int64_t computed_at, int64_t stalene
 }
 
 absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
-    const PushRequest& header) {
+    const PushRequest& header, bool may_wait) {
   absl::MutexLock lock(&mu_);
+  if (may_wait) AwaitUpdateTurn();
   auto refuse = [this](absl::Status status) {
     ++pushes_rejected_;
     return status;
@@ -491,6 +492,8 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
       policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
   if (!admission.ok() || admission->action != Admission::Action::kApply || staging_held_ ||
       snapshot_unwritten_ || shutting_down_) {
+    push.awaits_turn = admission.ok() && admission->action == Admission::Action::kApply &&
+                       !shutting_down_;
     return push;  // Push decides, once the gradient is in
   }
   push.update.reset(new StreamedUpdate(this));

@@ -240,12 +240,19 @@ class ParameterShard {
   // no checkpoint is pending), the update to apply its pieces to. Without one, the caller reassembles
   // the push and calls Push. InvalidArgument for a bad worker or version,
   // an unknown or repeated variable, a wrong shape or an unknown dtype;
-  // FailedPrecondition before Init. A refusal is counted.
+  // FailedPrecondition before Init. A refusal is counted. With `may_wait`
+  // (a thread that may block) it first waits for its turn, as Push does,
+  // when another update is staging or a snapshot is unwritten; without,
+  // `awaits_turn` says that is the only reason there is no update, for a
+  // caller whose push waits where it lies (a shared region) and would
+  // rather call again from such a thread than copy it.
   struct StreamedPush {
     std::vector<int64_t> bytes;
     std::unique_ptr<StreamedUpdate> update;
+    bool awaits_turn = false;
   };
-  absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header);
+  absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header,
+                                                 bool may_wait = false);
   // Makes a streamed update whose every element has been applied visible at
   // once, as Push would have; the same outcomes and counters.
   absl::Status CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,

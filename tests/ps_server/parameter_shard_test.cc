@@ -1076,6 +1076,48 @@ TEST(StreamedUpdateTest, PieceByPieceEqualsOnePushBitForBit) {
   EXPECT_EQ(StatsOf(streamed.get()).workers(0).clock(), 2);
 }
 
+// A push that can wait where it lies (a shared region) is told it only
+// awaits its turn, and, allowed to wait, gets an update of its own once
+// the one staging before it is committed.
+TEST(StreamedUpdateTest, APushThatMayWaitIsStagedAfterTheUpdateBeforeIt) {
+  auto shard = MakeShard(ASYNC, 2);
+  InitResponse init;
+  ASSERT_TRUE(shard->Init(StreamingModel(), &init).ok());
+  const std::vector<std::vector<float>> g = StreamingGradients(0);
+  auto first = shard->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
+  ASSERT_TRUE(first.ok() && first->update != nullptr);
+  auto busy = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));
+  ASSERT_TRUE(busy.ok());
+  EXPECT_EQ(busy->update, nullptr);
+  EXPECT_TRUE(busy->awaits_turn);
+
+  absl::StatusOr<ParameterShard::StreamedPush> second;
+  std::atomic<bool> begun{false};
+  std::thread waiter([&] {
+    second = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)), /*may_wait=*/true);
+    begun = true;
+  });
+  EXPECT_TRUE(Eventually([&] { return shard->waiting_updates() == 1 || begun.load(); }));
+  EXPECT_FALSE(begun.load()) << "began while another update was staging";
+  ApplyInPieces(first->update.get(), g);
+  PushResponse response;
+  ASSERT_TRUE(shard->CommitStreamedPush(std::move(first->update), &response).ok());
+  waiter.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_NE(second->update, nullptr);
+  ApplyInPieces(second->update.get(), g);
+  ASSERT_TRUE(shard->CommitStreamedPush(std::move(second->update), &response).ok());
+  EXPECT_EQ(response.version(), 2);
+
+  // SYNC never streams: nothing to wait for.
+  auto sync = MakeShard(SYNC, 2);
+  ASSERT_TRUE(sync->Init(StreamingModel(), &init).ok());
+  auto summed = sync->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)), /*may_wait=*/true);
+  ASSERT_TRUE(summed.ok());
+  EXPECT_EQ(summed->update, nullptr);
+  EXPECT_FALSE(summed->awaits_turn);
+}
+
 TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) {
   auto shard = MakeShard(ASYNC, 2);
   InitResponse init;
