@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
-#include <mutex>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -215,11 +215,12 @@ absl::Status OpenedRegion::CheckNotShrunk() const {
 absl::Status OpenedRegion::Guarded(absl::FunctionRef<void()> access) const {
   if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
   const MappedAccess mapped{.base = data_, .size = size_, .cut_off = &cut_off_};
+  const MappedAccess* const outer = current_access;
   current_access = &mapped;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   access();
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  current_access = nullptr;
+  current_access = outer;
   if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
   return absl::OkStatus();
 }

@@ -185,7 +185,8 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
     const StagePlace& place = (*places)[i];
     const int element_bytes = DTypeBytes(header.dtype());
     const int64_t elements = place.bytes / element_bytes;
-    const bool in_place = element_bytes == sizeof(float) && place.push_offset % alignof(float) == 0;
+    const bool in_place =
+        element_bytes == sizeof(float) && place.push_offset % alignof(float) == 0;
     for (int64_t first = 0; first < elements; first += kStageBlockElements) {
       const int64_t count = std::min(kStageBlockElements, elements - first);
       const int64_t offset = place.push_offset + first * element_bytes;
