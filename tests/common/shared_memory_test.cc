@@ -154,6 +154,37 @@ TEST(SharedMemoryTest, ACopyIntoAShrunkRegionIsRefusedNotAFault) {
   EXPECT_EQ((*opened)->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// What a visitor reads where the owner has cut the region off is zeros,
+// never a fault, and the visit is refused.
+TEST(SharedMemoryTest, AVisitOfAShrunkRegionIsRefusedNotAFault) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::memset((*region)->bytes().data(), 7, (*region)->bytes().size());
+  const int owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(owner, 0);
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open((*region)->name(), 4 * page);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  int64_t sum = 0;
+  ASSERT_TRUE((*opened)
+                  ->Visit(0, page,
+                          [&](std::span<const char> bytes) {
+                            for (char c : bytes) sum += c;
+                          })
+                  .ok());
+  EXPECT_EQ(sum, 7 * page);
+  ASSERT_EQ(ftruncate(owner, page), 0);
+  close(owner);
+  sum = 0;
+  absl::Status visited = (*opened)->Visit(0, 4 * page, [&](std::span<const char> bytes) {
+    for (char c : bytes) sum += c;
+  });
+  EXPECT_EQ(visited.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(visited.message(), HasSubstr("shrank"));
+  EXPECT_LE(sum, 7 * page) << "the cut-off pages read as zeros";
+}
+
 // The shard copies into a mapping, not with write(2): a file-size limit
 // (RLIMIT_FSIZE, e.g. a PS run under prlimit) does not stop its answers.
 TEST(SharedMemoryTest, AFileSizeLimitDoesNotStopAnswers) {
