@@ -139,7 +139,7 @@ train_vs_torch() {
 }
 
 time_to_accuracy() {
-  run "$PY" benchmarks/time_to_accuracy.py --rounds="$(rounds 2)" \
+  run "$PY" benchmarks/time_to_accuracy.py --rounds="$(rounds 3)" \
     --json="$BENCH_DIR/time_to_accuracy.json" tcp=build/bin:configs/local.textproto:--shm=off \
     shm=build/bin:configs/local.textproto towers=build/bin:configs/towers.textproto
 }
