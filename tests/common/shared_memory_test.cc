@@ -109,24 +109,47 @@ TEST(SharedMemoryTest, RangesOutsideTheRegionAreRefused) {
   EXPECT_EQ((*opened)->CheckRange(1, INT64_MAX).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A region of four pages the shard has opened, and a hostile owner with a
+// descriptor of its own to shrink it with.
+class ShrunkRegionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page_);
+    ASSERT_TRUE(region.ok()) << region.status();
+    region_ = std::move(*region);
+    std::memset(region_->bytes().data(), 7, region_->bytes().size());
+    owner_ = shm_open(region_->name().c_str(), O_RDWR, 0);
+    ASSERT_GE(owner_, 0);
+    absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+        OpenedRegion::Open(region_->name(), 4 * page_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    opened_ = std::move(*opened);
+  }
+  void TearDown() override {
+    if (owner_ >= 0) close(owner_);
+  }
+
+  // The owner cuts the region to its first page.
+  void CutToOnePage() {
+    ASSERT_EQ(ftruncate(owner_, page_), 0);
+    close(owner_);
+    owner_ = -1;
+  }
+
+  const int64_t page_ = sysconf(_SC_PAGESIZE);
+  std::unique_ptr<SharedRegion> region_;
+  int owner_ = -1;
+  std::unique_ptr<OpenedRegion> opened_;
+};
+
 // The owner may shrink its region under the shard: the shard notices, and a
 // read past the new end is refused, never a fault.
-TEST(SharedMemoryTest, AShrunkRegionIsRefusedNotAFault) {
-  const int64_t page = sysconf(_SC_PAGESIZE);
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page);
-  ASSERT_TRUE(region.ok()) << region.status();
-  // A hostile owner keeps a descriptor of its own to shrink the region with.
-  const int owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
-  ASSERT_GE(owner, 0);
-  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-      OpenedRegion::Open((*region)->name(), 4 * page);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  ASSERT_TRUE((*opened)->CheckNotShrunk().ok());
-  ASSERT_EQ(ftruncate(owner, page), 0);
-  close(owner);
-  EXPECT_EQ((*opened)->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
-  std::vector<char> buffer(2 * page);
-  absl::Status read = (*opened)->Read(0, buffer);
+TEST_F(ShrunkRegionTest, AShrunkRegionIsRefusedNotAFault) {
+  ASSERT_TRUE(opened_->CheckNotShrunk().ok());
+  CutToOnePage();
+  EXPECT_EQ(opened_->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<char> buffer(2 * page_);
+  absl::Status read = opened_->Read(0, buffer);
   EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(read.message(), HasSubstr("shrank"));
 }
@@ -134,55 +157,32 @@ TEST(SharedMemoryTest, AShrunkRegionIsRefusedNotAFault) {
 // A copy that runs into the part the owner cut off faults; the fault is
 // caught, and that copy and every later one are refused, the region's
 // surviving pages included.
-TEST(SharedMemoryTest, ACopyIntoAShrunkRegionIsRefusedNotAFault) {
-  const int64_t page = sysconf(_SC_PAGESIZE);
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page);
-  ASSERT_TRUE(region.ok()) << region.status();
-  const int owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
-  ASSERT_GE(owner, 0);
-  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-      OpenedRegion::Open((*region)->name(), 4 * page);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  ASSERT_EQ(ftruncate(owner, page), 0);
-  close(owner);
-  const std::vector<char> answer(page, 'a');
-  absl::Status written = (*opened)->Write(2 * page, answer);
+TEST_F(ShrunkRegionTest, ACopyIntoAShrunkRegionIsRefusedNotAFault) {
+  CutToOnePage();
+  const std::vector<char> answer(page_, 'a');
+  absl::Status written = opened_->Write(2 * page_, answer);
   EXPECT_EQ(written.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(written.message(), HasSubstr("shrank"));
-  std::vector<char> buffer(page);
-  EXPECT_EQ((*opened)->Read(0, buffer).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*opened)->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<char> buffer(page_);
+  EXPECT_EQ(opened_->Read(0, buffer).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(opened_->CheckNotShrunk().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // What a visitor reads where the owner has cut the region off is zeros,
 // never a fault, and the visit is refused.
-TEST(SharedMemoryTest, AVisitOfAShrunkRegionIsRefusedNotAFault) {
-  const int64_t page = sysconf(_SC_PAGESIZE);
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page);
-  ASSERT_TRUE(region.ok()) << region.status();
-  std::memset((*region)->bytes().data(), 7, (*region)->bytes().size());
-  const int owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
-  ASSERT_GE(owner, 0);
-  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-      OpenedRegion::Open((*region)->name(), 4 * page);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+TEST_F(ShrunkRegionTest, AVisitOfAShrunkRegionIsRefusedNotAFault) {
   int64_t sum = 0;
-  ASSERT_TRUE((*opened)
-                  ->Visit(0, page,
-                          [&](std::span<const char> bytes) {
-                            for (char c : bytes) sum += c;
-                          })
-                  .ok());
-  EXPECT_EQ(sum, 7 * page);
-  ASSERT_EQ(ftruncate(owner, page), 0);
-  close(owner);
-  sum = 0;
-  absl::Status visited = (*opened)->Visit(0, 4 * page, [&](std::span<const char> bytes) {
+  auto add = [&](std::span<const char> bytes) {
     for (char c : bytes) sum += c;
-  });
+  };
+  ASSERT_TRUE(opened_->Visit(0, page_, add).ok());
+  EXPECT_EQ(sum, 7 * page_);
+  CutToOnePage();
+  sum = 0;
+  absl::Status visited = opened_->Visit(0, 4 * page_, add);
   EXPECT_EQ(visited.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(visited.message(), HasSubstr("shrank"));
-  EXPECT_LE(sum, 7 * page) << "the cut-off pages read as zeros";
+  EXPECT_LE(sum, 7 * page_) << "the cut-off pages read as zeros";
 }
 
 // The shard copies into a mapping, not with write(2): a file-size limit
