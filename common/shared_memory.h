@@ -12,7 +12,9 @@
 // before anything is applied, and a copy that touches a page the worker
 // has cut off is caught (a SIGBUS handler puts private zero pages in the
 // mapping's place, as Wayland compositors do for client pools) and refused,
-// never a crash.
+// never a crash. The handler is installed at the first OpenedRegion::Open
+// and passes any other SIGBUS to the handler it replaced; code that
+// installs a SIGBUS handler of its own after that must chain to it.
 #ifndef PST_COMMON_SHARED_MEMORY_H_
 #define PST_COMMON_SHARED_MEMORY_H_
 
