@@ -8,7 +8,9 @@
 // then applied, or (control bit 64, where the shard can stream it) staged
 // straight out of the region. Whatever they say:
 //  - nothing outside the region is read or written (ASan watches the
-//    shard's buffers; the region is reached only through its descriptor);
+//    shard's buffers; the shard's mapping of the region is touched only
+//    through OpenedRegion, which checks every range against it), and a
+//    region shrunk under the shard is refused, not a crash;
 //  - the model stays finite;
 //  - the version moves only with a push the shard reports as applied, and
 //    a refused exchange (no push outcome) leaves it where it was.
