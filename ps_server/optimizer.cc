@@ -82,6 +82,13 @@ class Adam final : public Optimizer {
     float* p_out = r.param_out;
     float* m_out = r.slots_out;
     float* v_out = r.slots_out + r.slot_stride;
+    // Element i reads and writes only element i (Range's contract), so no
+    // iteration depends on another: with three outputs and four inputs the
+    // vectorizer needs more alias checks than it will version for, and
+    // would otherwise leave this loop scalar.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC ivdep
+#endif
     for (size_t i = 0; i < r.count; ++i) {
       const float mi = b1 * m[i] + (1.0f - b1) * g[i];
       const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

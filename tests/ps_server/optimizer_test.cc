@@ -113,6 +113,45 @@ TEST(OptimizerTest, ExponentialDecayShrinksTheStep) {
   EXPECT_EQ(MakeOptimizer(config).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Range's contract: an element's result depends only on its own inputs,
+// so one call over a long range (the vectorized loop and its remainder),
+// in place or not, is bitwise one call per element.
+TEST(OptimizerTest, ALongRangeIsBitwiseOneElementAtATime) {
+  constexpr size_t kCount = 1027;
+  for (const std::string kind : {"sgd", "momentum", "adam", "adagrad"}) {
+    SCOPED_TRACE(kind);
+    auto opt = Make(kind == "momentum" ? "sgd" : kind, 0.01f, kind == "momentum" ? 0.9f : 0.0f);
+    const int slots = opt->SlotsPerParameter();
+    std::vector<float> param(kCount), grad(kCount), state(slots * kCount);
+    for (size_t i = 0; i < kCount; ++i) {
+      param[i] = std::sin(0.1f * i);
+      grad[i] = std::cos(0.37f * i) * 3;
+      for (int s = 0; s < slots; ++s) state[s * kCount + i] = 0.01f * ((i + s) % 17);
+    }
+    std::vector<float> whole_param(kCount), whole_state(state.size());
+    opt->ApplyRange(3, 1.0f,
+                    {.count = kCount, .param = param.data(), .grad = grad.data(),
+                     .slots = state.data(), .param_out = whole_param.data(),
+                     .slots_out = whole_state.data(), .slot_stride = kCount});
+    std::vector<float> in_place_param = param, in_place_state = state;
+    opt->ApplyRange(3, 1.0f,
+                    {.count = kCount, .param = in_place_param.data(), .grad = grad.data(),
+                     .slots = in_place_state.data(), .param_out = in_place_param.data(),
+                     .slots_out = in_place_state.data(), .slot_stride = kCount});
+    std::vector<float> one_param(kCount), one_state(state.size());
+    for (size_t i = 0; i < kCount; ++i) {
+      opt->ApplyRange(3, 1.0f,
+                      {.count = 1, .param = &param[i], .grad = &grad[i],
+                       .slots = state.data() + i, .param_out = &one_param[i],
+                       .slots_out = one_state.data() + i, .slot_stride = kCount});
+    }
+    EXPECT_EQ(whole_param, one_param);
+    EXPECT_EQ(whole_state, one_state);
+    EXPECT_EQ(in_place_param, one_param);
+    EXPECT_EQ(in_place_state, one_state);
+  }
+}
+
 TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
   struct Case {
     std::string name;
