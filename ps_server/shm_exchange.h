@@ -47,9 +47,10 @@ absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradi
 // gradient is made, and what the worker writes into the region meanwhile
 // never reaches the model unchecked. Every range is checked before
 // anything is read, the answer's too if the exchange pulls (`answer_dtype`
-// set). `bytes` gets the bytes read. InvalidArgument, with the update to be dropped, for a range
-// outside the region, one that has shrunk since it was attached, a
-// non-finite value or more gradients than the limits allow.
+// set). `bytes` gets the bytes read. InvalidArgument, with the update to
+// be dropped, for a range outside the region, one that has shrunk since it
+// was attached, a non-finite value or more gradients than the limits
+// allow.
 absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
                           const ShmTransfer& transfer, const DType* answer_dtype,
                           const OpenedRegion& region, const RpcLimits& limits,
