@@ -261,7 +261,15 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     (*client)->SetVariables(model);
     (*client)->set_wire_dtype(dtype);
     (*client)->set_transport(transport);
-    std::vector<float> params(used, 0.0f), grads(used, 1e-12f);
+    // Where the trainer keeps them: in the shard's region when shared.
+    absl::StatusOr<PsClient::Tensors> tensors = (*client)->AllocateTensors();
+    if (!tensors.ok()) {
+      fail(tensors.status());
+      return;
+    }
+    const std::span<float> params = tensors->values[0], grads = tensors->gradients[0];
+    std::fill(params.begin(), params.end(), 0.0f);
+    std::fill(grads.begin(), grads.end(), 1e-12f);
     if (absl::StatusOr<bool> init = (*client)->Init({params}); !init.ok()) fail(init.status());
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;

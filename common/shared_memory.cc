@@ -99,40 +99,86 @@ bool IsSharedRegionName(absl::string_view name) {
 
 std::string SharedRegionPrefix(int64_t pid) { return absl::StrCat(kNamePrefix, pid, "-"); }
 
-absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes) {
-  const int64_t page = sysconf(_SC_PAGESIZE);
-  if (bytes <= 0) return absl::InvalidArgumentError("a shared region needs at least one byte");
-  const int64_t size = (bytes + page - 1) / page * page;
+namespace {
+
+// A new POSIX shared memory object of `size` bytes, every page allocated,
+// under a fresh name (which `name` gets).
+absl::StatusOr<int> CreateObject(int64_t size, std::string* name) {
   static std::atomic<int> created{0};
   std::random_device random;
   // Unguessable, so that no other client can name it to the shard first.
-  const std::string name =
-      absl::StrCat(SharedRegionPrefix(getpid()), created.fetch_add(1), "-",
-                   absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8));
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  *name = absl::StrCat(SharedRegionPrefix(getpid()), created.fetch_add(1), "-",
+                       absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8));
+  const int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot create shared memory ", name, ": ", Errno()));
+        absl::StrCat("cannot create shared memory ", *name, ": ", Errno()));
   }
   // Every page is allocated now: a region on a full /dev/shm (a container's
   // is 64 MiB by default) is refused here, where the worker can keep to
   // TCP, instead of a later write into the mapping dying of SIGBUS.
   if (const int error = posix_fallocate(fd, 0, size); error != 0) {
     close(fd);
-    shm_unlink(name.c_str());
+    shm_unlink(name->c_str());
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size,
-                                                     " bytes of shared memory for ", name, ": ",
+                                                     " bytes of shared memory for ", *name, ": ",
                                                      std::strerror(error)));
   }
-  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  if (bytes <= 0) return absl::InvalidArgumentError("a shared region needs at least one byte");
+  const int64_t size = (bytes + page - 1) / page * page;
+  std::string name;
+  absl::StatusOr<int> fd = CreateObject(size, &name);
+  if (!fd.ok()) return fd.status();
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
   if (data == MAP_FAILED) {
     const std::string error = Errno();
-    close(fd);
+    close(*fd);
     shm_unlink(name.c_str());
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map shared memory ", name, ": ", error));
   }
-  return std::unique_ptr<SharedRegion>(new SharedRegion(name, fd, static_cast<char*>(data), size));
+  return std::unique_ptr<SharedRegion>(
+      new SharedRegion(name, *fd, static_cast<char*>(data), size));
+}
+
+absl::Status SharedRegion::Renew() {
+  std::string name;
+  absl::StatusOr<int> fd = CreateObject(size_, &name);
+  if (!fd.ok()) return fd.status();
+  // The contents first, then the new object mapped over the old one in a
+  // single step: the address range never holds anything else.
+  for (int64_t written = 0; written < size_;) {
+    const ssize_t n = pwrite(*fd, data_ + written, size_ - written, written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string error = n < 0 ? Errno() : "nothing written";
+      close(*fd);
+      shm_unlink(name.c_str());
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot copy shared memory into ", name, ": ", error));
+    }
+    written += n;
+  }
+  if (mmap(data_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, *fd, 0) == MAP_FAILED) {
+    const std::string error = Errno();
+    close(*fd);
+    shm_unlink(name.c_str());
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map shared memory ", name, ": ", error));
+  }
+  close(fd_);
+  Unlink();
+  name_ = std::move(name);
+  fd_ = *fd;
+  linked_ = true;
+  return absl::OkStatus();
 }
 
 SharedRegion::~SharedRegion() {

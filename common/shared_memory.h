@@ -5,11 +5,13 @@
 // tensor bytes through it while gRPC carries only names, shapes and
 // offsets (ShmAttach, ExchangeChunk.shm in proto/ps.proto).
 //
+// The worker may keep its tensors in the region and compute on them there.
 // The shard maps a region once and copies between it and its own buffers
-// with memcpy; it never computes on region memory in place. A worker can
-// shrink or rewrite its region at any moment: bytes read land in the
-// shard's own buffers, where they are validated like bytes from a socket
-// before anything is applied, and a copy that touches a page the worker
+// with memcpy, or reads a push where it lies (Visit) into results of its
+// own; it never writes the model anywhere but its own memory. A worker can
+// shrink or rewrite its region at any moment: what the shard reads is
+// validated like bytes from a socket before anything is applied, and a
+// copy that touches a page the worker
 // has cut off is caught (a SIGBUS handler puts private zero pages in the
 // mapping's place, as Wayland compositors do for client pools) and refused,
 // never a crash. The handler is installed at the first OpenedRegion::Open
@@ -59,6 +61,11 @@ class SharedRegion {
   // Removes the name (the memory stays until both ends have closed it).
   // Safe to call more than once, and after the shard has unlinked it.
   void Unlink();
+  // Moves the region to a new object under a new name, with the same
+  // contents and at the same address (spans into bytes() stay valid), for
+  // a shard that has lost the old one. The old object goes once the shard
+  // that held it has closed it.
+  absl::Status Renew();
 
  private:
   SharedRegion(std::string name, int fd, char* data, int64_t size)

@@ -162,6 +162,46 @@ absl::Status Mlp::ReadParametersOf(const Mlp& source) {
   return absl::OkStatus();
 }
 
+absl::Status Mlp::PlaceTensors(std::span<const std::span<float>> parameters,
+                               std::span<const std::span<float>> gradients) {
+  if (!kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only a model on a backend that computes on host memory can compute in place");
+  }
+  auto check = [&](std::span<const std::span<float>> spans) -> absl::Status {
+    if (spans.size() != variables_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(spans.size(), " spans for a model of ",
+                                                     variables_.size(), " variables"));
+    }
+    for (size_t i = 0; i < variables_.size(); ++i) {
+      if (static_cast<int64_t>(spans[i].size()) != variables_[i].size()) {
+        return absl::InvalidArgumentError(absl::StrCat("a span of ", spans[i].size(),
+                                                       " floats for ", variables_[i].name,
+                                                       ", which has ", variables_[i].size()));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check(parameters); !s.ok()) return s;
+  if (!gradients.empty()) {
+    if (absl::Status s = check(gradients); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    std::copy(host_params_[i].begin(), host_params_[i].end(), parameters[i].begin());
+    host_params_[i] = parameters[i];
+    if (!gradients.empty()) host_grads_[i] = gradients[i];
+  }
+  for (Layer& layer : layers_) {
+    layer.weights = host_params_[layer.weights_var].data();
+    layer.weights_grad = host_grads_[layer.weights_var].data();
+    if (layer.bias_var >= 0) {
+      layer.bias = host_params_[layer.bias_var].data();
+      layer.bias_grad = host_grads_[layer.bias_var].data();
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t Mlp::num_parameters() const {
   int64_t n = 0;
   for (const VariableSpec& v : variables_) n += v.size();

@@ -82,6 +82,17 @@ class Mlp {
   // UploadParameters copies nothing. `source` must outlive this model.
   absl::Status ReadParametersOf(const Mlp& source);
 
+  // Makes the layers compute on `parameters` and leave their gradients in
+  // `gradients` (one span per variable, sized like it; none keeps the
+  // model's own gradient buffers), copying the parameters' values there;
+  // HostParameter and HostGradient are then those spans. For a caller whose
+  // exchange reads gradients and writes parameters where they lie
+  // (PsClient::AllocateTensors). The memory must outlive the model.
+  // FailedPrecondition on a backend that does not compute on host memory;
+  // InvalidArgument for a span of another size.
+  absl::Status PlaceTensors(std::span<const std::span<float>> parameters,
+                            std::span<const std::span<float>> gradients);
+
   // Waits until no queued copy still reads the HostParameter buffers (those
   // of the last UploadParameters, and nothing queued after them), so they
   // may be rewritten. Cheap when the copy is done; call it before every

@@ -11,7 +11,9 @@
 // (common/tensor_stream.h) each way; a share of at most one chunk is one
 // message each way. A shard on this host is offered a shared region
 // instead (common/shared_memory.h): the exchange then carries only names,
-// shapes, offsets and versions, and the tensors move through the region.
+// shapes, offsets and versions, and the tensors move through the region,
+// where a caller may compute on them (AllocateTensors) so that nothing is
+// copied on this side.
 // Pull, Push and PushPull may not run concurrently with each other (one
 // training loop per client); the other calls may.
 #ifndef PST_WORKER_PS_CLIENT_H_
@@ -53,7 +55,8 @@ class PsClient {
       const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
       const ClusterSecurity& security = ClusterSecurity::Plaintext());
 
-  // How gradients and pulled parameters travel (default FLOAT32).
+  // How gradients and pulled parameters travel (default FLOAT32). Set it
+  // before AllocateTensors.
   void set_wire_dtype(DType dtype) { wire_dtype_ = dtype; }
 
   // How tensors travel (cluster.shm). kAuto: through shared memory to every
@@ -65,7 +68,7 @@ class PsClient {
   void set_transport(Transport transport) { transport_ = transport; }
   // Whether shard s's tensors travel through shared memory (known once a
   // Pull, Push or PushPull has reached it).
-  bool uses_shared_memory(int shard) const { return shards_[shard].region != nullptr; }
+  bool uses_shared_memory(int shard) const { return shards_[shard].region_attached; }
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
   int worker() const { return worker_; }
@@ -76,6 +79,25 @@ class PsClient {
 
   // The placed slices of the model's variables.
   const std::vector<VariableSlice>& slices() const { return slices_; }
+
+  // Memory for the model's tensors, one span per variable, sized like it.
+  struct Tensors {
+    std::vector<std::span<float>> gradients;
+    std::vector<std::span<float>> values;
+  };
+  // Memory for every variable's gradient and values where the exchanges
+  // read and write them: a variable that lies whole on a shard whose
+  // tensors travel through shared memory (float32 on the wire) gets its
+  // spans in that shard's region, so a Push or PushPull of them reads the
+  // gradient where it lies and a Pull or PushPull leaves the values where
+  // the caller reads them, with no copy on this side; the others get
+  // memory of the client's own, which exchanges copy as any caller's.
+  // Attaches the regions now (after SetVariables, set_transport and
+  // set_wire_dtype). The spans stay valid, at the same addresses, for the
+  // client's life, also across a shard's restart. Call once. Unavailable
+  // if a shard cannot be reached; under kShm, FailedPrecondition if one
+  // cannot share memory.
+  absl::StatusOr<Tensors> AllocateTensors();
 
   // Registers with every shard; returns shard 0's answer.
   absl::StatusOr<RegisterResponse> Register();
@@ -161,9 +183,13 @@ class PsClient {
     std::vector<char> encoded;
     std::string received;
     // Shared memory with this shard: the region and the shard's handle for
-    // it, once attached; `shm_refused` once the shard has said it cannot.
+    // it while attached; `shm_refused` once the shard has said it cannot.
+    // A region that holds the caller's tensors (AllocateTensors) is kept
+    // for the client's life, renewed when the shard has lost it.
     std::unique_ptr<SharedRegion> region;
     uint64_t region_handle = 0;
+    bool region_attached = false;
+    bool tensors_in_region = false;
     bool shm_refused = false;
     bool shm_logged = false;
   };
@@ -264,9 +290,11 @@ class PsClient {
   // where the call must fail (kShm refused, the shard unreachable).
   absl::StatusOr<bool> UseSharedMemory(int shard);
   // The request of a shared exchange: the gradients encoded into shard s's
-  // region, their names, shapes and offsets in the message.
+  // region (unless they lie there already), their names, shapes and
+  // offsets in the message.
   grpc::ByteBuffer SharedRequest(const ShardExchange& exchange, OpenExchange* open);
-  // Decodes a shared answer out of shard s's region into `out`.
+  // Decodes a shared answer out of shard s's region into `out` (nothing to
+  // copy for a span that lies where its values are).
   absl::Status TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open);
   // Waits until gRPC has dropped every reference `sent` counts, running
   // the queue's events meanwhile.
@@ -282,6 +310,8 @@ class PsClient {
   CompletionDriver driver_;
   std::vector<Shard> shards_;
   std::vector<VariableSlice> slices_;
+  // AllocateTensors' memory for the tensors outside every region.
+  std::vector<std::vector<float>> own_tensors_;
   // Where the control calls (Register, Init, Heartbeat, Done) of shards
   // 1..N-1 are made from.
   ThreadPool threads_;

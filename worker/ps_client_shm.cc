@@ -31,8 +31,16 @@ bool IsRefusal(const grpc::Status& status) {
 absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   Shard& shard = shards_[s];
   if (transport_ == Transport::kTcp || shard.shm_refused) return false;
-  if (shard.region != nullptr) return true;
+  if (shard.tensors_in_region && wire_dtype_ != FLOAT32) {
+    // The gradients would be encoded over themselves.
+    return absl::FailedPreconditionError(
+        absl::StrCat("the wire type changed to ", DType_Name(wire_dtype_),
+                     " after AllocateTensors placed float32 tensors in shared memory; set it "
+                     "before"));
+  }
+  if (shard.region_attached) return true;
   auto refuse = [&](absl::string_view why) -> absl::StatusOr<bool> {
+    if (!shard.tensors_in_region) shard.region.reset();
     if (transport_ == Transport::kShm) {
       return absl::FailedPreconditionError(
           absl::StrCat("ps:", s, " (", shard.address, "): no shared memory (", why,
@@ -42,18 +50,24 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
     spdlog::info("ps:{} ({}): tensors travel over TCP ({})", s, shard.address, std::string(why));
     return false;
   };
-  // A push and its answer, each room for float32 whatever the wire type.
-  int64_t elements = 0;
-  for (size_t i : shard.slices) elements += slices_[i].count;
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-      SharedRegion::Create(2 * elements * static_cast<int64_t>(sizeof(float)));
-  if (!region.ok()) return refuse(region.status().message());
+  if (shard.region == nullptr) {
+    // A push and its answer, each room for float32 whatever the wire type.
+    int64_t elements = 0;
+    for (size_t i : shard.slices) elements += slices_[i].count;
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+        SharedRegion::Create(2 * elements * static_cast<int64_t>(sizeof(float)));
+    if (!region.ok()) return refuse(region.status().message());
+    shard.region = std::move(*region);
+  } else if (absl::Status renewed = shard.region->Renew(); !renewed.ok()) {
+    // The shard has unlinked the old name: only a new one can be offered.
+    return refuse(renewed.message());
+  }
   absl::StatusOr<std::string> boot_id = HostBootId();
   if (!boot_id.ok()) return refuse(boot_id.status().message());
   ShmAttachRequest request;
   request.set_worker(worker_);
-  request.set_name((*region)->name());
-  request.set_bytes(static_cast<int64_t>((*region)->bytes().size()));
+  request.set_name(shard.region->name());
+  request.set_bytes(static_cast<int64_t>(shard.region->bytes().size()));
   request.set_boot_id(*boot_id);
   ShmAttachResponse response;
   grpc::ClientContext context;
@@ -61,19 +75,66 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
   // Whatever the answer, the name goes: the shard has opened the region
   // (and unlinked it too), or never will.
-  (*region)->Unlink();
+  shard.region->Unlink();
   if (!rpc.ok()) {
     if (IsRefusal(rpc)) return refuse(rpc.error_message());
     return ShardError(s, rpc);
   }
-  shard.region = std::move(*region);
   shard.region_handle = response.region();
+  shard.region_attached = true;
   if (!shard.shm_logged) {
     shard.shm_logged = true;
     spdlog::info("ps:{} ({}): tensors travel through shared memory ({} bytes)", s, shard.address,
                  shard.region->bytes().size());
   }
   return true;
+}
+
+absl::StatusOr<PsClient::Tensors> PsClient::AllocateTensors() {
+  std::vector<int64_t> elements;  // per variable
+  std::vector<int> pieces;        // slices per variable
+  for (const VariableSlice& slice : slices_) {
+    if (slice.variable >= elements.size()) {
+      elements.resize(slice.variable + 1, 0);
+      pieces.resize(slice.variable + 1, 0);
+    }
+    elements[slice.variable] += slice.count;
+    ++pieces[slice.variable];
+  }
+  Tensors tensors;
+  tensors.gradients.resize(elements.size());
+  tensors.values.resize(elements.size());
+  std::vector<bool> placed(elements.size(), false);
+  for (int s = 0; s < num_shards() && wire_dtype_ == FLOAT32; ++s) {
+    absl::StatusOr<bool> shared = UseSharedMemory(s);
+    if (!shared.ok()) return shared.status();
+    if (!*shared) continue;
+    // Where SharedRequest puts each gradient and the shard each value: the
+    // shard's slices packed in order, the answer from the region's middle.
+    Shard& shard = shards_[s];
+    char* push = shard.region->bytes().data();
+    char* answer = push + shard.region->bytes().size() / 2;
+    int64_t offset = 0;
+    for (size_t i : shard.slices) {
+      const VariableSlice& slice = slices_[i];
+      const size_t count = static_cast<size_t>(slice.count);
+      if (pieces[slice.variable] == 1) {
+        tensors.gradients[slice.variable] = {reinterpret_cast<float*>(push + offset), count};
+        tensors.values[slice.variable] = {reinterpret_cast<float*>(answer + offset), count};
+        placed[slice.variable] = true;
+        shard.tensors_in_region = true;
+      }
+      offset += slice.count * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  for (size_t v = 0; v < elements.size(); ++v) {
+    if (placed[v]) continue;
+    const size_t count = static_cast<size_t>(elements[v]);
+    std::vector<float>& memory = own_tensors_.emplace_back(2 * count, 0.0f);
+    tensors.gradients[v] = std::span<float>(memory).first(count);
+    tensors.values[v] = std::span<float>(memory).subspan(count);
+  }
+  return tensors;
 }
 
 grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExchange* open) {
@@ -96,14 +157,26 @@ grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExch
       tensor->set_name(slice.name);
       tensor->mutable_shape()->Assign(slice.shape.begin(), slice.shape.end());
       tensor->set_dtype(wire_dtype_);
-      EncodeValuesTo((*exchange.gradients)[slice.variable].subspan(slice.offset, slice.count),
-                     wire_dtype_, next);
+      const std::span<const float> gradient =
+          (*exchange.gradients)[slice.variable].subspan(slice.offset, slice.count);
+      // A gradient computed where it goes (AllocateTensors) is sent as is.
+      if (element_bytes != sizeof(float) || reinterpret_cast<const char*>(gradient.data()) != next) {
+        EncodeValuesTo(gradient, wire_dtype_, next);
+      }
       next += slice.count * element_bytes;
     }
   }
   ChunkBuilder builder;
   builder.SetHeader(header);
-  if (exchange.pull) builder.SetExtra(*exchange.pull);
+  if (exchange.pull && exchange.gradients == nullptr && exchange.pull->names().empty()) {
+    // Named, so that the values come back in the order of the slices, where
+    // AllocateTensors placed them (a push's answer keeps the push's order).
+    PullRequest pull = *exchange.pull;
+    for (size_t i : shard.slices) pull.add_names(slices_[i].name);
+    builder.SetExtra(pull);
+  } else if (exchange.pull) {
+    builder.SetExtra(*exchange.pull);
+  }
   builder.SetShm(transfer);
   return builder.Finish();
 }
@@ -116,13 +189,22 @@ absl::Status PsClient::TakeSharedAnswer(const ShardExchange& exchange, const Ope
   if (absl::Status checked = CheckPullHeader(s, open.answer.header, &order); !checked.ok()) {
     return checked;
   }
-  const char* next = shard.region->bytes().data() + open.answer_offset;
-  for (size_t position : order) {
-    const VariableSlice& slice = slices_[shard.slices[position]];
+  const std::span<const char> region = shard.region->bytes();
+  const char* next = region.data() + open.answer_offset;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const VariableSlice& slice = slices_[shard.slices[order[k]]];
     std::span<float> values = (*exchange.out)[slice.variable].subspan(slice.offset, slice.count);
     const size_t bytes = static_cast<size_t>(slice.count) * element_bytes;
+    const char* destination = reinterpret_cast<const char*>(values.data());
+    if (order[k] != k && destination >= region.data() &&
+        destination < region.data() + region.size()) {
+      // Copying would overwrite values still to be read.
+      return absl::InternalError(absl::StrCat(
+          "ps:", s, " answered a shared pull out of the order it was asked for"));
+    }
     if (element_bytes == sizeof(float)) {
-      std::memcpy(values.data(), next, bytes);
+      // Nothing to copy for values that lie where the caller reads them.
+      if (destination != next) std::memcpy(values.data(), next, bytes);
     } else {
       DecodeValues(absl::string_view(next, bytes), wire_dtype_, values);
     }

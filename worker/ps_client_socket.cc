@@ -285,7 +285,7 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
     if (absl::IsNotFound(status) && may_attach_again) {
       // The shard no longer knows the region (it restarted): it refused the
       // call before reading anything, so attach a new one and call again.
-      shards_[s].region.reset();
+      shards_[s].region_attached = false;
       absl::StatusOr<bool> shared = UseSharedMemory(s);
       if (!shared.ok()) return shared.status();
       if (!*shared) {
@@ -295,7 +295,8 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
       std::unique_ptr<OpenExchange> again = StartExchange(exchange, /*shared=*/true);
       return FinishExchange(exchange, again.get(), /*may_attach_again=*/false);
     }
-    if (absl::IsUnavailable(status)) shards_[s].region.reset();  // a restarted shard needs a new one
+    // A restarted shard needs the region offered again.
+    if (absl::IsUnavailable(status)) shards_[s].region_attached = false;
   }
   if (!status.ok()) {
     // An answer this end refused already names the shard.

@@ -49,10 +49,44 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
   }
   if (count > 1) {
     for (const VariableSpec& v : towers->variables()) {
-      towers->averaged_.emplace_back(static_cast<size_t>(v.size()));
+      towers->averaged_.push_back(
+          towers->averaged_memory_.emplace_back(static_cast<size_t>(v.size())));
     }
   }
   return towers;
+}
+
+absl::Status Towers::PlaceTensors(std::span<const std::span<float>> parameters,
+                                  std::span<const std::span<float>> gradients) {
+  if (!ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only towers that all compute on host memory can compute in place");
+  }
+  if (gradients.size() != variables().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(gradients.size(), " gradients for a model of ",
+                                                   variables().size(), " variables"));
+  }
+  for (size_t i = 0; i < gradients.size() && size() > 1; ++i) {
+    if (gradients[i].size() != averaged_[i].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a gradient of ", gradients[i].size(),
+                                                     " floats for ", variables()[i].name,
+                                                     ", which has ", averaged_[i].size()));
+    }
+  }
+  // One tower leaves its gradients there; several average into them.
+  if (absl::Status s = towers_[0]->PlaceTensors(
+          parameters, size() == 1 ? gradients : std::span<const std::span<float>>());
+      !s.ok()) {
+    return s;
+  }
+  for (int t = 1; t < size(); ++t) {
+    if (absl::Status s = towers_[t]->ReadParametersOf(*towers_[0]); !s.ok()) return s;
+  }
+  if (size() > 1) {
+    averaged_.assign(gradients.begin(), gradients.end());
+    averaged_memory_.clear();
+  }
+  return absl::OkStatus();
 }
 
 std::string Towers::DevicesLabel() const {

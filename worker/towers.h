@@ -59,6 +59,17 @@ class Towers {
     return size() == 1 ? towers_[0]->HostGradient(index) : std::span<const float>(averaged_[index]);
   }
 
+  // Whether every tower computes on host memory (the CPU), so PlaceTensors
+  // may be used.
+  bool ComputesOnHostMemory() const { return shared_parameters_; }
+  // Makes HostParameter(i) parameters[i] and HostGradient(i) gradients[i]
+  // (one span per variable, sized like it; the memory must outlive the
+  // towers), the towers computing on them (Mlp::PlaceTensors); the current
+  // parameter values are copied there. FailedPrecondition unless
+  // ComputesOnHostMemory().
+  absl::Status PlaceTensors(std::span<const std::span<float>> parameters,
+                            std::span<const std::span<float>> gradients);
+
   // Host staging for a whole batch (tower 0's, pinned on a GPU).
   std::span<float> HostInput() { return towers_[0]->HostInput(); }
   std::span<float> HostTargets() { return towers_[0]->HostTargets(); }
@@ -99,7 +110,10 @@ class Towers {
   absl::Status CopyParameters(int t, const std::vector<int>& variables);
 
   std::vector<std::unique_ptr<Mlp>> towers_;
-  std::vector<std::vector<float>> averaged_;  // per variable; with several towers
+  // Per variable, with several towers: the average, in averaged_memory_ or
+  // where PlaceTensors put it.
+  std::vector<std::span<float>> averaged_;
+  std::vector<std::vector<float>> averaged_memory_;
   std::vector<int> all_variables_;            // 0, 1, ..., variables - 1
   bool shared_parameters_ = false;  // towers 1.. compute with tower 0's parameters
   int input_dim_ = 0;

@@ -104,10 +104,6 @@ absl::Status Trainer::Setup() {
         "the training set has ", data_->train.size, " examples, fewer than workers x batch_size = ",
         config_.cluster().workers() * batch, "; lower batch_size or workers"));
   }
-  for (size_t i = 0; i < towers_->variables().size(); ++i) {
-    parameters_.push_back(towers_->HostParameter(i));
-    gradients_.push_back(towers_->HostGradient(i));
-  }
   // Batches are gathered straight into tower 0's staging buffers, from
   // which a GPU backend uploads them by DMA.
   batch_x_ = towers_->HostInput().first(static_cast<size_t>(batch) * data_->train.feature_dim);
@@ -127,6 +123,19 @@ absl::Status Trainer::Setup() {
         "ps:0 runs ", ModeName(view->mode()), " mode with ", view->workers(),
         " worker(s) but this worker's config says ", ModeName(training.mode()), " with ",
         config_.cluster().workers(), "; start every task from the same config"));
+  }
+  if (towers_->ComputesOnHostMemory()) {
+    // The model computes where the exchange reads its gradients and leaves
+    // its parameters (in a co-located shard's region): no copies per step.
+    absl::StatusOr<PsClient::Tensors> tensors = client_->AllocateTensors();
+    if (!tensors.ok()) return tensors.status();
+    if (absl::Status s = towers_->PlaceTensors(tensors->values, tensors->gradients); !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t i = 0; i < towers_->variables().size(); ++i) {
+    parameters_.push_back(towers_->HostParameter(i));
+    gradients_.push_back(towers_->HostGradient(i));
   }
   // Every worker offers the same seeded values; the first to arrive wins, so
   // the job does not depend on the chief being first or alive.

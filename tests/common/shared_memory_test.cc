@@ -68,6 +68,37 @@ TEST(SharedMemoryTest, OpeningUnlinksTheNameAndBothEndsSeeTheSameBytes) {
   (*region)->Unlink();  // after the shard did: harmless
 }
 
+TEST(SharedMemoryTest, ARenewedRegionKeepsItsAddressAndBytesUnderANewName) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const std::span<char> bytes = (*region)->bytes();
+  std::memcpy(bytes.data() + 5000, "values", 6);
+  const std::string old_name = (*region)->name();
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> old_shard =
+      OpenedRegion::Open(old_name, static_cast<int64_t>(bytes.size()));
+  ASSERT_TRUE(old_shard.ok()) << old_shard.status();
+
+  ASSERT_TRUE((*region)->Renew().ok());
+  EXPECT_EQ((*region)->bytes().data(), bytes.data());
+  EXPECT_EQ((*region)->bytes().size(), bytes.size());
+  EXPECT_NE((*region)->name(), old_name);
+  EXPECT_EQ(std::string(bytes.data() + 5000, 6), "values");
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> new_shard =
+      OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()));
+  ASSERT_TRUE(new_shard.ok()) << new_shard.status();
+  char read[6];
+  ASSERT_TRUE((*new_shard)->Read(5000, read).ok());
+  EXPECT_EQ(std::string(read, 6), "values");
+  // The old spans write into the new object; the old one is the old
+  // shard's alone.
+  std::memcpy(bytes.data() + 100, "after", 5);
+  char seen[5];
+  ASSERT_TRUE((*new_shard)->Read(100, seen).ok());
+  EXPECT_EQ(std::string(seen, 5), "after");
+  ASSERT_TRUE((*old_shard)->Read(100, seen).ok());
+  EXPECT_NE(std::string(seen, 5), "after");
+}
+
 TEST(SharedMemoryTest, DestroyingAnUnopenedRegionRemovesItsName) {
   std::string name;
   {

@@ -195,6 +195,33 @@ TEST(MlpQueueingTest, AStepWaitsForTheBackendOnceAndGetsTheCpusAnswer) {
   EXPECT_EQ(eval->loss, eval_expected->loss);
 }
 
+TEST(MlpPlaceTensorsTest, ABackendThatComputesElsewhereIsRefused) {
+  DeferredKernels deferred;
+  std::unique_ptr<Mlp> mlp = ModelOn(&deferred, kClassifier, kRows, 0.0f);
+  ASSERT_NE(mlp, nullptr);
+  std::vector<std::vector<float>> memory;
+  for (const VariableSpec& v : mlp->variables()) memory.emplace_back(v.size());
+  std::vector<std::span<float>> spans(memory.begin(), memory.end());
+  EXPECT_EQ(mlp->PlaceTensors(spans, spans).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(MlpPlaceTensorsTest, SpansOfAnotherSizeAreRefusedAndNothingMoves) {
+  std::unique_ptr<Kernels> cpu = MakeCpuKernels();
+  std::unique_ptr<Mlp> mlp = ModelOn(cpu.get(), kClassifier, kRows, 0.0f);
+  ASSERT_NE(mlp, nullptr);
+  std::vector<std::vector<float>> memory;
+  for (const VariableSpec& v : mlp->variables()) memory.emplace_back(v.size());
+  memory.back().pop_back();
+  std::vector<std::span<float>> spans(memory.begin(), memory.end());
+  const float* before = mlp->HostParameter(0).data();
+  absl::Status placed = mlp->PlaceTensors(spans, {});
+  EXPECT_EQ(placed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(placed.message()), ::testing::HasSubstr(mlp->variables().back().name));
+  EXPECT_EQ(mlp->HostParameter(0).data(), before);
+  spans.pop_back();
+  EXPECT_EQ(mlp->PlaceTensors(spans, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MlpQueueingTest, ABadLabelFailsTheStepAfterItsWait) {
   DeferredKernels deferred;
   std::unique_ptr<Mlp> mlp = ModelOn(&deferred, kClassifier, kRows, 0.0f);

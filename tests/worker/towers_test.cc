@@ -114,6 +114,67 @@ TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   }
 }
 
+// Towers that compute on memory the caller placed (Towers::PlaceTensors)
+// against the same towers on their own: the same gradients, left there.
+class PlacedTowersTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlacedTowersTest, PlacedTensorsGiveTheSameGradientsWhereTheyLie) {
+  constexpr int kBatch = 16;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 4);
+  std::vector<std::unique_ptr<Kernels>> owned;
+  std::vector<Kernels*> own_backends, placed_backends;
+  for (int t = 0; t < GetParam(); ++t) {
+    own_backends.push_back(owned.emplace_back(MakeCpuKernels()).get());
+    placed_backends.push_back(owned.emplace_back(MakeCpuKernels()).get());
+  }
+  absl::StatusOr<std::unique_ptr<Towers>> own = Towers::Create(spec, own_backends, kBatch, kBatch);
+  absl::StatusOr<std::unique_ptr<Towers>> placed =
+      Towers::Create(spec, placed_backends, kBatch, kBatch);
+  ASSERT_TRUE(own.ok() && placed.ok());
+  ASSERT_TRUE((*placed)->ComputesOnHostMemory());
+  const std::vector<std::vector<float>> initial = (*own)->InitialValues(5);
+  LoadInitialValues(initial, [&](size_t i) { return (*own)->HostParameter(i); });
+  LoadInitialValues(initial, [&](size_t i) { return (*placed)->HostParameter(i); });
+
+  std::vector<std::vector<float>> parameters, gradients;
+  for (const VariableSpec& v : (*placed)->variables()) {
+    parameters.emplace_back(v.size(), 0.0f);
+    gradients.emplace_back(v.size(), 0.0f);
+  }
+  const std::vector<std::span<float>> parameter_spans(parameters.begin(), parameters.end());
+  const std::vector<std::span<float>> gradient_spans(gradients.begin(), gradients.end());
+  ASSERT_TRUE((*placed)->PlaceTensors(parameter_spans, gradient_spans).ok());
+  for (size_t v = 0; v < initial.size(); ++v) {
+    EXPECT_EQ((*placed)->HostParameter(v).data(), parameters[v].data());
+    EXPECT_EQ(parameters[v], initial[v]);  // the values came along
+  }
+
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    ASSERT_TRUE((*own)->UploadParameters().ok());
+    ASSERT_TRUE((*placed)->UploadParameters().ok());
+    ASSERT_TRUE((*own)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    ASSERT_TRUE((*placed)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    for (size_t v = 0; v < initial.size(); ++v) {
+      EXPECT_EQ((*placed)->HostGradient(v).data(), gradients[v].data());
+      std::span<const float> want = (*own)->HostGradient(v);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), gradients[v].begin(), gradients[v].end()))
+          << "variable " << v;
+    }
+    // New values written where the exchange would leave them are what the
+    // next step computes with.
+    for (size_t v = 0; v < initial.size(); ++v) {
+      for (size_t i = 0; i < parameters[v].size(); ++i) {
+        parameters[v][i] = initial[v][i] * 0.5f;
+        (*own)->HostParameter(v)[i] = initial[v][i] * 0.5f;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwoTowers, PlacedTowersTest, ::testing::Values(1, 2));
+
 TEST(TowersTest, RefusesABatchThatDoesNotSplitEvenly) {
   std::vector<std::unique_ptr<Kernels>> owned;
   for (int t = 0; t < 3; ++t) owned.push_back(MakeCpuKernels());

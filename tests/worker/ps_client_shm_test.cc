@@ -1,0 +1,192 @@
+// PsClient's same-host path from the worker's side, against in-process
+// shards: tensors that AllocateTensors places in a shard's region move with
+// no copy on this side and stay where they are when the shard loses the
+// region. The shard's side (validation, hostile regions) is
+// tests/ps_server/shm_exchange_test.cc; whole jobs are tests/e2e.
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "cluster/in_process_cluster.h"
+#include "common/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/ps_client.h"
+
+namespace pst {
+namespace {
+
+using ::testing::Each;
+using ::testing::HasSubstr;
+
+// Two small variables, each whole on one shard, and one cut over both.
+const std::vector<VariableSpec> kModel = {
+    {"dense_0/kernel", {64, 32}}, {"dense_0/bias", {32}}, {"big", {512, 64}}};
+constexpr int kCut = 2;  // the variable that lies on both shards
+
+JobConfig AsyncSgd() {
+  JobConfig config;
+  config.mutable_cluster()->add_ps("127.0.0.1:1");
+  config.mutable_cluster()->set_workers(1);
+  TrainingConfig* t = config.mutable_training();
+  t->set_mode(ASYNC);
+  t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.5f);
+  t->mutable_model()->mutable_mlp()->add_hidden(8);
+  t->mutable_dataset()->mutable_quadratic()->set_examples(10);
+  ApplyDefaults(&config);
+  return config;
+}
+
+// The path of the mapping `address` lies in ("" if none names a file).
+std::string MappingOf(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, device, inode, path;
+    fields >> range >> perms >> offset >> device >> inode;
+    std::getline(fields >> std::ws, path);
+    const size_t dash = range.find('-');
+    const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (begin <= at && at < end) return path;
+  }
+  return "";
+}
+
+bool InSharedRegion(std::span<const float> tensor) {
+  return absl::StrContains(MappingOf(tensor.data()), "/dev/shm/pstrain-");
+}
+
+class PsClientShmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
+        InProcessCluster::Start(AsyncSgd(), 2);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+  }
+
+  std::unique_ptr<PsClient> Connect(PsClient::Transport transport) {
+    const auto& ps = cluster_->config().cluster().ps();
+    absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
+        std::vector<std::string>(ps.begin(), ps.end()), 0, absl::Seconds(10));
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return nullptr;
+    (*client)->SetVariables(kModel);
+    (*client)->set_transport(transport);
+    EXPECT_TRUE((*client)->Register().ok());
+    return std::move(*client);
+  }
+
+  // Initializes every variable to ones (unless already initialized).
+  static void InitOnes(PsClient* client) {
+    std::vector<std::vector<float>> ones;
+    for (const VariableSpec& v : kModel) ones.emplace_back(v.size(), 1.0f);
+    ASSERT_TRUE(client->Init({ones.begin(), ones.end()}).ok());
+  }
+
+  // Pushes `gradient` everywhere and takes the new values into `tensors`.
+  static absl::Status PushPull(PsClient* client, const PsClient::Tensors& tensors,
+                               float gradient, std::vector<int64_t>* versions) {
+    for (std::span<float> g : tensors.gradients) std::fill(g.begin(), g.end(), gradient);
+    std::vector<PushResponse> responses;
+    const std::vector<int64_t> at = *versions;
+    return client->PushPull(at, {tensors.gradients.begin(), tensors.gradients.end()}, at,
+                            absl::Seconds(10), tensors.values, versions, &responses);
+  }
+
+  std::unique_ptr<InProcessCluster> cluster_;
+};
+
+TEST_F(PsClientShmTest, TensorsLieInTheRegionsAndExchangeWhereTheyLie) {
+  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->values.size(), kModel.size());
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    EXPECT_EQ(static_cast<int64_t>(tensors->values[v].size()), kModel[v].size());
+    EXPECT_EQ(static_cast<int64_t>(tensors->gradients[v].size()), kModel[v].size());
+    // A variable cut over two regions cannot be one span in either.
+    EXPECT_EQ(InSharedRegion(tensors->values[v]), v != kCut) << kModel[v].name;
+    EXPECT_EQ(InSharedRegion(tensors->gradients[v]), v != kCut) << kModel[v].name;
+  }
+  EXPECT_TRUE(client->uses_shared_memory(0));
+  EXPECT_TRUE(client->uses_shared_memory(1));
+  InitOnes(client.get());
+
+  std::vector<int64_t> versions = {0, 0};
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());  // 1 - 0.5 * 1
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    EXPECT_THAT(tensors->values[v], Each(0.5f)) << kModel[v].name;
+  }
+  // A pull alone leaves the values in the same places.
+  for (std::span<float> values : tensors->values) std::fill(values.begin(), values.end(), 7.0f);
+  ASSERT_TRUE(client->Pull({0, 0}, absl::Seconds(10), tensors->values, &versions).ok());
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    EXPECT_THAT(tensors->values[v], Each(0.5f)) << kModel[v].name;
+  }
+}
+
+TEST_F(PsClientShmTest, ARegionTheShardLostIsRenewedWhereTheTensorsLie) {
+  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  InitOnes(client.get());
+  std::vector<int64_t> versions = {0, 0};
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());
+  const std::string before = MappingOf(tensors->values[0].data());
+
+  // Another client of the same worker attaches its own region: the shards
+  // forget this one's, as a restarted shard would.
+  std::unique_ptr<PsClient> other = Connect(PsClient::Transport::kShm);
+  ASSERT_NE(other, nullptr);
+  std::vector<std::vector<float>> scratch;
+  for (const VariableSpec& v : kModel) scratch.emplace_back(v.size(), 0.0f);
+  std::vector<int64_t> other_versions;
+  ASSERT_TRUE(other->Pull({0, 0}, absl::Seconds(10), {scratch.begin(), scratch.end()},
+                          &other_versions)
+                  .ok());
+
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    EXPECT_THAT(tensors->values[v], Each(0.0f)) << kModel[v].name;
+  }
+  EXPECT_TRUE(InSharedRegion(tensors->values[0]));
+  EXPECT_NE(MappingOf(tensors->values[0].data()), before);  // a new object, the same address
+}
+
+TEST_F(PsClientShmTest, AWireTypeChangedAfterPlacingIsRefused) {
+  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  InitOnes(client.get());
+  client->set_wire_dtype(BFLOAT16);
+  std::vector<int64_t> versions = {0, 0};
+  absl::Status status = PushPull(client.get(), *tensors, 1.0f, &versions);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("after AllocateTensors"));
+}
+
+TEST_F(PsClientShmTest, OverTcpTheTensorsAreTheClientsOwn) {
+  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kTcp);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  for (size_t v = 0; v < kModel.size(); ++v) EXPECT_FALSE(InSharedRegion(tensors->values[v]));
+  EXPECT_FALSE(client->uses_shared_memory(0));
+  InitOnes(client.get());
+  std::vector<int64_t> versions = {0, 0};
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    EXPECT_THAT(tensors->values[v], Each(0.5f)) << kModel[v].name;
+  }
+}
+
+}  // namespace
+}  // namespace pst
