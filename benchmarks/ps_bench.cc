@@ -2,7 +2,8 @@
 // to the PS shards and get the model back (one PushPull per shard, or a Push
 // and then a Pull with --exchange=push_then_pull), as fast as they can, over
 // gRPC on 127.0.0.1 or through shared memory (--transport), or to running
-// shards (--ps); no compute. Sweeps model size, and prints GB/s and
+// shards (--ps); no compute. The tensors lie where the trainer keeps them
+// (PsClient::AllocateTensors: in the region when shared). Sweeps model size, and prints GB/s and
 // latency percentiles next to three baselines measured in the same run: a
 // plain small gRPC call (the Heartbeat RPC: our stack's echo), when iperf3
 // is installed loopback TCP with 1 MiB writes, and a warm memcpy of the
