@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -127,6 +128,18 @@ class StreamedUpdate {
   }
   // Whether everything staged for gradient number `tensor` is finite.
   bool finite(int tensor) const { return targets_[tensor].finite(); }
+
+  // Applies gradient number `tensor` whole, elements [0, elements), for a
+  // caller that has all of it at hand (a push in a shared region):
+  // stage(target, first, count) must apply elements [first, first + count)
+  // to `target` (StageTarget::Apply), for consecutive blocks of at most
+  // `block` elements. A large gradient is split into parts of whole blocks,
+  // staged at once on the shard's threads (as a SYNC step's sum is), each
+  // on its own copy of the target, merged after; `stage` must be safe to
+  // call from several threads. Returns the first failure of `stage`.
+  using StagePart = absl::FunctionRef<absl::Status(VariableStore::StageTarget* target,
+                                                   int64_t first, int64_t count)>;
+  absl::Status ApplyWhole(int tensor, int64_t elements, int64_t block, StagePart stage);
 
   // The buffer the header's variable `tensor` is staged into: once
   // elements have been applied, their new values are there, unchanged

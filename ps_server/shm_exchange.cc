@@ -187,54 +187,64 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
     const int64_t elements = place.bytes / element_bytes;
     const bool in_place =
         element_bytes == sizeof(float) && place.push_offset % alignof(float) == 0;
-    for (int64_t first = 0; first < elements; first += kStageBlockElements) {
-      const int64_t count = std::min(kStageBlockElements, elements - first);
-      const int64_t offset = place.push_offset + first * element_bytes;
-      if (in_place) {
-        // float32 is applied where it lies: the optimizer reads each value
-        // once, and a value that is not finite (written there before or
-        // during the read) gives a result that is not, which refuses the
-        // update; a copy and a check pass are saved.
-        const bool finite_before = update->finite(i);
-        if (absl::Status s =
-                region.Visit(offset, count * element_bytes,
-                             [&](std::span<const char> bytes) {
-                               update->Apply(i, first,
-                                             {reinterpret_cast<const float*>(bytes.data()),
-                                              static_cast<size_t>(count)});
-                             });
-            !s.ok()) {
-          return s;
-        }
-        if (finite_before && !update->finite(i)) {
-          // Name the culprit if the region still shows it.
+    if (in_place) {
+      // float32 is applied where it lies, a large gradient in parts at once:
+      // the optimizer reads each value once, and a value that is not finite
+      // (written there before or during the read) gives a result that is
+      // not, which refuses the update; a copy and a check pass are saved.
+      if (absl::Status s = update->ApplyWhole(
+              i, elements, kStageBlockElements,
+              [&](VariableStore::StageTarget* target, int64_t first, int64_t count) {
+                return region.Visit(place.push_offset + first * element_bytes,
+                                    count * element_bytes, [&](std::span<const char> bytes) {
+                                      target->Apply(first,
+                                                    {reinterpret_cast<const float*>(bytes.data()),
+                                                     static_cast<size_t>(count)});
+                                    });
+              });
+          !s.ok()) {
+        return s;
+      }
+      if (!update->finite(i)) {
+        // Name the culprit if the region still shows it (the commit refuses
+        // the update either way).
+        for (int64_t first = 0; first < elements; first += kStageBlockElements) {
+          const int64_t count = std::min(kStageBlockElements, elements - first);
           const std::span<char> data(reinterpret_cast<char*>(buffers.values.data()),
                                      count * element_bytes);
-          if (absl::Status s = region.Read(offset, data); !s.ok()) return s;
+          if (absl::Status s = region.Read(place.push_offset + first * element_bytes, data);
+              !s.ok()) {
+            return s;
+          }
           if (absl::Status s = CheckGradientFinite(absl::string_view(data.data(), data.size()),
                                                    header.dtype(), first, header.name());
               !s.ok()) {
             return s;
           }
         }
-      } else {
-        const std::span<float> values(buffers.values.data(), count);
-        // float32 lands as the values themselves; 16-bit types are decoded
-        // into them.
-        char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(values.data())
-                                                       : buffers.wire.data();
-        const std::span<char> data(landing, values.size() * element_bytes);
-        if (absl::Status s = region.Read(offset, data); !s.ok()) return s;
-        const absl::string_view read(data.data(), data.size());
-        if (absl::Status s = CheckGradientFinite(read, header.dtype(), first, header.name());
-            !s.ok()) {
-          return s;
-        }
-        if (landing != reinterpret_cast<char*>(values.data())) {
-          DecodeValues(read, header.dtype(), values);
-        }
-        update->Apply(i, first, values);
       }
+      *bytes += place.bytes;
+      continue;
+    }
+    for (int64_t first = 0; first < elements; first += kStageBlockElements) {
+      const int64_t count = std::min(kStageBlockElements, elements - first);
+      const int64_t offset = place.push_offset + first * element_bytes;
+      const std::span<float> values(buffers.values.data(), count);
+      // float32 lands as the values themselves; 16-bit types are decoded
+      // into them.
+      char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(values.data())
+                                                     : buffers.wire.data();
+      const std::span<char> data(landing, values.size() * element_bytes);
+      if (absl::Status s = region.Read(offset, data); !s.ok()) return s;
+      const absl::string_view read(data.data(), data.size());
+      if (absl::Status s = CheckGradientFinite(read, header.dtype(), first, header.name());
+          !s.ok()) {
+        return s;
+      }
+      if (landing != reinterpret_cast<char*>(values.data())) {
+        DecodeValues(read, header.dtype(), values);
+      }
+      update->Apply(i, first, values);
       update->Progressed();
     }
     *bytes += place.bytes;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <span>
 #include <thread>
 
@@ -1074,6 +1075,96 @@ TEST(StreamedUpdateTest, PieceByPieceEqualsOnePushBitForBit) {
   }
   EXPECT_EQ(StatsOf(streamed.get()).pushes_applied(), 2);
   EXPECT_EQ(StatsOf(streamed.get()).workers(0).clock(), 2);
+}
+
+// A gradient at hand whole (a shared region's) is staged in parts at once
+// on the shard's threads, each on its own copy of the target.
+TEST(StreamedUpdateTest, AWholeGradientStagedInPartsEqualsOnePushBitForBit) {
+  constexpr int64_t kRows = 5, kColumns = 40001;  // above the parallel threshold
+  constexpr int64_t kBlock = 4096;
+  ShardOptions options = Options(ASYNC, 1);
+  options.optimizer.mutable_adam()->set_learning_rate(0.01f);
+  auto whole = MakeShard(options);
+  auto parts = MakeShard(options);
+  InitRequest init;
+  std::vector<float> initial(kRows * kColumns);
+  for (size_t i = 0; i < initial.size(); ++i) initial[i] = 0.001f * static_cast<float>(i % 997);
+  AddTensor("big", {kRows, kColumns}, initial, init.mutable_variables());
+  InitResponse init_response;
+  ASSERT_TRUE(whole->Init(init, &init_response).ok());
+  ASSERT_TRUE(parts->Init(init, &init_response).ok());
+  absl::Mutex mu;
+  std::set<std::thread::id> threads;
+  for (int round = 0; round < 2; ++round) {  // Adam's state must match too
+    std::vector<float> g(kRows * kColumns);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.37f * static_cast<float>(i + round));
+    PushRequest push;
+    push.set_worker(0);
+    push.set_computed_at_version(round);
+    AddTensor("big", {kRows, kColumns}, g, push.mutable_gradients());
+    PushResponse expected, response;
+    ASSERT_TRUE(whole->Push(push, &expected).ok());
+    auto begun = parts->BeginStreamedPush(HeaderOf(push));
+    ASSERT_TRUE(begun.ok() && begun->update != nullptr);
+    std::vector<int64_t> staged;  // first element of each block
+    ASSERT_TRUE(begun->update
+                    ->ApplyWhole(0, kRows * kColumns, kBlock,
+                                 [&](VariableStore::StageTarget* target, int64_t first,
+                                     int64_t count) {
+                                   {
+                                     absl::MutexLock lock(&mu);
+                                     threads.insert(std::this_thread::get_id());
+                                     staged.push_back(first);
+                                   }
+                                   EXPECT_LE(count, kBlock);
+                                   target->Apply(first, std::span<const float>(g).subspan(
+                                                            first, count));
+                                   return absl::OkStatus();
+                                 })
+                    .ok());
+    std::sort(staged.begin(), staged.end());
+    ASSERT_EQ(staged.size(), static_cast<size_t>((kRows * kColumns + kBlock - 1) / kBlock));
+    for (size_t b = 0; b < staged.size(); ++b) EXPECT_EQ(staged[b], b * kBlock);
+    ASSERT_TRUE(parts->CommitStreamedPush(std::move(begun->update), &response).ok());
+    EXPECT_EQ(response.version(), expected.version());
+  }
+  const std::vector<float> a = PullValues(whole.get(), "big");
+  const std::vector<float> b = PullValues(parts.get(), "big");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  if (std::thread::hardware_concurrency() > 1) {
+    EXPECT_GT(threads.size(), 1u);
+  }
+}
+
+TEST(StreamedUpdateTest, APartThatFailsFailsTheWholeAndNothingLands) {
+  constexpr int64_t kElements = 200000;
+  auto shard = MakeShard(ASYNC, 1);
+  InitRequest init;
+  AddTensor("big", {kElements}, std::vector<float>(kElements, 1.0f), init.mutable_variables());
+  InitResponse init_response;
+  ASSERT_TRUE(shard->Init(init, &init_response).ok());
+  PushRequest header;
+  header.set_worker(0);
+  Tensor* gradient = header.add_gradients();
+  gradient->set_name("big");
+  gradient->add_shape(kElements);
+  gradient->set_dtype(FLOAT32);
+  const std::vector<float> g(kElements, 0.5f);
+  {
+    auto begun = shard->BeginStreamedPush(header);
+    ASSERT_TRUE(begun.ok() && begun->update != nullptr);
+    absl::Status status = begun->update->ApplyWhole(
+        0, kElements, 1024, [&](VariableStore::StageTarget* target, int64_t first, int64_t count) {
+          if (first == 150 * 1024) return absl::InvalidArgumentError("block 150 is bad");
+          target->Apply(first, std::span<const float>(g).subspan(first, count));
+          return absl::OkStatus();
+        });
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), ::testing::HasSubstr("block 150"));
+  }  // dropped
+  EXPECT_THAT(PullValues(shard.get(), "big"), ::testing::Each(1.0f));
+  EXPECT_EQ(StatsOf(shard.get()).pushes_applied(), 0);
 }
 
 // A push that can wait where it lies (a shared region) is told it only

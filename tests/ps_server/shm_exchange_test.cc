@@ -364,6 +364,45 @@ TEST_F(ShmExchangeTest, NonFiniteGradientsInTheRegionAreRefused) {
   }
 }
 
+// A large float32 push is staged in parts on several threads at once: the
+// result is the same, and a value that is not finite in a later part is
+// found and named as in the first.
+TEST_F(ShmExchangeTest, ALargePushStagedInPartsIsAppliedOrRefusedWhole) {
+  constexpr int64_t kLarge = 300000;  // five staging blocks: parts of three and two
+  constexpr int64_t kLargeBytes = kLarge * sizeof(float);
+  Restart(ASYNC, {{"big", kLarge}});
+  std::unique_ptr<SharedRegion> region = NewRegion(2 * kLargeBytes);
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  ExchangeChunk request = PushPull(handle, 0, kLargeBytes, kLarge);
+  request.mutable_header()->mutable_gradients(0)->set_name("big");
+  auto model = [&](int64_t* version) {
+    PullResponse response;
+    EXPECT_TRUE(shard_->Pull(PullRequest(), absl::Now(), &response).ok());
+    *version = response.version();
+    std::vector<float> values(kLarge);
+    DecodeTensor(response.variables(0), values);
+    return values;
+  };
+  float* gradient = reinterpret_cast<float*>(region->bytes().data());
+  std::fill(gradient, gradient + kLarge, 0.25f);
+  gradient[250000] = std::numeric_limits<float>::quiet_NaN();
+  ExchangeOutcome response;
+  grpc::Status status = Exchange(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("element 250000"));
+  int64_t version = -1;
+  EXPECT_THAT(model(&version), Each(Eq(1.0f)));
+  EXPECT_EQ(version, 0);
+
+  gradient[250000] = 0.25f;
+  ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
+  EXPECT_THAT(model(&version), Each(Eq(0.75f)));
+  EXPECT_EQ(version, 1);
+  const float* answer = reinterpret_cast<const float*>(region->bytes().data() + kLargeBytes);
+  EXPECT_THAT(std::vector<float>(answer, answer + kLarge), Each(Eq(0.75f)));
+}
+
 // A push at an offset that is not a float's is applied from a copy, with
 // the same result.
 TEST_F(ShmExchangeTest, AnUnalignedPushIsAppliedAsAnAlignedOne) {
