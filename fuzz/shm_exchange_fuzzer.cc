@@ -6,7 +6,8 @@
 // the rest is written into the region. The push and the pull run as the
 // service runs them (ps_server/exchange_call.cc): the push read whole and
 // then applied, or (control bit 64, where the shard can stream it) staged
-// straight out of the region. Whatever they say:
+// straight out of the region, with the answer written as it is staged
+// where it pulls and bit 128 is set. Whatever they say:
 //  - nothing outside the region is read or written (ASan watches the
 //    shard's buffers; the shard's mapping of the region is touched only
 //    through OpenedRegion, which checks every range against it), and a
@@ -107,7 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t bytes = 0;
     if (status.ok() && (control & 64) && begun->update != nullptr) {
       status = StageShmPush(header, begun->bytes, request.shm(), answer_dtype, **opened, limits,
-                            begun->update.get(), &bytes);
+                            begun->update.get(), &bytes, pulls && (control & 128));
       if (status.ok()) status = shard->CommitStreamedPush(std::move(begun->update), &pushed);
     } else if (status.ok()) {
       begun->update.reset();  // as when another update holds the staging

@@ -174,12 +174,13 @@ absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradi
 absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
                           const ShmTransfer& transfer, const DType* answer_dtype,
                           const OpenedRegion& region, const RpcLimits& limits,
-                          StreamedUpdate* update, int64_t* bytes) {
+                          StreamedUpdate* update, int64_t* bytes, bool answer_as_staged) {
   *bytes = 0;
   absl::StatusOr<std::vector<StagePlace>> places = PlanStage(
       push, transfer, AnswerElementBytes(answer_dtype), region, limits, gradient_bytes);
   if (!places.ok()) return places.status();
   StageBuffers& buffers = ThisThreadsStageBuffers();
+  int64_t answer_offset = transfer.answer_offset();  // gradient i's answer
   for (int i = 0; i < push.gradients_size(); ++i) {
     const Tensor& header = push.gradients(i);
     const StagePlace& place = (*places)[i];
@@ -187,6 +188,15 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
     const int64_t elements = place.bytes / element_bytes;
     const bool in_place =
         element_bytes == sizeof(float) && place.push_offset % alignof(float) == 0;
+    // The new values of elements [first, first + count), just staged, into
+    // the answer (checked to fit by PlanStage).
+    auto answer = [&, answer_offset](int64_t first, int64_t count) -> absl::Status {
+      if (!answer_as_staged) return absl::OkStatus();
+      const float* staged = update->staged_values(i)->data() + first;
+      return region.Write(answer_offset + first * static_cast<int64_t>(sizeof(float)),
+                          {reinterpret_cast<const char*>(staged), count * sizeof(float)});
+    };
+    answer_offset += elements * static_cast<int64_t>(sizeof(float));
     if (in_place) {
       // float32 is applied where it lies, a large gradient in parts at once:
       // the optimizer reads each value once, and a value that is not finite
@@ -195,12 +205,14 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
       if (absl::Status s = update->ApplyWhole(
               i, elements, kStageBlockElements,
               [&](VariableStore::StageTarget* target, int64_t first, int64_t count) {
-                return region.Visit(place.push_offset + first * element_bytes,
-                                    count * element_bytes, [&](std::span<const char> bytes) {
-                                      target->Apply(first,
-                                                    {reinterpret_cast<const float*>(bytes.data()),
-                                                     static_cast<size_t>(count)});
-                                    });
+                absl::Status read =
+                    region.Visit(place.push_offset + first * element_bytes, count * element_bytes,
+                                 [&](std::span<const char> bytes) {
+                                   target->Apply(first,
+                                                 {reinterpret_cast<const float*>(bytes.data()),
+                                                  static_cast<size_t>(count)});
+                                 });
+                return read.ok() ? answer(first, count) : read;
               });
           !s.ok()) {
         return s;
@@ -245,6 +257,7 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
         DecodeValues(read, header.dtype(), values);
       }
       update->Apply(i, first, values);
+      if (absl::Status s = answer(first, count); !s.ok()) return s;
       update->Progressed();
     }
     *bytes += place.bytes;

@@ -47,14 +47,19 @@ absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradi
 // gradient is made, and what the worker writes into the region meanwhile
 // never reaches the model unchecked. Every range is checked before
 // anything is read, the answer's too if the exchange pulls (`answer_dtype`
-// set). `bytes` gets the bytes read. InvalidArgument, with the update to
-// be dropped, for a range outside the region, one that has shrunk since it
-// was attached, a non-finite value or more gradients than the limits
-// allow.
+// set). With `answer_as_staged` (a float32 answer of the pushed variables
+// that may flow during the push: ConsistencyPolicy::
+// AnswerMayStreamDuringPush), each block's new values are also written
+// into the region from transfer.answer_offset, packed in header order, as
+// soon as they are staged, while they are in cache; they are the answer
+// once the update is committed. `bytes` gets the bytes read.
+// InvalidArgument, with the update to be dropped, for a range outside the
+// region, one that has shrunk since it was attached, a non-finite value or
+// more gradients than the limits allow.
 absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
                           const ShmTransfer& transfer, const DType* answer_dtype,
                           const OpenedRegion& region, const RpcLimits& limits,
-                          StreamedUpdate* update, int64_t* bytes);
+                          StreamedUpdate* update, int64_t* bytes, bool answer_as_staged = false);
 
 // Writes a captured answer into `region` from `offset`, packed in header
 // order, and drops the payload's references to the variables; `bytes` gets

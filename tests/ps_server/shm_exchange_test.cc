@@ -154,12 +154,45 @@ TEST_F(ShmExchangeTest, PushPullMovesTheBytesThroughTheRegion) {
   const PullResponse& header = response.answers[0].header();
   ASSERT_EQ(header.variables_size(), 1);
   EXPECT_EQ(header.variables(0).name(), "w");
+  EXPECT_THAT(header.variables(0).shape(), ::testing::ElementsAre(kElements));
+  EXPECT_EQ(header.variables(0).dtype(), FLOAT32);
   EXPECT_TRUE(header.variables(0).data().empty());  // the values are in the region
   EXPECT_EQ(response.answers[0].pieces_size(), 0);
   std::vector<float> answer(kElements);
   std::memcpy(answer.data(), region->bytes().data() + kBytes, kBytes);
   EXPECT_THAT(answer, Each(Eq(0.75f)));
   EXPECT_EQ(server_.service->shared_regions(), 1);
+}
+
+// An ASYNC push whose pull is the pushed variables in float32 gets the new
+// values written as they are staged; any other pull is answered after the
+// commit. Both answers are the committed values.
+TEST_F(ShmExchangeTest, AnAnswerWrittenAsStagedEqualsOnePulledAfterTheCommit) {
+  std::unique_ptr<SharedRegion> region = NewRegion(3 * kBytes);
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  for (bool as_staged : {true, false}) {
+    SCOPED_TRACE(as_staged);
+    Fill(*region, 0, 0.25f);
+    std::memset(region->bytes().data() + kBytes, 0, 2 * kBytes);
+    ExchangeChunk request = PushPull(handle, 0, kBytes);
+    // A 16-bit pull is encoded from the committed values instead.
+    if (!as_staged) request.mutable_pull()->set_dtype(BFLOAT16);
+    ExchangeOutcome response;
+    ASSERT_TRUE(Exchange(request, &response).ok()) << response.status.error_message();
+    ASSERT_NE(response.done(), nullptr);
+    int64_t version = 0;
+    const std::vector<float> model = Model(&version);
+    EXPECT_EQ(response.done()->version(), version);
+    std::vector<float> answer(kElements);
+    if (as_staged) {
+      std::memcpy(answer.data(), region->bytes().data() + kBytes, kBytes);
+    } else {
+      DecodeValues(absl::string_view(region->bytes().data() + kBytes, kElements * 2), BFLOAT16,
+                   answer);
+    }
+    EXPECT_EQ(answer, model);
+  }
 }
 
 TEST_F(ShmExchangeTest, APullAloneWritesTheModelIntoTheRegion) {
