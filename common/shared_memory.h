@@ -11,10 +11,9 @@
 // own; it never writes the model anywhere but its own memory. A worker can
 // shrink or rewrite its region at any moment: what the shard reads is
 // validated like bytes from a socket before anything is applied, and a
-// copy that touches a page the worker
-// has cut off is caught (a SIGBUS handler puts private zero pages in the
-// mapping's place, as Wayland compositors do for client pools) and refused,
-// never a crash. The handler is installed at the first OpenedRegion::Open
+// copy that touches a page the worker has cut off is caught (a SIGBUS
+// handler puts private zero pages in the mapping's place, as Wayland
+// compositors do for client pools) and refused, never a crash. The handler is installed at the first OpenedRegion::Open
 // and passes any other SIGBUS to the handler it replaced; code that
 // installs a SIGBUS handler of its own after that must chain to it.
 #ifndef PST_COMMON_SHARED_MEMORY_H_

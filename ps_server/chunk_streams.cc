@@ -238,18 +238,23 @@ void AskForPushedVariables(const PushRequest& push, PullRequest* pull) {
   for (const Tensor& gradient : push.gradients()) pull->add_names(gradient.name());
 }
 
+PullResponse PushedVariablesHeader(const PushRequest& push, DType dtype) {
+  PullResponse header;
+  for (const Tensor& gradient : push.gradients()) {
+    Tensor* variable = header.add_variables();
+    variable->set_name(gradient.name());
+    variable->mutable_shape()->CopyFrom(gradient.shape());
+    variable->set_dtype(dtype);
+  }
+  return header;
+}
+
 StagedAnswer::StagedAnswer(const PushRequest& header, DType dtype,
                            std::shared_ptr<PullPayload> payload)
     : dtype_(dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype),
       payload_(std::move(payload)),
-      gradient_element_bytes_(ElementBytes(header)) {
-  for (const Tensor& gradient : header.gradients()) {
-    Tensor* variable = answer_.add_variables();
-    variable->set_name(gradient.name());
-    variable->mutable_shape()->CopyFrom(gradient.shape());
-    variable->set_dtype(dtype_);
-  }
-}
+      answer_(PushedVariablesHeader(header, dtype_)),
+      gradient_element_bytes_(ElementBytes(header)) {}
 
 void StagedAnswer::Add(const ReceivedChunk& chunk, const StreamedUpdate& update) {
   if (!header_sent_) {

@@ -126,6 +126,10 @@ class PullPayloadPool {
 // order.
 void AskForPushedVariables(const PushRequest& push, PullRequest* pull);
 
+// The header of an answer of the pushed variables' new values, in the
+// push's order, as `dtype`: names and shapes, no data, version 0.
+PullResponse PushedVariablesHeader(const PushRequest& push, DType dtype);
+
 // The answer of an exchange whose push streams into the update and whose
 // answer may flow during the push (ConsistencyPolicy::
 // AnswerMayStreamDuringPush): each message's new values as soon as they

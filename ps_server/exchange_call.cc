@@ -457,14 +457,8 @@ void ExchangeCall::Complete(bool may_block) {
     // The answer was written into the region as it was staged: the
     // committed values.
     region_.reset();  // the worker's next exchange may claim it
-    PullResponse answer;
+    PullResponse answer = PushedVariablesHeader(header_, FLOAT32);
     answer.set_version(push_response_.version());
-    for (const Tensor& gradient : header_.gradients()) {
-      Tensor* variable = answer.add_variables();
-      variable->set_name(gradient.name());
-      variable->mutable_shape()->CopyFrom(gradient.shape());
-      variable->set_dtype(FLOAT32);
-    }
     done.set_version(push_response_.version());
     ChunkBuilder builder;
     builder.SetHeader(answer);

@@ -235,30 +235,29 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
           }
         }
       }
-      *bytes += place.bytes;
-      continue;
-    }
-    for (int64_t first = 0; first < elements; first += kStageBlockElements) {
-      const int64_t count = std::min(kStageBlockElements, elements - first);
-      const int64_t offset = place.push_offset + first * element_bytes;
-      const std::span<float> values(buffers.values.data(), count);
-      // float32 lands as the values themselves; 16-bit types are decoded
-      // into them.
-      char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(values.data())
-                                                     : buffers.wire.data();
-      const std::span<char> data(landing, values.size() * element_bytes);
-      if (absl::Status s = region.Read(offset, data); !s.ok()) return s;
-      const absl::string_view read(data.data(), data.size());
-      if (absl::Status s = CheckGradientFinite(read, header.dtype(), first, header.name());
-          !s.ok()) {
-        return s;
+    } else {
+      for (int64_t first = 0; first < elements; first += kStageBlockElements) {
+        const int64_t count = std::min(kStageBlockElements, elements - first);
+        const int64_t offset = place.push_offset + first * element_bytes;
+        const std::span<float> values(buffers.values.data(), count);
+        // float32 lands as the values themselves; 16-bit types are decoded
+        // into them.
+        char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(values.data())
+                                                       : buffers.wire.data();
+        const std::span<char> data(landing, values.size() * element_bytes);
+        if (absl::Status s = region.Read(offset, data); !s.ok()) return s;
+        const absl::string_view read(data.data(), data.size());
+        if (absl::Status s = CheckGradientFinite(read, header.dtype(), first, header.name());
+            !s.ok()) {
+          return s;
+        }
+        if (landing != reinterpret_cast<char*>(values.data())) {
+          DecodeValues(read, header.dtype(), values);
+        }
+        update->Apply(i, first, values);
+        if (absl::Status s = answer(first, count); !s.ok()) return s;
+        update->Progressed();
       }
-      if (landing != reinterpret_cast<char*>(values.data())) {
-        DecodeValues(read, header.dtype(), values);
-      }
-      update->Apply(i, first, values);
-      if (absl::Status s = answer(first, count); !s.ok()) return s;
-      update->Progressed();
     }
     *bytes += place.bytes;
   }
