@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -173,7 +174,7 @@ absl::Status SharedRegion::Renew() {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map shared memory ", name, ": ", error));
   }
-  close(fd_);
+  if (fd_ >= 0) close(fd_);
   Unlink();
   name_ = std::move(name);
   fd_ = *fd;
@@ -181,9 +182,24 @@ absl::Status SharedRegion::Renew() {
   return absl::OkStatus();
 }
 
+absl::Status SharedRegion::Detach() {
+  std::vector<char> contents(data_, data_ + size_);
+  if (mmap(data_, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+      MAP_FAILED) {
+    // The range still maps the shared object, unchanged.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map private memory over shared memory ", name_, ": ", Errno()));
+  }
+  std::memcpy(data_, contents.data(), contents.size());
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  Unlink();
+  return absl::OkStatus();
+}
+
 SharedRegion::~SharedRegion() {
   munmap(data_, size_);
-  close(fd_);
+  if (fd_ >= 0) close(fd_);
   Unlink();
 }
 

@@ -60,11 +60,19 @@ class SharedRegion {
   // Removes the name (the memory stays until both ends have closed it).
   // Safe to call more than once, and after the shard has unlinked it.
   void Unlink();
+  // Whether the name is still there: the object has not been offered to a
+  // shard yet (offering it unlinks the name; Detach leaves no name).
+  bool linked() const { return linked_; }
   // Moves the region to a new object under a new name, with the same
   // contents and at the same address (spans into bytes() stay valid), for
-  // a shard that has lost the old one. The old object goes once the shard
-  // that held it has closed it.
+  // a shard that has lost the old one (or, after Detach, one to share
+  // again). The old object goes once the shard that held it has closed it.
   absl::Status Renew();
+  // Moves the contents, at the same address, to memory private to this
+  // process, with no name anywhere (nothing left in /dev/shm if this
+  // process is killed): for a shard that may still read the old object
+  // after a failed exchange. Renew() shares them again.
+  absl::Status Detach();
 
  private:
   SharedRegion(std::string name, int fd, char* data, int64_t size)

@@ -289,6 +289,13 @@ class PsClient {
   // the first time (and again after the shard has lost it). An error only
   // where the call must fail (kShm refused, the shard unreachable).
   absl::StatusOr<bool> UseSharedMemory(int shard);
+  // After a failed shared exchange: the shard may still be reading the push
+  // (its staging races with the call's cancellation), so shard s's region
+  // moves to private memory at the same address (SharedRegion::Detach),
+  // shared again under a new name by the next exchange; the caller's next
+  // gradient never lands in memory the shard reads. `failure` is
+  // returned, with the reason if the move failed too.
+  absl::Status LeaveRegionAfterFailure(int shard, absl::Status failure);
   // The request of a shared exchange: the gradients encoded into shard s's
   // region (unless they lie there already), their names, shapes and
   // offsets in the message.

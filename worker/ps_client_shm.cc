@@ -58,9 +58,11 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
         SharedRegion::Create(2 * elements * static_cast<int64_t>(sizeof(float)));
     if (!region.ok()) return refuse(region.status().message());
     shard.region = std::move(*region);
-  } else if (absl::Status renewed = shard.region->Renew(); !renewed.ok()) {
+  } else if (!shard.region->linked()) {
     // The shard has unlinked the old name: only a new one can be offered.
-    return refuse(renewed.message());
+    if (absl::Status renewed = shard.region->Renew(); !renewed.ok()) {
+      return refuse(renewed.message());
+    }
   }
   absl::StatusOr<std::string> boot_id = HostBootId();
   if (!boot_id.ok()) return refuse(boot_id.status().message());
@@ -88,6 +90,17 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
                  shard.region->bytes().size());
   }
   return true;
+}
+
+absl::Status PsClient::LeaveRegionAfterFailure(int s, absl::Status failure) {
+  Shard& shard = shards_[s];
+  shard.region_attached = false;
+  if (absl::Status detached = shard.region->Detach(); !detached.ok()) {
+    return absl::Status(failure.code(),
+                        absl::StrCat(failure.message(), "; and the shared region could not be "
+                                     "moved away from the shard: ", detached.message()));
+  }
+  return failure;
 }
 
 absl::StatusOr<PsClient::Tensors> PsClient::AllocateTensors() {

@@ -281,26 +281,23 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
   // gone, so the caller may change or free its gradients (and the next call
   // reuse `encoded`) as soon as it returns.
   AwaitPushReleased(s, open->sent);
-  if (open->shared) {
-    if (absl::IsNotFound(status) && may_attach_again) {
-      // The shard no longer knows the region (it restarted): it refused the
-      // call before reading anything, so attach a new one and call again.
-      shards_[s].region_attached = false;
-      absl::StatusOr<bool> shared = UseSharedMemory(s);
-      if (!shared.ok()) return shared.status();
-      if (!*shared) {
-        return absl::UnavailableError(
-            absl::StrCat("ps:", s, " (", shards_[s].address, "): lost its shared region"));
-      }
-      std::unique_ptr<OpenExchange> again = StartExchange(exchange, /*shared=*/true);
-      return FinishExchange(exchange, again.get(), /*may_attach_again=*/false);
+  if (open->shared && absl::IsNotFound(status) && may_attach_again) {
+    // The shard no longer knows the region (it restarted): it refused the
+    // call before reading anything, so attach a new one and call again.
+    shards_[s].region_attached = false;
+    absl::StatusOr<bool> shared = UseSharedMemory(s);
+    if (!shared.ok()) return shared.status();
+    if (!*shared) {
+      return absl::UnavailableError(
+          absl::StrCat("ps:", s, " (", shards_[s].address, "): lost its shared region"));
     }
-    // A restarted shard needs the region offered again.
-    if (absl::IsUnavailable(status)) shards_[s].region_attached = false;
+    std::unique_ptr<OpenExchange> again = StartExchange(exchange, /*shared=*/true);
+    return FinishExchange(exchange, again.get(), /*may_attach_again=*/false);
   }
   if (!status.ok()) {
     // An answer this end refused already names the shard.
-    return absl::StartsWith(status.message(), "ps:") ? status : ShardError(s, status);
+    status = absl::StartsWith(status.message(), "ps:") ? status : ShardError(s, status);
+    return open->shared ? LeaveRegionAfterFailure(s, std::move(status)) : status;
   }
   StreamedAnswer& answer = open->answer;
   if (!answer.done) {

@@ -8,7 +8,9 @@
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -97,6 +99,40 @@ TEST(SharedMemoryTest, ARenewedRegionKeepsItsAddressAndBytesUnderANewName) {
   EXPECT_EQ(std::string(seen, 5), "after");
   ASSERT_TRUE((*old_shard)->Read(100, seen).ok());
   EXPECT_NE(std::string(seen, 5), "after");
+}
+
+TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenewed) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const std::span<char> bytes = (*region)->bytes();
+  std::memcpy(bytes.data() + 5000, "values", 6);
+  const std::string old_name = (*region)->name();
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> shard =
+      OpenedRegion::Open(old_name, static_cast<int64_t>(bytes.size()));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+
+  ASSERT_TRUE((*region)->Detach().ok());
+  EXPECT_FALSE((*region)->linked());
+  EXPECT_EQ((*region)->bytes().data(), bytes.data());
+  EXPECT_EQ(std::string(bytes.data() + 5000, 6), "values");
+  const std::string prefix = SharedRegionPrefix(getpid()).substr(1);  // without the '/'
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_FALSE(absl::StartsWith(entry.path().filename().string(), prefix)) << entry.path();
+  }
+  // What this process writes now, the shard that held the object never sees.
+  std::memcpy(bytes.data() + 100, "after", 5);
+  char seen[5];
+  ASSERT_TRUE((*shard)->Read(100, seen).ok());
+  EXPECT_NE(std::string(seen, 5), "after");
+
+  ASSERT_TRUE((*region)->Renew().ok());
+  EXPECT_TRUE((*region)->linked());
+  EXPECT_EQ((*region)->bytes().data(), bytes.data());
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> again =
+      OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Read(100, seen).ok());
+  EXPECT_EQ(std::string(seen, 5), "after");
 }
 
 TEST(SharedMemoryTest, DestroyingAnUnopenedRegionRemovesItsName) {

@@ -3,7 +3,10 @@
 // no copy on this side and stay where they are when the shard loses the
 // region. The shard's side (validation, hostile regions) is
 // tests/ps_server/shm_exchange_test.cc; whole jobs are tests/e2e.
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -54,6 +57,25 @@ std::string MappingOf(const void* address) {
     if (begin <= at && at < end) return path;
   }
   return "";
+}
+
+// The first float of another mapping of the object at `path` (the shard's,
+// in this process) than the one holding `ours`; nullopt if there is none.
+std::optional<float> FirstFloatOfOtherMapping(const std::string& path, const void* ours) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(ours);
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, device, inode, name;
+    fields >> range >> perms >> offset >> device >> inode;
+    std::getline(fields >> std::ws, name);
+    const uintptr_t begin = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (name == path && offset == "00000000" && !(begin <= at && at < end)) {
+      return *reinterpret_cast<const float*>(begin);
+    }
+  }
+  return std::nullopt;
 }
 
 bool InSharedRegion(std::span<const float> tensor) {
@@ -158,6 +180,41 @@ TEST_F(PsClientShmTest, ARegionTheShardLostIsRenewedWhereTheTensorsLie) {
   }
   EXPECT_TRUE(InSharedRegion(tensors->values[0]));
   EXPECT_NE(MappingOf(tensors->values[0].data()), before);  // a new object, the same address
+}
+
+TEST_F(PsClientShmTest, AFailedExchangeMovesTheRegionAwayFromWhatTheShardReads) {
+  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  InitOnes(client.get());
+  std::vector<int64_t> versions = {0, 0};
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());
+  const float* gradient = tensors->gradients[0].data();
+  const std::string pushed_through = MappingOf(gradient);
+
+  // The shards refuse a NaN gradient: the call fails.
+  const absl::Status failed =
+      PushPull(client.get(), *tensors, std::numeric_limits<float>::quiet_NaN(), &versions);
+  ASSERT_EQ(failed.code(), absl::StatusCode::kInvalidArgument) << failed;
+  // The tensors keep their address and contents, in memory of their own
+  // with no name in /dev/shm.
+  EXPECT_EQ(MappingOf(gradient), "");
+  EXPECT_TRUE(std::isnan(tensors->gradients[0][0]));
+  // The next backward writes its gradient where it lies; the object the
+  // shard mapped for the failed call still holds that call's push.
+  for (std::span<float> g : tensors->gradients) std::fill(g.begin(), g.end(), 2.0f);
+  std::optional<float> shards_view = FirstFloatOfOtherMapping(pushed_through, gradient);
+  ASSERT_TRUE(shards_view.has_value()) << "the shard no longer maps " << pushed_through;
+  EXPECT_TRUE(std::isnan(*shards_view)) << *shards_view;
+
+  // The next exchange offers the new object and goes through it.
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
+  for (size_t v = 0; v < kModel.size(); ++v) {
+    EXPECT_THAT(tensors->values[v], Each(0.0f)) << kModel[v].name;
+  }
+  EXPECT_TRUE(client->uses_shared_memory(0));
+  EXPECT_TRUE(InSharedRegion(tensors->gradients[0]));
 }
 
 TEST_F(PsClientShmTest, AWireTypeChangedAfterPlacingIsRefused) {
