@@ -142,16 +142,17 @@ def main_job(rows):
 def ps_bench(rows):
     peer = any("vs_peer" in r for r in rows)
     lines = ["| size | workers | transport | GB/s (both ways) | CPU us / round trip | p50 us "
-             "| echo p50 us | of iperf3 | each way / memcpy |" + (" ours / peer |" if peer else "") +
-             " runs |",
-             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |" +
+             "| echo p50 us | of iperf3 | each way / memcpy | of plain sockets |" +
+             (" ours / peer |" if peer else "") + " runs |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" +
              (" ---: |" if peer else "") + " ---: |"]
     for r in rows:
         lines.append(f"| {r['size']} | {r['workers']} | {r['transport']} "
                      f"| {spread(r, 'push_pull_gbps', 3)} | {spread(r, 'cpu_us_per_round_trip', 0)} "
                      f"| {spread(r, 'p50_us', 0)} | {spread(r, 'echo_p50_us', 0)} "
                      f"| {spread(r, 'of_iperf3', 3)} "
-                     f"| {spread(r, 'each_way_of_memcpy', 3)} |" +
+                     f"| {spread(r, 'each_way_of_memcpy', 3)} "
+                     f"| {spread(r, 'of_socket', 2)} |" +
                      (f" {spread(r, 'vs_peer', 2)} |" if peer else "") + f" {r['runs']} |")
     return {"": "\n".join(lines)}
 

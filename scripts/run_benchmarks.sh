@@ -213,7 +213,7 @@ for kind in ${ONLY//,/ }; do
   [[ " ${KINDS[*]} " == *" $kind "* ]] || die "ONLY: no benchmark \"$kind\" (${KINDS[*]})"
 done
 if [[ -z $DRY_RUN ]]; then
-  for bin in train_bench ps_bench metrics_bench pslaunch ps_server worker; do
+  for bin in train_bench ps_bench socket_bench metrics_bench pslaunch ps_server worker; do
     [[ -x build/bin/$bin ]] || die "no build/bin/$bin; build first (scripts/build.sh)"
   done
   data=/usr/share/datasets/fashion-mnist
