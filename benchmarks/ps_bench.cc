@@ -41,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "benchmarks/byte_sizes.h"
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
@@ -85,28 +86,6 @@ ABSL_FLAG(std::string, ps, "",
 
 namespace pst {
 namespace {
-
-absl::StatusOr<int64_t> ParseSize(absl::string_view text) {
-  struct Unit {
-    const char* suffix;
-    int64_t factor;
-  };
-  for (Unit unit : {Unit{"GiB", 1LL << 30}, Unit{"MiB", 1 << 20}, Unit{"KiB", 1 << 10}, Unit{"B", 1}}) {
-    if (absl::EndsWith(text, unit.suffix)) {
-      int64_t number = 0;
-      if (absl::SimpleAtoi(text.substr(0, text.size() - strlen(unit.suffix)), &number) && number > 0) {
-        return number * unit.factor;
-      }
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat("--sizes: cannot read \"", text, "\" (e.g. 4KiB, 64MiB)"));
-}
-
-std::string SizeName(int64_t bytes) {
-  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, "MiB");
-  if (bytes >= 1024 && bytes % 1024 == 0) return absl::StrCat(bytes >> 10, "KiB");
-  return absl::StrCat(bytes, "B");
-}
 
 double ProcessCpuSeconds() {
   struct rusage usage;
@@ -409,7 +388,7 @@ absl::StatusOr<std::vector<PeerRow>> ReadPeerRows(const std::string& path) {
     if (std::optional<double> size = number("size_bytes")) {
       row.size_bytes = static_cast<int64_t>(*size);
     } else if (auto it = fields.find("size"); it != fields.end() && it->second.has_string_value()) {
-      absl::StatusOr<int64_t> size = ParseSize(it->second.string_value());
+      absl::StatusOr<int64_t> size = ParseByteSize(it->second.string_value());
       if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(where(), size.status().message()));
       row.size_bytes = *size;
     }
@@ -458,12 +437,9 @@ std::optional<double> IperfGbps() {
 }
 
 int Main() {
-  std::vector<int64_t> sizes;
-  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
-    absl::StatusOr<int64_t> size = ParseSize(text);
-    if (!size.ok()) ExitWithError("ps_bench", size.status());
-    sizes.push_back(*size);
-  }
+  absl::StatusOr<std::vector<int64_t>> parsed = ParseByteSizes(absl::GetFlag(FLAGS_sizes));
+  if (!parsed.ok()) ExitWithError("ps_bench", parsed.status());
+  const std::vector<int64_t> sizes = std::move(*parsed);
   // --workers and --wire_dtype are the flags every binary shares.
   const ConfigOverrides overrides = OverridesFromFlags();
   JobConfig dtype_config;
@@ -547,7 +523,7 @@ int Main() {
                   "\"exchange\":\"%s\",\"transport\":\"%s\",\"memcpy_gbps\":%.3f,"
                   "\"each_way_of_memcpy\":%.3f,\"peer_gbps\":%s,\"vs_peer\":%s,"
                   "\"cpu_vs_peer\":%s}\n",
-                  SizeName(size).c_str(), static_cast<long long>(size), workers, shards,
+                  ByteSizeName(size).c_str(), static_cast<long long>(size), workers, shards,
                   dtype_name.c_str(),
                   row->gbps, row->p50_us, row->p99_us, static_cast<long long>(row->round_trips),
                   static_cast<long long>(row->wire_bytes_per_round_trip),
@@ -558,7 +534,7 @@ int Main() {
     } else {
       std::printf("%-8s %7d %6d %8s %9s %10.3f %10.0f %10.0f %10.0f %12lld %12.0f %12s %12.2f "
                   "%6.2f (fp32 %.2f)",
-                  SizeName(size).c_str(), workers, shards, dtype_name.c_str(), used_transport,
+                  ByteSizeName(size).c_str(), workers, shards, dtype_name.c_str(), used_transport,
                   row->gbps, row->p50_us, row->p99_us, row->echo_p50_us,
                   static_cast<long long>(row->round_trips), row->cpu_us_per_round_trip,
                   iperf_text.c_str(), memcpy_gbps, row->wire_bytes_per_round_trip / 1e6,

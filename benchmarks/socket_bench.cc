@@ -41,12 +41,12 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "benchmarks/byte_sizes.h"
 #include "common/exit.h"
 #include "common/flags.h"
 
@@ -57,30 +57,6 @@ ABSL_FLAG(bool, json, false, "One JSON object per row (a --peer_json file for ps
 
 namespace pst {
 namespace {
-
-absl::StatusOr<int64_t> ParseSize(absl::string_view text) {
-  struct Unit {
-    const char* suffix;
-    int64_t factor;
-  };
-  for (Unit unit : {Unit{"GiB", 1LL << 30}, Unit{"MiB", 1 << 20}, Unit{"KiB", 1 << 10}, Unit{"B", 1}}) {
-    if (absl::EndsWith(text, unit.suffix)) {
-      int64_t number = 0;
-      if (absl::SimpleAtoi(text.substr(0, text.size() - strlen(unit.suffix)), &number) &&
-          number > 0 && number * unit.factor % 4 == 0) {
-        return number * unit.factor;
-      }
-    }
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--sizes: cannot read \"", text, "\" (a multiple of 4 bytes, e.g. 4KiB, 64MiB)"));
-}
-
-std::string SizeName(int64_t bytes) {
-  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, "MiB");
-  if (bytes >= 1024 && bytes % 1024 == 0) return absl::StrCat(bytes >> 10, "KiB");
-  return absl::StrCat(bytes, "B");
-}
 
 bool ReadAll(int fd, void* to, size_t bytes) {
   char* at = static_cast<char*>(to);
@@ -301,11 +277,14 @@ absl::StatusOr<Row> Measure(int64_t model_bytes, int workers) {
 }
 
 int Main() {
-  std::vector<int64_t> sizes;
-  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
-    absl::StatusOr<int64_t> size = ParseSize(text);
-    if (!size.ok()) ExitWithError("socket_bench", size.status());
-    sizes.push_back(*size);
+  absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizes(absl::GetFlag(FLAGS_sizes));
+  if (!sizes.ok()) ExitWithError("socket_bench", sizes.status());
+  for (int64_t size : *sizes) {
+    if (size % 4 != 0) {
+      ExitWithError("socket_bench", absl::InvalidArgumentError(absl::StrCat(
+                                        "--sizes: ", size, " bytes is not a float32 model (a "
+                                        "multiple of 4 bytes)")));
+    }
   }
   // --workers is the flag every binary shares (0: keep the default, 1).
   const int workers = std::max(1, absl::GetFlag(FLAGS_workers));
@@ -319,17 +298,17 @@ int Main() {
     std::printf("%-8s %7s %10s %10s %12s %12s\n", "size", "workers", "GB/s", "p50_us", "round_trips",
                 "cpu_us/trip");
   }
-  for (int64_t size : sizes) {
+  for (int64_t size : *sizes) {
     absl::StatusOr<Row> row = Measure(size, workers);
     if (!row.ok()) ExitWithError("socket_bench", row.status());
     if (json) {
       std::printf("{\"size\":\"%s\",\"size_bytes\":%lld,\"workers\":%d,\"push_pull_gbps\":%.3f,"
                   "\"p50_us\":%.1f,\"round_trips\":%lld,\"cpu_us_per_round_trip\":%.0f,"
                   "\"transport\":\"socket\"}\n",
-                  SizeName(size).c_str(), static_cast<long long>(size), workers, row->gbps,
+                  ByteSizeName(size).c_str(), static_cast<long long>(size), workers, row->gbps,
                   row->p50_us, static_cast<long long>(row->round_trips), row->cpu_us_per_round_trip);
     } else {
-      std::printf("%-8s %7d %10.3f %10.0f %12lld %12.0f\n", SizeName(size).c_str(), workers,
+      std::printf("%-8s %7d %10.3f %10.0f %12lld %12.0f\n", ByteSizeName(size).c_str(), workers,
                   row->gbps, row->p50_us, static_cast<long long>(row->round_trips),
                   row->cpu_us_per_round_trip);
     }

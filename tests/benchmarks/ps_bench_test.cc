@@ -1,7 +1,6 @@
 // ps_bench as scripts use it: the flags the issue fixes, and one JSON object
 // per row with the fields they read. Short rows without iperf3: this checks
 // the interface, not the figures (docs/benchmarks.md has those).
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -18,13 +17,6 @@ using ::testing::HasSubstr;
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
-// The value of "key" in a one-line JSON object, as written ("" if absent).
-std::string Field(const std::string& line, const std::string& key) {
-  std::smatch match;
-  const std::regex pattern("\"" + key + "\":(\"[^\"]*\"|[^,}]*)");
-  return std::regex_search(line, match, pattern) ? match[1].str() : "";
-}
-
 TEST(PsBenchTest, JsonRowsCarryTheFieldsScriptsRead) {
   const CommandResult run = RunCommand(
       Bin("ps_bench") + " --sizes=4KiB,3MiB --workers=2 --shards=2 --wire_dtype=bf16 "
@@ -39,23 +31,23 @@ TEST(PsBenchTest, JsonRowsCarryTheFieldsScriptsRead) {
   } kRows[] = {{"4KiB", 1024}, {"3MiB", 3 << 18}};
   for (size_t i = 0; i < rows.size(); ++i) {
     SCOPED_TRACE(rows[i]);
-    EXPECT_EQ(Field(rows[i], "size"), absl::StrCat("\"", kRows[i].size, "\""));
-    EXPECT_EQ(Field(rows[i], "workers"), "2");
-    EXPECT_EQ(Field(rows[i], "shards"), "2");
-    EXPECT_EQ(Field(rows[i], "wire_dtype"), "\"bfloat16\"");
+    EXPECT_EQ(JsonField(rows[i], "size"), absl::StrCat("\"", kRows[i].size, "\""));
+    EXPECT_EQ(JsonField(rows[i], "workers"), "2");
+    EXPECT_EQ(JsonField(rows[i], "shards"), "2");
+    EXPECT_EQ(JsonField(rows[i], "wire_dtype"), "\"bfloat16\"");
     // A number; a 4 KiB row's can round to 0.000 on a loaded machine.
-    EXPECT_GE(std::stod(Field(rows[i], "push_pull_gbps")), 0.0);
-    EXPECT_GT(std::stoll(Field(rows[i], "round_trips")), 0);
-    const double p50 = std::stod(Field(rows[i], "p50_us"));
+    EXPECT_GE(std::stod(JsonField(rows[i], "push_pull_gbps")), 0.0);
+    EXPECT_GT(std::stoll(JsonField(rows[i], "round_trips")), 0);
+    const double p50 = std::stod(JsonField(rows[i], "p50_us"));
     EXPECT_GT(p50, 0.0);
-    EXPECT_GE(std::stod(Field(rows[i], "p99_us")), p50);
+    EXPECT_GE(std::stod(JsonField(rows[i], "p99_us")), p50);
     // bf16 halves the bytes of a push and of a pull.
-    EXPECT_EQ(Field(rows[i], "wire_bytes_per_round_trip"), absl::StrCat(2 * 2 * kRows[i].elements));
-    EXPECT_EQ(Field(rows[i], "bytes_saved_vs_fp32"), absl::StrCat(2 * 2 * kRows[i].elements));
-    EXPECT_EQ(Field(rows[i], "iperf3_gbps"), "null");
-    EXPECT_EQ(Field(rows[i], "of_iperf3"), "null");
-    EXPECT_GT(std::stod(Field(rows[i], "echo_p50_us")), 0.0);
-    EXPECT_EQ(Field(rows[i], "exchange"), "\"push_pull\"");
+    EXPECT_EQ(JsonField(rows[i], "wire_bytes_per_round_trip"), absl::StrCat(2 * 2 * kRows[i].elements));
+    EXPECT_EQ(JsonField(rows[i], "bytes_saved_vs_fp32"), absl::StrCat(2 * 2 * kRows[i].elements));
+    EXPECT_EQ(JsonField(rows[i], "iperf3_gbps"), "null");
+    EXPECT_EQ(JsonField(rows[i], "of_iperf3"), "null");
+    EXPECT_GT(std::stod(JsonField(rows[i], "echo_p50_us")), 0.0);
+    EXPECT_EQ(JsonField(rows[i], "exchange"), "\"push_pull\"");
   }
 }
 
@@ -65,8 +57,8 @@ TEST(PsBenchTest, TheExchangeCanBeAPushThenAPull) {
                         "--iperf=false",
       120);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_EQ(Field(run.out, "exchange"), "\"push_then_pull\"");
-  EXPECT_GT(std::stoll(Field(run.out, "round_trips")), 0);
+  EXPECT_EQ(JsonField(run.out, "exchange"), "\"push_then_pull\"");
+  EXPECT_GT(std::stoll(JsonField(run.out, "round_trips")), 0);
 }
 
 TEST(PsBenchTest, BadExchangeOrSeveralSizesForRunningShardsAreOneLine) {

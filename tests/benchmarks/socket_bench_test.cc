@@ -3,7 +3,6 @@
 // rows: this checks the interface, not the figures (docs/benchmarks.md).
 #include <cstdio>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -20,13 +19,6 @@ using ::testing::HasSubstr;
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
-// The value of "key" in a one-line JSON object, as written ("" if absent).
-std::string Field(const std::string& line, const std::string& key) {
-  std::smatch match;
-  const std::regex pattern("\"" + key + "\":(\"[^\"]*\"|[^,}]*)");
-  return std::regex_search(line, match, pattern) ? match[1].str() : "";
-}
-
 TEST(SocketBenchTest, JsonRowsCarryPsBenchsFields) {
   const CommandResult run = RunCommand(
       Bin("socket_bench") + " --sizes=4KiB,1MiB --workers=2 --seconds=0.3 --json", 120);
@@ -37,14 +29,14 @@ TEST(SocketBenchTest, JsonRowsCarryPsBenchsFields) {
   const char* kBytes[] = {"4096", "1048576"};
   for (size_t i = 0; i < rows.size(); ++i) {
     SCOPED_TRACE(rows[i]);
-    EXPECT_EQ(Field(rows[i], "size"), absl::StrCat("\"", kSizes[i], "\""));
-    EXPECT_EQ(Field(rows[i], "size_bytes"), kBytes[i]);
-    EXPECT_EQ(Field(rows[i], "workers"), "2");
-    EXPECT_EQ(Field(rows[i], "transport"), "\"socket\"");
-    EXPECT_GT(std::stoll(Field(rows[i], "round_trips")), 0);
-    EXPECT_GE(std::stod(Field(rows[i], "push_pull_gbps")), 0.0);
-    EXPECT_GT(std::stod(Field(rows[i], "p50_us")), 0.0);
-    EXPECT_GT(std::stod(Field(rows[i], "cpu_us_per_round_trip")), 0.0);
+    EXPECT_EQ(JsonField(rows[i], "size"), absl::StrCat("\"", kSizes[i], "\""));
+    EXPECT_EQ(JsonField(rows[i], "size_bytes"), kBytes[i]);
+    EXPECT_EQ(JsonField(rows[i], "workers"), "2");
+    EXPECT_EQ(JsonField(rows[i], "transport"), "\"socket\"");
+    EXPECT_GT(std::stoll(JsonField(rows[i], "round_trips")), 0);
+    EXPECT_GE(std::stod(JsonField(rows[i], "push_pull_gbps")), 0.0);
+    EXPECT_GT(std::stod(JsonField(rows[i], "p50_us")), 0.0);
+    EXPECT_GT(std::stod(JsonField(rows[i], "cpu_us_per_round_trip")), 0.0);
   }
 }
 
@@ -60,9 +52,9 @@ TEST(SocketBenchTest, ItsRowsArePsBenchsPeer) {
       120);
   std::remove(path.c_str());
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  EXPECT_EQ(std::stod(Field(ours.out, "peer_gbps")), std::stod(Field(socket.out, "push_pull_gbps")));
-  EXPECT_GT(std::stod(Field(ours.out, "vs_peer")), 0.0);
-  EXPECT_GT(std::stod(Field(ours.out, "cpu_vs_peer")), 0.0);
+  EXPECT_EQ(std::stod(JsonField(ours.out, "peer_gbps")), std::stod(JsonField(socket.out, "push_pull_gbps")));
+  EXPECT_GT(std::stod(JsonField(ours.out, "vs_peer")), 0.0);
+  EXPECT_GT(std::stod(JsonField(ours.out, "cpu_vs_peer")), 0.0);
 }
 
 TEST(SocketBenchTest, BadFlagsAreOneLineAndExitCodeTwo) {
@@ -70,6 +62,9 @@ TEST(SocketBenchTest, BadFlagsAreOneLineAndExitCodeTwo) {
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.err, HasSubstr("--sizes: cannot read \"7XB\""));
   EXPECT_EQ(run.out, "");
+  run = RunCommand(Bin("socket_bench") + " --sizes=6B", 60);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("not a float32 model"));
   run = RunCommand(Bin("socket_bench") + " --block=6", 60);
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.err, HasSubstr("--block must be a positive multiple of 4 bytes"));

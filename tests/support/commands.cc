@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <regex>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -31,6 +32,12 @@ CommandResult RunCommand(const std::string& command, int timeout_seconds) {
   result.out = ReadFile(out);
   result.err = ReadFile(err);
   return result;
+}
+
+std::string JsonField(const std::string& line, const std::string& key) {
+  std::smatch match;
+  const std::regex pattern("\"" + key + "\":(\"[^\"]*\"|[^,}]*)");
+  return std::regex_search(line, match, pattern) ? match[1].str() : "";
 }
 
 std::string ReadFile(const std::string& path) {

@@ -23,6 +23,11 @@ struct CommandResult {
 // `timeout_seconds` (and SIGKILLed 5 s later if it ignores SIGTERM).
 CommandResult RunCommand(const std::string& command, int timeout_seconds);
 
+// The value of "key" in a one-line JSON object as written ("\"text\"" for
+// a string, the digits for a number), or "" if absent: what a test reads of
+// a benchmark's --json row.
+std::string JsonField(const std::string& line, const std::string& key);
+
 // The whole file, or "" if it cannot be read.
 std::string ReadFile(const std::string& path);
 

@@ -42,19 +42,39 @@ JobConfig AsyncSgd() {
   return config;
 }
 
-// The path of the mapping `address` lies in ("" if none names a file).
-std::string MappingOf(const void* address) {
+// A line of /proc/self/maps.
+struct Mapping {
+  uintptr_t begin = 0, end = 0;
+  uint64_t offset = 0;  // into the object
+  std::string path;     // "" if it names no file
+  bool Holds(const void* address) const {
+    const auto at = reinterpret_cast<uintptr_t>(address);
+    return begin <= at && at < end;
+  }
+};
+
+std::vector<Mapping> Mappings() {
+  std::vector<Mapping> mappings;
   std::ifstream maps("/proc/self/maps");
-  const auto at = reinterpret_cast<uintptr_t>(address);
   for (std::string line; std::getline(maps, line);) {
     std::istringstream fields(line);
-    std::string range, perms, offset, device, inode, path;
+    std::string range, perms, offset, device, inode;
+    Mapping mapping;
     fields >> range >> perms >> offset >> device >> inode;
-    std::getline(fields >> std::ws, path);
+    std::getline(fields >> std::ws, mapping.path);
     const size_t dash = range.find('-');
-    const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
-    const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
-    if (begin <= at && at < end) return path;
+    mapping.begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    mapping.end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    mapping.offset = std::stoull(offset, nullptr, 16);
+    mappings.push_back(std::move(mapping));
+  }
+  return mappings;
+}
+
+// The path of the mapping `address` lies in ("" if none names a file).
+std::string MappingOf(const void* address) {
+  for (const Mapping& mapping : Mappings()) {
+    if (mapping.Holds(address)) return mapping.path;
   }
   return "";
 }
@@ -62,17 +82,9 @@ std::string MappingOf(const void* address) {
 // The first float of another mapping of the object at `path` (the shard's,
 // in this process) than the one holding `ours`; nullopt if there is none.
 std::optional<float> FirstFloatOfOtherMapping(const std::string& path, const void* ours) {
-  std::ifstream maps("/proc/self/maps");
-  const auto at = reinterpret_cast<uintptr_t>(ours);
-  for (std::string line; std::getline(maps, line);) {
-    std::istringstream fields(line);
-    std::string range, perms, offset, device, inode, name;
-    fields >> range >> perms >> offset >> device >> inode;
-    std::getline(fields >> std::ws, name);
-    const uintptr_t begin = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
-    const uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
-    if (name == path && offset == "00000000" && !(begin <= at && at < end)) {
-      return *reinterpret_cast<const float*>(begin);
+  for (const Mapping& mapping : Mappings()) {
+    if (mapping.path == path && mapping.offset == 0 && !mapping.Holds(ours)) {
+      return *reinterpret_cast<const float*>(mapping.begin);
     }
   }
   return std::nullopt;
@@ -120,7 +132,23 @@ class PsClientShmTest : public ::testing::Test {
                             absl::Seconds(10), tensors.values, versions, &responses);
   }
 
+  // A shared-memory client whose tensors AllocateTensors placed, after one
+  // exchange (every value 0.5).
+  void StartPlaced() {
+    placed_client_ = Connect(PsClient::Transport::kShm);
+    ASSERT_NE(placed_client_, nullptr);
+    absl::StatusOr<PsClient::Tensors> tensors = placed_client_->AllocateTensors();
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    placed_tensors_ = std::move(*tensors);
+    InitOnes(placed_client_.get());
+    placed_versions_ = {0, 0};
+    ASSERT_TRUE(PushPull(placed_client_.get(), *placed_tensors_, 1.0f, &placed_versions_).ok());
+  }
+
   std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<PsClient> placed_client_;
+  std::optional<PsClient::Tensors> placed_tensors_;
+  std::vector<int64_t> placed_versions_;
 };
 
 TEST_F(PsClientShmTest, TensorsLieInTheRegionsAndExchangeWhereTheyLie) {
@@ -154,13 +182,10 @@ TEST_F(PsClientShmTest, TensorsLieInTheRegionsAndExchangeWhereTheyLie) {
 }
 
 TEST_F(PsClientShmTest, ARegionTheShardLostIsRenewedWhereTheTensorsLie) {
-  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  InitOnes(client.get());
-  std::vector<int64_t> versions = {0, 0};
-  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());
+  ASSERT_NO_FATAL_FAILURE(StartPlaced());
+  PsClient* client = placed_client_.get();
+  std::optional<PsClient::Tensors>& tensors = placed_tensors_;
+  std::vector<int64_t>& versions = placed_versions_;
   const std::string before = MappingOf(tensors->values[0].data());
 
   // Another client of the same worker attaches its own region: the shards
@@ -174,7 +199,7 @@ TEST_F(PsClientShmTest, ARegionTheShardLostIsRenewedWhereTheTensorsLie) {
                           &other_versions)
                   .ok());
 
-  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
+  ASSERT_TRUE(PushPull(client, *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
   for (size_t v = 0; v < kModel.size(); ++v) {
     EXPECT_THAT(tensors->values[v], Each(0.0f)) << kModel[v].name;
   }
@@ -183,19 +208,16 @@ TEST_F(PsClientShmTest, ARegionTheShardLostIsRenewedWhereTheTensorsLie) {
 }
 
 TEST_F(PsClientShmTest, AFailedExchangeMovesTheRegionAwayFromWhatTheShardReads) {
-  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  InitOnes(client.get());
-  std::vector<int64_t> versions = {0, 0};
-  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());
+  ASSERT_NO_FATAL_FAILURE(StartPlaced());
+  PsClient* client = placed_client_.get();
+  std::optional<PsClient::Tensors>& tensors = placed_tensors_;
+  std::vector<int64_t>& versions = placed_versions_;
   const float* gradient = tensors->gradients[0].data();
   const std::string pushed_through = MappingOf(gradient);
 
   // The shards refuse a NaN gradient: the call fails.
   const absl::Status failed =
-      PushPull(client.get(), *tensors, std::numeric_limits<float>::quiet_NaN(), &versions);
+      PushPull(client, *tensors, std::numeric_limits<float>::quiet_NaN(), &versions);
   ASSERT_EQ(failed.code(), absl::StatusCode::kInvalidArgument) << failed;
   // The tensors keep their address and contents, in memory of their own
   // with no name in /dev/shm.
@@ -209,7 +231,7 @@ TEST_F(PsClientShmTest, AFailedExchangeMovesTheRegionAwayFromWhatTheShardReads) 
   EXPECT_TRUE(std::isnan(*shards_view)) << *shards_view;
 
   // The next exchange offers the new object and goes through it.
-  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
+  ASSERT_TRUE(PushPull(client, *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
   for (size_t v = 0; v < kModel.size(); ++v) {
     EXPECT_THAT(tensors->values[v], Each(0.0f)) << kModel[v].name;
   }
