@@ -22,7 +22,7 @@
 // fresh process: 48-94 us in some runs, 140-250 us in others, while the
 // same heartbeats interleaved with a row's round trips took 86-274 us;
 // docs/benchmarks.md.)
-#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,6 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "benchmarks/byte_sizes.h"
+#include "benchmarks/process_cpu.h"
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
@@ -87,13 +88,6 @@ ABSL_FLAG(std::string, ps, "",
 namespace pst {
 namespace {
 
-double ProcessCpuSeconds() {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
 double Percentile(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()))];
@@ -111,7 +105,7 @@ struct Cluster {
   std::vector<std::string> addresses;
   // CPU time of this process and of the shard processes.
   double CpuSeconds() const {
-    return ProcessCpuSeconds() + (processes ? processes->CpuSeconds() : 0);
+    return ProcessCpuSeconds(getpid()) + (processes ? processes->CpuSeconds() : 0);
   }
   ~Cluster() {
     for (auto& s : shards) s->BeginShutdown();

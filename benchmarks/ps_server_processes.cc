@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "benchmarks/process_cpu.h"
 
 namespace pst {
 namespace {
@@ -66,17 +67,6 @@ bool Accepts(int port) {
 }
 
 // User plus system time of process `pid` from /proc (0 once it is gone).
-double ProcessCpuSeconds(pid_t pid) {
-  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  // The command name, field 2, is in parentheses and may hold spaces.
-  const size_t name_end = stat.rfind(')');
-  if (name_end == std::string::npos) return 0;
-  const std::vector<std::string> fields =
-      absl::StrSplit(stat.substr(name_end + 2), ' ', absl::SkipEmpty());
-  if (fields.size() < 13) return 0;  // utime and stime are fields 14 and 15
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (std::stod(fields[11]) + std::stod(fields[12])) / ticks;
-}
 
 }  // namespace
 

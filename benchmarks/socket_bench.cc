@@ -29,11 +29,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,12 +38,11 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "benchmarks/byte_sizes.h"
+#include "benchmarks/process_cpu.h"
 #include "common/exit.h"
 #include "common/flags.h"
 
@@ -116,20 +112,6 @@ void NoDelay(int fd) {
   }
   for (std::thread& t : connections) t.join();
   _exit(0);
-}
-
-// User plus system CPU seconds of this process, or of `pid` (its
-// /proc/<pid>/stat: utime and stime, fields 14 and 15).
-double CpuSeconds(std::optional<pid_t> pid) {
-  std::ifstream stat(pid ? absl::StrCat("/proc/", *pid, "/stat") : "/proc/self/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t comm_end = text.rfind(')');
-  if (comm_end == std::string::npos) return 0;
-  std::vector<std::string> fields = absl::StrSplit(text.substr(comm_end + 2), ' ');
-  if (fields.size() < 13) return 0;
-  int64_t utime = 0, stime = 0;
-  if (!absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime)) return 0;
-  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 struct Row {
@@ -253,12 +235,12 @@ absl::StatusOr<Row> Measure(int64_t model_bytes, int workers) {
     start_mu.Await(absl::Condition(&all_warm));
   }
   const absl::Time begin = absl::Now();
-  const double cpu_begin = CpuSeconds(std::nullopt) + CpuSeconds(server);
+  const double cpu_begin = ProcessCpuSeconds(getpid()) + ProcessCpuSeconds(server);
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
   stop = true;
   for (std::thread& t : threads) t.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
-  const double cpu_seconds = CpuSeconds(std::nullopt) + CpuSeconds(server) - cpu_begin;
+  const double cpu_seconds = ProcessCpuSeconds(getpid()) + ProcessCpuSeconds(server) - cpu_begin;
   connected.clear();  // the server's connections end, and with them the server
   int wait_status = 0;
   waitpid(server, &wait_status, 0);

@@ -1,0 +1,16 @@
+// The CPU time a process has used, for the benchmarks' CPU-per-round-trip
+// figures.
+#ifndef PST_BENCHMARKS_PROCESS_CPU_H_
+#define PST_BENCHMARKS_PROCESS_CPU_H_
+
+#include <sys/types.h>
+
+namespace pst {
+
+// User plus system CPU seconds of process `pid`, every thread of it, from
+// /proc/<pid>/stat; 0 if it cannot be read (the process is gone).
+double ProcessCpuSeconds(pid_t pid);
+
+}  // namespace pst
+
+#endif  // PST_BENCHMARKS_PROCESS_CPU_H_
