@@ -1,6 +1,7 @@
 #include "ps_server/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -8,9 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -43,8 +43,16 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 // full disk is not filled further by torn attempts.
 absl::Status WriteFileDurably(const std::string& path, const std::string& contents) {
   const std::string temp = path + ".tmp";
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NONBLOCK|O_NOFOLLOW: a FIFO or a link put in the temporary file's
+  // place fails here (or at the type check) instead of hanging the writer
+  // or writing elsewhere.
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC,
+                0644);
   if (fd < 0) return Errno("cannot create", temp);
+  if (struct stat status; fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot write ", temp, ": not a regular file"));
+  }
   auto fail = [&](absl::string_view what) {
     absl::Status status = Errno(what, temp);
     close(fd);
@@ -90,6 +98,9 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
+    // Anything named like a checkpoint is listed, whatever its type, so
+    // that ReadCheckpoint can name a FIFO or a directory in its place
+    // instead of the PS starting over silently.
     if (name.rfind("ckpt-", 0) == 0 && name.size() > 9 &&
         name.compare(name.size() - 4, 4, ".bin") == 0) {
       files.push_back(entry.path().string());
@@ -139,11 +150,28 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
 }
 
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string contents = buffer.str();
+  // O_NONBLOCK: opening a FIFO put in a checkpoint's place must not wait
+  // for a writer; the type check below refuses it. It changes nothing for
+  // a regular file.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path, ": ",
+                                                      std::strerror(errno)));
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  struct stat status;
+  if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is not a regular file"));
+  }
+  std::string contents(static_cast<size_t>(status.st_size), '\0');
+  size_t read_bytes = 0;
+  while (read_bytes < contents.size()) {
+    const ssize_t n = pread(fd, contents.data() + read_bytes, contents.size() - read_bytes,
+                            static_cast<off_t>(read_bytes));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot read checkpoint", path);
+    if (n == 0) break;  // shrank meanwhile: found torn below
+    read_bytes += static_cast<size_t>(n);
+  }
+  contents.resize(read_bytes);
   if (contents.size() < kHeaderBytes || std::memcmp(contents.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
   }

@@ -23,8 +23,9 @@ namespace pst {
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
                                             const ShardCheckpoint& checkpoint, int keep);
 
-// Reads and verifies one file. DataLoss naming the file when it is torn or
-// corrupted.
+// Reads and verifies one file. DataLoss naming the file when it is torn,
+// corrupted or not a regular file (a FIFO in its place is refused at once,
+// never waited on).
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
 
 // Deletes the temporary files a crash mid-write left in `dir`; returns how many.

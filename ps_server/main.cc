@@ -92,25 +92,50 @@ pst::RpcLimits RpcLimitsFromFlags() {
   };
 }
 
-// Blocks SIGINT/SIGTERM in every thread and returns a thread that waits for
-// them (or for `stop`) and then runs `on_signal`.
-std::thread StartSignalWaiter(absl::Notification* stop, std::function<void()> on_signal) {
+// What the signal waiter does with SIGINT/SIGTERM.
+struct SignalWaiter {
+  std::thread thread;
+  // Set once the PS serves: a signal before that (restoring a checkpoint,
+  // binding) ends the process at once, as there is nothing to hand over.
+  std::atomic<bool> serving{false};
+  // Set once the PS has stopped; the thread then ends.
+  absl::Notification finished;
+};
+
+// Blocks SIGINT/SIGTERM in every thread and starts a thread that waits for
+// them: the first one while serving runs `on_signal` (a graceful stop,
+// with its final checkpoint); one before serving, or a second one, ends
+// the process at once, so that no exit path ignores SIGTERM.
+void StartSignalWaiter(SignalWaiter* waiter, std::function<void()> on_signal) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return std::thread([signals, stop, on_signal = std::move(on_signal)] {
+  waiter->thread = std::thread([signals, waiter, on_signal = std::move(on_signal)] {
     timespec poll_interval{0, 100'000'000};
-    while (!stop->HasBeenNotified()) {
-      int signal = sigtimedwait(&signals, nullptr, &poll_interval);
-      if (signal > 0) {
-        spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
-        on_signal();
-        return;
+    bool stopping = false;
+    while (!waiter->finished.HasBeenNotified()) {
+      const int signal = sigtimedwait(&signals, nullptr, &poll_interval);
+      if (signal <= 0) continue;
+      const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+      if (stopping || !waiter->serving.load()) {
+        spdlog::warn("received {} {}; exiting now", name,
+                     stopping ? "again while stopping" : "before serving");
+        spdlog::default_logger()->flush();
+        std::_Exit(128 + signal);
       }
+      spdlog::info("received {}, shutting down", name);
+      stopping = true;
+      on_signal();
     }
   });
+}
+
+// Ends the waiter once the PS has stopped (or failed to start).
+void JoinSignalWaiter(SignalWaiter* waiter) {
+  waiter->finished.Notify();
+  waiter->thread.join();
 }
 
 }  // namespace
@@ -160,7 +185,8 @@ int main(int argc, char** argv) {
   auto request_stop = [&stop, &stop_requested] {
     if (!stop_requested.exchange(true)) stop.Notify();
   };
-  std::thread signal_waiter = StartSignalWaiter(&stop, request_stop);
+  SignalWaiter signal_waiter;
+  StartSignalWaiter(&signal_waiter, request_stop);
 
   std::string address = absl::GetFlag(FLAGS_listen);
   if (address.empty()) address = config->cluster().ps(task->index);
@@ -170,8 +196,7 @@ int main(int argc, char** argv) {
       security.ok() ? pst::CheckListenAddress(address, *security, absl::GetFlag(FLAGS_allow_insecure))
                     : security.status();
   if (!secure_enough.ok()) {
-    request_stop();
-    signal_waiter.join();
+    JoinSignalWaiter(&signal_waiter);
     pst::ExitWithError(kProgram, secure_enough);
   }
   // Restore before serving, so no worker ever sees the fresh state.
@@ -191,8 +216,7 @@ int main(int argc, char** argv) {
   hooks.shutdown = request_stop;
   absl::StatusOr<int64_t> restored = checkpointer.Prepare(*checkpoint_start);
   if (!restored.ok()) {
-    request_stop();
-    signal_waiter.join();
+    JoinSignalWaiter(&signal_waiter);
     pst::ExitWithError(kProgram, absl::Status(restored.status().code(),
                                               absl::StrCat(task->ToString(), ": ",
                                                            restored.status().message())));
@@ -222,8 +246,7 @@ int main(int argc, char** argv) {
       pst::StartGrpcServer(address, shard->get(), hooks, *security, limits,
                            config->cluster().shm() != pst::SHM_OFF);
   if (!server.ok()) {
-    request_stop();
-    signal_waiter.join();
+    JoinSignalWaiter(&signal_waiter);
     pst::ExitWithError(kProgram, server.status());
   }
   spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task->ToString(),
@@ -234,13 +257,14 @@ int main(int argc, char** argv) {
                                         : "TLS");
 
   checkpointer.Start();
+  signal_waiter.serving.store(true);
   stop.WaitForNotification();
   // No update lands after this, so the final checkpoint is the final state,
   // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();
   checkpointer.Stop();
   server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  signal_waiter.join();
+  JoinSignalWaiter(&signal_waiter);
   metrics_server->reset();  // no scrape may read the shard from here on
   pst::StatsResponse stats;
   (*shard)->Stats(&stats);

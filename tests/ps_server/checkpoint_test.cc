@@ -4,10 +4,14 @@
 // and a failing disk stops the PS rather than letting the loss bound grow.
 #include "ps_server/checkpoint.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +170,34 @@ TEST(CheckpointTest, TornAndCorruptedFilesAreRejectedForTheNewestValidOne) {
   ASSERT_EQ(rejected.size(), 2u);
   EXPECT_THAT(rejected[0], HasSubstr("is torn"));
   EXPECT_THAT(rejected[1], HasSubstr("fails its checksum"));
+}
+
+TEST(CheckpointTest, AFifoNamedLikeACheckpointIsRefusedWithoutWaiting) {
+  auto shard = MomentumShard();
+  Init(shard.get());
+  const std::string dir = FreshDir("ckpt_fifo");
+  ASSERT_TRUE(WriteCheckpoint(dir, shard->Snapshot(), 5).ok());  // version 0
+  const std::string fifo = dir + "/ckpt-000000000000009.bin";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+
+  absl::Notification read;
+  absl::StatusOr<ShardCheckpoint> checkpoint;
+  std::vector<std::string> rejected;
+  std::thread reader([&] {
+    checkpoint = ReadNewestValidCheckpoint(dir, &rejected);
+    read.Notify();
+  });
+  if (!read.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+    ADD_FAILURE() << "reading the checkpoint directory waits on the FIFO";
+    // A writer lets a reader blocked in open() go, so the test can end.
+    const int unblock = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (unblock >= 0) close(unblock);
+  }
+  reader.join();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->version(), 0);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_THAT(rejected[0], HasSubstr("is not a regular file"));
 }
 
 TEST(CheckpointTest, KeepsOnlyTheNewestK) {
