@@ -376,6 +376,47 @@ absl::StatusOr<std::string> ExpandEnvironment(absl::string_view text, absl::stri
   return out;
 }
 
+namespace {
+
+// A JSON config nests a few levels; protobuf's parser gives up on deep
+// nesting without saying so clearly (it reported an empty cluster.ps for
+// 100 000 nested arrays), so nesting is bounded here, with the line.
+constexpr int kMaxJsonDepth = 32;
+
+absl::Status CheckJsonDepth(absl::string_view json, absl::string_view origin) {
+  int depth = 0;
+  int line = 1;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : json) {
+    if (c == '\n') ++line;
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ":", line, ": invalid JSON config: nested more than ", kMaxJsonDepth,
+            " levels deep; a job config nests a few objects (cluster, training, ...)"));
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobConfig> ParseConfig(absl::string_view raw_text, absl::string_view origin) {
   JobConfig config;
   absl::StatusOr<std::string> expanded = ExpandEnvironment(raw_text, origin);
@@ -383,6 +424,7 @@ absl::StatusOr<JobConfig> ParseConfig(absl::string_view raw_text, absl::string_v
   absl::string_view text = *expanded;
   absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);
   if (!trimmed.empty() && trimmed.front() == '{') {
+    if (absl::Status s = CheckJsonDepth(trimmed, origin); !s.ok()) return s;
     auto status = google::protobuf::util::JsonStringToMessage(std::string(trimmed), &config);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
@@ -478,7 +520,7 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config)
     SharedMemory shm;
     if (!SharedMemory_Parse(absl::StrCat("SHM_", absl::AsciiStrToUpper(*overrides.shm)), &shm)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--shm: unknown setting "", *overrides.shm, ""; use auto or off"));
+          absl::StrCat("--shm: unknown setting \"", *overrides.shm, "\"; use auto or off"));
     }
     config->mutable_cluster()->set_shm(shm);
   }

@@ -278,12 +278,12 @@ void RemoveDir(const std::string& dir) {
 }
 
 // --report: the curves page and the run record beside it. A report that
-// cannot be written is logged; the run itself succeeded.
-void WriteReport(const pst::RunSummary& summary, const pst::JobConfig& config,
+// cannot be written is an error naming the path (the run itself finished).
+absl::Status WriteReport(const pst::RunSummary& summary, const pst::JobConfig& config,
                  const std::string& dir) {
   std::string path = absl::GetFlag(FLAGS_report);
   if (path.empty() && !absl::GetFlag(FLAGS_result_dir).empty()) path = dir + "/report.html";
-  if (path.empty()) return;
+  if (path.empty()) return absl::OkStatus();
   std::vector<pst::WorkerResult> workers;
   for (int i = 0; i < config.cluster().workers(); ++i) {
     absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(WorkerResultPath(dir, i));
@@ -294,10 +294,27 @@ void WriteReport(const pst::RunSummary& summary, const pst::JobConfig& config,
   absl::Status written = pst::WriteRunRecord(record, record_path);
   if (written.ok()) written = pst::WriteTextFile(path, pst::RenderReport({record}));
   if (!written.ok()) {
-    spdlog::error("no report: {}", std::string(written.message()));
-    return;
+    return absl::Status(written.code(), absl::StrCat("--report: ", written.message(),
+                                                     "; the run finished, but its report is lost: "
+                                                     "give a writable path"));
   }
   spdlog::info("curves: {} (run record {})", path, record_path);
+  return absl::OkStatus();
+}
+
+// InvalidArgument unless the folder of --report exists and this process
+// may write there: checked before the run, not found out after it.
+absl::Status CheckReportPath(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::string folder = std::filesystem::path(path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error) || access(folder.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--report=", path, ": ", folder,
+        " is not a folder this user can write to; create it or name another path"));
+  }
+  return absl::OkStatus();
 }
 
 // Reports how the run ended and returns pslaunch's exit code.
@@ -311,8 +328,11 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
                      std::string(summary.status().message()).c_str());
         return 1;
       }
-      WriteReport(*summary, config, dir);
       std::printf("%s\n", SummaryLine(*summary).c_str());
+      if (absl::Status s = WriteReport(*summary, config, dir); !s.ok()) {
+        std::fprintf(stderr, "%s: error: %s\n", kProgram, std::string(s.message()).c_str());
+        return 1;
+      }
       return 0;
     }
     case pst::RunOutcome::Kind::kChildFailed:
@@ -423,6 +443,10 @@ int main(int argc, char** argv) {
   if (int port = absl::GetFlag(FLAGS_metrics_port); port < 0 || port > 65535) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(
         absl::StrCat("--metrics_port=", port, " is not a port (1..65535, or 0 for none)")));
+  }
+
+  if (absl::Status s = CheckReportPath(absl::GetFlag(FLAGS_report)); !s.ok()) {
+    pst::ExitWithError(kProgram, s);
   }
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();

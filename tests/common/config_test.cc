@@ -149,6 +149,11 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "cluster.workers 100000 is more than the 4096"},
       {"model too large", replace("hidden: 16", "hidden: 100000 hidden: 100000"), {},
        absl::StatusCode::kInvalidArgument, "makes a model of 10079600010 parameters"},
+      {"bad shm flag", good, {.shm = "maybe"}, absl::StatusCode::kInvalidArgument,
+       "--shm: unknown setting \"maybe\"; use auto or off"},
+      {"JSON nested past any config", "{\"cluster\": {\"ps\": " + std::string(100000, '[') +
+       std::string(100000, ']') + "}}", {}, absl::StatusCode::kInvalidArgument,
+       "bad.textproto:1: invalid JSON config: nested more than 32 levels deep"},
       {"missing closing brace", "cluster { ps: \"a:1\" workers: 1\ntraining { epochs: 1 }\n", {},
        absl::StatusCode::kInvalidArgument,
        "bad.textproto:2:10: Message type \"pst.ClusterConfig\" has no field named \"training\". "

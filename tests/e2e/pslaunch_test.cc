@@ -214,6 +214,7 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
     return WriteConfig(name, text);
   };
   std::string empty_token = WriteConfig("empty.token", "");
+  const std::string good_path = WriteConfig("good.textproto", good);
   std::string many_workers = variant("many.textproto", "workers: 2", "workers: 300");
   std::string huge_cluster = variant("huge.textproto", "workers: 2", "workers: 100000");
   std::string duplicate_ps = variant("duplicate.textproto", " workers: 2",
@@ -232,6 +233,8 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
   std::string huge_model =
       variant("huge_model.textproto", "hidden: 256 hidden: 128", "hidden: 100000 hidden: 100000");
   std::string no_brace = variant("brace.textproto", " workers: 2 }", " workers: 2");
+  std::string deep_json = WriteConfig(
+      "deep.json", "{\"cluster\": {\"ps\": " + std::string(100000, '[') + std::string(100000, ']') + "}}");
   struct Case {
     std::string name;
     std::string command;
@@ -277,6 +280,13 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
       {"malformed flag value", Bin("worker") + " --epochs=three", "--epochs=three"},
       {"missing closing brace", Bin("pslaunch") + " --check_config --config=" + no_brace,
        "is a closing } missing before it?"},
+      {"unknown shm setting", Bin("ps_server") + " --check_config --shm=maybe --config=" + good_path,
+       "--shm: unknown setting \"maybe\"; use auto or off"},
+      {"JSON nested past any config", Bin("ps_server") + " --check_config --config=" + deep_json,
+       "nested more than 32 levels deep"},
+      {"report where nothing can be written",
+       Bin("pslaunch") + " --report=/nonexistent/run.html --config=" + good_path,
+       "--report=/nonexistent/run.html: /nonexistent is not a folder this user can write to"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
