@@ -50,9 +50,11 @@ class ExchangeCall final {
   void OnCancel();
   // Once the call is over and none of its operations is in flight.
   void OnDone();
-  // An operation's event has come; OnDone if it was the last thing
-  // outstanding.
-  void Settle(bool call_over);
+  // An operation's event has come (`call_over`: the call's end, or an
+  // operation's; nullopt: a pool task's), and OnDone if it was the last
+  // thing outstanding: the call is over, and no operation is in flight nor
+  // pool task running.
+  void Settle(std::optional<bool> call_over);
 
   void Begin();
 
@@ -90,7 +92,13 @@ class ExchangeCall final {
   // float32, and every gradient names its shape: the new values written as
   // the push is staged are then the whole answer.
   bool AnswerIsThePush() const;
+  // Claims the shared region: nullopt while the claim is parked (Complete
+  // runs again on the pool once the region is handed over).
+  std::optional<absl::Status> ClaimRegion();
+  absl::Status TakeRegion(ShmRegions::Claimed region);
   void Defer();
+  // A pool task's end: lets the call be finished, and done.
+  void LeaveBusy();
   void Pull();
   void PullWoken();
   void Answer(const std::shared_ptr<PullPayload>& payload);
@@ -157,6 +165,7 @@ class ExchangeCall final {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;      // operations started, their events not yet in
   bool over_ ABSL_GUARDED_BY(mu_) = false;      // OnCallOver has come
   ParameterShard::WaitId wait_ ABSL_GUARDED_BY(mu_) = 0;
+  ShmRegions::ClaimId claim_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 void ExchangeCall::Request() {
@@ -180,15 +189,15 @@ void ExchangeCall::OnRequested(bool ok) {
   Begin();
 }
 
-void ExchangeCall::Settle(bool call_over) {
+void ExchangeCall::Settle(std::optional<bool> call_over) {
   {
     absl::MutexLock lock(&mu_);
-    if (call_over) {
+    if (call_over == true) {
       over_ = true;
-    } else {
+    } else if (call_over == false) {
       --in_flight_;
     }
-    if (!over_ || in_flight_ > 0 || done_) return;
+    if (!over_ || in_flight_ > 0 || busy_ > 0 || done_) return;
     done_ = true;
   }
   OnDone();
@@ -248,11 +257,7 @@ void ExchangeCall::OnReadDone(bool ok) {
   }
   r_.work->Post([this] {
     TakeRead(/*ok=*/true);
-    {
-      absl::MutexLock lock(&mu_);
-      --busy_;
-    }
-    Pump();
+    LeaveBusy();
     Settle(/*call_over=*/false);
   });
 }
@@ -389,29 +394,27 @@ void ExchangeCall::Defer() {
   Ref();
   r_.blocking->Post([this] {
     Complete(/*may_block=*/true);
-    {
-      absl::MutexLock lock(&mu_);
-      --busy_;
-    }
-    Pump();
+    LeaveBusy();
     Unref();
   });
+}
+
+void ExchangeCall::LeaveBusy() {
+  {
+    absl::MutexLock lock(&mu_);
+    --busy_;
+  }
+  Pump();
+  // The call may have come to its end while the task ran.
+  Settle(std::nullopt);
 }
 
 void ExchangeCall::Complete(bool may_block) {
   if (Ended()) return;
   if (shared_ && region_ == nullptr) {
-    absl::StatusOr<std::shared_ptr<const OpenedRegion>> region = r_.regions->Claim(
-        transfer_.region(), header_.worker(), may_block ? call_deadline_ : absl::InfinitePast());
-    if (!region.ok()) {
-      // Still claimed by the worker's previous exchange, which is ending.
-      if (!may_block && absl::IsDeadlineExceeded(region.status())) return Defer();
-      return End(region.status());
-    }
-    region_ = std::move(*region);
-    if (!pushes_) {
-      if (absl::Status s = region_->CheckNotShrunk(); !s.ok()) return End(s);
-    }
+    std::optional<absl::Status> claimed = ClaimRegion();
+    if (!claimed) return;  // parked: Complete runs again once the region is this call's
+    if (!claimed->ok()) return End(*claimed);
   }
   if (shared_ && pushes_ && !shared_push_taken_) {
     std::optional<absl::Status> taken = TakeSharedPush(may_block);
@@ -468,6 +471,49 @@ void ExchangeCall::Complete(bool may_block) {
   }
   pull_start_ = absl::Now();
   Pull();
+}
+
+std::optional<absl::Status> ExchangeCall::ClaimRegion() {
+  absl::StatusOr<ShmRegions::Claim> claim;
+  {
+    // Held while the claim is parked, so that OnCancel finds it.
+    absl::MutexLock lock(&mu_);
+    if (end_) return *end_;
+    Ref();  // the parked claim's, if it is parked
+    claim = r_.regions->TryClaim(
+        transfer_.region(), header_.worker(),
+        [this](absl::StatusOr<ShmRegions::Claimed> region) {
+          {
+            absl::MutexLock lock(&mu_);
+            claim_ = 0;
+            ++busy_;  // the call is not finished under the task
+          }
+          r_.blocking->Post([this, region = std::move(region)]() mutable {
+            const absl::Status taken =
+                region.ok() ? TakeRegion(*std::move(region)) : region.status();
+            if (taken.ok()) {
+              Complete(/*may_block=*/true);
+            } else {
+              End(taken);
+            }
+            LeaveBusy();
+            Unref();
+          });
+        });
+    if (claim.ok() && claim->parked != 0) {
+      claim_ = claim->parked;
+      return std::nullopt;
+    }
+  }
+  Unref();
+  if (!claim.ok()) return claim.status();
+  return TakeRegion(std::move(claim->region));
+}
+
+absl::Status ExchangeCall::TakeRegion(ShmRegions::Claimed region) {
+  region_ = std::move(region);
+  // A push's ranges are checked as they are read; a pull alone checks here.
+  return pushes_ ? absl::OkStatus() : region_->CheckNotShrunk();
 }
 
 std::optional<absl::Status> ExchangeCall::TakeSharedPush(bool may_block) {
@@ -569,11 +615,7 @@ void ExchangeCall::PullWoken() {
   }
   if (pull) {
     Pull();
-    {
-      absl::MutexLock lock(&mu_);
-      --busy_;
-    }
-    Pump();
+    LeaveBusy();
   }
   Unref();
 }
@@ -713,11 +755,14 @@ void ExchangeCall::OnWriteDone(bool ok) {
 
 void ExchangeCall::OnCancel() {
   ParameterShard::WaitId waiting = 0;
+  ShmRegions::ClaimId claim = 0;
   {
     absl::MutexLock lock(&mu_);
     waiting = wait_;
+    claim = claim_;
   }
   if (waiting != 0 && r_.shard->CancelWait(waiting)) Unref();  // the waiter's
+  if (claim != 0 && r_.regions->CancelClaim(claim)) Unref();  // the parked claim's
   End(absl::CancelledError("the worker went away during the exchange"));
 }
 

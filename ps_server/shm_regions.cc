@@ -37,23 +37,28 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
   std::random_device random;
   uint64_t handle = 0;
   while (handle == 0) handle = (static_cast<uint64_t>(random()) << 32) | random();
-  absl::MutexLock lock(&mu_);
-  by_worker_[worker] = {handle, std::move(*region)};
+  std::deque<Parked> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    replaced.swap(by_worker_[worker].parked);
+    by_worker_[worker] = {.handle = handle, .region = std::move(*region)};
+  }
+  for (Parked& parked : replaced) {
+    std::move(parked.on_claimed)(absl::NotFoundError(absl::StrCat(
+        "worker ", worker, "'s shared region was replaced while an exchange waited for it")));
+  }
   response->set_region(handle);
   spdlog::info("worker {} moves tensors through shared memory ({} bytes)", worker, request.bytes());
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Claim(uint64_t handle, int worker,
-                                                                      absl::Time deadline) {
+absl::StatusOr<ShmRegions::Claim> ShmRegions::TryClaim(uint64_t handle, int worker,
+                                                       OnClaimed on_claimed) {
   absl::MutexLock lock(&mu_);
-  auto find = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> Attached* {
-    for (Attached& attached : by_worker_) {
-      if (attached.handle == handle && handle != 0) return &attached;
-    }
-    return nullptr;
-  };
-  Attached* attached = find();
+  Attached* attached = nullptr;
+  for (Attached& candidate : by_worker_) {
+    if (candidate.handle == handle && handle != 0) attached = &candidate;
+  }
   if (attached == nullptr) {
     return absl::NotFoundError(absl::StrCat(
         "no shared region ", handle, " here (the PS restarted, or the worker attached another)"));
@@ -62,37 +67,61 @@ absl::StatusOr<std::shared_ptr<const OpenedRegion>> ShmRegions::Claim(uint64_t h
     return absl::PermissionDeniedError(
         absl::StrCat("shared region ", handle, " is not worker ", worker, "'s"));
   }
-  ++waiting_;
-  const auto free_or_gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return by_worker_[worker].handle != handle || !by_worker_[worker].claimed;
-  };
-  const bool in_time = mu_.AwaitWithDeadline(absl::Condition(&free_or_gone), deadline);
-  --waiting_;
-  if (by_worker_[worker].handle != handle) {
-    return absl::NotFoundError(
-        absl::StrCat("shared region ", handle, " was replaced while an exchange waited for it"));
+  if (!attached->claimed) {
+    attached->claimed = true;
+    return Claim{.region = ClaimFor(worker, handle)};
   }
-  if (!in_time) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("worker ", worker, "'s shared region stayed busy with an earlier exchange"));
+  const ClaimId id = next_claim_++;
+  attached->parked.push_back({.id = id, .on_claimed = std::move(on_claimed)});
+  return Claim{.parked = id};
+}
+
+bool ShmRegions::CancelClaim(ClaimId id) {
+  OnClaimed dropped;  // destroyed after the lock is given up
+  absl::MutexLock lock(&mu_);
+  for (Attached& attached : by_worker_) {
+    for (auto it = attached.parked.begin(); it != attached.parked.end(); ++it) {
+      if (it->id != id) continue;
+      dropped = std::move(it->on_claimed);
+      attached.parked.erase(it);
+      return true;
+    }
   }
-  by_worker_[worker].claimed = true;
+  return false;
+}
+
+ShmRegions::Claimed ShmRegions::ClaimFor(int worker, uint64_t handle) {
   // The pointer keeps the region open (a re-attach may replace it
   // meanwhile) and gives the claim back when the exchange drops it.
   std::shared_ptr<const OpenedRegion> region = by_worker_[worker].region;
-  return std::shared_ptr<const OpenedRegion>(
-      region.get(),
-      [this, worker, handle, region](const OpenedRegion*) { Release(worker, handle); });
+  return Claimed(region.get(),
+                 [this, worker, handle, region](const OpenedRegion*) { Release(worker, handle); });
 }
 
 void ShmRegions::Release(int worker, uint64_t handle) {
-  absl::MutexLock lock(&mu_);
-  if (by_worker_[worker].handle == handle) by_worker_[worker].claimed = false;
+  Parked next;
+  Claimed handed;
+  {
+    absl::MutexLock lock(&mu_);
+    Attached& attached = by_worker_[worker];
+    if (attached.handle != handle) return;
+    if (attached.parked.empty()) {
+      attached.claimed = false;
+      return;
+    }
+    // Handed on while still claimed: nobody can slip in between.
+    next = std::move(attached.parked.front());
+    attached.parked.pop_front();
+    handed = ClaimFor(worker, handle);
+  }
+  std::move(next.on_claimed)(std::move(handed));
 }
 
 int ShmRegions::waiting() const {
   absl::MutexLock lock(&mu_);
-  return waiting_;
+  int count = 0;
+  for (const Attached& a : by_worker_) count += static_cast<int>(a.parked.size());
+  return count;
 }
 
 int ShmRegions::attached() const {

@@ -10,10 +10,12 @@
 #define PST_PS_SERVER_SHM_REGIONS_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -32,36 +34,66 @@ class ShmRegions {
   // then stays on TCP. InvalidArgument for a bad worker, name or size.
   absl::Status Attach(const ShmAttachRequest& request, ShmAttachResponse* response);
 
-  // The region `handle` names, claimed for one exchange until the returned
-  // pointer is dropped; while another exchange holds it, this waits (until
-  // `deadline`: DeadlineExceeded). A worker makes one exchange at a time,
-  // so the wait is for a call it has given up on that the shard is still
-  // ending; it bounds what exchanges make the shard buffer to one region's
-  // worth per worker. NotFound if there is no such region (the shard
-  // restarted, or the worker attached a newer one): the worker attaches
-  // again. PermissionDenied if it is not `worker`'s.
-  absl::StatusOr<std::shared_ptr<const OpenedRegion>> Claim(uint64_t handle, int worker,
-                                                            absl::Time deadline);
+  // A region claimed for one exchange: the claim lasts until the pointer
+  // is dropped.
+  using Claimed = std::shared_ptr<const OpenedRegion>;
+  // Told once a parked claim is decided: the region, handed straight from
+  // the exchange that held it, or NotFound if the worker attached another
+  // meanwhile. Runs on the thread that gave the region up, so it must not
+  // block (an exchange posts its work to a pool); dropping the region it
+  // gets hands it to the next waiter.
+  using OnClaimed = absl::AnyInvocable<void(absl::StatusOr<Claimed>) &&>;
+  // Names a parked claim, for CancelClaim; 0 names none.
+  using ClaimId = uint64_t;
 
-  // Exchanges waiting in Claim now.
+  // The region `handle` names, claimed for one exchange. A worker makes one
+  // exchange at a time, so a region that is held is held by a call the
+  // worker gave up on that the shard is still ending (or a long-polling
+  // pull): the claim is then parked, holding no thread, and `on_claimed`
+  // gets the region when that call drops it; the ClaimId returned names
+  // the parked claim (and the region pointer is null). Parked claims are
+  // bounded by the exchanges a shard admits (OpenStreams). NotFound if
+  // there is no such region (the shard restarted, or the worker attached a
+  // newer one): the worker attaches again. PermissionDenied if it is not
+  // `worker`'s.
+  struct Claim {
+    Claimed region;    // claimed now, or
+    ClaimId parked = 0;  // parked until on_claimed runs
+  };
+  absl::StatusOr<Claim> TryClaim(uint64_t handle, int worker, OnClaimed on_claimed);
+
+  // Drops a parked claim, for a call that ended while it waited: true if it
+  // was still parked (its on_claimed is destroyed without running), false
+  // if on_claimed has run or is running.
+  bool CancelClaim(ClaimId id);
+
+  // Claims parked now.
   int waiting() const;
 
   // Regions attached now.
   int attached() const;
 
  private:
+  struct Parked {
+    ClaimId id = 0;
+    OnClaimed on_claimed;
+  };
   struct Attached {
     uint64_t handle = 0;
     std::shared_ptr<const OpenedRegion> region;
     bool claimed = false;
+    std::deque<Parked> parked;  // in arrival order
   };
+  // The region as a claim that gives itself back (to the next parked claim,
+  // if any) when dropped.
+  Claimed ClaimFor(int worker, uint64_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(int worker, uint64_t handle);
   const bool enabled_;
   const int64_t max_region_bytes_;
   const std::string boot_id_;  // empty if unreadable: nothing is shared
   mutable absl::Mutex mu_;
   std::vector<Attached> by_worker_ ABSL_GUARDED_BY(mu_);
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  ClaimId next_claim_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace pst

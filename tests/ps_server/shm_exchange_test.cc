@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <thread>
 
@@ -548,6 +549,61 @@ TEST_F(ShmExchangeTest, ARegionServesOneExchangeAtATime) {
   int64_t version = 0;
   EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
   EXPECT_EQ(version, 1);
+}
+
+// Threads of this process now.
+int ThreadCount() {
+  int threads = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    ++threads;
+  }
+  return threads;
+}
+
+// An exchange waiting for a region another exchange holds is parked: it
+// holds no thread, and a cancelled one is dropped with its call, so that
+// any number of abandoned exchanges leaves the shard's threads as they were.
+TEST_F(ShmExchangeTest, CancelledWaitsForARegionHoldNoThreads) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  PullRequest pull;  // holds the region: a pull of a version that does not come
+  pull.set_min_version(5);
+  pull.set_timeout_ms(600000);
+  ExchangeChunk holding = PullOnly(pull);
+  holding.mutable_shm()->set_region(handle);
+  grpc::ClientContext holder_context;
+  auto holder = stub_->Exchange(&holder_context);
+  ASSERT_TRUE(holder->Write(holding));
+  ASSERT_TRUE(Eventually([&] { return shard_->waiting_pulls() > 0; }, absl::Seconds(60)));
+
+  const auto abandon_one = [&] {
+    grpc::ClientContext context;
+    auto stream = stub_->Exchange(&context);
+    EXPECT_TRUE(stream->Write(PushPull(handle, 0, kBytes)));
+    EXPECT_TRUE(Eventually([&] { return server_.service->shared_region_waiters() == 1; },
+                           absl::Seconds(60), absl::Microseconds(100)));
+    context.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    return Eventually([&] { return server_.service->shared_region_waiters() == 0; },
+                      absl::Seconds(60), absl::Microseconds(100));
+  };
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(abandon_one()) << "a cancelled wait is still there";
+  const int threads_before = ThreadCount();
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(abandon_one()) << "a cancelled wait is still there after " << i;
+  }
+  EXPECT_LE(ThreadCount(), threads_before + 2);
+  ExpectModelUntouched();
+
+  // The region still serves its worker once the holder is gone.
+  holder_context.TryCancel();
+  EXPECT_EQ(holder->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  Fill(*region, 0, 0.25f);
+  ExchangeOutcome response;
+  ASSERT_TRUE(Exchange(PushPull(handle, 0, kBytes), &response).ok());
+  int64_t version = 0;
+  EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
 }
 
 TEST_F(ShmExchangeTest, AttachingAgainReplacesTheWorkersRegion) {
