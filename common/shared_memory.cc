@@ -234,10 +234,11 @@ absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_vi
     return absl::InvalidArgumentError(absl::StrCat(
         "shared memory ", path, " is not a region of the ", bytes, " bytes announced"));
   }
-  // MAP_POPULATE maps every page now, once per region, instead of a fault
-  // per page on the first exchanges.
-  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_POPULATE, fd, 0);
+  // No MAP_POPULATE: a page is committed when an exchange first touches
+  // it, so attaching costs no memory and no time, and a region the worker
+  // never wrote (or sized far past its tensors) commits only the ranges
+  // exchanges use, which are bounded by the shard's share.
+  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
     const std::string error = Errno();
     close(fd);

@@ -89,6 +89,8 @@ class SharedRegion {
 class OpenedRegion {
  public:
   // Opens the region `name` of exactly `bytes` bytes and unlinks its name.
+  // Maps it without touching it: no page is committed until a copy reaches
+  // it.
   // InvalidArgument for a name that is not a region's or a size that does
   // not match; FailedPrecondition when it cannot be opened or mapped here
   // (another host or IPC namespace, an address-space limit).

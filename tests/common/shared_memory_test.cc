@@ -3,11 +3,14 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cerrno>
 #include <cstring>
+#include <vector>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -158,6 +161,29 @@ TEST(SharedMemoryTest, OpenRefusesWrongNamesAndSizes) {
       OpenedRegion::Open((*region)->name(), size * 2);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(wrong.status().message(), HasSubstr("not a region of the"));
+}
+
+// A hostile local user offers a large object it never wrote: attaching it
+// commits none of its memory (the shard's memory cgroup is charged for what
+// it touches), and a copy commits only the pages it reaches.
+TEST(SharedMemoryTest, OpeningCommitsNoMemoryOnlyCopiesDo) {
+  constexpr int64_t kBytes = 64 << 20;
+  const std::string name = SharedRegionPrefix(getpid()) + "sparse";
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  const auto committed = [fd] {
+    struct stat status;
+    EXPECT_EQ(fstat(fd, &status), 0);
+    return static_cast<int64_t>(status.st_blocks) * 512;
+  };
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened = OpenedRegion::Open(name, kBytes);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(committed(), 0);
+  std::vector<char> answer(4096, 'a');
+  ASSERT_TRUE((*opened)->Write(kBytes / 2, answer).ok());
+  EXPECT_EQ(committed(), 4096);
+  close(fd);
 }
 
 TEST(SharedMemoryTest, RangesOutsideTheRegionAreRefused) {
