@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ps_server/ps_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -30,11 +31,22 @@ OpenStreams::~OpenStreams() {
   watchdog_.join();
 }
 
+void OpenStreams::CountRefusal() {
+  ++refused_;
+  RecordRefusedExchange();
+}
+
+int64_t OpenStreams::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
 absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> OpenStreams::Admit(
     std::function<void(const absl::Status&)> end_call) {
   absl::MutexLock lock(&mu_);
   const int serving = static_cast<int>(streams_.size()) - released_;
   if (serving >= limits_.max_streams) {
+    CountRefusal();
     return absl::ResourceExhaustedError(absl::StrCat(
         "this PS already serves ", serving,
         " exchanges, its limit (--max_streams); try again later"));
@@ -70,6 +82,7 @@ absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
   int& open = owner_->per_worker_[worker];
   if (open >= owner_->limits_.max_streams_per_worker) {
     if (open == 0) owner_->per_worker_.erase(worker);
+    owner_->CountRefusal();
     return absl::ResourceExhaustedError(absl::StrCat(
         "worker:", worker, " already has ", open,
         " exchanges open on this PS, its limit (--max_streams_per_worker)"));
@@ -87,6 +100,7 @@ absl::Status OpenStreams::Stream::ReservePushBuffer(int64_t bytes) {
   // One push is always let through, so a budget below one share slows
   // pushes down instead of refusing them all.
   if (held > 0 && held + bytes > budget) {
+    owner_->CountRefusal();
     return absl::ResourceExhaustedError(absl::StrCat(
         "the pushes this PS is receiving already hold ", held, " bytes; ", bytes,
         " more would pass its budget of ", budget,

@@ -105,9 +105,12 @@ class OpenStreams {
 
   int open() const;
   int64_t push_buffer_bytes() const;  // reserved by open streams
+  // Exchanges refused so far for these bounds (ResourceExhausted).
+  int64_t refused() const;
 
  private:
   void Watch();
+  void CountRefusal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static int64_t SteadyNanos();
 
   const RpcLimits limits_;
@@ -119,6 +122,7 @@ class OpenStreams {
   int released_ ABSL_GUARDED_BY(mu_) = 0;  // of streams_: no longer counted against max_streams
   absl::flat_hash_map<int, int> per_worker_ ABSL_GUARDED_BY(mu_);
   int64_t push_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread watchdog_;
 };
 

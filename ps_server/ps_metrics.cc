@@ -24,6 +24,10 @@ struct ServedMetrics {
       "pst_ps_sent_bytes_total", "Bytes of Pull responses sent (serialized protobuf).");
   metrics::Counter& failed_calls = GlobalRegistry().AddCounter(
       "pst_ps_failed_calls_total", "Pull and Push calls answered with an error.");
+  metrics::Counter& exchanges_refused = GlobalRegistry().AddCounter(
+      "pst_ps_exchanges_refused_total",
+      "Exchanges refused for load (--max_streams, --max_streams_per_worker, "
+      "--max_push_buffer_bytes); the worker backs off and tries again.");
 };
 
 ServedMetrics& Served() {
@@ -42,6 +46,8 @@ void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Durat
   }
   m.bytes_out.Increment(bytes_sent);
 }
+
+void RecordRefusedExchange() { Served().exchanges_refused.Increment(); }
 
 int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {
   const int64_t arrival_version =

@@ -27,6 +27,10 @@ void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
                       const PushResponse& response, const absl::Status& status,
                       absl::Duration latency);
 
+// One exchange refused for load (OpenStreams: the exchange limits, the push
+// buffer budget).
+void RecordRefusedExchange();
+
 // A Push's staleness: the shard's version when it arrived minus the version
 // it was computed at, recovered from the response (an applied push advanced
 // the version by one).

@@ -134,6 +134,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
   stats_ = AnswerAtOnce<StatsRequest, StatsResponse>(
       &Service::RequestStats, [this](const StatsRequest&, StatsResponse* response) {
         server_->Stats(response);
+        response->set_exchanges_refused(streams_.refused());
         return absl::OkStatus();
       });
   shutdown_ = AnswerAtOnce<ShutdownRequest, ShutdownResponse>(

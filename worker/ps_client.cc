@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
@@ -61,9 +62,33 @@ absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
   return ShardError(shard, FromGrpcStatus(status));
 }
 
+namespace {
+
+// Marks an error as a shard's answer (the value: the shard's index).
+constexpr char kShardAnswerPayload[] = "type.pstrain/shard_answer";
+
+}  // namespace
+
+bool IsTransientShardError(const absl::Status& status) {
+  if (absl::IsUnavailable(status)) return true;
+  if (!status.GetPayload(kShardAnswerPayload).has_value()) return false;
+  switch (status.code()) {
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kNotFound:
+      return true;
+    case absl::StatusCode::kResourceExhausted:
+      // gRPC's own refusal of a message over its size limit.
+      return !absl::StrContains(status.message(), "larger than max");
+    default:
+      return false;
+  }
+}
+
 absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
-  return absl::Status(status.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
+  absl::Status answer(status.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
                                                   "): ", status.message()));
+  answer.SetPayload(kShardAnswerPayload, absl::Cord(absl::StrCat(shard)));
+  return answer;
 }
 
 template <typename Call>

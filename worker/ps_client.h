@@ -45,6 +45,14 @@
 
 namespace pst {
 
+// Whether a failed call is a refusal a worker waits out instead of the end
+// of its run: a shard away or restarting (UNAVAILABLE, or CANCELLED as it
+// stops), busy (RESOURCE_EXHAUSTED, unless a request passed a size limit,
+// which no retry changes), or no longer holding the worker's shared region
+// (NOT_FOUND). Of the last three, only errors a shard answered count
+// (PsClient marks them); UNAVAILABLE is transient wherever it arises.
+bool IsTransientShardError(const absl::Status& status);
+
 class PsClient {
  public:
   // Opens channels to `addresses` (cluster.ps) and waits up to
@@ -207,6 +215,8 @@ class PsClient {
   // failure, prefixed with the shard's name, is returned.
   template <typename Call>
   absl::Status ForEachShard(Call call);
+  // `status` as a shard's answer: its message prefixed with the shard's
+  // name, and marked for IsTransientShardError.
   absl::Status ShardError(int shard, const grpc::Status& status) const;
   absl::Status ShardError(int shard, const absl::Status& status) const;
   // Bytes shard s's slices take on the wire.

@@ -184,12 +184,18 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   absl::Time window_start = epoch_start;
   for (int64_t step = first_step; step < steps; ++step) {
     absl::StatusOr<LossResult> loss = RunStep(epoch, step, &responses);
-    // A shard that went away (crashed, restarting from its checkpoint) is
-    // waited for; the step is then redone on whatever the shard holds.
-    while (!loss.ok() && absl::IsUnavailable(loss.status())) {
-      exchange_.reset();  // cancelled: the shards' state is read afresh
-      if (absl::Status s = Reconnect(loss.status()); !s.ok()) return s;
-      loss = RunStep(epoch, step, &responses);
+    // A shard that went away (crashed, restarting from its checkpoint) or
+    // refused for now (busy, lost the region) is waited for with backoff;
+    // the step is then redone on whatever the shard holds.
+    if (!loss.ok() && IsTransientShardError(loss.status())) {
+      // One budget for the refusals in a row: a shard that keeps refusing
+      // ends the run once it is spent.
+      Retry retry = NewRetry();
+      while (!loss.ok() && IsTransientShardError(loss.status())) {
+        exchange_.reset();  // cancelled: the shards' state is read afresh
+        if (absl::Status s = Reconnect(loss.status(), &retry); !s.ok()) return s;
+        loss = RunStep(epoch, step, &responses);
+      }
     }
     if (!loss.ok()) return loss.status();
     epoch_loss += loss->loss;
@@ -217,8 +223,8 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   }
   // The epoch's last exchange: its values are the model the epoch ends with.
   absl::Status finished = FinishExchange(&responses, /*upload=*/true);
-  while (!finished.ok() && absl::IsUnavailable(finished)) {
-    if (absl::Status s = Reconnect(finished); !s.ok()) return s;
+  for (Retry retry = NewRetry(); !finished.ok() && IsTransientShardError(finished);) {
+    if (absl::Status s = Reconnect(finished, &retry); !s.ok()) return s;
     finished = PullParameters(next_min_);
   }
   if (!finished.ok()) return finished;
@@ -348,16 +354,26 @@ absl::Status Trainer::FinishExchange(std::vector<PushResponse>* responses, bool 
   return upload ? towers_->UploadParameters() : absl::OkStatus();
 }
 
-absl::Status Trainer::Reconnect(const absl::Status& cause) {
-  spdlog::warn("lost a parameter server ({}); reconnecting", std::string(cause.message()));
-  const absl::Time deadline = absl::Now() + absl::Seconds(config_.training().pull_timeout_seconds());
-  absl::Duration backoff = absl::Milliseconds(100);
-  std::mt19937_64 jitter(static_cast<uint64_t>(rank_) * 7919 + absl::ToUnixNanos(absl::Now()));
+Trainer::Retry::Retry(absl::Duration budget, uint64_t seed)
+    : deadline(absl::Now() + budget), jitter(seed) {}
+
+absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
+  spdlog::warn("{} ({}); reconnecting",
+               absl::IsUnavailable(cause) ? "lost a parameter server" : "refused for now",
+               std::string(cause.message()));
+  absl::Status last = cause;
   while (true) {
+    if (absl::Now() > retry->deadline) {
+      // Not 2: a launcher restarts this worker, and a later try may pass.
+      return absl::UnavailableError(absl::StrCat(
+          "gave up waiting for the parameter servers after training.pull_timeout_seconds (",
+          config_.training().pull_timeout_seconds(), " s): ", last.message()));
+    }
     // Exponential backoff with full jitter, so restarting workers do not
     // stampede the shard in lock-step.
-    absl::SleepFor(backoff * (0.5 + 0.5 * static_cast<double>(jitter() >> 11) * 0x1.0p-53));
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    absl::SleepFor(retry->backoff *
+                   (0.5 + 0.5 * static_cast<double>(retry->jitter() >> 11) * 0x1.0p-53));
+    retry->backoff = std::min(retry->backoff * 2, absl::Seconds(5));
     absl::StatusOr<RegisterResponse> view = client_->Register();
     if (view.ok()) {
       // A shard restarted without a checkpoint needs its variables again.
@@ -372,11 +388,17 @@ absl::Status Trainer::Reconnect(const absl::Status& cause) {
       spdlog::info("reconnected; shard 0 is at version {}", view->version());
       return absl::OkStatus();
     }
-    if (!absl::IsUnavailable(view.status()) || absl::Now() > deadline) {
+    if (!IsTransientShardError(view.status())) {
       return absl::Status(view.status().code(),
                           absl::StrCat("gave up reconnecting: ", view.status().message()));
     }
+    last = view.status();
   }
+}
+
+Trainer::Retry Trainer::NewRetry() const {
+  return Retry(absl::Seconds(config_.training().pull_timeout_seconds()),
+               static_cast<uint64_t>(rank_) * 7919 + absl::ToUnixNanos(absl::Now()));
 }
 
 absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <random>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -93,9 +94,21 @@ class Trainer {
   // Records what a finished exchange of a push computed at `computed_at` did.
   void RecordExchange(const std::vector<int64_t>& computed_at,
                       const std::vector<PushResponse>& responses, absl::Time push_start);
-  // After `cause` (Unavailable): registers again with backoff and jitter until
-  // every shard answers, re-offers Init, and pulls whatever the shards hold.
-  absl::Status Reconnect(const absl::Status& cause);
+  // The backoff and the deadline that a run of refusals in a row shares.
+  struct Retry {
+    Retry(absl::Duration budget, uint64_t seed);
+    absl::Time deadline;
+    absl::Duration backoff = absl::Milliseconds(100);
+    std::mt19937_64 jitter;
+  };
+  // A budget of training.pull_timeout_seconds from now.
+  Retry NewRetry() const;
+  // After `cause` (IsTransientShardError): registers again, with `retry`'s
+  // backoff and jitter, until every shard answers, re-offers Init, and
+  // pulls whatever the shards hold. Unavailable once `retry`'s deadline has
+  // passed (a launcher restarts the worker); a refusal that is not
+  // transient ends it with its own code.
+  absl::Status Reconnect(const absl::Status& cause, Retry* retry);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
   // How the workers stood when the chief stopped waiting for them: shard 0's
   // Stats, and the workers it gave up on (neither done nor in the live set,

@@ -337,7 +337,8 @@ TEST_F(FaultTest, PsRefusesToStartWhenNoCheckpointRestores) {
 // Checkpoint writes fail (a file-size limit stands in for a full disk): the
 // PS holds pushes at the scheduled checkpoint while it retries, then stops
 // with one line and a non-zero code, leaving no temporary files. The
-// version never runs past the checkpoint that could not be written.
+// version never runs past the checkpoint that could not be written, and
+// the workers outlive the PS's stop.
 TEST_F(FaultTest, PsStopsWhenCheckpointsKeepFailing) {
   std::string config = WriteConfig(
       2, absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 20 max_failures: 3 }\n"));
@@ -359,6 +360,11 @@ TEST_F(FaultTest, PsStopsWhenCheckpointsKeepFailing) {
   EXPECT_THAT(errors.back(), ::testing::HasSubstr("failed 3 times in a row"));
   EXPECT_THAT(Log("ps.log"), ::testing::HasSubstr("checkpoint failed (1 in a row"));
   EXPECT_THAT(FilesUnder(dir_ + "/ckpt"), ::testing::IsEmpty());
+  // The workers wait for the PS to come back (its supervisor restarts it),
+  // whatever its stopping answered their calls with, and finish.
+  ps = StartPs(config);
+  EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << Log("worker-1.log");
 }
 
 // A finished run's checkpoints are not taken for a new run's: a new PS in

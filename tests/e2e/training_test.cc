@@ -3,10 +3,15 @@
 // tutorial problems in both modes.
 #include <cmath>
 
+#include <thread>
+
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/support/eventually.h"
+#include "tests/support/exchange_calls.h"
 
 namespace pst {
 namespace {
@@ -175,6 +180,55 @@ TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {
   EXPECT_EQ(run->stats[0].pushes_applied(), steps);
   EXPECT_EQ(run->stats[0].pushes_dropped(), 0);
   EXPECT_EQ(run->stats[0].pushes_rejected(), 0);
+}
+
+// A local process holds every exchange a worker may have open (long-poll
+// pulls in its name): the worker is refused for now, backs off and tries
+// again instead of ending the run, and finishes once the exchanges are
+// given back.
+TEST(TrainingTest, AWorkerRefusedForLoadWaitsAndFinishes) {
+  JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
+  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
+  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
+  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
+  ApplyDefaults(&config);
+  ASSERT_TRUE(ValidateConfig(config).ok());
+  absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto stub = ParameterServer::NewStub(grpc::CreateChannel(
+      (*cluster)->config().cluster().ps(0), grpc::InsecureChannelCredentials()));
+  const auto stats = [&] {
+    StatsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub->Stats(&context, StatsRequest(), &response).ok());
+    return response;
+  };
+
+  // Worker 1's four exchanges (--max_streams_per_worker), held: pulls of a
+  // version that does not come.
+  PullRequest pull;
+  pull.set_min_version(1 << 30);
+  pull.set_timeout_ms(600000);
+  std::vector<std::unique_ptr<grpc::ClientContext>> held;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>>> streams;
+  for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
+    held.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->Exchange(held.back().get()));
+    ASSERT_TRUE(streams.back()->Write(PullOnly(pull, /*worker=*/1)));
+  }
+  absl::StatusOr<ClusterRun> run;
+  std::thread training([&] { run = (*cluster)->Train(*data); });
+  const bool refused = Eventually([&] { return stats().exchanges_refused() > 0; },
+                                  absl::Seconds(120));
+  for (auto& context : held) context->TryCancel();
+  for (auto& stream : streams) stream->Finish();
+  training.join();
+  ASSERT_TRUE(refused) << "worker 1 was never refused";
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->results[1].steps(), 256 / 16);
+  EXPECT_EQ(run->stats[0].pushes_applied(), 2 * 256 / 16);
 }
 
 // Gradients and parameters on the wire as bfloat16 (half the bytes): one
