@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -18,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/security.h"
 
 namespace pst {
 
@@ -102,9 +104,24 @@ std::string SharedRegionPrefix(int64_t pid) { return absl::StrCat(kNamePrefix, p
 
 namespace {
 
-// A new POSIX shared memory object of `size` bytes, every page allocated,
-// under a fresh name (which `name` gets).
-absl::StatusOr<int> CreateObject(int64_t size, std::string* name) {
+// Bytes past a region's end that hold its proof: one page, so that the
+// region's own bytes stay whole pages.
+int64_t ProofPageBytes() { return sysconf(_SC_PAGESIZE); }
+
+std::string RandomProof() {
+  std::random_device random;
+  std::string proof(kRegionProofBytes, '\0');
+  for (size_t i = 0; i < proof.size(); i += sizeof(uint32_t)) {
+    const uint32_t word = random();
+    std::memcpy(proof.data() + i, &word, std::min(sizeof(word), proof.size() - i));
+  }
+  return proof;
+}
+
+// A new POSIX shared memory object for a region of `size` bytes, every page
+// allocated, under a fresh name (which `name` gets), with a fresh `proof`
+// written past the region's bytes.
+absl::StatusOr<int> CreateObject(int64_t size, std::string* name, std::string* proof) {
   static std::atomic<int> created{0};
   std::random_device random;
   // Unguessable, so that no other client can name it to the shard first.
@@ -118,12 +135,20 @@ absl::StatusOr<int> CreateObject(int64_t size, std::string* name) {
   // Every page is allocated now: a region on a full /dev/shm (a container's
   // is 64 MiB by default) is refused here, where the worker can keep to
   // TCP, instead of a later write into the mapping dying of SIGBUS.
-  if (const int error = posix_fallocate(fd, 0, size); error != 0) {
+  if (const int error = posix_fallocate(fd, 0, size + ProofPageBytes()); error != 0) {
     close(fd);
     shm_unlink(name->c_str());
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size,
                                                      " bytes of shared memory for ", *name, ": ",
                                                      std::strerror(error)));
+  }
+  *proof = RandomProof();
+  if (pwrite(fd, proof->data(), proof->size(), size) != static_cast<ssize_t>(proof->size())) {
+    const std::string error = Errno();
+    close(fd);
+    shm_unlink(name->c_str());
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot write the proof of shared memory ", *name, ": ", error));
   }
   return fd;
 }
@@ -135,7 +160,8 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes
   if (bytes <= 0) return absl::InvalidArgumentError("a shared region needs at least one byte");
   const int64_t size = (bytes + page - 1) / page * page;
   std::string name;
-  absl::StatusOr<int> fd = CreateObject(size, &name);
+  std::string proof;
+  absl::StatusOr<int> fd = CreateObject(size, &name, &proof);
   if (!fd.ok()) return fd.status();
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
   if (data == MAP_FAILED) {
@@ -146,12 +172,13 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes
         absl::StrCat("cannot map shared memory ", name, ": ", error));
   }
   return std::unique_ptr<SharedRegion>(
-      new SharedRegion(name, *fd, static_cast<char*>(data), size));
+      new SharedRegion(name, std::move(proof), *fd, static_cast<char*>(data), size));
 }
 
 absl::Status SharedRegion::Renew() {
   std::string name;
-  absl::StatusOr<int> fd = CreateObject(size_, &name);
+  std::string proof;
+  absl::StatusOr<int> fd = CreateObject(size_, &name, &proof);
   if (!fd.ok()) return fd.status();
   // The contents first, then the new object mapped over the old one in a
   // single step: the address range never holds anything else.
@@ -177,6 +204,7 @@ absl::Status SharedRegion::Renew() {
   if (fd_ >= 0) close(fd_);
   Unlink();
   name_ = std::move(name);
+  proof_ = std::move(proof);
   fd_ = *fd;
   linked_ = true;
   return absl::OkStatus();
@@ -210,7 +238,8 @@ void SharedRegion::Unlink() {
 }
 
 absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_view name,
-                                                                 int64_t bytes) {
+                                                                 int64_t bytes,
+                                                                 absl::string_view proof) {
   if (!IsSharedRegionName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("\"", absl::CHexEscape(name.substr(0, 80)),
@@ -224,16 +253,29 @@ absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_vi
         absl::StrCat("cannot open shared memory ", path, " (", Errno(),
                      "): the worker is on another host or in another IPC namespace"));
   }
-  // The name has done its work: from here only the two open ends hold the
-  // memory, and it goes when both have closed it, however they end.
-  shm_unlink(path.c_str());
   struct stat status;
   if (bytes <= 0 || fstat(fd, &status) != 0 || !S_ISREG(status.st_mode) ||
-      status.st_size != bytes) {
+      status.st_size != bytes + ProofPageBytes()) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
         "shared memory ", path, " is not a region of the ", bytes, " bytes announced"));
   }
+  // The name was visible in /dev/shm from its creation: whoever offers it
+  // must also hold the proof its creator wrote there, which only processes
+  // that may read the object (its creator's user) can know. A wrong offer
+  // leaves the name in place for the worker's own.
+  std::string written(kRegionProofBytes, '\0');
+  if (proof.size() != kRegionProofBytes ||
+      pread(fd, written.data(), written.size(), bytes) != static_cast<ssize_t>(written.size()) ||
+      !ConstantTimeEquals(written, proof)) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shared memory ", path, " does not hold the proof its attach carried: a worker offers "
+        "only the regions it created"));
+  }
+  // The name has done its work: from here only the two open ends hold the
+  // memory, and it goes when both have closed it, however they end.
+  shm_unlink(path.c_str());
   // No MAP_POPULATE: a page is committed when an exchange first touches
   // it, so attaching costs no memory and no time, and a region the worker
   // never wrote (or sized far past its tensors) commits only the ranges

@@ -44,6 +44,12 @@ bool IsSharedRegionName(absl::string_view name);
 // ("/pstrain-<pid>-"): tests look for leftovers with it.
 std::string SharedRegionPrefix(int64_t pid);
 
+// The bytes of a region's proof. The object behind a region of N bytes is
+// one page longer; the proof, random bytes its creator writes at offset N,
+// goes with the attach, and a shard opens the object only if the two match
+// (the name alone is visible in /dev/shm to every local user).
+inline constexpr size_t kRegionProofBytes = 32;
+
 // A worker's region: created, sized and mapped here; unmapped and closed
 // (and unlinked, if the shard has not done it) when destroyed.
 class SharedRegion {
@@ -56,6 +62,9 @@ class SharedRegion {
   SharedRegion& operator=(const SharedRegion&) = delete;
 
   const std::string& name() const { return name_; }
+  // What proves this process created the object under name(): sent with
+  // the attach, never written anywhere else.
+  const std::string& proof() const { return proof_; }
   std::span<char> bytes() const { return {data_, static_cast<size_t>(size_)}; }
   // Removes the name (the memory stays until both ends have closed it).
   // Safe to call more than once, and after the shard has unlinked it.
@@ -75,10 +84,11 @@ class SharedRegion {
   absl::Status Detach();
 
  private:
-  SharedRegion(std::string name, int fd, char* data, int64_t size)
-      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+  SharedRegion(std::string name, std::string proof, int fd, char* data, int64_t size)
+      : name_(std::move(name)), proof_(std::move(proof)), fd_(fd), data_(data), size_(size) {}
 
   std::string name_;
+  std::string proof_;
   int fd_;
   char* data_;
   int64_t size_;
@@ -88,13 +98,15 @@ class SharedRegion {
 // A shard's view of a worker's region: mapped once, copied to and from.
 class OpenedRegion {
  public:
-  // Opens the region `name` of exactly `bytes` bytes and unlinks its name.
-  // Maps it without touching it: no page is committed until a copy reaches
-  // it.
+  // Opens the region `name` of exactly `bytes` bytes whose creator wrote
+  // `proof` (SharedRegion::proof), and then unlinks its name. Maps it
+  // without touching it: no page is committed until a copy reaches it.
   // InvalidArgument for a name that is not a region's or a size that does
-  // not match; FailedPrecondition when it cannot be opened or mapped here
+  // not match; PermissionDenied, leaving the name, if the proof does not
+  // match; FailedPrecondition when it cannot be opened or mapped here
   // (another host or IPC namespace, an address-space limit).
-  static absl::StatusOr<std::unique_ptr<OpenedRegion>> Open(absl::string_view name, int64_t bytes);
+  static absl::StatusOr<std::unique_ptr<OpenedRegion>> Open(absl::string_view name, int64_t bytes,
+                                                          absl::string_view proof);
   ~OpenedRegion();
   OpenedRegion(const OpenedRegion&) = delete;
   OpenedRegion& operator=(const OpenedRegion&) = delete;

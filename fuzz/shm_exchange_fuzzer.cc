@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A hostile owner shrinks the region after the shard opened it.
   const int owner = (control & 4) ? shm_open((*region)->name().c_str(), O_RDWR, 0) : -1;
   absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-      OpenedRegion::Open((*region)->name(), region_bytes);
+      OpenedRegion::Open((*region)->name(), region_bytes, (*region)->proof());
   FUZZ_INVARIANT(opened.ok());
   if (owner >= 0) {
     FUZZ_INVARIANT(ftruncate(owner, ((control >> 3) & 3) * page / 2) == 0);

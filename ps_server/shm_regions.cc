@@ -32,7 +32,7 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
                                                    max_region_bytes_));
   }
   absl::StatusOr<std::unique_ptr<OpenedRegion>> region =
-      OpenedRegion::Open(request.name(), request.bytes());
+      OpenedRegion::Open(request.name(), request.bytes(), request.proof());
   if (!region.ok()) return region.status();
   std::random_device random;
   uint64_t handle = 0;

@@ -20,6 +20,7 @@ bool IsRefusal(const grpc::Status& status) {
     case grpc::StatusCode::FAILED_PRECONDITION:  // disabled, another host or IPC namespace
     case grpc::StatusCode::INVALID_ARGUMENT:     // a region larger than it takes
     case grpc::StatusCode::UNIMPLEMENTED:        // a PS without shared memory
+    case grpc::StatusCode::PERMISSION_DENIED:    // the region's proof did not match
       return true;
     default:
       return false;
@@ -40,7 +41,16 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   }
   if (shard.region_attached) return true;
   auto refuse = [&](absl::string_view why) -> absl::StatusOr<bool> {
-    if (!shard.tensors_in_region) shard.region.reset();
+    if (!shard.tensors_in_region) {
+      shard.region.reset();
+    } else if (absl::Status detached = shard.region->Detach(); !detached.ok()) {
+      // The tensors stay, at their addresses, in memory no other process
+      // can map; without that the worker must not go on computing there.
+      return absl::Status(detached.code(),
+                          absl::StrCat("ps:", s, " (", shard.address, "): ", why,
+                                       "; and the tensors could not leave its region: ",
+                                       detached.message()));
+    }
     if (transport_ == Transport::kShm) {
       return absl::FailedPreconditionError(
           absl::StrCat("ps:", s, " (", shard.address, "): no shared memory (", why,
@@ -71,6 +81,7 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   request.set_name(shard.region->name());
   request.set_bytes(static_cast<int64_t>(shard.region->bytes().size()));
   request.set_boot_id(*boot_id);
+  request.set_proof(shard.region->proof());
   ShmAttachResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, kRpcDeadline);

@@ -60,7 +60,7 @@ TEST(SharedMemoryTest, OpeningUnlinksTheNameAndBothEndsSeeTheSameBytes) {
   const std::string name = (*region)->name();
   ASSERT_TRUE(NameExists(name));
   absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-      OpenedRegion::Open(name, static_cast<int64_t>((*region)->bytes().size()));
+      OpenedRegion::Open(name, static_cast<int64_t>((*region)->bytes().size()), (*region)->proof());
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_FALSE(NameExists(name));  // nothing is left behind, whoever dies next
 
@@ -79,8 +79,9 @@ TEST(SharedMemoryTest, ARenewedRegionKeepsItsAddressAndBytesUnderANewName) {
   const std::span<char> bytes = (*region)->bytes();
   std::memcpy(bytes.data() + 5000, "values", 6);
   const std::string old_name = (*region)->name();
+  const std::string old_proof = (*region)->proof();
   absl::StatusOr<std::unique_ptr<OpenedRegion>> old_shard =
-      OpenedRegion::Open(old_name, static_cast<int64_t>(bytes.size()));
+      OpenedRegion::Open(old_name, static_cast<int64_t>(bytes.size()), old_proof);
   ASSERT_TRUE(old_shard.ok()) << old_shard.status();
 
   ASSERT_TRUE((*region)->Renew().ok());
@@ -89,7 +90,7 @@ TEST(SharedMemoryTest, ARenewedRegionKeepsItsAddressAndBytesUnderANewName) {
   EXPECT_NE((*region)->name(), old_name);
   EXPECT_EQ(std::string(bytes.data() + 5000, 6), "values");
   absl::StatusOr<std::unique_ptr<OpenedRegion>> new_shard =
-      OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()));
+      OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()), (*region)->proof());
   ASSERT_TRUE(new_shard.ok()) << new_shard.status();
   char read[6];
   ASSERT_TRUE((*new_shard)->Read(5000, read).ok());
@@ -110,8 +111,9 @@ TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenew
   const std::span<char> bytes = (*region)->bytes();
   std::memcpy(bytes.data() + 5000, "values", 6);
   const std::string old_name = (*region)->name();
+  const std::string old_proof = (*region)->proof();
   absl::StatusOr<std::unique_ptr<OpenedRegion>> shard =
-      OpenedRegion::Open(old_name, static_cast<int64_t>(bytes.size()));
+      OpenedRegion::Open(old_name, static_cast<int64_t>(bytes.size()), old_proof);
   ASSERT_TRUE(shard.ok()) << shard.status();
 
   ASSERT_TRUE((*region)->Detach().ok());
@@ -132,7 +134,7 @@ TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenew
   EXPECT_TRUE((*region)->linked());
   EXPECT_EQ((*region)->bytes().data(), bytes.data());
   absl::StatusOr<std::unique_ptr<OpenedRegion>> again =
-      OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()));
+      OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()), (*region)->proof());
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE((*again)->Read(100, seen).ok());
   EXPECT_EQ(std::string(seen, 5), "after");
@@ -153,12 +155,12 @@ TEST(SharedMemoryTest, OpenRefusesWrongNamesAndSizes) {
   absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
   ASSERT_TRUE(region.ok()) << region.status();
   const int64_t size = static_cast<int64_t>((*region)->bytes().size());
-  EXPECT_EQ(OpenedRegion::Open("/dev/shm/x", size).status().code(),
+  EXPECT_EQ(OpenedRegion::Open("/dev/shm/x", size, (*region)->proof()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(OpenedRegion::Open("/pstrain-no-such-region", size).status().code(),
+  EXPECT_EQ(OpenedRegion::Open("/pstrain-no-such-region", size, (*region)->proof()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<std::unique_ptr<OpenedRegion>> wrong =
-      OpenedRegion::Open((*region)->name(), size * 2);
+      OpenedRegion::Open((*region)->name(), size * 2, (*region)->proof());
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(wrong.status().message(), HasSubstr("not a region of the"));
 }
@@ -171,26 +173,52 @@ TEST(SharedMemoryTest, OpeningCommitsNoMemoryOnlyCopiesDo) {
   const std::string name = SharedRegionPrefix(getpid()) + "sparse";
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0) << std::strerror(errno);
-  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  ASSERT_EQ(ftruncate(fd, kBytes + page), 0);
+  const std::string proof(kRegionProofBytes, 'p');
+  ASSERT_EQ(pwrite(fd, proof.data(), proof.size(), kBytes), static_cast<ssize_t>(proof.size()));
   const auto committed = [fd] {
     struct stat status;
     EXPECT_EQ(fstat(fd, &status), 0);
     return static_cast<int64_t>(status.st_blocks) * 512;
   };
-  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened = OpenedRegion::Open(name, kBytes);
+  const int64_t proof_page = committed();
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened = OpenedRegion::Open(name, kBytes, proof);
   ASSERT_TRUE(opened.ok()) << opened.status();
-  EXPECT_EQ(committed(), 0);
+  EXPECT_EQ(committed(), proof_page);
   std::vector<char> answer(4096, 'a');
   ASSERT_TRUE((*opened)->Write(kBytes / 2, answer).ok());
-  EXPECT_EQ(committed(), 4096);
+  EXPECT_EQ(committed(), proof_page + 4096);
   close(fd);
+}
+
+// Every local user sees a region's name in /dev/shm: one who offers it
+// first, without the proof its creator wrote, is refused, and the name
+// stays for the creator's own offer.
+TEST(SharedMemoryTest, OpeningNeedsTheCreatorsProofAndAWrongOneLeavesTheName) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const int64_t size = static_cast<int64_t>((*region)->bytes().size());
+  EXPECT_EQ((*region)->proof().size(), kRegionProofBytes);
+  for (const std::string& guess :
+       {std::string(), std::string(kRegionProofBytes, '\0'), std::string("short")}) {
+    absl::StatusOr<std::unique_ptr<OpenedRegion>> stolen =
+        OpenedRegion::Open((*region)->name(), size, guess);
+    EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(stolen.status().message(), HasSubstr("does not hold the proof"));
+    EXPECT_TRUE(NameExists((*region)->name()));
+  }
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
+      OpenedRegion::Open((*region)->name(), size, (*region)->proof());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_FALSE(NameExists((*region)->name()));
 }
 
 TEST(SharedMemoryTest, RangesOutsideTheRegionAreRefused) {
   absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
   ASSERT_TRUE(region.ok()) << region.status();
   absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-      OpenedRegion::Open((*region)->name(), static_cast<int64_t>((*region)->bytes().size()));
+      OpenedRegion::Open((*region)->name(), static_cast<int64_t>((*region)->bytes().size()), (*region)->proof());
   ASSERT_TRUE(opened.ok()) << opened.status();
   const int64_t size = (*opened)->size();
   char buffer[16];
@@ -214,7 +242,7 @@ class ShrunkRegionTest : public ::testing::Test {
     owner_ = shm_open(region_->name().c_str(), O_RDWR, 0);
     ASSERT_GE(owner_, 0);
     absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-        OpenedRegion::Open(region_->name(), 4 * page_);
+        OpenedRegion::Open(region_->name(), 4 * page_, region_->proof());
     ASSERT_TRUE(opened.ok()) << opened.status();
     opened_ = std::move(*opened);
   }
@@ -290,7 +318,7 @@ TEST(SharedMemoryTest, AFileSizeLimitDoesNotStopAnswers) {
     const rlimit limit{65536, 65536};
     setrlimit(RLIMIT_FSIZE, &limit);
     absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
-        OpenedRegion::Open((*region)->name(), 1 << 20);
+        OpenedRegion::Open((*region)->name(), 1 << 20, (*region)->proof());
     if (!opened.ok()) _exit(1);
     const std::vector<char> answer(1 << 20, 'a');
     _exit((*opened)->Write(0, answer).ok() ? 0 : 2);

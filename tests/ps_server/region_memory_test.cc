@@ -24,23 +24,28 @@ namespace {
 constexpr int64_t kCgroupLimit = 96 << 20;
 constexpr int64_t kRegionBytes = 256 << 20;
 
-// A region-named object of `bytes` that nobody has written.
+// A region-named object of kRegionBytes that nobody has written but its proof.
 class SparseObject {
  public:
   explicit SparseObject(int index)
       : name_(absl::StrCat(SharedRegionPrefix(getpid()), "sparse-", index)) {
     fd_ = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     EXPECT_GE(fd_, 0) << std::strerror(errno);
-    EXPECT_EQ(ftruncate(fd_, kRegionBytes), 0);
+    // The region's bytes and its proof's page (common/shared_memory.h).
+    EXPECT_EQ(ftruncate(fd_, kRegionBytes + sysconf(_SC_PAGESIZE)), 0);
+    EXPECT_EQ(pwrite(fd_, proof_.data(), proof_.size(), kRegionBytes),
+              static_cast<ssize_t>(proof_.size()));
   }
   ~SparseObject() {
     shm_unlink(name_.c_str());  // ENOENT once the shard has opened it
     close(fd_);
   }
   const std::string& name() const { return name_; }
+  const std::string& proof() const { return proof_; }
 
  private:
   std::string name_;
+  const std::string proof_ = std::string(kRegionProofBytes, 'p');
   int fd_ = -1;
 };
 
@@ -66,6 +71,7 @@ TEST(RegionMemoryTest, AttachingRegionsNobodyWroteCostsAPsInAMemoryCgroupNothing
     request.set_name(object.name());
     request.set_bytes(kRegionBytes);
     request.set_boot_id(*HostBootId());
+    request.set_proof(object.proof());
     ShmAttachResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));

@@ -78,6 +78,7 @@ class ShmExchangeTest : public ::testing::Test {
     request.set_name(region.name());
     request.set_bytes(static_cast<int64_t>(region.bytes().size()));
     request.set_boot_id(boot_id.empty() ? *HostBootId() : boot_id);
+    request.set_proof(region.proof());
     ShmAttachResponse response;
     grpc::ClientContext context;
     grpc::Status status = stub_->ShmAttach(&context, request, &response);
@@ -618,6 +619,33 @@ TEST_F(ShmExchangeTest, AttachingAgainReplacesTheWorkersRegion) {
   ExchangeOutcome response;
   EXPECT_EQ(Exchange(PushPull(first, 0, kBytes), &response).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+// A local user who watches /dev/shm and offers a worker's region first,
+// under any worker's id, is refused: it cannot know the region's proof. So
+// the shard never maps the region for it nor writes the model into it, and
+// the worker's own attach still succeeds.
+TEST_F(ShmExchangeTest, ARegionOfferedWithoutItsProofIsRefused) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  for (int worker : {0, 1}) {
+    ShmAttachRequest request;
+    request.set_worker(worker);
+    request.set_name(region->name());
+    request.set_bytes(static_cast<int64_t>(region->bytes().size()));
+    request.set_boot_id(*HostBootId());
+    ShmAttachResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(stub_->ShmAttach(&context, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(server_.service->shared_regions(), 0);
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.25f);
+  ExchangeOutcome response;
+  ASSERT_TRUE(Exchange(PushPull(handle, 0, kBytes), &response).ok());
+  int64_t version = 0;
+  EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
 }
 
 TEST_F(ShmExchangeTest, AttachRefusesWhatItCannotShare) {
