@@ -33,6 +33,11 @@ InProcessCluster::~InProcessCluster() {
   for (auto& server : servers_) server.grpc_server->Shutdown();
 }
 
+void InProcessCluster::set_before_push(int rank, std::function<void()> hook) {
+  if (before_push_.size() <= static_cast<size_t>(rank)) before_push_.resize(rank + 1);
+  before_push_[rank] = std::move(hook);
+}
+
 absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
                                                    const std::vector<absl::Duration>& step_delays) {
   const int workers = config_.cluster().workers();
@@ -58,8 +63,17 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
         tower_backends.push_back(backends.back().get());
       }
       Trainer trainer(config_, rank, clients[rank].get(), tower_backends, &data);
-      if (static_cast<size_t>(rank) < step_delays.size()) {
-        trainer.set_before_push([delay = step_delays[rank]] { absl::SleepFor(delay); });
+      const absl::Duration delay = static_cast<size_t>(rank) < step_delays.size()
+                                       ? step_delays[rank]
+                                       : absl::ZeroDuration();
+      std::function<void()> hook = static_cast<size_t>(rank) < before_push_.size()
+                                       ? before_push_[rank]
+                                       : std::function<void()>();
+      if (delay > absl::ZeroDuration() || hook) {
+        trainer.set_before_push([delay, hook] {
+          absl::SleepFor(delay);
+          if (hook) hook();
+        });
       }
       results[rank] = trainer.Run();
     });

@@ -4,6 +4,7 @@
 #ifndef PST_CLUSTER_IN_PROCESS_CLUSTER_H_
 #define PST_CLUSTER_IN_PROCESS_CLUSTER_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,11 +38,16 @@ class InProcessCluster {
   absl::StatusOr<ClusterRun> Train(const TrainingData& data,
                                    const std::vector<absl::Duration>& step_delays = {});
 
+  // Runs `hook` on worker `rank`'s thread before each of its pushes (after
+  // its step delay, if any), in the next Train.
+  void set_before_push(int rank, std::function<void()> hook);
+
  private:
   InProcessCluster() = default;
   JobConfig config_;
   std::vector<std::unique_ptr<ParameterShard>> shards_;
   std::vector<RunningServer> servers_;
+  std::vector<std::function<void()>> before_push_;  // by rank
 };
 
 }  // namespace pst

@@ -1,5 +1,7 @@
 #include "common/security.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -7,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -95,11 +98,52 @@ absl::StatusOr<ClusterSecurity> ClusterSecurity::FromConfig(const ClusterConfig&
     security.ca_pem_ = *std::move(ca);
   }
   if (cluster.has_auth()) {
+    const char* task_token = role == Role::kClient ? std::getenv(kTaskTokenEnv) : nullptr;
+    if (task_token != nullptr && *task_token != '\0') {
+      security.token_ = std::string(absl::StripAsciiWhitespace(task_token));
+      return security;
+    }
     absl::StatusOr<std::string> token = ReadToken(cluster.auth(), &security.warnings_);
     if (!token.ok()) return token.status();
     security.token_ = *std::move(token);
   }
   return security;
+}
+
+namespace {
+
+constexpr absl::string_view kTaskTokenPrefix = "task:";
+
+std::string TaskTokenMac(absl::string_view cluster_token, absl::string_view task) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  const std::string message = absl::StrCat("pstrain task token for ", task);
+  HMAC(EVP_sha256(), cluster_token.data(), static_cast<int>(cluster_token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(mac), static_cast<size_t>(length)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadClusterToken(const ClusterConfig& cluster) {
+  std::vector<std::string> warnings;  // FromConfig's caller logs them
+  return ReadToken(cluster.auth(), &warnings);
+}
+
+std::string TaskToken(absl::string_view cluster_token, absl::string_view task) {
+  return absl::StrCat(kTaskTokenPrefix, task, ":", TaskTokenMac(cluster_token, task));
+}
+
+std::optional<std::string> TaskOfToken(absl::string_view token, absl::string_view cluster_token) {
+  if (!absl::ConsumePrefix(&token, kTaskTokenPrefix)) return std::nullopt;
+  const size_t colon = token.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) return std::nullopt;
+  const absl::string_view task = token.substr(0, colon);
+  if (!ConstantTimeEquals(token.substr(colon + 1), TaskTokenMac(cluster_token, task))) {
+    return std::nullopt;
+  }
+  return std::string(task);
 }
 
 std::string ClusterSecurity::ConnectFailureHint() const {

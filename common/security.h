@@ -33,6 +33,8 @@ class ClusterSecurity {
 
   // Reads the PEM files and the token the config names. InvalidArgument,
   // naming the field and the file or variable, if one is missing or empty.
+  // A client with cluster.auth carries the task token in PSTRAIN_TASK_TOKEN
+  // when that is set (and then needs no cluster token).
   static absl::StatusOr<ClusterSecurity> FromConfig(const ClusterConfig& cluster, Role role);
 
   // No TLS, no token: loopback tests and --allow_insecure clusters.
@@ -69,6 +71,27 @@ class ClusterSecurity {
   std::string token_;
   std::vector<std::string> warnings_;
 };
+
+// A task's own token: what a process acting as `task` ("worker:3")
+// carries instead of the cluster token, so that with cluster.auth it can
+// act as that task and no other. "task:<task>:<HMAC-SHA256 of the task
+// keyed by the cluster token, in hex>": the PS, which holds the cluster
+// token, checks it; the task's process needs nothing else (pslaunch hands
+// each worker its own in PSTRAIN_TASK_TOKEN; `psctl token` prints one).
+std::string TaskToken(absl::string_view cluster_token, absl::string_view task);
+
+// The task `token` is `cluster_token`'s task token for; nullopt if it is
+// none (checked in constant time).
+std::optional<std::string> TaskOfToken(absl::string_view token, absl::string_view cluster_token);
+
+// The cluster token cluster.auth names (file or variable), as a PS reads
+// it: for a launcher that makes each task's token. InvalidArgument as
+// FromConfig's.
+absl::StatusOr<std::string> ReadClusterToken(const ClusterConfig& cluster);
+
+// The environment variable a worker reads its task token from; when set,
+// it is the token the worker carries, in place of cluster.auth's.
+inline constexpr char kTaskTokenEnv[] = "PSTRAIN_TASK_TOKEN";
 
 // Tokens shorter than this get a warning: a few characters can be guessed.
 inline constexpr size_t kShortTokenLength = 16;

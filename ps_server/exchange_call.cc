@@ -13,7 +13,9 @@
 #include "ps_server/ps_metrics.h"
 #include "ps_server/shm_exchange.h"
 #include "rpc/completion_tag.h"
+#include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
+#include "rpc/worker_session.h"
 
 namespace pst {
 namespace {
@@ -288,7 +290,10 @@ void ExchangeCall::TakeRead(bool ok) {
   // every byte is in) is served at once, without waiting to read the end
   // of the request, which saves an event on the small exchange's path.
   // Nothing more is read: whatever a client sends after is not looked at.
-  if (RequestComplete()) return Complete(/*may_block=*/false);
+  if (RequestComplete()) {
+    stream_->ReceivedAll();
+    return Complete(/*may_block=*/false);
+  }
   ReadNext();
 }
 
@@ -311,6 +316,7 @@ absl::Status ExchangeCall::AdmitPush(const PushRequest& header, int64_t buffered
 
 absl::Status ExchangeCall::TakeMessage() {
   bytes_in_ += static_cast<int64_t>(in_.Length());
+  stream_->Received(static_cast<int64_t>(in_.Length()));
   if (absl::Status s = chunk_.Parse(&in_); !s.ok()) return Refuse(s);
   if (!started_) {
     started_ = true;
@@ -356,6 +362,8 @@ absl::Status ExchangeCall::TakeFirst() {
         "an exchange with neither a push (gradients in its header) nor a pull");
   }
   const int worker = header_.worker();
+  if (absl::Status s = CheckActsAs(*context_, worker); !s.ok()) return s;
+  if (absl::Status s = r_.sessions->Admit(worker, SessionOf(*context_)); !s.ok()) return s;
   if (pulls_) {
     pull_.set_worker(worker);
     if (DTypeBytes(pull_.dtype()) == 0) {

@@ -30,6 +30,7 @@
 #include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
 #include "ps_server/shm_regions.h"
+#include "ps_server/worker_sessions.h"
 
 namespace pst {
 
@@ -41,6 +42,7 @@ struct ExchangeResources {
   const RpcLimits* limits;
   OpenStreams* streams;
   ShmRegions* regions;
+  WorkerSessions* sessions;
   PullPayloadPool* payloads;
   // Where pushes are reassembled; a buffer is taken per call and given back.
   std::function<std::unique_ptr<PushRequest>()> take_push_buffer;

@@ -62,6 +62,22 @@ ABSL_FLAG(double, stream_idle_timeout_seconds,
           "An exchange that waits this long on its client (for its next message, or for it "
           "to read the last one) is ended with DEADLINE_EXCEEDED and its buffers are freed; "
           "nothing of an unfinished push is applied.");
+ABSL_FLAG(int, max_connections, pst::RpcLimits().max_connections,
+          "TCP connections held open at once, checked as each is accepted (before TLS or a "
+          "token); one more is reset and counted. 0: what the descriptor limit (raised to its "
+          "hard limit) leaves beside a reserve for checkpoints and logs.");
+ABSL_FLAG(int, max_connections_per_source, pst::RpcLimits().max_connections_per_source,
+          "TCP connections held open at once from one source address; one more is reset and "
+          "counted.");
+ABSL_FLAG(double, handshake_timeout_seconds,
+          absl::ToDoubleSeconds(pst::RpcLimits().handshake_timeout),
+          "A connection that has not finished its TLS handshake and sent its HTTP/2 settings "
+          "within this is closed.");
+ABSL_FLAG(int64_t, min_push_bytes_per_second, pst::RpcLimits().min_push_bytes_per_second,
+          "A push still arriving while it holds push buffer budget must bring at least this many "
+          "bytes per second over each --stream_idle_timeout_seconds, or its exchange is ended "
+          "with DEADLINE_EXCEEDED and the budget given back (a client dripping a few bytes is "
+          "never idle); 0: no minimum.");
 ABSL_FLAG(int64_t, max_push_buffer_bytes, pst::RpcLimits().max_push_buffer_bytes,
           "Bytes that pushes being received may hold in total before they are applied (every "
           "SYNC push holds its shard's share); a push that would pass it, while others "
@@ -87,7 +103,11 @@ pst::RpcLimits RpcLimitsFromFlags() {
       .max_streams = absl::GetFlag(FLAGS_max_streams),
       .max_streams_per_worker = absl::GetFlag(FLAGS_max_streams_per_worker),
       .stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_seconds)),
+      .min_push_bytes_per_second = absl::GetFlag(FLAGS_min_push_bytes_per_second),
       .max_push_buffer_bytes = absl::GetFlag(FLAGS_max_push_buffer_bytes),
+      .max_connections = absl::GetFlag(FLAGS_max_connections),
+      .max_connections_per_source = absl::GetFlag(FLAGS_max_connections_per_source),
+      .handshake_timeout = absl::Seconds(absl::GetFlag(FLAGS_handshake_timeout_seconds)),
       .max_server_threads = absl::GetFlag(FLAGS_max_server_threads),
   };
 }
@@ -175,7 +195,6 @@ int main(int argc, char** argv) {
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
-  pst::ExportShardMetrics(shard->get());
   absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
       pst::metrics::StartMetricsServerFromFlags(task->ToString());
   if (!metrics_server.ok()) pst::ExitWithError(kProgram, metrics_server.status());
@@ -249,6 +268,11 @@ int main(int argc, char** argv) {
     JoinSignalWaiter(&signal_waiter);
     pst::ExitWithError(kProgram, server.status());
   }
+  pst::ExportShardMetrics([service = server->service.get()] {
+    pst::StatsResponse stats;
+    service->Stats(&stats);
+    return stats;
+  });
   spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task->ToString(),
                address, pst::ModeName(options.mode), options.num_workers,
                (*shard)->optimizer_name(),

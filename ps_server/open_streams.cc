@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ps_server/ps_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -31,10 +31,7 @@ OpenStreams::~OpenStreams() {
   watchdog_.join();
 }
 
-void OpenStreams::CountRefusal() {
-  ++refused_;
-  RecordRefusedExchange();
-}
+void OpenStreams::CountRefusal() { ++refused_; }
 
 int64_t OpenStreams::refused() const {
   absl::MutexLock lock(&mu_);
@@ -108,7 +105,17 @@ absl::Status OpenStreams::Stream::ReservePushBuffer(int64_t bytes) {
   }
   owner_->push_buffer_bytes_ += bytes;
   reserved_bytes_ += bytes;
+  if (!metered_ && owner_->limits_.min_push_bytes_per_second > 0) {
+    metered_ = true;
+    window_start_ = SteadyNanos();
+    window_received_ = received_.load(std::memory_order_relaxed);
+  }
   return absl::OkStatus();
+}
+
+void OpenStreams::Stream::ReceivedAll() {
+  absl::MutexLock lock(&owner_->mu_);
+  metered_ = false;
 }
 
 absl::Status OpenStreams::Stream::ended() const {
@@ -136,6 +143,26 @@ int64_t OpenStreams::push_buffer_bytes() const {
   return push_buffer_bytes_;
 }
 
+std::optional<absl::Status> OpenStreams::TooSlow(Stream* stream, int64_t now) {
+  if (!stream->metered_) return std::nullopt;
+  const int64_t window_ns = absl::ToInt64Nanoseconds(limits_.stream_idle_timeout);
+  if (now - stream->window_start_ < window_ns) return std::nullopt;
+  const int64_t received = stream->received_.load(std::memory_order_relaxed);
+  const int64_t brought = received - stream->window_received_;
+  const double seconds = static_cast<double>(now - stream->window_start_) * 1e-9;
+  if (static_cast<double>(brought) >= limits_.min_push_bytes_per_second * seconds) {
+    stream->window_start_ = now;
+    stream->window_received_ = received;
+    return std::nullopt;
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the push brought ", brought, " bytes in ", absl::FormatDuration(absl::Nanoseconds(
+                                                        now - stream->window_start_)),
+      " while it held push buffer budget, below the ", limits_.min_push_bytes_per_second,
+      " bytes per second this PS asks (--min_push_bytes_per_second); the call is ended and "
+      "nothing of the push was applied"));
+}
+
 void OpenStreams::Watch() {
   const int64_t timeout_ns = absl::ToInt64Nanoseconds(limits_.stream_idle_timeout);
   // Checked a few times per timeout: a stream ends within 1.25 timeouts of
@@ -148,9 +175,18 @@ void OpenStreams::Watch() {
     const int64_t now = SteadyNanos();
     std::vector<std::pair<std::function<void(const absl::Status&)>, absl::Status>> to_end;
     for (Stream* stream : streams_) {
-      if (!stream->ended_.ok() || stream->waiting_.load() == 0) continue;
+      if (!stream->ended_.ok()) continue;
       const int64_t idle = now - stream->since_.load();
-      if (idle < timeout_ns) continue;
+      if (stream->waiting_.load() == 0 || idle < timeout_ns) {
+        // Not idle, but a push may still arrive too slowly.
+        if (std::optional<absl::Status> slow = TooSlow(stream, now)) {
+          stream->ended_ = *std::move(slow);
+          spdlog::warn("ended a push{} arriving below --min_push_bytes_per_second",
+                       stream->claimed_worker_ ? absl::StrCat(" of worker:", stream->worker_) : "");
+          to_end.emplace_back(stream->end_call_, stream->ended_);
+        }
+        continue;
+      }
       stream->ended_ = absl::DeadlineExceededError(absl::StrCat(
           "the stream waited ", absl::FormatDuration(absl::Nanoseconds(idle)),
           " on the client (for its next message, or for it to read the last one), longer than "

@@ -6,7 +6,8 @@
 // gRPC has no per-message deadline: a client that opens an exchange and
 // sends nothing more would hold the call, and whatever it had buffered,
 // until its own deadline, if it set one. So a watchdog thread ends every
-// exchange that has waited on its client for the idle timeout, with
+// exchange that has waited on its client for the idle timeout, and every
+// push holding budget that arrives slower than the minimum rate, with
 // DEADLINE_EXCEEDED; the call then ends and frees what it held.
 #ifndef PST_PS_SERVER_OPEN_STREAMS_H_
 #define PST_PS_SERVER_OPEN_STREAMS_H_
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -70,8 +72,14 @@ class OpenStreams {
     absl::Status ClaimWorker(int worker);
     // Reserves `bytes` of the push buffer budget for this stream until it
     // ends. ResourceExhausted if the budget would be exceeded while other
-    // streams hold some of it.
+    // streams hold some of it. From then on the push is held to
+    // min_push_bytes_per_second until ReceivedAll.
     absl::Status ReservePushBuffer(int64_t bytes);
+    // `bytes` more of the request have arrived.
+    void Received(int64_t bytes) { received_.fetch_add(bytes, std::memory_order_relaxed); }
+    // The request is whole: whatever it waits for now (its turn, other
+    // workers) is no longer the client's to speed up.
+    void ReceivedAll();
     // The status the watchdog ended the call with, if it did.
     absl::Status ended() const;
     // Gives back the stream's place (in the total and its worker's) and its
@@ -89,7 +97,11 @@ class OpenStreams {
     const std::function<void(const absl::Status&)> end_call_;
     std::atomic<int> waiting_{0};     // ClientWaits alive
     std::atomic<int64_t> since_{0};   // steady ns of the last start or end of one
+    std::atomic<int64_t> received_{0};  // request bytes so far
     // Guarded by owner_->mu_.
+    bool metered_ = false;          // a push holding budget, still arriving
+    int64_t window_start_ = 0;      // steady ns the current rate window began
+    int64_t window_received_ = 0;   // received_ then
     int worker_ = -1;
     bool claimed_worker_ = false;
     bool released_ = false;
@@ -110,6 +122,11 @@ class OpenStreams {
 
  private:
   void Watch();
+  // Why `stream`, a push arriving, is to be ended for its rate at `now`
+  // (steady ns); nullopt if it brought enough in its window, which then
+  // starts again.
+  std::optional<absl::Status> TooSlow(Stream* stream, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefusal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static int64_t SteadyNanos();
 

@@ -921,6 +921,11 @@ int64_t ParameterShard::version() const {
   return version_;
 }
 
+bool ParameterShard::WorkerLive(int worker) const {
+  absl::MutexLock lock(&mu_);
+  return lease_.live(worker);
+}
+
 int ParameterShard::waiting_pulls() const {
   absl::MutexLock lock(&mu_);
   return waiting_pulls_;

@@ -196,6 +196,8 @@ class ParameterShard {
   const ConsistencyPolicy& policy() const { return *policy_; }
   // Bytes of the shard's variables as float32 (0 before Init).
   int64_t parameter_bytes() const;
+  // Whether `worker` (of this job) is in the live set now.
+  bool WorkerLive(int worker) const;
 
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);

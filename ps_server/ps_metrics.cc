@@ -24,10 +24,6 @@ struct ServedMetrics {
       "pst_ps_sent_bytes_total", "Bytes of Pull responses sent (serialized protobuf).");
   metrics::Counter& failed_calls = GlobalRegistry().AddCounter(
       "pst_ps_failed_calls_total", "Pull and Push calls answered with an error.");
-  metrics::Counter& exchanges_refused = GlobalRegistry().AddCounter(
-      "pst_ps_exchanges_refused_total",
-      "Exchanges refused for load (--max_streams, --max_streams_per_worker, "
-      "--max_push_buffer_bytes); the worker backs off and tries again.");
 };
 
 ServedMetrics& Served() {
@@ -46,8 +42,6 @@ void RecordServedPull(size_t bytes_sent, const absl::Status& status, absl::Durat
   }
   m.bytes_out.Increment(bytes_sent);
 }
-
-void RecordRefusedExchange() { Served().exchanges_refused.Increment(); }
 
 int64_t PushStaleness(int64_t computed_at, const PushResponse& response) {
   const int64_t arrival_version =
@@ -68,13 +62,9 @@ void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
   m.staleness.Observe(static_cast<double>(PushStaleness(computed_at_version, response)));
 }
 
-void ExportShardMetrics(ParameterShard* shard) {
+void ExportShardMetrics(std::function<StatsResponse()> stats) {
   Served();  // the served-call metrics appear from the first scrape on, at zero
-  ExportShardMetrics(&GlobalRegistry(), [shard] {
-    StatsResponse stats;
-    shard->Stats(&stats);
-    return stats;
-  });
+  ExportShardMetrics(&GlobalRegistry(), std::move(stats));
 }
 
 void ExportShardMetrics(metrics::Registry* registry, std::function<StatsResponse()> stats) {
@@ -112,6 +102,20 @@ void ExportShardMetrics(metrics::Registry* registry, std::function<StatsResponse
        [](const StatsResponse& s) { return double(s.checkpoint().consecutive_failures()); }},
       {"pst_ps_checkpoint_version", "Version of the newest checkpoint on disk (-1: none).",
        metrics::Type::kGauge, [](const StatsResponse& s) { return double(s.checkpoint().version()); }},
+      {"pst_ps_exchanges_refused_total",
+       "Exchanges refused for load (--max_streams, --max_streams_per_worker, "
+       "--max_push_buffer_bytes); the worker backs off and tries again.",
+       metrics::Type::kCounter, [](const StatsResponse& s) { return double(s.exchanges_refused()); }},
+      {"pst_ps_sessions_refused_total",
+       "Calls refused because another process holds the live worker they name.",
+       metrics::Type::kCounter, [](const StatsResponse& s) { return double(s.sessions_refused()); }},
+      {"pst_ps_connections_open", "TCP connections open now.", metrics::Type::kGauge,
+       [](const StatsResponse& s) { return double(s.connections_open()); }},
+      {"pst_ps_connections_refused_total",
+       "TCP connections reset as they were accepted (--max_connections, "
+       "--max_connections_per_source).",
+       metrics::Type::kCounter,
+       [](const StatsResponse& s) { return double(s.connections_refused()); }},
   };
   std::vector<metrics::Registry::Collected> collected;
   for (const Read& read : kReads) collected.push_back({read.name, read.help, read.type});

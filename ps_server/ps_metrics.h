@@ -27,18 +27,16 @@ void RecordServedPush(int64_t bytes_in, int64_t computed_at_version,
                       const PushResponse& response, const absl::Status& status,
                       absl::Duration latency);
 
-// One exchange refused for load (OpenStreams: the exchange limits, the push
-// buffer budget).
-void RecordRefusedExchange();
-
 // A Push's staleness: the shard's version when it arrived minus the version
 // it was computed at, recovered from the response (an applied push advanced
 // the version by one).
 int64_t PushStaleness(int64_t computed_at, const PushResponse& response);
 
-// Registers the metrics read from `shard`'s Stats on the global registry.
-// `shard` must outlive every later scrape (stop the metrics server first).
-void ExportShardMetrics(ParameterShard* shard);
+// Registers the metrics read from `stats` (the service's Stats: the shard's,
+// and the refusals of the service) on the global registry, read once per
+// scrape. What `stats` reads must outlive every later scrape (stop the
+// metrics server first).
+void ExportShardMetrics(std::function<StatsResponse()> stats);
 // The same metrics on `registry`, read from `stats`, which runs once per
 // scrape (Registry::AddCollector).
 void ExportShardMetrics(metrics::Registry* registry, std::function<StatsResponse()> stats);

@@ -8,8 +8,10 @@
 #include "grpcpp/server_builder.h"
 #include "ps_server/chunk_streams.h"
 #include "ps_server/ps_metrics.h"
+#include "rpc/connection_gate.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
+#include "rpc/worker_session.h"
 
 namespace pst {
 
@@ -97,6 +99,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       // A region holds a push and its answer.
       shm_regions_(shared_memory, server->num_workers(),
                    int64_t{limits.max_request_bytes} + limits.max_reply_bytes),
+      sessions_(server->num_workers(), [server](int worker) { return server->WorkerLive(worker); }),
       streams_(limits, [this] { return PushBufferBudget(); }),
       exchange_{
           .service = this,
@@ -104,6 +107,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
           .limits = &limits_,
           .streams = &streams_,
           .regions = &shm_regions_,
+          .sessions = &sessions_,
           .payloads = &pull_payloads_,
           .take_push_buffer = [this] { return push_buffers_.Take(); },
           .return_push_buffer =
@@ -113,38 +117,39 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
           .blocking = &blocking_threads_,
       } {
   using Service = ParameterServerService;
-  register_ = AnswerAtOnce<RegisterRequest, RegisterResponse>(
+  register_ = AnswerForWorker<RegisterRequest, RegisterResponse>(
       &Service::RequestRegister, [this](const auto& request, auto* response) {
         return server_->Register(request, response);
       });
-  init_ = AnswerAtOnce<InitRequest, InitResponse>(
+  init_ = AnswerForWorker<InitRequest, InitResponse>(
       &Service::RequestInit,
       [this](const auto& request, auto* response) { return server_->Init(request, response); });
-  shm_attach_ = AnswerAtOnce<ShmAttachRequest, ShmAttachResponse>(
+  shm_attach_ = AnswerForWorker<ShmAttachRequest, ShmAttachResponse>(
       &Service::RequestShmAttach, [this](const auto& request, auto* response) {
         return shm_regions_.Attach(request, response);
       });
-  heartbeat_ = AnswerAtOnce<HeartbeatRequest, HeartbeatResponse>(
+  heartbeat_ = AnswerForWorker<HeartbeatRequest, HeartbeatResponse>(
       &Service::RequestHeartbeat, [this](const auto& request, auto* response) {
         return server_->Heartbeat(request, response);
       });
-  done_ = AnswerAtOnce<DoneRequest, DoneResponse>(
+  done_ = AnswerForWorker<DoneRequest, DoneResponse>(
       &Service::RequestDone,
       [this](const auto& request, auto* response) { return server_->Done(request, response); });
   stats_ = AnswerAtOnce<StatsRequest, StatsResponse>(
       &Service::RequestStats, [this](const StatsRequest&, StatsResponse* response) {
-        server_->Stats(response);
-        response->set_exchanges_refused(streams_.refused());
+        Stats(response);
         return absl::OkStatus();
       });
-  shutdown_ = AnswerAtOnce<ShutdownRequest, ShutdownResponse>(
-      &Service::RequestShutdown, [this](const ShutdownRequest&, ShutdownResponse*) {
-        if (!hooks_.shutdown) {
-          return absl::FailedPreconditionError("this PS cannot be shut down remotely");
-        }
-        hooks_.shutdown();
-        return absl::OkStatus();
-      });
+  shutdown_ = {.service = this,
+               .request = &Service::RequestShutdown,
+               .serve = [this](Call<ShutdownRequest, ShutdownResponse>* call) {
+                 absl::Status status = CheckClusterToken(*call->context(), "shut the PS down");
+                 if (status.ok() && !hooks_.shutdown) {
+                   status = absl::FailedPreconditionError("this PS cannot be shut down remotely");
+                 }
+                 if (status.ok()) hooks_.shutdown();
+                 call->Finish(ToGrpcStatus(status));
+               }};
   await_workers_done_ = {.service = this,
                          .request = &Service::RequestAwaitWorkersDone,
                          .serve = [this](Call<AwaitWorkersDoneRequest, StatsResponse>* call) {
@@ -166,6 +171,32 @@ typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerAtOn
           .request = request,
           .serve = [handle = std::move(handle)](Call<Request, Response>* call) {
             call->Finish(ToGrpcStatus(handle(call->request(), call->response())));
+          }};
+}
+
+void ParameterServerService::Stats(StatsResponse* response) const {
+  server_->Stats(response);
+  response->set_exchanges_refused(streams_.refused());
+  response->set_sessions_refused(sessions_.refused());
+  if (gate_ != nullptr) {
+    response->set_connections_open(gate_->open_connections());
+    response->set_connections_refused(gate_->refused_over_total() + gate_->refused_over_source());
+  }
+}
+
+template <typename Request, typename Response>
+typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerForWorker(
+    typename Call<Request, Response>::RequestCall request,
+    std::function<absl::Status(const Request&, Response*)> handle) {
+  return {.service = this,
+          .request = request,
+          .serve = [this, handle = std::move(handle)](Call<Request, Response>* call) {
+            absl::Status status = CheckActsAs(*call->context(), call->request().worker());
+            if (status.ok()) {
+              status = sessions_.Admit(call->request().worker(), SessionOf(*call->context()));
+            }
+            if (status.ok()) status = handle(call->request(), call->response());
+            call->Finish(ToGrpcStatus(status));
           }};
 }
 
@@ -193,6 +224,10 @@ void ParameterServerService::ServeAwaitWorkersDone(
 }
 
 void ParameterServerService::ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call) {
+  if (absl::Status s = CheckClusterToken(*call->context(), "write a checkpoint"); !s.ok()) {
+    call->Finish(ToGrpcStatus(s));
+    return;
+  }
   if (!hooks_.checkpoint) {
     call->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                               "this PS has no checkpoint directory (training.checkpoint.dir)"));
@@ -234,7 +269,15 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   RunningServer running;
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits,
                                                                shared_memory);
+  absl::StatusOr<std::shared_ptr<ConnectionGate>> gate = ConnectionGate::Create(
+      {.max_connections = limits.max_connections > 0 ? limits.max_connections
+                                                     : MaxConnectionsAfterRaisingFileLimit(),
+       .max_connections_per_source = limits.max_connections_per_source,
+       .handshake_timeout = limits.handshake_timeout});
+  if (!gate.ok()) return gate.status();
+  running.service->set_connection_gate(*gate);
   grpc::ServerBuilder builder;
+  (*gate)->InstallOn(&builder);
   builder.AddListeningPort(address, ServerCredentials(security), &running.port);
   // gRPC sets SO_REUSEPORT by default: a second ps_server started for the
   // same shard would then bind beside the first, and the kernel would split

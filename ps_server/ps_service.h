@@ -36,6 +36,8 @@
 #include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
 #include "ps_server/shm_regions.h"
+#include "ps_server/worker_sessions.h"
+#include "rpc/connection_gate.h"
 #include "ps_server/unary_call.h"
 #include "rpc/queue_server.h"
 
@@ -66,6 +68,13 @@ class ParameterServerService final : public AsyncParameterServer {
   // Shared-memory exchanges waiting for their region (ShmRegions::Claim).
   int shared_region_waiters() const { return shm_regions_.waiting(); }
 
+  // What Stats answers: the shard's, and what this service refused.
+  void Stats(StatsResponse* response) const;
+
+  // The gate the server's connections pass (rpc/connection_gate.h), for
+  // Stats; set before the server starts.
+  void set_connection_gate(std::shared_ptr<ConnectionGate> gate) { gate_ = std::move(gate); }
+
   // Requests the first call of every method on `queue`; each call
   // requests the next as it arrives.
   void RequestCalls(grpc::ServerCompletionQueue* queue);
@@ -84,6 +93,12 @@ class ParameterServerService final : public AsyncParameterServer {
   typename Call<Request, Response>::Method AnswerAtOnce(
       typename Call<Request, Response>::RequestCall request,
       std::function<absl::Status(const Request&, Response*)> handle);
+  // The same, for a call that acts as request.worker(): its session must
+  // be admitted for that worker first (WorkerSessions).
+  template <typename Request, typename Response>
+  typename Call<Request, Response>::Method AnswerForWorker(
+      typename Call<Request, Response>::RequestCall request,
+      std::function<absl::Status(const Request&, Response*)> handle);
   // Writes the checkpoint on checkpoint_thread_; refused while one is written.
   void ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call);
   // Waits as a pull does, holding no thread: cut to max_pull_wait and the
@@ -99,6 +114,8 @@ class ParameterServerService final : public AsyncParameterServer {
   PullPayloadPool pull_payloads_;
   std::atomic<int64_t> freed_since_trim_{0};
   ShmRegions shm_regions_;
+  WorkerSessions sessions_;
+  std::shared_ptr<ConnectionGate> gate_;
   std::atomic<bool> checkpointing_{false};  // checkpoint_thread_ is writing one
   // The unary methods, as UnaryCall requests them.
   Call<RegisterRequest, RegisterResponse>::Method register_;

@@ -34,6 +34,19 @@ absl::Status ValidateRpcLimits(const RpcLimits& limits) {
   if (limits.max_pull_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_pull_wait_seconds must be positive");
   }
+  if (limits.max_connections < 0) {
+    return absl::InvalidArgumentError(
+        "--max_connections must be 0 (what the descriptor limit allows) or more");
+  }
+  if (limits.max_connections_per_source <= 0) {
+    return absl::InvalidArgumentError("--max_connections_per_source must be positive");
+  }
+  if (limits.handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--handshake_timeout_seconds must be positive");
+  }
+  if (limits.min_push_bytes_per_second < 0) {
+    return absl::InvalidArgumentError("--min_push_bytes_per_second must be 0 (no minimum) or more");
+  }
   if (limits.stream_idle_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--stream_idle_timeout_seconds must be positive");
   }

@@ -44,12 +44,30 @@ struct RpcLimits {
   // or for it to read the last one) ends with DEADLINE_EXCEEDED, and what
   // it held is freed.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
+  // A push being received that holds some of the push buffer budget must
+  // bring at least this many bytes per second, over each stream_idle_timeout
+  // in turn, or its exchange ends (DEADLINE_EXCEEDED) and gives the budget
+  // back: a client that drips a few bytes now and then is never idle, but
+  // holds the budget no longer than one such window. Far below any link a
+  // worker pushes over. 0: no minimum.
+  int64_t min_push_bytes_per_second = 1 << 20;
   // Bytes held, in total, by pushes being reassembled (every SYNC push,
   // and an ASYNC one that cannot stream into the update). 0: one
   // share per worker plus one (as much as SYNC's aggregation holds anyway).
   // A push that would go past it is refused with RESOURCE_EXHAUSTED, unless
   // no other push holds any.
   int64_t max_push_buffer_bytes = 0;
+  // TCP connections the PS holds open at once, checked as each is
+  // accepted, before TLS or a token: in total (0: what the descriptor limit
+  // leaves beside a reserve for the PS's own files, raised to the hard
+  // limit first: rpc/connection_gate.h) and from one source address. One
+  // more is reset at once and counted. Idle connections cost a descriptor
+  // each, and a PS out of descriptors cannot write its checkpoints.
+  int max_connections = 0;
+  int max_connections_per_source = 128;
+  // An accepted connection that has not finished its TLS handshake and
+  // sent its HTTP/2 settings within this is closed.
+  absl::Duration handshake_timeout = absl::Seconds(10);
   // Threads that serve the gRPC calls (the server's completion-queue
   // threads, rpc/queue_server.h). No call holds one while it waits,
   // so these are all the threads calls get, however many are open; the

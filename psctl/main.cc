@@ -2,6 +2,7 @@
 //   psctl status     --config=FILE   every shard and worker at a glance
 //   psctl checkpoint --config=FILE   every shard writes a checkpoint now
 //   psctl shutdown   --config=FILE   every shard stops cleanly
+//   psctl token      --config=FILE --task=worker:N   that worker's own token
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,10 +13,12 @@
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/security.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
 ABSL_FLAG(int, connect_timeout_seconds, 5, "How long to wait for each PS shard to answer.");
+ABSL_FLAG(std::string, task, "", "For psctl token: the task, worker:<index>.");
 
 namespace pst {
 namespace {
@@ -111,6 +114,27 @@ int Shutdown(const JobConfig& config) {
   return 0;
 }
 
+// Prints the task token of --task (common/security.h), made from the
+// cluster token the config names: what that worker carries in
+// PSTRAIN_TASK_TOKEN where it is started by hand or by a scheduler.
+int Token(const JobConfig& config) {
+  if (!config.cluster().has_auth()) {
+    ExitWithError(kProgram, absl::InvalidArgumentError(
+                                "the config has no cluster.auth: there is no token to derive from"));
+  }
+  absl::StatusOr<TaskId> task = ParseTask(absl::GetFlag(FLAGS_task));
+  if (!task.ok()) ExitWithError(kProgram, task.status());
+  if (task->kind != TaskId::Kind::kWorker) {
+    ExitWithError(kProgram, absl::InvalidArgumentError(
+                                "--task must be worker:<index>: only workers carry a task token"));
+  }
+  if (absl::Status s = ValidateTask(config, *task); !s.ok()) ExitWithError(kProgram, s);
+  absl::StatusOr<std::string> cluster_token = ReadClusterToken(config.cluster());
+  if (!cluster_token.ok()) ExitWithError(kProgram, cluster_token.status());
+  std::printf("%s\n", TaskToken(*cluster_token, task->ToString()).c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace pst
 
@@ -118,16 +142,18 @@ int main(int argc, char** argv) {
   std::vector<char*> args = pst::ParseCommandLineFlags(
       argc, argv,
       "Looks at and steers a running cluster.\n"
-      "Usage: psctl status|checkpoint|shutdown --config=cluster.textproto\n"
+      "Usage: psctl status|checkpoint|shutdown|token --config=cluster.textproto\n"
       "  status      each shard (address, version, variables, bytes, pushes, checkpoints written\n"
       "              and failed) and each worker (last step, lag behind the PS, last seen,\n"
       "              pushes dropped)\n"
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
-      "  shutdown    every shard stops cleanly; workers then exit");
+      "  shutdown    every shard stops cleanly; workers then exit\n"
+      "  token       with --task=worker:N, that worker's own token (for PSTRAIN_TASK_TOKEN):\n"
+      "              with it the worker can act as worker:N only");
   spdlog::set_level(spdlog::level::warn);
   if (args.size() != 2) {
     pst::ExitWithError("psctl", absl::InvalidArgumentError(
-                                    "say what to do: psctl status|checkpoint|shutdown --config=FILE"));
+                                    "say what to do: psctl status|checkpoint|shutdown|token --config=FILE"));
   }
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError("psctl", config.status());
@@ -135,6 +161,8 @@ int main(int argc, char** argv) {
   if (command == "status") return pst::Status(*config);
   if (command == "checkpoint") return pst::Checkpoint(*config);
   if (command == "shutdown") return pst::Shutdown(*config);
+  if (command == "token") return pst::Token(*config);
   pst::ExitWithError("psctl", absl::InvalidArgumentError(absl::StrCat(
-                                  "unknown command \"", command, "\"; use status, checkpoint or shutdown")));
+                                  "unknown command \"", command,
+                                  "\"; use status, checkpoint, shutdown or token")));
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/exit.h"
+#include "common/security.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
 #include "google/protobuf/text_format.h"
@@ -173,8 +175,18 @@ void SetRunId(pst::JobConfig* config) {
       absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::LocalTimeZone()), "-", getpid()));
 }
 
-std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::string& bin_dir,
-                                  const std::string& config_path, const std::string& result_dir) {
+absl::StatusOr<std::vector<pst::ChildSpec>> Tasks(const pst::JobConfig& config,
+                                                  const std::string& bin_dir,
+                                                  const std::string& config_path,
+                                                  const std::string& result_dir) {
+  // With cluster.auth each worker carries a token of its own task, so that
+  // it can act as no other.
+  std::optional<std::string> cluster_token;
+  if (config.cluster().has_auth()) {
+    absl::StatusOr<std::string> token = pst::ReadClusterToken(config.cluster());
+    if (!token.ok()) return token.status();
+    cluster_token = *std::move(token);
+  }
   std::vector<pst::ChildSpec> tasks;
   const std::string logdir = absl::GetFlag(FLAGS_logdir);
   for (int i = 0; i < config.cluster().ps_size(); ++i) {
@@ -191,6 +203,10 @@ std::vector<pst::ChildSpec> Tasks(const pst::JobConfig& config, const std::strin
                       "--result_file=" + WorkerResultPath(result_dir, i)},
                      /*must_finish=*/true});
     if (!logdir.empty()) tasks.back().argv.push_back("--logdir=" + logdir);
+    if (cluster_token) {
+      tasks.back().env.push_back(
+          absl::StrCat(pst::kTaskTokenEnv, "=", pst::TaskToken(*cluster_token, task)));
+    }
   }
   AssignMetricsPorts(&tasks);
   return tasks;
@@ -479,7 +495,10 @@ int main(int argc, char** argv) {
     pst::Supervisor supervisor(STDOUT_FILENO, STDERR_FILENO);
     if (absl::Status s = supervisor.StopOnSignals(); !s.ok()) pst::ExitWithError(kProgram, s);
     std::vector<std::string> started;
-    for (const pst::ChildSpec& task : Tasks(*config, bin_dir, *config_path, *dir)) {
+    absl::StatusOr<std::vector<pst::ChildSpec>> tasks =
+        Tasks(*config, bin_dir, *config_path, *dir);
+    if (!tasks.ok()) pst::ExitWithError(kProgram, tasks.status());
+    for (const pst::ChildSpec& task : *tasks) {
       if (supervisor.StopRequested()) {  // a stop does not wait for every task to start
         supervisor.StopAll(grace);
         if (remove_dir) RemoveDir(*dir);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -68,8 +69,8 @@ bool MoveFd(int fd, int target) {
 
 // In the forked child: never returns. On failure writes errno to
 // `status_fd` (close-on-exec, so the parent reads EOF when exec succeeds).
-[[noreturn]] void ExecChild(char* const* argv, pid_t parent, int out_fd, int err_fd,
-                            int status_fd) {
+[[noreturn]] void ExecChild(char* const* argv, char* const* envp, pid_t parent, int out_fd,
+                            int err_fd, int status_fd) {
   auto fail = [status_fd] {
     int error = errno;
     (void)!write(status_fd, &error, sizeof(error));
@@ -95,7 +96,7 @@ bool MoveFd(int fd, int target) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execv(argv[0], argv);
+  execve(argv[0], argv, envp);
   fail();
   _exit(127);  // not reached; fail() does not return
 }
@@ -159,6 +160,18 @@ absl::Status Supervisor::Start(const ChildSpec& spec) {
     argv.push_back(const_cast<char*>(arg.c_str()));
   }
   argv.push_back(nullptr);
+  // The launcher's environment, with spec.env's names replaced.
+  std::vector<std::string> overridden;
+  for (const std::string& entry : spec.env) overridden.push_back(entry.substr(0, entry.find('=') + 1));
+  std::vector<char*> envp;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const absl::string_view variable(*entry);
+    bool replaced = false;
+    for (const std::string& name : overridden) replaced |= absl::StartsWith(variable, name);
+    if (!replaced) envp.push_back(*entry);
+  }
+  for (const std::string& entry : spec.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
   int out[2], err[2], status[2];
   if (pipe2(out, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "cannot create a pipe");
   if (pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
@@ -173,7 +186,7 @@ absl::Status Supervisor::Start(const ChildSpec& spec) {
   sigprocmask(SIG_SETMASK, &all, &old_mask);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid == 0) ExecChild(argv.data(), parent, out[1], err[1], status[1]);
+  if (pid == 0) ExecChild(argv.data(), envp.data(), parent, out[1], err[1], status[1]);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   for (int fd : {out[1], err[1], status[1]}) close(fd);

@@ -42,6 +42,9 @@ struct ChildSpec {
   // Appended to argv on the first start only, not on Restart(): choices
   // that must not be repeated when a task is started again.
   std::vector<std::string> first_start_args = {};
+  // "NAME=value" entries set in the child's environment (over the
+  // launcher's own), never on its command line, where `ps` would show them.
+  std::vector<std::string> env = {};
 };
 
 struct RunOutcome {

@@ -1,9 +1,13 @@
 #include "rpc/grpc_credentials.h"
 
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 
 namespace pst {
@@ -11,16 +15,21 @@ namespace {
 
 constexpr char kBearer[] = "Bearer ";
 
-// Runs before every call on the server: lets it through only with the token.
+// The auth context property that names the task a call's token is for.
+constexpr char kTaskProperty[] = "pstrain_task";
+
+// Runs before every call on the server: lets it through only with the
+// cluster token, or a task token made from it (recording the task).
 class TokenChecker final : public grpc::AuthMetadataProcessor {
  public:
-  explicit TokenChecker(const std::string& token) : expected_(absl::StrCat(kBearer, token)) {}
+  explicit TokenChecker(const std::string& token)
+      : cluster_token_(token), expected_(absl::StrCat(kBearer, token)) {}
 
   // The check is a short comparison; no need for gRPC's extra thread.
   bool IsBlocking() const override { return false; }
 
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata* consumed,
-                       OutputMetadata*) override {
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
+                       OutputMetadata* consumed, OutputMetadata*) override {
     auto found = metadata.find(kTokenMetadataKey);
     if (found == metadata.end()) {
       return grpc::Status(
@@ -29,14 +38,22 @@ class TokenChecker final : public grpc::AuthMetadataProcessor {
     }
     absl::string_view given(found->second.data(), found->second.size());
     if (!ConstantTimeEquals(given, expected_)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "the call's token does not match this PS's cluster token (cluster.auth)");
+      std::optional<std::string> task;
+      if (absl::ConsumePrefix(&given, kBearer)) task = TaskOfToken(given, cluster_token_);
+      if (!task) {
+        return grpc::Status(
+            grpc::StatusCode::UNAUTHENTICATED,
+            "the call's token does not match this PS's cluster token (cluster.auth), nor is it "
+            "a task token made from it");
+      }
+      context->AddProperty(kTaskProperty, *task);
     }
-    consumed->emplace(kTokenMetadataKey, std::string(given));
+    consumed->emplace(kTokenMetadataKey, std::string(found->second.data(), found->second.size()));
     return grpc::Status::OK;
   }
 
  private:
+  const std::string cluster_token_;
   const std::string expected_;
 };
 
@@ -58,6 +75,27 @@ class TokenPlugin final : public grpc::MetadataCredentialsPlugin {
 };
 
 }  // namespace
+
+std::string TokenTaskOf(const grpc::ServerContext& context) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return "";
+  std::vector<grpc::string_ref> tasks = auth->FindPropertyValues(kTaskProperty);
+  return tasks.empty() ? "" : std::string(tasks.front().data(), tasks.front().size());
+}
+
+absl::Status CheckActsAs(const grpc::ServerContext& context, int worker) {
+  const std::string task = TokenTaskOf(context);
+  if (task.empty() || task == absl::StrCat("worker:", worker)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the call's token is ", task, "'s task token; it cannot act as worker:", worker));
+}
+
+absl::Status CheckClusterToken(const grpc::ServerContext& context, absl::string_view what) {
+  const std::string task = TokenTaskOf(context);
+  if (task.empty()) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the call's token is ", task, "'s task token; only the cluster token may ", what));
+}
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ClusterSecurity& security) {
   if (!security.tls()) return grpc::InsecureServerCredentials();

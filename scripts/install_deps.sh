@@ -7,6 +7,7 @@ PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
+  libssl-dev          # HMAC-SHA256 of the task tokens (gRPC's own TLS library)
   libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
   libopenblas-dev     # the CPU backend's matrix products (CBLAS)
   dataset-fashion-mnist

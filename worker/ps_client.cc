@@ -12,6 +12,7 @@
 #include "rpc/chunk_wire.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
+#include "rpc/worker_session.h"
 #include "worker/worker_metrics.h"
 
 namespace pst {
@@ -35,7 +36,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   ConfigureChannel(security, &args);
   auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
   for (size_t s = 0; s < addresses.size(); ++s) {
-    auto channel = grpc::CreateCustomChannel(addresses[s], ChannelCredentials(security), args);
+    auto channel = CreateSessionChannel(addresses[s], ChannelCredentials(security), args,
+                                        ProcessSession());
     if (!channel->WaitForConnected(deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach ps:", s, " at ", addresses[s], " within ",

@@ -117,6 +117,13 @@ absl::Status Trainer::Setup() {
   client_->set_transport(config_.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
                                                             : PsClient::Transport::kAuto);
   absl::StatusOr<RegisterResponse> view = client_->Register();
+  if (!view.ok() && IsTransientShardError(view.status())) {
+    // A shard restarting, or this worker's former process still holding
+    // its lease (after a restart): waited out.
+    spdlog::info("waiting for the parameter servers ({})", std::string(view.status().message()));
+    Retry retry = NewRetry();
+    view = RegisterPatiently(view.status(), &retry);
+  }
   if (!view.ok()) return view.status();
   if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -361,7 +368,22 @@ absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
   spdlog::warn("{} ({}); reconnecting",
                absl::IsUnavailable(cause) ? "lost a parameter server" : "refused for now",
                std::string(cause.message()));
-  absl::Status last = cause;
+  absl::StatusOr<RegisterResponse> view = RegisterPatiently(cause, retry);
+  if (!view.ok()) return view.status();
+  // A shard restarted without a checkpoint needs its variables again.
+  if (!view->initialized()) {
+    std::vector<std::vector<float>> initial = towers_->InitialValues(config_.training().seed());
+    std::vector<std::span<const float>> spans(initial.begin(), initial.end());
+    if (absl::StatusOr<bool> init = client_->Init(spans); !init.ok()) return init.status();
+  }
+  // The shard may have gone back to its last checkpoint: take what it has.
+  std::fill(next_min_.begin(), next_min_.end(), 0);
+  parameters_current_ = false;
+  spdlog::info("reconnected; shard 0 is at version {}", view->version());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegisterResponse> Trainer::RegisterPatiently(absl::Status last, Retry* retry) {
   while (true) {
     if (absl::Now() > retry->deadline) {
       // Not 2: a launcher restarts this worker, and a later try may pass.
@@ -375,19 +397,7 @@ absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
                    (0.5 + 0.5 * static_cast<double>(retry->jitter() >> 11) * 0x1.0p-53));
     retry->backoff = std::min(retry->backoff * 2, absl::Seconds(5));
     absl::StatusOr<RegisterResponse> view = client_->Register();
-    if (view.ok()) {
-      // A shard restarted without a checkpoint needs its variables again.
-      if (!view->initialized()) {
-        std::vector<std::vector<float>> initial = towers_->InitialValues(config_.training().seed());
-        std::vector<std::span<const float>> spans(initial.begin(), initial.end());
-        if (absl::StatusOr<bool> init = client_->Init(spans); !init.ok()) return init.status();
-      }
-      // The shard may have gone back to its last checkpoint: take what it has.
-      std::fill(next_min_.begin(), next_min_.end(), 0);
-      parameters_current_ = false;
-      spdlog::info("reconnected; shard 0 is at version {}", view->version());
-      return absl::OkStatus();
-    }
+    if (view.ok()) return view;
     if (!IsTransientShardError(view.status())) {
       return absl::Status(view.status().code(),
                           absl::StrCat("gave up reconnecting: ", view.status().message()));

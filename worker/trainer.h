@@ -109,6 +109,9 @@ class Trainer {
   // passed (a launcher restarts the worker); a refusal that is not
   // transient ends it with its own code.
   absl::Status Reconnect(const absl::Status& cause, Retry* retry);
+  // Registers with every shard after `last` (a transient refusal), with
+  // `retry`'s backoff, until every shard answers; the errors as Reconnect's.
+  absl::StatusOr<RegisterResponse> RegisterPatiently(absl::Status last, Retry* retry);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
   // How the workers stood when the chief stopped waiting for them: shard 0's
   // Stats, and the workers it gave up on (neither done nor in the live set,

@@ -126,6 +126,35 @@ TEST_F(SecurityTest, AWeakTokenIsWarnedAbout) {
   }
 }
 
+TEST(TaskTokenTest, NamesItsTaskUnderItsClusterTokenOnly) {
+  const std::string cluster = "cluster-secret-of-32-characters!";
+  const std::string token = TaskToken(cluster, "worker:3");
+  EXPECT_THAT(token, ::testing::StartsWith("task:worker:3:"));
+  EXPECT_EQ(TaskOfToken(token, cluster), "worker:3");
+  EXPECT_NE(TaskToken(cluster, "worker:4"), token);
+  struct Case {
+    const char* what;
+    std::string token;
+  };
+  std::string tampered = token;
+  tampered.back() = tampered.back() == '0' ? '1' : '0';
+  std::string renamed = token;
+  renamed.replace(renamed.find("worker:3"), 8, "worker:4");
+  const Case refused[] = {
+      {"another cluster's", TaskToken("another cluster secret", "worker:3")},
+      {"a changed digit", tampered},
+      {"another task's name on this one's MAC", renamed},
+      {"the cluster token itself", cluster},
+      {"no MAC", "task:worker:3"},
+      {"no task", "task::" + token.substr(token.rfind(':') + 1)},
+      {"empty", ""},
+  };
+  for (const Case& c : refused) {
+    SCOPED_TRACE(c.what);
+    EXPECT_EQ(TaskOfToken(c.token, cluster), std::nullopt);
+  }
+}
+
 TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEquals("", ""));
   EXPECT_TRUE(ConstantTimeEquals("Bearer abc", "Bearer abc"));

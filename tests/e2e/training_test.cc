@@ -3,15 +3,18 @@
 // tutorial problems in both modes.
 #include <cmath>
 
+#include <atomic>
 #include <thread>
 
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
+#include "common/shared_memory.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exchange_calls.h"
+#include "rpc/worker_session.h"
 
 namespace pst {
 namespace {
@@ -182,10 +185,11 @@ TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {
   EXPECT_EQ(run->stats[0].pushes_rejected(), 0);
 }
 
-// A local process holds every exchange a worker may have open (long-poll
-// pulls in its name): the worker is refused for now, backs off and tries
-// again instead of ending the run, and finishes once the exchanges are
-// given back.
+// Every exchange a worker may have open is held (long-poll pulls of its
+// own process, as exchanges it gave up on that the shard is still ending
+// would be): the worker is refused for now, backs off and tries again
+// instead of ending the run, and finishes once the exchanges are given
+// back.
 TEST(TrainingTest, AWorkerRefusedForLoadWaitsAndFinishes) {
   JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
   config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
@@ -215,6 +219,7 @@ TEST(TrainingTest, AWorkerRefusedForLoadWaitsAndFinishes) {
   std::vector<std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>>> streams;
   for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
     held.push_back(std::make_unique<grpc::ClientContext>());
+    held.back()->AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
     streams.push_back(stub->Exchange(held.back().get()));
     ASSERT_TRUE(streams.back()->Write(PullOnly(pull, /*worker=*/1)));
   }
@@ -227,6 +232,65 @@ TEST(TrainingTest, AWorkerRefusedForLoadWaitsAndFinishes) {
   training.join();
   ASSERT_TRUE(refused) << "worker 1 was never refused";
   ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->results[1].steps(), 256 / 16);
+  EXPECT_EQ(run->stats[0].pushes_applied(), 2 * 256 / 16);
+}
+
+// Another local process acting as a running worker gets nothing of it:
+// while the worker's lease is live, that process's exchanges and region
+// attaches in the worker's name are refused, and the worker itself trains
+// on, never refused.
+TEST(TrainingTest, AnotherProcessActingAsARunningWorkerIsRefused) {
+  JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
+  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
+  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
+  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
+  ApplyDefaults(&config);
+  ASSERT_TRUE(ValidateConfig(config).ok());
+  absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto stub = ParameterServer::NewStub(grpc::CreateChannel(
+      (*cluster)->config().cluster().ps(0), grpc::InsecureChannelCredentials()));
+  const auto stats = [&] {
+    StatsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub->Stats(&context, StatsRequest(), &response).ok());
+    return response;
+  };
+  // Each before_push of worker 1 (its own thread, its lease live) lets the
+  // other process try once.
+  std::atomic<int> tries{0};
+  std::atomic<int> refused{0};
+  std::unique_ptr<SharedRegion> region = *SharedRegion::Create(4096);
+  (*cluster)->set_before_push(1, [&] {
+    if (tries.fetch_add(1) >= 3) return;
+    PullRequest pull;
+    const uint64_t impostor = ProcessSession() + 1;
+    if (CallExchange(stub.get(), {PullOnly(pull, /*worker=*/1)}, absl::Seconds(30), impostor)
+            .status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      ++refused;
+    }
+    ShmAttachRequest attach;
+    attach.set_worker(1);
+    attach.set_name(region->name());
+    attach.set_bytes(static_cast<int64_t>(region->bytes().size()));
+    attach.set_boot_id(*HostBootId());
+    attach.set_proof(region->proof());
+    ShmAttachResponse attached;
+    grpc::ClientContext context;
+    context.AddMetadata(kSessionMetadataKey, absl::StrCat(impostor));
+    if (stub->ShmAttach(&context, attach, &attached).error_code() ==
+        grpc::StatusCode::UNAVAILABLE) {
+      ++refused;
+    }
+  });
+  absl::StatusOr<ClusterRun> run = (*cluster)->Train(*data);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(refused.load(), 6);
+  EXPECT_EQ(stats().sessions_refused(), 6);
+  EXPECT_EQ(stats().exchanges_refused(), 0);
   EXPECT_EQ(run->results[1].steps(), 256 / 16);
   EXPECT_EQ(run->stats[0].pushes_applied(), 2 * 256 / 16);
 }

@@ -234,6 +234,40 @@ TEST(RpcLimitsTest, AbandonedPushStreamsEndAtTheIdleDeadlineAndFreeTheirMemory) 
   EXPECT_TRUE(served.Alive());
 }
 
+// Second round: three push streams dripping 4 bytes every 10 s held the
+// push budget for good, never idle long enough for the idle timeout, and
+// workers were refused. A push holding budget now has to arrive at a
+// minimum rate over each idle-timeout window, or it ends and gives the
+// budget back.
+TEST(RpcLimitsTest, APushDrippingBytesIsEndedForItsRateAndGivesTheBudgetBack) {
+  constexpr int64_t kElements = 1 << 20;
+  Served served({{"w", kElements}},
+                RpcLimits{.stream_idle_timeout = absl::Milliseconds(500),
+                          .min_push_bytes_per_second = 1 << 20},
+                SYNC, /*workers=*/2);
+  AbandonedPush drip(&served.stub(), 0, kElements, absl::Seconds(60));
+  const absl::Time opened = absl::Now();
+  // Four bytes a piece, a piece every 50 ms: never idle for the timeout.
+  // The pause is the hostile client's pace, not a wait for the server.
+  bool ended = false;
+  for (int i = 0; i < 200 && !ended; ++i) {
+    ExchangeChunk piece;
+    TensorPiece* bytes = piece.add_pieces();
+    bytes->set_tensor(0);
+    bytes->set_offset(4 * i);
+    bytes->set_data(std::string(4, '\0'));
+    ended = !drip.writer->Write(piece);
+    if (!ended) absl::SleepFor(absl::Milliseconds(50));
+  }
+  const grpc::Status status = drip.writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("--min_push_bytes_per_second"));
+  EXPECT_LT(absl::Now() - opened, absl::Seconds(8)) << "the drip held its budget too long";
+  ASSERT_TRUE(Eventually([&] { return served.streams().push_buffer_bytes() == 0; }));
+  EXPECT_EQ(served.shard().version(), 0);
+  EXPECT_TRUE(served.Alive());
+}
+
 // The idle deadline covers writes too: a client that opens a pull and
 // never reads its answer holds the server's write, then loses the call.
 TEST(RpcLimitsTest, APullWhoseClientNeverReadsEndsAtTheIdleDeadline) {

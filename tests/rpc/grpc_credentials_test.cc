@@ -4,6 +4,7 @@
 // made per run.
 #include "rpc/grpc_credentials.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -106,6 +107,50 @@ TEST_F(GrpcCredentialsTest, ATokenFileServesLikeTheEnvironment) {
   std::string address = StartServer(SecureCluster(false));
   grpc::Status status = CallStats(address, from_file);
   EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// With cluster.auth a worker carries its own task's token
+// (PSTRAIN_TASK_TOKEN, made from the cluster token): it acts as that worker
+// and no other, and may not shut the PS down; a token made from another
+// cluster token is not let in at all.
+TEST_F(GrpcCredentialsTest, ATaskTokenActsAsItsTaskOnly) {
+  std::string address = StartServer(SecureCluster(false));
+  const auto stub_with = [&](const std::string& task_token) {
+    setenv(kTaskTokenEnv, task_token.c_str(), 1);
+    absl::StatusOr<ClusterSecurity> security =
+        ClusterSecurity::FromConfig(SecureCluster(false), ClusterSecurity::Role::kClient);
+    unsetenv(kTaskTokenEnv);
+    EXPECT_TRUE(security.ok()) << security.status();
+    grpc::ChannelArguments args;
+    ConfigureChannel(*security, &args);
+    return ParameterServer::NewStub(
+        grpc::CreateCustomChannel(address, ChannelCredentials(*security), args));
+  };
+  const auto register_as = [](ParameterServer::Stub* stub, int worker) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    RegisterRequest request;
+    request.set_worker(worker);
+    RegisterResponse response;
+    return stub->Register(&context, request, &response);
+  };
+  auto worker0 = stub_with(TaskToken("s3cret-token", "worker:0"));
+  const grpc::Status as_itself = register_as(worker0.get(), 0);
+  EXPECT_TRUE(as_itself.ok()) << as_itself.error_message();
+  const grpc::Status as_other = register_as(worker0.get(), 1);
+  EXPECT_EQ(as_other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(as_other.error_message(), HasSubstr("worker:0's task token"));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ShutdownResponse response;
+    EXPECT_EQ(worker0->Shutdown(&context, ShutdownRequest(), &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  auto forged = stub_with(TaskToken("another-cluster-token", "worker:0"));
+  EXPECT_EQ(register_as(forged.get(), 0).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The cluster token acts as any worker.
+  EXPECT_TRUE(CallStats(address, SecureCluster(false)).ok());
 }
 
 TEST_F(GrpcCredentialsTest, APlaintextClientCannotTalkToATlsServer) {

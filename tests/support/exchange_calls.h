@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "ps.grpc.pb.h"
+#include "rpc/worker_session.h"
 
 namespace pst {
 
@@ -26,12 +28,14 @@ struct ExchangeOutcome {
 };
 
 // Sends `messages` (all of them, then the end of the request) and reads the
-// whole answer.
+// whole answer; as the process of `session` (rpc/worker_session.h) if not 0.
 inline ExchangeOutcome CallExchange(ParameterServer::Stub* stub,
                                     const std::vector<ExchangeChunk>& messages,
-                                    absl::Duration deadline = absl::Seconds(30)) {
+                                    absl::Duration deadline = absl::Seconds(30),
+                                    uint64_t session = 0) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  if (session != 0) context.AddMetadata(kSessionMetadataKey, absl::StrCat(session));
   auto stream = stub->Exchange(&context);
   for (const ExchangeChunk& message : messages) {
     if (!stream->Write(message)) break;
