@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobCon
 
 InProcessCluster::~InProcessCluster() {
   for (auto& shard : shards_) shard->BeginShutdown();
-  for (auto& server : servers_) server.grpc_server->Shutdown();
+  for (auto& server : servers_) server.Shutdown();
 }
 
 void InProcessCluster::set_before_push(int rank, std::function<void()> hook) {

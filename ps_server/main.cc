@@ -64,8 +64,9 @@ ABSL_FLAG(double, stream_idle_timeout_seconds,
           "nothing of an unfinished push is applied.");
 ABSL_FLAG(int, max_connections, pst::RpcLimits().max_connections,
           "TCP connections held open at once, checked as each is accepted (before TLS or a "
-          "token); one more is reset and counted. 0: what the descriptor limit (raised to its "
-          "hard limit) leaves beside a reserve for checkpoints and logs.");
+          "token); one more waits in the listener's backlog until one closes. 0: what the "
+          "descriptor limit (raised to its hard limit) leaves beside a reserve for checkpoints "
+          "and logs.");
 ABSL_FLAG(int, max_connections_per_source, pst::RpcLimits().max_connections_per_source,
           "TCP connections held open at once from one source address; one more is reset and "
           "counted.");
@@ -287,7 +288,7 @@ int main(int argc, char** argv) {
   // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();
   checkpointer.Stop();
-  server->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   JoinSignalWaiter(&signal_waiter);
   metrics_server->reset();  // no scrape may read the shard from here on
   pst::StatsResponse stats;

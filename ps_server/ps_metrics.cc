@@ -112,10 +112,17 @@ void ExportShardMetrics(metrics::Registry* registry, std::function<StatsResponse
       {"pst_ps_connections_open", "TCP connections open now.", metrics::Type::kGauge,
        [](const StatsResponse& s) { return double(s.connections_open()); }},
       {"pst_ps_connections_refused_total",
-       "TCP connections reset as they were accepted (--max_connections, "
-       "--max_connections_per_source).",
+       "TCP connections reset as they were accepted (--max_connections_per_source).",
        metrics::Type::kCounter,
        [](const StatsResponse& s) { return double(s.connections_refused()); }},
+      {"pst_ps_connections_waited_total",
+       "TCP connections that waited in the backlog at --max_connections (approximate).",
+       metrics::Type::kCounter,
+       [](const StatsResponse& s) { return double(s.connections_waited()); }},
+      {"pst_ps_descriptor_shortages_total",
+       "Times accepting a connection found no descriptor free (retried 50 ms later).",
+       metrics::Type::kCounter,
+       [](const StatsResponse& s) { return double(s.descriptor_shortages()); }},
   };
   std::vector<metrics::Registry::Collected> collected;
   for (const Read& read : kReads) collected.push_back({read.name, read.help, read.type});

@@ -180,7 +180,9 @@ void ParameterServerService::Stats(StatsResponse* response) const {
   response->set_sessions_refused(sessions_.refused());
   if (gate_ != nullptr) {
     response->set_connections_open(gate_->open_connections());
-    response->set_connections_refused(gate_->refused_over_total() + gate_->refused_over_source());
+    response->set_connections_refused(gate_->refused_over_source());
+    response->set_connections_waited(gate_->refused_over_total());
+    response->set_descriptor_shortages(gate_->descriptor_shortages());
   }
 }
 
@@ -276,13 +278,14 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
        .handshake_timeout = limits.handshake_timeout});
   if (!gate.ok()) return gate.status();
   running.service->set_connection_gate(*gate);
+  running.gate = *gate;
   grpc::ServerBuilder builder;
-  (*gate)->InstallOn(&builder);
-  builder.AddListeningPort(address, ServerCredentials(security), &running.port);
-  // gRPC sets SO_REUSEPORT by default: a second ps_server started for the
-  // same shard would then bind beside the first, and the kernel would split
-  // the workers' connections between two shards of different state.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The gate listens and accepts itself (without SO_REUSEPORT: a second
+  // ps_server for the same shard cannot bind beside this one), and hands the
+  // server only the connections within its caps.
+  absl::StatusOr<int> port = running.gate->Listen(address, ServerCredentials(security), &builder);
+  if (!port.ok()) return port.status();
+  running.port = *port;
   builder.RegisterService(running.service.get());
   builder.SetMaxReceiveMessageSize(limits.max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -290,10 +293,11 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   running.grpc_server =
       QueueServer::Start(&builder, ServerThreads(limits),
                          [service](grpc::ServerCompletionQueue* queue) { service->RequestCalls(queue); });
-  if (!running.grpc_server || running.port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", address, "; is the port in use or the address not on this host?"));
+  if (!running.grpc_server) {
+    return absl::UnavailableError(absl::StrCat("cannot start the gRPC server on ", address));
   }
+  // Only now: gRPC drops connections handed to a server not yet started.
+  running.gate->Serve();
   return running;
 }
 

@@ -18,6 +18,7 @@
 #define PST_PS_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -156,8 +157,27 @@ inline constexpr int kDefaultMaxRequestBytes = RpcLimits().max_request_bytes;
 // gRPC refuses a request larger than `limits.max_request_bytes` with
 // RESOURCE_EXHAUSTED before any handler sees it.
 struct RunningServer {
+  RunningServer() = default;
+  RunningServer(RunningServer&&) = default;
+  RunningServer& operator=(RunningServer&&) = default;
+  // Stops the gate before grpc_server's destructor shuts the server down.
+  ~RunningServer() {
+    if (gate != nullptr) gate->Stop();
+  }
+
+  // Stops taking connections, then shuts the server down
+  // (QueueServer::Shutdown). Use it rather than grpc_server->Shutdown:
+  // gRPC drops, unclosed, a connection the gate hands it once it is
+  // shutting down.
+  void Shutdown(std::chrono::system_clock::time_point deadline =
+                    std::chrono::system_clock::time_point::max()) {
+    if (gate != nullptr) gate->Stop();
+    if (grpc_server != nullptr) grpc_server->Shutdown(deadline);
+  }
+
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<QueueServer> grpc_server;  // shut down (and so destroyed) before the service
+  std::shared_ptr<ConnectionGate> gate;       // accepts the server's connections
   int port = 0;
 };
 absl::StatusOr<RunningServer> StartGrpcServer(

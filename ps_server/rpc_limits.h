@@ -58,10 +58,11 @@ struct RpcLimits {
   // no other push holds any.
   int64_t max_push_buffer_bytes = 0;
   // TCP connections the PS holds open at once, checked as each is
-  // accepted, before TLS or a token: in total (0: what the descriptor limit
-  // leaves beside a reserve for the PS's own files, raised to the hard
-  // limit first: rpc/connection_gate.h) and from one source address. One
-  // more is reset at once and counted. Idle connections cost a descriptor
+  // accepted, before TLS or a token (rpc/connection_gate.h): in total (0:
+  // what the descriptor limit leaves beside a reserve for the PS's own
+  // files, raised to the hard limit first), one more waiting in the
+  // listener's backlog until one closes; and from one source address, one
+  // more reset at once and counted. Idle connections cost a descriptor
   // each, and a PS out of descriptors cannot write its checkpoints.
   int max_connections = 0;
   int max_connections_per_source = 128;

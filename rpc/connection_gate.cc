@@ -2,135 +2,50 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
-#include <type_traits>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "grpc/grpc.h"
-#include "grpc/support/sync.h"
-#include "grpcpp/impl/server_builder_option.h"
-#include "grpcpp/support/channel_arguments.h"
+#include "grpc/support/log.h"
 
 namespace pst {
-
-// gRPC installs no header for its socket mutator: these copy the layout of
-// src/core/lib/iomgr/socket_mutator.h in gRPC 1.51.1 (Debian 12's), under
-// names of our own. If an upgrade changes it, the gate is never asked, or
-// asked wrongly, and ConnectionGateTest fails.
-namespace grpc_socket_mutator_abi {
-
-enum FdUsage {
-  kClientConnectionUsage,
-  kServerListenerUsage,
-  kServerConnectionUsage,
-};
-
-struct MutateSocketInfo {
-  int fd;
-  FdUsage usage;
-};
-
-struct Vtable {
-  bool (*mutate_fd)(int fd, grpc_socket_mutator* mutator);
-  int (*compare)(grpc_socket_mutator* a, grpc_socket_mutator* b);
-  void (*destroy)(grpc_socket_mutator* mutator);
-  bool (*mutate_fd_2)(const MutateSocketInfo* info, grpc_socket_mutator* mutator);
-};
-
-struct SocketMutator {
-  const Vtable* vtable;
-  gpr_refcount refcount;
-};
-
-}  // namespace grpc_socket_mutator_abi
-
-namespace abi = grpc_socket_mutator_abi;
-
-// A gRPC socket mutator that shows accepted connections to a gate. gRPC
-// counts references to it through the channel arguments that carry it and
-// destroys it with the last, so it keeps its gate alive, not the reverse.
-class GateSocketMutator {
- public:
-  // The mutator with one reference, which ChannelArguments::SetSocketMutator
-  // adopts.
-  static grpc_socket_mutator* New(std::shared_ptr<ConnectionGate> gate) {
-    auto* mutator = new GateSocketMutator(std::move(gate));
-    return reinterpret_cast<grpc_socket_mutator*>(mutator);
-  }
-
- private:
-  explicit GateSocketMutator(std::shared_ptr<ConnectionGate> gate) : gate_(std::move(gate)) {
-    base_.vtable = &kVtable;
-    gpr_ref_init(&base_.refcount, 1);
-  }
-
-  static GateSocketMutator* From(grpc_socket_mutator* mutator) {
-    return reinterpret_cast<GateSocketMutator*>(mutator);
-  }
-
-  // Never called: gRPC calls mutate_fd_2 where it is set.
-  static bool MutateFd(int /*fd*/, grpc_socket_mutator* /*mutator*/) { return true; }
-
-  static bool MutateFd2(const abi::MutateSocketInfo* info, grpc_socket_mutator* mutator) {
-    if (info->usage == abi::kServerConnectionUsage) From(mutator)->gate_->Admit(info->fd);
-    // Never false, even for a connection the gate refused: gRPC 1.51 then
-    // neither closes the descriptor nor accepts again on that port.
-    return true;
-  }
-
-  static int Compare(grpc_socket_mutator* a, grpc_socket_mutator* b) {
-    const ConnectionGate* gate_a = From(a)->gate_.get();
-    const ConnectionGate* gate_b = From(b)->gate_.get();
-    return (gate_a > gate_b) - (gate_a < gate_b);
-  }
-
-  static void Destroy(grpc_socket_mutator* mutator) { delete From(mutator); }
-
-  static constexpr abi::Vtable kVtable = {&MutateFd, &Compare, &Destroy, &MutateFd2};
-
-  // First, so that a pointer to this object is a pointer to what gRPC reads.
-  abi::SocketMutator base_;
-  std::shared_ptr<ConnectionGate> gate_;
-};
-
-static_assert(std::is_standard_layout_v<GateSocketMutator>,
-              "gRPC reads a GateSocketMutator through a pointer to its first member");
-
 namespace {
 
-class GateOption : public grpc::ServerBuilderOption {
- public:
-  GateOption(std::shared_ptr<ConnectionGate> gate, int handshake_timeout_ms)
-      : gate_(std::move(gate)), handshake_timeout_ms_(handshake_timeout_ms) {}
+// Connections waiting to be accepted that each listening socket holds
+// (the kernel caps it at net.core.somaxconn).
+constexpr int kBacklog = 1024;
+// How long the gate waits before it looks again whether a connection has
+// closed (at the total cap), or tries again to accept (after a shortage).
+constexpr int kRetryMs = 50;
+// Connections accepted from one listener before the gate looks at the
+// others and at Stop().
+constexpr int kBatch = 64;
+// How often the gate logs that it cannot accept, at most.
+constexpr absl::Duration kLogEvery = absl::Seconds(10);
 
-  void UpdateArguments(grpc::ChannelArguments* args) override {
-    args->SetSocketMutator(GateSocketMutator::New(gate_));
-    args->SetInt(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, handshake_timeout_ms_);
-  }
-  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* /*plugins*/) override {}
-
- private:
-  std::shared_ptr<ConnectionGate> gate_;
-  int handshake_timeout_ms_;
-};
-
-// The address a connection counts against. gRPC listens on IPv6 sockets
-// where it can, even for an IPv4 address, so IPv4 peers arrive as
-// ::ffff:a.b.c.d; they count as a.b.c.d, like those of an IPv4 socket.
-// A peer already gone has no address: all such count as the source "",
-// and gRPC closes them at its first read.
-std::string PeerSource(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+// The address a connection counts against. IPv4 peers of a dual-stack
+// socket arrive as ::ffff:a.b.c.d; they count as a.b.c.d, like those of an
+// IPv4 socket.
+std::string SourceOf(const sockaddr_storage& address) {
   char text[INET6_ADDRSTRLEN] = "";
   if (address.ss_family == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&address)->sin_addr, text, sizeof(text));
@@ -141,19 +56,154 @@ std::string PeerSource(int fd) {
     } else {
       inet_ntop(AF_INET6, &in6, text, sizeof(text));
     }
-  } else if (address.ss_family == AF_UNIX) {
-    return "unix";
   }
   return text;
 }
 
-// Resets a connection gRPC has accepted but not yet read from: gRPC reads
-// end-of-file at once and closes the descriptor, which with no linger sends
-// RST and frees the socket without a TIME_WAIT.
+// Closes a connection with a reset: the peer learns at once, and the
+// socket is freed without a TIME_WAIT.
 void Reset(int fd) {
   const linger no_linger{.l_onoff = 1, .l_linger = 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_linger, sizeof(no_linger));
-  shutdown(fd, SHUT_RDWR);
+  close(fd);
+}
+
+void SetInt(int fd, int level, int option, int value) {
+  setsockopt(fd, level, option, &value, sizeof(value));
+}
+
+std::string ErrnoText(const char* call, int error) { return absl::StrCat(call, ": ", strerror(error)); }
+
+// A socket listening on `address` (its port 0 picks one), or -1 and why not.
+struct Listening {
+  int fd = -1;
+  int error = 0;
+  const char* call = "";
+};
+
+Listening ListenOn(const sockaddr* address, socklen_t length, bool dual_stack) {
+  const int fd = socket(address->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {.fd = -1, .error = errno, .call = "socket"};
+  // REUSEADDR lets a restarted server bind beside its predecessor's
+  // TIME_WAIT connections, but not beside a socket that still listens.
+  // No REUSEPORT: with it, a second server would listen beside the first,
+  // and the kernel would split the connections between them.
+  SetInt(fd, SOL_SOCKET, SO_REUSEADDR, 1);
+  if (address->sa_family == AF_INET6) SetInt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual_stack ? 0 : 1);
+  // Inherited by the accepted connections, as from gRPC's own listeners.
+  SetInt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+  const char* call = "bind";
+  if (bind(fd, address, length) == 0) {
+    call = "listen";
+    if (listen(fd, kBacklog) == 0) return {.fd = fd};
+  }
+  const int error = errno;
+  close(fd);
+  return {.fd = -1, .error = error, .call = call};
+}
+
+int PortOf(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return 0;
+  if (address.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  if (address.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+  return 0;
+}
+
+void SetPort(sockaddr_storage* address, int port) {
+  if (address->ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(address)->sin_port = htons(static_cast<uint16_t>(port));
+  } else if (address->ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(address)->sin6_port = htons(static_cast<uint16_t>(port));
+  }
+}
+
+struct Endpoint {
+  sockaddr_storage address;
+  socklen_t length;
+  bool dual_stack;
+};
+
+// The addresses to listen on for "host:port", as gRPC's server would: every
+// address the host resolves to; for a wildcard host, [::] on IPv4 and IPv6
+// together, or 0.0.0.0 where the host has no IPv6.
+absl::StatusOr<std::vector<Endpoint>> Resolve(const std::string& address) {
+  std::string host;
+  std::string port_text;
+  if (address.size() > 0 && address[0] == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || address.compare(close + 1, 1, ":") != 0) {
+      return absl::UnavailableError("not host:port");
+    }
+    host = address.substr(1, close - 1);
+    port_text = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) return absl::UnavailableError("no port");
+    host = address.substr(0, colon);
+    if (host.find(':') != std::string::npos) {
+      return absl::UnavailableError("an IPv6 address needs brackets: [v6]:port");
+    }
+    port_text = address.substr(colon + 1);
+  }
+  int port = -1;
+  if (port_text.empty() || !std::all_of(port_text.begin(), port_text.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port_text, &port) || port > 65535) {
+    return absl::UnavailableError(absl::StrCat("bad port \"", port_text, "\""));
+  }
+
+  std::vector<Endpoint> endpoints;
+  if (host.empty() || host == "0.0.0.0" || host == "::") {
+    Endpoint any6{.address = {}, .length = sizeof(sockaddr_in6), .dual_stack = true};
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&any6.address);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_any;
+    Endpoint any4{.address = {}, .length = sizeof(sockaddr_in), .dual_stack = false};
+    auto* in4 = reinterpret_cast<sockaddr_in*>(&any4.address);
+    in4->sin_family = AF_INET;
+    in4->sin_addr.s_addr = htonl(INADDR_ANY);
+    endpoints = {any6, any4};  // the second only if the first fails for want of IPv6
+  } else {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    if (const int error = getaddrinfo(host.c_str(), "0", &hints, &found); error != 0) {
+      return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(error)));
+    }
+    for (const addrinfo* info = found; info != nullptr; info = info->ai_next) {
+      if ((info->ai_family != AF_INET && info->ai_family != AF_INET6) ||
+          info->ai_addrlen > sizeof(sockaddr_storage)) {
+        continue;
+      }
+      Endpoint endpoint{.address = {}, .length = info->ai_addrlen, .dual_stack = false};
+      memcpy(&endpoint.address, info->ai_addr, info->ai_addrlen);
+      const bool seen = std::any_of(endpoints.begin(), endpoints.end(), [&](const Endpoint& e) {
+        return e.length == endpoint.length && memcmp(&e.address, &endpoint.address, e.length) == 0;
+      });
+      if (!seen) endpoints.push_back(endpoint);
+    }
+    freeaddrinfo(found);
+    if (endpoints.empty()) return absl::UnavailableError(absl::StrCat(host, " has no IP address"));
+  }
+  for (Endpoint& endpoint : endpoints) SetPort(&endpoint.address, port);
+  return endpoints;
+}
+
+bool IsShortage(int error) {
+  return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
+}
+
+// accept4 errors after which the next connection may be accepted at once:
+// this one's peer gave up, or (Linux) a network error already pending on it.
+bool IsTransient(int error) {
+  return error == EINTR || error == EAGAIN || error == EWOULDBLOCK || error == ECONNABORTED ||
+         error == EPROTO || error == EPERM || error == ENETDOWN || error == ENOPROTOOPT ||
+         error == EHOSTDOWN || error == ENONET || error == EHOSTUNREACH || error == EOPNOTSUPP ||
+         error == ENETUNREACH;
 }
 
 // Descriptors open in this process; `limit` bounds their numbers.
@@ -191,41 +241,219 @@ absl::StatusOr<std::shared_ptr<ConnectionGate>> ConnectionGate::Create(const Opt
   return std::shared_ptr<ConnectionGate>(new ConnectionGate(options));
 }
 
-void ConnectionGate::InstallOn(grpc::ServerBuilder* builder) {
-  const int64_t timeout_ms = std::clamp<int64_t>(
-      absl::ToInt64Milliseconds(options_.handshake_timeout), 1, INT_MAX);
-  builder->SetOption(
-      std::make_unique<GateOption>(shared_from_this(), static_cast<int>(timeout_ms)));
-}
+ConnectionGate::~ConnectionGate() { Stop(); }
 
-bool ConnectionGate::Admit(int fd) {
-  struct stat status;
-  if (fstat(fd, &status) != 0) {
-    // Not for a descriptor accept() has just returned; a connection the
-    // gate could not follow would escape the caps.
-    Reset(fd);
-    return false;
+absl::StatusOr<int> ConnectionGate::Listen(const std::string& address,
+                                           std::shared_ptr<grpc::ServerCredentials> credentials,
+                                           grpc::ServerBuilder* builder) {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  if (stopped_ || !listeners_.empty()) {
+    return absl::FailedPreconditionError("a connection gate listens once, before it is stopped");
   }
-  std::string source = PeerSource(fd);
-  {
-    absl::MutexLock lock(&mu_);
-    // accept() gave out this number, so the connection it named is closed.
-    Forget(fd);
-    // Entries of closed connections only ever raise the counts, so a sweep
-    // is needed only before refusing.
-    if (OverTotal() || OverSource(source)) Sweep();
-    if (OverTotal()) {
-      ++refused_over_total_;
-    } else if (OverSource(source)) {
-      ++refused_over_source_;
-    } else {
-      ++open_per_source_[source];
-      connections_.emplace(fd, Connection{status.st_dev, status.st_ino, std::move(source)});
-      return true;
+  const auto unavailable = [&address](absl::string_view why) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why,
+                                               "; is the port in use or the address not on this "
+                                               "host?"));
+  };
+  absl::StatusOr<std::vector<Endpoint>> endpoints = Resolve(address);
+  if (!endpoints.ok()) return unavailable(endpoints.status().message());
+
+  std::vector<int> listeners;
+  std::vector<std::string> errors;
+  bool in_use = false;
+  int port = 0;
+  const bool wildcard = endpoints->front().dual_stack;
+  for (Endpoint& endpoint : *endpoints) {
+    // Every address on the port the first got, as gRPC does for port 0.
+    if (port != 0) SetPort(&endpoint.address, port);
+    const Listening listening = ListenOn(reinterpret_cast<const sockaddr*>(&endpoint.address),
+                                         endpoint.length, endpoint.dual_stack);
+    if (listening.fd >= 0) {
+      listeners.push_back(listening.fd);
+      if (port == 0) port = PortOf(listening.fd);
+      // A dual-stack [::] takes IPv4 too: 0.0.0.0 is its fallback only.
+      if (wildcard) break;
+      continue;
+    }
+    errors.push_back(ErrnoText(listening.call, listening.error));
+    // The wildcard falls back to IPv4 for want of IPv6, not for a port in use.
+    if (listening.error == EADDRINUSE) {
+      in_use = true;
+      break;
     }
   }
-  Reset(fd);
-  return false;
+  // Like gRPC, some of a name's addresses suffice (where the host has no
+  // IPv6, say); unlike it, not if another server has the port on another:
+  // the two would split the connections between them.
+  if (listeners.empty() || port == 0 || in_use) {
+    for (int fd : listeners) close(fd);
+    return unavailable(absl::StrJoin(errors, "; "));
+  }
+
+  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    const int error = errno;
+    for (int fd : listeners) close(fd);
+    return unavailable(ErrnoText("eventfd", error));
+  }
+  listeners_ = std::move(listeners);
+  wake_fd_ = wake_fd;
+  acceptor_ = builder->experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+      std::move(credentials));
+  const int64_t timeout_ms = std::clamp<int64_t>(
+      absl::ToInt64Milliseconds(options_.handshake_timeout), 1, INT_MAX);
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(timeout_ms));
+  return port;
+}
+
+void ConnectionGate::Serve() {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  if (stopped_ || listeners_.empty() || thread_.joinable()) return;
+  thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+void ConnectionGate::Stop() {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    // An eventfd's counter cannot overflow from one write.
+    while (write(wake_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+    thread_.join();
+  }
+  for (int fd : listeners_) close(fd);
+  listeners_.clear();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+void ConnectionGate::AcceptLoop() {
+  waited_.assign(listeners_.size(), false);
+  std::vector<pollfd> polled;
+  bool pausing = false;   // after a shortage
+  bool was_full = false;  // at the last look
+  while (true) {
+    bool full;
+    {
+      absl::MutexLock lock(&mu_);
+      // Entries of closed connections only ever raise the count: a sweep is
+      // needed only at the cap.
+      if (OverTotal()) Sweep();
+      full = OverTotal();
+    }
+    // A place has come free: what waits now has waited for it.
+    if (was_full && !full) NoteWaiting();
+    was_full = full;
+    const bool accepting = !full && !pausing;
+    polled.clear();
+    polled.push_back({.fd = wake_fd_, .events = POLLIN, .revents = 0});
+    if (accepting) {
+      for (int listener : listeners_) polled.push_back({.fd = listener, .events = POLLIN, .revents = 0});
+    }
+    const int ready = poll(polled.data(), polled.size(), accepting ? -1 : kRetryMs);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      // Not for valid descriptors; never spin.
+      pausing = true;
+      continue;
+    }
+    if (polled[0].revents != 0) return;  // Stop()
+    pausing = false;
+    for (size_t i = 1; i < polled.size(); ++i) {
+      if (polled[i].revents != 0 && !AcceptFrom(i - 1)) {
+        pausing = true;
+        break;
+      }
+    }
+  }
+}
+
+void ConnectionGate::NoteWaiting() {
+  std::vector<pollfd> polled;
+  for (int listener : listeners_) polled.push_back({.fd = listener, .events = POLLIN, .revents = 0});
+  if (poll(polled.data(), polled.size(), 0) < 0) return;
+  // Readable: a connection waits in the backlog.
+  for (size_t i = 0; i < polled.size(); ++i) waited_[i] = polled[i].revents != 0;
+}
+
+bool ConnectionGate::AcceptFrom(size_t index) {
+  const int listener = listeners_[index];
+  for (int i = 0; i < kBatch; ++i) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (OverTotal()) return true;  // AcceptLoop sweeps, or waits
+    }
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof(peer);
+    const int fd = accept4(listener, reinterpret_cast<sockaddr*>(&peer), &peer_length,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int error = errno;
+      if (error == EAGAIN || error == EWOULDBLOCK) {
+        // Those that waited at the cap have all been accepted.
+        waited_[index] = false;
+        return true;
+      }
+      if (IsTransient(error)) continue;
+      // Out of descriptors or memory (or a listener gone wrong): the
+      // connection stays in the backlog; AcceptLoop pauses, then tries again.
+      int64_t shortages;
+      {
+        absl::MutexLock lock(&mu_);
+        if (IsShortage(error)) ++descriptor_shortages_;
+        shortages = descriptor_shortages_;
+      }
+      const absl::Time now = absl::Now();
+      if (now - last_logged_ >= kLogEvery) {
+        last_logged_ = now;
+        gpr_log(GPR_ERROR,
+                "connection gate: cannot accept a connection (%s); it waits in the backlog, and "
+                "the gate tries again every %d ms (%lld shortages of descriptors or memory so "
+                "far; logged at most every %lld s)",
+                strerror(error), kRetryMs, static_cast<long long>(shortages),
+                static_cast<long long>(absl::ToInt64Seconds(kLogEvery)));
+      }
+      return false;
+    }
+    struct stat status;
+    std::string source = SourceOf(peer);
+    if (source.empty() || fstat(fd, &status) != 0) {
+      // No peer address, or no socket to follow: the caps cannot apply.
+      Reset(fd);
+      continue;
+    }
+    bool admitted = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // accept() gave out this number, so the connection it named is closed.
+      Forget(fd);
+      if (OverSource(source)) SweepSource(source);
+      if (OverSource(source)) {
+        ++refused_over_source_;
+      } else {
+        if (waited_[index]) ++refused_over_total_;
+        open_per_source_[source].insert(fd);
+        connections_.emplace(fd, Connection{status.st_dev, status.st_ino, std::move(source)});
+        admitted = true;
+      }
+    }
+    if (!admitted) {
+      Reset(fd);
+      continue;
+    }
+    // Accepted sockets inherit TCP_NODELAY from the listener on Linux (as
+    // from gRPC's own listeners); set it anyway: gRPC does not.
+    SetInt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters parameters;
+    parameters.listener_fd = listener;
+    parameters.fd = fd;
+    // The descriptor is gRPC's from here: it closes it with the connection.
+    acceptor_->HandleNewConnection(&parameters);
+  }
+  return true;
 }
 
 int ConnectionGate::open_connections() {
@@ -244,33 +472,56 @@ int64_t ConnectionGate::refused_over_source() const {
   return refused_over_source_;
 }
 
+int64_t ConnectionGate::descriptor_shortages() const {
+  absl::MutexLock lock(&mu_);
+  return descriptor_shortages_;
+}
+
 bool ConnectionGate::OverTotal() const {
   return static_cast<int64_t>(connections_.size()) >= options_.max_connections;
 }
 
 bool ConnectionGate::OverSource(const std::string& source) const {
   const auto it = open_per_source_.find(source);
-  return it != open_per_source_.end() && it->second >= options_.max_connections_per_source;
+  return it != open_per_source_.end() &&
+         static_cast<int64_t>(it->second.size()) >= options_.max_connections_per_source;
 }
 
+namespace {
+
+template <typename Connection>
+bool StillOpen(int fd, const Connection& connection) {
+  struct stat status;
+  return fstat(fd, &status) == 0 && status.st_dev == connection.device &&
+         status.st_ino == connection.inode;
+}
+
+}  // namespace
+
 void ConnectionGate::Sweep() {
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    struct stat status;
-    const Connection& connection = it->second;
-    if (fstat(it->first, &status) == 0 && status.st_dev == connection.device &&
-        status.st_ino == connection.inode) {
-      ++it;
-      continue;
-    }
-    if (--open_per_source_[connection.source] == 0) open_per_source_.erase(connection.source);
-    connections_.erase(it++);
+  std::vector<int> closed;
+  for (const auto& [fd, connection] : connections_) {
+    if (!StillOpen(fd, connection)) closed.push_back(fd);
   }
+  for (int fd : closed) Forget(fd);
+}
+
+void ConnectionGate::SweepSource(const std::string& source) {
+  const auto it = open_per_source_.find(source);
+  if (it == open_per_source_.end()) return;
+  std::vector<int> closed;
+  for (int fd : it->second) {
+    if (!StillOpen(fd, connections_.at(fd))) closed.push_back(fd);
+  }
+  for (int fd : closed) Forget(fd);
 }
 
 void ConnectionGate::Forget(int fd) {
   const auto it = connections_.find(fd);
   if (it == connections_.end()) return;
-  if (--open_per_source_[it->second.source] == 0) open_per_source_.erase(it->second.source);
+  const auto source = open_per_source_.find(it->second.source);
+  source->second.erase(fd);
+  if (source->second.empty()) open_per_source_.erase(source);
   connections_.erase(it);
 }
 

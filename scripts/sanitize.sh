@@ -38,7 +38,7 @@ JOBS=${JOBS:-2}
 # Tests whose code runs in this process only, or crosses gRPC only to a
 # server in the same process (training_test runs whole clusters in-process;
 # load_test drives 32 pushing threads against one shard).
-ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test chunk_streams_test rpc_limits_test step_exchange_test ps_client_shm_test training_test load_test)
+ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test chunk_streams_test rpc_limits_test step_exchange_test ps_client_shm_test training_test load_test connection_gate_test)
 # Under TSan only the tests that run no gRPC thread: the concurrent
 # ParameterShard tests (pushers, pullers, stoppers on plain threads against
 # one shard), the Checkpointer's thread, kernels, codecs, configs. gRPC and

@@ -17,8 +17,9 @@
 
 namespace pst {
 
-void PsClient::SetDeadline(grpc::ClientContext* context, absl::Duration from_now) {
+void PsClient::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
+  AddProcessSession(context);
 }
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
@@ -36,8 +37,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   ConfigureChannel(security, &args);
   auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
   for (size_t s = 0; s < addresses.size(); ++s) {
-    auto channel = CreateSessionChannel(addresses[s], ChannelCredentials(security), args,
-                                        ProcessSession());
+    auto channel = grpc::CreateCustomChannel(addresses[s], ChannelCredentials(security), args);
     if (!channel->WaitForConnected(deadline)) {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach ps:", s, " at ", addresses[s], " within ",
@@ -112,7 +112,7 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
   std::vector<RegisterResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     grpc::ClientContext context;
-    SetDeadline(&context, kRpcDeadline);
+    PrepareContext(&context, kRpcDeadline);
     RegisterRequest request;
     request.set_worker(worker_);
     grpc::Status rpc = shards_[s].stub->Register(&context, request, &responses[s]);
@@ -134,7 +134,7 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
                    request.add_variables());
     }
     grpc::ClientContext context;
-    SetDeadline(&context, kRpcDeadline);
+    PrepareContext(&context, kRpcDeadline);
     grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
     if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       // Init is the one call that carries a shard's whole share at once.
@@ -228,7 +228,7 @@ absl::Status PsClient::Heartbeat(int s) {
   request.set_worker(worker_);
   HeartbeatResponse response;
   grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
+  PrepareContext(&context, kRpcDeadline);
   grpc::Status rpc = shards_[s].stub->Heartbeat(&context, request, &response);
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
@@ -239,7 +239,7 @@ absl::Status PsClient::Done() {
     request.set_worker(worker_);
     DoneResponse response;
     grpc::ClientContext context;
-    SetDeadline(&context, kRpcDeadline);
+    PrepareContext(&context, kRpcDeadline);
     grpc::Status rpc = shards_[s].stub->Done(&context, request, &response);
     return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
   });
@@ -248,7 +248,7 @@ absl::Status PsClient::Done() {
 absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
   StatsResponse response;
   grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
+  PrepareContext(&context, kRpcDeadline);
   grpc::Status rpc = shards_[shard].stub->Stats(&context, StatsRequest(), &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
@@ -264,7 +264,7 @@ absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t know
       std::clamp<int64_t>(timeout_ms, 0, std::numeric_limits<int32_t>::max())));
   StatsResponse response;
   grpc::ClientContext context;
-  SetDeadline(&context, timeout + kRpcDeadline);
+  PrepareContext(&context, timeout + kRpcDeadline);
   grpc::Status rpc = shards_[shard].stub->AwaitWorkersDone(&context, request, &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
@@ -273,7 +273,7 @@ absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t know
 absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
   CheckpointResponse response;
   grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
+  PrepareContext(&context, kRpcDeadline);
   grpc::Status rpc = shards_[shard].stub->Checkpoint(&context, CheckpointRequest(), &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
@@ -282,7 +282,7 @@ absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
 absl::Status PsClient::Shutdown(int shard) {
   ShutdownResponse response;
   grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
+  PrepareContext(&context, kRpcDeadline);
   grpc::Status rpc = shards_[shard].stub->Shutdown(&context, ShutdownRequest(), &response);
   return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
 }

@@ -209,7 +209,9 @@ class PsClient {
   // to the caller's gradients (at once, unless a failed call left bytes
   // queued on a stuck connection).
   static constexpr absl::Duration kReleaseTimeout = absl::Seconds(10);
-  static void SetDeadline(grpc::ClientContext* context, absl::Duration from_now);
+  // A unary call's context: its deadline, `from_now`, and this process's
+  // session (rpc/worker_session.h).
+  static void PrepareContext(grpc::ClientContext* context, absl::Duration from_now);
 
   // Runs call(s) for every shard s concurrently and waits for all; the first
   // failure, prefixed with the shard's name, is returned.

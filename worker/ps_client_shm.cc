@@ -84,7 +84,7 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   request.set_proof(shard.region->proof());
   ShmAttachResponse response;
   grpc::ClientContext context;
-  SetDeadline(&context, kRpcDeadline);
+  PrepareContext(&context, kRpcDeadline);
   grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
   // Whatever the answer, the name goes: the shard has opened the region
   // (and unlinked it too), or never will.

@@ -2,6 +2,7 @@
 
 #include "rpc/chunk_wire.h"
 #include "rpc/grpc_status.h"
+#include "rpc/worker_session.h"
 
 namespace pst {
 
@@ -22,6 +23,7 @@ ShardCall::ShardCall(grpc::GenericStub* stub, CompletionDriver* driver, absl::Du
       take_(std::move(take)),
       on_end_(std::move(on_end)) {
   context_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  AddProcessSession(&context_);
   // The call's headers go with its first message: one frame fewer for an
   // exchange of one message each way.
   context_.set_initial_metadata_corked(true);

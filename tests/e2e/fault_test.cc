@@ -5,8 +5,10 @@
 // Every process is started here, watched by PID, and killed at the end
 // whatever happens.
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -403,6 +405,62 @@ TEST_F(FaultTest, ANewRunInAFinishedRunsDirectoryIsRefused) {
 // model once the worker has been gone for pull_timeout_seconds, reports its
 // accuracy and names the missing worker, and exits 0
 // (training.require_all_workers is off).
+// Idle TCP connections to `port` on 127.0.0.1 from `source` (another
+// loopback address), as many as `count`; their descriptors, to close.
+std::vector<int> OpenIdleConnections(int port, const char* source, int count) {
+  std::vector<int> sockets;
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+        connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      close(fd);
+      break;
+    }
+    sockets.push_back(fd);
+  }
+  return sockets;
+}
+
+// A local process holds 1100 idle connections to a PS whose descriptor
+// limit is 256 (a hostile neighbour's first-round finding: the PS ran out
+// of descriptors, could not write its checkpoints and stopped itself). The
+// PS caps connections as they are accepted, per source and in total,
+// keeping descriptors for its own files: the workers connect and finish,
+// every checkpoint is written, and the refused connections are counted.
+TEST_F(FaultTest, IdleConnectionsCannotTakeThePsDescriptors) {
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  ASSERT_GE(files.rlim_cur, 1200u) << "this test needs 1200 descriptors of its own";
+  std::string config = WriteConfig(
+      2, absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 20 }\n"),
+      /*pull_timeout_seconds=*/60, /*epochs=*/1);
+  auto ps = StartPs(config, {"/usr/bin/prlimit", "--nofile=256:256", "--"});
+  ASSERT_TRUE(TryStats(absl::Seconds(30)).ok()) << Log("ps.log");
+  const int port = std::stoi(address_.substr(address_.rfind(':') + 1));
+  std::vector<int> held = OpenIdleConnections(port, "127.0.0.2", 1100);
+  EXPECT_EQ(held.size(), 1100u);
+  auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
+  EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << Log("worker-1.log");
+  const StatsResponse stats = Stats();
+  EXPECT_GE(stats.connections_refused(), 1100 - 128);
+  EXPECT_EQ(stats.descriptor_shortages(), 0);
+  EXPECT_EQ(stats.checkpoint().failures(), 0) << stats.checkpoint().last_error();
+  EXPECT_GE(stats.checkpoint().written(), 1);
+  EXPECT_EQ(ps->Wait(absl::ZeroDuration()), -1) << "the PS stopped: " << Log("ps.log");
+  for (int fd : held) close(fd);
+}
+
 TEST_F(FaultTest, ChiefReportsTheModelWhenAWorkerIsGoneForGood) {
   std::string config = WriteConfig(2, "", /*pull_timeout_seconds=*/3);
   auto ps = StartPs(config);
