@@ -185,30 +185,46 @@ TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {
   EXPECT_EQ(run->stats[0].pushes_rejected(), 0);
 }
 
+// Two ASYNC workers of a small parabola fit (one epoch, 16 steps each) on
+// one in-process shard, and a stub to it for a second, hostile, client.
+class TwoWorkerJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
+    config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
+    config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
+    config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
+    ApplyDefaults(&config);
+    ASSERT_TRUE(ValidateConfig(config).ok());
+    absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
+    ASSERT_TRUE(data.ok()) << data.status();
+    data_ = *std::move(data);
+    absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    stub_ = ParameterServer::NewStub(grpc::CreateChannel(cluster_->config().cluster().ps(0),
+                                                         grpc::InsecureChannelCredentials()));
+  }
+
+  StatsResponse Stats() {
+    StatsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->Stats(&context, StatsRequest(), &response).ok());
+    return response;
+  }
+
+  static constexpr int64_t kStepsPerWorker = 256 / 16;
+  TrainingData data_;
+  std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
 // Every exchange a worker may have open is held (long-poll pulls of its
 // own process, as exchanges it gave up on that the shard is still ending
 // would be): the worker is refused for now, backs off and tries again
 // instead of ending the run, and finishes once the exchanges are given
 // back.
-TEST(TrainingTest, AWorkerRefusedForLoadWaitsAndFinishes) {
-  JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
-  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
-  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
-  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
-  ApplyDefaults(&config);
-  ASSERT_TRUE(ValidateConfig(config).ok());
-  absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
-  ASSERT_TRUE(data.ok()) << data.status();
-  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto stub = ParameterServer::NewStub(grpc::CreateChannel(
-      (*cluster)->config().cluster().ps(0), grpc::InsecureChannelCredentials()));
-  const auto stats = [&] {
-    StatsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(stub->Stats(&context, StatsRequest(), &response).ok());
-    return response;
-  };
+TEST_F(TwoWorkerJobTest, AWorkerRefusedForLoadWaitsAndFinishes) {
 
   // Worker 1's four exchanges (--max_streams_per_worker), held: pulls of a
   // version that does not come.
@@ -220,55 +236,37 @@ TEST(TrainingTest, AWorkerRefusedForLoadWaitsAndFinishes) {
   for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
     held.push_back(std::make_unique<grpc::ClientContext>());
     held.back()->AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
-    streams.push_back(stub->Exchange(held.back().get()));
+    streams.push_back(stub_->Exchange(held.back().get()));
     ASSERT_TRUE(streams.back()->Write(PullOnly(pull, /*worker=*/1)));
   }
   absl::StatusOr<ClusterRun> run;
-  std::thread training([&] { run = (*cluster)->Train(*data); });
-  const bool refused = Eventually([&] { return stats().exchanges_refused() > 0; },
+  std::thread training([&] { run = cluster_->Train(data_); });
+  const bool refused = Eventually([&] { return Stats().exchanges_refused() > 0; },
                                   absl::Seconds(120));
   for (auto& context : held) context->TryCancel();
   for (auto& stream : streams) stream->Finish();
   training.join();
   ASSERT_TRUE(refused) << "worker 1 was never refused";
   ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_EQ(run->results[1].steps(), 256 / 16);
-  EXPECT_EQ(run->stats[0].pushes_applied(), 2 * 256 / 16);
+  EXPECT_EQ(run->results[1].steps(), kStepsPerWorker);
+  EXPECT_EQ(run->stats[0].pushes_applied(), 2 * kStepsPerWorker);
 }
 
 // Another local process acting as a running worker gets nothing of it:
 // while the worker's lease is live, that process's exchanges and region
 // attaches in the worker's name are refused, and the worker itself trains
 // on, never refused.
-TEST(TrainingTest, AnotherProcessActingAsARunningWorkerIsRefused) {
-  JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
-  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
-  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
-  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
-  ApplyDefaults(&config);
-  ASSERT_TRUE(ValidateConfig(config).ok());
-  absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
-  ASSERT_TRUE(data.ok()) << data.status();
-  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto stub = ParameterServer::NewStub(grpc::CreateChannel(
-      (*cluster)->config().cluster().ps(0), grpc::InsecureChannelCredentials()));
-  const auto stats = [&] {
-    StatsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(stub->Stats(&context, StatsRequest(), &response).ok());
-    return response;
-  };
+TEST_F(TwoWorkerJobTest, AnotherProcessActingAsARunningWorkerIsRefused) {
   // Each before_push of worker 1 (its own thread, its lease live) lets the
   // other process try once.
   std::atomic<int> tries{0};
   std::atomic<int> refused{0};
   std::unique_ptr<SharedRegion> region = *SharedRegion::Create(4096);
-  (*cluster)->set_before_push(1, [&] {
+  cluster_->set_before_push(1, [&] {
     if (tries.fetch_add(1) >= 3) return;
     PullRequest pull;
     const uint64_t impostor = ProcessSession() + 1;
-    if (CallExchange(stub.get(), {PullOnly(pull, /*worker=*/1)}, absl::Seconds(30), impostor)
+    if (CallExchange(stub_.get(), {PullOnly(pull, /*worker=*/1)}, absl::Seconds(30), impostor)
             .status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       ++refused;
     }
@@ -281,18 +279,18 @@ TEST(TrainingTest, AnotherProcessActingAsARunningWorkerIsRefused) {
     ShmAttachResponse attached;
     grpc::ClientContext context;
     context.AddMetadata(kSessionMetadataKey, absl::StrCat(impostor));
-    if (stub->ShmAttach(&context, attach, &attached).error_code() ==
+    if (stub_->ShmAttach(&context, attach, &attached).error_code() ==
         grpc::StatusCode::UNAVAILABLE) {
       ++refused;
     }
   });
-  absl::StatusOr<ClusterRun> run = (*cluster)->Train(*data);
+  absl::StatusOr<ClusterRun> run = cluster_->Train(data_);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(refused.load(), 6);
-  EXPECT_EQ(stats().sessions_refused(), 6);
-  EXPECT_EQ(stats().exchanges_refused(), 0);
-  EXPECT_EQ(run->results[1].steps(), 256 / 16);
-  EXPECT_EQ(run->stats[0].pushes_applied(), 2 * 256 / 16);
+  EXPECT_EQ(Stats().sessions_refused(), 6);
+  EXPECT_EQ(Stats().exchanges_refused(), 0);
+  EXPECT_EQ(run->results[1].steps(), kStepsPerWorker);
+  EXPECT_EQ(run->stats[0].pushes_applied(), 2 * kStepsPerWorker);
 }
 
 // Gradients and parameters on the wire as bfloat16 (half the bytes): one
