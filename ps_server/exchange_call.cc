@@ -362,7 +362,9 @@ absl::Status ExchangeCall::TakeFirst() {
         "an exchange with neither a push (gradients in its header) nor a pull");
   }
   const int worker = header_.worker();
-  if (absl::Status s = CheckActsAs(*context_, worker); !s.ok()) return s;
+  if (r_.task_tokens) {
+    if (absl::Status s = CheckActsAs(*context_, worker); !s.ok()) return s;
+  }
   if (absl::Status s = r_.sessions->Admit(worker, SessionOf(*context_)); !s.ok()) return s;
   if (pulls_) {
     pull_.set_worker(worker);

@@ -43,6 +43,8 @@ struct ExchangeResources {
   OpenStreams* streams;
   ShmRegions* regions;
   WorkerSessions* sessions;
+  // Whether calls may carry task tokens (the server checks a token).
+  bool task_tokens;
   PullPayloadPool* payloads;
   // Where pushes are reassembled; a buffer is taken per call and given back.
   std::function<std::unique_ptr<PushRequest>()> take_push_buffer;

@@ -105,18 +105,15 @@ absl::Status OpenStreams::Stream::ReservePushBuffer(int64_t bytes) {
   }
   owner_->push_buffer_bytes_ += bytes;
   reserved_bytes_ += bytes;
-  if (!metered_ && owner_->limits_.min_push_bytes_per_second > 0) {
-    metered_ = true;
+  if (!metered_.load() && owner_->limits_.min_push_bytes_per_second > 0) {
+    metered_.store(true);
     window_start_ = SteadyNanos();
     window_received_ = received_.load(std::memory_order_relaxed);
   }
   return absl::OkStatus();
 }
 
-void OpenStreams::Stream::ReceivedAll() {
-  absl::MutexLock lock(&owner_->mu_);
-  metered_ = false;
-}
+void OpenStreams::Stream::ReceivedAll() { metered_.store(false); }
 
 absl::Status OpenStreams::Stream::ended() const {
   absl::MutexLock lock(&owner_->mu_);
@@ -144,7 +141,7 @@ int64_t OpenStreams::push_buffer_bytes() const {
 }
 
 std::optional<absl::Status> OpenStreams::TooSlow(Stream* stream, int64_t now) {
-  if (!stream->metered_) return std::nullopt;
+  if (!stream->metered_.load()) return std::nullopt;
   const int64_t window_ns = absl::ToInt64Nanoseconds(limits_.stream_idle_timeout);
   if (now - stream->window_start_ < window_ns) return std::nullopt;
   const int64_t received = stream->received_.load(std::memory_order_relaxed);

@@ -99,7 +99,9 @@ class OpenStreams {
     std::atomic<int64_t> since_{0};   // steady ns of the last start or end of one
     std::atomic<int64_t> received_{0};  // request bytes so far
     // Guarded by owner_->mu_.
-    bool metered_ = false;          // a push holding budget, still arriving
+    // A push holding budget, still arriving. Atomic so that the end of
+    // every request clears it without the owner's lock.
+    std::atomic<bool> metered_{false};
     int64_t window_start_ = 0;      // steady ns the current rate window began
     int64_t window_received_ = 0;   // received_ then
     int worker_ = -1;

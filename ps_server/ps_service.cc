@@ -88,7 +88,8 @@ class AwaitWorkersDoneWait : public std::enable_shared_from_this<AwaitWorkersDon
 }  // namespace
 
 ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
-                                               const RpcLimits& limits, bool shared_memory)
+                                               const RpcLimits& limits, bool shared_memory,
+                                               bool task_tokens)
     : server_(server),
       hooks_(std::move(hooks)),
       limits_(limits),
@@ -100,6 +101,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       shm_regions_(shared_memory, server->num_workers(),
                    int64_t{limits.max_request_bytes} + limits.max_reply_bytes),
       sessions_(server->num_workers(), [server](int worker) { return server->WorkerLive(worker); }),
+      task_tokens_(task_tokens),
       streams_(limits, [this] { return PushBufferBudget(); }),
       exchange_{
           .service = this,
@@ -108,6 +110,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
           .streams = &streams_,
           .regions = &shm_regions_,
           .sessions = &sessions_,
+          .task_tokens = task_tokens,
           .payloads = &pull_payloads_,
           .take_push_buffer = [this] { return push_buffers_.Take(); },
           .return_push_buffer =
@@ -193,7 +196,9 @@ typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerForW
   return {.service = this,
           .request = request,
           .serve = [this, handle = std::move(handle)](Call<Request, Response>* call) {
-            absl::Status status = CheckActsAs(*call->context(), call->request().worker());
+            absl::Status status = task_tokens_
+                                      ? CheckActsAs(*call->context(), call->request().worker())
+                                      : absl::OkStatus();
             if (status.ok()) {
               status = sessions_.Admit(call->request().worker(), SessionOf(*call->context()));
             }
@@ -270,7 +275,7 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   if (absl::Status s = ValidateRpcLimits(limits); !s.ok()) return s;
   RunningServer running;
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits,
-                                                               shared_memory);
+                                                               shared_memory, security.has_token());
   absl::StatusOr<std::shared_ptr<ConnectionGate>> gate = ConnectionGate::Create(
       {.max_connections = limits.max_connections > 0 ? limits.max_connections
                                                      : MaxConnectionsAfterRaisingFileLimit(),

@@ -57,16 +57,20 @@ class ParameterServerService final : public AsyncParameterServer {
   static constexpr int kAnswerThreads = 8;
 
   // `server` must outlive the service. `shared_memory` false refuses
-  // every ShmAttach (cluster.shm: SHM_OFF).
+  // every ShmAttach (cluster.shm: SHM_OFF). `task_tokens`: the server
+  // checks a cluster token, so a call may carry a task token, and one that
+  // acts as a worker is checked against it (CheckActsAs); without a token
+  // no call can carry one, and nothing is looked up.
   ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
-                         const RpcLimits& limits = {}, bool shared_memory = true);
+                         const RpcLimits& limits = {}, bool shared_memory = true,
+                         bool task_tokens = false);
 
   // Exchanges open now, and the bytes their unfinished pushes hold.
   const OpenStreams& open_streams() const { return streams_; }
 
   // Workers whose tensors travel through shared memory now.
   int shared_regions() const { return shm_regions_.attached(); }
-  // Shared-memory exchanges waiting for their region (ShmRegions::Claim).
+  // Shared-memory exchanges parked for their region (ShmRegions::TryClaim).
   int shared_region_waiters() const { return shm_regions_.waiting(); }
 
   // What Stats answers: the shard's, and what this service refused.
@@ -116,6 +120,7 @@ class ParameterServerService final : public AsyncParameterServer {
   std::atomic<int64_t> freed_since_trim_{0};
   ShmRegions shm_regions_;
   WorkerSessions sessions_;
+  const bool task_tokens_;
   std::shared_ptr<ConnectionGate> gate_;
   std::atomic<bool> checkpointing_{false};  // checkpoint_thread_ is writing one
   // The unary methods, as UnaryCall requests them.
