@@ -151,13 +151,12 @@ absl::Status PushIntake::Take(const ReceivedChunk& chunk) {
   return absl::OkStatus();
 }
 
-std::optional<absl::Status> PushIntake::Finish(bool may_wait, PushResponse* response) {
+std::optional<absl::Status> PushIntake::Finish(PushResponse* response) {
   if (absl::Status s = sequence_->Finish(); !s.ok()) {
     update_.reset();
     return Refuse(s);
   }
   if (update_ != nullptr) return shard_->CommitStreamedPush(std::move(update_), response);
-  if (may_wait) return shard_->Push(*buffer_, response, {.values_finite = true});
   return shard_->TryPush(*buffer_, response, {.values_finite = true});
 }
 

@@ -58,11 +58,11 @@ class PushIntake {
   const StreamedUpdate* update() const { return update_.get(); }
 
   // Once the request stream has ended: commits the streamed update, or
-  // pushes the reassembled request. nullopt, with nothing done, when
-  // `may_wait` is false and the push would wait for its turn
-  // (ParameterShard::TryPush): call again with true from a thread that may
-  // block. `response` gets what became of the push.
-  std::optional<absl::Status> Finish(bool may_wait, PushResponse* response);
+  // pushes the reassembled request. nullopt, with nothing done, when the
+  // push would wait for its turn (ParameterShard::TryPush): call again once
+  // ParameterShard::AwaitUpdateTurnOrWait wakes. `response` gets what
+  // became of the push.
+  std::optional<absl::Status> Finish(PushResponse* response);
 
  private:
   absl::Status Refuse(absl::Status status);

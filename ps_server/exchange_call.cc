@@ -82,14 +82,16 @@ class ExchangeCall final {
   absl::Status Refuse(absl::Status status);  // a malformed request, counted as a rejected push
   absl::Status AdmitPush(const PushRequest& header, int64_t buffered);
 
-  // After the request has ended: the push applied, then the pull. A step
-  // that would block (`may_block` false) hands the rest to the pool.
-  void Complete(bool may_block);
+  // After the request has ended: the push applied, then the pull. It
+  // never blocks: where a step must wait (for the region, for the update's
+  // turn, for the pull's version) it leaves a waiter and returns, and runs
+  // again once woken.
+  void Complete();
   // A shared exchange's push, once its region is claimed: staged straight
-  // out of the region when the shard can stream it (ASYNC), after the
-  // update staging before it if `may_block` (nullopt: it would wait, and
-  // waits on the pool), else read into the buffer for Push.
-  std::optional<absl::Status> TakeSharedPush(bool may_block);
+  // out of the region when the shard can stream it (ASYNC; nullopt while
+  // another update holds the staging: the gradient waits where it lies),
+  // else read into the buffer for Push.
+  std::optional<absl::Status> TakeSharedPush();
   // Whether the pull asks for the pushed variables in the push's order, as
   // float32, and every gradient names its shape: the new values written as
   // the push is staged are then the whole answer.
@@ -98,7 +100,9 @@ class ExchangeCall final {
   // runs again on the pool once the region is handed over).
   std::optional<absl::Status> ClaimRegion();
   absl::Status TakeRegion(ShmRegions::Claimed region);
-  void Defer();
+  // Leaves a waiter for the update's turn; Complete runs again once woken.
+  void AwaitTurn();
+  void TurnWoken();
   // A pool task's end: lets the call be finished, and done.
   void LeaveBusy();
   void Pull();
@@ -215,23 +219,17 @@ void ExchangeCall::OnCallOver(bool /*ok*/) {
 }
 
 void ExchangeCall::Begin() {
-  absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> admitted =
-      r_.streams->Admit([handle = handle_](const absl::Status& status) {
-        ExchangeCall* call = nullptr;
-        {
-          absl::MutexLock lock(&handle->mu);
-          call = handle->call;
-          if (call != nullptr) call->Ref();
-        }
-        if (call == nullptr) return;
-        call->EndIdle(status);
-        call->Unref();
-      });
-  if (!admitted.ok()) {
-    End(admitted.status());
-    return;
-  }
-  stream_ = std::move(*admitted);
+  stream_ = r_.streams->Admit([handle = handle_](const absl::Status& status) {
+    ExchangeCall* call = nullptr;
+    {
+      absl::MutexLock lock(&handle->mu);
+      call = handle->call;
+      if (call != nullptr) call->Ref();
+    }
+    if (call == nullptr) return;
+    call->EndIdle(status);
+    call->Unref();
+  });
   buffer_ = r_.take_push_buffer();
   ReadNext();
 }
@@ -278,7 +276,7 @@ void ExchangeCall::TakeRead(bool ok) {
       // refused as too large ends here too).
       End(absl::InvalidArgumentError("the exchange was empty: no header"));
     } else {
-      Complete(/*may_block=*/false);
+      Complete();
     }
     return;
   }
@@ -292,7 +290,7 @@ void ExchangeCall::TakeRead(bool ok) {
   // Nothing more is read: whatever a client sends after is not looked at.
   if (RequestComplete()) {
     stream_->ReceivedAll();
-    return Complete(/*may_block=*/false);
+    return Complete();
   }
   ReadNext();
 }
@@ -396,17 +394,37 @@ absl::Status ExchangeCall::TakeFirst() {
   return absl::OkStatus();
 }
 
-void ExchangeCall::Defer() {
+void ExchangeCall::AwaitTurn() {
+  ParameterShard::WaitId waited = 0;
+  {
+    // Held while the waiter is left, so that OnCancel finds it.
+    absl::MutexLock lock(&mu_);
+    if (end_) return;
+    Ref();  // the waiter's, or the task's below
+    waited = r_.shard->AwaitUpdateTurnOrWait([this] { r_.work->Post([this] { TurnWoken(); }); });
+    if (waited != 0) {
+      wait_ = waited;
+      return;
+    }
+  }
+  // The turn came free meanwhile: tried again on the pool, not in here, so
+  // that a turn taken again by another update cannot nest calls.
+  r_.work->Post([this] { TurnWoken(); });
+}
+
+void ExchangeCall::TurnWoken() {
+  bool go_on = false;
   {
     absl::MutexLock lock(&mu_);
-    ++busy_;
+    wait_ = 0;
+    go_on = !end_.has_value();
+    if (go_on) ++busy_;  // the call is not finished under the task
   }
-  Ref();
-  r_.blocking->Post([this] {
-    Complete(/*may_block=*/true);
+  if (go_on) {
+    Complete();
     LeaveBusy();
-    Unref();
-  });
+  }
+  Unref();
 }
 
 void ExchangeCall::LeaveBusy() {
@@ -419,7 +437,7 @@ void ExchangeCall::LeaveBusy() {
   Settle(std::nullopt);
 }
 
-void ExchangeCall::Complete(bool may_block) {
+void ExchangeCall::Complete() {
   if (Ended()) return;
   if (shared_ && region_ == nullptr) {
     std::optional<absl::Status> claimed = ClaimRegion();
@@ -427,8 +445,8 @@ void ExchangeCall::Complete(bool may_block) {
     if (!claimed->ok()) return End(*claimed);
   }
   if (shared_ && pushes_ && !shared_push_taken_) {
-    std::optional<absl::Status> taken = TakeSharedPush(may_block);
-    if (!taken) return Defer();  // behind another update: staged once that is in
+    std::optional<absl::Status> taken = TakeSharedPush();
+    if (!taken) return AwaitTurn();  // behind another update: staged once that is in
     if (!taken->ok()) return End(*taken);
     shared_push_taken_ = true;
   }
@@ -438,16 +456,11 @@ void ExchangeCall::Complete(bool may_block) {
       applied = r_.shard->CommitStreamedPush(std::move(shared_update_), &push_response_);
     } else if (shared_) {
       // A non-finite value is left to the shard to refuse (and count).
-      const PushChecked checked{.values_finite = shm_finite_};
-      if (may_block) {
-        applied = r_.shard->Push(*buffer_, &push_response_, checked);
-      } else {
-        applied = r_.shard->TryPush(*buffer_, &push_response_, checked);
-      }
+      applied = r_.shard->TryPush(*buffer_, &push_response_, {.values_finite = shm_finite_});
     } else {
-      applied = intake_->Finish(may_block, &push_response_);
+      applied = intake_->Finish(&push_response_);
     }
-    if (!applied) return Defer();  // its turn comes behind another update
+    if (!applied) return AwaitTurn();  // its turn comes behind another update
     pushed_ = true;
     if (!applied->ok()) return End(*applied);
   }
@@ -498,11 +511,11 @@ std::optional<absl::Status> ExchangeCall::ClaimRegion() {
             claim_ = 0;
             ++busy_;  // the call is not finished under the task
           }
-          r_.blocking->Post([this, region = std::move(region)]() mutable {
+          r_.work->Post([this, region = std::move(region)]() mutable {
             const absl::Status taken =
                 region.ok() ? TakeRegion(*std::move(region)) : region.status();
             if (taken.ok()) {
-              Complete(/*may_block=*/true);
+              Complete();
             } else {
               End(taken);
             }
@@ -526,15 +539,14 @@ absl::Status ExchangeCall::TakeRegion(ShmRegions::Claimed region) {
   return pushes_ ? absl::OkStatus() : region_->CheckNotShrunk();
 }
 
-std::optional<absl::Status> ExchangeCall::TakeSharedPush(bool may_block) {
+std::optional<absl::Status> ExchangeCall::TakeSharedPush() {
   const DType dtype = pull_.dtype();
   const DType* answer_dtype = pulls_ ? &dtype : nullptr;
-  absl::StatusOr<ParameterShard::StreamedPush> push =
-      r_.shard->BeginStreamedPush(header_, may_block);
+  absl::StatusOr<ParameterShard::StreamedPush> push = r_.shard->BeginStreamedPush(header_);
   if (!push.ok()) return push.status();  // counted by the shard
   // The gradient waits where it lies for the update staging before it,
   // then is staged out of the region: a copy of it would be one more pass.
-  if (push->update == nullptr && push->awaits_turn && !may_block) return std::nullopt;
+  if (push->update == nullptr && push->awaits_turn) return std::nullopt;
   if (push->update == nullptr) {
     // Read whole, for Push to apply in its turn (SYNC sums it into the
     // step); a non-finite value is left to the shard to refuse (and count).

@@ -55,10 +55,6 @@ struct ExchangeResources {
   // Where the messages of exchanges with a large shard are taken (see
   // exchange_call.cc): as many threads as cores.
   ThreadPool* work;
-  // Where work that may block runs (a push waiting its turn, a region
-  // still claimed): at most one task per open exchange, so as many
-  // threads as max_streams at most.
-  ThreadPool* blocking;
 };
 
 // Requests the next Exchange call on `queue`. The call serves itself, on

@@ -38,44 +38,73 @@ int64_t OpenStreams::refused() const {
   return refused_;
 }
 
-absl::StatusOr<std::unique_ptr<OpenStreams::Stream>> OpenStreams::Admit(
+std::unique_ptr<OpenStreams::Stream> OpenStreams::Admit(
     std::function<void(const absl::Status&)> end_call) {
-  absl::MutexLock lock(&mu_);
-  const int serving = static_cast<int>(streams_.size()) - released_;
-  if (serving >= limits_.max_streams) {
-    CountRefusal();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this PS already serves ", serving,
-        " exchanges, its limit (--max_streams); try again later"));
-  }
+  std::function<void(const absl::Status&)> end_displaced;
+  absl::Status displaced_status;
   std::unique_ptr<Stream> stream(new Stream(this, std::move(end_call)));
-  stream->since_.store(SteadyNanos());
-  streams_.insert(stream.get());
+  {
+    absl::MutexLock lock(&mu_);
+    if (unnamed_ >= limits_.max_streams) {
+      Stream* oldest = nullptr;
+      for (Stream* open : streams_) {
+        if (open->released_ || open->claimed_worker_ || !open->ended_.ok()) continue;
+        if (oldest == nullptr || open->arrival_ < oldest->arrival_) oldest = open;
+      }
+      if (oldest != nullptr) {
+        CountRefusal();
+        oldest->ended_ = absl::ResourceExhaustedError(absl::StrCat(
+            "this exchange had not named its worker when ", unnamed_,
+            " such exchanges were open, this PS's limit (--max_streams), and a newer one "
+            "came; try again"));
+        ReleaseLocked(oldest);
+        end_displaced = oldest->end_call_;
+        displaced_status = oldest->ended_;
+      }
+    }
+    stream->since_.store(SteadyNanos());
+    stream->arrival_ = ++arrivals_;
+    ++unnamed_;
+    streams_.insert(stream.get());
+  }
+  // Outside mu_: ending a call may run its events, which destroy its Stream.
+  if (end_displaced) end_displaced(displaced_status);
   return stream;
 }
 
 OpenStreams::Stream::~Stream() {
-  Release();
   absl::MutexLock lock(&owner_->mu_);
-  --owner_->released_;
+  owner_->ReleaseLocked(this);
   owner_->streams_.erase(this);
 }
 
 void OpenStreams::Stream::Release() {
   absl::MutexLock lock(&owner_->mu_);
-  if (!released_) {
-    released_ = true;
-    ++owner_->released_;
+  owner_->ReleaseLocked(this);
+}
+
+void OpenStreams::ReleaseLocked(Stream* stream) {
+  if (!stream->released_) {
+    stream->released_ = true;
+    --(stream->claimed_worker_ ? named_ : unnamed_);
   }
-  if (claimed_worker_ && --owner_->per_worker_[worker_] == 0) owner_->per_worker_.erase(worker_);
-  claimed_worker_ = false;
-  owner_->push_buffer_bytes_ -= reserved_bytes_;
-  reserved_bytes_ = 0;
+  if (stream->claimed_worker_ && --per_worker_[stream->worker_] == 0) {
+    per_worker_.erase(stream->worker_);
+  }
+  stream->claimed_worker_ = false;
+  push_buffer_bytes_ -= stream->reserved_bytes_;
+  stream->reserved_bytes_ = 0;
 }
 
 absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
   absl::MutexLock lock(&owner_->mu_);
-  if (claimed_worker_) return absl::OkStatus();
+  if (claimed_worker_ || released_) return absl::OkStatus();
+  if (owner_->named_ >= owner_->limits_.max_streams) {
+    owner_->CountRefusal();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this PS already serves ", owner_->named_,
+        " exchanges, its limit (--max_streams); try again later"));
+  }
   int& open = owner_->per_worker_[worker];
   if (open >= owner_->limits_.max_streams_per_worker) {
     if (open == 0) owner_->per_worker_.erase(worker);
@@ -85,6 +114,8 @@ absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
         " exchanges open on this PS, its limit (--max_streams_per_worker)"));
   }
   ++open;
+  --owner_->unnamed_;
+  ++owner_->named_;
   worker_ = worker;
   claimed_worker_ = true;
   return absl::OkStatus();
@@ -133,6 +164,11 @@ OpenStreams::Stream::ClientWait::~ClientWait() {
 int OpenStreams::open() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(streams_.size());
+}
+
+int OpenStreams::unnamed() const {
+  absl::MutexLock lock(&mu_);
+  return unnamed_;
 }
 
 int64_t OpenStreams::push_buffer_bytes() const {

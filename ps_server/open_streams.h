@@ -3,6 +3,14 @@
 // how long one may wait on its client, and how many bytes the pushes being
 // reassembled may hold in total.
 //
+// An exchange is unnamed from its arrival until its header names its
+// worker (ClaimWorker); only then does it count against max_streams and
+// its worker's max_streams_per_worker. Unnamed exchanges have a cap of
+// their own (max_streams too); an arrival beyond it ends the oldest unnamed
+// one instead of being refused. A worker's exchange names its worker in its
+// first message, at once, so a client that opens exchanges and never sends
+// a header displaces only its own kind and cannot keep a worker out.
+//
 // gRPC has no per-message deadline: a client that opens an exchange and
 // sends nothing more would hold the call, and whatever it had buffered,
 // until its own deadline, if it set one. So a watchdog thread ends every
@@ -66,9 +74,10 @@ class OpenStreams {
       Stream* const stream_;
     };
 
-    // Counts the stream against `worker`'s streams (once; later calls do
-    // nothing). ResourceExhausted if that worker already has
-    // max_streams_per_worker open.
+    // Names the stream's worker (once; later calls do nothing): it then
+    // counts against max_streams and `worker`'s streams.
+    // ResourceExhausted if max_streams named ones are open, or that worker
+    // already has max_streams_per_worker.
     absl::Status ClaimWorker(int worker);
     // Reserves `bytes` of the push buffer budget for this stream until it
     // ends. ResourceExhausted if the budget would be exceeded while other
@@ -104,6 +113,7 @@ class OpenStreams {
     std::atomic<bool> metered_{false};
     int64_t window_start_ = 0;      // steady ns the current rate window began
     int64_t window_received_ = 0;   // received_ then
+    uint64_t arrival_ = 0;          // order of Admit
     int worker_ = -1;
     bool claimed_worker_ = false;
     bool released_ = false;
@@ -111,13 +121,17 @@ class OpenStreams {
     absl::Status ended_;
   };
 
-  // Admits a new exchange, or ResourceExhausted if max_streams are open.
-  // `end_call` ends the call with the given status; the watchdog calls it
-  // from its own thread, without its lock, so possibly just after the
-  // Stream has been destroyed: it must stay safe to call.
-  absl::StatusOr<std::unique_ptr<Stream>> Admit(std::function<void(const absl::Status&)> end_call);
+  // Admits a new exchange, unnamed; if max_streams unnamed ones are open
+  // already, the oldest of them is ended (ResourceExhausted, counted as a
+  // refusal). `end_call` ends the call with the given status; the watchdog
+  // and a later Admit call it from their own thread, without the lock, so
+  // possibly just after the Stream has been destroyed: it must stay safe
+  // to call.
+  std::unique_ptr<Stream> Admit(std::function<void(const absl::Status&)> end_call);
 
   int open() const;
+  // Of open(): those that have not named their worker yet.
+  int unnamed() const;
   int64_t push_buffer_bytes() const;  // reserved by open streams
   // Exchanges refused so far for these bounds (ResourceExhausted).
   int64_t refused() const;
@@ -130,6 +144,8 @@ class OpenStreams {
   std::optional<absl::Status> TooSlow(Stream* stream, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefusal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stream::Release's work.
+  void ReleaseLocked(Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static int64_t SteadyNanos();
 
   const RpcLimits limits_;
@@ -138,7 +154,10 @@ class OpenStreams {
   absl::CondVar stop_signal_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
-  int released_ ABSL_GUARDED_BY(mu_) = 0;  // of streams_: no longer counted against max_streams
+  // Of streams_, not released: those without a worker, and those with one.
+  int unnamed_ ABSL_GUARDED_BY(mu_) = 0;
+  int named_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int, int> per_worker_ ABSL_GUARDED_BY(mu_);
   int64_t push_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;

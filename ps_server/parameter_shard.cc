@@ -520,30 +520,42 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
 }
 
 void ParameterShard::AwaitUpdateTurn() {
-  while ((snapshot_unwritten_ || staging_held_) && !shutting_down_) {
-    if (snapshot_unwritten_) {
-      ++waiting_updates_;
-      changed_.Wait(&mu_);
-      --waiting_updates_;
-      continue;
-    }
-    StreamedUpdate* holder = staging_holder_;
-    const absl::Duration idle = holder->Idle();
-    if (idle < options_.stalled_stream_timeout || holder->cancelled_) {
-      ++waiting_updates_;
-      changed_.WaitWithTimeout(&mu_, std::max(options_.stalled_stream_timeout - idle,
-                                              absl::Milliseconds(10)));
-      --waiting_updates_;
-      continue;
-    }
-    spdlog::warn("shard {}: worker:{}'s push stream sent nothing for {}; cancelling it so that "
-                 "other updates can go on",
-                 options_.shard, holder->worker_, absl::FormatDuration(idle));
-    holder->cancelled_ = true;
-    if (holder->cancel_) {
-      holder->cancel_();  // the stream's next read fails and drops the update
-    }
+  while (!UpdateMayStage()) {
+    const absl::Duration recheck =
+        snapshot_unwritten_ ? absl::InfiniteDuration() : CancelStalledStream();
+    ++waiting_updates_;
+    changed_.WaitWithTimeout(&mu_, recheck);
+    --waiting_updates_;
   }
+}
+
+absl::Duration ParameterShard::CancelStalledStream() {
+  StreamedUpdate* holder = staging_holder_;
+  const absl::Duration idle = holder->Idle();
+  if (idle < options_.stalled_stream_timeout || holder->cancelled_) {
+    return std::max(options_.stalled_stream_timeout - idle, absl::Milliseconds(10));
+  }
+  spdlog::warn("shard {}: worker:{}'s push stream sent nothing for {}; cancelling it so that "
+               "other updates can go on",
+               options_.shard, holder->worker_, absl::FormatDuration(idle));
+  holder->cancelled_ = true;
+  if (holder->cancel_) {
+    holder->cancel_();  // the stream's next read fails and drops the update
+  }
+  return absl::Milliseconds(10);
+}
+
+ParameterShard::WaitId ParameterShard::AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake) {
+  absl::MutexLock lock(&mu_);
+  if (UpdateMayStage()) return 0;
+  const absl::Duration recheck =
+      snapshot_unwritten_ ? absl::InfiniteDuration() : CancelStalledStream();
+  auto waiter = std::make_unique<Waiter>();
+  waiter->ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); };
+  waiter->deadline = absl::Now() + recheck;
+  waiter->wake = std::move(wake);
+  waiter->waiting = &waiting_updates_;
+  return AddWaiter(std::move(waiter));
 }
 
 absl::Status StreamedUpdate::ApplyWhole(int tensor, int64_t elements, int64_t block,
@@ -624,7 +636,7 @@ void ParameterShard::ReleaseStaging() {
 void ParameterShard::ReleaseStagingLocked() {
   staging_held_ = false;
   staging_holder_ = nullptr;
-  changed_.SignalAll();  // updates wait for it; parked calls do not
+  Changed();  // updates wait for it
 }
 
 void ParameterShard::CountRejectedPush() {
@@ -858,13 +870,13 @@ void ParameterShard::DetachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
   checkpoint_writer_attached_ = false;
   snapshot_unwritten_ = false;
-  changed_.SignalAll();
+  Changed();
 }
 
 void ParameterShard::ScheduledSnapshotWritten() {
   absl::MutexLock lock(&mu_);
   snapshot_unwritten_ = false;
-  changed_.SignalAll();
+  Changed();
 }
 
 std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {

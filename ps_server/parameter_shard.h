@@ -246,6 +246,15 @@ class ParameterShard {
   // thread that may wait.
   std::optional<absl::Status> TryPush(const PushRequest& request, PushResponse* response,
                                       PushChecked checked = {});
+  // For a caller whose update would wait for its turn (TryPush answered
+  // nullopt, or BeginStreamedPush awaits_turn) and that holds no thread
+  // while it waits: 0 if the turn may be free now, else a waiter's id, and
+  // `wake` runs once (as PullVisitOrWait's does) when the turn may be free,
+  // the shard begins shutting down, or a streamed update holding the
+  // staging has stalled long enough to be cancelled; the caller then tries
+  // again, and may be told to wait again. CancelWait drops the waiter. It
+  // counts in waiting_updates().
+  WaitId AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake);
 
   // For a push that arrives as a stream (an exchange), given its header:
   // the payload bytes each gradient must carry, taken from the shard's own
@@ -432,6 +441,13 @@ class ParameterShard {
   // Waits until no checkpoint and no streamed update hold updates back,
   // cancelling a streamed update whose stream has stalled.
   void AwaitUpdateTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || !(snapshot_unwritten_ || staging_held_);
+  }
+  // While a streamed update holds the staging: cancels it if it has sent
+  // nothing for stalled_stream_timeout, and returns how long until it may
+  // have (at least a little, for a holder already cancelled).
+  absl::Duration CancelStalledStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
   ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -20,6 +20,9 @@ namespace {
 // Heap freed by dropped buffers before it is given back to the system.
 constexpr int64_t kTrimAfterFreeing = 16 << 20;
 
+// Calls one connection may have open at once (HTTP/2's recommended least).
+constexpr int kMaxCallsPerConnection = 100;
+
 // Bytes of payload a reassembly buffer holds.
 int64_t BufferBytes(const PushRequest& buffer) {
   int64_t bytes = 0;
@@ -117,7 +120,6 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
               [this](std::unique_ptr<PushRequest> buffer) { ReturnPushBuffer(std::move(buffer)); },
           .answers = &answer_threads_,
           .work = &work_threads_,
-          .blocking = &blocking_threads_,
       } {
   using Service = ParameterServerService;
   register_ = AnswerForWorker<RegisterRequest, RegisterResponse>(
@@ -294,6 +296,9 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   builder.RegisterService(running.service.get());
   builder.SetMaxReceiveMessageSize(limits.max_request_bytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC's default is no bound: calls a client opens on one connection
+  // would cost the PS memory without end. A worker has a handful open.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxCallsPerConnection);
   ParameterServerService* service = running.service.get();
   running.grpc_server =
       QueueServer::Start(&builder, ServerThreads(limits),

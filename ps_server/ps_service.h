@@ -142,10 +142,10 @@ class ParameterServerService final : public AsyncParameterServer {
   // in streams_, its buffers and its region.
   // Where exchanges hand off what must not run on the queue's threads
   // (ExchangeResources): answers once a waiter is woken, bounded, since a
-  // SYNC step wakes every worker's pull at once; and what may block.
+  // SYNC step wakes every worker's pull at once; and the heavy part of
+  // large exchanges, and the calls whose update waited for its turn.
   ThreadPool answer_threads_{kAnswerThreads};
   ThreadPool work_threads_{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
-  ThreadPool blocking_threads_;
   // Checkpoint writes, one at a time: another asked for meanwhile is
   // refused at once.
   ThreadPool checkpoint_thread_{1};

@@ -21,6 +21,7 @@
 #include "ps_server/ps_service.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exchange_calls.h"
+#include "tests/support/thread_count.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -669,6 +670,73 @@ TEST(ChunkStreamsTest, AStalledPushStreamIsCancelledAndOtherPushesGoOn) {
   std::vector<float> values(300);
   DecodeTensor(pulled.variables(0), values);
   EXPECT_EQ(values, Ramp(300, 0.0f, 1.0f)) << "only the other push landed";
+}
+
+// A push that must wait for its turn (another update holds the staging)
+// is parked: it holds no thread, a cancelled one is dropped with its call,
+// and one still waiting is applied once the turn is free.
+TEST(ChunkStreamsTest, PushesWaitingForTheirTurnHoldNoThreads) {
+  ServedShard served(/*workers=*/2, /*stalled_stream_timeout=*/absl::Minutes(10));
+  InitRequest init;
+  EncodeTensor("w", std::vector<int64_t>{3, 100}, Ramp(300, 1.0f, 1.0f), init.add_variables());
+  InitResponse initialized;
+  ASSERT_TRUE(served.shard()->Init(init, &initialized).ok());
+  PushRequest holder_header;
+  holder_header.set_worker(0);
+  Tensor* held_gradient = holder_header.add_gradients();
+  held_gradient->set_name("w");
+  held_gradient->set_dtype(FLOAT32);
+  absl::StatusOr<ParameterShard::StreamedPush> holder =
+      served.shard()->BeginStreamedPush(holder_header);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  ASSERT_NE(holder->update, nullptr);
+
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(served.address(), grpc::InsecureChannelCredentials()));
+  ExchangeChunk push;
+  push.mutable_header()->set_worker(1);
+  Tensor* gradient = push.mutable_header()->add_gradients();
+  gradient->set_name("w");
+  gradient->set_dtype(FLOAT32);
+  const std::vector<float> ones(300, 1.0f);
+  push.add_pieces()->set_data(reinterpret_cast<const char*>(ones.data()), 1200);
+  const auto abandon_one = [&] {
+    grpc::ClientContext context;
+    auto stream = stub->Exchange(&context);
+    EXPECT_TRUE(stream->Write(push));
+    EXPECT_TRUE(Eventually([&] { return served.shard()->waiting_updates() == 1; },
+                           absl::Seconds(60), absl::Microseconds(100)));
+    context.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    return Eventually([&] { return served.shard()->waiting_updates() == 0; }, absl::Seconds(60),
+                      absl::Microseconds(100));
+  };
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(abandon_one()) << "a cancelled wait is still there";
+  const int threads_before = ThreadCount();
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(abandon_one()) << "a cancelled wait is still there after " << i;
+  }
+  EXPECT_LE(ThreadCount(), threads_before + 2);
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto waiting = stub->Exchange(&context);
+  ASSERT_TRUE(waiting->Write(push));
+  ASSERT_TRUE(waiting->WritesDone());
+  ASSERT_TRUE(Eventually([&] { return served.shard()->waiting_updates() == 1; }));
+  holder->update.reset();  // dropped, unapplied: the turn is free
+  ExchangeAnswer answer;
+  while (waiting->Read(&answer)) {
+  }
+  const grpc::Status status = waiting->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  PullRequest pull;
+  PullResponse pulled;
+  ASSERT_TRUE(served.shard()->Pull(pull, absl::Now(), &pulled).ok());
+  EXPECT_EQ(pulled.version(), 1);
+  std::vector<float> values(300);
+  DecodeTensor(pulled.variables(0), values);
+  EXPECT_EQ(values, Ramp(300, 0.0f, 1.0f)) << "only the push that waited to the end landed";
 }
 
 // Init is the one call that carries a shard's whole share in one request:

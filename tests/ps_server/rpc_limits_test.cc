@@ -196,8 +196,11 @@ struct AbandonedPush {
 TEST(RpcLimitsTest, AbandonedPushStreamsEndAtTheIdleDeadlineAndFreeTheirMemory) {
   constexpr int64_t kElements = 1 << 20;  // 4 MiB: each SYNC push reassembles one share
   constexpr int kStreams = 16;
+  // No minimum rate: a silent push would race the idle deadline to end it.
   Served served({{"w", kElements}},
-                RpcLimits{.stream_idle_timeout = absl::Milliseconds(500)}, SYNC, /*workers=*/2);
+                RpcLimits{.stream_idle_timeout = absl::Milliseconds(500),
+                          .min_push_bytes_per_second = 0},
+                SYNC, /*workers=*/2);
   const int64_t rss_before = ProcStatus("VmRSS");
   std::vector<std::unique_ptr<AbandonedPush>> streams;
   const absl::Time opened = absl::Now();
@@ -328,6 +331,41 @@ TEST(RpcLimitsTest, StreamsBeyondThePerWorkerAndTotalCapsAreRefused) {
   for (auto& stream : open) stream->writer->Finish();
   ASSERT_TRUE(Eventually([&] { return served.streams().open() == 0; }));
   EXPECT_TRUE(ExchangePull(&served, PullOf({})).ok()) << "a place is free again";
+}
+
+// Exchanges that never send their header cannot keep the workers out: an
+// arrival beyond the cap on such exchanges ends the oldest of them, and
+// only exchanges that have named their worker count against --max_streams.
+TEST(RpcLimitsTest, ExchangesThatNeverNameAWorkerCannotCrowdOutTheWorkers) {
+  constexpr int kCap = 4;
+  Served served({{"w", 16}}, RpcLimits{.max_streams = kCap, .max_server_threads = 4});
+  struct Headerless {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>> stream;
+  };
+  std::vector<std::unique_ptr<Headerless>> silent;
+  for (int i = 0; i < 3 * kCap; ++i) {
+    silent.push_back(std::make_unique<Headerless>());
+    silent.back()->context.set_deadline(In(absl::Seconds(60)));
+    silent.back()->stream = served.stub().Exchange(&silent.back()->context);
+    // Each is admitted before the next opens, so the oldest are displaced.
+    ASSERT_TRUE(Eventually([&] { return served.streams().unnamed() == std::min(i + 1, kCap); }))
+        << served.streams().unnamed() << " unnamed after opening " << i + 1;
+  }
+  for (int i = 0; i < 2 * kCap; ++i) {
+    grpc::Status status = silent[i]->stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << i;
+    EXPECT_THAT(status.error_message(), HasSubstr("had not named its worker"));
+  }
+  EXPECT_EQ(served.streams().unnamed(), kCap);
+  // A worker's exchanges, up to its own cap, are served beside them.
+  for (int i = 0; i < kCap; ++i) {
+    EXPECT_TRUE(ExchangePull(&served, PullOf({})).ok()) << "pull " << i;
+  }
+  for (int i = 2 * kCap; i < 3 * kCap; ++i) silent[i]->context.TryCancel();
+  for (int i = 2 * kCap; i < 3 * kCap; ++i) silent[i]->stream->Finish();
+  ASSERT_TRUE(Eventually([&] { return served.streams().open() == 0; }));
+  EXPECT_TRUE(served.Alive());
 }
 
 // Pulls (exchanges) that wait for `min_version`, issued on gRPC's callback

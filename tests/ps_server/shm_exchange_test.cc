@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
 #include "tests/support/eventually.h"
+#include "tests/support/thread_count.h"
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
@@ -550,15 +551,6 @@ TEST_F(ShmExchangeTest, ARegionServesOneExchangeAtATime) {
   int64_t version = 0;
   EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
   EXPECT_EQ(version, 1);
-}
-
-// Threads of this process now.
-int ThreadCount() {
-  int threads = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-    ++threads;
-  }
-  return threads;
 }
 
 // An exchange waiting for a region another exchange holds is parked: it
