@@ -12,10 +12,12 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps_server/ps_service.h"
 #include "worker/ps_client.h"
 
 namespace pst {
@@ -265,6 +267,74 @@ TEST_F(PsClientShmTest, OverTcpTheTensorsAreTheClientsOwn) {
   for (size_t v = 0; v < kModel.size(); ++v) {
     EXPECT_THAT(tensors->values[v], Each(0.5f)) << kModel[v].name;
   }
+}
+
+// A shard restarted without shared memory refuses the worker's region: the
+// worker goes on over TCP, and its tensors leave the region (same
+// addresses, memory of its own), so it never computes in memory another
+// process may map.
+TEST(PsClientShmFallbackTest, ARefusedReattachMovesTheTensorsOutOfTheRegion) {
+  ShardOptions options;
+  options.mode = ASYNC;
+  options.optimizer.mutable_sgd()->set_learning_rate(0.5f);
+  absl::StatusOr<std::unique_ptr<ParameterShard>> first = ParameterShard::Create(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<RunningServer> sharing = StartGrpcServer(
+      "127.0.0.1:0", first->get(), AdminHooks{}, ClusterSecurity::Plaintext(), RpcLimits{},
+      /*shared_memory=*/true);
+  ASSERT_TRUE(sharing.ok()) << sharing.status();
+  const std::string address = absl::StrCat("127.0.0.1:", sharing->port);
+  absl::StatusOr<std::unique_ptr<PsClient>> connected =
+      PsClient::Connect({address}, 0, absl::Seconds(10));
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  PsClient* client = connected->get();
+  const std::vector<VariableSpec> model = {{"w", {64, 32}}};
+  client->SetVariables(model);
+  client->set_transport(PsClient::Transport::kAuto);  // the worker's default: TCP where refused
+  ASSERT_TRUE(client->Register().ok());
+  absl::StatusOr<PsClient::Tensors> tensors = client->AllocateTensors();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_TRUE(InSharedRegion(tensors->gradients[0]));
+  ASSERT_TRUE(client->Init({std::vector<float>(64 * 32, 1.0f)}).ok());
+  const auto push_pull = [&](float gradient, std::vector<int64_t>* versions) {
+    std::fill(tensors->gradients[0].begin(), tensors->gradients[0].end(), gradient);
+    std::vector<PushResponse> responses;
+    const std::vector<int64_t> at = *versions;
+    return client->PushPull(at, {tensors->gradients.begin(), tensors->gradients.end()}, at,
+                            absl::Seconds(10), tensors->values, versions, &responses);
+  };
+  std::vector<int64_t> versions = {0};
+  ASSERT_TRUE(push_pull(1.0f, &versions).ok());  // 1 - 0.5 * 1
+  const float* gradient = tensors->gradients[0].data();
+  const float* values = tensors->values[0].data();
+
+  ShardCheckpoint state = (*first)->Snapshot();
+  (*first)->BeginShutdown();
+  sharing->Shutdown();
+  absl::StatusOr<std::unique_ptr<ParameterShard>> second = ParameterShard::Create(options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)->Restore(state).ok());
+  absl::StatusOr<RunningServer> tcp_only = StartGrpcServer(
+      address, second->get(), AdminHooks{}, ClusterSecurity::Plaintext(), RpcLimits{},
+      /*shared_memory=*/false);
+  ASSERT_TRUE(tcp_only.ok()) << tcp_only.status();
+
+  // The first exchange names a region the new shard never had; the next
+  // offers the region again, is refused, and goes over TCP.
+  absl::Status status;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    status = push_pull(1.0f, &versions);
+    if (status.ok()) break;
+  }
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_FALSE(client->uses_shared_memory(0));
+  EXPECT_EQ(tensors->gradients[0].data(), gradient);
+  EXPECT_EQ(tensors->values[0].data(), values);
+  EXPECT_EQ(MappingOf(gradient), "") << "the gradient is still in a shared object";
+  EXPECT_EQ(MappingOf(values), "") << "the values are still in a shared object";
+  EXPECT_THAT(tensors->values[0], Each(0.0f));  // 0.5 - 0.5 * 1, over TCP
+  (*second)->BeginShutdown();
+  tcp_only->Shutdown();
 }
 
 }  // namespace
