@@ -43,11 +43,18 @@ struct sigaction previous_sigbus;
 // A copy touched a page past the end of a region its owner shrank (or
 // whose memory ran out): private zero pages take the whole mapping's
 // place, the copy goes on over them, and the region is marked cut off so
-// that the copy is refused. Any other SIGBUS goes where it went before.
+// that the copy is refused. Any other SIGBUS goes where it went before: a
+// fault elsewhere takes the previous action (by default the process dies
+// of it, as it would have without this handler), and one another process
+// sent (kill -BUS: no fault, nothing to run again) goes to a previous
+// handler if there is one and is otherwise ignored, this handler staying
+// in place for the next real cut-off.
 void OnSigbus(int signal, siginfo_t* info, void* context) {
   const MappedAccess* access = current_access;
   const char* address = static_cast<const char*>(info->si_addr);
-  if (access != nullptr && address >= access->base && address < access->base + access->size &&
+  const bool sent = info->si_code <= 0;  // SI_USER, SI_QUEUE, SI_TKILL: not a fault
+  if (!sent && access != nullptr && address >= access->base &&
+      address < access->base + access->size &&
       mmap(access->base, static_cast<size_t>(access->size), PROT_READ | PROT_WRITE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
     access->cut_off->store(true, std::memory_order_relaxed);
@@ -57,8 +64,11 @@ void OnSigbus(int signal, siginfo_t* info, void* context) {
     previous_sigbus.sa_sigaction(signal, info, context);
   } else if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN) {
     previous_sigbus.sa_handler(signal);
+  } else if (sent) {
+    constexpr char kIgnored[] = "ignored a SIGBUS sent by another process (not a memory fault)\n";
+    [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, kIgnored, sizeof(kIgnored) - 1);
   } else {
-    // The faulting instruction runs again and takes the default action.
+    // The faulting instruction runs again and takes the previous action.
     sigaction(SIGBUS, &previous_sigbus, nullptr);
   }
 }

@@ -306,6 +306,37 @@ TEST_F(ShrunkRegionTest, AVisitOfAShrunkRegionIsRefusedNotAFault) {
   EXPECT_LE(sum, 7 * page_) << "the cut-off pages read as zeros";
 }
 
+// A SIGBUS another process sends (kill -BUS) is not a fault: it is
+// ignored, and the guard still catches the next real cut-off.
+TEST_F(ShrunkRegionTest, ASigbusSentFromOutsideLeavesTheGuardInPlace) {
+  EXPECT_EXIT(
+      {
+        kill(getpid(), SIGBUS);  // delivered before kill returns: no other thread takes it
+        CutToOnePage();
+        const std::vector<char> answer(page_, 'a');
+        const absl::Status written = opened_->Write(2 * page_, answer);
+        _exit(written.code() == absl::StatusCode::kInvalidArgument ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "ignored a SIGBUS sent by another process");
+}
+
+// A fault outside every region still ends the process as SIGBUS does.
+TEST_F(ShrunkRegionTest, AFaultOutsideTheRegionsStillEndsTheProcess) {
+  EXPECT_EXIT(
+      {
+        char path[] = "/tmp/pstrain-sigbus-XXXXXX";
+        const int fd = mkstemp(path);
+        unlink(path);
+        if (fd < 0 || ftruncate(fd, page_) != 0) _exit(2);
+        auto* mapped = static_cast<volatile char*>(
+            mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+        if (mapped == MAP_FAILED) _exit(2);
+        mapped[page_] = 1;  // past the file's end
+        _exit(3);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
 // The shard copies into a mapping, not with write(2): a file-size limit
 // (RLIMIT_FSIZE, e.g. a PS run under prlimit) does not stop its answers.
 TEST(SharedMemoryTest, AFileSizeLimitDoesNotStopAnswers) {
