@@ -47,6 +47,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/process_memory.h"
+#include "common/status_macros.h"
 #include "rpc/grpc_experiments.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
@@ -171,7 +172,7 @@ struct Row {
 absl::Status TimeEcho(PsClient* client, int calls, std::vector<double>* micros) {
   for (int i = 0; i < calls; ++i) {
     const absl::Time start = absl::Now();
-    if (absl::Status s = client->Heartbeat(0); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(client->Heartbeat(0));
     micros->push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
   }
   return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/optimizer_config.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -424,7 +425,7 @@ absl::StatusOr<JobConfig> ParseConfig(absl::string_view raw_text, absl::string_v
   absl::string_view text = *expanded;
   absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(text);
   if (!trimmed.empty() && trimmed.front() == '{') {
-    if (absl::Status s = CheckJsonDepth(trimmed, origin); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckJsonDepth(trimmed, origin));
     auto status = google::protobuf::util::JsonStringToMessage(std::string(trimmed), &config);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
@@ -543,7 +544,7 @@ void ApplyDefaults(JobConfig* config) {
 }
 
 absl::Status ValidateConfig(const JobConfig& config) {
-  if (absl::Status s = ValidateCluster(config.cluster()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ValidateCluster(config.cluster()));
   const TrainingConfig& training = config.training();
   if (training.mode() != SYNC && training.mode() != ASYNC && training.mode() != SSP) {
     return Invalid("training.mode", absl::StrCat(training.mode(), " is not a mode; use SYNC, ASYNC or SSP"));
@@ -577,9 +578,9 @@ absl::Status ValidateConfig(const JobConfig& config) {
                                 " towers, which cannot split batch_size ", training.batch_size(),
                                 " into equal slices; use a batch_size divisible by the towers"));
   }
-  if (absl::Status s = ValidateCheckpoint(training.checkpoint()); !s.ok()) return s;
-  if (absl::Status s = ValidateOptimizer(training.optimizer()); !s.ok()) return s;
-  if (absl::Status s = ValidateDataset(training.dataset()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ValidateCheckpoint(training.checkpoint()));
+  PST_RETURN_IF_ERROR(ValidateOptimizer(training.optimizer()));
+  PST_RETURN_IF_ERROR(ValidateDataset(training.dataset()));
   return ValidateModel(training);
 }
 
@@ -658,7 +659,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
       path.empty() ? ParseConfig(EmbeddedDefaultConfig(), "configs/local.textproto (built in)")
                    : ReadConfigFile(path);
   if (!config.ok()) return config.status();
-  if (absl::Status s = ApplyOverrides(overrides, &*config); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ApplyOverrides(overrides, &*config));
   ApplyDefaults(&*config);
   if (absl::Status s = ValidateConfig(*config); !s.ok()) {
     return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pst {
 namespace {
@@ -30,8 +31,8 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
   switch (config.kind_case()) {
     case OptimizerConfig::kSgd: {
       const SgdConfig& c = config.sgd();
-      if (absl::Status s = CheckLearningRate(c.learning_rate(), "sgd"); !s.ok()) return s;
-      if (absl::Status s = CheckUnitInterval(c.momentum(), "sgd momentum"); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "sgd"));
+      PST_RETURN_IF_ERROR(CheckUnitInterval(c.momentum(), "sgd momentum"));
       settings.rule = c.nesterov()           ? OptimizerSettings::Rule::kNesterov
                       : c.momentum() != 0.0f ? OptimizerSettings::Rule::kMomentum
                                              : OptimizerSettings::Rule::kSgd;
@@ -46,9 +47,9 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
       settings.beta1 = OrDefault(c.beta1(), 0.9f);
       settings.beta2 = OrDefault(c.beta2(), 0.999f);
       settings.epsilon = OrDefault(c.epsilon(), 1e-8f);
-      if (absl::Status s = CheckLearningRate(c.learning_rate(), "adam"); !s.ok()) return s;
-      if (absl::Status s = CheckUnitInterval(settings.beta1, "adam beta1"); !s.ok()) return s;
-      if (absl::Status s = CheckUnitInterval(settings.beta2, "adam beta2"); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "adam"));
+      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta1, "adam beta1"));
+      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta2, "adam beta2"));
       if (!(settings.epsilon > 0.0f)) {
         return absl::InvalidArgumentError("adam epsilon must be positive");
       }
@@ -60,7 +61,7 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
       settings.learning_rate = c.learning_rate();
       settings.initial_accumulator = OrDefault(c.initial_accumulator(), 0.1f);
       settings.epsilon = OrDefault(c.epsilon(), 1e-7f);
-      if (absl::Status s = CheckLearningRate(c.learning_rate(), "adagrad"); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "adagrad"));
       if (!(settings.initial_accumulator >= 0.0f) || !(settings.epsilon > 0.0f)) {
         return absl::InvalidArgumentError(
             "adagrad initial_accumulator must be >= 0 and epsilon positive");

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/security.h"
+#include "common/status_macros.h"
 
 namespace pst {
 
@@ -341,18 +342,18 @@ absl::Status OpenedRegion::Guarded(absl::FunctionRef<void()> access) const {
 }
 
 absl::Status OpenedRegion::Read(int64_t offset, std::span<char> dest) const {
-  if (absl::Status s = CheckRange(offset, static_cast<int64_t>(dest.size())); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckRange(offset, static_cast<int64_t>(dest.size())));
   return Guarded([&] { std::memcpy(dest.data(), data_ + offset, dest.size()); });
 }
 
 absl::Status OpenedRegion::Write(int64_t offset, std::span<const char> src) const {
-  if (absl::Status s = CheckRange(offset, static_cast<int64_t>(src.size())); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckRange(offset, static_cast<int64_t>(src.size())));
   return Guarded([&] { std::memcpy(data_ + offset, src.data(), src.size()); });
 }
 
 absl::Status OpenedRegion::Visit(int64_t offset, int64_t bytes,
                                  absl::FunctionRef<void(std::span<const char>)> visit) const {
-  if (absl::Status s = CheckRange(offset, bytes); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckRange(offset, bytes));
   return Guarded([&] { visit({data_ + offset, static_cast<size_t>(bytes)}); });
 }
 

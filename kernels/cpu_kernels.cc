@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/column_major_gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/loss_slot.h"
@@ -79,7 +80,7 @@ class CpuKernels final : public Kernels {
 
   absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
                     const float* a, const float* b, float beta, float* c) override {
-    if (absl::Status s = CheckDims("Gemm", {m, n, k}); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckDims("Gemm", {m, n, k}));
     if (m == 0 || n == 0) return absl::OkStatus();
     if (k == 0) {  // an empty sum: BLAS implementations disagree on it
       ScaleOutput(static_cast<size_t>(m) * n, beta, c);
@@ -154,7 +155,7 @@ class CpuKernels final : public Kernels {
   }
 
   absl::StatusOr<LossResult> TakeLoss() override {
-    if (absl::Status s = loss_slot_.Take(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(loss_slot_.Take());
     return loss_;
   }
 

@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace pst {
 namespace {
@@ -141,7 +142,7 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   PutLittleEndian(Crc32(payload), 4, &contents);
   contents += payload;
   const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
-  if (absl::Status s = WriteFileDurably(path, contents); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(WriteFileDurably(path, contents));
   std::vector<std::string> files = ListCheckpoints(dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < files.size(); ++i) {
     std::filesystem::remove(files[i], error);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "ps_server/checkpoint.h"
 #include "spdlog/spdlog.h"
 
@@ -90,7 +91,7 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   const std::vector<std::string> files = ListCheckpoints(dir_);
   if (start == CheckpointStart::kFresh) {
     if (!files.empty()) {
-      if (absl::Status s = MoveAside(files); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(MoveAside(files));
     }
     return -1;
   }

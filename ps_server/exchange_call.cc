@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "grpc/grpc.h"
 #include "common/tensor_codec.h"
 #include "ps_server/ps_metrics.h"
@@ -306,8 +307,8 @@ absl::Status ExchangeCall::Refuse(absl::Status status) {
 }
 
 absl::Status ExchangeCall::AdmitPush(const PushRequest& header, int64_t buffered) {
-  if (absl::Status s = CheckPushSize(header, *r_.limits); !s.ok()) return s;
-  if (absl::Status s = stream_->ClaimWorker(header.worker()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckPushSize(header, *r_.limits));
+  PST_RETURN_IF_ERROR(stream_->ClaimWorker(header.worker()));
   if (buffered > 0) return stream_->ReservePushBuffer(buffered);
   return absl::OkStatus();
 }
@@ -318,7 +319,7 @@ absl::Status ExchangeCall::TakeMessage() {
   if (absl::Status s = chunk_.Parse(&in_); !s.ok()) return Refuse(s);
   if (!started_) {
     started_ = true;
-    if (absl::Status s = TakeFirst(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(TakeFirst());
   } else if (chunk_.has_header() || chunk_.has_extra() || chunk_.has_shm()) {
     return Refuse(absl::InvalidArgumentError("an exchange carries a second header"));
   }
@@ -328,7 +329,7 @@ absl::Status ExchangeCall::TakeMessage() {
         shared_ ? "an exchange through shared memory carries no pieces"
                 : "an exchange that pushes nothing (no gradients in its header) carries pieces"));
   }
-  if (absl::Status s = intake_->Take(chunk_); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(intake_->Take(chunk_));
   if (staged_) {
     staged_->Add(chunk_, *intake_->update());
     // The last values wait for the push's outcome, so that an exchange of
@@ -361,9 +362,9 @@ absl::Status ExchangeCall::TakeFirst() {
   }
   const int worker = header_.worker();
   if (r_.task_tokens) {
-    if (absl::Status s = CheckActsAs(*context_, worker); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckActsAs(*context_, worker));
   }
-  if (absl::Status s = r_.sessions->Admit(worker, SessionOf(*context_)); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(r_.sessions->Admit(worker, SessionOf(*context_)));
   if (pulls_) {
     pull_.set_worker(worker);
     if (DTypeBytes(pull_.dtype()) == 0) {
@@ -385,7 +386,7 @@ absl::Status ExchangeCall::TakeFirst() {
   // is not done (OnDone drops the update, which takes that lock), and
   // TryCancel runs none of its events here.
   auto cancel = [context = context_] { context->TryCancel(); };
-  if (absl::Status s = intake_->Begin(header_, admit, cancel); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(intake_->Begin(header_, admit, cancel));
   if (pulls_ && intake_->update() != nullptr &&
       r_.shard->policy().AnswerMayStreamDuringPush(pull_.min_version(),
                                                    header_.computed_at_version())) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "ps_server/rpc_limits.h"
 #include "ps_server/sync_reduce.h"
@@ -200,7 +201,7 @@ bool ParameterShard::PullMayProceed(const PullRequest& request) const {
 }
 
 absl::Status ParameterShard::CheckPull(const PullRequest& request) const {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   if (DTypeBytes(request.dtype()) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
                                                    static_cast<int>(request.dtype()), " in a pull"));
@@ -210,7 +211,7 @@ absl::Status ParameterShard::CheckPull(const PullRequest& request) const {
 
 absl::Status ParameterShard::Register(const RegisterRequest& request,
                                       RegisterResponse* response) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   Touch(request.worker());
@@ -230,7 +231,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
 }
 
 absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* response) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   response->set_version(version_);
@@ -270,7 +271,7 @@ absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadlin
 
 absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time deadline,
                                        const PullVisitor& visit, const PullBounds& bounds) {
-  if (absl::Status s = CheckPull(request); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckPull(request));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   lease_.BeginCall(request.worker());
@@ -287,7 +288,7 @@ absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time de
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
     absl::AnyInvocable<void()> wake) {
-  if (absl::Status s = CheckPull(request); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckPull(request));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
@@ -302,7 +303,7 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     waiter->waiting = &waiting_pulls_;
     return AddWaiter(std::move(waiter));
   }
-  if (absl::Status s = VisitLocked(request, visit); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(VisitLocked(request, visit));
   return WaitId{0};
 }
 
@@ -567,7 +568,7 @@ absl::Status StreamedUpdate::ApplyWhole(int tensor, int64_t elements, int64_t bl
   const int64_t part_elements = (blocks + parts - 1) / parts * block;
   auto run = [&](VariableStore::StageTarget* part, int64_t begin, int64_t end) -> absl::Status {
     for (int64_t first = begin; first < end; first += block) {
-      if (absl::Status s = stage(part, first, std::min(block, end - first)); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(stage(part, first, std::min(block, end - first)));
       Progressed();
     }
     return absl::OkStatus();
@@ -727,7 +728,7 @@ void ParameterShard::AdvanceVersion() {
 
 absl::Status ParameterShard::Heartbeat(const HeartbeatRequest& request,
                                        HeartbeatResponse* response) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   response->set_version(version_);
@@ -735,7 +736,7 @@ absl::Status ParameterShard::Heartbeat(const HeartbeatRequest& request,
 }
 
 absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* response) {
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   if (!progress_[request.worker()].done) {
@@ -775,7 +776,7 @@ absl::Status CheckAwaitWorkersDone(const AwaitWorkersDoneRequest& request) {
 
 absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& request,
                                               absl::Time deadline, StatsResponse* response) {
-  if (absl::Status s = CheckAwaitWorkersDone(request); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckAwaitWorkersDone(request));
   absl::MutexLock lock(&mu_);
   const std::function<bool()> settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return AllWorkersDone() || worker_changes_ != request.known_changes();
@@ -791,7 +792,7 @@ absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& req
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
     const AwaitWorkersDoneRequest& request, absl::Time deadline, StatsResponse* response,
     absl::AnyInvocable<void()> wake) {
-  if (absl::Status s = CheckAwaitWorkersDone(request); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckAwaitWorkersDone(request));
   absl::MutexLock lock(&mu_);
   const int64_t known = request.known_changes();
   if (!shutting_down_ && !AllWorkersDone() && worker_changes_ == known && absl::Now() < deadline) {
@@ -907,7 +908,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint is of shard ", checkpoint.shard(),
                                                    ", this is shard ", options_.shard));
   }
-  if (absl::Status s = store_.Restore(checkpoint); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(store_.Restore(checkpoint));
   parameter_bytes_.store(store_.parameter_bytes(), std::memory_order_relaxed);
   ResetStep();
   version_ = checkpoint.version();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process_memory.h"
+#include "common/status_macros.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/chunk_streams.h"
 #include "ps_server/ps_metrics.h"
@@ -274,7 +275,7 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
                                               pst::ParameterShard* server, AdminHooks hooks,
                                               const ClusterSecurity& security,
                                               const RpcLimits& limits, bool shared_memory) {
-  if (absl::Status s = ValidateRpcLimits(limits); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ValidateRpcLimits(limits));
   RunningServer running;
   running.service = std::make_unique<ParameterServerService>(server, std::move(hooks), limits,
                                                                shared_memory, security.has_token());

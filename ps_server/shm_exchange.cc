@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
 namespace pst {
@@ -54,7 +55,7 @@ absl::StatusOr<std::vector<StagePlace>> PlanStage(const PushRequest& push,
                                                   const RpcLimits& limits,
                                                   std::span<const int64_t> bytes) {
   if (absl::Status shrunk = region.CheckNotShrunk(); !shrunk.ok()) return shrunk;
-  if (absl::Status s = CheckPushSize(push, limits); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckPushSize(push, limits));
   if (bytes.size() != static_cast<size_t>(push.gradients_size())) {
     return absl::InternalError("a shared push's sizes do not match its gradients");
   }
@@ -245,7 +246,7 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
         char* landing = element_bytes == sizeof(float) ? reinterpret_cast<char*>(values.data())
                                                        : buffers.wire.data();
         const std::span<char> data(landing, values.size() * element_bytes);
-        if (absl::Status s = region.Read(offset, data); !s.ok()) return s;
+        PST_RETURN_IF_ERROR(region.Read(offset, data));
         const absl::string_view read(data.data(), data.size());
         if (absl::Status s = CheckGradientFinite(read, header.dtype(), first, header.name());
             !s.ok()) {
@@ -255,7 +256,7 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
           DecodeValues(read, header.dtype(), values);
         }
         update->Apply(i, first, values);
-        if (absl::Status s = answer(first, count); !s.ok()) return s;
+        PST_RETURN_IF_ERROR(answer(first, count));
         update->Progressed();
       }
     }

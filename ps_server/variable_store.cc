@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
 namespace pst {
@@ -74,7 +75,7 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
       }
     }
     int64_t elements = NumElements({tensor.shape().data(), static_cast<size_t>(tensor.shape().size())});
-    if (absl::Status s = CheckTensorPayload(tensor, elements); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckTensorPayload(tensor, elements));
     Variable v;
     v.name = tensor.name();
     v.shape.assign(tensor.shape().begin(), tensor.shape().end());
@@ -155,7 +156,7 @@ absl::Status VariableStore::ValidateGradients(
     absl::StatusOr<int> index = CheckGradientHeader(gradient, &seen);
     if (!index.ok()) return index.status();
     const Variable& v = variables_[*index];
-    if (absl::Status s = CheckTensorPayload(gradient, v.size()); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckTensorPayload(gradient, v.size()));
     if (check_finite && !EncodedFinite(gradient.data(), gradient.dtype())) {  // name the culprit
       if (absl::Status s = CheckFinite(TensorValues(gradient, &scratch),
                                        absl::StrCat("gradient for \"", v.name, "\""));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace pst {
@@ -320,7 +321,7 @@ absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
       continue;
     }
     Piece piece;
-    if (absl::Status s = ParsePiece(end, &cursor, &piece); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(ParsePiece(end, &cursor, &piece));
     pieces_.push_back(piece);
   }
   return absl::OkStatus();

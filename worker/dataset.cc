@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pst {
 namespace {
@@ -83,7 +84,7 @@ uint32_t BigEndian(const unsigned char* p) {
 absl::Status ReadHeader(gzFile file, const std::string& path, uint32_t magic, int dims,
                         uint32_t* sizes) {
   unsigned char word[4];
-  if (absl::Status s = ReadExactly(file, path, "IDX header", word, 4); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ReadExactly(file, path, "IDX header", word, 4));
   const uint32_t found = BigEndian(word);
   if (found != magic) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -92,7 +93,7 @@ absl::Status ReadHeader(gzFile file, const std::string& path, uint32_t magic, in
         ")"));
   }
   for (int d = 0; d < dims; ++d) {
-    if (absl::Status s = ReadExactly(file, path, "IDX header", word, 4); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(ReadExactly(file, path, "IDX header", word, 4));
     sizes[d] = BigEndian(word);
   }
   return absl::OkStatus();
@@ -107,7 +108,7 @@ absl::Status ReadLabels(gzFile file, const std::string& path, int64_t count,
   targets->reserve(std::min<size_t>(count, kLabelsPerChunk));
   for (int64_t done = 0; done < count;) {
     const size_t n = std::min<size_t>(count - done, chunk.size());
-    if (absl::Status s = ReadExactly(file, path, "labels", chunk.data(), n); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(ReadExactly(file, path, "labels", chunk.data(), n));
     for (size_t i = 0; i < n; ++i) {
       if (chunk[i] >= kClasses) {
         return absl::InvalidArgumentError(absl::StrCat(path, " has label ", chunk[i],
@@ -128,7 +129,7 @@ absl::Status ReadImages(gzFile file, const std::string& path, std::vector<float>
   std::vector<unsigned char> chunk(std::min(features->size(), kImagesPerChunk * kPixels));
   for (size_t done = 0; done < features->size();) {
     const size_t n = std::min(features->size() - done, chunk.size());
-    if (absl::Status s = ReadExactly(file, path, "pixels", chunk.data(), n); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(ReadExactly(file, path, "pixels", chunk.data(), n));
     float* out = features->data() + done;
     for (size_t i = 0; i < n; ++i) out[i] = scale[chunk[i]];
     done += n;
@@ -228,7 +229,7 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int
     return s;
   }
   d.features.resize(static_cast<size_t>(count) * kPixels);
-  if (absl::Status s = ReadImages(images->get(), image_path, &d.features); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ReadImages(images->get(), image_path, &d.features));
   d.size = count;
   return d;
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "event.pb.h"
 
 namespace pst {
@@ -64,7 +65,7 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Open(const std::string
   tensorboard::Event version;
   version.set_wall_time(now);
   version.set_file_version("brain.Event:2");
-  if (absl::Status s = writer->WriteRecord(version.SerializeAsString()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(writer->WriteRecord(version.SerializeAsString()));
   return writer;
 }
 

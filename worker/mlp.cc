@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pst {
 
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpSpec& spec, Kernels* k
   }
   if (max_batch <= 0) return absl::InvalidArgumentError("max_batch must be at least 1");
   std::unique_ptr<Mlp> mlp(new Mlp(spec, kernels, max_batch));
-  if (absl::Status s = mlp->AllocateBuffers(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(mlp->AllocateBuffers());
   return mlp;
 }
 
@@ -182,9 +183,9 @@ absl::Status Mlp::PlaceTensors(std::span<const std::span<float>> parameters,
     }
     return absl::OkStatus();
   };
-  if (absl::Status s = check(parameters); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(check(parameters));
   if (!gradients.empty()) {
-    if (absl::Status s = check(gradients); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(check(gradients));
   }
   for (size_t i = 0; i < variables_.size(); ++i) {
     std::copy(host_params_[i].begin(), host_params_[i].end(), parameters[i].begin());
@@ -234,17 +235,17 @@ std::span<const float> Mlp::HostGradient(size_t index) const { return host_grads
 
 absl::Status Mlp::UploadParameters() {
   for (const Layer& layer : layers_) {
-    if (absl::Status s = UploadLayer(layer); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UploadLayer(layer));
   }
   return upload_done_->Record();
 }
 
 absl::Status Mlp::UploadLayer(const Layer& layer) {
   std::span<const float> w = host_params_[layer.weights_var];
-  if (absl::Status s = kernels_->CopyToDevice(w.data(), layer.weights, w.size()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(kernels_->CopyToDevice(w.data(), layer.weights, w.size()));
   if (layer.bias_var >= 0) {
     std::span<const float> b = host_params_[layer.bias_var];
-    if (absl::Status s = kernels_->CopyToDevice(b.data(), layer.bias, b.size()); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(kernels_->CopyToDevice(b.data(), layer.bias, b.size()));
   }
   return absl::OkStatus();
 }
@@ -279,9 +280,9 @@ absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool 
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
     if (hooks != nullptr) {
-      if (absl::Status s = hooks->parameters_needed(static_cast<int>(l)); !s.ok()) return s;
-      if (absl::Status s = UploadLayer(layer); !s.ok()) return s;
-      if (absl::Status s = upload_done_->Record(); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(hooks->parameters_needed(static_cast<int>(l)));
+      PST_RETURN_IF_ERROR(UploadLayer(layer));
+      PST_RETURN_IF_ERROR(upload_done_->Record());
     }
     if (absl::Status s = kernels_->Gemm(false, false, batch, layer.out, layer.in, 1.0f, input,
                                         layer.weights, 0.0f, layer.output);
@@ -344,8 +345,8 @@ absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
     }
     // The layer's gradients are final and its weights no longer read.
     if (hooks != nullptr) {
-      if (absl::Status s = DownloadLayer(layer); !s.ok()) return s;
-      if (absl::Status s = hooks->gradients_ready(static_cast<int>(l)); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(DownloadLayer(layer));
+      PST_RETURN_IF_ERROR(hooks->gradients_ready(static_cast<int>(l)));
     }
   }
   return absl::OkStatus();
@@ -366,31 +367,31 @@ absl::Status Mlp::QueueLayerDownload(const Layer& layer) {
 }
 
 absl::Status Mlp::DownloadLayer(const Layer& layer) {
-  if (absl::Status s = QueueLayerDownload(layer); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(QueueLayerDownload(layer));
   return kernels_->Synchronize();
 }
 
 absl::Status Mlp::QueueGradientDownloads() {
   for (const Layer& layer : layers_) {
-    if (absl::Status s = QueueLayerDownload(layer); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(QueueLayerDownload(layer));
   }
   return absl::OkStatus();
 }
 
 absl::Status Mlp::DownloadGradients() {
-  if (absl::Status s = QueueGradientDownloads(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(QueueGradientDownloads());
   return kernels_->Synchronize();
 }
 
 absl::StatusOr<LossResult> Mlp::SynchronizeAndTakeLoss() {
-  if (absl::Status s = kernels_->Synchronize(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(kernels_->Synchronize());
   return kernels_->TakeLoss();
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
-  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true); !s.ok()) return s;
-  if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
-  if (absl::Status s = QueueGradientDownloads(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch));
+  PST_RETURN_IF_ERROR(QueueGradientDownloads());
   return SynchronizeAndTakeLoss();
 }
 
@@ -399,19 +400,19 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
   if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true, &hooks); !s.ok()) {
     return s;
   }
-  if (absl::Status s = Backward(device_x_, batch, &hooks); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch, &hooks));
   return SynchronizeAndTakeLoss();  // the layers' downloads have waited already
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
                                                        int batch) {
-  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true); !s.ok()) return s;
-  if (absl::Status s = Backward(device_x_, batch); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch));
   return SynchronizeAndTakeLoss();
 }
 
 absl::StatusOr<LossResult> Mlp::Evaluate(const float* x, const float* targets, int batch) {
-  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/false); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/false));
   return SynchronizeAndTakeLoss();
 }
 
@@ -422,7 +423,7 @@ absl::StatusOr<std::vector<float>> Mlp::LastOutput(int batch) {
   }
   const Layer& last = layers_.back();
   std::vector<float> out(static_cast<size_t>(batch) * last.out);
-  if (absl::Status s = kernels_->CopyToHost(last.output, out.data(), out.size()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(kernels_->CopyToHost(last.output, out.data(), out.size()));
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "grpcpp/create_channel.h"
@@ -71,9 +72,13 @@ constexpr char kShardAnswerPayload[] = "type.pstrain/shard_answer";
 
 }  // namespace
 
+bool NamesItsShard(const absl::Status& status) {
+  return status.GetPayload(kShardAnswerPayload).has_value();
+}
+
 bool IsTransientShardError(const absl::Status& status) {
   if (absl::IsUnavailable(status)) return true;
-  if (!status.GetPayload(kShardAnswerPayload).has_value()) return false;
+  if (!NamesItsShard(status)) return false;
   switch (status.code()) {
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kNotFound:
@@ -123,7 +128,7 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
 }
 
 absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
-  if (absl::Status s = CheckEveryShardHoldsASlice(slices_, num_shards()); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
   std::vector<InitResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     InitRequest request;

@@ -52,6 +52,9 @@ namespace pst {
 // (NOT_FOUND). Of the last three, only errors a shard answered count
 // (PsClient marks them); UNAVAILABLE is transient wherever it arises.
 bool IsTransientShardError(const absl::Status& status);
+// Whether `status` already names the shard it came from (PsClient made it
+// a shard's error), so that no caller names it twice.
+bool NamesItsShard(const absl::Status& status);
 
 class PsClient {
  public:
@@ -218,7 +221,7 @@ class PsClient {
   template <typename Call>
   absl::Status ForEachShard(Call call);
   // `status` as a shard's answer: its message prefixed with the shard's
-  // name, and marked for IsTransientShardError.
+  // name, and marked for NamesItsShard and IsTransientShardError.
   absl::Status ShardError(int shard, const grpc::Status& status) const;
   absl::Status ShardError(int shard, const absl::Status& status) const;
   // Bytes shard s's slices take on the wire.

@@ -4,7 +4,6 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "rpc/chunk_wire.h"
@@ -136,7 +135,7 @@ absl::Status LayerwiseExchange::TakeAnswer(int s, grpc::ByteBuffer* message) {
 void LayerwiseExchange::Ended(int s, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
-    Fail(absl::StartsWith(status.message(), "ps:") ? status : client_->ShardError(s, status));
+    Fail(NamesItsShard(status) ? status : client_->ShardError(s, status));
   } else if (std::find(final_[s].begin(), final_[s].end(), false) != final_[s].end()) {
     Fail(absl::UnavailableError(
         absl::StrCat("ps:", s, " (", client_->address(s), ") ended an exchange's answer early")));
@@ -235,7 +234,7 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
     Call& call = calls_[s];
     absl::Status status = call.call->Wait();
     client_->AwaitPushReleased(static_cast<int>(s), call.sent);
-    if (!status.ok() && !absl::StartsWith(status.message(), "ps:")) {
+    if (!status.ok() && !NamesItsShard(status)) {
       status = client_->ShardError(static_cast<int>(s), status);
     }
     if (status.ok() && call.pushed < call.push_slices.size()) {

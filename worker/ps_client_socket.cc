@@ -3,7 +3,6 @@
 // exchange over the socket.
 #include <optional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
@@ -245,8 +244,7 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
       [this, s, taking, out = exchange.out](grpc::ByteBuffer* message) {
         absl::Status taken = TakeAnswer(s, message, taking->shared, out, &taking->answer);
         if (taken.ok() && taking->answer.done) taking->call->AnswerComplete();
-        return taken.ok() || absl::StartsWith(taken.message(), "ps:") ? taken
-                                                                       : ShardError(s, taken);
+        return taken.ok() || NamesItsShard(taken) ? taken : ShardError(s, taken);
       },
       ShardCall::OnEnd(), shape);
   open->call->Start();
@@ -296,7 +294,7 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
   }
   if (!status.ok()) {
     // An answer this end refused already names the shard.
-    status = absl::StartsWith(status.message(), "ps:") ? status : ShardError(s, status);
+    status = NamesItsShard(status) ? status : ShardError(s, status);
     return open->shared ? LeaveRegionAfterFailure(s, std::move(status)) : status;
   }
   StreamedAnswer& answer = open->answer;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace pst {
 
@@ -80,7 +81,7 @@ absl::Status Towers::PlaceTensors(std::span<const std::span<float>> parameters,
     return s;
   }
   for (int t = 1; t < size(); ++t) {
-    if (absl::Status s = towers_[t]->ReadParametersOf(*towers_[0]); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(towers_[t]->ReadParametersOf(*towers_[0]));
   }
   if (size() > 1) {
     averaged_.assign(gradients.begin(), gradients.end());
@@ -116,7 +117,7 @@ absl::Status Towers::ForEachTower(const std::function<absl::Status(int)>& fn) {
 absl::Status Towers::UploadParameters() {
   return ForEachTower([this](int t) {
     if (t > 0 && !shared_parameters_) {
-      if (absl::Status s = CopyParameters(t, all_variables_); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(CopyParameters(t, all_variables_));
     }
     return towers_[t]->UploadParameters();
   });
@@ -124,14 +125,14 @@ absl::Status Towers::UploadParameters() {
 
 absl::Status Towers::PrepareHostParametersForWrite() {
   for (const std::unique_ptr<Mlp>& tower : towers_) {
-    if (absl::Status s = tower->PrepareHostParametersForWrite(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(tower->PrepareHostParametersForWrite());
   }
   return absl::OkStatus();
 }
 
 absl::Status Towers::CopyParameters(int t, const std::vector<int>& variables) {
   // Tower t's own host parameters may still be read by its last upload.
-  if (absl::Status s = towers_[t]->PrepareHostParametersForWrite(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(towers_[t]->PrepareHostParametersForWrite());
   for (int i : variables) {
     std::span<const float> from = towers_[0]->HostParameter(i);
     std::memcpy(towers_[t]->HostParameter(i).data(), from.data(), from.size_bytes());
@@ -175,7 +176,7 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
     } else {
       Mlp::LayerHooks tower_hooks{
           .parameters_needed = [this, hooks, t](int layer) -> absl::Status {
-            if (absl::Status s = hooks->parameters_needed(layer); !s.ok()) return s;
+            PST_RETURN_IF_ERROR(hooks->parameters_needed(layer));
             if (t > 0 && !shared_parameters_) return CopyParameters(t, LayerVariables(layer));
             return absl::OkStatus();
           },

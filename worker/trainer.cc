@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker_metrics.h"
@@ -170,7 +171,7 @@ absl::Status Trainer::Setup() {
 absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
   absl::Duration timeout = absl::Seconds(config_.training().pull_timeout_seconds());
   const absl::Time start = absl::Now();
-  if (absl::Status s = towers_->PrepareHostParametersForWrite(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
   if (absl::Status s = client_->Pull(min_versions, timeout, parameters_, &versions_); !s.ok()) {
     return s;
   }
@@ -200,7 +201,7 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
       Retry retry = NewRetry();
       while (!loss.ok() && IsTransientShardError(loss.status())) {
         exchange_.reset();  // cancelled: the shards' state is read afresh
-        if (absl::Status s = Reconnect(loss.status(), &retry); !s.ok()) return s;
+        PST_RETURN_IF_ERROR(Reconnect(loss.status(), &retry));
         loss = RunStep(epoch, step, &responses);
       }
     }
@@ -231,7 +232,7 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   // The epoch's last exchange: its values are the model the epoch ends with.
   absl::Status finished = FinishExchange(&responses, /*upload=*/true);
   for (Retry retry = NewRetry(); !finished.ok() && IsTransientShardError(finished);) {
-    if (absl::Status s = Reconnect(finished, &retry); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(Reconnect(finished, &retry));
     finished = PullParameters(next_min_);
   }
   if (!finished.ok()) return finished;
@@ -268,7 +269,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   if (config_.training().exchange() == LAYERWISE) return RunStepLayerwise(epoch, step, responses);
   const absl::Time start = absl::Now();
   if (!parameters_current_) {
-    if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(PullParameters(next_min_));
   }
   const int batch = config_.training().batch_size();
   GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
@@ -281,7 +282,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   const std::vector<int64_t> computed_at = versions_;
   const absl::Time push_start = absl::Now();
   parameters_current_ = false;  // a failed exchange may have written part of them
-  if (absl::Status s = towers_->PrepareHostParametersForWrite(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
   if (absl::Status s = client_->PushPull(
           computed_at, gradients_, MinVersionsAfter(computed_at),
           absl::Seconds(config_.training().pull_timeout_seconds()), parameters_, &versions_,
@@ -292,7 +293,7 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   parameters_current_ = true;
   RecordExchange(computed_at, *responses, push_start);
   RecordStep(start, batch);
-  if (absl::Status s = towers_->UploadParameters(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(towers_->UploadParameters());
   return loss;
 }
 
@@ -300,7 +301,7 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
                                                      std::vector<PushResponse>* responses) {
   const absl::Time start = absl::Now();
   if (!parameters_current_ && exchange_ == nullptr) {
-    if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(PullParameters(next_min_));
   }
   const int batch = config_.training().batch_size();
   GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
@@ -310,7 +311,7 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
       .parameters_needed = [this](int layer) -> absl::Status {
         if (exchange_ == nullptr) return absl::OkStatus();  // pulled whole
         for (int v : towers_->LayerVariables(layer)) {
-          if (absl::Status s = exchange_->AwaitValues(v); !s.ok()) return s;
+          PST_RETURN_IF_ERROR(exchange_->AwaitValues(v));
         }
         return absl::OkStatus();
       },
@@ -319,12 +320,12 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
         if (pushing == nullptr) {
           // The forward pass has taken every value of the last exchange:
           // end it (its versions tag this push), and begin this step's.
-          if (absl::Status s = FinishExchange(responses, /*upload=*/false); !s.ok()) return s;
+          PST_RETURN_IF_ERROR(FinishExchange(responses, /*upload=*/false));
           if (before_push_) before_push_();
           exchange_computed_at_ = versions_;
           exchange_start_ = absl::Now();
           // The exchange writes the next values into the host parameters.
-          if (absl::Status s = towers_->PrepareHostParametersForWrite(); !s.ok()) return s;
+          PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
           absl::StatusOr<std::unique_ptr<StepExchange>> begun = client_->BeginExchange(
               exchange_computed_at_, gradients_, push_order_,
               MinVersionsAfter(exchange_computed_at_),
@@ -472,7 +473,7 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
         ", where every worker had already done its steps (a finished run); to train again, "
         "start the PS with --checkpoint_start=fresh"));
   }
-  if (absl::Status s = PullParameters(std::vector<int64_t>(versions_.size(), 0)); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(PullParameters(std::vector<int64_t>(versions_.size(), 0)));
   absl::StatusOr<LossResult> test = Evaluate(data_->test);
   if (!test.ok()) return test.status();
   result->set_test_loss(test->loss);
@@ -516,7 +517,7 @@ void Trainer::HeartbeatLoop(absl::Notification* stop) {
 absl::StatusOr<WorkerResult> Trainer::Run() {
   WorkerResult result;
   result.set_task(absl::StrCat("worker:", rank_));
-  if (absl::Status s = Setup(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(Setup());
   result.set_devices(towers_->DevicesLabel());
   absl::Notification stop_heartbeats;
   std::thread heartbeats([this, &stop_heartbeats] { HeartbeatLoop(&stop_heartbeats); });
@@ -531,10 +532,10 @@ absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
   const int64_t steps = sampler_->steps_per_epoch();
   for (int epoch = static_cast<int>(resume_clock_ / steps); epoch < epochs; ++epoch) {
     const int64_t first_step = epoch == resume_clock_ / steps ? resume_clock_ % steps : 0;
-    if (absl::Status s = RunEpoch(epoch, first_step, &result); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(RunEpoch(epoch, first_step, &result));
     if (is_chief() && epoch + 1 < epochs) {
       // Evaluate the model as it stands after this epoch's last step.
-      if (absl::Status s = PullParameters(next_min_); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(PullParameters(next_min_));
       absl::Time start = absl::Now();
       absl::StatusOr<LossResult> test = Evaluate(data_->test);
       if (!test.ok()) return test.status();
@@ -552,9 +553,9 @@ absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
   }
   result.set_train_seconds(train_seconds_);
   result.set_final_loss(last_epoch_loss_);
-  if (absl::Status s = client_->Done(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(client_->Done());
   if (is_chief()) {
-    if (absl::Status s = EvaluateFinal(&result); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(EvaluateFinal(&result));
   }
   result.set_final_version(versions_[0]);
   return result;

@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/column_major_gemm.h"
 #include "kernels/column_sums.h"
 #include "kernels/cuda/cuda_launch.h"
@@ -99,13 +100,13 @@ class CudaKernels final : public Kernels {
   // Stream, cuBLAS handle (bound to the stream, default fp32 math) and the
   // loss scratch buffers.
   absl::Status Init() {
-    if (absl::Status s = CudaStatus(cudaSetDevice(device_), "cudaSetDevice"); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
     if (absl::Status s = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                                     "cudaStreamCreateWithFlags");
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = CublasStatus(cublasCreate(&cublas_), "cublasCreate"); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CublasStatus(cublasCreate(&cublas_), "cublasCreate"));
     if (absl::Status s = CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream");
         !s.ok()) {
       return s;
@@ -139,7 +140,7 @@ class CudaKernels final : public Kernels {
   std::string Name() const override { return absl::StrCat("cuda:", device_); }
 
   absl::StatusOr<float*> Allocate(size_t count) override {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
     if (absl::Status s = CudaStatus(cudaMalloc(&p, bytes), absl::StrCat("cudaMalloc(", bytes, " bytes)"));
@@ -156,7 +157,7 @@ class CudaKernels final : public Kernels {
   }
 
   absl::StatusOr<float*> AllocateHost(size_t count) override {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
     if (absl::Status s =
@@ -176,7 +177,7 @@ class CudaKernels final : public Kernels {
 
   absl::Status CopyToDevice(const float* host, float* device, size_t count) override {
     if (count == 0) return absl::OkStatus();
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     return CudaStatus(cudaMemcpyAsync(device, host, count * sizeof(float),
                                       cudaMemcpyHostToDevice, stream_),
                       "cudaMemcpyAsync (host to device)");
@@ -184,21 +185,21 @@ class CudaKernels final : public Kernels {
 
   absl::Status CopyToHostAsync(const float* device, float* host, size_t count) override {
     if (count == 0) return absl::OkStatus();
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     return CudaStatus(cudaMemcpyAsync(host, device, count * sizeof(float),
                                       cudaMemcpyDeviceToHost, stream_),
                       "cudaMemcpyAsync (device to host)");
   }
 
   absl::Status Synchronize() override {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     if (s.ok()) loss_slot_.Waited();
     return s;
   }
 
   absl::StatusOr<std::unique_ptr<QueueMarker>> NewMarker() override {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     cudaEvent_t event = nullptr;
     if (absl::Status s = CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
                                     "cudaEventCreateWithFlags");
@@ -209,15 +210,15 @@ class CudaKernels final : public Kernels {
   }
 
   absl::Status CopyToHost(const float* device, float* host, size_t count) override {
-    if (absl::Status s = CopyToHostAsync(device, host, count); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CopyToHostAsync(device, host, count));
     return Synchronize();
   }
 
   absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
                     const float* a, const float* b, float beta, float* c) override {
-    if (absl::Status s = CheckDims("Gemm", {m, n, k}); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckDims("Gemm", {m, n, k}));
     if (m == 0 || n == 0) return absl::OkStatus();
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     const size_t c_count = static_cast<size_t>(m) * n;
     if (k == 0) {  // an empty sum: c = beta * c, never reading c when beta == 0
       if (beta == 0.0f) {
@@ -235,13 +236,13 @@ class CudaKernels final : public Kernels {
   }
 
   absl::Status AddBias(int rows, int cols, const float* bias, float* y) override {
-    if (absl::Status s = CheckDims("AddBias", {rows, cols}); !s.ok()) return s;
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckDims("AddBias", {rows, cols}));
+    PST_RETURN_IF_ERROR(UseDevice());
     return CudaStatus(cuda::LaunchAddBias(stream_, rows, cols, bias, y), "AddBias kernel launch");
   }
 
   absl::Status ActivationForward(ActivationKind kind, size_t count, float* y) override {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     return CudaStatus(
         cuda::LaunchActivationForward(stream_, kind == ActivationKind::kTanh, count, y),
         "ActivationForward kernel launch");
@@ -249,15 +250,15 @@ class CudaKernels final : public Kernels {
 
   absl::Status ActivationBackward(ActivationKind kind, size_t count, const float* y,
                                   float* dy) override {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
     return CudaStatus(
         cuda::LaunchActivationBackward(stream_, kind == ActivationKind::kTanh, count, y, dy),
         "ActivationBackward kernel launch");
   }
 
   absl::Status ColumnSums(int rows, int cols, const float* m, float* out) override {
-    if (absl::Status s = CheckDims("ColumnSums", {rows, cols}); !s.ok()) return s;
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CheckDims("ColumnSums", {rows, cols}));
+    PST_RETURN_IF_ERROR(UseDevice());
     return CudaStatus(cuda::LaunchColumnSums(stream_, rows, cols, m, out, column_scratch_),
                       "ColumnSums kernel launch");
   }
@@ -293,7 +294,7 @@ class CudaKernels final : public Kernels {
   }
 
   absl::StatusOr<LossResult> TakeLoss() override {
-    if (absl::Status s = loss_slot_.Take(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(loss_slot_.Take());
     const cuda::LossTotals totals = *host_totals_;
     if (pending_.classify && totals.first_bad_row != INT_MAX) {
       return absl::InvalidArgumentError(absl::StrCat("label ", totals.bad_label, " of row ",
@@ -315,11 +316,11 @@ class CudaKernels final : public Kernels {
       cudaGetLastError();
     }
     absl::Status Record() override {
-      if (absl::Status s = kernels_->UseDevice(); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(kernels_->UseDevice());
       return CudaStatus(cudaEventRecord(event_, kernels_->stream_), "cudaEventRecord");
     }
     absl::Status Wait() override {
-      if (absl::Status s = kernels_->UseDevice(); !s.ok()) return s;
+      PST_RETURN_IF_ERROR(kernels_->UseDevice());
       return CudaStatus(cudaEventSynchronize(event_), "cudaEventSynchronize");
     }
 
@@ -339,7 +340,7 @@ class CudaKernels final : public Kernels {
   // object; the CUDA device is per host thread.
   absl::Status UseDevice() const {
     int current = -1;
-    if (absl::Status s = CudaStatus(cudaGetDevice(&current), "cudaGetDevice"); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&current), "cudaGetDevice"));
     if (current == device_) return absl::OkStatus();
     return CudaStatus(cudaSetDevice(device_), "cudaSetDevice");
   }
@@ -351,8 +352,8 @@ class CudaKernels final : public Kernels {
   template <typename Launch>
   absl::Status QueueLoss(PendingLoss pending, Launch launch, absl::string_view what) {
     loss_slot_.Clear();
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
-    if (absl::Status s = CudaStatus(launch(), what); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(UseDevice());
+    PST_RETURN_IF_ERROR(CudaStatus(launch(), what));
     if (absl::Status s = CudaStatus(cudaMemcpyAsync(host_totals_, totals_, sizeof(cuda::LossTotals),
                                                     cudaMemcpyDeviceToHost, stream_),
                                     "cudaMemcpyAsync (loss totals)");

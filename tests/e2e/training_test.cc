@@ -9,6 +9,7 @@
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "common/shared_memory.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -35,7 +36,7 @@ JobConfig BaseConfig(Mode mode, int workers, int batch, int epochs) {
 
 absl::StatusOr<ClusterRun> TrainOnce(JobConfig config, int shards) {
   ApplyDefaults(&config);
-  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(ValidateConfig(config));
   absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
   if (!data.ok()) return data.status();
   absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
@@ -107,7 +108,7 @@ TEST(CpuKernelsTest, ActivationsAndTheirGradients) {
 // A queued loss call, the wait, and the result (as Mlp does it).
 absl::StatusOr<LossResult> WaitForLoss(Kernels& kernels, const absl::Status& queued) {
   if (!queued.ok()) return queued;
-  if (absl::Status s = kernels.Synchronize(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(kernels.Synchronize());
   return kernels.TakeLoss();
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/column_sums.h"
@@ -62,7 +63,7 @@ class CudaKernelsTest : public ::testing::Test {
   // A queued loss call, the wait, and the result (as Mlp does it).
   absl::StatusOr<LossResult> WaitForLoss(const absl::Status& queued) {
     if (!queued.ok()) return queued;
-    if (absl::Status s = gpu_->Synchronize(); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(gpu_->Synchronize());
     return gpu_->TakeLoss();
   }
   std::vector<float> Download(const float* device, size_t count) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pst {
 
@@ -89,7 +90,7 @@ absl::Status DeferredKernels::CopyToDevice(const float* host, float* device, siz
 
 absl::Status DeferredKernels::CopyToHost(const float* device, float* host, size_t count) {
   ++waits_;
-  if (absl::Status s = RunAll(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(RunAll());
   return inner_->CopyToHost(device, host, count);
 }
 
@@ -100,7 +101,7 @@ absl::Status DeferredKernels::CopyToHostAsync(const float* device, float* host, 
 
 absl::Status DeferredKernels::Synchronize() {
   ++waits_;
-  if (absl::Status s = RunAll(); !s.ok()) return s;
+  PST_RETURN_IF_ERROR(RunAll());
   return inner_->Synchronize();
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace pst {
 namespace {
@@ -56,11 +57,11 @@ absl::StatusOr<std::unique_ptr<MemoryCgroup>> MemoryCgroup::Create(const std::st
   std::unique_ptr<MemoryCgroup> cgroup(new MemoryCgroup(dir, v2));
   const std::string limit = absl::StrCat(limit_bytes);
   if (v2) {
-    if (absl::Status s = Write(dir + "/memory.max", limit); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(Write(dir + "/memory.max", limit));
     // Where swap is counted apart, none is allowed, so the bound is memory.
     (void)Write(dir + "/memory.swap.max", "0");
   } else {
-    if (absl::Status s = Write(dir + "/memory.limit_in_bytes", limit); !s.ok()) return s;
+    PST_RETURN_IF_ERROR(Write(dir + "/memory.limit_in_bytes", limit));
     (void)Write(dir + "/memory.memsw.limit_in_bytes", limit);
   }
   return cgroup;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Lock annotations, checked. GCC ignores Abseil's ABSL_GUARDED_BY,
+# ABSL_EXCLUSIVE_LOCKS_REQUIRED and the like; clang's -Wthread-safety reads
+# them. Every C++ source of the libraries and programs (not tests, fuzzers or
+# CUDA kernels) is compiled by clang with -Werror=thread-safety, syntax only
+# (no code is generated, so this takes a fraction of a build), in
+# build-lint/. Any finding fails the run. CI runs it; it needs clang, which
+# scripts/install_deps.sh installs where missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+BUILD_DIR=${LINT_BUILD_DIR:-build-lint}
+command -v clang++ >/dev/null || { echo "lint.sh: clang++ not found (scripts/install_deps.sh)" >&2; exit 2; }
+
+started=$SECONDS
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF >/dev/null
+# The generated protobuf and gRPC headers that the sources include.
+generated=()
+for stem in config event ps result; do generated+=("proto/$stem.pb.h"); done
+generated+=(proto/ps.grpc.pb.h)
+cmake --build "$BUILD_DIR" --target "${generated[@]}" >/dev/null
+
+/usr/bin/python3 - "$BUILD_DIR" "${JOBS:-2}" <<'PY'
+import concurrent.futures, json, os, shlex, subprocess, sys
+
+build, jobs = sys.argv[1], int(sys.argv[2])
+root = os.getcwd()
+with open(os.path.join(build, "compile_commands.json")) as f:
+    commands = json.load(f)
+checks = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
+          "-Wno-unknown-warning-option"]
+todo = []
+for entry in commands:
+    source = os.path.relpath(entry["file"], root)
+    if source.startswith(("..", "tests/", "fuzz/", "build")) or not source.endswith(".cc"):
+        continue
+    argv = shlex.split(entry["command"])
+    # Drop the output: syntax only.
+    if "-o" in argv:
+        at = argv.index("-o")
+        del argv[at:at + 2]
+    todo.append((source, argv + checks, entry["directory"]))
+
+def check(item):
+    source, argv, directory = item
+    run = subprocess.run(argv, cwd=directory, capture_output=True, text=True)
+    return source, run.returncode, run.stderr
+
+failed = []
+with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+    for source, code, errors in pool.map(check, sorted(todo)):
+        if code != 0:
+            failed.append(source)
+            sys.stderr.write(errors)
+print(f"== lint: {len(todo)} sources checked for -Wthread-safety, {len(failed)} with findings",
+      file=sys.stderr)
+sys.exit(1 if failed else 0)
+PY
+echo "== lint: done in $((SECONDS - started)) s" >&2
