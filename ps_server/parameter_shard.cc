@@ -459,7 +459,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     const PushRequest& header, bool may_wait) {
   absl::MutexLock lock(&mu_);
   if (may_wait) AwaitUpdateTurn();
-  auto refuse = [this](absl::Status status) {
+  auto refuse = [this](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++pushes_rejected_;
     return status;
   };

@@ -9,9 +9,10 @@ namespace pst {
 
 ShmRegions::ShmRegions(bool enabled, int num_workers, int64_t max_region_bytes)
     : enabled_(enabled),
+      num_workers_(std::max(num_workers, 0)),
       max_region_bytes_(max_region_bytes),
       boot_id_(HostBootId().value_or("")),
-      by_worker_(static_cast<size_t>(std::max(num_workers, 0))) {}
+      by_worker_(static_cast<size_t>(num_workers_)) {}
 
 absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachResponse* response) {
   if (!enabled_) {
@@ -19,9 +20,9 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
         "this PS moves tensors over TCP only (cluster.shm: SHM_OFF)");
   }
   const int worker = request.worker();
-  if (worker < 0 || worker >= static_cast<int>(by_worker_.size())) {
+  if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " is not one of the ",
-                                                   by_worker_.size(), " workers of this job"));
+                                                   num_workers_, " workers of this job"));
   }
   if (boot_id_.empty() || request.boot_id() != boot_id_) {
     return absl::FailedPreconditionError("the worker runs on another host");

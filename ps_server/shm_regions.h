@@ -89,6 +89,7 @@ class ShmRegions {
   Claimed ClaimFor(int worker, uint64_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(int worker, uint64_t handle);
   const bool enabled_;
+  const int num_workers_;
   const int64_t max_region_bytes_;
   const std::string boot_id_;  // empty if unreadable: nothing is shared
   mutable absl::Mutex mu_;

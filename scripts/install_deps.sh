@@ -14,7 +14,8 @@ PACKAGES=(
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.
   busybox-static python3
-  # scripts/fuzz.sh only: clang, its libFuzzer runtime and llvm-symbolizer
+  # scripts/lint.sh and scripts/fuzz.sh: clang (its lock-annotation checks;
+  # libFuzzer), its libFuzzer runtime and llvm-symbolizer
   # (for symbolized sanitizer stacks). g++ already brings the runtimes that
   # scripts/sanitize.sh needs.
   clang libclang-rt-14-dev llvm
