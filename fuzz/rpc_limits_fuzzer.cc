@@ -26,6 +26,7 @@
 #include "common/tensor_codec.h"
 #include "fuzz/small_shard.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
 #include "ps_server/rpc_limits.h"
 #include "spdlog/spdlog.h"
 
@@ -45,7 +46,7 @@ void FuzzPull(const RpcLimits& limits, ParameterShard* shard, const PullRequest&
   no_wait.set_worker(0);  // the shard's only worker; the wait ends at once
   PullResponse response;
   const absl::Status status =
-      shard->Pull(no_wait, absl::Now(), &response, {.max_reply_bytes = limits.max_reply_bytes});
+      Pull(*shard, no_wait, absl::Now(), &response, {.max_reply_bytes = limits.max_reply_bytes});
   if (!status.ok()) return;
   FUZZ_INVARIANT(static_cast<int64_t>(response.ByteSizeLong()) <= limits.max_reply_bytes);
   std::set<std::string> answered;
@@ -58,7 +59,7 @@ void FuzzPush(const RpcLimits& limits, ParameterShard* shard, PushRequest reques
   request.set_worker(0);
   const int64_t before = shard->version();
   PushResponse response;
-  if (!shard->Push(request, &response).ok()) {
+  if (!Push(*shard, request, &response).ok()) {
     FUZZ_INVARIANT(shard->version() == before);
     return;
   }

@@ -29,6 +29,8 @@
 #include "common/tensor_codec.h"
 #include "fuzz/shard_input.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
+#include "ps_server/streamed_update.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {
@@ -239,7 +241,7 @@ class ShardDriver {
   void Push(const PushRequest& request) {
     PushResponse response;
     const int64_t before = last_version_;
-    absl::Status s = shard_->Push(request, &response);
+    absl::Status s = Push(*shard_, request, &response);
     if (trace_) std::fprintf(stderr, "  push outcome %d\n", response.outcome());
     if (s.ok()) {
       SHARD_INVARIANT(response.outcome() != PushResponse::OUTCOME_UNSPECIFIED);
@@ -295,7 +297,7 @@ class ShardDriver {
     SHARD_INVARIANT(reference.ok());
     SHARD_INVARIANT((*reference)->Restore(before).ok());
     PushResponse expected;
-    absl::Status e = (*reference)->Push(request, &expected);
+    absl::Status e = Push(**reference, request, &expected);
     if (trace_) std::fprintf(stderr, "  streamed: %s; as a push: %s\n", s.ToString().c_str(),
                              e.ToString().c_str());
     SHARD_INVARIANT(s.code() == e.code());
@@ -311,7 +313,7 @@ class ShardDriver {
 
   void Pull(const PullRequest& request) {
     PullResponse response;
-    absl::Status s = shard_->Pull(request, absl::Now(), &response);
+    absl::Status s = Pull(*shard_, request, absl::Now(), &response);
     if (s.ok()) {
       SHARD_INVARIANT(response.version() == shard_->version());
       SHARD_INVARIANT(response.version() >= request.min_version());

@@ -33,7 +33,9 @@
 #include "common/tensor_codec.h"
 #include "fuzz/small_shard.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
 #include "ps_server/shm_exchange.h"
+#include "ps_server/streamed_update.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {
@@ -42,7 +44,7 @@ namespace {
 bool ModelFinite(ParameterShard* shard) {
   PullRequest pull;
   PullResponse response;
-  if (!shard->Pull(pull, absl::Now(), &response).ok()) return false;
+  if (!Pull(*shard, pull, absl::Now(), &response).ok()) return false;
   for (const Tensor& t : response.variables()) {
     std::vector<float> values(t.data().size() / sizeof(float));
     DecodeTensor(t, values);
@@ -115,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       bool finite = false;
       status = ReadShmPush(header, begun->bytes, request.shm(), answer_dtype, **opened, limits,
                            &buffer, &finite, &bytes);
-      if (status.ok()) status = shard->Push(buffer, &pushed, {.values_finite = finite});
+      if (status.ok()) status = Push(*shard, buffer, &pushed, {.values_finite = finite});
     }
   }
   const int64_t moved = shard->version() - before;
@@ -129,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::shared_ptr<PullPayload> payload = payloads.Take();
     if (status.ok()) {
-      status = shard->PullVisit(pull, absl::Now(),
+      status = PullVisit(*shard, pull, absl::Now(),
                                 [&](int64_t version, const std::vector<const Variable*>& variables) {
                                   CapturePull(version, variables, pull.dtype(), payload.get());
                                 });

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
+#include "ps_server/streamed_update.h"
 #include "rpc/chunk_wire.h"
 
 namespace pst {

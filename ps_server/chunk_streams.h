@@ -19,6 +19,7 @@
 #include "common/tensor_stream.h"
 #include "ps.pb.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/streamed_update.h"
 #include "rpc/chunk_wire.h"
 
 namespace pst {

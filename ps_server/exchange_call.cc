@@ -13,6 +13,7 @@
 #include "common/tensor_codec.h"
 #include "ps_server/ps_metrics.h"
 #include "ps_server/shm_exchange.h"
+#include "ps_server/streamed_update.h"
 #include "rpc/completion_tag.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"

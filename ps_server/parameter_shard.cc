@@ -4,9 +4,11 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex_release.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "ps_server/rpc_limits.h"
+#include "ps_server/streamed_update.h"
 #include "ps_server/sync_reduce.h"
 #include "spdlog/spdlog.h"
 
@@ -66,67 +68,13 @@ ParameterShard::ParameterShard(const ShardOptions& options,
             mu_.AssertHeld();
             LeasesExpired(workers);
           },
-          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {
-  waiter_timer_ = StartThreadWithoutSignals([this] { RunWaiterTimer(); });
-}
+          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {}
 
-ParameterShard::~ParameterShard() {
-  {
-    absl::MutexLock lock(&mu_);
-    timer_stopping_ = true;
-    timer_wake_.Signal();
-  }
-  waiter_timer_.join();
-}
-
-ParameterShard::WaitId ParameterShard::AddWaiter(std::unique_ptr<Waiter> waiter) {
-  waiter->id = ++last_wait_id_;
-  if (waiter->worker >= 0) lease_.BeginCall(waiter->worker);
-  ++*waiter->waiting;
-  const WaitId id = waiter->id;
-  waiters_.push_back(std::move(waiter));
-  timer_wake_.Signal();
-  return id;
-}
-
-void ParameterShard::WakeWaiters(absl::Time now) {
-  std::vector<std::unique_ptr<Waiter>> woken;
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    Waiter& waiter = **it;
-    if (shutting_down_ || waiter.deadline <= now || waiter.ready()) {
-      woken.push_back(std::move(*it));
-      it = waiters_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (std::unique_ptr<Waiter>& waiter : woken) {
-    if (waiter->worker >= 0) lease_.EndCall(waiter->worker);
-    --*waiter->waiting;
-    std::move(waiter->wake)();
-  }
-}
+ParameterShard::~ParameterShard() { waiters_.Stop(); }
 
 bool ParameterShard::CancelWait(WaitId id) {
   absl::MutexLock lock(&mu_);
-  auto it = std::find_if(waiters_.begin(), waiters_.end(),
-                         [id](const std::unique_ptr<Waiter>& w) { return w->id == id; });
-  if (it == waiters_.end()) return false;
-  if ((*it)->worker >= 0) lease_.EndCall((*it)->worker);
-  --*(*it)->waiting;
-  std::unique_ptr<Waiter> cancelled = std::move(*it);
-  waiters_.erase(it);
-  return true;
-}
-
-void ParameterShard::RunWaiterTimer() {
-  absl::MutexLock lock(&mu_);
-  while (!timer_stopping_) {
-    absl::Time next = absl::InfiniteFuture();
-    for (const std::unique_ptr<Waiter>& waiter : waiters_) next = std::min(next, waiter->deadline);
-    timer_wake_.WaitWithDeadline(&mu_, next);
-    if (!waiters_.empty()) WakeWaiters(absl::Now());
-  }
+  return waiters_.Cancel(id);
 }
 
 absl::Status ParameterShard::CheckWorker(int worker) const {
@@ -168,23 +116,7 @@ void ParameterShard::WorkersChanged() { ++worker_changes_; }
 
 void ParameterShard::Changed() {
   changed_.SignalAll();
-  for (ParkedCall* call : parked_) {
-    if (shutting_down_ || (*call->ready)()) call->wake.Signal();
-  }
-  if (!waiters_.empty()) WakeWaiters(absl::InfinitePast());
-}
-
-void ParameterShard::Park(const std::function<bool()>& ready, absl::Time deadline,
-                          int* waiting) {
-  ParkedCall call;
-  call.ready = &ready;
-  parked_.push_back(&call);
-  ++*waiting;
-  while (!shutting_down_ && !ready()) {
-    if (call.wake.WaitWithDeadline(&mu_, deadline)) break;  // the deadline passed
-  }
-  --*waiting;
-  parked_.erase(std::find(parked_.begin(), parked_.end(), &call));
+  waiters_.Wake(absl::InfinitePast(), /*all=*/shutting_down_);
 }
 
 bool ParameterShard::AllWorkersDone() const {
@@ -252,39 +184,6 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   return absl::OkStatus();
 }
 
-absl::Status ParameterShard::Pull(const PullRequest& request, absl::Time deadline,
-                                  PullResponse* response, const PullBounds& bounds) {
-  absl::Status answer;
-  absl::Status status = PullVisit(
-      request, deadline,
-      [&](int64_t version, const std::vector<const Variable*>& variables) {
-        answer = CheckPullReply(variables, request.dtype(), bounds.max_reply_bytes);
-        if (!answer.ok()) return;
-        response->set_version(version);
-        for (const Variable* v : variables) {
-          EncodeTensor(v->name, v->shape, *v->values, response->add_variables(), request.dtype());
-        }
-      },
-      bounds);
-  return status.ok() ? answer : status;
-}
-
-absl::Status ParameterShard::PullVisit(const PullRequest& request, absl::Time deadline,
-                                       const PullVisitor& visit, const PullBounds& bounds) {
-  PST_RETURN_IF_ERROR(CheckPull(request));
-  absl::MutexLock lock(&mu_);
-  Touch(request.worker());
-  lease_.BeginCall(request.worker());
-  if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
-    const std::function<bool()> ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return PullMayProceed(request);
-    };
-    Park(ready, deadline, &waiting_pulls_);
-  }
-  lease_.EndCall(request.worker());
-  return VisitLocked(request, visit);
-}
-
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
     absl::AnyInvocable<void()> wake) {
@@ -292,16 +191,15 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
-    auto waiter = std::make_unique<Waiter>();
-    waiter->ready = [this, worker = request.worker(), min_version = request.min_version()]()
-                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                          return PullMayProceed(worker, min_version);
-                        };
-    waiter->deadline = deadline;
-    waiter->wake = std::move(wake);
-    waiter->worker = request.worker();
-    waiter->waiting = &waiting_pulls_;
-    return AddWaiter(std::move(waiter));
+    return waiters_.Add({.ready = [this, worker = request.worker(),
+                                   min_version = request.min_version()]()
+                                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                        return PullMayProceed(worker, min_version);
+                                      },
+                         .deadline = deadline,
+                         .wake = std::move(wake),
+                         .worker = request.worker(),
+                         .waiting = &waiting_pulls_});
   }
   PST_RETURN_IF_ERROR(VisitLocked(request, visit));
   return WaitId{0};
@@ -350,19 +248,8 @@ absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullV
   return absl::OkStatus();
 }
 
-absl::Status ParameterShard::Push(const PushRequest& request, PushResponse* response,
-                                  PushChecked checked) {
-  return *PushImpl(request, response, checked, /*may_wait=*/true);
-}
-
 std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
                                                     PushResponse* response, PushChecked checked) {
-  return PushImpl(request, response, checked, /*may_wait=*/false);
-}
-
-std::optional<absl::Status> ParameterShard::PushImpl(const PushRequest& request,
-                                                     PushResponse* response, PushChecked checked,
-                                                     bool may_wait) {
   // The pass over the payload needs nothing of the shard: made before the
   // lock, so pushes check their bytes side by side. A non-finite one is
   // left to ValidateGradients, which names it.
@@ -373,10 +260,7 @@ std::optional<absl::Status> ParameterShard::PushImpl(const PushRequest& request,
         });
   }
   absl::MutexLock lock(&mu_);
-  if (!may_wait && (snapshot_unwritten_ || staging_held_) && !shutting_down_) {
-    return std::nullopt;
-  }
-  AwaitUpdateTurn();
+  if (!UpdateMayStage()) return std::nullopt;
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
     ++pushes_rejected_;
@@ -456,9 +340,8 @@ void ParameterShard::RecordPush(int worker, int64_t computed_at, int64_t stalene
 }
 
 absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
-    const PushRequest& header, bool may_wait) {
+    const PushRequest& header) {
   absl::MutexLock lock(&mu_);
-  if (may_wait) AwaitUpdateTurn();
   auto refuse = [this](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++pushes_rejected_;
     return status;
@@ -520,16 +403,6 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   return push;
 }
 
-void ParameterShard::AwaitUpdateTurn() {
-  while (!UpdateMayStage()) {
-    const absl::Duration recheck =
-        snapshot_unwritten_ ? absl::InfiniteDuration() : CancelStalledStream();
-    ++waiting_updates_;
-    changed_.WaitWithTimeout(&mu_, recheck);
-    --waiting_updates_;
-  }
-}
-
 absl::Duration ParameterShard::CancelStalledStream() {
   StreamedUpdate* holder = staging_holder_;
   const absl::Duration idle = holder->Idle();
@@ -551,50 +424,11 @@ ParameterShard::WaitId ParameterShard::AwaitUpdateTurnOrWait(absl::AnyInvocable<
   if (UpdateMayStage()) return 0;
   const absl::Duration recheck =
       snapshot_unwritten_ ? absl::InfiniteDuration() : CancelStalledStream();
-  auto waiter = std::make_unique<Waiter>();
-  waiter->ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); };
-  waiter->deadline = absl::Now() + recheck;
-  waiter->wake = std::move(wake);
-  waiter->waiting = &waiting_updates_;
-  return AddWaiter(std::move(waiter));
-}
-
-absl::Status StreamedUpdate::ApplyWhole(int tensor, int64_t elements, int64_t block,
-                                        StagePart stage) {
-  VariableStore::StageTarget& target = targets_[tensor];
-  const int parts =
-      elements < static_cast<int64_t>(kParallelElements) ? 1 : shard_->reduce_parts_;
-  const int64_t blocks = (elements + block - 1) / block;
-  const int64_t part_elements = (blocks + parts - 1) / parts * block;
-  auto run = [&](VariableStore::StageTarget* part, int64_t begin, int64_t end) -> absl::Status {
-    for (int64_t first = begin; first < end; first += block) {
-      PST_RETURN_IF_ERROR(stage(part, first, std::min(block, end - first)));
-      Progressed();
-    }
-    return absl::OkStatus();
-  };
-  std::vector<VariableStore::StageTarget> part_targets(parts - 1, target);
-  std::vector<absl::Status> results(parts);
-  {
-    std::vector<ThreadPool::Task> tasks;
-    for (int p = 1; p < parts; ++p) {
-      const int64_t begin = std::min(elements, p * part_elements);
-      const int64_t end = std::min(elements, (p + 1) * part_elements);
-      tasks.push_back(shard_->reduce_threads_.Start(
-          [&, p, begin, end] { results[p] = run(&part_targets[p - 1], begin, end); }));
-    }
-    results[0] = run(&target, 0, std::min(elements, part_elements));
-  }  // the tasks' destructors wait for them
-  for (const VariableStore::StageTarget& part : part_targets) target.Merge(part);
-  for (absl::Status& result : results) {
-    if (!result.ok()) return result;
-  }
-  return absl::OkStatus();
-}
-
-void StreamedUpdate::SetCancel(std::function<void()> cancel) {
-  absl::MutexLock lock(&shard_->mu_);
-  cancel_ = std::move(cancel);
+  return waiters_.Add(
+      {.ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); },
+       .deadline = absl::Now() + recheck,
+       .wake = std::move(wake),
+       .waiting = &waiting_updates_});
 }
 
 absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
@@ -624,11 +458,6 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
   return absl::OkStatus();
 }
 
-StreamedUpdate::~StreamedUpdate() {
-  staged_.clear();
-  if (holds_staging_) shard_->ReleaseStaging();
-}
-
 void ParameterShard::ReleaseStaging() {
   absl::MutexLock lock(&mu_);
   ReleaseStagingLocked();
@@ -651,9 +480,10 @@ void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int
   // landed, and no other push of this rank is admitted until it completes.
   progress_[request.worker()].pushed = true;
   ++landing_;
-  mu_.Unlock();
-  step_.Land(request.worker(), request, indices);
-  mu_.Lock();
+  {
+    MutexRelease unlocked(&mu_);  // the sum is step_'s own to guard
+    step_.Land(request.worker(), request, indices);
+  }
   --landing_;
   switch (MaybeCompleteStep()) {
     case StepResult::kPending:
@@ -774,21 +604,6 @@ absl::Status CheckAwaitWorkersDone(const AwaitWorkersDoneRequest& request) {
 
 }  // namespace
 
-absl::Status ParameterShard::AwaitWorkersDone(const AwaitWorkersDoneRequest& request,
-                                              absl::Time deadline, StatsResponse* response) {
-  PST_RETURN_IF_ERROR(CheckAwaitWorkersDone(request));
-  absl::MutexLock lock(&mu_);
-  const std::function<bool()> settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return AllWorkersDone() || worker_changes_ != request.known_changes();
-  };
-  if (!shutting_down_ && !settled() && absl::Now() < deadline) {
-    Park(settled, deadline, &waiting_done_calls_);
-  }
-  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
-  FillStats(response);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
     const AwaitWorkersDoneRequest& request, absl::Time deadline, StatsResponse* response,
     absl::AnyInvocable<void()> wake) {
@@ -796,14 +611,12 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
   absl::MutexLock lock(&mu_);
   const int64_t known = request.known_changes();
   if (!shutting_down_ && !AllWorkersDone() && worker_changes_ == known && absl::Now() < deadline) {
-    auto waiter = std::make_unique<Waiter>();
-    waiter->ready = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return AllWorkersDone() || worker_changes_ != known;
-    };
-    waiter->deadline = deadline;
-    waiter->wake = std::move(wake);
-    waiter->waiting = &waiting_done_calls_;
-    return AddWaiter(std::move(waiter));
+    return waiters_.Add({.ready = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                           return AllWorkersDone() || worker_changes_ != known;
+                         },
+                         .deadline = deadline,
+                         .wake = std::move(wake),
+                         .waiting = &waiting_done_calls_});
   }
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   FillStats(response);

@@ -22,15 +22,15 @@
 // whether or not anyone calls in), so SYNC steps complete and SSP's slowest
 // clock moves on without it; any later call brings it back.
 //
-// A call that must wait (a pull for its version, AwaitWorkersDone) either
-// parks its thread on a condition variable of its own (Pull, PullVisit,
-// AwaitWorkersDone) or leaves a waiter and returns (PullVisitOrWait,
-// AwaitWorkersDoneOrWait: the gRPC service's, so that no thread is held
-// per long-poll). Whatever changes what it waits for (a version, a worker
-// clock, the live or done set, Init, shutdown) wakes exactly the calls
-// that can now proceed; its deadline (for a waiter: on the shard's timer
-// thread), or its caller going away, ends the wait otherwise. Stats is a
-// pure read.
+// A call that must wait (a pull for its version, an update for its turn,
+// AwaitWorkersDone) leaves a waiter and returns (ps_server/shard_waiters.h):
+// no thread is held while it waits. Whatever changes what it waits for (a
+// version, a worker clock, the live or done set, Init, the staging,
+// shutdown) wakes exactly the calls that can now proceed; its deadline, or
+// its caller going away, ends the wait otherwise. Each call has one entry
+// point, used by every transport, the tests and the fuzzers alike;
+// ps_server/shard_calls.h wraps them for a caller that may block a thread.
+// Stats is a pure read.
 //
 // Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
 // future version, a push with no gradient, a pull naming a variable twice,
@@ -62,6 +62,7 @@
 #include "common/thread_pool.h"
 #include "ps_server/consistency_policy.h"
 #include "ps_server/lease_tracker.h"
+#include "ps_server/shard_waiters.h"
 #include "ps_server/step_aggregate.h"
 #include "ps_server/variable_store.h"
 
@@ -95,92 +96,7 @@ struct PushChecked {
   bool values_finite = false;  // every gradient value is finite
 };
 
-class ParameterShard;
-
-// What a caller adds to a pull's deadline.
-struct PullBounds {
-  // Pull only: ResourceExhausted, before anything is encoded, if the
-  // answer would be larger (rpc_limits.h: PullReplyBytes). 0: no bound.
-  int64_t max_reply_bytes = 0;
-};
-
-// An ASYNC push applied while its gradient streams in, a piece at a time,
-// and committed when the stream ends: the transfer and the update overlap,
-// and no copy of the whole gradient is made. The update is staged in the
-// shard's staging buffers, so while one exists every other update of the
-// shard waits (pulls do not: they read the published values). A stream
-// holds one only as long as its data keeps coming; a client that goes away
-// ends its call, and the update is dropped with the call.
-class StreamedUpdate {
- public:
-  ~StreamedUpdate();  // drops the update unless committed
-  StreamedUpdate(const StreamedUpdate&) = delete;
-  StreamedUpdate& operator=(const StreamedUpdate&) = delete;
-
-  // Applies the gradient of elements [first, first + gradient.size()) of
-  // the header's gradient number `tensor`, in stream order (PieceSequence):
-  // each element once. A gradient value that is not finite gives a result
-  // that is not (every rule scales the gradient into its output or state),
-  // which finite() reports and the commit refuses; callers check the
-  // gradient first where they can name the culprit for the same cost.
-  void Apply(int tensor, int64_t first, std::span<const float> gradient) {
-    targets_[tensor].Apply(first, gradient);
-  }
-  // Whether everything staged for gradient number `tensor` is finite.
-  bool finite(int tensor) const { return targets_[tensor].finite(); }
-
-  // Applies gradient number `tensor` whole, elements [0, elements), for a
-  // caller that has all of it at hand (a push in a shared region):
-  // stage(target, first, count) must apply elements [first, first + count)
-  // to `target` (StageTarget::Apply), for consecutive blocks of at most
-  // `block` elements. A large gradient is split into parts of whole blocks,
-  // staged at once on the shard's threads (as a SYNC step's sum is), each
-  // on its own copy of the target, merged after; `stage` must be safe to
-  // call from several threads. Returns the first failure of `stage`.
-  using StagePart = absl::FunctionRef<absl::Status(VariableStore::StageTarget* target,
-                                                   int64_t first, int64_t count)>;
-  absl::Status ApplyWhole(int tensor, int64_t elements, int64_t block, StagePart stage);
-
-  // The buffer the header's variable `tensor` is staged into: once
-  // elements have been applied, their new values are there, unchanged
-  // until the update is committed (and, committed, they are the variable's
-  // values). For an exchange whose answer sends each block back as it is
-  // staged.
-  const Values& staged_values(int tensor) const { return staged_[tensor]; }
-
-  // How the shard ends the stream if it stalls while another update waits
-  // (ShardOptions::stalled_stream_timeout): e.g. cancel the call, so that
-  // the stream's next read fails and the update is dropped. Thread-safe;
-  // set before the first piece. Called at most once.
-  void SetCancel(std::function<void()> cancel);
-  // The stream delivered data just now.
-  void Progressed() { last_progress_ = SteadyNanos(); }
-
- private:
-  friend class ParameterShard;
-  explicit StreamedUpdate(ParameterShard* shard) : shard_(shard) {}
-  // A monotonic clock: a wall-clock step must not cancel a healthy stream.
-  static int64_t SteadyNanos() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  absl::Duration Idle() const { return absl::Nanoseconds(SteadyNanos() - last_progress_.load()); }
-
-  ParameterShard* const shard_;
-  std::atomic<int64_t> last_progress_{SteadyNanos()};
-  std::function<void()> cancel_;  // guarded by the shard's mu_
-  bool cancelled_ = false;        // guarded by the shard's mu_
-  int worker_ = 0;
-  int64_t computed_at_ = 0;
-  int64_t staleness_ = 0;
-  std::vector<int> indices_;  // the variables, in header order
-  std::vector<VariableStore::StageTarget> targets_;
-  // Dropped before the staging is freed, so that the next update does not
-  // see them as a pull still holding the buffers.
-  std::vector<Values> staged_;
-  bool holds_staging_ = true;
-};
+class StreamedUpdate;  // ps_server/streamed_update.h
 
 class ParameterShard {
  public:
@@ -202,35 +118,28 @@ class ParameterShard {
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);
 
-  // Waits (up to `deadline`) until the shard is initialized and the policy
-  // lets the pull proceed (its version reaches request.min_version; SSP: the
-  // worker is within the staleness bound), then copies the requested
-  // variables. DeadlineExceeded if the wait runs out; Unavailable once
-  // shutting down; InvalidArgument for an unknown or repeated name.
-  absl::Status Pull(const PullRequest& request, absl::Time deadline, PullResponse* response,
-                    const PullBounds& bounds = {});
-
-  // As Pull, but instead of copying the requested variables into a response
-  // it hands them, and the version, to `visit`, which runs under the shard's
-  // lock (so it sees one version) and must not call back into the shard: for
-  // a caller that encodes them straight into its own messages.
+  // A pull hands the variables it asked for, and the version, to a
+  // visitor, which runs under the shard's lock (so it sees one version)
+  // and must not call back into the shard: the caller encodes them
+  // straight into its own messages.
   using PullVisitor =
       std::function<void(int64_t version, const std::vector<const Variable*>& variables)>;
-  absl::Status PullVisit(const PullRequest& request, absl::Time deadline,
-                         const PullVisitor& visit, const PullBounds& bounds = {});
 
-  // A pull that waits without holding a thread. Under one lock: if
-  // `request` may proceed now, or cannot wait (shutting down, `deadline`
-  // passed), it runs as PullVisit would without waiting, and the result is
-  // 0 (or PullVisit's error); `wake` is dropped. Otherwise it leaves a
+  // The pull: once the shard is initialized and the policy lets it
+  // proceed (its version reaches request.min_version; SSP: the worker is
+  // within the staleness bound), `visit` sees the requested variables.
+  // Under one lock: if `request` may proceed now, or cannot wait (shutting
+  // down: Unavailable; `deadline` passed: DeadlineExceeded), it runs at
+  // once and the result is 0 (or the error: InvalidArgument for an
+  // unknown or repeated name); `wake` is dropped. Otherwise it leaves a
   // waiter and returns its id (never 0): `wake` then runs once, when the
   // pull may proceed, the shard begins shutting down or `deadline` passes,
   // on the thread that changed the shard (or the shard's timer thread, for
   // the deadline) with the shard's lock held, so it must be quick and must
   // not call into the shard; the caller then calls PullVisitOrWait again.
   // While it waits, the pull counts in waiting_pulls() and keeps its
-  // worker live, as a parked pull does.
-  using WaitId = uint64_t;
+  // worker live.
+  using WaitId = ShardWaiters::WaitId;
   absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
                                          const PullVisitor& visit,
                                          absl::AnyInvocable<void()> wake);
@@ -238,12 +147,10 @@ class ParameterShard {
   // this returns. False if it had already run (or there is no such waiter).
   bool CancelWait(WaitId id);
 
-  absl::Status Push(const PushRequest& request, PushResponse* response,
-                    PushChecked checked = {});
-  // As Push, but for a caller that must not block: nullopt, with nothing
-  // done, where Push would wait for its turn (behind a streamed update or
-  // an unwritten scheduled snapshot). The caller then calls Push from a
-  // thread that may wait.
+  // The push, applied or aggregated as the policy says; nullopt, with
+  // nothing done, where it must wait for its turn (behind a streamed update
+  // or an unwritten scheduled snapshot): the caller then waits with
+  // AwaitUpdateTurnOrWait and calls again.
   std::optional<absl::Status> TryPush(const PushRequest& request, PushResponse* response,
                                       PushChecked checked = {});
   // For a caller whose update would wait for its turn (TryPush answered
@@ -264,19 +171,17 @@ class ParameterShard {
   // no checkpoint is pending), the update to apply its pieces to. Without one, the caller reassembles
   // the push and calls Push. InvalidArgument for a bad worker or version,
   // an unknown or repeated variable, a wrong shape or an unknown dtype;
-  // FailedPrecondition before Init. A refusal is counted. With `may_wait`
-  // (a thread that may block) it first waits for its turn, as Push does,
-  // when another update is staging or a snapshot is unwritten; without,
-  // `awaits_turn` says that is the only reason there is no update, for a
-  // caller whose push waits where it lies (a shared region) and would
-  // rather call again from such a thread than copy it.
+  // FailedPrecondition before Init. A refusal is counted. `awaits_turn`
+  // says that another update staging, or an unwritten snapshot, is the only
+  // reason there is no update, for a caller whose push waits where it lies
+  // (a shared region) and would rather wait for its turn
+  // (AwaitUpdateTurnOrWait) and call again than copy it.
   struct StreamedPush {
     std::vector<int64_t> bytes;
     std::unique_ptr<StreamedUpdate> update;
     bool awaits_turn = false;
   };
-  absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header,
-                                                 bool may_wait = false);
+  absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header);
   // Makes a streamed update whose every element has been applied visible at
   // once, as Push would have; the same outcomes and counters.
   absl::Status CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
@@ -288,21 +193,17 @@ class ParameterShard {
   // A snapshot of the shard's counters and workers; changes nothing.
   void Stats(StatsResponse* response) const;
 
-  // The chief's wait for the end of training: waits (up to `deadline`) until
-  // every worker is done, or the workers' standing differs from what the
-  // caller last saw (StatsResponse.worker_changes != request.known_changes:
-  // a worker was first heard from, left or rejoined the live set, finished
-  // or registered again), then answers as Stats. So a caller that passes
-  // each answer's worker_changes back sees every change, and waits in
-  // between. OK at the deadline too, with the state then. InvalidArgument
-  // for a negative timeout_ms or a known_changes below -1; Unavailable once
-  // shutting down.
-  absl::Status AwaitWorkersDone(const AwaitWorkersDoneRequest& request, absl::Time deadline,
-                                StatsResponse* response);
-  // AwaitWorkersDone without holding a thread, as PullVisitOrWait is to
-  // PullVisit: 0 once `response` is filled (or an error), else a waiter's
-  // id, and `wake` runs once when the caller should call again. The wait
-  // counts in waiting_done_calls().
+  // The chief's wait for the end of training: answers as Stats once every
+  // worker is done, or the workers' standing differs from what the caller
+  // last saw (StatsResponse.worker_changes != request.known_changes: a
+  // worker was first heard from, left or rejoined the live set, finished
+  // or registered again), or `deadline` passes (OK, with the state then).
+  // So a caller that passes each answer's worker_changes back sees every
+  // change, and waits in between. InvalidArgument for a negative
+  // timeout_ms or a known_changes below -1; Unavailable once shutting down.
+  // 0 once `response` is filled (or an error), else a waiter's id, and
+  // `wake` runs once when the caller should call again. The wait counts in
+  // waiting_done_calls().
   absl::StatusOr<WaitId> AwaitWorkersDoneOrWait(const AwaitWorkersDoneRequest& request,
                                                 absl::Time deadline, StatsResponse* response,
                                                 absl::AnyInvocable<void()> wake);
@@ -356,24 +257,6 @@ class ParameterShard {
     int64_t max_staleness = 0;
     int64_t dropped = 0;
   };
-  // A call parked until `ready` holds (evaluated under mu_ by whoever
-  // changes the shard), the shard shuts down or its deadline passes.
-  struct ParkedCall {
-    const std::function<bool()>* ready = nullptr;
-    absl::CondVar wake;
-  };
-
-  // A call waiting without a thread (PullVisitOrWait): woken as a parked
-  // call is, or by the timer thread at its deadline.
-  struct Waiter {
-    WaitId id = 0;
-    std::function<bool()> ready;  // evaluated under mu_
-    absl::Time deadline;
-    absl::AnyInvocable<void()> wake;
-    int worker = -1;       // a pull's worker, in flight while it waits
-    int* waiting = nullptr;
-  };
-
   ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
                  std::unique_ptr<Optimizer> optimizer);
 
@@ -388,25 +271,12 @@ class ParameterShard {
   void LeasesExpired(const std::vector<int>& workers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's standing (seen, live, done) changed: for AwaitWorkersDone.
   void WorkersChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Something a waiter may wait for changed: wakes the update and snapshot
-  // waiters (changed_) and the parked calls whose condition now holds.
+  // Something a waiter may wait for changed: wakes the snapshot's taker
+  // (changed_) and the waiters whose condition now holds.
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Parks the calling thread as ParkedCall says, counted in `*waiting`.
-  void Park(const std::function<bool()>& ready, absl::Time deadline, int* waiting)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Leaves `waiter` to be woken; returns its id.
-  WaitId AddWaiter(std::unique_ptr<Waiter> waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Wakes (and forgets) the waiters that may go on: shutting down, ready,
-  // or past their deadline at `now`.
-  void WakeWaiters(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The timer thread: wakes each waiter at its deadline.
-  void RunWaiterTimer();
-  // Everything of PullVisit after its wait.
+  // The pull, once it waits no more.
   absl::Status VisitLocked(const PullRequest& request, const PullVisitor& visit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Push, or TryPush when `may_wait` is false.
-  std::optional<absl::Status> PushImpl(const PushRequest& request, PushResponse* response,
-                                       PushChecked checked, bool may_wait);
   bool AllWorkersDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -438,9 +308,6 @@ class ParameterShard {
   // Lets the next update stage (a StreamedUpdate is done with the staging).
   void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until no checkpoint and no streamed update hold updates back,
-  // cancelling a streamed update whose stream has stalled.
-  void AwaitUpdateTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutting_down_ || !(snapshot_unwritten_ || staging_held_);
   }
@@ -455,17 +322,17 @@ class ParameterShard {
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
-  // Waited on by updates held back (AwaitUpdateTurn) and by
-  // TakeScheduledSnapshot; parked calls have their own.
+  // Waited on by TakeScheduledSnapshot.
   absl::CondVar changed_;
-  std::vector<ParkedCall*> parked_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
-  WaitId last_wait_id_ ABSL_GUARDED_BY(mu_) = 0;
-  // Signalled when a waiter is added (its deadline may be the earliest)
-  // and to stop the timer thread.
-  absl::CondVar timer_wake_;
-  bool timer_stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread waiter_timer_;  // started by the constructor's body
+  // Keeps a waiting pull's worker in flight (lease_ is declared later:
+  // used only once both exist, and the destructor stops the timer first).
+  ShardWaiters waiters_{&mu_, [this](int worker, bool begins) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                          if (begins) {
+                            lease_.BeginCall(worker);
+                          } else {
+                            lease_.EndCall(worker);
+                          }
+                        }};
   VariableStore store_ ABSL_GUARDED_BY(mu_);
   // store_'s parameter_bytes(), set once it holds variables: read on every
   // call's arrival without the lock.

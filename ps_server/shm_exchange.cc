@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "ps_server/streamed_update.h"
 
 namespace pst {
 

@@ -14,6 +14,7 @@
 #include "ps_server/chunk_streams.h"
 #include "ps_server/parameter_shard.h"
 #include "ps_server/rpc_limits.h"
+#include "ps_server/streamed_update.h"
 
 namespace pst {
 

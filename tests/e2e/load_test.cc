@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "placement/variable_spec.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
 #include "ps_server/ps_service.h"
 #include "worker/ps_client.h"
 
@@ -119,7 +120,7 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
   EXPECT_EQ(stats.pushes_rejected(), 0);
   PullRequest pull;
   PullResponse pulled;
-  ASSERT_TRUE((*shard)->Pull(pull, absl::Now(), &pulled).ok());
+  ASSERT_TRUE(Pull(**shard, pull, absl::Now(), &pulled).ok());
   const float expected = static_cast<float>(acknowledged.load());
   for (const Tensor& t : pulled.variables()) {
     const float* values = reinterpret_cast<const float*>(t.data().data());

@@ -24,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
 #include "tests/support/eventually.h"
 
 namespace pst {
@@ -56,7 +57,7 @@ void PushOnes(ParameterShard* shard) {
   std::vector<float> g = {1, 1, 1};
   EncodeTensor("w", std::vector<int64_t>{3}, g, push.add_gradients());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(push, &response).ok());
+  ASSERT_TRUE(Push(*shard, push, &response).ok());
 }
 
 std::string FreshDir(const std::string& name) {
@@ -361,7 +362,7 @@ class Pusher {
             std::vector<float> g = {1, 1, 1};
             EncodeTensor("w", std::vector<int64_t>{3}, g, push.add_gradients());
             PushResponse response;
-            shard->Push(push, &response).IgnoreError();  // Unavailable once shut down
+            Push(*shard, push, &response).IgnoreError();  // Unavailable once shut down
           }
         }) {}
   ~Pusher() {

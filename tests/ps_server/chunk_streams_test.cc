@@ -19,6 +19,8 @@
 #include "gtest/gtest.h"
 #include "placement/variable_spec.h"
 #include "ps_server/ps_service.h"
+#include "ps_server/shard_calls.h"
+#include "ps_server/streamed_update.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exchange_calls.h"
 #include "tests/support/thread_count.h"
@@ -352,7 +354,7 @@ class MalformedPushTest : public ::testing::Test {
   std::pair<int64_t, std::string> State() {
     PullRequest request;
     PullResponse response;
-    EXPECT_TRUE(served_.shard()->Pull(request, absl::Now() + absl::Seconds(5), &response).ok());
+    EXPECT_TRUE(Pull(*served_.shard(), request, absl::Now() + absl::Seconds(5), &response).ok());
     return {response.version(), response.variables(0).data()};
   }
 
@@ -659,14 +661,14 @@ TEST(ChunkStreamsTest, AStalledPushStreamIsCancelledAndOtherPushesGoOn) {
   EncodeTensor("w", std::vector<int64_t>{3, 100}, std::vector<float>(300, 1.0f),
                other.add_gradients());
   PushResponse response;
-  ASSERT_TRUE(served.shard()->Push(other, &response).ok());
+  ASSERT_TRUE(Push(*served.shard(), other, &response).ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "held up for the stream's deadline";
   EXPECT_EQ(response.version(), 1);
   const grpc::Status stalled = writer->Finish();
   EXPECT_EQ(stalled.error_code(), grpc::StatusCode::CANCELLED) << stalled.error_message();
   PullRequest pull;
   PullResponse pulled;
-  ASSERT_TRUE(served.shard()->Pull(pull, absl::Now(), &pulled).ok());
+  ASSERT_TRUE(Pull(*served.shard(), pull, absl::Now(), &pulled).ok());
   std::vector<float> values(300);
   DecodeTensor(pulled.variables(0), values);
   EXPECT_EQ(values, Ramp(300, 0.0f, 1.0f)) << "only the other push landed";
@@ -732,7 +734,7 @@ TEST(ChunkStreamsTest, PushesWaitingForTheirTurnHoldNoThreads) {
   EXPECT_TRUE(status.ok()) << status.error_message();
   PullRequest pull;
   PullResponse pulled;
-  ASSERT_TRUE(served.shard()->Pull(pull, absl::Now(), &pulled).ok());
+  ASSERT_TRUE(Pull(*served.shard(), pull, absl::Now(), &pulled).ok());
   EXPECT_EQ(pulled.version(), 1);
   std::vector<float> values(300);
   DecodeTensor(pulled.variables(0), values);

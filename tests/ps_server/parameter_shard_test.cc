@@ -1,5 +1,6 @@
 // The update semantics of one PS shard, without a network.
 #include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps_server/streamed_update.h"
 #include "tests/support/eventually.h"
 
 namespace pst {
@@ -82,7 +84,7 @@ std::vector<float> PullValues(ParameterShard* shard, const std::string& name,
   PullRequest pull;
   pull.add_names(name);
   PullResponse response;
-  absl::Status status = shard->Pull(pull, absl::Now(), &response);
+  absl::Status status = Pull(*shard, pull, absl::Now(), &response);
   EXPECT_TRUE(status.ok()) << status;
   if (version) *version = response.version();
   std::vector<float> values(response.variables(0).data().size() / sizeof(float));
@@ -112,13 +114,13 @@ TEST(ParameterShardTest, SyncAppliesExactlyOnceWhenEveryWorkerHasPushed) {
   auto shard = MakeShard(SYNC, 2);
   InitTwoVariables(shard.get());
   PushResponse first, second;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {2, 2}), &first).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {2, 2}), &first).ok());
   EXPECT_EQ(first.outcome(), PushResponse::AGGREGATED);
   EXPECT_EQ(first.version(), 0);
   // Nothing applied yet: the step waits for worker 1.
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
 
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {3, 3, 3, 3}, {0, 4}), &second).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {3, 3, 3, 3}, {0, 4}), &second).ok());
   EXPECT_EQ(second.outcome(), PushResponse::APPLIED);
   EXPECT_EQ(second.version(), 1);
   // lr 1, mean gradient w: 2, b: {1, 3}.
@@ -134,11 +136,11 @@ TEST(ParameterShardTest, SyncDropsLateGradientsAndCountsThem) {
   auto shard = MakeShard(SYNC, 2);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
   std::vector<float> before = PullValues(shard.get(), "w");
 
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {100, 100, 100, 100}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {100, 100, 100, 100}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
   EXPECT_EQ(response.version(), 1);
   EXPECT_EQ(PullValues(shard.get(), "w"), before);
@@ -162,7 +164,7 @@ TEST(ParameterShardTest, SyncResultIsBitwiseIndependentOfArrivalOrder) {
     InitTwoVariables(shard.get());
     PushResponse response;
     for (int worker : order) {
-      ASSERT_TRUE(shard->Push(Gradient(worker, 0, grads[worker], {0, 0}), &response).ok());
+      ASSERT_TRUE(Push(*shard, Gradient(worker, 0, grads[worker], {0, 0}), &response).ok());
     }
     std::vector<float> values = PullValues(shard.get(), "w");
     if (reference.empty()) reference = values;
@@ -174,11 +176,11 @@ TEST(ParameterShardTest, AsyncAppliesEveryGradientOnArrivalAndRecordsStaleness) 
   auto shard = MakeShard(ASYNC, 2);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
   EXPECT_EQ(response.version(), 1);
   // Worker 1 computed at version 0 too: staleness 1.
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
   EXPECT_EQ(response.version(), 2);
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
   StatsResponse stats = StatsOf(shard.get());
@@ -202,9 +204,9 @@ TEST(ParameterShardTest, AsyncConcurrentPushesAreEachAppliedExactlyOnce) {
       for (int i = 0; i < kPushesPerWorker; ++i) {
         PullRequest pull;
         PullResponse pulled;
-        if (!shard->Pull(pull, absl::Now(), &pulled).ok()) ++failures;
+        if (!Pull(*shard, pull, absl::Now(), &pulled).ok()) ++failures;
         PushResponse response;
-        if (!shard->Push(Gradient(worker, pulled.version(), {-1, -1, -1, -1}, {-1, 0}), &response)
+        if (!Push(*shard, Gradient(worker, pulled.version(), {-1, -1, -1, -1}, {-1, 0}), &response)
                  .ok()) {
           ++failures;
         }
@@ -231,12 +233,12 @@ TEST(ParameterShardTest, PullWaitsForTheRequestedVersion) {
   std::thread pusher([&] {
     EXPECT_TRUE(Eventually([&] { return shard->waiting_pulls() == 1; })) << "the pull never waited";
     PushResponse response;
-    EXPECT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+    EXPECT_TRUE(Push(*shard, Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
   });
   PullRequest pull;
   pull.set_min_version(1);
   PullResponse response;
-  EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(30), &response).ok());
+  EXPECT_TRUE(Pull(*shard, pull, absl::Now() + absl::Seconds(30), &response).ok());
   EXPECT_EQ(response.version(), 1);
   pusher.join();
   EXPECT_EQ(shard->waiting_pulls(), 0);
@@ -248,7 +250,7 @@ TEST(ParameterShardTest, PullTimesOutWithDeadlineExceeded) {
   PullRequest pull;
   pull.set_min_version(5);
   PullResponse response;
-  absl::Status status = shard->Pull(pull, absl::Now() + absl::Milliseconds(20), &response);
+  absl::Status status = Pull(*shard, pull, absl::Now() + absl::Milliseconds(20), &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(status.message(), HasSubstr("version 5"));
 }
@@ -265,7 +267,7 @@ TEST(ParameterShardTest, ShutdownWakesWaitingPulls) {
   PullRequest pull;
   pull.set_min_version(1);
   PullResponse response;
-  absl::Status status = shard->Pull(pull, absl::Now() + absl::Seconds(30), &response);
+  absl::Status status = Pull(*shard, pull, absl::Now() + absl::Seconds(30), &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   stopper.join();
 }
@@ -289,7 +291,7 @@ TEST(PullWaiterTest, IsWokenByTheVersionItWaitsForAndThenPulls) {
   EXPECT_EQ(visits, 0);
   EXPECT_EQ(shard->waiting_pulls(), 1);
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
   EXPECT_EQ(wakes.load(), 1);
   EXPECT_EQ(shard->waiting_pulls(), 0);
   EXPECT_FALSE(shard->CancelWait(*waited)) << "a woken waiter is gone";
@@ -337,7 +339,7 @@ TEST(PullWaiterTest, ACancelledWaiterIsNeverWoken) {
   EXPECT_EQ(shard->waiting_pulls(), 0);
   EXPECT_FALSE(shard->CancelWait(*waited));
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
   EXPECT_FALSE(woken);
 }
 
@@ -473,13 +475,13 @@ TEST(ParameterShardTest, BadPushesAreRefusedAndLeaveTheModelUntouched) {
     auto shard = MakeShard(SYNC, 2);
     InitTwoVariables(shard.get());
     PushResponse response;
-    absl::Status status = shard->Push(c.make(), &response);
+    absl::Status status = Push(*shard, c.make(), &response);
     EXPECT_EQ(status.code(), c.code) << status;
     EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
     // A good push from each worker must now complete the step normally: the
     // bad one neither applied nor counted as worker 0's gradient.
-    ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
-    ASSERT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+    ASSERT_TRUE(Push(*shard, Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+    ASSERT_TRUE(Push(*shard, Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
     EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
     EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
     EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
@@ -500,10 +502,10 @@ TEST(ParameterShardTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
     InitTwoVariables(shard.get());
     PushResponse response;
     // "w" alone would update fine; "b" overflows, so neither changes.
-    absl::Status status = shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
+    absl::Status status = Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
     if (mode == SYNC) {
       ASSERT_TRUE(status.ok()) << status;  // held for the step
-      status = shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
+      status = Push(*shard, Gradient(1, 0, {1, 1, 1, 1}, {kHuge, 0}), &response);
       ASSERT_TRUE(status.ok()) << status;
       EXPECT_EQ(response.version(), 1) << "the step completes so no worker waits forever";
       EXPECT_EQ(response.outcome(), PushResponse::SKIPPED)
@@ -521,9 +523,9 @@ TEST(ParameterShardTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
     // The optimizer state was not touched either: a normal step afterwards
     // is Adam's first step (alpha * m / sqrt(v) = 0.1 * g / |g|).
     const int64_t version = mode == SYNC ? 1 : 0;
-    ASSERT_TRUE(shard->Push(Gradient(0, version, {1, 1, 1, 1}, {1, 1}), &response).ok());
+    ASSERT_TRUE(Push(*shard, Gradient(0, version, {1, 1, 1, 1}, {1, 1}), &response).ok());
     if (mode == SYNC) {
-      ASSERT_TRUE(shard->Push(Gradient(1, version, {1, 1, 1, 1}, {1, 1}), &response).ok());
+      ASSERT_TRUE(Push(*shard, Gradient(1, version, {1, 1, 1, 1}, {1, 1}), &response).ok());
     }
     EXPECT_THAT(PullValues(shard.get(), "b"),
                 ::testing::ElementsAre(::testing::FloatNear(-0.1f, 1e-5f),
@@ -541,7 +543,7 @@ TEST(ParameterShardTest, AnEmptyPushIsRefusedAndLeavesTheVersion) {
     PushRequest empty;
     empty.set_worker(0);
     PushResponse response;
-    absl::Status status = shard->Push(empty, &response);
+    absl::Status status = Push(*shard, empty, &response);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_THAT(status.message(), HasSubstr("no gradients"));
     absl::StatusOr<ParameterShard::StreamedPush> streamed = shard->BeginStreamedPush(empty);
@@ -562,7 +564,7 @@ TEST(ParameterShardTest, APullNamingAVariableTwiceIsRefused) {
   pull.add_names("b");
   pull.add_names("w");
   PullResponse response;
-  absl::Status status = shard->Pull(pull, absl::Now(), &response);
+  absl::Status status = Pull(*shard, pull, absl::Now(), &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("\"w\" twice"));
   EXPECT_EQ(response.variables_size(), 0);
@@ -574,18 +576,18 @@ TEST(ParameterShardTest, APullWhoseAnswerIsTooLargeIsRefusedBeforeItIsBuilt) {
   InitTwoVariables(shard.get());  // 6 floats: 24 bytes of payload, plus framing
   PullRequest pull;
   PullResponse response;
-  absl::Status status = shard->Pull(pull, absl::Now(), &response, {.max_reply_bytes = 64});
+  absl::Status status = Pull(*shard, pull, absl::Now(), &response, {.max_reply_bytes = 64});
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_THAT(status.message(), HasSubstr("--max_reply_bytes"));
   EXPECT_EQ(response.variables_size(), 0);
-  ASSERT_TRUE(shard->Pull(pull, absl::Now(), &response, {.max_reply_bytes = 1 << 20}).ok());
+  ASSERT_TRUE(Pull(*shard, pull, absl::Now(), &response, {.max_reply_bytes = 1 << 20}).ok());
   EXPECT_EQ(response.variables_size(), 2);
 }
 
 TEST(ParameterShardTest, PushBeforeInitIsAFailedPrecondition) {
   auto shard = MakeShard(ASYNC, 1);
   PushResponse response;
-  absl::Status status = shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {1, 1}), &response);
+  absl::Status status = Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {1, 1}), &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("before Init"));
 }
@@ -594,10 +596,10 @@ TEST(ParameterShardTest, SecondPushForTheSameSyncStepIsRefused) {
   auto shard = MakeShard(SYNC, 2);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
-  absl::Status status = shard->Push(Gradient(0, 0, {5, 5, 5, 5}, {0, 0}), &response);
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  absl::Status status = Push(*shard, Gradient(0, 0, {5, 5, 5, 5}, {0, 0}), &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(0, 1, 2, 3));
 }
 
@@ -645,12 +647,12 @@ TEST(ParameterShardTest, SyncWithBackupWorkersCompletesWithTheFirstReplicas) {
   auto shard = MakeShard(options);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(2, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(2, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {4, 4, 4, 4}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {4, 4, 4, 4}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-2, -1, 0, 1));  // mean 3
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {100, 100, 100, 100}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {100, 100, 100, 100}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
   StatsResponse stats = StatsOf(shard.get());
   EXPECT_EQ(stats.pushes_dropped(), 1);
@@ -664,12 +666,12 @@ TEST(ParameterShardTest, DoneAfterPushingDoesNotCompleteTheStepEarly) {
   auto shard = MakeShard(SYNC, 2);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
   DoneResponse done;
   DoneRequest done_request;
   ASSERT_TRUE(shard->Done(done_request, &done).ok());
   EXPECT_EQ(StatsOf(shard.get()).version(), 0);
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(0, 1, 2, 3));
 }
@@ -685,13 +687,13 @@ TEST(ParameterShardTest, SyncStepCompletesWithoutAWorkerWhoseLeaseExpired) {
   HeartbeatResponse beat_response;
   ASSERT_TRUE(shard->Heartbeat(beat, &beat_response).ok());  // worker 1 seen, then silent
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
   PullRequest pull;
   pull.set_min_version(1);
   PullResponse pulled;
   absl::Time start = absl::Now();
-  ASSERT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(10), &pulled).ok());
+  ASSERT_TRUE(Pull(*shard, pull, absl::Now() + absl::Seconds(10), &pulled).ok());
   EXPECT_EQ(pulled.version(), 1);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   StatsResponse stats = StatsOf(shard.get());
@@ -700,9 +702,9 @@ TEST(ParameterShardTest, SyncStepCompletesWithoutAWorkerWhoseLeaseExpired) {
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
   // The worker comes back: it is live again and takes part in the next step.
   ASSERT_TRUE(shard->Heartbeat(beat, &beat_response).ok());
-  ASSERT_TRUE(shard->Push(Gradient(0, 1, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 1, {0, 0, 0, 0}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
-  ASSERT_TRUE(shard->Push(Gradient(1, 1, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(1, 1, {0, 0, 0, 0}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
 }
 
@@ -715,19 +717,19 @@ TEST(ParameterShardTest, SspHoldsAWorkerThatRunsTooFarAhead) {
   InitTwoVariables(shard.get());
   PushResponse response;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(shard->Push(Gradient(0, StatsOf(shard.get()).version(), {0, 0, 0, 0}, {0, 0}), &response).ok());
+    ASSERT_TRUE(Push(*shard, Gradient(0, StatsOf(shard.get()).version(), {0, 0, 0, 0}, {0, 0}), &response).ok());
   }
   PullRequest pull;
   pull.set_worker(0);
   PullResponse pulled;
-  absl::Status status = shard->Pull(pull, absl::Now() + absl::Milliseconds(100), &pulled);
+  absl::Status status = Pull(*shard, pull, absl::Now() + absl::Milliseconds(100), &pulled);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);  // clock 3, slowest 0
   std::thread slow([&] {
     EXPECT_TRUE(Eventually([&] { return shard->waiting_pulls() == 1; })) << "the pull never waited";
     PushResponse r;
-    EXPECT_TRUE(shard->Push(Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &r).ok());
+    EXPECT_TRUE(Push(*shard, Gradient(1, 0, {0, 0, 0, 0}, {0, 0}), &r).ok());
   });
-  EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(30), &pulled).ok());
+  EXPECT_TRUE(Pull(*shard, pull, absl::Now() + absl::Seconds(30), &pulled).ok());
   slow.join();
   StatsResponse stats = StatsOf(shard.get());
   EXPECT_LE(stats.workers(0).clock() - stats.workers(1).clock(), 2);
@@ -741,14 +743,14 @@ TEST(ParameterShardTest, SspIgnoresFinishedWorkers) {
   auto shard = MakeShard(options);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {0, 0, 0, 0}, {0, 0}), &response).ok());
   DoneRequest done;
   done.set_worker(1);
   DoneResponse done_response;
   ASSERT_TRUE(shard->Done(done, &done_response).ok());
   PullRequest pull;
   PullResponse pulled;
-  EXPECT_TRUE(shard->Pull(pull, absl::Now() + absl::Seconds(5), &pulled).ok());
+  EXPECT_TRUE(Pull(*shard, pull, absl::Now() + absl::Seconds(5), &pulled).ok());
 }
 
 TEST(ParameterShardTest, AsyncDropsGradientsPastMaxStalenessAndScalesTheRest) {
@@ -758,10 +760,10 @@ TEST(ParameterShardTest, AsyncDropsGradientsPastMaxStalenessAndScalesTheRest) {
   auto shard = MakeShard(options);
   InitTwoVariables(shard.get());
   PushResponse response;
-  ASSERT_TRUE(shard->Push(Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());  // staleness 0
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());  // staleness 1: lr / 2
+  ASSERT_TRUE(Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {0, 0}), &response).ok());  // staleness 0
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());  // staleness 1: lr / 2
   EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
-  ASSERT_TRUE(shard->Push(Gradient(1, 0, {9, 9, 9, 9}, {0, 0}), &response).ok());  // staleness 2
+  ASSERT_TRUE(Push(*shard, Gradient(1, 0, {9, 9, 9, 9}, {0, 0}), &response).ok());  // staleness 2
   EXPECT_EQ(response.outcome(), PushResponse::DROPPED);
   EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(-1, 0, 1, 2));
   EXPECT_EQ(StatsOf(shard.get()).pushes_dropped(), 1);
@@ -793,7 +795,7 @@ std::unique_ptr<ParameterShard> SyncStepWaitingForWorker1(const LeaseClock* cloc
   InitTwoVariables(shard.get());
   Heartbeat(shard.get(), 1);
   PushResponse response;
-  EXPECT_TRUE(shard->Push(Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
+  EXPECT_TRUE(Push(*shard, Gradient(0, 0, {2, 2, 2, 2}, {0, 0}), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
   return shard;
 }
@@ -823,7 +825,7 @@ TEST(LivenessTest, AWaitingPullIsWokenByALeaseRunningOut) {
   PullRequest pull;
   pull.set_min_version(1);
   PullResponse response;
-  absl::Status status = shard->Pull(pull, absl::Now() + absl::Seconds(60), &response);
+  absl::Status status = Pull(*shard, pull, absl::Now() + absl::Seconds(60), &response);
   expirer.join();
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(response.version(), 1);
@@ -883,7 +885,7 @@ TEST(AwaitWorkersDoneTest, ReturnsWhenTheLastWorkerIsDone) {
     Done(shard.get(), 1);
   });
   StatsResponse stats;
-  absl::Status status = shard->AwaitWorkersDone(request, absl::Now() + absl::Seconds(60), &stats);
+  absl::Status status = AwaitWorkersDone(*shard, request, absl::Now() + absl::Seconds(60), &stats);
   finisher.join();
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(stats.workers_done(), 2);
@@ -898,7 +900,7 @@ TEST(AwaitWorkersDoneTest, TimesOutCleanlyWithTheStateThen) {
   request.set_known_changes(changes);
   StatsResponse stats;
   absl::Status status =
-      shard->AwaitWorkersDone(request, absl::Now() + absl::Milliseconds(50), &stats);
+      AwaitWorkersDone(*shard, request, absl::Now() + absl::Milliseconds(50), &stats);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(stats.workers_done(), 1);
   EXPECT_EQ(stats.worker_changes(), changes);
@@ -919,7 +921,7 @@ TEST(AwaitWorkersDoneTest, AnswersAtOnceWhatTheCallerHasNotSeen) {
     request.set_timeout_ms(600000);
     StatsResponse stats;
     const absl::Time start = absl::Now();
-    ASSERT_TRUE(shard->AwaitWorkersDone(request, start + absl::Minutes(2), &stats).ok());
+    ASSERT_TRUE(AwaitWorkersDone(*shard, request, start + absl::Minutes(2), &stats).ok());
     EXPECT_LT(absl::Now() - start, absl::Minutes(1)) << "it waited";
     EXPECT_EQ(stats.worker_changes(), changes);
     EXPECT_GE(stats.workers(0).seconds_since_seen(), 0.0);
@@ -941,7 +943,7 @@ TEST(AwaitWorkersDoneTest, IsWokenWhenAWorkerLeavesTheLiveSet) {
     clock.Advance(absl::Seconds(5));
   });
   StatsResponse stats;
-  absl::Status status = shard->AwaitWorkersDone(request, absl::Now() + absl::Seconds(60), &stats);
+  absl::Status status = AwaitWorkersDone(*shard, request, absl::Now() + absl::Seconds(60), &stats);
   expirer.join();
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_FALSE(stats.workers(1).live());
@@ -963,7 +965,7 @@ TEST(AwaitWorkersDoneTest, RefusesBadRequests) {
     request.set_timeout_ms(c.timeout_ms);
     request.set_known_changes(c.known_changes);
     StatsResponse stats;
-    absl::Status status = shard->AwaitWorkersDone(request, absl::Now() + absl::Seconds(5), &stats);
+    absl::Status status = AwaitWorkersDone(*shard, request, absl::Now() + absl::Seconds(5), &stats);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_THAT(status.message(), HasSubstr(c.message));
   }
@@ -986,7 +988,7 @@ TEST(AwaitWorkersDoneTest, EndsWhenItsWaiterIsCancelledOrTheShardShutsDown) {
     EXPECT_TRUE(Eventually([&] { return shard->waiting_done_calls() == 1; })) << "never waited";
     shard->BeginShutdown();
   });
-  status = shard->AwaitWorkersDone(request, absl::Now() + absl::Minutes(5), &stats);
+  status = AwaitWorkersDone(*shard, request, absl::Now() + absl::Minutes(5), &stats);
   stopper.join();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
 }
@@ -1057,7 +1059,7 @@ TEST(StreamedUpdateTest, PieceByPieceEqualsOnePushBitForBit) {
   for (int round = 0; round < 2; ++round) {
     const std::vector<std::vector<float>> g = StreamingGradients(round);
     PushResponse expected, response;
-    ASSERT_TRUE(whole->Push(StreamingPush(0, round, g), &expected).ok());
+    ASSERT_TRUE(Push(*whole, StreamingPush(0, round, g), &expected).ok());
     auto push = streamed->BeginStreamedPush(HeaderOf(StreamingPush(0, round, g)));
     ASSERT_TRUE(push.ok()) << push.status();
     EXPECT_THAT(push->bytes, ::testing::ElementsAre(3 * 4099 * 4, 5 * 4));
@@ -1103,7 +1105,7 @@ TEST(StreamedUpdateTest, AWholeGradientStagedInPartsEqualsOnePushBitForBit) {
     push.set_computed_at_version(round);
     AddTensor("big", {kRows, kColumns}, g, push.mutable_gradients());
     PushResponse expected, response;
-    ASSERT_TRUE(whole->Push(push, &expected).ok());
+    ASSERT_TRUE(Push(*whole, push, &expected).ok());
     auto begun = parts->BeginStreamedPush(HeaderOf(push));
     ASSERT_TRUE(begun.ok() && begun->update != nullptr);
     std::vector<int64_t> staged;  // first element of each block
@@ -1168,8 +1170,8 @@ TEST(StreamedUpdateTest, APartThatFailsFailsTheWholeAndNothingLands) {
 }
 
 // A push that can wait where it lies (a shared region) is told it only
-// awaits its turn, and, allowed to wait, gets an update of its own once
-// the one staging before it is committed.
+// awaits its turn; its waiter for the turn is woken when the update
+// staging before it is committed, and it then gets an update of its own.
 TEST(StreamedUpdateTest, APushThatMayWaitIsStagedAfterTheUpdateBeforeIt) {
   auto shard = MakeShard(ASYNC, 2);
   InitResponse init;
@@ -1182,18 +1184,16 @@ TEST(StreamedUpdateTest, APushThatMayWaitIsStagedAfterTheUpdateBeforeIt) {
   EXPECT_EQ(busy->update, nullptr);
   EXPECT_TRUE(busy->awaits_turn);
 
-  absl::StatusOr<ParameterShard::StreamedPush> second;
-  std::atomic<bool> begun{false};
-  std::thread waiter([&] {
-    second = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)), /*may_wait=*/true);
-    begun = true;
-  });
-  EXPECT_TRUE(Eventually([&] { return shard->waiting_updates() == 1 || begun.load(); }));
-  EXPECT_FALSE(begun.load()) << "began while another update was staging";
+  absl::Notification turn;
+  ASSERT_NE(shard->AwaitUpdateTurnOrWait([&turn] { turn.Notify(); }), 0u);
+  EXPECT_EQ(shard->waiting_updates(), 1);
   ApplyInPieces(first->update.get(), g);
+  EXPECT_FALSE(turn.HasBeenNotified()) << "woken while another update was staging";
   PushResponse response;
   ASSERT_TRUE(shard->CommitStreamedPush(std::move(first->update), &response).ok());
-  waiter.join();
+  EXPECT_TRUE(turn.HasBeenNotified()) << "the commit did not wake the waiter for the turn";
+  EXPECT_EQ(shard->waiting_updates(), 0);
+  auto second = shard->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_NE(second->update, nullptr);
   ApplyInPieces(second->update.get(), g);
@@ -1203,7 +1203,7 @@ TEST(StreamedUpdateTest, APushThatMayWaitIsStagedAfterTheUpdateBeforeIt) {
   // SYNC never streams: nothing to wait for.
   auto sync = MakeShard(SYNC, 2);
   ASSERT_TRUE(sync->Init(StreamingModel(), &init).ok());
-  auto summed = sync->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)), /*may_wait=*/true);
+  auto summed = sync->BeginStreamedPush(HeaderOf(StreamingPush(0, 0, g)));
   ASSERT_TRUE(summed.ok());
   EXPECT_EQ(summed->update, nullptr);
   EXPECT_FALSE(summed->awaits_turn);
@@ -1228,7 +1228,7 @@ TEST(StreamedUpdateTest, OtherUpdatesWaitAndPullsSeeTheOldValuesUntilItCommits) 
   std::atomic<bool> pushed{false};
   PushResponse later;
   std::thread pusher([&] {
-    EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &later).ok());
+    EXPECT_TRUE(Push(*shard, StreamingPush(1, 0, g), &later).ok());
     pushed = true;
   });
   EXPECT_TRUE(Eventually([&] { return shard->waiting_updates() == 1 || pushed.load(); }));
@@ -1262,7 +1262,7 @@ TEST(StreamedUpdateTest, AnAbandonedUpdateLeavesNoTraceAndFreesTheStaging) {
   EXPECT_EQ(StatsOf(shard.get()).version(), 0);
   EXPECT_EQ(StatsOf(shard.get()).workers(0).clock(), 0);
   PushResponse response;
-  ASSERT_TRUE(shard->Push(StreamingPush(0, 0, g), &response).ok()) << "the staging is free";
+  ASSERT_TRUE(Push(*shard, StreamingPush(0, 0, g), &response).ok()) << "the staging is free";
   EXPECT_EQ(response.version(), 1);
 }
 
@@ -1285,7 +1285,7 @@ TEST(StreamedUpdateTest, AnUpdateThatWouldOverflowIsRefusedWholeAtCommit) {
   EXPECT_EQ(PullValues(shard.get(), "big"), big) << "the variable that updated fine kept its values too";
   EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 1);
   EXPECT_EQ(StatsOf(shard.get()).version(), 0);
-  ASSERT_TRUE(shard->Push(StreamingPush(0, 0, StreamingGradients(1)), &response).ok());
+  ASSERT_TRUE(Push(*shard, StreamingPush(0, 0, StreamingGradients(1)), &response).ok());
 }
 
 TEST(StreamedUpdateTest, OnlyAnAsyncPushThatWillBeAppliedStreamsItsUpdate) {
@@ -1303,8 +1303,8 @@ TEST(StreamedUpdateTest, OnlyAnAsyncPushThatWillBeAppliedStreamsItsUpdate) {
   auto bounded = MakeShard(options);
   ASSERT_TRUE(bounded->Init(StreamingModel(), &init).ok());
   PushResponse response;
-  ASSERT_TRUE(bounded->Push(StreamingPush(0, 0, g), &response).ok());
-  ASSERT_TRUE(bounded->Push(StreamingPush(0, 1, g), &response).ok());
+  ASSERT_TRUE(Push(*bounded, StreamingPush(0, 0, g), &response).ok());
+  ASSERT_TRUE(Push(*bounded, StreamingPush(0, 1, g), &response).ok());
   push = bounded->BeginStreamedPush(HeaderOf(StreamingPush(1, 0, g)));  // staleness 2
   ASSERT_TRUE(push.ok());
   EXPECT_EQ(push->update, nullptr) << "a gradient to be dropped is not applied";
@@ -1341,7 +1341,7 @@ TEST(StreamedUpdateTest, AStalledStreamIsCancelledWhenAnotherUpdateWaits) {
 
   const absl::Time start = absl::Now();
   PushResponse pushed;
-  std::thread pusher([&] { EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &pushed).ok()); });
+  std::thread pusher([&] { EXPECT_TRUE(Push(*shard, StreamingPush(1, 0, g), &pushed).ok()); });
   EXPECT_TRUE(cancelled.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(cancels.load(), 1);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(250)) << "cancelled before it stalled";
@@ -1370,7 +1370,7 @@ TEST(StreamedUpdateTest, AStreamThatKeepsDeliveringIsNotCancelled) {
   std::atomic<int> cancels{0};
   slow->update->SetCancel([&] { ++cancels; });
   PushResponse pushed;
-  std::thread pusher([&] { EXPECT_TRUE(shard->Push(StreamingPush(1, 0, g), &pushed).ok()); });
+  std::thread pusher([&] { EXPECT_TRUE(Push(*shard, StreamingPush(1, 0, g), &pushed).ok()); });
   // The stall timeout only runs while another update waits: the stream
   // starts delivering once the push waits, and keeps up its progress until
   // then as a live stream would.

@@ -2,6 +2,7 @@
 // gRPC before the handler runs, and leave the model as it was; a second
 // server cannot take a port a shard already serves.
 #include "ps_server/ps_service.h"
+#include "ps_server/shard_calls.h"
 
 #include <ostream>
 #include <string>
@@ -29,7 +30,7 @@ class MaxRequestBytesTest : public ::testing::TestWithParam<SizeCase> {};
 std::vector<float> Values(ParameterShard* shard, int64_t* version) {
   PullRequest pull;
   PullResponse response;
-  EXPECT_TRUE(shard->Pull(pull, absl::Now(), &response).ok());
+  EXPECT_TRUE(Pull(*shard, pull, absl::Now(), &response).ok());
   *version = response.version();
   std::vector<float> values(response.variables(0).data().size() / sizeof(float));
   DecodeTensor(response.variables(0), values);

@@ -25,6 +25,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
+#include "ps_server/shard_calls.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exchange_calls.h"
 
@@ -475,7 +476,7 @@ TEST(RpcLimitsTest, MorePullsWaitThanTheServerHasThreadsAndAllAreAnswered) {
   push.set_worker(0);
   EncodeTensor("w", std::vector<int64_t>{16}, std::vector<float>(16, 0.5f), push.add_gradients());
   PushResponse pushed;
-  ASSERT_TRUE(served.shard().Push(push, &pushed).ok());
+  ASSERT_TRUE(Push(served.shard(), push, &pushed).ok());
   for (int i = 0; i < kPolls; ++i) {
     const grpc::Status status = polls.Next();
     EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();

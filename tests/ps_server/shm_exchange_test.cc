@@ -20,6 +20,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps_server/ps_service.h"
+#include "ps_server/shard_calls.h"
 #include "tests/support/eventually.h"
 #include "tests/support/thread_count.h"
 #include "tests/support/exchange_calls.h"
@@ -113,7 +114,7 @@ class ShmExchangeTest : public ::testing::Test {
   std::vector<float> Model(int64_t* version) {
     PullRequest pull;
     PullResponse response;
-    EXPECT_TRUE(shard_->Pull(pull, absl::Now(), &response).ok());
+    EXPECT_TRUE(Pull(*shard_, pull, absl::Now(), &response).ok());
     *version = response.version();
     std::vector<float> values(kElements);
     DecodeTensor(response.variables(0), values);
@@ -414,7 +415,7 @@ TEST_F(ShmExchangeTest, ALargePushStagedInPartsIsAppliedOrRefusedWhole) {
   request.mutable_header()->mutable_gradients(0)->set_name("big");
   auto model = [&](int64_t* version) {
     PullResponse response;
-    EXPECT_TRUE(shard_->Pull(PullRequest(), absl::Now(), &response).ok());
+    EXPECT_TRUE(Pull(*shard_, PullRequest(), absl::Now(), &response).ok());
     *version = response.version();
     std::vector<float> values(kLarge);
     DecodeTensor(response.variables(0), values);
