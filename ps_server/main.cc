@@ -196,10 +196,6 @@ int main(int argc, char** argv) {
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
-  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
-      pst::metrics::StartMetricsServerFromFlags(task->ToString());
-  if (!metrics_server.ok()) pst::ExitWithError(kProgram, metrics_server.status());
-
   absl::Notification stop;
   std::atomic<bool> stop_requested{false};
   auto request_stop = [&stop, &stop_requested] {
@@ -207,6 +203,14 @@ int main(int argc, char** argv) {
   };
   SignalWaiter signal_waiter;
   StartSignalWaiter(&signal_waiter, request_stop);
+  // After the waiter: the metrics server's threads inherit SIGINT/SIGTERM
+  // blocked, so that a signal reaches the waiter, not the default action.
+  absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
+      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+  if (!metrics_server.ok()) {
+    JoinSignalWaiter(&signal_waiter);
+    pst::ExitWithError(kProgram, metrics_server.status());
+  }
 
   std::string address = absl::GetFlag(FLAGS_listen);
   if (address.empty()) address = config->cluster().ps(task->index);
@@ -267,7 +271,8 @@ int main(int argc, char** argv) {
                            config->cluster().shm() != pst::SHM_OFF);
   if (!server.ok()) {
     JoinSignalWaiter(&signal_waiter);
-    pst::ExitWithError(kProgram, server.status());
+    // A port taken for now (UNAVAILABLE) is worth a restart: exit 1.
+    pst::ExitWithStatus(kProgram, server.status());
   }
   pst::ExportShardMetrics([service = server->service.get()] {
     pst::StatsResponse stats;

@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/mutex_release.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "ps_server/rpc_limits.h"
@@ -259,7 +258,39 @@ std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
           return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
         });
   }
+  std::vector<int> indices;
+  bool lands = false;
+  {
+    absl::MutexLock lock(&mu_);
+    std::optional<absl::Status> decided = DecidePush(request, checked, response, &indices, &lands);
+    if (!lands) return decided;
+  }
+  // Admitted into the step, whose sum guards itself: landed outside the
+  // lock, so that pushes of several ranks sum side by side.
+  step_.Land(request.worker(), request, indices);
   absl::MutexLock lock(&mu_);
+  --landing_;
+  switch (MaybeCompleteStep()) {
+    case StepResult::kPending:
+      ++pushes_aggregated_;
+      response->set_outcome(PushResponse::AGGREGATED);
+      break;
+    case StepResult::kApplied:
+      response->set_outcome(PushResponse::APPLIED);
+      break;
+    case StepResult::kSkipped:
+      response->set_outcome(PushResponse::SKIPPED);
+      break;
+  }
+  response->set_version(version_);
+  Changed();
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& request,
+                                                       PushChecked checked,
+                                                       PushResponse* response,
+                                                       std::vector<int>* indices, bool* lands) {
   if (!UpdateMayStage()) return std::nullopt;
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
@@ -282,10 +313,9 @@ std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
     ++pushes_rejected_;
     return EmptyPush();
   }
-  std::vector<int> indices;
   if (absl::Status s = store_.ValidateGradients(request.gradients(),
                                                 policy_->PushCarriesEveryVariable(),
-                                                /*check_finite=*/!checked.values_finite, &indices);
+                                                /*check_finite=*/!checked.values_finite, indices);
       !s.ok()) {
     ++pushes_rejected_;
     return s;
@@ -312,10 +342,14 @@ std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
       response->set_version(version_);
       break;
     case Admission::Action::kAggregate:
-      Aggregate(request, indices, response);
-      break;
+      // The step cannot complete before this push has landed, and no other
+      // push of this rank is admitted until it completes.
+      progress_[request.worker()].pushed = true;
+      ++landing_;
+      *lands = true;
+      return absl::OkStatus();  // TryPush lands it
     case Admission::Action::kApply:
-      status = Apply(request, indices, admission->lr_scale, response);
+      status = Apply(request, *indices, admission->lr_scale, response);
       break;
   }
   if (!status.ok()) {
@@ -472,32 +506,6 @@ void ParameterShard::ReleaseStagingLocked() {
 void ParameterShard::CountRejectedPush() {
   absl::MutexLock lock(&mu_);
   ++pushes_rejected_;
-}
-
-void ParameterShard::Aggregate(const PushRequest& request, const std::vector<int>& indices,
-                               PushResponse* response) {
-  // Admitted into the step: the step cannot complete before this push has
-  // landed, and no other push of this rank is admitted until it completes.
-  progress_[request.worker()].pushed = true;
-  ++landing_;
-  {
-    MutexRelease unlocked(&mu_);  // the sum is step_'s own to guard
-    step_.Land(request.worker(), request, indices);
-  }
-  --landing_;
-  switch (MaybeCompleteStep()) {
-    case StepResult::kPending:
-      ++pushes_aggregated_;
-      response->set_outcome(PushResponse::AGGREGATED);
-      break;
-    case StepResult::kApplied:
-      response->set_outcome(PushResponse::APPLIED);
-      break;
-    case StepResult::kSkipped:
-      response->set_outcome(PushResponse::SKIPPED);
-      break;
-  }
-  response->set_version(version_);
 }
 
 ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {

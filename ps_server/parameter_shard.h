@@ -284,10 +284,12 @@ class ParameterShard {
   // InvalidArgument for a pull from an unknown worker or in an unknown
   // wire dtype.
   absl::Status CheckPull(const PullRequest& request) const;
-  // Adds the push's gradients to the current step, releasing mu_ while they
-  // land, and completes the step if the policy says so.
-  void Aggregate(const PushRequest& request, const std::vector<int>& indices,
-                 PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TryPush's part under the lock: refuses, drops or applies the push, or
+  // admits it into the current step (`*lands`: the caller lands its
+  // `indices` outside the lock, then completes the step if it can).
+  std::optional<absl::Status> DecidePush(const PushRequest& request, PushChecked checked,
+                                         PushResponse* response, std::vector<int>* indices,
+                                         bool* lands) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the push on its own, its learning rate scaled by `lr_scale`.
   absl::Status Apply(const PushRequest& request, const std::vector<int>& indices,
                      float lr_scale, PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -225,6 +225,15 @@ void ParameterServerService::RequestCalls(grpc::ServerCompletionQueue* queue) {
 
 void ParameterServerService::ServeAwaitWorkersDone(
     Call<AwaitWorkersDoneRequest, StatsResponse>* call) {
+  // The chief has one open; each costs a waiter that every change of the
+  // shard looks at.
+  if (server_->waiting_done_calls() >= limits_.max_streams) {
+    call->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("this PS already has ", limits_.max_streams,
+                     " AwaitWorkersDone calls waiting, its limit (--max_streams); try again later")));
+    return;
+  }
   const absl::Duration asked = absl::Milliseconds(std::max(0, call->request().timeout_ms()));
   const absl::Time deadline = std::min(absl::Now() + std::min(asked, limits_.max_pull_wait),
                                        absl::FromChrono(call->context()->deadline()));

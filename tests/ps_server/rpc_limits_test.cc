@@ -552,6 +552,31 @@ TEST(RpcLimitsTest, AwaitWorkersDoneGivesItsThreadBackAtTheCallsDeadline) {
   EXPECT_TRUE(served.Alive());
 }
 
+// Second hostile pass: 10 000 waiting AwaitWorkersDone calls cost the PS
+// memory and every step a look at each. Only --max_streams may wait.
+TEST(RpcLimitsTest, AwaitWorkersDoneCallsBeyondTheCapAreRefused) {
+  constexpr int kCap = 2;
+  Served served({{"w", 16}}, RpcLimits{.max_streams = kCap});
+  StatsResponse response;
+  ASSERT_TRUE(AwaitWorkersDone(&served, 0, -1, absl::Seconds(30), &response).ok());
+  const int64_t changes = response.worker_changes();
+  std::vector<std::thread> chiefs;
+  for (int i = 0; i < kCap; ++i) {
+    chiefs.emplace_back([&] {
+      StatsResponse answer;
+      AwaitWorkersDone(&served, INT_MAX, changes, absl::Seconds(3), &answer);
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return served.shard().waiting_done_calls() == kCap; }));
+  const grpc::Status refused =
+      AwaitWorkersDone(&served, INT_MAX, changes, absl::Seconds(3), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max_streams"));
+  for (std::thread& chief : chiefs) chief.join();
+  ASSERT_TRUE(Eventually([&] { return served.shard().waiting_done_calls() == 0; }));
+  EXPECT_TRUE(AwaitWorkersDone(&served, 0, -1, absl::Seconds(30), &response).ok());
+}
+
 // The server's threads are a fixed set, however many calls are open: a
 // checkpoint asked for while one is being written (which holds the
 // checkpoint thread in the process's hook) is refused at once with
