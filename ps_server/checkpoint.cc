@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 
 #include "absl/cleanup/cleanup.h"
@@ -161,6 +162,26 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   struct stat status;
   if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is not a regular file"));
+  }
+  // The header first: a file whose header is not a checkpoint's, or that
+  // claims more than a checkpoint can hold (protobuf parses at most 2 GiB),
+  // is refused before its size is allocated (a sparse file of any size
+  // costs nothing to make).
+  char header[kHeaderBytes];
+  if (static_cast<size_t>(status.st_size) < kHeaderBytes ||
+      pread(fd, header, kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes) ||
+      std::memcmp(header, kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
+  }
+  const uint64_t claimed = GetLittleEndian(header + sizeof(kMagic), 8);
+  if (claimed > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " claims ", claimed,
+                                            " payload bytes, more than a checkpoint holds"));
+  }
+  if (static_cast<uint64_t>(status.st_size) > kHeaderBytes + claimed) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has ",
+                                            status.st_size - kHeaderBytes - claimed,
+                                            " bytes past its payload"));
   }
   std::string contents(static_cast<size_t>(status.st_size), '\0');
   size_t read_bytes = 0;

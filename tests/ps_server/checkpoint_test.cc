@@ -15,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -199,6 +200,51 @@ TEST(CheckpointTest, AFifoNamedLikeACheckpointIsRefusedWithoutWaiting) {
   EXPECT_EQ(checkpoint->version(), 0);
   ASSERT_EQ(rejected.size(), 1u);
   EXPECT_THAT(rejected[0], HasSubstr("is not a regular file"));
+}
+
+// Second hostile pass: a sparse file of 200 GB named like the newest
+// checkpoint made the PS allocate its size at every start (std::bad_alloc,
+// abort). The header is read first; a claim past what a checkpoint holds,
+// or bytes past the claimed payload, are refused before any allocation.
+TEST(CheckpointTest, AHugeSparseFileNamedLikeACheckpointIsRefusedWithoutAllocatingIt) {
+  auto shard = MomentumShard();
+  Init(shard.get());
+  const std::string dir = FreshDir("ckpt_sparse");
+  ASSERT_TRUE(WriteCheckpoint(dir, shard->Snapshot(), 5).ok());  // version 0
+  const std::string claims_too_much = dir + "/ckpt-000000000000998.bin";
+  const std::string longer_than_claimed = dir + "/ckpt-000000000000999.bin";
+  for (const auto& [path, claimed] : {std::pair{claims_too_much, uint64_t{1} << 40},
+                                      std::pair{longer_than_claimed, uint64_t{16}}}) {
+    std::string header = "PSTCKPT1";
+    for (int i = 0; i < 8; ++i) header.push_back(static_cast<char>((claimed >> (8 * i)) & 0xff));
+    header.append(4, '\0');  // the checksum
+    std::ofstream(path, std::ios::binary) << header;
+    std::filesystem::resize_file(path, uint64_t{64} << 30);  // sparse: no disk used
+  }
+  std::vector<std::string> rejected;
+  absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(dir, &rejected);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->version(), 0);
+  ASSERT_EQ(rejected.size(), 2u);
+  EXPECT_THAT(rejected[0], HasSubstr("bytes past its payload"));
+  EXPECT_THAT(rejected[1], HasSubstr("more than a checkpoint holds"));
+}
+
+// A checkpoint holding a non-finite value was not written by a PS (one is
+// never written into the model): restoring it is refused.
+TEST(CheckpointTest, RestoreRefusesANonFiniteValue) {
+  auto shard = MomentumShard();
+  Init(shard.get());
+  ShardCheckpoint forged = shard->Snapshot();
+  ASSERT_GT(forged.variables_size(), 0);
+  std::string* values = forged.mutable_variables(0)->mutable_values();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(values->data(), &nan, sizeof(nan));
+  auto restored = MomentumShard();
+  const absl::Status status = restored->Restore(forged);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("non-finite"));
+  EXPECT_EQ(restored->parameter_bytes(), 0) << "the shard took some of it";
 }
 
 TEST(CheckpointTest, KeepsOnlyTheNewestK) {
