@@ -1,11 +1,8 @@
 #include "benchmarks/ps_server_processes.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -40,33 +38,19 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-// A port on 127.0.0.1 that nothing listens on right now: the one the kernel
-// picks for a socket bound to port 0.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
+// The port in a file ps_server --port_file wrote (renamed into place
+// whole), or 0 while there is none.
+int ReadPort(const std::string& path) {
+  std::string text = ReadFile(path);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  int port = 0;
+  return absl::SimpleAtoi(text, &port) && port > 0 && port < 65536 ? port : 0;
 }
 
-bool Accepts(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  close(fd);
-  return connected;
+// Where shard `shard` writes the port it got.
+std::string PortFile(const std::string& dir, int shard) {
+  return absl::StrCat(dir, "/ps_", shard, ".port");
 }
-
-// User plus system time of process `pid` from /proc (0 once it is gone).
 
 }  // namespace
 
@@ -78,13 +62,9 @@ absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
     return absl::InternalError(absl::StrCat("cannot make a temporary directory: ", strerror(errno)));
   }
   processes->dir_ = dir;
+  // Every shard binds port 0 and reports the port it got (--port_file).
   std::string cluster = "cluster {";
-  std::vector<int> ports;
-  for (int s = 0; s < shards; ++s) {
-    ports.push_back(FreePort());
-    processes->addresses_.push_back(absl::StrCat("127.0.0.1:", ports.back()));
-    absl::StrAppend(&cluster, " ps: \"", processes->addresses_.back(), "\"");
-  }
+  for (int s = 0; s < shards; ++s) absl::StrAppend(&cluster, " ps: \"127.0.0.1:0\"");
   absl::StrAppend(&cluster, " workers: ", workers, " }\n");
   // The shards need a whole job's config; only the cluster, the mode and
   // the optimizer matter to them. The workers' Init gives them the model.
@@ -101,20 +81,22 @@ absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
   }
   const absl::Time deadline = absl::Now() + kStartTimeout;
   for (int s = 0; s < shards; ++s) {
-    while (!Accepts(ports[s])) {
+    int port = 0;
+    while ((port = ReadPort(PortFile(processes->dir_, s))) == 0) {
       int status = 0;
       const bool exited = waitpid(processes->pids_[s], &status, WNOHANG) == processes->pids_[s];
       if (exited || absl::Now() > deadline) {
         if (exited) processes->pids_[s] = -1;  // reaped: no longer ours to stop
         const std::string what =
-            exited ? "exited" : absl::StrCat("did not listen on ", processes->addresses_[s],
-                                             " within ", absl::FormatDuration(kStartTimeout));
+            exited ? "exited" : absl::StrCat("did not report the port it got within ",
+                                             absl::FormatDuration(kStartTimeout));
         return absl::UnavailableError(absl::StrCat("ps_server for shard ", s, " ", what,
                                                    "; its output:\n",
                                                    ReadFile(processes->logs_[s])));
       }
       absl::SleepFor(absl::Milliseconds(10));
     }
+    processes->addresses_.push_back(absl::StrCat("127.0.0.1:", port));
   }
   return processes;
 }
@@ -129,7 +111,8 @@ absl::Status PsServerProcesses::StartShard(int shard, const std::string& config_
   logs_.push_back(absl::StrCat(dir_, "/ps_", shard, ".log"));
   std::vector<std::string> args = {binary, "--config=" + config_path,
                                     absl::StrCat("--task=ps:", shard), "--allow_insecure",
-                                    absl::StrCat("--max_message_bytes=", max_message_bytes)};
+                                    absl::StrCat("--max_message_bytes=", max_message_bytes),
+                                    "--port_file=" + PortFile(dir_, shard)};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -1,7 +1,12 @@
 // ps_server: one parameter-server shard. Started as
 //   ps_server --config=cluster.textproto --task=ps:0
 // it listens on cluster.ps[0] and serves until SIGTERM/SIGINT or a Shutdown RPC.
+// An address with port 0 binds a port the system picks; --port_file reports it.
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <cstdio>
@@ -10,6 +15,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -29,6 +35,12 @@
 ABSL_FLAG(std::string, task, "ps:0", "Which shard this is: ps:<index> into cluster.ps.");
 ABSL_FLAG(std::string, listen, "",
           "Address to bind instead of cluster.ps[index] (e.g. 0.0.0.0:50051 behind NAT).");
+ABSL_FLAG(std::string, port_file, "",
+          "Once serving, write the port this shard got to this file (the decimal number and a "
+          "newline), atomically: PATH.tmp, then renamed to PATH. An old file at PATH is removed "
+          "at start, so the file appearing means this process serves. For an address with port "
+          "0 (cluster.ps[index] or --listen, e.g. 127.0.0.1:0), which binds a port the system "
+          "picks: give the workers a config with that port (pslaunch does this itself).");
 ABSL_FLAG(int, max_message_bytes, pst::kDefaultMaxRequestBytes,
           "Largest request (Init, Push, ...) this shard accepts, in bytes; a larger one is "
           "refused with RESOURCE_EXHAUSTED and changes nothing.");
@@ -94,6 +106,97 @@ ABSL_FLAG(bool, allow_insecure, false,
 namespace {
 
 constexpr char kProgram[] = "ps_server";
+
+// Whether `address` ("host:port") names port 0.
+bool HasPortZero(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(address.substr(colon + 1), &port) && port == 0;
+}
+
+// As pst::LoadJobConfigFromFlags, but cluster.ps may name port 0 ("bind a
+// port the system picks"), which only a PS can act on: the shared check
+// wants the real ports workers and psctl connect to, so it sees each such
+// address as a distinct stand-in, and all else is checked as usual.
+absl::StatusOr<pst::JobConfig> LoadConfigAllowingPortZero() {
+  const std::string path = absl::GetFlag(FLAGS_config);
+  absl::StatusOr<pst::JobConfig> config =
+      path.empty() ? pst::ParseConfig(pst::EmbeddedDefaultConfig(),
+                                      "configs/local.textproto (built in)")
+                   : pst::ReadConfigFile(path);
+  if (!config.ok()) return config.status();
+  if (absl::Status s = pst::ApplyOverrides(pst::OverridesFromFlags(), &*config); !s.ok()) return s;
+  pst::ApplyDefaults(&*config);
+  pst::JobConfig checked = *config;
+  for (int i = 0; i < checked.cluster().ps_size(); ++i) {
+    if (HasPortZero(checked.cluster().ps(i))) {
+      checked.mutable_cluster()->set_ps(i, absl::StrCat("port-0-of-ps-", i, ":1"));
+    }
+  }
+  if (absl::Status s = pst::ValidateConfig(checked); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.empty() ? "built-in config" : path, ": ", s.message()));
+  }
+  return config;
+}
+
+// InvalidArgument unless the folder of --port_file exists and this process
+// may write there.
+absl::Status CheckPortFile(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = std::filesystem::path(".");
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error) || access(folder.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--port_file=", path, ": ", folder.string(),
+        " is not a folder this user can write to; create it or name another path"));
+  }
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port_file=", path, " is a directory; name a file in it"));
+  }
+  return absl::OkStatus();
+}
+
+// Removes an old port file, so that the file appearing means this process serves.
+absl::Status RemoveOldPortFile(const std::string& path) {
+  std::error_code error;
+  if (path.empty() || std::filesystem::remove(path, error) || !error) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--port_file=", path,
+                                                 ": cannot remove the old file (", error.message(),
+                                                 "); remove it or name another path"));
+}
+
+// Writes "<port>\n" to PATH.tmp and renames it to PATH, so that a reader
+// never sees a partial number.
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) {
+      return absl::UnavailableError(absl::StrCat("--port_file: cannot write ", temporary,
+                                                 "; is the disk full?"));
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("--port_file: cannot rename ", temporary, " to ",
+                                               path, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+// `address` with its port replaced by `port`: what the PS is bound to.
+std::string BoundAddress(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address
+                                    : absl::StrCat(address.substr(0, colon + 1), port);
+}
 
 pst::RpcLimits RpcLimitsFromFlags() {
   return pst::RpcLimits{
@@ -167,9 +270,11 @@ int main(int argc, char** argv) {
   pst::ParseCommandLineFlags(argc, argv,
       "One parameter-server shard: holds its variables and optimizer state and serves "
       "Register/Init/Pull/Push over gRPC.\n"
-      "Usage: ps_server --config=configs/local.textproto --task=ps:0 [--mode=async]");
+      "Usage: ps_server --config=configs/local.textproto --task=ps:0 [--mode=async]\n"
+      "With cluster.ps[0] \"127.0.0.1:0\" it binds a free port and, with "
+      "--port_file=PATH, writes that port to PATH once serving.");
 
-  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
+  absl::StatusOr<pst::JobConfig> config = LoadConfigAllowingPortZero();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());
@@ -186,10 +291,14 @@ int main(int argc, char** argv) {
   if (!checkpoint_start.ok()) pst::ExitWithError(kProgram, checkpoint_start.status());
   const pst::RpcLimits limits = RpcLimitsFromFlags();
   if (absl::Status s = pst::ValidateRpcLimits(limits); !s.ok()) pst::ExitWithError(kProgram, s);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (absl::GetFlag(FLAGS_check_config)) {
-    pst::FinishConfigCheck(kProgram, *config, pst::CheckTaskFiles(*config, /*ps=*/true,
-                                                                  /*workers=*/false));
+    absl::Status files = pst::CheckTaskFiles(*config, /*ps=*/true, /*workers=*/false);
+    if (files.ok()) files = CheckPortFile(port_file);
+    pst::FinishConfigCheck(kProgram, *config, files);
   }
+  if (absl::Status s = CheckPortFile(port_file); !s.ok()) pst::ExitWithError(kProgram, s);
+  if (absl::Status s = RemoveOldPortFile(port_file); !s.ok()) pst::ExitWithError(kProgram, s);
   // A file-size limit (ulimit -f) makes a checkpoint write fail, not the PS die.
   std::signal(SIGXFSZ, SIG_IGN);
 
@@ -228,7 +337,7 @@ int main(int argc, char** argv) {
   pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index,
                                  {checkpoints.run_id(), pst::TrainingConfigHash(*config)});
   absl::Mutex gave_up_mu;
-  absl::Status gave_up;  // the checkpoint writer's reason to stop the PS
+  absl::Status gave_up;  // the checkpoint writer's (or --port_file's) reason to stop the PS
   checkpointer.set_on_give_up([&](const absl::Status& reason) {
     {
       absl::MutexLock lock(&gave_up_mu);
@@ -280,14 +389,25 @@ int main(int argc, char** argv) {
     return stats;
   });
   spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task->ToString(),
-               address, pst::ModeName(options.mode), options.num_workers,
-               (*shard)->optimizer_name(),
+               BoundAddress(address, server->port), pst::ModeName(options.mode),
+               options.num_workers, (*shard)->optimizer_name(),
                !security->tls()         ? "plaintext"
                : security->has_token() ? "TLS + token"
                                         : "TLS");
 
   checkpointer.Start();
   signal_waiter.serving.store(true);
+  // Last, so that whoever reads the port finds the PS serving, with SIGTERM
+  // a graceful stop. A port nobody learns is no use: stop.
+  if (!port_file.empty()) {
+    if (absl::Status s = WritePortFile(port_file, server->port); !s.ok()) {
+      {
+        absl::MutexLock lock(&gave_up_mu);
+        gave_up = s;
+      }
+      request_stop();
+    }
+  }
   stop.WaitForNotification();
   // No update lands after this, so the final checkpoint is the final state,
   // and none lands unsaved after the checkpoint writer gave up.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <cstdio>
 #include <filesystem>
@@ -63,6 +64,9 @@ ABSL_FLAG(std::string, checkpoint_start, "auto",
           "Passed to every PS on its first start (see ps_server --help): auto, restore (resume "
           "the run whose checkpoints are in training.checkpoint.dir) or fresh (start over, "
           "moving them aside). A restarted PS always uses auto, and restores this run's own.");
+ABSL_FLAG(int, port_timeout_seconds, 120,
+          "How long each PS whose cluster.ps address has port 0 gets to bind and report the "
+          "port it got (after restoring its checkpoint) before pslaunch stops the run.");
 
 namespace {
 
@@ -79,7 +83,11 @@ constexpr char kUsage[] =
     "\"final_loss\":0.41,\"train_samples_per_sec\":9000.0,\"wall_seconds\":12.34,\"devices\":\"cpu\"}\n"
     "If a task fails, the others are stopped and pslaunch exits with that task's exit code; "
     "on Ctrl-C (SIGINT) or SIGTERM it stops every task and exits 130; a bad config or flag "
-    "exits 2.\n\n"
+    "exits 2.\n"
+    "A cluster.ps address with port 0 (\"127.0.0.1:0\") lets that PS bind a free port: "
+    "pslaunch starts the PS tasks first, waits for the ports they got, and then starts the "
+    "workers with the real addresses, which <result_dir>/cluster.textproto also holds (for "
+    "psctl). A restarted PS binds the same port again.\n\n"
     "Examples:\n"
     "  pslaunch                                   # the built-in default job\n"
     "  pslaunch --config=configs/local.textproto --mode=async --epochs=3 --workers=4\n"
@@ -112,6 +120,64 @@ absl::StatusOr<std::string> MakeResultDir(bool* remove_at_end) {
   return dir;
 }
 
+// Whether `address` ("host:port") names port 0.
+bool HasPortZero(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(address.substr(colon + 1), &port) && port == 0;
+}
+
+// As pst::LoadJobConfigFromFlags, but cluster.ps may name port 0 (that PS
+// binds a port the system picks, which pslaunch then hands the workers):
+// the shared check wants the real ports workers and psctl connect to, so
+// it sees each such address as a distinct stand-in, and all else is
+// checked as usual.
+absl::StatusOr<pst::JobConfig> LoadConfigAllowingPortZero() {
+  const std::string path = absl::GetFlag(FLAGS_config);
+  absl::StatusOr<pst::JobConfig> config =
+      path.empty() ? pst::ParseConfig(pst::EmbeddedDefaultConfig(),
+                                      "configs/local.textproto (built in)")
+                   : pst::ReadConfigFile(path);
+  if (!config.ok()) return config.status();
+  if (absl::Status s = pst::ApplyOverrides(pst::OverridesFromFlags(), &*config); !s.ok()) return s;
+  pst::ApplyDefaults(&*config);
+  pst::JobConfig checked = *config;
+  for (int i = 0; i < checked.cluster().ps_size(); ++i) {
+    if (HasPortZero(checked.cluster().ps(i))) {
+      checked.mutable_cluster()->set_ps(i, absl::StrCat("port-0-of-ps-", i, ":1"));
+    }
+  }
+  if (absl::Status s = pst::ValidateConfig(checked); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.empty() ? "built-in config" : path, ": ", s.message()));
+  }
+  return config;
+}
+
+// The PS tasks whose address has port 0: each writes the port it got to its
+// file in `dir`, a temporary directory of this run.
+struct PendingPorts {
+  std::string dir;
+  std::map<int, std::string> files;  // shard index -> its --port_file
+};
+
+absl::StatusOr<PendingPorts> PortFiles(const pst::JobConfig& config) {
+  PendingPorts pending;
+  for (int i = 0; i < config.cluster().ps_size(); ++i) {
+    if (!HasPortZero(config.cluster().ps(i))) continue;
+    if (pending.dir.empty()) {
+      std::string pattern = "/tmp/pslaunch-ports.XXXXXX";
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return absl::ErrnoToStatus(errno, "cannot create a temporary directory under /tmp");
+      }
+      pending.dir = pattern;
+    }
+    pending.files[i] = absl::StrCat(pending.dir, "/ps-", i, ".port");
+  }
+  return pending;
+}
+
 std::string WorkerResultPath(const std::string& dir, int index) {
   return absl::StrCat(dir, "/worker-", index, ".json");
 }
@@ -122,11 +188,16 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
   if (!google::protobuf::TextFormat::PrintToString(config, &text)) {
     return absl::InternalError("cannot print the effective config");
   }
+  // Written whole and then renamed: a task (re)starting meanwhile reads the
+  // old file or the new one, never a part.
   std::string path = dir + "/cluster.textproto";
-  std::ofstream out(path);
+  const std::string temporary = path + ".tmp";
+  std::ofstream out(temporary);
   out << text;
   out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  std::error_code error;
+  if (out) std::filesystem::rename(temporary, path, error);
+  if (!out || error) return absl::UnavailableError(absl::StrCat("cannot write ", path));
   return path;
 }
 
@@ -178,7 +249,8 @@ void SetRunId(pst::JobConfig* config) {
 absl::StatusOr<std::vector<pst::ChildSpec>> Tasks(const pst::JobConfig& config,
                                                   const std::string& bin_dir,
                                                   const std::string& config_path,
-                                                  const std::string& result_dir) {
+                                                  const std::string& result_dir,
+                                                  const PendingPorts& ports) {
   // With cluster.auth each worker carries a token of its own task, so that
   // it can act as no other.
   std::optional<std::string> cluster_token;
@@ -195,6 +267,11 @@ absl::StatusOr<std::vector<pst::ChildSpec>> Tasks(const pst::JobConfig& config,
                      {bin_dir + "/ps_server", "--config=" + config_path, "--task=" + task},
                      /*must_finish=*/false,
                      {"--checkpoint_start=" + absl::GetFlag(FLAGS_checkpoint_start)}});
+    // First start only: a restart reads the rewritten config, which names
+    // the port this PS got, and binds it again for the workers.
+    if (auto file = ports.files.find(i); file != ports.files.end()) {
+      tasks.back().first_start_args.push_back("--port_file=" + file->second);
+    }
   }
   for (int i = 0; i < config.cluster().workers(); ++i) {
     std::string task = absl::StrCat("worker:", i);
@@ -333,6 +410,84 @@ absl::Status CheckReportPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+// The port in a file ps_server --port_file wrote, or 0 while there is none.
+int ReadPort(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  int port = 0;
+  if (!std::getline(in, text) || !absl::SimpleAtoi(text, &port) || port < 1 || port > 65535) {
+    return 0;
+  }
+  return port;
+}
+
+// Why the PS tasks' ports could not be resolved: pslaunch's exit code and
+// the line to print once every task is stopped.
+struct PortFailure {
+  int exit_code;
+  std::string line;
+};
+
+// Waits until every PS in `pending` has reported the port it got, then
+// gives those addresses their ports in `config` and rewrites the effective
+// config in `dir`, which the workers and restarted PS tasks read. A PS that
+// exits, a stop request or the end of --port_timeout_seconds ends the wait
+// with a PortFailure.
+std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, pst::Supervisor* supervisor,
+                                        pst::JobConfig* config, const std::string& dir) {
+  std::map<int, int> ports;
+  auto all_reported = [&] {
+    for (const auto& [shard, file] : pending.files) {
+      if (ports.count(shard) > 0) continue;
+      if (int port = ReadPort(file); port > 0) ports[shard] = port;
+    }
+    return ports.size() == pending.files.size();
+  };
+  const int timeout = absl::GetFlag(FLAGS_port_timeout_seconds);
+  const pst::RunOutcome outcome = supervisor->RunUntil(all_reported, absl::Seconds(timeout));
+  switch (outcome.kind) {
+    case pst::RunOutcome::Kind::kReady:
+      break;
+    case pst::RunOutcome::Kind::kStopRequested:
+      return PortFailure{kInterruptedExitCode,
+                         absl::StrCat(kProgram, ": interrupted; stopped every task")};
+    case pst::RunOutcome::Kind::kChildFailed:
+      return PortFailure{
+          outcome.exit_code != 0 ? outcome.exit_code : 1,
+          absl::StrCat(kProgram, ": task ", outcome.failed_child, " exited with code ",
+                       outcome.exit_code, " before it reported the port it got (its output is "
+                       "above); stopped the other tasks")};
+    case pst::RunOutcome::Kind::kTimedOut:
+    default: {
+      int late = 0;
+      for (const auto& [shard, file] : pending.files) {
+        if (ports.count(shard) == 0) {
+          late = shard;
+          break;
+        }
+      }
+      return PortFailure{
+          1, absl::StrCat(kProgram, ": error: ps:", late, " did not report the port it got "
+                          "within ", timeout, " s; stopped every task: see its output above, or "
+                          "raise --port_timeout_seconds if it takes longer to start (restoring a "
+                          "large checkpoint)")};
+    }
+  }
+  std::vector<std::string> resolved;
+  pst::ClusterConfig* cluster = config->mutable_cluster();
+  for (const auto& [shard, port] : ports) {
+    const std::string& address = cluster->ps(shard);
+    cluster->set_ps(shard, absl::StrCat(address.substr(0, address.rfind(':') + 1), port));
+    resolved.push_back(absl::StrCat("ps:", shard, "=", cluster->ps(shard)));
+  }
+  if (absl::StatusOr<std::string> written = WriteEffectiveConfig(*config, dir); !written.ok()) {
+    return PortFailure{1, absl::StrCat(kProgram, ": error: ", written.status().message(),
+                                       "; stopped every task")};
+  }
+  spdlog::info("PS tasks bound the ports they got: {}", absl::StrJoin(resolved, " "));
+  return std::nullopt;
+}
+
 // Reports how the run ended and returns pslaunch's exit code.
 int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const std::string& dir,
            absl::Time start, const std::set<int>& abandoned) {
@@ -363,6 +518,9 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
     case pst::RunOutcome::Kind::kStopRequested:
       std::fprintf(stderr, "%s: interrupted; stopped every task\n", kProgram);
       return kInterruptedExitCode;
+    case pst::RunOutcome::Kind::kReady:
+    case pst::RunOutcome::Kind::kTimedOut:
+      break;  // RunUntil() only
   }
   return 1;
 }
@@ -460,12 +618,16 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(
         absl::StrCat("--metrics_port=", port, " is not a port (1..65535, or 0 for none)")));
   }
+  if (int seconds = absl::GetFlag(FLAGS_port_timeout_seconds); seconds <= 0) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+        "--port_timeout_seconds=", seconds, " must be a positive number of seconds")));
+  }
 
   if (absl::Status s = CheckReportPath(absl::GetFlag(FLAGS_report)); !s.ok()) {
     pst::ExitWithError(kProgram, s);
   }
 
-  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
+  absl::StatusOr<pst::JobConfig> config = LoadConfigAllowingPortZero();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   absl::Status startable = CheckLocalTaskCount(*config);
   if (startable.ok()) {
@@ -488,27 +650,57 @@ int main(int argc, char** argv) {
   }
   std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
   if (bin_dir.empty()) bin_dir = DefaultBinDir();
+  absl::StatusOr<PendingPorts> pending_ports = PortFiles(*config);
+  if (!pending_ports.ok()) {
+    if (remove_dir) RemoveDir(*dir);
+    pst::ExitWithError(kProgram, pending_ports.status());
+  }
+  // On every way out from here: the run's directory if pslaunch made it,
+  // and the port files' directory.
+  auto remove_dirs = [&] {
+    if (remove_dir) RemoveDir(*dir);
+    if (!pending_ports->dir.empty()) RemoveDir(pending_ports->dir);
+  };
 
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher before it stops tasks
   int exit_code = 0;
   {
     pst::Supervisor supervisor(STDOUT_FILENO, STDERR_FILENO);
-    if (absl::Status s = supervisor.StopOnSignals(); !s.ok()) pst::ExitWithError(kProgram, s);
+    if (absl::Status s = supervisor.StopOnSignals(); !s.ok()) {
+      remove_dirs();
+      pst::ExitWithError(kProgram, s);
+    }
     std::vector<std::string> started;
     absl::StatusOr<std::vector<pst::ChildSpec>> tasks =
-        Tasks(*config, bin_dir, *config_path, *dir);
-    if (!tasks.ok()) pst::ExitWithError(kProgram, tasks.status());
+        Tasks(*config, bin_dir, *config_path, *dir, *pending_ports);
+    if (!tasks.ok()) {
+      remove_dirs();
+      pst::ExitWithError(kProgram, tasks.status());
+    }
     for (const pst::ChildSpec& task : *tasks) {
+      // The workers need the ports that the PS tasks with port 0 got.
+      if (!pending_ports->files.empty() && absl::StartsWith(task.name, "worker:")) {
+        std::optional<PortFailure> failed =
+            ResolvePorts(*pending_ports, &supervisor, &*config, *dir);
+        pending_ports->files.clear();
+        RemoveDir(pending_ports->dir);
+        if (failed) {
+          supervisor.StopAll(grace);
+          remove_dirs();
+          std::fprintf(stderr, "%s\n", failed->line.c_str());
+          return failed->exit_code;
+        }
+      }
       if (supervisor.StopRequested()) {  // a stop does not wait for every task to start
         supervisor.StopAll(grace);
-        if (remove_dir) RemoveDir(*dir);
+        remove_dirs();
         std::fprintf(stderr, "%s: interrupted; stopped every task\n", kProgram);
         return kInterruptedExitCode;
       }
       absl::Status s = supervisor.Start(task);
       if (!s.ok()) {
         supervisor.StopAll(grace);
-        if (remove_dir) RemoveDir(*dir);
+        remove_dirs();
         pst::ExitWithError(kProgram, absl::Status(s.code(), absl::StrCat(
             task.name, ": ", s.message(), " (is --bin_dir=", bin_dir, " right?)")));
       }
@@ -530,6 +722,6 @@ int main(int argc, char** argv) {
     exit_code = Finish(outcome, *config, *dir, start, abandoned);
   }
   std::fflush(stdout);
-  if (remove_dir) RemoveDir(*dir);
+  remove_dirs();
   return exit_code;
 }

@@ -388,6 +388,21 @@ RunOutcome Supervisor::Run() {
   }
 }
 
+RunOutcome Supervisor::RunUntil(const std::function<bool()>& ready, absl::Duration timeout) {
+  const int stops_before = stop_requests_;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (ready()) return {RunOutcome::Kind::kReady, "", 0};
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return {RunOutcome::Kind::kTimedOut, "", 0};
+    Pump(std::min(left, absl::Milliseconds(100)));
+    if (stop_requests_ > stops_before) return {RunOutcome::Kind::kStopRequested, "", 0};
+    if (const Child* failed = FirstFailure()) {
+      return {RunOutcome::Kind::kChildFailed, failed->spec.name, failed->exit_code};
+    }
+  }
+}
+
 void Supervisor::SignalGroups(int signal_number) {
   for (const Child& child : children_) {
     if (child.collected) continue;

@@ -24,6 +24,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,8 @@ struct ChildSpec {
 };
 
 struct RunOutcome {
-  enum class Kind { kAllFinished, kChildFailed, kStopRequested };
+  // kReady and kTimedOut: only from RunUntil().
+  enum class Kind { kAllFinished, kChildFailed, kStopRequested, kReady, kTimedOut };
   Kind kind = Kind::kAllFinished;
   std::string failed_child;  // kChildFailed: the first child that failed
   // kChildFailed: its exit code, 128 + N for death by signal N; 0 for a
@@ -87,6 +89,14 @@ class Supervisor {
   // failed (kChildFailed), or a stop was requested (kStopRequested). Leaves
   // the remaining children running: follow it with StopAll().
   RunOutcome Run();
+
+  // As Run(), but for a wait on the children's side effects (a file they
+  // write): returns kReady once `ready()` holds, checked after each batch
+  // of output and at least every 100 ms, kTimedOut if it still does not
+  // after `timeout`, or as Run() when a child failed or a stop was
+  // requested first. Unlike Run(), it does not end when every must_finish
+  // child is done, so it can wait on servers alone.
+  RunOutcome RunUntil(const std::function<bool()>& ready, absl::Duration timeout);
 
   // Gives up on the child called `name`, which Run() reported as failed:
   // Run() neither reports it again nor waits for it. FailedPrecondition if

@@ -3,7 +3,9 @@
 // SIGKILL mid-run and restarted from its checkpoint, checkpoints that do not
 // restore or belong to a finished run, and a disk that refuses checkpoints.
 // Every process is started here, watched by PID, and killed at the end
-// whatever happens.
+// whatever happens. The PS binds port 0 and reports the port it got
+// (--port_file); the configs then name that port, and a restarted PS binds
+// it again.
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -86,32 +89,43 @@ class FaultTest : public ::testing::Test {
     dir_ = absl::StrCat(ScratchDir(), "/fault_", name);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    address_ = absl::StrCat("127.0.0.1:", FreePort());
   }
 
   std::string WriteConfig(int workers, const std::string& extra, int pull_timeout_seconds = 60,
                           int epochs = 2) {
-    std::string path = dir_ + "/job.textproto";
-    std::ofstream(path) << "cluster { ps: \"" << address_ << "\" workers: " << workers << " }\n"
-                        << "training {\n  optimizer { adam { learning_rate: 0.001 } }\n"
-                        << "  batch_size: 32 epochs: " << epochs << " lease_seconds: 1\n"
-                        << "  pull_timeout_seconds: " << pull_timeout_seconds << "\n"
-                        << "  model { mlp { hidden: 64 } }\n"
-                        << "  dataset { fashion_mnist { train_limit: 12000 } }\n"
-                        << extra << "}\n";
-    return path;
+    return Remember(dir_ + "/job.textproto",
+                    absl::StrCat("  workers: ", workers, " }\n",
+                                 "training {\n  optimizer { adam { learning_rate: 0.001 } }\n",
+                                 "  batch_size: 32 epochs: ", epochs, " lease_seconds: 1\n",
+                                 "  pull_timeout_seconds: ", pull_timeout_seconds, "\n",
+                                 "  model { mlp { hidden: 64 } }\n",
+                                 "  dataset { fashion_mnist { train_limit: 12000 } }\n", extra,
+                                 "}\n"));
   }
 
   // One worker, sixteen steps: a whole run in about a second.
   std::string WriteTinyConfig(const std::string& extra) {
-    std::string path = dir_ + "/tiny.textproto";
-    std::ofstream(path) << "cluster { ps: \"" << address_ << "\" workers: 1 }\n"
-                        << "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 16\n"
-                        << "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } }\n"
-                        << extra << "}\n";
+    return Remember(
+        dir_ + "/tiny.textproto",
+        absl::StrCat("  workers: 1 }\n",
+                     "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 16\n",
+                     "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } }\n",
+                     extra, "}\n"));
+  }
+
+  // Writes the config at `path`, "cluster { ps: ADDRESS" followed by
+  // `rest`, with the PS's address: port 0 until the PS has reported the
+  // port it got, then that port (StartPs writes every config again).
+  std::string Remember(const std::string& path, const std::string& rest) {
+    configs_[path] = rest;
+    std::ofstream(path) << "cluster { ps: \"" << (address_.empty() ? "127.0.0.1:0" : address_)
+                        << "\"\n" << rest;
     return path;
   }
 
+  // The first PS binds port 0 and reports the port it got, which the
+  // configs then name, for the workers and for every later PS, which binds
+  // it again. No port is reported by a PS that exits before serving.
   std::unique_ptr<Process> StartPs(const std::string& config,
                                    const std::vector<std::string>& prefix = {},
                                    const std::string& extra_arg = "",
@@ -121,7 +135,16 @@ class FaultTest : public ::testing::Test {
       argv.push_back(arg);
     }
     if (!extra_arg.empty()) argv.push_back(extra_arg);
-    return std::make_unique<Process>(argv, dir_ + "/" + log);
+    const std::string port_file = dir_ + "/ps.port";
+    if (address_.empty()) argv.push_back("--port_file=" + port_file);
+    auto ps = std::make_unique<Process>(argv, dir_ + "/" + log);
+    if (address_.empty()) {
+      if (const int port = AwaitPortFile(port_file, ps->pid()); port > 0) {
+        address_ = absl::StrCat("127.0.0.1:", port);
+        for (const auto& [path, rest] : std::map(configs_)) Remember(path, rest);
+      }
+    }
+    return ps;
   }
   std::unique_ptr<Process> StartWorker(const std::string& config, int rank) {
     return std::make_unique<Process>(
@@ -132,6 +155,9 @@ class FaultTest : public ::testing::Test {
   }
 
   absl::StatusOr<StatsResponse> TryStats(absl::Duration connect_timeout) {
+    if (address_.empty()) {
+      return absl::FailedPreconditionError("no PS has reported the port it got; see ps.log");
+    }
     auto client = PsClient::Connect({address_}, 0, connect_timeout);
     if (!client.ok()) return client.status();
     return (*client)->Stats(0);
@@ -209,7 +235,8 @@ class FaultTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::string address_;
+  std::string address_;  // the PS's, once it has reported the port it got
+  std::map<std::string, std::string> configs_;  // path -> what follows the PS address
 };
 
 class WorkerFaultTest : public FaultTest, public ::testing::WithParamInterface<std::string> {};

@@ -1,7 +1,8 @@
 // Observability of the shipped binaries on loopback: the metrics endpoints
 // of a real ps_server and worker scraped over raw sockets while they train,
 // and pslaunch's --metrics_port mapping, --logdir event file and --report
-// page. Every process runs under `timeout` and is killed by its PID.
+// page. Every process runs under `timeout` and is killed by its PID. The PS
+// binds port 0 and reports the port it got.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -32,7 +34,7 @@ using ::testing::HasSubstr;
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
 bool PortIsFree(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -42,11 +44,21 @@ bool PortIsFree(int port) {
   return free;
 }
 
-// The first of `count` consecutive ports on 127.0.0.1 that are free now.
-int FreePorts(int count) {
+// The first of `count` consecutive ports on 127.0.0.1 for metrics
+// endpoints, which cannot be asked for port 0 (--metrics_port=0 turns them
+// off), and pslaunch numbers them in a row. They are free now and lie below
+// the kernel's ephemeral range (net.ipv4.ip_local_port_range), from which
+// every port-0 bind and every connection's own port is taken, so no other
+// test's servers or clients can take them meanwhile; the random start keeps
+// two runs of this test apart.
+int MetricsPorts(int count) {
+  int ephemeral = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral;
+  const int lowest = 10000, highest = std::max(lowest + 1, ephemeral - count);
+  std::mt19937 random(std::random_device{}());
   for (int attempt = 0; attempt < 50; ++attempt) {
-    const int first = FreePort();
-    bool all = first + count < 65535;
+    const int first = std::uniform_int_distribution<int>(lowest, highest - 1)(random);
+    bool all = true;
     for (int i = 0; all && i < count; ++i) all = PortIsFree(first + i);
     if (all) return first;
   }
@@ -100,27 +112,36 @@ std::string JobConfig(int grpc_port, int workers, int epochs) {
 // A real ps_server and worker, each with --metrics_port: while the worker
 // trains, both endpoints answer with the documented metrics, and they count.
 TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
-  const int ports = FreePorts(3);
+  const int ports = MetricsPorts(2);
   ASSERT_GT(ports, 0);
-  const std::string config = ScratchDir() + "/metrics.textproto";
-  std::ofstream(config) << JobConfig(ports, 1, 2);
-  pid_t ps = Spawn({Bin("ps_server"), "--config=" + config, "--task=ps:0",
-                    absl::StrCat("--metrics_port=", ports + 1)},
+  const std::string ps_config = ScratchDir() + "/metrics-ps.textproto";
+  std::ofstream(ps_config) << JobConfig(0, 1, 2);
+  const std::string port_file = ScratchDir() + "/metrics-ps.port";
+  pid_t ps = Spawn({Bin("ps_server"), "--config=" + ps_config, "--task=ps:0",
+                    absl::StrCat("--metrics_port=", ports), "--port_file=" + port_file},
                    ScratchDir() + "/ps.log");
+  const int grpc_port = AwaitPortFile(port_file, ps);
+  if (grpc_port == 0) {
+    kill(ps, SIGKILL);
+    waitpid(ps, nullptr, 0);
+    FAIL() << "the PS reported no port: " << ReadFile(ScratchDir() + "/ps.log");
+  }
+  const std::string config = ScratchDir() + "/metrics.textproto";
+  std::ofstream(config) << JobConfig(grpc_port, 1, 2);
   // The worker slowed down (tests/support/slow_worker.cc), so that the
   // scrapes below catch it while it trains.
   pid_t worker = Spawn({PST_SLOW_WORKER, "--config=" + config, "--task=worker:0",
-                        absl::StrCat("--metrics_port=", ports + 2), "--step_delay_ms=20"},
+                        absl::StrCat("--metrics_port=", ports + 1), "--step_delay_ms=20"},
                        ScratchDir() + "/worker.log");
 
   std::map<std::string, double> w;
   Eventually(
       [&] {
-        w = Parse(Scrape(ports + 2));
+        w = Parse(Scrape(ports + 1));
         return w["pst_worker_steps_total"] >= 5;
       },
       absl::Seconds(60), absl::Milliseconds(100));  // checked below
-  std::map<std::string, double> p = Parse(Scrape(ports + 1));
+  std::map<std::string, double> p = Parse(Scrape(ports));
   int status = 0;
   waitpid(worker, &status, 0);
   kill(ps, SIGTERM);
@@ -148,27 +169,27 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
   EXPECT_GT(p["pst_ps_received_bytes_total"], 0);
   EXPECT_GT(p["pst_ps_sent_bytes_total"], 0);
   EXPECT_THAT(ReadFile(ScratchDir() + "/ps.log"),
-              HasSubstr(absl::StrCat("ps:0 metrics on http://127.0.0.1:", ports + 1, "/metrics")));
+              HasSubstr(absl::StrCat("ps:0 metrics on http://127.0.0.1:", ports, "/metrics")));
 }
 
 // pslaunch --metrics_port maps ports in task order and logs it; --logdir
 // makes the chief write an event file; --report writes the page and record.
 TEST(PslaunchObservabilityTest, MetricsMappingEventFileAndReport) {
-  const int ports = FreePorts(4);
+  const int ports = MetricsPorts(3);
   ASSERT_GT(ports, 0);
   const std::string dir = ScratchDir() + "/launch";
   const std::string config = ScratchDir() + "/launch.textproto";
-  std::ofstream(config) << JobConfig(ports, 2, 2);
+  std::ofstream(config) << JobConfig(0, 2, 2);
   const std::string command = absl::StrCat(
-      "timeout -k 5 240 ", Bin("pslaunch"), " --config=", config, " --metrics_port=", ports + 1,
+      "timeout -k 5 240 ", Bin("pslaunch"), " --config=", config, " --metrics_port=", ports,
       " --logdir=", dir, "/tb --report=", dir, "/run.html >", ScratchDir(), "/launch.out 2>",
       ScratchDir(), "/launch.err </dev/null");
   std::filesystem::create_directories(dir);
   int status = std::system(command.c_str());
   const std::string err = ReadFile(ScratchDir() + "/launch.err");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
-  EXPECT_THAT(err, HasSubstr(absl::StrCat("ps:0=", ports + 1, " worker:0=", ports + 2,
-                                          " worker:1=", ports + 3)));
+  EXPECT_THAT(err, HasSubstr(absl::StrCat("ps:0=", ports, " worker:0=", ports + 1,
+                                          " worker:1=", ports + 2)));
 
   std::vector<std::filesystem::path> events;
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/tb")) {
@@ -203,9 +224,10 @@ TEST(PslaunchObservabilityTest, MetricsMappingEventFileAndReport) {
 // Bad observability flags: one line naming the flag, exit code 2, before
 // any slow start-up work.
 TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
+  // The workers read this config too: they take no port 0. Each binary
+  // refuses its flags before it binds or connects anything.
   const std::string config = ScratchDir() + "/errors.textproto";
-  std::ofstream(config) << JobConfig(FreePorts(1), 1, 1);
-  const int port = FreePorts(1);
+  std::ofstream(config) << JobConfig(1, 1, 1);
   struct Case {
     std::string command;
     std::string message;
@@ -213,7 +235,7 @@ TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
   const std::vector<Case> cases = {
       {absl::StrCat(Bin("ps_server"), " --config=", config, " --metrics_port=70000"),
        "ps_server: error: --metrics_port: metrics port 70000 is not in 0..65535"},
-      {absl::StrCat(Bin("worker"), " --config=", config, " --metrics_port=", port,
+      {absl::StrCat(Bin("worker"), " --config=", config, " --metrics_port=9",
                     " --metrics_address=localhost"),
        "worker: error: --metrics_port: metrics address \"localhost\" is not an IP address"},
       {absl::StrCat(Bin("worker"), " --config=", config, " --logdir=/proc/nope"),

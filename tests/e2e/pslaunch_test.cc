@@ -1,7 +1,10 @@
 // The shipped binaries as a user runs them: pslaunch starting real ps_server
 // and worker processes on loopback, and the one-line errors of each binary.
 // Every command runs under `timeout`, and pslaunch reaps its own children.
+// The PS addresses have port 0: each PS binds a port the system picks, and
+// pslaunch gives the workers the ports they got.
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,9 +37,9 @@ std::string WriteConfig(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string FashionMnistConfig(int port) {
+std::string FashionMnistConfig(const std::string& ps = "127.0.0.1:0") {
   return absl::StrCat(R"(
-cluster { ps: "127.0.0.1:)", port, R"(" workers: 2 }
+cluster { ps: ")", ps, R"(" workers: 2 }
 training {
   optimizer { adam { learning_rate: 0.0005 } }  # one epoch: a calmer final iterate
   batch_size: 64
@@ -56,12 +59,13 @@ class PslaunchTrainingTest : public ::testing::TestWithParam<std::string> {};
 // 1 PS + 2 worker processes, one epoch of Fashion-MNIST: the summary line is
 // the last stdout line and the model is good.
 TEST_P(PslaunchTrainingTest, OneEpochOfFashionMnistReachesEightyPercent) {
-  std::string config = WriteConfig("fmnist.textproto", FashionMnistConfig(FreePort()));
+  std::string config = WriteConfig("fmnist.textproto", FashionMnistConfig());
   CommandResult run = RunCommand(
       absl::StrCat(Bin("pslaunch"), " --config=", config, " --mode=", GetParam()), 400);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("[worker:1]"));
   EXPECT_THAT(run.out, HasSubstr("[ps:0]"));
+  EXPECT_THAT(run.err, HasSubstr("PS tasks bound the ports they got: ps:0=127.0.0.1:"));
   std::string summary_line = LastLine(run.out);
   EXPECT_EQ(summary_line.rfind("{\"mode\":", 0), 0u) << summary_line;
   RunSummary summary;
@@ -80,8 +84,8 @@ INSTANTIATE_TEST_SUITE_P(BothModes, PslaunchTrainingTest, ::testing::Values("syn
 // Two PS shards as two processes: the big first kernel is sliced across
 // both, and SYNC still trains the same model.
 TEST(PslaunchShardsTest, TwoShardsTrainFashionMnist) {
-  std::string text = FashionMnistConfig(FreePort());
-  text.replace(text.find(" workers: 2"), 0, absl::StrCat(" ps: \"127.0.0.1:", FreePort(), "\""));
+  std::string text = FashionMnistConfig();
+  text.replace(text.find(" workers: 2"), 0, " ps: \"127.0.0.1:0\"");
   std::string config = WriteConfig("two_shards.textproto", text);
   CommandResult run = RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", config), 400);
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -119,7 +123,7 @@ TEST_P(PslaunchRestartTest, AKilledTaskIsRestartedAndTheRunFinishes) {
   std::filesystem::create_directories(dir);
   std::string config = WriteConfig(
       "restart.textproto",
-      absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 2 max_restarts: 2 }\n",
+      absl::StrCat("cluster { ps: \"127.0.0.1:0\" workers: 2 max_restarts: 2 }\n",
                    "training { optimizer { adam { learning_rate: 0.001 } } batch_size: 32 epochs: 2\n",
                    "  lease_seconds: 1 model { mlp { hidden: 64 } }\n",
                    "  dataset { fashion_mnist { train_limit: 20000 } }\n",
@@ -149,6 +153,19 @@ TEST_P(PslaunchRestartTest, AKilledTaskIsRestartedAndTheRunFinishes) {
   ASSERT_TRUE(killed) << ReadFile(err);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(err);
   EXPECT_THAT(ReadFile(err), HasSubstr("restarting it (1 of 2)"));
+  // The workers reconnect to a restarted PS where it was: it binds the port
+  // it got the first time again.
+  const std::string log = ReadFile(err), bound = "PS tasks bound the ports they got: ps:0=";
+  const size_t at = log.find(bound);
+  ASSERT_NE(at, std::string::npos) << log;
+  const size_t from = at + bound.size();
+  const std::string serving = "ps:0 serving " + log.substr(from, log.find('\n', from) - from) + " (";
+  const std::string output = ReadFile(out) + log;
+  size_t servings = 0;
+  for (size_t i = output.find(serving); i != std::string::npos; i = output.find(serving, i + 1)) {
+    ++servings;
+  }
+  EXPECT_EQ(servings, victim == "ps_server" ? 2u : 1u) << serving << " in:\n" << output;
   RunSummary summary;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(LastLine(ReadFile(out)), &summary).ok())
       << ReadFile(out);
@@ -159,12 +176,14 @@ INSTANTIATE_TEST_SUITE_P(PsOrWorker, PslaunchRestartTest, ::testing::Values("ps_
 
 // psctl against a live cluster: status shows every shard and worker,
 // checkpoint writes one, shutdown stops the cluster and pslaunch exits 0.
+// The PS got its port from the system: psctl reads it from the effective
+// config pslaunch keeps in --result_dir.
 TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
   const std::string dir = ScratchDir() + "/psctl";
   std::filesystem::remove_all(dir);
-  std::string config = WriteConfig(
+  const std::string launched = WriteConfig(
       "psctl.textproto",
-      absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 2 }\n",
+      absl::StrCat("cluster { ps: \"127.0.0.1:0\" workers: 2 }\n",
                    "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 16 epochs: 50\n",
                    "  model { mlp { hidden: 32 } } dataset { fashion_mnist { train_limit: 20000 } }\n",
                    "  checkpoint { dir: \"", dir, "/ckpt\" } }\n"));
@@ -173,9 +192,10 @@ TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
     freopen((dir + ".out").c_str(), "w", stdout);
     freopen((dir + ".err").c_str(), "w", stderr);
     execl("/usr/bin/timeout", "timeout", "-k", "5", "120", Bin("pslaunch").c_str(),
-          ("--config=" + config).c_str(), nullptr);
+          ("--config=" + launched).c_str(), ("--result_dir=" + dir + "/run").c_str(), nullptr);
     _exit(127);
   }
+  const std::string config = dir + "/run/cluster.textproto";
   // Failing here still goes on to the shutdown below, which ends the cluster.
   EXPECT_TRUE(Eventually(
       [&] { return ReadFile(dir + ".out").find("step 100/") != std::string::npos; },
@@ -201,13 +221,16 @@ TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
 // line naming what and where.
 TEST(BinaryErrorsTest, UserMistakesGiveOneLineAndExitCodeTwo) {
   std::string malformed = WriteConfig("malformed.textproto", "cluster {\n  workers: two\n}\n");
+  // The workers take no port 0, and these configs are theirs too: port 1,
+  // where nothing listens.
   std::string no_data = WriteConfig(
       "no_data.textproto",
-      absl::StrCat(R"(cluster { ps: "127.0.0.1:)", FreePort(), R"(" workers: 1 }
+      R"(cluster { ps: "127.0.0.1:1" workers: 1 }
 training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
-  dataset { fashion_mnist { dir: "/nonexistent/fmnist" } } })"));
-  std::string unreachable = WriteConfig("unreachable.textproto", FashionMnistConfig(FreePort()));
-  const std::string good = FashionMnistConfig(FreePort());
+  dataset { fashion_mnist { dir: "/nonexistent/fmnist" } } })");
+  std::string unreachable = WriteConfig("unreachable.textproto", FashionMnistConfig("127.0.0.1:1"));
+  std::string port_zero = WriteConfig("port_zero.textproto", FashionMnistConfig());
+  const std::string good = FashionMnistConfig("127.0.0.1:1");
   auto variant = [&good](const std::string& name, const std::string& from, const std::string& to) {
     std::string text = good;
     text.replace(text.find(from), from.size(), to);
@@ -218,7 +241,7 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
   std::string many_workers = variant("many.textproto", "workers: 2", "workers: 300");
   std::string huge_cluster = variant("huge.textproto", "workers: 2", "workers: 100000");
   std::string duplicate_ps = variant("duplicate.textproto", " workers: 2",
-                                     " ps: \"127.0.0.1:1\" ps: \"127.0.0.1:1\" workers: 2");
+                                     " ps: \"127.0.0.1:2\" ps: \"127.0.0.1:2\" workers: 2");
   std::string mode_seven = variant("mode7.textproto", "batch_size: 64", "batch_size: 64 mode: 7");
   std::string every_minus = variant("every.textproto", "epochs: 1",
                                     "epochs: 1 checkpoint { dir: \"c\" every_steps: -5 }");
@@ -284,6 +307,17 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
        "--shm: unknown setting \"maybe\"; use auto or off"},
       {"JSON nested past any config", Bin("ps_server") + " --check_config --config=" + deep_json,
        "nested more than 32 levels deep"},
+      {"worker given port 0", Bin("worker") + " --config=" + port_zero + " --task=worker:0",
+       "cluster.ps[0] \"127.0.0.1:0\" is not \"host:port\""},
+      {"port file where nothing can be written",
+       Bin("ps_server") + " --config=" + port_zero + " --port_file=/nonexistent/ps.port",
+       "--port_file=/nonexistent/ps.port: /nonexistent is not a folder this user can write to"},
+      {"port file that is a folder (check)",
+       Bin("ps_server") + " --check_config --config=" + port_zero + " --port_file=" + ScratchDir(),
+       "is a directory; name a file in it"},
+      {"no time to report ports",
+       Bin("pslaunch") + " --config=" + port_zero + " --port_timeout_seconds=0",
+       "--port_timeout_seconds=0 must be a positive number of seconds"},
       {"report where nothing can be written",
        Bin("pslaunch") + " --report=/nonexistent/run.html --config=" + good_path,
        "--report=/nonexistent/run.html: /nonexistent is not a folder this user can write to"},
@@ -299,8 +333,104 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
   }
 }
 
+// ps_server on port 0 with --port_file: once serving it writes the port it
+// got (whole, no temporary file left) and logs the address it is bound to;
+// a client given that port connects, and the PS stops on SIGTERM.
+TEST(PsServerPortFileTest, PortZeroWritesThePortFileAClientConnectsTo) {
+  const std::string dir = ScratchDir() + "/port_file";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string config = WriteConfig(
+      "port_file.textproto",
+      "cluster { ps: \"127.0.0.1:0\" workers: 1 }\n"
+      "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }\n"
+      "  dataset { quadratic { examples: 256 } } }\n");
+  const std::string port_file = dir + "/ps.port", log = dir + "/ps.log";
+  // Not under timeout(1), which would pass the SIGTERM below on twice (to
+  // the PS and to its group): it dies with this test, and is killed below.
+  pid_t ps = fork();
+  if (ps == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), fileno(stderr));
+    execl(Bin("ps_server").c_str(), "ps_server", ("--config=" + config).c_str(),
+          ("--port_file=" + port_file).c_str(), nullptr);
+    _exit(127);
+  }
+  const int port = AwaitPortFile(port_file, ps);
+  if (port == 0) {
+    kill(ps, SIGKILL);
+    waitpid(ps, nullptr, 0);
+    FAIL() << "no port file; the PS said:\n" << ReadFile(log);
+  }
+  EXPECT_EQ(ReadFile(port_file), absl::StrCat(port, "\n"));
+  EXPECT_FALSE(std::filesystem::exists(port_file + ".tmp"));
+  EXPECT_THAT(ReadFile(log), HasSubstr(absl::StrCat("ps:0 serving 127.0.0.1:", port, " (")));
+
+  const std::string client_config = WriteConfig(
+      "port_file_client.textproto",
+      absl::StrCat("cluster { ps: \"127.0.0.1:", port, "\" workers: 1 }\n",
+                   "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }\n",
+                   "  dataset { quadratic { examples: 256 } } }\n"));
+  CommandResult status =
+      RunCommand(absl::StrCat(Bin("psctl"), " status --config=", client_config), 30);
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr(absl::StrCat("127.0.0.1:", port)));
+
+  kill(ps, SIGTERM);
+  EXPECT_TRUE(AwaitProcessEnd(ps, absl::Seconds(30))) << ReadFile(log);
+  kill(ps, SIGKILL);  // still ours: not reaped yet
+  int code = 0;
+  waitpid(ps, &code, 0);
+  EXPECT_TRUE(WIFEXITED(code) && WEXITSTATUS(code) == 0) << ReadFile(log);
+}
+
+// A PS with port 0 that exits before it reports its port, or never reports
+// it: pslaunch starts no worker, stops the PS, and ends with one line and
+// the PS's exit code, or 1 after --port_timeout_seconds. The tasks are
+// stand-ins that bind nothing.
+TEST(PslaunchPortTest, APsThatReportsNoPortEndsTheRunBeforeAnyWorkerStarts) {
+  struct Case {
+    std::string name;
+    std::string ps_script;
+    int exit_code;
+    std::string last_line;
+  };
+  const std::vector<Case> cases = {
+      {"exits", "#!/bin/sh\necho 'ps_server: error: cannot start' >&2\nexit 3\n", 3,
+       "pslaunch: task ps:0 exited with code 3 before it reported the port it got (its output is "
+       "above); stopped the other tasks"},
+      {"silent", "#!/bin/sh\nexec sleep 60\n", 1,
+       "pslaunch: error: ps:0 did not report the port it got within 1 s; stopped every task: see "
+       "its output above, or raise --port_timeout_seconds"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string bin = ScratchDir() + "/no_port_bin_" + c.name;
+    std::filesystem::remove_all(bin);
+    std::filesystem::create_directories(bin);
+    std::ofstream(bin + "/ps_server") << c.ps_script;
+    std::ofstream(bin + "/worker") << "#!/bin/sh\ntouch \"$(dirname \"$0\")/started\"\n";
+    for (const char* name : {"/ps_server", "/worker"}) {
+      std::filesystem::permissions(bin + name, std::filesystem::perms::owner_all);
+    }
+    const std::string config = WriteConfig(
+        "no_port.textproto",
+        "cluster { ps: \"127.0.0.1:0\" workers: 1 }\n"
+        "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }\n"
+        "  dataset { quadratic { examples: 256 } } }\n");
+    CommandResult run = RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", config,
+                                                " --bin_dir=", bin,
+                                                " --port_timeout_seconds=1 --grace_seconds=1"),
+                                   60);
+    EXPECT_EQ(run.exit_code, c.exit_code) << run.err;
+    EXPECT_THAT(LastLine(run.err), HasSubstr(c.last_line)) << run.err;
+    EXPECT_FALSE(std::filesystem::exists(bin + "/started")) << "a worker started";
+  }
+}
+
 std::string TinyCheckpointedConfig(const std::string& checkpoints) {
-  return absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 2 }\n",
+  return absl::StrCat("cluster { ps: \"127.0.0.1:0\" workers: 2 }\n",
                       "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 8\n",
                       "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } }\n",
                       "  checkpoint { dir: \"", checkpoints, "\" every_steps: 4 } }\n");
@@ -323,6 +453,8 @@ TEST(PslaunchCheckpointTest, ANewLaunchDoesNotTakeOverAFinishedRun) {
   EXPECT_EQ(second.exit_code, 2) << second.err;
   EXPECT_THAT(second.err, HasSubstr("[ps:0] ps_server: error: ps:0: " + dir +
                                     "/ckpt/shard-0 holds the checkpoints of another run"));
+  EXPECT_THAT(LastLine(second.err), HasSubstr("pslaunch: task ps:0 exited with code 2 before it "
+                                              "reported the port it got"));
   EXPECT_THAT(second.out, ::testing::Not(HasSubstr("{\"mode\":")));
 
   CommandResult restored = RunCommand(launch + " --checkpoint_start=restore", 120);
@@ -349,11 +481,13 @@ TEST(PslaunchSignalTest, SigtermWhileStartingTasksStopsWithinTheGracePeriod) {
   for (const char* name : {"/ps_server", "/worker"}) {
     std::filesystem::permissions(bin + name, std::filesystem::perms::owner_all);
   }
+  // An explicit port (the stand-in PS binds nothing): pslaunch starts the
+  // workers without waiting for a port.
   std::string config = WriteConfig(
       "many_fakes.textproto",
-      absl::StrCat("cluster { ps: \"127.0.0.1:", FreePort(), "\" workers: 200 }\n",
-                   "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }\n",
-                   "  dataset { quadratic { examples: 256 } } }\n"));
+      "cluster { ps: \"127.0.0.1:1\" workers: 200 }\n"
+      "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }\n"
+      "  dataset { quadratic { examples: 256 } } }\n");
   const absl::Time start = absl::Now();
   CommandResult run = RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", config, " --bin_dir=",
                                               bin, " --max_local_tasks=300 --grace_seconds=1"),

@@ -34,10 +34,11 @@ std::string WriteFile(const std::string& name, const std::string& text) {
 }
 
 // A small Fashion-MNIST job whose cluster section is `cluster_extra` plus
-// one PS on loopback and two workers.
-std::string Config(const std::string& cluster_extra) {
+// one PS at `ps` and two workers. Port 0 by default: the PS binds a port the
+// system picks, and pslaunch gives the workers that port.
+std::string Config(const std::string& cluster_extra, const std::string& ps = "127.0.0.1:0") {
   return absl::StrCat(R"(
-cluster { ps: "127.0.0.1:)", FreePort(), R"(" workers: 2 )", cluster_extra, R"( }
+cluster { ps: ")", ps, R"(" workers: 2 )", cluster_extra, R"( }
 training {
   optimizer { adam { learning_rate: 0.001 } }
   batch_size: 64
@@ -72,7 +73,7 @@ TEST(SecureTrainingTest, MutualTlsWithATokenTrainsToTheEnd) {
 
 TEST(SecureTrainingTest, PlaintextBeyondLoopbackIsRefusedUnlessAllowed) {
   std::string config = WriteFile("plain.textproto", Config(""));
-  std::string listen = absl::StrCat("0.0.0.0:", FreePort());
+  std::string listen = "0.0.0.0:0";
   CommandResult refused = RunCommand(
       absl::StrCat(Bin("ps_server"), " --config=", config, " --listen=", listen), 30);
   EXPECT_EQ(refused.exit_code, 2);
@@ -91,9 +92,10 @@ TEST(SecureTrainingTest, PlaintextBeyondLoopbackIsRefusedUnlessAllowed) {
 }
 
 TEST(SecureTrainingTest, AWorkerWithoutTheCaFileSaysWhichFile) {
+  // A worker takes no port 0; it stops at the CA file before it connects.
   std::string config = WriteFile(
       "no_ca.textproto",
-      Config(absl::StrCat("tls { ca: \"", ScratchDir(), "/absent-ca.pem\" }")));
+      Config(absl::StrCat("tls { ca: \"", ScratchDir(), "/absent-ca.pem\" }"), "127.0.0.1:1"));
   CommandResult run = RunCommand(
       absl::StrCat(Bin("worker"), " --config=", config, " --task=worker:0"), 30);
   EXPECT_EQ(run.exit_code, 2);

@@ -128,6 +128,41 @@ TEST(SupervisorTest, RunEndsWhenWorkersFinishWhileServersStillRun) {
   ExpectAllGone(supervisor);
 }
 
+// RunUntil waits on what servers do (here: a file one writes) without
+// ending because no must_finish child is left, and copies their output
+// meanwhile; a server that exits first, or a wait that runs out, ends it.
+TEST(SupervisorTest, RunUntilWaitsForAConditionOnServersAlone) {
+  const std::string port = TempPath("run-until-port");
+  CapturedOutput output;
+  Supervisor supervisor(output.out_fd(), output.err_fd());
+  ASSERT_TRUE(supervisor
+                  .Start(Shell("ps:0", absl::StrCat("echo binding; sleep 0.2; echo 4242 > ", port,
+                                                    ".tmp; mv ", port, ".tmp ", port, "; sleep 30"),
+                               /*must_finish=*/false))
+                  .ok());
+  RunOutcome outcome = supervisor.RunUntil(
+      [&] { return ReadFile(port) == "4242\n"; }, absl::Seconds(20));
+  EXPECT_EQ(outcome.kind, RunOutcome::Kind::kReady);
+  EXPECT_THAT(output.Out(), HasSubstr("[ps:0] binding\n"));
+
+  // Still running: a wait on something that never happens runs out.
+  absl::Time start = absl::Now();
+  outcome = supervisor.RunUntil([] { return false; }, absl::Milliseconds(300));
+  EXPECT_EQ(outcome.kind, RunOutcome::Kind::kTimedOut);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  supervisor.StopAll(absl::Seconds(5));
+  ExpectAllGone(supervisor);
+
+  Supervisor failing(output.out_fd(), output.err_fd());
+  ASSERT_TRUE(failing.Start(Shell("ps:1", "exit 3", /*must_finish=*/false)).ok());
+  outcome = failing.RunUntil([] { return false; }, absl::Seconds(20));
+  EXPECT_EQ(outcome.kind, RunOutcome::Kind::kChildFailed);
+  EXPECT_EQ(outcome.failed_child, "ps:1");
+  EXPECT_EQ(outcome.exit_code, 3);
+  failing.StopAll(absl::Seconds(1));
+  ExpectAllGone(failing);
+}
+
 TEST(SupervisorTest, FailureNamesTheChildAndItsExitCode) {
   struct Case {
     std::string script;

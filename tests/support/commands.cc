@@ -1,9 +1,7 @@
 #include "tests/support/commands.h"
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/syscall.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,8 +13,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 
@@ -57,18 +57,6 @@ std::string ScratchDir() {
   return dir;
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 bool AwaitProcessEnd(pid_t pid, absl::Duration timeout) {
   // A pidfd becomes readable when its process ends. (Through syscall():
   // glibc 2.36's <sys/pidfd.h> declares pidfd_open without C linkage.)
@@ -84,6 +72,22 @@ bool AwaitProcessEnd(pid_t pid, absl::Duration timeout) {
   } while (ready < 0 && errno == EINTR);
   close(fd);
   return ready > 0;
+}
+
+int AwaitPortFile(const std::string& path, pid_t pid, absl::Duration timeout) {
+  int port = 0;
+  Eventually(
+      [&] {
+        // Whether it has ended, before reading: a file it wrote before it
+        // ended is still read. The file is renamed into place whole.
+        const bool ended = AwaitProcessEnd(pid, absl::ZeroDuration());
+        std::string text = ReadFile(path);
+        if (!text.empty() && text.back() == '\n') text.pop_back();
+        if (!absl::SimpleAtoi(text, &port) || port <= 0) port = 0;
+        return port > 0 || ended;
+      },
+      timeout, absl::Milliseconds(10));
+  return port;
 }
 
 }  // namespace pst

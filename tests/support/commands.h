@@ -1,7 +1,8 @@
 // What the multi-process tests share: running a shipped binary under
-// timeout(1) with its output captured, scratch files, and free loopback
-// ports. ctest runs test binaries in parallel, so every path is unique to
-// the calling process.
+// timeout(1) with its output captured, scratch files, and the port a
+// ps_server bound to port 0 reports. ctest runs test binaries in parallel,
+// so every path is unique to the calling process, and no test picks a PS's
+// port: each PS binds port 0 and reports the port it got.
 #ifndef PST_TESTS_SUPPORT_COMMANDS_H_
 #define PST_TESTS_SUPPORT_COMMANDS_H_
 
@@ -34,13 +35,15 @@ std::string ReadFile(const std::string& path);
 // A fresh directory of this test process's own, made on the first call.
 std::string ScratchDir();
 
-// A port on 127.0.0.1 that nothing listens on right now.
-int FreePort();
-
 // Waits up to `timeout` for process `pid` to end, without reaping it: true
 // once it has exited or been killed (a zombie counts), or if no such process
 // exists. Works for processes that are not our children too.
 bool AwaitProcessEnd(pid_t pid, absl::Duration timeout);
+
+// The port that a ps_server started with --port_file=`path` (and an
+// address with port 0) got: waits up to `timeout` for it to write the file,
+// giving up early once process `pid` has ended. 0 if it did not write it.
+int AwaitPortFile(const std::string& path, pid_t pid, absl::Duration timeout = absl::Seconds(60));
 
 }  // namespace pst
 
