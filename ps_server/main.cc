@@ -228,8 +228,11 @@ struct SignalWaiter {
 
 // Blocks SIGINT/SIGTERM in every thread and starts a thread that waits for
 // them: the first one while serving runs `on_signal` (a graceful stop,
-// with its final checkpoint); one before serving, or a second one, ends
-// the process at once, so that no exit path ignores SIGTERM.
+// with its final checkpoint); one before serving, or a second one a second
+// or more after the first, ends the process at once, so that no exit path
+// ignores SIGTERM. A repeat within that second is the same request sent
+// twice (timeout(1) signals the process and then its group), not an
+// insistence.
 void StartSignalWaiter(SignalWaiter* waiter, std::function<void()> on_signal) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -239,10 +242,15 @@ void StartSignalWaiter(SignalWaiter* waiter, std::function<void()> on_signal) {
   waiter->thread = std::thread([signals, waiter, on_signal = std::move(on_signal)] {
     timespec poll_interval{0, 100'000'000};
     bool stopping = false;
+    absl::Time stop_asked;
     while (!waiter->finished.HasBeenNotified()) {
       const int signal = sigtimedwait(&signals, nullptr, &poll_interval);
       if (signal <= 0) continue;
       const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+      if (stopping && absl::Now() - stop_asked < absl::Seconds(1)) {
+        spdlog::info("received {} again at once; already stopping", name);
+        continue;
+      }
       if (stopping || !waiter->serving.load()) {
         spdlog::warn("received {} {}; exiting now", name,
                      stopping ? "again while stopping" : "before serving");
@@ -251,6 +259,7 @@ void StartSignalWaiter(SignalWaiter* waiter, std::function<void()> on_signal) {
       }
       spdlog::info("received {}, shutting down", name);
       stopping = true;
+      stop_asked = absl::Now();
       on_signal();
     }
   });

@@ -9,6 +9,10 @@
 
 namespace pst {
 
+int64_t TransportMemoryBytes(const RpcLimits& limits) {
+  return int64_t{limits.max_request_bytes} + limits.max_reply_bytes;
+}
+
 int ServerThreads(const RpcLimits& limits) {
   if (limits.max_server_threads > 0) return limits.max_server_threads;
   return 1;

@@ -81,6 +81,9 @@ struct RpcLimits {
 
 // The queue threads `limits` asks for (resolving 0).
 int ServerThreads(const RpcLimits& limits);
+// The memory gRPC may hold for messages in flight: the largest request
+// plus the largest answer.
+int64_t TransportMemoryBytes(const RpcLimits& limits);
 
 // InvalidArgument unless `limits` is usable: every bound positive (the push
 // budget may be 0, automatic).

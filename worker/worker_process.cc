@@ -150,7 +150,8 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
   absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
       addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)),
       *security);
-  if (!client.ok()) pst::ExitWithError(kProgram, client.status());
+  // A shard not reachable yet (UNAVAILABLE) is worth a restart: exit 1.
+  if (!client.ok()) pst::ExitWithStatus(kProgram, client.status());
 
   pst::Trainer trainer(*config, task->index, client->get(), towers, &*data);
   trainer.set_live_progress(true);

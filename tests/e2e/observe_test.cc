@@ -145,8 +145,14 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
   int status = 0;
   waitpid(worker, &status, 0);
   kill(ps, SIGTERM);
-  waitpid(ps, nullptr, 0);
+  int ps_status = 0;
+  waitpid(ps, &ps_status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(ScratchDir() + "/worker.log");
+  // With its metrics server running too, SIGTERM stops the PS gracefully
+  // (the server's threads once took the signal's default action).
+  EXPECT_TRUE(WIFEXITED(ps_status) && WEXITSTATUS(ps_status) == 0)
+      << "ps_server ended with wait status " << ps_status << ": "
+      << ReadFile(ScratchDir() + "/ps.log");
 
   EXPECT_GE(w["pst_worker_steps_total"], 5) << ReadFile(ScratchDir() + "/worker.log");
   // Only the first step pulls; every step's exchange brings the next one's

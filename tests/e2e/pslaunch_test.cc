@@ -275,9 +275,6 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
        "task ps:3 does not exist"},
       {"missing data set", Bin("worker") + " --config=" + no_data + " --task=worker:0",
        "/nonexistent/fmnist"},
-      {"unreachable PS",
-       Bin("worker") + " --config=" + unreachable + " --task=worker:1 --connect_timeout_seconds=1",
-       "cannot reach ps:0"},
       {"more tasks than one host runs", Bin("pslaunch") + " --config=" + many_workers,
        "= 301 tasks, more than the"},
       {"more tasks than one host runs (check)",
@@ -322,6 +319,15 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
        Bin("pslaunch") + " --report=/nonexistent/run.html --config=" + good_path,
        "--report=/nonexistent/run.html: /nonexistent is not a folder this user can write to"},
   };
+  // A PS not reachable (yet) is no input error: the worker exits 1, which
+  // a supervisor restarts.
+  {
+    CommandResult run = RunCommand(
+        Bin("worker") + " --config=" + unreachable + " --task=worker:1 --connect_timeout_seconds=1",
+        60);
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("cannot reach ps:0"));
+  }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     CommandResult run = RunCommand(c.command, 60);
