@@ -29,8 +29,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/durable_file.h"
 #include "common/exit.h"
 #include "common/security.h"
+#include "common/status_macros.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
 #include "google/protobuf/text_format.h"
@@ -189,15 +191,9 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
     return absl::InternalError("cannot print the effective config");
   }
   // Written whole and then renamed: a task (re)starting meanwhile reads the
-  // old file or the new one, never a part.
+  // old file or the new one, never a part; and never through a link.
   std::string path = dir + "/cluster.textproto";
-  const std::string temporary = path + ".tmp";
-  std::ofstream out(temporary);
-  out << text;
-  out.close();
-  std::error_code error;
-  if (out) std::filesystem::rename(temporary, path, error);
-  if (!out || error) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  PST_RETURN_IF_ERROR(pst::WriteFileDurably(path, text));
   return path;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/match.h"
+#include "common/durable_file.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace pst {
@@ -279,11 +280,8 @@ std::string RecordPathFor(const std::string& report_path) {
 }
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+  // Whole, and never through a link another user put in the folder.
+  return WriteFileDurably(path, text);
 }
 
 absl::Status WriteRunRecord(const RunRecord& record, const std::string& path) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/durable_file.h"
 #include "common/status_macros.h"
 #include "event.pb.h"
 
@@ -57,9 +58,13 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Open(const std::string
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   std::string path = absl::StrCat(logdir, "/events.out.tfevents.",
                                   static_cast<int64_t>(now), ".", HostName());
-  std::FILE* file = std::fopen(path.c_str(), "ab");
+  // Never through a link another user put in --logdir under this name.
+  absl::StatusOr<int> fd = OpenForAppend(path);
+  std::FILE* file = fd.ok() ? fdopen(*fd, "ab") : nullptr;
   if (file == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot write the event file ", path));
+    if (fd.ok()) close(*fd);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot write the event file ", path, fd.ok() ? "" : absl::StrCat(": ", fd.status().message())));
   }
   std::unique_ptr<EventWriter> writer(new EventWriter(file, path));
   tensorboard::Event version;

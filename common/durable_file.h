@@ -1,0 +1,28 @@
+// Files written whole and in place of nothing else: a reader sees the old
+// contents or the new, never a part, and a link, FIFO or other file put
+// where the file (or its temporary) goes is refused, not followed: a
+// directory another user can write to cannot turn a write into one of
+// that user's choosing.
+#ifndef PST_COMMON_DURABLE_FILE_H_
+#define PST_COMMON_DURABLE_FILE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pst {
+
+// Writes `contents` to `path`.tmp (refusing a link or a non-regular file
+// there), fsyncs it, renames it over `path` and fsyncs the directory.
+// Unavailable, naming the step and the path, on failure; the temporary
+// file is then removed, so a full disk is not filled further.
+absl::Status WriteFileDurably(const std::string& path, const std::string& contents);
+
+// Opens `path` for appending, creating it (mode 0644) if missing; refuses
+// a link or a non-regular file there. The descriptor, or Unavailable.
+absl::StatusOr<int> OpenForAppend(const std::string& path);
+
+}  // namespace pst
+
+#endif  // PST_COMMON_DURABLE_FILE_H_
