@@ -86,6 +86,10 @@ ABSL_FLAG(double, handshake_timeout_seconds,
           absl::ToDoubleSeconds(pst::RpcLimits().handshake_timeout),
           "A connection that has not finished its TLS handshake and sent its HTTP/2 settings "
           "within this is closed.");
+ABSL_FLAG(double, connection_idle_timeout_seconds,
+          absl::ToDoubleSeconds(pst::RpcLimits().connection_idle_timeout),
+          "A connection with no call open for this long is closed (a worker connects again at "
+          "its next call), so that idle connections do not hold the connection caps.");
 ABSL_FLAG(int64_t, min_push_bytes_per_second, pst::RpcLimits().min_push_bytes_per_second,
           "A push still arriving while it holds push buffer budget must bring at least this many "
           "bytes per second over each --stream_idle_timeout_seconds, or its exchange is ended "
@@ -212,6 +216,8 @@ pst::RpcLimits RpcLimitsFromFlags() {
       .max_connections = absl::GetFlag(FLAGS_max_connections),
       .max_connections_per_source = absl::GetFlag(FLAGS_max_connections_per_source),
       .handshake_timeout = absl::Seconds(absl::GetFlag(FLAGS_handshake_timeout_seconds)),
+      .connection_idle_timeout =
+          absl::Seconds(absl::GetFlag(FLAGS_connection_idle_timeout_seconds)),
       .max_server_threads = absl::GetFlag(FLAGS_max_server_threads),
   };
 }

@@ -1,6 +1,7 @@
 #include "ps_server/ps_service.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -310,6 +311,10 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   // gRPC's default is no bound: calls a client opens on one connection
   // would cost the PS memory without end. A worker has a handful open.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxCallsPerConnection);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(limits.connection_idle_timeout),
+                                         std::numeric_limits<int>::max())));
   // What gRPC itself may hold for messages in flight (a request still
   // arriving, an answer not yet read): without a bound, requests declared
   // large and sent in part held their bytes for good (8 of them: 1.5 GB).

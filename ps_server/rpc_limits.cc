@@ -45,6 +45,9 @@ absl::Status ValidateRpcLimits(const RpcLimits& limits) {
   if (limits.max_connections_per_source <= 0) {
     return absl::InvalidArgumentError("--max_connections_per_source must be positive");
   }
+  if (limits.connection_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--connection_idle_timeout_seconds must be positive");
+  }
   if (limits.handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--handshake_timeout_seconds must be positive");
   }

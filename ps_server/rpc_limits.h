@@ -69,6 +69,10 @@ struct RpcLimits {
   // An accepted connection that has not finished its TLS handshake and
   // sent its HTTP/2 settings within this is closed.
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // A connection with no call open for this long is closed (the client
+  // connects again at its next call): idle connections do not hold the
+  // connection caps for good.
+  absl::Duration connection_idle_timeout = absl::Seconds(60);
   // Threads that serve the gRPC calls (the server's completion-queue
   // threads, rpc/queue_server.h). No call holds one while it waits,
   // so these are all the threads calls get, however many are open; the

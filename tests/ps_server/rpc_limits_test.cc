@@ -84,6 +84,7 @@ class Served {
   ParameterServer::Stub& stub() { return *stub_; }
   ParameterShard& shard() { return *shard_; }
   const OpenStreams& streams() const { return server_.service->open_streams(); }
+  int open_connections() { return server_.gate->open_connections(); }
 
   // Whether the server still answers.
   bool Alive() {
@@ -367,6 +368,20 @@ TEST(RpcLimitsTest, ExchangesThatNeverNameAWorkerCannotCrowdOutTheWorkers) {
   for (int i = 2 * kCap; i < 3 * kCap; ++i) silent[i]->stream->Finish();
   ASSERT_TRUE(Eventually([&] { return served.streams().open() == 0; }));
   EXPECT_TRUE(served.Alive());
+}
+
+// Second hostile pass: 20 000 idle connections held the PS's connection
+// caps for good, and real workers could not connect. A connection with no
+// call open for --connection_idle_timeout_seconds is closed; its client
+// connects again at its next call.
+TEST(RpcLimitsTest, AnIdleConnectionIsClosedAndItsClientConnectsAgain) {
+  Served served({{"w", 16}},
+                RpcLimits{.connection_idle_timeout = absl::Milliseconds(500)});
+  ASSERT_TRUE(served.Alive());
+  EXPECT_EQ(served.open_connections(), 1);
+  EXPECT_TRUE(Eventually([&] { return served.open_connections() == 0; }, absl::Seconds(30)))
+      << "the idle connection is still open";
+  EXPECT_TRUE(served.Alive()) << "the client did not connect again";
 }
 
 // Pulls (exchanges) that wait for `min_version`, issued on gRPC's callback
