@@ -1,6 +1,11 @@
 #include "ps_server/checkpointer.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +28,37 @@ std::string Describe(const ShardCheckpoint& checkpoint) {
   return absl::StrCat("version ", checkpoint.version(),
                       checkpoint.run_id().empty() ? "" : absl::StrCat(", run ", checkpoint.run_id()),
                       checkpoint.finished() ? ", finished: every worker was done" : "");
+}
+
+// FailedPrecondition unless `dir` is a directory that not every user can
+// write to (a sticky one, as /tmp, excepted: others cannot replace what is
+// in it); the shard's own folder (`made_here`: the PS makes it) must
+// besides be no link, and this user's or root's. Otherwise another user
+// could put checkpoints there for the PS to restore, or swap the folder
+// for a link to one of this user's. The folder the config names may be a
+// link, and anyone's (a volume mounted for the PS) short of that.
+absl::Status CheckOwnDirectory(const std::string& dir, bool made_here) {
+  struct stat status;
+  if ((made_here ? lstat(dir.c_str(), &status) : stat(dir.c_str(), &status)) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot inspect checkpoint directory ", dir, ": ", std::strerror(errno)));
+  }
+  const auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint directory ", dir, " ", why,
+        "; checkpoints are restored into the model, so the folder must be this user's alone: "
+        "choose another training.checkpoint.dir"));
+  };
+  if (S_ISLNK(status.st_mode)) return refuse("is a symbolic link");
+  if (!S_ISDIR(status.st_mode)) return refuse("is not a directory");
+  if (made_here && status.st_uid != geteuid() && status.st_uid != 0) {
+    return refuse(absl::StrCat("belongs to uid ", status.st_uid, ", not to this user (uid ",
+                               geteuid(), ")"));
+  }
+  if ((status.st_mode & S_IWOTH) != 0 && (status.st_mode & S_ISVTX) == 0) {
+    return refuse("can be written by any user");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -79,12 +115,19 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   if (absl::Status s = CheckWritableDirectory(config_.dir(), "training.checkpoint.dir"); !s.ok()) {
     return s;
   }
+  // What restores the model must be this user's alone: checked before the
+  // folder is made (a link in its place is named as such) and after.
+  if (struct stat existing; lstat(dir_.c_str(), &existing) == 0) {
+    PST_RETURN_IF_ERROR(CheckOwnDirectory(dir_, /*made_here=*/true));
+  }
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create checkpoint directory ", dir_, ": ", error.message()));
   }
+  PST_RETURN_IF_ERROR(CheckOwnDirectory(config_.dir(), /*made_here=*/false));
+  PST_RETURN_IF_ERROR(CheckOwnDirectory(dir_, /*made_here=*/true));
   if (int removed = RemoveTemporaryFiles(dir_); removed > 0) {
     spdlog::warn("{} removed {} unfinished checkpoint file(s) from {}", task_, removed, dir_);
   }

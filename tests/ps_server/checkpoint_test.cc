@@ -351,6 +351,46 @@ TEST_F(CheckpointerTest, RefusesToStartWhenNoCheckpointRestores) {
   EXPECT_EQ(ListCheckpoints(ShardDir() + "/previous").size(), 1u);
 }
 
+// Second hostile pass: a checkpoint folder another user made beforehand
+// was trusted (their forged checkpoint restored NaN into the model; a
+// link sent the PS's writes and deletions into another folder). The
+// shard's folder must be this user's, not a link, and not writable by all.
+TEST_F(CheckpointerTest, RefusesAFolderThatIsNotThisUsersAlone) {
+  auto shard = MomentumShard();
+  const std::string elsewhere = FreshDir("ckpt_elsewhere");
+  std::filesystem::remove_all(ShardDir());
+  std::filesystem::create_directories(std::filesystem::path(ShardDir()).parent_path());
+  std::filesystem::create_directory_symlink(elsewhere, ShardDir());
+  {
+    Checkpointer checkpointer(shard.get(), config_, 0, {"", "job"});
+    absl::StatusOr<int64_t> start = checkpointer.Prepare(CheckpointStart::kAuto);
+    EXPECT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(start.status().message()), HasSubstr("is a symbolic link"));
+  }
+  std::filesystem::remove(ShardDir());
+  std::filesystem::create_directories(ShardDir());
+  std::filesystem::permissions(ShardDir(), std::filesystem::perms::all);
+  {
+    Checkpointer checkpointer(shard.get(), config_, 0, {"", "job"});
+    absl::StatusOr<int64_t> start = checkpointer.Prepare(CheckpointStart::kAuto);
+    EXPECT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(start.status().message()), HasSubstr("can be written by any user"));
+  }
+  std::filesystem::permissions(ShardDir(), std::filesystem::perms::owner_all |
+                                               std::filesystem::perms::group_read |
+                                               std::filesystem::perms::group_exec);
+  if (geteuid() == 0) {  // only root can give a folder to another user
+    ASSERT_EQ(chown(ShardDir().c_str(), 65534, 65534), 0);
+    Checkpointer checkpointer(shard.get(), config_, 0, {"", "job"});
+    absl::StatusOr<int64_t> start = checkpointer.Prepare(CheckpointStart::kAuto);
+    EXPECT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(start.status().message()), HasSubstr("belongs to uid 65534"));
+    ASSERT_EQ(chown(ShardDir().c_str(), 0, 0), 0);
+  }
+  Checkpointer checkpointer(shard.get(), config_, 0, {"", "job"});
+  EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), -1) << "its own folder is used";
+}
+
 // A checkpoint of another run, another job or a finished run is not taken
 // for this run's own; only --checkpoint_start=restore loads it, and then
 // stamps it as this run's, so that this run's next restart finds it.
