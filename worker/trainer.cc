@@ -371,6 +371,19 @@ absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
                std::string(cause.message()));
   absl::StatusOr<RegisterResponse> view = RegisterPatiently(cause, retry);
   if (!view.ok()) return view.status();
+  // A shard restarted from its checkpoint goes back at most a checkpoint
+  // interval; one that went back further (or came back with no model at
+  // all) lost the run's updates, and training on would hide that.
+  const CheckpointConfig& checkpoints = config_.training().checkpoint();
+  const int64_t may_lose = checkpoints.dir().empty() ? 0 : checkpoints.every_steps();
+  const int64_t now_at = view->initialized() ? view->version() : 0;
+  if (versions_[0] - now_at > may_lose) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps:0 came back at version ", now_at, view->initialized() ? "" : " without the model",
+        " after this worker had seen version ", versions_[0], ": ", versions_[0] - now_at,
+        " updates are gone, more than a checkpoint interval (training.checkpoint.every_steps: ",
+        may_lose, "); restore its checkpoint directory, or start the job again"));
+  }
   // A shard restarted without a checkpoint needs its variables again.
   if (!view->initialized()) {
     std::vector<std::vector<float>> initial = towers_->InitialValues(config_.training().seed());

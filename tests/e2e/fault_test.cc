@@ -348,6 +348,26 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
               Result(0).test_accuracy());
 }
 
+// Second hostile pass: a PS that came back without its checkpoints (its
+// folder changed under it) was initialized again from the seed, and the
+// workers trained on as if nothing was lost. More than a checkpoint
+// interval lost is now the workers' error: they stop (exit 2, not
+// restarted) and say so.
+TEST_F(FaultTest, WorkersStopWhenThePsComesBackWithoutTheModel) {
+  std::string config = WriteConfig(
+      2, absl::StrCat("  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 20 }\n"));
+  auto ps = StartPs(config);
+  auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
+  ASSERT_GE(WaitForVersion(100, absl::Seconds(60)), 100) << Log("ps.log");
+  ps->Kill();
+  // Its checkpoints moved aside: it starts from nothing.
+  ps = StartPs(config, {}, "--checkpoint_start=fresh", "ps-again.log");
+  EXPECT_EQ(w0->Wait(absl::Seconds(120)), 2) << Log("worker-0.log");
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 2) << Log("worker-1.log");
+  EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("came back at version 0 without the model"));
+  EXPECT_LT(Stats().version(), 50) << "the workers trained on from the seed";
+}
+
 // Every checkpoint in the directory is damaged: the PS refuses to start
 // (exit 2, one line naming the directory) instead of starting from the
 // initial weights while the workers carry on as if nothing was lost.
