@@ -1,18 +1,21 @@
 // One Exchange call (proto/ps.proto), served on gRPC's completion-queue
 // API (rpc/completion_tag.h): a call that reads the request a message at a
-// time, pushes it to the
-// shard (ps_server/chunk_streams.h: PushIntake), and answers the pull as
-// messages (or through the worker's shared region, ps_server/
-// shm_exchange.h).
+// time, pushes it to the shard (ps_server/chunk_streams.h: PushIntake), and
+// answers the pull as messages (or through the worker's shared region,
+// ps_server/shm_exchange.h). Its phases and their transitions are in
+// exchange_phase.h; its gRPC side (operations, end, waiters, when it is
+// freed) is exchange_rpc.h's; TCP and the shared region are two paths
+// behind exchange_path.h.
 //
 // No thread is held while the call waits. A pull that must wait for its
 // version leaves a waiter in the shard (ParameterShard::PullVisitOrWait)
 // and its answer is sent from a pool task once the waiter is woken; a push
 // that must wait for its turn, or a shared region still claimed by the
-// worker's previous exchange, is handed to the pool, whose task may block;
-// everything else runs on the completion queue's threads, each event
-// bounded by one message's work. A cancelled call drops its waiter; the idle watchdog
-// (ps_server/open_streams.h) ends a call that waits on its client.
+// worker's previous exchange, leaves a waiter too and goes on on the work
+// pool once woken; everything else runs on the completion queue's threads,
+// each event bounded by one message's work. A cancelled call drops its
+// waiter; the idle watchdog (ps_server/open_streams.h) ends a call that
+// waits on its client.
 #ifndef PST_PS_SERVER_EXCHANGE_CALL_H_
 #define PST_PS_SERVER_EXCHANGE_CALL_H_
 
@@ -53,7 +56,8 @@ struct ExchangeResources {
   // tasks that never block.
   ThreadPool* answers;
   // Where the messages of exchanges with a large shard are taken (see
-  // exchange_call.cc): as many threads as cores.
+  // exchange_rpc.cc), and where waits go on once woken: as many threads as
+  // cores.
   ThreadPool* work;
 };
 
