@@ -30,6 +30,7 @@ class ExchangeCall final : public ExchangeRpc {
  private:
   using Phase = ExchangePhase;
 
+  ExchangeRpc* Next() override { return new ExchangeCall(r_, completion_queue()); }
   void OnArrived() override;
   void OnRead(bool ok) override;
   void OnOver(const absl::Status& status) override;
@@ -78,9 +79,6 @@ class ExchangeCall final : public ExchangeRpc {
 };
 
 void ExchangeCall::OnArrived() {
-  // The next call is requested before this one is served, so that calls
-  // never wait for each other to arrive.
-  (new ExchangeCall(r_, completion_queue()))->Request();
   start_ = absl::Now();
   call_deadline_ = absl::FromChrono(context()->deadline());
   buffer_ = r_.take_push_buffer();

@@ -46,7 +46,7 @@ struct PathContext {
   ParameterShard* shard;
   const RpcLimits* limits;
   OpenStreams::Stream* stream;
-  grpc::ServerContext* call;
+  grpc::ServerContext* call;  // cancelled when a streamed push stalls others
   PullPayloadPool* payloads;
   // Where a push is reassembled, or read out of a region: reused memory.
   PushRequest* buffer;

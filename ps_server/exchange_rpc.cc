@@ -11,8 +11,7 @@ namespace {
 
 // A shard whose share is this large takes an exchange's messages on the
 // work pool: copying, decoding and applying them outlasts the hand-off,
-// and the queue's thread stays free to take other calls' events. A smaller
-// one takes them on the queue's thread, which saw them arrive.
+// and the queue's thread stays free to take other calls' events.
 constexpr int64_t kOffloadBytes = 1 << 20;
 
 }  // namespace
@@ -35,6 +34,7 @@ void ExchangeRpc::OnRequested(bool ok) {
     delete this;
     return;
   }
+  Next()->Request();
   offload_ = r_.shard->parameter_bytes() >= kOffloadBytes;
   stream_ = r_.streams->Admit([handle = handle_](const absl::Status& status) {
     ExchangeRpc* call = nullptr;

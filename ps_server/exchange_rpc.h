@@ -46,12 +46,17 @@ class ExchangeRpc {
   ExchangeRpc(const ExchangeResources& resources, grpc::ServerCompletionQueue* queue);
   virtual ~ExchangeRpc() = default;
 
+  // The object that awaits the next call: requested as this one arrives,
+  // before it is served, so that calls never wait for each other to arrive.
+  virtual ExchangeRpc* Next() = 0;
   // The call has arrived: its stream is admitted (OpenStreams). The
   // subclass starts reading.
   virtual void OnArrived() = 0;
   // A read has ended, the call still going: the message is in received()
   // (`ok`), or the request has ended, or failed (the client went away).
-  // Runs on the work pool where the shard is large (offloaded()).
+  // A message is taken on the work pool where the shard is large (its
+  // copying, decoding and applying outlast the hand-off), else on the
+  // queue's thread that saw it arrive.
   virtual void OnRead(bool ok) = 0;
   // The call is over, with `status`: nothing of the subclass runs now, nor
   // will, but for the wakes of waiters it left (Resume answers false).
@@ -97,7 +102,6 @@ class ExchangeRpc {
   grpc::ServerCompletionQueue* completion_queue() const { return completion_queue_; }
   grpc::ServerContext* context() { return &context_; }
   OpenStreams::Stream* open_stream() { return stream_.get(); }
-  bool offloaded() const { return offload_; }
 
   const ExchangeResources r_;
 
