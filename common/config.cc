@@ -653,15 +653,30 @@ std::string ConfigSummary(const JobConfig& config) {
                          cluster.has_auth() ? " + token" : "");
 }
 
+bool HasPortZero(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  return colon != absl::string_view::npos && colon > 0 &&
+         absl::SimpleAtoi(address.substr(colon + 1), &port) && port == 0;
+}
+
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
-                                        const ConfigOverrides& overrides) {
+                                        const ConfigOverrides& overrides, PsPorts ps_ports) {
   absl::StatusOr<JobConfig> config =
       path.empty() ? ParseConfig(EmbeddedDefaultConfig(), "configs/local.textproto (built in)")
                    : ReadConfigFile(path);
   if (!config.ok()) return config.status();
   PST_RETURN_IF_ERROR(ApplyOverrides(overrides, &*config));
   ApplyDefaults(&*config);
-  if (absl::Status s = ValidateConfig(*config); !s.ok()) {
+  // The check wants real ports (and distinct addresses): a port-0 address
+  // is checked as a stand-in of its own, all else as given.
+  JobConfig checked = *config;
+  for (int i = 0; ps_ports == PsPorts::kMayBeZero && i < checked.cluster().ps_size(); ++i) {
+    if (HasPortZero(checked.cluster().ps(i))) {
+      checked.mutable_cluster()->set_ps(i, absl::StrCat("port-0-of-ps-", i, ":1"));
+    }
+  }
+  if (absl::Status s = ValidateConfig(checked); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path.empty() ? "built-in config" : path, ": ", s.message()));
   }

@@ -96,10 +96,19 @@ absl::Status CheckWritableDirectory(const std::string& dir, absl::string_view fi
 // One line describing a valid config: "N ps shard(s), M worker(s), sync mode, TLS + token".
 std::string ConfigSummary(const JobConfig& config);
 
+// Whether `address` ("host:port") names port 0: a PS given it binds a port
+// the system picks (and may report it, ps_server --port_file).
+bool HasPortZero(absl::string_view address);
+
+// Whether a loaded config's cluster.ps may name port 0: only for the PS
+// itself and its launcher; workers and psctl need the real ports.
+enum class PsPorts { kGiven, kMayBeZero };
+
 // Everything above in order: read `path` (or the embedded default when
 // `path` is empty), override, default, validate.
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
-                                        const ConfigOverrides& overrides);
+                                        const ConfigOverrides& overrides,
+                                        PsPorts ps_ports = PsPorts::kGiven);
 
 // InvalidArgument if the task does not exist in the cluster.
 absl::Status ValidateTask(const JobConfig& config, const TaskId& task);

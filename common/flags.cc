@@ -142,8 +142,8 @@ std::vector<std::string> OverrideFlagsAsArgs() {
   return args;
 }
 
-absl::StatusOr<JobConfig> LoadJobConfigFromFlags() {
-  return LoadJobConfig(absl::GetFlag(FLAGS_config), OverridesFromFlags());
+absl::StatusOr<JobConfig> LoadJobConfigFromFlags(PsPorts ps_ports) {
+  return LoadJobConfig(absl::GetFlag(FLAGS_config), OverridesFromFlags(), ps_ports);
 }
 
 absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers) {

@@ -54,7 +54,7 @@ std::vector<std::string> OverrideFlagsAsArgs();
 
 // Loads the job config named by --config (or the embedded default) with the
 // flag overrides applied.
-absl::StatusOr<JobConfig> LoadJobConfigFromFlags();
+absl::StatusOr<JobConfig> LoadJobConfigFromFlags(PsPorts ps_ports = PsPorts::kGiven);
 
 }  // namespace pst
 

@@ -111,40 +111,6 @@ namespace {
 
 constexpr char kProgram[] = "ps_server";
 
-// Whether `address` ("host:port") names port 0.
-bool HasPortZero(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  return colon != std::string::npos && colon > 0 &&
-         absl::SimpleAtoi(address.substr(colon + 1), &port) && port == 0;
-}
-
-// As pst::LoadJobConfigFromFlags, but cluster.ps may name port 0 ("bind a
-// port the system picks"), which only a PS can act on: the shared check
-// wants the real ports workers and psctl connect to, so it sees each such
-// address as a distinct stand-in, and all else is checked as usual.
-absl::StatusOr<pst::JobConfig> LoadConfigAllowingPortZero() {
-  const std::string path = absl::GetFlag(FLAGS_config);
-  absl::StatusOr<pst::JobConfig> config =
-      path.empty() ? pst::ParseConfig(pst::EmbeddedDefaultConfig(),
-                                      "configs/local.textproto (built in)")
-                   : pst::ReadConfigFile(path);
-  if (!config.ok()) return config.status();
-  if (absl::Status s = pst::ApplyOverrides(pst::OverridesFromFlags(), &*config); !s.ok()) return s;
-  pst::ApplyDefaults(&*config);
-  pst::JobConfig checked = *config;
-  for (int i = 0; i < checked.cluster().ps_size(); ++i) {
-    if (HasPortZero(checked.cluster().ps(i))) {
-      checked.mutable_cluster()->set_ps(i, absl::StrCat("port-0-of-ps-", i, ":1"));
-    }
-  }
-  if (absl::Status s = pst::ValidateConfig(checked); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path.empty() ? "built-in config" : path, ": ", s.message()));
-  }
-  return config;
-}
-
 // InvalidArgument unless the folder of --port_file exists and this process
 // may write there.
 absl::Status CheckPortFile(const std::string& path) {
@@ -289,7 +255,7 @@ int main(int argc, char** argv) {
       "With cluster.ps[0] \"127.0.0.1:0\" it binds a free port and, with "
       "--port_file=PATH, writes that port to PATH once serving.");
 
-  absl::StatusOr<pst::JobConfig> config = LoadConfigAllowingPortZero();
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());

@@ -122,41 +122,6 @@ absl::StatusOr<std::string> MakeResultDir(bool* remove_at_end) {
   return dir;
 }
 
-// Whether `address` ("host:port") names port 0.
-bool HasPortZero(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  return colon != std::string::npos && colon > 0 &&
-         absl::SimpleAtoi(address.substr(colon + 1), &port) && port == 0;
-}
-
-// As pst::LoadJobConfigFromFlags, but cluster.ps may name port 0 (that PS
-// binds a port the system picks, which pslaunch then hands the workers):
-// the shared check wants the real ports workers and psctl connect to, so
-// it sees each such address as a distinct stand-in, and all else is
-// checked as usual.
-absl::StatusOr<pst::JobConfig> LoadConfigAllowingPortZero() {
-  const std::string path = absl::GetFlag(FLAGS_config);
-  absl::StatusOr<pst::JobConfig> config =
-      path.empty() ? pst::ParseConfig(pst::EmbeddedDefaultConfig(),
-                                      "configs/local.textproto (built in)")
-                   : pst::ReadConfigFile(path);
-  if (!config.ok()) return config.status();
-  if (absl::Status s = pst::ApplyOverrides(pst::OverridesFromFlags(), &*config); !s.ok()) return s;
-  pst::ApplyDefaults(&*config);
-  pst::JobConfig checked = *config;
-  for (int i = 0; i < checked.cluster().ps_size(); ++i) {
-    if (HasPortZero(checked.cluster().ps(i))) {
-      checked.mutable_cluster()->set_ps(i, absl::StrCat("port-0-of-ps-", i, ":1"));
-    }
-  }
-  if (absl::Status s = pst::ValidateConfig(checked); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path.empty() ? "built-in config" : path, ": ", s.message()));
-  }
-  return config;
-}
-
 // The PS tasks whose address has port 0: each writes the port it got to its
 // file in `dir`, a temporary directory of this run.
 struct PendingPorts {
@@ -167,7 +132,7 @@ struct PendingPorts {
 absl::StatusOr<PendingPorts> PortFiles(const pst::JobConfig& config) {
   PendingPorts pending;
   for (int i = 0; i < config.cluster().ps_size(); ++i) {
-    if (!HasPortZero(config.cluster().ps(i))) continue;
+    if (!pst::HasPortZero(config.cluster().ps(i))) continue;
     if (pending.dir.empty()) {
       std::string pattern = "/tmp/pslaunch-ports.XXXXXX";
       if (mkdtemp(pattern.data()) == nullptr) {
@@ -623,7 +588,7 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, s);
   }
 
-  absl::StatusOr<pst::JobConfig> config = LoadConfigAllowingPortZero();
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   absl::Status startable = CheckLocalTaskCount(*config);
   if (startable.ok()) {
