@@ -48,6 +48,19 @@ void ExchangeRpc::OnRequested(bool ok) {
     call->Unref();
   });
   OnArrived();
+  LeaveArrival();
+}
+
+void ExchangeRpc::LeaveArrival() {
+  {
+    absl::MutexLock lock(&mu_);
+    --busy_;
+    // A call that has not ended is not over either: Pump and Settle would
+    // find nothing to do.
+    if (!end_) return;
+  }
+  Pump();
+  Settle(/*operation_ended=*/false);
 }
 
 void ExchangeRpc::Read() {

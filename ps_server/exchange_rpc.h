@@ -116,6 +116,9 @@ class ExchangeRpc {
 
   // The events of the call's operations.
   void OnRequested(bool ok);
+  // The arrival's work is over: as LeaveBusy, but only where the call has
+  // ended meanwhile is there anything to finish.
+  void LeaveArrival();
   void OnReadDone(bool ok);
   void TakeRead(bool ok);
   void OnWriteDone(bool ok);
@@ -165,7 +168,10 @@ class ExchangeRpc {
   std::optional<OpenStreams::Stream::ClientWait> read_wait_ ABSL_GUARDED_BY(mu_);
   std::optional<OpenStreams::Stream::ClientWait> write_wait_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
-  int busy_ ABSL_GUARDED_BY(mu_) = 0;  // pool tasks using the request's buffers
+  // Pool tasks using the request's buffers, and the arrival's own work
+  // until OnArrived returns: a later arrival or the watchdog may end the
+  // call as soon as it is admitted, and the call must outlive that work.
+  int busy_ ABSL_GUARDED_BY(mu_) = 1;
   // Operations started, their events not yet in; the call's end
   // (AsyncNotifyWhenDone) counts from the start, as it comes for every
   // call that arrives (one that never arrived is freed without Settle).
