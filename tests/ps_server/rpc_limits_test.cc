@@ -350,9 +350,13 @@ TEST(RpcLimitsTest, ExchangesThatNeverNameAWorkerCannotCrowdOutTheWorkers) {
     silent.push_back(std::make_unique<Headerless>());
     silent.back()->context.set_deadline(In(absl::Seconds(60)));
     silent.back()->stream = served.stub().Exchange(&silent.back()->context);
-    // Each is admitted before the next opens, so the oldest are displaced.
-    ASSERT_TRUE(Eventually([&] { return served.streams().unnamed() == std::min(i + 1, kCap); }))
-        << served.streams().unnamed() << " unnamed after opening " << i + 1;
+    // Each is admitted (beyond the cap: has displaced one) before the next
+    // opens, so the oldest are the ones displaced.
+    ASSERT_TRUE(Eventually([&] {
+      return served.streams().unnamed() == std::min(i + 1, kCap) &&
+             served.streams().refused() == std::max(0, i + 1 - kCap);
+    })) << served.streams().unnamed() << " unnamed, " << served.streams().refused()
+        << " displaced after opening " << i + 1;
   }
   for (int i = 0; i < 2 * kCap; ++i) {
     grpc::Status status = silent[i]->stream->Finish();
