@@ -4,7 +4,7 @@
 // shard, and whether the exchange pulls), the next two give the length of a
 // serialized ExchangeChunk (its header, pull and shm), which follows, and
 // the rest is written into the region. The push and the pull run as the
-// service runs them (ps_server/exchange_call.cc): the push read whole and
+// service runs them (ps_server/exchange_shm_path.cc): the push read whole and
 // then applied, or (control bit 64, where the shard can stream it) staged
 // straight out of the region, with the answer written as it is staged
 // where it pulls and bit 128 is set. Whatever they say:
