@@ -46,7 +46,8 @@ void FuzzPull(const RpcLimits& limits, ParameterShard* shard, const PullRequest&
   no_wait.set_worker(0);  // the shard's only worker; the wait ends at once
   PullResponse response;
   const absl::Status status =
-      Pull(*shard, no_wait, absl::Now(), &response, {.max_reply_bytes = limits.max_reply_bytes});
+      pst::Pull(*shard, no_wait, absl::Now(), &response,
+                {.max_reply_bytes = limits.max_reply_bytes});
   if (!status.ok()) return;
   FUZZ_INVARIANT(static_cast<int64_t>(response.ByteSizeLong()) <= limits.max_reply_bytes);
   std::set<std::string> answered;
@@ -59,7 +60,7 @@ void FuzzPush(const RpcLimits& limits, ParameterShard* shard, PushRequest reques
   request.set_worker(0);
   const int64_t before = shard->version();
   PushResponse response;
-  if (!Push(*shard, request, &response).ok()) {
+  if (!pst::Push(*shard, request, &response).ok()) {
     FUZZ_INVARIANT(shard->version() == before);
     return;
   }

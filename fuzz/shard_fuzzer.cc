@@ -241,7 +241,7 @@ class ShardDriver {
   void Push(const PushRequest& request) {
     PushResponse response;
     const int64_t before = last_version_;
-    absl::Status s = Push(*shard_, request, &response);
+    absl::Status s = pst::Push(*shard_, request, &response);
     if (trace_) std::fprintf(stderr, "  push outcome %d\n", response.outcome());
     if (s.ok()) {
       SHARD_INVARIANT(response.outcome() != PushResponse::OUTCOME_UNSPECIFIED);
@@ -297,7 +297,7 @@ class ShardDriver {
     SHARD_INVARIANT(reference.ok());
     SHARD_INVARIANT((*reference)->Restore(before).ok());
     PushResponse expected;
-    absl::Status e = Push(**reference, request, &expected);
+    absl::Status e = pst::Push(**reference, request, &expected);
     if (trace_) std::fprintf(stderr, "  streamed: %s; as a push: %s\n", s.ToString().c_str(),
                              e.ToString().c_str());
     SHARD_INVARIANT(s.code() == e.code());
@@ -313,7 +313,7 @@ class ShardDriver {
 
   void Pull(const PullRequest& request) {
     PullResponse response;
-    absl::Status s = Pull(*shard_, request, absl::Now(), &response);
+    absl::Status s = pst::Pull(*shard_, request, absl::Now(), &response);
     if (s.ok()) {
       SHARD_INVARIANT(response.version() == shard_->version());
       SHARD_INVARIANT(response.version() >= request.min_version());

@@ -44,7 +44,7 @@ namespace {
 bool ModelFinite(ParameterShard* shard) {
   PullRequest pull;
   PullResponse response;
-  if (!Pull(*shard, pull, absl::Now(), &response).ok()) return false;
+  if (!pst::Pull(*shard, pull, absl::Now(), &response).ok()) return false;
   for (const Tensor& t : response.variables()) {
     std::vector<float> values(t.data().size() / sizeof(float));
     DecodeTensor(t, values);
@@ -117,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       bool finite = false;
       status = ReadShmPush(header, begun->bytes, request.shm(), answer_dtype, **opened, limits,
                            &buffer, &finite, &bytes);
-      if (status.ok()) status = Push(*shard, buffer, &pushed, {.values_finite = finite});
+      if (status.ok()) status = pst::Push(*shard, buffer, &pushed, {.values_finite = finite});
     }
   }
   const int64_t moved = shard->version() - before;
@@ -131,10 +131,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::shared_ptr<PullPayload> payload = payloads.Take();
     if (status.ok()) {
-      status = PullVisit(*shard, pull, absl::Now(),
-                                [&](int64_t version, const std::vector<const Variable*>& variables) {
-                                  CapturePull(version, variables, pull.dtype(), payload.get());
-                                });
+      status = pst::PullVisit(
+          *shard, pull, absl::Now(),
+          [&](int64_t version, const std::vector<const Variable*>& variables) {
+            CapturePull(version, variables, pull.dtype(), payload.get());
+          });
     }
     int64_t written = 0;
     if (status.ok()) {

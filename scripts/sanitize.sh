@@ -134,11 +134,11 @@ run_suite() {
 }
 
 # handle_sigbus=0: SIGBUS is the shared-memory guard's (common/shared_memory.cc),
-# and its tests send and cause SIGBUS on purpose; ASan's own handler, installed
-# first, would take the signals the guard hands on and abort.
+# and its tests send and cause SIGBUS on purpose; the sanitizer's own handler,
+# installed first, would take the signals the guard hands on and abort.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:detect_leaks=1:strict_string_checks=1:handle_sigbus=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/scripts/tsan.supp}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1 handle_sigbus=0 suppressions=$ROOT/scripts/tsan.supp}
 
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(asan tsan)
