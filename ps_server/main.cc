@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <cstdio>
@@ -20,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/durable_file.h"
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
@@ -142,23 +142,9 @@ absl::Status RemoveOldPortFile(const std::string& path) {
 // Writes "<port>\n" to PATH.tmp and renames it to PATH, so that a reader
 // never sees a partial number.
 absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out) {
-      return absl::UnavailableError(absl::StrCat("--port_file: cannot write ", temporary,
-                                                 "; is the disk full?"));
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    return absl::UnavailableError(absl::StrCat("--port_file: cannot rename ", temporary, " to ",
-                                               path, ": ", error.message()));
-  }
-  return absl::OkStatus();
+  absl::Status written = pst::WriteFileDurably(path, absl::StrCat(port, "\n"));
+  if (written.ok()) return written;
+  return absl::Status(written.code(), absl::StrCat("--port_file: ", written.message()));
 }
 
 // `address` with its port replaced by `port`: what the PS is bound to.

@@ -57,8 +57,6 @@ class ShardWaiters {
   // the shard shutting down), those past their deadline at `now`, and
   // those whose condition holds.
   void Wake(absl::Time now, bool all);
-  // Wakes the waiters whose condition holds (something changed).
-  void WakeReady() { if (!waiters_.empty()) Wake(absl::InfinitePast(), /*all=*/false); }
 
  private:
   void RunTimer();

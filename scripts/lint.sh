@@ -30,7 +30,7 @@ with open(os.path.join(build, "compile_commands.json")) as f:
     commands = json.load(f)
 checks = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
           "-Wno-unknown-warning-option"]
-todo = []
+sources = []
 for entry in commands:
     source = os.path.relpath(entry["file"], root)
     if source.startswith(("..", "tests/", "fuzz/", "build")) or not source.endswith(".cc"):
@@ -40,7 +40,7 @@ for entry in commands:
     if "-o" in argv:
         at = argv.index("-o")
         del argv[at:at + 2]
-    todo.append((source, argv + checks, entry["directory"]))
+    sources.append((source, argv + checks, entry["directory"]))
 
 def check(item):
     source, argv, directory = item
@@ -49,11 +49,11 @@ def check(item):
 
 failed = []
 with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-    for source, code, errors in pool.map(check, sorted(todo)):
+    for source, code, errors in pool.map(check, sorted(sources)):
         if code != 0:
             failed.append(source)
             sys.stderr.write(errors)
-print(f"== lint: {len(todo)} sources checked for -Wthread-safety, {len(failed)} with findings",
+print(f"== lint: {len(sources)} sources checked for -Wthread-safety, {len(failed)} with findings",
       file=sys.stderr)
 sys.exit(1 if failed else 0)
 PY
