@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
   libssl-dev          # HMAC-SHA256 of the task tokens (gRPC's own TLS library)
   libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
+  prometheus-cpp-dev  # their metrics registry (labelled counters, gauges, histograms)
   libopenblas-dev     # the CPU backend's matrix products (CBLAS)
   dataset-fashion-mnist
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
@@ -22,9 +23,8 @@ PACKAGES=(
   # Tests only: certificates for the TLS tests, and YAML parsing for the
   # offline check of deploy/k8s and docker/.
   openssl python3-yaml
-  # Benchmarks only: ps_bench's loopback TCP baseline, and the metrics
-  # library metrics_bench compares our registry with.
-  iperf3 prometheus-cpp-dev
+  # Benchmarks only: ps_bench's loopback TCP baseline.
+  iperf3
 )
 
 missing=()
