@@ -29,13 +29,15 @@ const std::shared_ptr<prometheus::Registry>& SharedRegistry() {
 prometheus::Registry& GlobalRegistry() { return *SharedRegistry(); }
 
 void SetProcessLabels(prometheus::Labels labels) {
-  absl::MutexLock lock(&Holder().mu);
-  Holder().labels = std::move(labels);
+  ProcessLabelsHolder& holder = Holder();
+  absl::MutexLock lock(&holder.mu);
+  holder.labels = std::move(labels);
 }
 
 prometheus::Labels ProcessLabels() {
-  absl::MutexLock lock(&Holder().mu);
-  return Holder().labels;
+  ProcessLabelsHolder& holder = Holder();
+  absl::MutexLock lock(&holder.mu);
+  return holder.labels;
 }
 
 prometheus::Family<prometheus::Counter>& CounterFamily(const std::string& name,
