@@ -773,6 +773,11 @@ int64_t ParameterShard::parameter_bytes() const {
   return parameter_bytes_.load(std::memory_order_relaxed);
 }
 
+bool ParameterShard::initialized() const {
+  absl::MutexLock lock(&mu_);
+  return Initialized();
+}
+
 int64_t ParameterShard::version() const {
   absl::MutexLock lock(&mu_);
   return version_;

@@ -217,6 +217,9 @@ class ParameterShard {
   // InvalidArgument if the checkpoint belongs to another shard or job.
   absl::Status Restore(const ShardCheckpoint& checkpoint);
   int64_t version() const;
+  // Whether Init or Restore has given the shard its variables (it never
+  // loses them).
+  bool initialized() const;
 
   // Waits up to `deadline` for the next snapshot scheduled by
   // snapshot_every_steps and hands it over; nullopt if none came.
