@@ -54,8 +54,9 @@ OptimizerConfig Adam(float lr) {
   return config;
 }
 
-OptimizerConfig Ftrl(float alpha, float beta, float l1, float l2) {
+OptimizerConfig Ftrl(float alpha, float beta, float l1, float l2, float initial_accumulator = 0) {
   OptimizerConfig config;
+  config.mutable_ftrl()->set_initial_accumulator(initial_accumulator);
   config.mutable_ftrl()->set_learning_rate(alpha);
   config.mutable_ftrl()->set_beta(beta);
   config.mutable_ftrl()->set_l1(l1);
@@ -422,6 +423,10 @@ TEST(EmbeddingTableTest, RowWiseOptimizersMatchHandComputedSteps) {
       {"ftrl l1 l2", Ftrl(1, 1, 4, 2), {3, 4}, {0, -0.375f}},
       // Negative z: w = -(z + l1) / ...:  z = -3 -> 0;  z = -7 -> +0.5
       {"ftrl l1 negative", Ftrl(1, 1, 4, 0), {-3, -4}, {0, 0.5f}},
+      // n starts at 16: n = 25, sigma = 5 - 4, z = 3, w = -3 / (1 + 5);
+      // n = 26, sigma = sqrt(26) - 5, z = 3 + 1 + sigma * 0.5
+      {"ftrl initial accumulator", Ftrl(1, 1, 0, 0, 16), {3, 1},
+       {-0.5f, -(4 + (std::sqrt(26.0f) - 5) * 0.5f) / (1 + std::sqrt(26.0f))}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
