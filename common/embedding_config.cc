@@ -21,8 +21,8 @@ absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableC
                                                            const OptimizerConfig& job_optimizer) {
   if (spec.name().empty()) return absl::InvalidArgumentError("an embedding table has no name");
   if (spec.dim() < 1 || spec.dim() > kMaxEmbeddingDim) {
-    return Invalid(spec, absl::StrCat("dim must be in [1, ", kMaxEmbeddingDim, "], got ",
-                                      spec.dim()));
+    return Invalid(spec,
+                   absl::StrCat("dim must be in [1, ", kMaxEmbeddingDim, "], got ", spec.dim()));
   }
   if (spec.max_rows_per_shard() < 0 || spec.max_rows_per_shard() > kMaxRowsPerShard) {
     return Invalid(spec, absl::StrCat("max_rows_per_shard must be in [0, ", kMaxRowsPerShard,
@@ -30,8 +30,8 @@ absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableC
                                       spec.max_rows_per_shard()));
   }
   if (spec.has_init_scale() && !(std::isfinite(spec.init_scale()) && spec.init_scale() >= 0)) {
-    return Invalid(spec, absl::StrCat("init_scale must be finite and >= 0, got ",
-                                      spec.init_scale()));
+    return Invalid(spec,
+                   absl::StrCat("init_scale must be finite and >= 0, got ", spec.init_scale()));
   }
   EmbeddingTableConfig resolved = spec;
   if (!resolved.has_optimizer()) *resolved.mutable_optimizer() = job_optimizer;

@@ -52,8 +52,7 @@ struct EmbeddingTable::Embedding {
 namespace {
 
 absl::Status Invalid(absl::string_view table, absl::string_view problem) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("embedding table \"", table, "\": ", problem));
+  return absl::InvalidArgumentError(absl::StrCat("embedding table \"", table, "\": ", problem));
 }
 
 int64_t IdCount(const std::string& ids) {
@@ -165,11 +164,12 @@ absl::Status EmbeddingTable::CheckPush(const PushRequest& push, bool /*require_a
     if (check_finite && !EncodedFinite(part.data(), part.dtype())) {  // name the culprit
       row.resize(table.dim());
       for (int64_t i = 0; i < n; ++i) {
-        DecodeValues(absl::string_view(part.data()).substr(i * row_bytes, row_bytes),
-                     part.dtype(), row);
+        DecodeValues(absl::string_view(part.data()).substr(i * row_bytes, row_bytes), part.dtype(),
+                     row);
         if (!AllFinite(row)) {
-          return Invalid(part.table(), absl::StrCat("the gradient of id ", RowId(part.ids(), i),
-                                                    " has a non-finite value; nothing was applied"));
+          return Invalid(part.table(),
+                         absl::StrCat("the gradient of id ", RowId(part.ids(), i),
+                                      " has a non-finite value; nothing was applied"));
         }
       }
     }
@@ -227,8 +227,9 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
                                      .slot_stride = dim});
     if (!AllFinite({next, width})) {
       return Invalid(table.config.name(),
-                     absl::StrCat("the update of id ", id, " is not finite (the gradient is too "
-                                  "large for the ", rule.Name(), " optimizer); nothing was applied"));
+                     absl::StrCat("the update of id ", id,
+                                  " is not finite (the gradient is too large for the ",
+                                  rule.Name(), " optimizer); nothing was applied"));
     }
     table.staged_ids.push_back(id);
     table.staged_rows.push_back(row);
@@ -237,8 +238,7 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& plan,
-                                   float lr_scale) {
+absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& plan, float lr_scale) {
   for (size_t i = 0; i < plan.indices.size(); ++i) {
     const EmbeddingRows& part = push.rows(static_cast<int>(i));
     Embedding& table = *tables_[plan.indices[i]];
@@ -354,10 +354,11 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
       return Invalid(name, absl::StrCat("the checkpoint is inconsistent: ", problem));
     };
     if (in.num_shards() != options_.num_shards) {
-      return Invalid(name, absl::StrCat(
-          "the checkpoint's rows were placed over ", in.num_shards(), " shards, this job has ",
-          options_.num_shards, "; rows are placed by a hash of the id modulo the shard count, so "
-          "restore onto ", in.num_shards(), " shards"));
+      return Invalid(
+          name, absl::StrCat("the checkpoint's rows were placed over ", in.num_shards(),
+                             " shards, this job has ", options_.num_shards,
+                             "; rows are placed by a hash of the id modulo the shard count, ",
+                             "so restore onto ", in.num_shards(), " shards"));
     }
     PST_ASSIGN_OR_RETURN(EmbeddingTableConfig spec,
                          ResolveEmbeddingTable(in.config(), options_.optimizer));
@@ -369,16 +370,15 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
     const int64_t n = IdCount(in.ids());
     const size_t dim = table->dim();
     const size_t slot_floats = table->slot_floats();
-    if (in.ids().size() != n * sizeof(uint64_t) ||
-        in.values().size() != n * dim * sizeof(float) ||
+    if (in.ids().size() != n * sizeof(uint64_t) || in.values().size() != n * dim * sizeof(float) ||
         in.slots().size() != n * slot_floats * sizeof(float) ||
         in.row_updates().size() != n * sizeof(int64_t)) {
       return inconsistent(absl::StrCat("the sizes of ids, values, slots and updates disagree for ",
                                        "dim ", dim, " and the ", table->optimizer->Name(),
                                        " optimizer"));
     }
-    if (n > table->config.max_rows_per_shard() || in.rows_admitted() < n ||
-        in.rows_refused() < 0 || in.updates() < 0) {
+    if (n > table->config.max_rows_per_shard() || in.rows_admitted() < n || in.rows_refused() < 0 ||
+        in.updates() < 0) {
       return inconsistent(absl::StrCat(n, " rows do not fit its limit or counters"));
     }
     values.resize(dim);
@@ -399,8 +399,8 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
       // The shard never commits a non-finite value, so one here was not
       // written by a PS.
       if (!AllFinite(values) || !AllFinite(slots) || row_updates < 1) {
-        return inconsistent(absl::StrCat("the row of id ", id,
-                                         " holds a non-finite value or no update"));
+        return inconsistent(
+            absl::StrCat("the row of id ", id, " holds a non-finite value or no update"));
       }
       table->rows.Add(id, values, slots, row_updates);
     }
@@ -452,9 +452,9 @@ absl::Status EmbeddingTable::Lookup(absl::string_view table, std::span<const uin
   const Embedding& e = *tables_[t];
   const size_t dim = e.dim();
   if (out.size() != ids.size() * dim) {
-    return Invalid(table, absl::StrCat("a lookup of ", ids.size(), " rows of dim ", dim,
-                                       " needs room for ", ids.size() * dim, " values, not ",
-                                       out.size()));
+    return Invalid(
+        table, absl::StrCat("a lookup of ", ids.size(), " rows of dim ", dim, " needs room for ",
+                            ids.size() * dim, " values, not ", out.size()));
   }
   for (uint64_t id : ids) PST_RETURN_IF_ERROR(CheckShard(e, id, "looked-up"));
   for (size_t i = 0; i < ids.size(); ++i) ReadRow(e, ids[i], out.subspan(i * dim, dim));

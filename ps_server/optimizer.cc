@@ -206,7 +206,8 @@ std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSettings& s) {
       optimizer = std::make_unique<Adagrad>(s.learning_rate, s.initial_accumulator, s.epsilon);
       break;
     case OptimizerSettings::Rule::kFtrl:
-      optimizer = std::make_unique<Ftrl>(s.learning_rate, s.beta, s.l1, s.l2, s.initial_accumulator);
+      optimizer =
+          std::make_unique<Ftrl>(s.learning_rate, s.beta, s.l1, s.l2, s.initial_accumulator);
       break;
   }
   optimizer->decay_rate_ = s.decay_rate;

@@ -41,8 +41,7 @@ int RowStep::landed() const {
   return landed;
 }
 
-void RowStep::Mean(int table, int dim, std::vector<uint64_t>* ids,
-                   std::vector<float>* rows) const {
+void RowStep::Mean(int table, int dim, std::vector<uint64_t>* ids, std::vector<float>* rows) const {
   ids->clear();
   rows->clear();
   absl::flat_hash_map<uint64_t, size_t> position;

@@ -16,8 +16,8 @@ size_t RowStore::IndexPart(uint64_t id) {
 
 int64_t RowStore::bytes() const {
   const int64_t per_block =
-      kRowsPerBlock * static_cast<int64_t>(width() * sizeof(float) + sizeof(uint64_t) +
-                                           sizeof(int64_t));
+      kRowsPerBlock *
+      static_cast<int64_t>(width() * sizeof(float) + sizeof(uint64_t) + sizeof(int64_t));
   int64_t bytes = static_cast<int64_t>(blocks_.size()) * per_block;
   for (const Index& part : index_) {
     // A slot per entry plus a control byte per slot (Abseil's Swiss table).

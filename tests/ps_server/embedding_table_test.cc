@@ -168,7 +168,8 @@ std::vector<uint64_t> IdsOfShard(int shard, int num_shards, int count, uint64_t 
 // --- Specs and initialization ---
 
 TEST(EmbeddingConfigTest, SpecsResolveToTheirDocumentedDefaults) {
-  absl::StatusOr<EmbeddingTableConfig> plain = ResolveEmbeddingTable(Spec("a", 16, {}, 0, {}), Sgd(0.5f));
+  absl::StatusOr<EmbeddingTableConfig> plain =
+      ResolveEmbeddingTable(Spec("a", 16, {}, 0, {}), Sgd(0.5f));
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->optimizer().sgd().learning_rate(), 0.5f);  // the job's
   EXPECT_EQ(plain->max_rows_per_shard(), kDefaultMaxRowsPerShard);
@@ -232,8 +233,8 @@ TEST(EmbeddingTableTest, AnUnseenRowReadsAsItsDocumentedInitialValueAndIsNotStor
   // The formula of ps_server/embedding_init.h for seed 7, "user", id 42,
   // scale 0.5, computed apart from this code: a change to it fails here.
   EXPECT_EQ(Lookup(*table, "user", {42}),
-            (std::vector<float>{-0.39397627115249634f, -0.23702973127365112f,
-                                0.23413687944412231f, -0.30019330978393555f}));
+            (std::vector<float>{-0.39397627115249634f, -0.23702973127365112f, 0.23413687944412231f,
+                                -0.30019330978393555f}));
   // Reading a million ids stores nothing.
   std::vector<uint64_t> ids(1 << 20);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919;
@@ -257,7 +258,8 @@ TEST(EmbeddingTableTest, InitialValuesAgreeAcrossShardsAndDependOnSeedTableAndId
   const std::vector<uint64_t> zero = IdsOfShard(0, 2, 3), one = IdsOfShard(1, 2, 3);
   std::unique_ptr<EmbeddingTable> shard0 = Make({Spec("a", 8, {}, 0, 1.0f)}, Options(0, 2));
   std::unique_ptr<EmbeddingTable> shard1 = Make({Spec("a", 8, {}, 0, 1.0f)}, Options(1, 2));
-  std::unique_ptr<EmbeddingTable> alone = Make({Spec("a", 8, {}, 0, 1.0f), Spec("b", 8, {}, 0, 1.0f)});
+  std::unique_ptr<EmbeddingTable> alone =
+      Make({Spec("a", 8, {}, 0, 1.0f), Spec("b", 8, {}, 0, 1.0f)});
   std::unique_ptr<EmbeddingTable> reseeded =
       Make({Spec("a", 8, {}, 0, 1.0f)}, Options(0, 1, 1, kSeed + 1));
   EXPECT_EQ(Lookup(*shard0, "a", zero), Lookup(*alone, "a", zero));
@@ -276,7 +278,8 @@ TEST(EmbeddingTableTest, UnsetInitScaleIsOneOverRootDimAndZeroUnderFtrl) {
   EXPECT_LT(*std::max_element(a.begin(), a.end()), 0.5f);
   EXPECT_GT(*std::max_element(a.begin(), a.end()), 0.49f);
   std::vector<float> w = Lookup(*table, "w", ids);
-  EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float v) { return std::signbit(v) == 0 && v == 0; }));
+  EXPECT_TRUE(
+      std::all_of(w.begin(), w.end(), [](float v) { return std::signbit(v) == 0 && v == 0; }));
 }
 
 // --- Pushes: checks ---
@@ -297,19 +300,29 @@ TEST(EmbeddingTableTest, ABadPushIsRefusedNamingTableAndIdAndChangesNothing) {
   const float inf = std::numeric_limits<float>::infinity();
   const Case cases[] = {
       {"unknown table", Push({Rows("zz", mine, {1, 2, 3, 4})}), true, {"\"zz\"", "no such table"}},
-      {"table twice", Push({Rows("a", {mine[0]}, {1, 2}), Rows("a", {mine[1]}, {1, 2})}), true,
+      {"table twice",
+       Push({Rows("a", {mine[0]}, {1, 2}), Rows("a", {mine[1]}, {1, 2})}),
+       true,
        {"\"a\"", "twice"}},
       {"ids not whole", Push({ragged}), true, {"\"a\"", "multiple of 8"}},
-      {"another shard's id", Push({Rows("a", {mine[0], theirs[0]}, {1, 2, 3, 4})}), true,
+      {"another shard's id",
+       Push({Rows("a", {mine[0], theirs[0]}, {1, 2, 3, 4})}),
+       true,
        {"\"a\"", absl::StrCat("id ", theirs[0]), "shard 1 of 2"}},
-      {"duplicate id", Push({Rows("a", {mine[1], mine[1]}, {1, 2, 3, 4})}), true,
+      {"duplicate id",
+       Push({Rows("a", {mine[1], mine[1]}, {1, 2, 3, 4})}),
+       true,
        {"\"a\"", absl::StrCat("id ", mine[1], " appears twice")}},
       {"row too narrow", Push({Rows("a", mine, {1, 2, 3})}), true, {"\"a\"", "dim 2"}},
       {"row too wide", Push({Rows("a", mine, {1, 2, 3, 4, 5, 6})}), true, {"\"a\"", "dim 2"}},
       {"unknown dtype", Push({bad_dtype}), true, {"\"a\"", "dtype"}},
-      {"NaN row", Push({Rows("a", mine, {1, 2, nan, 4})}), true,
+      {"NaN row",
+       Push({Rows("a", mine, {1, 2, nan, 4})}),
+       true,
        {"\"a\"", absl::StrCat("id ", mine[1]), "non-finite"}},
-      {"Inf in a float16 row", Push({Rows("a", mine, {inf, 2, 3, 4}, FLOAT16)}), true,
+      {"Inf in a float16 row",
+       Push({Rows("a", mine, {inf, 2, 3, 4}, FLOAT16)}),
+       true,
        {"\"a\"", absl::StrCat("id ", mine[0]), "non-finite"}},
   };
   for (const Case& c : cases) {
@@ -425,7 +438,9 @@ TEST(EmbeddingTableTest, RowWiseOptimizersMatchHandComputedSteps) {
       {"ftrl l1 negative", Ftrl(1, 1, 4, 0), {-3, -4}, {0, 0.5f}},
       // n starts at 16: n = 25, sigma = 5 - 4, z = 3, w = -3 / (1 + 5);
       // n = 26, sigma = sqrt(26) - 5, z = 3 + 1 + sigma * 0.5
-      {"ftrl initial accumulator", Ftrl(1, 1, 0, 0, 16), {3, 1},
+      {"ftrl initial accumulator",
+       Ftrl(1, 1, 0, 0, 16),
+       {3, 1},
        {-0.5f, -(4 + (std::sqrt(26.0f) - 5) * 0.5f) / (1 + std::sqrt(26.0f))}},
   };
   for (const Case& c : cases) {
@@ -457,7 +472,9 @@ TEST(EmbeddingTableTest, FtrlWithL1KeepsRowsExactlyZeroUntilTheirSignalExceedsIt
   const std::string& values = checkpoint.embeddings(0).values();
   EXPECT_EQ(values, std::string(values.size(), '\0'));
   // A steady signal crosses l1 and the weight leaves zero, against it.
-  for (int step = 0; step < 5; ++step) ASSERT_TRUE(Apply(*table, Push({Rows("w", {1000}, {1, 1, 1, 1})})).ok());
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(Apply(*table, Push({Rows("w", {1000}, {1, 1, 1, 1})})).ok());
+  }
   for (float w : Lookup(*table, "w", {1000})) EXPECT_LT(w, 0.0f);
   for (float w : Lookup(*table, "w", {1001})) EXPECT_EQ(w, 0.0f);
 }
@@ -694,6 +711,34 @@ TEST(EmbeddingTableTest, AStreamOfOneOffIdsStaysWithinTheRowLimit) {
   EXPECT_LE(stats.bytes(), raw + RowStore::kRowsPerBlock * (8 * 4 * 2 + 16) + 1000 * 64);
 }
 
+TEST(EmbeddingTableTest, RowsSpanningManyBlocksKeepTheirOwnValuesAndState) {
+  const int rows = 3 * static_cast<int>(RowStore::kRowsPerBlock) + 17;
+  std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 3, Sgd(1.0f, 0.5f))});
+  std::vector<uint64_t> ids(rows);
+  std::vector<float> g(rows * 3);
+  for (int i = 0; i < rows; ++i) {
+    ids[i] = uint64_t{0x9e3779b97f4a7c15} * (i + 1);  // scattered over the id space
+    for (int e = 0; e < 3; ++e) g[i * 3 + e] = static_cast<float>(i % 1000) + 0.25f * e;
+  }
+  // Two halves, then everything again: rows are added across blocks and
+  // then updated in place with momentum (v = g, then 0.5 g + g).
+  auto rows_of = [&](int first, int last) {
+    return Rows("a", std::vector<uint64_t>(ids.begin() + first, ids.begin() + last),
+                std::vector<float>(g.begin() + first * 3, g.begin() + last * 3));
+  };
+  ASSERT_TRUE(Apply(*table, Push({rows_of(0, rows / 2)})).ok());
+  ASSERT_TRUE(Apply(*table, Push({rows_of(rows / 2, rows)})).ok());
+  ASSERT_TRUE(Apply(*table, Push({rows_of(0, rows)})).ok());
+  std::vector<float> expected(g.size());
+  for (size_t i = 0; i < g.size(); ++i) expected[i] = -g[i] - (0.5f * g[i] + g[i]);
+  EXPECT_EQ(Lookup(*table, "a", ids), expected);
+  EXPECT_EQ(StatsOf(*table, "a").rows(), rows);
+  EmbeddingTable restored(Options());
+  ASSERT_TRUE(restored.Restore(Exported(*table)).ok());
+  EXPECT_EQ(Lookup(restored, "a", ids), expected);
+  EXPECT_EQ(Snapshot(restored), Snapshot(*table));
+}
+
 // --- Checkpoints ---
 
 TEST(EmbeddingTableTest, ACheckpointRoundTripsRowsStateAndCountersAndTrainsOnAlike) {
@@ -720,8 +765,8 @@ TEST(EmbeddingTableTest, ACheckpointRoundTripsRowsStateAndCountersAndTrainsOnAli
   EXPECT_TRUE(restored.initialized());
   EXPECT_EQ(Snapshot(restored), checkpoint.SerializeAsString());
   EXPECT_EQ(Lookup(restored, "a", ids), Lookup(*table, "a", ids));  // unseen ids too
-  const PushRequest next = Push({Rows("a", {ids[0], ids[7]}, {1, 2, 3, 4, 5, 6}),
-                                 Rows("w", {ids[1]}, {0.5f, -0.5f})});
+  const PushRequest next =
+      Push({Rows("a", {ids[0], ids[7]}, {1, 2, 3, 4, 5, 6}), Rows("w", {ids[1]}, {0.5f, -0.5f})});
   ASSERT_TRUE(Apply(*table, next).ok());
   ASSERT_TRUE(Apply(restored, next).ok());
   EXPECT_EQ(Snapshot(restored), Snapshot(*table));
@@ -752,10 +797,12 @@ TEST(EmbeddingTableTest, RestoreRefusesAnInconsistentCheckpointAndChangesNothing
          e->mutable_ids()->replace(8, 8, e->ids().substr(0, 8));
        },
        "appears twice"},
-      {"values cut short", [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_values()->pop_back(); },
-       "sizes"},
+      {"values cut short",
+       [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_values()->pop_back(); }, "sizes"},
       {"state of another optimizer",
-       [](ShardCheckpoint::Embedding* e, uint64_t) { *e->mutable_config()->mutable_optimizer() = Adam(0.1f); },
+       [](ShardCheckpoint::Embedding* e, uint64_t) {
+         *e->mutable_config()->mutable_optimizer() = Adam(0.1f);
+       },
        "sizes"},
       {"a NaN value",
        [](ShardCheckpoint::Embedding* e, uint64_t) {
@@ -767,12 +814,14 @@ TEST(EmbeddingTableTest, RestoreRefusesAnInconsistentCheckpointAndChangesNothing
        [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_row_updates()->assign(24, '\0'); },
        "no update"},
       {"more rows than its limit",
-       [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_config()->set_max_rows_per_shard(2); },
+       [](ShardCheckpoint::Embedding* e, uint64_t) {
+         e->mutable_config()->set_max_rows_per_shard(2);
+       },
        "limit"},
       {"fewer rows admitted than held",
        [](ShardCheckpoint::Embedding* e, uint64_t) { e->set_rows_admitted(2); }, "counters"},
-      {"a bad spec", [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_config()->set_dim(0); },
-       "dim"},
+      {"a bad spec",
+       [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_config()->set_dim(0); }, "dim"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
