@@ -197,9 +197,22 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
   const float scale = lr_scale * rule.DecayFactor(table.updates + 1);
   std::vector<float> initial_slots(slots, rule.InitialSlotValue());
   table.staged = true;
+  // The rows first, then their updates, each pass hinting the memory it
+  // needs a few ids ahead: in a large table nearly every index entry and
+  // row is a cache miss, and this lets them overlap.
+  constexpr size_t kAhead = 8;
+  found_scratch_.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size()) table.rows.PrefetchIndex(ids[i + kAhead]);
+    found_scratch_[i] = table.rows.Find(ids[i]);
+  }
+  table.staged_records.reserve(table.staged_records.size() + ids.size() * width);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size() && found_scratch_[i + kAhead] >= 0) {
+      table.rows.PrefetchRow(found_scratch_[i + kAhead]);
+    }
     const uint64_t id = ids[i];
-    const int64_t row = table.rows.Find(id);
+    const int64_t row = found_scratch_[i];
     if (row < 0 && table.rows.size() + table.staged_new >= table.config.max_rows_per_shard()) {
       ++table.staged_refused;
       continue;
@@ -470,9 +483,18 @@ void EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype, char* ou
   const size_t dim = table.dim();
   const size_t row_bytes = dim * DTypeBytes(dtype);
   std::vector<float> initial(dim);
-  for (int64_t i = 0; i < IdCount(rows.ids()); ++i) {
+  // As in StageRows: the rows first, then their values, hinted ahead.
+  constexpr int64_t kAhead = 8;
+  const int64_t n = IdCount(rows.ids());
+  std::vector<int64_t> found(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) table.rows.PrefetchIndex(RowId(rows.ids(), i + kAhead));
+    found[i] = table.rows.Find(RowId(rows.ids(), i));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && found[i + kAhead] >= 0) table.rows.PrefetchRow(found[i + kAhead]);
     const uint64_t id = RowId(rows.ids(), i);
-    const int64_t row = table.rows.Find(id);
+    const int64_t row = found[i];
     std::span<const float> values = initial;
     if (row < 0) {
       InitialRow(table.key, id, table.config.init_scale(), initial);

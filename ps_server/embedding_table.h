@@ -159,6 +159,7 @@ class EmbeddingTable final : public Table {
   // Scratch of StageStep and Stage, kept warm between updates.
   std::vector<uint64_t> ids_scratch_;
   std::vector<float> rows_scratch_;
+  std::vector<int64_t> found_scratch_;
 };
 
 }  // namespace pst

@@ -38,6 +38,16 @@ class RowStore {
 
   // The index of `id`'s row, or -1.
   int64_t Find(uint64_t id) const;
+  // Cache hints: `id` will be looked up soon; row `row` will be read soon.
+  // Rows of a large table are scattered over memory, so a caller about to
+  // visit many of them hints a few ahead, and the misses overlap.
+  void PrefetchIndex(uint64_t id) const { index_[IndexPart(id)].prefetch(id); }
+  void PrefetchRow(int64_t row) const {
+    const float* at = record(row);
+    for (size_t line = 0; line < width() * sizeof(float); line += 64) {
+      __builtin_prefetch(reinterpret_cast<const char*>(at) + line);
+    }
+  }
   // Adds a row for `id`, which has none, with the given contents (dim
   // values, slots_per_value * dim slots); returns its index.
   int64_t Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
