@@ -117,7 +117,8 @@ class EmbeddingTable final : public Table {
 
   // Checks `pull.rows()`: known tables, each once, 8 bytes per id, every
   // id of this shard, a known dtype. InvalidArgument naming the table and
-  // id otherwise.
+  // id otherwise. An id may repeat (it is answered each time); workers
+  // send each once per step.
   absl::Status CheckPull(const PullRequest& pull) const;
   // The values of `table`'s rows `ids` into `out` (ids.size() x dim,
   // row after row): a row's committed values, or its initial value when
