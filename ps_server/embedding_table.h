@@ -69,8 +69,10 @@
 namespace pst {
 
 struct EmbeddingTableOptions {
+  // This shard among num_shards (>= 1): the rows it holds.
   int shard = 0;
   int num_shards = 1;
+  // The SYNC step's ranks.
   int num_workers = 1;
   // training.seed: the initial rows' seed.
   uint64_t seed = 0;
