@@ -5,6 +5,11 @@
 // A plain thread-safe class with no knowledge of gRPC (ps_service.h adapts
 // it), so the update semantics are unit-tested without a network.
 //
+// The shard coordinates; its tables (ps_server/table.h) hold the state: the
+// dense variables (ps_server/dense_table.h) are one. Every update is staged
+// in each table a push touches and committed in all of them at once, as
+// one version; a checkpoint and Stats cover every table.
+//
 // A push the policy applies on its own advances the version by one, its
 // learning rate scaled as the policy says. Pushes the policy aggregates are
 // summed in worker-rank order as they arrive, outside the shard's lock
@@ -39,7 +44,6 @@
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,7 +52,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -59,12 +62,11 @@
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "ps.pb.h"
-#include "common/thread_pool.h"
 #include "ps_server/consistency_policy.h"
+#include "ps_server/dense_table.h"
 #include "ps_server/lease_tracker.h"
 #include "ps_server/shard_waiters.h"
-#include "ps_server/step_aggregate.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/table.h"
 
 namespace pst {
 
@@ -215,6 +217,9 @@ class ParameterShard {
   // InvalidArgument if the checkpoint belongs to another shard or job.
   absl::Status Restore(const ShardCheckpoint& checkpoint);
   int64_t version() const;
+  // Whether Init or Restore has given the shard its variables (it never
+  // loses them).
+  bool initialized() const;
 
   // Waits up to `deadline` for the next snapshot scheduled by
   // snapshot_every_steps and hands it over; nullopt if none came.
@@ -285,13 +290,14 @@ class ParameterShard {
   // wire dtype.
   absl::Status CheckPull(const PullRequest& request) const;
   // TryPush's part under the lock: refuses, drops or applies the push, or
-  // admits it into the current step (`*lands`: the caller lands its
-  // `indices` outside the lock, then completes the step if it can).
+  // admits it into the current step (`*lands`: the caller lands it in each
+  // table, as `plans` says, outside the lock, then completes the step if it
+  // can).
   std::optional<absl::Status> DecidePush(const PushRequest& request, PushChecked checked,
-                                         PushResponse* response, std::vector<int>* indices,
+                                         PushResponse* response, std::vector<TablePush>* plans,
                                          bool* lands) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the push on its own, its learning rate scaled by `lr_scale`.
-  absl::Status Apply(const PushRequest& request, const std::vector<int>& indices,
+  absl::Status Apply(const PushRequest& request, const std::vector<TablePush>& plans,
                      float lr_scale, PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes the step if the policy says so. kSkipped: it completed, but
   // its update would have made the model non-finite, so the model kept its
@@ -299,8 +305,11 @@ class ParameterShard {
   enum class StepResult { kPending, kApplied, kSkipped };
   StepResult MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Empties the step and sizes it to the store's variables.
-  void ResetStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every table has its contents (Init or Restore).
+  bool Initialized() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes every table's staged changes visible, or drops them.
+  void CommitTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DiscardTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -335,9 +344,12 @@ class ParameterShard {
                             lease_.EndCall(worker);
                           }
                         }};
-  VariableStore store_ ABSL_GUARDED_BY(mu_);
-  // store_'s parameter_bytes(), set once it holds variables: read on every
-  // call's arrival without the lock.
+  // The tables, the dense one first; fixed at construction. dense_ is
+  // tables_[0], typed for the dense-only paths (pulls, streamed pushes).
+  std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(mu_);
+  DenseTable* const dense_ ABSL_PT_GUARDED_BY(mu_);
+  // The tables' parameter_bytes(), set once they hold variables: read on
+  // every call's arrival without the lock.
   std::atomic<int64_t> parameter_bytes_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -347,15 +359,10 @@ class ParameterShard {
   // Changes of the workers' standing (StatsResponse.worker_changes).
   int64_t worker_changes_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The current step's gradients, summed as they land, outside mu_;
-  // progress_[rank].pushed marks the ranks admitted into it, and landing_
-  // counts those whose gradient has not landed yet.
-  StepAggregate step_;
+  // The current step: each table sums its part of the admitted pushes as
+  // they land, outside mu_; progress_[rank].pushed marks the ranks
+  // admitted into it, and landing_ counts those not landed yet.
   int landing_ ABSL_GUARDED_BY(mu_) = 0;
-  // Where a step's large variables are reduced and applied, in up to
-  // reduce_parts_ shares (ps_server/sync_reduce.h).
-  ThreadPool reduce_threads_;
-  const int reduce_parts_ = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 
   std::vector<WorkerProgress> progress_ ABSL_GUARDED_BY(mu_);  // what the policy reads
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
