@@ -153,6 +153,28 @@ constexpr WorkerRead kWorkerReads[] = {
      kGauge, [](const WorkerStats& w) { return w.seconds_since_seen(); }},
 };
 
+struct TableRead {
+  const char* name;
+  const char* help;
+  prometheus::MetricType type;
+  double (*value)(const EmbeddingTableStats&);
+};
+
+// Each embedding table's share on this shard: one series per table="NAME".
+// Tables are the model's, so the label stays bounded.
+constexpr TableRead kTableReads[] = {
+    {"pst_ps_table_rows", "Rows of the embedding table held by the shard.", kGauge,
+     [](const EmbeddingTableStats& t) { return double(t.rows()); }},
+    {"pst_ps_table_bytes",
+     "Memory the table's rows take on the shard: values, optimizer state, ids, index.", kGauge,
+     [](const EmbeddingTableStats& t) { return double(t.bytes()); }},
+    {"pst_ps_table_rows_admitted_total", "Rows of the table created on the shard.", kCounter,
+     [](const EmbeddingTableStats& t) { return double(t.rows_admitted()); }},
+    {"pst_ps_table_rows_refused_total",
+     "New rows refused at the table's row limit (their gradients dropped).", kCounter,
+     [](const EmbeddingTableStats& t) { return double(t.rows_refused()); }},
+};
+
 prometheus::ClientMetric Sample(prometheus::MetricType type, double value,
                                 const prometheus::Labels& labels) {
   prometheus::ClientMetric metric;
@@ -183,6 +205,14 @@ class ShardStatsCollector : public prometheus::Collectable {
         prometheus::Labels labels = labels_;
         labels["worker"] = std::to_string(worker.worker());
         families.back().metric.push_back(Sample(read.type, read.value(worker), labels));
+      }
+    }
+    for (const TableRead& read : kTableReads) {
+      families.push_back({read.name, read.help, read.type, {}});
+      for (const EmbeddingTableStats& table : snapshot.embeddings()) {
+        prometheus::Labels labels = labels_;
+        labels["table"] = table.table();
+        families.back().metric.push_back(Sample(read.type, read.value(table), labels));
       }
     }
     return families;

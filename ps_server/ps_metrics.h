@@ -1,7 +1,8 @@
 // The PS's Prometheus metrics (see common/metrics.h): latency and size of
 // the Pull and Push calls it serves and the staleness of each gradient,
 // recorded by the gRPC service; the shard's push counters, version, live
-// workers and each worker's standing (labelled worker="N"), read from one
+// workers, each worker's standing (labelled worker="N") and each embedding
+// table's rows and memory (labelled table="NAME"), read from one
 // ParameterShard::Stats snapshot per scrape (Stats changes nothing, and
 // every gauge of a scrape agrees with the others). All carry the process's
 // labels (task="ps:N" shard="N").

@@ -1,6 +1,6 @@
 // The shard's metrics: one Stats snapshot per scrape, which every gauge and
-// counter of that scrape reads, labelled with the process and, per worker,
-// with the worker.
+// counter of that scrape reads, labelled with the process and, per worker
+// or embedding table, with the worker or the table.
 #include "ps_server/ps_metrics.h"
 
 #include "gmock/gmock.h"
@@ -64,6 +64,28 @@ TEST(ShardMetricsTest, EachWorkerIsASeriesLabelledWithIt) {
   EXPECT_THAT(text, HasSubstr("\npst_ps_worker_live{shard=\"0\",task=\"ps:0\",worker=\"0\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("\npst_ps_worker_live{shard=\"0\",task=\"ps:0\",worker=\"2\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_worker_pushes_total counter\n"));
+}
+
+// Each embedding table is a series of its own, table="NAME".
+TEST(ShardMetricsTest, EachEmbeddingTableIsASeriesLabelledWithIt) {
+  metrics::Exposition exposition;
+  exposition.Add(ShardStatsMetrics({{"task", "ps:0"}, {"shard", "0"}}, [] {
+    StatsResponse stats;
+    for (const char* name : {"users", "items"}) {
+      EmbeddingTableStats* table = stats.add_embeddings();
+      table->set_table(name);
+      table->set_rows(name[0] == 'u' ? 7 : 9);
+      table->set_bytes(1024);
+      table->set_rows_refused(name[0] == 'u' ? 0 : 2);
+    }
+    return stats;
+  }));
+  const std::string text = exposition.Render();
+  EXPECT_THAT(text, HasSubstr("\npst_ps_table_rows{shard=\"0\",table=\"users\",task=\"ps:0\"} 7\n"));
+  EXPECT_THAT(text, HasSubstr("\npst_ps_table_rows{shard=\"0\",table=\"items\",task=\"ps:0\"} 9\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\npst_ps_table_rows_refused_total{shard=\"0\",table=\"items\",task=\"ps:0\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_table_bytes gauge\n"));
 }
 
 }  // namespace
