@@ -29,6 +29,9 @@ CHECK_PACKAGES=(
   # Tests only: certificates for the TLS tests, and YAML parsing for the
   # offline check of deploy/k8s, deploy/kubeflow and docker/.
   openssl python3-yaml
+  # Tests only: dpkg-shlibdeps, which cpack -G DEB asks for the package's
+  # Depends (tests/packaging/deb_package_test.sh).
+  dpkg-dev
   # Benchmarks only: ps_bench's loopback TCP baseline, and the metrics
   # library metrics_bench compares our registry with.
   iperf3 prometheus-cpp-dev
