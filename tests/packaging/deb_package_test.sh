@@ -2,8 +2,9 @@
 # The install tree and the Debian package, offline: `cmake --install` into a
 # scratch prefix holds the programs, configs and docs; `cpack -G DEB` builds
 # a .deb whose contents are the same tree under /usr and whose Depends name
-# the Debian packages of the libraries the programs load; the installed
-# ps_server answers --version and checks the installed config.
+# the Debian packages of the libraries the programs load (a CUDA build is
+# refused instead); the installed ps_server answers --version and checks the
+# installed config.
 #
 # Then, only where a Docker engine answers and has the debian:bookworm image
 # (tests/docker/compose_test.sh makes one), the package is installed in a
@@ -42,7 +43,16 @@ grep -q "^ps_server (pstrain) [0-9]" <<<"$version" || fail "ps_server --version 
   | grep -q "config OK" || fail "the installed ps_server does not accept the installed quadratic config"
 say "cmake --install: ${#PROGRAMS[@]} programs, configs, deploy files and docs; $version"
 
-# cpack -G DEB: the package, read back with dpkg-deb.
+# cpack -G DEB: the package, read back with dpkg-deb; a CUDA build is refused.
+if grep -q 'CPACK_PSTRAIN_CUDA "ON"' "$BUILD_DIR/CPackConfig.cmake"; then
+  if (cd "$SCRATCH" && cpack -G DEB --config "$BUILD_DIR/CPackConfig.cmake" -B "$SCRATCH/pkg" \
+      >"$SCRATCH/cpack.log" 2>&1); then
+    fail "cpack packed a CUDA build, whose CUDA runtime no Debian package provides"
+  fi
+  grep -q "links the CUDA runtime" "$SCRATCH/cpack.log" || fail "cpack's refusal: $(cat "$SCRATCH/cpack.log")"
+  say "SKIP the package's contents: this is a CUDA build, which cpack refuses (as it should); a CPU build (-DPS_WITH_CUDA=OFF) checks them"
+  exit 0
+fi
 (cd "$SCRATCH" && cpack -G DEB --config "$BUILD_DIR/CPackConfig.cmake" -B "$SCRATCH/pkg" \
   >"$SCRATCH/cpack.log" 2>&1) || fail "cpack -G DEB failed: $(tail -n 20 "$SCRATCH/cpack.log")"
 deb=$(ls "$SCRATCH"/pkg/*.deb)
