@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -54,6 +55,14 @@ absl::Status CheckDepth(absl::string_view json) {
   return absl::OkStatus();
 }
 
+bool IsHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) && port >= 0 &&
+         port <= 65535;
+}
+
 // The addresses listed under cluster[type], which must be a list of
 // non-empty strings.
 absl::StatusOr<std::vector<std::string>> Addresses(const Struct& cluster, const std::string& type) {
@@ -66,7 +75,7 @@ absl::StatusOr<std::vector<std::string>> Addresses(const Struct& cluster, const 
   const ListValue& list = it->second.list_value();
   for (int i = 0; i < list.values_size(); ++i) {
     const Value& entry = list.values(i);
-    if (entry.kind_case() != Value::kStringValue || entry.string_value().empty()) {
+    if (entry.kind_case() != Value::kStringValue || !IsHostPort(entry.string_value())) {
       return Malformed(absl::StrCat("has cluster.", type, "[", i, "] that is not a \"host:port\" string"));
     }
     addresses.push_back(entry.string_value());

@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh --job
 BUILD_TARGETS="pslaunch ps_server worker" scripts/build.sh
 # run.html: the loss and accuracy curves of this run (README, "The curves page").
-exec build/bin/pslaunch --config=configs/local.textproto --report=run.html "$@"
+exec "${BUILD_DIR:-build}/bin/pslaunch" --config=configs/local.textproto --report=run.html "$@"
