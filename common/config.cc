@@ -23,6 +23,7 @@
 #include "common/embedding_config.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
+#include "common/tf_config.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -674,6 +675,11 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
                    : ReadConfigFile(path);
   if (!config.ok()) return config.status();
   PST_RETURN_IF_ERROR(ApplyOverrides(overrides, &*config));
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf_config, TfConfigFromEnvironment());
+  if (tf_config) {
+    PST_RETURN_IF_ERROR(
+        ApplyTfConfig(*tf_config, path.empty() ? "the built-in config" : path, &*config));
+  }
   ApplyDefaults(&*config);
   // The check wants real ports (and distinct addresses): a port-0 address
   // is checked as a stand-in of its own, all else as given.

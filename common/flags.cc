@@ -98,6 +98,9 @@ std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_vie
   config.contains_help_flags = [](absl::string_view file) {
     return !absl::StrContains(file, "absl/");
   };
+  config.version_string = [program = std::filesystem::path(argv[0]).filename().string()] {
+    return absl::StrCat(program, " (pstrain) ", PST_VERSION, "\n");
+  };
   absl::SetFlagsUsageConfig(config);
   if (absl::Status s = CheckCommandLine(argc, argv); !s.ok()) {
     ExitWithError(std::filesystem::path(argv[0]).filename().string(), s);

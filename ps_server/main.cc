@@ -24,6 +24,7 @@
 #include "common/flags.h"
 #include "common/metrics_http.h"
 #include "common/process_memory.h"
+#include "common/tf_config.h"
 #include "rpc/grpc_experiments.h"
 #include "ps_server/checkpointer.h"
 #include "ps_server/parameter_shard.h"
@@ -32,7 +33,8 @@
 #include "ps_server/rpc_limits.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, task, "ps:0", "Which shard this is: ps:<index> into cluster.ps.");
+ABSL_FLAG(std::string, task, "",
+          "Which shard this is: ps:<index> into cluster.ps (default: TF_CONFIG's task, else ps:0).");
 ABSL_FLAG(std::string, listen, "",
           "Address to bind instead of cluster.ps[index] (e.g. 0.0.0.0:50051 behind NAT).");
 ABSL_FLAG(std::string, port_file, "",
@@ -243,11 +245,9 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
-  absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
+  absl::StatusOr<pst::TaskId> task =
+      pst::ResolveTaskFromEnvironment(absl::GetFlag(FLAGS_task), pst::TaskId::Kind::kPs, kProgram);
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());
-  if (task->kind != pst::TaskId::Kind::kPs) {
-    pst::ExitWithError(kProgram, absl::InvalidArgumentError("--task must be ps:<index> for ps_server"));
-  }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
   if (absl::GetFlag(FLAGS_max_message_bytes) <= 0) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(

@@ -42,7 +42,8 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
   {
     absl::MutexLock lock(&mu_);
     replaced.swap(by_worker_[worker].parked);
-    by_worker_[worker] = {.handle = handle, .region = std::move(*region)};
+    by_worker_[worker] = {
+        .handle = handle, .region = std::move(*region), .claimed = false, .parked = {}};
   }
   for (Parked& parked : replaced) {
     std::move(parked.on_claimed)(absl::NotFoundError(absl::StrCat(
@@ -74,7 +75,7 @@ absl::StatusOr<ShmRegions::Claim> ShmRegions::TryClaim(uint64_t handle, int work
   }
   const ClaimId id = next_claim_++;
   attached->parked.push_back({.id = id, .on_claimed = std::move(on_claimed)});
-  return Claim{.parked = id};
+  return Claim{.region = {}, .parked = id};
 }
 
 bool ShmRegions::CancelClaim(ClaimId id) {

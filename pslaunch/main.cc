@@ -33,6 +33,7 @@
 #include "common/exit.h"
 #include "common/security.h"
 #include "common/status_macros.h"
+#include "common/tf_config.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
 #include "google/protobuf/text_format.h"
@@ -588,6 +589,7 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, s);
   }
 
+  if (absl::Status s = pst::CheckTfConfigUnset(kProgram); !s.ok()) pst::ExitWithError(kProgram, s);
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   absl::Status startable = CheckLocalTaskCount(*config);

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages this project builds and runs with, skipping
-# the ones already present. Runs apt-get as root, or through sudo.
+# Installs the Debian 12 packages this project builds, tests and runs with
+# (with --job: only those the main job builds and runs with), skipping the
+# ones already present. Runs apt-get as root, or through sudo.
 set -euo pipefail
 
-PACKAGES=(
+# What the main job needs to build and run (scripts/quickstart.sh passes
+# --job and installs only these); the test framework is here too, because
+# configuring the tree looks for it.
+JOB_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
@@ -12,6 +16,9 @@ PACKAGES=(
   prometheus-cpp-dev  # their metrics registry (labelled counters, gauges, histograms)
   libopenblas-dev     # the CPU backend's matrix products (CBLAS)
   dataset-fashion-mnist
+)
+# The rest: tests, checks and benchmarks (scripts/test.sh and CI).
+CHECK_PACKAGES=(
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.
   busybox-static python3
@@ -21,11 +28,19 @@ PACKAGES=(
   # scripts/sanitize.sh needs.
   clang libclang-rt-14-dev llvm
   # Tests only: certificates for the TLS tests, and YAML parsing for the
-  # offline check of deploy/k8s and docker/.
+  # offline check of deploy/k8s, deploy/kubeflow and docker/.
   openssl python3-yaml
+  # Tests only: dpkg-shlibdeps, which cpack -G DEB asks for the package's
+  # Depends (tests/packaging/deb_package_test.sh).
+  dpkg-dev
   # Benchmarks only: ps_bench's loopback TCP baseline.
   iperf3
 )
+case "${1:-}" in
+  --job) PACKAGES=("${JOB_PACKAGES[@]}") ;;
+  "") PACKAGES=("${JOB_PACKAGES[@]}" "${CHECK_PACKAGES[@]}") ;;
+  *) echo "install_deps: unknown argument \"$1\"; use --job (the main job's packages only) or nothing (all)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -10,6 +10,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
+#include "common/tf_config.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device.h"
 #include "spdlog/spdlog.h"
@@ -17,8 +18,9 @@
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
 
-ABSL_FLAG(std::string, task, "worker:0",
-          "Which worker this is: worker:<index>; worker:0 is the chief.");
+ABSL_FLAG(std::string, task, "",
+          "Which worker this is: worker:<index>; worker:0 is the chief (default: TF_CONFIG's "
+          "task, else worker:0).");
 ABSL_FLAG(std::string, result_file, "",
           "Write this worker's result (steps, samples, loss, test accuracy) here as JSON.");
 ABSL_FLAG(std::string, logdir, "",
@@ -96,12 +98,9 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
-  absl::StatusOr<pst::TaskId> task = pst::ParseTask(absl::GetFlag(FLAGS_task));
+  absl::StatusOr<pst::TaskId> task = pst::ResolveTaskFromEnvironment(
+      absl::GetFlag(FLAGS_task), pst::TaskId::Kind::kWorker, kProgram);
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());
-  if (task->kind != pst::TaskId::Kind::kWorker) {
-    pst::ExitWithError(kProgram,
-                       absl::InvalidArgumentError("--task must be worker:<index> for worker"));
-  }
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
 
   if (absl::GetFlag(FLAGS_check_config)) {

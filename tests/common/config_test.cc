@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -16,6 +17,14 @@ namespace pst {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Overrides with one field set and the others unset.
+template <typename T, typename V>
+ConfigOverrides Overridden(std::optional<T> ConfigOverrides::*field, V value) {
+  ConfigOverrides overrides;
+  overrides.*field = value;
+  return overrides;
+}
 
 constexpr char kGoodConfig[] = R"(
 cluster { ps: "127.0.0.1:50051" workers: 2 }
@@ -123,11 +132,14 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "MSE does not fit"},
       {"zero-width layer", replace("hidden: 16", "hidden: 0"), {},
        absl::StatusCode::kInvalidArgument, "training.model.mlp.hidden[0]"},
-      {"bad mode flag", good, {.mode = "fast"}, absl::StatusCode::kInvalidArgument,
+      {"bad mode flag", good, Overridden(&ConfigOverrides::mode, "fast"),
+       absl::StatusCode::kInvalidArgument,
        "--mode: unknown mode \"fast\"; use sync, async or ssp"},
-      {"bad epochs flag", good, {.epochs = -1}, absl::StatusCode::kInvalidArgument,
+      {"bad epochs flag", good, Overridden(&ConfigOverrides::epochs, -1),
+       absl::StatusCode::kInvalidArgument,
        "training.epochs must be at least 1"},
-      {"bad devices flag", good, {.devices = "cpu:0"}, absl::StatusCode::kInvalidArgument,
+      {"bad devices flag", good, Overridden(&ConfigOverrides::devices, "cpu:0"),
+       absl::StatusCode::kInvalidArgument,
        "--devices: devices \"cpu:0\""},
       {"towers that cannot split the batch", replace("epochs: 2", "epochs: 2 devices: \"cpu:3\""),
        {}, absl::StatusCode::kInvalidArgument, "makes 3 towers, which cannot split batch_size 32"},
@@ -149,7 +161,8 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "cluster.workers 100000 is more than the 4096"},
       {"model too large", replace("hidden: 16", "hidden: 100000 hidden: 100000"), {},
        absl::StatusCode::kInvalidArgument, "makes a model of 10079600010 parameters"},
-      {"bad shm flag", good, {.shm = "maybe"}, absl::StatusCode::kInvalidArgument,
+      {"bad shm flag", good, Overridden(&ConfigOverrides::shm, "maybe"),
+       absl::StatusCode::kInvalidArgument,
        "--shm: unknown setting \"maybe\"; use auto or off"},
       {"JSON nested past any config", "{\"cluster\": {\"ps\": " + std::string(100000, '[') +
        std::string(100000, ']') + "}}", {}, absl::StatusCode::kInvalidArgument,

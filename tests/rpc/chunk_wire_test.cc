@@ -70,9 +70,15 @@ grpc::ByteBuffer Sliced(const std::string& bytes, const std::vector<size_t>& cut
 // What ReceivedChunk found, as the ExchangeChunk protobuf would have it.
 ExchangeChunk AsProto(const ReceivedChunk& chunk) {
   ExchangeChunk out;
-  if (chunk.has_header()) EXPECT_TRUE(chunk.ParseHeader(out.mutable_header()));
-  if (chunk.has_extra()) EXPECT_TRUE(chunk.ParseExtra(out.mutable_pull()));
-  if (chunk.has_shm()) EXPECT_TRUE(chunk.ParseShm(out.mutable_shm()));
+  if (chunk.has_header()) {
+    EXPECT_TRUE(chunk.ParseHeader(out.mutable_header()));
+  }
+  if (chunk.has_extra()) {
+    EXPECT_TRUE(chunk.ParseExtra(out.mutable_pull()));
+  }
+  if (chunk.has_shm()) {
+    EXPECT_TRUE(chunk.ParseShm(out.mutable_shm()));
+  }
   for (const ReceivedChunk::Piece& piece : chunk.pieces()) {
     TensorPiece* p = out.add_pieces();
     p->set_tensor(piece.tensor);
@@ -171,7 +177,9 @@ TEST(ReceivedChunkTest, AcceptsExactlyWhatProtobufAcceptsForEveryTruncation) {
     ReceivedChunk chunk;
     const absl::Status ours = chunk.Parse(&message);
     EXPECT_EQ(ours.ok(), protobuf_ok) << ours;
-    if (!ours.ok()) EXPECT_EQ(ours.code(), absl::StatusCode::kInvalidArgument);
+    if (!ours.ok()) {
+      EXPECT_EQ(ours.code(), absl::StatusCode::kInvalidArgument);
+    }
   }
 }
 

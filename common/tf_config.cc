@@ -1,0 +1,255 @@
+#include "common/tf_config.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace pst {
+namespace {
+
+using google::protobuf::ListValue;
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+// A cluster of kMaxWorkers workers with long host names fits many times.
+constexpr size_t kMaxTfConfigBytes = 1 << 20;
+// TF_CONFIG nests three levels ({"cluster": {"ps": [...]}}); protobuf's
+// parser recurses per level, so deeper text is refused before it sees it.
+constexpr int kMaxTfConfigDepth = 8;
+
+absl::Status Malformed(absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      kTfConfigVariable, " ", problem,
+      "; expected {\"cluster\": {\"ps\": [\"host:port\", ...], \"worker\": [...]}, "
+      "\"task\": {\"type\": \"ps\", \"index\": 0}}"));
+}
+
+absl::Status CheckDepth(absl::string_view json) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : json) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if ((c == '{' || c == '[') && ++depth > kMaxTfConfigDepth) {
+      return Malformed(absl::StrCat("nests more than ", kMaxTfConfigDepth, " levels"));
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) && port >= 0 &&
+         port <= 65535;
+}
+
+// The addresses listed under cluster[type], which must be a list of
+// non-empty strings.
+absl::StatusOr<std::vector<std::string>> Addresses(const Struct& cluster, const std::string& type) {
+  std::vector<std::string> addresses;
+  auto it = cluster.fields().find(type);
+  if (it == cluster.fields().end()) return addresses;
+  if (it->second.kind_case() != Value::kListValue) {
+    return Malformed(absl::StrCat("has cluster.", type, " that is not a list of \"host:port\""));
+  }
+  const ListValue& list = it->second.list_value();
+  for (int i = 0; i < list.values_size(); ++i) {
+    const Value& entry = list.values(i);
+    if (entry.kind_case() != Value::kStringValue || !IsHostPort(entry.string_value())) {
+      return Malformed(absl::StrCat("has cluster.", type, "[", i, "] that is not a \"host:port\" string"));
+    }
+    addresses.push_back(entry.string_value());
+  }
+  return addresses;
+}
+
+// The task object mapped onto our tasks; `chiefs` is 0 or 1.
+absl::StatusOr<TaskId> ParseTaskObject(const Value& task_value, const TfConfig& config,
+                                       int chiefs, int worker_entries) {
+  if (task_value.kind_case() != Value::kStructValue) return Malformed("has a task that is not an object");
+  const auto& fields = task_value.struct_value().fields();
+  auto type_it = fields.find("type");
+  if (type_it == fields.end() || type_it->second.kind_case() != Value::kStringValue) {
+    return Malformed("has a task without a string \"type\"");
+  }
+  const std::string& type = type_it->second.string_value();
+  auto index_it = fields.find("index");
+  int index = 0;  // TensorFlow's default too
+  if (index_it != fields.end()) {
+    const Value& value = index_it->second;
+    if (value.kind_case() != Value::kNumberValue || value.number_value() < 0 ||
+        value.number_value() != std::floor(value.number_value()) || value.number_value() > 1e6) {
+      return Malformed("has a task \"index\" that is not a non-negative integer");
+    }
+    index = static_cast<int>(value.number_value());
+  }
+  if (type == "evaluator") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kTfConfigVariable, " names an evaluator task, which pstrain does not run: worker 0 (the "
+        "chief) evaluates the model after every epoch; remove the Evaluator replica"));
+  }
+  TaskId task;
+  int count = 0;
+  if (type == "ps") {
+    task = {TaskId::Kind::kPs, index};
+    count = static_cast<int>(config.ps.size());
+  } else if (type == "chief" || type == "master") {
+    task = {TaskId::Kind::kWorker, index};
+    count = chiefs;
+  } else if (type == "worker") {
+    task = {TaskId::Kind::kWorker, chiefs + index};
+    count = worker_entries;
+  } else {
+    return Malformed(absl::StrCat("has task type \"", type,
+                                  "\"; pstrain runs ps, chief (or master) and worker tasks"));
+  }
+  if (index >= count) {
+    return Malformed(absl::StrCat("has task ", type, ":", index, " but cluster.", type, " lists ",
+                                  count, " task(s)"));
+  }
+  return task;
+}
+
+}  // namespace
+
+absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
+  if (json.size() > kMaxTfConfigBytes) {
+    return Malformed(absl::StrCat("is ", json.size(), " bytes, more than the ", kMaxTfConfigBytes,
+                                  " a cluster description needs"));
+  }
+  PST_RETURN_IF_ERROR(CheckDepth(json));
+  Struct root;
+  auto parsed = google::protobuf::util::JsonStringToMessage(std::string(json), &root);
+  if (!parsed.ok()) {
+    return Malformed(absl::StrCat("is not a JSON object (", parsed.message().as_string(), ")"));
+  }
+  static const std::set<std::string> kTopLevel = {"cluster", "task", "environment", "rpc_layer"};
+  for (const auto& [key, value] : root.fields()) {
+    if (kTopLevel.count(key) == 0) return Malformed(absl::StrCat("has an unknown key \"", key, "\""));
+  }
+  auto cluster_it = root.fields().find("cluster");
+  if (cluster_it == root.fields().end() || cluster_it->second.kind_case() != Value::kStructValue) {
+    return Malformed("has no \"cluster\" object");
+  }
+  const Struct& cluster = cluster_it->second.struct_value();
+  static const std::set<std::string> kTaskTypes = {"ps", "worker", "chief", "master", "evaluator"};
+  for (const auto& [type, addresses] : cluster.fields()) {
+    if (kTaskTypes.count(type) == 0) {
+      return Malformed(absl::StrCat("has cluster.", type,
+                                    "; pstrain knows ps, chief (or master), worker and evaluator"));
+    }
+  }
+  TfConfig config;
+  PST_ASSIGN_OR_RETURN(config.ps, Addresses(cluster, "ps"));
+  PST_ASSIGN_OR_RETURN(std::vector<std::string> chief, Addresses(cluster, "chief"));
+  PST_ASSIGN_OR_RETURN(std::vector<std::string> master, Addresses(cluster, "master"));
+  PST_ASSIGN_OR_RETURN(std::vector<std::string> workers, Addresses(cluster, "worker"));
+  PST_RETURN_IF_ERROR(Addresses(cluster, "evaluator").status());
+  if (chief.size() + master.size() > 1) {
+    return Malformed("lists more than one chief (chief and master together); a cluster has one");
+  }
+  if (config.ps.empty()) {
+    return Malformed("lists no ps task; pstrain needs at least one parameter server");
+  }
+  const int chiefs = static_cast<int>(chief.size() + master.size());
+  config.workers = chiefs + static_cast<int>(workers.size());
+  if (config.workers == 0) return Malformed("lists no chief or worker task");
+  if (config.workers > kMaxWorkers || static_cast<int>(config.ps.size()) > kMaxPsShards) {
+    return Malformed(absl::StrCat("lists more than ", kMaxWorkers, " workers or ", kMaxPsShards,
+                                  " ps tasks"));
+  }
+  if (auto task_it = root.fields().find("task"); task_it != root.fields().end()) {
+    PST_ASSIGN_OR_RETURN(config.task, ParseTaskObject(task_it->second, config, chiefs,
+                                                      static_cast<int>(workers.size())));
+  }
+  return config;
+}
+
+absl::StatusOr<std::optional<TfConfig>> TfConfigFromEnvironment() {
+  const char* value = std::getenv(kTfConfigVariable);
+  if (value == nullptr || *value == '\0') return std::optional<TfConfig>();
+  PST_ASSIGN_OR_RETURN(TfConfig config, ParseTfConfig(value));
+  return std::optional<TfConfig>(std::move(config));
+}
+
+absl::Status ApplyTfConfig(const TfConfig& tf, absl::string_view origin, JobConfig* config) {
+  ClusterConfig* cluster = config->mutable_cluster();
+  if (cluster->ps_size() == 0) {
+    for (const std::string& address : tf.ps) cluster->add_ps(address);
+  } else if (std::vector<std::string>(cluster->ps().begin(), cluster->ps().end()) != tf.ps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kTfConfigVariable, " lists ps [", absl::StrJoin(tf.ps, ", "), "] but ", origin,
+        " has cluster.ps [", absl::StrJoin(cluster->ps(), ", "),
+        "]; remove cluster.ps from the config to take TF_CONFIG's, or make them agree"));
+  }
+  if (cluster->workers() == 0) {
+    cluster->set_workers(tf.workers);
+  } else if (cluster->workers() != tf.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kTfConfigVariable, " lists ", tf.workers, " worker(s) (chief included) but ", origin,
+        " (or --workers) has cluster.workers ", cluster->workers(),
+        "; remove cluster.workers from the config to take TF_CONFIG's, or make them agree"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optional<TfConfig>& tf,
+                                   TaskId::Kind runs, absl::string_view program) {
+  std::optional<TaskId> given;
+  if (!task_flag.empty()) {
+    PST_ASSIGN_OR_RETURN(given, ParseTask(task_flag));
+  }
+  const std::optional<TaskId> from_tf = tf.has_value() ? tf->task : std::nullopt;
+  if (given && from_tf && *given != *from_tf) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--task=", task_flag, " but ", kTfConfigVariable, "'s task is ", from_tf->ToString(),
+        " (chief:0 is worker:0, worker:i is worker:i+1 after a chief); drop --task or make them "
+        "agree"));
+  }
+  const TaskId task = given ? *given : from_tf ? *from_tf : TaskId{runs, 0};
+  if (task.kind != runs) {
+    const bool ps = runs == TaskId::Kind::kPs;
+    return absl::InvalidArgumentError(absl::StrCat(
+        given ? "--task" : kTfConfigVariable, " names task ", task.ToString(), " but ", program,
+        " runs ", ps ? "ps:<index>" : "worker:<index>", " tasks; start ", ps ? "worker" : "ps_server",
+        " for it"));
+  }
+  return task;
+}
+
+absl::StatusOr<TaskId> ResolveTaskFromEnvironment(absl::string_view task_flag, TaskId::Kind runs,
+                                                  absl::string_view program) {
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf, TfConfigFromEnvironment());
+  return ResolveTask(task_flag, tf, runs, program);
+}
+
+absl::Status CheckTfConfigUnset(absl::string_view launcher) {
+  const char* value = std::getenv(kTfConfigVariable);
+  if (value == nullptr || *value == '\0') return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      kTfConfigVariable, " is set, which gives each process one task, but ", launcher,
+      " starts every task itself; start ps_server or worker in each task's place instead (as "
+      "deploy/kubeflow/tfjob.yaml does), or unset TF_CONFIG"));
+}
+
+}  // namespace pst

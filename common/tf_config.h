@@ -1,0 +1,73 @@
+// TF_CONFIG: the cluster description that TensorFlow's launchers (Kubeflow's
+// TFJob, SageMaker, in-house schedulers) give every process in an environment
+// variable, read as the cluster part of the job config.
+//
+//   {"cluster": {"chief": ["c:2222"], "worker": ["w0:2222", "w1:2222"], "ps": ["p0:2222"]},
+//    "task": {"type": "worker", "index": 1}}
+//
+// Mapping: cluster.ps is TF_CONFIG's "ps" list, in order; the workers are the
+// "chief" (or its older name "master", at most one) followed by "worker", so
+// that chief:0 is worker:0 (the chief) and worker:i is worker:i+1 when there
+// is a chief (worker:i otherwise); cluster.workers is their number. Workers
+// only dial out, so their addresses are counted, not used. An "evaluator"
+// entry in the cluster is left alone (it is outside the training cluster in
+// TensorFlow too), but a process whose own task is the evaluator is refused:
+// the chief evaluates the model after every epoch. "environment" and
+// "rpc_layer" are ignored.
+#ifndef PST_COMMON_TF_CONFIG_H_
+#define PST_COMMON_TF_CONFIG_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/config.h"
+#include "config.pb.h"
+
+namespace pst {
+
+inline constexpr char kTfConfigVariable[] = "TF_CONFIG";
+
+// A TF_CONFIG in this project's terms.
+struct TfConfig {
+  std::vector<std::string> ps;   // cluster.ps
+  int workers = 0;               // cluster.workers: chief + worker entries
+  std::optional<TaskId> task;    // this process's task, when TF_CONFIG names one
+};
+
+// InvalidArgument, naming TF_CONFIG and the offending part, unless `json` is
+// an object with a "cluster" object of lists of "host:port" strings holding
+// at least one ps and one worker (or chief), and optionally a "task" object
+// with a known "type" and an "index" within its list.
+absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json);
+
+// The process's TF_CONFIG, parsed; nullopt when it is unset or empty.
+absl::StatusOr<std::optional<TfConfig>> TfConfigFromEnvironment();
+
+// Fills config->cluster's ps addresses and worker count from `tf` where the
+// config (file and flag overrides) leaves them empty, and checks that it
+// agrees with TF_CONFIG where it does not: InvalidArgument naming both and
+// `origin` (the config file) otherwise.
+absl::Status ApplyTfConfig(const TfConfig& tf, absl::string_view origin, JobConfig* config);
+
+// This process's task: `task_flag` (--task; empty when not given), else
+// TF_CONFIG's task, else `fallback`. InvalidArgument when --task and
+// TF_CONFIG's task differ, or when the task is not of kind `runs` (naming
+// the program `program` runs the other kind).
+absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optional<TfConfig>& tf,
+                                   TaskId::Kind runs, absl::string_view program);
+
+// ResolveTask with the process's TF_CONFIG and fallback task `runs`:0.
+absl::StatusOr<TaskId> ResolveTaskFromEnvironment(absl::string_view task_flag,
+                                                  TaskId::Kind runs,
+                                                  absl::string_view program);
+
+// InvalidArgument when TF_CONFIG is set: it gives each process its own task,
+// while a launcher (pslaunch) starts every task of the cluster itself.
+absl::Status CheckTfConfigUnset(absl::string_view launcher);
+
+}  // namespace pst
+
+#endif  // PST_COMMON_TF_CONFIG_H_

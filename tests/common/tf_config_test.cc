@@ -1,0 +1,254 @@
+// TF_CONFIG as the cluster part of the job config: its mapping onto ps and
+// worker tasks, each malformed shape, and its conflicts with the config file
+// and --task.
+#include "common/tf_config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/commands.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kTwoWorkersAndChief[] =
+    R"({"cluster": {"ps": ["p0:2222", "p1:2222"], "chief": ["c:2222"],
+                    "worker": ["w0:2222", "w1:2222"]},
+        "task": {"type": "worker", "index": 1}})";
+
+TEST(TfConfigTest, MapsTasksOntoPsAndWorkers) {
+  struct Case {
+    std::string json;
+    std::vector<std::string> ps;
+    int workers;
+    std::optional<TaskId> task;
+  };
+  const TaskId::Kind ps = TaskId::Kind::kPs;
+  const TaskId::Kind worker = TaskId::Kind::kWorker;
+  std::vector<Case> cases = {
+      {kTwoWorkersAndChief, {"p0:2222", "p1:2222"}, 3, TaskId{worker, 2}},
+      {R"({"cluster": {"ps": ["p:1"], "chief": ["c:1"], "worker": ["w:1"]},
+           "task": {"type": "chief", "index": 0}})", {"p:1"}, 2, TaskId{worker, 0}},
+      {R"({"cluster": {"ps": ["p:1"], "master": ["m:1"], "worker": ["w:1"]},
+           "task": {"type": "worker", "index": 0}})", {"p:1"}, 2, TaskId{worker, 1}},
+      // Without a chief, worker:0 is the chief.
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w0:1", "w1:1"]},
+           "task": {"type": "worker", "index": 1}})", {"p:1"}, 2, TaskId{worker, 1}},
+      {R"({"cluster": {"ps": ["p0:1", "p1:1"], "worker": ["w:1"]},
+           "task": {"type": "ps", "index": 1}})", {"p0:1", "p1:1"}, 1, TaskId{ps, 1}},
+      // An index left out is 0, as in TensorFlow.
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "ps"}})", {"p:1"}, 1,
+       TaskId{ps, 0}},
+      // No task: the cluster alone (psctl on any host).
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}})", {"p:1"}, 1, std::nullopt},
+      // The evaluator is outside the training cluster; what TensorFlow adds is ignored.
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"], "evaluator": ["e:1"]},
+           "task": {"type": "worker", "index": 0}, "environment": "cloud", "rpc_layer": "grpc"})",
+       {"p:1"}, 1, TaskId{worker, 0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    absl::StatusOr<TfConfig> parsed = ParseTfConfig(c.json);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->ps, c.ps);
+    EXPECT_EQ(parsed->workers, c.workers);
+    EXPECT_EQ(parsed->task, c.task);
+  }
+}
+
+TEST(TfConfigTest, RefusesEachMalformedShapeNamingIt) {
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"", "is not a JSON object"},
+      {"not json", "is not a JSON object"},
+      {R"(["ps"])", "is not a JSON object"},
+      {R"({"task": {"type": "ps", "index": 0}})", "has no \"cluster\" object"},
+      {R"({"cluster": ["p:1"]})", "has no \"cluster\" object"},
+      {R"({"cluster": {"ps": "p:1", "worker": ["w:1"]}})", "cluster.ps that is not a list"},
+      {R"({"cluster": {"ps": [1], "worker": ["w:1"]}})", "cluster.ps[0] that is not a \"host:port\""},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1", ""]}})", "cluster.worker[1] that is not"},
+      {R"({"cluster": {"ps": ["p"], "worker": ["w:1"]}})", "cluster.ps[0] that is not a \"host:port\""},
+      {R"({"cluster": {"ps": ["p:http"], "worker": ["w:1"]}})", "cluster.ps[0] that is not"},
+      {R"({"cluster": {"ps": [":1"], "worker": ["w:1"]}})", "cluster.ps[0] that is not"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:70000"]}})", "cluster.worker[0] that is not"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"], "evaluator": "e:1"}})",
+       "cluster.evaluator that is not a list"},
+      {R"({"cluster": {"worker": ["w:1"]}})", "lists no ps task"},
+      {R"({"cluster": {"ps": [], "worker": ["w:1"]}})", "lists no ps task"},
+      {R"({"cluster": {"ps": ["p:1"]}})", "lists no chief or worker task"},
+      {R"({"cluster": {"ps": ["p:1"], "chief": ["a:1", "b:1"]}})", "more than one chief"},
+      {R"({"cluster": {"ps": ["p:1"], "chief": ["a:1"], "master": ["b:1"]}})", "more than one chief"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"], "gpu": ["g:1"]}})", "has cluster.gpu"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "tasks": {}})", "unknown key \"tasks\""},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": "ps:0"})",
+       "task that is not an object"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"index": 0}})",
+       "task without a string \"type\""},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "ps", "index": -1}})",
+       "\"index\" that is not a non-negative integer"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "ps", "index": 0.5}})",
+       "\"index\" that is not a non-negative integer"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "ps", "index": "0"}})",
+       "\"index\" that is not a non-negative integer"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "ps", "index": 1}})",
+       "task ps:1 but cluster.ps lists 1 task(s)"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "chief"}})",
+       "task chief:0 but cluster.chief lists 0 task(s)"},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "trainer"}})",
+       "task type \"trainer\""},
+      {R"({"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "evaluator"}})",
+       "evaluator task, which pstrain does not run"},
+      {std::string(20, '[') + std::string(20, ']'), "nests more than 8 levels"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    absl::StatusOr<TfConfig> parsed = ParseTfConfig(c.json);
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(parsed.status().message(), HasSubstr("TF_CONFIG "));
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(TfConfigTest, FillsTheClusterOrChecksItAgrees) {
+  absl::StatusOr<TfConfig> tf = ParseTfConfig(kTwoWorkersAndChief);
+  ASSERT_TRUE(tf.ok()) << tf.status();
+  struct Case {
+    std::string name;
+    std::vector<std::string> config_ps;
+    int config_workers;
+    std::string error;  // empty: applies
+  };
+  std::vector<Case> cases = {
+      {"empty cluster", {}, 0, ""},
+      {"the same cluster", {"p0:2222", "p1:2222"}, 3, ""},
+      {"workers only", {}, 3, ""},
+      {"other ps", {"p0:2222"}, 0, "TF_CONFIG lists ps [p0:2222, p1:2222] but job.textproto has "
+                                  "cluster.ps [p0:2222]"},
+      {"ps in another order", {"p1:2222", "p0:2222"}, 0, "but job.textproto has cluster.ps"},
+      {"other worker count", {}, 2, "TF_CONFIG lists 3 worker(s) (chief included) but "
+                                    "job.textproto (or --workers) has cluster.workers 2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    JobConfig config;
+    for (const std::string& address : c.config_ps) config.mutable_cluster()->add_ps(address);
+    config.mutable_cluster()->set_workers(c.config_workers);
+    absl::Status applied = ApplyTfConfig(*tf, "job.textproto", &config);
+    if (c.error.empty()) {
+      ASSERT_TRUE(applied.ok()) << applied;
+      EXPECT_THAT(config.cluster().ps(), ::testing::ElementsAre("p0:2222", "p1:2222"));
+      EXPECT_EQ(config.cluster().workers(), 3);
+    } else {
+      EXPECT_EQ(applied.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(applied.message(), HasSubstr(c.error));
+    }
+  }
+}
+
+TEST(TfConfigTest, ResolvesTheTaskFromTheFlagOrTfConfig) {
+  absl::StatusOr<TfConfig> tf = ParseTfConfig(kTwoWorkersAndChief);  // task worker:2
+  ASSERT_TRUE(tf.ok()) << tf.status();
+  const TaskId::Kind ps = TaskId::Kind::kPs;
+  const TaskId::Kind worker = TaskId::Kind::kWorker;
+  struct Case {
+    std::string name;
+    std::string flag;
+    std::optional<TfConfig> tf;
+    TaskId::Kind runs;
+    std::optional<TaskId> task;  // nullopt: refused with `error`
+    std::string error;
+  };
+  std::vector<Case> cases = {
+      {"flag alone", "worker:1", std::nullopt, worker, TaskId{worker, 1}, ""},
+      {"neither: the program's first task", "", std::nullopt, ps, TaskId{ps, 0}, ""},
+      {"TF_CONFIG alone", "", *tf, worker, TaskId{worker, 2}, ""},
+      {"both agree", "worker:2", *tf, worker, TaskId{worker, 2}, ""},
+      {"both differ", "worker:1", *tf, worker, std::nullopt,
+       "--task=worker:1 but TF_CONFIG's task is worker:2"},
+      {"TF_CONFIG's task for the other program", "", *tf, ps, std::nullopt,
+       "TF_CONFIG names task worker:2 but ps_server runs ps:<index> tasks; start worker for it"},
+      {"flag for the other program", "ps:0", std::nullopt, worker, std::nullopt,
+       "--task names task ps:0 but ps_server runs worker:<index> tasks"},
+      {"malformed flag", "shard:0", std::nullopt, ps, std::nullopt, "must be ps:<index>"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<TaskId> task = ResolveTask(c.flag, c.tf, c.runs, "ps_server");
+    if (c.task) {
+      ASSERT_TRUE(task.ok()) << task.status();
+      EXPECT_EQ(*task, *c.task);
+    } else {
+      ASSERT_FALSE(task.ok());
+      EXPECT_EQ(task.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(task.status().message(), HasSubstr(c.error));
+    }
+  }
+}
+
+// The hook in LoadJobConfig: a config file carrying only the job takes its
+// cluster from the environment, and a file that disagrees is refused.
+class LoadWithTfConfigTest : public ::testing::Test {
+ protected:
+  void TearDown() override { unsetenv(kTfConfigVariable); }
+
+  std::string WriteConfig(const std::string& name, const std::string& cluster) {
+    const std::string path = ScratchDir() + "/" + name;
+    std::ofstream(path) << cluster
+                        << "training { optimizer { sgd { learning_rate: 0.1 } } model { mlp { hidden: 4 } }\n"
+                           "  dataset { quadratic { examples: 64 } } }\n";
+    return path;
+  }
+};
+
+TEST_F(LoadWithTfConfigTest, TakesTheClusterFromTheEnvironment) {
+  setenv(kTfConfigVariable, kTwoWorkersAndChief, 1);
+  absl::StatusOr<JobConfig> config = LoadJobConfig(WriteConfig("job_only.textproto", ""), {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->cluster().ps(), ::testing::ElementsAre("p0:2222", "p1:2222"));
+  EXPECT_EQ(config->cluster().workers(), 3);
+}
+
+TEST_F(LoadWithTfConfigTest, RefusesAFileOrFlagThatDisagrees) {
+  setenv(kTfConfigVariable, kTwoWorkersAndChief, 1);
+  const std::string path = WriteConfig("other_ps.textproto", "cluster { ps: \"p0:2222\" }\n");
+  absl::StatusOr<JobConfig> config = LoadJobConfig(path, {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr(path + " has cluster.ps [p0:2222]"));
+
+  ConfigOverrides overrides;
+  overrides.workers = 5;
+  config = LoadJobConfig(WriteConfig("job.textproto", ""), overrides);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("(or --workers) has cluster.workers 5"));
+
+  setenv(kTfConfigVariable, "{\"cluster\": {}}", 1);
+  config = LoadJobConfig(path, {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("TF_CONFIG lists no ps task"));
+}
+
+TEST_F(LoadWithTfConfigTest, AnEmptyTfConfigIsUnset) {
+  setenv(kTfConfigVariable, "", 1);
+  absl::StatusOr<JobConfig> config =
+      LoadJobConfig(WriteConfig("own_cluster.textproto", "cluster { ps: \"h:1\" workers: 1 }\n"), {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->cluster().ps(), ::testing::ElementsAre("h:1"));
+  EXPECT_TRUE(CheckTfConfigUnset("pslaunch").ok());
+  setenv(kTfConfigVariable, kTwoWorkersAndChief, 1);
+  EXPECT_THAT(CheckTfConfigUnset("pslaunch").message(),
+              HasSubstr("TF_CONFIG is set, which gives each process one task, but pslaunch"));
+}
+
+}  // namespace
+}  // namespace pst
