@@ -11,6 +11,10 @@ PACKAGES=(
   libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
   libopenblas-dev     # the CPU backend's matrix products (CBLAS)
   dataset-fashion-mnist
+  # The Python module (python/): its bindings and the interpreter it is
+  # built for; NumPy for its arrays, PyTorch for pstrain.torch, the CNN
+  # example and their tests.
+  pybind11-dev python3-dev python3-numpy python3-torch
   # Tests only: a static /bin/sh for the empty root the bundle test runs in,
   # and python3 to pick a free port there.
   busybox-static python3
