@@ -9,7 +9,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 

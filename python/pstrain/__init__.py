@@ -27,6 +27,8 @@ nothing at all. Every failure raises a ``pstrain.Error`` (see
 
 import json
 import os
+import random
+import sys
 import tempfile
 import time
 
@@ -34,7 +36,7 @@ import numpy as np
 
 from pstrain import _pstrain
 from pstrain.errors import *  # noqa: F401,F403  (the exception classes)
-from pstrain.errors import Error
+from pstrain.errors import Error, UnavailableError
 
 __all__ = ["Client", "Error", "CONFIG_ENV", "TASK_ENV", "RESULT_FILE_ENV"]
 
@@ -137,11 +139,35 @@ class Client:
     def register(self):
         """Registers with every shard (again after a transient error: rejoins).
 
-        Returns shard 0's view: mode, workers, version, initialized,
-        num_shards and worker_clock (the pushes this worker had made before a
-        restart, where a restarted worker resumes)."""
-        self._registered = self._session.register()
-        return self._registered
+        A shard away, restarting or still holding this worker's former
+        process (after a restart) is waited for, with backoff, for up to
+        training.pull_timeout_seconds, as the worker binary waits. Returns
+        shard 0's view: mode, workers, version, initialized, num_shards and
+        worker_clock (the pushes this worker had made before a restart, where
+        a restarted worker resumes)."""
+        patience = float(self.config["training"]["pull_timeout_seconds"])
+        deadline, backoff = None, 0.1
+        while True:
+            try:
+                self._registered = self._session.register()
+                return self._registered
+            except Error as error:
+                if not error.transient:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + patience
+                    print(f"{self.task}: waiting for the parameter servers ({error})",
+                          file=sys.stderr, flush=True)
+                elif now > deadline:
+                    # UNAVAILABLE, exit code 1: a launcher restarts the worker.
+                    raise UnavailableError(
+                        "gave up waiting for the parameter servers after "
+                        f"training.pull_timeout_seconds ({patience:g} s): {error}",
+                        "UNAVAILABLE", True) from error
+                # Full jitter, so that restarting workers do not retry in step.
+                time.sleep(backoff * (0.5 + 0.5 * random.random()))
+                backoff = min(backoff * 2, 5.0)
 
     def declare(self, variables):
         """Declares the model's variables: a dict name -> shape (or array), in

@@ -25,7 +25,7 @@ A model on a GPU exchanges through page-locked host buffers
 (``pstrain.staging``).
 """
 
-import random
+import sys
 import time
 
 import torch
@@ -134,23 +134,15 @@ class DistributedOptimizer:
             self._staging.values_to_device([p for _, p in self.parameters])
 
     def _rejoin(self, cause):
+        print(f"{self.client.task}: lost a parameter server ({cause}); rejoining",
+              file=sys.stderr, flush=True)
         patience = float(self.client.config["training"]["pull_timeout_seconds"])
         deadline = time.monotonic() + patience
-        backoff, last = 0.1, cause
         while True:
-            if time.monotonic() > deadline:
-                raise pstrain.UnavailableError(
-                    "gave up waiting for the parameter servers after "
-                    f"training.pull_timeout_seconds ({patience:g} s): {last.message}",
-                    "UNAVAILABLE", True) from cause
-            # Full jitter, so that restarting workers do not retry in step.
-            time.sleep(backoff * (0.5 + 0.5 * random.random()))
-            backoff = min(backoff * 2, 5.0)
+            self.client.register()  # waits out transient refusals, or raises
             try:
-                self.client.register()
                 self._pull()
                 return
             except pstrain.Error as error:
-                if not error.transient:
+                if not error.transient or time.monotonic() > deadline:
                     raise
-                last = error

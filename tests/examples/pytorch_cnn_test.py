@@ -29,7 +29,7 @@ training {{
   batch_size: 32
   epochs: 2
   seed: 1
-  dataset {{ fashion_mnist {{ train_limit: 4000 }} }}
+  dataset {{ fashion_mnist {{ train_limit: 8000 }} }}
 }}
 """
 
@@ -46,10 +46,11 @@ class PytorchCnnTest(unittest.TestCase):
                 capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
             self.assertEqual(run.returncode, 0, run.stderr[-4000:])
             summary = json.loads(run.stdout.strip().splitlines()[-1])
+            print(run.stdout.strip().splitlines()[-1])
             self.assertEqual(summary["mode"], "sync")
             self.assertEqual(summary["workers"], 2)
-            # 4000 images, 2 workers of 32: 62 steps per epoch, each a SYNC step.
-            self.assertEqual(summary["steps"], 124)
+            # 8000 images, 2 workers of 32: 125 steps per epoch, each a SYNC step.
+            self.assertEqual(summary["steps"], 250)
             self.assertGreaterEqual(summary["test_accuracy"], 0.80)
             self.assertGreater(summary["train_samples_per_sec"], 0)
             self.assertEqual(summary["devices"], "cpu")

@@ -88,6 +88,22 @@ class HostStagingTest(unittest.TestCase):
         torch.testing.assert_close(device_values[0].detach(), torch.full((2, 3), 5.0))
         torch.testing.assert_close(device_values[1].detach(), torch.arange(4, dtype=torch.float32))
 
+    @unittest.skipUnless(torch.cuda.is_available(), "no CUDA device visible to torch")
+    def test_cuda_tensors_go_through_page_locked_buffers(self):
+        host_values = [np.zeros((256, 128), np.float32)]
+        host_gradients = [np.full((256, 128), 7, np.float32)]
+        staging = HostStaging(host_values, host_gradients)
+        self.assertTrue(staging.pinned)
+        staging.gradients_to_host(
+            [torch.arange(256 * 128, dtype=torch.float32, device="cuda").reshape(256, 128)])
+        np.testing.assert_array_equal(host_gradients[0], np.arange(256 * 128).reshape(256, 128))
+        host_values[0][:] = 5
+        device_values = [torch.nn.Parameter(torch.zeros(256, 128, device="cuda"))]
+        staging.values_to_device(device_values)
+        torch.cuda.synchronize()
+        self.assertTrue(bool((device_values[0] == 5).all()))
+        staging.close()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
