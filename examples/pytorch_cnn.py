@@ -9,8 +9,8 @@ The job config gives the mode, the PS optimizer, batch_size, epochs and seed
 (pslaunch's --mode, --epochs, --batch_size, ... override them), and may name
 the data (training.dataset.fashion_mnist: dir, train_limit). Each worker
 trains on its own share of every epoch's shuffled examples; the chief
-(worker:0) evaluates the final model on the 10,000 test images and reports
-it, which pslaunch's summary line shows. The IDX files are read with NumPy
+(worker:0) evaluates the model on the 10,000 test images after every epoch
+and at the end, and reports it, which pslaunch's summary line shows. The IDX files are read with NumPy
 (no torchvision): Debian's dataset-fashion-mnist package installs them.
 """
 
@@ -99,6 +99,9 @@ def main():
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads per worker (default 1: one core each)")
     parser.add_argument("--log_every", type=int, default=100, help="progress line every N steps")
+    parser.add_argument("--eval_every_epoch", type=int, default=1,
+                        help="the chief evaluates the model after every epoch (1) or at the end "
+                             "only (0); the other workers wait for it meanwhile in SYNC")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -109,6 +112,7 @@ def main():
     data = training.get("dataset", {}).get("fashion_mnist", {})
     data_dir = data.get("dir") or DEFAULT_DATA_DIR
     train_x, train_y = load(data_dir, "train", int(data.get("train_limit", 0)))
+    test_x, test_y = load(data_dir, "test") if client.is_chief else (None, None)
     workers, rank = client.num_workers, client.worker
     steps_per_epoch = len(train_x) // workers // batch
     if steps_per_epoch == 0:
@@ -122,7 +126,7 @@ def main():
           f"{'on' if client.shares_memory(0) else 'off'}, {steps_per_epoch} steps per epoch",
           flush=True)
 
-    curve, samples, loss_sum, window_start, seen = [], 0, 0.0, time.monotonic(), 0
+    curve, evals, samples, loss_sum, window_start, seen = [], [], 0, 0.0, time.monotonic(), 0
     start = time.monotonic()
     step = opt.resume_step  # where a restarted worker resumes
     for epoch in range(step // steps_per_epoch, epochs):
@@ -147,16 +151,26 @@ def main():
                       f"loss {point['loss']:.4f} {point['samples_per_sec']:.0f} samples/s",
                       flush=True)
                 loss_sum, seen, window_start = 0.0, 0, now
+        if client.is_chief and args.eval_every_epoch and epoch + 1 < epochs:
+            test_loss, accuracy = evaluate(model, test_x, test_y)
+            evals.append({"epoch": epoch + 1, "step": step, "seconds": time.monotonic() - start,
+                          "test_loss": test_loss, "test_accuracy": accuracy,
+                          "has_test_accuracy": True})
+            print(f"{client.task}: epoch {epoch + 1}/{epochs} done: test_accuracy {accuracy:.4f} "
+                  f"test_loss {test_loss:.4f} ({evals[-1]['seconds']:.1f} s)", flush=True)
     train_seconds = time.monotonic() - start
     missing = opt.finish()
     result = {"samples": samples, "train_seconds": train_seconds, "curve": curve,
               "final_loss": curve[-1]["loss"] if curve else 0.0, "devices": opt.devices}
     if client.is_chief:
-        test_x, test_y = load(data_dir, "test")
         test_loss, accuracy = evaluate(model, test_x, test_y)
         print(f"final: version {client.versions[0]} test_accuracy {accuracy:.4f} "
               f"test_loss {test_loss:.4f}", flush=True)
-        result.update(test_accuracy=accuracy, test_loss=test_loss, missing_workers=missing)
+        evals.append({"epoch": epochs, "step": step, "seconds": time.monotonic() - start,
+                      "test_loss": test_loss, "test_accuracy": accuracy,
+                      "has_test_accuracy": True})
+        result.update(test_accuracy=accuracy, test_loss=test_loss, missing_workers=missing,
+                      evals=evals)
     client.report(**result)
 
 

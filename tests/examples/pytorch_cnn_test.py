@@ -22,7 +22,7 @@ BIN_DIR = os.environ["PSTRAIN_BIN_DIR"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CONFIG = """cluster {{ ps: "127.0.0.1:0" workers: 2 max_restarts: 0
-  worker_command: "{python} {repo}/examples/pytorch_cnn.py --log_every=50" }}
+  worker_command: "{python} {repo}/examples/pytorch_cnn.py --log_every=50 --eval_every_epoch=0" }}
 training {{
   mode: SYNC
   optimizer {{ adam {{ learning_rate: 0.002 }} }}

@@ -37,8 +37,10 @@ class RoundTripTest(unittest.TestCase):
             values = client.pull()
             for name, value in initial().items():
                 np.testing.assert_array_equal(values[name], value)
-            # The pull wrote into the session's own arrays.
+            # The pull wrote into the session's own arrays, which lie in the
+            # co-located shards' shared regions.
             self.assertIs(values["w"], client.values["w"])
+            self.assertTrue(client.shares_memory(0) and client.shares_memory(1))
 
             client.push(gradient(1.0))
             self.assertEqual(client.last_outcomes, ["APPLIED", "APPLIED"])
