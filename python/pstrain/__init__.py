@@ -104,7 +104,7 @@ class Client:
         if task is None:
             task = os.environ.get(TASK_ENV, "worker:0")
         self._session = _pstrain.Session.open(str(config), task, float(connect_timeout))
-        self.config = json.loads(self._session.config_json)
+        self.config = _numbers(json.loads(self._session.config_json))
         self.task = task
         self._registered = None
         self._first_pull = None
