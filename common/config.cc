@@ -588,6 +588,10 @@ absl::Status ValidateConfig(const JobConfig& config) {
   }
   PST_RETURN_IF_ERROR(ValidateCheckpoint(training.checkpoint()));
   PST_RETURN_IF_ERROR(ValidateOptimizer(training.optimizer()));
+  // A worker_command script brings its own model, and may bring its own data.
+  if (!config.cluster().worker_command().empty()) {
+    return training.has_dataset() ? ValidateDataset(training.dataset()) : absl::OkStatus();
+  }
   PST_RETURN_IF_ERROR(ValidateDataset(training.dataset()));
   return ValidateModel(training);
 }

@@ -33,6 +33,10 @@ CHECK_PACKAGES=(
   # Tests only: dpkg-shlibdeps, which cpack -G DEB asks for the package's
   # Depends (tests/packaging/deb_package_test.sh).
   dpkg-dev
+  # The Python module (python/): its bindings and the interpreter it is
+  # built for; NumPy for its arrays, PyTorch for pstrain.torch, the CNN
+  # example and their tests.
+  pybind11-dev python3-dev python3-numpy python3-torch
   # Benchmarks only: ps_bench's loopback TCP baseline.
   iperf3
 )
