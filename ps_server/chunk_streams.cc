@@ -29,6 +29,8 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
                         PushRequest* request) {
   request->set_worker(header.worker());
   request->set_computed_at_version(header.computed_at_version());
+  // Rows travel inline in the header.
+  *request->mutable_rows() = header.rows();
   auto* gradients = request->mutable_gradients();
   if (gradients->size() > header.gradients_size()) {
     gradients->DeleteSubrange(header.gradients_size(),
@@ -126,6 +128,9 @@ absl::Status PushIntake::Begin(const PushRequest& header, const Admit& admit,
     int64_t buffered = 0;
     if (update_ == nullptr) {
       for (int64_t bytes : push->bytes) buffered += bytes;
+      for (const EmbeddingRows& rows : header_.rows()) {
+        buffered += static_cast<int64_t>(rows.ids().size() + rows.data().size());
+      }
     }
     if (absl::Status s = admit(header_, buffered); !s.ok()) {
       update_.reset();
