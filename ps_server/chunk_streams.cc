@@ -126,11 +126,12 @@ absl::Status PushIntake::Begin(const PushRequest& header, const Admit& admit,
   update_ = std::move(push->update);
   if (admit) {
     int64_t buffered = 0;
+    // Rows are not counted: they came whole in the header, one message
+    // that gRPC's bounds (--max_message_bytes) hold, and the budget is a
+    // multiple of the rows the shard holds, which a push's rows may pass
+    // before the first rows are trained.
     if (update_ == nullptr) {
       for (int64_t bytes : push->bytes) buffered += bytes;
-      for (const EmbeddingRows& rows : header_.rows()) {
-        buffered += static_cast<int64_t>(rows.ids().size() + rows.data().size());
-      }
     }
     if (absl::Status s = admit(header_, buffered); !s.ok()) {
       update_.reset();
