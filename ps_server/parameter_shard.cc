@@ -15,8 +15,25 @@ namespace {
 
 // A push with nothing in it would still count as an update and move the
 // version.
+bool PushIsEmpty(const PushRequest& push) {
+  return push.gradients().empty() && push.rows().empty();
+}
 absl::Status EmptyPush() {
-  return absl::InvalidArgumentError("the push carries no gradients; nothing was applied");
+  return absl::InvalidArgumentError(
+      "the push carries no gradients and no embedding rows; nothing was applied");
+}
+
+// Whether every value of the push's dense gradients, or of its embedding
+// rows, is finite (an unknown dtype counts as not: the tables name it).
+bool GradientsFinite(const PushRequest& push) {
+  return std::all_of(push.gradients().begin(), push.gradients().end(), [](const Tensor& g) {
+    return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
+  });
+}
+bool RowsFinite(const PushRequest& push) {
+  return std::all_of(push.rows().begin(), push.rows().end(), [](const EmbeddingRows& r) {
+    return DTypeBytes(r.dtype()) > 0 && EncodedFinite(r.data(), r.dtype());
+  });
 }
 
 }  // namespace
@@ -31,6 +48,7 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   options.shard = shard;
   options.num_shards = config.cluster().ps_size();
   options.optimizer = training.optimizer();
+  options.seed = training.seed();
   if (!training.checkpoint().dir().empty()) {
     options.snapshot_every_steps = training.checkpoint().every_steps();
   }
@@ -56,6 +74,11 @@ ParameterShard::ParameterShard(const ShardOptions& options,
     : options_(options),
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
+      embeddings_(new EmbeddingTable({.shard = options.shard,
+                                      .num_shards = options.num_shards,
+                                      .num_workers = options.num_workers,
+                                      .seed = options.seed,
+                                      .optimizer = options.optimizer})),
       dense_(new DenseTable(std::move(optimizer), options.num_workers)),
       progress_(options.num_workers),
       workers_(options.num_workers),
@@ -66,6 +89,7 @@ ParameterShard::ParameterShard(const ShardOptions& options,
             LeasesExpired(workers);
           },
           options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {
+  tables_.push_back(std::unique_ptr<Table>(embeddings_));
   tables_.push_back(std::unique_ptr<Table>(dense_));
 }
 
@@ -170,18 +194,21 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
     response->set_accepted(false);
     return absl::OkStatus();
   }
-  int64_t bytes = 0;
+  // A table that took its contents before another refused them is given
+  // them again by the next Init: the shard is not initialized until every
+  // table is, and nothing trains before.
   for (const std::unique_ptr<Table>& table : tables_) {
     if (absl::Status s = table->Initialize(request); !s.ok()) {
       ++pushes_rejected_;
       return s;
     }
-    bytes += table->parameter_bytes();
   }
-  parameter_bytes_.store(bytes, std::memory_order_relaxed);
+  RefreshParameterBytes();
   response->set_accepted(true);
-  spdlog::info("shard {}: initialized {} variables ({} bytes) from worker:{}", options_.shard,
-               dense_->store().size(), bytes, request.worker());
+  spdlog::info("shard {}: initialized {} variables ({} bytes) and {} embedding tables from "
+               "worker:{}",
+               options_.shard, dense_->store().size(), parameter_bytes(),
+               request.embeddings_size(), request.worker());
   Changed();
   return absl::OkStatus();
 }
@@ -245,23 +272,51 @@ absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullV
       indices.push_back(index);
     }
   }
+  PST_RETURN_IF_ERROR(embeddings_->CheckPull(request));
   std::vector<const Variable*> variables;
   for (int index : indices) variables.push_back(&store.variable(index));
-  visit(version_, variables);
+  visit(version_, variables, PulledRows(request, *embeddings_));
   return absl::OkStatus();
+}
+
+int64_t PulledRows::row_count() const {
+  int64_t count = 0;
+  for (const EmbeddingRows& rows : request_.rows()) {
+    count += static_cast<int64_t>(rows.ids().size() / sizeof(uint64_t));
+  }
+  return count;
+}
+
+int64_t PulledRows::reply_bytes() const {
+  int64_t bytes = 0;
+  // Per table: the values, the name, and tags, lengths and the dtype (at
+  // most 40 bytes).
+  for (const EmbeddingRows& rows : request_.rows()) {
+    bytes += table_.AnswerBytes(rows, request_.dtype()) +
+             static_cast<int64_t>(rows.table().size()) + 40;
+  }
+  return bytes;
+}
+
+void PulledRows::AnswerTo(PullResponse* response) const {
+  const DType dtype = request_.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request_.dtype();
+  for (const EmbeddingRows& rows : request_.rows()) {
+    EmbeddingRows* out = response->add_rows();
+    out->set_table(rows.table());
+    out->set_dtype(dtype);
+    std::string* data = out->mutable_data();
+    data->resize(static_cast<size_t>(table_.AnswerBytes(rows, dtype)));
+    table_.EncodeRows(rows, dtype, data->data());
+  }
 }
 
 std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
                                                     PushResponse* response, PushChecked checked) {
   // The pass over the payload needs nothing of the shard: made before the
-  // lock, so pushes check their bytes side by side. A non-finite one is
-  // left to ValidateGradients, which names it.
-  if (!checked.values_finite) {
-    checked.values_finite =
-        std::all_of(request.gradients().begin(), request.gradients().end(), [](const Tensor& g) {
-          return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
-        });
-  }
+  // lock, so pushes check their bytes side by side. A non-finite value is
+  // left to the table's CheckPush, which names it.
+  if (!checked.values_finite) checked.values_finite = GradientsFinite(request);
+  if (!checked.rows_finite) checked.rows_finite = RowsFinite(request);
   std::vector<TablePush> plans;
   bool lands = false;
   {
@@ -316,15 +371,16 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
         "gradient claims version ", request.computed_at_version(), " but shard ",
         options_.shard, " is at version ", version_));
   }
-  if (request.gradients().empty()) {
+  if (PushIsEmpty(request)) {
     ++pushes_rejected_;
     return EmptyPush();
   }
   plans->resize(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t) {
+    const bool finite =
+        tables_[t].get() == embeddings_ ? checked.rows_finite : checked.values_finite;
     if (absl::Status s = tables_[t]->CheckPush(request, policy_->PushCarriesEveryVariable(),
-                                               /*check_finite=*/!checked.values_finite,
-                                               &(*plans)[t]);
+                                               /*check_finite=*/!finite, &(*plans)[t]);
         !s.ok()) {
       ++pushes_rejected_;
       return s;
@@ -400,7 +456,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
         absl::StrCat("gradient claims version ", header.computed_at_version(), " but shard ",
                      options_.shard, " is at version ", version_)));
   }
-  if (header.gradients().empty()) return refuse(EmptyPush());
+  if (PushIsEmpty(header)) return refuse(EmptyPush());
   VariableStore& store = dense_->store();
   StreamedPush push;
   std::vector<int> indices;
@@ -420,10 +476,12 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   }
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
-  if (!admission.ok() || admission->action != Admission::Action::kApply || staging_held_ ||
-      snapshot_unwritten_ || shutting_down_) {
-    push.awaits_turn = admission.ok() && admission->action == Admission::Action::kApply &&
-                       !shutting_down_;
+  // Rows are applied by Push only, with the dense part of their push.
+  const bool has_rows = !header.rows().empty();
+  if (has_rows || !admission.ok() || admission->action != Admission::Action::kApply ||
+      staging_held_ || snapshot_unwritten_ || shutting_down_) {
+    push.awaits_turn = !has_rows && admission.ok() &&
+                       admission->action == Admission::Action::kApply && !shutting_down_;
     return push;  // Push decides, once the gradient is in
   }
   push.update.reset(new StreamedUpdate(this, &dense_->threads(), dense_->parts()));
@@ -568,6 +626,13 @@ bool ParameterShard::Initialized() const {
 
 void ParameterShard::CommitTables() {
   for (const std::unique_ptr<Table>& table : tables_) table->Commit();
+  RefreshParameterBytes();
+}
+
+void ParameterShard::RefreshParameterBytes() {
+  int64_t bytes = 0;
+  for (const std::unique_ptr<Table>& table : tables_) bytes += table->parameter_bytes();
+  parameter_bytes_.store(bytes, std::memory_order_relaxed);
 }
 
 void ParameterShard::DiscardTables() {
@@ -755,12 +820,10 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint is of shard ", checkpoint.shard(),
                                                    ", this is shard ", options_.shard));
   }
-  int64_t bytes = 0;
   for (const std::unique_ptr<Table>& table : tables_) {
     PST_RETURN_IF_ERROR(table->Restore(checkpoint));
-    bytes += table->parameter_bytes();
   }
-  parameter_bytes_.store(bytes, std::memory_order_relaxed);
+  RefreshParameterBytes();
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
     progress_[i].clock = checkpoint.worker_clocks(i);

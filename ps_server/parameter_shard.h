@@ -6,9 +6,12 @@
 // it), so the update semantics are unit-tested without a network.
 //
 // The shard coordinates; its tables (ps_server/table.h) hold the state: the
-// dense variables (ps_server/dense_table.h) are one. Every update is staged
-// in each table a push touches and committed in all of them at once, as
-// one version; a checkpoint and Stats cover every table.
+// embedding tables (ps_server/embedding_table.h: rows addressed by id) and
+// the dense variables (ps_server/dense_table.h). Every update is staged in
+// each table a push touches and committed in all of them at once, as one
+// version; a checkpoint and Stats cover every table. A push may carry
+// dense gradients, embedding rows or both; a pull names dense variables
+// and rows, and sees both at one version.
 //
 // A push the policy applies on its own advances the version by one, its
 // learning rate scaled as the policy says. Pushes the policy aggregates are
@@ -37,9 +40,10 @@
 // ps_server/shard_calls.h wraps them for a caller that may block a thread.
 // Stats is a pure read.
 //
-// Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
-// future version, a push with no gradient, a pull naming a variable twice,
-// push before Init) are refused with InvalidArgument or FailedPrecondition
+// Invalid requests (unknown variable or table, wrong shape or dtype,
+// non-finite value, future version, a push with neither gradients nor rows,
+// a pull naming a variable twice, a row id of another shard, push before
+// Init) are refused with InvalidArgument or FailedPrecondition
 // before anything is touched.
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
@@ -64,6 +68,7 @@
 #include "ps.pb.h"
 #include "ps_server/consistency_policy.h"
 #include "ps_server/dense_table.h"
+#include "ps_server/embedding_table.h"
 #include "ps_server/lease_tracker.h"
 #include "ps_server/shard_waiters.h"
 #include "ps_server/table.h"
@@ -86,6 +91,8 @@ struct ShardOptions : ConsistencyOptions {
   int shard = 0;
   int num_shards = 1;
   OptimizerConfig optimizer;
+  // training.seed: the embedding rows' initial values.
+  uint64_t seed = 0;
 };
 
 // The options of shard `shard` of the job `config` describes.
@@ -95,7 +102,31 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
 // push, so that Push does not check it again: a pass over a large payload
 // costs about as much as applying it.
 struct PushChecked {
-  bool values_finite = false;  // every gradient value is finite
+  bool values_finite = false;  // every dense gradient value is finite
+  bool rows_finite = false;    // every embedding row gradient value is finite
+};
+
+// The embedding rows a pull names (PullRequest.rows), checked by the shard,
+// for its visitor to answer while the shard's lock is held: each row's
+// committed values, or its initial value if it was never trained.
+class PulledRows {
+ public:
+  PulledRows(const PullRequest& request, const EmbeddingTable& table)
+      : request_(request), table_(table) {}
+  bool empty() const { return request_.rows().empty(); }
+  // The rows named, over every table (an id named twice counts twice).
+  int64_t row_count() const;
+  // An upper bound of the bytes the answer adds to a PullResponse: the
+  // values in the pull's dtype, the table names and the framing.
+  int64_t reply_bytes() const;
+  // Appends to response->rows() one EmbeddingRows per table the pull
+  // names, in its order: the table, the pull's dtype, and the values of
+  // its ids, row after row, in the pull's order (no ids).
+  void AnswerTo(PullResponse* response) const;
+
+ private:
+  const PullRequest& request_;
+  const EmbeddingTable& table_;
 };
 
 class StreamedUpdate;  // ps_server/streamed_update.h
@@ -120,12 +151,12 @@ class ParameterShard {
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);
 
-  // A pull hands the variables it asked for, and the version, to a
-  // visitor, which runs under the shard's lock (so it sees one version)
-  // and must not call back into the shard: the caller encodes them
-  // straight into its own messages.
-  using PullVisitor =
-      std::function<void(int64_t version, const std::vector<const Variable*>& variables)>;
+  // A pull hands the variables it asked for, the rows it names and the
+  // version to a visitor, which runs under the shard's lock (so it sees
+  // one version) and must not call back into the shard: the caller encodes
+  // them straight into its own messages.
+  using PullVisitor = std::function<void(
+      int64_t version, const std::vector<const Variable*>& variables, const PulledRows& rows)>;
 
   // The pull: once the shard is initialized and the policy lets it
   // proceed (its version reaches request.min_version; SSP: the worker is
@@ -133,7 +164,8 @@ class ParameterShard {
   // Under one lock: if `request` may proceed now, or cannot wait (shutting
   // down: Unavailable; `deadline` passed: DeadlineExceeded), it runs at
   // once and the result is 0 (or the error: InvalidArgument for an
-  // unknown or repeated name); `wake` is dropped. Otherwise it leaves a
+  // unknown or repeated name, or rows EmbeddingTable::CheckPull refuses);
+  // `wake` is dropped. Otherwise it leaves a
   // waiter and returns its id (never 0): `wake` then runs once, when the
   // pull may proceed, the shard begins shutting down or `deadline` passes,
   // on the thread that changed the shard (or the shard's timer thread, for
@@ -170,10 +202,11 @@ class ParameterShard {
   // shapes so that a header cannot make the receiver allocate more than the
   // model; and, when the push can be applied while it streams in (the
   // policy would apply it on its own, no other streamed update is under way,
-  // no checkpoint is pending), the update to apply its pieces to. Without one, the caller reassembles
-  // the push and calls Push. InvalidArgument for a bad worker or version,
-  // an unknown or repeated variable, a wrong shape or an unknown dtype;
-  // FailedPrecondition before Init. A refusal is counted. `awaits_turn`
+  // no checkpoint is pending, and the header carries no embedding rows,
+  // which only Push applies), the update to apply its pieces to. Without
+  // one, the caller reassembles the push and calls Push. InvalidArgument
+  // for a bad worker or version, an unknown or repeated variable, a wrong
+  // shape or an unknown dtype; FailedPrecondition before Init. A refusal is counted. `awaits_turn`
   // says that another update staging, or an unwritten snapshot, is the only
   // reason there is no update, for a caller whose push waits where it lies
   // (a shared region) and would rather wait for its turn
@@ -309,6 +342,8 @@ class ParameterShard {
   bool Initialized() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes every table's staged changes visible, or drops them.
   void CommitTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets parameter_bytes_ from the tables.
+  void RefreshParameterBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DiscardTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
@@ -344,12 +379,16 @@ class ParameterShard {
                             lease_.EndCall(worker);
                           }
                         }};
-  // The tables, the dense one first; fixed at construction. dense_ is
-  // tables_[0], typed for the dense-only paths (pulls, streamed pushes).
+  // The tables, fixed at construction: the embedding tables first, since
+  // their Initialize and Restore check everything before changing
+  // anything, then the dense one. embeddings_ and dense_ are typed for the
+  // paths only one of them has (pulled rows; dense pulls, streamed pushes).
   std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(mu_);
+  EmbeddingTable* const embeddings_ ABSL_PT_GUARDED_BY(mu_);
   DenseTable* const dense_ ABSL_PT_GUARDED_BY(mu_);
-  // The tables' parameter_bytes(), set once they hold variables: read on
-  // every call's arrival without the lock.
+  // The tables' parameter_bytes(), set once they hold variables and again
+  // at each commit (embedding rows grow as they train): read on every
+  // call's arrival without the lock.
   std::atomic<int64_t> parameter_bytes_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
