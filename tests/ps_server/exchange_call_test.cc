@@ -597,7 +597,8 @@ TEST_F(ExchangeRowsTest, RowsArePushedAndPulledInOneExchangeOverTcpAndASharedReg
     // The dense answer travels as ever: in pieces, or in the region.
     std::vector<float> w(kDense);
     if (shared) {
-      std::memcpy(w.data(), region->bytes().data() + kDense * sizeof(float), sizeof(float) * kDense);
+      std::memcpy(w.data(), region->bytes().data() + kDense * sizeof(float),
+                  sizeof(float) * kDense);
     } else {
       w = Floats(AnswerBytes(outcome.answers, 0));
     }
