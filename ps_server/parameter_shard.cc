@@ -194,15 +194,16 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
     response->set_accepted(false);
     return absl::OkStatus();
   }
-  // A table that took its contents before another refused them is given
-  // them again by the next Init: the shard is not initialized until every
-  // table is, and nothing trains before.
+  // A table that took its contents before a later one refused them takes
+  // the next Init's instead: the shard is not initialized until every
+  // table is, and nothing is staged before.
   for (const std::unique_ptr<Table>& table : tables_) {
     if (absl::Status s = table->Initialize(request); !s.ok()) {
       ++pushes_rejected_;
       return s;
     }
   }
+  dense_bytes_ = dense_->parameter_bytes();
   RefreshParameterBytes();
   response->set_accepted(true);
   spdlog::info("shard {}: initialized {} variables ({} bytes) and {} embedding tables from "
@@ -630,9 +631,7 @@ void ParameterShard::CommitTables() {
 }
 
 void ParameterShard::RefreshParameterBytes() {
-  int64_t bytes = 0;
-  for (const std::unique_ptr<Table>& table : tables_) bytes += table->parameter_bytes();
-  parameter_bytes_.store(bytes, std::memory_order_relaxed);
+  parameter_bytes_.store(dense_bytes_ + embeddings_->parameter_bytes(), std::memory_order_relaxed);
 }
 
 void ParameterShard::DiscardTables() {
@@ -823,6 +822,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   for (const std::unique_ptr<Table>& table : tables_) {
     PST_RETURN_IF_ERROR(table->Restore(checkpoint));
   }
+  dense_bytes_ = dense_->parameter_bytes();
   RefreshParameterBytes();
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {

@@ -342,7 +342,7 @@ class ParameterShard {
   bool Initialized() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes every table's staged changes visible, or drops them.
   void CommitTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets parameter_bytes_ from the tables.
+  // Sets parameter_bytes_ from dense_bytes_ and the embedding rows held.
   void RefreshParameterBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DiscardTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
@@ -390,6 +390,9 @@ class ParameterShard {
   // at each commit (embedding rows grow as they train): read on every
   // call's arrival without the lock.
   std::atomic<int64_t> parameter_bytes_{0};
+  // The dense table's share of it, fixed by Init or Restore (summing a
+  // large model's variables at every commit would cost the lock).
+  int64_t dense_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -35,7 +35,9 @@ class Table {
   virtual int64_t parameter_bytes() const = 0;
 
   // Takes the table's initial contents from `request`. InvalidArgument, and
-  // no change, for a malformed one. Precondition: !initialized().
+  // no change, for a malformed one. Precondition: nothing has been staged
+  // since an earlier Initialize (the shard calls it again, with the next
+  // Init, when a table after this one refused the first).
   virtual absl::Status Initialize(const InitRequest& request) = 0;
 
   // Checks the table's part of `push` (names, shapes, payload sizes, and

@@ -597,11 +597,24 @@ TEST_F(ExchangeRowsTest, RowsArePushedAndPulledInOneExchangeOverTcpAndASharedReg
     // The dense answer travels as ever: in pieces, or in the region.
     std::vector<float> w(kDense);
     if (shared) {
-      std::memcpy(w.data(), region->bytes().data() + kDense * sizeof(float), sizeof(float) * kDense);
+      std::memcpy(w.data(), region->bytes().data() + kDense * sizeof(float),
+                  sizeof(float) * kDense);
     } else {
       w = Floats(AnswerBytes(outcome.answers, 0));
     }
     EXPECT_EQ(w, Floats(expected.variables(0).data()));
+  }
+  // A dense push that streams into the update (ASYNC, no rows) still
+  // answers the rows its pull names, once committed.
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "streamed, shared region" : "streamed, TCP");
+    const ExchangeOutcome outcome =
+        CallExchange(stub_.get(), {PushAndPull(0, {}, 0, {3, 2}, 0, shared ? handle : 0)});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+    EXPECT_EQ(outcome.done()->push().outcome(), PushResponse::APPLIED);
+    const PullResponse expected = ShardPull({3, 2});
+    EXPECT_EQ(AnsweredRows(outcome), Floats(expected.rows(0).data()));
+    EXPECT_EQ(outcome.done()->version(), expected.version());
   }
   // A push of rows alone, and a pull of rows alone, through the region.
   const ExchangeOutcome rows_only = CallExchange(

@@ -200,6 +200,30 @@ TEST(ParameterShardEmbeddingTest, SyncRowsAreBitwiseOneWorkersWithTheCombinedBat
   }
 }
 
+TEST(ParameterShardEmbeddingTest, ARefusedInitLeavesTheShardUninitializedAndTheNextOneWins) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  InitRequest bad_table;
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, bad_table.add_variables());
+  bad_table.add_embeddings()->set_name("emb");  // dim 0
+  InitRequest no_variables;  // the tables are fine, the dense part is not
+  EmbeddingTableConfig* table = no_variables.add_embeddings();
+  table->set_name("other");
+  table->set_dim(2);
+  for (const InitRequest* init : {&bad_table, &no_variables}) {
+    InitResponse response;
+    EXPECT_EQ(shard->Init(*init, &response).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_FALSE(shard->initialized());
+  }
+  Init(shard.get());
+  StatsResponse stats;
+  shard->Stats(&stats);
+  ASSERT_EQ(stats.embeddings_size(), 1);
+  EXPECT_EQ(stats.embeddings(0).table(), "emb");
+  EXPECT_EQ(stats.variables(), 1);
+  PushResponse response;
+  EXPECT_TRUE(Push(*shard, RowPush(0, 0, {1}, std::vector<float>(kDim, 1)), &response).ok());
+}
+
 // ASYNC applies each push on arrival; SSP's rows behave alike.
 class RowsOnArrivalTest : public ::testing::TestWithParam<Mode> {};
 
