@@ -1,12 +1,20 @@
-// metrics_bench: what the metrics cost on the hot path. Times
-// Histogram::Observe and Counter::Increment from 1 and 2 threads (the PS
-// serves Pulls and Pushes on several threads at once), and one Render of a
-// registry shaped like the PS's. Where prometheus-cpp was found at build
-// time, the same operations of prometheus-cpp run in the same invocation,
-// as the peer (PST_HAVE_PROMETHEUS_CPP). Prints ns per operation, medians
-// of --runs, as a table or, with --json, one JSON object per row.
+// metrics_bench: what the metrics cost on the hot path, labelled as
+// ps_server and worker label them, for the registry pstrain uses
+// (prometheus-cpp, --registry=prometheus-cpp) and for the lock-free
+// alternative (--registry=lock-free, benchmarks/lock_free_metrics.h). Times
+// Histogram::Observe and Counter::Increment on a labelled series from 1 and
+// 2 threads (the PS serves Pulls and Pushes on several threads at once);
+// one worker step's recording with 4 shards (what Trainer records per step:
+// two latencies, the step count and samples, and per shard its version,
+// staleness and drops); and one scrape of a registry shaped like a worker's
+// (12 histograms with 4 shard series each). Prints ns or us per operation,
+// medians of --runs, as a table or, with --json, one JSON object per row.
+// benchmarks/rounds.py --vary=registry=... alternates the two.
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,25 +23,27 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/clock.h"
+#include "benchmarks/lock_free_metrics.h"
 #include "common/metrics.h"
-
-#if PST_HAVE_PROMETHEUS_CPP
-#include "prometheus/counter.h"
-#include "prometheus/histogram.h"
-#include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
-#endif
 
-ABSL_FLAG(int, ops, 2'000'000, "Operations per thread per run.");
+ABSL_FLAG(std::string, registry, "prometheus-cpp",
+          "prometheus-cpp (what ps_server and worker use) or lock-free (the alternative).");
+ABSL_FLAG(int, ops, 2'000'000,
+          "Operations per thread per run (a tenth of them for the worker step's recording).");
 ABSL_FLAG(int, runs, 5, "Runs per measurement; the median is printed.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per row instead of a table.");
 
 namespace pst::metrics {
 namespace {
 
+constexpr int kShards = 4;
+constexpr int kRenderedHistograms = 12;
+
+// `ops_divisor` shortens a measurement whose operation is long.
 template <typename Op>
-double NanosPerOp(int threads, Op op) {
-  const int ops = absl::GetFlag(FLAGS_ops);
+double NanosPerOp(int threads, Op op, int ops_divisor = 1) {
+  const int ops = std::max(1, absl::GetFlag(FLAGS_ops) / ops_divisor);
   std::vector<double> runs;
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
     absl::Time start = absl::Now();
@@ -52,16 +62,18 @@ double NanosPerOp(int threads, Op op) {
 
 // One row of the table, or of JSON with --json.
 void PrintRow(const std::string& operation, int threads, double value, const char* unit) {
+  const std::string registry = absl::GetFlag(FLAGS_registry);
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("{\"operation\":\"%s\",\"threads\":%d,\"%s_per_op\":%.1f}\n", operation.c_str(),
-                threads, unit, value);
+    std::printf("{\"operation\":\"%s\",\"registry\":\"%s\",\"threads\":%d,\"%s_per_op\":%.1f}\n",
+                operation.c_str(), registry.c_str(), threads, unit, value);
   } else {
-    std::printf("%-50s %8d %12.1f %s\n", operation.c_str(), threads, value, unit);
+    std::printf("%-16s %-40s %8d %12.1f %s\n", registry.c_str(), operation.c_str(), threads,
+                value, unit);
   }
   std::fflush(stdout);
 }
 
-// A scrape renders every instrument once; the median of 101 renders.
+// A scrape renders every series once; the median of 101 renders.
 template <typename Render>
 double MedianRenderMicros(Render render) {
   std::vector<double> renders;
@@ -74,60 +86,147 @@ double MedianRenderMicros(Render render) {
   return renders[50];
 }
 
-#if PST_HAVE_PROMETHEUS_CPP
-// prometheus-cpp doing what Main times of ours, on a registry of the same shape.
-void PrometheusCppRows() {
-  prometheus::Registry registry;
-  const std::vector<double> bounds = LatencyBuckets();
-  prometheus::Histogram& latency =
-      prometheus::BuildHistogram().Name("bench_seconds").Help("b").Register(registry).Add(
-          {}, bounds);
-  prometheus::Counter& counter =
-      prometheus::BuildCounter().Name("bench_total").Help("b").Register(registry).Add({});
-  for (int i = 0; i < 10; ++i) {
-    prometheus::BuildHistogram()
-        .Name("bench_extra_" + std::to_string(i))
-        .Help("b")
-        .Register(registry)
-        .Add({}, bounds);
-  }
-  const std::string observe =
-      "prometheus-cpp Histogram::Observe (" + std::to_string(bounds.size()) + " buckets)";
-  for (int threads : {1, 2}) {
-    PrintRow(observe, threads,
-             NanosPerOp(threads, [&](int t, int i) { latency.Observe(1e-4 * (i % 1000)); }), "ns");
-    PrintRow("prometheus-cpp Counter::Increment", threads,
-             NanosPerOp(threads, [&](int, int) { counter.Increment(); }), "ns");
-  }
-  prometheus::TextSerializer serializer;
-  PrintRow("prometheus-cpp Collect+Serialize (12 histograms)", 1,
-           MedianRenderMicros([&] { return serializer.Serialize(registry.Collect()); }), "us");
-}
-#endif
+const std::map<std::string, std::string> kProcess = {{"task", "worker:0"}, {"worker", "0"}};
 
-int Main() {
-  Registry registry;
-  Histogram& latency = registry.AddHistogram("bench_seconds", "b", LatencyBuckets());
-  Counter& counter = registry.AddCounter("bench_total", "b");
-  for (int i = 0; i < 10; ++i) {
-    registry.AddHistogram("bench_extra_" + std::to_string(i), "b", LatencyBuckets());
+std::map<std::string, std::string> Shard(int shard) { return {{"shard", std::to_string(shard)}}; }
+
+// The instruments one worker step records into.
+template <typename Histogram, typename Counter, typename Gauge>
+struct StepInstruments {
+  Histogram* step;
+  Histogram* exchange;
+  Counter* steps;
+  Counter* samples;
+  std::vector<Histogram*> staleness;  // by shard
+  std::vector<Counter*> dropped;
+  std::vector<Gauge*> version;
+};
+
+// What a worker records per step (Trainer::RecordExchange, RecordStep):
+// the step's figures, and each shard's, as the worker's SeriesByIndex hands
+// them out (a lock, then an index).
+template <typename Instruments>
+void RecordStep(Instruments& m, absl::Mutex& series_lock, int i) {
+  m.exchange->Observe(1e-4 * (i % 1000));
+  for (int s = 0; s < kShards; ++s) {
+    absl::MutexLock lock(&series_lock);
+    m.version[s]->Set(i);
   }
-  const std::string observe =
-      "Histogram::Observe (" + std::to_string(LatencyBuckets().size()) + " buckets)";
-  if (!absl::GetFlag(FLAGS_json)) {
-    std::printf("%-50s %8s %12s\n", "operation", "threads", "time/op");
+  for (int s = 0; s < kShards; ++s) {
+    absl::MutexLock lock(&series_lock);
+    m.staleness[s]->Observe(i % 3);
+    if (i % 1000 == 0) m.dropped[s]->Increment();
   }
+  m.step->Observe(2e-4 * (i % 1000));
+  m.steps->Increment();
+  m.samples->Increment(32);
+}
+
+template <typename Histogram, typename Counter, typename Render>
+void Rows(Histogram& latency, Counter& counter, Render render, auto& step) {
+  absl::Mutex series_lock;
   for (int threads : {1, 2}) {
-    PrintRow(observe, threads,
-             NanosPerOp(threads, [&](int t, int i) { latency.Observe(1e-4 * (i % 1000)); }), "ns");
+    PrintRow("Histogram::Observe (17 buckets)", threads,
+             NanosPerOp(threads, [&](int, int i) { latency.Observe(1e-4 * (i % 1000)); }), "ns");
     PrintRow("Counter::Increment", threads,
              NanosPerOp(threads, [&](int, int) { counter.Increment(); }), "ns");
   }
-  PrintRow("Registry::Render (12 histograms)", 1,
-           MedianRenderMicros([&] { return registry.Render(); }), "us");
-#if PST_HAVE_PROMETHEUS_CPP
-  PrometheusCppRows();
-#endif
+  PrintRow("one worker step's recording (4 shards)", 1,
+           NanosPerOp(1, [&](int, int i) { RecordStep(step, series_lock, i); }, 10), "ns");
+  PrintRow("scrape (12 histograms x 4 shards)", 1, MedianRenderMicros(render), "us");
+}
+
+void PrometheusCpp() {
+  prometheus::Registry registry;
+  const std::vector<double> bounds = LatencyBuckets();
+  auto histograms = [&](const std::string& name) -> prometheus::Family<prometheus::Histogram>& {
+    return prometheus::BuildHistogram().Name(name).Help("b").Labels(kProcess).Register(registry);
+  };
+  auto counters = [&](const std::string& name) -> prometheus::Family<prometheus::Counter>& {
+    return prometheus::BuildCounter().Name(name).Help("b").Labels(kProcess).Register(registry);
+  };
+  auto& gauges =
+      prometheus::BuildGauge().Name("bench_version").Help("b").Labels(kProcess).Register(registry);
+  StepInstruments<prometheus::Histogram, prometheus::Counter, prometheus::Gauge> step{
+      &histograms("bench_step_seconds").Add({}, bounds),
+      &histograms("bench_exchange_seconds").Add({}, bounds),
+      &counters("bench_steps_total").Add({}),
+      &counters("bench_samples_total").Add({}),
+      {}, {}, {}};
+  for (int s = 0; s < kShards; ++s) {
+    step.staleness.push_back(&histograms("bench_staleness").Add(Shard(s), StalenessBuckets()));
+    step.dropped.push_back(&counters("bench_dropped_total").Add(Shard(s)));
+    step.version.push_back(&gauges.Add(Shard(s)));
+  }
+  for (int h = 0; h < kRenderedHistograms; ++h) {
+    for (int s = 0; s < kShards; ++s) {
+      histograms("bench_extra_" + std::to_string(h) + "_seconds").Add(Shard(s), bounds);
+    }
+  }
+  prometheus::Histogram& latency = histograms("bench_seconds").Add(Shard(0), bounds);
+  prometheus::Counter& counter = counters("bench_total").Add(Shard(0));
+  prometheus::TextSerializer serializer;
+  Rows(latency, counter, [&] {
+    std::ostringstream out;
+    serializer.Serialize(out, registry.Collect());
+    return out.str();
+  }, step);
+}
+
+void LockFree() {
+  namespace lf = lock_free;
+  lf::Registry registry;
+  const std::vector<double> bounds = LatencyBuckets();
+  auto histograms = [&](const std::string& name) -> lf::Family<lf::Histogram>& {
+    return registry.AddHistogram(name, "b", kProcess);
+  };
+  auto counters = [&](const std::string& name) -> lf::Family<lf::Counter>& {
+    return registry.AddCounter(name, "b", kProcess);
+  };
+  // A gauge is a counter's atomic double, set instead of added to.
+  struct Gauge {
+    void Set(double value) { value_.store(value, std::memory_order_relaxed); }
+    std::atomic<double> value_{0};
+  };
+  std::vector<std::unique_ptr<Gauge>> versions;
+  StepInstruments<lf::Histogram, lf::Counter, Gauge> step{
+      &histograms("bench_step_seconds").Add({}, bounds),
+      &histograms("bench_exchange_seconds").Add({}, bounds),
+      &counters("bench_steps_total").Add({}),
+      &counters("bench_samples_total").Add({}),
+      {}, {}, {}};
+  lf::Family<lf::Histogram>& staleness = histograms("bench_staleness");
+  lf::Family<lf::Counter>& dropped = counters("bench_dropped_total");
+  for (int s = 0; s < kShards; ++s) {
+    step.staleness.push_back(&staleness.Add(Shard(s), StalenessBuckets()));
+    step.dropped.push_back(&dropped.Add(Shard(s)));
+    versions.push_back(std::make_unique<Gauge>());
+    step.version.push_back(versions.back().get());
+  }
+  for (int h = 0; h < kRenderedHistograms; ++h) {
+    lf::Family<lf::Histogram>& extra = histograms("bench_extra_" + std::to_string(h) + "_seconds");
+    for (int s = 0; s < kShards; ++s) extra.Add(Shard(s), bounds);
+  }
+  lf::Histogram& latency = histograms("bench_seconds").Add(Shard(0), bounds);
+  lf::Counter& counter = counters("bench_total").Add(Shard(0));
+  Rows(latency, counter, [&] { return registry.Render(); }, step);
+}
+
+int Main() {
+  const std::string registry = absl::GetFlag(FLAGS_registry);
+  if (registry != "prometheus-cpp" && registry != "lock-free") {
+    std::fprintf(stderr, "metrics_bench: error: --registry=%s: use prometheus-cpp or lock-free\n",
+                 registry.c_str());
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("%-16s %-40s %8s %12s\n", "registry", "operation", "threads", "time/op");
+  }
+  if (registry == "prometheus-cpp") {
+    PrometheusCpp();
+  } else {
+    LockFree();
+  }
   return 0;
 }
 
@@ -136,7 +235,8 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Times the metrics instruments. Usage: metrics_bench [--ops=N] [--runs=N] [--json]");
+      "Times the metrics instruments, labelled. Usage: metrics_bench "
+      "[--registry=prometheus-cpp|lock-free] [--ops=N] [--runs=N] [--json]");
   absl::ParseCommandLine(argc, argv);
   return pst::metrics::Main();
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/embedding_config.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
@@ -115,6 +116,7 @@ void SetLearningRate(float lr, OptimizerConfig* optimizer) {
   switch (optimizer->kind_case()) {
     case OptimizerConfig::kAdam: optimizer->mutable_adam()->set_learning_rate(lr); break;
     case OptimizerConfig::kAdagrad: optimizer->mutable_adagrad()->set_learning_rate(lr); break;
+    case OptimizerConfig::kFtrl: optimizer->mutable_ftrl()->set_learning_rate(lr); break;
     case OptimizerConfig::kSgd:
     case OptimizerConfig::KIND_NOT_SET: optimizer->mutable_sgd()->set_learning_rate(lr); break;
   }
@@ -209,6 +211,11 @@ absl::Status ValidateModel(const TrainingConfig& training) {
     return Invalid("training.model.mlp.loss",
                    "SOFTMAX_CROSS_ENTROPY needs a classification data set (fashion_mnist)");
   }
+  if (absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
+          ResolveEmbeddingTables(training.model().embeddings(), training.optimizer());
+      !tables.ok()) {
+    return Invalid("training.model.embeddings", tables.status().message());
+  }
   return absl::OkStatus();
 }
 
@@ -255,7 +262,7 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
 
 absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   if (optimizer.kind_case() == OptimizerConfig::KIND_NOT_SET) {
-    return Invalid("training.optimizer", "must set sgd, adam or adagrad");
+    return Invalid("training.optimizer", "must set sgd, adam, adagrad or ftrl");
   }
   float lr = LearningRate(optimizer);
   if (!std::isfinite(lr) || lr <= 0) {
@@ -581,6 +588,10 @@ absl::Status ValidateConfig(const JobConfig& config) {
   }
   PST_RETURN_IF_ERROR(ValidateCheckpoint(training.checkpoint()));
   PST_RETURN_IF_ERROR(ValidateOptimizer(training.optimizer()));
+  // A worker_command script brings its own model, and may bring its own data.
+  if (!config.cluster().worker_command().empty()) {
+    return training.has_dataset() ? ValidateDataset(training.dataset()) : absl::OkStatus();
+  }
   PST_RETURN_IF_ERROR(ValidateDataset(training.dataset()));
   return ValidateModel(training);
 }
@@ -722,6 +733,7 @@ float LearningRate(const OptimizerConfig& optimizer) {
     case OptimizerConfig::kSgd: return optimizer.sgd().learning_rate();
     case OptimizerConfig::kAdam: return optimizer.adam().learning_rate();
     case OptimizerConfig::kAdagrad: return optimizer.adagrad().learning_rate();
+    case OptimizerConfig::kFtrl: return optimizer.ftrl().learning_rate();
     case OptimizerConfig::KIND_NOT_SET: break;
   }
   return 0.0f;

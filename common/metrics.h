@@ -1,127 +1,110 @@
-// A small metrics registry rendered in the Prometheus text exposition format
-// (version 0.0.4): counters, gauges and histograms with fixed buckets.
+// The process's Prometheus metrics, kept in prometheus-cpp (Debian's
+// prometheus-cpp-dev): counters, gauges and histograms in labelled families.
 //
-// Recording is lock-free (relaxed atomics), so instruments can sit on the
-// hot path of every Pull and Push; only registration and Render() take the
-// registry's lock. Metrics whose value already lives elsewhere (a shard's
-// Stats) are registered as callbacks, or as a collector that reads them all
-// at once, and read at scrape time instead of being counted twice.
+// Every metric a process registers through the builders below carries the
+// labels that name the process (SetProcessLabels: task="ps:0" shard="0", or
+// task="worker:1" worker="1"); a series adds the peer or the variable it is
+// about (shard="2" on a worker's per-shard series, worker="1" on a shard's
+// per-worker series, variable="dense/w" on a per-variable one). Label values
+// are bounded by the cluster and the model: tasks, shards, workers and
+// top-level variables, never rows or calls.
 //
-//   Registry& registry = GlobalRegistry();
-//   Histogram& latency = registry.AddHistogram("pst_ps_push_seconds", "...", LatencyBuckets());
-//   latency.Observe(0.0012);
-//   std::string text = registry.Render();
+//   prometheus::Histogram& step = HistogramFamily("pst_worker_step_seconds", "...")
+//                                     .Add({}, LatencyBuckets());
+//   step.Observe(0.012);      // the hot path: the series is looked up once
+//   std::string text = GlobalExposition().Render();
 //
 // Names follow Prometheus conventions: pst_<process>_<what>[_<unit>][_total].
-// Registering a name again returns the instrument already registered under
-// it, so independent components can share one.
+// Registering a name again returns the family already registered under it.
 #ifndef PST_COMMON_METRICS_H_
 #define PST_COMMON_METRICS_H_
 
-#include <atomic>
-#include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/labels.h"
+#include "prometheus/registry.h"
 
 namespace pst::metrics {
 
-class Counter {
- public:
-  void Increment(uint64_t by = 1) { value_.fetch_add(by, std::memory_order_relaxed); }
-  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+// The registry of this process, which the metrics endpoint serves.
+prometheus::Registry& GlobalRegistry();
 
- private:
-  std::atomic<uint64_t> value_{0};
-};
+// The labels naming this process, added to every family the builders below
+// register from then on: set them once, before the first metric registers
+// (ps_server and worker do, from --task). Empty until set.
+void SetProcessLabels(prometheus::Labels labels);
+prometheus::Labels ProcessLabels();
 
-class Gauge {
- public:
-  void Set(double value) { value_.store(value, std::memory_order_relaxed); }
-  void Add(double delta) { value_.fetch_add(delta, std::memory_order_relaxed); }
-  double value() const { return value_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<double> value_{0.0};
-};
-
-class Histogram {
- public:
-  // `bounds`: the buckets' upper bounds, strictly increasing; a +Inf bucket
-  // is implied.
-  explicit Histogram(std::vector<double> bounds);
-
-  void Observe(double value);
-
-  struct Snapshot {
-    std::vector<double> bounds;
-    std::vector<uint64_t> cumulative;  // one per bound, then +Inf (== count)
-    double sum = 0.0;
-    uint64_t count = 0;
-  };
-  Snapshot Read() const;
-
- private:
-  const std::vector<double> bounds_;
-  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // bounds_.size() + 1, not cumulative
-  std::atomic<double> sum_{0.0};
-};
+// Families on GlobalRegistry() carrying ProcessLabels() (see the top).
+prometheus::Family<prometheus::Counter>& CounterFamily(const std::string& name,
+                                                       const std::string& help);
+prometheus::Family<prometheus::Gauge>& GaugeFamily(const std::string& name,
+                                                   const std::string& help);
+prometheus::Family<prometheus::Histogram>& HistogramFamily(const std::string& name,
+                                                           const std::string& help);
 
 // Bucket bounds for RPC and step latencies in seconds: 100 us to 30 s.
 std::vector<double> LatencyBuckets();
 // Bucket bounds for staleness in versions: 0, 1, 2, 4, ... 1024.
 std::vector<double> StalenessBuckets();
 
-enum class Type { kCounter, kGauge };
-
-class Registry {
+// A family's series for each value of one label (a shard's index), added on
+// first use and kept, so that a hot path indexes a vector instead of
+// hashing labels. `Args` are what Family::Add takes after the labels (a
+// histogram's bucket bounds). The family must outlive this.
+template <typename T, typename... Args>
+class SeriesByIndex {
  public:
-  Registry();
-  ~Registry();
-  Registry(const Registry&) = delete;
-  Registry& operator=(const Registry&) = delete;
+  SeriesByIndex(prometheus::Family<T>* family, std::string label, Args... args)
+      : family_(family), label_(std::move(label)), args_(std::move(args)...) {}
 
-  Counter& AddCounter(const std::string& name, const std::string& help);
-  Gauge& AddGauge(const std::string& name, const std::string& help);
-  Histogram& AddHistogram(const std::string& name, const std::string& help,
-                          std::vector<double> bounds);
-  // A counter or gauge whose value `read` returns at scrape time. `read`
-  // must stay callable as long as anything may Render(); registering the
-  // name again replaces the callback.
-  void AddCallback(const std::string& name, const std::string& help, Type type,
-                   std::function<double()> read);
-  // Counters and gauges read together: `read` runs once per Render and
-  // returns one value per entry of `metrics`, in that order, so that every
-  // one of them comes from the same reading (one snapshot of a shard, taken
-  // once per scrape). The same lifetime rule as AddCallback; registering a
-  // name again replaces how it is read.
-  struct Collected {
-    std::string name;
-    std::string help;
-    Type type = Type::kGauge;
-  };
-  void AddCollector(const std::vector<Collected>& metrics,
-                    std::function<std::vector<double>()> read);
+  T& operator[](int index) {
+    absl::MutexLock lock(&mu_);
+    if (index >= static_cast<int>(series_.size())) series_.resize(index + 1, nullptr);
+    if (series_[index] == nullptr) {
+      series_[index] = std::apply(
+          [&](const Args&... args) -> T* {
+            return &family_->Add({{label_, std::to_string(index)}}, args...);
+          },
+          args_);
+    }
+    return *series_[index];
+  }
 
-  // Every metric, in registration order, with its # HELP and # TYPE lines.
+ private:
+  prometheus::Family<T>* const family_;
+  const std::string label_;
+  const std::tuple<Args...> args_;
+  absl::Mutex mu_;
+  std::vector<T*> series_ ABSL_GUARDED_BY(mu_);
+};
+
+// What a metrics endpoint serves: GlobalRegistry(), then every collectable
+// added (a shard's Stats, read once per scrape), in the text exposition
+// format (version 0.0.4).
+class Exposition {
+ public:
+  // `collectable` is kept, and collected on every Render from then on.
+  void Add(std::shared_ptr<const prometheus::Collectable> collectable);
   std::string Render() const;
 
  private:
-  struct Family;
-  Family* Find(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const prometheus::Collectable>> collectables_ ABSL_GUARDED_BY(mu_);
 };
 
-// The registry of this process, which the metrics HTTP endpoint serves.
-Registry& GlobalRegistry();
-
-// A number as Prometheus writes it: shortest round-trip decimal, +Inf, -Inf, NaN.
-std::string FormatValue(double value);
+// The exposition of this process, GlobalRegistry() first.
+Exposition& GlobalExposition();
 
 }  // namespace pst::metrics
 

@@ -35,7 +35,7 @@ struct Handler {
       code = MHD_HTTP_NOT_FOUND;
       body = "not found: metrics are at /metrics\n";
     } else {
-      body = server->registry_->Render();
+      body = server->exposition_->Render();
     }
     MHD_Response* response = MHD_create_response_from_buffer(
         body.size(), body.data(), MHD_RESPMEM_MUST_COPY);
@@ -48,7 +48,7 @@ struct Handler {
   }
 };
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Registry* registry,
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Exposition* exposition,
                                                                    const std::string& address,
                                                                    int port) {
   if (port < 0 || port > 65535) {
@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Regist
     return absl::InvalidArgumentError(absl::StrCat(
         "metrics address \"", address, "\" is not an IP address; use e.g. 127.0.0.1 or 0.0.0.0"));
   }
-  std::unique_ptr<MetricsServer> server(new MetricsServer(registry));
+  std::unique_ptr<MetricsServer> server(new MetricsServer(exposition));
   server->daemon_ = MHD_start_daemon(flags, static_cast<uint16_t>(port), nullptr, nullptr,
                                      &Handler::Answer, server.get(),
                                      MHD_OPTION_SOCK_ADDR, &storage, MHD_OPTION_END);
@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
   if (port == 0) return nullptr;
   const std::string address = absl::GetFlag(FLAGS_metrics_address);
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
-      MetricsServer::Start(&GlobalRegistry(), address, port);
+      MetricsServer::Start(&GlobalExposition(), address, port);
   if (!server.ok()) {
     return absl::Status(server.status().code(),
                         absl::StrCat("--metrics_port: ", server.status().message()));

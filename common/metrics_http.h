@@ -1,4 +1,4 @@
-// Serves a metrics Registry over HTTP for Prometheus: GET /metrics answers
+// Serves a metrics Exposition over HTTP for Prometheus: GET /metrics answers
 // the text exposition format, any other path 404, any other method 405.
 // Built on libmicrohttpd, with its own listening thread, so serving never
 // touches the process's gRPC threads.
@@ -28,9 +28,9 @@ class MetricsServer {
  public:
   // Listens on `address` (an IPv4 or IPv6 literal) and `port` (0 picks a
   // free one; see port()). InvalidArgument for an address that is not a
-  // literal, Unavailable when the port cannot be bound. `registry` must
+  // literal, Unavailable when the port cannot be bound. `exposition` must
   // outlive the server.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const Registry* registry,
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const Exposition* exposition,
                                                              const std::string& address, int port);
   ~MetricsServer();  // stops listening and waits for requests in flight
   MetricsServer(const MetricsServer&) = delete;
@@ -39,16 +39,16 @@ class MetricsServer {
   int port() const { return port_; }
 
  private:
-  MetricsServer(const Registry* registry) : registry_(registry) {}
+  explicit MetricsServer(const Exposition* exposition) : exposition_(exposition) {}
 
-  const Registry* registry_;
+  const Exposition* exposition_;
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
   friend struct Handler;
 };
 
 // The server --metrics_port and --metrics_address ask for on
-// GlobalRegistry(), logged as "<task> metrics on http://ADDR:PORT/metrics";
+// GlobalExposition(), logged as "<task> metrics on http://ADDR:PORT/metrics";
 // nullptr when --metrics_port is 0.
 absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
     const std::string& task);

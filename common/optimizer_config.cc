@@ -68,10 +68,27 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
       }
       return settings;
     }
+    case OptimizerConfig::kFtrl: {
+      const FtrlConfig& c = config.ftrl();
+      settings.rule = OptimizerSettings::Rule::kFtrl;
+      settings.learning_rate = c.learning_rate();
+      settings.beta = OrDefault(c.beta(), 1.0f);
+      settings.l1 = c.l1();
+      settings.l2 = c.l2();
+      settings.initial_accumulator = c.initial_accumulator();
+      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "ftrl"));
+      for (float value : {settings.beta, settings.l1, settings.l2, settings.initial_accumulator}) {
+        if (!std::isfinite(value) || value < 0.0f) {
+          return absl::InvalidArgumentError(
+              "ftrl beta, l1, l2 and initial_accumulator must be finite and >= 0");
+        }
+      }
+      return settings;
+    }
     case OptimizerConfig::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError("no optimizer configured; set sgd, adam or adagrad");
+  return absl::InvalidArgumentError("no optimizer configured; set sgd, adam, adagrad or ftrl");
 }
 
 }  // namespace

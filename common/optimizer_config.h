@@ -15,14 +15,17 @@ namespace pst {
 struct OptimizerSettings {
   // SGD with momentum 0 and no Nesterov is kSgd; with either, kMomentum or
   // kNesterov.
-  enum class Rule { kSgd, kMomentum, kNesterov, kAdam, kAdagrad };
+  enum class Rule { kSgd, kMomentum, kNesterov, kAdam, kAdagrad, kFtrl };
   Rule rule = Rule::kSgd;
   float learning_rate = 0.0f;
   float momentum = 0.0f;             // kMomentum, kNesterov
   float beta1 = 0.0f;                // kAdam
   float beta2 = 0.0f;                // kAdam
   float epsilon = 0.0f;              // kAdam, kAdagrad
-  float initial_accumulator = 0.0f;  // kAdagrad
+  float initial_accumulator = 0.0f;  // kAdagrad, kFtrl
+  float beta = 0.0f;                 // kFtrl
+  float l1 = 0.0f;                   // kFtrl
+  float l2 = 0.0f;                   // kFtrl
   // The learning rate is multiplied by decay_rate ^ (step / decay_steps);
   // decay_steps 0 means no decay.
   float decay_rate = 1.0f;
@@ -31,7 +34,8 @@ struct OptimizerSettings {
 
 // InvalidArgument for a missing optimizer, a non-positive learning rate, or
 // hyperparameters out of range (momentum and betas in [0, 1), epsilon
-// positive, decay_steps >= 0 and, with decay, decay_rate in (0, 1]).
+// positive, FTRL's beta, l1, l2 and initial_accumulator finite and >= 0,
+// decay_steps >= 0 and, with decay, decay_rate in (0, 1]).
 absl::StatusOr<OptimizerSettings> ResolveOptimizerConfig(const OptimizerConfig& config);
 
 }  // namespace pst

@@ -133,8 +133,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (status.ok()) {
       status = pst::PullVisit(
           *shard, pull, absl::Now(),
-          [&](int64_t version, const std::vector<const Variable*>& variables) {
+          [&](int64_t version, const std::vector<const Variable*>& variables,
+              const PulledRows& rows) {
             CapturePull(version, variables, pull.dtype(), payload.get());
+            rows.AnswerTo(&payload->header);
           });
     }
     int64_t written = 0;

@@ -29,6 +29,8 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
                         PushRequest* request) {
   request->set_worker(header.worker());
   request->set_computed_at_version(header.computed_at_version());
+  // Rows travel inline in the header.
+  *request->mutable_rows() = header.rows();
   auto* gradients = request->mutable_gradients();
   if (gradients->size() > header.gradients_size()) {
     gradients->DeleteSubrange(header.gradients_size(),
@@ -124,6 +126,10 @@ absl::Status PushIntake::Begin(const PushRequest& header, const Admit& admit,
   update_ = std::move(push->update);
   if (admit) {
     int64_t buffered = 0;
+    // Rows are not counted: they came whole in the header, one message
+    // that gRPC's bounds (--max_message_bytes) hold, and the budget is a
+    // multiple of the rows the shard holds, which a push's rows may pass
+    // before the first rows are trained.
     if (update_ == nullptr) {
       for (int64_t bytes : push->bytes) buffered += bytes;
     }

@@ -30,7 +30,9 @@ namespace pst {
 // committed once the stream has ended. Otherwise the pieces are
 // reassembled into `buffer`, whose memory is reused from an earlier call
 // (every field is overwritten; a payload of the same size costs no
-// allocation), and the request is pushed once complete. Either way the
+// allocation), with the embedding rows the header carries inline (a push
+// with rows is always reassembled), and the request is pushed once
+// complete. Either way the
 // header is checked against the shard before any payload is taken, pieces
 // must follow the stream rules, and every value is checked to be finite as
 // it is copied, before anything of the push is applied. A refused push

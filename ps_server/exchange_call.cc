@@ -141,7 +141,8 @@ absl::Status ExchangeCall::TakeHeader() {
   if (!chunk_.ParseHeader(&asks_.header)) {
     return Refuse(absl::InvalidArgumentError("an exchange's header is not a PushRequest"));
   }
-  asks_.pushes = asks_.header.gradients_size() > 0;
+  asks_.pushes = asks_.header.gradients_size() > 0 || asks_.header.rows_size() > 0;
+  asks_.pulls_variables = asks_.header.gradients_size() > 0 || asks_.header.rows_size() == 0;
   asks_.pulls = chunk_.has_extra();
   if (asks_.pulls && !chunk_.ParseExtra(&asks_.pull)) {
     return Refuse(absl::InvalidArgumentError("an exchange's pull is not a PullRequest"));
@@ -152,7 +153,7 @@ absl::Status ExchangeCall::TakeHeader() {
   }
   if (!asks_.pushes && !asks_.pulls) {
     return absl::InvalidArgumentError(
-        "an exchange with neither a push (gradients in its header) nor a pull");
+        "an exchange with neither a push (gradients or rows in its header) nor a pull");
   }
   const int worker = asks_.header.worker();
   if (r_.task_tokens) {
@@ -283,15 +284,20 @@ void ExchangeCall::Pull() {
   const DType dtype = AnswerDType(asks_.pull);
   absl::Status too_large;
   const ParameterShard::PullVisitor visit = [&](int64_t version,
-                                                const std::vector<const Variable*>& variables) {
+                                                const std::vector<const Variable*>& named,
+                                                const PulledRows& rows) {
+    static const std::vector<const Variable*> kNone;
+    const std::vector<const Variable*>& variables = asks_.pulls_variables ? named : kNone;
     // A 16-bit answer is encoded into a buffer of the PS's own; float32 is
     // sent from the variables' buffers, and a shared answer lies in the
-    // region, whose bounds hold it.
-    if (!asks_.shared && DTypeBytes(dtype) != sizeof(float)) {
-      too_large = CheckPullReply(variables, dtype, r_.limits->max_reply_bytes);
-      if (!too_large.ok()) return;
-    }
+    // region, whose bounds hold it. Rows are encoded into the answer's
+    // header, on either path.
+    const bool encoded = !asks_.shared && DTypeBytes(dtype) != sizeof(float);
+    too_large =
+        CheckPullReply(encoded ? variables : kNone, rows, dtype, r_.limits->max_reply_bytes);
+    if (!too_large.ok()) return;
     CapturePull(version, variables, dtype, payload.get());
+    rows.AnswerTo(&payload->header);
   };
   absl::StatusOr<ParameterShard::WaitId> waited;
   const Parking parking = Park(Wait::kShard, [&]() -> uint64_t {

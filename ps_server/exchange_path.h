@@ -27,9 +27,14 @@ namespace pst {
 // What an exchange asks, read from its first message; a path never changes it.
 struct ExchangeAsks {
   PushRequest header;    // the push's gradients, without data, and the worker
-  PullRequest pull;      // its pull, if it pulls: the worker's, naming the pushed variables if it pushes
+  // Its pull, if it pulls: the worker's, naming the pushed variables if it
+  // pushes, and the rows it names.
+  PullRequest pull;
   ShmTransfer transfer;  // where in the worker's region, if shared
-  bool pushes = false;   // the header names gradients
+  bool pushes = false;   // the header carries gradients or rows
+  // The answer carries dense variables: false for a push of rows alone,
+  // whose pushed variables are none.
+  bool pulls_variables = true;
   bool pulls = false;    // the first message carries a pull
   bool shared = false;   // the first message names a region
 };

@@ -78,7 +78,7 @@ std::optional<absl::Status> ShmPath::TakePush() {
 
 bool ShmPath::AnswerIsThePush() const {
   const ExchangeAsks& asks = *context_.asks;
-  if (AnswerDType(asks.pull) != FLOAT32 ||
+  if (AnswerDType(asks.pull) != FLOAT32 || !asks.pull.rows().empty() ||
       asks.pull.names_size() != asks.header.gradients_size()) {
     return false;
   }

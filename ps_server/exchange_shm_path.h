@@ -42,8 +42,8 @@ class ShmPath final : public ExchangePath {
   // the staging (the gradient waits where it lies).
   std::optional<absl::Status> TakePush();
   // Whether the pull asks for the pushed variables in the push's order, as
-  // float32, and every gradient names its shape: the new values written as
-  // the push is staged are then the whole answer.
+  // float32, and no rows, and every gradient names its shape: the new
+  // values written as the push is staged are then the whole answer.
   bool AnswerIsThePush() const;
 
   std::shared_ptr<const OpenedRegion> region_;

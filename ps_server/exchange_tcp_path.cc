@@ -16,7 +16,9 @@ absl::Status TcpPath::Begin() {
   // and TryCancel runs none of its events here.
   auto cancel = [call = context_.call] { call->TryCancel(); };
   PST_RETURN_IF_ERROR(intake_->Begin(asks.header, admit, cancel));
-  if (asks.pulls && intake_->update() != nullptr &&
+  // Rows are answered once the push is in (an answer flowing during the
+  // push holds the pushed variables only).
+  if (asks.pulls && asks.pull.rows().empty() && intake_->update() != nullptr &&
       context_.shard->policy().AnswerMayStreamDuringPush(asks.pull.min_version(),
                                                          asks.header.computed_at_version())) {
     staged_.emplace(asks.header, asks.pull.dtype(), context_.payloads->Take());
@@ -34,7 +36,7 @@ absl::Status TcpPath::Admit(const PushRequest& header, int64_t buffered) const {
 absl::Status TcpPath::TakePieces(const ReceivedChunk& chunk, Write write) {
   if (!context_.asks->pushes) {
     return Refuse(absl::InvalidArgumentError(
-        "an exchange that pushes nothing (no gradients in its header) carries pieces"));
+        "an exchange that pushes nothing (no gradients or rows in its header) carries pieces"));
   }
   PST_RETURN_IF_ERROR(intake_->Take(chunk));
   if (staged_) {

@@ -269,6 +269,8 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) makes a checkpoint write fail, not the PS die.
   std::signal(SIGXFSZ, SIG_IGN);
 
+  // Before any metric registers: every series carries them.
+  pst::metrics::SetProcessLabels({{"task", task->ToString()}, {"shard", std::to_string(task->index)}});
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());

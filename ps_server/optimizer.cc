@@ -128,6 +128,46 @@ class Adagrad final : public Optimizer {
   float lr_, initial_, epsilon_;
 };
 
+// FTRL-proximal (McMahan et al. 2013, Algorithm 1), per element:
+//   n' = n + g^2;  sigma = (sqrt(n') - sqrt(n)) / alpha;  z' = z + g - sigma w;
+//   w' = 0 if |z'| <= l1, else -(z' - sign(z') l1) / ((beta + sqrt(n')) / alpha + l2).
+// Slot 0 is z, slot 1 the sum of g^2 (n less initial_accumulator), so
+// every slot starts at 0 whatever initial_accumulator is.
+class Ftrl final : public Optimizer {
+ public:
+  Ftrl(float alpha, float beta, float l1, float l2, float initial)
+      : alpha_(alpha), beta_(beta), l1_(l1), l2_(l2), initial_(initial) {}
+  std::string Name() const override { return "ftrl"; }
+  int SlotsPerParameter() const override { return 2; }
+  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
+    const float alpha = alpha_ * lr_scale;
+    const float beta = beta_, l1 = l1_, l2 = l2_, initial = initial_;
+    const float* p = r.param;
+    const float* g = r.grad;
+    const float* z = r.slots;
+    const float* sum = r.slots + r.slot_stride;
+    float* p_out = r.param_out;
+    float* z_out = r.slots_out;
+    float* sum_out = r.slots_out + r.slot_stride;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC ivdep
+#endif
+    for (size_t i = 0; i < r.count; ++i) {
+      const float sum_i = sum[i] + g[i] * g[i];
+      const float root = std::sqrt(initial + sum_i);
+      const float sigma = (root - std::sqrt(initial + sum[i])) / alpha;
+      const float zi = z[i] + g[i] - sigma * p[i];
+      const float shrunk = zi - std::copysign(l1, zi);
+      z_out[i] = zi;
+      sum_out[i] = sum_i;
+      p_out[i] = std::fabs(zi) <= l1 ? 0.0f : -shrunk / ((beta + root) / alpha + l2);
+    }
+  }
+
+ private:
+  float alpha_, beta_, l1_, l2_, initial_;
+};
+
 }  // namespace
 
 void Optimizer::Apply(int64_t step, float lr_scale, std::span<float> param,
@@ -164,6 +204,10 @@ std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSettings& s) {
       break;
     case OptimizerSettings::Rule::kAdagrad:
       optimizer = std::make_unique<Adagrad>(s.learning_rate, s.initial_accumulator, s.epsilon);
+      break;
+    case OptimizerSettings::Rule::kFtrl:
+      optimizer =
+          std::make_unique<Ftrl>(s.learning_rate, s.beta, s.l1, s.l2, s.initial_accumulator);
       break;
   }
   optimizer->decay_rate_ = s.decay_rate;

@@ -19,11 +19,11 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // "sgd", "momentum", "nesterov", "adam" or "adagrad".
+  // "sgd", "momentum", "nesterov", "adam", "adagrad" or "ftrl".
   virtual std::string Name() const = 0;
 
   // How many floats of state the optimizer keeps per parameter (0 for SGD,
-  // 1 for momentum and Adagrad, 2 for Adam).
+  // 1 for momentum and Adagrad, 2 for Adam and FTRL).
   virtual int SlotsPerParameter() const = 0;
 
   // Initial value of the state slots (Adagrad starts its accumulator at

@@ -8,7 +8,6 @@
 #include "common/tensor_codec.h"
 #include "ps_server/rpc_limits.h"
 #include "ps_server/streamed_update.h"
-#include "ps_server/sync_reduce.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -16,8 +15,25 @@ namespace {
 
 // A push with nothing in it would still count as an update and move the
 // version.
+bool PushIsEmpty(const PushRequest& push) {
+  return push.gradients().empty() && push.rows().empty();
+}
 absl::Status EmptyPush() {
-  return absl::InvalidArgumentError("the push carries no gradients; nothing was applied");
+  return absl::InvalidArgumentError(
+      "the push carries no gradients and no embedding rows; nothing was applied");
+}
+
+// Whether every value of the push's dense gradients, or of its embedding
+// rows, is finite (an unknown dtype counts as not: the tables name it).
+bool GradientsFinite(const PushRequest& push) {
+  return std::all_of(push.gradients().begin(), push.gradients().end(), [](const Tensor& g) {
+    return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
+  });
+}
+bool RowsFinite(const PushRequest& push) {
+  return std::all_of(push.rows().begin(), push.rows().end(), [](const EmbeddingRows& r) {
+    return DTypeBytes(r.dtype()) > 0 && EncodedFinite(r.data(), r.dtype());
+  });
 }
 
 }  // namespace
@@ -32,6 +48,7 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   options.shard = shard;
   options.num_shards = config.cluster().ps_size();
   options.optimizer = training.optimizer();
+  options.seed = training.seed();
   if (!training.checkpoint().dir().empty()) {
     options.snapshot_every_steps = training.checkpoint().every_steps();
   }
@@ -57,8 +74,12 @@ ParameterShard::ParameterShard(const ShardOptions& options,
     : options_(options),
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
-      store_(std::move(optimizer)),
-      step_(options.num_workers),
+      embeddings_(new EmbeddingTable({.shard = options.shard,
+                                      .num_shards = options.num_shards,
+                                      .num_workers = options.num_workers,
+                                      .seed = options.seed,
+                                      .optimizer = options.optimizer})),
+      dense_(new DenseTable(std::move(optimizer), options.num_workers)),
       progress_(options.num_workers),
       workers_(options.num_workers),
       lease_(
@@ -67,7 +88,10 @@ ParameterShard::ParameterShard(const ShardOptions& options,
             mu_.AssertHeld();
             LeasesExpired(workers);
           },
-          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {}
+          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {
+  tables_.push_back(std::unique_ptr<Table>(embeddings_));
+  tables_.push_back(std::unique_ptr<Table>(dense_));
+}
 
 ParameterShard::~ParameterShard() { waiters_.Stop(); }
 
@@ -124,7 +148,7 @@ bool ParameterShard::AllWorkersDone() const {
 }
 
 bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
-  return store_.initialized() && policy_->PullMayProceed(View(), worker, min_version);
+  return Initialized() && policy_->PullMayProceed(View(), worker, min_version);
 }
 
 bool ParameterShard::PullMayProceed(const PullRequest& request) const {
@@ -154,7 +178,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
   response->set_version(version_);
-  response->set_initialized(store_.initialized());
+  response->set_initialized(Initialized());
   response->set_shard(options_.shard);
   response->set_num_shards(options_.num_shards);
   response->set_worker_clock(progress_[request.worker()].clock);
@@ -166,19 +190,25 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   response->set_version(version_);
-  if (store_.initialized()) {
+  if (Initialized()) {
     response->set_accepted(false);
     return absl::OkStatus();
   }
-  if (absl::Status s = store_.Initialize(request.variables()); !s.ok()) {
-    ++pushes_rejected_;
-    return s;
+  // A table that took its contents before another refused them is given
+  // them again by the next Init: the shard is not initialized until every
+  // table is, and nothing trains before.
+  for (const std::unique_ptr<Table>& table : tables_) {
+    if (absl::Status s = table->Initialize(request); !s.ok()) {
+      ++pushes_rejected_;
+      return s;
+    }
   }
-  parameter_bytes_.store(store_.parameter_bytes(), std::memory_order_relaxed);
-  ResetStep();
+  RefreshParameterBytes();
   response->set_accepted(true);
-  spdlog::info("shard {}: initialized {} variables ({} bytes) from worker:{}", options_.shard,
-               store_.size(), store_.parameter_bytes(), request.worker());
+  spdlog::info("shard {}: initialized {} variables ({} bytes) and {} embedding tables from "
+               "worker:{}",
+               options_.shard, dense_->store().size(), parameter_bytes(),
+               request.embeddings_size(), request.worker());
   Changed();
   return absl::OkStatus();
 }
@@ -206,7 +236,7 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
 
 absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullVisitor& visit) {
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
-  if (!store_.initialized()) {
+  if (!Initialized()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "shard ", options_.shard, " is still waiting for a worker to Init its variables"));
   }
@@ -220,15 +250,16 @@ absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullV
         "worker:", request.worker(), " is more than ", options_.staleness,
         " steps ahead of the slowest live worker and it did not catch up in time"));
   }
+  const VariableStore& store = dense_->store();
   std::vector<int> indices;
   if (request.names().empty()) {
-    for (size_t i = 0; i < store_.size(); ++i) indices.push_back(static_cast<int>(i));
+    for (size_t i = 0; i < store.size(); ++i) indices.push_back(static_cast<int>(i));
   } else {
     // Each variable once: a request of a few bytes per name must not
     // make the answer many copies of the shard.
-    std::vector<bool> seen(store_.size(), false);
+    std::vector<bool> seen(store.size(), false);
     for (const std::string& name : request.names()) {
-      int index = store_.Find(name);
+      int index = store.Find(name);
       if (index < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("unknown variable \"", name, "\" in a pull from shard ", options_.shard));
@@ -241,33 +272,63 @@ absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullV
       indices.push_back(index);
     }
   }
+  PST_RETURN_IF_ERROR(embeddings_->CheckPull(request));
   std::vector<const Variable*> variables;
-  for (int index : indices) variables.push_back(&store_.variable(index));
-  visit(version_, variables);
+  for (int index : indices) variables.push_back(&store.variable(index));
+  visit(version_, variables, PulledRows(request, *embeddings_));
   return absl::OkStatus();
+}
+
+int64_t PulledRows::row_count() const {
+  int64_t count = 0;
+  for (const EmbeddingRows& rows : request_.rows()) {
+    count += static_cast<int64_t>(rows.ids().size() / sizeof(uint64_t));
+  }
+  return count;
+}
+
+int64_t PulledRows::reply_bytes() const {
+  int64_t bytes = 0;
+  // Per table: the values, the name, and tags, lengths and the dtype (at
+  // most 40 bytes).
+  for (const EmbeddingRows& rows : request_.rows()) {
+    bytes += table_.AnswerBytes(rows, request_.dtype()) +
+             static_cast<int64_t>(rows.table().size()) + 40;
+  }
+  return bytes;
+}
+
+void PulledRows::AnswerTo(PullResponse* response) const {
+  const DType dtype = request_.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request_.dtype();
+  for (const EmbeddingRows& rows : request_.rows()) {
+    EmbeddingRows* out = response->add_rows();
+    out->set_table(rows.table());
+    out->set_dtype(dtype);
+    std::string* data = out->mutable_data();
+    data->resize(static_cast<size_t>(table_.AnswerBytes(rows, dtype)));
+    table_.EncodeRows(rows, dtype, data->data());
+  }
 }
 
 std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
                                                     PushResponse* response, PushChecked checked) {
   // The pass over the payload needs nothing of the shard: made before the
-  // lock, so pushes check their bytes side by side. A non-finite one is
-  // left to ValidateGradients, which names it.
-  if (!checked.values_finite) {
-    checked.values_finite =
-        std::all_of(request.gradients().begin(), request.gradients().end(), [](const Tensor& g) {
-          return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
-        });
-  }
-  std::vector<int> indices;
+  // lock, so pushes check their bytes side by side. A non-finite value is
+  // left to the table's CheckPush, which names it.
+  if (!checked.values_finite) checked.values_finite = GradientsFinite(request);
+  if (!checked.rows_finite) checked.rows_finite = RowsFinite(request);
+  std::vector<TablePush> plans;
   bool lands = false;
   {
     absl::MutexLock lock(&mu_);
-    std::optional<absl::Status> decided = DecidePush(request, checked, response, &indices, &lands);
+    std::optional<absl::Status> decided = DecidePush(request, checked, response, &plans, &lands);
     if (!lands) return decided;
   }
-  // Admitted into the step, whose sum guards itself: landed outside the
-  // lock, so that pushes of several ranks sum side by side.
-  step_.Land(request.worker(), request, indices);
+  // Admitted into the step, whose sums guard themselves: landed outside the
+  // lock, so that pushes of several ranks sum side by side. The tables are
+  // fixed at construction.
+  const std::vector<std::unique_ptr<Table>>& tables = ABSL_TS_UNCHECKED_READ(tables_);
+  for (size_t t = 0; t < tables.size(); ++t) tables[t]->Land(request.worker(), request, plans[t]);
   absl::MutexLock lock(&mu_);
   --landing_;
   switch (MaybeCompleteStep()) {
@@ -290,7 +351,8 @@ std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
 std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& request,
                                                        PushChecked checked,
                                                        PushResponse* response,
-                                                       std::vector<int>* indices, bool* lands) {
+                                                       std::vector<TablePush>* plans,
+                                                       bool* lands) {
   if (!UpdateMayStage()) return std::nullopt;
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
@@ -298,7 +360,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
     return s;
   }
   Touch(request.worker());
-  if (!store_.initialized()) {
+  if (!Initialized()) {
     ++pushes_rejected_;
     return absl::FailedPreconditionError(
         "push before Init: the variables of this shard have not been initialized yet");
@@ -309,16 +371,20 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
         "gradient claims version ", request.computed_at_version(), " but shard ",
         options_.shard, " is at version ", version_));
   }
-  if (request.gradients().empty()) {
+  if (PushIsEmpty(request)) {
     ++pushes_rejected_;
     return EmptyPush();
   }
-  if (absl::Status s = store_.ValidateGradients(request.gradients(),
-                                                policy_->PushCarriesEveryVariable(),
-                                                /*check_finite=*/!checked.values_finite, indices);
-      !s.ok()) {
-    ++pushes_rejected_;
-    return s;
+  plans->resize(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const bool finite =
+        tables_[t].get() == embeddings_ ? checked.rows_finite : checked.values_finite;
+    if (absl::Status s = tables_[t]->CheckPush(request, policy_->PushCarriesEveryVariable(),
+                                               /*check_finite=*/!finite, &(*plans)[t]);
+        !s.ok()) {
+      ++pushes_rejected_;
+      return s;
+    }
   }
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), request.worker(), request.computed_at_version());
@@ -349,7 +415,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
       *lands = true;
       return absl::OkStatus();  // TryPush lands it
     case Admission::Action::kApply:
-      status = Apply(request, *indices, admission->lr_scale, response);
+      status = Apply(request, *plans, admission->lr_scale, response);
       break;
   }
   if (!status.ok()) {
@@ -381,7 +447,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     return status;
   };
   if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return refuse(s);
-  if (!store_.initialized()) {
+  if (!Initialized()) {
     return refuse(absl::FailedPreconditionError(
         "push before Init: the variables of this shard have not been initialized yet"));
   }
@@ -390,14 +456,15 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
         absl::StrCat("gradient claims version ", header.computed_at_version(), " but shard ",
                      options_.shard, " is at version ", version_)));
   }
-  if (header.gradients().empty()) return refuse(EmptyPush());
+  if (PushIsEmpty(header)) return refuse(EmptyPush());
+  VariableStore& store = dense_->store();
   StreamedPush push;
   std::vector<int> indices;
-  std::vector<bool> seen(store_.size(), false);
+  std::vector<bool> seen(store.size(), false);
   for (const Tensor& gradient : header.gradients()) {
-    absl::StatusOr<int> index = store_.CheckGradientHeader(gradient, &seen);
+    absl::StatusOr<int> index = store.CheckGradientHeader(gradient, &seen);
     if (!index.ok()) return refuse(index.status());
-    const Variable& v = store_.variable(*index);
+    const Variable& v = store.variable(*index);
     const int element_bytes = DTypeBytes(gradient.dtype());
     if (element_bytes == 0) {
       return refuse(absl::InvalidArgumentError(
@@ -409,13 +476,15 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   }
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
-  if (!admission.ok() || admission->action != Admission::Action::kApply || staging_held_ ||
-      snapshot_unwritten_ || shutting_down_) {
-    push.awaits_turn = admission.ok() && admission->action == Admission::Action::kApply &&
-                       !shutting_down_;
+  // Rows are applied by Push only, with the dense part of their push.
+  const bool has_rows = !header.rows().empty();
+  if (has_rows || !admission.ok() || admission->action != Admission::Action::kApply ||
+      staging_held_ || snapshot_unwritten_ || shutting_down_) {
+    push.awaits_turn = !has_rows && admission.ok() &&
+                       admission->action == Admission::Action::kApply && !shutting_down_;
     return push;  // Push decides, once the gradient is in
   }
-  push.update.reset(new StreamedUpdate(this));
+  push.update.reset(new StreamedUpdate(this, &dense_->threads(), dense_->parts()));
   StreamedUpdate& update = *push.update;
   update.worker_ = header.worker();
   update.computed_at_ = header.computed_at_version();
@@ -423,13 +492,13 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   update.indices_ = std::move(indices);
   for (int index : update.indices_) {
     absl::StatusOr<VariableStore::StageTarget> target =
-        store_.BeginStage(index, admission->lr_scale);
+        store.BeginStage(index, admission->lr_scale);
     if (!target.ok()) {
       update.holds_staging_ = false;
       return refuse(target.status());
     }
     update.targets_.push_back(*target);
-    update.staged_.push_back(store_.staged_values(index));
+    update.staged_.push_back(store.staged_values(index));
   }
   staging_held_ = true;
   staging_holder_ = push.update.get();
@@ -481,8 +550,9 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
   }
   Touch(update->worker_);
   for (size_t i = 0; i < update->indices_.size(); ++i) {
-    if (absl::Status s = store_.FinishStage(update->indices_[i], update->targets_[i]); !s.ok()) {
-      store_.Discard();
+    if (absl::Status s = dense_->store().FinishStage(update->indices_[i], update->targets_[i]);
+        !s.ok()) {
+      DiscardTables();
       ++pushes_rejected_;
       return s;
     }
@@ -511,17 +581,21 @@ void ParameterShard::CountRejectedPush() {
 ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
   // An admitted push still landing completes the step itself once it has.
   if (landing_ > 0 || !policy_->StepComplete(View())) return StepResult::kPending;
-  const absl::Status staged = step_.Stage(&store_, &reduce_threads_, reduce_parts_);
+  absl::Status staged = absl::OkStatus();
+  for (const std::unique_ptr<Table>& table : tables_) {
+    // Every table's step is emptied, also after a failure.
+    if (absl::Status s = table->StageStep(); staged.ok()) staged = s;
+  }
   for (WorkerProgress& w : progress_) w.pushed = false;
   // pushes_applied counts completed steps, so it stays equal to the version.
   ++pushes_applied_;
   if (staged.ok()) {
-    store_.Commit();
+    CommitTables();
   } else {
     // The workers wait for the next version whatever happens, so the step
     // still completes; the model just keeps its values, and the refused
     // update is counted as rejected too.
-    store_.Discard();
+    DiscardTables();
     ++pushes_rejected_;
     spdlog::warn("shard {}: SYNC step at version {} skipped: {}", options_.shard, version_,
                  std::string(staged.message()));
@@ -530,15 +604,13 @@ ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
   return staged.ok() ? StepResult::kApplied : StepResult::kSkipped;
 }
 
-absl::Status ParameterShard::Apply(const PushRequest& request, const std::vector<int>& indices,
-                                   float lr_scale, PushResponse* response) {
+absl::Status ParameterShard::Apply(const PushRequest& request,
+                                   const std::vector<TablePush>& plans, float lr_scale,
+                                   PushResponse* response) {
   response->set_version(version_);
-  std::vector<float> scratch;
-  for (size_t i = 0; i < indices.size(); ++i) {
-    absl::Status staged = store_.Stage(
-        indices[i], TensorValues(request.gradients(static_cast<int>(i)), &scratch), lr_scale);
-    if (!staged.ok()) {
-      store_.Discard();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (absl::Status staged = tables_[t]->Stage(request, plans[t], lr_scale); !staged.ok()) {
+      DiscardTables();
       ++pushes_rejected_;
       return staged;
     }
@@ -547,8 +619,28 @@ absl::Status ParameterShard::Apply(const PushRequest& request, const std::vector
   return absl::OkStatus();
 }
 
+bool ParameterShard::Initialized() const {
+  return std::all_of(tables_.begin(), tables_.end(),
+                     [](const std::unique_ptr<Table>& table) { return table->initialized(); });
+}
+
+void ParameterShard::CommitTables() {
+  for (const std::unique_ptr<Table>& table : tables_) table->Commit();
+  RefreshParameterBytes();
+}
+
+void ParameterShard::RefreshParameterBytes() {
+  int64_t bytes = 0;
+  for (const std::unique_ptr<Table>& table : tables_) bytes += table->parameter_bytes();
+  parameter_bytes_.store(bytes, std::memory_order_relaxed);
+}
+
+void ParameterShard::DiscardTables() {
+  for (const std::unique_ptr<Table>& table : tables_) table->Discard();
+}
+
 void ParameterShard::CommitApplied(PushResponse* response) {
-  store_.Commit();
+  CommitTables();
   ++pushes_applied_;
   AdvanceVersion();
   response->set_outcome(PushResponse::APPLIED);
@@ -637,8 +729,7 @@ void ParameterShard::FillStats(StatsResponse* response) const {
   response->set_pushes_aggregated(pushes_aggregated_);
   response->set_pushes_dropped(pushes_dropped_);
   response->set_pushes_rejected(pushes_rejected_);
-  response->set_variables(static_cast<int>(store_.size()));
-  response->set_parameter_bytes(store_.parameter_bytes());
+  for (const std::unique_ptr<Table>& table : tables_) table->AddStats(response);
   response->set_mode(options_.mode);
   int64_t pushes = 0, fastest = 0, slowest = std::numeric_limits<int64_t>::max();
   int done = 0, live = 0;
@@ -715,23 +806,24 @@ ShardCheckpoint ParameterShard::SnapshotLocked() const {
   ShardCheckpoint checkpoint;
   checkpoint.set_shard(options_.shard);
   checkpoint.set_version(version_);
-  store_.Export(&checkpoint);
+  for (const std::unique_ptr<Table>& table : tables_) table->Export(&checkpoint);
   for (const WorkerProgress& w : progress_) checkpoint.add_worker_clocks(w.clock);
   return checkpoint;
 }
 
 absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   absl::MutexLock lock(&mu_);
-  if (store_.initialized()) {
+  if (Initialized()) {
     return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
   }
   if (checkpoint.shard() != options_.shard) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint is of shard ", checkpoint.shard(),
                                                    ", this is shard ", options_.shard));
   }
-  PST_RETURN_IF_ERROR(store_.Restore(checkpoint));
-  parameter_bytes_.store(store_.parameter_bytes(), std::memory_order_relaxed);
-  ResetStep();
+  for (const std::unique_ptr<Table>& table : tables_) {
+    PST_RETURN_IF_ERROR(table->Restore(checkpoint));
+  }
+  RefreshParameterBytes();
   version_ = checkpoint.version();
   for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
     progress_[i].clock = checkpoint.worker_clocks(i);
@@ -740,14 +832,13 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   return absl::OkStatus();
 }
 
-void ParameterShard::ResetStep() {
-  std::vector<size_t> sizes(store_.size());
-  for (size_t v = 0; v < sizes.size(); ++v) sizes[v] = store_.variable(static_cast<int>(v)).size();
-  step_.Reset(std::move(sizes));
-}
-
 int64_t ParameterShard::parameter_bytes() const {
   return parameter_bytes_.load(std::memory_order_relaxed);
+}
+
+bool ParameterShard::initialized() const {
+  absl::MutexLock lock(&mu_);
+  return Initialized();
 }
 
 int64_t ParameterShard::version() const {

@@ -5,6 +5,14 @@
 // A plain thread-safe class with no knowledge of gRPC (ps_service.h adapts
 // it), so the update semantics are unit-tested without a network.
 //
+// The shard coordinates; its tables (ps_server/table.h) hold the state: the
+// embedding tables (ps_server/embedding_table.h: rows addressed by id) and
+// the dense variables (ps_server/dense_table.h). Every update is staged in
+// each table a push touches and committed in all of them at once, as one
+// version; a checkpoint and Stats cover every table. A push may carry
+// dense gradients, embedding rows or both; a pull names dense variables
+// and rows, and sees both at one version.
+//
 // A push the policy applies on its own advances the version by one, its
 // learning rate scaled as the policy says. Pushes the policy aggregates are
 // summed in worker-rank order as they arrive, outside the shard's lock
@@ -32,14 +40,14 @@
 // ps_server/shard_calls.h wraps them for a caller that may block a thread.
 // Stats is a pure read.
 //
-// Invalid requests (unknown variable, wrong shape or dtype, non-finite value,
-// future version, a push with no gradient, a pull naming a variable twice,
-// push before Init) are refused with InvalidArgument or FailedPrecondition
+// Invalid requests (unknown variable or table, wrong shape or dtype,
+// non-finite value, future version, a push with neither gradients nor rows,
+// a pull naming a variable twice, a row id of another shard, push before
+// Init) are refused with InvalidArgument or FailedPrecondition
 // before anything is touched.
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,7 +56,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -59,12 +66,12 @@
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "ps.pb.h"
-#include "common/thread_pool.h"
 #include "ps_server/consistency_policy.h"
+#include "ps_server/dense_table.h"
+#include "ps_server/embedding_table.h"
 #include "ps_server/lease_tracker.h"
 #include "ps_server/shard_waiters.h"
-#include "ps_server/step_aggregate.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/table.h"
 
 namespace pst {
 
@@ -84,6 +91,8 @@ struct ShardOptions : ConsistencyOptions {
   int shard = 0;
   int num_shards = 1;
   OptimizerConfig optimizer;
+  // training.seed: the embedding rows' initial values.
+  uint64_t seed = 0;
 };
 
 // The options of shard `shard` of the job `config` describes.
@@ -93,7 +102,31 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
 // push, so that Push does not check it again: a pass over a large payload
 // costs about as much as applying it.
 struct PushChecked {
-  bool values_finite = false;  // every gradient value is finite
+  bool values_finite = false;  // every dense gradient value is finite
+  bool rows_finite = false;    // every embedding row gradient value is finite
+};
+
+// The embedding rows a pull names (PullRequest.rows), checked by the shard,
+// for its visitor to answer while the shard's lock is held: each row's
+// committed values, or its initial value if it was never trained.
+class PulledRows {
+ public:
+  PulledRows(const PullRequest& request, const EmbeddingTable& table)
+      : request_(request), table_(table) {}
+  bool empty() const { return request_.rows().empty(); }
+  // The rows named, over every table (an id named twice counts twice).
+  int64_t row_count() const;
+  // An upper bound of the bytes the answer adds to a PullResponse: the
+  // values in the pull's dtype, the table names and the framing.
+  int64_t reply_bytes() const;
+  // Appends to response->rows() one EmbeddingRows per table the pull
+  // names, in its order: the table, the pull's dtype, and the values of
+  // its ids, row after row, in the pull's order (no ids).
+  void AnswerTo(PullResponse* response) const;
+
+ private:
+  const PullRequest& request_;
+  const EmbeddingTable& table_;
 };
 
 class StreamedUpdate;  // ps_server/streamed_update.h
@@ -118,12 +151,12 @@ class ParameterShard {
   absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
   absl::Status Init(const InitRequest& request, InitResponse* response);
 
-  // A pull hands the variables it asked for, and the version, to a
-  // visitor, which runs under the shard's lock (so it sees one version)
-  // and must not call back into the shard: the caller encodes them
-  // straight into its own messages.
-  using PullVisitor =
-      std::function<void(int64_t version, const std::vector<const Variable*>& variables)>;
+  // A pull hands the variables it asked for, the rows it names and the
+  // version to a visitor, which runs under the shard's lock (so it sees
+  // one version) and must not call back into the shard: the caller encodes
+  // them straight into its own messages.
+  using PullVisitor = std::function<void(
+      int64_t version, const std::vector<const Variable*>& variables, const PulledRows& rows)>;
 
   // The pull: once the shard is initialized and the policy lets it
   // proceed (its version reaches request.min_version; SSP: the worker is
@@ -131,7 +164,8 @@ class ParameterShard {
   // Under one lock: if `request` may proceed now, or cannot wait (shutting
   // down: Unavailable; `deadline` passed: DeadlineExceeded), it runs at
   // once and the result is 0 (or the error: InvalidArgument for an
-  // unknown or repeated name); `wake` is dropped. Otherwise it leaves a
+  // unknown or repeated name, or rows EmbeddingTable::CheckPull refuses);
+  // `wake` is dropped. Otherwise it leaves a
   // waiter and returns its id (never 0): `wake` then runs once, when the
   // pull may proceed, the shard begins shutting down or `deadline` passes,
   // on the thread that changed the shard (or the shard's timer thread, for
@@ -168,10 +202,11 @@ class ParameterShard {
   // shapes so that a header cannot make the receiver allocate more than the
   // model; and, when the push can be applied while it streams in (the
   // policy would apply it on its own, no other streamed update is under way,
-  // no checkpoint is pending), the update to apply its pieces to. Without one, the caller reassembles
-  // the push and calls Push. InvalidArgument for a bad worker or version,
-  // an unknown or repeated variable, a wrong shape or an unknown dtype;
-  // FailedPrecondition before Init. A refusal is counted. `awaits_turn`
+  // no checkpoint is pending, and the header carries no embedding rows,
+  // which only Push applies), the update to apply its pieces to. Without
+  // one, the caller reassembles the push and calls Push. InvalidArgument
+  // for a bad worker or version, an unknown or repeated variable, a wrong
+  // shape or an unknown dtype; FailedPrecondition before Init. A refusal is counted. `awaits_turn`
   // says that another update staging, or an unwritten snapshot, is the only
   // reason there is no update, for a caller whose push waits where it lies
   // (a shared region) and would rather wait for its turn
@@ -215,6 +250,9 @@ class ParameterShard {
   // InvalidArgument if the checkpoint belongs to another shard or job.
   absl::Status Restore(const ShardCheckpoint& checkpoint);
   int64_t version() const;
+  // Whether Init or Restore has given the shard its variables (it never
+  // loses them).
+  bool initialized() const;
 
   // Waits up to `deadline` for the next snapshot scheduled by
   // snapshot_every_steps and hands it over; nullopt if none came.
@@ -285,13 +323,14 @@ class ParameterShard {
   // wire dtype.
   absl::Status CheckPull(const PullRequest& request) const;
   // TryPush's part under the lock: refuses, drops or applies the push, or
-  // admits it into the current step (`*lands`: the caller lands its
-  // `indices` outside the lock, then completes the step if it can).
+  // admits it into the current step (`*lands`: the caller lands it in each
+  // table, as `plans` says, outside the lock, then completes the step if it
+  // can).
   std::optional<absl::Status> DecidePush(const PushRequest& request, PushChecked checked,
-                                         PushResponse* response, std::vector<int>* indices,
+                                         PushResponse* response, std::vector<TablePush>* plans,
                                          bool* lands) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the push on its own, its learning rate scaled by `lr_scale`.
-  absl::Status Apply(const PushRequest& request, const std::vector<int>& indices,
+  absl::Status Apply(const PushRequest& request, const std::vector<TablePush>& plans,
                      float lr_scale, PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes the step if the policy says so. kSkipped: it completed, but
   // its update would have made the model non-finite, so the model kept its
@@ -299,8 +338,13 @@ class ParameterShard {
   enum class StepResult { kPending, kApplied, kSkipped };
   StepResult MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Empties the step and sizes it to the store's variables.
-  void ResetStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every table has its contents (Init or Restore).
+  bool Initialized() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes every table's staged changes visible, or drops them.
+  void CommitTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets parameter_bytes_ from the tables.
+  void RefreshParameterBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DiscardTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -335,8 +379,15 @@ class ParameterShard {
                             lease_.EndCall(worker);
                           }
                         }};
-  VariableStore store_ ABSL_GUARDED_BY(mu_);
-  // store_'s parameter_bytes(), set once it holds variables: read on every
+  // The tables, fixed at construction: the embedding tables first, since
+  // their Initialize and Restore check everything before changing
+  // anything, then the dense one. embeddings_ and dense_ are typed for the
+  // paths only one of them has (pulled rows; dense pulls, streamed pushes).
+  std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(mu_);
+  EmbeddingTable* const embeddings_ ABSL_PT_GUARDED_BY(mu_);
+  DenseTable* const dense_ ABSL_PT_GUARDED_BY(mu_);
+  // The tables' parameter_bytes(), set once they hold variables and again
+  // at each commit (embedding rows grow as they train): read on every
   // call's arrival without the lock.
   std::atomic<int64_t> parameter_bytes_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
@@ -347,15 +398,10 @@ class ParameterShard {
   // Changes of the workers' standing (StatsResponse.worker_changes).
   int64_t worker_changes_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The current step's gradients, summed as they land, outside mu_;
-  // progress_[rank].pushed marks the ranks admitted into it, and landing_
-  // counts those whose gradient has not landed yet.
-  StepAggregate step_;
+  // The current step: each table sums its part of the admitted pushes as
+  // they land, outside mu_; progress_[rank].pushed marks the ranks
+  // admitted into it, and landing_ counts those not landed yet.
   int landing_ ABSL_GUARDED_BY(mu_) = 0;
-  // Where a step's large variables are reduced and applied, in up to
-  // reduce_parts_ shares (ps_server/sync_reduce.h).
-  ThreadPool reduce_threads_;
-  const int reduce_parts_ = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 
   std::vector<WorkerProgress> progress_ ABSL_GUARDED_BY(mu_);  // what the policy reads
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include "rpc/connection_gate.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
+#include "rpc/peek_field.h"
 #include "rpc/worker_session.h"
 
 namespace pst {
@@ -129,9 +130,9 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       &Service::RequestRegister, [this](const auto& request, auto* response) {
         return server_->Register(request, response);
       });
-  init_ = AnswerForWorker<InitRequest, InitResponse>(
-      &Service::RequestInit,
-      [this](const auto& request, auto* response) { return server_->Init(request, response); });
+  init_ = {.service = this,
+           .request = &Service::RequestInit,
+           .serve = [this](Call<grpc::ByteBuffer, grpc::ByteBuffer>* call) { ServeInit(call); }};
   shm_attach_ = AnswerForWorker<ShmAttachRequest, ShmAttachResponse>(
       &Service::RequestShmAttach, [this](const auto& request, auto* response) {
         return shm_regions_.Attach(request, response);
@@ -215,7 +216,7 @@ typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerForW
 void ParameterServerService::RequestCalls(grpc::ServerCompletionQueue* queue) {
   AwaitExchange(exchange_, queue);
   Call<RegisterRequest, RegisterResponse>::Await(&register_, queue);
-  Call<InitRequest, InitResponse>::Await(&init_, queue);
+  Call<grpc::ByteBuffer, grpc::ByteBuffer>::Await(&init_, queue);
   Call<ShmAttachRequest, ShmAttachResponse>::Await(&shm_attach_, queue);
   Call<HeartbeatRequest, HeartbeatResponse>::Await(&heartbeat_, queue);
   Call<DoneRequest, DoneResponse>::Await(&done_, queue);
@@ -223,6 +224,43 @@ void ParameterServerService::RequestCalls(grpc::ServerCompletionQueue* queue) {
   Call<AwaitWorkersDoneRequest, StatsResponse>::Await(&await_workers_done_, queue);
   Call<CheckpointRequest, CheckpointResponse>::Await(&checkpoint_, queue);
   Call<ShutdownRequest, ShutdownResponse>::Await(&shutdown_, queue);
+}
+
+void ParameterServerService::ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>* call) {
+  auto answer = [call](absl::Status status, const InitResponse& response) {
+    if (status.ok()) {
+      bool own_buffer = false;
+      grpc::Status serialized = grpc::SerializationTraits<InitResponse>::Serialize(
+          response, call->response(), &own_buffer);
+      status = FromGrpcStatus(serialized);
+    }
+    call->Finish(ToGrpcStatus(status));
+  };
+  absl::StatusOr<int32_t> worker = PeekInt32Field(call->request(), InitRequest::kWorkerFieldNumber);
+  absl::Status status = worker.status();
+  if (status.ok() && task_tokens_) status = CheckActsAs(*call->context(), *worker);
+  if (status.ok()) status = sessions_.Admit(*worker, SessionOf(*call->context()));
+  if (!status.ok()) return answer(status, {});
+  if (server_->initialized()) {
+    // The shard keeps what it has whatever this Init carries: its
+    // variables are never parsed.
+    InitRequest header;
+    header.set_worker(*worker);
+    InitResponse response;
+    status = server_->Init(header, &response);
+    return answer(status, response);
+  }
+  work_threads_.Post([this, call, answer] {
+    InitRequest request;
+    InitResponse response;
+    grpc::ByteBuffer message = call->request();  // shares the bytes; parsing empties it
+    grpc::Status parsed = grpc::SerializationTraits<InitRequest>::Deserialize(&message, &request);
+    absl::Status status =
+        parsed.ok() ? server_->Init(request, &response)
+                    : absl::InvalidArgumentError(absl::StrCat(
+                          "the Init request is not a valid InitRequest: ", parsed.error_message()));
+    answer(status, response);
+  });
 }
 
 void ParameterServerService::ServeAwaitWorkersDone(

@@ -106,6 +106,12 @@ class ParameterServerService final : public AsyncParameterServer {
       std::function<absl::Status(const Request&, Response*)> handle);
   // Writes the checkpoint on checkpoint_thread_; refused while one is written.
   void ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call);
+  // An Init is as large as the model, and one that reaches an initialized
+  // shard changes nothing: of such a one only the worker is read (a few
+  // bytes, whatever its size), on the queue thread; the first ones are
+  // parsed and applied on the work threads, so no Init holds a queue
+  // thread for its size.
+  void ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>* call);
   // Waits as a pull does, holding no thread: cut to max_pull_wait and the
   // call's deadline, and ended when the caller goes.
   void ServeAwaitWorkersDone(Call<AwaitWorkersDoneRequest, StatsResponse>* call);
@@ -125,7 +131,7 @@ class ParameterServerService final : public AsyncParameterServer {
   std::atomic<bool> checkpointing_{false};  // checkpoint_thread_ is writing one
   // The unary methods, as UnaryCall requests them.
   Call<RegisterRequest, RegisterResponse>::Method register_;
-  Call<InitRequest, InitResponse>::Method init_;
+  Call<grpc::ByteBuffer, grpc::ByteBuffer>::Method init_;
   Call<ShmAttachRequest, ShmAttachResponse>::Method shm_attach_;
   Call<HeartbeatRequest, HeartbeatResponse>::Method heartbeat_;
   Call<DoneRequest, DoneResponse>::Method done_;

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
+#include "ps_server/parameter_shard.h"
 
 namespace pst {
 
@@ -113,6 +114,18 @@ absl::Status CheckPullReply(const std::vector<const Variable*>& variables, DType
       " bytes) is larger than the ", max_reply_bytes,
       " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer variables per "
       "call, or pull them as FLOAT32, which is sent from the variables' own buffers"));
+}
+
+absl::Status CheckPullReply(const std::vector<const Variable*>& variables, const PulledRows& rows,
+                            DType dtype, int64_t max_reply_bytes) {
+  if (rows.empty()) return CheckPullReply(variables, dtype, max_reply_bytes);
+  if (max_reply_bytes <= 0) return absl::OkStatus();
+  const int64_t bytes = PullReplyBytes(variables, dtype) + rows.reply_bytes();
+  if (bytes <= max_reply_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the answer to this call (", variables.size(), " variables and ", rows.row_count(),
+      " embedding rows, about ", bytes, " bytes) is larger than the ", max_reply_bytes,
+      " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer rows per call"));
 }
 
 absl::Time PullWaitDeadline(absl::Time now, const PullRequest& request, absl::Time call_deadline,

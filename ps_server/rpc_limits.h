@@ -20,6 +20,8 @@
 
 namespace pst {
 
+class PulledRows;  // ps_server/parameter_shard.h
+
 struct RpcLimits {
   // Largest request, in bytes; gRPC refuses a larger one with
   // RESOURCE_EXHAUSTED before any handler sees it. Far above a Push of the
@@ -30,8 +32,9 @@ struct RpcLimits {
   // shard's share.
   int max_names_per_request = 65536;
   // Largest answer the PS encodes into a buffer of its own (an exchange's
-  // pull in a 16-bit wire type), computed before anything is encoded. A
-  // float32 answer is sent from the variables' own buffers and is bounded
+  // pull in a 16-bit wire type, and the embedding rows a pull names, in any
+  // wire type), computed before anything is encoded. A float32 answer of
+  // dense variables is sent from the variables' own buffers and is bounded
   // by the shard's share alone.
   int64_t max_reply_bytes = 256 << 20;
   // A pull's (and an AwaitWorkersDone's) timeout_ms is cut to this.
@@ -106,6 +109,10 @@ int64_t PullReplyBytes(const std::vector<const Variable*>& variables, DType dtyp
 // ResourceExhausted if that is more than `max_reply_bytes` (0: no bound).
 absl::Status CheckPullReply(const std::vector<const Variable*>& variables, DType dtype,
                             int64_t max_reply_bytes);
+// The same for an answer carrying `variables` and `rows` (the PS encodes
+// both), also bounded by what one gRPC message may hold.
+absl::Status CheckPullReply(const std::vector<const Variable*>& variables, const PulledRows& rows,
+                            DType dtype, int64_t max_reply_bytes);
 
 // When a pull's wait for its version ends: `now` plus its timeout_ms (at
 // most max_pull_wait), and never past the call's own deadline.

@@ -37,13 +37,15 @@ absl::Status Pull(ParameterShard& shard, const PullRequest& request, absl::Time 
   absl::Status answer;
   PST_RETURN_IF_ERROR(PullVisit(
       shard, request, deadline,
-      [&](int64_t version, const std::vector<const Variable*>& variables) {
-        answer = CheckPullReply(variables, request.dtype(), bounds.max_reply_bytes);
+      [&](int64_t version, const std::vector<const Variable*>& variables,
+          const PulledRows& rows) {
+        answer = CheckPullReply(variables, rows, request.dtype(), bounds.max_reply_bytes);
         if (!answer.ok()) return;
         response->set_version(version);
         for (const Variable* v : variables) {
           EncodeTensor(v->name, v->shape, *v->values, response->add_variables(), request.dtype());
         }
+        rows.AnswerTo(response);
       }));
   return answer;
 }

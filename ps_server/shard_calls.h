@@ -23,10 +23,11 @@ struct PullBounds {
 };
 
 // Waits (up to `deadline`) as ParameterShard::PullVisitOrWait says, then
-// hands the variables to `visit`.
+// hands the variables and rows to `visit`.
 absl::Status PullVisit(ParameterShard& shard, const PullRequest& request, absl::Time deadline,
                        const ParameterShard::PullVisitor& visit);
-// As PullVisit, the variables copied into `response` in request.dtype().
+// As PullVisit, the variables and rows copied into `response` in
+// request.dtype().
 absl::Status Pull(ParameterShard& shard, const PullRequest& request, absl::Time deadline,
                   PullResponse* response, const PullBounds& bounds = {});
 // The push, after waiting for its turn as often as it must.

@@ -89,6 +89,8 @@ absl::Status ReadPush(const PushRequest& push, const std::vector<StagePlace>& pl
                       bool* finite) {
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
+  // Rows travel inline in the header, not in the region.
+  *buffer->mutable_rows() = push.rows();
   // Reuses the buffer's tensors (and their payloads' memory) in place.
   while (buffer->gradients_size() > push.gradients_size())
     buffer->mutable_gradients()->RemoveLast();

@@ -20,17 +20,18 @@ namespace pst {
 
 // Copies the gradients `push` announces out of `region`, from
 // transfer.push_offset, into `buffer` (its memory reused from an earlier
-// call), so that they are checked there, as bytes from a socket are,
-// before anything is applied: what the worker writes to the region
-// afterwards changes nothing. Gradient i is gradient_bytes[i] bytes, the
-// size the shard expects (ParameterShard::BeginStreamedPush). Every range
-// is checked against the region before it is touched, and, if the
-// exchange pulls (`answer_dtype` set), the answer's too, so that a bad
-// offset never leaves a push applied and its answer lost. `finite` gets
-// whether every value read is finite (the shard refuses and counts a push
-// that is not), `bytes` the bytes read. InvalidArgument for a range
-// outside the region, one that has shrunk since it was attached, or more
-// gradients than the limits allow.
+// call), with the embedding rows `push` carries inline, so that they are
+// checked there, as bytes from a socket are, before anything is applied:
+// what the worker writes to the region afterwards changes nothing.
+// Gradient i is gradient_bytes[i] bytes, the size the shard expects
+// (ParameterShard::BeginStreamedPush). Every range is checked against the
+// region before it is touched, and, if the exchange pulls (`answer_dtype`
+// set), the answer's too, so that a bad offset never leaves a push applied
+// and its answer lost. `finite` gets whether every gradient value read is
+// finite (the shard refuses and counts a push that is not, and checks the
+// rows itself), `bytes` the bytes read. InvalidArgument for a range outside
+// the region, one that has shrunk since it was attached, or more gradients
+// than the limits allow.
 absl::Status ReadShmPush(const PushRequest& push, std::span<const int64_t> gradient_bytes,
                          const ShmTransfer& transfer, const DType* answer_dtype,
                          const OpenedRegion& region, const RpcLimits& limits,

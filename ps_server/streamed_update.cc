@@ -18,7 +18,7 @@ absl::Status StreamedUpdate::ApplyWhole(int tensor, int64_t elements, int64_t bl
                                         StagePart stage) {
   VariableStore::StageTarget& target = targets_[tensor];
   const int parts =
-      elements < static_cast<int64_t>(kParallelElements) ? 1 : shard_->reduce_parts_;
+      elements < static_cast<int64_t>(kParallelElements) ? 1 : parts_;
   const int64_t blocks = (elements + block - 1) / block;
   const int64_t part_elements = (blocks + parts - 1) / parts * block;
   auto run = [&](VariableStore::StageTarget* part, int64_t begin, int64_t end) -> absl::Status {
@@ -35,7 +35,7 @@ absl::Status StreamedUpdate::ApplyWhole(int tensor, int64_t elements, int64_t bl
     for (int p = 1; p < parts; ++p) {
       const int64_t begin = std::min(elements, p * part_elements);
       const int64_t end = std::min(elements, (p + 1) * part_elements);
-      tasks.push_back(shard_->reduce_threads_.Start(
+      tasks.push_back(threads_->Start(
           [&, p, begin, end] { results[p] = run(&part_targets[p - 1], begin, end); }));
     }
     results[0] = run(&target, 0, std::min(elements, part_elements));

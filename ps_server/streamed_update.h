@@ -14,6 +14,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/thread_pool.h"
 #include "ps_server/variable_store.h"
 
 namespace pst {
@@ -74,7 +75,9 @@ class StreamedUpdate {
 
  private:
   friend class ParameterShard;
-  explicit StreamedUpdate(ParameterShard* shard) : shard_(shard) {}
+  // `threads` and `parts` split a whole gradient's staging (ApplyWhole).
+  StreamedUpdate(ParameterShard* shard, ThreadPool* threads, int parts)
+      : shard_(shard), threads_(threads), parts_(parts) {}
   // A monotonic clock: a wall-clock step must not cancel a healthy stream.
   static int64_t SteadyNanos() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -84,6 +87,8 @@ class StreamedUpdate {
   absl::Duration Idle() const { return absl::Nanoseconds(SteadyNanos() - last_progress_.load()); }
 
   ParameterShard* const shard_;
+  ThreadPool* const threads_;
+  const int parts_;
   std::atomic<int64_t> last_progress_{SteadyNanos()};
   std::function<void()> cancel_;  // guarded by the shard's mu_
   bool cancelled_ = false;        // guarded by the shard's mu_

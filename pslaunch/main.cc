@@ -40,6 +40,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "pslaunch/report.h"
 #include "pslaunch/supervisor.h"
+#include "pslaunch/worker_command.h"
 #include "result.pb.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -79,7 +80,10 @@ constexpr int kInterruptedExitCode = 130;
 constexpr char kUsage[] =
     "Runs a whole parameter-server training job on this host: starts one ps_server per "
     "cluster.ps address (ps:0..ps:P-1) and cluster.workers worker processes "
-    "(worker:0..worker:W-1), all with the same config after the command-line overrides. "
+    "(worker:0..worker:W-1), all with the same config after the command-line overrides; "
+    "with cluster.worker_command, each worker task runs that command through /bin/sh -c "
+    "instead (a Python worker: PSTRAIN_CONFIG, PSTRAIN_TASK and PSTRAIN_RESULT_FILE in its "
+    "environment). "
     "Their output is copied with a \"[task] \" prefix. When every worker has finished, the PS "
     "tasks are stopped and a one-line JSON summary is printed as the last line of stdout:\n"
     "  {\"mode\":\"sync\",\"workers\":2,\"epochs\":1,\"steps\":468,\"test_accuracy\":0.8412,"
@@ -248,6 +252,11 @@ absl::StatusOr<std::vector<pst::ChildSpec>> Tasks(const pst::JobConfig& config,
     }
   }
   AssignMetricsPorts(&tasks);
+  if (const std::string& command = config.cluster().worker_command(); !command.empty()) {
+    for (pst::ChildSpec& task : tasks) {
+      if (absl::StartsWith(task.name, "worker:")) pst::RunWorkerCommand(command, &task);
+    }
+  }
   return tasks;
 }
 

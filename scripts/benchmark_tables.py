@@ -191,13 +191,19 @@ def ps_bench_sizes(rows):
 
 
 def metrics_bench(rows):
-    body = []
+    """One line per operation, the two registries side by side."""
+    registries = ["prometheus-cpp", "lock-free"]
+    lines = {}
     for r in rows:
         unit = "ns" if "ns_per_op" in r else "us"
-        body.append((f"`{r['operation']}`", r["threads"], spread(r, f"{unit}_per_op", 1), unit,
-                     r["runs"]))
-    return {"": table(["operation", "threads", "time per operation", "unit", "runs"],
-                      ["---", "---:", "---:", "---", "---:"], body)}
+        line = lines.setdefault((r["operation"], r["threads"]), {"unit": unit, "runs": r["runs"]})
+        line[r.get("registry", "prometheus-cpp")] = spread(r, f"{unit}_per_op", 1)
+        line["runs"] = min(line["runs"], r["runs"])
+    body = [(f"`{operation}`", threads, *(line.get(name, "n/a") for name in registries),
+             line["unit"], line["runs"])
+            for (operation, threads), line in lines.items()]
+    return {"": table(["operation", "threads", *registries, "unit", "runs"],
+                      ["---", "---:", "---:", "---:", "---", "---:"], body)}
 
 
 def gpu_bench(rows):

@@ -13,6 +13,7 @@ JOB_PACKAGES=(
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev zlib1g-dev
   libssl-dev          # HMAC-SHA256 of the task tokens (gRPC's own TLS library)
   libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
+  prometheus-cpp-dev  # their metrics registry (labelled counters, gauges, histograms)
   libopenblas-dev     # the CPU backend's matrix products (CBLAS)
   dataset-fashion-mnist
 )
@@ -32,9 +33,12 @@ CHECK_PACKAGES=(
   # Tests only: dpkg-shlibdeps, which cpack -G DEB asks for the package's
   # Depends (tests/packaging/deb_package_test.sh).
   dpkg-dev
-  # Benchmarks only: ps_bench's loopback TCP baseline, and the metrics
-  # library metrics_bench compares our registry with.
-  iperf3 prometheus-cpp-dev
+  # The Python module (python/): its bindings and the interpreter it is
+  # built for; NumPy for its arrays, PyTorch for pstrain.torch, the CNN
+  # example and their tests.
+  pybind11-dev python3-dev python3-numpy python3-torch
+  # Benchmarks only: ps_bench's loopback TCP baseline.
+  iperf3
 )
 case "${1:-}" in
   --job) PACKAGES=("${JOB_PACKAGES[@]}") ;;

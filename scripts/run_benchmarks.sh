@@ -206,7 +206,8 @@ gpu_bench() {
 
 metrics_bench() {
   run "$PY" benchmarks/rounds.py --benchmark=metrics_bench --rounds="$(rounds 3)" \
-    --keys=threads --json="$BENCH_DIR/metrics_bench.json" -- build/bin/metrics_bench --json
+    --vary=registry=prometheus-cpp,lock-free --keys=threads \
+    --json="$BENCH_DIR/metrics_bench.json" -- build/bin/metrics_bench --json
 }
 
 for kind in ${ONLY//,/ }; do

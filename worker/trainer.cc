@@ -144,6 +144,7 @@ absl::Status Trainer::Setup() {
   for (size_t i = 0; i < towers_->variables().size(); ++i) {
     parameters_.push_back(towers_->HostParameter(i));
     gradients_.push_back(towers_->HostGradient(i));
+    variable_names_.push_back(towers_->variables()[i].name);
   }
   // Every worker offers the same seeded values; the first to arrive wins, so
   // the job does not depend on the chief being first or alive.
@@ -176,7 +177,7 @@ absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
     return s;
   }
   GetWorkerMetrics().pull_seconds.Observe(Seconds(start));
-  GetWorkerMetrics().version.Set(static_cast<double>(versions_[0]));
+  RecordVersions(versions_);
   return towers_->UploadParameters();
 }
 
@@ -218,6 +219,7 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
       progress_->Report(point, epoch * steps + step + 1);
     }
     if (window_end) {
+      RecordGradientNorms(variable_names_, gradients_);
       const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
       recorder_->OnWindow({epoch * steps + step + 1, window_loss / in_window,
                            in_window * batch / Seconds(window_start),
@@ -253,7 +255,7 @@ void Trainer::RecordExchange(const std::vector<int64_t>& computed_at,
   next_min_ = versions_;
   WorkerMetrics& metrics = GetWorkerMetrics();
   metrics.push_seconds.Observe(Seconds(push_start));
-  metrics.version.Set(static_cast<double>(versions_[0]));
+  RecordVersions(versions_);
   window_staleness_ += RecordPushes(computed_at, responses);
 }
 

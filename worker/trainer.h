@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -138,6 +139,7 @@ class Trainer {
   std::unique_ptr<ShardSampler> sampler_;
   std::vector<std::span<float>> parameters_;
   std::vector<std::span<const float>> gradients_;
+  std::vector<std::string> variable_names_;  // of gradients_, for their metrics
   // LAYERWISE: the exchange in flight since the last step, and what it pushed.
   std::unique_ptr<StepExchange> exchange_;
   std::vector<int64_t> exchange_computed_at_;

@@ -122,6 +122,8 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
       gpus, gpus > 0 ? "" : absl::StrCat(": ", pst::NoGpuReason()));
 
   // Before the slow parts (data, connecting), so a bad flag fails at once.
+  pst::metrics::SetProcessLabels(
+      {{"task", task->ToString()}, {"worker", std::to_string(task->index)}});
   pst::GetWorkerMetrics();  // every metric is scraped from the start, at zero
   absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
       pst::metrics::StartMetricsServerFromFlags(task->ToString());

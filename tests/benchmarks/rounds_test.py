@@ -98,18 +98,20 @@ class RoundsTest(unittest.TestCase):
         if not METRICS_BENCH:
             self.skipTest("no metrics_bench given")
         out = self.rounds("--benchmark=metrics_bench", "--rounds=2", "--keys=threads",
+                          "--vary=registry=prometheus-cpp,lock-free",
                           program=[METRICS_BENCH, "--json", "--ops=1000", "--runs=1"])
         self.assertEqual(out.returncode, 0, out.stderr)
         rows = [json.loads(line) for line in out.stdout.splitlines()]
-        ours = [("Histogram::Observe (17 buckets)", 1), ("Counter::Increment", 1),
-                ("Histogram::Observe (17 buckets)", 2), ("Counter::Increment", 2),
-                ("Registry::Render (12 histograms)", 1)]
-        # prometheus-cpp's rows follow where the build found it.
-        peer = [("prometheus-cpp " + name, threads) for name, threads in ours[:4]]
-        peer.append(("prometheus-cpp Collect+Serialize (12 histograms)", 1))
-        self.assertIn([(r["operation"], r["threads"]) for r in rows], [ours, ours + peer])
+        operations = [("Histogram::Observe (17 buckets)", 1), ("Counter::Increment", 1),
+                      ("Histogram::Observe (17 buckets)", 2), ("Counter::Increment", 2),
+                      ("one worker step's recording (4 shards)", 1),
+                      ("scrape (12 histograms x 4 shards)", 1)]
+        # Each registry's rows, alternated round by round.
+        self.assertEqual([(r["registry"], r["operation"], r["threads"]) for r in rows],
+                         [(registry, *operation) for registry in ("prometheus-cpp", "lock-free")
+                          for operation in operations])
         for r in rows:
-            figure = "us_per_op" if r["operation"].endswith("histograms)") else "ns_per_op"
+            figure = "us_per_op" if r["operation"].startswith("scrape") else "ns_per_op"
             self.assertEqual(r["runs"], 2)
             self.assertLessEqual(r[figure + "_min"], r[figure])
             self.assertLessEqual(r[figure], r[figure + "_max"])

@@ -221,6 +221,34 @@ TEST(ConfigTest, TrainingConfigHashFollowsWhatDecidesTheModel) {
   EXPECT_NE(TrainingConfigHash(more_workers), TrainingConfigHash(base));
 }
 
+// Workers that run cluster.worker_command bring their own model: the
+// config needs none, and its data set, if named, is still checked.
+TEST(ConfigTest, ScriptWorkersNeedNoModelOrDataSet) {
+  auto validate = [](const std::string& text) -> absl::Status {
+    absl::StatusOr<JobConfig> config = ParseConfig(text, "script.textproto");
+    if (!config.ok()) return config.status();
+    ApplyDefaults(&*config);
+    return ValidateConfig(*config);
+  };
+  const std::string job =
+      "cluster { ps: \"127.0.0.1:50051\" workers: 2 WORKER_COMMAND }\n"
+      "training { optimizer { adam { learning_rate: 0.001 } } DATASET }\n";
+  auto with = [&job](const std::string& command, const std::string& dataset) {
+    std::string text = job;
+    text.replace(text.find("WORKER_COMMAND"), 14, command);
+    text.replace(text.find("DATASET"), 7, dataset);
+    return text;
+  };
+  const std::string command = "worker_command: \"python3 train.py\"";
+  EXPECT_TRUE(validate(with(command, "")).ok());
+  EXPECT_TRUE(validate(with(command, "dataset { fashion_mnist {} }")).ok());
+  absl::Status bad_data =
+      validate(with(command, "dataset { fashion_mnist { train_limit: -1 } }"));
+  EXPECT_THAT(bad_data.message(), HasSubstr("train_limit must not be negative"));
+  absl::Status no_model = validate(with("", "dataset { fashion_mnist {} }"));
+  EXPECT_THAT(no_model.message(), HasSubstr("training.model must set mlp"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   absl::StatusOr<JobConfig> config = LoadJobConfig("/nonexistent/cluster.textproto", {});
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);

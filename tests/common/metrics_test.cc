@@ -1,8 +1,11 @@
-// The metrics registry's text format, and the HTTP endpoint scraped over a
-// raw loopback socket the way Prometheus does.
+// The process's metrics (prometheus-cpp families with the process's labels)
+// in the text format, and the HTTP endpoint scraped over a raw loopback
+// socket the way Prometheus does.
 #include "common/metrics.h"
 
+#include <cmath>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -39,47 +42,43 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
   return samples;
 }
 
-TEST(FormatValueTest, WritesNumbersAsPrometheusReadsThem) {
-  struct Case {
-    double value;
-    const char* text;
-  };
-  for (const Case& c : {Case{0, "0"}, Case{1, "1"}, Case{0.25, "0.25"}, Case{1e-4, "0.0001"},
-                        Case{123456789, "123456789"}, Case{1e20, "1e+20"},
-                        Case{-2.5e-9, "-2.5e-09"}, Case{INFINITY, "+Inf"},
-                        Case{-INFINITY, "-Inf"}, Case{NAN, "NaN"}}) {
-    EXPECT_EQ(FormatValue(c.value), c.text);
-  }
+// Families registered through the builders carry the process's labels;
+// a series adds its own.
+TEST(MetricsTest, FamiliesCarryTheProcessLabelsAndSeriesTheirOwn) {
+  SetProcessLabels({{"task", "worker:3"}, {"worker", "3"}});
+  CounterFamily("pst_test_events_total", "Events seen.").Add({}).Increment(3);
+  GaugeFamily("pst_test_level", "A level.").Add({{"shard", "1"}}).Set(2.5);
+  HistogramFamily("pst_test_seconds", "Latency.").Add({}, std::vector<double>{0.1, 1, 10});
+  const std::string text = GlobalExposition().Render();
+  EXPECT_THAT(text, HasSubstr("# HELP pst_test_events_total Events seen.\n"
+                              "# TYPE pst_test_events_total counter\n"
+                              "pst_test_events_total{task=\"worker:3\",worker=\"3\"} 3\n"));
+  std::map<std::string, double> s = ParseSamples(text);
+  EXPECT_EQ(s["pst_test_level{task=\"worker:3\",worker=\"3\",shard=\"1\"}"], 2.5) << text;
+  EXPECT_EQ(s.count("pst_test_seconds_bucket{task=\"worker:3\",worker=\"3\",le=\"+Inf\"}"), 1u);
+  EXPECT_EQ(ProcessLabels().at("task"), "worker:3");
 }
 
-TEST(RegistryTest, CounterAndGaugeHaveHelpTypeAndValue) {
-  Registry registry;
-  registry.AddCounter("pst_test_events_total", "Events seen.").Increment(3);
-  registry.AddGauge("pst_test_level", "A level.").Set(2.5);
-  EXPECT_EQ(registry.Render(),
-            "# HELP pst_test_events_total Events seen.\n"
-            "# TYPE pst_test_events_total counter\n"
-            "pst_test_events_total 3\n"
-            "# HELP pst_test_level A level.\n"
-            "# TYPE pst_test_level gauge\n"
-            "pst_test_level 2.5\n");
-}
-
-TEST(RegistryTest, RegisteringANameAgainReturnsTheSameInstrument) {
-  Registry registry;
-  Counter& first = registry.AddCounter("pst_test_total", "help");
-  Counter& second = registry.AddCounter("pst_test_total", "help");
+TEST(MetricsTest, RegisteringANameAgainReturnsTheSameFamily) {
+  prometheus::Family<prometheus::Counter>& first = CounterFamily("pst_test_again_total", "help");
+  prometheus::Family<prometheus::Counter>& second = CounterFamily("pst_test_again_total", "help");
   EXPECT_EQ(&first, &second);
-  first.Increment();
-  second.Increment();
-  EXPECT_EQ(ParseSamples(registry.Render())["pst_test_total"], 2);
+  first.Add({}).Increment();
+  second.Add({}).Increment();
+  EXPECT_EQ(first.Add({}).Value(), 2);
 }
 
-TEST(RegistryTest, HistogramBucketsAreCumulativeWithSumAndCount) {
-  Registry registry;
-  Histogram& h = registry.AddHistogram("pst_test_seconds", "Latency.", {0.1, 1, 10});
+TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {
+  Exposition exposition;
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::Histogram& h = prometheus::BuildHistogram()
+                                 .Name("pst_test_seconds")
+                                 .Help("Latency.")
+                                 .Register(*registry)
+                                 .Add({}, std::vector<double>{0.1, 1, 10});
   for (double v : {0.05, 0.1, 0.5, 2.0, 20.0}) h.Observe(v);
-  const std::string text = registry.Render();
+  exposition.Add(registry);
+  const std::string text = exposition.Render();
   EXPECT_THAT(text, HasSubstr("# TYPE pst_test_seconds histogram\n"));
   std::map<std::string, double> s = ParseSamples(text);
   EXPECT_EQ(s["pst_test_seconds_bucket{le=\"0.1\"}"], 2);  // le: 0.1 itself counts
@@ -90,53 +89,57 @@ TEST(RegistryTest, HistogramBucketsAreCumulativeWithSumAndCount) {
   EXPECT_DOUBLE_EQ(s["pst_test_seconds_sum"], 22.65);
 }
 
-TEST(RegistryTest, CallbacksAreReadAtScrapeTime) {
-  Registry registry;
-  double source = 1;
-  registry.AddCallback("pst_test_version", "Version.", Type::kGauge, [&] { return source; });
-  registry.AddCallback("pst_test_done_total", "Done.", Type::kCounter, [&] { return 7.0; });
-  EXPECT_EQ(ParseSamples(registry.Render())["pst_test_version"], 1);
-  source = 42;
-  const std::string text = registry.Render();
-  EXPECT_EQ(ParseSamples(text)["pst_test_version"], 42);
-  EXPECT_THAT(text, HasSubstr("# TYPE pst_test_done_total counter\n"));
+// A hot path indexes the series of a label it knows by number.
+TEST(SeriesByIndexTest, AddsEachIndexOnceWithItsLabel) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Histogram>& family =
+      prometheus::BuildHistogram().Name("pst_test_staleness").Help("h").Register(*registry);
+  SeriesByIndex<prometheus::Histogram, std::vector<double>> by_shard(&family, "shard",
+                                                                     StalenessBuckets());
+  by_shard[2].Observe(1);
+  by_shard[0].Observe(0);
+  by_shard[2].Observe(3);
+  EXPECT_EQ(&by_shard[2], &family.Add({{"shard", "2"}}, StalenessBuckets()));
+  Exposition exposition;
+  exposition.Add(registry);
+  std::map<std::string, double> s = ParseSamples(exposition.Render());
+  EXPECT_EQ(s["pst_test_staleness_count{shard=\"2\"}"], 2);
+  EXPECT_EQ(s["pst_test_staleness_count{shard=\"0\"}"], 1);
+  EXPECT_EQ(s.count("pst_test_staleness_count{shard=\"1\"}"), 0u);  // never asked for
 }
 
-// A collector's metrics come from one reading per scrape, in its order.
-TEST(RegistryTest, ACollectorIsReadOncePerScrapeForAllItsMetrics) {
-  Registry registry;
-  int reads = 0;
-  registry.AddCollector({{"pst_test_applied_total", "Applied.", Type::kCounter},
-                         {"pst_test_level", "Level.", Type::kGauge}},
-                        [&] {
-                          ++reads;
-                          return std::vector<double>{10.0 * reads, 0.5 * reads};
-                        });
-  std::string text = registry.Render();
-  EXPECT_EQ(reads, 1);
-  EXPECT_EQ(text,
-            "# HELP pst_test_applied_total Applied.\n"
-            "# TYPE pst_test_applied_total counter\n"
-            "pst_test_applied_total 10\n"
-            "# HELP pst_test_level Level.\n"
-            "# TYPE pst_test_level gauge\n"
-            "pst_test_level 0.5\n");
-  std::map<std::string, double> samples = ParseSamples(registry.Render());
-  EXPECT_EQ(reads, 2);
-  EXPECT_EQ(samples["pst_test_applied_total"], 20);
-  EXPECT_EQ(samples["pst_test_level"], 1);
-  // Registered again: the new reading replaces the old, in place.
-  registry.AddCollector({{"pst_test_level", "Level.", Type::kGauge}},
-                        [] { return std::vector<double>{7}; });
-  samples = ParseSamples(registry.Render());
-  EXPECT_EQ(reads, 3);  // still read for the metric it keeps
-  EXPECT_EQ(samples["pst_test_level"], 7);
+// What an exposition renders: each collectable collected on every render,
+// in the order they were added.
+TEST(ExpositionTest, CollectsEveryCollectableOnEachRender) {
+  struct Counting : prometheus::Collectable {
+    mutable int reads = 0;
+    std::vector<prometheus::MetricFamily> Collect() const override {
+      ++reads;
+      prometheus::MetricFamily family{"pst_test_reads", "Reads.", prometheus::MetricType::Gauge,
+                                      {}};
+      family.metric.emplace_back();
+      family.metric.back().gauge.value = reads;
+      return {family};
+    }
+  };
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildCounter().Name("pst_test_first_total").Help("f").Register(*registry).Add({});
+  auto counting = std::make_shared<Counting>();
+  Exposition exposition;
+  exposition.Add(registry);
+  exposition.Add(counting);
+  std::string text = exposition.Render();
+  EXPECT_LT(text.find("pst_test_first_total"), text.find("pst_test_reads"));
+  EXPECT_EQ(ParseSamples(text)["pst_test_reads"], 1);
+  EXPECT_EQ(ParseSamples(exposition.Render())["pst_test_reads"], 2);
 }
 
-TEST(RegistryTest, ConcurrentObservationsAreAllCounted) {
-  Registry registry;
-  Histogram& h = registry.AddHistogram("pst_test_h", "h", LatencyBuckets());
-  Counter& c = registry.AddCounter("pst_test_c_total", "c");
+TEST(MetricsTest, ConcurrentObservationsAreAllCounted) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::Histogram& h = prometheus::BuildHistogram().Name("pst_test_h").Help("h").Register(
+      *registry).Add({}, LatencyBuckets());
+  prometheus::Counter& c =
+      prometheus::BuildCounter().Name("pst_test_c_total").Help("c").Register(*registry).Add({});
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
@@ -147,17 +150,24 @@ TEST(RegistryTest, ConcurrentObservationsAreAllCounted) {
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(h.Read().count, 40000u);
-  EXPECT_EQ(c.value(), 40000u);
-  EXPECT_NEAR(h.Read().sum, 40.0, 1e-6);
+  Exposition exposition;
+  exposition.Add(registry);
+  std::map<std::string, double> s = ParseSamples(exposition.Render());
+  EXPECT_EQ(s["pst_test_h_count"], 40000);
+  EXPECT_EQ(s["pst_test_c_total"], 40000);
+  EXPECT_NEAR(s["pst_test_h_sum"], 40.0, 1e-6);
 }
 
 TEST(MetricsServerTest, ServesMetricsOnLoopbackAnd404Elsewhere) {
-  Registry registry;
-  registry.AddCounter("pst_test_scrapes_total", "Scrapes.").Increment(5);
-  registry.AddHistogram("pst_test_latency_seconds", "Latency.", LatencyBuckets()).Observe(0.003);
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildCounter().Name("pst_test_scrapes_total").Help("Scrapes.").Register(*registry)
+      .Add({}).Increment(5);
+  prometheus::BuildHistogram().Name("pst_test_latency_seconds").Help("Latency.").Register(*registry)
+      .Add({}, LatencyBuckets()).Observe(0.003);
+  Exposition exposition;
+  exposition.Add(registry);
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
-      MetricsServer::Start(&registry, "127.0.0.1", 0);
+      MetricsServer::Start(&exposition, "127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
 
@@ -177,7 +187,7 @@ TEST(MetricsServerTest, ServesMetricsOnLoopbackAnd404Elsewhere) {
 }
 
 TEST(MetricsServerTest, BadAddressAndBusyPortAreErrorsNotCrashes) {
-  Registry registry;
+  Exposition registry;
   absl::StatusOr<std::unique_ptr<MetricsServer>> bad =
       MetricsServer::Start(&registry, "localhost:1", 0);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);

@@ -14,8 +14,10 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -86,6 +88,35 @@ std::map<std::string, double> Parse(const std::string& text) {
   return samples;
 }
 
+std::string WorkerSeries(const std::string& name) {
+  return name + "{task=\"worker:0\",worker=\"0\"}";
+}
+std::string PsSeries(const std::string& name) { return name + "{shard=\"0\",task=\"ps:0\"}"; }
+
+// The metric families a scrape declares (its "# TYPE name type" lines).
+std::set<std::string> Families(const std::string& text) {
+  std::set<std::string> names;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(line, ' ');
+    if (parts.size() == 4 && parts[0] == "#" && parts[1] == "TYPE") names.insert(parts[2]);
+  }
+  return names;
+}
+
+// The metric names of the README's metrics table: each `pst_...` in the
+// first column of a row.
+std::set<std::string> ReadmeMetrics() {
+  std::set<std::string> names;
+  const std::string readme = ReadFile(std::string(PST_SOURCE_DIR) + "/README.md");
+  for (absl::string_view line : absl::StrSplit(readme, '\n')) {
+    if (!absl::StartsWith(line, "| `pst_")) continue;
+    std::vector<absl::string_view> cells = absl::StrSplit(line, '|');
+    std::vector<absl::string_view> quoted = absl::StrSplit(cells[1], '`');
+    for (size_t i = 1; i < quoted.size(); i += 2) names.insert(std::string(quoted[i]));
+  }
+  return names;
+}
+
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -110,7 +141,8 @@ std::string JobConfig(int grpc_port, int workers, int epochs) {
 }
 
 // A real ps_server and worker, each with --metrics_port: while the worker
-// trains, both endpoints answer with the documented metrics, and they count.
+// trains, both endpoints answer with the documented metrics, labelled with
+// their task, shard, worker and variable, and they count.
 TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
   const int ports = MetricsPorts(2);
   ASSERT_GT(ports, 0);
@@ -134,14 +166,19 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
                         absl::StrCat("--metrics_port=", ports + 1), "--step_delay_ms=20"},
                        ScratchDir() + "/worker.log");
 
+  std::string worker_text;
   std::map<std::string, double> w;
+  // Past the first progress window (log_every_steps: 20), which records the
+  // gradients' norms.
   Eventually(
       [&] {
-        w = Parse(Scrape(ports + 1));
-        return w["pst_worker_steps_total"] >= 5;
+        worker_text = Scrape(ports + 1);
+        w = Parse(worker_text);
+        return w[WorkerSeries("pst_worker_steps_total")] >= 25;
       },
       absl::Seconds(60), absl::Milliseconds(100));  // checked below
-  std::map<std::string, double> p = Parse(Scrape(ports));
+  const std::string ps_text = Scrape(ports);
+  std::map<std::string, double> p = Parse(ps_text);
   int status = 0;
   waitpid(worker, &status, 0);
   kill(ps, SIGTERM);
@@ -154,26 +191,52 @@ TEST(MetricsEndpointTest, PsAndWorkerServeMetricsWhileTraining) {
       << "ps_server ended with wait status " << ps_status << ": "
       << ReadFile(ScratchDir() + "/ps.log");
 
-  EXPECT_GE(w["pst_worker_steps_total"], 5) << ReadFile(ScratchDir() + "/worker.log");
+  // Every series names its process: task and the worker's index.
+  EXPECT_GE(w[WorkerSeries("pst_worker_steps_total")], 25) << ReadFile(ScratchDir() + "/worker.log");
   // Only the first step pulls; every step's exchange brings the next one's
   // parameters back (PsClient::PushPull).
-  EXPECT_GE(w["pst_worker_pull_seconds_count"], 1);
-  EXPECT_GE(w["pst_worker_push_seconds_count"], 5);
-  EXPECT_GE(w["pst_worker_step_seconds_bucket{le=\"+Inf\"}"], 5);
-  EXPECT_GT(w["pst_worker_sent_bytes_total"], 0);
-  EXPECT_GT(w["pst_worker_received_bytes_total"], 0);
-  EXPECT_EQ(w.count("pst_worker_samples_per_second"), 1u);
-  EXPECT_EQ(w.count("pst_worker_push_staleness_bucket{le=\"0\"}"), 1u);
+  EXPECT_GE(w[WorkerSeries("pst_worker_pull_seconds_count")], 1);
+  EXPECT_GE(w[WorkerSeries("pst_worker_push_seconds_count")], 25);
+  EXPECT_GE(w["pst_worker_step_seconds_bucket{task=\"worker:0\",worker=\"0\",le=\"+Inf\"}"], 25);
+  EXPECT_GT(w[WorkerSeries("pst_worker_sent_bytes_total")], 0);
+  EXPECT_GT(w[WorkerSeries("pst_worker_received_bytes_total")], 0);
+  EXPECT_EQ(w.count(WorkerSeries("pst_worker_samples_per_second")), 1u);
+  // Per shard: shard="0" as well.
+  EXPECT_GE(w["pst_worker_push_staleness_bucket{task=\"worker:0\",worker=\"0\",shard=\"0\","
+              "le=\"0\"}"],
+            25);
+  EXPECT_EQ(w.count("pst_worker_pushes_dropped_total{task=\"worker:0\",worker=\"0\",shard=\"0\"}"),
+            1u);
+  EXPECT_GE(w["pst_worker_version{task=\"worker:0\",worker=\"0\",shard=\"0\"}"], 25);
+  // Per variable: one gradient norm for each of the MLP's variables.
+  int norms = 0;
+  for (const auto& [series, value] : w) {
+    if (series.rfind("pst_worker_gradient_norm{task=\"worker:0\",worker=\"0\",variable=\"", 0) == 0) {
+      ++norms;
+      EXPECT_GT(value, 0) << series;
+    }
+  }
+  EXPECT_GE(norms, 2) << worker_text;
 
-  EXPECT_GE(p["pst_ps_pushes_applied_total"], 5) << ReadFile(ScratchDir() + "/ps.log");
-  EXPECT_GE(p["pst_ps_version"], 5);
-  EXPECT_EQ(p["pst_ps_live_workers"], 1);
-  EXPECT_EQ(p["pst_ps_pushes_dropped_total"], 0);
-  EXPECT_GE(p["pst_ps_push_seconds_count"], 5);
-  EXPECT_GE(p["pst_ps_pull_seconds_count"], 5);
-  EXPECT_GE(p["pst_ps_push_staleness_bucket{le=\"0\"}"], 5);  // SYNC: never stale
-  EXPECT_GT(p["pst_ps_received_bytes_total"], 0);
-  EXPECT_GT(p["pst_ps_sent_bytes_total"], 0);
+  // The PS's series: task and the shard's index.
+  EXPECT_GE(p[PsSeries("pst_ps_pushes_applied_total")], 25) << ReadFile(ScratchDir() + "/ps.log");
+  EXPECT_GE(p[PsSeries("pst_ps_version")], 25);
+  EXPECT_EQ(p[PsSeries("pst_ps_live_workers")], 1);
+  EXPECT_EQ(p[PsSeries("pst_ps_pushes_dropped_total")], 0);
+  EXPECT_GE(p[PsSeries("pst_ps_push_seconds_count")], 25);
+  EXPECT_GE(p[PsSeries("pst_ps_pull_seconds_count")], 25);
+  EXPECT_GE(p["pst_ps_push_staleness_bucket{shard=\"0\",task=\"ps:0\",le=\"0\"}"], 25);  // SYNC
+  EXPECT_GT(p[PsSeries("pst_ps_received_bytes_total")], 0);
+  EXPECT_GT(p[PsSeries("pst_ps_sent_bytes_total")], 0);
+  // Per worker: worker="0" as well.
+  EXPECT_GE(p["pst_ps_worker_pushes_total{shard=\"0\",task=\"ps:0\",worker=\"0\"}"], 25);
+  EXPECT_EQ(p["pst_ps_worker_live{shard=\"0\",task=\"ps:0\",worker=\"0\"}"], 1);
+
+  // The README's table names exactly the metrics the two processes serve
+  // (tests/deploy/grafana_dashboard_test.py checks the dashboard against it).
+  std::set<std::string> served = Families(worker_text);
+  served.merge(Families(ps_text));
+  EXPECT_EQ(served, ReadmeMetrics());
   EXPECT_THAT(ReadFile(ScratchDir() + "/ps.log"),
               HasSubstr(absl::StrCat("ps:0 metrics on http://127.0.0.1:", ports, "/metrics")));
 }

@@ -18,6 +18,10 @@ std::unique_ptr<Optimizer> Make(const std::string& text_kind, float lr, float mo
     config.mutable_sgd()->set_nesterov(nesterov);
   } else if (text_kind == "adam") {
     config.mutable_adam()->set_learning_rate(lr);
+  } else if (text_kind == "ftrl") {
+    config.mutable_ftrl()->set_learning_rate(lr);
+    config.mutable_ftrl()->set_l1(0.05f);
+    config.mutable_ftrl()->set_l2(0.5f);
   } else {
     config.mutable_adagrad()->set_learning_rate(lr);
   }
@@ -96,6 +100,22 @@ TEST(OptimizerTest, AdagradStartsFromItsInitialAccumulator) {
   EXPECT_NEAR(t[1], second, 1e-6);
 }
 
+TEST(OptimizerTest, FtrlKeepsAWeightAtZeroUntilItsSignalPassesL1) {
+  auto opt = Make("ftrl", 1.0f);  // beta 1 (its default), l1 0.05, l2 0.5
+  EXPECT_EQ(opt->Name(), "ftrl");
+  EXPECT_EQ(opt->SlotsPerParameter(), 2);
+  EXPECT_EQ(opt->InitialSlotValue(), 0.0f);
+  // g = 0.04: n = 0.0016, sigma = 0.04, z = 0.04 - 0.04 * 0 <= l1: w = 0.
+  // g = 0.03: n = 0.0025, sigma = 0.01, z = 0.07:
+  //   w = -(0.07 - 0.05) / ((1 + 0.05) / 1 + 0.5) = -0.02 / 1.55.
+  std::vector<float> t = Trajectory(*opt, 0.0f, {0.04f, 0.03f});
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_NEAR(t[1], -0.02 / 1.55, 1e-7);
+  // A weight that starts away from 0 is pulled by sigma w into z, and its
+  // first update with a small gradient sets it to exactly 0.
+  EXPECT_EQ(Trajectory(*opt, 0.5f, {0.01f})[0], 0.0f);
+}
+
 TEST(OptimizerTest, ExponentialDecayShrinksTheStep) {
   OptimizerConfig config;
   config.mutable_sgd()->set_learning_rate(1.0f);
@@ -118,7 +138,7 @@ TEST(OptimizerTest, ExponentialDecayShrinksTheStep) {
 // in place or not, is bitwise one call per element.
 TEST(OptimizerTest, ALongRangeIsBitwiseOneElementAtATime) {
   constexpr size_t kCount = 1027;
-  for (const std::string kind : {"sgd", "momentum", "adam", "adagrad"}) {
+  for (const std::string kind : {"sgd", "momentum", "adam", "adagrad", "ftrl"}) {
     SCOPED_TRACE(kind);
     auto opt = Make(kind == "momentum" ? "sgd" : kind, 0.01f, kind == "momentum" ? 0.9f : 0.0f);
     const int slots = opt->SlotsPerParameter();
@@ -157,7 +177,7 @@ TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
     std::string name;
     OptimizerConfig config;
   };
-  std::vector<Case> cases(5);
+  std::vector<Case> cases(7);
   cases[0].name = "nothing set";
   cases[1].name = "zero learning rate";
   cases[1].config.mutable_sgd()->set_learning_rate(0);
@@ -169,6 +189,12 @@ TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
   cases[4].name = "beta2 above one";
   cases[4].config.mutable_adam()->set_learning_rate(0.1f);
   cases[4].config.mutable_adam()->set_beta2(1.5f);
+  cases[5].name = "negative ftrl l2";
+  cases[5].config.mutable_ftrl()->set_learning_rate(0.1f);
+  cases[5].config.mutable_ftrl()->set_l2(-1.0f);
+  cases[6].name = "infinite ftrl beta";
+  cases[6].config.mutable_ftrl()->set_learning_rate(0.1f);
+  cases[6].config.mutable_ftrl()->set_beta(INFINITY);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(MakeOptimizer(c.config).status().code(), absl::StatusCode::kInvalidArgument);

@@ -281,9 +281,8 @@ TEST(PullWaiterTest, IsWokenByTheVersionItWaitsForAndThenPulls) {
   PullRequest pull;
   pull.set_min_version(1);
   int visits = 0;
-  const ParameterShard::PullVisitor visit = [&](int64_t, const std::vector<const Variable*>&) {
-    ++visits;
-  };
+  const ParameterShard::PullVisitor visit = [&](int64_t, const std::vector<const Variable*>&,
+                                                const PulledRows&) { ++visits; };
   std::atomic<int> wakes{0};
   absl::StatusOr<ParameterShard::WaitId> waited =
       shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60), visit, [&] { ++wakes; });
@@ -313,13 +312,14 @@ TEST(PullWaiterTest, IsWokenAtItsDeadline) {
   absl::Notification woken;
   const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
   absl::StatusOr<ParameterShard::WaitId> waited = shard->PullVisitOrWait(
-      pull, deadline, [](int64_t, const std::vector<const Variable*>&) {},
+      pull, deadline, [](int64_t, const std::vector<const Variable*>&, const PulledRows&) {},
       [&] { woken.Notify(); });
   ASSERT_TRUE(waited.ok() && *waited != 0);
   woken.WaitForNotification();
   EXPECT_GE(absl::Now(), deadline);
-  waited = shard->PullVisitOrWait(pull, deadline, [](int64_t, const std::vector<const Variable*>&) {},
-                                  [] {});
+  waited = shard->PullVisitOrWait(
+      pull, deadline, [](int64_t, const std::vector<const Variable*>&, const PulledRows&) {},
+      [] {});
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(waited.status().message(), HasSubstr("version 5"));
 }
@@ -333,7 +333,8 @@ TEST(PullWaiterTest, ACancelledWaiterIsNeverWoken) {
   pull.set_min_version(1);
   bool woken = false;
   absl::StatusOr<ParameterShard::WaitId> waited = shard->PullVisitOrWait(
-      pull, absl::Now() + absl::Seconds(60), [](int64_t, const std::vector<const Variable*>&) {},
+      pull, absl::Now() + absl::Seconds(60),
+      [](int64_t, const std::vector<const Variable*>&, const PulledRows&) {},
       [&] { woken = true; });
   ASSERT_TRUE(waited.ok() && *waited != 0);
   EXPECT_TRUE(shard->CancelWait(*waited));
@@ -351,16 +352,19 @@ TEST(PullWaiterTest, ShutdownWakesEveryWaiter) {
   pull.set_min_version(1);
   int woken = 0;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_NE(*shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60),
-                                      [](int64_t, const std::vector<const Variable*>&) {},
-                                      [&] { ++woken; }),
+    ASSERT_NE(*shard->PullVisitOrWait(
+                  pull, absl::Now() + absl::Seconds(60),
+                  [](int64_t, const std::vector<const Variable*>&, const PulledRows&) {},
+                  [&] { ++woken; }),
               0u);
   }
   shard->BeginShutdown();
   EXPECT_EQ(woken, 3);
   EXPECT_EQ(shard->waiting_pulls(), 0);
-  EXPECT_EQ(shard->PullVisitOrWait(pull, absl::InfiniteFuture(),
-                                   [](int64_t, const std::vector<const Variable*>&) {}, [] {})
+  EXPECT_EQ(shard
+                ->PullVisitOrWait(
+                    pull, absl::InfiniteFuture(),
+                    [](int64_t, const std::vector<const Variable*>&, const PulledRows&) {}, [] {})
                 .status()
                 .code(),
             absl::StatusCode::kUnavailable);

@@ -63,8 +63,10 @@ ROWS = {
         {"size": "4KiB", "size_bytes": 4096, "workers": 1, "transport": "shm", "runs": 3,
          "push_pull_gbps": 0.109, "push_pull_gbps_min": 0.098, "push_pull_gbps_max": 0.121}],
     "metrics_bench": [
-        {"operation": "Counter::Increment", "threads": 2, "runs": 3, "ns_per_op": 39.1,
-         "ns_per_op_min": 38.0, "ns_per_op_max": 41.5}],
+        {"operation": "Counter::Increment", "registry": "prometheus-cpp", "threads": 2, "runs": 3,
+         "ns_per_op": 39.1, "ns_per_op_min": 38.0, "ns_per_op_max": 41.5},
+        {"operation": "Counter::Increment", "registry": "lock-free", "threads": 2, "runs": 3,
+         "ns_per_op": 29.0, "ns_per_op_min": 25.7, "ns_per_op_max": 31.8}],
     "gpu_bench": [
         {"model": "784-1024-1024-10", "batch": 256, "runs": 3, "step_ms": 0.5, "step_ms_min": 0.4,
          "step_ms_max": 0.6, "ratio": 1.2, "ratio_min": 1.1, "ratio_max": 1.3}],
@@ -81,7 +83,7 @@ EXPECTED = {
     "ps_bench_wire_dtype": "| 4MiB | bfloat16 | tcp | 4194304 | 0.553 (0.493-0.611) |",
     "ps_bench_sizes": "| 256MiB | 1 | tcp | 1.165 (1.165-1.165) | n/a |",
     "ps_bench": "| 4KiB | 1 | shm | 0.109 (0.098-0.121) |",
-    "metrics_bench": "| `Counter::Increment` | 2 | 39.1 (38.0-41.5) | ns | 3 |",
+    "metrics_bench": "| `Counter::Increment` | 2 | 39.1 (38.0-41.5) | 29.0 (25.7-31.8) | ns | 3 |",
     "gpu_bench": "| 784-1024-1024-10 | 256 | 0.500 (0.400-0.600) |",
 }
 

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""The CNN of examples/pytorch_cnn.py: pstrain's Python workers next to PyTorch DDP.
+
+Both sides train the same model (examples/pytorch_cnn.py's Cnn) with Adam
+on the same Fashion-MNIST batches, 2 processes of one torch thread each:
+
+  ours   2 Python workers under pslaunch, SYNC, Adam on the PS (1 shard),
+         pstrain.torch.DistributedOptimizer
+  DDP    2 processes, gloo on 127.0.0.1, DistributedDataParallel, Adam with
+         foreach=True
+
+as a PyTorch user who cares about speed would set DDP up: every batch is
+gathered before the timed loop (on both sides), the gradients are zeroed with
+set_to_none, and both sides run under the same glibc malloc settings
+(ps_server's, common/process_memory.cc, given to every Python process
+through MALLOC_* variables). samples/s is every process's samples over the
+longest process's timed loop (after --warmup steps). Prints one JSON object.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --steps=200
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# KeepLargeBuffersWarm's settings (common/process_memory.cc), as environment.
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+              "MALLOC_TOP_PAD_": str(64 << 20), "MALLOC_ARENA_MAX": "1"}
+
+
+def example():
+    spec = importlib.util.spec_from_file_location(
+        "pytorch_cnn", os.path.join(REPO, "examples", "pytorch_cnn.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def batches(cnn, rank, world, args):
+    """This process's batches, gathered before any timing."""
+    import numpy as np
+    x, y = cnn.load(cnn.DEFAULT_DATA_DIR, "train")
+    order = np.random.default_rng(args.seed).permutation(len(x))[rank::world]
+    total = args.warmup + args.steps
+    return [(x[order[i * args.batch:(i + 1) * args.batch]].contiguous(),
+             y[order[i * args.batch:(i + 1) * args.batch]].contiguous()) for i in range(total)]
+
+
+def timed(step, data, warmup):
+    for x, y in data[:warmup]:
+        step(x, y)
+    start = time.perf_counter()
+    for x, y in data[warmup:]:
+        step(x, y)
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- ours
+
+def ours_worker(args):
+    """Run by pslaunch (cluster.worker_command) for each worker task."""
+    import torch
+    import torch.nn.functional as F
+    import pstrain
+    import pstrain.torch
+    torch.set_num_threads(args.threads)
+    cnn = example()
+    client = pstrain.Client()
+    data = batches(cnn, client.worker, client.num_workers, args)
+    torch.manual_seed(args.seed)
+    model = cnn.Cnn()
+    opt = pstrain.torch.DistributedOptimizer(model, client)
+
+    def step(x, y):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    seconds = timed(step, data, args.warmup)
+    opt.finish()
+    client.report(samples=args.steps * args.batch, train_seconds=seconds)
+
+
+def run_ours(args):
+    with tempfile.TemporaryDirectory(prefix="cnn_vs_ddp.") as tmp:
+        config = os.path.join(tmp, "job.textproto")
+        command = (f"{sys.executable} {os.path.abspath(__file__)} --role=worker "
+                   f"--steps={args.steps} --warmup={args.warmup} --batch={args.batch} "
+                   f"--threads={args.threads} --seed={args.seed}")
+        with open(config, "w") as f:
+            f.write(f"""cluster {{ ps: "127.0.0.1:0" workers: 2 max_restarts: 0
+  worker_command: "{command}" }}
+training {{ mode: SYNC optimizer {{ adam {{ learning_rate: {args.lr} }} }}
+  batch_size: {args.batch} seed: {args.seed} }}
+""")
+        run = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={config}"],
+                             capture_output=True, text=True, timeout=args.timeout,
+                             env=dict(os.environ, **MALLOC_ENV))
+        if run.returncode != 0:
+            raise RuntimeError(f"pslaunch exited {run.returncode}: {run.stderr[-3000:]}")
+        return json.loads(run.stdout.strip().splitlines()[-1])["train_samples_per_sec"]
+
+
+# ---------------------------------------------------------------- DDP
+
+def ddp_worker(rank, port, args, queue):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    torch.set_num_threads(args.threads)
+    cnn = example()
+    data = batches(cnn, rank, 2, args)
+    torch.manual_seed(args.seed)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    model = torch.nn.parallel.DistributedDataParallel(cnn.Cnn())
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    dist.barrier()
+    seconds = timed(step, data, args.warmup)
+    dist.destroy_process_group()
+    queue.put(seconds)
+
+
+def run_ddp(args):
+    import torch.multiprocessing as mp
+    os.environ.update(MALLOC_ENV)  # inherited by the spawned processes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=ddp_worker, args=(r, port, args, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    seconds = [queue.get(timeout=args.timeout) for _ in procs]
+    for p in procs:
+        p.join(args.timeout)
+        if p.exitcode != 0:
+            raise RuntimeError(f"a DDP process exited with {p.exitcode}")
+    return 2 * args.steps * args.batch / max(seconds)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--role", default="bench", choices=["bench", "worker"])
+    parser.add_argument("--bin_dir", default=os.path.join(REPO, "build", "bin"))
+    parser.add_argument("--steps", type=int, default=200, help="timed steps per process")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=64, help="per process")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--lr", type=float, default=0.001)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=1800)
+    args = parser.parse_args()
+    if args.role == "worker":
+        ours_worker(args)
+        return 0
+    ours = run_ours(args)
+    ddp = run_ddp(args)
+    print(json.dumps({"batch": args.batch, "steps": args.steps, "threads": args.threads,
+                      "ours_samples_per_sec": round(ours, 1), "ddp_samples_per_sec": round(ddp, 1),
+                      "ours_over_ddp": round(ours / ddp, 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

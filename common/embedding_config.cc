@@ -1,0 +1,71 @@
+#include "common/embedding_config.h"
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/optimizer_config.h"
+
+namespace pst {
+namespace {
+
+absl::Status Invalid(const EmbeddingTableConfig& spec, absl::string_view problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("embedding table \"", spec.name(), "\": ", problem));
+}
+
+}  // namespace
+
+absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableConfig& spec,
+                                                           const OptimizerConfig& job_optimizer) {
+  if (spec.name().empty()) return absl::InvalidArgumentError("an embedding table has no name");
+  if (spec.dim() < 1 || spec.dim() > kMaxEmbeddingDim) {
+    return Invalid(spec,
+                   absl::StrCat("dim must be in [1, ", kMaxEmbeddingDim, "], got ", spec.dim()));
+  }
+  if (spec.max_rows_per_shard() < 0 || spec.max_rows_per_shard() > kMaxRowsPerShard) {
+    return Invalid(spec, absl::StrCat("max_rows_per_shard must be in [0, ", kMaxRowsPerShard,
+                                      "] (0 = ", kDefaultMaxRowsPerShard, "), got ",
+                                      spec.max_rows_per_shard()));
+  }
+  if (spec.has_init_scale() && !(std::isfinite(spec.init_scale()) && spec.init_scale() >= 0)) {
+    return Invalid(spec,
+                   absl::StrCat("init_scale must be finite and >= 0, got ", spec.init_scale()));
+  }
+  EmbeddingTableConfig resolved = spec;
+  if (!resolved.has_optimizer()) *resolved.mutable_optimizer() = job_optimizer;
+  if (absl::StatusOr<OptimizerSettings> optimizer = ResolveOptimizerConfig(resolved.optimizer());
+      !optimizer.ok()) {
+    return Invalid(spec, optimizer.status().message());
+  }
+  if (resolved.max_rows_per_shard() == 0) resolved.set_max_rows_per_shard(kDefaultMaxRowsPerShard);
+  if (!resolved.has_init_scale()) {
+    // FTRL's weights follow from its state (0 before any gradient), so its
+    // rows start at 0; other rules start from a spread that keeps a sum of
+    // dim products of order 1.
+    resolved.set_init_scale(resolved.optimizer().has_ftrl()
+                                ? 0.0f
+                                : 1.0f / std::sqrt(static_cast<float>(resolved.dim())));
+  }
+  return resolved;
+}
+
+absl::StatusOr<std::vector<EmbeddingTableConfig>> ResolveEmbeddingTables(
+    const google::protobuf::RepeatedPtrField<EmbeddingTableConfig>& specs,
+    const OptimizerConfig& job_optimizer) {
+  std::vector<EmbeddingTableConfig> resolved;
+  std::set<std::string, std::less<>> names;
+  for (const EmbeddingTableConfig& spec : specs) {
+    absl::StatusOr<EmbeddingTableConfig> table = ResolveEmbeddingTable(spec, job_optimizer);
+    if (!table.ok()) return table.status();
+    if (!names.insert(spec.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding table \"", spec.name(), "\" is declared twice"));
+    }
+    resolved.push_back(*std::move(table));
+  }
+  return resolved;
+}
+
+}  // namespace pst

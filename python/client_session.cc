@@ -1,0 +1,175 @@
+#include "python/client_session.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/security.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+
+absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
+    const std::string& config_path, const std::string& task_text,
+    absl::Duration connect_timeout) {
+  PST_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(config_path, ConfigOverrides()));
+  PST_ASSIGN_OR_RETURN(TaskId task, ParseTask(task_text));
+  if (task.kind != TaskId::Kind::kWorker) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task \"", task_text, "\" is not a worker; use worker:<index>"));
+  }
+  PST_RETURN_IF_ERROR(ValidateTask(config, task));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<ConsistencyPolicy> policy,
+                       MakeConsistencyPolicy(ConsistencyOptionsFromConfig(config)));
+  PST_ASSIGN_OR_RETURN(ClusterSecurity security,
+                       ClusterSecurity::FromConfig(config.cluster(),
+                                                   ClusterSecurity::Role::kClient));
+  for (const std::string& warning : security.warnings()) spdlog::warn("{}", warning);
+  std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                       PsClient::Connect(addresses, task.index, connect_timeout, security));
+  client->set_wire_dtype(WireDType(config.training().wire_dtype()));
+  client->set_transport(config.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
+                                                          : PsClient::Transport::kAuto);
+  return std::unique_ptr<ClientSession>(
+      new ClientSession(std::move(config), std::move(client), std::move(policy)));
+}
+
+ClientSession::ClientSession(JobConfig config, std::unique_ptr<PsClient> client,
+                             std::unique_ptr<const ConsistencyPolicy> policy)
+    : config_(std::move(config)),
+      client_(std::move(client)),
+      policy_(std::move(policy)),
+      versions_(client_->num_shards(), 0),
+      next_min_(client_->num_shards(), 0) {}
+
+ClientSession::~ClientSession() { StopHeartbeats(); }
+
+absl::Duration ClientSession::pull_timeout() const {
+  return absl::Seconds(config_.training().pull_timeout_seconds());
+}
+
+absl::StatusOr<RegisterResponse> ClientSession::Register() {
+  PST_ASSIGN_OR_RETURN(RegisterResponse view, client_->Register());
+  const TrainingConfig& training = config_.training();
+  if (view.mode() != training.mode() || view.workers() != config_.cluster().workers()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps:0 runs ", ModeName(view.mode()), " mode with ", view.workers(),
+        " worker(s) but this worker's config says ", ModeName(training.mode()), " with ",
+        config_.cluster().workers(), "; start every task from the same config"));
+  }
+  // A shard may have gone back to its last checkpoint: the next pull takes
+  // whatever it holds.
+  std::fill(next_min_.begin(), next_min_.end(), 0);
+  StartHeartbeats();
+  return view;
+}
+
+absl::Status ClientSession::Declare(std::vector<VariableSpec> variables) {
+  if (declared()) {
+    return absl::FailedPreconditionError(
+        "the model's variables are declared already; a session declares them once");
+  }
+  if (variables.empty()) return absl::InvalidArgumentError("the model declares no variables");
+  if (!heartbeats_.joinable()) PST_RETURN_IF_ERROR(Register().status());
+  client_->SetVariables(variables);
+  PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());
+  variables_ = std::move(variables);
+  tensors_ = std::move(tensors);
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::CheckDeclared(size_t spans) const {
+  if (!declared()) {
+    return absl::FailedPreconditionError(
+        "the model's variables are not declared; call init (or declare) first");
+  }
+  if (spans != variables_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "got ", spans, " tensors for the ", variables_.size(), " declared variables"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ClientSession::Init(const std::vector<std::span<const float>>& values) {
+  PST_RETURN_IF_ERROR(CheckDeclared(values.size()));
+  return client_->Init(values);
+}
+
+std::vector<int64_t> ClientSession::MinVersionsAfter(
+    const std::vector<int64_t>& computed_at) const {
+  std::vector<int64_t> min_versions = computed_at;
+  for (int64_t& v : min_versions) v = policy_->MinVersionAfterPush(v);
+  return min_versions;
+}
+
+absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
+  PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
+  PST_RETURN_IF_ERROR(client_->Pull(next_min_, pull_timeout(), out, &versions_));
+  next_min_ = versions_;
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::Push(const std::vector<std::span<const float>>& gradients) {
+  PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
+  const std::vector<int64_t> computed_at = versions_;
+  PST_RETURN_IF_ERROR(client_->Push(computed_at, gradients, &responses_));
+  ++pushes_;
+  // The next pull sees this push's step (SYNC waits for the other workers').
+  next_min_ = MinVersionsAfter(computed_at);
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::PushPull(const std::vector<std::span<const float>>& gradients,
+                                     const std::vector<std::span<float>>& out) {
+  PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
+  PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
+  const std::vector<int64_t> computed_at = versions_;
+  PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients, MinVersionsAfter(computed_at),
+                                        pull_timeout(), out, &versions_, &responses_));
+  ++pushes_;
+  next_min_ = versions_;
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::Done() {
+  StopHeartbeats();
+  return client_->Done();
+}
+
+absl::StatusOr<StatsResponse> ClientSession::Stats(int shard) {
+  if (shard < 0 || shard >= num_shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", shard, " is not one of the ", num_shards(), " shards (0..",
+                     num_shards() - 1, ")"));
+  }
+  return client_->Stats(shard);
+}
+
+absl::StatusOr<StatsResponse> ClientSession::AwaitWorkersDone(int64_t known_changes,
+                                                              absl::Duration timeout) {
+  return client_->AwaitWorkersDone(0, known_changes, timeout);
+}
+
+void ClientSession::StartHeartbeats() {
+  if (heartbeats_.joinable()) return;
+  stop_heartbeats_ = std::make_unique<absl::Notification>();
+  const absl::Duration period = absl::Seconds(config_.training().lease_seconds()) / 4;
+  heartbeats_ = std::thread([this, period, stop = stop_heartbeats_.get()] {
+    while (!stop->WaitForNotificationWithTimeout(period)) {
+      // A failed heartbeat is not fatal: the next exchange reports the
+      // shard's state with a proper error.
+      client_->Heartbeat().IgnoreError();
+    }
+  });
+}
+
+void ClientSession::StopHeartbeats() {
+  if (!heartbeats_.joinable()) return;
+  stop_heartbeats_->Notify();
+  heartbeats_.join();
+}
+
+}  // namespace pst

@@ -1,0 +1,335 @@
+"""pstrain for Python: a training worker of a pstrain job, for any model.
+
+A ``Client`` is one worker task of a job (``worker:<i>``), speaking to every
+PS shard through the same C++ client the ``worker`` binary uses, with what
+the job config says: consistency mode, staleness, backup workers, wire
+dtype, shards, shared memory, TLS and token. So a Python worker and a C++
+worker are interchangeable in one job::
+
+    client = pstrain.Client()                 # $PSTRAIN_CONFIG, $PSTRAIN_TASK
+    client.init({"w": w0, "b": b0})           # registers, declares, offers values
+    params = client.pull()                    # name -> float32 array
+    for batch in data:
+        grads = compute(params, batch)        # name -> array (NumPy or torch CPU)
+        params = client.push_pull(grads)      # the PS optimizer's next values
+    client.done()
+    client.report(test_accuracy=0.91)         # for pslaunch's summary
+
+Arrays are float32 NumPy arrays or torch CPU tensors, read and written where
+they lie (no copy on this side). ``client.values`` and ``client.gradients``
+are the session's own arrays: in a co-located shard's shared region when the
+tensors travel through shared memory, so a model that computes in them copies
+nothing at all. Every failure raises a ``pstrain.Error`` (see
+``pstrain.errors``); every wait on the network releases the GIL.
+
+``pstrain.torch`` wraps a ``torch.nn.Module`` in three lines.
+"""
+
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from pstrain import _pstrain
+from pstrain.errors import *  # noqa: F401,F403  (the exception classes)
+from pstrain.errors import Error, UnavailableError
+
+__all__ = ["Client", "Error", "CONFIG_ENV", "TASK_ENV", "RESULT_FILE_ENV"]
+
+# What pslaunch sets for every worker task it starts from cluster.worker_command.
+CONFIG_ENV = "PSTRAIN_CONFIG"
+TASK_ENV = "PSTRAIN_TASK"
+RESULT_FILE_ENV = "PSTRAIN_RESULT_FILE"
+
+
+def _numbers(message):
+    """A protobuf message's JSON with its 64-bit integers (which the JSON
+    printer quotes) as numbers."""
+    if isinstance(message, dict):
+        return {k: _numbers(v) for k, v in message.items()}
+    if isinstance(message, list):
+        return [_numbers(v) for v in message]
+    if isinstance(message, str) and message.lstrip("-").isdigit():
+        return int(message)
+    return message
+
+
+def _is_torch_tensor(array):
+    return type(array).__module__.startswith("torch")
+
+
+def readable(array):
+    """``array`` as a float32 C-contiguous buffer, copied only if it is not one."""
+    if _is_torch_tensor(array):
+        if array.device.type != "cpu":
+            raise TypeError(
+                f"a tensor on {array.device} cannot be read by the client; "
+                "pass CPU tensors (pstrain.torch stages CUDA tensors through pinned host memory)")
+        return array.detach().contiguous().float().numpy()
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def writable(array):
+    """``array`` as a buffer the client writes into: it must be one already."""
+    if _is_torch_tensor(array):
+        if array.device.type != "cpu" or not array.is_contiguous() or array.dtype.itemsize != 4 \
+                or not array.dtype.is_floating_point:
+            raise TypeError(
+                f"cannot write into a {array.dtype} tensor on {array.device}"
+                f"{'' if array.is_contiguous() else ' (not contiguous)'}: "
+                "pass contiguous float32 CPU tensors")
+        return array.detach().numpy()
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32 \
+            or not array.flags.c_contiguous or not array.flags.writeable:
+        raise TypeError("pull destinations must be writable C-contiguous float32 arrays")
+    return array
+
+
+class Client:
+    """One worker task of a pstrain job.
+
+    ``config``: the job config file (default ``$PSTRAIN_CONFIG``; neither
+    set: the built-in default job). ``task``: ``"worker:<i>"`` (default
+    ``$PSTRAIN_TASK``, else ``worker:0``). Connecting waits up to
+    ``connect_timeout`` seconds for every shard.
+    """
+
+    def __init__(self, config=None, task=None, connect_timeout=60.0):
+        if config is None:
+            config = os.environ.get(CONFIG_ENV, "")
+        if task is None:
+            task = os.environ.get(TASK_ENV, "worker:0")
+        self._session = _pstrain.Session.open(str(config), task, float(connect_timeout))
+        self.config = _numbers(json.loads(self._session.config_json))
+        self.task = task
+        self._registered = None
+        self._first_pull = None
+        self._last_push = None
+        self._values = None
+        self._gradients = None
+
+    # ---- the job -------------------------------------------------------
+    @property
+    def worker(self):
+        """This worker's index; worker 0 is the chief."""
+        return self._session.worker
+
+    @property
+    def is_chief(self):
+        return self.worker == 0
+
+    @property
+    def num_workers(self):
+        return self.config["cluster"]["workers"]
+
+    @property
+    def num_shards(self):
+        return self._session.num_shards
+
+    @property
+    def mode(self):
+        """"SYNC", "ASYNC" or "SSP"."""
+        return self.config["training"]["mode"]
+
+    # ---- setting up ----------------------------------------------------
+    def register(self):
+        """Registers with every shard (again after a transient error: rejoins).
+
+        A shard away, restarting or still holding this worker's former
+        process (after a restart) is waited for, with backoff, for up to
+        training.pull_timeout_seconds, as the worker binary waits. Returns
+        shard 0's view: mode, workers, version, initialized, num_shards and
+        worker_clock (the pushes this worker had made before a restart, where
+        a restarted worker resumes)."""
+        patience = float(self.config["training"]["pull_timeout_seconds"])
+        deadline, backoff = None, 0.1
+        while True:
+            try:
+                self._registered = self._session.register()
+                return self._registered
+            except Error as error:
+                if not error.transient:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + patience
+                    print(f"{self.task}: waiting for the parameter servers ({error})",
+                          file=sys.stderr, flush=True)
+                elif now > deadline:
+                    # UNAVAILABLE, exit code 1: a launcher restarts the worker.
+                    raise UnavailableError(
+                        "gave up waiting for the parameter servers after "
+                        f"training.pull_timeout_seconds ({patience:g} s): {error}",
+                        "UNAVAILABLE", True) from error
+                # Full jitter, so that restarting workers do not retry in step.
+                time.sleep(backoff * (0.5 + 0.5 * random.random()))
+                backoff = min(backoff * 2, 5.0)
+
+    def declare(self, variables):
+        """Declares the model's variables: a dict name -> shape (or array), in
+        the model's order. Every worker of a job declares the same ones."""
+        if self._registered is None:
+            self.register()
+        specs = []
+        for name, value in variables.items():
+            shape = tuple(value.shape) if hasattr(value, "shape") else tuple(value)
+            specs.append((str(name), [int(d) for d in shape]))
+        self._session.declare(specs)
+
+    @property
+    def declared(self):
+        return self._session.declared
+
+    @property
+    def names(self):
+        return [name for name, _ in self._session.variables]
+
+    @property
+    def values(self):
+        """The session's value arrays (name -> array): where pull() leaves them."""
+        if self._values is None:
+            self._values = dict(zip(self.names, self._session.values()))
+        return self._values
+
+    @property
+    def gradients(self):
+        """The session's gradient arrays (name -> array): a gradient computed
+        here is pushed from where it lies."""
+        if self._gradients is None:
+            self._gradients = dict(zip(self.names, self._session.gradients()))
+        return self._gradients
+
+    def shares_memory(self, shard=0):
+        """Whether shard ``shard``'s tensors travel through shared memory."""
+        return self._session.uses_shared_memory(shard)
+
+    def init(self, values):
+        """Offers initial values (dict name -> array), declaring the variables
+        from them first if they are not yet. A shard that already holds
+        values keeps them (the first worker to arrive wins). Returns whether
+        shard 0 took these."""
+        if not self.declared:
+            self.declare(values)
+        return self._session.init(self._ordered(values, readable, "initial value"))
+
+    # ---- training ------------------------------------------------------
+    def pull(self, out=None):
+        """Pulls every variable: into ``out`` (dict name -> writable array) or,
+        without it, into ``values``. Waits for the step the last push belongs
+        to, as the job's mode says. Returns the dict of arrays."""
+        if self._first_pull is None:
+            self._first_pull = time.monotonic()
+        target = self.values if out is None else out
+        self._session.pull(self._ordered(target, writable, "pull destination"))
+        return target
+
+    def push(self, gradients):
+        """Pushes one gradient per variable (dict name -> array), computed on
+        the values of the last pull."""
+        self._session.push(self._ordered(gradients, readable, "gradient"))
+        self._last_push = time.monotonic()
+
+    def push_pull(self, gradients, out=None):
+        """push() then pull() in one exchange per shard; returns the values."""
+        if self._first_pull is None:
+            self._first_pull = time.monotonic()
+        target = self.values if out is None else out
+        self._session.push_pull(self._ordered(gradients, readable, "gradient"),
+                                self._ordered(target, writable, "pull destination"))
+        self._last_push = time.monotonic()
+        return target
+
+    @property
+    def versions(self):
+        """Each shard's version at the last pull."""
+        return list(self._session.versions)
+
+    @property
+    def steps(self):
+        """Pushes this client made."""
+        return self._session.pushes
+
+    @property
+    def last_outcomes(self):
+        """What each shard did with the last push: APPLIED, AGGREGATED, DROPPED, SKIPPED."""
+        return list(self._session.last_outcomes)
+
+    # ---- the end -------------------------------------------------------
+    def done(self):
+        """Tells every shard this worker has finished."""
+        self._session.done()
+
+    def stats(self, shard=0):
+        """Shard ``shard``'s statistics (psctl stats), as a dict."""
+        return _numbers(json.loads(self._session.stats_json(shard)))
+
+    def wait_for_workers(self, patience=None, poll=10.0):
+        """Waits until every worker has reported done, or until the unfinished
+        ones have been gone (out of the live set) for ``patience`` seconds
+        (default training.pull_timeout_seconds). Returns shard 0's stats with
+        ``missing_workers`` added: the workers given up on."""
+        if patience is None:
+            patience = float(self.config["training"]["pull_timeout_seconds"])
+        deadline = time.monotonic() + patience
+        known, wait = -1, 0.0
+        while True:
+            stats = _numbers(json.loads(self._session.await_workers_done_json(known, wait)))
+            known = stats["worker_changes"]
+            if stats["workers_done"] >= self.num_workers:
+                stats["missing_workers"] = []
+                return stats
+            missing = [w["worker"] for w in stats["workers"]
+                       if not w["done"] and (not w["live"] or w["seconds_since_seen"] < 0)]
+            now = time.monotonic()
+            if not missing:
+                deadline = now + patience
+            if now > deadline:
+                stats["missing_workers"] = missing
+                return stats
+            wait = poll if not missing else min(poll, deadline - now)
+
+    def report(self, path=None, **metrics):
+        """Writes this worker's result (the JSON a C++ worker writes with
+        --result_file) to ``path``, default ``$PSTRAIN_RESULT_FILE`` (set by
+        pslaunch, which folds the workers' results into its summary); without
+        either it only returns the result. Metrics: test_accuracy,
+        test_loss, final_loss, samples, devices, and any WorkerResult field;
+        steps, train_seconds and final_version default to this client's."""
+        result = {
+            "task": self.task,
+            "steps": self.steps,
+            "train_seconds": (self._last_push - self._first_pull)
+            if self._first_pull is not None and self._last_push is not None else 0.0,
+            "final_version": self.versions[0] if self.versions else 0,
+            "devices": "cpu",
+        }
+        result.update(metrics)
+        if "test_accuracy" in metrics:
+            result["has_test_accuracy"] = True
+        if path is None:
+            path = os.environ.get(RESULT_FILE_ENV)
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            with tempfile.NamedTemporaryFile("w", dir=folder, delete=False,
+                                             prefix=".result-") as out:
+                json.dump(result, out)
+                out.write("\n")
+            os.replace(out.name, path)
+        return result
+
+    # ---- helpers -------------------------------------------------------
+    def _ordered(self, arrays, convert, what):
+        if isinstance(arrays, dict):
+            names = self.names
+            missing = [n for n in names if n not in arrays]
+            if missing:
+                raise KeyError(f"no {what} for variable(s) {', '.join(missing)}")
+            extra = [n for n in arrays if n not in set(names)]
+            if extra:
+                raise KeyError(f"{what} for undeclared variable(s) {', '.join(map(str, extra))}")
+            return [convert(arrays[n]) for n in names]
+        return [convert(a) for a in arrays]

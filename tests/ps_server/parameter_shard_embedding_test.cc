@@ -1,0 +1,471 @@
+// Embedding rows through one PS shard, without a network: pushed and
+// pulled beside the dense variables, under each consistency mode, into
+// checkpoints and Stats.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/tensor_codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "placement/row_placement.h"
+#include "ps_server/parameter_shard.h"
+#include "ps_server/shard_calls.h"
+#include "ps_server/streamed_update.h"
+
+namespace pst {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 4;
+
+ShardOptions Options(Mode mode, int workers, int shard = 0, int num_shards = 1) {
+  ShardOptions options;
+  options.mode = mode;
+  options.num_workers = workers;
+  options.staleness = mode == SSP ? 2 : 0;
+  options.shard = shard;
+  options.num_shards = num_shards;
+  options.seed = 11;
+  options.optimizer.mutable_sgd()->set_learning_rate(0.5f);
+  return options;
+}
+
+std::unique_ptr<ParameterShard> MakeShard(const ShardOptions& options) {
+  absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return std::move(*shard);
+}
+
+// A dense "b" [2] = {0, 0} and the table "emb" (kDim, default initial
+// values, at most `max_rows` rows per shard; 0: the default).
+void Init(ParameterShard* shard, int64_t max_rows = 0) {
+  InitRequest init;
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, init.add_variables());
+  EmbeddingTableConfig* table = init.add_embeddings();
+  table->set_name("emb");
+  table->set_dim(kDim);
+  table->set_max_rows_per_shard(max_rows);
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(init, &response).ok());
+  ASSERT_TRUE(response.accepted());
+}
+
+std::string IdBytes(const std::vector<uint64_t>& ids) {
+  std::string bytes(ids.size() * sizeof(uint64_t), '\0');
+  std::memcpy(bytes.data(), ids.data(), bytes.size());
+  return bytes;
+}
+
+// Rows of "emb": ids and, row after row, their float32 gradients.
+EmbeddingRows Rows(const std::vector<uint64_t>& ids, const std::vector<float>& values = {}) {
+  EmbeddingRows rows;
+  rows.set_table("emb");
+  rows.set_ids(IdBytes(ids));
+  rows.set_dtype(FLOAT32);
+  rows.set_data(
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  return rows;
+}
+
+PushRequest RowPush(int worker, int64_t version, const std::vector<uint64_t>& ids,
+                    const std::vector<float>& values, bool with_dense = true) {
+  PushRequest push;
+  push.set_worker(worker);
+  push.set_computed_at_version(version);
+  if (with_dense) {
+    EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{1, 1}, push.add_gradients());
+  }
+  *push.add_rows() = Rows(ids, values);
+  return push;
+}
+
+// The values of "emb"'s rows `ids` (row after row) and of "b", as pulled.
+struct Pulled {
+  int64_t version = 0;
+  std::vector<float> rows;
+  std::vector<float> dense;
+};
+
+Pulled PullAll(ParameterShard* shard, const std::vector<uint64_t>& ids, int worker = 0) {
+  PullRequest pull;
+  pull.set_worker(worker);
+  pull.add_names("b");
+  *pull.add_rows() = Rows(ids);
+  PullResponse response;
+  const absl::Status status = Pull(*shard, pull, absl::Now(), &response);
+  EXPECT_TRUE(status.ok()) << status;
+  Pulled pulled;
+  pulled.version = response.version();
+  EXPECT_EQ(response.rows_size(), 1);
+  if (response.rows_size() != 1 || response.variables_size() != 1) return pulled;
+  EXPECT_EQ(response.rows(0).table(), "emb");
+  EXPECT_EQ(response.rows(0).ids(), "");  // the answer carries values only
+  pulled.rows.resize(response.rows(0).data().size() / sizeof(float));
+  DecodeValues(response.rows(0).data(), response.rows(0).dtype(), pulled.rows);
+  pulled.dense.resize(2);
+  DecodeTensor(response.variables(0), pulled.dense);
+  return pulled;
+}
+
+// Gradient rows for `ids`, each element a distinct value that depends on
+// `worker`, so that sums in another order would round differently.
+std::vector<float> Gradients(int worker, const std::vector<uint64_t>& ids) {
+  std::vector<float> values;
+  for (uint64_t id : ids) {
+    for (int k = 0; k < kDim; ++k) {
+      values.push_back(0.1f * static_cast<float>(worker + 1) + 1e-3f * static_cast<float>(id) +
+                       1.0f / static_cast<float>(k + 3 + worker));
+    }
+  }
+  return values;
+}
+
+const std::vector<std::vector<uint64_t>> kBatches = {{1, 2, 3}, {3, 2, 7}, {9, 1, 3}};
+const std::vector<uint64_t> kAllIds = {1, 2, 3, 7, 9};
+
+// What one worker with the three batches combined pushes: per id, the sum
+// of every worker's row (in rank order, 0 for a worker without the id)
+// over the 3 workers.
+PushRequest CombinedPush(int64_t version) {
+  std::vector<float> combined;
+  for (uint64_t id : kAllIds) {
+    for (int k = 0; k < kDim; ++k) {
+      float sum = 0.0f;
+      for (int w = 0; w < 3; ++w) {
+        const std::vector<uint64_t>& batch = kBatches[w];
+        auto it = std::find(batch.begin(), batch.end(), id);
+        if (it == batch.end()) continue;
+        sum += Gradients(w, batch)[(it - batch.begin()) * kDim + k];
+      }
+      combined.push_back(sum * (1.0f / 3.0f));
+    }
+  }
+  return RowPush(0, version, kAllIds, combined);
+}
+
+TEST(ParameterShardEmbeddingTest, SyncRowsAreBitwiseOneWorkersWithTheCombinedBatch) {
+  auto reference = MakeShard(Options(SYNC, 1));
+  Init(reference.get());
+  for (int step = 0; step < 2; ++step) {
+    PushResponse response;
+    ASSERT_TRUE(Push(*reference, CombinedPush(step), &response).ok());
+    ASSERT_EQ(response.outcome(), PushResponse::APPLIED);
+  }
+  const Pulled expected = PullAll(reference.get(), kAllIds);
+  for (const std::vector<int>& order :
+       std::vector<std::vector<int>>{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}}) {
+    auto shard = MakeShard(Options(SYNC, 3));
+    Init(shard.get());
+    const Pulled initial = PullAll(shard.get(), kAllIds);
+    for (int step = 0; step < 2; ++step) {
+      for (size_t i = 0; i < order.size(); ++i) {
+        const int w = order[i];
+        PushResponse response;
+        ASSERT_TRUE(
+            Push(*shard, RowPush(w, step, kBatches[w], Gradients(w, kBatches[w])), &response).ok());
+        const bool last = i + 1 == order.size();
+        EXPECT_EQ(response.outcome(), last ? PushResponse::APPLIED : PushResponse::AGGREGATED);
+        // The version advances once per step, with its last push.
+        EXPECT_EQ(response.version(), last ? step + 1 : step);
+        if (step == 0 && !last) {  // nothing is applied before the step completes
+          EXPECT_EQ(PullAll(shard.get(), kAllIds).rows, initial.rows);
+        }
+      }
+    }
+    const Pulled pulled = PullAll(shard.get(), kAllIds);
+    EXPECT_EQ(pulled.version, 2);
+    ASSERT_EQ(pulled.rows.size(), expected.rows.size());
+    for (size_t i = 0; i < pulled.rows.size(); ++i) {
+      // Bitwise, whatever the arrival order.
+      EXPECT_EQ(std::memcmp(&pulled.rows[i], &expected.rows[i], sizeof(float)), 0)
+          << "element " << i << ": " << pulled.rows[i] << " vs " << expected.rows[i];
+    }
+    EXPECT_EQ(pulled.dense, expected.dense);
+    const StatsResponse stats = [&] {
+      StatsResponse s;
+      shard->Stats(&s);
+      return s;
+    }();
+    ASSERT_EQ(stats.embeddings_size(), 1);
+    EXPECT_EQ(stats.embeddings(0).rows(), static_cast<int64_t>(kAllIds.size()));
+    EXPECT_EQ(stats.pushes_applied(), 2);
+  }
+}
+
+// ASYNC applies each push on arrival; SSP's rows behave alike.
+class RowsOnArrivalTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(RowsOnArrivalTest, EachPushAppliesItsRowsAtOnce) {
+  auto shard = MakeShard(Options(GetParam(), 2));
+  Init(shard.get());
+  const Pulled before = PullAll(shard.get(), {5});
+  PushResponse first;
+  ASSERT_TRUE(Push(*shard, RowPush(0, 0, {5}, {2, 2, 2, 2}), &first).ok());
+  EXPECT_EQ(first.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(first.version(), 1);
+  const Pulled after_first = PullAll(shard.get(), {5});
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(after_first.rows[k], before.rows[k] - 1.0f);
+  PushResponse second;
+  ASSERT_TRUE(Push(*shard, RowPush(1, 0, {5}, {4, 4, 4, 4}), &second).ok());
+  EXPECT_EQ(second.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(second.version(), 2);
+  const Pulled after_second = PullAll(shard.get(), {5});
+  for (int k = 0; k < kDim; ++k) {
+    EXPECT_FLOAT_EQ(after_second.rows[k], after_first.rows[k] - 2.0f);
+  }
+  EXPECT_THAT(after_second.dense, ElementsAre(-1.0f, -1.0f));
+}
+
+INSTANTIATE_TEST_SUITE_P(AsyncAndSsp, RowsOnArrivalTest, ::testing::Values(ASYNC, SSP));
+
+TEST(ParameterShardEmbeddingTest, APushOfRowsAloneTrainsTheRowsAndLeavesTheDenseVariables) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get());
+  const Pulled before = PullAll(shard.get(), {8});
+  PushResponse response;
+  ASSERT_TRUE(Push(*shard, RowPush(0, 0, {8}, {1, 1, 1, 1}, /*with_dense=*/false), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  const Pulled after = PullAll(shard.get(), {8});
+  EXPECT_EQ(after.version, 1);
+  EXPECT_THAT(after.dense, ElementsAre(0.0f, 0.0f));
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(after.rows[k], before.rows[k] - 0.5f);
+}
+
+TEST(ParameterShardEmbeddingTest, SyncStillWantsEveryDenseGradientBesideTheRows) {
+  auto shard = MakeShard(Options(SYNC, 2));
+  Init(shard.get());
+  PushResponse response;
+  const absl::Status status =
+      Push(*shard, RowPush(0, 0, {8}, {1, 1, 1, 1}, /*with_dense=*/false), &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("missing the gradient for \"b\""));
+}
+
+TEST(ParameterShardEmbeddingTest, APushWithNeitherGradientsNorRowsIsRefused) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get());
+  PushRequest empty;
+  PushResponse response;
+  const absl::Status status = Push(*shard, empty, &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("no gradients and no embedding rows"));
+  EXPECT_EQ(shard->version(), 0);
+}
+
+TEST(ParameterShardEmbeddingTest, APullOfRowsAtAMinVersionWaitsForTheStep) {
+  auto shard = MakeShard(Options(SYNC, 2));
+  Init(shard.get());
+  const std::vector<float> initial = PullAll(shard.get(), {4}).rows;
+  // Worker 0's exchange: push step 0's rows, then pull step 1's ids at
+  // version 1.
+  PushResponse pushed;
+  ASSERT_TRUE(Push(*shard, RowPush(0, 0, {4}, {2, 2, 2, 2}), &pushed).ok());
+  ASSERT_EQ(pushed.outcome(), PushResponse::AGGREGATED);
+  PullRequest pull;
+  pull.set_worker(0);
+  pull.set_min_version(1);
+  pull.add_names("b");
+  *pull.add_rows() = Rows({4, 6});
+  std::vector<float> seen;
+  int64_t seen_version = -1;
+  const ParameterShard::PullVisitor visit =
+      [&](int64_t version, const std::vector<const Variable*>&, const PulledRows& rows) {
+        seen_version = version;
+        PullResponse answer;
+        rows.AnswerTo(&answer);
+        seen.resize(answer.rows(0).data().size() / sizeof(float));
+        DecodeValues(answer.rows(0).data(), FLOAT32, seen);
+      };
+  absl::Notification woken;
+  absl::StatusOr<ParameterShard::WaitId> waited =
+      shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60), visit, [&] { woken.Notify(); });
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_NE(*waited, 0);  // it waits for the step
+  EXPECT_EQ(seen_version, -1);
+  ASSERT_TRUE(Push(*shard, RowPush(1, 0, {4}, {4, 4, 4, 4}), &pushed).ok());
+  ASSERT_EQ(pushed.outcome(), PushResponse::APPLIED);
+  ASSERT_TRUE(woken.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  waited = shard->PullVisitOrWait(pull, absl::Now() + absl::Seconds(60), visit, [] {});
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(*waited, 0);
+  EXPECT_EQ(seen_version, 1);
+  ASSERT_EQ(seen.size(), 2u * kDim);
+  // Row 4 moved by lr 0.5 times the mean gradient 3; row 6 was never
+  // pushed and reads as its initial value.
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(seen[k], initial[k] - 1.5f);
+  const std::vector<float> six = PullAll(shard.get(), {6}).rows;
+  EXPECT_EQ(std::vector<float>(seen.begin() + kDim, seen.end()), six);
+}
+
+TEST(ParameterShardEmbeddingTest, ACheckpointThroughTheShardKeepsTheRows) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get(), /*max_rows=*/2);
+  PushResponse response;
+  ASSERT_TRUE(
+      Push(*shard, RowPush(0, 0, {1, 2, 3}, std::vector<float>(3 * kDim, 1)), &response).ok());
+  const Pulled before = PullAll(shard.get(), {1, 2, 3});
+  const ShardCheckpoint checkpoint = shard->Snapshot();
+  ASSERT_EQ(checkpoint.embeddings_size(), 1);
+
+  auto restored = MakeShard(Options(ASYNC, 1));
+  ASSERT_TRUE(restored->Restore(checkpoint).ok());
+  EXPECT_TRUE(restored->initialized());
+  EXPECT_EQ(restored->parameter_bytes(), shard->parameter_bytes());
+  const Pulled after = PullAll(restored.get(), {1, 2, 3});
+  EXPECT_EQ(after.version, before.version);
+  EXPECT_EQ(after.rows, before.rows);
+  StatsResponse stats;
+  restored->Stats(&stats);
+  ASSERT_EQ(stats.embeddings_size(), 1);
+  EXPECT_EQ(stats.embeddings(0).rows(), 2);
+  EXPECT_EQ(stats.embeddings(0).rows_admitted(), 2);
+  EXPECT_EQ(stats.embeddings(0).rows_refused(), 1);
+  // The restored rows train on.
+  ASSERT_TRUE(Push(*restored, RowPush(0, 1, {1}, {2, 2, 2, 2}), &response).ok());
+  const Pulled trained = PullAll(restored.get(), {1});
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(trained.rows[k], before.rows[k] - 1.0f);
+}
+
+TEST(ParameterShardEmbeddingTest, StatsCountRowsAdmittedAndRefusedAtTheLimit) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get(), /*max_rows=*/2);
+  const int64_t dense_bytes = shard->parameter_bytes();
+  EXPECT_EQ(dense_bytes, 2 * static_cast<int64_t>(sizeof(float)));
+  const Pulled initial = PullAll(shard.get(), {1, 2, 3});
+  PushResponse response;
+  ASSERT_TRUE(
+      Push(*shard, RowPush(0, 0, {1, 2, 3}, std::vector<float>(3 * kDim, 1)), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  StatsResponse stats;
+  shard->Stats(&stats);
+  ASSERT_EQ(stats.embeddings_size(), 1);
+  const EmbeddingTableStats& table = stats.embeddings(0);
+  EXPECT_EQ(table.table(), "emb");
+  EXPECT_EQ(table.dim(), kDim);
+  EXPECT_EQ(table.rows(), 2);
+  EXPECT_EQ(table.rows_admitted(), 2);
+  EXPECT_EQ(table.rows_refused(), 1);
+  EXPECT_GT(table.bytes(), 0);
+  // The shard's parameter bytes grow with the rows, at once.
+  const int64_t rows_bytes = 2 * kDim * static_cast<int64_t>(sizeof(float));
+  EXPECT_EQ(stats.parameter_bytes(), dense_bytes + rows_bytes);
+  EXPECT_EQ(shard->parameter_bytes(), dense_bytes + rows_bytes);
+  // The refused row kept its initial value; the others trained.
+  const Pulled after = PullAll(shard.get(), {1, 2, 3});
+  for (int k = 0; k < kDim; ++k) {
+    EXPECT_FLOAT_EQ(after.rows[k], initial.rows[k] - 0.5f);
+    EXPECT_FLOAT_EQ(after.rows[kDim + k], initial.rows[kDim + k] - 0.5f);
+    EXPECT_EQ(after.rows[2 * kDim + k], initial.rows[2 * kDim + k]);
+  }
+}
+
+// An id of shard 1 of 2, for shard 0.
+uint64_t IdOfShardOne() {
+  uint64_t id = 0;
+  while (ShardOfRow(id, 2) != 1) ++id;
+  return id;
+}
+uint64_t IdOfShardZero() {
+  uint64_t id = 0;
+  while (ShardOfRow(id, 2) != 0) ++id;
+  return id;
+}
+
+TEST(ParameterShardEmbeddingTest, RowsOfAnotherShardAreRefusedAndChangeNothing) {
+  auto shard = MakeShard(Options(ASYNC, 1, /*shard=*/0, /*num_shards=*/2));
+  Init(shard.get());
+  const uint64_t mine = IdOfShardZero(), theirs = IdOfShardOne();
+  const Pulled before = PullAll(shard.get(), {mine});
+  PushResponse response;
+  const absl::Status pushed =
+      Push(*shard, RowPush(0, 0, {mine, theirs}, std::vector<float>(2 * kDim, 1)), &response);
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pushed.message(), HasSubstr("belongs to shard 1"));
+  EXPECT_EQ(shard->version(), 0);
+  const Pulled after = PullAll(shard.get(), {mine});
+  EXPECT_EQ(after.rows, before.rows);
+  EXPECT_THAT(after.dense, ElementsAre(0.0f, 0.0f));
+  StatsResponse stats;
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.pushes_rejected(), 1);
+  EXPECT_EQ(stats.embeddings(0).rows(), 0);
+
+  PullRequest pull;
+  *pull.add_rows() = Rows({theirs});
+  PullResponse answer;
+  const absl::Status pulled = Pull(*shard, pull, absl::Now(), &answer);
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pulled.message(), HasSubstr("belongs to shard 1"));
+}
+
+TEST(ParameterShardEmbeddingTest, ANonFiniteRowIsRefusedEvenWhenTheDenseGradientsWereChecked) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get());
+  std::vector<float> values(kDim, 1);
+  values[2] = std::numeric_limits<float>::quiet_NaN();
+  PushResponse response;
+  // A transport that checked the dense gradients as they arrived says so;
+  // the rows are still checked.
+  const absl::Status status =
+      Push(*shard, RowPush(0, 0, {3}, values), &response, {.values_finite = true});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("id 3"));
+  EXPECT_EQ(shard->version(), 0);
+  StatsResponse stats;
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.embeddings(0).rows(), 0);
+}
+
+TEST(ParameterShardEmbeddingTest, APullOfAnUnknownTableIsRefused) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get());
+  PullRequest pull;
+  EmbeddingRows rows = Rows({1});
+  rows.set_table("nope");
+  *pull.add_rows() = rows;
+  PullResponse answer;
+  const absl::Status status = Pull(*shard, pull, absl::Now(), &answer);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("\"nope\""));
+}
+
+TEST(ParameterShardEmbeddingTest, APullWhoseRowsExceedTheReplyBoundIsRefusedBeforeEncoding) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get());
+  std::vector<uint64_t> ids(1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  PullRequest pull;
+  *pull.add_rows() = Rows(ids);
+  PullResponse answer;
+  const absl::Status status =
+      Pull(*shard, pull, absl::Now(), &answer, {.max_reply_bytes = 1000 * kDim});
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("1000 embedding rows"));
+  EXPECT_EQ(answer.rows_size(), 0);
+  ASSERT_TRUE(Pull(*shard, pull, absl::Now(), &answer, {.max_reply_bytes = 1000 * kDim * 8}).ok());
+  EXPECT_EQ(answer.rows(0).data().size(), 1000u * kDim * sizeof(float));
+}
+
+TEST(ParameterShardEmbeddingTest, APushWithRowsIsNeverStreamedIntoTheUpdate) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get());
+  PushRequest header = RowPush(0, 0, {1}, std::vector<float>(kDim, 1));
+  header.mutable_gradients(0)->clear_data();
+  absl::StatusOr<ParameterShard::StreamedPush> push = shard->BeginStreamedPush(header);
+  ASSERT_TRUE(push.ok()) << push.status();
+  EXPECT_EQ(push->update, nullptr);  // reassembled, then pushed whole
+  EXPECT_FALSE(push->awaits_turn);
+  EXPECT_THAT(push->bytes, ElementsAre(2 * static_cast<int64_t>(sizeof(float))));
+  EXPECT_FALSE(shard->streamed_update_staged());
+}
+
+}  // namespace
+}  // namespace pst
