@@ -27,7 +27,10 @@ PROGRAMS=(pslaunch ps_server worker psctl psreport)
 
 # cmake --install: the tree under a prefix.
 PREFIX=$SCRATCH/prefix
-cmake --install "$BUILD_DIR" --prefix "$PREFIX" >/dev/null
+# The default component: the Python module's goes to the interpreter's
+# site-packages, outside any prefix.
+cmake --install "$BUILD_DIR" --prefix "$PREFIX" --component Unspecified >"$SCRATCH/install.log" 2>&1 \
+  || fail "cmake --install (run it after a full build): $(tail -n 5 "$SCRATCH/install.log")"
 for f in "${PROGRAMS[@]/#/bin/}" share/pstrain/configs/local.textproto \
          share/pstrain/deploy/kubeflow/tfjob.yaml share/pstrain/deploy/k8s/ps.yaml \
          share/pstrain/docker/Dockerfile share/doc/pstrain/README.md \
