@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/embedding_config.h"
+#include "common/json_depth.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
@@ -387,39 +388,15 @@ absl::StatusOr<std::string> ExpandEnvironment(absl::string_view text, absl::stri
 
 namespace {
 
-// A JSON config nests a few levels; protobuf's parser gives up on deep
-// nesting without saying so clearly (it reported an empty cluster.ps for
-// 100 000 nested arrays), so nesting is bounded here, with the line.
+// A JSON config nests a few levels (common/json_depth.h says why it is
+// bounded).
 constexpr int kMaxJsonDepth = 32;
 
 absl::Status CheckJsonDepth(absl::string_view json, absl::string_view origin) {
-  int depth = 0;
-  int line = 1;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : json) {
-    if (c == '\n') ++line;
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxJsonDepth) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            origin, ":", line, ": invalid JSON config: nested more than ", kMaxJsonDepth,
-            " levels deep; a job config nests a few objects (cluster, training, ...)"));
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (std::optional<int> line = LineNestingBeyond(json, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ":", *line, ": invalid JSON config: nested more than ", kMaxJsonDepth,
+        " levels deep; a job config nests a few objects (cluster, training, ...)"));
   }
   return absl::OkStatus();
 }

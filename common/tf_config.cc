@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -32,25 +33,8 @@ absl::Status Malformed(absl::string_view problem) {
 }
 
 absl::Status CheckDepth(absl::string_view json) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : json) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if ((c == '{' || c == '[') && ++depth > kMaxTfConfigDepth) {
-      return Malformed(absl::StrCat("nests more than ", kMaxTfConfigDepth, " levels"));
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (LineNestingBeyond(json, kMaxTfConfigDepth)) {
+    return Malformed(absl::StrCat("nests more than ", kMaxTfConfigDepth, " levels"));
   }
   return absl::OkStatus();
 }
