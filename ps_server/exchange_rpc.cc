@@ -58,9 +58,13 @@ void ExchangeRpc::LeaveArrival() {
     // A call that has not ended is not over either: Pump and Settle would
     // find nothing to do.
     if (!end_) return;
+    // Once the lock is released, another thread's Settle (a write that
+    // completes) may finish the call: it is kept until these return.
+    Ref();
   }
   Pump();
   Settle(/*operation_ended=*/false);
+  Unref();
 }
 
 void ExchangeRpc::Read() {
@@ -122,10 +126,12 @@ void ExchangeRpc::LeaveBusy() {
   {
     absl::MutexLock lock(&mu_);
     --busy_;
+    Ref();  // as in LeaveArrival: no other Settle frees it under these
   }
   Pump();
   // The call may have come to its end while the task ran.
   Settle(/*operation_ended=*/false);
+  Unref();
 }
 
 bool ExchangeRpc::Ended() {
