@@ -344,9 +344,12 @@ void ConnectionGate::AcceptLoop() {
       if (OverTotal()) Sweep();
       full = OverTotal();
     }
-    // A place has come free: what waits now has waited for it.
-    if (was_full && !full) NoteWaiting();
+    // A place has come free: what waits now has waited for it. The cap may
+    // have been reached and left since the last look (another thread's
+    // sweep found a connection closed): reached_cap_ says it was.
+    if ((was_full || reached_cap_) && !full) NoteWaiting();
     was_full = full;
+    reached_cap_ = false;
     const bool accepting = !full && !pausing;
     polled.clear();
     polled.push_back({.fd = wake_fd_, .events = POLLIN, .revents = 0});
@@ -438,6 +441,7 @@ bool ConnectionGate::AcceptFrom(size_t index) {
         open_per_source_[source].insert(fd);
         connections_.emplace(fd, Connection{status.st_dev, status.st_ino, std::move(source)});
         admitted = true;
+        if (OverTotal()) reached_cap_ = true;
       }
     }
     if (!admitted) {

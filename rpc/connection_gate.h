@@ -164,6 +164,8 @@ class ConnectionGate {
   // at the total cap that it has not accepted since.
   absl::Time last_logged_ = absl::InfinitePast();
   std::vector<bool> waited_;
+  // An admission filled the last place since the loop last looked.
+  bool reached_cap_ = false;
 
   mutable absl::Mutex mu_;
   // gRPC says nothing when it closes a connection: an entry stands until its
