@@ -36,47 +36,6 @@
 namespace pst {
 namespace {
 
-// One child process, output to a log file; killed in the destructor.
-class Process {
- public:
-  Process(const std::vector<std::string>& argv, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Process() { Kill(); }
-  void Signal(int signal_number) {
-    if (pid_ > 0) kill(pid_, signal_number);
-  }
-  void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
-  pid_t pid() const { return pid_; }
-  // Exit code, or -1 if it did not exit within `timeout`.
-  int Wait(absl::Duration timeout) {
-    if (pid_ <= 0 || !AwaitProcessEnd(pid_, timeout)) return -1;
-    int status = 0;
-    if (waitpid(pid_, &status, 0) != pid_) return -1;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
 class FaultTest : public ::testing::Test {
@@ -126,7 +85,7 @@ class FaultTest : public ::testing::Test {
   // The first PS binds port 0 and reports the port it got, which the
   // configs then name, for the workers and for every later PS, which binds
   // it again. No port is reported by a PS that exits before serving.
-  std::unique_ptr<Process> StartPs(const std::string& config,
+  std::unique_ptr<ChildProcess> StartPs(const std::string& config,
                                    const std::vector<std::string>& prefix = {},
                                    const std::string& extra_arg = "",
                                    const std::string& log = "ps.log") {
@@ -137,7 +96,7 @@ class FaultTest : public ::testing::Test {
     if (!extra_arg.empty()) argv.push_back(extra_arg);
     const std::string port_file = dir_ + "/ps.port";
     if (address_.empty()) argv.push_back("--port_file=" + port_file);
-    auto ps = std::make_unique<Process>(argv, dir_ + "/" + log);
+    auto ps = std::make_unique<ChildProcess>(argv, dir_ + "/" + log);
     if (address_.empty()) {
       if (const int port = AwaitPortFile(port_file, ps->pid()); port > 0) {
         address_ = absl::StrCat("127.0.0.1:", port);
@@ -146,8 +105,8 @@ class FaultTest : public ::testing::Test {
     }
     return ps;
   }
-  std::unique_ptr<Process> StartWorker(const std::string& config, int rank) {
-    return std::make_unique<Process>(
+  std::unique_ptr<ChildProcess> StartWorker(const std::string& config, int rank) {
+    return std::make_unique<ChildProcess>(
         std::vector<std::string>{Bin("worker"), "--config=" + config,
                                  absl::StrCat("--task=worker:", rank),
                                  absl::StrCat("--result_file=", dir_, "/worker-", rank, ".json")},

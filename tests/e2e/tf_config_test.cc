@@ -30,46 +30,6 @@ using ::testing::HasSubstr;
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
-// One child process with TF_CONFIG set, output to a log file; killed in the
-// destructor.
-class Process {
- public:
-  Process(const std::vector<std::string>& argv, const std::string& tf_config,
-          const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      setenv("TF_CONFIG", tf_config.c_str(), 1);
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Process() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  void Signal(int signal_number) { kill(pid_, signal_number); }
-  // Exit code, or -1 if it did not exit within `timeout`.
-  int Wait(absl::Duration timeout) {
-    if (pid_ <= 0 || !AwaitProcessEnd(pid_, timeout)) return -1;
-    int status = 0;
-    if (waitpid(pid_, &status, 0) != pid_) return -1;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
 // The cluster as the launcher sees it; `ps` is the PS's address.
 std::string TfConfig(const std::string& ps, const std::string& type) {
   return absl::StrCat(R"({"cluster": {"ps": [")", ps,
@@ -101,17 +61,19 @@ class TfConfigTest : public ::testing::Test {
 
 TEST_F(TfConfigTest, OnePsAChiefAndAWorkerTrainFromTfConfigAlone) {
   const std::string port_file = dir_ + "/ps.port";
-  Process ps({Bin("ps_server"), "--config=" + job_, "--port_file=" + port_file},
-             TfConfig("127.0.0.1:0", "ps"), dir_ + "/ps.log");
+  ChildProcess ps({Bin("ps_server"), "--config=" + job_, "--port_file=" + port_file},
+                  dir_ + "/ps.log", {{"TF_CONFIG", TfConfig("127.0.0.1:0", "ps")}});
   const int port = AwaitPortFile(port_file, ps.pid());
   ASSERT_GT(port, 0) << ReadFile(dir_ + "/ps.log");
   const std::string address = absl::StrCat("127.0.0.1:", port);
 
   // TF_CONFIG's chief is worker:0, its worker 0 is worker:1.
-  Process chief({Bin("worker"), "--config=" + job_, "--result_file=" + dir_ + "/chief.json"},
-                TfConfig(address, "chief"), dir_ + "/chief.log");
-  Process worker({Bin("worker"), "--config=" + job_, "--result_file=" + dir_ + "/worker.json"},
-                 TfConfig(address, "worker"), dir_ + "/worker.log");
+  ChildProcess chief(
+      {Bin("worker"), "--config=" + job_, "--result_file=" + dir_ + "/chief.json"},
+      dir_ + "/chief.log", {{"TF_CONFIG", TfConfig(address, "chief")}});
+  ChildProcess worker(
+      {Bin("worker"), "--config=" + job_, "--result_file=" + dir_ + "/worker.json"},
+      dir_ + "/worker.log", {{"TF_CONFIG", TfConfig(address, "worker")}});
   ASSERT_EQ(chief.Wait(absl::Seconds(120)), 0) << ReadFile(dir_ + "/chief.log");
   ASSERT_EQ(worker.Wait(absl::Seconds(30)), 0) << ReadFile(dir_ + "/worker.log");
 

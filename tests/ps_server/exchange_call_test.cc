@@ -86,6 +86,32 @@ TEST(ExchangePhaseDeathTest, AnIllegalTransitionAborts) {
 }
 
 // An exchange the test drives message by message.
+// A region of `bytes` made here and attached by `worker` through `stub`,
+// its first `elements` floats set to `value` (a gradient at offset 0);
+// `*handle` gets the shard's handle for it, `*owner` (if given) a
+// descriptor of its own, to shrink it with.
+std::unique_ptr<SharedRegion> AttachFilledRegion(ParameterServer::Stub* stub, int worker,
+                                                 int64_t bytes, int64_t elements, float value,
+                                                 uint64_t* handle, int* owner = nullptr) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes);
+  EXPECT_TRUE(region.ok()) << region.status();
+  if (owner != nullptr) *owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
+  ShmAttachRequest request;
+  request.set_worker(worker);
+  request.set_name((*region)->name());
+  request.set_bytes(static_cast<int64_t>((*region)->bytes().size()));
+  request.set_boot_id(*HostBootId());
+  request.set_proof((*region)->proof());
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub->ShmAttach(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  *handle = response.region();
+  const std::vector<float> gradient(static_cast<size_t>(elements), value);
+  std::memcpy((*region)->bytes().data(), gradient.data(), gradient.size() * sizeof(float));
+  return std::move(*region);
+}
+
 struct OpenExchange {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>> stream;
@@ -215,23 +241,7 @@ class ExchangeCallTest : public ::testing::Test {
   // own, to shrink it with.
   std::unique_ptr<SharedRegion> AttachRegion(uint64_t* handle, int* owner = nullptr,
                                              int64_t bytes = 2 * kBytes) {
-    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes);
-    EXPECT_TRUE(region.ok()) << region.status();
-    if (owner != nullptr) *owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
-    ShmAttachRequest request;
-    request.set_worker(0);
-    request.set_name((*region)->name());
-    request.set_bytes(static_cast<int64_t>((*region)->bytes().size()));
-    request.set_boot_id(*HostBootId());
-    request.set_proof((*region)->proof());
-    ShmAttachResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status = stub_->ShmAttach(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    *handle = response.region();
-    const std::vector<float> gradient(kElements, 0.25f);
-    std::memcpy((*region)->bytes().data(), gradient.data(), kBytes);
-    return std::move(*region);
+    return AttachFilledRegion(stub_.get(), 0, bytes, kElements, 0.25f, handle, owner);
   }
   // A push and pull of "w" through region `handle`: the gradient at 0, the
   // answer after it.
@@ -537,22 +547,7 @@ class ExchangeRowsTest : public ::testing::Test {
 
   // A region attached by `worker` holding the gradient of "w" (0.5) at 0.
   std::unique_ptr<SharedRegion> AttachRegion(int worker, uint64_t* handle) {
-    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(1 << 16);
-    EXPECT_TRUE(region.ok()) << region.status();
-    ShmAttachRequest request;
-    request.set_worker(worker);
-    request.set_name((*region)->name());
-    request.set_bytes(static_cast<int64_t>((*region)->bytes().size()));
-    request.set_boot_id(*HostBootId());
-    request.set_proof((*region)->proof());
-    ShmAttachResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status = stub_->ShmAttach(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    *handle = response.region();
-    const std::vector<float> gradient(kDense, 0.5f);
-    std::memcpy((*region)->bytes().data(), gradient.data(), kDense * sizeof(float));
-    return std::move(*region);
+    return AttachFilledRegion(stub_.get(), worker, 1 << 16, kDense, 0.5f, handle);
   }
 
   // The answer's rows of "emb" as floats (from its header), checking that

@@ -1,6 +1,8 @@
 #include "tests/support/commands.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,6 +90,42 @@ int AwaitPortFile(const std::string& path, pid_t pid, absl::Duration timeout) {
       },
       timeout, absl::Milliseconds(10));
   return port;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log,
+                           const std::vector<std::pair<std::string, std::string>>& env) {
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+void ChildProcess::Signal(int signal_number) {
+  if (pid_ > 0) kill(pid_, signal_number);
+}
+
+void ChildProcess::Kill() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+}
+
+int ChildProcess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0 || !AwaitProcessEnd(pid_, timeout)) return -1;
+  int status = 0;
+  if (waitpid(pid_, &status, 0) != pid_) return -1;
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace pst

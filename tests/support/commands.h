@@ -1,5 +1,6 @@
 // What the multi-process tests share: running a shipped binary under
-// timeout(1) with its output captured, scratch files, and the port a
+// timeout(1) with its output captured, or as a child process of the test's
+// own, scratch files, and the port a
 // ps_server bound to port 0 reports. ctest runs test binaries in parallel,
 // so every path is unique to the calling process, and no test picks a PS's
 // port: each PS binds port 0 and reports the port it got.
@@ -9,6 +10,8 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -44,6 +47,28 @@ bool AwaitProcessEnd(pid_t pid, absl::Duration timeout);
 // address with port 0) got: waits up to `timeout` for it to write the file,
 // giving up early once process `pid` has ended. 0 if it did not write it.
 int AwaitPortFile(const std::string& path, pid_t pid, absl::Duration timeout = absl::Seconds(60));
+
+// One child process running `argv` (argv[0] a path), its output appended
+// to `log`, with `env` (name, value) added to its environment. The
+// destructor, like Kill, SIGKILLs and reaps it if it still runs.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log,
+               const std::vector<std::pair<std::string, std::string>>& env = {});
+  ~ChildProcess() { Kill(); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void Signal(int signal_number);
+  void Kill();
+  // Exit code (128 + signal if killed), or -1 if it did not exit within
+  // `timeout`.
+  int Wait(absl::Duration timeout);
+
+ private:
+  pid_t pid_ = -1;
+};
 
 }  // namespace pst
 
