@@ -551,7 +551,12 @@ absl::Status ValidateConfig(const JobConfig& config) {
                    absl::StrCat("must be between 0 (all) and cluster.workers (",
                                 config.cluster().workers(), ")"));
   }
-  if (!(training.lease_seconds() > 0)) return Invalid("training.lease_seconds", "must be positive");
+  // A worker heartbeats every lease / 4: shorter than 0.1 s, heartbeats
+  // would crowd out the work; an endless lease never frees a dead worker.
+  if (!(training.lease_seconds() >= 0.1f && training.lease_seconds() <= 86400.0f)) {
+    return Invalid("training.lease_seconds",
+                   "must be between 0.1 and 86400 (seconds; 0 for the default 5)");
+  }
   if (absl::StatusOr<DeviceSpec> d = ParseDeviceSpec(training.device()); !d.ok()) {
     return Invalid("training.device", d.status().message());
   }

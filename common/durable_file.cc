@@ -19,7 +19,8 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 
 }  // namespace
 
-absl::Status WriteFileDurably(const std::string& path, const std::string& contents) {
+absl::Status WriteFileDurably(const std::string& path, const std::string& contents,
+                              mode_t mode) {
   const std::string temp = path + ".tmp";
   // A new file, made here (O_EXCL): whatever was left or put in the
   // temporary file's place (a link, a hard link to another file, a FIFO)
@@ -27,7 +28,7 @@ absl::Status WriteFileDurably(const std::string& path, const std::string& conten
   // instead of going elsewhere or hanging.
   unlink(temp.c_str());
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC,
-                0644);
+                mode);
   if (fd < 0) return Errno("cannot create", temp);
   if (struct stat status; fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
     close(fd);

@@ -6,6 +6,8 @@
 #ifndef PST_COMMON_DURABLE_FILE_H_
 #define PST_COMMON_DURABLE_FILE_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,8 +18,11 @@ namespace pst {
 // Writes `contents` to `path`.tmp (refusing a link or a non-regular file
 // there), fsyncs it, renames it over `path` and fsyncs the directory.
 // Unavailable, naming the step and the path, on failure; the temporary
-// file is then removed, so a full disk is not filled further.
-absl::Status WriteFileDurably(const std::string& path, const std::string& contents);
+// file is then removed, so a full disk is not filled further. The file is
+// created with permission bits `mode` (less the umask): 0600 for what
+// only its owner may read, such as a checkpoint of the model.
+absl::Status WriteFileDurably(const std::string& path, const std::string& contents,
+                              mode_t mode = 0644);
 
 // Opens `path` for appending, creating it (mode 0644) if missing; refuses
 // a link or a non-regular file there. The descriptor, or Unavailable.

@@ -92,7 +92,9 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   PutLittleEndian(Crc32(payload), 4, &contents);
   contents += payload;
   const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
-  PST_RETURN_IF_ERROR(WriteFileDurably(path, contents));
+  // The model is the job's, not every local user's: owner-only, whatever
+  // the umask lets a new file be.
+  PST_RETURN_IF_ERROR(WriteFileDurably(path, contents, 0600));
   std::vector<std::string> files = ListCheckpoints(dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < files.size(); ++i) {
     std::filesystem::remove(files[i], error);

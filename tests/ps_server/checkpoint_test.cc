@@ -261,6 +261,17 @@ TEST(CheckpointTest, KeepsOnlyTheNewestK) {
   EXPECT_THAT(files[1], HasSubstr("ckpt-000000000000003.bin"));
 }
 
+TEST(CheckpointTest, OnlyItsOwnerCanReadACheckpoint) {
+  auto shard = MomentumShard();
+  Init(shard.get());
+  std::string dir = FreshDir("ckpt_mode");
+  absl::StatusOr<std::string> path = WriteCheckpoint(dir, shard->Snapshot(), 1);
+  ASSERT_TRUE(path.ok()) << path.status();
+  struct stat status;
+  ASSERT_EQ(stat(path->c_str(), &status), 0);
+  EXPECT_EQ(status.st_mode & 0777, 0600u);
+}
+
 TEST(CheckpointTest, RestoreRefusesAnotherShardsCheckpointOrALiveShard) {
   auto shard = MomentumShard(0);
   Init(shard.get());
