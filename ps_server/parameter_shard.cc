@@ -74,6 +74,7 @@ ParameterShard::ParameterShard(const ShardOptions& options,
     : options_(options),
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
+      snapshots_(options.snapshot_every_steps, &mu_),
       embeddings_(new EmbeddingTable({.shard = options.shard,
                                       .num_shards = options.num_shards,
                                       .num_workers = options.num_workers,
@@ -117,7 +118,7 @@ void ParameterShard::WorkersLeft() {
 }
 
 void ParameterShard::Changed() {
-  changed_.SignalAll();
+  snapshots_.Wake();
   waiters_.Wake(absl::InfinitePast(), /*all=*/shutting_down_);
 }
 
@@ -435,7 +436,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   // Rows are applied by Push only, with the dense part of their push.
   const bool has_rows = !header.rows().empty();
   if (has_rows || !admission.ok() || admission->action != Admission::Action::kApply ||
-      staging_held_ || snapshot_unwritten_ || shutting_down_) {
+      staging_held_ || snapshots_.holds_updates() || shutting_down_) {
     push.awaits_turn = !has_rows && admission.ok() &&
                        admission->action == Admission::Action::kApply && !shutting_down_;
     return push;  // Push decides, once the gradient is in
@@ -482,7 +483,7 @@ ParameterShard::WaitId ParameterShard::AwaitUpdateTurnOrWait(absl::AnyInvocable<
   absl::MutexLock lock(&mu_);
   if (UpdateMayStage()) return 0;
   const absl::Duration recheck =
-      snapshot_unwritten_ ? absl::InfiniteDuration() : CancelStalledStream();
+      snapshots_.holds_updates() ? absl::InfiniteDuration() : CancelStalledStream();
   return waiters_.Add(
       {.ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); },
        .deadline = absl::Now() + recheck,
@@ -603,10 +604,7 @@ void ParameterShard::CommitApplied(PushResponse* response) {
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
-  if (options_.snapshot_every_steps > 0 && version_ % options_.snapshot_every_steps == 0) {
-    scheduled_snapshot_ = SnapshotLocked();
-    snapshot_unwritten_ = checkpoint_writer_attached_;
-  }
+  if (snapshots_.Due(version_)) snapshots_.Schedule(SnapshotLocked());
   Changed();
 }
 
@@ -682,12 +680,12 @@ void ParameterShard::FillStats(StatsResponse* response) const {
   for (const std::unique_ptr<Table>& table : tables_) table->AddStats(response);
   response->set_mode(options_.mode);
   ledger_.FillStats(response);
-  *response->mutable_checkpoint() = checkpoint_stats_;
+  *response->mutable_checkpoint() = snapshots_.stats();
 }
 
 void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
   absl::MutexLock lock(&mu_);
-  checkpoint_stats_ = stats;
+  snapshots_.set_stats(stats);
 }
 
 ShardCheckpoint ParameterShard::Snapshot() const {
@@ -697,30 +695,26 @@ ShardCheckpoint ParameterShard::Snapshot() const {
 
 void ParameterShard::AttachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
-  checkpoint_writer_attached_ = true;
+  snapshots_.AttachWriter();
 }
 
 void ParameterShard::DetachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
-  checkpoint_writer_attached_ = false;
-  snapshot_unwritten_ = false;
+  snapshots_.DetachWriter();
   Changed();
 }
 
 void ParameterShard::ScheduledSnapshotWritten() {
   absl::MutexLock lock(&mu_);
-  snapshot_unwritten_ = false;
+  snapshots_.Written();
   Changed();
 }
 
 std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  while (!scheduled_snapshot_ && !shutting_down_) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  std::optional<ShardCheckpoint> snapshot = std::move(scheduled_snapshot_);
-  scheduled_snapshot_.reset();
-  return snapshot;
+  return snapshots_.Take(deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return shutting_down_;  // read with mu_ held: Take waits on it
+  });
 }
 
 ShardCheckpoint ParameterShard::SnapshotLocked() const {

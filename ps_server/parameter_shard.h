@@ -72,6 +72,7 @@
 #include "ps_server/lease_tracker.h"
 #include "ps_server/worker_ledger.h"
 #include "ps_server/shard_waiters.h"
+#include "ps_server/snapshot_schedule.h"
 #include "ps_server/table.h"
 
 namespace pst {
@@ -259,11 +260,9 @@ class ParameterShard {
   // snapshot_every_steps and hands it over; nullopt if none came.
   std::optional<ShardCheckpoint> TakeScheduledSnapshot(absl::Time deadline);
 
-  // Checkpoint backpressure. While a writer is attached, a snapshot
-  // scheduled by snapshot_every_steps holds every Push until the writer
-  // reports it written (or failed), so the newest checkpoint on disk is never
-  // more than snapshot_every_steps versions behind: a crash loses at most
-  // that. The hold lasts one checkpoint write per snapshot_every_steps.
+  // Checkpoint backpressure (ps_server/snapshot_schedule.h): while a
+  // writer is attached, a scheduled snapshot holds every update until the
+  // writer reports it written (or failed).
   void AttachCheckpointWriter();
   void DetachCheckpointWriter();
   void ScheduledSnapshotWritten();
@@ -302,7 +301,7 @@ class ParameterShard {
   // left the live set. Completes a step the live set no longer waits for.
   void WorkersLeft() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Something a waiter may wait for changed: wakes the snapshot's taker
-  // (changed_) and the waiters whose condition now holds.
+  // and the waiters whose condition now holds.
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pull, once it waits no more.
   absl::Status VisitLocked(const PullRequest& request, const PullVisitor& visit)
@@ -343,7 +342,7 @@ class ParameterShard {
   void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || !(snapshot_unwritten_ || staging_held_);
+    return shutting_down_ || !(snapshots_.holds_updates() || staging_held_);
   }
   // While a streamed update holds the staging: cancels it if it has sent
   // nothing for stalled_stream_timeout, and returns how long until it may
@@ -356,8 +355,7 @@ class ParameterShard {
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
-  // Waited on by TakeScheduledSnapshot.
-  absl::CondVar changed_;
+  SnapshotSchedule snapshots_ ABSL_GUARDED_BY(mu_);
   // Keeps a waiting pull's worker in flight (ledger_ is declared later:
   // used only once both exist, and the destructor stops the timer first).
   ShardWaiters waiters_{&mu_, [this](int worker, bool begins) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -396,10 +394,6 @@ class ParameterShard {
   int64_t pushes_aggregated_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<ShardCheckpoint> scheduled_snapshot_ ABSL_GUARDED_BY(mu_);
-  bool checkpoint_writer_attached_ ABSL_GUARDED_BY(mu_) = false;
-  bool snapshot_unwritten_ ABSL_GUARDED_BY(mu_) = false;
-  CheckpointStats checkpoint_stats_ ABSL_GUARDED_BY(mu_);
   // A StreamedUpdate holds the store's staging; other updates wait.
   bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
   StreamedUpdate* staging_holder_ ABSL_GUARDED_BY(mu_) = nullptr;
