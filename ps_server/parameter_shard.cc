@@ -74,19 +74,18 @@ ParameterShard::ParameterShard(const ShardOptions& options,
     : options_(options),
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
+      snapshots_(options.snapshot_every_steps, &mu_),
       embeddings_(new EmbeddingTable({.shard = options.shard,
                                       .num_shards = options.num_shards,
                                       .num_workers = options.num_workers,
                                       .seed = options.seed,
                                       .optimizer = options.optimizer})),
       dense_(new DenseTable(std::move(optimizer), options.num_workers)),
-      progress_(options.num_workers),
-      workers_(options.num_workers),
-      lease_(
-          options.num_workers, options.lease, &mu_,
-          [this](const std::vector<int>& workers) {
+      ledger_(
+          options.num_workers, options.shard, options.lease, &mu_,
+          [this] {
             mu_.AssertHeld();
-            LeasesExpired(workers);
+            WorkersLeft();
           },
           options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {
   tables_.push_back(std::unique_ptr<Table>(embeddings_));
@@ -110,41 +109,17 @@ absl::Status ParameterShard::CheckWorker(int worker) const {
 }
 
 void ParameterShard::Touch(int worker) {
-  switch (lease_.Touch(worker)) {
-    case LeaseTracker::Heard::kAgain:
-      return;
-    case LeaseTracker::Heard::kBack:
-      progress_[worker].live = true;
-      spdlog::info("shard {}: worker:{} is back in the live set", options_.shard, worker);
-      break;
-    case LeaseTracker::Heard::kFirstTime:
-      break;
-  }
-  WorkersChanged();
-  Changed();
+  if (ledger_.Heard(worker)) Changed();
 }
 
-void ParameterShard::LeasesExpired(const std::vector<int>& workers) {
-  for (int worker : workers) {
-    progress_[worker].live = false;
-    spdlog::warn("shard {}: worker:{} silent for {}; dropped from the live set", options_.shard,
-                 worker, absl::FormatDuration(lease_.SinceSeen(worker).value_or(options_.lease)));
-  }
-  WorkersChanged();
+void ParameterShard::WorkersLeft() {
   MaybeCompleteStep();
   Changed();
 }
 
-void ParameterShard::WorkersChanged() { ++worker_changes_; }
-
 void ParameterShard::Changed() {
-  changed_.SignalAll();
+  snapshots_.Wake();
   waiters_.Wake(absl::InfinitePast(), /*all=*/shutting_down_);
-}
-
-bool ParameterShard::AllWorkersDone() const {
-  return std::all_of(progress_.begin(), progress_.end(),
-                     [](const WorkerProgress& w) { return w.done; });
 }
 
 bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
@@ -170,18 +145,14 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   Touch(request.worker());
-  if (progress_[request.worker()].done) {
-    progress_[request.worker()].done = false;
-    WorkersChanged();
-    Changed();
-  }
+  if (ledger_.Rejoin(request.worker())) Changed();
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
   response->set_version(version_);
   response->set_initialized(Initialized());
   response->set_shard(options_.shard);
   response->set_num_shards(options_.num_shards);
-  response->set_worker_clock(progress_[request.worker()].clock);
+  response->set_worker_clock(ledger_.clock(request.worker()));
   return absl::OkStatus();
 }
 
@@ -393,14 +364,10 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
     ++pushes_rejected_;
     return admission.status();
   }
-  WorkerState& worker = workers_[request.worker()];
   // A push the update refuses (it would overflow the model) must leave no
   // trace but the rejection counter, the worker's clock included.
-  const WorkerState worker_before = worker;
-  const int64_t clock_before = progress_[request.worker()].clock;
-  const int64_t staleness_sum_before = staleness_sum_;
-  RecordPush(request.worker(), request.computed_at_version(),
-             version_ - request.computed_at_version());
+  const WorkerLedger::Mark before = ledger_.RecordPush(
+      request.worker(), request.computed_at_version(), version_ - request.computed_at_version());
   absl::Status status = absl::OkStatus();
   switch (admission->action) {
     case Admission::Action::kDrop:
@@ -411,7 +378,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
     case Admission::Action::kAggregate:
       // The step cannot complete before this push has landed, and no other
       // push of this rank is admitted until it completes.
-      progress_[request.worker()].pushed = true;
+      ledger_.Admit(request.worker());
       ++landing_;
       *lands = true;
       return absl::OkStatus();  // TryPush lands it
@@ -420,24 +387,13 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
       break;
   }
   if (!status.ok()) {
-    worker = worker_before;
-    progress_[request.worker()].clock = clock_before;
-    staleness_sum_ = staleness_sum_before;
+    ledger_.Undo(before);
     return status;
   }
-  if (response->outcome() == PushResponse::DROPPED) ++worker.dropped;
+  if (response->outcome() == PushResponse::DROPPED) ledger_.CountDropped(request.worker());
   // A new clock can release pulls (SSP's) even when the version did not move.
   Changed();
   return status;
-}
-
-void ParameterShard::RecordPush(int worker, int64_t computed_at, int64_t staleness) {
-  ++progress_[worker].clock;
-  WorkerState& w = workers_[worker];
-  w.last_step = computed_at;
-  w.last_staleness = staleness;
-  w.max_staleness = std::max(w.max_staleness, staleness);
-  staleness_sum_ += staleness;
 }
 
 absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
@@ -480,7 +436,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   // Rows are applied by Push only, with the dense part of their push.
   const bool has_rows = !header.rows().empty();
   if (has_rows || !admission.ok() || admission->action != Admission::Action::kApply ||
-      staging_held_ || snapshot_unwritten_ || shutting_down_) {
+      staging_held_ || snapshots_.holds_updates() || shutting_down_) {
     push.awaits_turn = !has_rows && admission.ok() &&
                        admission->action == Admission::Action::kApply && !shutting_down_;
     return push;  // Push decides, once the gradient is in
@@ -527,7 +483,7 @@ ParameterShard::WaitId ParameterShard::AwaitUpdateTurnOrWait(absl::AnyInvocable<
   absl::MutexLock lock(&mu_);
   if (UpdateMayStage()) return 0;
   const absl::Duration recheck =
-      snapshot_unwritten_ ? absl::InfiniteDuration() : CancelStalledStream();
+      snapshots_.holds_updates() ? absl::InfiniteDuration() : CancelStalledStream();
   return waiters_.Add(
       {.ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); },
        .deadline = absl::Now() + recheck,
@@ -558,7 +514,7 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
       return s;
     }
   }
-  RecordPush(update->worker_, update->computed_at_, update->staleness_);
+  ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
   CommitApplied(response);
   return absl::OkStatus();
 }
@@ -587,7 +543,7 @@ ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
     // Every table's step is emptied, also after a failure.
     if (absl::Status s = table->StageStep(); staged.ok()) staged = s;
   }
-  for (WorkerProgress& w : progress_) w.pushed = false;
+  ledger_.StepCompleted();
   // pushes_applied counts completed steps, so it stays equal to the version.
   ++pushes_applied_;
   if (staged.ok()) {
@@ -648,10 +604,7 @@ void ParameterShard::CommitApplied(PushResponse* response) {
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
-  if (options_.snapshot_every_steps > 0 && version_ % options_.snapshot_every_steps == 0) {
-    scheduled_snapshot_ = SnapshotLocked();
-    snapshot_unwritten_ = checkpoint_writer_attached_;
-  }
+  if (snapshots_.Due(version_)) snapshots_.Schedule(SnapshotLocked());
   Changed();
 }
 
@@ -668,16 +621,11 @@ absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* resp
   PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
-  if (!progress_[request.worker()].done) {
-    progress_[request.worker()].done = true;
-    WorkersChanged();
-  }
+  ledger_.Finish(request.worker());
   // A finished worker no longer holds back pulls or steps.
   MaybeCompleteStep();
   Changed();
-  int done = 0;
-  for (const WorkerProgress& w : progress_) done += w.done ? 1 : 0;
-  response->set_workers_done(done);
+  response->set_workers_done(ledger_.done_count());
   return absl::OkStatus();
 }
 
@@ -709,9 +657,10 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
   PST_RETURN_IF_ERROR(CheckAwaitWorkersDone(request));
   absl::MutexLock lock(&mu_);
   const int64_t known = request.known_changes();
-  if (!shutting_down_ && !AllWorkersDone() && worker_changes_ == known && absl::Now() < deadline) {
+  if (!shutting_down_ && !ledger_.AllDone() && ledger_.changes() == known &&
+      absl::Now() < deadline) {
     return waiters_.Add({.ready = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                           return AllWorkersDone() || worker_changes_ != known;
+                           return ledger_.AllDone() || ledger_.changes() != known;
                          },
                          .deadline = deadline,
                          .wake = std::move(wake),
@@ -730,42 +679,13 @@ void ParameterShard::FillStats(StatsResponse* response) const {
   response->set_pushes_rejected(pushes_rejected_);
   for (const std::unique_ptr<Table>& table : tables_) table->AddStats(response);
   response->set_mode(options_.mode);
-  int64_t pushes = 0, fastest = 0, slowest = std::numeric_limits<int64_t>::max();
-  int done = 0, live = 0;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const WorkerState& w = workers_[i];
-    const WorkerProgress& p = progress_[i];
-    WorkerStats* stats = response->add_workers();
-    stats->set_worker(static_cast<int>(i));
-    stats->set_last_step(w.last_step);
-    stats->set_pushes(p.clock);
-    stats->set_clock(p.clock);
-    stats->set_last_staleness(w.last_staleness);
-    stats->set_max_staleness(w.max_staleness);
-    stats->set_done(p.done);
-    stats->set_live(p.live);
-    stats->set_dropped(w.dropped);
-    const std::optional<absl::Duration> since_seen = lease_.SinceSeen(static_cast<int>(i));
-    stats->set_seconds_since_seen(since_seen ? absl::ToDoubleSeconds(*since_seen) : -1.0);
-    pushes += p.clock;
-    done += p.done ? 1 : 0;
-    if (p.live) {
-      ++live;
-      fastest = std::max(fastest, p.clock);
-      slowest = std::min(slowest, p.clock);
-    }
-  }
-  response->set_workers_done(done);
-  response->set_live_workers(live);
-  response->set_clock_spread(live > 0 ? fastest - slowest : 0);
-  response->set_mean_staleness(pushes == 0 ? 0.0 : static_cast<double>(staleness_sum_) / pushes);
-  *response->mutable_checkpoint() = checkpoint_stats_;
-  response->set_worker_changes(worker_changes_);
+  ledger_.FillStats(response);
+  *response->mutable_checkpoint() = snapshots_.stats();
 }
 
 void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
   absl::MutexLock lock(&mu_);
-  checkpoint_stats_ = stats;
+  snapshots_.set_stats(stats);
 }
 
 ShardCheckpoint ParameterShard::Snapshot() const {
@@ -775,30 +695,26 @@ ShardCheckpoint ParameterShard::Snapshot() const {
 
 void ParameterShard::AttachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
-  checkpoint_writer_attached_ = true;
+  snapshots_.AttachWriter();
 }
 
 void ParameterShard::DetachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
-  checkpoint_writer_attached_ = false;
-  snapshot_unwritten_ = false;
+  snapshots_.DetachWriter();
   Changed();
 }
 
 void ParameterShard::ScheduledSnapshotWritten() {
   absl::MutexLock lock(&mu_);
-  snapshot_unwritten_ = false;
+  snapshots_.Written();
   Changed();
 }
 
 std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  while (!scheduled_snapshot_ && !shutting_down_) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  std::optional<ShardCheckpoint> snapshot = std::move(scheduled_snapshot_);
-  scheduled_snapshot_.reset();
-  return snapshot;
+  return snapshots_.Take(deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return shutting_down_;  // read with mu_ held: Take waits on it
+  });
 }
 
 ShardCheckpoint ParameterShard::SnapshotLocked() const {
@@ -806,7 +722,7 @@ ShardCheckpoint ParameterShard::SnapshotLocked() const {
   checkpoint.set_shard(options_.shard);
   checkpoint.set_version(version_);
   for (const std::unique_ptr<Table>& table : tables_) table->Export(&checkpoint);
-  for (const WorkerProgress& w : progress_) checkpoint.add_worker_clocks(w.clock);
+  ledger_.ExportClocks(&checkpoint);
   return checkpoint;
 }
 
@@ -825,9 +741,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   dense_bytes_ = dense_->parameter_bytes();
   RefreshParameterBytes();
   version_ = checkpoint.version();
-  for (int i = 0; i < checkpoint.worker_clocks_size() && i < options_.num_workers; ++i) {
-    progress_[i].clock = checkpoint.worker_clocks(i);
-  }
+  ledger_.RestoreClocks(checkpoint);
   Changed();
   return absl::OkStatus();
 }
@@ -848,7 +762,7 @@ int64_t ParameterShard::version() const {
 
 bool ParameterShard::WorkerLive(int worker) const {
   absl::MutexLock lock(&mu_);
-  return lease_.live(worker);
+  return ledger_.live(worker);
 }
 
 int ParameterShard::waiting_pulls() const {

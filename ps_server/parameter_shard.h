@@ -70,7 +70,9 @@
 #include "ps_server/dense_table.h"
 #include "ps_server/embedding_table.h"
 #include "ps_server/lease_tracker.h"
+#include "ps_server/worker_ledger.h"
 #include "ps_server/shard_waiters.h"
+#include "ps_server/snapshot_schedule.h"
 #include "ps_server/table.h"
 
 namespace pst {
@@ -258,11 +260,9 @@ class ParameterShard {
   // snapshot_every_steps and hands it over; nullopt if none came.
   std::optional<ShardCheckpoint> TakeScheduledSnapshot(absl::Time deadline);
 
-  // Checkpoint backpressure. While a writer is attached, a snapshot
-  // scheduled by snapshot_every_steps holds every Push until the writer
-  // reports it written (or failed), so the newest checkpoint on disk is never
-  // more than snapshot_every_steps versions behind: a crash loses at most
-  // that. The hold lasts one checkpoint write per snapshot_every_steps.
+  // Checkpoint backpressure (ps_server/snapshot_schedule.h): while a
+  // writer is attached, a scheduled snapshot holds every update until the
+  // writer reports it written (or failed).
   void AttachCheckpointWriter();
   void DetachCheckpointWriter();
   void ScheduledSnapshotWritten();
@@ -288,34 +288,24 @@ class ParameterShard {
   const std::string& optimizer_name() const { return optimizer_name_; }
 
  private:
-  // What the policy does not read of a worker (that is in progress_).
-  struct WorkerState {
-    int64_t last_step = -1;
-    int64_t last_staleness = 0;
-    int64_t max_staleness = 0;
-    int64_t dropped = 0;
-  };
   ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
                  std::unique_ptr<Optimizer> optimizer);
 
   ShardView View() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return {.version = version_, .workers = progress_};
+    return {.version = version_, .workers = ledger_.progress()};
   }
   absl::Status CheckWorker(int worker) const;
   // Marks `worker` as heard from now (its lease starts again).
   void Touch(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The lease tracker's report (on its thread, mu_ held): `workers` left
-  // the live set. Completes a step the live set no longer waits for.
-  void LeasesExpired(const std::vector<int>& workers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A worker's standing (seen, live, done) changed: for AwaitWorkersDone.
-  void WorkersChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ledger's report (on its lease timer's thread, mu_ held): workers
+  // left the live set. Completes a step the live set no longer waits for.
+  void WorkersLeft() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Something a waiter may wait for changed: wakes the snapshot's taker
-  // (changed_) and the waiters whose condition now holds.
+  // and the waiters whose condition now holds.
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pull, once it waits no more.
   absl::Status VisitLocked(const PullRequest& request, const PullVisitor& visit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllWorkersDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -348,14 +338,11 @@ class ParameterShard {
   // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts an accepted push in its worker's clock and staleness figures.
-  void RecordPush(int worker, int64_t computed_at, int64_t staleness)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets the next update stage (a StreamedUpdate is done with the staging).
   void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || !(snapshot_unwritten_ || staging_held_);
+    return shutting_down_ || !(snapshots_.holds_updates() || staging_held_);
   }
   // While a streamed update holds the staging: cancels it if it has sent
   // nothing for stalled_stream_timeout, and returns how long until it may
@@ -368,15 +355,14 @@ class ParameterShard {
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
-  // Waited on by TakeScheduledSnapshot.
-  absl::CondVar changed_;
-  // Keeps a waiting pull's worker in flight (lease_ is declared later:
+  SnapshotSchedule snapshots_ ABSL_GUARDED_BY(mu_);
+  // Keeps a waiting pull's worker in flight (ledger_ is declared later:
   // used only once both exist, and the destructor stops the timer first).
   ShardWaiters waiters_{&mu_, [this](int worker, bool begins) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                           if (begins) {
-                            lease_.BeginCall(worker);
+                            ledger_.BeginCall(worker);
                           } else {
-                            lease_.EndCall(worker);
+                            ledger_.EndCall(worker);
                           }
                         }};
   // The tables, fixed at construction: the embedding tables first, since
@@ -398,30 +384,22 @@ class ParameterShard {
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_updates_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_done_calls_ ABSL_GUARDED_BY(mu_) = 0;
-  // Changes of the workers' standing (StatsResponse.worker_changes).
-  int64_t worker_changes_ ABSL_GUARDED_BY(mu_) = 0;
 
   // The current step: each table sums its part of the admitted pushes as
-  // they land, outside mu_; progress_[rank].pushed marks the ranks
-  // admitted into it, and landing_ counts those not landed yet.
+  // they land, outside mu_; the ledger marks the ranks admitted into it
+  // (WorkerProgress::pushed), and landing_ counts those not landed yet.
   int landing_ ABSL_GUARDED_BY(mu_) = 0;
 
-  std::vector<WorkerProgress> progress_ ABSL_GUARDED_BY(mu_);  // what the policy reads
-  std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_aggregated_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t staleness_sum_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<ShardCheckpoint> scheduled_snapshot_ ABSL_GUARDED_BY(mu_);
-  bool checkpoint_writer_attached_ ABSL_GUARDED_BY(mu_) = false;
-  bool snapshot_unwritten_ ABSL_GUARDED_BY(mu_) = false;
-  CheckpointStats checkpoint_stats_ ABSL_GUARDED_BY(mu_);
   // A StreamedUpdate holds the store's staging; other updates wait.
   bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
   StreamedUpdate* staging_holder_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Last: its thread reports into the members above, and stops first.
-  LeaseTracker lease_;
+  // Last: its lease timer's thread reports into the members above, and
+  // stops first.
+  WorkerLedger ledger_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pst
