@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "common/thread_pool.h"
 #include "ps_server/optimizer.h"
@@ -39,6 +40,18 @@ class DenseTable final : public Table {
   void Export(ShardCheckpoint* checkpoint) const override { store_.Export(checkpoint); }
   absl::Status Restore(const ShardCheckpoint& checkpoint) override;
   void AddStats(StatsResponse* response) const override;
+
+  // The variables a pull names, each once, in its order (every variable,
+  // in the store's order, if it names none). InvalidArgument for an
+  // unknown or repeated name; `shard` names the shard.
+  absl::StatusOr<std::vector<const Variable*>> Select(const PullRequest& pull, int shard) const;
+  // For a push that streams in, given its header: the indices of the
+  // variables it names, in its order, and the payload bytes each gradient
+  // must carry, from the table's own shapes (so that a header cannot make
+  // the receiver allocate more than the model). InvalidArgument for an
+  // unknown or repeated variable, a wrong shape or an unknown dtype.
+  absl::Status CheckStreamHeader(const PushRequest& header, std::vector<int>* indices,
+                                 std::vector<int64_t>* bytes) const;
 
   // The variables, for pulls (read under the shard's lock) and for a
   // streamed update's staging (VariableStore::BeginStage, FinishStage).

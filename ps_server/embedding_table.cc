@@ -11,67 +11,14 @@
 #include "common/tensor_codec.h"
 #include "placement/row_placement.h"
 #include "ps_server/embedding_init.h"
+#include "ps_server/embedding_table_internal.h"
 
 namespace pst {
 
-// One table: its resolved spec and rule, its rows, and the rows an update
-// has staged but not committed.
-struct EmbeddingTable::Embedding {
-  Embedding(EmbeddingTableConfig spec, std::unique_ptr<Optimizer> rule, uint64_t seed)
-      : config(std::move(spec)),
-        optimizer(std::move(rule)),
-        seed(seed),
-        key(TableInitKey(seed, config.name())),
-        rows(config.dim(), optimizer->SlotsPerParameter()) {}
-
-  int dim() const { return config.dim(); }
-  size_t slot_floats() const {
-    return static_cast<size_t>(optimizer->SlotsPerParameter()) * config.dim();
-  }
-  size_t record_floats() const { return config.dim() + slot_floats(); }
-
-  const EmbeddingTableConfig config;
-  const std::unique_ptr<Optimizer> optimizer;
-  const uint64_t seed;
-  const uint64_t key;
-  RowStore rows;
-  int64_t updates = 0;
-  int64_t rows_admitted = 0;
-  int64_t rows_refused = 0;
-
-  // The staged update: per staged id, its row (-1: a new one) and its
-  // next values and state (record_floats() each).
-  bool staged = false;
-  std::vector<uint64_t> staged_ids;
-  std::vector<int64_t> staged_rows;
-  std::vector<float> staged_records;
-  int64_t staged_new = 0;
-  int64_t staged_refused = 0;
-};
-
-namespace {
-
-absl::Status Invalid(absl::string_view table, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat("embedding table \"", table, "\": ", problem));
-}
-
-int64_t IdCount(const std::string& ids) {
-  return static_cast<int64_t>(ids.size() / sizeof(uint64_t));
-}
-
-absl::Status CheckIdBytes(const EmbeddingRows& rows) {
-  if (rows.ids().size() % sizeof(uint64_t) != 0) {
-    return Invalid(rows.table(), absl::StrCat("ids take ", rows.ids().size(),
-                                              " bytes, not a multiple of 8 (uint64 each)"));
-  }
-  return absl::OkStatus();
-}
-
-bool AllFinite(std::span<const float> values) {
-  return std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); });
-}
-
-}  // namespace
+using embedding_internal::AllFinite;
+using embedding_internal::CheckIdBytes;
+using embedding_internal::IdCount;
+using embedding_internal::Invalid;
 
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
     : options_(std::move(options)), step_(options_.num_workers) {}
@@ -319,111 +266,6 @@ void EmbeddingTable::Discard() {
     table.staged_new = 0;
     table.staged_refused = 0;
   }
-}
-
-void EmbeddingTable::Export(ShardCheckpoint* checkpoint) const {
-  for (const auto& t : tables_) {
-    const Embedding& table = *t;
-    const int64_t n = table.rows.size();
-    const size_t dim = table.dim();
-    const size_t slots = table.slot_floats();
-    ShardCheckpoint::Embedding* out = checkpoint->add_embeddings();
-    *out->mutable_config() = table.config;
-    out->set_seed(table.seed);
-    out->set_num_shards(options_.num_shards);
-    out->set_updates(table.updates);
-    out->set_rows_admitted(table.rows_admitted);
-    out->set_rows_refused(table.rows_refused);
-    std::string* ids = out->mutable_ids();
-    std::string* values = out->mutable_values();
-    std::string* state = out->mutable_slots();
-    std::string* updates = out->mutable_row_updates();
-    ids->resize(n * sizeof(uint64_t));
-    values->resize(n * dim * sizeof(float));
-    state->resize(n * slots * sizeof(float));
-    updates->resize(n * sizeof(int64_t));
-    for (int64_t row = 0; row < n; ++row) {
-      const uint64_t id = table.rows.id(row);
-      const int64_t row_updates = table.rows.updates(row);
-      std::memcpy(ids->data() + row * sizeof(uint64_t), &id, sizeof(id));
-      std::memcpy(updates->data() + row * sizeof(int64_t), &row_updates, sizeof(row_updates));
-      std::memcpy(values->data() + row * dim * sizeof(float), table.rows.values(row).data(),
-                  dim * sizeof(float));
-      if (slots > 0) {
-        std::memcpy(state->data() + row * slots * sizeof(float), table.rows.slots(row).data(),
-                    slots * sizeof(float));
-      }
-    }
-  }
-}
-
-absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
-  std::vector<std::unique_ptr<Embedding>> tables;
-  std::map<std::string, int, std::less<>> names;
-  std::vector<float> values, slots;
-  for (const ShardCheckpoint::Embedding& in : checkpoint.embeddings()) {
-    const std::string& name = in.config().name();
-    auto inconsistent = [&name](absl::string_view problem) {
-      return Invalid(name, absl::StrCat("the checkpoint is inconsistent: ", problem));
-    };
-    if (in.num_shards() != options_.num_shards) {
-      return Invalid(
-          name, absl::StrCat("the checkpoint's rows were placed over ", in.num_shards(),
-                             " shards, this job has ", options_.num_shards,
-                             "; rows are placed by a hash of the id modulo the shard count, ",
-                             "so restore onto ", in.num_shards(), " shards"));
-    }
-    PST_ASSIGN_OR_RETURN(EmbeddingTableConfig spec,
-                         ResolveEmbeddingTable(in.config(), options_.optimizer));
-    if (!names.emplace(name, static_cast<int>(tables.size())).second) {
-      return inconsistent("the table appears twice");
-    }
-    std::unique_ptr<Optimizer> rule = *MakeOptimizer(spec.optimizer());
-    auto table = std::make_unique<Embedding>(std::move(spec), std::move(rule), in.seed());
-    const int64_t n = IdCount(in.ids());
-    const size_t dim = table->dim();
-    const size_t slot_floats = table->slot_floats();
-    if (in.ids().size() != n * sizeof(uint64_t) || in.values().size() != n * dim * sizeof(float) ||
-        in.slots().size() != n * slot_floats * sizeof(float) ||
-        in.row_updates().size() != n * sizeof(int64_t)) {
-      return inconsistent(absl::StrCat("the sizes of ids, values, slots and updates disagree for ",
-                                       "dim ", dim, " and the ", table->optimizer->Name(),
-                                       " optimizer"));
-    }
-    if (n > table->config.max_rows_per_shard() || in.rows_admitted() < n || in.rows_refused() < 0 ||
-        in.updates() < 0) {
-      return inconsistent(absl::StrCat(n, " rows do not fit its limit or counters"));
-    }
-    values.resize(dim);
-    slots.resize(slot_floats);
-    for (int64_t row = 0; row < n; ++row) {
-      const uint64_t id = RowId(in.ids(), row);
-      int64_t row_updates;
-      std::memcpy(&row_updates, in.row_updates().data() + row * sizeof(int64_t),
-                  sizeof(row_updates));
-      std::memcpy(values.data(), in.values().data() + row * dim * sizeof(float),
-                  dim * sizeof(float));
-      if (slot_floats > 0) {
-        std::memcpy(slots.data(), in.slots().data() + row * slot_floats * sizeof(float),
-                    slot_floats * sizeof(float));
-      }
-      PST_RETURN_IF_ERROR(CheckShard(*table, id, "the checkpoint's"));
-      if (table->rows.Find(id) >= 0) return inconsistent(absl::StrCat("id ", id, " appears twice"));
-      // The shard never commits a non-finite value, so one here was not
-      // written by a PS.
-      if (!AllFinite(values) || !AllFinite(slots) || row_updates < 1) {
-        return inconsistent(
-            absl::StrCat("the row of id ", id, " holds a non-finite value or no update"));
-      }
-      table->rows.Add(id, values, slots, row_updates);
-    }
-    table->updates = in.updates();
-    table->rows_admitted = in.rows_admitted();
-    table->rows_refused = in.rows_refused();
-    tables.push_back(std::move(table));
-  }
-  Adopt(std::move(tables));
-  return absl::OkStatus();
 }
 
 void EmbeddingTable::AddStats(StatsResponse* response) const {

@@ -5,56 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "common/tensor_codec.h"
-#include "ps_server/rpc_limits.h"
+#include "ps_server/shard_requests.h"
 #include "ps_server/streamed_update.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
-namespace {
-
-// A push with nothing in it would still count as an update and move the
-// version.
-bool PushIsEmpty(const PushRequest& push) {
-  return push.gradients().empty() && push.rows().empty();
-}
-absl::Status EmptyPush() {
-  return absl::InvalidArgumentError(
-      "the push carries no gradients and no embedding rows; nothing was applied");
-}
-
-// Whether every value of the push's dense gradients, or of its embedding
-// rows, is finite (an unknown dtype counts as not: the tables name it).
-bool GradientsFinite(const PushRequest& push) {
-  return std::all_of(push.gradients().begin(), push.gradients().end(), [](const Tensor& g) {
-    return DTypeBytes(g.dtype()) > 0 && EncodedFinite(g.data(), g.dtype());
-  });
-}
-bool RowsFinite(const PushRequest& push) {
-  return std::all_of(push.rows().begin(), push.rows().end(), [](const EmbeddingRows& r) {
-    return DTypeBytes(r.dtype()) > 0 && EncodedFinite(r.data(), r.dtype());
-  });
-}
-
-}  // namespace
-
-ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
-  const TrainingConfig& training = config.training();
-  ShardOptions options;
-  static_cast<ConsistencyOptions&>(options) = ConsistencyOptionsFromConfig(config);
-  if (training.lease_seconds() > 0) {
-    options.lease = absl::Seconds(static_cast<double>(training.lease_seconds()));
-  }
-  options.shard = shard;
-  options.num_shards = config.cluster().ps_size();
-  options.optimizer = training.optimizer();
-  options.seed = training.seed();
-  if (!training.checkpoint().dir().empty()) {
-    options.snapshot_every_steps = training.checkpoint().every_steps();
-  }
-  return options;
-}
-
 absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ShardOptions& options) {
   if (options.num_workers < 1) {
@@ -100,12 +55,7 @@ bool ParameterShard::CancelWait(WaitId id) {
 }
 
 absl::Status ParameterShard::CheckWorker(int worker) const {
-  if (worker < 0 || worker >= options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker index ", worker, " is out of range; this cluster has ", options_.num_workers,
-        " worker(s)"));
-  }
-  return absl::OkStatus();
+  return CheckWorkerIndex(worker, options_.num_workers);
 }
 
 void ParameterShard::Touch(int worker) {
@@ -128,15 +78,6 @@ bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
 
 bool ParameterShard::PullMayProceed(const PullRequest& request) const {
   return PullMayProceed(request.worker(), request.min_version());
-}
-
-absl::Status ParameterShard::CheckPull(const PullRequest& request) const {
-  PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
-  if (DTypeBytes(request.dtype()) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ",
-                                                   static_cast<int>(request.dtype()), " in a pull"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ParameterShard::Register(const RegisterRequest& request,
@@ -188,7 +129,7 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
     absl::AnyInvocable<void()> wake) {
-  PST_RETURN_IF_ERROR(CheckPull(request));
+  PST_RETURN_IF_ERROR(CheckPullFields(request, options_.num_workers));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
@@ -222,64 +163,11 @@ absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullV
         "worker:", request.worker(), " is more than ", options_.staleness,
         " steps ahead of the slowest live worker and it did not catch up in time"));
   }
-  const VariableStore& store = dense_->store();
-  std::vector<int> indices;
-  if (request.names().empty()) {
-    for (size_t i = 0; i < store.size(); ++i) indices.push_back(static_cast<int>(i));
-  } else {
-    // Each variable once: a request of a few bytes per name must not
-    // make the answer many copies of the shard.
-    std::vector<bool> seen(store.size(), false);
-    for (const std::string& name : request.names()) {
-      int index = store.Find(name);
-      if (index < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unknown variable \"", name, "\" in a pull from shard ", options_.shard));
-      }
-      if (seen[index]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("a pull names variable \"", name, "\" twice; name each variable once"));
-      }
-      seen[index] = true;
-      indices.push_back(index);
-    }
-  }
+  PST_ASSIGN_OR_RETURN(std::vector<const Variable*> variables,
+                       dense_->Select(request, options_.shard));
   PST_RETURN_IF_ERROR(embeddings_->CheckPull(request));
-  std::vector<const Variable*> variables;
-  for (int index : indices) variables.push_back(&store.variable(index));
   visit(version_, variables, PulledRows(request, *embeddings_));
   return absl::OkStatus();
-}
-
-int64_t PulledRows::row_count() const {
-  int64_t count = 0;
-  for (const EmbeddingRows& rows : request_.rows()) {
-    count += static_cast<int64_t>(rows.ids().size() / sizeof(uint64_t));
-  }
-  return count;
-}
-
-int64_t PulledRows::reply_bytes() const {
-  int64_t bytes = 0;
-  // Per table: the values, the name, and tags, lengths and the dtype (at
-  // most 40 bytes).
-  for (const EmbeddingRows& rows : request_.rows()) {
-    bytes += table_.AnswerBytes(rows, request_.dtype()) +
-             static_cast<int64_t>(rows.table().size()) + 40;
-  }
-  return bytes;
-}
-
-void PulledRows::AnswerTo(PullResponse* response) const {
-  const DType dtype = request_.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request_.dtype();
-  for (const EmbeddingRows& rows : request_.rows()) {
-    EmbeddingRows* out = response->add_rows();
-    out->set_table(rows.table());
-    out->set_dtype(dtype);
-    std::string* data = out->mutable_data();
-    data->resize(static_cast<size_t>(table_.AnswerBytes(rows, dtype)));
-    table_.EncodeRows(rows, dtype, data->data());
-  }
 }
 
 std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
@@ -327,25 +215,11 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
                                                        bool* lands) {
   if (!UpdateMayStage()) return std::nullopt;
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
-  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) {
-    ++pushes_rejected_;
-    return s;
-  }
+  if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return Refuse(s);
   Touch(request.worker());
-  if (!Initialized()) {
-    ++pushes_rejected_;
-    return absl::FailedPreconditionError(
-        "push before Init: the variables of this shard have not been initialized yet");
-  }
-  if (request.computed_at_version() > version_ || request.computed_at_version() < 0) {
-    ++pushes_rejected_;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradient claims version ", request.computed_at_version(), " but shard ",
-        options_.shard, " is at version ", version_));
-  }
-  if (PushIsEmpty(request)) {
-    ++pushes_rejected_;
-    return EmptyPush();
+  if (!Initialized()) return Refuse(PushBeforeInit());
+  if (absl::Status s = CheckPushClaims(request, options_.shard, version_); !s.ok()) {
+    return Refuse(s);
   }
   plans->resize(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t) {
@@ -354,16 +228,12 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
     if (absl::Status s = tables_[t]->CheckPush(request, policy_->PushCarriesEveryVariable(),
                                                /*check_finite=*/!finite, &(*plans)[t]);
         !s.ok()) {
-      ++pushes_rejected_;
-      return s;
+      return Refuse(s);
     }
   }
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), request.worker(), request.computed_at_version());
-  if (!admission.ok()) {
-    ++pushes_rejected_;
-    return admission.status();
-  }
+  if (!admission.ok()) return Refuse(admission.status());
   // A push the update refuses (it would overflow the model) must leave no
   // trace but the rejection counter, the worker's clock included.
   const WorkerLedger::Mark before = ledger_.RecordPush(
@@ -399,37 +269,15 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
 absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     const PushRequest& header) {
   absl::MutexLock lock(&mu_);
-  auto refuse = [this](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ++pushes_rejected_;
-    return status;
-  };
-  if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return refuse(s);
-  if (!Initialized()) {
-    return refuse(absl::FailedPreconditionError(
-        "push before Init: the variables of this shard have not been initialized yet"));
+  if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return Refuse(s);
+  if (!Initialized()) return Refuse(PushBeforeInit());
+  if (absl::Status s = CheckPushClaims(header, options_.shard, version_); !s.ok()) {
+    return Refuse(s);
   }
-  if (header.computed_at_version() > version_ || header.computed_at_version() < 0) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("gradient claims version ", header.computed_at_version(), " but shard ",
-                     options_.shard, " is at version ", version_)));
-  }
-  if (PushIsEmpty(header)) return refuse(EmptyPush());
-  VariableStore& store = dense_->store();
   StreamedPush push;
   std::vector<int> indices;
-  std::vector<bool> seen(store.size(), false);
-  for (const Tensor& gradient : header.gradients()) {
-    absl::StatusOr<int> index = store.CheckGradientHeader(gradient, &seen);
-    if (!index.ok()) return refuse(index.status());
-    const Variable& v = store.variable(*index);
-    const int element_bytes = DTypeBytes(gradient.dtype());
-    if (element_bytes == 0) {
-      return refuse(absl::InvalidArgumentError(
-          absl::StrCat("gradient for \"", gradient.name(), "\" has unknown dtype ",
-                       static_cast<int>(gradient.dtype()), "; use FLOAT32, FLOAT16 or BFLOAT16")));
-    }
-    push.bytes.push_back(static_cast<int64_t>(v.size()) * element_bytes);
-    indices.push_back(*index);
+  if (absl::Status s = dense_->CheckStreamHeader(header, &indices, &push.bytes); !s.ok()) {
+    return Refuse(s);
   }
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
@@ -447,15 +295,8 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   update.computed_at_ = header.computed_at_version();
   update.staleness_ = version_ - header.computed_at_version();
   update.indices_ = std::move(indices);
-  for (int index : update.indices_) {
-    absl::StatusOr<VariableStore::StageTarget> target =
-        store.BeginStage(index, admission->lr_scale);
-    if (!target.ok()) {
-      update.holds_staging_ = false;
-      return refuse(target.status());
-    }
-    update.targets_.push_back(*target);
-    update.staged_.push_back(store.staged_values(index));
+  if (absl::Status s = update.Stage(dense_->store(), admission->lr_scale); !s.ok()) {
+    return Refuse(s);
   }
   staging_held_ = true;
   staging_holder_ = push.update.get();
@@ -500,19 +341,14 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
   ReleaseStagingLocked();
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (update->cancelled_) {
-    ++pushes_rejected_;
-    return absl::AbortedError(
+    return Refuse(absl::AbortedError(
         "the push stream stalled while other updates waited and was cancelled; nothing of it "
-        "was applied");
+        "was applied"));
   }
   Touch(update->worker_);
-  for (size_t i = 0; i < update->indices_.size(); ++i) {
-    if (absl::Status s = dense_->store().FinishStage(update->indices_[i], update->targets_[i]);
-        !s.ok()) {
-      DiscardTables();
-      ++pushes_rejected_;
-      return s;
-    }
+  if (absl::Status s = update->Finish(dense_->store()); !s.ok()) {
+    DiscardTables();
+    return Refuse(s);
   }
   ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
   CommitApplied(response);
@@ -633,23 +469,6 @@ void ParameterShard::Stats(StatsResponse* response) const {
   absl::MutexLock lock(&mu_);
   FillStats(response);
 }
-
-namespace {
-
-absl::Status CheckAwaitWorkersDone(const AwaitWorkersDoneRequest& request) {
-  if (request.timeout_ms() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("AwaitWorkersDone's timeout_ms is ",
-                                                   request.timeout_ms(), "; it must be 0 or more"));
-  }
-  if (request.known_changes() < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AwaitWorkersDone's known_changes is ", request.known_changes(),
-                     "; pass -1, or the worker_changes of an earlier answer"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
     const AwaitWorkersDoneRequest& request, absl::Time deadline, StatsResponse* response,

@@ -49,87 +49,30 @@
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "config.pb.h"
 #include "ps.pb.h"
 #include "ps_server/consistency_policy.h"
 #include "ps_server/dense_table.h"
 #include "ps_server/embedding_table.h"
-#include "ps_server/lease_tracker.h"
-#include "ps_server/worker_ledger.h"
+#include "ps_server/pulled_rows.h"
+#include "ps_server/shard_options.h"
 #include "ps_server/shard_waiters.h"
 #include "ps_server/snapshot_schedule.h"
 #include "ps_server/table.h"
+#include "ps_server/worker_ledger.h"
 
 namespace pst {
-
-// The consistency options (mode, workers, ...) are the policy's.
-struct ShardOptions : ConsistencyOptions {
-  absl::Duration lease = absl::Seconds(5);
-  // The time leases run on; null: the system's. Must outlive the shard.
-  const LeaseClock* lease_clock = nullptr;
-  // A push streaming into the update (StreamedUpdate) that receives nothing
-  // for this long while another update waits for it is cancelled, so that a
-  // worker that stalls mid-stream (paused, cut off without a reset) holds
-  // the others up for this long, not for its call's whole deadline.
-  absl::Duration stalled_stream_timeout = absl::Seconds(5);
-  // Copy the state each time the version reaches a multiple of this, for a
-  // checkpoint that lands exactly there (0 = never).
-  int64_t snapshot_every_steps = 0;
-  int shard = 0;
-  int num_shards = 1;
-  OptimizerConfig optimizer;
-  // training.seed: the embedding rows' initial values.
-  uint64_t seed = 0;
-};
-
-// The options of shard `shard` of the job `config` describes.
-ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
-
-// What a caller of ParameterShard::Push has already established about a
-// push, so that Push does not check it again: a pass over a large payload
-// costs about as much as applying it.
-struct PushChecked {
-  bool values_finite = false;  // every dense gradient value is finite
-  bool rows_finite = false;    // every embedding row gradient value is finite
-};
-
-// The embedding rows a pull names (PullRequest.rows), checked by the shard,
-// for its visitor to answer while the shard's lock is held: each row's
-// committed values, or its initial value if it was never trained.
-class PulledRows {
- public:
-  PulledRows(const PullRequest& request, const EmbeddingTable& table)
-      : request_(request), table_(table) {}
-  bool empty() const { return request_.rows().empty(); }
-  // The rows named, over every table (an id named twice counts twice).
-  int64_t row_count() const;
-  // An upper bound of the bytes the answer adds to a PullResponse: the
-  // values in the pull's dtype, the table names and the framing.
-  int64_t reply_bytes() const;
-  // Appends to response->rows() one EmbeddingRows per table the pull
-  // names, in its order: the table, the pull's dtype, and the values of
-  // its ids, row after row, in the pull's order (no ids).
-  void AnswerTo(PullResponse* response) const;
-
- private:
-  const PullRequest& request_;
-  const EmbeddingTable& table_;
-};
 
 class StreamedUpdate;  // ps_server/streamed_update.h
 
@@ -309,9 +252,11 @@ class ParameterShard {
   void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // InvalidArgument for a pull from an unknown worker or in an unknown
-  // wire dtype.
-  absl::Status CheckPull(const PullRequest& request) const;
+  // Counts a push refused and passes its refusal on.
+  absl::Status Refuse(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++pushes_rejected_;
+    return status;
+  }
   // TryPush's part under the lock: refuses, drops or applies the push, or
   // admits it into the current step (`*lands`: the caller lands it in each
   // table, as `plans` says, outside the lock, then completes the step if it

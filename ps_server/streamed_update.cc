@@ -14,6 +14,26 @@ StreamedUpdate::~StreamedUpdate() {
   if (holds_staging_) shard_->ReleaseStaging();
 }
 
+absl::Status StreamedUpdate::Stage(VariableStore& store, float lr_scale) {
+  for (int index : indices_) {
+    absl::StatusOr<VariableStore::StageTarget> target = store.BeginStage(index, lr_scale);
+    if (!target.ok()) {
+      holds_staging_ = false;
+      return target.status();
+    }
+    targets_.push_back(*target);
+    staged_.push_back(store.staged_values(index));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamedUpdate::Finish(VariableStore& store) {
+  for (size_t i = 0; i < indices_.size(); ++i) {
+    PST_RETURN_IF_ERROR(store.FinishStage(indices_[i], targets_[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StreamedUpdate::ApplyWhole(int tensor, int64_t elements, int64_t block,
                                         StagePart stage) {
   VariableStore::StageTarget& target = targets_[tensor];

@@ -163,6 +163,21 @@ absl::Status Mlp::ReadParametersOf(const Mlp& source) {
   return absl::OkStatus();
 }
 
+absl::Status Mlp::AllocateFrom(TensorAllocator& allocator) {
+  if (!kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only a model on a backend that computes on host memory can compute in place");
+  }
+  std::vector<std::span<float>> parameters, gradients;
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    PST_ASSIGN_OR_RETURN(TensorAllocator::Memory memory,
+                         allocator.Allocate(static_cast<int>(i), variables_[i]));
+    parameters.push_back(memory.values);
+    gradients.push_back(memory.gradient);
+  }
+  return PlaceTensors(parameters, gradients);
+}
+
 absl::Status Mlp::PlaceTensors(std::span<const std::span<float>> parameters,
                                std::span<const std::span<float>> gradients) {
   if (!kernels_->ComputesOnHostMemory()) {

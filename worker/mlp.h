@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/kernels.h"
 #include "placement/variable_spec.h"
+#include "worker/tensor_allocator.h"
 
 namespace pst {
 
@@ -82,14 +83,18 @@ class Mlp {
   // UploadParameters copies nothing. `source` must outlive this model.
   absl::Status ReadParametersOf(const Mlp& source);
 
-  // Makes the layers compute on `parameters` and leave their gradients in
-  // `gradients` (one span per variable, sized like it; none keeps the
-  // model's own gradient buffers), copying the parameters' values there;
-  // HostParameter and HostGradient are then those spans. For a caller whose
-  // exchange reads gradients and writes parameters where they lie
-  // (PsClient::AllocateTensors). The memory must outlive the model.
+  // Moves the model's parameters and gradients into memory `allocator`
+  // gives (worker/tensor_allocator.h), one call per variable, and computes
+  // there from then on: HostParameter and HostGradient are that memory.
   // FailedPrecondition on a backend that does not compute on host memory;
-  // InvalidArgument for a span of another size.
+  // InvalidArgument, with nothing moved, for memory of another size; an
+  // allocator's failure is passed on.
+  absl::Status AllocateFrom(TensorAllocator& allocator);
+
+  // AllocateFrom with the memory at hand: the layers compute on
+  // `parameters` and leave their gradients in `gradients` (one span per
+  // variable, sized like it; none keeps the model's own gradient buffers),
+  // the parameters' values copied there. The same refusals.
   absl::Status PlaceTensors(std::span<const std::span<float>> parameters,
                             std::span<const std::span<float>> gradients);
 

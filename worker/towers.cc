@@ -57,15 +57,17 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
   return towers;
 }
 
-absl::Status Towers::PlaceTensors(std::span<const std::span<float>> parameters,
-                                  std::span<const std::span<float>> gradients) {
+absl::Status Towers::AllocateFrom(TensorAllocator& allocator) {
   if (!ComputesOnHostMemory()) {
     return absl::FailedPreconditionError(
         "only towers that all compute on host memory can compute in place");
   }
-  if (gradients.size() != variables().size()) {
-    return absl::InvalidArgumentError(absl::StrCat(gradients.size(), " gradients for a model of ",
-                                                   variables().size(), " variables"));
+  std::vector<std::span<float>> parameters, gradients;
+  for (size_t i = 0; i < variables().size(); ++i) {
+    PST_ASSIGN_OR_RETURN(TensorAllocator::Memory memory,
+                         allocator.Allocate(static_cast<int>(i), variables()[i]));
+    parameters.push_back(memory.values);
+    gradients.push_back(memory.gradient);
   }
   for (size_t i = 0; i < gradients.size() && size() > 1; ++i) {
     if (gradients[i].size() != averaged_[i].size()) {
@@ -75,11 +77,8 @@ absl::Status Towers::PlaceTensors(std::span<const std::span<float>> parameters,
     }
   }
   // One tower leaves its gradients there; several average into them.
-  if (absl::Status s = towers_[0]->PlaceTensors(
-          parameters, size() == 1 ? gradients : std::span<const std::span<float>>());
-      !s.ok()) {
-    return s;
-  }
+  PST_RETURN_IF_ERROR(towers_[0]->PlaceTensors(
+      parameters, size() == 1 ? gradients : std::span<const std::span<float>>()));
   for (int t = 1; t < size(); ++t) {
     PST_RETURN_IF_ERROR(towers_[t]->ReadParametersOf(*towers_[0]));
   }

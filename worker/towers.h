@@ -24,6 +24,7 @@
 #include "common/thread_pool.h"
 #include "kernels/kernels.h"
 #include "worker/mlp.h"
+#include "worker/tensor_allocator.h"
 
 namespace pst {
 
@@ -59,16 +60,17 @@ class Towers {
     return size() == 1 ? towers_[0]->HostGradient(index) : std::span<const float>(averaged_[index]);
   }
 
-  // Whether every tower computes on host memory (the CPU), so PlaceTensors
+  // Whether every tower computes on host memory (the CPU), so AllocateFrom
   // may be used.
   bool ComputesOnHostMemory() const { return shared_parameters_; }
-  // Makes HostParameter(i) parameters[i] and HostGradient(i) gradients[i]
-  // (one span per variable, sized like it; the memory must outlive the
-  // towers), the towers computing on them (Mlp::PlaceTensors); the current
-  // parameter values are copied there. FailedPrecondition unless
-  // ComputesOnHostMemory().
-  absl::Status PlaceTensors(std::span<const std::span<float>> parameters,
-                            std::span<const std::span<float>> gradients);
+  // Moves HostParameter(i) and HostGradient(i) into memory `allocator`
+  // gives (worker/tensor_allocator.h), one call per variable, the current
+  // parameter values copied there: the towers compute with those
+  // parameters (Mlp::AllocateFrom), and the averaged gradient (or the one
+  // tower's) is left in that gradient memory. FailedPrecondition unless
+  // ComputesOnHostMemory(); InvalidArgument, with nothing moved, for
+  // memory of another size; an allocator's failure is passed on.
+  absl::Status AllocateFrom(TensorAllocator& allocator);
 
   // Host staging for a whole batch (tower 0's, pinned on a GPU).
   std::span<float> HostInput() { return towers_[0]->HostInput(); }
@@ -111,7 +113,7 @@ class Towers {
 
   std::vector<std::unique_ptr<Mlp>> towers_;
   // Per variable, with several towers: the average, in averaged_memory_ or
-  // where PlaceTensors put it.
+  // in memory from AllocateFrom's allocator.
   std::vector<std::span<float>> averaged_;
   std::vector<std::vector<float>> averaged_memory_;
   std::vector<int> all_variables_;            // 0, 1, ..., variables - 1

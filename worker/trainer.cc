@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
+#include "worker/tensor_allocator.h"
 #include "worker/worker_metrics.h"
 
 namespace pst {
@@ -30,6 +31,33 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 std::optional<double> Accuracy(const LossResult& evaluation, const Dataset& data) {
   if (data.num_classes == 0) return std::nullopt;
   return static_cast<double>(evaluation.correct) / data.size;
+}
+
+// The transport's memory as the model's allocator: each variable's spans
+// where the client's exchanges read its gradient and leave its values
+// (PsClient::AllocateTensors), in a co-located shard's region where it
+// lies whole on one.
+class ClientTensors final : public TensorAllocator {
+ public:
+  explicit ClientTensors(PsClient::Tensors tensors) : tensors_(std::move(tensors)) {}
+  absl::StatusOr<Memory> Allocate(int index, const VariableSpec& spec) override {
+    if (index < 0 || static_cast<size_t>(index) >= tensors_.values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the client holds ", tensors_.values.size(), " variables; the model asks for ",
+          spec.name, " as number ", index, " (give the client the model's variables)"));
+    }
+    return Memory{.values = tensors_.values[index], .gradient = tensors_.gradients[index]};
+  }
+
+ private:
+  const PsClient::Tensors tensors_;
+};
+
+bool SharesMemoryWithAShard(const PsClient& client) {
+  for (int s = 0; s < client.num_shards(); ++s) {
+    if (client.uses_shared_memory(s)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -137,8 +165,9 @@ absl::Status Trainer::Setup() {
     // its parameters (in a co-located shard's region): no copies per step.
     absl::StatusOr<PsClient::Tensors> tensors = client_->AllocateTensors();
     if (!tensors.ok()) return tensors.status();
-    if (absl::Status s = towers_->PlaceTensors(tensors->values, tensors->gradients); !s.ok()) {
-      return s;
+    if (SharesMemoryWithAShard(*client_)) {
+      ClientTensors allocator(*std::move(tensors));
+      PST_RETURN_IF_ERROR(towers_->AllocateFrom(allocator));
     }
   }
   for (size_t i = 0; i < towers_->variables().size(); ++i) {

@@ -4,13 +4,20 @@
 #ifndef PST_TESTS_SUPPORT_EXCHANGE_CALLS_H_
 #define PST_TESTS_SUPPORT_EXCHANGE_CALLS_H_
 
+#include <fcntl.h>
+#include <sys/mman.h>
+
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/shared_memory.h"
+#include "gtest/gtest.h"
 #include "grpcpp/client_context.h"
 #include "ps.grpc.pb.h"
 #include "rpc/worker_session.h"
@@ -87,6 +94,32 @@ inline std::string AnswerBytes(const std::vector<ExchangeAnswer>& answers, int t
     }
   }
   return bytes;
+}
+
+// A region of `bytes` made here and attached by `worker` through `stub`,
+// its first `elements` floats set to `value` (a gradient at offset 0);
+// `*handle` gets the shard's handle for it, `*owner` (if given) a
+// descriptor of its own, to shrink it with.
+inline std::unique_ptr<SharedRegion> AttachFilledRegion(ParameterServer::Stub* stub, int worker,
+                                                        int64_t bytes, int64_t elements, float value,
+                                                        uint64_t* handle, int* owner = nullptr) {
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes);
+  EXPECT_TRUE(region.ok()) << region.status();
+  if (owner != nullptr) *owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
+  ShmAttachRequest request;
+  request.set_worker(worker);
+  request.set_name((*region)->name());
+  request.set_bytes(static_cast<int64_t>((*region)->bytes().size()));
+  request.set_boot_id(*HostBootId());
+  request.set_proof((*region)->proof());
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub->ShmAttach(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  *handle = response.region();
+  const std::vector<float> gradient(static_cast<size_t>(elements), value);
+  std::memcpy((*region)->bytes().data(), gradient.data(), gradient.size() * sizeof(float));
+  return std::move(*region);
 }
 
 }  // namespace pst

@@ -114,7 +114,26 @@ TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   }
 }
 
-// Towers that compute on memory the caller placed (Towers::PlaceTensors)
+// Memory of the test's own, handed out as a transport's allocator would:
+// variable i's values in parameters[i], its gradient in gradients[i].
+class VectorAllocator final : public TensorAllocator {
+ public:
+  VectorAllocator(std::vector<std::vector<float>>* parameters,
+                  std::vector<std::vector<float>>* gradients)
+      : parameters_(parameters), gradients_(gradients) {}
+  absl::StatusOr<Memory> Allocate(int index, const VariableSpec& spec) override {
+    asked_.push_back(spec.name);
+    return Memory{.values = (*parameters_)[index], .gradient = (*gradients_)[index]};
+  }
+  const std::vector<std::string>& asked() const { return asked_; }
+
+ private:
+  std::vector<std::vector<float>>* parameters_;
+  std::vector<std::vector<float>>* gradients_;
+  std::vector<std::string> asked_;
+};
+
+// Towers that compute on memory from an allocator (Towers::AllocateFrom)
 // against the same towers on their own: the same gradients, left there.
 class PlacedTowersTest : public ::testing::TestWithParam<int> {};
 
@@ -142,9 +161,12 @@ TEST_P(PlacedTowersTest, PlacedTensorsGiveTheSameGradientsWhereTheyLie) {
     parameters.emplace_back(v.size(), 0.0f);
     gradients.emplace_back(v.size(), 0.0f);
   }
-  const std::vector<std::span<float>> parameter_spans(parameters.begin(), parameters.end());
-  const std::vector<std::span<float>> gradient_spans(gradients.begin(), gradients.end());
-  ASSERT_TRUE((*placed)->PlaceTensors(parameter_spans, gradient_spans).ok());
+  VectorAllocator allocator(&parameters, &gradients);
+  ASSERT_TRUE((*placed)->AllocateFrom(allocator).ok());
+  ASSERT_EQ(allocator.asked().size(), initial.size());  // once per variable, in order
+  for (size_t v = 0; v < initial.size(); ++v) {
+    EXPECT_EQ(allocator.asked()[v], (*placed)->variables()[v].name);
+  }
   for (size_t v = 0; v < initial.size(); ++v) {
     EXPECT_EQ((*placed)->HostParameter(v).data(), parameters[v].data());
     EXPECT_EQ(parameters[v], initial[v]);  // the values came along
@@ -174,6 +196,44 @@ TEST_P(PlacedTowersTest, PlacedTensorsGiveTheSameGradientsWhereTheyLie) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OneAndTwoTowers, PlacedTowersTest, ::testing::Values(1, 2));
+
+// Memory of the wrong size, or an allocator that fails, leaves the towers
+// computing where they did, on the values they had.
+TEST(TowersTest, AllocatorMemoryOfAnotherSizeOrAFailedAllocationMovesNothing) {
+  constexpr int kBatch = 8;
+  const MlpSpec spec = SmallClassifier();
+  std::vector<std::unique_ptr<Kernels>> owned;
+  std::vector<Kernels*> backends;
+  for (int t = 0; t < 2; ++t) backends.push_back(owned.emplace_back(MakeCpuKernels()).get());
+  absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(spec, backends, kBatch, kBatch);
+  ASSERT_TRUE(towers.ok());
+  const std::vector<std::vector<float>> initial = (*towers)->InitialValues(5);
+  LoadInitialValues(initial, [&](size_t i) { return (*towers)->HostParameter(i); });
+  const float* before = (*towers)->HostParameter(0).data();
+
+  std::vector<std::vector<float>> parameters, gradients;
+  for (const VariableSpec& v : (*towers)->variables()) {
+    parameters.emplace_back(v.size() + 1, 0.0f);  // one float too many
+    gradients.emplace_back(v.size(), 0.0f);
+  }
+  VectorAllocator wrong_size(&parameters, &gradients);
+  EXPECT_EQ((*towers)->AllocateFrom(wrong_size).code(), absl::StatusCode::kInvalidArgument);
+
+  class Failing final : public TensorAllocator {
+   public:
+    absl::StatusOr<Memory> Allocate(int index, const VariableSpec&) override {
+      if (index == 1) return absl::UnavailableError("no region");
+      return Memory{};
+    }
+  } failing;
+  EXPECT_EQ((*towers)->AllocateFrom(failing).code(), absl::StatusCode::kUnavailable);
+
+  EXPECT_EQ((*towers)->HostParameter(0).data(), before);
+  for (size_t v = 0; v < initial.size(); ++v) {
+    std::span<const float> now = (*towers)->HostParameter(v);
+    EXPECT_TRUE(std::equal(now.begin(), now.end(), initial[v].begin(), initial[v].end()));
+  }
+}
 
 TEST(TowersTest, RefusesABatchThatDoesNotSplitEvenly) {
   std::vector<std::unique_ptr<Kernels>> owned;

@@ -1,0 +1,22 @@
+#include "ps_server/shard_options.h"
+
+namespace pst {
+
+ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
+  const TrainingConfig& training = config.training();
+  ShardOptions options;
+  static_cast<ConsistencyOptions&>(options) = ConsistencyOptionsFromConfig(config);
+  if (training.lease_seconds() > 0) {
+    options.lease = absl::Seconds(static_cast<double>(training.lease_seconds()));
+  }
+  options.shard = shard;
+  options.num_shards = config.cluster().ps_size();
+  options.optimizer = training.optimizer();
+  options.seed = training.seed();
+  if (!training.checkpoint().dir().empty()) {
+    options.snapshot_every_steps = training.checkpoint().every_steps();
+  }
+  return options;
+}
+
+}  // namespace pst
