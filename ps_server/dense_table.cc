@@ -10,7 +10,8 @@ DenseTable::DenseTable(std::unique_ptr<Optimizer> optimizer, int num_workers)
     : store_(std::move(optimizer)), step_(num_workers) {}
 
 absl::Status DenseTable::Initialize(const InitRequest& request) {
-  PST_RETURN_IF_ERROR(store_.Initialize(request.variables()));
+  // A shard may hold rows of the model's tables and no dense variable.
+  PST_RETURN_IF_ERROR(store_.Initialize(request.variables(), request.embeddings_size() > 0));
   ResetStep();
   return absl::OkStatus();
 }
@@ -55,6 +56,12 @@ void DenseTable::ResetStep() {
 absl::StatusOr<std::vector<const Variable*>> DenseTable::Select(const PullRequest& pull,
                                                                  int shard) const {
   std::vector<const Variable*> variables;
+  if (pull.rows_only()) {
+    if (!pull.names().empty()) {
+      return absl::InvalidArgumentError("a pull of rows only names dense variables too");
+    }
+    return variables;
+  }
   if (pull.names().empty()) {
     for (size_t i = 0; i < store_.size(); ++i) variables.push_back(&store_.variable(static_cast<int>(i)));
     return variables;

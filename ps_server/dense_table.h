@@ -42,8 +42,8 @@ class DenseTable final : public Table {
   void AddStats(StatsResponse* response) const override;
 
   // The variables a pull names, each once, in its order (every variable,
-  // in the store's order, if it names none). InvalidArgument for an
-  // unknown or repeated name; `shard` names the shard.
+  // in the store's order, if it names none; none for a pull of rows only).
+  // InvalidArgument for an unknown or repeated name; `shard` names the shard.
   absl::StatusOr<std::vector<const Variable*>> Select(const PullRequest& pull, int shard) const;
   // For a push that streams in, given its header: the indices of the
   // variables it names, in its order, and the payload bytes each gradient
