@@ -23,6 +23,7 @@ cd "$(dirname "$0")/.."
 source scripts/netns_lib.sh
 PROGRAM=netns_cluster.sh
 PYTHON=/usr/bin/python3
+BIN=${PST_BIN_DIR:-build/bin}  # ps_server, ps_bench and worker
 
 usage() {
   sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -50,7 +51,7 @@ for arg in "$@"; do
   esac
 done
 netns_require_root "$PROGRAM"
-for bin in build/bin/ps_server build/bin/ps_bench build/bin/worker; do
+for bin in "$BIN/ps_server" "$BIN/ps_bench" "$BIN/worker"; do
   [[ -x $bin ]] || { echo "$PROGRAM: $bin is missing; run scripts/build.sh first" >&2; exit 1; }
 done
 # One direction of one port: a quarter of the round trip.
@@ -109,7 +110,7 @@ print(int(v)*{'B':1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[u])") ||
 MAX_MESSAGE=$((SIZE_BYTES + (8 << 20) > (256 << 20) ? SIZE_BYTES + (8 << 20) : (256 << 20)))
 SHARD_PIDS=()
 for ((k = 0; k < SHARDS; k++)); do
-  netns_spawn "ps$k" "$SCRATCH/ps$k.log" build/bin/ps_server --config="$SCRATCH/job.textproto" \
+  netns_spawn "ps$k" "$SCRATCH/ps$k.log" "$BIN/ps_server" --config="$SCRATCH/job.textproto" \
     --task="ps:$k" --allow_insecure --port_file="$SCRATCH/ps$k.port" \
     --max_message_bytes="$MAX_MESSAGE"
   SHARD_PIDS+=("$NETNS_LAST_PID")
@@ -126,9 +127,11 @@ done
 
 # CPU seconds of this shell's children that have exited (bash's times): the
 # workers, once waited for; the shards are still running and not counted.
+# Called in this shell, never in $(...), whose subshell has children of its own.
 children_cpu_seconds() {
-  times | sed -n 2p | tr -d 's' | awk '{ split($1, u, "m"); split($2, s, "m");
-    printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+  times > "$SCRATCH/times"
+  sed -n 2p "$SCRATCH/times" | tr -d 's' | awk '{ split($1, u, "m"); split($2, s, "m");
+    printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' > "$SCRATCH/children_cpu"
 }
 
 WORKER_PIDS=()
@@ -140,7 +143,7 @@ if [[ $KIND == bench ]]; then
   PS_ARG=$(IFS=,; echo "${PS_LIST[*]}")
   for ((w = 0; w < WORKERS; w++)); do
     mkfifo "$SCRATCH/go$w"
-    ip netns exec "${NETNS_TAG}_wk$w" build/bin/ps_bench --ps="$PS_ARG" --sizes="$SIZE" \
+    ip netns exec "${NETNS_TAG}_wk$w" "$BIN/ps_bench" --ps="$PS_ARG" --sizes="$SIZE" \
       --workers=1 --first_worker="$w" --transport=tcp --exchange="$EXCHANGE" \
       --seconds="$SECONDS_" --iperf=false --json --ready_file="$SCRATCH/ready" \
       < "$SCRATCH/go$w" > "$SCRATCH/bench$w.json" 2> "$SCRATCH/bench$w.log" &
@@ -164,16 +167,18 @@ if [[ $KIND == bench ]]; then
   CPU_WK_0=0 CPU_WK_1=0
 else
   for ((w = 0; w < WORKERS; w++)); do
-    netns_spawn "wk$w" "$SCRATCH/wk$w.log" build/bin/worker --config="$SCRATCH/job.textproto" \
+    netns_spawn "wk$w" "$SCRATCH/wk$w.log" "$BIN/worker" --config="$SCRATCH/job.textproto" \
       --task="worker:$w" --epochs="$EPOCHS" --mode="$MODE" --result_file="$SCRATCH/wk$w.result"
     WORKER_PIDS+=("$NETNS_LAST_PID")
   done
-  CPU_WK_0=$(children_cpu_seconds)
+  children_cpu_seconds
+  CPU_WK_0=$(< "$SCRATCH/children_cpu")
   for ((w = 0; w < WORKERS; w++)); do
     wait "${WORKER_PIDS[$w]}" ||
       { echo "$PROGRAM: worker:$w failed:" >&2; tail -5 "$SCRATCH/wk$w.log" >&2; exit 1; }
   done
-  CPU_WK_1=$(children_cpu_seconds)
+  children_cpu_seconds
+  CPU_WK_1=$(< "$SCRATCH/children_cpu")
 fi
 END=$(date +%s.%N)
 CPU_PS_1=$(netns_cpu_seconds "${SHARD_PIDS[@]}")
@@ -206,10 +211,10 @@ if kind == "bench":
 else:
     results = [json.load(open(f)) for f in sorted(glob.glob(scratch + "/wk*.result"))]
     chief = [r for r in results if r.get("task") == "worker:0"][0]
-    steps = sum(int(r.get("steps", 0)) for r in results)
-    samples = sum(int(r.get("samples", 0)) for r in results)
-    longest = max(float(r.get("trainSeconds", r.get("train_seconds", 0))) for r in results)
-    row.update(mode="$MODE", epochs=$EPOCHS, test_accuracy=round(float(chief.get("testAccuracy", 0)), 4),
+    steps = sum(int(r["steps"]) for r in results)
+    samples = sum(int(r["samples"]) for r in results)
+    longest = max(float(r["train_seconds"]) for r in results)
+    row.update(mode="$MODE", epochs=$EPOCHS, test_accuracy=round(float(chief["test_accuracy"]), 4),
                worker_steps=steps, samples_per_s=round(samples / longest, 1),
                step_ms=round(longest / (steps / $WORKERS) * 1e3, 2))
     cpu_wk = ($CPU_WK_1 - $CPU_WK_0) / window
