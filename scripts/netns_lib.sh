@@ -39,7 +39,7 @@ netns_have_netem() {
 # unless DELAY is empty.
 netns_shape() {
   local ns=$1 dev=$2 rate=$3 delay=$4
-  local tbf=(tbf rate "$rate" burst 128kb latency 100ms)
+  local tbf=(tbf rate "$rate" burst "${NETNS_BURST:-128kb}" latency 100ms)
   if [[ -z $delay ]]; then
     ip netns exec "$ns" tc qdisc add dev "$dev" root handle 10: "${tbf[@]}"
   else
