@@ -208,7 +208,9 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   const std::vector<std::string> external = RunningShards();
   if (!external.empty()) {
     cluster.addresses = external;
-  } else if (absl::Status s = StartCluster(shards, workers, size_bytes, &cluster); !s.ok()) {
+  } else if (absl::Status s = StartCluster(shards, absl::GetFlag(FLAGS_first_worker) + workers,
+                                          size_bytes, &cluster);
+             !s.ok()) {
     return s;
   }
   const bool push_pull = absl::GetFlag(FLAGS_exchange) == "push_pull";
@@ -327,10 +329,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     start_mu.Await(absl::Condition(&all_settled));
   }
   const absl::Status start_signal = AwaitStartSignal();
-  if (!start_signal.ok()) {
-    stop = true;
-    fail(start_signal);
-  }
+  if (!start_signal.ok()) stop = true;
   {
     absl::MutexLock lock(&start_mu);
     started = true;
@@ -347,6 +346,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
   const double cpu_seconds = cluster.CpuSeconds() - cpu_begin;
   for (std::thread& t : threads) t.join();  // after the first worker's closing echo
+  if (!start_signal.ok()) return start_signal;
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("a worker's call failed: ", failure.message()));
   }
@@ -502,6 +502,9 @@ int Main() {
     absl::StatusOr<std::vector<PeerRow>> read = ReadPeerRows(path);
     if (!read.ok()) ExitWithError("ps_bench", read.status());
     peers = std::move(*read);
+  }
+  if (absl::GetFlag(FLAGS_first_worker) < 0) {
+    ExitWithError("ps_bench", absl::InvalidArgumentError("--first_worker: give 0 or more"));
   }
   if (!external.empty() && sizes.size() != 1) {
     ExitWithError("ps_bench", absl::InvalidArgumentError(

@@ -50,6 +50,13 @@ for arg in "$@"; do
     *) echo "$PROGRAM: unknown argument $arg" >&2; usage ;;
   esac
 done
+bad() { echo "$PROGRAM: $1" >&2; exit 2; }
+[[ $SHARDS =~ ^[1-9][0-9]?$ ]] || bad "--shards=$SHARDS: give 1 to 99"
+[[ $WORKERS =~ ^[1-9][0-9]?$ ]] || bad "--workers=$WORKERS: give 1 to 99"
+((SHARDS + WORKERS <= 250)) || bad "--shards + --workers: at most 250 (one /24 of addresses)"
+[[ $RATE =~ ^[0-9]+(kbit|mbit|gbit)$ ]] || bad "--rate=$RATE: give a rate such as 200mbit"
+[[ $SECONDS_ =~ ^[0-9]+([.][0-9]+)?$ ]] || bad "--seconds=$SECONDS_: give a number"
+[[ $EPOCHS =~ ^[1-9][0-9]*$ ]] || bad "--epochs=$EPOCHS: give a whole number from 1"
 netns_require_root "$PROGRAM"
 for bin in "$BIN/ps_server" "$BIN/ps_bench" "$BIN/worker"; do
   [[ -x $bin ]] || { echo "$PROGRAM: $bin is missing; run scripts/build.sh first" >&2; exit 1; }
@@ -57,10 +64,16 @@ done
 # One direction of one port: a quarter of the round trip.
 DELAY=
 if [[ -n $RTT ]]; then
-  DELAY=$($PYTHON -c "import re,sys; v,u=re.fullmatch(r'([0-9.]+)(us|ms|s)','$RTT').groups(); print('%dus' % max(1,round(float(v)*{'us':1,'ms':1e3,'s':1e6}[u]/4)))") ||
+  DELAY=$($PYTHON -c "import re,sys; v,u=re.fullmatch(r'([0-9.]+)(us|ms|s)','$RTT').groups(); print('%dus' % max(1,round(float(v)*{'us':1,'ms':1e3,'s':1e6}[u]/4)))" 2>/dev/null) ||
     { echo "$PROGRAM: --rtt=$RTT: give a time such as 200us or 1ms" >&2; exit 2; }
 fi
 
+# A shard takes the whole model in one Init request when it is that big.
+SIZE_BYTES=$($PYTHON -c "
+import re; v,u=re.fullmatch(r'([0-9]+)(B|KiB|MiB|GiB)','$SIZE').groups()
+print(int(v)*{'B':1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[u])" 2>/dev/null) ||
+  { echo "$PROGRAM: --size=$SIZE: give a size such as 4MiB" >&2; exit 2; }
+MAX_MESSAGE=$((SIZE_BYTES + (8 << 20) > (256 << 20) ? SIZE_BYTES + (8 << 20) : (256 << 20)))
 NETNS_TAG=pst$$
 SCRATCH=$(mktemp -d)
 cleanup() {
@@ -102,12 +115,6 @@ text = re.sub(r'^cluster\s*\{.*?^\}', '', text, flags=re.S | re.M)
 print('cluster { %s }\n%s' % (sys.argv[2], text))
 EOF
 fi
-# A shard takes the whole model in one Init request when it is that big.
-SIZE_BYTES=$($PYTHON -c "
-import re; v,u=re.fullmatch(r'([0-9]+)(B|KiB|MiB|GiB)','$SIZE').groups()
-print(int(v)*{'B':1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[u])") ||
-  { echo "$PROGRAM: --size=$SIZE: give a size such as 4MiB" >&2; exit 2; }
-MAX_MESSAGE=$((SIZE_BYTES + (8 << 20) > (256 << 20) ? SIZE_BYTES + (8 << 20) : (256 << 20)))
 SHARD_PIDS=()
 for ((k = 0; k < SHARDS; k++)); do
   netns_spawn "ps$k" "$SCRATCH/ps$k.log" "$BIN/ps_server" --config="$SCRATCH/job.textproto" \
@@ -152,10 +159,18 @@ if [[ $KIND == bench ]]; then
     exec {fd}>"$SCRATCH/go$w"
     GO_FDS+=("$fd")
   done
-  for ((w = 0; w < WORKERS; w++)); do
-    read -r -t 600 -u "$ready_fd" _ ||
-      { echo "$PROGRAM: the ps_bench processes did not all get ready:" >&2;
-        cat "$SCRATCH"/bench*.log >&2; exit 1; }
+  # A ps_bench that exits before it is ready fails the row at once.
+  for ((w = 0, waited = 0; w < WORKERS; )); do
+    if read -r -t 1 -u "$ready_fd" _; then
+      ((++w))
+      continue
+    fi
+    for pid in "${WORKER_PIDS[@]}"; do
+      netns_running "$pid" ||
+        { echo "$PROGRAM: a ps_bench exited before it was ready:" >&2;
+          cat "$SCRATCH"/bench*.log >&2; exit 1; }
+    done
+    ((++waited < 600)) || { echo "$PROGRAM: the ps_bench processes were not ready in 600 s" >&2; exit 1; }
   done
   for fd in "${GO_FDS[@]}"; do echo go >&"$fd"; done
 fi

@@ -79,6 +79,13 @@ netns_spawn() {
   NETNS_PIDS+=("$NETNS_LAST_PID")
 }
 
+# Whether PID runs (an exited child not yet waited for is a zombie: no).
+netns_running() {
+  local state
+  state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ ${state:0:1} != Z ]]
+}
+
 # CPU seconds (user + system) that PIDs have used so far.
 netns_cpu_seconds() {
   local ticks=0 pid fields
