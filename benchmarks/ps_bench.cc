@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <thread>
 
@@ -85,6 +86,13 @@ ABSL_FLAG(std::string, ps, "",
           "against, e.g. across a network, instead of starting shards of its own; one size per "
           "run, since a shard keeps the first model it is given. --shards is then their "
           "number.");
+ABSL_FLAG(int, first_worker, 0,
+          "The rank of this process's first worker thread (the others follow): with --ps, "
+          "several ps_bench processes share the shards as distinct workers.");
+ABSL_FLAG(std::string, ready_file, "",
+          "After the warm-up, write a line to this file (a FIFO) and wait for a line on "
+          "standard input before the measured window: ps_bench processes started apart (e.g. in "
+          "network namespaces of their own) then measure over the same window.");
 
 namespace pst {
 namespace {
@@ -178,13 +186,31 @@ absl::Status TimeEcho(PsClient* client, int calls, std::vector<double>* micros) 
   return absl::OkStatus();
 }
 
+// --ready_file: says this process is ready, then waits for the go on stdin.
+absl::Status AwaitStartSignal() {
+  const std::string path = absl::GetFlag(FLAGS_ready_file);
+  if (path.empty()) return absl::OkStatus();
+  {
+    std::ofstream ready(path, std::ios::app);
+    ready << getpid() << " ready" << std::endl;
+    if (!ready) return absl::UnavailableError(absl::StrCat("--ready_file: cannot write ", path));
+  }
+  std::string line;
+  if (!std::getline(std::cin, line)) {
+    return absl::UnavailableError("--ready_file: standard input closed before the start signal");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards, DType dtype,
                                     PsClient::Transport transport) {
   Cluster cluster;
   const std::vector<std::string> external = RunningShards();
   if (!external.empty()) {
     cluster.addresses = external;
-  } else if (absl::Status s = StartCluster(shards, workers, size_bytes, &cluster); !s.ok()) {
+  } else if (absl::Status s = StartCluster(shards, absl::GetFlag(FLAGS_first_worker) + workers,
+                                          size_bytes, &cluster);
+             !s.ok()) {
     return s;
   }
   const bool push_pull = absl::GetFlag(FLAGS_exchange) == "push_pull";
@@ -207,6 +233,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   absl::Mutex start_mu;
   int settled = 0;   // workers past their warm-up, or failed before it
   int finished = 0;  // workers past their last round trip, or failed
+  bool started = false;  // the measured window is open
   auto worker = [&](int rank) {
     // Each counts a worker once, when it gets there or when it fails first:
     // a failed worker must not hold the measurement (and the report of its
@@ -228,7 +255,8 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
       settle();
       finish();
     };
-    auto client = PsClient::Connect(cluster.addresses, rank, absl::Seconds(10));
+    auto client = PsClient::Connect(cluster.addresses, absl::GetFlag(FLAGS_first_worker) + rank,
+                                    absl::Seconds(10));
     if (!client.ok()) {
       fail(client.status());
       return;
@@ -278,10 +306,10 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
       }
     }
     settle();
-    {  // all start together, after the first worker's opening echo
+    {  // all start together, after the first worker's opening echo and the start signal
       absl::MutexLock lock(&start_mu);
-      const auto all_settled = [&] { return settled == workers; };
-      start_mu.Await(absl::Condition(&all_settled));
+      const auto may_start = [&] { return started; };
+      start_mu.Await(absl::Condition(&may_start));
     }
     while (!stop.load()) {
       absl::Time start = absl::Now();
@@ -300,9 +328,15 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     const auto all_settled = [&] { return settled == workers; };
     start_mu.Await(absl::Condition(&all_settled));
   }
+  const absl::Status start_signal = AwaitStartSignal();
+  if (!start_signal.ok()) stop = true;
+  {
+    absl::MutexLock lock(&start_mu);
+    started = true;
+  }
   absl::Time begin = absl::Now();
   const double cpu_begin = cluster.CpuSeconds();
-  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
+  if (start_signal.ok()) absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
   stop = true;
   {
     absl::MutexLock lock(&start_mu);
@@ -312,6 +346,7 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
   const double cpu_seconds = cluster.CpuSeconds() - cpu_begin;
   for (std::thread& t : threads) t.join();  // after the first worker's closing echo
+  if (!start_signal.ok()) return start_signal;
   if (!failure.ok()) {
     return absl::Status(failure.code(), absl::StrCat("a worker's call failed: ", failure.message()));
   }
@@ -467,6 +502,9 @@ int Main() {
     absl::StatusOr<std::vector<PeerRow>> read = ReadPeerRows(path);
     if (!read.ok()) ExitWithError("ps_bench", read.status());
     peers = std::move(*read);
+  }
+  if (absl::GetFlag(FLAGS_first_worker) < 0) {
+    ExitWithError("ps_bench", absl::InvalidArgumentError("--first_worker: give 0 or more"));
   }
   if (!external.empty() && sizes.size() != 1) {
     ExitWithError("ps_bench", absl::InvalidArgumentError(

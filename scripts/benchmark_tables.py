@@ -220,12 +220,79 @@ def gpu_bench(rows):
     return {"": table(header, ["---", "---:"] + ["---:"] * (len(header) - 2), body)}
 
 
+def netns_cluster(rows):
+    """The cost model's constants and errors, then every measured row."""
+    summary = [r for r in rows if "constants" in r][-1]
+    c = summary["constants"]
+    constants = table(
+        ["alpha ms", "beta ms/shard", "eta_w", "fill", "eta_s", "gamma ns/byte"],
+        ["---:"] * 6,
+        [(f"{c['alpha'] * 1e3:.2f}", f"{c['beta'] * 1e3:.2f}", f"{c['eta_w']:.2f}",
+          f"{c['fill']:.2f}", f"{c['eta_s']:.2f}", f"{c['gamma'] * 1e9:.3f}")])
+
+    def cell(role, figure):
+        value = summary[role][figure]
+        return "n/a" if value is None else f"{value:.1f}"
+    errors = table(["rows", "count", "mean abs error %", "max abs error %"],
+                   ["---", "---:", "---:", "---:"],
+                   [(role, summary[role]["rows"], cell(role, "mean_abs_error_pct"),
+                     cell(role, "max_abs_error_pct")) for role in ("fit", "held_out", "cpu_bound")])
+    measured = [r for r in rows if "step_ms" in r]
+    bench = table(
+        ["rate", "size", "shards", "workers", "role", "step ms", "predicted ms", "error %",
+         "GB/s", "CPU ps", "CPU workers", "CPU machine"],
+        ["---", "---", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["rate"], r["size"], r["shards"], r["workers"], r["role"], f"{r['step_ms']:.1f}",
+          f"{r['predicted_step_ms']:.1f}", f"{r['error_pct']:+.1f}", f"{r['gbytes_per_s']:.3f}",
+          f"{r['cpu_cores_ps']:.2f}", f"{r['cpu_cores_workers']:.2f}",
+          f"{r['cpu_cores_machine']:.2f}")
+         for r in measured if r["kind"] == "bench"])
+    train = table(
+        ["rate", "shards", "workers", "role", "test accuracy", "samples/s", "step ms",
+         "compute ms", "predicted ms", "error %", "CPU ps", "CPU workers", "CPU machine"],
+        ["---", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:",
+         "---:", "---:"],
+        [(r["rate"], r["shards"], r["workers"], r.get("role", "n/a"), f"{r['test_accuracy']:.4f}",
+          f"{r['samples_per_s']:.0f}", f"{r['step_ms']:.1f}",
+          f"{r['compute_ms']:.1f}" if "compute_ms" in r else "n/a",
+          f"{r['predicted_step_ms']:.1f}" if "predicted_step_ms" in r else "n/a",
+          f"{r['error_pct']:+.1f}" if "error_pct" in r else "n/a",
+          f"{r['cpu_cores_ps']:.2f}", f"{r['cpu_cores_workers']:.2f}",
+          f"{r['cpu_cores_machine']:.2f}")
+         for r in measured if r["kind"] == "train"])
+    return {"constants": constants + "\n\n" + errors, "bench": bench, "train": train}
+
+
+def cost_model(rows):
+    """Predictions past this machine: dense models, then embedding tables."""
+    def k(value):
+        return "none" if value is None else str(value)
+    dense = table(
+        ["link Gbit/s", "model", "workers", "ring all-reduce ms", "PS best case ms",
+         "ours K = N ms", "ours best K", "ours at best K ms", "fewest K to match the ring"],
+        ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["link_gbit"], f"{r['model_bytes'] / 1e6:g} MB", r["workers"], f"{r['ring_ms']:.3g}",
+          f"{r['ps_best_case_ms']:.3g}", f"{r['ours_k_eq_n_ms']:.3g}", r["ours_best_k"],
+          f"{r['ours_best_ms']:.3g}", k(r["crossing_k"]))
+         for r in rows if r.get("part") == "dense"])
+    embedding = table(
+        ["workers", "ids per batch", "dim", "table", "bytes per step", "shards", "ours ms",
+         "ring all-reduce of the table ms", "all-gather of the rows ms"],
+        ["---:"] * 9,
+        [(r["workers"], r["ids_per_batch"], r["dim"], f"{r['table_bytes'] / 1e9:g} GB",
+          f"{r['bytes_per_step'] / 1e6:.3g} MB", r["shards"], f"{r['ours_ms']:.3g}",
+          f"{r['ring_dense_table_ms']:.3g}", f"{r['allgather_rows_ms']:.3g}")
+         for r in rows if r.get("part") == "embedding"])
+    return {"dense": dense, "embedding": embedding}
+
+
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
           "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards,
           "ps_bench_wire_dtype": ps_bench_wire_dtype, "ps_bench_sizes": ps_bench_sizes,
-          "metrics_bench": metrics_bench, "gpu_bench": gpu_bench}
+          "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
+          "netns_cluster": netns_cluster, "cost_model": cost_model}
 
 
 def read_rows(path):

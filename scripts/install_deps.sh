@@ -39,6 +39,8 @@ CHECK_PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-torch
   # Benchmarks only: ps_bench's loopback TCP baseline.
   iperf3
+  # Benchmarks only: the cost model's plot (scripts/cost_model_plot.py).
+  python3-matplotlib
 )
 case "${1:-}" in
   --job) PACKAGES=("${JOB_PACKAGES[@]}") ;;

@@ -1,6 +1,8 @@
 // ps_bench as scripts use it: the flags the issue fixes, and one JSON object
 // per row with the fields they read. Short rows without iperf3: this checks
 // the interface, not the figures (docs/benchmarks.md has those).
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,31 @@ TEST(PsBenchTest, TheExchangeCanBeAPushThenAPull) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(JsonField(run.out, "exchange"), "\"push_then_pull\"");
   EXPECT_GT(std::stoll(JsonField(run.out, "round_trips")), 0);
+}
+
+// As scripts/netns_cluster.sh starts several: each says it is ready on the
+// file, and measures once a line arrives on its standard input.
+TEST(PsBenchTest, WithAReadyFileItSaysSoThenWaitsForTheStartSignal) {
+  const std::string ready = absl::StrCat(::testing::TempDir(), "/ps_bench_ready");
+  std::remove(ready.c_str());
+  CommandResult run = RunCommand(
+      // Under sh -c: RunCommand gives the whole command /dev/null as its stdin.
+      absl::StrCat("sh -c 'echo go | ", Bin("ps_bench"), " --sizes=4KiB --seconds=0.2 --json ",
+                   "--iperf=false --first_worker=1 --ready_file=", ready, "'"),
+      120);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_GT(std::stoll(JsonField(run.out, "round_trips")), 0);
+  std::ifstream file(ready);
+  std::string line;
+  ASSERT_TRUE(std::getline(file, line));
+  EXPECT_THAT(line, HasSubstr(" ready"));
+
+  run = RunCommand(absl::StrCat(Bin("ps_bench"), " --sizes=4KiB --seconds=0.2 --json ",
+                                "--iperf=false --ready_file=", ready),
+                   120);
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.err, HasSubstr("standard input closed before the start signal"));
+  EXPECT_EQ(run.out, "");
 }
 
 TEST(PsBenchTest, BadExchangeOrSeveralSizesForRunningShardsAreOneLine) {
