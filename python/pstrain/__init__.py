@@ -136,17 +136,18 @@ class Client:
         return self.config["training"]["mode"]
 
     # ---- setting up ----------------------------------------------------
-    def register(self):
+    def register(self, deadline=None):
         """Registers with every shard (again after a transient error: rejoins).
 
         A shard away, restarting or still holding this worker's former
         process (after a restart) is waited for, with backoff, for up to
-        training.pull_timeout_seconds, as the worker binary waits. Returns
+        training.pull_timeout_seconds (or until ``deadline``, a
+        time.monotonic() instant), as the worker binary waits. Returns
         shard 0's view: mode, workers, version, initialized, num_shards and
         worker_clock (the pushes this worker had made before a restart, where
         a restarted worker resumes)."""
         patience = float(self.config["training"]["pull_timeout_seconds"])
-        deadline, backoff = None, 0.1
+        backoff, waiting = 0.1, False
         while True:
             try:
                 self._registered = self._session.register()
@@ -155,8 +156,10 @@ class Client:
                 if not error.transient:
                     raise
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + patience
+                if not waiting:
+                    waiting = True
+                    if deadline is None:
+                        deadline = now + patience
                     print(f"{self.task}: waiting for the parameter servers ({error})",
                           file=sys.stderr, flush=True)
                 elif now > deadline:
