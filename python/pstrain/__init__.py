@@ -140,6 +140,8 @@ class Client:
         self._last_push = None
         self._values = None
         self._gradients = None
+        self._names = None  # the declared variables' names, in order
+        self._own = None  # the session's arrays as lists, in that order
 
     # ---- the job -------------------------------------------------------
     @property
@@ -218,7 +220,9 @@ class Client:
 
     @property
     def names(self):
-        return [name for name, _ in self._session.variables]
+        if self._names is None and self.declared:
+            self._names = [name for name, _ in self._session.variables]
+        return self._names or []
 
     @property
     def values(self):
@@ -400,13 +404,30 @@ class Client:
 
     # ---- helpers -------------------------------------------------------
     def _ordered(self, arrays, convert, what):
+        # Every step passes through here: the session's own arrays (what
+        # pstrain.torch pushes and pulls into) are taken as they are, and a
+        # dict is looked up once per variable.
+        if arrays is not None and (arrays is self._values or arrays is self._gradients):
+            return self._own_lists[arrays is self._gradients]
         if isinstance(arrays, dict):
             names = self.names
+            try:
+                if len(arrays) == len(names):
+                    return [convert(arrays[n]) for n in names]
+            except KeyError:
+                pass
             missing = [n for n in names if n not in arrays]
             if missing:
                 raise KeyError(f"no {what} for variable(s) {', '.join(missing)}")
-            extra = [n for n in arrays if n not in set(names)]
-            if extra:
-                raise KeyError(f"{what} for undeclared variable(s) {', '.join(map(str, extra))}")
-            return [convert(arrays[n]) for n in names]
+            known = set(names)
+            extra = [n for n in arrays if n not in known]
+            raise KeyError(f"{what} for undeclared variable(s) {', '.join(map(str, extra))}")
         return [convert(a) for a in arrays]
+
+    @property
+    def _own_lists(self):
+        """The session's value and gradient arrays, in variable order."""
+        if self._own is None:
+            self._own = ([self.values[n] for n in self.names],
+                         [self.gradients[n] for n in self.names])
+        return self._own
