@@ -39,9 +39,12 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
+# First: importing the compiled core sets the process's allocator up as the
+# worker binary's (common/process_memory.h), best before other modules start
+# threads.
 from pstrain import _pstrain
+
+import numpy as np
 from pstrain.errors import *  # noqa: F401,F403  (the exception classes)
 from pstrain.errors import Error, UnavailableError
 
