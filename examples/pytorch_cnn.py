@@ -126,7 +126,7 @@ def main():
           f"{'on' if client.shares_memory(0) else 'off'}, {steps_per_epoch} steps per epoch",
           flush=True)
 
-    curve, evals, samples, loss_sum, window_start, seen = [], [], 0, 0.0, time.monotonic(), 0
+    samples, loss_sum, window_start, seen, final_loss = 0, 0.0, time.monotonic(), 0, 0.0
     start = time.monotonic()
     step = opt.resume_step  # where a restarted worker resumes
     for epoch in range(step // steps_per_epoch, epochs):
@@ -143,34 +143,28 @@ def main():
             step, samples, seen = step + 1, samples + batch, seen + 1
             loss_sum += loss.item()
             if step % args.log_every == 0 or s + 1 == steps_per_epoch:
+                # The metrics, TensorBoard scalars and curve point of the window.
+                client.record_window(loss_sum / seen, seen * batch, step=step)
                 now = time.monotonic()
-                point = {"step": step, "seconds": now - start, "loss": loss_sum / seen,
-                         "samples_per_sec": seen * batch / (now - window_start)}
-                curve.append(point)
                 print(f"{client.task}: epoch {epoch + 1}/{epochs} step {step} "
-                      f"loss {point['loss']:.4f} {point['samples_per_sec']:.0f} samples/s",
-                      flush=True)
-                loss_sum, seen, window_start = 0.0, 0, now
+                      f"loss {loss_sum / seen:.4f} {seen * batch / (now - window_start):.0f} "
+                      "samples/s", flush=True)
+                final_loss, loss_sum, seen, window_start = loss_sum / seen, 0.0, 0, now
         if client.is_chief and args.eval_every_epoch and epoch + 1 < epochs:
             test_loss, accuracy = evaluate(model, test_x, test_y)
-            evals.append({"epoch": epoch + 1, "step": step, "seconds": time.monotonic() - start,
-                          "test_loss": test_loss, "test_accuracy": accuracy,
-                          "has_test_accuracy": True})
+            client.record_evaluation(test_loss, accuracy, epochs_done=epoch + 1, step=step)
             print(f"{client.task}: epoch {epoch + 1}/{epochs} done: test_accuracy {accuracy:.4f} "
-                  f"test_loss {test_loss:.4f} ({evals[-1]['seconds']:.1f} s)", flush=True)
+                  f"test_loss {test_loss:.4f} ({time.monotonic() - start:.1f} s)", flush=True)
     train_seconds = time.monotonic() - start
     missing = opt.finish()
-    result = {"samples": samples, "train_seconds": train_seconds, "curve": curve,
-              "final_loss": curve[-1]["loss"] if curve else 0.0, "devices": opt.devices}
+    result = {"samples": samples, "train_seconds": train_seconds, "final_loss": final_loss,
+              "devices": opt.devices}
     if client.is_chief:
         test_loss, accuracy = evaluate(model, test_x, test_y)
         print(f"final: version {client.versions[0]} test_accuracy {accuracy:.4f} "
               f"test_loss {test_loss:.4f}", flush=True)
-        evals.append({"epoch": epochs, "step": step, "seconds": time.monotonic() - start,
-                      "test_loss": test_loss, "test_accuracy": accuracy,
-                      "has_test_accuracy": True})
-        result.update(test_accuracy=accuracy, test_loss=test_loss, missing_workers=missing,
-                      evals=evals)
+        client.record_evaluation(test_loss, accuracy, epochs_done=epochs, step=step)
+        result.update(test_accuracy=accuracy, test_loss=test_loss, missing_workers=missing)
     client.report(**result)
 
 

@@ -7,7 +7,9 @@
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "python/worker_telemetry.h"
 #include "spdlog/spdlog.h"
+#include "worker/worker_metrics.h"
 
 namespace pst {
 
@@ -21,6 +23,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
         absl::StrCat("task \"", task_text, "\" is not a worker; use worker:<index>"));
   }
   PST_RETURN_IF_ERROR(ValidateTask(config, task));
+  NameWorkerProcess(task.index);
   PST_ASSIGN_OR_RETURN(std::unique_ptr<ConsistencyPolicy> policy,
                        MakeConsistencyPolicy(ConsistencyOptionsFromConfig(config)));
   PST_ASSIGN_OR_RETURN(ClusterSecurity security,
@@ -107,16 +110,22 @@ std::vector<int64_t> ClientSession::MinVersionsAfter(
 
 absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
+  const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->Pull(next_min_, pull_timeout(), out, &versions_));
   next_min_ = versions_;
+  GetWorkerMetrics().pull_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  RecordVersions(versions_);
+  last_step_end_ = absl::Now();
   return absl::OkStatus();
 }
 
 absl::Status ClientSession::Push(const std::vector<std::span<const float>>& gradients) {
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   const std::vector<int64_t> computed_at = versions_;
+  const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->Push(computed_at, gradients, &responses_));
   ++pushes_;
+  RecordStep(computed_at, start);
   // The next pull sees this push's step (SYNC waits for the other workers').
   next_min_ = MinVersionsAfter(computed_at);
   return absl::OkStatus();
@@ -127,11 +136,28 @@ absl::Status ClientSession::PushPull(const std::vector<std::span<const float>>& 
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
   const std::vector<int64_t> computed_at = versions_;
+  const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients, MinVersionsAfter(computed_at),
                                         pull_timeout(), out, &versions_, &responses_));
   ++pushes_;
   next_min_ = versions_;
+  RecordVersions(versions_);
+  RecordStep(computed_at, start);
   return absl::OkStatus();
+}
+
+void ClientSession::RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start) {
+  // As the C++ trainer records a step (worker/trainer.cc): the exchange,
+  // and the whole step since the last one ended (the caller's compute).
+  const absl::Time now = absl::Now();
+  WorkerMetrics& metrics = GetWorkerMetrics();
+  metrics.push_seconds.Observe(absl::ToDoubleSeconds(now - push_start));
+  if (last_step_end_ != absl::InfinitePast()) {
+    metrics.step_seconds.Observe(absl::ToDoubleSeconds(now - last_step_end_));
+  }
+  metrics.steps.Increment();
+  last_step_end_ = now;
+  staleness_total_ += RecordPushes(computed_at, responses_);
 }
 
 absl::Status ClientSession::Done() {

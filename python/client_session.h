@@ -13,7 +13,9 @@
 // with heartbeats (every lease_seconds / 4) while the caller computes.
 //
 // Pull, Push and PushPull may not run concurrently with each other; the
-// other calls may.
+// other calls may. They record the worker's metrics (worker/
+// worker_metrics.h) as the C++ trainer does: latencies, steps, versions,
+// staleness and drops per shard.
 #ifndef PST_PYTHON_CLIENT_SESSION_H_
 #define PST_PYTHON_CLIENT_SESSION_H_
 
@@ -99,6 +101,8 @@ class ClientSession {
   // Pushes this session made, and what the shards said of the last one.
   int64_t pushes() const { return pushes_; }
   const std::vector<PushResponse>& last_responses() const { return responses_; }
+  // The staleness of this session's pushes at shard 0, summed.
+  int64_t staleness_total() const { return staleness_total_; }
 
  private:
   ClientSession(JobConfig config, std::unique_ptr<PsClient> client,
@@ -108,6 +112,8 @@ class ClientSession {
   absl::Status CheckDeclared(size_t spans) const;
   void StartHeartbeats();
   void StopHeartbeats();
+  // The worker metrics of a push made at `computed_at` that began at `push_start`.
+  void RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start);
 
   const JobConfig config_;
   std::unique_ptr<PsClient> client_;
@@ -118,6 +124,8 @@ class ClientSession {
   std::vector<int64_t> next_min_;  // what the next pull waits for
   std::vector<PushResponse> responses_;
   int64_t pushes_ = 0;
+  int64_t staleness_total_ = 0;
+  absl::Time last_step_end_ = absl::InfinitePast();  // of the last pull or push
   std::unique_ptr<absl::Notification> stop_heartbeats_;
   std::thread heartbeats_;
 };

@@ -17,8 +17,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
 #include "python/client_session.h"
+#include "python/telemetry_binding.h"
 
 namespace py = pybind11;
 
@@ -120,6 +122,11 @@ py::dict RegisterAnswer(const RegisterResponse& view) {
 PYBIND11_MODULE(_pstrain, m) {
   using pst::ClientSession;
   m.doc() = "The compiled core of pstrain: a worker's session with the PS shards.";
+  // As the worker binary's main does: each step's large exchange buffers are
+  // reused warm instead of faulted in afresh (on import, before the session
+  // starts gRPC's threads).
+  pst::KeepLargeBuffersWarm();
+  pst::BindWorkerTelemetry(m);
 
   py::register_exception_translator([](std::exception_ptr thrown) {
     try {
@@ -266,6 +273,7 @@ PYBIND11_MODULE(_pstrain, m) {
            })
       .def_property_readonly("versions", &ClientSession::versions)
       .def_property_readonly("pushes", &ClientSession::pushes)
+      .def_property_readonly("staleness_total", &ClientSession::staleness_total)
       .def_property_readonly("last_outcomes", [](const ClientSession& s) {
         std::vector<std::string> outcomes;
         for (const pst::PushResponse& r : s.last_responses()) {

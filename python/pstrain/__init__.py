@@ -22,6 +22,13 @@ tensors travel through shared memory, so a model that computes in them copies
 nothing at all. Every failure raises a ``pstrain.Error`` (see
 ``pstrain.errors``); every wait on the network releases the GIL.
 
+A client reports as the worker binary does: its metrics (the same names and
+labels) on a Prometheus endpoint when ``$PSTRAIN_METRICS_PORT`` (pslaunch's
+--metrics_port) or ``metrics_port`` asks for one, and, for the chief,
+TensorBoard events in ``$PSTRAIN_LOGDIR`` (pslaunch's --logdir) or
+``logdir``. The exchanges record themselves; a training loop adds its
+progress windows (``record_window``) and evaluations (``record_evaluation``).
+
 ``pstrain.torch`` wraps a ``torch.nn.Module`` in three lines.
 """
 
@@ -32,18 +39,25 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
+# First: importing the compiled core sets the process's allocator up as the
+# worker binary's (common/process_memory.h), best before other modules start
+# threads.
 from pstrain import _pstrain
+
+import numpy as np
 from pstrain.errors import *  # noqa: F401,F403  (the exception classes)
 from pstrain.errors import Error, UnavailableError
 
-__all__ = ["Client", "Error", "CONFIG_ENV", "TASK_ENV", "RESULT_FILE_ENV"]
+__all__ = ["Client", "Error", "CONFIG_ENV", "TASK_ENV", "RESULT_FILE_ENV", "METRICS_PORT_ENV",
+           "METRICS_ADDRESS_ENV", "LOGDIR_ENV"]
 
 # What pslaunch sets for every worker task it starts from cluster.worker_command.
 CONFIG_ENV = "PSTRAIN_CONFIG"
 TASK_ENV = "PSTRAIN_TASK"
 RESULT_FILE_ENV = "PSTRAIN_RESULT_FILE"
+METRICS_PORT_ENV = "PSTRAIN_METRICS_PORT"
+METRICS_ADDRESS_ENV = "PSTRAIN_METRICS_ADDRESS"
+LOGDIR_ENV = "PSTRAIN_LOGDIR"
 
 
 def _numbers(message):
@@ -96,9 +110,16 @@ class Client:
     set: the built-in default job). ``task``: ``"worker:<i>"`` (default
     ``$PSTRAIN_TASK``, else ``worker:0``). Connecting waits up to
     ``connect_timeout`` seconds for every shard.
+
+    ``metrics_port``: serve the worker's metrics there (0: a free port, see
+    ``metrics_port``); default ``$PSTRAIN_METRICS_PORT``, where unset or 0
+    means no endpoint. ``metrics_address``: default
+    ``$PSTRAIN_METRICS_ADDRESS``, else 127.0.0.1. ``logdir``: where the
+    chief writes TensorBoard events; default ``$PSTRAIN_LOGDIR``, else none.
     """
 
-    def __init__(self, config=None, task=None, connect_timeout=60.0):
+    def __init__(self, config=None, task=None, connect_timeout=60.0, metrics_port=None,
+                 metrics_address=None, logdir=None):
         if config is None:
             config = os.environ.get(CONFIG_ENV, "")
         if task is None:
@@ -106,11 +127,24 @@ class Client:
         self._session = _pstrain.Session.open(str(config), task, float(connect_timeout))
         self.config = _numbers(json.loads(self._session.config_json))
         self.task = task
+        if metrics_port is None:
+            metrics_port = int(os.environ.get(METRICS_PORT_ENV) or 0) or None
+        if metrics_address is None:
+            metrics_address = os.environ.get(METRICS_ADDRESS_ENV) or "127.0.0.1"
+        if logdir is None:
+            logdir = os.environ.get(LOGDIR_ENV, "")
+        # As the worker binary: only the chief writes events.
+        self._telemetry = _pstrain.WorkerTelemetry.start(
+            self.worker, metrics_port, metrics_address, str(logdir) if self.is_chief else "",
+            "tls" in self.config["cluster"])
+        self._window_mark = (0, 0)  # pushes and their staleness at the last window
         self._registered = None
         self._first_pull = None
         self._last_push = None
         self._values = None
         self._gradients = None
+        self._names = None  # the declared variables' names, in order
+        self._own = None  # the session's arrays as lists, in that order
 
     # ---- the job -------------------------------------------------------
     @property
@@ -136,17 +170,18 @@ class Client:
         return self.config["training"]["mode"]
 
     # ---- setting up ----------------------------------------------------
-    def register(self):
+    def register(self, deadline=None):
         """Registers with every shard (again after a transient error: rejoins).
 
         A shard away, restarting or still holding this worker's former
         process (after a restart) is waited for, with backoff, for up to
-        training.pull_timeout_seconds, as the worker binary waits. Returns
+        training.pull_timeout_seconds (or until ``deadline``, a
+        time.monotonic() instant), as the worker binary waits. Returns
         shard 0's view: mode, workers, version, initialized, num_shards and
         worker_clock (the pushes this worker had made before a restart, where
         a restarted worker resumes)."""
         patience = float(self.config["training"]["pull_timeout_seconds"])
-        deadline, backoff = None, 0.1
+        backoff, waiting = 0.1, False
         while True:
             try:
                 self._registered = self._session.register()
@@ -155,8 +190,10 @@ class Client:
                 if not error.transient:
                     raise
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + patience
+                if not waiting:
+                    waiting = True
+                    if deadline is None:
+                        deadline = now + patience
                     print(f"{self.task}: waiting for the parameter servers ({error})",
                           file=sys.stderr, flush=True)
                 elif now > deadline:
@@ -186,7 +223,9 @@ class Client:
 
     @property
     def names(self):
-        return [name for name, _ in self._session.variables]
+        if self._names is None and self.declared:
+            self._names = [name for name, _ in self._session.variables]
+        return self._names or []
 
     @property
     def values(self):
@@ -258,6 +297,46 @@ class Client:
         """What each shard did with the last push: APPLIED, AGGREGATED, DROPPED, SKIPPED."""
         return list(self._session.last_outcomes)
 
+    # ---- what it reports ----------------------------------------------
+    @property
+    def metrics_port(self):
+        """The port of this worker's metrics endpoint (0: none)."""
+        return self._telemetry.metrics_port
+
+    @property
+    def events_path(self):
+        """This worker's TensorBoard event file ("" when it writes none)."""
+        return self._telemetry.events_path
+
+    def record_window(self, loss, samples, step=None, gradients=None):
+        """Records a progress window, as the worker binary does every
+        training.log_every_steps: the steps since the last window processed
+        ``samples`` examples at mean training loss ``loss``. Sets the loss
+        and throughput gauges and the gradient norms of ``gradients`` (dict
+        name -> array; default this client's ``gradients``), counts the
+        samples, writes the train/ scalars (with the window's mean
+        staleness) and adds a curve point to ``report()``'s result.
+        ``step``: the steps done (default ``steps``)."""
+        pushes, staleness = self._session.pushes, self._session.staleness_total
+        window = pushes - self._window_mark[0]
+        mean_staleness = (staleness - self._window_mark[1]) / window if window else 0.0
+        self._window_mark = (pushes, staleness)
+        if gradients is None:
+            gradients = self.gradients if self.declared else {}
+        names = list(gradients)
+        self._telemetry.record_window(
+            self.steps if step is None else int(step), float(loss), int(samples),
+            mean_staleness, self.versions[0] if self.versions else 0, names,
+            [readable(gradients[n]).reshape(-1) for n in names])
+
+    def record_evaluation(self, test_loss, test_accuracy=None, epochs_done=0, step=None):
+        """Records an evaluation (the test/ scalars and ``report()``'s
+        evaluation points) after ``epochs_done`` epochs at ``step`` (default
+        ``steps``)."""
+        self._telemetry.record_evaluation(
+            int(epochs_done), self.steps if step is None else int(step), float(test_loss),
+            None if test_accuracy is None else float(test_accuracy))
+
     # ---- the end -------------------------------------------------------
     def done(self):
         """Tells every shard this worker has finished."""
@@ -298,7 +377,8 @@ class Client:
         pslaunch, which folds the workers' results into its summary); without
         either it only returns the result. Metrics: test_accuracy,
         test_loss, final_loss, samples, devices, and any WorkerResult field;
-        steps, train_seconds and final_version default to this client's."""
+        steps, train_seconds and final_version default to this client's, and
+        curve and evals to what record_window and record_evaluation kept."""
         result = {
             "task": self.task,
             "steps": self.steps,
@@ -307,6 +387,10 @@ class Client:
             "final_version": self.versions[0] if self.versions else 0,
             "devices": "cpu",
         }
+        recorded = _numbers(json.loads(self._telemetry.result_json))
+        for points in ("curve", "evals"):
+            if recorded.get(points):
+                result[points] = recorded[points]
         result.update(metrics)
         if "test_accuracy" in metrics:
             result["has_test_accuracy"] = True
@@ -323,13 +407,30 @@ class Client:
 
     # ---- helpers -------------------------------------------------------
     def _ordered(self, arrays, convert, what):
+        # Every step passes through here: the session's own arrays (what
+        # pstrain.torch pushes and pulls into) are taken as they are, and a
+        # dict is looked up once per variable.
+        if arrays is not None and (arrays is self._values or arrays is self._gradients):
+            return self._own_lists[arrays is self._gradients]
         if isinstance(arrays, dict):
             names = self.names
+            try:
+                if len(arrays) == len(names):
+                    return [convert(arrays[n]) for n in names]
+            except KeyError:
+                pass
             missing = [n for n in names if n not in arrays]
             if missing:
                 raise KeyError(f"no {what} for variable(s) {', '.join(missing)}")
-            extra = [n for n in arrays if n not in set(names)]
-            if extra:
-                raise KeyError(f"{what} for undeclared variable(s) {', '.join(map(str, extra))}")
-            return [convert(arrays[n]) for n in names]
+            known = set(names)
+            extra = [n for n in arrays if n not in known]
+            raise KeyError(f"{what} for undeclared variable(s) {', '.join(map(str, extra))}")
         return [convert(a) for a in arrays]
+
+    @property
+    def _own_lists(self):
+        """The session's value and gradient arrays, in variable order."""
+        if self._own is None:
+            self._own = ([self.values[n] for n in self.names],
+                         [self.gradients[n] for n in self.names])
+        return self._own

@@ -52,6 +52,7 @@ class DistributedOptimizer:
         if len(devices) != 1:
             raise ValueError(f"the model's parameters are on several devices ({devices})")
         self.device = next(iter(devices))
+        self.redone_steps = 0  # steps redone after a transient error
         view = self.client.register()
         self.resume_step = int(view["worker_clock"])
         self.client.declare({name: p.shape for name, p in self.parameters})
@@ -81,17 +82,35 @@ class DistributedOptimizer:
             if p.grad is not None:
                 p.grad.zero_()
 
-    def step(self):
-        """Pushes the gradients and loads the next values. A shard that went
-        away or refused for now is waited for (with backoff, up to
-        training.pull_timeout_seconds); the step's gradient is then dropped
-        and the model takes what the shards hold."""
-        try:
-            self._exchange()
-        except pstrain.Error as error:
-            if not error.transient:
-                raise
-            self._rejoin(error)
+    def step(self, closure=None):
+        """Pushes the gradients and loads the next values. ``closure`` (as
+        torch.optim takes it): a function that computes the loss and its
+        gradients again; its loss is returned.
+
+        A shard that went away or refused for now (``Error.transient``) is
+        waited for and rejoined, with backoff, and the step is redone: on the
+        values the shards then hold, its gradient computed again by
+        ``closure``, or without one pushed again as it was. One budget,
+        training.pull_timeout_seconds, covers the refusals in a row; once it
+        is spent the last error is raised (a launcher restarts the worker).
+        A step is never dropped without an error."""
+        loss = self._evaluate(closure)
+        deadline = None
+        while True:
+            try:
+                self._exchange()
+                return loss
+            except pstrain.Error as error:
+                if not error.transient:
+                    raise
+                if deadline is None:
+                    patience = float(self.client.config["training"]["pull_timeout_seconds"])
+                    deadline = time.monotonic() + patience
+                self._rejoin(error, deadline)
+                self.redone_steps += 1
+                if closure is not None:
+                    self.zero_grad()
+                    loss = self._evaluate(closure)
 
     def finish(self):
         """Tells the shards this worker is done; the chief then waits for the
@@ -133,16 +152,41 @@ class DistributedOptimizer:
         if self._staging is not None:
             self._staging.values_to_device([p for _, p in self.parameters])
 
-    def _rejoin(self, cause):
-        print(f"{self.client.task}: lost a parameter server ({cause}); rejoining",
+    @staticmethod
+    def _evaluate(closure):
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()
+
+    def _rejoin(self, cause, deadline):
+        what = "lost a parameter server" if cause.code == "UNAVAILABLE" else "refused for now"
+        print(f"{self.client.task}: {what} ({cause}); rejoining to redo the step",
               file=sys.stderr, flush=True)
-        patience = float(self.client.config["training"]["pull_timeout_seconds"])
-        deadline = time.monotonic() + patience
         while True:
-            self.client.register()  # waits out transient refusals, or raises
+            seen = self.client.versions[0] if self.client.versions else 0
+            view = self.client.register(deadline)  # waits out transient refusals, or raises
+            self._check_nothing_lost(seen, view)
+            if not view["initialized"]:
+                self.client.init({name: p.detach().cpu() for name, p in self.parameters})
             try:
                 self._pull()
                 return
             except pstrain.Error as error:
                 if not error.transient or time.monotonic() > deadline:
                     raise
+
+    def _check_nothing_lost(self, seen, view):
+        # A shard restarted from its checkpoint goes back at most a
+        # checkpoint interval; one that went back further (or came back with
+        # no model) lost the run's updates, and training on would hide that.
+        checkpoint = self.client.config["training"].get("checkpoint", {})
+        may_lose = int(checkpoint.get("every_steps", 0)) if checkpoint.get("dir") else 0
+        now_at = int(view["version"]) if view["initialized"] else 0
+        if seen - now_at > may_lose:
+            raise pstrain.FailedPreconditionError(
+                f"ps:0 came back at version {now_at}"
+                f"{'' if view['initialized'] else ' without the model'} after this worker had "
+                f"seen version {seen}: {seen - now_at} updates are gone, more than a checkpoint "
+                f"interval (training.checkpoint.every_steps: {may_lose}); restore its checkpoint "
+                "directory, or start the job again", "FAILED_PRECONDITION", False)

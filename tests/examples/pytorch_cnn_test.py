@@ -1,7 +1,8 @@
 """examples/pytorch_cnn.py under pslaunch, as its README section runs it: two
 Python workers in a SYNC job (cluster.worker_command) train the CNN on a
 subset of Fashion-MNIST to at least 0.80 test accuracy, and pslaunch's
-summary line carries what the chief reported. Skipped (code 77) without
+summary line carries what the chief reported; with --logdir the chief
+writes TensorBoard events, as a C++ chief does. Skipped (code 77) without
 torch."""
 
 import json
@@ -42,7 +43,7 @@ class PytorchCnnTest(unittest.TestCase):
                 f.write(CONFIG.format(python=sys.executable, repo=REPO))
             run = subprocess.run(
                 [os.path.join(BIN_DIR, "pslaunch"), f"--config={config}",
-                 f"--result_dir={scratch}/run"],
+                 f"--result_dir={scratch}/run", f"--logdir={scratch}/tb"],
                 capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
             self.assertEqual(run.returncode, 0, run.stderr[-4000:])
             summary = json.loads(run.stdout.strip().splitlines()[-1])
@@ -55,6 +56,16 @@ class PytorchCnnTest(unittest.TestCase):
             self.assertGreater(summary["train_samples_per_sec"], 0)
             self.assertEqual(summary["devices"], "cpu")
             self.assertIn("[worker:1]", run.stdout + run.stderr)
+            events = os.listdir(os.path.join(scratch, "tb"))
+            self.assertEqual(len(events), 1, events)  # the chief's
+            self.assertTrue(events[0].startswith("events.out.tfevents."))
+            with open(os.path.join(scratch, "tb", events[0]), "rb") as f:
+                data = f.read()
+            for tag in (b"train/loss", b"train/samples_per_sec", b"test/accuracy"):
+                self.assertIn(tag, data)
+            with open(os.path.join(scratch, "run", "worker-0.json")) as f:
+                chief = json.load(f)
+            self.assertEqual([int(p["step"]) for p in chief["curve"]], [50, 100, 125, 150, 200, 250])
 
 
 if __name__ == "__main__":

@@ -29,13 +29,18 @@ training {{
 class PsCluster:
     """``shards`` ps_server processes for a job of ``workers`` workers.
 
-    ``config_path``: the workers' config (the real ports)."""
+    ``config_path``: the workers' config (the real ports). ``checkpoints``:
+    each shard checkpoints into the cluster's folder (and restarts from it)."""
 
     def __init__(self, bin_dir, workers=1, shards=1, mode="SYNC",
                  optimizer="sgd { learning_rate: 0.1 momentum: 0.9 }", cluster="", training="",
-                 timeout=60):
+                 timeout=60, checkpoints=False):
         self.dir = tempfile.mkdtemp(prefix="pstrain-test-")
+        self.bin_dir = bin_dir
         self.processes = []
+        if checkpoints:
+            training += f' checkpoint {{ dir: "{self.dir}/ckpt" }}'
+
         self._fields = dict(workers=workers, mode=mode, optimizer=optimizer, cluster=cluster,
                             training=training)
         # One loopback address per shard: a cluster's addresses must differ.
@@ -77,6 +82,26 @@ class PsCluster:
                 raise RuntimeError(f"ps_server exited with {process.returncode}: {self.log()}")
             time.sleep(0.05)
         raise RuntimeError(f"ps_server did not report its port: {self.log()}")
+
+    def stop_shard(self, shard=0, timeout=60):
+        """Stops shard ``shard`` (SIGTERM: it writes its final checkpoint)
+        and waits for it to exit."""
+        process = self.processes[shard]
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=timeout)
+        return process.returncode
+
+    def start_shard(self, shard=0, timeout=60):
+        """Starts shard ``shard`` again on its address and waits until it serves."""
+        port_file = os.path.join(self.dir, f"ps-{shard}.port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        with open(os.path.join(self.dir, f"ps-{shard}.log"), "a") as log:
+            self.processes[shard] = subprocess.Popen(
+                [os.path.join(self.bin_dir, "ps_server"), f"--config={self.config_path}",
+                 f"--task=ps:{shard}", f"--port_file={port_file}"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._await_port(port_file, self.processes[shard], time.monotonic() + timeout)
 
     def log(self, shard=0):
         with open(os.path.join(self.dir, f"ps-{shard}.log")) as f:
