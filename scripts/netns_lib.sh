@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for a cluster in network namespaces on one machine, sourced by
 # scripts/netns_cluster.sh. Every task gets a namespace of its own with one
 # veth into a switch namespace that holds a bridge; both ends of each veth
@@ -106,8 +107,8 @@ netns_cpu_seconds() {
 
 # Busy CPU seconds of the whole machine so far (every process, ours or not).
 netns_machine_busy_seconds() {
-  local label user nice system idle iowait irq softirq steal rest
-  read -r label user nice system idle iowait irq softirq steal rest < /proc/stat
+  local user nice system irq softirq steal
+  read -r _ user nice system _ _ irq softirq steal _ < /proc/stat
   awk -v t="$((user + nice + system + irq + softirq + steal))" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { printf "%.3f\n", t / hz }'
 }
