@@ -14,21 +14,23 @@ bytes (f: the largest), and a round trip of R between two hosts:
     shard_link  = 2 N f M / (eta_s B)
     apply       = gamma N f M
     messages    = alpha + beta K + R
-    SYNC:  T = compute(slowest) + messages + max(M, N f M) / (eta_w B) + fill min(M, K C) / B + apply
+    SYNC:  T = compute(slowest) + messages + 2 max(M, N f M) / (eta_y B) + fill min(M, K C) / B + apply
     ASYNC: T = max(compute + messages + worker_link, shard_link + apply)
 
 An exchange streams its tensors in chunks of C = 1 MiB (common/tensor_stream.h)
 and a shard answers each chunk as it applies it, so a worker's pull runs
 beside its push but for the last chunk to each shard: that is the fill term.
-SYNC waits for the slowest worker and the slowest shard (every worker pushes,
-then every worker pulls, so the busiest shard's port takes N f M where a
-worker's takes M). ASYNC workers only queue behind each other at the busiest
-shard, whose two directions carry different workers' pushes and pulls at
-once (eta_s up to 2). apply is the busiest shard's CPU on the gradients it
-receives. The six constants are fitted to the rows marked "fit" (least
-squares on relative error, over ports without added delay, so this
-machine's own round trip is inside alpha); the rest are held out and
-predicted. psctl plan (psctl/plan.cc) computes the same formulas.
+SYNC waits for the slowest worker and the slowest shard: every worker
+pushes, then every worker pulls, so the busiest port (a shard's N f M, or a
+worker's M) carries its bytes in, then its bytes out, overlapping only as
+far as eta_y (above 1) says. ASYNC workers only queue behind each other at
+the busiest shard, whose two directions carry different workers' pushes and
+pulls at once (eta_s up to 2). apply is the busiest shard's CPU on the
+gradients it receives. The constants are fitted (least squares on relative
+error) to the rows marked "fit", over ports without added delay, so this
+machine's own round trip is inside alpha: the six of ASYNC to ps_bench rows,
+then eta_y alone to training rows; the rest are held out and predicted.
+psctl plan (psctl/plan.cc) computes the same formulas.
 """
 import argparse
 import json
@@ -53,7 +55,7 @@ def rate_bytes_per_s(rate):
 
 
 CHUNK_BYTES = 1 << 20
-NAMES = ("alpha", "beta", "eta_w", "fill", "eta_s", "gamma")
+NAMES = ("alpha", "beta", "eta_w", "fill", "eta_s", "gamma", "eta_y")
 
 
 def step_seconds(c, job):
@@ -66,33 +68,35 @@ def step_seconds(c, job):
 
 
 def terms(c, job):
-    """(coefficients of (alpha, beta, 1/eta_w, fill, 1/eta_s, gamma), the
-    rest) of the step time, in the branch of the max that binds under c."""
+    """(coefficients of (alpha, beta, 1/eta_w, fill, 1/eta_s, gamma, 1/eta_y),
+    the rest) of the step time, in the branch of the max that binds under c."""
     n, k, m, b = job["workers"], job["shards"], job["wire_bytes"], job["link_bytes_per_s"]
     f = job.get("shard_share", 1.0 / k)
     fixed = job.get("compute_s", 0.0) + job.get("rtt_s", 0.0)
     fill = min(m, k * CHUNK_BYTES) / b
     if job.get("mode", "async") == "sync":
-        return [1.0, k, max(m, n * f * m) / b, fill, 0.0, n * f * m], fixed
-    worker = [1.0, k, m / b, fill, 0.0, 0.0]
-    shard = [0.0, 0.0, 0.0, 0.0, 2 * n * f * m / b, n * f * m]
+        return [1.0, k, 0.0, fill, 0.0, n * f * m, 2 * max(m, n * f * m) / b], fixed
+    worker = [1.0, k, m / b, fill, 0.0, 0.0, 0.0]
+    shard = [0.0, 0.0, 0.0, 0.0, 2 * n * f * m / b, n * f * m, 0.0]
     if fixed + float(np.dot(worker, unknowns(c))) >= float(np.dot(shard, unknowns(c))):
         return worker, fixed
     return shard, 0.0
 
 
 def unknowns(c):
-    return np.array([c["alpha"], c["beta"], 1 / c["eta_w"], c["fill"], 1 / c["eta_s"], c["gamma"]])
+    return np.array([c["alpha"], c["beta"], 1 / c["eta_w"], c["fill"], 1 / c["eta_s"], c["gamma"],
+                     1 / c["eta_y"]])
 
 
 def constants(x):
     return {"alpha": x[0], "beta": x[1], "eta_w": 1 / max(x[2], 1e-12), "fill": x[3],
-            "eta_s": 1 / max(x[4], 1e-12), "gamma": x[5]}
+            "eta_s": 1 / max(x[4], 1e-12), "gamma": x[5], "eta_y": 1 / max(x[6], 1e-12)}
 
 
-def fit_from(c, jobs, measured):
+def fit_from(c, jobs, measured, only=None):
     """Least squares on relative error from constants c (non-negative
-    unknowns); each row's branch of the max is re-chosen until it settles."""
+    unknowns; `only`: the names to fit, the others kept); each row's branch
+    of the max is re-chosen until it settles."""
     for _ in range(100):
         rows, rhs = [], []
         for job, t in zip(jobs, measured):
@@ -101,7 +105,11 @@ def fit_from(c, jobs, measured):
             rhs.append((t - rest) / t)
         a, y = np.array(rows), np.array(rhs)
         # Unknowns no row depends on keep their value.
-        used = [i for i in range(len(NAMES)) if np.abs(a[:, i]).max() > 0]
+        used = [i for i in range(len(NAMES)) if np.abs(a[:, i]).max() > 0
+                and (only is None or NAMES[i] in only)]
+        # The kept unknowns' share of each row moves to the right-hand side.
+        kept = [i for i in range(len(NAMES)) if i not in used]
+        y = y - a[:, kept] @ unknowns(c)[kept]
         free = list(used)
         while True:
             x, *_ = np.linalg.lstsq(a[:, free], y, rcond=None)
@@ -130,7 +138,7 @@ def fit(jobs, measured):
         for eta_s in (1.0, 1.5, 2.0):
             for alpha in (1e-3, 1e-2):
                 start = {"alpha": alpha, "beta": 1e-4, "eta_w": eta_w, "fill": 1.0,
-                         "eta_s": eta_s, "gamma": 1e-9}
+                         "eta_s": eta_s, "gamma": 1e-9, "eta_y": 1.0}
                 c = fit_from(start, jobs, measured)
                 error = relative_error(c, jobs, measured)
                 if best is None or error < best[0]:
@@ -140,10 +148,10 @@ def fit(jobs, measured):
 
 def bench_grid():
     """The ps_bench rows `measure` runs: K = 1..4 shards, N = 1..8 workers,
-    1 MiB to 64 MiB (above the ports' 128 KB tbf burst), at two link rates, leaving out rows whose step would
-    take over about 2 s (their window would hold too few steps)."""
-    sizes = {"1MiB": 1 << 20, "4MiB": 4 << 20, "16MiB": 16 << 20,
-             "64MiB": 64 << 20}
+    1 to 16 MiB (above the ports' 128 KB tbf burst) at two link rates, less
+    the rows whose step would take over about 2 s (their window would hold
+    too few steps), and a few of 64 MiB."""
+    sizes = {"1MiB": 1 << 20, "4MiB": 4 << 20, "16MiB": 16 << 20}
     rows = []
     for rate in ("200mbit", "400mbit"):
         b = rate_bytes_per_s(rate)
@@ -155,6 +163,9 @@ def bench_grid():
                         seconds = min(8, max(3, round(5 * estimate)))
                         rows.append({"kind": "bench", "shards": k, "workers": n, "size": size,
                                      "rate": rate, "seconds": seconds})
+    # The largest model the time allows: a few 64 MiB rows of 2-4 s steps.
+    rows += [{"kind": "bench", "shards": k, "workers": n, "size": "64MiB", "rate": "400mbit",
+              "seconds": 12} for k, n in ((1, 1), (2, 1), (4, 1), (4, 2))]
     return rows
 
 
@@ -196,7 +207,7 @@ def measure(out):
     if os.path.exists(out):
         with open(out) as f:
             done = {key(json.loads(line)) for line in f if line.strip()}
-    for row in bench_grid() + train_grid():
+    for row in train_grid() + bench_grid():
         if key(row) in done:
             continue
         command = [os.path.join(REPO, "scripts/netns_cluster.sh"), row["kind"],
@@ -251,6 +262,29 @@ MLP_PARAMETERS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
 LINK_BOUND_CPU = 0.8  # cores: our processes' CPU above which a row counts as CPU-bound
 
 
+def plan_check(c, train):
+    """What psctl plan recommends for the 4-worker training job at 200 Mbit/s
+    (K = 1..4, compute: the median of the rows' own), against the K whose
+    measured samples/s was best."""
+    rows = sorted((r for r in train if r["rate"] == "200mbit" and r["workers"] == 4
+                   and "compute_ms" in r), key=lambda r: r["shards"])
+    if len(rows) < 2:
+        return None
+    compute_ms = float(np.median([r["compute_ms"] for r in rows]))
+    predicted = {}
+    for r in rows:
+        job = dict(job_of(r), compute_s=compute_ms / 1e3)
+        predicted[r["shards"]] = r["workers"] * 64 / step_seconds(c, job)
+    best = max(predicted.values())
+    recommended = min(k for k, v in predicted.items() if v >= 0.95 * best)
+    measured = {r["shards"]: r["samples_per_s"] for r in rows}
+    best_measured = max(measured, key=measured.get)
+    return {"workers": 4, "rate": "200mbit", "worker_step_ms": round(compute_ms, 2),
+            "recommended_k": recommended, "best_measured_k": best_measured,
+            "measured_at_recommended_of_best": round(measured[recommended] /
+                                                     measured[best_measured], 3)}
+
+
 def fit_rows(rows):
     """Marks each row fit, held_out or cpu_bound, fits the constants on the
     fit rows and predicts every row. Returns (rows, constants row)."""
@@ -268,70 +302,102 @@ def fit_rows(rows):
     for r in bench:
         r["predicted_step_ms"] = round(step_seconds(c, job_of(r)) * 1e3, 2)
     # Training rows: the compute is the step over 10 Gbit/s ports less the
-    # model's exchange there; every row at a lower rate is then predicted.
+    # model's exchange there; SYNC's eta_y is fitted to the 200 Mbit/s rows
+    # of 1 and 3 shards, and every other row is predicted.
     train = [r for r in rows if r["kind"] == "train"]
     fast = {(r["shards"], r["workers"]): r for r in train if r["rate"] == "10gbit"}
-    for r in train:
-        base = fast.get((r["shards"], r["workers"]))
-        if base is None:
-            continue
-        exchange = step_seconds(c, job_of(base))
-        r["compute_ms"] = round(max(0.0, base["step_ms"] / 1e3 - exchange) * 1e3, 2)
+    slow = [r for r in train if r["rate"] != "10gbit" and (r["shards"], r["workers"]) in fast]
+    for r in slow:
+        r["role"] = ("fit" if r["rate"] == "200mbit" and r["workers"] == 4
+                     and r["shards"] in (1, 3) else "held_out")
+    for _ in range(10):
+        for r in slow:
+            base = fast[(r["shards"], r["workers"])]
+            r["compute_ms"] = round(max(0.0, base["step_ms"] / 1e3 -
+                                        step_seconds(c, job_of(base))) * 1e3, 2)
+        fitted_train = [r for r in slow if r["role"] == "fit"]
+        if fitted_train:
+            c = fit_from(c, [dict(job_of(r), compute_s=r["compute_ms"] / 1e3) for r in fitted_train],
+                         [r["step_ms"] / 1e3 for r in fitted_train], only={"eta_y"})
+    for r in slow:
         job = dict(job_of(r), compute_s=r["compute_ms"] / 1e3)
         r["predicted_step_ms"] = round(step_seconds(c, job) * 1e3, 2)
-        r["role"] = "compute" if r is base else "held_out"
+    for r in fast.values():
+        r["role"] = "compute"
+    c = {key: float(value) for key, value in c.items()}
     for r in rows:
         if "predicted_step_ms" in r:
             r["error_pct"] = round(100 * (r["predicted_step_ms"] / r["step_ms"] - 1), 1)
         r["benchmark"] = "netns_cluster"
+
+    plan = plan_check(c, train)
 
     def errors(role):
         return [abs(r["error_pct"]) for r in rows if r.get("role") == role and "error_pct" in r]
     summary = {"benchmark": "netns_cluster", "constants": c,
                "link_bound_cpu_cores": LINK_BOUND_CPU,
                "command": "benchmarks/cost_model.py measure, then fit"}
+    # CPU per byte through the shards and through the workers (both ways,
+    # the wire bytes every worker moved): what no link-bound row can show as
+    # time, and what sets a PS machine's cores at a given link rate.
+    for side in ("ps", "workers"):
+        per_byte = [r[f"cpu_cores_{side}"] / (r["gbytes_per_s"] * 1e9) for r in bench
+                    if r["gbytes_per_s"] > 0]
+        summary[f"cpu_ns_per_byte_{side}"] = round(float(np.median(per_byte)) * 1e9, 3)
+    if plan:
+        summary["plan_check"] = plan
     for role in ("fit", "held_out", "cpu_bound"):
         e = errors(role)
         summary[role] = {"rows": len(e), "mean_abs_error_pct": round(float(np.mean(e)), 1) if e else None,
-                         "max_abs_error_pct": round(max(e), 1) if e else None}
+                         "max_abs_error_pct": round(max(e), 1) if e else None,
+                         "within_15_pct": sum(x <= 15 for x in e)}
     return rows, summary
 
 
 RTT_S = 100e-6  # beyond this machine: the round trip between two hosts
 
 
-def ours(c, n, k, m, b, mode="sync"):
+def ours(c, n, k, m, b):
     """Seconds of one SYNC step's exchange (no compute) by the fitted model."""
     return step_seconds(c, {"workers": n, "shards": k, "wire_bytes": m, "link_bytes_per_s": b,
-                            "mode": mode, "rtt_s": RTT_S})
+                            "mode": "sync", "rtt_s": RTT_S})
 
 
-def crossing(c, n, m, b, ring):
-    """The smallest K (1..n) at which our exchange is no slower than the ring's, or None."""
+def crossing(c, n, m, b):
+    """The fewest shards K (1..n) with which our exchange is no slower than
+    ring all-reduce's, or None."""
+    ring = 2 * (n - 1) / n * m / b
     for k in range(1, n + 1):
         if ours(c, n, k, m, b) <= ring:
             return k
     return None
 
 
-def beyond(c):
+def beyond(c, ps_ns_per_byte=None):
     """Rows past this machine: dense models and embedding tables, N = 8..1024
     workers, 10/25/100 Gbit/s ports, beside ring all-reduce (2 (N-1)/N M/B)
     and the PS's best case (as many CPU-only PS machines as workers, each port
-    full duplex: M/B)."""
+    full duplex: M/B). Ours twice: with the shard CPU per byte fitted here
+    (gamma: one shard process on this machine's cores), and with shards
+    given the cores to keep up with their port (gamma = 0), which
+    ps_ns_per_byte (the shards' measured CPU per byte in plus out) turns into
+    cores per shard."""
+    fed = dict(c, gamma=0.0)
     rows = []
     for gbit in (10, 25, 100):
         b = gbit * 1e9 / 8
         for m in (1e6, 100e6, 1e9, 10e9):
             for n in (8, 64, 256, 1024):
-                ring = 2 * (n - 1) / n * m / b
-                best_k = min(range(1, n + 1), key=lambda k: ours(c, n, k, m, b))
-                rows.append({"benchmark": "cost_model", "part": "dense", "link_gbit": gbit,
-                             "model_bytes": m, "workers": n, "ring_ms": ring * 1e3,
-                             "ps_best_case_ms": m / b * 1e3,
-                             "ours_k_eq_n_ms": ours(c, n, n, m, b) * 1e3,
-                             "ours_best_k": best_k, "ours_best_ms": ours(c, n, best_k, m, b) * 1e3,
-                             "crossing_k": crossing(c, n, m, b, ring)})
+                row = {"benchmark": "cost_model", "part": "dense", "link_gbit": gbit,
+                       "model_bytes": m, "workers": n, "ring_ms": 2 * (n - 1) / n * m / b * 1e3,
+                       "ps_best_case_ms": m / b * 1e3,
+                       "ours_k_eq_n_ms": ours(c, n, n, m, b) * 1e3,
+                       "ours_fed_k_eq_n_ms": ours(fed, n, n, m, b) * 1e3,
+                       "crossing_k": crossing(c, n, m, b),
+                       "fed_crossing_k": crossing(fed, n, m, b)}
+                if ps_ns_per_byte is not None:
+                    row["shard_cores_at_line_rate"] = ps_ns_per_byte * 1e-9 * 2 * b
+                rows.append(row)
     # Embeddings: a step moves the rows its batch looks up, not the table.
     b = 25e9 / 8
     for n in (8, 64, 256, 1024):
@@ -352,11 +418,11 @@ def beyond(c):
                      "link_gbit": 25, "ring_ms": 2 * (n - 1) / n * m / b * 1e3,
                      "ps_best_case_ms": m / b * 1e3,
                      "ours_k_eq_n_ms": ours(c, n, n, m, b) * 1e3,
-                     "ours_k_n_over_4_ms": ours(c, n, max(1, n // 4), m, b) * 1e3,
-                     "ours_k_8_ms": ours(c, n, 8, m, b) * 1e3,
-                     "crossing_k": {str(g): crossing(c, n, 100e6, g * 1e9 / 8,
-                                                      2 * (n - 1) / n * 100e6 / (g * 1e9 / 8))
-                                    for g in (10, 25, 100)}})
+                     "ours_fed_k_eq_n_ms": ours(fed, n, n, m, b) * 1e3,
+                     "ours_fed_k_n_over_2_ms": ours(fed, n, max(1, n // 2), m, b) * 1e3,
+                     "ours_fed_k_8_ms": ours(fed, n, 8, m, b) * 1e3,
+                     "fed_crossing_k": {str(g): crossing(fed, n, 10e9, g * 1e9 / 8)
+                                        for g in (10, 25, 100)}})
     return [{key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()}
             for r in rows]
 
@@ -382,9 +448,9 @@ def main():
         print(json.dumps(summary))
     elif args.command == "beyond":
         with open(args.rows) as f:
-            c = [json.loads(line) for line in f if "constants" in line][-1]["constants"]
+            summary = [json.loads(line) for line in f if "constants" in line][-1]
         with open(args.out, "w") as f:
-            for r in beyond(c):
+            for r in beyond(summary["constants"], summary.get("cpu_ns_per_byte_ps")):
                 f.write(json.dumps(r) + "\n")
     return 0
 

@@ -3,22 +3,36 @@
 //   psctl checkpoint --config=FILE   every shard writes a checkpoint now
 //   psctl shutdown   --config=FILE   every shard stops cleanly
 //   psctl token      --config=FILE --task=worker:N   that worker's own token
+//   psctl plan       --config=FILE --link=25gbit --rtt=100us --worker_step_ms=5
+//                    predicted step time and samples/s for K = 1..16 shards
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/security.h"
+#include "common/tensor_codec.h"
+#include "psctl/plan.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
 ABSL_FLAG(int, connect_timeout_seconds, 5, "How long to wait for each PS shard to answer.");
 ABSL_FLAG(std::string, task, "", "For psctl token: the task, worker:<index>.");
+ABSL_FLAG(std::string, link, "", "For psctl plan: each port's rate each way, e.g. 25gbit.");
+ABSL_FLAG(std::string, rtt, "0us", "For psctl plan: the round trip between two hosts, e.g. 100us.");
+ABSL_FLAG(double, worker_step_ms, -1,
+          "For psctl plan: one worker's step without its exchange (compute), in ms, e.g. from a "
+          "short local run.");
+ABSL_FLAG(int, ids_per_batch, 0,
+          "For psctl plan: distinct ids one worker's batch looks up per embedding table "
+          "(0: the batch size).");
+ABSL_FLAG(int, max_shards, 16, "For psctl plan: the most shards to consider.");
 
 namespace pst {
 namespace {
@@ -135,6 +149,85 @@ int Token(const JobConfig& config) {
   return 0;
 }
 
+// Predicted step time and samples/s per number of shards (psctl/plan.h).
+int PlanCluster(const JobConfig& config) {
+  const std::string link = absl::GetFlag(FLAGS_link);
+  if (link.empty()) {
+    ExitWithError(kProgram, absl::InvalidArgumentError(
+                                "psctl plan: give --link, each port's rate, e.g. --link=25gbit"));
+  }
+  absl::StatusOr<double> link_bytes = ParseLinkBytesPerSecond(link);
+  if (!link_bytes.ok()) ExitWithError(kProgram, link_bytes.status());
+  absl::StatusOr<double> rtt = ParseSeconds(absl::GetFlag(FLAGS_rtt));
+  if (!rtt.ok()) ExitWithError(kProgram, rtt.status());
+  const double step_ms = absl::GetFlag(FLAGS_worker_step_ms);
+  if (step_ms < 0) {
+    ExitWithError(kProgram, absl::InvalidArgumentError(
+                                "psctl plan: give --worker_step_ms, one worker's compute per step "
+                                "in ms (e.g. from a short local run of the job)"));
+  }
+  const int max_shards = absl::GetFlag(FLAGS_max_shards);
+  if (max_shards < 1 || max_shards > 4096) {
+    ExitWithError(kProgram, absl::InvalidArgumentError("--max_shards: give 1 to 4096"));
+  }
+  const TrainingConfig& training = config.training();
+  absl::StatusOr<std::vector<VariableSpec>> dense = ModelVariables(training);
+  if (!dense.ok()) ExitWithError(kProgram, dense.status());
+  const int wire_bytes = DTypeBytes(WireDType(training.wire_dtype()));
+  int64_t parameters = 0;
+  for (const VariableSpec& v : *dense) parameters += v.size();
+  const int batch = std::max(1, training.batch_size());
+  const int ids = absl::GetFlag(FLAGS_ids_per_batch) > 0 ? absl::GetFlag(FLAGS_ids_per_batch) : batch;
+  double embedding_bytes = 0;  // each way: the ids (8 bytes) and a row of dim values each
+  for (const EmbeddingTableConfig& table : training.model().embeddings()) {
+    embedding_bytes += static_cast<double>(ids) * (8.0 + table.dim() * wire_bytes);
+  }
+  PlanJob job;
+  job.workers = std::max(1, config.cluster().workers());
+  job.mode = training.mode() == SYNC ? SYNC : ASYNC;
+  job.batch_size = batch;
+  job.dense_wire_bytes = static_cast<double>(parameters) * wire_bytes;
+  job.embedding_wire_bytes = embedding_bytes;
+  job.link_bytes_per_s = *link_bytes;
+  job.rtt_s = *rtt;
+  job.compute_s = step_ms / 1e3;
+  const CostConstants c = FittedConstants();
+  const std::vector<PlanRow> rows = Plan(c, job, *dense, max_shards);
+  if (rows.empty()) {
+    ExitWithError(kProgram, absl::InvalidArgumentError(
+                                "psctl plan: the model is too small for even one shard count"));
+  }
+  std::printf("plan: %d worker(s), %s, batch %d, %lld dense parameters + %d embedding table(s) "
+              "(%.3g MB each way per worker per step at %s), %s links, rtt %s, compute %.3f ms\n",
+              job.workers, ModeName(job.mode).c_str(), batch, static_cast<long long>(parameters),
+              training.model().embeddings_size(),
+              (job.dense_wire_bytes + job.embedding_wire_bytes) / 1e6,
+              absl::AsciiStrToLower(WireDtype_Name(training.wire_dtype())).c_str(), link.c_str(),
+              absl::GetFlag(FLAGS_rtt).c_str(), step_ms);
+  std::printf("%6s %12s %14s %15s\n", "shards", "step_ms", "samples/s", "busiest_share");
+  for (const PlanRow& r : rows) {
+    std::printf("%6d %12.3f %14.0f %15.3f\n", r.shards, r.step_s * 1e3, r.samples_per_s,
+                r.shard_share);
+  }
+  const PlanRow* best = &rows[0];
+  for (const PlanRow& r : rows) {
+    if (r.samples_per_s > best->samples_per_s) best = &r;
+  }
+  const PlanRow& pick = Recommend(rows, 0.05);
+  std::printf("recommended: %d shard(s), %.0f samples/s (the smallest K within 5%% of the best, "
+              "K=%d at %.0f samples/s)\n",
+              pick.shards, pick.samples_per_s, best->shards, best->samples_per_s);
+  std::printf("assumptions: each task on its own port of --link each way through one "
+              "non-blocking switch, M bytes each way per worker, the busiest shard f of them; "
+              "step = compute + %.3g ms + %.3g ms x K + rtt + SYNC: 2 max(M, NfM)/(%.2f B) + "
+              "%.2f min(M, K MiB)/B + %.3g ns/byte x NfM (ASYNC: the larger of compute + "
+              "messages + M/(%.2f B) + the same fill and 2NfM/(%.2f B) + the same CPU); "
+              "constants fitted on shaped links of one host (docs/benchmarks.md)\n",
+              c.alpha_s * 1e3, c.beta_s * 1e3, c.eta_y, c.fill, c.gamma_s_per_byte * 1e9, c.eta_w,
+              c.eta_s);
+  return 0;
+}
+
 }  // namespace
 }  // namespace pst
 
@@ -142,18 +235,21 @@ int main(int argc, char** argv) {
   std::vector<char*> args = pst::ParseCommandLineFlags(
       argc, argv,
       "Looks at and steers a running cluster.\n"
-      "Usage: psctl status|checkpoint|shutdown|token --config=cluster.textproto\n"
+      "Usage: psctl status|checkpoint|shutdown|token|plan --config=cluster.textproto\n"
       "  status      each shard (address, version, variables, bytes, pushes, checkpoints written\n"
       "              and failed) and each worker (last step, lag behind the PS, last seen,\n"
       "              pushes dropped)\n"
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
       "  shutdown    every shard stops cleanly; workers then exit\n"
       "  token       with --task=worker:N, that worker's own token (for PSTRAIN_TASK_TOKEN):\n"
-      "              with it the worker can act as worker:N only");
+      "              with it the worker can act as worker:N only\n"
+      "  plan        with --link=25gbit --rtt=100us --worker_step_ms=MS: the predicted step\n"
+      "              time and samples/s for K = 1..16 shards, and the smallest K within 5%\n"
+      "              of the best (the cost model of docs/benchmarks.md); contacts no shard");
   spdlog::set_level(spdlog::level::warn);
   if (args.size() != 2) {
     pst::ExitWithError("psctl", absl::InvalidArgumentError(
-                                    "say what to do: psctl status|checkpoint|shutdown|token --config=FILE"));
+                                    "say what to do: psctl status|checkpoint|shutdown|token|plan --config=FILE"));
   }
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError("psctl", config.status());
@@ -162,7 +258,8 @@ int main(int argc, char** argv) {
   if (command == "checkpoint") return pst::Checkpoint(*config);
   if (command == "shutdown") return pst::Shutdown(*config);
   if (command == "token") return pst::Token(*config);
+  if (command == "plan") return pst::PlanCluster(*config);
   pst::ExitWithError("psctl", absl::InvalidArgumentError(absl::StrCat(
                                   "unknown command \"", command,
-                                  "\"; use status, checkpoint, shutdown or token")));
+                                  "\"; use status, checkpoint, shutdown, token or plan")));
 }

@@ -225,18 +225,23 @@ def netns_cluster(rows):
     summary = [r for r in rows if "constants" in r][-1]
     c = summary["constants"]
     constants = table(
-        ["alpha ms", "beta ms/shard", "eta_w", "fill", "eta_s", "gamma ns/byte"],
-        ["---:"] * 6,
+        ["alpha ms", "beta ms/shard", "eta_w", "fill", "eta_s", "gamma ns/byte", "eta_y"],
+        ["---:"] * 7,
         [(f"{c['alpha'] * 1e3:.2f}", f"{c['beta'] * 1e3:.2f}", f"{c['eta_w']:.2f}",
-          f"{c['fill']:.2f}", f"{c['eta_s']:.2f}", f"{c['gamma'] * 1e9:.3f}")])
+          f"{c['fill']:.2f}", f"{c['eta_s']:.2f}", f"{c['gamma'] * 1e9:.3f}",
+          f"{c['eta_y']:.2f}")])
 
     def cell(role, figure):
         value = summary[role][figure]
         return "n/a" if value is None else f"{value:.1f}"
-    errors = table(["rows", "count", "mean abs error %", "max abs error %"],
-                   ["---", "---:", "---:", "---:"],
+    cpu = table(["CPU per byte in + out, ns", "shards", "workers"], ["---", "---:", "---:"],
+                [("median over the bench rows", f"{summary['cpu_ns_per_byte_ps']:.2f}",
+                  f"{summary['cpu_ns_per_byte_workers']:.2f}")])
+    errors = table(["rows", "count", "mean abs error %", "max abs error %", "within 15%"],
+                   ["---", "---:", "---:", "---:", "---:"],
                    [(role, summary[role]["rows"], cell(role, "mean_abs_error_pct"),
-                     cell(role, "max_abs_error_pct")) for role in ("fit", "held_out", "cpu_bound")])
+                     cell(role, "max_abs_error_pct"), summary[role].get("within_15_pct", "n/a"))
+                    for role in ("fit", "held_out", "cpu_bound")])
     measured = [r for r in rows if "step_ms" in r]
     bench = table(
         ["rate", "size", "shards", "workers", "role", "step ms", "predicted ms", "error %",
@@ -260,21 +265,36 @@ def netns_cluster(rows):
           f"{r['cpu_cores_ps']:.2f}", f"{r['cpu_cores_workers']:.2f}",
           f"{r['cpu_cores_machine']:.2f}")
          for r in measured if r["kind"] == "train"])
-    return {"constants": constants + "\n\n" + errors, "bench": bench, "train": train}
+    parts = {"constants": constants + "\n\n" + errors + "\n\n" + cpu, "bench": bench,
+             "train": train}
+    if "plan_check" in summary:
+        p = summary["plan_check"]
+        parts["plan_check"] = table(
+            ["workers", "rate", "compute ms", "psctl plan's K", "best measured K",
+             "measured samples/s at plan's K / at best K"],
+            ["---:", "---", "---:", "---:", "---:", "---:"],
+            [(p["workers"], p["rate"], f"{p['worker_step_ms']:.1f}", p["recommended_k"],
+              p["best_measured_k"], f"{p['measured_at_recommended_of_best']:.3f}")])
+    return parts
 
 
 def cost_model(rows):
     """Predictions past this machine: dense models, then embedding tables."""
     def k(value):
         return "none" if value is None else str(value)
+    dense_rows = [r for r in rows if r.get("part") == "dense"]
+    cores = all("shard_cores_at_line_rate" in r for r in dense_rows)
     dense = table(
         ["link Gbit/s", "model", "workers", "ring all-reduce ms", "PS best case ms",
-         "ours K = N ms", "ours best K", "ours at best K ms", "fewest K to match the ring"],
-        ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+         "ours K = N ms", "fewest K to match the ring", "ours K = N, shards keeping up ms",
+         "fewest K keeping up to match the ring"]
+        + (["cores a shard needs to keep up"] if cores else []),
+        ["---:"] * (10 if cores else 9),
         [(r["link_gbit"], f"{r['model_bytes'] / 1e6:g} MB", r["workers"], f"{r['ring_ms']:.3g}",
-          f"{r['ps_best_case_ms']:.3g}", f"{r['ours_k_eq_n_ms']:.3g}", r["ours_best_k"],
-          f"{r['ours_best_ms']:.3g}", k(r["crossing_k"]))
-         for r in rows if r.get("part") == "dense"])
+          f"{r['ps_best_case_ms']:.3g}", f"{r['ours_k_eq_n_ms']:.3g}", k(r["crossing_k"]),
+          f"{r['ours_fed_k_eq_n_ms']:.3g}", k(r["fed_crossing_k"]))
+         + ((f"{r['shard_cores_at_line_rate']:.1f}",) if cores else ())
+         for r in dense_rows])
     embedding = table(
         ["workers", "ids per batch", "dim", "table", "bytes per step", "shards", "ours ms",
          "ring all-reduce of the table ms", "all-gather of the rows ms"],

@@ -5,10 +5,12 @@
 
 Left: the exchange of one SYNC step of a 1 GB model over 25 Gbit/s ports, by
 workers: ring all-reduce (2 (N-1)/N M/B), the PS's best case (as many CPU-only
-PS machines as workers: M/B), and ours by the fitted model with K = N, N/4
-and 8 shards. Right: the fewest shards with which ours is no slower than the
-ring, for a 100 MB model, by workers and link rate. Rows: the "curve" rows
-that benchmarks/cost_model.py beyond writes.
+PS machines as workers: M/B), and ours by the fitted model with K = N shards
+as measured (one shard process's CPU per byte), and with shards given the
+cores to keep up with their ports at K = N, N/2 and 8. Right: the fewest such
+shards with which ours is no slower than the ring, for a 10 GB model, by
+workers and link rate. Rows: the "curve" rows that
+benchmarks/cost_model.py beyond writes.
 """
 import argparse
 import json
@@ -32,9 +34,10 @@ def draw(rows, out):
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for key, label, style in (("ring_ms", "ring all-reduce", "k-"),
                               ("ps_best_case_ms", "PS best case (N CPU-only PS machines)", "k--"),
-                              ("ours_k_eq_n_ms", "ours, K = N shards", "C0-o"),
-                              ("ours_k_n_over_4_ms", "ours, K = N/4", "C1-s"),
-                              ("ours_k_8_ms", "ours, K = 8", "C2-^")):
+                              ("ours_k_eq_n_ms", "ours, K = N, a shard's CPU as measured", "C3-v"),
+                              ("ours_fed_k_eq_n_ms", "ours, K = N, shards keeping up", "C0-o"),
+                              ("ours_fed_k_n_over_2_ms", "ours, K = N/2, keeping up", "C1-s"),
+                              ("ours_fed_k_8_ms", "ours, K = 8, keeping up", "C2-^")):
         left.plot(n, [r[key] for r in curves], style, label=label, markersize=4)
     left.set_xscale("log", base=2)
     left.set_yscale("log")
@@ -45,16 +48,16 @@ def draw(rows, out):
     left.grid(True, which="both", alpha=0.3)
     left.legend(fontsize=8)
     for gbit, style in (("10", "C0-o"), ("25", "C1-s"), ("100", "C2-^")):
-        points = [(r["workers"], r["crossing_k"][gbit]) for r in curves
-                  if r["crossing_k"].get(gbit) is not None]
+        points = [(r["workers"], r["fed_crossing_k"][gbit]) for r in curves
+                  if r["fed_crossing_k"].get(gbit) is not None]
         if points:
             right.plot(*zip(*points), style, label=f"{gbit} Gbit/s", markersize=4)
     right.plot(n, n, "k:", label="K = N")
     right.set_xscale("log", base=2)
     right.set_yscale("log", base=2)
     right.set_xlabel("workers N")
-    right.set_ylabel("fewest shards K to match the ring")
-    right.set_title("100 MB model: where ours crosses the ring")
+    right.set_ylabel("fewest shards K (keeping up) to match the ring")
+    right.set_title("10 GB model: where ours crosses the ring")
     right.grid(True, which="both", alpha=0.3)
     right.legend(fontsize=8)
     figure.tight_layout()

@@ -33,7 +33,7 @@ usage() {
 KIND=$1
 shift
 [[ $KIND == bench || $KIND == train ]] || usage
-SHARDS=1 WORKERS=1 SIZE=4MiB RATE=200mbit RTT= SECONDS_=4 EXCHANGE=push_pull
+SHARDS=1 WORKERS=1 SIZE=4MiB RATE=200mbit RTT='' SECONDS_=4 EXCHANGE=push_pull
 CONFIG=configs/local.textproto EPOCHS=1 MODE=sync
 for arg in "$@"; do
   case $arg in

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for a cluster in network namespaces on one machine, sourced by
 # scripts/netns_cluster.sh. Every task gets a namespace of its own with one
 # veth into a switch namespace that holds a bridge; both ends of each veth
@@ -36,10 +37,16 @@ netns_have_netem() {
 }
 
 # Shapes egress of DEV in namespace NS to RATE (tbf), after a netem DELAY
-# unless DELAY is empty.
+# unless DELAY is empty. The queue holds 100 ms at the rate (NETNS_QUEUE),
+# deep enough that no step's burst is dropped: with 20 ms, four workers'
+# SYNC pushes into one shard's port lose packets and each loss costs a
+# 200 ms retransmission timeout (a 4-worker step over 2 shards at 200
+# Mbit/s: 222 ms instead of 164; with 5 ms, even 1 MiB over 3 shards took
+# 232 ms instead of 62). The price: TCP keeps the queue full, and a large
+# step's last reply waits behind it.
 netns_shape() {
   local ns=$1 dev=$2 rate=$3 delay=$4
-  local tbf=(tbf rate "$rate" burst "${NETNS_BURST:-128kb}" latency 100ms)
+  local tbf=(tbf rate "$rate" burst "${NETNS_BURST:-128kb}" latency "${NETNS_QUEUE:-100ms}")
   if [[ -z $delay ]]; then
     ip netns exec "$ns" tc qdisc add dev "$dev" root handle 10: "${tbf[@]}"
   else
@@ -100,8 +107,8 @@ netns_cpu_seconds() {
 
 # Busy CPU seconds of the whole machine so far (every process, ours or not).
 netns_machine_busy_seconds() {
-  local label user nice system idle iowait irq softirq steal rest
-  read -r label user nice system idle iowait irq softirq steal rest < /proc/stat
+  local user nice system irq softirq steal
+  read -r _ user nice system _ _ irq softirq steal _ < /proc/stat
   awk -v t="$((user + nice + system + irq + softirq + steal))" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { printf "%.3f\n", t / hz }'
 }

@@ -12,7 +12,9 @@
 #
 # Kinds, in order: machine train_vs_torch time_to_accuracy train_bench main_job
 # ps_bench ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench
-# metrics_bench. ONLY without machine keeps machine.json as it is.
+# metrics_bench netns_cluster cost_model. ONLY without machine keeps
+# machine.json as it is. netns_cluster needs root (skipped otherwise) and
+# takes about an hour; cost_model redraws from its constants.
 # Run it on a quiet machine, on a Release build in build/ (scripts/build.sh).
 # train_vs_torch needs python3-torch and python3-numpy and gpu_bench a GPU and
 # a CUDA build; without them each is skipped with one line. A benchmark that
@@ -35,7 +37,7 @@ BENCH_DIR=${BENCH_DIR:-docs/bench}
 DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch time_to_accuracy train_bench main_job ps_bench ps_bench_shards
-       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench)
+       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -208,6 +210,22 @@ metrics_bench() {
   run "$PY" benchmarks/rounds.py --benchmark=metrics_bench --rounds="$(rounds 3)" \
     --vary=registry=prometheus-cpp,lock-free --keys=threads \
     --json="$BENCH_DIR/metrics_bench.json" -- build/bin/metrics_bench --json
+}
+
+netns_cluster() {
+  if [[ -z $DRY_RUN && $(id -u) != 0 ]]; then
+    say "skipping netns_cluster: needs root (network namespaces)"
+    return
+  fi
+  [[ -n $DRY_RUN ]] || rm -f $WORK/netns_rows.json  # measure resumes a file it finds
+  run "$PY" benchmarks/cost_model.py measure --out=$WORK/netns_rows.json
+  run "$PY" benchmarks/cost_model.py fit $WORK/netns_rows.json --out="$BENCH_DIR/netns_cluster.json"
+}
+
+cost_model() {
+  run "$PY" benchmarks/cost_model.py beyond "$BENCH_DIR/netns_cluster.json" \
+    --out="$BENCH_DIR/cost_model.json"
+  run "$PY" scripts/cost_model_plot.py "$BENCH_DIR/cost_model.json" --out=docs/cost_model.png
 }
 
 for kind in ${ONLY//,/ }; do

@@ -70,6 +70,28 @@ ROWS = {
     "gpu_bench": [
         {"model": "784-1024-1024-10", "batch": 256, "runs": 3, "step_ms": 0.5, "step_ms_min": 0.4,
          "step_ms_max": 0.6, "ratio": 1.2, "ratio_min": 1.1, "ratio_max": 1.3}],
+    "netns_cluster": [
+        {"kind": "bench", "rate": "200mbit", "size": "4MiB", "shards": 2, "workers": 4,
+         "role": "held_out", "step_ms": 538.86, "predicted_step_ms": 500.0, "error_pct": -7.2,
+         "gbytes_per_s": 0.062, "cpu_cores_ps": 0.1, "cpu_cores_workers": 0.08,
+         "cpu_cores_machine": 2.0},
+        {"kind": "train", "rate": "200mbit", "shards": 2, "workers": 4, "role": "held_out",
+         "test_accuracy": 0.81, "samples_per_s": 2500.0, "step_ms": 100.0, "compute_ms": 6.0,
+         "predicted_step_ms": 95.0, "error_pct": -5.0, "cpu_cores_ps": 0.1,
+         "cpu_cores_workers": 0.3, "cpu_cores_machine": 2.0},
+        {"constants": {"alpha": 0.002, "beta": 0.001, "eta_w": 1.1, "fill": 0.9, "eta_s": 1.6,
+                       "gamma": 2e-9, "eta_y": 1.2},
+         "fit": {"rows": 40, "mean_abs_error_pct": 5.0, "max_abs_error_pct": 12.0},
+         "held_out": {"rows": 20, "mean_abs_error_pct": 6.0, "max_abs_error_pct": 14.0},
+         "cpu_bound": {"rows": 0, "mean_abs_error_pct": None, "max_abs_error_pct": None},
+         "cpu_ns_per_byte_ps": 0.8, "cpu_ns_per_byte_workers": 0.7}],
+    "cost_model": [
+        {"part": "dense", "link_gbit": 25, "model_bytes": 1e9, "workers": 64, "ring_ms": 630.0,
+         "ps_best_case_ms": 320.0, "ours_k_eq_n_ms": 1400.0, "crossing_k": None,
+         "ours_fed_k_eq_n_ms": 520.0, "fed_crossing_k": 52},
+        {"part": "embedding", "link_gbit": 25, "workers": 8, "ids_per_batch": 4096, "dim": 64,
+         "table_bytes": 25.6e9, "bytes_per_step": 1081344, "shards": 1, "ours_ms": 5.0,
+         "ring_dense_table_ms": 14336.0, "allgather_rows_ms": 2.4}],
 }
 
 # What each kind's table shows of ROWS.
@@ -85,6 +107,8 @@ EXPECTED = {
     "ps_bench": "| 4KiB | 1 | shm | 0.109 (0.098-0.121) |",
     "metrics_bench": "| `Counter::Increment` | 2 | 39.1 (38.0-41.5) | 29.0 (25.7-31.8) | ns | 3 |",
     "gpu_bench": "| 784-1024-1024-10 | 256 | 0.500 (0.400-0.600) |",
+    "netns_cluster": "| 2.00 | 1.00 | 1.10 | 0.90 | 1.60 | 2.000 | 1.20 |",
+    "cost_model": "| 25 | 1000 MB | 64 | 630 | 320 | 1.4e+03 | none | 520 | 52 |",
 }
 
 DOC = """# Benchmarks

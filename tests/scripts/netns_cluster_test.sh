@@ -41,12 +41,12 @@ kill -TERM "$RUN"
 wait "$RUN" || true
 LEFT=$(ip netns list | grep -c "^${TAG}_" || true)
 [[ $LEFT == 0 ]] || { echo "netns_cluster_test: $LEFT namespace(s) left: $(ip netns list | grep "^${TAG}_")" >&2; exit 1; }
-if ip -o link | grep -E "[ns][0-9]+_$RUN[@:]"; then
+if ip -o link | grep -E "[ns][0-9]+_${RUN}[@:]"; then
   echo "netns_cluster_test: veths left in the root namespace" >&2; exit 1
 fi
 for pid in "${PIDS[@]}"; do
   if kill -0 "$pid" 2>/dev/null; then
-    echo "netns_cluster_test: process $pid ($(cat /proc/$pid/comm)) left running" >&2; exit 1
+    echo "netns_cluster_test: process $pid ($(cat "/proc/$pid/comm")) left running" >&2; exit 1
   fi
 done
 echo "netns_cluster_test: ok (${#PIDS[@]} processes stopped, no namespace or veth left)"
