@@ -130,6 +130,8 @@ class DistributedOptimizer:
     def _push_pull(self, gradients):
         if self._tables.tables:
             self.client.push_pull_rows(gradients, rows=self._tables.gradients())
+            # Pushed: the next forward pass looks up rows anew.
+            self._tables.zero_grad()
         else:
             self.client.push_pull(gradients)
 
