@@ -13,6 +13,11 @@ on them, so the module's weight is a new parameter holding only those rows; on `
 sparse gradient (coalesced: one row per unique id) is pushed as row
 gradients in the same exchange as the dense gradients.
 
+A loop that knows its next batch names it before ``step()``
+(``DistributedOptimizer.next_batch``): the step's exchange then brings the
+next batch's rows back with the new dense values, and the next forward pass
+looks up nothing, one round trip per step.
+
 One forward pass per table per step: a second forward before ``step()``
 would look up other rows over the gradient of the first (it raises).
 ``max_norm`` and ``padding_idx`` refer to local rows and are refused.
@@ -35,6 +40,8 @@ class _Table:
         self.dim = module.embedding_dim
         self.ids = np.empty(0, np.int64)  # the rows the weight holds now
         self.client = None
+        self.next_ids = None  # the next batch's unique ids, named before step()
+        self.fetched = None  # (unique ids, rows) the step's exchange brought
 
     def attach(self, client):
         self.client = client
@@ -55,7 +62,11 @@ class _Table:
                 "looks up one batch's rows per step (call step() or zero_grad() first)")
         unique, local = torch.unique(ids, return_inverse=True)
         self.ids = unique.cpu().numpy()
-        rows = self.client.pull_rows(self.name, self.ids)
+        fetched, self.fetched = self.fetched, None
+        if fetched is not None and np.array_equal(fetched[0], self.ids):
+            rows = fetched[1]
+        else:
+            rows = self.client.pull_rows(self.name, self.ids)
         self._rows(torch.from_numpy(rows).to(self.weight.device))
         return (local.to(ids.device),) + tuple(inputs[1:])
 
@@ -107,3 +118,23 @@ class EmbeddingTables:
     def zero_grad(self):
         for table in self.tables:
             table.weight.grad = None
+
+    def name_next(self, ids_by_module):
+        """Notes the next batch's ids (dict module -> its input ids)."""
+        for module, ids in ids_by_module.items():
+            table = next((t for t in self.tables if t.module is module), None)
+            if table is None:
+                raise KeyError(f"{type(module).__name__} is not a sparse embedding of the model")
+            table.next_ids = torch.unique(torch.as_tensor(ids)).cpu().numpy()
+
+    def named_next(self):
+        """The ids named for the next batch: table -> unique ids."""
+        return {t.name: t.next_ids for t in self.tables if t.next_ids is not None}
+
+    def keep_fetched(self, ids, rows):
+        """Keeps the rows the step's exchange brought for the named ids
+        (``ids``, as named_next gave them) for the next forward pass."""
+        for table in self.tables:
+            table.next_ids = None
+            if table.name in rows:
+                table.fetched = (ids[table.name], rows[table.name])

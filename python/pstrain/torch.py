@@ -127,9 +127,20 @@ class DistributedOptimizer:
             self._push_pull(self.client.gradients)
             self._staging.values_to_device([p for _, p in self.parameters])
 
+    def next_batch(self, ids_by_module):
+        """Names the next batch's ids before ``step()``: a dict from each
+        sparse embedding module (``nn.Embedding``/``nn.EmbeddingBag`` with
+        ``sparse=True``) to the ids it will be called with. The step's
+        exchange then brings their rows back with the dense values, and the
+        next forward pass makes no lookup of its own."""
+        self._tables.name_next(ids_by_module)
+
     def _push_pull(self, gradients):
         if self._tables.tables:
-            self.client.push_pull_rows(gradients, rows=self._tables.gradients())
+            next_ids = self._tables.named_next()
+            _, rows = self.client.push_pull_rows(gradients, rows=self._tables.gradients(),
+                                                 next_ids=next_ids)
+            self._tables.keep_fetched(next_ids, rows)
             # Pushed: the next forward pass looks up rows anew.
             self._tables.zero_grad()
         else:

@@ -109,7 +109,9 @@ class SparseEmbeddingTest(unittest.TestCase):
             yield torch.from_numpy(ids), torch.from_numpy(offsets), torch.from_numpy(
                 rng.standard_normal(4).astype(np.float32))
 
-    def test_two_sync_workers_train_as_sgd_on_the_combined_batch(self):
+    def train(self, prefetch):
+        """Two SYNC workers' run: the rows before and after, the models, the
+        dense initial values and each worker's lookups (pulls of its own)."""
         with PsCluster(BIN_DIR, workers=2, shards=2, mode="SYNC",
                        optimizer=f"sgd {{ learning_rate: {self.LR} }}") as cluster:
             models = [self.model(), self.model()]
@@ -122,15 +124,24 @@ class SparseEmbeddingTest(unittest.TestCase):
             every_id = np.unique(np.concatenate(
                 [b[0].numpy() for w in range(2) for b in self.batches(w)]))
             initial_rows = opts[0].client.pull_rows("bag.weight", every_id)
+            lookups = [0, 0]
+            for w, opt in enumerate(opts):
+                def counted(*args, pull=opt.client.pull_rows, w=w):
+                    lookups[w] += 1
+                    return pull(*args)
+                opt.client.pull_rows = counted
 
             errors = []
 
             def train(w):
                 try:
-                    for ids, offsets, y in self.batches(w):
+                    batches = list(self.batches(w))
+                    for k, (ids, offsets, y) in enumerate(batches):
                         opts[w].zero_grad()
                         loss = torch.mean((self.forward(models[w], ids, offsets) - y) ** 2)
                         loss.backward()
+                        if prefetch and k + 1 < len(batches):
+                            opts[w].next_batch({models[w]["bag"]: batches[k + 1][0]})
                         opts[w].step()
                 except Exception as error:  # noqa: BLE001 (reported below)
                     errors.append(error)
@@ -142,41 +153,53 @@ class SparseEmbeddingTest(unittest.TestCase):
                 t.join(timeout=120)
             self.assertFalse(any(t.is_alive() for t in threads))
             self.assertEqual(errors, [])
+            trained_lookups = list(lookups)  # the training's, not the check's below
             # A pushed row gradient is gone: the next batch looks up its own rows.
             self.assertIsNone(models[0]["bag"].weight.grad)
             final_rows = opts[0].client.pull_rows("bag.weight", every_id)
             for opt in reversed(opts):  # the chief waits for the others
                 opt.finish()
+            return every_id, initial_rows, final_rows, dense0, models, trained_lookups
 
-            # Plain PyTorch: the same initial values, SGD on each step's
-            # combined batch (the mean of the two workers' losses).
-            reference = torch.nn.ModuleDict({
-                "bag": torch.nn.EmbeddingBag(len(every_id), 4, mode="sum", sparse=True),
-                "out": torch.nn.Linear(4, 1),
-            })
-            with torch.no_grad():
-                reference["bag"].weight.copy_(torch.from_numpy(initial_rows))
-                for n, p in reference["out"].named_parameters():
-                    p.copy_(dense0[n])
-            sgd = torch.optim.SGD(reference.parameters(), lr=self.LR)
-            index = {int(i): k for k, i in enumerate(every_id)}
-            for step in zip(*(self.batches(w) for w in range(2))):
-                sgd.zero_grad()
-                losses = []
-                for ids, offsets, y in step:
-                    local = torch.tensor([index[int(i)] for i in ids])
-                    losses.append(torch.mean((self.forward(reference, local, offsets) - y) ** 2))
-                (sum(losses) / 2).backward()
-                sgd.step()
-            self.assertFalse(np.allclose(final_rows, initial_rows))  # the rows trained
-            np.testing.assert_allclose(final_rows, reference["bag"].weight.detach().numpy(),
-                                       rtol=1e-5, atol=1e-6)
-            for model in models:
-                for n, p in model["out"].named_parameters():
-                    np.testing.assert_allclose(p.detach().numpy(),
-                                               dict(reference["out"].named_parameters())[n]
-                                               .detach().numpy(), rtol=1e-5, atol=1e-6)
+    def test_two_sync_workers_train_as_sgd_on_the_combined_batch(self):
+        for prefetch in (False, True):
+            with self.subTest(prefetch=prefetch):
+                every_id, initial_rows, final_rows, dense0, models, lookups = \
+                    self.train(prefetch)
+                # With the next batch named, the step's exchange brings its
+                # rows: only the first batch is looked up by the forward pass.
+                self.assertEqual(lookups, [1, 1] if prefetch else [self.STEPS, self.STEPS])
+                self.check_against_sgd(every_id, initial_rows, final_rows, dense0, models)
 
+    def check_against_sgd(self, every_id, initial_rows, final_rows, dense0, models):
+        # Plain PyTorch: the same initial values, SGD on each step's
+        # combined batch (the mean of the two workers' losses).
+        reference = torch.nn.ModuleDict({
+            "bag": torch.nn.EmbeddingBag(len(every_id), 4, mode="sum", sparse=True),
+            "out": torch.nn.Linear(4, 1),
+        })
+        with torch.no_grad():
+            reference["bag"].weight.copy_(torch.from_numpy(initial_rows))
+            for n, p in reference["out"].named_parameters():
+                p.copy_(dense0[n])
+        sgd = torch.optim.SGD(reference.parameters(), lr=self.LR)
+        index = {int(i): k for k, i in enumerate(every_id)}
+        for step in zip(*(self.batches(w) for w in range(2))):
+            sgd.zero_grad()
+            losses = []
+            for ids, offsets, y in step:
+                local = torch.tensor([index[int(i)] for i in ids])
+                losses.append(torch.mean((self.forward(reference, local, offsets) - y) ** 2))
+            (sum(losses) / 2).backward()
+            sgd.step()
+        self.assertFalse(np.allclose(final_rows, initial_rows))  # the rows trained
+        np.testing.assert_allclose(final_rows, reference["bag"].weight.detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)
+        for model in models:
+            for n, p in model["out"].named_parameters():
+                np.testing.assert_allclose(p.detach().numpy(),
+                                           dict(reference["out"].named_parameters())[n]
+                                           .detach().numpy(), rtol=1e-5, atol=1e-6)
 
 if __name__ == "__main__":
     unittest.main()
