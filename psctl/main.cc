@@ -19,6 +19,7 @@
 #include "common/security.h"
 #include "common/tensor_codec.h"
 #include "psctl/plan.h"
+#include "psctl/table_report.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
@@ -73,6 +74,9 @@ int Status(const JobConfig& config) {
                 static_cast<long long>(st.pushes_applied()),
                 static_cast<long long>(st.pushes_dropped()),
                 static_cast<long long>(st.pushes_rejected()), st.live_workers(), st.workers_size());
+  }
+  if (const std::string tables = EmbeddingTableReport(shards); !tables.empty()) {
+    std::printf("\n%s", tables.c_str());
   }
   if (!config.training().checkpoint().dir().empty()) {
     std::printf("\n%-6s %11s %8s %8s %9s %s\n", "shard", "checkpoint", "written", "failed",
@@ -237,8 +241,9 @@ int main(int argc, char** argv) {
       "Looks at and steers a running cluster.\n"
       "Usage: psctl status|checkpoint|shutdown|token|plan --config=cluster.textproto\n"
       "  status      each shard (address, version, variables, bytes, pushes, checkpoints written\n"
-      "              and failed) and each worker (last step, lag behind the PS, last seen,\n"
-      "              pushes dropped)\n"
+      "              and failed), each embedding table's share of each shard (rows, bytes,\n"
+      "              rows admitted and refused) and each worker (last step, lag behind the PS,\n"
+      "              last seen, pushes dropped)\n"
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
       "  shutdown    every shard stops cleanly; workers then exit\n"
       "  token       with --task=worker:N, that worker's own token (for PSTRAIN_TASK_TOKEN):\n"

@@ -36,6 +36,8 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   client->set_wire_dtype(WireDType(config.training().wire_dtype()));
   client->set_transport(config.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
                                                           : PsClient::Transport::kAuto);
+  const auto& tables = config.training().model().embeddings();
+  client->SetEmbeddingTables({tables.begin(), tables.end()});
   return std::unique_ptr<ClientSession>(
       new ClientSession(std::move(config), std::move(client), std::move(policy)));
 }
@@ -75,7 +77,9 @@ absl::Status ClientSession::Declare(std::vector<VariableSpec> variables) {
     return absl::FailedPreconditionError(
         "the model's variables are declared already; a session declares them once");
   }
-  if (variables.empty()) return absl::InvalidArgumentError("the model declares no variables");
+  if (variables.empty() && tables().empty()) {
+    return absl::InvalidArgumentError("the model declares no variables and no embedding tables");
+  }
   if (!heartbeats_.joinable()) PST_RETURN_IF_ERROR(Register().status());
   client_->SetVariables(variables);
   PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());

@@ -88,6 +88,22 @@ class ClientSession {
   absl::Status PushPull(const std::vector<std::span<const float>>& gradients,
                         const std::vector<std::span<float>>& out);
 
+  // Embedding tables (python/client_session_rows.cc): the config's
+  // training.model.embeddings, then those DeclareTables adds (name, dim;
+  // the job's optimizer), before Declare. InvalidArgument for a name used
+  // twice or a dim out of range; FailedPrecondition after Declare.
+  absl::Status DeclareTables(const std::vector<std::pair<std::string, int>>& tables);
+  const std::vector<EmbeddingTableConfig>& tables() const { return client_->embedding_tables(); }
+  // Pulls rows into `rows`' spans (no dense variable), at the versions the
+  // last push makes due; the session's versions stay the last pull's.
+  absl::Status PullRows(std::span<const RowValues> rows);
+  // Pushes row gradients alone (PsClient::PushRows), computed on the last
+  // pull's values.
+  absl::Status PushRows(std::span<const RowGradients> rows);
+  // PushPull, with a step's rows in the same exchanges (PsClient::PushPull).
+  absl::Status PushPullRows(const std::vector<std::span<const float>>& gradients,
+                            const std::vector<std::span<float>>& out, const StepRows& rows);
+
   // Tells every shard this worker has finished; stops the heartbeats.
   absl::Status Done();
 

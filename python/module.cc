@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
+#include "python/binding.h"
 #include "python/client_session.h"
 #include "python/telemetry_binding.h"
 
@@ -26,21 +27,6 @@ namespace py = pybind11;
 
 namespace pst {
 namespace {
-
-// A failed call on its way to Python: raised as the pstrain.Error of its code.
-struct StatusError {
-  absl::Status status;
-};
-
-void ThrowIfError(const absl::Status& status) {
-  if (!status.ok()) throw StatusError{status};
-}
-
-template <typename T>
-T ValueOrThrow(absl::StatusOr<T> value) {
-  ThrowIfError(value.status());
-  return *std::move(value);
-}
 
 std::string ToJson(const google::protobuf::Message& message) {
   std::string json;
@@ -64,30 +50,10 @@ std::vector<std::span<Float>> Spans(const ClientSession& session, const py::sequ
     throw py::value_error(absl::StrCat("got ", py::len(arrays), " ", what, " for the ",
                                        variables.size(), " declared variables"));
   }
-  constexpr bool kWritable = !std::is_const_v<Float>;
   std::vector<std::span<Float>> spans;
   for (size_t i = 0; i < variables.size(); ++i) {
-    py::buffer buffer = py::reinterpret_borrow<py::buffer>(arrays[i]);
-    py::buffer_info info = buffer.request(kWritable);
-    const std::string& name = variables[i].name;
-    if (info.format != py::format_descriptor<float>::format() || info.itemsize != 4) {
-      throw py::type_error(absl::StrCat(what, " of ", name, ": float32 needed, got format '",
-                                        info.format, "'"));
-    }
-    py::ssize_t expected_stride = 4;
-    for (py::ssize_t d = info.ndim; d-- > 0;) {
-      if (info.shape[d] > 1 && info.strides[d] != expected_stride) {
-        throw py::type_error(absl::StrCat(what, " of ", name,
-                                          ": not C-contiguous; pass a contiguous array"));
-      }
-      expected_stride *= info.shape[d];
-    }
-    if (info.size != variables[i].size()) {
-      throw py::value_error(absl::StrCat(what, " of ", name, ": ", info.size,
-                                         " elements, but the variable has ", variables[i].size()));
-    }
-    spans.emplace_back(static_cast<Float*>(info.ptr), static_cast<size_t>(info.size));
-    held->push_back(std::move(info));
+    spans.push_back(BufferSpan<Float>(arrays[i], absl::StrCat(what, " of ", variables[i].name),
+                                      variables[i].size(), held));
   }
   return spans;
 }
@@ -281,4 +247,5 @@ PYBIND11_MODULE(_pstrain, m) {
         }
         return outcomes;
       });
+  pst::BindRows(m);
 }

@@ -14,8 +14,8 @@
 // shapes, offsets and versions, and the tensors move through the region,
 // where a caller may compute on them (AllocateTensors) so that nothing is
 // copied on this side.
-// Pull, Push and PushPull may not run concurrently with each other (one
-// training loop per client); the other calls may.
+// Pull, PullRows, Push, PushRows and PushPull may not run concurrently with
+// each other (one training loop per client); the other calls may.
 //
 // Embedding tables (SetEmbeddingTables) are addressed by 64-bit ids, their
 // rows spread over every shard by placement/row_placement.h. A worker

@@ -87,6 +87,18 @@ def readable(array):
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
+def _ids(ids):
+    """Row ids as a contiguous array of 64-bit integers, copied only if needed."""
+    if _is_torch_tensor(ids):
+        ids = ids.detach().cpu().numpy()
+    ids = np.asarray(ids).reshape(-1)
+    if ids.size == 0:
+        return np.empty(0, np.int64)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"row ids must be integers, not {ids.dtype}")
+    return np.ascontiguousarray(ids if ids.dtype.itemsize == 8 else ids.astype(np.int64))
+
+
 def writable(array):
     """``array`` as a buffer the client writes into: it must be one already."""
     if _is_torch_tensor(array):
@@ -281,6 +293,72 @@ class Client:
                                 self._ordered(target, writable, "pull destination"))
         self._last_push = time.monotonic()
         return target
+
+    # ---- embedding tables ---------------------------------------------
+    # Rows addressed by 64-bit ids, spread over every shard, created on
+    # first update with the PS's deterministic initial values and trained
+    # row by row by the PS optimizer. Ids are NumPy integer arrays, torch
+    # integer tensors or lists; within one call each id appears once.
+    def declare_tables(self, tables):
+        """Declares embedding tables (dict name -> dim) beside the config's
+        training.model.embeddings, before ``declare``/``init``. They train
+        with the job's optimizer."""
+        self._session.declare_tables([(str(name), int(dim)) for name, dim in tables.items()])
+
+    @property
+    def tables(self):
+        """The embedding tables: name -> dim."""
+        return dict(self._session.tables)
+
+    def pull_rows(self, table, ids, out=None):
+        """The rows of ``ids`` in ``table``: a float32 array of shape
+        (len(ids), dim), or ``out`` filled. Waits for the step the last push
+        belongs to, as pull() does."""
+        ids = _ids(ids)
+        if out is None:
+            out = np.empty((len(ids), self._dim(table)), np.float32)
+        self._session.pull_rows([(self._table(table), ids, writable(out))])
+        return out
+
+    def push_rows(self, table, ids, grads):
+        """Pushes the gradients of ``table``'s rows alone, no dense gradient:
+        ``grads`` (len(ids), dim), each id's gradient summed over the batch.
+        ASYNC and SSP take it; a SYNC push carries every dense variable (use
+        push_pull's ``rows``), unless the model has none."""
+        self._session.push_rows([(self._table(table), _ids(ids), readable(grads))])
+        self._last_push = time.monotonic()
+
+    def push_pull_rows(self, gradients, rows=None, next_ids=None, out=None):
+        """push_pull() with embedding rows in the same exchanges: ``rows``
+        (dict table -> (ids, grads)) pushed with the dense gradients, and
+        the rows of ``next_ids`` (dict table -> ids: the next batch's)
+        answered once this step has landed. Returns (values, dict table ->
+        rows array of shape (len(ids), dim))."""
+        if self._first_pull is None:
+            self._first_pull = time.monotonic()
+        target = self.values if out is None else out
+        pushes = [(self._table(t), _ids(i), readable(g)) for t, (i, g) in (rows or {}).items()]
+        pulled, pulls = {}, []
+        for table, ids in (next_ids or {}).items():
+            ids = _ids(ids)
+            pulled[table] = np.empty((len(ids), self._dim(table)), np.float32)
+            pulls.append((self._table(table), ids, pulled[table]))
+        self._session.push_pull_rows(self._ordered(gradients, readable, "gradient"),
+                                     self._ordered(target, writable, "pull destination"),
+                                     pushes, pulls)
+        self._last_push = time.monotonic()
+        return target, pulled
+
+    def _table(self, name):
+        names = [n for n, _ in self._session.tables]
+        try:
+            return names.index(name)
+        except ValueError:
+            raise KeyError(f"no embedding table {name!r}; the tables are "
+                           f"{', '.join(names) or 'none'} (declare_tables)") from None
+
+    def _dim(self, name):
+        return self._session.tables[self._table(name)][1]
 
     @property
     def versions(self):

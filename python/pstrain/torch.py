@@ -23,6 +23,11 @@ accumulates into the memory the push reads, and the exchange writes the new
 values where the forward pass reads them; nothing is copied on this side.
 A model on a GPU exchanges through page-locked host buffers
 (``pstrain.staging``).
+
+``nn.Embedding(sparse=True)`` and ``nn.EmbeddingBag(sparse=True)`` modules
+become embedding tables of the PS (``pstrain.sparse``): each forward pass
+pulls only the rows its batch looks up, and ``step()`` pushes their sparse
+gradient with the dense ones.
 """
 
 import sys
@@ -31,6 +36,7 @@ import time
 import torch
 
 import pstrain
+from pstrain.sparse import EmbeddingTables
 from pstrain.staging import HostStaging
 
 __all__ = ["DistributedOptimizer"]
@@ -45,7 +51,9 @@ class DistributedOptimizer:
 
     def __init__(self, model, client=None):
         self.client = client if client is not None else pstrain.Client()
-        self.parameters = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self._tables = EmbeddingTables(model)
+        self.parameters = [(name, p) for name, p in model.named_parameters()
+                           if p.requires_grad and not self._tables.holds(p)]
         if not self.parameters:
             raise ValueError("the model has no trainable parameters")
         devices = {p.device.type for _, p in self.parameters}
@@ -55,6 +63,7 @@ class DistributedOptimizer:
         self.redone_steps = 0  # steps redone after a transient error
         view = self.client.register()
         self.resume_step = int(view["worker_clock"])
+        self._tables.declare(self.client)
         self.client.declare({name: p.shape for name, p in self.parameters})
         self.client.init({name: p.detach().cpu() for name, p in self.parameters})
         values, gradients = self.client.values, self.client.gradients
@@ -81,6 +90,7 @@ class DistributedOptimizer:
         for _, p in self.parameters:
             if p.grad is not None:
                 p.grad.zero_()
+        self._tables.zero_grad()
 
     def step(self, closure=None):
         """Pushes the gradients and loads the next values. ``closure`` (as
@@ -130,11 +140,30 @@ class DistributedOptimizer:
             for name, p in self.parameters:
                 if p.grad is None or p.grad.data_ptr() != gradients[name].ctypes.data:
                     self._adopt_gradient(name, p)
-            self.client.push_pull(gradients)
+            self._push_pull(gradients)
         else:
             self._staging.gradients_to_host([p.grad for _, p in self.parameters])
-            self.client.push_pull(self.client.gradients)
+            self._push_pull(self.client.gradients)
             self._staging.values_to_device([p for _, p in self.parameters])
+
+    def next_batch(self, ids_by_module):
+        """Names the next batch's ids before ``step()``: a dict from each
+        sparse embedding module (``nn.Embedding``/``nn.EmbeddingBag`` with
+        ``sparse=True``) to the ids it will be called with. The step's
+        exchange then brings their rows back with the dense values, and the
+        next forward pass makes no lookup of its own."""
+        self._tables.name_next(ids_by_module)
+
+    def _push_pull(self, gradients):
+        if self._tables.tables:
+            next_ids = self._tables.named_next()
+            _, rows = self.client.push_pull_rows(gradients, rows=self._tables.gradients(),
+                                                 next_ids=next_ids)
+            self._tables.keep_fetched(next_ids, rows)
+            # Pushed: the next forward pass looks up rows anew.
+            self._tables.zero_grad()
+        else:
+            self.client.push_pull(gradients)
 
     def _adopt_gradient(self, name, p):
         # A gradient autograd made anew (after zero_grad(set_to_none=True)

@@ -205,11 +205,13 @@ TEST(ParameterShardEmbeddingTest, ARefusedInitLeavesTheShardUninitializedAndTheN
   InitRequest bad_table;
   EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, bad_table.add_variables());
   bad_table.add_embeddings()->set_name("emb");  // dim 0
-  InitRequest no_variables;  // the tables are fine, the dense part is not
-  EmbeddingTableConfig* table = no_variables.add_embeddings();
+  InitRequest bad_variable;  // the tables are fine, the dense part is not
+  EncodeTensor("", std::vector<int64_t>{2}, std::vector<float>{0, 0},
+               bad_variable.add_variables());
+  EmbeddingTableConfig* table = bad_variable.add_embeddings();
   table->set_name("other");
   table->set_dim(2);
-  for (const InitRequest* init : {&bad_table, &no_variables}) {
+  for (const InitRequest* init : {&bad_table, &bad_variable}) {
     InitResponse response;
     EXPECT_EQ(shard->Init(*init, &response).code(), absl::StatusCode::kInvalidArgument);
     EXPECT_FALSE(shard->initialized());
@@ -489,6 +491,57 @@ TEST(ParameterShardEmbeddingTest, APushWithRowsIsNeverStreamedIntoTheUpdate) {
   EXPECT_FALSE(push->awaits_turn);
   EXPECT_THAT(push->bytes, ElementsAre(2 * static_cast<int64_t>(sizeof(float))));
   EXPECT_FALSE(shard->streamed_update_staged());
+}
+
+// A shard may hold rows and no dense variable (a model's few dense
+// variables lie on other shards); an Init with neither is still refused.
+TEST(ShardOfRowsOnlyTest, InitsWithTablesAloneAndTrainsRows) {
+  std::unique_ptr<ParameterShard> shard = MakeShard(Options(SYNC, 1));
+  InitRequest nothing;
+  InitResponse response;
+  const absl::Status refused = shard->Init(nothing, &response);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("no variables and no embedding tables"));
+
+  InitRequest tables;
+  EmbeddingTableConfig* table = tables.add_embeddings();
+  table->set_name("emb");
+  table->set_dim(kDim);
+  ASSERT_TRUE(shard->Init(tables, &response).ok());
+  EXPECT_TRUE(response.accepted());
+  const std::vector<uint64_t> ids = {7, 8};
+  PushResponse pushed;
+  ASSERT_TRUE(
+      Push(*shard, RowPush(0, 0, ids, Gradients(0, ids), /*with_dense=*/false), &pushed).ok());
+  EXPECT_EQ(pushed.outcome(), PushResponse::APPLIED);
+
+  // A pull of rows only answers no variable, whatever the shard holds.
+  PullRequest pull;
+  pull.set_worker(0);
+  pull.set_rows_only(true);
+  *pull.add_rows() = Rows(ids);
+  PullResponse answer;
+  ASSERT_TRUE(Pull(*shard, pull, absl::Now(), &answer).ok());
+  EXPECT_EQ(answer.version(), 1);
+  EXPECT_EQ(answer.variables_size(), 0);
+  ASSERT_EQ(answer.rows_size(), 1);
+  EXPECT_EQ(answer.rows(0).data().size(), ids.size() * kDim * sizeof(float));
+  pull.add_names("b");
+  EXPECT_TRUE(absl::IsInvalidArgument(Pull(*shard, pull, absl::Now(), &answer)));
+}
+
+TEST(ShardOfRowsOnlyTest, ARowsOnlyPullOfAShardWithVariablesAnswersRowsAlone) {
+  std::unique_ptr<ParameterShard> shard = MakeShard(Options(ASYNC, 1));
+  ASSERT_NO_FATAL_FAILURE(Init(shard.get()));
+  PullRequest pull;
+  pull.set_worker(0);
+  pull.set_rows_only(true);
+  *pull.add_rows() = Rows({1, 2, 3});
+  PullResponse answer;
+  ASSERT_TRUE(Pull(*shard, pull, absl::Now(), &answer).ok());
+  EXPECT_EQ(answer.variables_size(), 0);
+  ASSERT_EQ(answer.rows_size(), 1);
+  EXPECT_EQ(answer.rows(0).data().size(), 3 * kDim * sizeof(float));
 }
 
 }  // namespace

@@ -188,6 +188,35 @@ INSTANTIATE_TEST_SUITE_P(Wires, RowsRoundTripTest,
                                DType_Name(info.param.dtype));
                          });
 
+// Rows take many chunks' worth of bytes while the dense share is one
+// message each way: the rows ride in the headers all the same.
+TEST_P(RowsRoundTripTest, ManyRowsMoveInOneExchange) {
+  ASSERT_NO_FATAL_FAILURE(Start(ASYNC, 1));
+  std::unique_ptr<PsClient> client = Connect(0, kModel, GetParam().transport, GetParam().dtype);
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> ids = MixedIds(200000, 9);  // 3.2 MB of float32 rows
+  const std::vector<float> before = Pull(client.get(), ids);
+  const std::vector<float> rows(ids.size() * kDim, 0.5f);
+  std::vector<float> after(ids.size() * kDim, NAN);
+  RowGradients push{.table = 0, .ids = ids, .gradients = rows};
+  RowValues pull{.table = 0, .ids = ids, .values = after};
+  std::vector<std::vector<float>> dense;
+  for (const VariableSpec& v : kModel) dense.emplace_back(v.size(), 0.0f);
+  std::vector<std::vector<float>> values = dense;
+  std::vector<int64_t> versions;
+  std::vector<PushResponse> responses;
+  absl::Status exchanged = client->PushPull(
+      {0, 0}, {dense.begin(), dense.end()}, {1, 1}, absl::Seconds(30),
+      {values.begin(), values.end()}, &versions, &responses,
+      {.push = {&push, 1}, .pull = {&pull, 1}});
+  ASSERT_TRUE(exchanged.ok()) << exchanged;
+  const float tolerance = GetParam().dtype == FLOAT32 ? 0.0f : 0.02f;
+  for (size_t i = 0; i < after.size(); i += 997) {
+    EXPECT_NEAR(after[i], before[i] - kLearningRate * 0.5f, tolerance) << "element " << i;
+  }
+  EXPECT_EQ(RowsHeld(client.get(), 0, "emb") + RowsHeld(client.get(), 1, "emb"), 200000);
+}
+
 // Two SYNC workers push rows of overlapping ids: each row moves by the
 // mean of the workers' gradients for it (a worker without the id counts
 // zero), as one worker with the combined batch would move it.

@@ -1,0 +1,54 @@
+// ClientSession's embedding-table calls (python/client_session.h).
+#include "absl/strings/str_cat.h"
+#include "common/embedding_config.h"
+#include "common/status_macros.h"
+#include "python/client_session.h"
+
+namespace pst {
+
+absl::Status ClientSession::DeclareTables(
+    const std::vector<std::pair<std::string, int>>& tables) {
+  if (declared()) {
+    return absl::FailedPreconditionError(
+        "embedding tables are declared before the model's variables (declare_tables, then init)");
+  }
+  google::protobuf::RepeatedPtrField<EmbeddingTableConfig> all(
+      client_->embedding_tables().begin(), client_->embedding_tables().end());
+  for (const auto& [name, dim] : tables) {
+    EmbeddingTableConfig* table = all.Add();
+    table->set_name(name);
+    table->set_dim(dim);
+  }
+  // Checked as the shards will check them; they take the job's optimizer.
+  PST_RETURN_IF_ERROR(ResolveEmbeddingTables(all, config_.training().optimizer()).status());
+  client_->SetEmbeddingTables({all.begin(), all.end()});
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
+  std::vector<int64_t> versions;
+  return client_->PullRows(next_min_, pull_timeout(), rows, &versions);
+}
+
+absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {
+  const std::vector<int64_t> computed_at = versions_;
+  PST_RETURN_IF_ERROR(client_->PushRows(computed_at, rows, &responses_));
+  ++pushes_;
+  next_min_ = MinVersionsAfter(computed_at);
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::PushPullRows(const std::vector<std::span<const float>>& gradients,
+                                         const std::vector<std::span<float>>& out,
+                                         const StepRows& rows) {
+  PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
+  PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
+  const std::vector<int64_t> computed_at = versions_;
+  PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients, MinVersionsAfter(computed_at),
+                                        pull_timeout(), out, &versions_, &responses_, rows));
+  ++pushes_;
+  next_min_ = versions_;
+  return absl::OkStatus();
+}
+
+}  // namespace pst

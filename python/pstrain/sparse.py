@@ -1,0 +1,140 @@
+"""``nn.Embedding(sparse=True)`` and ``nn.EmbeddingBag(sparse=True)`` as PS
+embedding tables, for ``pstrain.torch.DistributedOptimizer``.
+
+Each such module's weight becomes a table of the parameter servers, named
+as ``named_parameters()`` names the weight and as wide as the module's
+``embedding_dim``; its rows are addressed by the ids the module is called
+with (any 64-bit integers: ``num_embeddings`` bounds nothing), created on
+first update with the PS's deterministic initial values (the module's own
+initial weight is dropped), and trained row by row by the PS optimizer. The
+weight is never pulled whole: before each forward pass, a hook on the
+module pulls the rows of the unique ids of its input and calls the module
+on them, so the module's weight is a new parameter holding only those rows; on ``step()`` its
+sparse gradient (coalesced: one row per unique id) is pushed as row
+gradients in the same exchange as the dense gradients.
+
+A loop that knows its next batch names it before ``step()``
+(``DistributedOptimizer.next_batch``): the step's exchange then brings the
+next batch's rows back with the new dense values, and the next forward pass
+looks up nothing, one round trip per step.
+
+One forward pass per table per step: a second forward before ``step()``
+would look up other rows over the gradient of the first (it raises).
+``max_norm`` and ``padding_idx`` refer to local rows and are refused.
+"""
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["EmbeddingTables"]
+
+
+class _Table:
+    def __init__(self, name, module):
+        if module.max_norm is not None or getattr(module, "padding_idx", None) is not None:
+            raise ValueError(f"{name}: a PS embedding table takes no max_norm or padding_idx")
+        self.name = name
+        self.module = module
+        self.weight = module.weight
+        self.dim = module.embedding_dim
+        self.ids = np.empty(0, np.int64)  # the rows the weight holds now
+        self.client = None
+        self.next_ids = None  # the next batch's unique ids, named before step()
+        self.fetched = None  # (unique ids, rows) the step's exchange brought
+
+    def attach(self, client):
+        self.client = client
+        self._rows(self.weight.data.new_empty((0, self.dim)))
+        self.module.register_forward_pre_hook(self._lookup)
+
+    def _rows(self, rows):
+        # A new parameter for every batch's rows: autograd keeps the shape
+        # of the one it first saw.
+        self.weight = nn.Parameter(rows, requires_grad=True)
+        self.module.weight = self.weight
+
+    def _lookup(self, module, inputs):
+        ids = inputs[0]
+        if self.weight.grad is not None and torch.is_grad_enabled():
+            raise RuntimeError(
+                f"{self.name}: a second forward pass before step(); a PS embedding table "
+                "looks up one batch's rows per step (call step() or zero_grad() first)")
+        unique, local = torch.unique(ids, return_inverse=True)
+        self.ids = unique.cpu().numpy()
+        fetched, self.fetched = self.fetched, None
+        if fetched is not None and np.array_equal(fetched[0], self.ids):
+            rows = fetched[1]
+        else:
+            rows = self.client.pull_rows(self.name, self.ids)
+        self._rows(torch.from_numpy(rows).to(self.weight.device))
+        return (local.to(ids.device),) + tuple(inputs[1:])
+
+    def gradient(self):
+        """(ids, rows) of the weight's gradient, or None without one."""
+        grad = self.weight.grad
+        if grad is None:
+            return None
+        if grad.is_sparse:
+            grad = grad.coalesce()
+            local = grad.indices()[0].cpu().numpy()
+            return self.ids[local], grad.values().detach().cpu().float().contiguous().numpy()
+        return self.ids, grad.detach().cpu().float().contiguous().numpy()
+
+
+class EmbeddingTables:
+    """The sparse embedding modules of ``model``, as PS tables."""
+
+    def __init__(self, model):
+        weights = {id(p): name for name, p in model.named_parameters()}
+        self.tables = []
+        for module in model.modules():
+            if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and module.sparse \
+                    and module.weight.requires_grad and id(module.weight) in weights:
+                self.tables.append(_Table(weights[id(module.weight)], module))
+        self._weights = {id(t.weight) for t in self.tables}
+
+    def holds(self, parameter):
+        """Whether ``parameter`` is a table's weight (not a dense variable)."""
+        return id(parameter) in self._weights
+
+    def declare(self, client):
+        """Declares the tables to ``client`` and hooks their modules' forward."""
+        if not self.tables:
+            return
+        client.declare_tables({t.name: t.dim for t in self.tables})
+        for table in self.tables:
+            table.attach(client)
+
+    def gradients(self):
+        """The row gradients of the last backward pass: table -> (ids, rows)."""
+        rows = {}
+        for table in self.tables:
+            gradient = table.gradient()
+            if gradient is not None:
+                rows[table.name] = gradient
+        return rows
+
+    def zero_grad(self):
+        for table in self.tables:
+            table.weight.grad = None
+
+    def name_next(self, ids_by_module):
+        """Notes the next batch's ids (dict module -> its input ids)."""
+        for module, ids in ids_by_module.items():
+            table = next((t for t in self.tables if t.module is module), None)
+            if table is None:
+                raise KeyError(f"{type(module).__name__} is not a sparse embedding of the model")
+            table.next_ids = torch.unique(torch.as_tensor(ids)).cpu().numpy()
+
+    def named_next(self):
+        """The ids named for the next batch: table -> unique ids."""
+        return {t.name: t.next_ids for t in self.tables if t.next_ids is not None}
+
+    def keep_fetched(self, ids, rows):
+        """Keeps the rows the step's exchange brought for the named ids
+        (``ids``, as named_next gave them) for the next forward pass."""
+        for table in self.tables:
+            table.next_ids = None
+            if table.name in rows:
+                table.fetched = (ids[table.name], rows[table.name])

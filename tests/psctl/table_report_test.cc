@@ -1,0 +1,44 @@
+#include "psctl/table_report.h"
+
+#include <algorithm>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+EmbeddingTableStats Table(const std::string& name, int64_t rows, int64_t refused) {
+  EmbeddingTableStats table;
+  table.set_table(name);
+  table.set_dim(16);
+  table.set_rows(rows);
+  table.set_bytes(rows * 180);
+  table.set_rows_admitted(rows);
+  table.set_rows_refused(refused);
+  return table;
+}
+
+TEST(EmbeddingTableReportTest, ShowsEachTablesShareOfEachShard) {
+  std::vector<StatsResponse> shards(2);
+  *shards[0].add_embeddings() = Table("user", 1000, 0);
+  *shards[0].add_embeddings() = Table("item", 20, 0);
+  *shards[1].add_embeddings() = Table("user", 990, 7);
+  *shards[1].add_embeddings() = Table("item", 25, 0);
+  const std::string report = EmbeddingTableReport(shards);
+  EXPECT_THAT(report, HasSubstr("rows_admitted"));
+  EXPECT_THAT(report, HasSubstr("rows_refused"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("user +ps:0 +16 +1000 +180000 +1000 +0\n"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("user +ps:1 +16 +990 +178200 +990 +7\n"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("item +ps:1 +16 +25 +4500 +25 +0\n"));
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 5);
+}
+
+TEST(EmbeddingTableReportTest, IsEmptyWithoutTables) {
+  EXPECT_EQ(EmbeddingTableReport(std::vector<StatsResponse>(3)), "");
+}
+
+}  // namespace
+}  // namespace pst
