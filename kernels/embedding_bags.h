@@ -24,10 +24,10 @@
 
 namespace pst {
 
-enum class Pooling { kSum, kMean };
+enum class PoolingKind { kSum, kMean };
 
 struct EmbeddingBags {
-  Pooling pooling = Pooling::kSum;
+  PoolingKind pooling = PoolingKind::kSum;
   int num_rows = 0;
   std::vector<int32_t> offsets = {0};  // [bags + 1]
   std::vector<int32_t> slots;          // [entries], each in [0, num_rows)
@@ -46,7 +46,7 @@ struct EmbeddingBags {
   // The multiplier of bag b's entries (1, or 1 / count for kMean).
   float Scale(int bag) const {
     const int count = offsets[bag + 1] - offsets[bag];
-    return pooling == Pooling::kMean && count > 0 ? 1.0f / static_cast<float>(count) : 1.0f;
+    return pooling == PoolingKind::kMean && count > 0 ? 1.0f / static_cast<float>(count) : 1.0f;
   }
   // Where bag b's pooled vector starts in the output.
   int64_t OutputOffset(int bag, int dim) const {

@@ -36,7 +36,7 @@ absl::Status PrepareCtrInput(const CtrBatch& batch, const CtrModelSpec& spec,
   PST_RETURN_IF_ERROR(deep.Finish(spec.embedding_dim));
   if (!spec.wide) return absl::OkStatus();
   EmbeddingBags& wide = input->wide;
-  wide.pooling = Pooling::kSum;
+  wide.pooling = PoolingKind::kSum;
   wide.num_rows = deep.num_rows;
   wide.slots = deep.slots;
   wide.weights = deep.weights;

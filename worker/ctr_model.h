@@ -29,7 +29,7 @@ struct CtrModelSpec {
   int num_fields = 0;
   int dense_dim = 0;
   int embedding_dim = 0;
-  Pooling pooling = Pooling::kSum;
+  PoolingKind pooling = PoolingKind::kSum;
   bool wide = false;
   std::vector<int> hidden;
   ActivationKind activation = ActivationKind::kRelu;

@@ -65,10 +65,11 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainingConfig& training) {
       data.test = MakeLinearRegression(lr.examples(), lr.features(), lr.noise(), seed);
       return data;
     }
+    case DatasetConfig::kCtr:  // streamed by the CtrTrainer, never loaded whole
     case DatasetConfig::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError("the config names no data set");
+  return absl::InvalidArgumentError("the config names no data set this trainer loads");
 }
 
 MlpSpec ModelSpecFor(const TrainingConfig& training, const Dataset& data) {

@@ -427,7 +427,7 @@ class CudaKernels final : public Kernels {
     device.bags_per_row = bags.bags_per_row;
     device.row_stride = bags.row_stride > 0 ? bags.row_stride
                                             : static_cast<long long>(bags.bags_per_row) * dim;
-    device.mean = bags.pooling == Pooling::kMean;
+    device.mean = bags.pooling == PoolingKind::kMean;
     PST_ASSIGN_OR_RETURN(device.offsets, upload(bags.offsets));
     PST_ASSIGN_OR_RETURN(device.slots, upload(bags.slots));
     PST_ASSIGN_OR_RETURN(device.row_offsets, upload(bags.row_offsets));

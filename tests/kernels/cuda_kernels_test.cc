@@ -289,7 +289,7 @@ TEST_F(CudaKernelsTest, SigmoidCrossEntropyMatchesTheCpu) {
 // Random bags over `rows` rows: every bag 0..4 entries (empty bags and rows
 // read many times included), laid out with `bags_per_row` per output row of
 // `stride` floats.
-EmbeddingBags RandomBags(Pooling pooling, int bags_count, int rows, int bags_per_row, int stride,
+EmbeddingBags RandomBags(PoolingKind pooling, int bags_count, int rows, int bags_per_row, int stride,
                          uint32_t seed) {
   std::mt19937 rng(seed);
   EmbeddingBags bags;
@@ -314,10 +314,10 @@ TEST_F(CudaKernelsTest, EmbeddingBagsAndTheirBackwardMatchTheCpu) {
   };
   for (Shape shape : {Shape{1, 1, 1, 1, 0}, Shape{256, 26, 3000, 16, 13}, Shape{512, 3, 7, 33, 5},
                       Shape{4096, 1, 50000, 1, 0}}) {
-    for (Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
+    for (PoolingKind pooling : {PoolingKind::kSum, PoolingKind::kMean}) {
       SCOPED_TRACE(absl::StrCat(shape.examples, " examples x ", shape.fields, " fields, ",
                                 shape.rows, " rows of dim ", shape.dim,
-                                pooling == Pooling::kSum ? ", sum" : ", mean"));
+                                pooling == PoolingKind::kSum ? ", sum" : ", mean"));
       const int stride = shape.fields * shape.dim + shape.dense;
       EmbeddingBags bags = RandomBags(pooling, shape.examples * shape.fields, shape.rows,
                                       shape.fields, stride, 31);
@@ -345,7 +345,7 @@ TEST_F(CudaKernelsTest, EmbeddingBagsAndTheirBackwardMatchTheCpu) {
 }
 
 TEST_F(CudaKernelsTest, EmbeddingBagsAreRefusedUnfinished) {
-  EmbeddingBags bags = RandomBags(Pooling::kSum, 4, 3, 1, 0, 1);
+  EmbeddingBags bags = RandomBags(PoolingKind::kSum, 4, 3, 1, 0, 1);
   float* rows = Upload(RandomVector(3 * 4, 2));
   float* out = Upload(RandomVector(4 * 4, 3));
   EXPECT_EQ(gpu_->EmbeddingBagsForward(bags, 4, rows, out).code(),

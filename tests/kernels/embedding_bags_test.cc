@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 
 // Three rows of dim 2; two examples of two fields; example 0's field 1 is
 // empty, example 1's field 0 reads row 2 twice (a multi-valued field).
-EmbeddingBags ThreeRowBags(Pooling pooling) {
+EmbeddingBags ThreeRowBags(PoolingKind pooling) {
   EmbeddingBags bags;
   bags.pooling = pooling;
   bags.num_rows = 3;
@@ -33,12 +33,12 @@ const std::vector<float> kRows = {1, 2, 10, 20, 100, 200};
 
 TEST(EmbeddingBagsTest, SumAndMeanPoolIntoTheirPlaceInTheInputRow) {
   auto kernels = MakeCpuKernels();
-  for (Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
+  for (PoolingKind pooling : {PoolingKind::kSum, PoolingKind::kMean}) {
     EmbeddingBags bags = ThreeRowBags(pooling);
     ASSERT_TRUE(bags.Finish(2).ok());
     std::vector<float> out(10, -7.0f);
     ASSERT_TRUE(kernels->EmbeddingBagsForward(bags, 2, kRows.data(), out.data()).ok());
-    if (pooling == Pooling::kSum) {
+    if (pooling == PoolingKind::kSum) {
       // bag 2 = 2*row2 + row1 + 0.5*row2 = 2.5*(100,200) + (10,20)
       EXPECT_THAT(out, ElementsAre(1, 2, 0, 0, -7, 260, 520, 30, 60, -7));
     } else {
@@ -51,12 +51,12 @@ TEST(EmbeddingBagsTest, SumAndMeanPoolIntoTheirPlaceInTheInputRow) {
 TEST(EmbeddingBagsTest, TheBackwardAggregatesEachRowsGradientOverItsEntries) {
   auto kernels = MakeCpuKernels();
   const std::vector<float> out_grad = {1, 1, 5, 5, 9, 0.5f, 1, 2, 4, 9};
-  for (Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
+  for (PoolingKind pooling : {PoolingKind::kSum, PoolingKind::kMean}) {
     EmbeddingBags bags = ThreeRowBags(pooling);
     ASSERT_TRUE(bags.Finish(2).ok());
     std::vector<float> grads(6, -7.0f);
     ASSERT_TRUE(kernels->EmbeddingBagsBackward(bags, 2, out_grad.data(), grads.data()).ok());
-    const float s = pooling == Pooling::kMean ? 1.0f / 3 : 1.0f;
+    const float s = pooling == PoolingKind::kMean ? 1.0f / 3 : 1.0f;
     // row 0: bag 0; row 1: bag 2 (weight 1) and bag 3 (weight 3); row 2: bag 2 (2 + 0.5).
     EXPECT_THAT(grads, ElementsAre(1, 1, FloatNear(s * 0.5f + 3 * 2, 1e-5),
                                    FloatNear(s * 1 + 3 * 4, 1e-5), FloatNear(2.5f * s * 0.5f, 1e-5),
@@ -66,21 +66,21 @@ TEST(EmbeddingBagsTest, TheBackwardAggregatesEachRowsGradientOverItsEntries) {
 
 TEST(EmbeddingBagsTest, BadBagsAreRefusedBeforeAnyLookup) {
   auto kernels = MakeCpuKernels();
-  EmbeddingBags unfinished = ThreeRowBags(Pooling::kSum);
+  EmbeddingBags unfinished = ThreeRowBags(PoolingKind::kSum);
   std::vector<float> out(10);
   EXPECT_THAT(std::string(kernels->EmbeddingBagsForward(unfinished, 2, kRows.data(), out.data())
                               .message()),
               HasSubstr("finished"));
-  EmbeddingBags bad_slot = ThreeRowBags(Pooling::kSum);
+  EmbeddingBags bad_slot = ThreeRowBags(PoolingKind::kSum);
   bad_slot.slots[1] = 3;
   EXPECT_THAT(std::string(bad_slot.Finish(2).message()), HasSubstr("row 3 of 3"));
-  EmbeddingBags overlapping = ThreeRowBags(Pooling::kSum);
+  EmbeddingBags overlapping = ThreeRowBags(PoolingKind::kSum);
   overlapping.row_stride = 3;
   EXPECT_FALSE(overlapping.Finish(2).ok());
-  EmbeddingBags short_offsets = ThreeRowBags(Pooling::kSum);
+  EmbeddingBags short_offsets = ThreeRowBags(PoolingKind::kSum);
   short_offsets.offsets.back() = 4;
   EXPECT_FALSE(short_offsets.Finish(2).ok());
-  EmbeddingBags other_dim = ThreeRowBags(Pooling::kSum);
+  EmbeddingBags other_dim = ThreeRowBags(PoolingKind::kSum);
   ASSERT_TRUE(other_dim.Finish(2).ok());
   EXPECT_FALSE(kernels->EmbeddingBagsForward(other_dim, 1, kRows.data(), out.data()).ok());
 }

@@ -63,7 +63,7 @@ TEST(CtrInputTest, UniqueIdsInFirstSeenOrderAndOneWideBagPerExample) {
   EXPECT_FALSE(PrepareCtrInput(other, spec, &input).ok());
 }
 
-class CtrModelGradientTest : public ::testing::TestWithParam<Pooling> {};
+class CtrModelGradientTest : public ::testing::TestWithParam<PoolingKind> {};
 
 TEST_P(CtrModelGradientTest, GradientsMatchFiniteDifferences) {
   auto kernels = MakeCpuKernels();
@@ -130,9 +130,9 @@ TEST_P(CtrModelGradientTest, GradientsMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Poolings, CtrModelGradientTest,
-                         ::testing::Values(Pooling::kSum, Pooling::kMean),
+                         ::testing::Values(PoolingKind::kSum, PoolingKind::kMean),
                          [](const auto& info) {
-                           return info.param == Pooling::kSum ? "Sum" : "Mean";
+                           return info.param == PoolingKind::kSum ? "Sum" : "Mean";
                          });
 
 TEST(CtrModelTest, RefusesMismatchedShapes) {
