@@ -9,7 +9,8 @@ DenseTable::DenseTable(std::unique_ptr<Optimizer> optimizer, int num_workers)
     : store_(std::move(optimizer)), step_(num_workers) {}
 
 absl::Status DenseTable::Initialize(const InitRequest& request) {
-  PST_RETURN_IF_ERROR(store_.Initialize(request.variables()));
+  // A shard may hold rows of the model's tables and no dense variable.
+  PST_RETURN_IF_ERROR(store_.Initialize(request.variables(), request.embeddings_size() > 0));
   ResetStep();
   return absl::OkStatus();
 }

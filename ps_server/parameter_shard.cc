@@ -253,7 +253,11 @@ absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullV
   }
   const VariableStore& store = dense_->store();
   std::vector<int> indices;
-  if (request.names().empty()) {
+  if (request.rows_only()) {
+    if (!request.names().empty()) {
+      return absl::InvalidArgumentError("a pull of rows only names dense variables too");
+    }
+  } else if (request.names().empty()) {
     for (size_t i = 0; i < store.size(); ++i) indices.push_back(static_cast<int>(i));
   } else {
     // Each variable once: a request of a few bytes per name must not

@@ -53,8 +53,11 @@ int64_t VariableStore::parameter_bytes() const {
   return bytes;
 }
 
-absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors) {
-  if (tensors.empty()) return absl::InvalidArgumentError("Init carries no variables");
+absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors,
+                                      bool may_be_empty) {
+  if (tensors.empty() && !may_be_empty) {
+    return absl::InvalidArgumentError("Init carries no variables and no embedding tables");
+  }
   std::vector<Variable> variables;
   std::map<std::string, int, std::less<>> index;
   std::vector<float> scratch;
@@ -91,6 +94,7 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
   }
   variables_ = std::move(variables);
   index_ = std::move(index);
+  initialized_ = true;
   return absl::OkStatus();
 }
 
@@ -146,6 +150,7 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
   }
   variables_ = std::move(variables);
   index_ = std::move(index);
+  initialized_ = true;
   return absl::OkStatus();
 }
 

@@ -39,15 +39,17 @@ class VariableStore {
  public:
   explicit VariableStore(std::unique_ptr<Optimizer> optimizer);
 
-  bool initialized() const { return !variables_.empty(); }
+  bool initialized() const { return initialized_; }
   size_t size() const { return variables_.size(); }
   int64_t parameter_bytes() const;
   const Optimizer& optimizer() const { return *optimizer_; }
 
-  // Creates the variables from `tensors`. InvalidArgument for an empty list,
-  // a duplicate or empty name, a non-positive dimension, a payload that does
+  // Creates the variables from `tensors`. InvalidArgument for an empty list
+  // (unless `may_be_empty`: a shard that holds only embedding rows), a
+  // duplicate or empty name, a non-positive dimension, a payload that does
   // not match its shape, or a non-finite value. Precondition: !initialized().
-  absl::Status Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors);
+  absl::Status Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors,
+                          bool may_be_empty = false);
 
   // Index of the variable called `name`, or -1.
   int Find(const std::string& name) const;
@@ -138,6 +140,7 @@ class VariableStore {
   std::vector<Staged> staged_;        // parallel to variables_
   std::vector<int> staged_indices_;   // staged in the current update
   std::map<std::string, int, std::less<>> index_;
+  bool initialized_ = false;
 };
 
 // InvalidArgument naming `what` unless every value is finite.

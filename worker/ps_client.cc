@@ -61,6 +61,30 @@ void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
   for (size_t i = 0; i < slices_.size(); ++i) shards_[slices_[i].shard].slices.push_back(i);
 }
 
+int PsClient::FindEmbeddingTable(absl::string_view name) const {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (tables_[t].name() == name) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowGradients> push,
+                                                            std::span<const RowValues> pull,
+                                                            bool pushes) const {
+  if (push.empty() && pull.empty() && (!pushes || tables_.empty())) return std::nullopt;
+  PST_ASSIGN_OR_RETURN(RowSplit split, RowSplit::Make(tables_, num_shards(), wire_dtype_, push,
+                                                      pull, /*push_every_table=*/pushes));
+  return split;
+}
+
+void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
+  if (!split) return;
+  for (ShardExchange& exchange : *exchanges) {
+    exchange.rows = &*split;
+    if (exchange.pull) split->MovePullRows(exchange.shard, &*exchange.pull);
+  }
+}
+
 absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
   return ShardError(shard, FromGrpcStatus(status));
 }
@@ -128,11 +152,12 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
 }
 
 absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
-  PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
+  if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
   std::vector<InitResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     InitRequest request;
     request.set_worker(worker_);
+    request.mutable_embeddings()->Assign(tables_.begin(), tables_.end());
     for (size_t i : shards_[s].slices) {
       const VariableSlice& slice = slices_[i];
       EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),
@@ -163,7 +188,8 @@ int64_t PsClient::WireBytes(int shard) const {
 
 absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
                             const std::vector<std::span<float>>& out,
-                            std::vector<int64_t>* versions) {
+                            std::vector<int64_t>* versions, std::span<const RowValues> rows) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
   versions->resize(shards_.size());
   std::vector<ShardExchange> exchanges(shards_.size());
   for (size_t s = 0; s < shards_.size(); ++s) {
@@ -174,6 +200,25 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
     exchange.out = &out;
     exchange.version = &(*versions)[s];
   }
+  AttachRows(split, &exchanges);
+  return RunExchanges(exchanges);
+}
+
+absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                                std::span<const RowValues> rows, std::vector<int64_t>* versions) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
+  static const std::vector<std::span<float>> kNoVariables;
+  versions->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.pull->set_rows_only(true);
+    exchange.out = &kNoVariables;
+    exchange.version = &(*versions)[s];
+  }
+  AttachRows(split, &exchanges);
   return RunExchanges(exchanges);
 }
 
@@ -188,7 +233,9 @@ PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeou
 
 absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
                             const std::vector<std::span<const float>>& gradients,
-                            std::vector<PushResponse>* responses) {
+                            std::vector<PushResponse>* responses,
+                            std::span<const RowGradients> rows) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows(rows, {}, /*pushes=*/true));
   responses->resize(shards_.size());
   std::vector<ShardExchange> exchanges(shards_.size());
   for (size_t s = 0; s < shards_.size(); ++s) {
@@ -198,6 +245,26 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
     exchange.gradients = &gradients;
     exchange.response = &(*responses)[s];
   }
+  AttachRows(split, &exchanges);
+  return RunExchanges(exchanges);
+}
+
+absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
+                                std::span<const RowGradients> rows,
+                                std::vector<PushResponse>* responses) {
+  if (tables_.empty()) {
+    return absl::FailedPreconditionError("a push of rows in a model without embedding tables");
+  }
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows(rows, {}, /*pushes=*/true));
+  responses->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.computed_at = computed_at[s];
+    exchange.response = &(*responses)[s];
+  }
+  AttachRows(split, &exchanges);
   return RunExchanges(exchanges);
 }
 
@@ -206,7 +273,9 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
                                 const std::vector<int64_t>& min_versions, absl::Duration timeout,
                                 const std::vector<std::span<float>>& out,
                                 std::vector<int64_t>* versions,
-                                std::vector<PushResponse>* responses) {
+                                std::vector<PushResponse>* responses, const StepRows& rows) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split,
+                       SplitRows(rows.push, rows.pull, /*pushes=*/true));
   versions->resize(shards_.size());
   responses->resize(shards_.size());
   std::vector<ShardExchange> exchanges(shards_.size());
@@ -221,6 +290,7 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
     exchange.version = &(*versions)[s];
     exchange.response = &(*responses)[s];
   }
+  AttachRows(split, &exchanges);
   return RunExchanges(exchanges);
 }
 

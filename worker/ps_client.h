@@ -16,6 +16,17 @@
 // copied on this side.
 // Pull, Push and PushPull may not run concurrently with each other (one
 // training loop per client); the other calls may.
+//
+// Embedding tables (SetEmbeddingTables) are addressed by 64-bit ids, their
+// rows spread over every shard by placement/row_placement.h. A worker
+// names per exchange, per table, the unique ids its batch touches
+// (worker/row_split.h: RowGradients, RowValues); the client sends each
+// shard its own ids, and the gradient rows for a push, inline in the
+// headers of the same Exchange call that carries the dense tensors (over
+// TCP and with a shared region alike), and scatters the rows the shards
+// answer back into the caller's order. Rows travel in the wire dtype. A
+// model without tables pays nothing for them: every rows argument
+// defaults to empty, and no row state is made.
 #ifndef PST_WORKER_PS_CLIENT_H_
 #define PST_WORKER_PS_CLIENT_H_
 
@@ -40,6 +51,7 @@
 #include "ps.grpc.pb.h"
 #include "rpc/chunk_wire.h"
 #include "rpc/completion_driver.h"
+#include "worker/row_split.h"
 #include "worker/shard_call.h"
 #include "worker/step_exchange.h"
 
@@ -55,6 +67,15 @@ bool IsTransientShardError(const absl::Status& status);
 // Whether `status` already names the shard it came from (PsClient made it
 // a shard's error), so that no caller names it twice.
 bool NamesItsShard(const absl::Status& status);
+
+// One training step's rows: the gradients of step s's rows, pushed with
+// step s's dense gradients, and the ids of step s+1's batch, whose values
+// the same exchange answers once step s has landed (as the dense values:
+// at the exchange's min_versions).
+struct StepRows {
+  std::span<const RowGradients> push = {};
+  std::span<const RowValues> pull = {};
+};
 
 class PsClient {
  public:
@@ -88,6 +109,14 @@ class PsClient {
   // shards as every process does (placement/placement.h: PlaceModel).
   void SetVariables(const std::vector<VariableSpec>& variables);
 
+  // Declares the model's embedding tables (training.model.embeddings),
+  // whose rows every shard holds a share of; Init declares them to the
+  // shards. RowGradients and RowValues name a table by its index here.
+  void SetEmbeddingTables(std::vector<EmbeddingTableConfig> tables) { tables_ = std::move(tables); }
+  const std::vector<EmbeddingTableConfig>& embedding_tables() const { return tables_; }
+  // The index of the table called `name`, or -1.
+  int FindEmbeddingTable(absl::string_view name) const;
+
   // The placed slices of the model's variables.
   const std::vector<VariableSlice>& slices() const { return slices_; }
 
@@ -113,23 +142,45 @@ class PsClient {
   // Registers with every shard; returns shard 0's answer.
   absl::StatusOr<RegisterResponse> Register();
 
-  // Offers initial values (one span per variable) to every shard; a shard
-  // that already has values keeps them. Returns whether shard 0 accepted.
-  // FailedPrecondition, before any call, if the placement leaves a shard
-  // without a part (a model with fewer rows in all than there are shards).
+  // Offers initial values (one span per variable), and the embedding
+  // tables, to every shard; a shard that already has values keeps them.
+  // Returns whether shard 0 accepted. FailedPrecondition, before any call,
+  // if the placement leaves a shard without a part (a model with fewer rows
+  // in all than there are shards) and the model has no embedding table
+  // (with one, such a shard holds only rows).
   absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values);
 
   // Pulls every variable into `out` (one span per variable, sized like the
-  // variable), waiting on shard s until its version is >= min_versions[s]
-  // for at most `timeout`. Fills `versions` with each shard's version.
+  // variable), and the values of the rows `rows` names, waiting on shard s
+  // until its version is >= min_versions[s] for at most `timeout`. Fills
+  // `versions` with each shard's version. Every rows argument is checked
+  // before anything is sent: InvalidArgument for an unknown table, a table
+  // named twice, an id twice in one table's ids, or a span whose length is
+  // not ids x dim.
   absl::Status Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                    const std::vector<std::span<float>>& out, std::vector<int64_t>* versions);
+                    const std::vector<std::span<float>>& out, std::vector<int64_t>* versions,
+                    std::span<const RowValues> rows = {});
 
-  // Pushes one gradient per variable; shard s's gradients are tagged with
-  // computed_at[s]. Fills `responses` with each shard's answer.
+  // Pulls the values of the rows `rows` names, and no dense variable, as
+  // Pull does.
+  absl::Status PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                        std::span<const RowValues> rows, std::vector<int64_t>* versions);
+
+  // Pushes one gradient per variable, and the row gradients `rows`, as one
+  // update; shard s's gradients are tagged with computed_at[s]. Fills
+  // `responses` with each shard's answer. With embedding tables, every
+  // shard's push names every table (with no ids where the batch has none
+  // of its rows), so every shard counts the step.
   absl::Status Push(const std::vector<int64_t>& computed_at,
                     const std::vector<std::span<const float>>& gradients,
-                    std::vector<PushResponse>* responses);
+                    std::vector<PushResponse>* responses,
+                    std::span<const RowGradients> rows = {});
+
+  // Pushes row gradients alone, no dense gradient (ASYNC and SSP; SYNC
+  // shards that hold dense variables refuse it, every SYNC push carrying
+  // every variable's gradient).
+  absl::Status PushRows(const std::vector<int64_t>& computed_at, std::span<const RowGradients> rows,
+                        std::vector<PushResponse>* responses);
 
   // A training step's exchange in one call per shard: pushes the gradients
   // as Push does, then fills `out` and `versions` as Pull does, with values
@@ -137,11 +188,13 @@ class PsClient {
   // ASYNC shard, the shard sends each chunk's new values back while the
   // rest of the push is still on its way, so the two directions of the
   // connection are busy at once. `gradients` and `out` must not overlap.
+  // `rows`: step s's row gradients go with the push, and step s+1's rows
+  // come back with the values (StepRows), all in the same round trip.
   absl::Status PushPull(const std::vector<int64_t>& computed_at,
                         const std::vector<std::span<const float>>& gradients,
                         const std::vector<int64_t>& min_versions, absl::Duration timeout,
                         const std::vector<std::span<float>>& out, std::vector<int64_t>* versions,
-                        std::vector<PushResponse>* responses);
+                        std::vector<PushResponse>* responses, const StepRows& rows = {});
 
   // A training step's exchange fed layer by layer (worker/step_exchange.h):
   // one exchange per shard, whatever the share's size. Gradients
@@ -150,11 +203,16 @@ class PsClient {
   // tags them; the values come back into `out` in variable order, at
   // versions of at least min_versions. `gradients` and `out` must not
   // overlap, and must stay valid until the exchange is finished or gone.
+  // `rows` as PushPull's: the row gradients go in each shard's first
+  // message, so they must be final when the first StepExchange::Push is
+  // called (a model whose row gradients come last in backward pushes every
+  // variable in one Push, or uses PushPull); the pulled rows are in their
+  // spans once Finish returns OK. The spans must stay valid as `out`.
   absl::StatusOr<std::unique_ptr<StepExchange>> BeginExchange(
       const std::vector<int64_t>& computed_at,
       const std::vector<std::span<const float>>& gradients, const std::vector<int>& push_order,
       const std::vector<int64_t>& min_versions, absl::Duration timeout,
-      const std::vector<std::span<float>>& out);
+      const std::vector<std::span<float>>& out, const StepRows& rows = {});
 
   // Tells every shard this worker is alive (it may be computing a long step).
   absl::Status Heartbeat();
@@ -230,11 +288,14 @@ class PsClient {
   // One shard's part of Pull, Push or PushPull: a push of `gradients` if
   // given (tagged `computed_at`), then `pull` if given, its answer decoded
   // into `out`, its version into `version`; `response` gets what became of
-  // the push.
+  // the push. `rows`, if given, holds the exchange's rows: shard s's pushed
+  // rows go in its header, its pulled ids are in `pull` already, and the
+  // rows it answers are taken into the caller's spans.
   struct ShardExchange {
     int shard = 0;
     int64_t computed_at = 0;
     const std::vector<std::span<const float>>* gradients = nullptr;
+    RowSplit* rows = nullptr;
     std::optional<PullRequest> pull;
     const std::vector<std::span<float>>* out = nullptr;
     int64_t* version = nullptr;
@@ -246,7 +307,8 @@ class PsClient {
     std::vector<size_t> order;      // answer tensor -> position in the shard's slices
     std::vector<int64_t> received;  // bytes of each answer tensor so far
     int64_t version = 0;            // the header's: 0 where the answer streams during the push
-    PullResponse header;            // a shared answer's (its values lie in the region)
+    bool rows_only = false;         // the pull asked for rows and no variable
+    PullResponse header;            // its dense values lie in the pieces or the region
     std::optional<ExchangeDone> done;
   };
   // An exchange started and not yet waited for.
@@ -262,6 +324,14 @@ class PsClient {
   // Runs `exchanges` (one per shard at most) at once and waits for all;
   // the first failure is returned.
   absl::Status RunExchanges(const std::vector<ShardExchange>& exchanges);
+  // The exchange's rows split by shard; nullopt where it has none (and, for
+  // a push, the model no table). `pushes`: the exchange pushes.
+  absl::StatusOr<std::optional<RowSplit>> SplitRows(std::span<const RowGradients> push,
+                                                    std::span<const RowValues> pull,
+                                                    bool pushes) const;
+  // Prepares exchanges[s] (shard s's, `pull` set if it pulls) to carry
+  // `split`'s rows.
+  static void AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges);
   // Starts `exchange` over shard s's region (`shared`) or its socket.
   std::unique_ptr<OpenExchange> StartExchange(const ShardExchange& exchange, bool shared);
   // Waits for `open` and takes its answer. A shard that no longer knows
@@ -273,8 +343,8 @@ class PsClient {
   // in the wire dtype; the caller adds the variables' names if it wants them.
   PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
   // Checks a pull's header against what shard s should hold: its slices,
-  // in any order, which `order` gets.
-  absl::Status CheckPullHeader(int shard, const PullResponse& header,
+  // in any order, which `order` gets; none for a pull of rows only.
+  absl::Status CheckPullHeader(int shard, const PullResponse& header, bool rows_only,
                                std::vector<size_t>* order) const;
   // Takes one answer message of shard s into `out` (socket answers) or
   // `answer->header` (shared ones): the first sets up `answer` from its
@@ -292,13 +362,13 @@ class PsClient {
   // slices at positions [first, end) of `header_order` (the exchange's
   // tensors, as slice indices), referencing the caller's memory (float32)
   // or shard.encoded, each piece counted in `sent`. The exchange's first
-  // message (first == 0) carries the header, and `pull` if given; the last
-  // slice's last message ends the request. False if a write failed (the
-  // call ended early).
+  // message (first == 0) carries the header, with `rows` if given, and
+  // `pull` if given; the last slice's last message ends the request. False
+  // if a write failed (the call ended early).
   bool WritePushChunks(int shard, int64_t computed_at,
                        const std::vector<std::span<const float>>& gradients,
                        const std::vector<size_t>& header_order, size_t first, size_t end,
-                       const PullRequest* pull, const PayloadPin& sent,
+                       const PullRequest* pull, EmbeddingRowsList* rows, const PayloadPin& sent,
                        absl::FunctionRef<bool(grpc::ByteBuffer, bool last)> write);
   // Whether shard s's tensors go through shared memory: attaches a region
   // the first time (and again after the shard has lost it). An error only
@@ -332,6 +402,7 @@ class PsClient {
   CompletionDriver driver_;
   std::vector<Shard> shards_;
   std::vector<VariableSlice> slices_;
+  std::vector<EmbeddingTableConfig> tables_;
   // AllocateTensors' memory for the tensors outside every region.
   std::vector<std::vector<float>> own_tensors_;
   // Where the control calls (Register, Init, Heartbeat, Done) of shards

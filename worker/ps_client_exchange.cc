@@ -6,6 +6,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "rpc/chunk_wire.h"
 #include "worker/ps_client.h"
 #include "worker/worker_metrics.h"
@@ -17,7 +18,7 @@ class LayerwiseExchange final : public StepExchange {
   LayerwiseExchange(PsClient* client, std::vector<int64_t> computed_at,
                     std::vector<std::span<const float>> gradients, const std::vector<int>& push_order,
                     std::vector<int64_t> min_versions, absl::Duration timeout,
-                    std::vector<std::span<float>> out);
+                    std::vector<std::span<float>> out, std::optional<RowSplit> rows);
   ~LayerwiseExchange() override;
 
   // Opens every shard's call; its answer is read as the client's queue is
@@ -33,6 +34,7 @@ class LayerwiseExchange final : public StepExchange {
   struct Call {
     std::vector<size_t> push_slices;  // the exchange's header: slice indices in push order
     size_t pushed = 0;                // push_slices written so far
+    bool opened = false;              // the header has gone out
     PayloadPin sent = std::make_shared<char>(0);
     PullRequest pull;
     // Written by the answer's events; read by Finish once the call is over.
@@ -56,6 +58,7 @@ class LayerwiseExchange final : public StepExchange {
   const std::vector<int64_t> min_versions_;
   const absl::Duration timeout_;
   const std::vector<std::span<float>> out_;
+  std::optional<RowSplit> rows_;
   std::vector<Call> calls_;  // per shard
   bool finished_ = false;
 
@@ -71,13 +74,15 @@ LayerwiseExchange::LayerwiseExchange(PsClient* client, std::vector<int64_t> comp
                                      std::vector<std::span<const float>> gradients,
                                      const std::vector<int>& push_order,
                                      std::vector<int64_t> min_versions, absl::Duration timeout,
-                                     std::vector<std::span<float>> out)
+                                     std::vector<std::span<float>> out,
+                                     std::optional<RowSplit> rows)
     : client_(client),
       computed_at_(std::move(computed_at)),
       gradients_(std::move(gradients)),
       min_versions_(std::move(min_versions)),
       timeout_(timeout),
       out_(std::move(out)),
+      rows_(std::move(rows)),
       calls_(client->shards_.size()) {
   absl::MutexLock lock(&mu_);
   slices_left_.assign(out_.size(), 0);
@@ -103,6 +108,7 @@ void LayerwiseExchange::Start() {
     // The answer in the shard's own slice order: the model's, first layer first.
     call.pull = client_->MakePullRequest(min_versions_[s], timeout_);
     for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
+    if (rows_) rows_->MovePullRows(static_cast<int>(s), &call.pull);
     const int shard_index = static_cast<int>(s);
     call.call = std::make_unique<ShardCall>(
         shard.generic.get(), &client_->driver_, timeout_ + PsClient::kRpcDeadline,
@@ -166,11 +172,15 @@ absl::Status LayerwiseExchange::Push(std::span<const int> variables) {
                variables.end()) {
       ++end;
     }
-    if (end == first) continue;
+    // A shard that holds only rows gets its header with the first Push.
+    if (end == first && (call.opened || !call.push_slices.empty())) continue;
     call.pushed = end;
+    call.opened = true;
+    EmbeddingRowsList* rows =
+        rows_ && rows_->pushes() ? rows_->push_rows(static_cast<int>(s)) : nullptr;
     const bool written = client_->WritePushChunks(
         static_cast<int>(s), computed_at_[s], gradients_, call.push_slices, first, end, &call.pull,
-        call.sent, [&call](grpc::ByteBuffer message, bool last) {
+        rows, call.sent, [&call](grpc::ByteBuffer message, bool last) {
           return call.call->Write(std::move(message), last);
         });
     if (!written) {
@@ -225,7 +235,9 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
                                        std::vector<PushResponse>* responses) {
   finished_ = true;
   for (Call& call : calls_) {
-    if (call.pushed < call.push_slices.size()) call.call->Cancel();  // never completed
+    if (call.pushed < call.push_slices.size() || !call.opened) {
+      call.call->Cancel();  // never completed
+    }
   }
   absl::Status first_problem;
   versions->resize(calls_.size());
@@ -237,7 +249,7 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
     if (!status.ok() && !NamesItsShard(status)) {
       status = client_->ShardError(static_cast<int>(s), status);
     }
-    if (status.ok() && call.pushed < call.push_slices.size()) {
+    if (status.ok() && (call.pushed < call.push_slices.size() || !call.opened)) {
       status = absl::InternalError("the exchange finished before every variable was pushed");
     }
     if (status.ok() && (!call.answer.sequence || !call.answer.done)) {
@@ -247,6 +259,12 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
     if (status.ok()) {
       if (absl::Status complete = call.answer.sequence->Finish(); !complete.ok()) {
         status = absl::InternalError(absl::StrCat("ps:", s, " exchange: ", complete.message()));
+      }
+    }
+    if (status.ok() && rows_ && rows_->pulls()) {
+      if (absl::Status taken = rows_->TakeAnswer(static_cast<int>(s), call.answer.header);
+          !taken.ok()) {
+        status = client_->ShardError(static_cast<int>(s), taken);
       }
     }
     if (status.ok()) {
@@ -277,7 +295,7 @@ void LayerwiseExchange::Cancel() {
 absl::StatusOr<std::unique_ptr<StepExchange>> PsClient::BeginExchange(
     const std::vector<int64_t>& computed_at, const std::vector<std::span<const float>>& gradients,
     const std::vector<int>& push_order, const std::vector<int64_t>& min_versions,
-    absl::Duration timeout, const std::vector<std::span<float>>& out) {
+    absl::Duration timeout, const std::vector<std::span<float>>& out, const StepRows& rows) {
   std::vector<bool> seen(out.size(), false);
   for (int variable : push_order) {
     if (variable < 0 || static_cast<size_t>(variable) >= out.size() || seen[variable]) {
@@ -288,8 +306,10 @@ absl::StatusOr<std::unique_ptr<StepExchange>> PsClient::BeginExchange(
   if (push_order.size() != out.size() || gradients.size() != out.size()) {
     return absl::InvalidArgumentError("an exchange's push order must name every variable once");
   }
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split,
+                       SplitRows(rows.push, rows.pull, /*pushes=*/true));
   auto exchange = std::make_unique<LayerwiseExchange>(this, computed_at, gradients, push_order,
-                                                      min_versions, timeout, out);
+                                                      min_versions, timeout, out, std::move(split));
   exchange->Start();
   return exchange;
 }

@@ -31,7 +31,8 @@ bool IsRefusal(const grpc::Status& status) {
 
 absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   Shard& shard = shards_[s];
-  if (transport_ == Transport::kTcp || shard.shm_refused) return false;
+  // Rows travel in the headers: a shard holding only rows has no use for a region.
+  if (transport_ == Transport::kTcp || shard.shm_refused || shard.slices.empty()) return false;
   if (shard.tensors_in_region && wire_dtype_ != FLOAT32) {
     // The gradients would be encoded over themselves.
     return absl::FailedPreconditionError(
@@ -191,8 +192,17 @@ grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExch
     }
   }
   ChunkBuilder builder;
+  EmbeddingRowsList* rows = exchange.rows != nullptr && exchange.rows->pushes()
+                                ? exchange.rows->push_rows(exchange.shard)
+                                : nullptr;
+  if (rows != nullptr) {
+    header.set_computed_at_version(exchange.computed_at);
+    header.mutable_rows()->Swap(rows);  // lent while the header is serialized
+  }
   builder.SetHeader(header);
-  if (exchange.pull && exchange.gradients == nullptr && exchange.pull->names().empty()) {
+  if (rows != nullptr) header.mutable_rows()->Swap(rows);
+  if (exchange.pull && exchange.gradients == nullptr && exchange.pull->names().empty() &&
+      !exchange.pull->rows_only()) {
     // Named, so that the values come back in the order of the slices, where
     // AllocateTensors placed them (a push's answer keeps the push's order).
     PullRequest pull = *exchange.pull;
@@ -210,7 +220,8 @@ absl::Status PsClient::TakeSharedAnswer(const ShardExchange& exchange, const Ope
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
   std::vector<size_t> order;
-  if (absl::Status checked = CheckPullHeader(s, open.answer.header, &order); !checked.ok()) {
+  if (absl::Status checked = CheckPullHeader(s, open.answer.header, open.answer.rows_only, &order);
+      !checked.ok()) {
     return checked;
   }
   const std::span<const char> region = shard.region->bytes();

@@ -13,13 +13,14 @@
 
 namespace pst {
 
-absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header,
+absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header, bool rows_only,
                                        std::vector<size_t>* order) const {
   const Shard& shard = shards_[s];
-  if (header.variables_size() != static_cast<int>(shard.slices.size())) {
+  const size_t expected = rows_only ? 0 : shard.slices.size();
+  if (header.variables_size() != static_cast<int>(expected)) {
     return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with ",
                                             header.variables_size(), " variables, expected ",
-                                            shard.slices.size()));
+                                            expected));
   }
   order->clear();
   std::vector<bool> seen(shard.slices.size(), false);
@@ -53,12 +54,13 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
   if (!answer->sequence.has_value()) {
-    PullResponse header;
+    PullResponse& header = answer->header;  // kept: its rows are taken once the answer is whole
     if (!chunk.has_header()) return absl::InternalError("the stream did not start with a header");
     if (!chunk.ParseHeader(&header)) {
       return absl::InternalError("the stream's header is not a PullResponse");
     }
-    if (absl::Status checked = CheckPullHeader(s, header, &answer->order); !checked.ok()) {
+    if (absl::Status checked = CheckPullHeader(s, header, answer->rows_only, &answer->order);
+        !checked.ok()) {
       return checked;
     }
     std::vector<int64_t> bytes;
@@ -99,7 +101,8 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
 bool PsClient::WritePushChunks(int s, int64_t computed_at,
                                const std::vector<std::span<const float>>& gradients,
                                const std::vector<size_t>& header_order, size_t first, size_t end,
-                               const PullRequest* pull, const PayloadPin& sent,
+                               const PullRequest* pull, EmbeddingRowsList* rows,
+                               const PayloadPin& sent,
                                absl::FunctionRef<bool(grpc::ByteBuffer, bool last)> write) {
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);
@@ -130,8 +133,10 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
       next += slice.count * element_bytes;
     }
   }
-  const std::vector<std::vector<PieceRef>> chunks =
+  std::vector<std::vector<PieceRef>> chunks =
       PlanChunks(bytes, std::vector<int>(bytes.size(), element_bytes));
+  // A shard that holds only embedding rows is sent the header alone.
+  if (chunks.empty()) chunks.emplace_back();
   ChunkBuilder builder;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const bool opens_stream = c == 0 && first == 0;
@@ -145,7 +150,10 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
         tensor->mutable_shape()->Assign(slices_[i].shape.begin(), slices_[i].shape.end());
         tensor->set_dtype(wire_dtype_);
       }
+      // The rows are lent to the header while it is serialized.
+      if (rows != nullptr) header.mutable_rows()->Swap(rows);
       builder.SetHeader(header);
+      if (rows != nullptr) header.mutable_rows()->Swap(rows);
     }
     for (const PieceRef& ref : chunks[c]) {
       builder.AddPiece(static_cast<int>(first) + ref.tensor, ref.offset,
@@ -220,7 +228,13 @@ absl::Status PsClient::RunExchanges(const std::vector<ShardExchange>& exchanges)
     if (!results[i].ok()) return results[i];
     const int64_t bytes = WireBytes(exchanges[i].shard);
     if (exchanges[i].gradients != nullptr) GetWorkerMetrics().bytes_out.Increment(bytes);
-    if (exchanges[i].pull) GetWorkerMetrics().bytes_in.Increment(bytes);
+    if (exchanges[i].pull && !exchanges[i].pull->rows_only()) {
+      GetWorkerMetrics().bytes_in.Increment(bytes);
+    }
+  }
+  if (!exchanges.empty() && exchanges[0].rows != nullptr) {
+    GetWorkerMetrics().bytes_out.Increment(exchanges[0].rows->push_bytes());
+    GetWorkerMetrics().bytes_in.Increment(exchanges[0].rows->pull_bytes());
   }
   return absl::OkStatus();
 }
@@ -231,6 +245,10 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
   Shard& shard = shards_[s];
   auto open = std::make_unique<OpenExchange>();
   open->shared = shared;
+  open->answer.rows_only = exchange.pull && exchange.pull->rows_only();
+  EmbeddingRowsList* rows = exchange.rows != nullptr && exchange.rows->pushes()
+                                ? exchange.rows->push_rows(s)
+                                : nullptr;
   const absl::Duration wait =
       exchange.pull ? absl::Milliseconds(exchange.pull->timeout_ms()) : absl::ZeroDuration();
   OpenExchange* taking = open.get();
@@ -253,16 +271,24 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
   } else if (exchange.gradients != nullptr) {
     // A false write means the shard ended the call early; Wait says why.
     WritePushChunks(s, exchange.computed_at, *exchange.gradients, shard.slices, 0,
-                    shard.slices.size(), exchange.pull ? &*exchange.pull : nullptr, open->sent,
-                    [&](grpc::ByteBuffer message, bool last) {
+                    shard.slices.size(), exchange.pull ? &*exchange.pull : nullptr, rows,
+                    open->sent, [&](grpc::ByteBuffer message, bool last) {
                       return open->call->Write(std::move(message), last);
                     });
   } else {
-    PushRequest header;  // no gradients: the exchange only pulls
+    // No dense gradients: the exchange pulls, or pushes rows alone.
+    PushRequest header;
     header.set_worker(worker_);
     ChunkBuilder builder;
-    builder.SetHeader(header);
-    builder.SetExtra(*exchange.pull);
+    if (rows != nullptr) {
+      header.set_computed_at_version(exchange.computed_at);
+      header.mutable_rows()->Swap(rows);
+      builder.SetHeader(header);
+      header.mutable_rows()->Swap(rows);
+    } else {
+      builder.SetHeader(header);
+    }
+    if (exchange.pull) builder.SetExtra(*exchange.pull);
     open->call->Write(builder.Finish(), /*last=*/true);
   }
   return open;
@@ -312,6 +338,11 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
     return absl::InternalError(absl::StrCat("ps:", s, " answered a pull with no values"));
   } else if (absl::Status finished = answer.sequence->Finish(); !finished.ok()) {
     return absl::InternalError(absl::StrCat("ps:", s, " exchange: ", finished.message()));
+  }
+  if (exchange.rows != nullptr && exchange.rows->pulls()) {
+    if (absl::Status taken = exchange.rows->TakeAnswer(s, answer.header); !taken.ok()) {
+      return ShardError(s, taken);
+    }
   }
   *exchange.version = answer.done->version();
   return absl::OkStatus();
