@@ -167,9 +167,9 @@ absl::StatusOr<LossResult> CtrModel::ComputeGradients(const CtrBatch& batch,
   }
   PST_RETURN_IF_ERROR(kernels_->EmbeddingBagsBackward(input.deep, spec_.embedding_dim,
                                                       mlp_->DeviceInputGradient(), device_grads));
+  // The caller's spans are not pinned memory: these copies wait (CopyToHost).
   if (!on_host) {
-    PST_RETURN_IF_ERROR(
-        kernels_->CopyToHostAsync(device_grads, row_grads.data(), row_grads.size()));
+    PST_RETURN_IF_ERROR(kernels_->CopyToHost(device_grads, row_grads.data(), row_grads.size()));
   }
   if (spec_.wide) {
     float* device_wide_grads = wide_grads.data();
@@ -182,7 +182,7 @@ absl::StatusOr<LossResult> CtrModel::ComputeGradients(const CtrBatch& batch,
                                                         device_wide_grads));
     if (!on_host) {
       PST_RETURN_IF_ERROR(
-          kernels_->CopyToHostAsync(device_wide_grads, wide_grads.data(), wide_grads.size()));
+          kernels_->CopyToHost(device_wide_grads, wide_grads.data(), wide_grads.size()));
     }
   }
   return mlp_->FinishGradients();
