@@ -56,6 +56,11 @@ class CtrLaunchTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(CtrLaunchTest, TrainsTheClickModelToNearThePlantedAuc) {
   const std::string dir = absl::StrCat(ScratchDir(), "/ctr_", GetParam());
   std::filesystem::create_directories(dir);
+  // The generated files take tens of MB: gone however the test ends.
+  struct RemoveAtEnd {
+    std::string dir;
+    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
+  } remove_at_end{dir};
   const std::string config = SmallCtrConfig(dir);
   CommandResult run = RunCommand(
       absl::StrCat(Bin("pslaunch"), " --config=", config, " --mode=", GetParam()), 500);
