@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/ctr_config.h"
 #include "common/embedding_config.h"
 #include "common/json_depth.h"
 #include "common/optimizer_config.h"
@@ -180,13 +181,32 @@ std::pair<int64_t, int64_t> ModelEnds(const DatasetConfig& dataset) {
     case DatasetConfig::kQuadratic: return {3, 1};
     case DatasetConfig::kParabola: return {1, 1};
     case DatasetConfig::kLinearRegression: return {dataset.linear_regression().features(), 1};
+    case DatasetConfig::kCtr:  // the CTR model's ends depend on its tables (common/ctr_config.h)
     case DatasetConfig::KIND_NOT_SET: break;
   }
   return {0, 0};
 }
 
 absl::Status ValidateModel(const TrainingConfig& training) {
-  if (!training.model().has_mlp()) return Invalid("training.model", "must set mlp { ... }");
+  if (training.model().has_ctr() || training.dataset().has_ctr()) {
+    PST_RETURN_IF_ERROR(ValidateCtrJob(training));
+  } else if (!training.model().has_mlp()) {
+    return Invalid("training.model", "must set mlp { ... } or ctr { ... }");
+  }
+  if (training.model().has_ctr()) {
+    if (int64_t parameters = ModelParameterCount(training); parameters > kMaxModelParameters) {
+      return Invalid("training.model.ctr", absl::StrCat(
+          "makes a model of ", parameters, " dense parameters, more than the ",
+          kMaxModelParameters, " (1 GiB of float32) a worker or PS holds; use fewer or narrower "
+          "hidden layers"));
+    }
+    if (absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
+            ResolveEmbeddingTables(training.model().embeddings(), training.optimizer());
+        !tables.ok()) {
+      return Invalid("training.model.embeddings", tables.status().message());
+    }
+    return absl::OkStatus();
+  }
   const MlpConfig& mlp = training.model().mlp();
   for (int i = 0; i < mlp.hidden_size(); ++i) {
     if (mlp.hidden(i) < 1) {
@@ -254,11 +274,14 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
                                     kMaxModelParameters, " floats (1 GiB)"));
       }
       return absl::OkStatus();
+    case DatasetConfig::kCtr:  // checked with its model (common/ctr_config.h)
+      return absl::OkStatus();
     case DatasetConfig::KIND_NOT_SET:
       break;
   }
   return Invalid("training.dataset",
-                 "must name a data set: fashion_mnist, quadratic, parabola or linear_regression");
+                 "must name a data set: fashion_mnist, quadratic, parabola, linear_regression "
+                 "or ctr");
 }
 
 absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
@@ -579,6 +602,7 @@ absl::Status ValidateConfig(const JobConfig& config) {
 }
 
 int64_t ModelParameterCount(const TrainingConfig& training) {
+  if (training.model().has_ctr()) return CtrDenseParameterCount(training);
   const MlpConfig& mlp = training.model().mlp();
   auto [in, out] = ModelEnds(training.dataset());
   std::vector<int64_t> widths = {in};

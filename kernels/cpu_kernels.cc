@@ -154,9 +154,34 @@ class CpuKernels final : public Kernels {
     return absl::OkStatus();
   }
 
+  absl::Status SigmoidCrossEntropy(int rows, const float* logits, const float* labels,
+                                   float* dlogits) override {
+    if (rows <= 0) {
+      loss_slot_.Clear();
+      return absl::InvalidArgumentError("SigmoidCrossEntropy needs rows > 0");
+    }
+    loss_ = ComputeSigmoidCrossEntropy(rows, logits, labels, dlogits);
+    loss_slot_.Queued();
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<LossResult> TakeLoss() override {
     PST_RETURN_IF_ERROR(loss_slot_.Take());
     return loss_;
+  }
+
+  absl::Status EmbeddingBagsForward(const EmbeddingBags& bags, int dim, const float* rows,
+                                    float* out) override {
+    PST_RETURN_IF_ERROR(bags.CheckFinished(dim));
+    PoolBagsOnHost(bags, dim, rows, out);
+    return absl::OkStatus();
+  }
+
+  absl::Status EmbeddingBagsBackward(const EmbeddingBags& bags, int dim, const float* out_grad,
+                                     float* row_grads) override {
+    PST_RETURN_IF_ERROR(bags.CheckFinished(dim));
+    PoolBagsBackwardOnHost(bags, dim, out_grad, row_grads);
+    return absl::OkStatus();
   }
 
  private:
@@ -189,6 +214,26 @@ class CpuKernels final : public Kernels {
           float p = static_cast<float>(std::exp(static_cast<double>(z[c] - max)) * inv_sum);
           d[c] = (p - (c == label ? 1.0f : 0.0f)) * inv_rows;
         }
+      }
+    }
+    result.loss /= rows;
+    return result;
+  }
+
+  // Per row, in double: log(1 + e^z) - y z = max(z, 0) - y z + log1p(e^-|z|),
+  // which neither overflows nor loses the small terms.
+  static LossResult ComputeSigmoidCrossEntropy(int rows, const float* logits, const float* labels,
+                                               float* dlogits) {
+    LossResult result;
+    const float inv_rows = 1.0f / static_cast<float>(rows);
+    for (int r = 0; r < rows; ++r) {
+      const double z = logits[r];
+      const double y = labels[r];
+      result.loss += std::max(z, 0.0) - y * z + std::log1p(std::exp(-std::abs(z)));
+      result.correct += (z > 0.0) == (y > 0.5) ? 1 : 0;
+      if (dlogits != nullptr) {
+        const float p = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+        dlogits[r] = (p - labels[r]) * inv_rows;
       }
     }
     result.loss /= rows;

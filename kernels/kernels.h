@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/embedding_bags.h"
 
 namespace pst {
 
@@ -124,6 +125,13 @@ class Kernels {
   virtual absl::Status MeanSquaredError(int rows, int cols, const float* pred,
                                         const float* target, float* dpred) = 0;
 
+  // Sigmoid cross-entropy (log-loss) of one logit z per row against a label
+  // y in [0, 1]: loss = mean over rows of log(1 + e^z) - y z. Writes
+  // dlogits = (sigmoid(z) - y) / rows (dlogits may be null); correct counts
+  // the rows where z > 0 exactly when y > 0.5.
+  virtual absl::Status SigmoidCrossEntropy(int rows, const float* logits, const float* labels,
+                                           float* dlogits) = 0;
+
   // The result of the latest loss call, once a Synchronize() (or a
   // CopyToHost, which waits for all earlier work) called after it has
   // returned OK; each result is taken once. InvalidArgument naming the row
@@ -131,6 +139,17 @@ class Kernels {
   // when it has not been waited for (TakeLoss never waits itself: the wait
   // is the caller's, once per step).
   virtual absl::StatusOr<LossResult> TakeLoss() = 0;
+
+  // Pooled embedding lookups and their backward pass, as
+  // kernels/embedding_bags.h defines them. `rows` ([bags.num_rows, dim]),
+  // `out`, `out_grad` and `row_grads` are this backend's memory; `bags` is
+  // host memory, finished (EmbeddingBags::Finish) for this dim, and must not
+  // change until the work has been waited for. The backward overwrites all
+  // of row_grads ([bags.num_rows, dim]).
+  virtual absl::Status EmbeddingBagsForward(const EmbeddingBags& bags, int dim, const float* rows,
+                                            float* out) = 0;
+  virtual absl::Status EmbeddingBagsBackward(const EmbeddingBags& bags, int dim,
+                                             const float* out_grad, float* row_grads) = 0;
 };
 
 // The CPU backend: matrix products on OpenBLAS, which runs on the calling

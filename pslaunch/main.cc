@@ -304,6 +304,11 @@ absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const st
                                     : std::numeric_limits<double>::quiet_NaN());
       summary.set_final_loss(result->final_loss());
       summary.set_devices(result->devices());
+      if (result->has_test_auc()) {
+        summary.set_has_test_auc(true);
+        summary.set_test_auc(result->test_auc());
+        summary.set_test_logloss(result->test_logloss());
+      }
     }
   }
   summary.set_train_samples_per_sec(longest > 0 ? samples / longest : 0.0);
@@ -327,11 +332,17 @@ std::string SummaryLine(const pst::RunSummary& summary) {
           ? ""
           : absl::StrCat(",\"missing_workers\":[", absl::StrJoin(summary.missing_workers(), ","),
                          "]");
+  // Only a click model's run has these.
+  const std::string auc =
+      summary.has_test_auc()
+          ? absl::StrCat(",\"test_auc\":", JsonNumber(summary.test_auc(), "%.4f"),
+                         ",\"test_logloss\":", JsonNumber(summary.test_logloss(), "%.4f"))
+          : "";
   return absl::StrFormat(
-      "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s,"
+      "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s%s,"
       "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s,\"devices\":\"%s\"%s}",
       summary.mode(), summary.workers(), summary.epochs(), summary.steps(),
-      JsonNumber(summary.test_accuracy(), "%.4f"), JsonNumber(summary.final_loss(), "%.6g"),
+      JsonNumber(summary.test_accuracy(), "%.4f"), auc, JsonNumber(summary.final_loss(), "%.6g"),
       JsonNumber(summary.train_samples_per_sec(), "%.1f"),
       JsonNumber(summary.wall_seconds(), "%.2f"), summary.devices(), missing);
 }

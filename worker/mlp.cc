@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpSpec& spec, Kernels* k
   if (spec.loss == LossKind::kSoftmaxCrossEntropy && spec.output_dim < 2) {
     return absl::InvalidArgumentError("softmax cross-entropy needs at least 2 classes");
   }
+  if (spec.loss == LossKind::kSigmoidCrossEntropy && spec.output_dim != 1) {
+    return absl::InvalidArgumentError("sigmoid cross-entropy needs exactly 1 output");
+  }
   if (max_batch <= 0) return absl::InvalidArgumentError("max_batch must be at least 1");
   std::unique_ptr<Mlp> mlp(new Mlp(spec, kernels, max_batch));
   PST_RETURN_IF_ERROR(mlp->AllocateBuffers());
@@ -87,6 +90,12 @@ absl::Status Mlp::AllocateBuffers() {
   absl::StatusOr<float*> x = allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
   if (!x.ok()) return x.status();
   device_x_ = *x;
+  if (spec_.input_gradient) {
+    absl::StatusOr<float*> input_grad =
+        allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
+    if (!input_grad.ok()) return input_grad.status();
+    input_grad_ = *input_grad;
+  }
   const int target_width = spec_.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec_.output_dim;
   absl::StatusOr<float*> targets = allocate(static_cast<size_t>(max_batch_) * target_width);
   if (!targets.ok()) return targets.status();
@@ -283,10 +292,9 @@ absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool 
   }
   const bool classify = spec_.loss == LossKind::kSoftmaxCrossEntropy;
   const size_t target_count = static_cast<size_t>(batch) * (classify ? 1 : spec_.output_dim);
-  if (absl::Status s = kernels_->CopyToDevice(
-          x, device_x_, static_cast<size_t>(batch) * spec_.input_dim);
-      !s.ok()) {
-    return s;
+  if (x != device_x_) {
+    PST_RETURN_IF_ERROR(
+        kernels_->CopyToDevice(x, device_x_, static_cast<size_t>(batch) * spec_.input_dim));
   }
   if (absl::Status s = kernels_->CopyToDevice(targets, device_targets_, target_count); !s.ok()) {
     return s;
@@ -319,7 +327,13 @@ absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool 
     input = layer.output;
   }
   Layer& last = layers_.back();
+  if (output_offset_ != nullptr) {  // one "bias" row as long as the whole output
+    PST_RETURN_IF_ERROR(kernels_->AddBias(1, batch * last.out, output_offset_, last.output));
+  }
   float* dlogits = want_gradient ? last.output_grad : nullptr;
+  if (spec_.loss == LossKind::kSigmoidCrossEntropy) {
+    return kernels_->SigmoidCrossEntropy(batch, last.output, device_targets_, dlogits);
+  }
   return classify ? kernels_->SoftmaxCrossEntropy(batch, last.out, last.output, device_targets_,
                                                   dlogits)
                   : kernels_->MeanSquaredError(batch, last.out, last.output, device_targets_,
@@ -357,6 +371,9 @@ absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
           !s.ok()) {
         return s;
       }
+    } else if (input_grad_ != nullptr) {
+      PST_RETURN_IF_ERROR(kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
+                                         layer.output_grad, layer.weights, 0.0f, input_grad_));
     }
     // The layer's gradients are final and its weights no longer read.
     if (hooks != nullptr) {
@@ -404,11 +421,19 @@ absl::StatusOr<LossResult> Mlp::SynchronizeAndTakeLoss() {
 }
 
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
+  PST_RETURN_IF_ERROR(QueueGradients(x, targets, batch));
+  return FinishGradients();
+}
+
+absl::Status Mlp::QueueGradients(const float* x, const float* targets, int batch) {
   PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
   PST_RETURN_IF_ERROR(Backward(device_x_, batch));
-  PST_RETURN_IF_ERROR(QueueGradientDownloads());
-  return SynchronizeAndTakeLoss();
+  return QueueGradientDownloads();
 }
+
+absl::StatusOr<LossResult> Mlp::FinishGradients() { return SynchronizeAndTakeLoss(); }
+
+const float* Mlp::DeviceOutputGradient() const { return layers_.back().output_grad; }
 
 absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch,
                                                  const LayerHooks& hooks) {

@@ -30,7 +30,8 @@
 
 namespace pst {
 
-enum class LossKind { kSoftmaxCrossEntropy, kMeanSquaredError };
+// kSigmoidCrossEntropy: one output, a logit, against 0/1 labels (a click model).
+enum class LossKind { kSoftmaxCrossEntropy, kMeanSquaredError, kSigmoidCrossEntropy };
 
 struct MlpSpec {
   int input_dim = 0;
@@ -39,6 +40,9 @@ struct MlpSpec {
   ActivationKind activation = ActivationKind::kRelu;
   LossKind loss = LossKind::kSoftmaxCrossEntropy;
   bool use_bias = true;
+  // Also compute d(loss)/d(input) in the backward pass (DeviceInputGradient),
+  // for a model whose input is itself trained (pooled embeddings).
+  bool input_gradient = false;
 };
 
 class Mlp {
@@ -136,6 +140,27 @@ class Mlp {
                                                     int batch);
   absl::Status DownloadGradients();
 
+  // ComputeGradients in two halves, for a caller that queues work of its own
+  // on the backend before the step's one wait: the forward and backward
+  // passes and the gradients' copies to HostGradient, queued; then the wait
+  // and the loss.
+  absl::Status QueueGradients(const float* x, const float* targets, int batch);
+  absl::StatusOr<LossResult> FinishGradients();
+
+  // The model's input in backend memory ([max_batch, input_dim]). Passed as
+  // `x`, it is computed on where it lies, not copied: a caller may build the
+  // input there with kernels of its own.
+  float* DeviceInput() { return device_x_; }
+  // Backend memory [max_batch, output_dim] added to the output before the
+  // loss on every pass (the wide part of a wide & deep model); null = none.
+  // Must outlive its use.
+  void set_output_offset(const float* offset) { output_offset_ = offset; }
+  // After a gradient pass, in backend memory: d(loss)/d(output) [batch,
+  // output_dim] (also the offset's gradient), and with spec.input_gradient,
+  // d(loss)/d(input) [batch, input_dim].
+  const float* DeviceOutputGradient() const;
+  const float* DeviceInputGradient() const { return input_grad_; }
+
   // Forward only, same inputs; no gradients.
   absl::StatusOr<LossResult> Evaluate(const float* x, const float* targets, int batch);
 
@@ -169,6 +194,8 @@ class Mlp {
   std::span<float> host_targets_;              // from kernels_->AllocateHost
   float* device_x_ = nullptr;
   float* device_targets_ = nullptr;
+  float* input_grad_ = nullptr;         // [max_batch, input_dim] with spec.input_gradient
+  const float* output_offset_ = nullptr;
   std::vector<float*> owned_;       // every device buffer, freed in the destructor
   std::vector<float*> owned_host_;  // every host buffer, freed in the destructor
   std::unique_ptr<QueueMarker> upload_done_;  // recorded after each parameter upload

@@ -93,10 +93,11 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainingConfig& training) {
       data.test = MakeLinearRegression(lr.examples(), lr.features(), lr.noise(), seed);
       return data;
     }
+    case DatasetConfig::kCtr:  // streamed by the CtrTrainer, never loaded whole
     case DatasetConfig::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError("the config names no data set");
+  return absl::InvalidArgumentError("the config names no data set this trainer loads");
 }
 
 MlpSpec ModelSpecFor(const TrainingConfig& training, const Dataset& data) {
@@ -151,7 +152,7 @@ absl::Status Trainer::Setup() {
     // its lease (after a restart): waited out.
     spdlog::info("waiting for the parameter servers ({})", std::string(view.status().message()));
     Retry retry = NewRetry();
-    view = RegisterPatiently(view.status(), &retry);
+    view = RegisterPatiently(client_, view.status(), &retry);
   }
   if (!view.ok()) return view.status();
   if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {
@@ -393,14 +394,11 @@ absl::Status Trainer::FinishExchange(std::vector<PushResponse>* responses, bool 
   return upload ? towers_->UploadParameters() : absl::OkStatus();
 }
 
-Trainer::Retry::Retry(absl::Duration budget, uint64_t seed)
-    : deadline(absl::Now() + budget), jitter(seed) {}
-
 absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
   spdlog::warn("{} ({}); reconnecting",
                absl::IsUnavailable(cause) ? "lost a parameter server" : "refused for now",
                std::string(cause.message()));
-  absl::StatusOr<RegisterResponse> view = RegisterPatiently(cause, retry);
+  absl::StatusOr<RegisterResponse> view = RegisterPatiently(client_, cause, retry);
   if (!view.ok()) return view.status();
   // A shard restarted from its checkpoint goes back at most a checkpoint
   // interval; one that went back further (or came back with no model at
@@ -428,32 +426,8 @@ absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegisterResponse> Trainer::RegisterPatiently(absl::Status last, Retry* retry) {
-  while (true) {
-    if (absl::Now() > retry->deadline) {
-      // Not 2: a launcher restarts this worker, and a later try may pass.
-      return absl::UnavailableError(absl::StrCat(
-          "gave up waiting for the parameter servers after training.pull_timeout_seconds (",
-          config_.training().pull_timeout_seconds(), " s): ", last.message()));
-    }
-    // Exponential backoff with full jitter, so restarting workers do not
-    // stampede the shard in lock-step.
-    absl::SleepFor(retry->backoff *
-                   (0.5 + 0.5 * static_cast<double>(retry->jitter() >> 11) * 0x1.0p-53));
-    retry->backoff = std::min(retry->backoff * 2, absl::Seconds(5));
-    absl::StatusOr<RegisterResponse> view = client_->Register();
-    if (view.ok()) return view;
-    if (!IsTransientShardError(view.status())) {
-      return absl::Status(view.status().code(),
-                          absl::StrCat("gave up reconnecting: ", view.status().message()));
-    }
-    last = view.status();
-  }
-}
-
-Trainer::Retry Trainer::NewRetry() const {
-  return Retry(absl::Seconds(config_.training().pull_timeout_seconds()),
-               static_cast<uint64_t>(rank_) * 7919 + absl::ToUnixNanos(absl::Now()));
+Retry Trainer::NewRetry() const {
+  return pst::NewRetry(absl::Seconds(config_.training().pull_timeout_seconds()), rank_);
 }
 
 absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
@@ -475,39 +449,10 @@ absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
   return total;
 }
 
-absl::StatusOr<Trainer::WorkersAtEnd> Trainer::WaitForAllWorkersDone() {
-  // One long-poll's longest wait: each call is bounded, and a quiet shard
-  // costs one call per this.
-  constexpr absl::Duration kLongPoll = absl::Seconds(10);
-  const absl::Duration patience = absl::Seconds(config_.training().pull_timeout_seconds());
-  absl::Time deadline = absl::Now() + patience;
-  int64_t known_changes = -1;  // nothing seen yet: answered at once
-  absl::Duration wait = absl::ZeroDuration();
-  while (true) {
-    // Answered when the workers' standing changes, so every change that can
-    // decide the outcome below is seen as it happens.
-    absl::StatusOr<StatsResponse> stats = client_->AwaitWorkersDone(0, known_changes, wait);
-    if (!stats.ok()) return stats.status();
-    known_changes = stats->worker_changes();
-    WorkersAtEnd at_end{*std::move(stats), {}};
-    if (at_end.stats.workers_done() >= config_.cluster().workers()) return at_end;
-    for (const WorkerStats& w : at_end.stats.workers()) {
-      // A worker never heard from counts as live to the shard (it may be
-      // starting), but by now it should have trained: it is missing too.
-      if (!w.done() && (!w.live() || w.seconds_since_seen() < 0)) {
-        at_end.missing.push_back(w.worker());
-      }
-    }
-    const absl::Time now = absl::Now();
-    // While every unfinished worker is still training, waiting is progress.
-    if (at_end.missing.empty()) deadline = now + patience;
-    if (now > deadline) return at_end;
-    wait = at_end.missing.empty() ? kLongPoll : std::min(kLongPoll, deadline - now);
-  }
-}
-
 absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
-  absl::StatusOr<WorkersAtEnd> workers = WaitForAllWorkersDone();
+  absl::StatusOr<WorkersAtEnd> workers =
+      AwaitAllWorkersDone(client_, config_.cluster().workers(),
+                          absl::Seconds(config_.training().pull_timeout_seconds()));
   if (!workers.ok()) return workers.status();
   const CheckpointStats& restored = workers->stats.checkpoint();
   if (result->steps() == 0 && workers->stats.pushes_applied() == 0 &&

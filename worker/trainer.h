@@ -22,6 +22,7 @@
 #include "worker/progress.h"
 #include "worker/ps_client.h"
 #include "worker/run_recorder.h"
+#include "worker/shard_patience.h"
 #include "worker/step_exchange.h"
 #include "worker/towers.h"
 
@@ -95,13 +96,6 @@ class Trainer {
   // Records what a finished exchange of a push computed at `computed_at` did.
   void RecordExchange(const std::vector<int64_t>& computed_at,
                       const std::vector<PushResponse>& responses, absl::Time push_start);
-  // The backoff and the deadline that a run of refusals in a row shares.
-  struct Retry {
-    Retry(absl::Duration budget, uint64_t seed);
-    absl::Time deadline;
-    absl::Duration backoff = absl::Milliseconds(100);
-    std::mt19937_64 jitter;
-  };
   // A budget of training.pull_timeout_seconds from now.
   Retry NewRetry() const;
   // After `cause` (IsTransientShardError): registers again, with `retry`'s
@@ -110,18 +104,7 @@ class Trainer {
   // passed (a launcher restarts the worker); a refusal that is not
   // transient ends it with its own code.
   absl::Status Reconnect(const absl::Status& cause, Retry* retry);
-  // Registers with every shard after `last` (a transient refusal), with
-  // `retry`'s backoff, until every shard answers; the errors as Reconnect's.
-  absl::StatusOr<RegisterResponse> RegisterPatiently(absl::Status last, Retry* retry);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
-  // How the workers stood when the chief stopped waiting for them: shard 0's
-  // Stats, and the workers it gave up on (neither done nor in the live set,
-  // or never heard from, for pull_timeout_seconds).
-  struct WorkersAtEnd {
-    StatsResponse stats;
-    std::vector<int> missing;
-  };
-  absl::StatusOr<WorkersAtEnd> WaitForAllWorkersDone();
   // Evaluates the final model and reports it, naming any missing workers;
   // an error when no training happened at all (the PS restored a finished
   // run) or when training.require_all_workers and some are missing.

@@ -14,6 +14,8 @@
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device.h"
 #include "spdlog/spdlog.h"
+#include "worker/ctr_data.h"
+#include "worker/ctr_trainer.h"
 #include "worker/event_writer.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
@@ -136,8 +138,23 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
     spdlog::info("TensorBoard events: {}", events->path());
   }
 
-  absl::StatusOr<pst::TrainingData> data = pst::LoadTrainingData(config->training());
-  if (!data.ok()) pst::ExitWithError(kProgram, data.status());
+  // A CTR job streams its files (generated here on first use); the others
+  // load their data set whole.
+  const bool ctr = config->training().model().has_ctr();
+  absl::StatusOr<std::optional<pst::PlantedModel>> planted = std::optional<pst::PlantedModel>();
+  absl::StatusOr<pst::TrainingData> data = pst::TrainingData{};
+  if (ctr) {
+    if (towers.size() != 1) {
+      pst::ExitWithError(kProgram, absl::InvalidArgumentError(
+                                       "the CTR model trains on one device; set training.device "
+                                       "and leave training.devices empty"));
+    }
+    planted = pst::PrepareCtrFiles(config->training());
+    if (!planted.ok()) pst::ExitWithError(kProgram, planted.status());
+  } else {
+    data = pst::LoadTrainingData(config->training());
+    if (!data.ok()) pst::ExitWithError(kProgram, data.status());
+  }
 
   absl::StatusOr<pst::ClusterSecurity> security =
       pst::ClusterSecurity::FromConfig(config->cluster(), pst::ClusterSecurity::Role::kClient);
@@ -154,11 +171,19 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
   // A shard not reachable yet (UNAVAILABLE) is worth a restart: exit 1.
   if (!client.ok()) pst::ExitWithStatus(kProgram, client.status());
 
-  pst::Trainer trainer(*config, task->index, client->get(), towers, &*data);
-  trainer.set_live_progress(true);
-  trainer.set_event_writer(events.get());
-  trainer.set_before_push(hooks.before_push);
-  absl::StatusOr<pst::WorkerResult> result = trainer.Run();
+  absl::StatusOr<pst::WorkerResult> result;
+  if (ctr) {
+    pst::CtrTrainer trainer(*config, task->index, client->get(), towers[0], *planted);
+    trainer.set_live_progress(true);
+    trainer.set_event_writer(events.get());
+    result = trainer.Run();
+  } else {
+    pst::Trainer trainer(*config, task->index, client->get(), towers, &*data);
+    trainer.set_live_progress(true);
+    trainer.set_event_writer(events.get());
+    trainer.set_before_push(hooks.before_push);
+    result = trainer.Run();
+  }
   if (!result.ok()) pst::ExitWithStatus(kProgram, result.status());
   if (std::string path = absl::GetFlag(FLAGS_result_file); !path.empty()) {
     if (absl::Status s = WriteResult(path, *result); !s.ok()) pst::ExitWithError(kProgram, s);

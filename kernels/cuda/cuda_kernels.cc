@@ -90,6 +90,8 @@ class CudaKernels final : public Kernels {
       if (cublas_ != nullptr) cublasDestroy(cublas_);
       if (partials_ != nullptr) cudaFree(partials_);
       if (column_scratch_ != nullptr) cudaFree(column_scratch_);
+      if (bag_ints_ != nullptr) cudaFree(bag_ints_);
+      if (bag_weights_ != nullptr) cudaFree(bag_weights_);
       if (totals_ != nullptr) cudaFree(totals_);
       if (host_totals_ != nullptr) cudaFreeHost(host_totals_);
       if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -293,6 +295,36 @@ class CudaKernels final : public Kernels {
         "MeanSquaredError kernel launch");
   }
 
+  absl::Status SigmoidCrossEntropy(int rows, const float* logits, const float* labels,
+                                   float* dlogits) override {
+    if (rows <= 0) {
+      loss_slot_.Clear();
+      return absl::InvalidArgumentError("SigmoidCrossEntropy needs rows > 0");
+    }
+    // Counted like a classification (correct rows); its labels need no check.
+    return QueueLoss(
+        PendingLoss{true, static_cast<double>(rows), 2},
+        [&] {
+          return cuda::LaunchSigmoidCrossEntropy(stream_, rows, logits, labels, dlogits, partials_,
+                                                 totals_);
+        },
+        "SigmoidCrossEntropy kernel launch");
+  }
+
+  absl::Status EmbeddingBagsForward(const EmbeddingBags& bags, int dim, const float* rows,
+                                    float* out) override {
+    PST_ASSIGN_OR_RETURN(cuda::DeviceBags device_bags, UploadBags(bags, dim));
+    return CudaStatus(cuda::LaunchPoolBags(stream_, device_bags, dim, rows, out),
+                      "EmbeddingBagsForward kernel launch");
+  }
+
+  absl::Status EmbeddingBagsBackward(const EmbeddingBags& bags, int dim, const float* out_grad,
+                                     float* row_grads) override {
+    PST_ASSIGN_OR_RETURN(cuda::DeviceBags device_bags, UploadBags(bags, dim));
+    return CudaStatus(cuda::LaunchPoolBagsBackward(stream_, device_bags, dim, out_grad, row_grads),
+                      "EmbeddingBagsBackward kernel launch");
+  }
+
   absl::StatusOr<LossResult> TakeLoss() override {
     PST_RETURN_IF_ERROR(loss_slot_.Take());
     const cuda::LossTotals totals = *host_totals_;
@@ -349,6 +381,68 @@ class CudaKernels final : public Kernels {
   // host memory, where TakeLoss reads them after the next Synchronize. Only
   // one loss is in flight at a time: the totals buffers are single, and the
   // stream orders a later loss after this one's copy.
+  // Queues the copy of `bags`' index arrays into the backend's scratch
+  // buffers (grown, after a wait, when too small). The host arrays are
+  // pageable, so the copy has staged them when cudaMemcpyAsync returns; a
+  // later call's copy is ordered after the kernels that read this one.
+  absl::StatusOr<cuda::DeviceBags> UploadBags(const EmbeddingBags& bags, int dim) {
+    PST_RETURN_IF_ERROR(bags.CheckFinished(dim));
+    PST_RETURN_IF_ERROR(UseDevice());
+    const size_t entries = bags.slots.size();
+    const size_t ints = bags.offsets.size() + bags.row_offsets.size() + 3 * entries;
+    if (ints > bag_int_capacity_ || entries > bag_weight_capacity_) {
+      PST_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+      if (ints > bag_int_capacity_) {
+        if (bag_ints_ != nullptr) cudaFree(bag_ints_);
+        bag_ints_ = nullptr;
+        bag_int_capacity_ = 0;
+        PST_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&bag_ints_),
+                                                  sizeof(int) * std::max<size_t>(ints, 1)),
+                                       "cudaMalloc (embedding bags)"));
+        bag_int_capacity_ = ints;
+      }
+      if (entries > bag_weight_capacity_) {
+        if (bag_weights_ != nullptr) cudaFree(bag_weights_);
+        bag_weights_ = nullptr;
+        bag_weight_capacity_ = 0;
+        PST_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&bag_weights_),
+                                                  sizeof(float) * std::max<size_t>(entries, 1)),
+                                       "cudaMalloc (embedding bag weights)"));
+        bag_weight_capacity_ = entries;
+      }
+    }
+    int* next = bag_ints_;
+    auto upload = [&](const std::vector<int32_t>& host) -> absl::StatusOr<const int*> {
+      int* at = next;
+      next += host.size();
+      if (host.empty()) return at;
+      PST_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(at, host.data(), sizeof(int) * host.size(),
+                                                     cudaMemcpyHostToDevice, stream_),
+                                     "cudaMemcpyAsync (embedding bags)"));
+      return at;
+    };
+    cuda::DeviceBags device{};
+    device.bags = bags.num_bags();
+    device.rows = bags.num_rows;
+    device.bags_per_row = bags.bags_per_row;
+    device.row_stride = bags.row_stride > 0 ? bags.row_stride
+                                            : static_cast<long long>(bags.bags_per_row) * dim;
+    device.mean = bags.pooling == PoolingKind::kMean;
+    PST_ASSIGN_OR_RETURN(device.offsets, upload(bags.offsets));
+    PST_ASSIGN_OR_RETURN(device.slots, upload(bags.slots));
+    PST_ASSIGN_OR_RETURN(device.row_offsets, upload(bags.row_offsets));
+    PST_ASSIGN_OR_RETURN(device.row_entries, upload(bags.row_entries));
+    PST_ASSIGN_OR_RETURN(device.entry_bags, upload(bags.entry_bags));
+    if (entries > 0) {
+      PST_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(bag_weights_, bags.weights.data(), sizeof(float) * entries,
+                                     cudaMemcpyHostToDevice, stream_),
+                     "cudaMemcpyAsync (embedding bag weights)"));
+    }
+    device.weights = bag_weights_;
+    return device;
+  }
+
   template <typename Launch>
   absl::Status QueueLoss(PendingLoss pending, Launch launch, absl::string_view what) {
     loss_slot_.Clear();
@@ -370,6 +464,10 @@ class CudaKernels final : public Kernels {
   cublasHandle_t cublas_ = nullptr;
   cuda::LossPartial* partials_ = nullptr;  // device, kMaxLossBlocks entries
   float* column_scratch_ = nullptr;        // device, kColumnSumsScratch floats
+  int* bag_ints_ = nullptr;                // device: the last bags' index arrays
+  size_t bag_int_capacity_ = 0;
+  float* bag_weights_ = nullptr;           // device: the last bags' weights
+  size_t bag_weight_capacity_ = 0;
   cuda::LossTotals* totals_ = nullptr;     // device
   cuda::LossTotals* host_totals_ = nullptr;  // pinned host
   PendingLoss pending_;

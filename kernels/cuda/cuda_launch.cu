@@ -214,6 +214,84 @@ __global__ void FinishLossKernel(int blocks, const LossPartial* partials, const 
   *totals = t;
 }
 
+// One thread per row, as SquaredErrorKernel; the loss in double, the
+// gradient by the CPU reference's float expression.
+__global__ void SigmoidCrossEntropyKernel(int rows, const float* logits, const float* labels,
+                                          float* dlogits, LossPartial* partials) {
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  double loss = 0.0;
+  long long correct = 0;
+  for (int r = blockIdx.x * kThreads + threadIdx.x; r < rows; r += gridDim.x * kThreads) {
+    const double z = logits[r];
+    const double y = labels[r];
+    loss += fmax(z, 0.0) - y * z + log1p(exp(-fabs(z)));
+    correct += (z > 0.0) == (y > 0.5) ? 1 : 0;
+    if (dlogits != nullptr) {
+      const float p = static_cast<float>(1.0 / (1.0 + exp(-z)));
+      dlogits[r] = (p - labels[r]) * inv_rows;
+    }
+  }
+  __shared__ double shared[kThreads];
+  __shared__ long long shared_correct[kThreads];
+  shared[threadIdx.x] = loss;
+  shared_correct[threadIdx.x] = correct;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      shared[threadIdx.x] += shared[threadIdx.x + stride];
+      shared_correct[threadIdx.x] += shared_correct[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = LossPartial{shared[0], shared_correct[0], INT_MAX};
+}
+
+__device__ float BagScale(const DeviceBags& b, int bag) {
+  const int count = b.offsets[bag + 1] - b.offsets[bag];
+  return b.mean && count > 0 ? 1.0f / static_cast<float>(count) : 1.0f;
+}
+
+__device__ long long BagOutput(const DeviceBags& b, int bag, int dim) {
+  return static_cast<long long>(bag / b.bags_per_row) * b.row_stride +
+         static_cast<long long>(bag % b.bags_per_row) * dim;
+}
+
+// Consecutive threads take consecutive elements of a bag, so the loads of
+// a row are coalesced.
+__global__ void PoolBagsKernel(DeviceBags b, int dim, const float* rows, float* out) {
+  const size_t count = static_cast<size_t>(b.bags) * dim;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const int bag = static_cast<int>(i / dim);
+    const int j = static_cast<int>(i % dim);
+    float sum = 0.0f;
+    for (int e = b.offsets[bag]; e < b.offsets[bag + 1]; ++e) {
+      sum += b.weights[e] * rows[static_cast<size_t>(b.slots[e]) * dim + j];
+    }
+    const float scale = BagScale(b, bag);
+    out[BagOutput(b, bag, dim) + j] = scale != 1.0f ? sum * scale : sum;
+  }
+}
+
+// Each (row, element) sums the entries that read the row: no two threads
+// write one place, so no atomics, and the order is the reference's.
+__global__ void PoolBagsBackwardKernel(DeviceBags b, int dim, const float* out_grad,
+                                       float* row_grads) {
+  const size_t count = static_cast<size_t>(b.rows) * dim;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const int r = static_cast<int>(i / dim);
+    const int j = static_cast<int>(i % dim);
+    float sum = 0.0f;
+    for (int k = b.row_offsets[r]; k < b.row_offsets[r + 1]; ++k) {
+      const int e = b.row_entries[k];
+      const int bag = b.entry_bags[e];
+      sum += b.weights[e] * BagScale(b, bag) * out_grad[BagOutput(b, bag, dim) + j];
+    }
+    row_grads[i] = sum;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchScale(cudaStream_t stream, size_t count, float beta, float* c) {
@@ -281,6 +359,34 @@ cudaError_t LaunchSquaredError(cudaStream_t stream, size_t count, const float* p
   SquaredErrorKernel<<<blocks, kThreads, 0, stream>>>(count, pred, target, dpred, partials);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   FinishLossKernel<<<1, 1, 0, stream>>>(static_cast<int>(blocks), partials, nullptr, totals);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSigmoidCrossEntropy(cudaStream_t stream, int rows, const float* logits,
+                                      const float* labels, float* dlogits, LossPartial* partials,
+                                      LossTotals* totals) {
+  const unsigned blocks = BlocksFor(static_cast<size_t>(rows), kMaxLossBlocks);
+  SigmoidCrossEntropyKernel<<<blocks, kThreads, 0, stream>>>(rows, logits, labels, dlogits,
+                                                             partials);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  FinishLossKernel<<<1, 1, 0, stream>>>(static_cast<int>(blocks), partials, nullptr, totals);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPoolBags(cudaStream_t stream, const DeviceBags& bags, int dim, const float* rows,
+                           float* out) {
+  const size_t count = static_cast<size_t>(bags.bags) * dim;
+  if (count == 0) return cudaSuccess;
+  PoolBagsKernel<<<ElementwiseBlocks(count), kThreads, 0, stream>>>(bags, dim, rows, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPoolBagsBackward(cudaStream_t stream, const DeviceBags& bags, int dim,
+                                   const float* out_grad, float* row_grads) {
+  const size_t count = static_cast<size_t>(bags.rows) * dim;
+  if (count == 0) return cudaSuccess;
+  PoolBagsBackwardKernel<<<ElementwiseBlocks(count), kThreads, 0, stream>>>(bags, dim, out_grad,
+                                                                            row_grads);
   return cudaGetLastError();
 }
 

@@ -65,6 +65,37 @@ cudaError_t LaunchSquaredError(cudaStream_t stream, size_t count, const float* p
                                const float* target, float* dpred, LossPartial* partials,
                                LossTotals* totals);
 
+// Sigmoid cross-entropy of one logit per row into *totals (loss sum and
+// the rows whose sign matches the label), writing dlogits =
+// (sigmoid - label) / rows when dlogits is not null.
+cudaError_t LaunchSigmoidCrossEntropy(cudaStream_t stream, int rows, const float* logits,
+                                      const float* labels, float* dlogits, LossPartial* partials,
+                                      LossTotals* totals);
+
+// A finished EmbeddingBags (kernels/embedding_bags.h) in device memory;
+// row_stride resolved (never 0).
+struct DeviceBags {
+  int bags;
+  int rows;
+  int bags_per_row;
+  long long row_stride;
+  bool mean;
+  const int* offsets;      // [bags + 1]
+  const int* slots;        // [entries]
+  const float* weights;    // [entries]
+  const int* row_offsets;  // [rows + 1]
+  const int* row_entries;  // [entries]
+  const int* entry_bags;   // [entries]
+};
+
+// PoolBagsOnHost and PoolBagsBackwardOnHost: one thread per (bag, element)
+// and per (row, element), each summing its entries in the reference's
+// order.
+cudaError_t LaunchPoolBags(cudaStream_t stream, const DeviceBags& bags, int dim, const float* rows,
+                           float* out);
+cudaError_t LaunchPoolBagsBackward(cudaStream_t stream, const DeviceBags& bags, int dim,
+                                   const float* out_grad, float* row_grads);
+
 }  // namespace pst::cuda
 
 #endif  // PST_KERNELS_CUDA_CUDA_LAUNCH_H_

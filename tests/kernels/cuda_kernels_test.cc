@@ -263,6 +263,95 @@ TEST_F(CudaKernelsTest, MeanSquaredErrorMatchesTheCpu) {
   }
 }
 
+TEST_F(CudaKernelsTest, SigmoidCrossEntropyMatchesTheCpu) {
+  for (int rows : {1, 255, 4096, 100003}) {
+    SCOPED_TRACE(rows);
+    std::vector<float> logits = RandomVector(rows, 21, -30.0f, 30.0f);
+    std::vector<float> labels = RandomVector(rows, 22, 0.0f, 1.0f);
+    for (float& y : labels) y = y < 0.3f ? 1.0f : 0.0f;
+    std::vector<float> grad(rows);
+    float* d_logits = Upload(logits);
+    float* d_labels = Upload(labels);
+    float* d_grad = Upload(grad);
+    ASSERT_TRUE(cpu_->SigmoidCrossEntropy(rows, logits.data(), labels.data(), grad.data()).ok());
+    ASSERT_TRUE(cpu_->Synchronize().ok());
+    absl::StatusOr<LossResult> expected = cpu_->TakeLoss();
+    ASSERT_TRUE(expected.ok());
+    absl::StatusOr<LossResult> actual =
+        WaitForLoss(gpu_->SigmoidCrossEntropy(rows, d_logits, d_labels, d_grad));
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    EXPECT_NEAR(actual->loss, expected->loss, kTolerance * expected->loss);
+    EXPECT_EQ(actual->correct, expected->correct);
+    EXPECT_LE(RelativeError(Download(d_grad, rows), grad), kTolerance);
+  }
+}
+
+// Random bags over `rows` rows: every bag 0..4 entries (empty bags and rows
+// read many times included), laid out with `bags_per_row` per output row of
+// `stride` floats.
+EmbeddingBags RandomBags(PoolingKind pooling, int bags_count, int rows, int bags_per_row, int stride,
+                         uint32_t seed) {
+  std::mt19937 rng(seed);
+  EmbeddingBags bags;
+  bags.pooling = pooling;
+  bags.num_rows = rows;
+  bags.bags_per_row = bags_per_row;
+  bags.row_stride = stride;
+  for (int b = 0; b < bags_count; ++b) {
+    const int entries = static_cast<int>(rng() % 5);
+    for (int e = 0; e < entries; ++e) {
+      bags.slots.push_back(static_cast<int32_t>(rng() % rows));
+      bags.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f - 1.0f);
+    }
+    bags.offsets.push_back(static_cast<int32_t>(bags.slots.size()));
+  }
+  return bags;
+}
+
+TEST_F(CudaKernelsTest, EmbeddingBagsAndTheirBackwardMatchTheCpu) {
+  struct Shape {
+    int examples, fields, rows, dim, dense;
+  };
+  for (Shape shape : {Shape{1, 1, 1, 1, 0}, Shape{256, 26, 3000, 16, 13}, Shape{512, 3, 7, 33, 5},
+                      Shape{4096, 1, 50000, 1, 0}}) {
+    for (PoolingKind pooling : {PoolingKind::kSum, PoolingKind::kMean}) {
+      SCOPED_TRACE(absl::StrCat(shape.examples, " examples x ", shape.fields, " fields, ",
+                                shape.rows, " rows of dim ", shape.dim,
+                                pooling == PoolingKind::kSum ? ", sum" : ", mean"));
+      const int stride = shape.fields * shape.dim + shape.dense;
+      EmbeddingBags bags = RandomBags(pooling, shape.examples * shape.fields, shape.rows,
+                                      shape.fields, stride, 31);
+      ASSERT_TRUE(bags.Finish(shape.dim).ok());
+      const size_t out_size = static_cast<size_t>(shape.examples) * stride;
+      const size_t rows_size = static_cast<size_t>(shape.rows) * shape.dim;
+      std::vector<float> rows = RandomVector(rows_size, 32);
+      // The dense columns must come through untouched.
+      std::vector<float> out = RandomVector(out_size, 33);
+      std::vector<float> out_grad = RandomVector(out_size, 34);
+      std::vector<float> row_grads = RandomVector(rows_size, 35);  // all overwritten
+      float* d_rows = Upload(rows);
+      float* d_out = Upload(out);
+      float* d_out_grad = Upload(out_grad);
+      float* d_row_grads = Upload(row_grads);
+      ASSERT_TRUE(cpu_->EmbeddingBagsForward(bags, shape.dim, rows.data(), out.data()).ok());
+      ASSERT_TRUE(cpu_->EmbeddingBagsBackward(bags, shape.dim, out_grad.data(), row_grads.data())
+                      .ok());
+      ASSERT_TRUE(gpu_->EmbeddingBagsForward(bags, shape.dim, d_rows, d_out).ok());
+      ASSERT_TRUE(gpu_->EmbeddingBagsBackward(bags, shape.dim, d_out_grad, d_row_grads).ok());
+      EXPECT_LE(RelativeError(Download(d_out, out_size), out), kTolerance);
+      EXPECT_LE(RelativeError(Download(d_row_grads, rows_size), row_grads), kTolerance);
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, EmbeddingBagsAreRefusedUnfinished) {
+  EmbeddingBags bags = RandomBags(PoolingKind::kSum, 4, 3, 1, 0, 1);
+  float* rows = Upload(RandomVector(3 * 4, 2));
+  float* out = Upload(RandomVector(4 * 4, 3));
+  EXPECT_EQ(gpu_->EmbeddingBagsForward(bags, 4, rows, out).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaKernelsTest, TheLossIsReadOnlyAfterTheCallersWait) {
   float* logits = Upload(RandomVector(64 * 10, 15));
   float* labels = Upload(RandomLabels(64, 10, 16));

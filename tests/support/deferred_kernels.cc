@@ -153,6 +153,28 @@ absl::Status DeferredKernels::MeanSquaredError(int rows, int cols, const float* 
   return absl::OkStatus();
 }
 
+absl::Status DeferredKernels::SigmoidCrossEntropy(int rows, const float* logits,
+                                                  const float* labels, float* dlogits) {
+  loss_queued_at_ = queued_total_;
+  Enqueue([=, this] { return inner_->SigmoidCrossEntropy(rows, logits, labels, dlogits); });
+  return absl::OkStatus();
+}
+
+// `bags` is read when the work runs: the contract lets a backend do that.
+absl::Status DeferredKernels::EmbeddingBagsForward(const EmbeddingBags& bags, int dim,
+                                                   const float* rows, float* out) {
+  Enqueue([=, &bags, this] { return inner_->EmbeddingBagsForward(bags, dim, rows, out); });
+  return absl::OkStatus();
+}
+
+absl::Status DeferredKernels::EmbeddingBagsBackward(const EmbeddingBags& bags, int dim,
+                                                    const float* out_grad, float* row_grads) {
+  Enqueue([=, &bags, this] {
+    return inner_->EmbeddingBagsBackward(bags, dim, out_grad, row_grads);
+  });
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LossResult> DeferredKernels::TakeLoss() {
   if (loss_queued_at_ >= run_total_) {
     return absl::FailedPreconditionError(

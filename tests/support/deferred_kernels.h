@@ -59,7 +59,13 @@ class DeferredKernels final : public Kernels {
                                    const float* labels, float* dlogits) override;
   absl::Status MeanSquaredError(int rows, int cols, const float* pred, const float* target,
                                 float* dpred) override;
+  absl::Status SigmoidCrossEntropy(int rows, const float* logits, const float* labels,
+                                   float* dlogits) override;
   absl::StatusOr<LossResult> TakeLoss() override;
+  absl::Status EmbeddingBagsForward(const EmbeddingBags& bags, int dim, const float* rows,
+                                    float* out) override;
+  absl::Status EmbeddingBagsBackward(const EmbeddingBags& bags, int dim, const float* out_grad,
+                                     float* row_grads) override;
 
  private:
   class Marker;

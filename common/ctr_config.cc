@@ -1,0 +1,105 @@
+#include "common/ctr_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+namespace {
+
+constexpr int kCriteoFields = 26;
+constexpr int kCriteoDense = 13;
+
+absl::Status Invalid(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("config field ", field, " ", problem));
+}
+
+const EmbeddingTableConfig* FindTable(const TrainingConfig& training, const std::string& name) {
+  for (const EmbeddingTableConfig& table : training.model().embeddings()) {
+    if (table.name() == name) return &table;
+  }
+  return nullptr;
+}
+
+absl::Status ValidateGenerator(const CtrDataConfig& data) {
+  const CtrGeneratorConfig& g = data.generate();
+  if (data.format() != CRITEO) {
+    return Invalid("training.dataset.ctr.generate", "writes Criteo files; set format: CRITEO");
+  }
+  if (g.train_examples() < 0 || g.test_examples() < 0) {
+    return Invalid("training.dataset.ctr.generate", "example counts must not be negative");
+  }
+  if (g.distinct_size() != 0 && g.distinct_size() != 1 && g.distinct_size() != kCriteoFields) {
+    return Invalid("training.dataset.ctr.generate.distinct",
+                   absl::StrCat("names ", g.distinct_size(), " fields; give 1 count or ",
+                                kCriteoFields));
+  }
+  for (int64_t n : g.distinct()) {
+    if (n < 1) return Invalid("training.dataset.ctr.generate.distinct", "must be at least 1");
+  }
+  if (g.zipf_exponent() < 0 || g.signal_ranks() < 0 || g.weight_scale() < 0) {
+    return Invalid("training.dataset.ctr.generate",
+                   "zipf_exponent, signal_ranks and weight_scale must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CtrShape CtrShapeOf(const CtrDataConfig& data) {
+  return data.format() == LIBSVM ? CtrShape{1, 0} : CtrShape{kCriteoFields, kCriteoDense};
+}
+
+absl::Status ValidateCtrJob(const TrainingConfig& training) {
+  const bool model = training.model().has_ctr();
+  const bool data = training.dataset().has_ctr();
+  if (model != data) {
+    return model ? Invalid("training.dataset", "must be ctr { ... } for a ctr model")
+                 : Invalid("training.model", "must be ctr { ... } for ctr data");
+  }
+  const CtrModelConfig& ctr = training.model().ctr();
+  const EmbeddingTableConfig* table = FindTable(training, ctr.table());
+  if (table == nullptr) {
+    return Invalid("training.model.ctr.table",
+                   absl::StrCat("names \"", ctr.table(), "\", which training.model.embeddings "
+                                "does not declare"));
+  }
+  if (!ctr.wide_table().empty()) {
+    const EmbeddingTableConfig* wide = FindTable(training, ctr.wide_table());
+    if (wide == nullptr || wide->dim() != 1 || ctr.wide_table() == ctr.table()) {
+      return Invalid("training.model.ctr.wide_table",
+                     absl::StrCat("must name a table of dim 1 in training.model.embeddings, other "
+                                  "than table; \"", ctr.wide_table(), "\" is not one"));
+    }
+  }
+  for (int i = 0; i < ctr.hidden_size(); ++i) {
+    if (ctr.hidden(i) < 1) {
+      return Invalid(absl::StrCat("training.model.ctr.hidden[", i, "]"), "must be at least 1");
+    }
+  }
+  if (!Activation_IsValid(ctr.activation()) || !Pooling_IsValid(ctr.pooling()) ||
+      !CtrFileFormat_IsValid(training.dataset().ctr().format())) {
+    return Invalid("training.model.ctr", "has an activation, pooling or format out of range");
+  }
+  const CtrDataConfig& files = training.dataset().ctr();
+  if (files.train_file().empty() || files.test_file().empty()) {
+    return Invalid("training.dataset.ctr", "must name train_file and test_file");
+  }
+  if (files.has_generate()) return ValidateGenerator(files);
+  return absl::OkStatus();
+}
+
+int64_t CtrDenseParameterCount(const TrainingConfig& training) {
+  const CtrModelConfig& ctr = training.model().ctr();
+  const CtrShape shape = CtrShapeOf(training.dataset().ctr());
+  int64_t dim = 0;
+  if (const EmbeddingTableConfig* table = FindTable(training, ctr.table())) dim = table->dim();
+  double in = static_cast<double>(shape.fields) * static_cast<double>(dim) + shape.dense;
+  double parameters = 0;
+  for (int width : ctr.hidden()) {
+    parameters += in * width + width;
+    in = width;
+  }
+  parameters += in + 1;
+  return parameters >= 9e18 ? INT64_MAX : static_cast<int64_t>(parameters);
+}
+
+}  // namespace pst
