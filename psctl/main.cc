@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,7 +18,8 @@
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
-ABSL_FLAG(int, connect_timeout_seconds, 5, "How long to wait for each PS shard to answer.");
+// An override this program reads itself (common/overrides.cc).
+ABSL_DECLARE_FLAG(int, connect_timeout_seconds);
 ABSL_FLAG(std::string, task, "", "For psctl token: the task, worker:<index>.");
 
 namespace pst {
@@ -32,8 +34,9 @@ std::unique_ptr<PsClient> Connect(const JobConfig& config) {
       ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kClient);
   if (!security.ok()) ExitWithError(kProgram, security.status());
   std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
+  const int seconds = absl::GetFlag(FLAGS_connect_timeout_seconds);
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
-      addresses, 0, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)), *security);
+      addresses, 0, absl::Seconds(seconds > 0 ? seconds : 5), *security);
   if (!client.ok()) ExitWithError(kProgram, client.status());
   return std::move(*client);
 }
@@ -149,7 +152,8 @@ int main(int argc, char** argv) {
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
       "  shutdown    every shard stops cleanly; workers then exit\n"
       "  token       with --task=worker:N, that worker's own token (for PSTRAIN_TASK_TOKEN):\n"
-      "              with it the worker can act as worker:N only");
+      "              with it the worker can act as worker:N only",
+      pst::kPsctl);
   spdlog::set_level(spdlog::level::warn);
   if (args.size() != 2) {
     pst::ExitWithError("psctl", absl::InvalidArgumentError(
