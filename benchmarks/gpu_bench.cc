@@ -309,6 +309,7 @@ int main(int argc, char** argv) {
       "Times one worker training step (forward + backward) of MLPs 784-W-W-10 on the GPU "
       "against the same GEMMs with cuBLAS alone.\n"
       "Usage: gpu_bench [--widths=1024,8192] [--batches=256,1024] [--json] "
-      "[--torch_results=torch.txt]");
+      "[--torch_results=torch.txt]",
+      pst::kBenchmark);
   return pst::Run();
 }

@@ -471,11 +471,12 @@ int Main() {
   if (!parsed.ok()) ExitWithError("ps_bench", parsed.status());
   const std::vector<int64_t> sizes = std::move(*parsed);
   // --workers and --wire_dtype are the flags every binary shares.
-  const ConfigOverrides overrides = OverridesFromFlags();
-  JobConfig dtype_config;
-  if (absl::Status s = ApplyOverrides(overrides, &dtype_config); !s.ok()) ExitWithError("ps_bench", s);
-  const DType dtype = WireDType(dtype_config.training().wire_dtype());
-  const int workers = overrides.workers.value_or(1);
+  JobConfig overridden;
+  if (absl::Status s = ApplyOverrides(OverridesFromFlags(), &overridden); !s.ok()) {
+    ExitWithError("ps_bench", s);
+  }
+  const DType dtype = WireDType(overridden.training().wire_dtype());
+  const int workers = std::max(1, overridden.cluster().workers());
   const std::vector<std::string> external = RunningShards();
   const int shards = external.empty() ? absl::GetFlag(FLAGS_shards)
                                       : static_cast<int>(external.size());
@@ -593,7 +594,8 @@ int main(int argc, char** argv) {
       "Push+pull throughput and latency of the PS data plane over loopback gRPC, by model size, "
       "next to iperf3 and gRPC-echo baselines from the same run.\n"
       "Usage: ps_bench --sizes=4KiB,4MiB,64MiB --workers=2 --shards=2 --wire_dtype=bf16 "
-      "--transport=auto|tcp|shm [--peer_json=FILE] [--json]");
+      "--transport=auto|tcp|shm [--peer_json=FILE] [--json]",
+      pst::kBenchmark);
   spdlog::set_level(spdlog::level::warn);
   return pst::Main();
 }

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,6 +46,9 @@
 #include "benchmarks/process_cpu.h"
 #include "common/exit.h"
 #include "common/flags.h"
+
+// The config override --workers (common/overrides.cc): clients at once.
+ABSL_DECLARE_FLAG(int, workers);
 
 ABSL_FLAG(std::string, sizes, "4KiB,4MiB,64MiB", "Model sizes (float32 bytes): B, KiB, MiB, GiB.");
 ABSL_FLAG(double, seconds, 3.0, "Measuring time per row (after one warm-up round trip).");
@@ -308,6 +312,7 @@ int main(int argc, char** argv) {
       "ps_bench's round trip (push a gradient, get the model back) over plain TCP sockets on "
       "127.0.0.1: what the kernel alone costs, the yardstick for a TCP transport.\n"
       "Usage: socket_bench --sizes=4MiB,64MiB --workers=2 [--json > peer.json; "
-      "ps_bench --transport=tcp --peer_json=peer.json]");
+      "ps_bench --transport=tcp --peer_json=peer.json]",
+      pst::kBenchmark);
   return pst::Main();
 }

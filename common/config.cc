@@ -105,25 +105,6 @@ std::string MissingBraceHint(absl::string_view message) {
   return "";
 }
 
-absl::StatusOr<Mode> ParseMode(absl::string_view text) {
-  std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "sync") return SYNC;
-  if (lower == "async") return ASYNC;
-  if (lower == "ssp") return SSP;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode \"", text, "\"; use sync, async or ssp"));
-}
-
-void SetLearningRate(float lr, OptimizerConfig* optimizer) {
-  switch (optimizer->kind_case()) {
-    case OptimizerConfig::kAdam: optimizer->mutable_adam()->set_learning_rate(lr); break;
-    case OptimizerConfig::kAdagrad: optimizer->mutable_adagrad()->set_learning_rate(lr); break;
-    case OptimizerConfig::kFtrl: optimizer->mutable_ftrl()->set_learning_rate(lr); break;
-    case OptimizerConfig::kSgd:
-    case OptimizerConfig::KIND_NOT_SET: optimizer->mutable_sgd()->set_learning_rate(lr); break;
-  }
-}
-
 absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("config field ", field, " ", problem));
 }
@@ -485,53 +466,30 @@ absl::string_view EmbeddedDefaultConfig() {
   return {internal::kEmbeddedDefaultConfig.data(), internal::kEmbeddedDefaultConfig.size()};
 }
 
+absl::StatusOr<Mode> ParseMode(absl::string_view text) {
+  std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "sync") return SYNC;
+  if (lower == "async") return ASYNC;
+  if (lower == "ssp") return SSP;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode \"", text, "\"; use sync, async or ssp"));
+}
+
+void SetLearningRate(float lr, OptimizerConfig* optimizer) {
+  switch (optimizer->kind_case()) {
+    case OptimizerConfig::kAdam: optimizer->mutable_adam()->set_learning_rate(lr); break;
+    case OptimizerConfig::kAdagrad: optimizer->mutable_adagrad()->set_learning_rate(lr); break;
+    case OptimizerConfig::kFtrl: optimizer->mutable_ftrl()->set_learning_rate(lr); break;
+    case OptimizerConfig::kSgd:
+    case OptimizerConfig::KIND_NOT_SET: optimizer->mutable_sgd()->set_learning_rate(lr); break;
+  }
+}
+
 absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config) {
-  TrainingConfig* training = config->mutable_training();
-  if (overrides.mode) {
-    absl::StatusOr<Mode> mode = ParseMode(*overrides.mode);
-    if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
-    training->set_mode(*mode);
-  }
-  if (overrides.epochs) training->set_epochs(*overrides.epochs);
-  if (overrides.workers) config->mutable_cluster()->set_workers(*overrides.workers);
-  if (overrides.batch_size) training->set_batch_size(*overrides.batch_size);
-  if (overrides.learning_rate) SetLearningRate(*overrides.learning_rate, training->mutable_optimizer());
-  if (overrides.staleness) training->set_staleness(*overrides.staleness);
-  if (overrides.wire_dtype) {
-    WireDtype dtype;
-    if (!WireDtype_Parse(absl::AsciiStrToUpper(*overrides.wire_dtype), &dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--wire_dtype: unknown type \"", *overrides.wire_dtype, "\"; use fp32, fp16 or bf16"));
+  for (const ConfigOverride& override : overrides) {
+    if (absl::Status s = override.apply(override.value, config); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--", override.flag, ": ", s.message()));
     }
-    training->set_wire_dtype(dtype);
-  }
-  if (overrides.device) {
-    if (absl::StatusOr<DeviceSpec> d = ParseDeviceSpec(*overrides.device); !d.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--device: ", d.status().message()));
-    }
-    training->set_device(*overrides.device);
-  }
-  if (overrides.devices) {
-    if (absl::StatusOr<DeviceList> d = ParseDeviceList(*overrides.devices); !d.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--devices: ", d.status().message()));
-    }
-    training->set_devices(*overrides.devices);
-  }
-  if (overrides.exchange) {
-    ExchangeSchedule schedule;
-    if (!ExchangeSchedule_Parse(absl::AsciiStrToUpper(*overrides.exchange), &schedule)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--exchange_schedule: unknown schedule \"", *overrides.exchange, "\"; use layerwise or whole_model"));
-    }
-    training->set_exchange(schedule);
-  }
-  if (overrides.shm) {
-    SharedMemory shm;
-    if (!SharedMemory_Parse(absl::StrCat("SHM_", absl::AsciiStrToUpper(*overrides.shm)), &shm)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--shm: unknown setting \"", *overrides.shm, "\"; use auto or off"));
-    }
-    config->mutable_cluster()->set_shm(shm);
   }
   return absl::OkStatus();
 }

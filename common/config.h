@@ -6,8 +6,11 @@
 #ifndef PST_COMMON_CONFIG_H_
 #define PST_COMMON_CONFIG_H_
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -38,20 +41,15 @@ struct TaskId {
 // InvalidArgument unless `text` is "ps:<n>" or "worker:<n>".
 absl::StatusOr<TaskId> ParseTask(absl::string_view text);
 
-// Values given on the command line; unset ones leave the config alone.
-struct ConfigOverrides {
-  std::optional<std::string> mode;  // "sync" or "async"
-  std::optional<int> epochs;
-  std::optional<int> workers;
-  std::optional<int> batch_size;
-  std::optional<float> learning_rate;
-  std::optional<int> staleness;
-  std::optional<std::string> wire_dtype;  // "fp32", "fp16" or "bf16"
-  std::optional<std::string> device;      // "auto", "cpu" or "gpu:N"
-  std::optional<std::string> devices;     // towers: "cpu:2", "gpu:0,gpu:1", ...
-  std::optional<std::string> exchange;    // "layerwise" or "whole_model"
-  std::optional<std::string> shm;         // "auto" or "off"
+// One command-line override of the config: the flag, its value as given,
+// and how that value changes the config. The table in common/overrides.h
+// makes them; LoadJobConfig applies them, in order, over the file.
+struct ConfigOverride {
+  std::string flag;   // without "--": "mode"
+  std::string value;  // as on the command line: "async"
+  std::function<absl::Status(absl::string_view value, JobConfig* config)> apply;
 };
+using ConfigOverrides = std::vector<ConfigOverride>;
 
 // Replaces ${NAME} with the environment variable NAME and ${NAME:-default}
 // with NAME, or `default` when NAME is unset or empty; "$$" is a literal '$'.
@@ -71,7 +69,15 @@ absl::StatusOr<JobConfig> ReadConfigFile(const std::string& path);
 // The built-in default job (configs/local.textproto, embedded at build time).
 absl::string_view EmbeddedDefaultConfig();
 
+// Applies each override; InvalidArgument "--<flag>: <why>" for the first
+// value its override refuses.
 absl::Status ApplyOverrides(const ConfigOverrides& overrides, JobConfig* config);
+
+// "sync", "async" or "ssp", in any case; InvalidArgument naming the choices.
+absl::StatusOr<Mode> ParseMode(absl::string_view text);
+
+// Sets the learning rate of whichever optimizer is configured (SGD when none is).
+void SetLearningRate(float learning_rate, OptimizerConfig* optimizer);
 
 // Fills the documented defaults for unset fields (batch size, seed,
 // optimizer hyperparameters, data directory, ...).

@@ -1,10 +1,12 @@
 #include "common/flags.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
@@ -14,6 +16,8 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/exit.h"
 #include "common/security.h"
 #include "spdlog/spdlog.h"
@@ -21,38 +25,50 @@
 ABSL_FLAG(std::string, config, "",
           "Cluster + job config (protobuf text format, or JSON). Empty: the built-in "
           "configs/local.textproto (Fashion-MNIST, 1 PS + 2 workers, SYNC).");
-ABSL_FLAG(std::string, mode, "", "Override training.mode: sync, async or ssp.");
-ABSL_FLAG(std::string, wire_dtype, "",
-          "Override training.wire_dtype: fp32, fp16 or bf16 for parameters and gradients on the wire.");
-ABSL_FLAG(std::string, device, "",
-          "Override training.device, where workers compute: auto (a GPU when one is visible, "
-          "else the CPU), cpu, or gpu:N.");
-ABSL_FLAG(std::string, devices, "",
-          "Override training.devices: towers, the local devices one worker splits each batch "
-          "over, e.g. cpu:2 (two CPU towers, a thread each), gpu:0,gpu:1, or gpu:all. The batch "
-          "size must divide evenly among them.");
-ABSL_FLAG(std::string, exchange_schedule, "",
-          "Override training.exchange: layerwise (push each layer's gradient as backward "
-          "produces it and start each layer of the next forward pass once its parameters are "
-          "in) or whole_model (one push after backward, the whole model back before forward).");
-ABSL_FLAG(std::string, shm, "",
-          "Override cluster.shm: auto (a worker and a PS shard on the same host move tensors "
-          "through shared memory, gRPC carries only control messages) or off (every byte over "
-          "TCP).");
-ABSL_FLAG(int, staleness, -1, "Override training.staleness, the SSP bound (-1 = keep the config's).");
-ABSL_FLAG(int, epochs, 0, "Override training.epochs (0 = keep the config's).");
-ABSL_FLAG(int, workers, 0, "Override cluster.workers (0 = keep the config's).");
-ABSL_FLAG(int, batch_size, 0, "Override training.batch_size, per worker (0 = keep the config's).");
-ABSL_FLAG(float, learning_rate, 0.0f,
-          "Override the optimizer's learning rate (0 = keep the config's).");
 ABSL_FLAG(bool, check_config, false,
           "Only check the config (after ${VAR} expansion and the flag overrides), the task, and "
           "the files this host's tasks would use (TLS files, token, checkpoint directory); print "
           "a one-line summary and exit: 0 if valid, 2 with the error if not.");
 
 namespace pst {
+namespace {
 
-absl::Status CheckCommandLine(int argc, char** argv) {
+// "ps_server and pslaunch": the programs that take `entry`.
+std::string TakenBy(const Override& entry) {
+  std::vector<std::string> names;
+  for (Program program : {kPsServer, kWorker, kPslaunch, kPsctl, kBenchmark, kPsreport}) {
+    if (entry.Takes(program)) names.emplace_back(ProgramName(program));
+  }
+  if (names.size() == 1) return names[0];
+  return absl::StrCat(absl::StrJoin(names.begin(), names.end() - 1, ", "), " and ", names.back());
+}
+
+// "    --name (help); default: value;" wrapped at 80 columns, as Abseil's
+// own --help writes it.
+void AppendFlagHelp(const absl::CommandLineFlag& flag, std::string* text) {
+  const std::string default_value = flag.IsOfType<std::string>()
+                                        ? absl::StrCat("\"", flag.DefaultValue(), "\"")
+                                        : flag.DefaultValue();
+  const std::string line =
+      absl::StrCat("--", flag.Name(), " (", flag.Help(), "); default: ", default_value, ";");
+  constexpr size_t kWidth = 80;
+  std::string indent = "    ";
+  std::string current = indent;
+  for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+    if (current.size() > indent.size() && current.size() + 1 + word.size() > kWidth) {
+      absl::StrAppend(text, current, "\n");
+      indent = "      ";
+      current = indent;
+    }
+    if (current.size() > indent.size()) current += ' ';
+    absl::StrAppend(&current, word);
+  }
+  absl::StrAppend(text, current, "\n");
+}
+
+}  // namespace
+
+absl::Status CheckCommandLine(int argc, char** argv, Program program) {
   // Abseil's own flags (help, flag files) are left to its parser.
   static const std::set<absl::string_view> kAbseilFlags = {
       "help",    "helpfull",        "helpshort", "helppackage", "helpon",     "helpmatch",
@@ -73,6 +89,12 @@ absl::Status CheckCommandLine(int argc, char** argv) {
     if (flag == nullptr || flag->IsRetired()) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, "; see --help"));
     }
+    if (const Override* entry = FindOverride(name); entry != nullptr && !entry->Takes(program)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag --", name, ": ", std::filesystem::path(argv[0]).filename().string(),
+          " does not take it (a flag of ",
+          TakenBy(*entry), "); see --help"));
+    }
     std::string value;
     if (equals != absl::string_view::npos) {
       value = std::string(body.substr(equals + 1));
@@ -92,7 +114,8 @@ absl::Status CheckCommandLine(int argc, char** argv) {
   return absl::OkStatus();
 }
 
-std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage) {
+std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage,
+                                         Program program) {
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
@@ -102,7 +125,18 @@ std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_vie
     return absl::StrCat(program, " (pstrain) ", PST_VERSION, "\n");
   };
   absl::SetFlagsUsageConfig(config);
-  if (absl::Status s = CheckCommandLine(argc, argv); !s.ok()) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-help" || arg == "--helpshort" || arg == "-helpshort") {
+      std::fputs(HelpText(std::filesystem::path(argv[0]).filename().string(), usage, program)
+                     .c_str(),
+                 stdout);
+      std::fflush(stdout);
+      std::exit(0);
+    }
+  }
+  if (absl::Status s = CheckCommandLine(argc, argv, program); !s.ok()) {
     ExitWithError(std::filesystem::path(argv[0]).filename().string(), s);
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -110,39 +144,38 @@ std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_vie
   return positional;
 }
 
-ConfigOverrides OverridesFromFlags() {
-  ConfigOverrides overrides;
-  if (std::string mode = absl::GetFlag(FLAGS_mode); !mode.empty()) overrides.mode = mode;
-  if (int v = absl::GetFlag(FLAGS_epochs); v != 0) overrides.epochs = v;
-  if (int v = absl::GetFlag(FLAGS_workers); v != 0) overrides.workers = v;
-  if (int v = absl::GetFlag(FLAGS_batch_size); v != 0) overrides.batch_size = v;
-  if (float v = absl::GetFlag(FLAGS_learning_rate); v != 0.0f) overrides.learning_rate = v;
-  if (int v = absl::GetFlag(FLAGS_staleness); v >= 0) overrides.staleness = v;
-  if (std::string v = absl::GetFlag(FLAGS_wire_dtype); !v.empty()) overrides.wire_dtype = v;
-  if (std::string v = absl::GetFlag(FLAGS_device); !v.empty()) overrides.device = v;
-  if (std::string v = absl::GetFlag(FLAGS_devices); !v.empty()) overrides.devices = v;
-  if (std::string v = absl::GetFlag(FLAGS_exchange_schedule); !v.empty()) overrides.exchange = v;
-  if (std::string v = absl::GetFlag(FLAGS_shm); !v.empty()) overrides.shm = v;
-  return overrides;
-}
-
-std::vector<std::string> OverrideFlagsAsArgs() {
-  ConfigOverrides overrides = OverridesFromFlags();
-  std::vector<std::string> args;
-  if (overrides.mode) args.push_back(absl::StrCat("--mode=", *overrides.mode));
-  if (overrides.epochs) args.push_back(absl::StrCat("--epochs=", *overrides.epochs));
-  if (overrides.workers) args.push_back(absl::StrCat("--workers=", *overrides.workers));
-  if (overrides.batch_size) args.push_back(absl::StrCat("--batch_size=", *overrides.batch_size));
-  if (overrides.staleness) args.push_back(absl::StrCat("--staleness=", *overrides.staleness));
-  if (overrides.wire_dtype) args.push_back(absl::StrCat("--wire_dtype=", *overrides.wire_dtype));
-  if (overrides.device) args.push_back(absl::StrCat("--device=", *overrides.device));
-  if (overrides.devices) args.push_back(absl::StrCat("--devices=", *overrides.devices));
-  if (overrides.exchange) args.push_back(absl::StrCat("--exchange_schedule=", *overrides.exchange));
-  if (overrides.shm) args.push_back(absl::StrCat("--shm=", *overrides.shm));
-  if (overrides.learning_rate) {
-    args.push_back(absl::StrCat("--learning_rate=", *overrides.learning_rate));
+std::string HelpText(absl::string_view name, absl::string_view usage, Program program) {
+  std::vector<const absl::CommandLineFlag*> own;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (FindOverride(name) == nullptr && !absl::StrContains(flag->Filename(), "absl/")) {
+      own.push_back(flag);
+    }
   }
-  return args;
+  std::sort(own.begin(), own.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  std::string text = absl::StrCat(name, ": ", usage, "\n\n  Flags:\n");
+  for (const absl::CommandLineFlag* flag : own) AppendFlagHelp(*flag, &text);
+  const bool launcher = program == kPslaunch;
+  const std::pair<Target, absl::string_view> groups[] = {
+      {Target::kConfig, launcher ? "Overrides of the config (they win over the file; passed on "
+                                   "to every task)"
+                                 : "Overrides of the config (they win over the file)"},
+      {Target::kLimits, launcher ? "Limits of the PS (passed on to every ps_server)"
+                                 : "Limits of the PS"},
+      {Target::kSetting, launcher ? "Settings of the tasks (passed on to the tasks that take them)"
+                                  : "Settings"},
+  };
+  for (const auto& [target, title] : groups) {
+    std::string group;
+    for (const Override& entry : Overrides()) {
+      if (entry.target == target && entry.Takes(program)) AppendFlagHelp(*entry.flag, &group);
+    }
+    if (!group.empty()) absl::StrAppend(&text, "  ", title, ":\n", group);
+  }
+  absl::StrAppend(&text, "\n--helpfull lists every flag, Abseil's included.\n");
+  return text;
 }
 
 absl::StatusOr<JobConfig> LoadJobConfigFromFlags(PsPorts ps_ports) {

@@ -1,5 +1,6 @@
-// Command-line flags shared by ps_server, worker and pslaunch, so that every
-// process accepts the same overrides with the same spelling.
+// The command line of every program: the flags shared by ps_server, worker
+// and pslaunch (--config, --check_config), the overrides table
+// (common/overrides.h), parsing and --help.
 #ifndef PST_COMMON_FLAGS_H_
 #define PST_COMMON_FLAGS_H_
 
@@ -9,29 +10,30 @@
 #include "absl/flags/declare.h"
 #include "absl/strings/string_view.h"
 #include "common/config.h"
+#include "common/overrides.h"
 
 ABSL_DECLARE_FLAG(std::string, config);
-ABSL_DECLARE_FLAG(std::string, mode);
-ABSL_DECLARE_FLAG(int, epochs);
-ABSL_DECLARE_FLAG(int, workers);
-ABSL_DECLARE_FLAG(int, batch_size);
-ABSL_DECLARE_FLAG(float, learning_rate);
-ABSL_DECLARE_FLAG(int, staleness);
-ABSL_DECLARE_FLAG(std::string, wire_dtype);
-ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(bool, check_config);
 
 namespace pst {
 
-// Sets the usage text, makes --help list this project's flags (not
-// Abseil's own), parses the command line and sets the log format. Returns
-// the positional arguments. A malformed command line exits 2 with one line.
-std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage);
+// Sets the usage text, parses the command line of `program` and sets the
+// log format. Returns the positional arguments. A malformed command line
+// exits 2 with one line; --help (or --helpshort) prints the usage and the
+// flags `program` takes (HelpText) and exits 0; --helpfull lists every
+// flag linked in, Abseil's included.
+std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_view usage,
+                                         Program program);
 
-// InvalidArgument naming the first unknown flag, flag without a value or
-// value its flag cannot take. Abseil's parser reports these itself, but
-// exits 1, which launchers take for a crash worth a restart.
-absl::Status CheckCommandLine(int argc, char** argv);
+// InvalidArgument naming the first unknown flag (an override that
+// `program` does not take included), flag without a value or value its
+// flag cannot take. Abseil's parser reports these itself, but exits 1,
+// which launchers take for a crash worth a restart.
+absl::Status CheckCommandLine(int argc, char** argv, Program program);
+
+// The --help text of `program`, called `name`: `usage`, then its own
+// flags, then the overrides it takes, grouped by what they change.
+std::string HelpText(absl::string_view name, absl::string_view usage, Program program);
 
 // What --check_config checks beyond ValidateConfig: the files the PS tasks
 // (`ps`) and the workers (`workers`) of this host would read or write at
@@ -43,14 +45,6 @@ absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers);
 // or the error on stderr and exit 2.
 [[noreturn]] void FinishConfigCheck(absl::string_view program, const JobConfig& config,
                                     const absl::Status& check);
-
-// The overrides given by the flags above (a flag left at its default
-// sentinel is not an override).
-ConfigOverrides OverridesFromFlags();
-
-// The override flags as "--name=value" arguments, for passing on to child
-// processes; only the flags that were set.
-std::vector<std::string> OverrideFlagsAsArgs();
 
 // Loads the job config named by --config (or the embedded default) with the
 // flag overrides applied.

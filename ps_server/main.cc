@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -43,71 +44,9 @@ ABSL_FLAG(std::string, port_file, "",
           "at start, so the file appearing means this process serves. For an address with port "
           "0 (cluster.ps[index] or --listen, e.g. 127.0.0.1:0), which binds a port the system "
           "picks: give the workers a config with that port (pslaunch does this itself).");
-ABSL_FLAG(int, max_message_bytes, pst::kDefaultMaxRequestBytes,
-          "Largest request (Init, Push, ...) this shard accepts, in bytes; a larger one is "
-          "refused with RESOURCE_EXHAUSTED and changes nothing.");
-ABSL_FLAG(std::string, checkpoint_start, "auto",
-          "What to do with the checkpoints in training.checkpoint.dir at start. auto: restore "
-          "this run's newest valid checkpoint, start fresh if the directory holds none, and "
-          "refuse to start (exit 2) if it holds checkpoints of which none is this run's to "
-          "restore (all damaged, another run's or job's, or a finished run's). restore: restore "
-          "the newest valid checkpoint, whichever run wrote it (resume a run). fresh: start from "
-          "the initial weights, moving the old checkpoints to <dir>/shard-<i>/previous/.");
-ABSL_FLAG(int, max_names_per_request, pst::RpcLimits().max_names_per_request,
-          "Most variables one exchange's pull may name or its push carry; more, or a name given "
-          "twice, is refused with INVALID_ARGUMENT.");
-ABSL_FLAG(int64_t, max_reply_bytes, pst::RpcLimits().max_reply_bytes,
-          "Largest answer the PS encodes for one pull in a 16-bit wire type, in bytes; a pull "
-          "whose answer would be larger is refused with RESOURCE_EXHAUSTED before it is built "
-          "(float32 answers are sent from the variables' own buffers, which this does not "
-          "bound).");
-ABSL_FLAG(double, max_pull_wait_seconds,
-          absl::ToDoubleSeconds(pst::RpcLimits().max_pull_wait),
-          "Longest a pull waits for its min_version, whatever timeout_ms it asks for; then it "
-          "ends with DEADLINE_EXCEEDED. Keep it above training.pull_timeout_seconds.");
-ABSL_FLAG(int, max_streams, pst::RpcLimits().max_streams,
-          "Exchanges (pushes and pulls, long-polls included) open at once; one more is refused "
-          "with RESOURCE_EXHAUSTED. Training opens one per worker at a time.");
-ABSL_FLAG(int, max_streams_per_worker, pst::RpcLimits().max_streams_per_worker,
-          "Exchanges open at once for one worker id; one more is refused with "
-          "RESOURCE_EXHAUSTED.");
-ABSL_FLAG(double, stream_idle_timeout_seconds,
-          absl::ToDoubleSeconds(pst::RpcLimits().stream_idle_timeout),
-          "An exchange that waits this long on its client (for its next message, or for it "
-          "to read the last one) is ended with DEADLINE_EXCEEDED and its buffers are freed; "
-          "nothing of an unfinished push is applied.");
-ABSL_FLAG(int, max_connections, pst::RpcLimits().max_connections,
-          "TCP connections held open at once, checked as each is accepted (before TLS or a "
-          "token); one more waits in the listener's backlog until one closes. 0: what the "
-          "descriptor limit (raised to its hard limit) leaves beside a reserve for checkpoints "
-          "and logs.");
-ABSL_FLAG(int, max_connections_per_source, pst::RpcLimits().max_connections_per_source,
-          "TCP connections held open at once from one source address; one more is reset and "
-          "counted.");
-ABSL_FLAG(double, handshake_timeout_seconds,
-          absl::ToDoubleSeconds(pst::RpcLimits().handshake_timeout),
-          "A connection that has not finished its TLS handshake and sent its HTTP/2 settings "
-          "within this is closed.");
-ABSL_FLAG(double, connection_idle_timeout_seconds,
-          absl::ToDoubleSeconds(pst::RpcLimits().connection_idle_timeout),
-          "A connection with no call open for this long is closed (a worker connects again at "
-          "its next call), so that idle connections do not hold the connection caps.");
-ABSL_FLAG(int64_t, min_push_bytes_per_second, pst::RpcLimits().min_push_bytes_per_second,
-          "A push still arriving while it holds push buffer budget must bring at least this many "
-          "bytes per second over each --stream_idle_timeout_seconds, or its exchange is ended "
-          "with DEADLINE_EXCEEDED and the budget given back (a client dripping a few bytes is "
-          "never idle); 0: no minimum.");
-ABSL_FLAG(int64_t, max_push_buffer_bytes, pst::RpcLimits().max_push_buffer_bytes,
-          "Bytes that pushes being received may hold in total before they are applied (every "
-          "SYNC push holds its shard's share); a push that would pass it, while others "
-          "hold some, is refused with RESOURCE_EXHAUSTED. 0: one share per worker, plus one.");
-ABSL_FLAG(int, max_server_threads, pst::RpcLimits().max_server_threads,
-          "Threads that serve the gRPC calls; no call holds one while it waits (a waiting pull "
-          "or AwaitWorkersDone leaves a waiter in the shard), so they are all the threads "
-          "calls get. 0: automatic (one).");
-ABSL_FLAG(bool, allow_insecure, false,
-          "Serve plaintext (no cluster.tls) on an address other machines can reach; only on a "
-          "trusted network, such as a private container network.");
+// Overrides this program reads itself (common/overrides.cc).
+ABSL_DECLARE_FLAG(std::string, checkpoint_start);
+ABSL_DECLARE_FLAG(bool, allow_insecure);
 
 namespace {
 
@@ -154,26 +93,6 @@ std::string BoundAddress(const std::string& address, int port) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address
                                     : absl::StrCat(address.substr(0, colon + 1), port);
-}
-
-pst::RpcLimits RpcLimitsFromFlags() {
-  return pst::RpcLimits{
-      .max_request_bytes = absl::GetFlag(FLAGS_max_message_bytes),
-      .max_names_per_request = absl::GetFlag(FLAGS_max_names_per_request),
-      .max_reply_bytes = absl::GetFlag(FLAGS_max_reply_bytes),
-      .max_pull_wait = absl::Seconds(absl::GetFlag(FLAGS_max_pull_wait_seconds)),
-      .max_streams = absl::GetFlag(FLAGS_max_streams),
-      .max_streams_per_worker = absl::GetFlag(FLAGS_max_streams_per_worker),
-      .stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_seconds)),
-      .min_push_bytes_per_second = absl::GetFlag(FLAGS_min_push_bytes_per_second),
-      .max_push_buffer_bytes = absl::GetFlag(FLAGS_max_push_buffer_bytes),
-      .max_connections = absl::GetFlag(FLAGS_max_connections),
-      .max_connections_per_source = absl::GetFlag(FLAGS_max_connections_per_source),
-      .handshake_timeout = absl::Seconds(absl::GetFlag(FLAGS_handshake_timeout_seconds)),
-      .connection_idle_timeout =
-          absl::Seconds(absl::GetFlag(FLAGS_connection_idle_timeout_seconds)),
-      .max_server_threads = absl::GetFlag(FLAGS_max_server_threads),
-  };
 }
 
 // What the signal waiter does with SIGINT/SIGTERM.
@@ -241,7 +160,8 @@ int main(int argc, char** argv) {
       "Register/Init/Pull/Push over gRPC.\n"
       "Usage: ps_server --config=configs/local.textproto --task=ps:0 [--mode=async]\n"
       "With cluster.ps[0] \"127.0.0.1:0\" it binds a free port and, with "
-      "--port_file=PATH, writes that port to PATH once serving.");
+      "--port_file=PATH, writes that port to PATH once serving.",
+      pst::kPsServer);
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
@@ -249,14 +169,10 @@ int main(int argc, char** argv) {
       pst::ResolveTaskFromEnvironment(absl::GetFlag(FLAGS_task), pst::TaskId::Kind::kPs, kProgram);
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
-  if (absl::GetFlag(FLAGS_max_message_bytes) <= 0) {
-    pst::ExitWithError(kProgram, absl::InvalidArgumentError(
-        "--max_message_bytes must be a positive number of bytes (default 268435456, 256 MiB)"));
-  }
   absl::StatusOr<pst::CheckpointStart> checkpoint_start =
       pst::ParseCheckpointStart(absl::GetFlag(FLAGS_checkpoint_start));
   if (!checkpoint_start.ok()) pst::ExitWithError(kProgram, checkpoint_start.status());
-  const pst::RpcLimits limits = RpcLimitsFromFlags();
+  const pst::RpcLimits limits = pst::RpcLimitsFromFlags();
   if (absl::Status s = pst::ValidateRpcLimits(limits); !s.ok()) pst::ExitWithError(kProgram, s);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (absl::GetFlag(FLAGS_check_config)) {

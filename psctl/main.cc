@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
@@ -23,7 +24,8 @@
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
 
-ABSL_FLAG(int, connect_timeout_seconds, 5, "How long to wait for each PS shard to answer.");
+// An override this program reads itself (common/overrides.cc).
+ABSL_DECLARE_FLAG(int, connect_timeout_seconds);
 ABSL_FLAG(std::string, task, "", "For psctl token: the task, worker:<index>.");
 ABSL_FLAG(std::string, link, "", "For psctl plan: each port's rate each way, e.g. 25gbit.");
 ABSL_FLAG(std::string, rtt, "0us", "For psctl plan: the round trip between two hosts, e.g. 100us.");
@@ -47,8 +49,9 @@ std::unique_ptr<PsClient> Connect(const JobConfig& config) {
       ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kClient);
   if (!security.ok()) ExitWithError(kProgram, security.status());
   std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
+  const int seconds = absl::GetFlag(FLAGS_connect_timeout_seconds);
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
-      addresses, 0, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)), *security);
+      addresses, 0, absl::Seconds(seconds > 0 ? seconds : 5), *security);
   if (!client.ok()) ExitWithError(kProgram, client.status());
   return std::move(*client);
 }
@@ -250,7 +253,8 @@ int main(int argc, char** argv) {
       "              with it the worker can act as worker:N only\n"
       "  plan        with --link=25gbit --rtt=100us --worker_step_ms=MS: the predicted step\n"
       "              time and samples/s for K = 1..16 shards, and the smallest K within 5%\n"
-      "              of the best (the cost model of docs/benchmarks.md); contacts no shard");
+      "              of the best (the cost model of docs/benchmarks.md); contacts no shard",
+      pst::kPsctl);
   spdlog::set_level(spdlog::level::warn);
   if (args.size() != 2) {
     pst::ExitWithError("psctl", absl::InvalidArgumentError(

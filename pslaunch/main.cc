@@ -18,10 +18,8 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
@@ -40,7 +38,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "pslaunch/report.h"
 #include "pslaunch/supervisor.h"
-#include "pslaunch/worker_command.h"
+#include "pslaunch/tasks.h"
 #include "result.pb.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -52,8 +50,6 @@ ABSL_FLAG(std::string, result_dir, "",
           "Directory for the effective config (cluster.textproto) and each worker's result "
           "(worker-<i>.json); kept after the run. Default: a fresh directory under /tmp, "
           "removed at the end.");
-ABSL_FLAG(std::string, logdir, "",
-          "The chief (worker:0) writes TensorBoard event files here (see worker --help).");
 ABSL_FLAG(std::string, report, "",
           "Write the loss and accuracy curves of every worker to this self-contained HTML page, "
           "and the run's record to the same name with .json (psreport draws several of those "
@@ -64,13 +60,12 @@ ABSL_FLAG(int, max_local_tasks, 0,
           "Refuse a config with more tasks (PS shards + workers) than this: each is a process "
           "of this host. 0 = 4 per CPU, at least 16. Larger clusters span hosts: start their "
           "tasks there with ps_server and worker.");
-ABSL_FLAG(std::string, checkpoint_start, "auto",
-          "Passed to every PS on its first start (see ps_server --help): auto, restore (resume "
-          "the run whose checkpoints are in training.checkpoint.dir) or fresh (start over, "
-          "moving them aside). A restarted PS always uses auto, and restores this run's own.");
 ABSL_FLAG(int, port_timeout_seconds, 120,
           "How long each PS whose cluster.ps address has port 0 gets to bind and report the "
           "port it got (after restoring its checkpoint) before pslaunch stops the run.");
+
+// An override this program checks before passing it on (common/overrides.cc).
+ABSL_DECLARE_FLAG(std::string, checkpoint_start);
 
 namespace {
 
@@ -80,7 +75,8 @@ constexpr int kInterruptedExitCode = 130;
 constexpr char kUsage[] =
     "Runs a whole parameter-server training job on this host: starts one ps_server per "
     "cluster.ps address (ps:0..ps:P-1) and cluster.workers worker processes "
-    "(worker:0..worker:W-1), all with the same config after the command-line overrides; "
+    "(worker:0..worker:W-1), all with the same config after the command-line overrides, "
+    "each given the overrides, PS limits and task settings below that it takes; "
     "with cluster.worker_command, each worker task runs that command through /bin/sh -c "
     "instead (a Python worker: PSTRAIN_CONFIG, PSTRAIN_TASK and PSTRAIN_RESULT_FILE in its "
     "environment). "
@@ -150,10 +146,6 @@ absl::StatusOr<PendingPorts> PortFiles(const pst::JobConfig& config) {
   return pending;
 }
 
-std::string WorkerResultPath(const std::string& dir, int index) {
-  return absl::StrCat(dir, "/worker-", index, ".json");
-}
-
 absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
                                                  const std::string& dir) {
   std::string text;
@@ -165,23 +157,6 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
   std::string path = dir + "/cluster.textproto";
   PST_RETURN_IF_ERROR(pst::WriteFileDurably(path, text));
   return path;
-}
-
-// --metrics_port=P: the first PS serves metrics on P, the other tasks on
-// P+1, P+2, ... in task order (PS shards, then workers).
-void AssignMetricsPorts(std::vector<pst::ChildSpec>* tasks) {
-  const int base = absl::GetFlag(FLAGS_metrics_port);
-  if (base == 0) return;
-  std::vector<std::string> mapping;
-  const std::string address = absl::GetFlag(FLAGS_metrics_address);
-  for (size_t i = 0; i < tasks->size(); ++i) {
-    pst::ChildSpec& task = (*tasks)[i];
-    const int port = base + static_cast<int>(i);
-    task.argv.push_back(absl::StrCat("--metrics_port=", port));
-    task.argv.push_back("--metrics_address=" + address);
-    mapping.push_back(absl::StrCat(task.name, "=", port));
-  }
-  spdlog::info("metrics on http://{}:PORT/metrics: {}", address, absl::StrJoin(mapping, " "));
 }
 
 int MaxLocalTasks() {
@@ -210,54 +185,6 @@ void SetRunId(pst::JobConfig* config) {
   if (checkpoint->dir().empty() || !checkpoint->run_id().empty()) return;
   checkpoint->set_run_id(absl::StrCat(
       absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::LocalTimeZone()), "-", getpid()));
-}
-
-absl::StatusOr<std::vector<pst::ChildSpec>> Tasks(const pst::JobConfig& config,
-                                                  const std::string& bin_dir,
-                                                  const std::string& config_path,
-                                                  const std::string& result_dir,
-                                                  const PendingPorts& ports) {
-  // With cluster.auth each worker carries a token of its own task, so that
-  // it can act as no other.
-  std::optional<std::string> cluster_token;
-  if (config.cluster().has_auth()) {
-    absl::StatusOr<std::string> token = pst::ReadClusterToken(config.cluster());
-    if (!token.ok()) return token.status();
-    cluster_token = *std::move(token);
-  }
-  std::vector<pst::ChildSpec> tasks;
-  const std::string logdir = absl::GetFlag(FLAGS_logdir);
-  for (int i = 0; i < config.cluster().ps_size(); ++i) {
-    std::string task = absl::StrCat("ps:", i);
-    tasks.push_back({task,
-                     {bin_dir + "/ps_server", "--config=" + config_path, "--task=" + task},
-                     /*must_finish=*/false,
-                     {"--checkpoint_start=" + absl::GetFlag(FLAGS_checkpoint_start)}});
-    // First start only: a restart reads the rewritten config, which names
-    // the port this PS got, and binds it again for the workers.
-    if (auto file = ports.files.find(i); file != ports.files.end()) {
-      tasks.back().first_start_args.push_back("--port_file=" + file->second);
-    }
-  }
-  for (int i = 0; i < config.cluster().workers(); ++i) {
-    std::string task = absl::StrCat("worker:", i);
-    tasks.push_back({task,
-                     {bin_dir + "/worker", "--config=" + config_path, "--task=" + task,
-                      "--result_file=" + WorkerResultPath(result_dir, i)},
-                     /*must_finish=*/true});
-    if (!logdir.empty()) tasks.back().argv.push_back("--logdir=" + logdir);
-    if (cluster_token) {
-      tasks.back().env.push_back(
-          absl::StrCat(pst::kTaskTokenEnv, "=", pst::TaskToken(*cluster_token, task)));
-    }
-  }
-  AssignMetricsPorts(&tasks);
-  if (const std::string& command = config.cluster().worker_command(); !command.empty()) {
-    for (pst::ChildSpec& task : tasks) {
-      if (absl::StartsWith(task.name, "worker:")) pst::RunWorkerCommand(command, &task);
-    }
-  }
-  return tasks;
 }
 
 absl::StatusOr<pst::WorkerResult> ReadWorkerResult(const std::string& path) {
@@ -290,7 +217,7 @@ absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const st
   int64_t samples = 0;
   double longest = 0.0;
   for (int i = 0; i < config.cluster().workers(); ++i) {
-    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(WorkerResultPath(dir, i));
+    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(pst::WorkerResultPath(dir, i));
     if (!result.ok() && missing.count(i) > 0) continue;
     if (!result.ok()) return result.status();
     if (i == 0) missing.insert(result->missing_workers().begin(), result->missing_workers().end());
@@ -361,7 +288,7 @@ absl::Status WriteReport(const pst::RunSummary& summary, const pst::JobConfig& c
   if (path.empty()) return absl::OkStatus();
   std::vector<pst::WorkerResult> workers;
   for (int i = 0; i < config.cluster().workers(); ++i) {
-    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(WorkerResultPath(dir, i));
+    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(pst::WorkerResultPath(dir, i));
     if (result.ok()) workers.push_back(*std::move(result));
   }
   pst::RunRecord record = pst::MakeRunRecord(summary, std::move(workers));
@@ -555,20 +482,6 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
   return outcome;
 }
 
-// --help lists pslaunch's own flags and the shared override flags (by
-// default Abseil shows only flags from a file named after the program).
-void SetUpHelp() {
-  absl::SetProgramUsageMessage(kUsage);
-  absl::FlagsUsageConfig config;
-  auto ours = [](absl::string_view file) {
-    return absl::StrContains(file, "pslaunch/") || absl::StrContains(file, "common/flags") ||
-           absl::StrContains(file, "common/metrics_http");
-  };
-  config.contains_help_flags = ours;
-  config.contains_helpshort_flags = ours;
-  absl::SetFlagsUsageConfig(config);
-}
-
 void SetUpLogging() {
   auto logger = spdlog::stderr_color_mt(kProgram);
   logger->set_pattern("%H:%M:%S.%e [pslaunch] %^%l%$ %v");
@@ -580,11 +493,7 @@ void SetUpLogging() {
 
 int main(int argc, char** argv) {
   absl::Time start = absl::Now();
-  SetUpHelp();
-  if (absl::Status s = pst::CheckCommandLine(argc, argv); !s.ok()) {
-    pst::ExitWithError(kProgram, s);
-  }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = pst::ParseCommandLineFlags(argc, argv, kUsage, pst::kPslaunch);
   SetUpLogging();
   if (positional.size() > 1) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
@@ -616,6 +525,7 @@ int main(int argc, char** argv) {
   if (startable.ok()) {
     startable = pst::ParseCheckpointStart(absl::GetFlag(FLAGS_checkpoint_start)).status();
   }
+  if (startable.ok()) startable = pst::ValidateRpcLimits(pst::RpcLimitsFromFlags());
   if (startable.ok()) startable = pst::CheckTaskFiles(*config, /*ps=*/true, /*workers=*/true);
   if (absl::GetFlag(FLAGS_check_config)) pst::FinishConfigCheck(kProgram, *config, startable);
   if (!startable.ok()) pst::ExitWithError(kProgram, startable);
@@ -624,7 +534,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> dir = MakeResultDir(&remove_dir);
   if (!dir.ok()) pst::ExitWithError(kProgram, dir.status());
   for (int i = 0; i < config->cluster().workers(); ++i) {
-    std::filesystem::remove(WorkerResultPath(*dir, i));  // no stale results from a former run
+    std::filesystem::remove(pst::WorkerResultPath(*dir, i));  // no stale results from a former run
   }
   absl::StatusOr<std::string> config_path = WriteEffectiveConfig(*config, *dir);
   if (!config_path.ok()) {
@@ -654,8 +564,8 @@ int main(int argc, char** argv) {
       pst::ExitWithError(kProgram, s);
     }
     std::vector<std::string> started;
-    absl::StatusOr<std::vector<pst::ChildSpec>> tasks =
-        Tasks(*config, bin_dir, *config_path, *dir, *pending_ports);
+    absl::StatusOr<std::vector<pst::ChildSpec>> tasks = pst::ClusterTasks(
+        *config, {bin_dir, *config_path, *dir, pending_ports->files});
     if (!tasks.ok()) {
       remove_dirs();
       pst::ExitWithError(kProgram, tasks.status());

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
       "Draws the loss, accuracy, throughput and staleness curves of several runs on one "
       "self-contained HTML page.\n"
       "Usage: psreport --out=compare.html sync.json async.json [more.json...]\n"
-      "The JSON files are the run records that pslaunch --report=NAME.html writes as NAME.json.");
+      "The JSON files are the run records that pslaunch --report=NAME.html writes as NAME.json.",
+      pst::kPsreport);
   if (args.size() < 2) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(
         "name at least one run record: psreport --out=compare.html sync.json async.json"));

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <optional>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,12 +26,9 @@ ABSL_FLAG(std::string, task, "",
           "task, else worker:0).");
 ABSL_FLAG(std::string, result_file, "",
           "Write this worker's result (steps, samples, loss, test accuracy) here as JSON.");
-ABSL_FLAG(std::string, logdir, "",
-          "The chief (worker:0) writes TensorBoard event files here (train/loss, "
-          "train/samples_per_sec, train/staleness, test/loss, test/accuracy); other workers "
-          "ignore it. Empty = none.");
-ABSL_FLAG(int, connect_timeout_seconds, 60,
-          "How long to wait for every PS shard to accept a connection.");
+// Overrides this program reads itself (common/overrides.cc).
+ABSL_DECLARE_FLAG(std::string, logdir);
+ABSL_DECLARE_FLAG(int, connect_timeout_seconds);
 
 namespace {
 
@@ -96,7 +94,8 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
       "shard of the data, pushes them back.\n"
       "Usage: worker --config=configs/local.textproto --task=worker:0 [--mode=async] "
-      "[--device=auto|cpu|gpu:N] [--devices=cpu:2|gpu:0,gpu:1|gpu:all]");
+      "[--device=auto|cpu|gpu:N] [--devices=cpu:2|gpu:0,gpu:1|gpu:all]",
+      pst::kWorker);
 
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
@@ -104,6 +103,12 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
       absl::GetFlag(FLAGS_task), pst::TaskId::Kind::kWorker, kProgram);
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
+  const int connect_seconds = absl::GetFlag(FLAGS_connect_timeout_seconds);
+  if (connect_seconds < 0) {
+    pst::ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+        "--connect_timeout_seconds=", connect_seconds,
+        " must be 0 (the default, 60 s) or a positive number of seconds")));
+  }
 
   if (absl::GetFlag(FLAGS_check_config)) {
     pst::FinishConfigCheck(kProgram, *config,
@@ -166,7 +171,7 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
   }
   std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
   absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
-      addresses, task->index, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_seconds)),
+      addresses, task->index, absl::Seconds(connect_seconds > 0 ? connect_seconds : 60),
       *security);
   // A shard not reachable yet (UNAVAILABLE) is worth a restart: exit 1.
   if (!client.ok()) pst::ExitWithStatus(kProgram, client.status());

@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/overrides.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,11 +21,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Overrides with one field set and the others unset.
-template <typename T, typename V>
-ConfigOverrides Overridden(std::optional<T> ConfigOverrides::*field, V value) {
+// The config overrides of flags `given` ({name, value} pairs), in order.
+ConfigOverrides Overridden(std::vector<std::pair<std::string, std::string>> given) {
   ConfigOverrides overrides;
-  overrides.*field = value;
+  for (const auto& [flag, value] : given) {
+    absl::StatusOr<ConfigOverride> override = ConfigOverrideOf(flag, value);
+    EXPECT_TRUE(override.ok()) << override.status();
+    if (override.ok()) overrides.push_back(*std::move(override));
+  }
   return overrides;
 }
 
@@ -70,12 +76,11 @@ TEST(ConfigTest, TextAndJsonGiveTheSameConfig) {
 
 TEST(ConfigTest, OverridesWinOverTheFile) {
   std::string path = WriteTemp("good.textproto", kGoodConfig);
-  ConfigOverrides overrides;
-  overrides.mode = "async";
-  overrides.epochs = 7;
-  overrides.workers = 3;
-  overrides.batch_size = 8;
-  overrides.learning_rate = 0.5f;
+  ConfigOverrides overrides = Overridden({{"mode", "async"},
+                                          {"epochs", "7"},
+                                          {"workers", "3"},
+                                          {"batch_size", "8"},
+                                          {"learning_rate", "0.5"}});
   absl::StatusOr<JobConfig> config = LoadJobConfig(path, overrides);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->training().mode(), ASYNC);
@@ -84,7 +89,7 @@ TEST(ConfigTest, OverridesWinOverTheFile) {
   EXPECT_EQ(config->training().batch_size(), 8);
   EXPECT_FLOAT_EQ(config->training().optimizer().sgd().learning_rate(), 0.5f);
   EXPECT_FLOAT_EQ(config->training().optimizer().sgd().momentum(), 0.9f);
-  overrides.devices = "cpu:2";
+  overrides.push_back(*ConfigOverrideOf("devices", "cpu:2"));
   config = LoadJobConfig(path, overrides);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->training().devices(), "cpu:2");
@@ -136,13 +141,13 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "MSE does not fit"},
       {"zero-width layer", replace("hidden: 16", "hidden: 0"), {},
        absl::StatusCode::kInvalidArgument, "training.model.mlp.hidden[0]"},
-      {"bad mode flag", good, Overridden(&ConfigOverrides::mode, "fast"),
+      {"bad mode flag", good, Overridden({{"mode", "fast"}}),
        absl::StatusCode::kInvalidArgument,
        "--mode: unknown mode \"fast\"; use sync, async or ssp"},
-      {"bad epochs flag", good, Overridden(&ConfigOverrides::epochs, -1),
+      {"bad epochs flag", good, Overridden({{"epochs", "-1"}}),
        absl::StatusCode::kInvalidArgument,
        "training.epochs must be at least 1"},
-      {"bad devices flag", good, Overridden(&ConfigOverrides::devices, "cpu:0"),
+      {"bad devices flag", good, Overridden({{"devices", "cpu:0"}}),
        absl::StatusCode::kInvalidArgument,
        "--devices: devices \"cpu:0\""},
       {"towers that cannot split the batch", replace("epochs: 2", "epochs: 2 devices: \"cpu:3\""),
@@ -165,7 +170,7 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "cluster.workers 100000 is more than the 4096"},
       {"model too large", replace("hidden: 16", "hidden: 100000 hidden: 100000"), {},
        absl::StatusCode::kInvalidArgument, "makes a model of 10079600010 parameters"},
-      {"bad shm flag", good, Overridden(&ConfigOverrides::shm, "maybe"),
+      {"bad shm flag", good, Overridden({{"shm", "maybe"}}),
        absl::StatusCode::kInvalidArgument,
        "--shm: unknown setting \"maybe\"; use auto or off"},
       {"JSON nested past any config", "{\"cluster\": {\"ps\": " + std::string(100000, '[') +

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/overrides.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
@@ -226,9 +227,7 @@ TEST_F(LoadWithTfConfigTest, RefusesAFileOrFlagThatDisagrees) {
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr(path + " has cluster.ps [p0:2222]"));
 
-  ConfigOverrides overrides;
-  overrides.workers = 5;
-  config = LoadJobConfig(WriteConfig("job.textproto", ""), overrides);
+  config = LoadJobConfig(WriteConfig("job.textproto", ""), {*ConfigOverrideOf("workers", "5")});
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("(or --workers) has cluster.workers 5"));
 

@@ -3,7 +3,9 @@
 # docker-compose, debootstrap), starts dockerd by hand, makes the
 # debian:bookworm base image locally (no registry is reachable), builds
 # docker/Dockerfile and runs docker/docker-compose.yml to completion twice:
-# SYNC with 2 workers, ASYNC with --scale worker=3. Asserts every worker's
+# SYNC with 2 workers, ASYNC with --scale worker=3. Before the image, the
+# .deb of the build in $BUILD_DIR (default build/) is installed in a clean
+# container (tests/packaging/deb_install_test.sh). Asserts every worker's
 # exit code, the PS health check, the chief's accuracy line and the
 # transport: shared memory where the workers share the PS's IPC namespace
 # (the compose file's default), TCP where each has its own. Then it
@@ -90,6 +92,14 @@ say "base image ready ($(elapsed "$phase") s)"
 # plainly if containers cannot reach it, rather than failing mid-build.
 "$DOCKER" run --rm debian:bookworm sh -c 'apt-get update -qq' >/dev/null 2>&1 ||
   fail "a container cannot reach the Debian mirror (apt-get update fails), which docker build needs"
+
+# The .deb of the build CI made before (scripts/test.sh: ctest ran with no
+# Docker engine, so its deb_package_test skipped this part), installed in a
+# clean container of the base image.
+phase=$(date +%s)
+DOCKER=$DOCKER "$ROOT/tests/packaging/deb_install_test.sh" "${BUILD_DIR:-$ROOT/build}" ||
+  fail "the .deb does not install and run in a clean container"
+say "package checked ($(elapsed "$phase") s)"
 
 phase=$(date +%s)
 "$DOCKER" build -f "$ROOT/docker/Dockerfile" -t "$IMAGE" "$ROOT" >"$WORK/build.log" 2>&1 ||

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/overrides.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/gpu_check.h"
@@ -146,12 +147,9 @@ TEST(DeviceTest, AMissingGpuIsAClearError) {
 
 TEST(DeviceConfigTest, TheOverrideAndTheConfigFieldAreValidated) {
   JobConfig config;
-  ConfigOverrides overrides;
-  overrides.device = "gpu:1";
-  ASSERT_TRUE(ApplyOverrides(overrides, &config).ok());
+  ASSERT_TRUE(ApplyOverrides({*ConfigOverrideOf("device", "gpu:1")}, &config).ok());
   EXPECT_EQ(config.training().device(), "gpu:1");
-  overrides.device = "gpu:one";
-  absl::Status bad = ApplyOverrides(overrides, &config);
+  absl::Status bad = ApplyOverrides({*ConfigOverrideOf("device", "gpu:one")}, &config);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.message(), HasSubstr("--device: device \"gpu:one\""));
 

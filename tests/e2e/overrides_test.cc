@@ -1,0 +1,95 @@
+// The shipped programs against the overrides table: each accepts every
+// override the table says it takes and refuses the others, and pslaunch
+// takes every flag of ps_server and worker except those it sets per task.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/overrides.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/commands.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Binary {
+  std::string name;
+  Program program;
+};
+const Binary kTasks[] = {{"ps_server", kPsServer}, {"worker", kWorker}};
+const Binary kPrograms[] = {{"ps_server", kPsServer}, {"worker", kWorker}, {"pslaunch", kPslaunch}};
+
+std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
+
+// The flags a program's --help lists ("    --name (...").
+std::set<std::string> HelpFlags(const std::string& program) {
+  CommandResult help = RunCommand(Bin(program) + " --help", 60);
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  std::set<std::string> flags;
+  for (absl::string_view line : absl::StrSplit(help.out, '\n')) {
+    if (!absl::ConsumePrefix(&line, "    --")) continue;
+    flags.insert(std::string(line.substr(0, line.find(' '))));
+  }
+  return flags;
+}
+
+TEST(OverridesE2eTest, EachProgramTakesTheOverridesTheTableGivesIt) {
+  for (const Binary& binary : kPrograms) {
+    SCOPED_TRACE(binary.name);
+    std::string command = Bin(binary.name) + " --check_config";
+    for (const Override& entry : Overrides()) {
+      if (entry.Takes(binary.program)) {
+        absl::StrAppend(&command, " '--", entry.name(), "=", entry.flag->DefaultValue(), "'");
+      }
+    }
+    CommandResult checked = RunCommand(command, 60);
+    EXPECT_EQ(checked.exit_code, 0) << command << "\n" << checked.err;
+    EXPECT_THAT(checked.out, HasSubstr("config OK"));
+  }
+}
+
+TEST(OverridesE2eTest, EachTaskRefusesTheOverridesItDoesNotTakeInOneLine) {
+  for (const Binary& binary : kTasks) {
+    for (const Override& entry : Overrides()) {
+      if (entry.Takes(binary.program)) continue;
+      SCOPED_TRACE(absl::StrCat(binary.name, " --", entry.name()));
+      CommandResult refused = RunCommand(
+          absl::StrCat(Bin(binary.name), " '--", entry.name(), "=", entry.flag->DefaultValue(), "'"),
+          60);
+      EXPECT_EQ(refused.exit_code, 2);
+      EXPECT_THAT(refused.err, ::testing::StartsWith(absl::StrCat(
+                                   binary.name, ": error: unknown flag --", entry.name(), ": ",
+                                   binary.name, " does not take it (a flag of ")));
+      EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+    }
+  }
+}
+
+TEST(OverridesE2eTest, PslaunchTakesEveryFlagOfItsTasksButThePerTaskOnes) {
+  // What pslaunch sets for each task itself (or, --listen, a task started by hand).
+  const std::set<std::string> per_task = {"config",      "check_config", "task",
+                                          "listen",      "port_file",    "result_file",
+                                          "metrics_port", "metrics_address"};
+  const std::set<std::string> launcher = HelpFlags("pslaunch");
+  for (const Binary& binary : kTasks) {
+    for (const std::string& flag : HelpFlags(binary.name)) {
+      SCOPED_TRACE(absl::StrCat(binary.name, " --", flag));
+      if (per_task.count(flag) > 0) continue;
+      EXPECT_EQ(launcher.count(flag), 1u) << "pslaunch does not take it";
+      const Override* entry = FindOverride(flag);
+      ASSERT_NE(entry, nullptr) << "not in the overrides table, so pslaunch cannot pass it on";
+      EXPECT_TRUE(entry->Takes(binary.program));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pst
