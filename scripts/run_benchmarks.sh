@@ -12,7 +12,7 @@
 #
 # Kinds, in order: machine train_vs_torch time_to_accuracy train_bench main_job
 # ps_bench ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench
-# metrics_bench. ONLY without machine keeps machine.json as it is.
+# metrics_bench python_client. ONLY without machine keeps machine.json as it is.
 # Run it on a quiet machine, on a Release build in build/ (scripts/build.sh).
 # train_vs_torch needs python3-torch and python3-numpy and gpu_bench a GPU and
 # a CUDA build; without them each is skipped with one line. A benchmark that
@@ -35,7 +35,7 @@ BENCH_DIR=${BENCH_DIR:-docs/bench}
 DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch time_to_accuracy train_bench main_job ps_bench ps_bench_shards
-       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench)
+       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench python_client)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -208,6 +208,15 @@ metrics_bench() {
   run "$PY" benchmarks/rounds.py --benchmark=metrics_bench --rounds="$(rounds 3)" \
     --vary=registry=prometheus-cpp,lock-free --keys=threads \
     --json="$BENCH_DIR/metrics_bench.json" -- build/bin/metrics_bench --json
+}
+
+python_client() {
+  if [[ -z $DRY_RUN && ! -d build/python/pstrain ]]; then
+    say "skipping python_client: no Python module in build/python (pybind11-dev, python3-dev)"
+    return
+  fi
+  run "$PY" benchmarks/python_client_bench.py --rounds="$(rounds 5)" \
+    --json="$BENCH_DIR/python_client.json"
 }
 
 for kind in ${ONLY//,/ }; do

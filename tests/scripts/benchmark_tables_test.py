@@ -70,6 +70,13 @@ ROWS = {
     "gpu_bench": [
         {"model": "784-1024-1024-10", "batch": 256, "runs": 3, "step_ms": 0.5, "step_ms_min": 0.4,
          "step_ms_max": 0.6, "ratio": 1.2, "ratio_min": 1.1, "ratio_max": 1.3}],
+    "python_client": [
+        {"transport": "shm", "size": "4MiB", "size_bytes": 4194304, "runs": 3,
+         **{f"{f}{end}": v for f, v in (("cpp_p50_us", 900.0), ("python_p50_us", 950.0),
+                                        ("python_over_cpp", 1.05), ("cpu_python_over_cpp", 1.02),
+                                        ("cpp_push_pull_gbps", 4.0),
+                                        ("python_push_pull_gbps", 3.9))
+            for end in ("", "_min", "_max")}}],
 }
 
 # What each kind's table shows of ROWS.
@@ -85,6 +92,7 @@ EXPECTED = {
     "ps_bench": "| 4KiB | 1 | shm | 0.109 (0.098-0.121) |",
     "metrics_bench": "| `Counter::Increment` | 2 | 39.1 (38.0-41.5) | 29.0 (25.7-31.8) | ns | 3 |",
     "gpu_bench": "| 784-1024-1024-10 | 256 | 0.500 (0.400-0.600) |",
+    "python_client": "| shm | 4MiB | 900 (900-900) | 950 (950-950) | 1.050 (1.050-1.050) |",
 }
 
 DOC = """# Benchmarks
