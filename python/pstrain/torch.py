@@ -65,6 +65,9 @@ class DistributedOptimizer:
                     p.data = torch.from_numpy(values[name]).view(p.shape)
                     p.grad = torch.from_numpy(gradients[name]).view(p.shape)
                     p.grad.zero_()
+            # Where each pushed gradient lies, to check every step that
+            # autograd still accumulates there.
+            self._gradient_addresses = [gradients[n].ctypes.data for n, _ in self.parameters]
         else:
             self._staging = HostStaging([values[n] for n, _ in self.parameters],
                                         [gradients[n] for n, _ in self.parameters])
@@ -126,11 +129,10 @@ class DistributedOptimizer:
     # ---- internals ------------------------------------------------------
     def _exchange(self):
         if self._staging is None:
-            gradients = self.client.gradients
-            for name, p in self.parameters:
-                if p.grad is None or p.grad.data_ptr() != gradients[name].ctypes.data:
+            for (name, p), address in zip(self.parameters, self._gradient_addresses):
+                if p.grad is None or p.grad.data_ptr() != address:
                     self._adopt_gradient(name, p)
-            self.client.push_pull(gradients)
+            self.client.push_pull(self.client.gradients)
         else:
             self._staging.gradients_to_host([p.grad for _, p in self.parameters])
             self.client.push_pull(self.client.gradients)
