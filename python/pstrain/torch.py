@@ -25,6 +25,7 @@ A model on a GPU exchanges through page-locked host buffers
 (``pstrain.staging``).
 """
 
+import random
 import sys
 import time
 
@@ -98,7 +99,8 @@ class DistributedOptimizer:
         is spent the last error is raised (a launcher restarts the worker).
         A step is never dropped without an error."""
         loss = self._evaluate(closure)
-        deadline = None
+        patience = float(self.client.config["training"]["pull_timeout_seconds"])
+        deadline, backoff = None, 0.1
         while True:
             try:
                 self._exchange()
@@ -106,9 +108,18 @@ class DistributedOptimizer:
             except pstrain.Error as error:
                 if not error.transient:
                     raise
+                now = time.monotonic()
                 if deadline is None:
-                    patience = float(self.client.config["training"]["pull_timeout_seconds"])
-                    deadline = time.monotonic() + patience
+                    deadline = now + patience
+                elif now > deadline:
+                    raise pstrain.UnavailableError(
+                        "gave up redoing a step after training.pull_timeout_seconds "
+                        f"({patience:g} s): {error}", "UNAVAILABLE", True) from error
+                else:
+                    # A shard that answers but keeps refusing: back off, with
+                    # full jitter, as the worker binary does.
+                    time.sleep(backoff * (0.5 + 0.5 * random.random()))
+                    backoff = min(backoff * 2, 5.0)
                 self._rejoin(error, deadline)
                 self.redone_steps += 1
                 if closure is not None:
