@@ -13,10 +13,16 @@ as a PyTorch user who cares about speed would set DDP up: every batch is
 gathered before the timed loop (on both sides), the gradients are zeroed with
 set_to_none, and both sides run under the same glibc malloc settings
 (ps_server's, common/process_memory.cc, given to every Python process
-through MALLOC_* variables). samples/s is every process's samples over the
-longest process's timed loop (after --warmup steps). Prints one JSON object.
+through MALLOC_* variables) and the same threads: --threads for torch and,
+through OMP_NUM_THREADS and OPENBLAS_NUM_THREADS, for the BLAS library
+(torch.set_num_threads does not reach Debian's OpenBLAS, which otherwise
+adds a thread per core to every process; --blas_threads=default leaves it
+so). samples/s is every process's samples over the longest process's timed
+loop (after --warmup steps). Each round runs both, the order alternating
+from round to round; prints each run, then one JSON object with the medians
+(min-max) and the median of the rounds' ratios.
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --steps=200
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --steps=200 --rounds=3
 """
 
 import argparse
@@ -24,6 +30,7 @@ import importlib.util
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +40,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # KeepLargeBuffersWarm's settings (common/process_memory.cc), as environment.
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
               "MALLOC_TOP_PAD_": str(64 << 20), "MALLOC_ARENA_MAX": "1"}
+
+
+def thread_env(args):
+    """What every process of both sides gets besides MALLOC_ENV."""
+    if args.blas_threads == "default":
+        return {}
+    return {"OMP_NUM_THREADS": str(args.threads), "OPENBLAS_NUM_THREADS": str(args.threads)}
 
 
 def example():
@@ -102,7 +116,7 @@ training {{ mode: SYNC optimizer {{ adam {{ learning_rate: {args.lr} }} }}
 """)
         run = subprocess.run([os.path.join(args.bin_dir, "pslaunch"), f"--config={config}"],
                              capture_output=True, text=True, timeout=args.timeout,
-                             env=dict(os.environ, **MALLOC_ENV))
+                             env=dict(os.environ, **MALLOC_ENV, **thread_env(args)))
         if run.returncode != 0:
             raise RuntimeError(f"pslaunch exited {run.returncode}: {run.stderr[-3000:]}")
         return json.loads(run.stdout.strip().splitlines()[-1])["train_samples_per_sec"]
@@ -136,7 +150,8 @@ def ddp_worker(rank, port, args, queue):
 
 def run_ddp(args):
     import torch.multiprocessing as mp
-    os.environ.update(MALLOC_ENV)  # inherited by the spawned processes
+    saved = dict(os.environ)
+    os.environ.update(MALLOC_ENV, **thread_env(args))  # inherited by the spawned processes
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -145,12 +160,18 @@ def run_ddp(args):
     procs = [ctx.Process(target=ddp_worker, args=(r, port, args, queue)) for r in range(2)]
     for p in procs:
         p.start()
+    os.environ.clear()
+    os.environ.update(saved)
     seconds = [queue.get(timeout=args.timeout) for _ in procs]
     for p in procs:
         p.join(args.timeout)
         if p.exitcode != 0:
             raise RuntimeError(f"a DDP process exited with {p.exitcode}")
     return 2 * args.steps * args.batch / max(seconds)
+
+
+def spread(values):
+    return [round(statistics.median(values), 3), round(min(values), 3), round(max(values), 3)]
 
 
 def main():
@@ -164,15 +185,27 @@ def main():
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--blas_threads", default="threads", choices=["threads", "default"],
+                        help="BLAS threads per process: --threads (default), or the "
+                             "library's default")
     args = parser.parse_args()
     if args.role == "worker":
         ours_worker(args)
         return 0
-    ours = run_ours(args)
-    ddp = run_ddp(args)
+    runs = {"ours": [], "ddp": []}
+    for r in range(args.rounds):
+        order = ["ours", "ddp"] if r % 2 == 0 else ["ddp", "ours"]
+        for side in order:
+            runs[side].append(run_ours(args) if side == "ours" else run_ddp(args))
+            print(f"round {r + 1} {side}: {runs[side][-1]:.1f} samples/s (load average "
+                  f"{os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+    ratios = [o / d for o, d in zip(runs["ours"], runs["ddp"])]
     print(json.dumps({"batch": args.batch, "steps": args.steps, "threads": args.threads,
-                      "ours_samples_per_sec": round(ours, 1), "ddp_samples_per_sec": round(ddp, 1),
-                      "ours_over_ddp": round(ours / ddp, 3)}))
+                      "blas_threads": args.blas_threads, "rounds": args.rounds,
+                      "ours_samples_per_sec": spread(runs["ours"]),
+                      "ddp_samples_per_sec": spread(runs["ddp"]),
+                      "ours_over_ddp": spread(ratios)}))
     return 0
 
 

@@ -2,8 +2,8 @@
 """The Python client's cost over the C++ client's: the same exchange of the
 same tensors against the same kind of ps_server.
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python_client_bench.py \\
-        --bin_dir=build/bin --rounds=3 --json=docs/bench/python_client.json
+    /usr/bin/python3 benchmarks/python_client_bench.py --rounds=5 \\
+        --json=docs/bench/python_client.json
 
 For every transport (tcp, shm) and size, each round measures both clients
 in turn (the order alternating from round to round), each against a fresh
@@ -136,7 +136,8 @@ def measure(client, args, transport, size, scratch):
                             f"--transport={transport}", "--iperf=false", "--json"])
         else:
             row = run_json([sys.executable, "-c", PYTHON_DRIVER, ps.config, str(size),
-                            str(args.seconds)])
+                            str(args.seconds)],
+                           env=dict(os.environ, PYTHONPATH=os.path.abspath(args.python_dir)))
     finally:
         ps.stop()
     if row["transport"] != transport:
@@ -158,10 +159,12 @@ def spread(values):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin_dir", default="build/bin", help="where ps_server and ps_bench are")
+    parser.add_argument("--python_dir", default="build/python",
+                        help="where the pstrain module is built")
     parser.add_argument("--sizes", default="1,4,16,64", help="MiB, comma-separated")
     parser.add_argument("--transports", default="tcp,shm")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per run")
+    parser.add_argument("--seconds", type=float, default=1.5, help="measuring time per run")
     parser.add_argument("--json", default="", help="write the rows here")
     args = parser.parse_args()
     try:
@@ -175,6 +178,9 @@ def main():
         if not os.access(os.path.join(args.bin_dir, program), os.X_OK):
             fail(f"{args.bin_dir}/{program} not found; build it (cmake --build build "
                  f"--target {program})")
+    if not os.path.isdir(os.path.join(args.python_dir, "pstrain")):
+        fail(f"no pstrain module in {args.python_dir}; build it (cmake --build build "
+             "--target _pstrain)")
     started = machine()
     results = {}  # (transport, size, client) -> [rows]
     with tempfile.TemporaryDirectory(prefix="pstrain-pybench-") as scratch:

@@ -306,13 +306,25 @@ def cost_model(rows):
     return {"dense": dense, "embedding": embedding}
 
 
+def python_client(rows):
+    return {"": table(
+        ["transport", "size", "C++ p50 us", "Python p50 us", "Python / C++ p50",
+         "Python / C++ client CPU per round trip", "C++ GB/s", "Python GB/s", "runs"],
+        ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["transport"], r["size"], spread(r, "cpp_p50_us", 0), spread(r, "python_p50_us", 0),
+          spread(r, "python_over_cpp", 3), spread(r, "cpu_python_over_cpp", 3),
+          spread(r, "cpp_push_pull_gbps", 3), spread(r, "python_push_pull_gbps", 3), r["runs"])
+         for r in rows])}
+
+
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
           "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards,
           "ps_bench_wire_dtype": ps_bench_wire_dtype, "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
-          "netns_cluster": netns_cluster, "cost_model": cost_model}
+          "netns_cluster": netns_cluster, "cost_model": cost_model,
+          "python_client": python_client}
 
 
 def read_rows(path):

@@ -12,9 +12,9 @@
 #
 # Kinds, in order: machine train_vs_torch time_to_accuracy train_bench main_job
 # ps_bench ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench
-# metrics_bench netns_cluster cost_model. ONLY without machine keeps
-# machine.json as it is. netns_cluster needs root (skipped otherwise) and
-# takes about an hour; cost_model redraws from its constants.
+# metrics_bench netns_cluster cost_model python_client. ONLY without machine
+# keeps machine.json as it is. netns_cluster needs root (skipped otherwise)
+# and takes about an hour; cost_model redraws from its constants.
 # Run it on a quiet machine, on a Release build in build/ (scripts/build.sh).
 # train_vs_torch needs python3-torch and python3-numpy and gpu_bench a GPU and
 # a CUDA build; without them each is skipped with one line. A benchmark that
@@ -37,7 +37,8 @@ BENCH_DIR=${BENCH_DIR:-docs/bench}
 DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch time_to_accuracy train_bench main_job ps_bench ps_bench_shards
-       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model)
+       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
+       python_client)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -226,6 +227,15 @@ cost_model() {
   run "$PY" benchmarks/cost_model.py beyond "$BENCH_DIR/netns_cluster.json" \
     --out="$BENCH_DIR/cost_model.json"
   run "$PY" scripts/cost_model_plot.py "$BENCH_DIR/cost_model.json" --out=docs/cost_model.png
+}
+
+python_client() {
+  if [[ -z $DRY_RUN && ! -d build/python/pstrain ]]; then
+    say "skipping python_client: no Python module in build/python (pybind11-dev, python3-dev)"
+    return
+  fi
+  run "$PY" benchmarks/python_client_bench.py --rounds="$(rounds 5)" \
+    --json="$BENCH_DIR/python_client.json"
 }
 
 for kind in ${ONLY//,/ }; do

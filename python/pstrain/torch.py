@@ -30,6 +30,7 @@ pulls only the rows its batch looks up, and ``step()`` pushes their sparse
 gradient with the dense ones.
 """
 
+import random
 import sys
 import time
 
@@ -74,6 +75,9 @@ class DistributedOptimizer:
                     p.data = torch.from_numpy(values[name]).view(p.shape)
                     p.grad = torch.from_numpy(gradients[name]).view(p.shape)
                     p.grad.zero_()
+            # Where each pushed gradient lies, to check every step that
+            # autograd still accumulates there.
+            self._gradient_addresses = [gradients[n].ctypes.data for n, _ in self.parameters]
         else:
             self._staging = HostStaging([values[n] for n, _ in self.parameters],
                                         [gradients[n] for n, _ in self.parameters])
@@ -105,7 +109,8 @@ class DistributedOptimizer:
         is spent the last error is raised (a launcher restarts the worker).
         A step is never dropped without an error."""
         loss = self._evaluate(closure)
-        deadline = None
+        patience = float(self.client.config["training"]["pull_timeout_seconds"])
+        deadline, backoff = None, 0.1
         while True:
             try:
                 self._exchange()
@@ -113,9 +118,18 @@ class DistributedOptimizer:
             except pstrain.Error as error:
                 if not error.transient:
                     raise
+                now = time.monotonic()
                 if deadline is None:
-                    patience = float(self.client.config["training"]["pull_timeout_seconds"])
-                    deadline = time.monotonic() + patience
+                    deadline = now + patience
+                elif now > deadline:
+                    raise pstrain.UnavailableError(
+                        "gave up redoing a step after training.pull_timeout_seconds "
+                        f"({patience:g} s): {error}", "UNAVAILABLE", True) from error
+                else:
+                    # A shard that answers but keeps refusing: back off, with
+                    # full jitter, as the worker binary does.
+                    time.sleep(backoff * (0.5 + 0.5 * random.random()))
+                    backoff = min(backoff * 2, 5.0)
                 self._rejoin(error, deadline)
                 self.redone_steps += 1
                 if closure is not None:
@@ -136,11 +150,10 @@ class DistributedOptimizer:
     # ---- internals ------------------------------------------------------
     def _exchange(self):
         if self._staging is None:
-            gradients = self.client.gradients
-            for name, p in self.parameters:
-                if p.grad is None or p.grad.data_ptr() != gradients[name].ctypes.data:
+            for (name, p), address in zip(self.parameters, self._gradient_addresses):
+                if p.grad is None or p.grad.data_ptr() != address:
                     self._adopt_gradient(name, p)
-            self._push_pull(gradients)
+            self._push_pull(self.client.gradients)
         else:
             self._staging.gradients_to_host([p.grad for _, p in self.parameters])
             self._push_pull(self.client.gradients)

@@ -3,11 +3,14 @@ instead of dropping its gradient: its parameter server is stopped (writing
 its final checkpoint) before a step and started again while the step waits
 for it; the step is pushed once the shard is back, so every step's
 gradient lands. Over TCP and through shared memory (whose region the
-restarted shard no longer holds). Skipped when torch is not installed."""
+restarted shard no longer holds). A shard that refuses for now (busy) is
+pushed to again, with backoff, until the step lands or the budget is
+spent. Skipped when torch is not installed."""
 
 import os
 import sys
 import threading
+import time
 import unittest
 
 try:
@@ -15,6 +18,8 @@ try:
 except ImportError:
     print("redo_step_test: skipped: torch is not installed (python3-torch; scripts/install_deps.sh)")
     sys.exit(77)  # ctest: skipped (SKIP_RETURN_CODE)
+
+import numpy as np
 
 import pstrain
 import pstrain.torch
@@ -86,6 +91,70 @@ class RedoStepTest(unittest.TestCase):
 
     def test_a_closure_computes_the_redone_step_on_the_values_the_shard_holds(self):
         self.run_with_a_restart("SHM_AUTO", closure=True)
+
+
+class RefusingClient:
+    """A client whose exchanges are refused (RESOURCE_EXHAUSTED, a shard
+    busy) the first `refusals` times; it applies SGD at rate 1 itself."""
+
+    def __init__(self, refusals, patience):
+        self.refusals, self.exchanges, self.registrations = refusals, 0, 0
+        self.config = {"training": {"pull_timeout_seconds": patience}}
+        self.task, self.versions, self.is_chief = "worker:0", [0], True
+
+    def register(self, deadline=None):
+        self.registrations += 1
+        return {"worker_clock": 0, "initialized": True, "version": self.versions[0]}
+
+    def declare(self, shapes):
+        self.values = {n: np.zeros(shape, np.float32) for n, shape in shapes.items()}
+        self.gradients = {n: np.zeros(shape, np.float32) for n, shape in shapes.items()}
+
+    def init(self, values):
+        pass
+
+    def pull(self):
+        pass
+
+    def push_pull(self, gradients):
+        self.exchanges += 1
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise pstrain.errors.from_status("RESOURCE_EXHAUSTED", "ps:0: busy; try again", True)
+        for n in self.values:
+            self.values[n] -= gradients[n]
+        self.versions = [self.versions[0] + 1]
+
+
+class RefusalTest(unittest.TestCase):
+    def optimizer(self, client):
+        model = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            model.weight.zero_()
+        return model, pstrain.torch.DistributedOptimizer(model, client)
+
+    def test_a_refused_step_is_pushed_again_until_it_lands(self):
+        client = RefusingClient(refusals=3, patience=60)
+        model, opt = self.optimizer(client)
+        model.weight.sum().backward()
+        opt.step()
+        self.assertEqual(client.exchanges, 4)
+        self.assertEqual(opt.redone_steps, 3)
+        torch.testing.assert_close(model.weight.detach(), torch.full((1, 2), -1.0))
+
+    def test_refusals_past_the_budget_are_raised_as_unavailable(self):
+        client = RefusingClient(refusals=10**9, patience=0.5)
+        model, opt = self.optimizer(client)
+        model.weight.sum().backward()
+        start = time.monotonic()
+        with self.assertRaises(pstrain.UnavailableError) as raised:
+            opt.step()
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertIn("gave up redoing a step", str(raised.exception))
+        self.assertIn("busy", str(raised.exception))
+        self.assertTrue(raised.exception.transient)  # a launcher restarts the worker
+        self.assertGreater(client.exchanges, 2)  # backed off, not spun
+        self.assertLess(client.exchanges, 20)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,13 @@ ROWS = {
         {"part": "embedding", "link_gbit": 25, "workers": 8, "ids_per_batch": 4096, "dim": 64,
          "table_bytes": 25.6e9, "bytes_per_step": 1081344, "shards": 1, "ours_ms": 5.0,
          "ring_dense_table_ms": 14336.0, "allgather_rows_ms": 2.4}],
+    "python_client": [
+        {"transport": "shm", "size": "4MiB", "size_bytes": 4194304, "runs": 3,
+         **{f"{f}{end}": v for f, v in (("cpp_p50_us", 900.0), ("python_p50_us", 950.0),
+                                        ("python_over_cpp", 1.05), ("cpu_python_over_cpp", 1.02),
+                                        ("cpp_push_pull_gbps", 4.0),
+                                        ("python_push_pull_gbps", 3.9))
+            for end in ("", "_min", "_max")}}],
 }
 
 # What each kind's table shows of ROWS.
@@ -109,6 +116,7 @@ EXPECTED = {
     "gpu_bench": "| 784-1024-1024-10 | 256 | 0.500 (0.400-0.600) |",
     "netns_cluster": "| 2.00 | 1.00 | 1.10 | 0.90 | 1.60 | 2.000 | 1.20 |",
     "cost_model": "| 25 | 1000 MB | 64 | 630 | 320 | 1.4e+03 | none | 520 | 52 |",
+    "python_client": "| shm | 4MiB | 900 (900-900) | 950 (950-950) | 1.050 (1.050-1.050) |",
 }
 
 DOC = """# Benchmarks
