@@ -195,7 +195,8 @@ int Run() {
 int main(int argc, char** argv) {
   pst::ParseCommandLineFlags(argc, argv,
                              "Embedding rows through PsClient's step exchange, against ps_server "
-                             "processes on loopback.");
+                             "processes on loopback.",
+                             pst::kBenchmark);
   spdlog::set_level(spdlog::level::warn);
   return pst::Run();
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/ctr_config.h"
 #include "common/tensor_stream.h"
 #include "placement/placement.h"
 
@@ -99,6 +100,25 @@ absl::StatusOr<std::vector<VariableSpec>> ModelVariables(const TrainingConfig& t
       inputs = data.linear_regression().features();
       outputs = 1;
       break;
+    case DatasetConfig::kCtr: {
+      // The click model's MLP over the pooled rows and the dense features,
+      // to one logit; its tables' rows are counted per batch, not here.
+      const CtrShape shape = CtrShapeOf(data.ctr());
+      int dim = 0;
+      for (const EmbeddingTableConfig& table : training.model().embeddings()) {
+        if (table.name() == training.model().ctr().table()) dim = table.dim();
+      }
+      std::vector<VariableSpec> variables;
+      int in = shape.fields * dim + shape.dense;
+      const auto& hidden = training.model().ctr().hidden();
+      for (int l = 0; l <= hidden.size(); ++l) {
+        const int out = l < hidden.size() ? hidden[l] : 1;
+        variables.push_back({absl::StrCat("dense_", l, "/kernel"), {in, out}});
+        variables.push_back({absl::StrCat("dense_", l, "/bias"), {out}});
+        in = out;
+      }
+      return variables;
+    }
     case DatasetConfig::KIND_NOT_SET:
       if (training.model().embeddings().empty()) {
         return absl::InvalidArgumentError(

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/ctr_config.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -70,6 +71,20 @@ TEST(ModelVariablesTest, TheMlpOfTheDefaultJob) {
   for (const VariableSpec& v : *variables) parameters += v.size();
   EXPECT_EQ(parameters, 235146);
   EXPECT_EQ(variables->size(), 6u);
+}
+
+// The click model of configs/ctr.textproto: its MLP over the pooled rows
+// and the dense features, as the config's own count has it.
+TEST(ModelVariablesTest, TheClickModelsMlp) {
+  absl::StatusOr<JobConfig> config =
+      LoadJobConfig(std::string(PST_SOURCE_DIR) + "/configs/ctr.textproto", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::vector<VariableSpec>> variables = ModelVariables(config->training());
+  ASSERT_TRUE(variables.ok()) << variables.status();
+  int64_t parameters = 0;
+  for (const VariableSpec& v : *variables) parameters += v.size();
+  EXPECT_EQ(parameters, CtrDenseParameterCount(config->training()));
+  EXPECT_GT(parameters, 0);
 }
 
 // Two shards: the two kernels are cut in halves (100352 and 16384 floats
