@@ -7,13 +7,15 @@
 // M-byte model back, as ps-lite is used for speed: the tensor is split into
 // 1 MiB keys, each one ZPushPull, all in flight at once, then waited for.
 // The server applies SGD in place (w -= lr * g) and answers with the stored
-// slice, without a copy. One process per role (scheduler, server, workers),
+// slice, without a copy (with two workers a key's next update may land while
+// its answer is still being sent: the values are not checked, only timed). One process per role (scheduler, server, workers),
 // started by the script with ps-lite's DMLC_* environment.
 //
 // Each process writes one line to $PSLITE_BENCH_OUT.<role>.<rank>:
 //   worker: round_trips elapsed_s cpu_s p50_us
 //   server: cpu_s (between the marks worker 0 sends around the window)
-// CPU is the process's (all its threads: ZeroMQ's I/O thread included).
+// CPU is the process's (all its threads: ZeroMQ's I/O thread included); the
+// scheduler, idle while the window runs, is not counted.
 #include <time.h>
 
 #include <algorithm>
