@@ -157,6 +157,27 @@ def ps_bench(rows):
     return {"": "\n".join(lines)}
 
 
+def ps_bench_pslite(rows):
+    """Our TCP rows beside ps-lite's of the same size and workers (medians of
+    the same rounds); the ratios are the medians of each round's ratio."""
+    peers = {(r["size_bytes"], r["workers"]): r for r in rows if r["transport"] == "ps-lite"}
+    ours = sorted((r for r in rows if r["transport"] != "ps-lite"),
+                  key=lambda r: (r["size_bytes"], r["workers"]))
+    lines = []
+    for r in ours:
+        p = peers[(r["size_bytes"], r["workers"])]
+        lines.append((r["size"], r["workers"], spread(r, "push_pull_gbps", 3),
+                      spread(p, "push_pull_gbps", 3), spread(r, "vs_peer", 2),
+                      spread(r, "cpu_us_per_round_trip", 0), spread(p, "cpu_us_per_round_trip", 0),
+                      spread(r, "cpu_vs_peer", 2), spread(r, "p50_us", 0), spread(p, "p50_us", 0),
+                      r["runs"]))
+    return {"": table(
+        ["size", "workers", "ours GB/s (both ways)", "ps-lite GB/s", "ours / ps-lite",
+         "ours CPU us / round trip", "ps-lite CPU us / round trip", "CPU ours / ps-lite",
+         "ours p50 us", "ps-lite p50 us", "runs"],
+        ["---:"] * 11, lines)}
+
+
 def ps_bench_shards(rows):
     return {"": table(
         ["shards", "size", "workers", "transport", "GB/s (both ways)", "of iperf3", "p50 us",
@@ -321,7 +342,8 @@ def python_client(rows):
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
           "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards,
-          "ps_bench_wire_dtype": ps_bench_wire_dtype, "ps_bench_sizes": ps_bench_sizes,
+          "ps_bench_pslite": ps_bench_pslite, "ps_bench_wire_dtype": ps_bench_wire_dtype,
+          "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
           "netns_cluster": netns_cluster, "cost_model": cost_model,
           "python_client": python_client}

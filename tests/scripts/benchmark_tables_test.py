@@ -59,6 +59,18 @@ ROWS = {
     "ps_bench_sizes": [
         {"size": "256MiB", "size_bytes": 268435456, "workers": 1, "transport": "tcp", "runs": 1,
          "push_pull_gbps": 1.165, "push_pull_gbps_min": 1.165, "push_pull_gbps_max": 1.165}],
+    "ps_bench_pslite": [
+        {"size": "4MiB", "size_bytes": 4194304, "workers": 2, "transport": "ps-lite", "runs": 3,
+         "push_pull_gbps": 1.5, "push_pull_gbps_min": 1.4, "push_pull_gbps_max": 1.6,
+         "cpu_us_per_round_trip": 9000, "cpu_us_per_round_trip_min": 8000,
+         "cpu_us_per_round_trip_max": 9500, "p50_us": 5000, "p50_us_min": 4900,
+         "p50_us_max": 5100},
+        {"size": "4MiB", "size_bytes": 4194304, "workers": 2, "transport": "tcp", "runs": 3,
+         "push_pull_gbps": 1.8, "push_pull_gbps_min": 1.7, "push_pull_gbps_max": 1.9,
+         "vs_peer": 1.2, "vs_peer_min": 1.1, "vs_peer_max": 1.3,
+         "cpu_us_per_round_trip": 8000, "cpu_us_per_round_trip_min": 7000,
+         "cpu_us_per_round_trip_max": 8500, "cpu_vs_peer": 0.9, "cpu_vs_peer_min": 0.8,
+         "cpu_vs_peer_max": 1.0, "p50_us": 4000, "p50_us_min": 3900, "p50_us_max": 4100}],
     "ps_bench": [
         {"size": "4KiB", "size_bytes": 4096, "workers": 1, "transport": "shm", "runs": 3,
          "push_pull_gbps": 0.109, "push_pull_gbps_min": 0.098, "push_pull_gbps_max": 0.121}],
@@ -111,6 +123,8 @@ EXPECTED = {
     "ps_bench_shards": "| 4 | 4MiB | 2 | tcp | 1.288 (1.159-1.378) |",
     "ps_bench_wire_dtype": "| 4MiB | bfloat16 | tcp | 4194304 | 0.553 (0.493-0.611) |",
     "ps_bench_sizes": "| 256MiB | 1 | tcp | 1.165 (1.165-1.165) | n/a |",
+    "ps_bench_pslite": "| 4MiB | 2 | 1.800 (1.700-1.900) | 1.500 (1.400-1.600) | 1.20 (1.10-1.30) "
+                       "| 8000 (7000-8500) | 9000 (8000-9500) | 0.90 (0.80-1.00) |",
     "ps_bench": "| 4KiB | 1 | shm | 0.109 (0.098-0.121) |",
     "metrics_bench": "| `Counter::Increment` | 2 | 39.1 (38.0-41.5) | 29.0 (25.7-31.8) | ns | 3 |",
     "gpu_bench": "| 784-1024-1024-10 | 256 | 0.500 (0.400-0.600) |",
