@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "kernels/device.h"
 #include "worker/mlp.h"
@@ -305,6 +306,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::SkipMutexDeadlockChecks();
   pst::ParseCommandLineFlags(argc, argv,
       "Times one worker training step (forward + backward) of MLPs 784-W-W-10 on the GPU "
       "against the same GEMMs with cuBLAS alone.\n"

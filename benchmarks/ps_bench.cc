@@ -47,6 +47,7 @@
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "common/status_macros.h"
 #include "rpc/grpc_experiments.h"
@@ -588,6 +589,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::SkipMutexDeadlockChecks();
   pst::EnableTransportExperiments();
   pst::ParseCommandLineFlags(
       argc, argv,

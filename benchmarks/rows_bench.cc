@@ -28,6 +28,7 @@
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
+#include "common/mutex_checks.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 #include "worker/ps_client.h"
@@ -193,6 +194,7 @@ int Run() {
 }  // namespace pst
 
 int main(int argc, char** argv) {
+  pst::SkipMutexDeadlockChecks();
   pst::ParseCommandLineFlags(argc, argv,
                              "Embedding rows through PsClient's step exchange, against ps_server "
                              "processes on loopback.",

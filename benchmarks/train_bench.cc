@@ -17,6 +17,7 @@
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
 #include "common/exit.h"
+#include "common/mutex_checks.h"
 #include "rpc/grpc_experiments.h"
 #include "spdlog/spdlog.h"
 
@@ -185,6 +186,7 @@ int Main() {
 }  // namespace pst
 
 int main(int argc, char** argv) {
+  pst::SkipMutexDeadlockChecks();
   absl::SetProgramUsageMessage(
       "Training samples/s of MLP 784-256-128-10 with 1 and 2 workers in SYNC and ASYNC, and "
       "the model's push+pull round trip, over gRPC on loopback.");

@@ -24,6 +24,7 @@
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/metrics_http.h"
+#include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "common/tf_config.h"
 #include "rpc/grpc_experiments.h"
@@ -154,6 +155,7 @@ void JoinSignalWaiter(SignalWaiter* waiter) {
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();
+  pst::SkipMutexDeadlockChecks();
   pst::EnableTransportExperiments();
   pst::ParseCommandLineFlags(argc, argv,
       "One parameter-server shard: holds its variables and optimizer state and serves "

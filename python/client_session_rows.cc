@@ -3,6 +3,7 @@
 #include "common/embedding_config.h"
 #include "common/status_macros.h"
 #include "python/client_session.h"
+#include "worker/worker_metrics.h"
 
 namespace pst {
 
@@ -27,13 +28,18 @@ absl::Status ClientSession::DeclareTables(
 
 absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
   std::vector<int64_t> versions;
-  return client_->PullRows(next_min_, pull_timeout(), rows, &versions);
+  const absl::Time start = absl::Now();
+  PST_RETURN_IF_ERROR(client_->PullRows(next_min_, pull_timeout(), rows, &versions));
+  GetWorkerMetrics().pull_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
 }
 
 absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {
   const std::vector<int64_t> computed_at = versions_;
+  const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->PushRows(computed_at, rows, &responses_));
   ++pushes_;
+  RecordStep(computed_at, start);
   next_min_ = MinVersionsAfter(computed_at);
   return absl::OkStatus();
 }
@@ -44,10 +50,13 @@ absl::Status ClientSession::PushPullRows(const std::vector<std::span<const float
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
   const std::vector<int64_t> computed_at = versions_;
+  const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients, MinVersionsAfter(computed_at),
                                         pull_timeout(), out, &versions_, &responses_, rows));
   ++pushes_;
   next_min_ = versions_;
+  RecordVersions(versions_);
+  RecordStep(computed_at, start);
   return absl::OkStatus();
 }
 

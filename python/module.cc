@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
 #include "python/binding.h"
@@ -92,6 +93,7 @@ PYBIND11_MODULE(_pstrain, m) {
   // reused warm instead of faulted in afresh (on import, before the session
   // starts gRPC's threads).
   pst::KeepLargeBuffersWarm();
+  pst::SkipMutexDeadlockChecks();
   pst::BindWorkerTelemetry(m);
 
   py::register_exception_translator([](std::exception_ptr thrown) {

@@ -94,6 +94,33 @@ class TelemetryTest(unittest.TestCase):
             self.assertEqual(result["evals"][0]["test_accuracy"], 0.75)
             client.done()
 
+    def test_steps_that_carry_embedding_rows_are_counted_as_steps(self):
+        with PsCluster(BIN_DIR, workers=1, mode="ASYNC",
+                       optimizer="sgd { learning_rate: 0.5 }") as cluster:
+            client = pstrain.Client(cluster.config_path, "worker:0", metrics_port=0)
+            client.declare_tables({"emb": 4})
+            client.init({"w": np.zeros(6, np.float32)})
+            client.pull()
+
+            def scrape():
+                with urllib.request.urlopen(
+                        f"http://127.0.0.1:{client.metrics_port}/metrics", timeout=10) as answer:
+                    text = answer.read().decode()
+                me = {"task": "worker:0", "worker": "0"}
+                return (metric(text, "pst_worker_steps_total", **me),
+                        metric(text, "pst_worker_push_seconds_count", **me))
+
+            steps, pushes = scrape()
+            ids = np.array([3, 7], np.uint64)
+            for _ in range(2):
+                client.gradients["w"][:] = 1.0
+                client.push_pull_rows(client.gradients,
+                                      rows={"emb": (ids, np.ones((2, 4), np.float32))},
+                                      next_ids={"emb": ids})
+            client.push_rows("emb", ids, np.ones((2, 4), np.float32))
+            self.assertEqual(scrape(), (steps + 3, pushes + 3))
+            client.done()
+
     def test_no_endpoint_and_no_events_unless_asked(self):
         with PsCluster(BIN_DIR, workers=1) as cluster:
             saved = {k: os.environ.pop(k, None) for k in
