@@ -69,6 +69,7 @@
 #include "ps_server/consistency_policy.h"
 #include "ps_server/dense_table.h"
 #include "ps_server/embedding_table.h"
+#include "placement/variable_spec.h"
 #include "ps_server/lease_tracker.h"
 #include "ps_server/shard_waiters.h"
 #include "ps_server/table.h"
@@ -93,6 +94,10 @@ struct ShardOptions : ConsistencyOptions {
   OptimizerConfig optimizer;
   // training.seed: the embedding rows' initial values.
   uint64_t seed = 0;
+  // The model the config names (ps_server/model_share.h): a first Init
+  // carrying anything but this shard's share of it is refused. Unset when
+  // the workers bring their own model: the first Init wins.
+  std::optional<std::vector<VariableSpec>> model;
 };
 
 // The options of shard `shard` of the job `config` describes.
@@ -365,6 +370,8 @@ class ParameterShard {
   ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
+  // This shard's share of options_.model, when set.
+  const std::optional<std::vector<VariableSpec>> model_share_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
