@@ -65,9 +65,11 @@ absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
   // Every shard binds port 0 and reports the port it got (--port_file).
   std::string cluster = "cluster {";
   for (int s = 0; s < shards; ++s) absl::StrAppend(&cluster, " ps: \"127.0.0.1:0\"");
-  absl::StrAppend(&cluster, " workers: ", workers, " }\n");
+  absl::StrAppend(&cluster, " workers: ", workers, " worker_command: \"ps_bench\" }\n");
   // The shards need a whole job's config; only the cluster, the mode and
-  // the optimizer matter to them. The workers' Init gives them the model.
+  // the optimizer matter to them. The workers' Init gives them the model:
+  // a worker_command says the workers bring their own, so a shard does not
+  // expect the config's.
   const std::string config_path = processes->dir_ + "/cluster.textproto";
   std::ofstream(config_path) << cluster
                              << "training { mode: ASYNC optimizer { sgd { learning_rate: 1.0 } } "

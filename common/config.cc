@@ -155,19 +155,6 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
   return absl::OkStatus();
 }
 
-// Inputs and outputs of the model for the configured data set.
-std::pair<int64_t, int64_t> ModelEnds(const DatasetConfig& dataset) {
-  switch (dataset.kind_case()) {
-    case DatasetConfig::kFashionMnist: return {28 * 28, 10};
-    case DatasetConfig::kQuadratic: return {3, 1};
-    case DatasetConfig::kParabola: return {1, 1};
-    case DatasetConfig::kLinearRegression: return {dataset.linear_regression().features(), 1};
-    case DatasetConfig::kCtr:  // the CTR model's ends depend on its tables (common/ctr_config.h)
-    case DatasetConfig::KIND_NOT_SET: break;
-  }
-  return {0, 0};
-}
-
 absl::Status ValidateModel(const TrainingConfig& training) {
   if (training.model().has_ctr() || training.dataset().has_ctr()) {
     PST_RETURN_IF_ERROR(ValidateCtrJob(training));
@@ -557,6 +544,18 @@ absl::Status ValidateConfig(const JobConfig& config) {
   }
   PST_RETURN_IF_ERROR(ValidateDataset(training.dataset()));
   return ValidateModel(training);
+}
+
+std::pair<int64_t, int64_t> ModelEnds(const DatasetConfig& dataset) {
+  switch (dataset.kind_case()) {
+    case DatasetConfig::kFashionMnist: return {28 * 28, 10};
+    case DatasetConfig::kQuadratic: return {3, 1};
+    case DatasetConfig::kParabola: return {1, 1};
+    case DatasetConfig::kLinearRegression: return {dataset.linear_regression().features(), 1};
+    case DatasetConfig::kCtr:  // the CTR model's ends depend on its tables (common/ctr_config.h)
+    case DatasetConfig::KIND_NOT_SET: break;
+  }
+  return {0, 0};
 }
 
 int64_t ModelParameterCount(const TrainingConfig& training) {

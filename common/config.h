@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -85,6 +86,10 @@ void ApplyDefaults(JobConfig* config);
 
 // InvalidArgument naming the first field that is out of range.
 absl::Status ValidateConfig(const JobConfig& config);
+
+// Inputs and outputs of the model for the configured data set (features,
+// and classes or targets): {784, 10} for Fashion-MNIST.
+std::pair<int64_t, int64_t> ModelEnds(const DatasetConfig& dataset);
 
 // Trainable parameters of the model the config describes.
 int64_t ModelParameterCount(const TrainingConfig& training);

@@ -221,8 +221,8 @@ PST_LIMIT(int, max_connections,
           "and logs.",
           max_connections);
 PST_LIMIT(int, max_connections_per_source,
-          "TCP connections held open at once from one source address; one more is reset and "
-          "counted.",
+          "TCP connections held open at once from one source (an IPv4 address, or an IPv6 /64; "
+          "each loopback address is its own); one more is reset and counted.",
           max_connections_per_source);
 PST_TIME_LIMIT(handshake_timeout_seconds,
                "A connection that has not finished its TLS handshake and sent its HTTP/2 "

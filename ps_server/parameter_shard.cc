@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "ps_server/model_share.h"
 #include "ps_server/shard_requests.h"
 #include "ps_server/streamed_update.h"
 #include "spdlog/spdlog.h"
@@ -14,6 +15,10 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ShardOptions& options) {
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError("a parameter server needs at least one worker");
+  }
+  if (options.model && (options.shard < 0 || options.shard >= options.num_shards)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", options.shard, " is not one of the ", options.num_shards, " shards"));
   }
   absl::StatusOr<std::unique_ptr<ConsistencyPolicy>> policy = MakeConsistencyPolicy(options);
   if (!policy.ok()) return policy.status();
@@ -27,6 +32,9 @@ ParameterShard::ParameterShard(const ShardOptions& options,
                                std::unique_ptr<ConsistencyPolicy> policy,
                                std::unique_ptr<Optimizer> optimizer)
     : options_(options),
+      model_share_(options.model ? std::optional(ShardShare(*options.model, options.shard,
+                                                            options.num_shards))
+                                 : std::nullopt),
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
       snapshots_(options.snapshot_every_steps, &mu_),
@@ -105,6 +113,12 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   if (Initialized()) {
     response->set_accepted(false);
     return absl::OkStatus();
+  }
+  if (model_share_) {
+    if (absl::Status s = CheckInitIsShare(request, *model_share_, options_.shard); !s.ok()) {
+      ++pushes_rejected_;
+      return s;
+    }
   }
   // A table that took its contents before a later one refused them takes
   // the next Init's instead: the shard is not initialized until every

@@ -297,6 +297,8 @@ class ParameterShard {
   ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
+  // This shard's share of options_.model, when set.
+  const std::optional<std::vector<VariableSpec>> model_share_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;

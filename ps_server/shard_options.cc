@@ -1,5 +1,7 @@
 #include "ps_server/shard_options.h"
 
+#include "ps_server/model_share.h"
+
 namespace pst {
 
 ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
@@ -13,6 +15,7 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   options.num_shards = config.cluster().ps_size();
   options.optimizer = training.optimizer();
   options.seed = training.seed();
+  options.model = ConfigModelVariables(config);
   if (!training.checkpoint().dir().empty()) {
     options.snapshot_every_steps = training.checkpoint().every_steps();
   }

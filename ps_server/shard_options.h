@@ -4,9 +4,12 @@
 #define PST_PS_SERVER_SHARD_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "config.pb.h"
+#include "placement/variable_spec.h"
 #include "ps_server/consistency_policy.h"
 #include "ps_server/lease_tracker.h"
 
@@ -30,6 +33,10 @@ struct ShardOptions : ConsistencyOptions {
   OptimizerConfig optimizer;
   // training.seed: the embedding rows' initial values.
   uint64_t seed = 0;
+  // The model the config names (ps_server/model_share.h): a first Init
+  // carrying anything but this shard's share of it is refused. Unset when
+  // the workers bring their own model: the first Init wins.
+  std::optional<std::vector<VariableSpec>> model;
 };
 
 // The options of shard `shard` of the job `config` describes.

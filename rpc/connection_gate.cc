@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "grpc/grpc.h"
 #include "grpc/support/log.h"
+#include "rpc/connection_source.h"
 
 namespace pst {
 namespace {
@@ -41,24 +42,6 @@ constexpr int kRetryMs = 50;
 constexpr int kBatch = 64;
 // How often the gate logs that it cannot accept, at most.
 constexpr absl::Duration kLogEvery = absl::Seconds(10);
-
-// The address a connection counts against. IPv4 peers of a dual-stack
-// socket arrive as ::ffff:a.b.c.d; they count as a.b.c.d, like those of an
-// IPv4 socket.
-std::string SourceOf(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = "";
-  if (address.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&address)->sin_addr, text, sizeof(text));
-  } else if (address.ss_family == AF_INET6) {
-    const in6_addr& in6 = reinterpret_cast<const sockaddr_in6*>(&address)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&in6)) {
-      inet_ntop(AF_INET, &in6.s6_addr[12], text, sizeof(text));
-    } else {
-      inet_ntop(AF_INET6, &in6, text, sizeof(text));
-    }
-  }
-  return text;
-}
 
 // Closes a connection with a reset: the peer learns at once, and the
 // socket is freed without a TIME_WAIT.
@@ -422,7 +405,7 @@ bool ConnectionGate::AcceptFrom(size_t index) {
       return false;
     }
     struct stat status;
-    std::string source = SourceOf(peer);
+    std::string source = ConnectionSource(peer);
     if (source.empty() || fstat(fd, &status) != 0) {
       // No peer address, or no socket to follow: the caps cannot apply.
       Reset(fd);

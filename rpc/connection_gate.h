@@ -60,8 +60,8 @@ class ConnectionGate {
   struct Options {
     // Connections open at once, from all sources together.
     int max_connections = 1024;
-    // Connections open at once from one source address (an IPv4-mapped IPv6
-    // address counts as its IPv4 address).
+    // Connections open at once from one source: an IPv4 address, or an
+    // IPv6 /64 (rpc/connection_source.h).
     int max_connections_per_source = 128;
     // How long an accepted connection may take to complete its TLS handshake
     // (if any) and send its HTTP/2 SETTINGS before gRPC closes it.

@@ -13,8 +13,10 @@ import tempfile
 import time
 
 # A job the tests' workers share; the model and data set are the built-in
-# worker's and unused by the PS.
-CONFIG = """cluster {{ {ps} workers: {workers} {cluster} }}
+# worker's and unused by the PS. The workers are the tests' own clients,
+# which bring their own model (worker_command), so a shard takes the first
+# Init whatever it carries.
+CONFIG = """cluster {{ {ps} workers: {workers} worker_command: "python3" {cluster} }}
 training {{
   mode: {mode}
   optimizer {{ {optimizer} }}

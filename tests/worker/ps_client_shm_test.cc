@@ -35,6 +35,8 @@ JobConfig AsyncSgd() {
   JobConfig config;
   config.mutable_cluster()->add_ps("127.0.0.1:1");
   config.mutable_cluster()->set_workers(1);
+  // The test's client brings its own variables (kModel), not the MLP below.
+  config.mutable_cluster()->set_worker_command("ps_client_shm_test");
   TrainingConfig* t = config.mutable_training();
   t->set_mode(ASYNC);
   t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.5f);

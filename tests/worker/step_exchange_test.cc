@@ -28,6 +28,8 @@ JobConfig ConfigFor(Mode mode) {
   JobConfig config;
   config.mutable_cluster()->add_ps("127.0.0.1:1");
   config.mutable_cluster()->set_workers(1);
+  // The test's client brings its own variables (kModel), not the MLP below.
+  config.mutable_cluster()->set_worker_command("step_exchange_test");
   TrainingConfig* t = config.mutable_training();
   t->set_mode(mode);
   t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.5f);
