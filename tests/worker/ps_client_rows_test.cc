@@ -30,6 +30,9 @@ JobConfig ConfigFor(Mode mode, int workers) {
   JobConfig config;
   config.mutable_cluster()->add_ps("127.0.0.1:1");
   config.mutable_cluster()->set_workers(workers);
+  // The test's clients bring their own model (kModel), as a worker_command
+  // job's do; the config's MLP is not what the shards must expect.
+  config.mutable_cluster()->set_worker_command("ps_client_rows_test");
   TrainingConfig* t = config.mutable_training();
   t->set_mode(mode);
   t->mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
