@@ -301,15 +301,6 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
   return absl::OkStatus();
 }
 
-void CtrTrainer::HeartbeatLoop(absl::Notification* stop) {
-  const absl::Duration period = absl::Seconds(config_.training().lease_seconds()) / 4;
-  while (!stop->WaitForNotificationWithTimeout(period)) {
-    // A failed heartbeat is not fatal: the next exchange reports the
-    // shard's state with a proper error.
-    client_->Heartbeat().IgnoreError();
-  }
-}
-
 absl::StatusOr<WorkerResult> CtrTrainer::Run() {
   WorkerResult result;
   result.set_task(absl::StrCat("worker:", rank_));
@@ -321,7 +312,10 @@ absl::StatusOr<WorkerResult> CtrTrainer::Run() {
                  planted_->test_logloss, planted_->click_rate);
   }
   absl::Notification stop_heartbeats;
-  std::thread heartbeats([this, &stop_heartbeats] { HeartbeatLoop(&stop_heartbeats); });
+  std::thread heartbeats([this, &stop_heartbeats] {
+    HeartbeatUntil(client_, absl::Seconds(config_.training().lease_seconds()),
+                   &stop_heartbeats);
+  });
   absl::Status trained = absl::OkStatus();
   for (int epoch = 0; epoch < config_.training().epochs() && trained.ok(); ++epoch) {
     trained = RunEpoch(epoch, &result);

@@ -71,7 +71,6 @@ class CtrTrainer {
   // row buffers for their unique ids.
   absl::Status Fill(CtrReader* reader, int examples, Slot* slot);
   absl::Status EvaluateFinal(WorkerResult* result);
-  void HeartbeatLoop(absl::Notification* stop);
   std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
   absl::Duration PullTimeout() const;
   bool is_chief() const { return rank_ == 0; }

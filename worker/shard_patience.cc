@@ -69,4 +69,11 @@ absl::StatusOr<WorkersAtEnd> AwaitAllWorkersDone(PsClient* client, int workers,
   }
 }
 
+void HeartbeatUntil(PsClient* client, absl::Duration lease, absl::Notification* stop) {
+  const absl::Duration period = lease / 4;
+  while (!stop->WaitForNotificationWithTimeout(period)) {
+    client->Heartbeat().IgnoreError();
+  }
+}
+
 }  // namespace pst

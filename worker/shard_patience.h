@@ -1,6 +1,6 @@
 // How a worker waits on the shards when they are not ready for it: a
-// registration retried with backoff across a shard's restart, and the
-// chief's wait for every worker to finish. Shared by every trainer.
+// registration retried with backoff across a shard's restart, heartbeats
+// while it computes, and the chief's wait for every worker to finish. Shared by every trainer.
 #ifndef PST_WORKER_SHARD_PATIENCE_H_
 #define PST_WORKER_SHARD_PATIENCE_H_
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "ps.pb.h"
 #include "worker/ps_client.h"
@@ -32,6 +33,11 @@ Retry NewRetry(absl::Duration budget, int rank);
 // worker); a refusal that is not transient ends it with its own code.
 absl::StatusOr<RegisterResponse> RegisterPatiently(PsClient* client, absl::Status last,
                                                    Retry* retry);
+
+// Keeps this worker in every shard's live set while it computes: a
+// heartbeat every `lease` / 4 until `stop` is notified. A failed heartbeat
+// is not fatal: the next exchange reports the shard's state with its error.
+void HeartbeatUntil(PsClient* client, absl::Duration lease, absl::Notification* stop);
 
 // How the workers stood when the chief stopped waiting for them: shard 0's
 // Stats, and the workers it gave up on.

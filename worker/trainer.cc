@@ -494,22 +494,16 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
   return absl::OkStatus();
 }
 
-void Trainer::HeartbeatLoop(absl::Notification* stop) {
-  absl::Duration period = absl::Seconds(config_.training().lease_seconds()) / 4;
-  while (!stop->WaitForNotificationWithTimeout(period)) {
-    // A failed heartbeat is not fatal: the next Pull or Push reports the
-    // shard's state with a proper error.
-    client_->Heartbeat().IgnoreError();
-  }
-}
-
 absl::StatusOr<WorkerResult> Trainer::Run() {
   WorkerResult result;
   result.set_task(absl::StrCat("worker:", rank_));
   PST_RETURN_IF_ERROR(Setup());
   result.set_devices(towers_->DevicesLabel());
   absl::Notification stop_heartbeats;
-  std::thread heartbeats([this, &stop_heartbeats] { HeartbeatLoop(&stop_heartbeats); });
+  std::thread heartbeats([this, &stop_heartbeats] {
+    HeartbeatUntil(client_, absl::Seconds(config_.training().lease_seconds()),
+                   &stop_heartbeats);
+  });
   absl::StatusOr<WorkerResult> trained = Train(std::move(result));
   stop_heartbeats.Notify();
   heartbeats.join();

@@ -72,8 +72,6 @@ class Trainer {
   absl::StatusOr<WorkerResult> Train(WorkerResult result);
   // Runs steps [first_step, steps_per_epoch) of `epoch`.
   absl::Status RunEpoch(int epoch, int64_t first_step, WorkerResult* result);
-  // Keeps this worker in every shard's live set while it computes.
-  void HeartbeatLoop(absl::Notification* stop);
   absl::Status PullParameters(const std::vector<int64_t>& min_versions);
   // Forward/backward on batch `step` of `epoch` (after a pull, unless the
   // last step's exchange brought the parameters back), then the exchange:
