@@ -50,7 +50,7 @@ JobConfig AsyncSgd() {
 struct Mapping {
   uintptr_t begin = 0, end = 0;
   uint64_t offset = 0;  // into the object
-  std::string path;     // "" if it names no file
+  std::string path;     // "" if it names no file, else the file and its inode
   bool Holds(const void* address) const {
     const auto at = reinterpret_cast<uintptr_t>(address);
     return begin <= at && at < end;
@@ -66,6 +66,8 @@ std::vector<Mapping> Mappings() {
     Mapping mapping;
     fields >> range >> perms >> offset >> device >> inode;
     std::getline(fields >> std::ws, mapping.path);
+    // Every memfd has the same path: the inode tells them apart.
+    if (!mapping.path.empty()) absl::StrAppend(&mapping.path, "#", inode);
     const size_t dash = range.find('-');
     mapping.begin = std::stoull(range.substr(0, dash), nullptr, 16);
     mapping.end = std::stoull(range.substr(dash + 1), nullptr, 16);
@@ -94,8 +96,15 @@ std::optional<float> FirstFloatOfOtherMapping(const std::string& path, const voi
   return std::nullopt;
 }
 
+// In a sealed region (a memfd) or a named one.
 bool InSharedRegion(std::span<const float> tensor) {
-  return absl::StrContains(MappingOf(tensor.data()), "/dev/shm/pstrain-");
+  const std::string path = MappingOf(tensor.data());
+  return absl::StrContains(path, "/memfd:pstrain-region") ||
+         absl::StrContains(path, "/dev/shm/pstrain-");
+}
+
+bool InSealedRegion(std::span<const float> tensor) {
+  return absl::StrContains(MappingOf(tensor.data()), "/memfd:pstrain-region");
 }
 
 class PsClientShmTest : public ::testing::Test {
@@ -170,6 +179,8 @@ TEST_F(PsClientShmTest, TensorsLieInTheRegionsAndExchangeWhereTheyLie) {
   }
   EXPECT_TRUE(client->uses_shared_memory(0));
   EXPECT_TRUE(client->uses_shared_memory(1));
+  // The shards are in this network namespace: the regions are sealed memfds.
+  EXPECT_TRUE(InSealedRegion(tensors->values[0]));
   InitOnes(client.get());
 
   std::vector<int64_t> versions = {0, 0};
