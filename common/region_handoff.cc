@@ -106,7 +106,8 @@ absl::StatusOr<uint64_t> HandOverRegion(absl::string_view socket_name, absl::str
   if (!peer.ok()) return peer.status();
   if (*peer != geteuid()) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "the shard's region socket belongs to user ", *peer, ", not to this one (", geteuid(), ")"));
+        "the shard's region socket belongs to user ", *peer, ", not to this one (", geteuid(),
+        ")"));
   }
   iovec data{const_cast<char*>(nonce.data()), nonce.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};

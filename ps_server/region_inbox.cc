@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<RegionInbox>> RegionInbox::Start(Adopt adopt, Lim
     close(listener);
     return absl::UnavailableError(absl::StrCat("cannot create an eventfd: ", error));
   }
-  std::unique_ptr<RegionInbox> inbox(new RegionInbox(std::move(adopt), limits, name, listener, wake));
+  std::unique_ptr<RegionInbox> inbox(
+      new RegionInbox(std::move(adopt), limits, name, listener, wake));
   inbox->thread_ = std::thread([inbox = inbox.get()] { inbox->Run(); });
   return inbox;
 }

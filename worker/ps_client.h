@@ -382,7 +382,7 @@ class PsClient {
   // After a failed shared exchange: the shard may still be reading the push
   // (its staging races with the call's cancellation), so shard s's region
   // moves to private memory at the same address (SharedRegion::Detach),
-  // shared again under a new name by the next exchange; the caller's next
+  // shared again in a new object by the next exchange; the caller's next
   // gradient never lands in memory the shard reads. `failure` is
   // returned, with the reason if the move failed too.
   absl::Status LeaveRegionAfterFailure(int shard, absl::Status failure);

@@ -110,7 +110,8 @@ class RegionInboxTest : public ::testing::Test {
 
 TEST_F(RegionInboxTest, ADescriptorWithItsNonceIsAdoptedAndItsHandleAnswered) {
   const int memfd = NewMemfd();
-  absl::StatusOr<uint64_t> handle = HandOverRegion(inbox_->name(), nonce_, memfd, absl::Seconds(10));
+  absl::StatusOr<uint64_t> handle =
+      HandOverRegion(inbox_->name(), nonce_, memfd, absl::Seconds(10));
   ASSERT_TRUE(handle.ok()) << handle.status();
   EXPECT_EQ(*handle, kHandle);
   EXPECT_EQ(adopted(), 1);
