@@ -38,7 +38,7 @@ void Answer(int fd, const absl::StatusOr<uint64_t>& result) {
 // Reads the one message of connection `fd` and answers it: false if it
 // has not arrived yet. Every descriptor it carried is handed to `adopt`
 // or closed.
-bool Serve(int fd, const RegionInbox::Adopt& adopt, bool* refused) {
+bool ServeConnection(int fd, const RegionInbox::Adopt& adopt, bool* refused) {
   char data[kHandoffNonceBytes + 1];
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)];
   iovec buffer{data, sizeof(data)};
@@ -123,7 +123,7 @@ void RegionInbox::Serve(std::vector<Connection>* connections, const pollfd* poll
   for (size_t i = 0; i < connections->size(); ++i) {
     const Connection& connection = (*connections)[i];
     bool refused = false;
-    if (polled[i].revents != 0 && pst::Serve(connection.fd, adopt_, &refused)) {
+    if (polled[i].revents != 0 && ServeConnection(connection.fd, adopt_, &refused)) {
       if (refused) refused_.fetch_add(1, std::memory_order_relaxed);
       close(connection.fd);
     } else if (now >= connection.deadline) {

@@ -219,7 +219,8 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
                          absl::Milliseconds(20)))
       << Log("worker-2.log");
   // Its tensors went through shared memory with the PS; killed mid-write,
-  // it leaves no segment behind (the PS unlinked it once opened).
+  // it leaves no segment behind (a sealed region has no name, a named one
+  // is unlinked once the PS has opened it).
   EXPECT_THAT(Log("worker-2.log"), ::testing::HasSubstr("tensors travel through shared memory"));
   const pid_t killed_pid = w2->pid();
   w2->Kill();
