@@ -157,7 +157,7 @@ class OpenedRegion {
   // Whether its size is sealed: it cannot shrink, and copies need no guard.
   bool sealed() const { return sealed_; }
   // InvalidArgument unless [offset, offset + bytes) lies within the size
-  // announced at Open.
+  // announced at Open or Adopt.
   absl::Status CheckRange(int64_t offset, int64_t bytes) const;
   // InvalidArgument if the region is now smaller than announced (its owner
   // shrank it), or a copy has found it so.
