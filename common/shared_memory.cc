@@ -129,10 +129,10 @@ std::string RandomProof() {
   return proof;
 }
 
-// A new POSIX shared memory object for a region of `size` bytes, every page
-// allocated, under a fresh name (which `name` gets), with a fresh `proof`
+// A new object for a region of `size` bytes, every page allocated: a
+// named one under a fresh name (which `name` gets), with a fresh `proof`
 // written past the region's bytes.
-absl::StatusOr<int> CreateObject(int64_t size, std::string* name, std::string* proof) {
+absl::StatusOr<int> CreateNamedObject(int64_t size, std::string* name, std::string* proof) {
   static std::atomic<int> created{0};
   std::random_device random;
   // Unguessable, so that no other client can name it to the shard first.
@@ -164,32 +164,82 @@ absl::StatusOr<int> CreateObject(int64_t size, std::string* name, std::string* p
   return fd;
 }
 
+constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+// A sealed memfd of `size` bytes, every page allocated; Unimplemented where
+// the kernel has no memfd sealing (the caller then names one instead).
+absl::StatusOr<int> CreateSealedObject(int64_t size) {
+  const int fd = memfd_create("pstrain-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    return absl::UnimplementedError(absl::StrCat("cannot create a memfd: ", Errno()));
+  }
+  if (ftruncate(fd, size) != 0) {
+    const std::string error = Errno();
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot size a memfd to ", size, " bytes: ", error));
+  }
+  // As for a named object: a region the memory cannot hold is refused now.
+  if (const int error = posix_fallocate(fd, 0, size); error != 0) {
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size,
+                                                     " bytes of shared memory: ",
+                                                     std::strerror(error)));
+  }
+  // Sealed before any other process can see it: no one, this process
+  // included, can change its size again, nor unseal it.
+  if (fcntl(fd, F_ADD_SEALS, kSizeSeals | F_SEAL_SEAL) != 0) {
+    const std::string error = Errno();
+    close(fd);
+    return absl::UnimplementedError(absl::StrCat("cannot seal a memfd: ", error));
+  }
+  return fd;
+}
+
+// A new object of `*kind` for a region of `size` bytes; `*kind` becomes
+// kNamed where a sealed one cannot be made.
+absl::StatusOr<int> CreateObject(int64_t size, SharedRegion::Kind* kind, std::string* name,
+                                 std::string* proof) {
+  name->clear();
+  proof->clear();
+  if (*kind == SharedRegion::Kind::kSealed) {
+    absl::StatusOr<int> fd = CreateSealedObject(size);
+    if (fd.ok() || fd.status().code() != absl::StatusCode::kUnimplemented) return fd;
+    *kind = SharedRegion::Kind::kNamed;
+  }
+  return CreateNamedObject(size, name, proof);
+}
+
+// Closes `fd` and removes `name`, if any: an object that never got used.
+void Discard(int fd, const std::string& name) {
+  close(fd);
+  if (!name.empty()) shm_unlink(name.c_str());
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes) {
+absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(int64_t bytes, Kind kind) {
   const int64_t page = sysconf(_SC_PAGESIZE);
   if (bytes <= 0) return absl::InvalidArgumentError("a shared region needs at least one byte");
   const int64_t size = (bytes + page - 1) / page * page;
   std::string name;
   std::string proof;
-  absl::StatusOr<int> fd = CreateObject(size, &name, &proof);
+  absl::StatusOr<int> fd = CreateObject(size, &kind, &name, &proof);
   if (!fd.ok()) return fd.status();
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
   if (data == MAP_FAILED) {
     const std::string error = Errno();
-    close(*fd);
-    shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map shared memory ", name, ": ", error));
+    Discard(*fd, name);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory: ", error));
   }
   return std::unique_ptr<SharedRegion>(
-      new SharedRegion(name, std::move(proof), *fd, static_cast<char*>(data), size));
+      new SharedRegion(kind, name, std::move(proof), *fd, static_cast<char*>(data), size));
 }
 
-absl::Status SharedRegion::Renew() {
+absl::Status SharedRegion::Renew(Kind kind) {
   std::string name;
   std::string proof;
-  absl::StatusOr<int> fd = CreateObject(size_, &name, &proof);
+  absl::StatusOr<int> fd = CreateObject(size_, &kind, &name, &proof);
   if (!fd.ok()) return fd.status();
   // The contents first, then the new object mapped over the old one in a
   // single step: the address range never holds anything else.
@@ -198,26 +248,24 @@ absl::Status SharedRegion::Renew() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string error = n < 0 ? Errno() : "nothing written";
-      close(*fd);
-      shm_unlink(name.c_str());
+      Discard(*fd, name);
       return absl::ResourceExhaustedError(
-          absl::StrCat("cannot copy shared memory into ", name, ": ", error));
+          absl::StrCat("cannot copy a shared region into a new object: ", error));
     }
     written += n;
   }
   if (mmap(data_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, *fd, 0) == MAP_FAILED) {
     const std::string error = Errno();
-    close(*fd);
-    shm_unlink(name.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map shared memory ", name, ": ", error));
+    Discard(*fd, name);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map shared memory: ", error));
   }
   if (fd_ >= 0) close(fd_);
-  Unlink();
+  MarkOffered();  // the old name, if any, goes
+  kind_ = kind;
   name_ = std::move(name);
   proof_ = std::move(proof);
   fd_ = *fd;
-  linked_ = true;
+  fresh_ = true;
   return absl::OkStatus();
 }
 
@@ -227,25 +275,25 @@ absl::Status SharedRegion::Detach() {
       MAP_FAILED) {
     // The range still maps the shared object, unchanged.
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map private memory over shared memory ", name_, ": ", Errno()));
+        absl::StrCat("cannot map private memory over a shared region: ", Errno()));
   }
   std::memcpy(data_, contents.data(), contents.size());
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
-  Unlink();
+  MarkOffered();
   return absl::OkStatus();
 }
 
 SharedRegion::~SharedRegion() {
   munmap(data_, size_);
   if (fd_ >= 0) close(fd_);
-  Unlink();
+  MarkOffered();
 }
 
-void SharedRegion::Unlink() {
-  if (!linked_) return;
-  linked_ = false;
-  shm_unlink(name_.c_str());  // ENOENT: the shard has unlinked it already
+void SharedRegion::MarkOffered() {
+  if (!fresh_) return;
+  fresh_ = false;
+  if (!name_.empty()) shm_unlink(name_.c_str());  // ENOENT: the shard has unlinked it already
 }
 
 absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_view name,
@@ -299,7 +347,44 @@ absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Open(absl::string_vi
         absl::StrCat("cannot map shared memory ", path, " of ", bytes, " bytes here: ", error));
   }
   InstallSigbusHandler();
-  return std::unique_ptr<OpenedRegion>(new OpenedRegion(fd, static_cast<char*>(data), bytes));
+  return std::unique_ptr<OpenedRegion>(
+      new OpenedRegion(fd, static_cast<char*>(data), bytes, /*sealed=*/false));
+}
+
+absl::StatusOr<std::unique_ptr<OpenedRegion>> OpenedRegion::Adopt(int fd, int64_t bytes) {
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } closer{fd};
+  struct stat status;
+  if (bytes <= 0 || fstat(fd, &status) != 0 || !S_ISREG(status.st_mode) ||
+      status.st_size != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the descriptor handed over is not a region of the ", bytes,
+                     " bytes announced"));
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kSizeSeals) != kSizeSeals) {
+    return absl::PermissionDeniedError(
+        "the region handed over is not sealed against shrinking and growing (F_SEAL_SHRINK, "
+        "F_SEAL_GROW): a worker hands over only sealed memfds");
+  }
+  if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return absl::PermissionDeniedError(
+        "the region handed over is sealed against writing: the shard writes its answers there");
+  }
+  // Not touched here either: pages are committed as exchanges reach them.
+  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot map a sealed region of ", bytes, " bytes here: ", Errno()));
+  }
+  const int owned = closer.fd;
+  closer.fd = -1;
+  return std::unique_ptr<OpenedRegion>(
+      new OpenedRegion(owned, static_cast<char*>(data), bytes, /*sealed=*/true));
 }
 
 OpenedRegion::~OpenedRegion() {
@@ -316,6 +401,7 @@ absl::Status OpenedRegion::CheckRange(int64_t offset, int64_t bytes) const {
 }
 
 absl::Status OpenedRegion::CheckNotShrunk() const {
+  if (sealed_) return absl::OkStatus();
   if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
   struct stat status;
   if (fstat(fd_, &status) != 0) {
@@ -329,6 +415,11 @@ absl::Status OpenedRegion::CheckNotShrunk() const {
 }
 
 absl::Status OpenedRegion::Guarded(absl::FunctionRef<void()> access) const {
+  if (sealed_) {
+    // Its size is sealed: no page of the mapping can be cut off.
+    access();
+    return absl::OkStatus();
+  }
   if (cut_off_.load(std::memory_order_relaxed)) return CutOffError(size_);
   const MappedAccess mapped{.base = data_, .size = size_, .cut_off = &cut_off_};
   const MappedAccess* const outer = current_access;

@@ -79,7 +79,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const RpcLimits limits{.max_names_per_request = 8};
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t region_bytes = page * (1 + (control & 3));
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(region_bytes);
+  // Named, so that a hostile owner can shrink it (a sealed one cannot).
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+      SharedRegion::Create(region_bytes, SharedRegion::Kind::kNamed);
   FUZZ_INVARIANT(region.ok());
   std::memcpy((*region)->bytes().data(), contents,
               std::min<size_t>(contents_bytes, (*region)->bytes().size()));

@@ -1,8 +1,13 @@
 #include "ps_server/shm_regions.h"
 
+#include <unistd.h>
+
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/region_handoff.h"
+#include "common/security.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -12,9 +17,21 @@ ShmRegions::ShmRegions(bool enabled, int num_workers, int64_t max_region_bytes)
       num_workers_(std::max(num_workers, 0)),
       max_region_bytes_(max_region_bytes),
       boot_id_(HostBootId().value_or("")),
-      by_worker_(static_cast<size_t>(num_workers_)) {}
+      by_worker_(static_cast<size_t>(num_workers_)) {
+  if (!enabled_ || boot_id_.empty()) return;
+  absl::StatusOr<std::unique_ptr<RegionInbox>> inbox = RegionInbox::Start(
+      [this](absl::string_view nonce, int fd) { return AdoptSealed(nonce, fd); });
+  if (inbox.ok()) {
+    inbox_ = std::move(*inbox);
+  } else {
+    spdlog::warn("workers offer named shared regions only: {}",
+                 std::string(inbox.status().message()));
+  }
+}
 
-absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachResponse* response) {
+std::string ShmRegions::inbox_name() const { return inbox_ != nullptr ? inbox_->name() : ""; }
+
+absl::Status ShmRegions::CheckAttach(const ShmAttachRequest& request) const {
   if (!enabled_) {
     return absl::FailedPreconditionError(
         "this PS moves tensors over TCP only (cluster.shm: SHM_OFF)");
@@ -32,26 +49,77 @@ absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachRespon
                                                    " bytes; this PS takes one of 1 to ",
                                                    max_region_bytes_));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachResponse* response) {
+  PST_RETURN_IF_ERROR(CheckAttach(request));
+  const int worker = request.worker();
+  if (request.sealed()) {
+    if (inbox_ == nullptr) return absl::OkStatus();  // no socket: named regions only
+    const std::string nonce = RandomBytes(kHandoffNonceBytes);
+    {
+      absl::MutexLock lock(&mu_);
+      by_worker_[worker].handoff = {
+          .nonce = nonce, .bytes = request.bytes(), .deadline = absl::Now() + kHandoffDeadline};
+    }
+    response->set_handoff_socket(inbox_->name());
+    response->set_handoff_nonce(nonce);
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<OpenedRegion>> region =
       OpenedRegion::Open(request.name(), request.bytes(), request.proof());
   if (!region.ok()) return region.status();
+  response->set_region(Install(worker, std::move(*region)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ShmRegions::AdoptSealed(absl::string_view nonce, int fd) {
+  int worker = -1;
+  Handoff handoff;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t w = 0; w < by_worker_.size(); ++w) {
+      Handoff& candidate = by_worker_[w].handoff;
+      if (!candidate.nonce.empty() && ConstantTimeEquals(candidate.nonce, nonce)) {
+        worker = static_cast<int>(w);
+        handoff = std::move(candidate);
+        candidate = {};  // once only
+      }
+    }
+  }
+  if (worker < 0 || absl::Now() > handoff.deadline) {
+    close(fd);
+    return absl::PermissionDeniedError(
+        "no sealed attach waits for this region (its nonce is unknown, used or expired)");
+  }
+  absl::StatusOr<std::unique_ptr<OpenedRegion>> region = OpenedRegion::Adopt(fd, handoff.bytes);
+  if (!region.ok()) return region.status();
+  return Install(worker, std::move(*region));
+}
+
+uint64_t ShmRegions::Install(int worker, std::unique_ptr<OpenedRegion> region) {
   std::random_device random;
   uint64_t handle = 0;
   while (handle == 0) handle = (static_cast<uint64_t>(random()) << 32) | random();
+  const int64_t bytes = region->size();
+  const bool sealed = region->sealed();
   std::deque<Parked> replaced;
   {
     absl::MutexLock lock(&mu_);
-    replaced.swap(by_worker_[worker].parked);
-    by_worker_[worker] = {
-        .handle = handle, .region = std::move(*region), .claimed = false, .parked = {}};
+    Attached& attached = by_worker_[worker];
+    replaced.swap(attached.parked);
+    attached.handle = handle;
+    attached.region = std::move(region);
+    attached.claimed = false;
   }
   for (Parked& parked : replaced) {
     std::move(parked.on_claimed)(absl::NotFoundError(absl::StrCat(
         "worker ", worker, "'s shared region was replaced while an exchange waited for it")));
   }
-  response->set_region(handle);
-  spdlog::info("worker {} moves tensors through shared memory ({} bytes)", worker, request.bytes());
-  return absl::OkStatus();
+  spdlog::info("worker {} moves tensors through a {} shared region ({} bytes)", worker,
+               sealed ? "sealed" : "named", bytes);
+  return handle;
 }
 
 absl::StatusOr<ShmRegions::Claim> ShmRegions::TryClaim(uint64_t handle, int worker,

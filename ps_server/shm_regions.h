@@ -1,6 +1,7 @@
 // The shared-memory regions workers on this host have attached to the
 // shard (common/shared_memory.h): at most one per worker, found by the
-// handle Attach returned. A worker that attaches again replaces its region,
+// handle Attach (a named region) or the region inbox (a sealed one)
+// returned. A worker that attaches again replaces its region,
 // so a shard holds at most one descriptor per worker, however often a
 // worker reconnects. A region's pages are the worker's (the shard maps
 // them, and copies a push's and an answer's bytes), so its size costs the
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/shared_memory.h"
+#include "ps_server/region_inbox.h"
 #include "ps.pb.h"
 
 namespace pst {
@@ -29,10 +31,22 @@ class ShmRegions {
   // `enabled` false (cluster.shm SHM_OFF) refuses every attach.
   ShmRegions(bool enabled, int num_workers, int64_t max_region_bytes);
 
-  // Opens the region the request names. FailedPrecondition when it cannot
-  // be shared here (disabled, another host or IPC namespace): the worker
-  // then stays on TCP. InvalidArgument for a bad worker, name or size.
+  // Opens the named region the request names; or, for a sealed one,
+  // answers with the inbox's socket and a fresh nonce, and the region is
+  // attached when its descriptor comes to the inbox with that nonce
+  // (within kHandoffDeadline; one pending handoff per worker, a newer
+  // attach replacing it); without an inbox, the answer names no socket and
+  // the worker offers a named region. FailedPrecondition when it cannot be
+  // shared here (disabled, another host or IPC namespace): the worker then
+  // stays on TCP.
+  // InvalidArgument for a bad worker, name or size.
   absl::Status Attach(const ShmAttachRequest& request, ShmAttachResponse* response);
+
+  // How long a sealed attach's nonce waits for its descriptor.
+  static constexpr absl::Duration kHandoffDeadline = absl::Seconds(10);
+
+  // The inbox's socket name; empty if it could not be started.
+  std::string inbox_name() const;
 
   // A region claimed for one exchange: the claim lasts until the pointer
   // is dropped.
@@ -78,12 +92,27 @@ class ShmRegions {
     ClaimId id = 0;
     OnClaimed on_claimed;
   };
+  // A sealed attach waiting for its descriptor.
+  struct Handoff {
+    std::string nonce;  // empty: none
+    int64_t bytes = 0;
+    absl::Time deadline;
+  };
   struct Attached {
+    Handoff handoff;
     uint64_t handle = 0;
     std::shared_ptr<const OpenedRegion> region;
     bool claimed = false;
     std::deque<Parked> parked;  // in arrival order
   };
+  // Checks what every attach must satisfy: enabled, a worker of the job on
+  // this host, a size this shard takes.
+  absl::Status CheckAttach(const ShmAttachRequest& request) const;
+  // The sealed region that came to the inbox with `nonce`, as the handle
+  // of the worker whose attach gave that nonce out.
+  absl::StatusOr<uint64_t> AdoptSealed(absl::string_view nonce, int fd);
+  // Makes `region` worker's, replacing any other, and returns its handle.
+  uint64_t Install(int worker, std::unique_ptr<OpenedRegion> region);
   // The region as a claim that gives itself back (to the next parked claim,
   // if any) when dropped.
   Claimed ClaimFor(int worker, uint64_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -95,6 +124,8 @@ class ShmRegions {
   mutable absl::Mutex mu_;
   std::vector<Attached> by_worker_ ABSL_GUARDED_BY(mu_);
   ClaimId next_claim_ ABSL_GUARDED_BY(mu_) = 1;
+  // Last: its thread calls AdoptSealed until it is destroyed.
+  std::unique_ptr<RegionInbox> inbox_;
 };
 
 }  // namespace pst

@@ -374,10 +374,15 @@ class PsClient {
   // the first time (and again after the shard has lost it). An error only
   // where the call must fail (kShm refused, the shard unreachable).
   absl::StatusOr<bool> UseSharedMemory(int shard);
+  // Offers shard s's region, as ShmAttach's answer or a refusal: a sealed
+  // region is handed over the shard's socket, and one that cannot be (a
+  // shard in another network namespace, or one without the socket) moves
+  // to a named object and is offered by name.
+  grpc::Status OfferRegion(int shard, const std::string& boot_id, uint64_t* handle);
   // After a failed shared exchange: the shard may still be reading the push
   // (its staging races with the call's cancellation), so shard s's region
   // moves to private memory at the same address (SharedRegion::Detach),
-  // shared again under a new name by the next exchange; the caller's next
+  // shared again in a new object by the next exchange; the caller's next
   // gradient never lands in memory the shard reads. `failure` is
   // returned, with the reason if the move failed too.
   absl::Status LeaveRegionAfterFailure(int shard, absl::Status failure);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/region_handoff.h"
 #include "common/tensor_codec.h"
 #include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
@@ -69,32 +70,22 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
         SharedRegion::Create(2 * elements * static_cast<int64_t>(sizeof(float)));
     if (!region.ok()) return refuse(region.status().message());
     shard.region = std::move(*region);
-  } else if (!shard.region->linked()) {
-    // The shard has unlinked the old name: only a new one can be offered.
+  } else if (!shard.region->fresh()) {
+    // The shard has (or may have) the old object: only a new one can be
+    // offered.
     if (absl::Status renewed = shard.region->Renew(); !renewed.ok()) {
       return refuse(renewed.message());
     }
   }
   absl::StatusOr<std::string> boot_id = HostBootId();
   if (!boot_id.ok()) return refuse(boot_id.status().message());
-  ShmAttachRequest request;
-  request.set_worker(worker_);
-  request.set_name(shard.region->name());
-  request.set_bytes(static_cast<int64_t>(shard.region->bytes().size()));
-  request.set_boot_id(*boot_id);
-  request.set_proof(shard.region->proof());
-  ShmAttachResponse response;
-  grpc::ClientContext context;
-  PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
-  // Whatever the answer, the name goes: the shard has opened the region
-  // (and unlinked it too), or never will.
-  shard.region->Unlink();
+  uint64_t handle = 0;
+  grpc::Status rpc = OfferRegion(s, *boot_id, &handle);
   if (!rpc.ok()) {
     if (IsRefusal(rpc)) return refuse(rpc.error_message());
     return ShardError(s, rpc);
   }
-  shard.region_handle = response.region();
+  shard.region_handle = handle;
   shard.region_attached = true;
   if (!shard.shm_logged) {
     shard.shm_logged = true;
@@ -102,6 +93,53 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
                  shard.region->bytes().size());
   }
   return true;
+}
+
+grpc::Status PsClient::OfferRegion(int s, const std::string& boot_id, uint64_t* handle) {
+  Shard& shard = shards_[s];
+  SharedRegion& region = *shard.region;
+  ShmAttachRequest request;
+  request.set_worker(worker_);
+  request.set_bytes(static_cast<int64_t>(region.bytes().size()));
+  request.set_boot_id(boot_id);
+  if (region.kind() == SharedRegion::Kind::kSealed) {
+    request.set_sealed(true);
+    ShmAttachResponse response;
+    grpc::ClientContext context;
+    PrepareContext(&context, kRpcDeadline);
+    grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
+    // Refused for what a named region would be refused for too.
+    if (!rpc.ok()) return rpc;
+    absl::StatusOr<uint64_t> handed =
+        response.handoff_socket().empty()
+            ? absl::FailedPreconditionError("the shard takes named regions only")
+            : HandOverRegion(response.handoff_socket(), response.handoff_nonce(), region.fd(),
+                             kRpcDeadline);
+    // Handed over or not, the shard may hold it now.
+    region.MarkOffered();
+    if (handed.ok()) {
+      *handle = *handed;
+      return grpc::Status::OK;
+    }
+    spdlog::info("ps:{} ({}): the sealed region was not taken ({}); offering a named one", s,
+                 shard.address, std::string(handed.status().message()));
+    if (absl::Status renewed = region.Renew(SharedRegion::Kind::kNamed); !renewed.ok()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          std::string(renewed.message()));
+    }
+    request.set_sealed(false);
+  }
+  request.set_name(region.name());
+  request.set_proof(region.proof());
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, kRpcDeadline);
+  grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
+  // Whatever the answer, the name goes: the shard has opened the region
+  // (and unlinked it too), or never will.
+  region.MarkOffered();
+  *handle = response.region();
+  return rpc;
 }
 
 absl::Status PsClient::LeaveRegionAfterFailure(int s, absl::Status failure) {

@@ -22,6 +22,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// These are the named regions' tests (shared_memory_sealed_test.cc has the
+// sealed ones').
+constexpr SharedRegion::Kind kNamed = SharedRegion::Kind::kNamed;
+
 bool NameExists(const std::string& name) {
   const int fd = shm_open(name.c_str(), O_RDONLY, 0);
   if (fd < 0) return false;
@@ -47,7 +51,7 @@ TEST(SharedMemoryTest, OnlyRegionNamesAreAccepted) {
 }
 
 TEST(SharedMemoryTest, RegionNamesCarryTheCreatorsPid) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(100);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(100, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   EXPECT_THAT((*region)->name(), ::testing::StartsWith(SharedRegionPrefix(getpid())));
   EXPECT_TRUE(IsSharedRegionName((*region)->name()));
@@ -55,7 +59,7 @@ TEST(SharedMemoryTest, RegionNamesCarryTheCreatorsPid) {
 }
 
 TEST(SharedMemoryTest, OpeningUnlinksTheNameAndBothEndsSeeTheSameBytes) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   const std::string name = (*region)->name();
   ASSERT_TRUE(NameExists(name));
@@ -70,11 +74,11 @@ TEST(SharedMemoryTest, OpeningUnlinksTheNameAndBothEndsSeeTheSameBytes) {
   EXPECT_EQ(std::string(read, 8), "gradient");
   ASSERT_TRUE((*opened)->Write(4000, std::span<const char>("answer", 6)).ok());
   EXPECT_EQ(std::string((*region)->bytes().data() + 4000, 6), "answer");
-  (*region)->Unlink();  // after the shard did: harmless
+  (*region)->MarkOffered();  // after the shard unlinked the name: harmless
 }
 
 TEST(SharedMemoryTest, ARenewedRegionKeepsItsAddressAndBytesUnderANewName) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   const std::span<char> bytes = (*region)->bytes();
   std::memcpy(bytes.data() + 5000, "values", 6);
@@ -106,7 +110,7 @@ TEST(SharedMemoryTest, ARenewedRegionKeepsItsAddressAndBytesUnderANewName) {
 }
 
 TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenewed) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(8192, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   const std::span<char> bytes = (*region)->bytes();
   std::memcpy(bytes.data() + 5000, "values", 6);
@@ -117,7 +121,7 @@ TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenew
   ASSERT_TRUE(shard.ok()) << shard.status();
 
   ASSERT_TRUE((*region)->Detach().ok());
-  EXPECT_FALSE((*region)->linked());
+  EXPECT_FALSE((*region)->fresh());
   EXPECT_EQ((*region)->bytes().data(), bytes.data());
   EXPECT_EQ(std::string(bytes.data() + 5000, 6), "values");
   const std::string prefix = SharedRegionPrefix(getpid()).substr(1);  // without the '/'
@@ -131,7 +135,7 @@ TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenew
   EXPECT_NE(std::string(seen, 5), "after");
 
   ASSERT_TRUE((*region)->Renew().ok());
-  EXPECT_TRUE((*region)->linked());
+  EXPECT_TRUE((*region)->fresh());
   EXPECT_EQ((*region)->bytes().data(), bytes.data());
   absl::StatusOr<std::unique_ptr<OpenedRegion>> again =
       OpenedRegion::Open((*region)->name(), static_cast<int64_t>(bytes.size()), (*region)->proof());
@@ -143,7 +147,7 @@ TEST(SharedMemoryTest, ADetachedRegionKeepsItsAddressAndBytesAndNoNameUntilRenew
 TEST(SharedMemoryTest, DestroyingAnUnopenedRegionRemovesItsName) {
   std::string name;
   {
-    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096, kNamed);
     ASSERT_TRUE(region.ok()) << region.status();
     name = (*region)->name();
     ASSERT_TRUE(NameExists(name));
@@ -152,7 +156,7 @@ TEST(SharedMemoryTest, DestroyingAnUnopenedRegionRemovesItsName) {
 }
 
 TEST(SharedMemoryTest, OpenRefusesWrongNamesAndSizes) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   const int64_t size = static_cast<int64_t>((*region)->bytes().size());
   EXPECT_EQ(OpenedRegion::Open("/dev/shm/x", size, (*region)->proof()).status().code(),
@@ -196,7 +200,7 @@ TEST(SharedMemoryTest, OpeningCommitsNoMemoryOnlyCopiesDo) {
 // first, without the proof its creator wrote, is refused, and the name
 // stays for the creator's own offer.
 TEST(SharedMemoryTest, OpeningNeedsTheCreatorsProofAndAWrongOneLeavesTheName) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   const int64_t size = static_cast<int64_t>((*region)->bytes().size());
   EXPECT_EQ((*region)->proof().size(), kRegionProofBytes);
@@ -215,7 +219,7 @@ TEST(SharedMemoryTest, OpeningNeedsTheCreatorsProofAndAWrongOneLeavesTheName) {
 }
 
 TEST(SharedMemoryTest, RangesOutsideTheRegionAreRefused) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4096, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   absl::StatusOr<std::unique_ptr<OpenedRegion>> opened =
       OpenedRegion::Open((*region)->name(), static_cast<int64_t>((*region)->bytes().size()), (*region)->proof());
@@ -235,7 +239,7 @@ TEST(SharedMemoryTest, RangesOutsideTheRegionAreRefused) {
 class ShrunkRegionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page_);
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(4 * page_, kNamed);
     ASSERT_TRUE(region.ok()) << region.status();
     region_ = std::move(*region);
     std::memset(region_->bytes().data(), 7, region_->bytes().size());
@@ -340,7 +344,7 @@ TEST_F(ShrunkRegionTest, AFaultOutsideTheRegionsStillEndsTheProcess) {
 // The shard copies into a mapping, not with write(2): a file-size limit
 // (RLIMIT_FSIZE, e.g. a PS run under prlimit) does not stop its answers.
 TEST(SharedMemoryTest, AFileSizeLimitDoesNotStopAnswers) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(1 << 20);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(1 << 20, kNamed);
   ASSERT_TRUE(region.ok()) << region.status();
   const pid_t child = fork();
   ASSERT_GE(child, 0);

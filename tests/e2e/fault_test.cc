@@ -219,7 +219,8 @@ TEST_P(WorkerFaultTest, SurvivesAKilledWorkerThatIsRestarted) {
                          absl::Milliseconds(20)))
       << Log("worker-2.log");
   // Its tensors went through shared memory with the PS; killed mid-write,
-  // it leaves no segment behind (the PS unlinked it once opened).
+  // it leaves no segment behind (a sealed region has no name, a named one
+  // is unlinked once the PS has opened it).
   EXPECT_THAT(Log("worker-2.log"), ::testing::HasSubstr("tensors travel through shared memory"));
   const pid_t killed_pid = w2->pid();
   w2->Kill();
@@ -298,7 +299,7 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
   EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("reconnected"));
   // Both workers moved tensors through shared memory with both lives of
   // the PS: they attached new regions to the restarted one.
-  EXPECT_EQ(Count(Log("ps.log"), "moves tensors through shared memory"), 4) << Log("ps.log");
+  EXPECT_EQ(Count(Log("ps.log"), "shared region ("), 4) << Log("ps.log");
   EXPECT_GE(Result(0).test_accuracy(), 0.75);
   std::printf("fault: PS SIGKILLed at version %lld, restored version %lld (%lld steps lost), "
               "training again %s after the kill; final test accuracy %.4f\n",

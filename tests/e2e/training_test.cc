@@ -262,7 +262,8 @@ TEST_F(TwoWorkerJobTest, AnotherProcessActingAsARunningWorkerIsRefused) {
   // other process try once.
   std::atomic<int> tries{0};
   std::atomic<int> refused{0};
-  std::unique_ptr<SharedRegion> region = *SharedRegion::Create(4096);
+  std::unique_ptr<SharedRegion> region =
+      *SharedRegion::Create(4096, SharedRegion::Kind::kNamed);
   cluster_->set_before_push(1, [&] {
     if (tries.fetch_add(1) >= 3) return;
     PullRequest pull;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/region_handoff.h"
 #include "common/shared_memory.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
@@ -73,19 +74,9 @@ class ShmExchangeTest : public ::testing::Test {
     Start(/*shared_memory=*/true, mode, variables);
   }
 
-  grpc::Status Attach(const SharedRegion& region, int worker, uint64_t* handle,
+  grpc::Status Attach(SharedRegion& region, int worker, uint64_t* handle,
                       std::string boot_id = "") {
-    ShmAttachRequest request;
-    request.set_worker(worker);
-    request.set_name(region.name());
-    request.set_bytes(static_cast<int64_t>(region.bytes().size()));
-    request.set_boot_id(boot_id.empty() ? *HostBootId() : boot_id);
-    request.set_proof(region.proof());
-    ShmAttachResponse response;
-    grpc::ClientContext context;
-    grpc::Status status = stub_->ShmAttach(&context, request, &response);
-    *handle = response.region();
-    return status;
+    return AttachRegion(stub_.get(), worker, region, handle, boot_id);
   }
 
   // A push of "w" from `push_offset` and its answer at `answer_offset`.
@@ -127,8 +118,9 @@ class ShmExchangeTest : public ::testing::Test {
     EXPECT_EQ(version, 0);
   }
 
-  static std::unique_ptr<SharedRegion> NewRegion(int64_t bytes = 2 * kBytes) {
-    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes);
+  static std::unique_ptr<SharedRegion> NewRegion(
+      int64_t bytes = 2 * kBytes, SharedRegion::Kind kind = SharedRegion::Kind::kSealed) {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes, kind);
     EXPECT_TRUE(region.ok()) << region.status();
     return std::move(*region);
   }
@@ -360,8 +352,10 @@ TEST_F(ShmExchangeTest, AGradientOfTheWrongShapeIsRefused) {
   ExpectModelUntouched();
 }
 
-TEST_F(ShmExchangeTest, ARegionShrunkAfterAttachingIsRefused) {
-  std::unique_ptr<SharedRegion> region = NewRegion();
+// A named region can shrink under the shard: its copies are refused, not
+// a fault.
+TEST_F(ShmExchangeTest, ANamedRegionShrunkAfterAttachingIsRefused) {
+  std::unique_ptr<SharedRegion> region = NewRegion(2 * kBytes, SharedRegion::Kind::kNamed);
   // The hostile worker keeps a descriptor of its own to shrink it with.
   const int owner = shm_open(region->name().c_str(), O_RDWR, 0);
   ASSERT_GE(owner, 0);
@@ -375,6 +369,61 @@ TEST_F(ShmExchangeTest, ARegionShrunkAfterAttachingIsRefused) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("shrank"), std::string::npos) << status.error_message();
   ExpectModelUntouched();
+}
+
+// The hostile worker of the test above, with a sealed region: its shrink
+// fails, the shard's copies never fault, and its exchange goes through.
+TEST_F(ShmExchangeTest, ASealedRegionCannotShrinkUnderTheShard) {
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  ASSERT_EQ(region->kind(), SharedRegion::Kind::kSealed);
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  Fill(*region, 0, 0.25f);
+  EXPECT_EQ(ftruncate(region->fd(), 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  ExchangeOutcome response;
+  grpc::Status status = Exchange(PushPull(handle, 0, kBytes), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  int64_t version = 0;
+  EXPECT_THAT(Model(&version), Each(Eq(0.75f)));
+  std::vector<float> answer(kElements);
+  std::memcpy(answer.data(), region->bytes().data() + kBytes, kBytes);
+  EXPECT_THAT(answer, Each(Eq(0.75f)));
+}
+
+// A sealed attach hands out a nonce that one sealed descriptor may use,
+// once: an unsealed one is refused (and spends it), as is any later one.
+TEST_F(ShmExchangeTest, AnUnsealedDescriptorIsRefusedAndANonceServesOnce) {
+  ShmAttachRequest request;
+  request.set_worker(0);
+  request.set_bytes(2 * kBytes);
+  request.set_boot_id(*HostBootId());
+  request.set_sealed(true);
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->ShmAttach(&context, request, &response).ok());
+  ASSERT_FALSE(response.handoff_socket().empty());
+  EXPECT_EQ(response.handoff_nonce().size(), kHandoffNonceBytes);
+  EXPECT_EQ(response.region(), 0u);
+
+  const int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(unsealed, 2 * kBytes), 0);
+  absl::StatusOr<uint64_t> refused = HandOverRegion(
+      response.handoff_socket(), response.handoff_nonce(), unsealed, absl::Seconds(30));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("not sealed"));
+  close(unsealed);
+  EXPECT_EQ(server_.service->shared_regions(), 0);
+
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  absl::StatusOr<uint64_t> replayed = HandOverRegion(
+      response.handoff_socket(), response.handoff_nonce(), region->fd(), absl::Seconds(30));
+  EXPECT_EQ(replayed.status().code(), absl::StatusCode::kPermissionDenied) << replayed.status();
+  EXPECT_EQ(server_.service->shared_regions(), 0);
+  // The worker's next attach gets a nonce of its own.
+  uint64_t handle = 0;
+  ASSERT_TRUE(Attach(*region, 0, &handle).ok());
+  EXPECT_EQ(server_.service->shared_regions(), 1);
 }
 
 TEST_F(ShmExchangeTest, NonFiniteGradientsInTheRegionAreRefused) {
@@ -619,7 +668,7 @@ TEST_F(ShmExchangeTest, AttachingAgainReplacesTheWorkersRegion) {
 // the shard never maps the region for it nor writes the model into it, and
 // the worker's own attach still succeeds.
 TEST_F(ShmExchangeTest, ARegionOfferedWithoutItsProofIsRefused) {
-  std::unique_ptr<SharedRegion> region = NewRegion();
+  std::unique_ptr<SharedRegion> region = NewRegion(2 * kBytes, SharedRegion::Kind::kNamed);
   for (int worker : {0, 1}) {
     ShmAttachRequest request;
     request.set_worker(worker);
@@ -642,7 +691,7 @@ TEST_F(ShmExchangeTest, ARegionOfferedWithoutItsProofIsRefused) {
 }
 
 TEST_F(ShmExchangeTest, AttachRefusesWhatItCannotShare) {
-  std::unique_ptr<SharedRegion> region = NewRegion();
+  std::unique_ptr<SharedRegion> region = NewRegion(2 * kBytes, SharedRegion::Kind::kNamed);
   uint64_t handle = 0;
   EXPECT_EQ(Attach(*region, 0, &handle, "not-this-host").error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/region_handoff.h"
 #include "common/shared_memory.h"
 #include "gtest/gtest.h"
 #include "grpcpp/client_context.h"
@@ -96,27 +97,51 @@ inline std::string AnswerBytes(const std::vector<ExchangeAnswer>& answers, int t
   return bytes;
 }
 
+// Attaches `region` as `worker` through `stub`, as a worker does: a named
+// one by name and proof, a sealed one by handing its descriptor to the
+// socket the answer names. `*handle` gets the shard's handle for it.
+inline grpc::Status AttachRegion(ParameterServer::Stub* stub, int worker, SharedRegion& region,
+                                 uint64_t* handle, const std::string& boot_id = "") {
+  ShmAttachRequest request;
+  request.set_worker(worker);
+  request.set_bytes(static_cast<int64_t>(region.bytes().size()));
+  request.set_boot_id(boot_id.empty() ? *HostBootId() : boot_id);
+  const bool sealed = region.kind() == SharedRegion::Kind::kSealed;
+  if (sealed) {
+    request.set_sealed(true);
+  } else {
+    request.set_name(region.name());
+    request.set_proof(region.proof());
+  }
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub->ShmAttach(&context, request, &response);
+  *handle = response.region();
+  if (!status.ok() || !sealed) return status;
+  absl::StatusOr<uint64_t> handed = HandOverRegion(
+      response.handoff_socket(), response.handoff_nonce(), region.fd(), absl::Seconds(30));
+  if (!handed.ok()) {
+    return grpc::Status(static_cast<grpc::StatusCode>(handed.status().code()),
+                        std::string(handed.status().message()));
+  }
+  *handle = *handed;
+  return grpc::Status::OK;
+}
+
 // A region of `bytes` made here and attached by `worker` through `stub`,
 // its first `elements` floats set to `value` (a gradient at offset 0);
 // `*handle` gets the shard's handle for it, `*owner` (if given) a
-// descriptor of its own, to shrink it with.
+// descriptor of its own, to shrink it with (the region is then a named
+// one: a sealed one cannot shrink).
 inline std::unique_ptr<SharedRegion> AttachFilledRegion(ParameterServer::Stub* stub, int worker,
                                                         int64_t bytes, int64_t elements, float value,
                                                         uint64_t* handle, int* owner = nullptr) {
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(bytes);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
+      bytes, owner != nullptr ? SharedRegion::Kind::kNamed : SharedRegion::Kind::kSealed);
   EXPECT_TRUE(region.ok()) << region.status();
   if (owner != nullptr) *owner = shm_open((*region)->name().c_str(), O_RDWR, 0);
-  ShmAttachRequest request;
-  request.set_worker(worker);
-  request.set_name((*region)->name());
-  request.set_bytes(static_cast<int64_t>((*region)->bytes().size()));
-  request.set_boot_id(*HostBootId());
-  request.set_proof((*region)->proof());
-  ShmAttachResponse response;
-  grpc::ClientContext context;
-  const grpc::Status status = stub->ShmAttach(&context, request, &response);
+  const grpc::Status status = AttachRegion(stub, worker, **region, handle);
   EXPECT_TRUE(status.ok()) << status.error_message();
-  *handle = response.region();
   const std::vector<float> gradient(static_cast<size_t>(elements), value);
   std::memcpy((*region)->bytes().data(), gradient.data(), gradient.size() * sizeof(float));
   return std::move(*region);

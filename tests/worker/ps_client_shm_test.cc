@@ -3,13 +3,19 @@
 // no copy on this side and stay where they are when the shard loses the
 // region. The shard's side (validation, hostile regions) is
 // tests/ps_server/shm_exchange_test.cc; whole jobs are tests/e2e.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -50,7 +56,7 @@ JobConfig AsyncSgd() {
 struct Mapping {
   uintptr_t begin = 0, end = 0;
   uint64_t offset = 0;  // into the object
-  std::string path;     // "" if it names no file
+  std::string path;     // "" if it names no file, else the file and its inode
   bool Holds(const void* address) const {
     const auto at = reinterpret_cast<uintptr_t>(address);
     return begin <= at && at < end;
@@ -66,6 +72,8 @@ std::vector<Mapping> Mappings() {
     Mapping mapping;
     fields >> range >> perms >> offset >> device >> inode;
     std::getline(fields >> std::ws, mapping.path);
+    // Every memfd has the same path: the inode tells them apart.
+    if (!mapping.path.empty()) absl::StrAppend(&mapping.path, "#", inode);
     const size_t dash = range.find('-');
     mapping.begin = std::stoull(range.substr(0, dash), nullptr, 16);
     mapping.end = std::stoull(range.substr(dash + 1), nullptr, 16);
@@ -94,8 +102,15 @@ std::optional<float> FirstFloatOfOtherMapping(const std::string& path, const voi
   return std::nullopt;
 }
 
+// In a sealed region (a memfd) or a named one.
 bool InSharedRegion(std::span<const float> tensor) {
-  return absl::StrContains(MappingOf(tensor.data()), "/dev/shm/pstrain-");
+  const std::string path = MappingOf(tensor.data());
+  return absl::StrContains(path, "/memfd:pstrain-region") ||
+         absl::StrContains(path, "/dev/shm/pstrain-");
+}
+
+bool InSealedRegion(std::span<const float> tensor) {
+  return absl::StrContains(MappingOf(tensor.data()), "/memfd:pstrain-region");
 }
 
 class PsClientShmTest : public ::testing::Test {
@@ -170,6 +185,8 @@ TEST_F(PsClientShmTest, TensorsLieInTheRegionsAndExchangeWhereTheyLie) {
   }
   EXPECT_TRUE(client->uses_shared_memory(0));
   EXPECT_TRUE(client->uses_shared_memory(1));
+  // The shards are in this network namespace: the regions are sealed memfds.
+  EXPECT_TRUE(InSealedRegion(tensors->values[0]));
   InitOnes(client.get());
 
   std::vector<int64_t> versions = {0, 0};
@@ -269,6 +286,35 @@ TEST_F(PsClientShmTest, OverTcpTheTensorsAreTheClientsOwn) {
   for (size_t v = 0; v < kModel.size(); ++v) {
     EXPECT_THAT(tensors->values[v], Each(0.5f)) << kModel[v].name;
   }
+}
+
+// A worker that cannot reach the shard's region socket (abstract sockets
+// belong to a network namespace; compose's workers share the PS's IPC
+// namespace, not its network) offers a named region instead, and its
+// tensors move through that.
+TEST_F(PsClientShmTest, AWorkerWithoutTheShardsSocketOffersANamedRegion) {
+  if (geteuid() != 0) GTEST_SKIP() << "entering a network namespace of its own needs root";
+  std::unique_ptr<PsClient> client = Connect(PsClient::Transport::kShm);
+  ASSERT_NE(client, nullptr);
+  // Registered: its channels are connected, in this namespace.
+  absl::StatusOr<PsClient::Tensors> tensors = absl::UnknownError("not run");
+  // A namespace is a thread's own: the client's Unix socket, made on the
+  // calling thread, is in the new one; its gRPC connections are not.
+  std::thread([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      tensors = absl::InternalError(absl::StrCat("unshare: ", std::strerror(errno)));
+      return;
+    }
+    tensors = client->AllocateTensors();
+  }).join();
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_TRUE(client->uses_shared_memory(0));
+  EXPECT_TRUE(InSharedRegion(tensors->values[0]));
+  EXPECT_FALSE(InSealedRegion(tensors->values[0]));
+  InitOnes(client.get());
+  std::vector<int64_t> versions = {0, 0};
+  ASSERT_TRUE(PushPull(client.get(), *tensors, 1.0f, &versions).ok());  // 1 - 0.5 * 1
+  EXPECT_THAT(tensors->values[0], Each(0.5f));
 }
 
 // A shard restarted without shared memory refuses the worker's region: the
