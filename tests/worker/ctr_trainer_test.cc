@@ -1,6 +1,8 @@
 // The CTR trainer against real shards on loopback (workers as threads, each
 // with its own client): SYNC with N workers trains the model one worker
-// trains on the combined batch, dense variables and embedding rows alike.
+// trains on the combined batch, dense variables and embedding rows alike;
+// and the shards, which check a first Init against the config's model,
+// expect the model the trainer declares.
 #include "worker/ctr_trainer.h"
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "common/status_macros.h"
 #include "data/ctr_formats.h"
 #include "kernels/kernels.h"
+#include "ps_server/model_share.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
 #include "worker/ctr_data.h"
@@ -168,7 +171,8 @@ TEST_F(CtrSyncEquivalenceTest, NWorkersTrainTheModelOfOneWorkerWithTheCombinedBa
                              "POOLING_SUM"},
                         Case{"sgd { learning_rate: 0.2 momentum: 0.9 }", "POOLING_MEAN"}}) {
     SCOPED_TRACE(c.optimizer);
-    absl::StatusOr<TrainedModel> single = Train(CtrConfig(dir_, 1, c.optimizer, c.pooling), 1, ids_);
+    absl::StatusOr<TrainedModel> single =
+        Train(CtrConfig(dir_, 1, c.optimizer, c.pooling), 1, ids_);
     ASSERT_TRUE(single.ok()) << single.status();
     ASSERT_EQ(single->steps, kSteps);
     ASSERT_EQ(single->stats[0].version(), kSteps);
@@ -196,6 +200,28 @@ TEST_F(CtrSyncEquivalenceTest, NWorkersTrainTheModelOfOneWorkerWithTheCombinedBa
       EXPECT_LE(RelativeError(multi->wide, single->wide), 1e-5);
     }
   }
+}
+
+// A shard of a CTR job takes as its first Init only the model the config
+// names (ps_server/model_share.h): the one this worker declares.
+TEST(CtrTrainerModelTest, TheShardsExpectTheModelTheWorkerDeclares) {
+  const JobConfig config =
+      CtrConfig("/nonexistent", 2, "adam { learning_rate: 0.01 }", "POOLING_MEAN");
+  std::optional<ConfigModel> expected = ConfigModelOf(config);
+  ASSERT_TRUE(expected.has_value());
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  absl::StatusOr<std::unique_ptr<CtrModel>> model =
+      CtrModel::Create(CtrModelSpecFor(config.training()), kernels.get(), 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<VariableSpec>& declared = (*model)->mlp().variables();
+  ASSERT_EQ(declared.size(), expected->variables.size());
+  for (size_t i = 0; i < declared.size(); ++i) {
+    EXPECT_EQ(declared[i].name, expected->variables[i].name);
+    EXPECT_EQ(declared[i].shape, expected->variables[i].shape) << declared[i].name;
+  }
+  ASSERT_EQ(expected->embeddings.size(), 2u);
+  EXPECT_EQ(expected->embeddings[0].name(), "categorical");
+  EXPECT_EQ(expected->embeddings[1].name(), "wide");
 }
 
 }  // namespace
