@@ -1,7 +1,8 @@
 // Writes the seed inputs of shard_fuzzer (layout in fuzz/shard_input.h) into
 // the directory given as the only argument: short RPC sequences in each mode
 // that reach SYNC steps, ASYNC and SSP pushes, pulls in every wire type,
-// liveness and snapshots, so fuzzing starts from the deep paths.
+// embedding rows, liveness and snapshots, so fuzzing starts from the deep
+// paths.
 //
 //   build-fuzz/bin/make_shard_corpus fuzz/corpus/shard
 #include <cstdint>
@@ -47,6 +48,20 @@ class Sequence {
       p.append(reinterpret_cast<const char*>(&v), sizeof(v));
     }
     return Op(kPushValues, p);
+  }
+  // A structured push of embedding rows (see kPushRows): small values.
+  Sequence& PushRows(int worker, int version_lag, int flags, const std::string& ids, int seed) {
+    std::string p = {static_cast<char>(worker), static_cast<char>(version_lag),
+                     static_cast<char>(flags), static_cast<char>(ids.size())};
+    p += ids;
+    for (int i = 0; i < 40; ++i) p.push_back(static_cast<char>((seed * 5 + i * 11) % 64 - 32));
+    return Op(kPushRows, p);
+  }
+  Sequence& PullRows(int worker, int dtype, int flags, const std::string& ids) {
+    std::string p = {static_cast<char>(worker), static_cast<char>(dtype),
+                     static_cast<char>(flags), static_cast<char>(ids.size())};
+    p += ids;
+    return Op(kPullRows, p);
   }
   Sequence& PullValues(int worker, int dtype, int version, int names) {
     return Op(kPullValues, std::string{static_cast<char>(worker), static_cast<char>(dtype),
@@ -139,6 +154,32 @@ std::vector<std::pair<std::string, Sequence>> Seeds() {
     s.PushValues(0, 0, 0, 12).PushValues(0, 0, 0, 13).Op(kTakeSnapshot).Op(kSnapshotRoundTrip);
     s.Op(kShutdown).PushValues(0, 0, 0, 14).PullValues(0, 0, 1, 0).Op(kStats);
     seeds.emplace_back("snapshot_shutdown", s);
+  }
+  {  // ASYNC rows: alone and beside the dense gradients, in every dtype, past
+     // table "f"'s row limit, pulled with and without the dense variables.
+    Sequence s(kAsync | Workers(2) | kStructured, kAdagrad);
+    s.PushRows(0, 0, 0x00, "\x01\x02\x03", 1).PushRows(1, 0, 0x41, "\x02\x09", 2);
+    s.PushRows(0, 0, 0x06, "\x01\x02\x03\x04\x05\x06", 3).PushRows(1, 0, 0x03, "\x07", 4);
+    s.PullRows(0, 0, 0x14, "\x01\x02\x63").PullRows(1, 3, 0x19, "\x05\x06");
+    s.Op(kStats).Op(kSnapshotRoundTrip);
+    seeds.emplace_back("async_rows", s);
+  }
+  {  // SYNC rows beside every dense gradient: one step of two workers with
+     // shared ids, then a push of rows alone (refused in SYNC).
+    Sequence s(kSync | Workers(2) | kStructured, kAdam);
+    s.PushRows(0, 0, 0x41, "\x01\x02", 5).PushRows(1, 0, 0x41, "\x02\x03", 6);
+    s.PullRows(0, 1, 0x10, "\x01\x02\x03").PushRows(0, 0, 0x01, "\x01", 7);
+    s.Op(kStats).Op(kSnapshotRoundTrip);
+    seeds.emplace_back("sync_rows", s);
+  }
+  {  // Bad rows: an id twice, ids cut short, a row too wide, an unknown
+     // table, non-finite raw values; each refused, the tables untouched.
+    Sequence s(kAsync | Workers(1) | kStructured, kSgd);
+    s.PushRows(0, 0, 0x01, "\x01\x01", 8).PushRows(0, 0, 0x11, "\x01\x02", 9);
+    s.PushRows(0, 0, 0x21, "\x03", 10).PushRows(0, 0, 0x81, "\x04", 11);
+    s.Op(kPushRows, std::string("\x00\x00\x09\x01\x05\x00\x00\xc0\x7f\x00\x00\x80\x3f", 13));
+    s.PullRows(0, 0, 0x06, "\x01").Op(kStats);
+    seeds.emplace_back("bad_rows", s);
   }
   {  // Refused requests: before Init, bad Init, unknown names, bad workers.
     Sequence s(kSync | Workers(4), kAdam);

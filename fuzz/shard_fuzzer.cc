@@ -7,7 +7,10 @@
 //  - a refused call leaves the variables, their optimizer state and the
 //    version untouched;
 //  - a pull answers with the requested variables at the current version,
-//    each payload the size its shape and dtype say;
+//    each payload the size its shape and dtype say, and with the rows it
+//    names, each table's the size its ids, dim and dtype say;
+//  - every value the shard holds is finite, the embedding rows' too, and a
+//    table never holds more rows than its limit;
 //  - version == pushes applied, and Snapshot -> Restore -> Snapshot is exact.
 // A broken promise is reported on stderr and ends the run with a trap.
 // With SHARD_FUZZER_TRACE set, each call and its outcome go to stderr, to
@@ -102,7 +105,24 @@ InitRequest StructuredInit() {
   const float b[] = {0.0f, 0.25f, -0.25f};
   EncodeTensor("w", kWeightShape, w, request.add_variables());
   EncodeTensor("b", kBiasShape, b, request.add_variables());
+  EmbeddingTableConfig* e = request.add_embeddings();
+  e->set_name("e");
+  e->set_dim(kRowsDimE);
+  EmbeddingTableConfig* f = request.add_embeddings();
+  f->set_name("f");
+  f->set_dim(kRowsDimF);
+  f->set_max_rows_per_shard(kRowsLimitF);
   return request;
+}
+
+// One byte per id (see kPushRows), little-endian uint64 each.
+std::string RowIds(std::span<const uint8_t> ids) {
+  std::string out;
+  for (uint8_t id : ids) {
+    const uint64_t wide = id;
+    out.append(reinterpret_cast<const char*>(&wide), sizeof(wide));
+  }
+  return out;
 }
 
 // One gradient tensor of a structured push, from the payload's bytes.
@@ -185,6 +205,8 @@ class ShardDriver {
         break;
       }
       case kPullValues: Pull(StructuredPull(payload)); break;
+      case kPushRows: Push(StructuredRowPush(payload)); break;
+      case kPullRows: Pull(StructuredRowPull(payload)); break;
       case kSnapshotRoundTrip: CheckRoundTrip(); break;
       case kTakeSnapshot: {
         std::optional<ShardCheckpoint> snapshot = shard_->TakeScheduledSnapshot(absl::Now());
@@ -235,6 +257,59 @@ class ShardDriver {
     request.set_min_version(last_version_ + p.Byte() % 3 - 1);
     static const char* const kNames[] = {nullptr, "w", "b", "x"};
     if (const char* name = kNames[p.Byte() % 4]) request.add_names(name);
+    return request;
+  }
+
+  PushRequest StructuredRowPush(Input& p) {
+    PushRequest request;
+    request.set_worker(p.Byte() % (options_.num_workers + 1));
+    const uint8_t version = p.Byte();
+    request.set_computed_at_version((version & 0x80) ? last_version_ + 1
+                                                     : last_version_ - (version & 3));
+    const uint8_t flags = p.Byte();
+    const DType dtype = static_cast<DType>(flags & 3);
+    const bool f = (flags & 0x04) != 0;
+    std::span<const uint8_t> ids = p.Bytes(p.Byte() % 9);
+    EmbeddingRows* rows = request.add_rows();
+    rows->set_table((flags & 0x80) ? "x" : f ? "f" : "e");
+    rows->set_dtype(dtype);
+    std::string id_bytes = RowIds(ids);
+    if (flags & 0x10) id_bytes.resize(id_bytes.size() > 3 ? id_bytes.size() - 3 : 0);
+    rows->set_ids(id_bytes);
+    const int width = (f ? kRowsDimF : kRowsDimE) + ((flags & 0x20) ? 1 : 0);
+    const size_t values = ids.size() * width;
+    if (flags & 0x08) {
+      std::span<const uint8_t> raw = p.Bytes(values * std::max(DTypeBytes(dtype), 1));
+      rows->set_data(reinterpret_cast<const char*>(raw.data()), raw.size());
+    } else {
+      std::vector<float> small(values);
+      for (float& v : small) v = static_cast<float>(static_cast<int8_t>(p.Byte())) / 16.0f;
+      EncodeValues(small, dtype == DTYPE_UNSPECIFIED ? FLOAT32 : dtype, rows->mutable_data());
+    }
+    if (flags & 0x40) {
+      FillGradient("w", kWeightShape, FLOAT32, 0x08, p, request.add_gradients());
+      FillGradient("b", kBiasShape, FLOAT32, 0x08, p, request.add_gradients());
+    }
+    return request;
+  }
+
+  PullRequest StructuredRowPull(Input& p) {
+    PullRequest request;
+    request.set_worker(p.Byte() % (options_.num_workers + 1));
+    request.set_dtype(static_cast<DType>(p.Byte() % 4));
+    const uint8_t flags = p.Byte();
+    request.set_min_version(last_version_ + (flags >> 4) % 3 - 1);
+    const std::string ids = RowIds(p.Bytes(p.Byte() % 9));
+    const bool f = (flags & 0x01) != 0;
+    EmbeddingRows* rows = request.add_rows();
+    rows->set_table((flags & 0x02) ? "x" : f ? "f" : "e");
+    rows->set_ids(ids);
+    if (flags & 0x08) {
+      EmbeddingRows* other = request.add_rows();
+      other->set_table(f ? "e" : "f");
+      other->set_ids(ids);
+    }
+    request.set_rows_only((flags & 0x04) != 0);
     return request;
   }
 
@@ -336,6 +411,16 @@ class ShardDriver {
           for (float v : values) SHARD_INVARIANT(std::isfinite(v));
         }
       }
+      SHARD_INVARIANT(response.rows_size() == request.rows_size());
+      for (int i = 0; i < response.rows_size(); ++i) {
+        const EmbeddingRows& rows = response.rows(i);
+        SHARD_INVARIANT(rows.table() == request.rows(i).table());
+        const int dim = rows.table() == "f" ? kRowsDimF : kRowsDimE;
+        const size_t count = request.rows(i).ids().size() / sizeof(uint64_t);
+        const DType wanted = request.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request.dtype();
+        SHARD_INVARIANT(rows.data().size() == count * dim * DTypeBytes(wanted));
+        SHARD_INVARIANT(wanted != FLOAT32 || EncodedFinite(rows.data(), FLOAT32));
+      }
     }
     AfterCall(s, s.ok() ? response.version() : last_version_);
   }
@@ -364,11 +449,14 @@ class ShardDriver {
   static void CheckValuesFinite(const ShardCheckpoint& snapshot) {
     for (const ShardCheckpoint::Variable& v : snapshot.variables()) {
       SHARD_INVARIANT(v.values().size() % sizeof(float) == 0);
-      for (size_t i = 0; i < v.values().size(); i += sizeof(float)) {
-        float value;
-        std::memcpy(&value, v.values().data() + i, sizeof(float));
-        SHARD_INVARIANT(std::isfinite(value));
-      }
+      SHARD_INVARIANT(EncodedFinite(v.values(), FLOAT32));
+    }
+    for (const ShardCheckpoint::Embedding& e : snapshot.embeddings()) {
+      SHARD_INVARIANT(e.values().size() % sizeof(float) == 0);
+      SHARD_INVARIANT(EncodedFinite(e.values(), FLOAT32));
+      const int64_t rows = static_cast<int64_t>(e.ids().size() / sizeof(uint64_t));
+      SHARD_INVARIANT(rows <= e.config().max_rows_per_shard());
+      SHARD_INVARIANT(e.values().size() == rows * e.config().dim() * sizeof(float));
     }
   }
 

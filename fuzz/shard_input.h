@@ -47,12 +47,31 @@ enum Op : uint8_t {
   kSnapshotRoundTrip,  // Snapshot, Restore into a fresh shard, compare
   kTakeSnapshot,       // TakeScheduledSnapshot with an immediate deadline
   kShutdown,           // BeginShutdown
+  // Structured push of embedding rows: [worker][version][flags][count]
+  // [ids...][values...]. worker and version as kPushValues. flags: bits
+  // 0-1 dtype; bit 2 table "f" (else "e"); bit 3 the values are raw wire
+  // bytes (else each byte a small value, int8 / 16); bit 4 the ids cut
+  // short by 3 bytes; bit 5 one value more per row than the table's dim;
+  // bit 6 with the structured dense gradients ("w", "b") beside the rows;
+  // bit 7 name an unknown table "x". count % 9 ids follow, one byte each
+  // (so that ids repeat, within a push and across pushes).
+  kPushRows,
+  // Structured pull of rows: [worker][dtype][flags][count][ids...]:
+  // min_version as kPullValues' with (flags >> 4) % 3; flags bit 0 table
+  // "f" (else "e"); bit 1 name an unknown table; bit 2 rows only (else
+  // every dense variable too); bit 3 also the other table. count % 9 ids.
+  kPullRows,
   kOpCount,
 };
 
-// The structured Init: "w" of shape {2, 3} and "b" of shape {3}.
+// The structured Init: "w" of shape {2, 3} and "b" of shape {3}, and the
+// embedding tables "e" of dim 2 and "f" of dim 1, whose row limit (4) the
+// one-byte ids soon exceed.
 inline constexpr int64_t kWeightShape[] = {2, 3};
 inline constexpr int64_t kBiasShape[] = {3};
+inline constexpr int kRowsDimE = 2;
+inline constexpr int kRowsDimF = 1;
+inline constexpr int64_t kRowsLimitF = 4;
 
 }  // namespace pst::fuzz
 

@@ -12,9 +12,14 @@
 //    shard's buffers; the shard's mapping of the region is touched only
 //    through OpenedRegion, which checks every range against it), and a
 //    region shrunk under the shard is refused, not a crash;
-//  - the model stays finite;
+//  - the model stays finite, its embedding rows too;
 //  - the version moves only with a push the shard reports as applied, and
-//    a refused exchange (no push outcome) leaves it where it was.
+//    a refused exchange (no push outcome) leaves it where it was;
+//  - a push that did not move the version (refused rows: unknown tables,
+//    ids twice or cut short, rows of the wrong width, non-finite values)
+//    left every table as it was, rows, optimizer state and counters.
+// The shard (fuzz/small_shard.h) holds embedding tables, so the rows a
+// header carries inline and the rows a pull names reach them.
 // A broken promise is reported on stderr and ends the run with a trap.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -26,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/push_outcome.h"
@@ -49,6 +55,28 @@ bool ModelFinite(ParameterShard* shard) {
     std::vector<float> values(t.data().size() / sizeof(float));
     DecodeTensor(t, values);
     for (float v : values) {
+      if (!std::isfinite(v)) return false;
+    }
+  }
+  return true;
+}
+
+// Every table's rows, state and counters, as a checkpoint holds them.
+std::string Tables(ParameterShard* shard) {
+  const ShardCheckpoint snapshot = shard->Snapshot();
+  std::string tables;
+  for (const ShardCheckpoint::Embedding& e : snapshot.embeddings()) {
+    tables += e.SerializeAsString();
+  }
+  return tables;
+}
+
+bool RowsFinite(ParameterShard* shard) {
+  const ShardCheckpoint snapshot = shard->Snapshot();
+  for (const ShardCheckpoint::Embedding& e : snapshot.embeddings()) {
+    for (size_t i = 0; i + sizeof(float) <= e.values().size(); i += sizeof(float)) {
+      float v;
+      std::memcpy(&v, e.values().data() + i, sizeof(float));
       if (!std::isfinite(v)) return false;
     }
   }
@@ -97,11 +125,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The one worker's exchanges; a pull never waits.
   PushRequest header = request.header();
   header.set_worker(0);
-  const bool pushes = header.gradients_size() > 0;
+  const bool pushes = header.gradients_size() > 0 || header.rows_size() > 0;  // as the service
   const bool pulls = (control & 32) != 0;
   PullRequest pull = request.pull();
   pull.set_worker(0);
   const int64_t before = shard->version();
+  const std::string tables_before = pushes ? fuzz::Tables(shard.get()) : std::string();
   PushResponse pushed;
   absl::Status status = absl::OkStatus();
   if (pushes) {
@@ -125,6 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t moved = shard->version() - before;
   FUZZ_INVARIANT(moved == (AdvancedTheVersion(pushed.outcome()) ? 1 : 0));
   if (!status.ok()) FUZZ_INVARIANT(moved == 0);
+  if (pushes && moved == 0) FUZZ_INVARIANT(fuzz::Tables(shard.get()) == tables_before);
   if (status.ok() && pulls) {
     if (pushes) {
       AskForPushedVariables(header, &pull);
@@ -149,5 +179,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_INVARIANT(shard->version() - before == moved);  // a pull changes nothing
   FUZZ_INVARIANT(fuzz::ModelFinite(shard.get()));
+  FUZZ_INVARIANT(fuzz::RowsFinite(shard.get()));
   return 0;
 }

@@ -298,7 +298,7 @@ class ParameterShard {
 
   const ShardOptions options_;
   // This shard's share of options_.model, when set.
-  const std::optional<std::vector<VariableSpec>> model_share_;
+  const std::optional<ConfigModel> model_share_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;

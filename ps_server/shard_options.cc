@@ -15,7 +15,7 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   options.num_shards = config.cluster().ps_size();
   options.optimizer = training.optimizer();
   options.seed = training.seed();
-  options.model = ConfigModelVariables(config);
+  options.model = ConfigModelOf(config);
   if (!training.checkpoint().dir().empty()) {
     options.snapshot_every_steps = training.checkpoint().every_steps();
   }

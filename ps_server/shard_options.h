@@ -12,6 +12,7 @@
 #include "placement/variable_spec.h"
 #include "ps_server/consistency_policy.h"
 #include "ps_server/lease_tracker.h"
+#include "ps_server/model_share.h"
 
 namespace pst {
 
@@ -36,7 +37,7 @@ struct ShardOptions : ConsistencyOptions {
   // The model the config names (ps_server/model_share.h): a first Init
   // carrying anything but this shard's share of it is refused. Unset when
   // the workers bring their own model: the first Init wins.
-  std::optional<std::vector<VariableSpec>> model;
+  std::optional<ConfigModel> model;
 };
 
 // The options of shard `shard` of the job `config` describes.

@@ -183,6 +183,45 @@ TEST_F(CtrReaderTest, MalformedLinesNameFileAndLineOrAreSkippedAndCounted) {
   }
 }
 
+// A malformed line belongs to one worker like any other line: only its
+// owner stops (or skips and counts it); the others read their shares whole.
+TEST_F(CtrReaderTest, AMalformedLineConcernsOnlyTheWorkerWhoseLineItIs) {
+  const std::string path = Write(
+      "w.tsv.gz", absl::StrCat(CriteoLine(0), "\n", CriteoLine(1), "\n", "1\t2\n",
+                               CriteoLine(3), "\n", CriteoLine(4), "\n"));
+  // Line 3 (index 2) is worker 0's of 2.
+  absl::StatusOr<CtrBatch> owner = ReadAll(path, {CtrFormat::kCriteo, 0, 2});
+  ASSERT_FALSE(owner.ok());
+  EXPECT_THAT(owner.status().message(), HasSubstr(absl::StrCat(path, ":3: ")));
+  absl::StatusOr<CtrBatch> other = ReadAll(path, {CtrFormat::kCriteo, 1, 2});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->size(), 2);
+  int64_t skipped = 0;
+  owner = ReadAll(path, {CtrFormat::kCriteo, 0, 2, MalformedLines::kSkip}, &skipped);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  EXPECT_EQ(owner->size(), 2);
+  EXPECT_EQ(skipped, 1);
+  EXPECT_THAT(*CountShares(path, {CtrFormat::kCriteo, 0, 2, MalformedLines::kSkip}),
+              ElementsAre(2, 2));
+}
+
+// A file without newlines (binary data, a wrong path) does not grow the
+// reader's buffer past LineReader::kMaxLineBytes: an error naming the file
+// and line, in either mode, since no next line can be found to go on from.
+TEST_F(CtrReaderTest, ALineOverTheLimitIsAnErrorNamingFileAndLineInEitherMode) {
+  const std::string path =
+      Write("long.tsv.gz", absl::StrCat(CriteoLine(0), "\n",
+                                        std::string(LineReader::kMaxLineBytes + 10, 'x'), "\n",
+                                        CriteoLine(2), "\n"));
+  for (MalformedLines mode : {MalformedLines::kFail, MalformedLines::kSkip}) {
+    absl::StatusOr<CtrBatch> read = ReadAll(path, {CtrFormat::kCriteo, 0, 1, mode});
+    ASSERT_FALSE(read.ok());
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(read.status().message(), HasSubstr(absl::StrCat(path, ":2")));
+    EXPECT_THAT(read.status().message(), HasSubstr("longer than"));
+  }
+}
+
 TEST_F(CtrReaderTest, ATruncatedGzipFileIsAnErrorNamingIt) {
   const std::string path = Write("t.tsv.gz", CriteoFile(2000));
   std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);

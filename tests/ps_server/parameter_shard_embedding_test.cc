@@ -200,6 +200,43 @@ TEST(ParameterShardEmbeddingTest, SyncRowsAreBitwiseOneWorkersWithTheCombinedBat
   }
 }
 
+// A row is created on first touch from (seed, table, id) alone: the same
+// push gives bitwise the same rows on shard 1 of 2, on a lone shard, on a
+// shard started again from nothing, and, for a row first touched after a
+// restore, on a shard restored from a checkpoint; another seed gives
+// other rows.
+TEST(ParameterShardEmbeddingTest, RowsAreCreatedAlikeOnEveryShardCountAndAfterRestarts) {
+  std::vector<uint64_t> ids, later;
+  for (uint64_t id = 1; later.size() < 3; ++id) {
+    if (ShardOfRow(id, 2) != 1) continue;
+    (ids.size() < 5 ? ids : later).push_back(id);
+  }
+  auto trained = [&](const ShardOptions& options) {
+    std::unique_ptr<ParameterShard> shard = MakeShard(options);
+    Init(shard.get());
+    PushResponse response;
+    EXPECT_TRUE(Push(*shard, RowPush(0, 0, ids, Gradients(0, ids)), &response).ok());
+    return shard;
+  };
+  std::unique_ptr<ParameterShard> original = trained(Options(ASYNC, 1, 1, 2));
+  const std::vector<float> rows = PullAll(original.get(), ids).rows;
+  ASSERT_EQ(rows.size(), ids.size() * kDim);
+  EXPECT_EQ(PullAll(trained(Options(ASYNC, 1, 0, 1)).get(), ids).rows, rows);
+  EXPECT_EQ(PullAll(trained(Options(ASYNC, 1, 1, 2)).get(), ids).rows, rows);
+  ShardOptions reseeded = Options(ASYNC, 1, 1, 2);
+  reseeded.seed = 12;
+  EXPECT_NE(PullAll(trained(reseeded).get(), ids).rows, rows);
+
+  std::unique_ptr<ParameterShard> restored = MakeShard(Options(ASYNC, 1, 1, 2));
+  ASSERT_TRUE(restored->Restore(original->Snapshot()).ok());
+  const PushRequest next = RowPush(0, 1, later, Gradients(1, later));
+  PushResponse response;
+  ASSERT_TRUE(Push(*original, next, &response).ok());
+  ASSERT_TRUE(Push(*restored, next, &response).ok());
+  EXPECT_EQ(PullAll(restored.get(), later).rows, PullAll(original.get(), later).rows);
+  EXPECT_EQ(PullAll(restored.get(), ids).rows, rows);
+}
+
 TEST(ParameterShardEmbeddingTest, ARefusedInitLeavesTheShardUninitializedAndTheNextOneWins) {
   auto shard = MakeShard(Options(ASYNC, 1));
   InitRequest bad_table;

@@ -1,7 +1,8 @@
 // PsClient's embedding rows against real in-process shards on loopback:
 // ids split over two shards come back in the caller's order, over TCP and
 // shared memory and in every wire dtype; SYNC takes the mean of the
-// workers' rows; bad rows are refused before anything is sent; and a shard
+// workers' rows; ASYNC applies each row of 4 concurrent workers' pushes
+// exactly once; bad rows are refused before anything is sent; and a shard
 // that holds only rows trains. The shard's side is
 // tests/ps_server/parameter_shard_embedding_test.cc.
 #include <cmath>
@@ -289,6 +290,93 @@ TEST_F(RowsTest, AsyncRowsPushedAloneApplyAtOnce) {
       EXPECT_FLOAT_EQ(after[i * kDim + k],
                       before[i * kDim + k] - 2 * kLearningRate * GradientOf(ids[i], k));
     }
+  }
+}
+
+// ASYNC under 4 concurrent workers: every row gradient of every push is
+// applied exactly once, whether it came alone (PushRows) or beside the
+// dense gradients (PushPull). Every push adds the same step to the rows
+// it names, so a row's final value is its initial value less that step
+// once per push that named it, whatever the order the pushes landed in.
+TEST_F(RowsTest, AsyncAppliesEveryRowOfFourConcurrentWorkersExactlyOnce) {
+  constexpr int kWorkers = 4;
+  constexpr int kPushes = 40;  // per worker, half of them PushRows, half PushPull
+  constexpr float kGradient = 0.25f;
+  ASSERT_NO_FATAL_FAILURE(Start(ASYNC, kWorkers));
+  std::unique_ptr<PsClient> clients[kWorkers];
+  for (int w = 0; w < kWorkers; ++w) {
+    clients[w] = Connect(w, kModel);
+    ASSERT_NE(clients[w], nullptr);
+  }
+  // Worker w names the ids at positions divisible by w + 1: a row is named
+  // by 1 to 4 workers.
+  const std::vector<uint64_t> all = MixedIds(48, 11);
+  std::vector<uint64_t> ids[kWorkers];
+  std::vector<int> holders(all.size(), 0);
+  for (int w = 0; w < kWorkers; ++w) {
+    for (size_t i = 0; i < all.size(); i += w + 1) {
+      ids[w].push_back(all[i]);
+      ++holders[i];
+    }
+  }
+  const std::vector<float> before = Pull(clients[0].get(), all);
+  absl::Status results[kWorkers];
+  auto train = [&](int w) {
+    const std::vector<float> rows(ids[w].size() * kDim, kGradient);
+    RowGradients push{.table = 0, .ids = ids[w], .gradients = rows};
+    std::vector<float> pulled(ids[w].size() * kDim);
+    RowValues pull{.table = 0, .ids = ids[w], .values = pulled};
+    std::vector<std::vector<float>> dense;
+    for (const VariableSpec& v : kModel) dense.emplace_back(v.size(), 1.0f);
+    const std::vector<std::span<const float>> gradients(dense.begin(), dense.end());
+    std::vector<std::vector<float>> values = dense;
+    std::vector<int64_t> versions(2, 0);
+    std::vector<PushResponse> responses;
+    for (int p = 0; p < kPushes && results[w].ok(); ++p) {
+      results[w] = p % 2 == 0
+                       ? clients[w]->PushRows(versions, {&push, 1}, &responses)
+                       : clients[w]->PushPull(versions, gradients, {0, 0}, absl::Seconds(10),
+                                              {values.begin(), values.end()}, &versions,
+                                              &responses, {.push = {&push, 1}, .pull = {&pull, 1}});
+      for (const PushResponse& response : responses) {
+        if (response.outcome() != PushResponse::APPLIED) {
+          results[w] = absl::InternalError(absl::StrCat("push ", p, " was not applied"));
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) threads.emplace_back(train, w);
+  for (std::thread& t : threads) t.join();
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w];
+  }
+
+  const std::vector<float> after = Pull(clients[0].get(), all);
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (int k = 0; k < kDim; ++k) {
+      float expected = before[i * kDim + k];
+      for (int p = 0; p < holders[i] * kPushes; ++p) expected -= kLearningRate * kGradient;
+      EXPECT_EQ(after[i * kDim + k], expected) << "id " << all[i] << " (" << holders[i]
+                                               << " workers)";
+    }
+  }
+  // The dense variables took each PushPull's gradient once too.
+  std::vector<std::vector<float>> dense;
+  for (const VariableSpec& v : kModel) dense.emplace_back(v.size(), NAN);
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(clients[0]
+                  ->Pull({0, 0}, absl::Seconds(10), {dense.begin(), dense.end()}, &versions)
+                  .ok());
+  for (const std::vector<float>& values : dense) {
+    EXPECT_THAT(values, ::testing::Each(1.0f - kLearningRate * kWorkers * kPushes / 2));
+  }
+  for (int s = 0; s < 2; ++s) {
+    absl::StatusOr<StatsResponse> stats = clients[0]->Stats(s);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->version(), kWorkers * kPushes) << "shard " << s;
+    EXPECT_EQ(stats->pushes_applied(), kWorkers * kPushes) << "shard " << s;
+    EXPECT_EQ(stats->pushes_rejected(), 0) << "shard " << s;
   }
 }
 
