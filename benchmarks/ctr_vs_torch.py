@@ -277,8 +277,10 @@ PEERS = ["torch 1 process 1 thread", "torch 1 process 2 threads", "torch DDP 2 p
 FIGURES = ["samples_per_sec", "test_auc", "test_logloss", "load_1min"]
 
 
-def summarize(name, runs, common):
-    row = dict(common, variant=name, runs=len(runs))
+def summarize(name, runs, common, batch_size):
+    # An ASYNC shard applies each worker's push alone; SYNC sums the 2.
+    per_update = batch_size if "ASYNC" in name else 2 * batch_size
+    row = dict(common, variant=name, samples_per_update=per_update, runs=len(runs))
     for figure in FIGURES:
         values = [r[figure] for r in runs]
         digits = 1 if figure == "samples_per_sec" else 4
@@ -350,9 +352,8 @@ def main():
             print(f"# round {r + 1}/{args.rounds}: {name}: {result['samples_per_sec']:.0f} "
                   f"samples/s, test_auc {result['test_auc']:.4f}, load {load:.2f}",
                   file=sys.stderr, flush=True)
-    common = {"benchmark": "ctr_vs_torch", "command": command,
-              "batch_per_update": 2 * args.batch_size}
-    rows = [summarize(name, runs, common) for name, runs in samples.items()]
+    common = {"benchmark": "ctr_vs_torch", "command": command}
+    rows = [summarize(name, runs, common, args.batch_size) for name, runs in samples.items()]
     median = {row["variant"]: row for row in rows}
     best_peer = max(PEERS, key=lambda p: median[p]["samples_per_sec"])
     faster_one = max(PEERS[:2], key=lambda p: median[p]["samples_per_sec"])

@@ -92,7 +92,7 @@ def ctr_vs_torch(rows):
         ["variant", "samples per update", "samples/s", "test AUC", "test log-loss",
          "load average (1 min)", "runs"],
         ["---", "---:", "---:", "---:", "---:", "---:", "---:"],
-        [(r["variant"], r["batch_per_update"], spread(r, "samples_per_sec", 0),
+        [(r["variant"], r["samples_per_update"], spread(r, "samples_per_sec", 0),
           spread(r, "test_auc", 4), spread(r, "test_logloss", 4), spread(r, "load_1min", 2),
           r["runs"]) for r in rows if "variant" in r])
     planted = lambda r: "n/a" if r.get("planted_auc") is None else f"{r['planted_auc']:.4f}"

@@ -30,7 +30,7 @@ ROWS = {
          "ratio_2_workers_vs_ddp": 1.271, "ratio_best_vs_torch_1_process": 1.606,
          "ratio_best_vs_torch_1_process_2_threads": 1.824}],
     "ctr_vs_torch": [
-        {"variant": "ours SYNC 2 workers", "batch_per_update": 512, "runs": 3,
+        {"variant": "ours SYNC 2 workers", "samples_per_update": 512, "runs": 3,
          **{f"{f}{end}": v for f, v in (("samples_per_sec", 39112.0), ("test_auc", 0.806),
                                         ("test_logloss", 0.4728), ("load_1min", 8.97))
             for end in ("", "_min", "_max")}},
