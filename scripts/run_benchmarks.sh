@@ -2,8 +2,8 @@
 # Runs every benchmark of docs/benchmarks.md with the command its section
 # quotes, writes docs/bench/<kind>.json and docs/bench/machine.json (the
 # machine it ran on), and renders the doc's tables from them
-# (scripts/benchmark_tables.py --update). About half an hour on a 2-vCPU VM,
-# half of it train_vs_torch.
+# (scripts/benchmark_tables.py --update). About an hour on a 2-vCPU VM,
+# half of it train_vs_torch and ctr_vs_torch.
 #
 #   scripts/run_benchmarks.sh                     # everything, the rounds the doc quotes
 #   ROUNDS=1 scripts/run_benchmarks.sh            # every benchmark once: a quick look
