@@ -87,6 +87,25 @@ def train_vs_torch(rows):
     return {"": "\n".join(lines)}
 
 
+def ctr_vs_torch(rows):
+    variants = table(
+        ["variant", "samples per update", "samples/s", "test AUC", "test log-loss",
+         "load average (1 min)", "runs"],
+        ["---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["variant"], r["samples_per_update"], spread(r, "samples_per_sec", 0),
+          spread(r, "test_auc", 4), spread(r, "test_logloss", 4), spread(r, "load_1min", 2),
+          r["runs"]) for r in rows if "variant" in r])
+    planted = lambda r: "n/a" if r.get("planted_auc") is None else f"{r['planted_auc']:.4f}"
+    ratios = table(
+        ["faster PyTorch variant", "faster PyTorch one process", "ours SYNC / faster PyTorch",
+         "ours ASYNC / faster PyTorch", "planted model's test AUC"],
+        ["---", "---", "---:", "---:", "---:"],
+        [(r["best_peer"], r["faster_one_process"], f"{r['ratio_sync_vs_best_peer']:.2f}",
+          f"{r['ratio_async_vs_best_peer']:.2f}", planted(r))
+         for r in rows if "best_peer" in r])
+    return {"": variants + "\n\n" + ratios}
+
+
 def time_to_accuracy(rows):
     target = rows[0]["target"]
     body = []
@@ -339,7 +358,7 @@ def python_client(rows):
 
 
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
-TABLES = {"machine": machine, "train_vs_torch": train_vs_torch,
+TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": ctr_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
           "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards,
           "ps_bench_pslite": ps_bench_pslite, "ps_bench_wire_dtype": ps_bench_wire_dtype,

@@ -2,21 +2,22 @@
 # Runs every benchmark of docs/benchmarks.md with the command its section
 # quotes, writes docs/bench/<kind>.json and docs/bench/machine.json (the
 # machine it ran on), and renders the doc's tables from them
-# (scripts/benchmark_tables.py --update). About half an hour on a 2-vCPU VM,
-# half of it train_vs_torch.
+# (scripts/benchmark_tables.py --update). About an hour on a 2-vCPU VM,
+# half of it train_vs_torch and ctr_vs_torch.
 #
 #   scripts/run_benchmarks.sh                     # everything, the rounds the doc quotes
 #   ROUNDS=1 scripts/run_benchmarks.sh            # every benchmark once: a quick look
 #   ONLY=train_bench,metrics_bench scripts/run_benchmarks.sh
 #   DRY_RUN=1 scripts/run_benchmarks.sh           # print the commands, run nothing
 #
-# Kinds, in order: machine train_vs_torch time_to_accuracy train_bench main_job
-# ps_bench ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench
-# metrics_bench netns_cluster cost_model python_client. ONLY without machine
-# keeps machine.json as it is. netns_cluster needs root (skipped otherwise)
-# and takes about an hour; cost_model redraws from its constants.
-# Run it on a quiet machine, on a Release build in build/ (scripts/build.sh).
-# train_vs_torch needs python3-torch and python3-numpy and gpu_bench a GPU and
+# Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
+# train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
+# ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
+# python_client. ONLY without machine keeps machine.json as it is.
+# netns_cluster needs root (skipped otherwise) and takes about an hour;
+# cost_model redraws from its constants. Run it on a quiet machine, on a
+# Release build in build/ (scripts/build.sh). train_vs_torch and
+# ctr_vs_torch need python3-torch and python3-numpy and gpu_bench a GPU and
 # a CUDA build; without them each is skipped with one line. A benchmark that
 # fails leaves its JSON as it was; the others still run, and the script exits 1.
 # BENCH_DIR and DOC (default docs/bench, docs/benchmarks.md) move the output.
@@ -36,8 +37,8 @@ PY=/usr/bin/python3
 BENCH_DIR=${BENCH_DIR:-docs/bench}
 DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
-KINDS=(machine train_vs_torch time_to_accuracy train_bench main_job ps_bench ps_bench_shards
-       ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
+KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
+       ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
        python_client)
 DRY_RUN=${DRY_RUN:-}
 
@@ -139,6 +140,14 @@ train_vs_torch() {
   run "$PY" benchmarks/train_vs_torch.py --rounds="$(rounds 3)" --optimizers=sgd \
     --batch_size=128 --skip="$skip" --json=$WORK/train_vs_torch.3.json
   run_to "$BENCH_DIR/train_vs_torch.json" cat $WORK/train_vs_torch.{1,2,3}.json
+}
+
+ctr_vs_torch() {
+  if [[ -z $DRY_RUN ]] && ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
+    say "skipping ctr_vs_torch: no python3-torch or python3-numpy"
+    return
+  fi
+  run "$PY" benchmarks/ctr_vs_torch.py --rounds="$(rounds 3)" --json="$BENCH_DIR/ctr_vs_torch.json"
 }
 
 time_to_accuracy() {
