@@ -64,4 +64,17 @@ absl::Status CheckInitIsShare(const InitRequest& init, const std::vector<Variabl
   return absl::OkStatus();
 }
 
+int64_t MaxShareInitBytes(const std::vector<VariableSpec>& share) {
+  // Per tensor: its framing, name, dtype and shape (10 bytes a dimension at
+  // most) and 4 bytes an element; then room for the worker field and the
+  // embedding tables' configs (a name, a dim and an optimizer each).
+  constexpr int64_t kPerTensor = 32, kRest = 64 * 1024;
+  int64_t bytes = kRest;
+  for (const VariableSpec& v : share) {
+    bytes += kPerTensor + static_cast<int64_t>(v.name.size()) +
+             10 * static_cast<int64_t>(v.shape.size()) + 4 * v.size();
+  }
+  return bytes;
+}
+
 }  // namespace pst

@@ -30,6 +30,11 @@ std::optional<std::vector<VariableSpec>> ConfigModelVariables(const JobConfig& c
 std::vector<VariableSpec> ShardShare(const std::vector<VariableSpec>& model, int shard,
                                      int num_shards);
 
+// The most bytes an InitRequest carrying exactly `share` (float32, and a
+// few embedding table configs) can take on the wire: an Init larger than
+// this cannot be the share, whatever it holds.
+int64_t MaxShareInitBytes(const std::vector<VariableSpec>& share);
+
 // InvalidArgument naming the first difference unless `init` carries
 // exactly the variables `share` names (names and shapes, in order).
 absl::Status CheckInitIsShare(const InitRequest& init, const std::vector<VariableSpec>& share,
