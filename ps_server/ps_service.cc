@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/process_memory.h"
 #include "common/status_macros.h"
 #include "grpcpp/resource_quota.h"
@@ -345,6 +348,24 @@ void ParameterServerService::ReturnPushBuffer(std::unique_ptr<PushRequest> buffe
     freed_since_trim_.store(0);
     ReturnFreedMemory();
   }
+}
+
+void RunningServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  if (gate != nullptr) gate->Stop();
+  if (grpc_server == nullptr) return;
+  if (gate == nullptr || deadline == std::chrono::system_clock::time_point::max()) {
+    grpc_server->Shutdown(deadline);
+    return;
+  }
+  absl::Notification ended;
+  std::thread cutter([&] {
+    if (!ended.WaitForNotificationWithDeadline(absl::FromChrono(deadline) + absl::Seconds(1))) {
+      gate->ShutDownConnections();
+    }
+  });
+  grpc_server->Shutdown(deadline);
+  ended.Notify();
+  cutter.join();
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,

@@ -187,11 +187,11 @@ struct RunningServer {
   // (QueueServer::Shutdown). Use it rather than grpc_server->Shutdown:
   // gRPC drops, unclosed, a connection the gate hands it once it is
   // shutting down.
+  // A second past `deadline`, the connections still open are shut down
+  // (ConnectionGate::ShutDownConnections), so that no client keeps the
+  // server from ending.
   void Shutdown(std::chrono::system_clock::time_point deadline =
-                    std::chrono::system_clock::time_point::max()) {
-    if (gate != nullptr) gate->Stop();
-    if (grpc_server != nullptr) grpc_server->Shutdown(deadline);
-  }
+                    std::chrono::system_clock::time_point::max());
 
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<QueueServer> grpc_server;  // shut down (and so destroyed) before the service
