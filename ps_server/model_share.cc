@@ -141,4 +141,21 @@ absl::Status CheckInitIsShare(const InitRequest& init, const ConfigModel& share,
   return absl::OkStatus();
 }
 
+int64_t MaxShareInitBytes(const ConfigModel& share) {
+  // Per tensor: its framing, name, dtype and shape (10 bytes a dimension at
+  // most) and 4 bytes an element; per table its config and framing; then
+  // room for the worker field and settings a worker fills in beyond the
+  // config's (a table's resolved optimizer).
+  constexpr int64_t kPerTensor = 32, kPerTable = 16, kRest = 64 * 1024;
+  int64_t bytes = kRest;
+  for (const VariableSpec& v : share.variables) {
+    bytes += kPerTensor + static_cast<int64_t>(v.name.size()) +
+             10 * static_cast<int64_t>(v.shape.size()) + 4 * v.size();
+  }
+  for (const EmbeddingTableConfig& table : share.embeddings) {
+    bytes += kPerTable + static_cast<int64_t>(table.ByteSizeLong());
+  }
+  return bytes;
+}
+
 }  // namespace pst

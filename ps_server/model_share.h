@@ -47,6 +47,11 @@ std::vector<VariableSpec> ShardShare(const std::vector<VariableSpec>& model, int
                                      int num_shards);
 ConfigModel ShardShare(const ConfigModel& model, int shard, int num_shards);
 
+// The most bytes an InitRequest carrying exactly `share` (its variables in
+// float32, and its tables) can take on the wire: an Init larger than this
+// cannot be the share, whatever it holds.
+int64_t MaxShareInitBytes(const ConfigModel& share);
+
 // InvalidArgument naming the first difference unless `init` carries
 // exactly the variables `share` names (names and shapes, in order) and its
 // tables (in order, each setting equal once the Init's tables are resolved

@@ -86,6 +86,8 @@ class ParameterShard {
 
   Mode mode() const { return options_.mode; }
   int num_workers() const { return options_.num_workers; }
+  // This shard's share of the config's model; nullopt when the workers bring their own.
+  const std::optional<ConfigModel>& model_share() const { return model_share_; }
   // The rules this shard follows, for a caller that must apply them too.
   const ConsistencyPolicy& policy() const { return *policy_; }
   // Bytes of the shard's variables as float32 (0 before Init).

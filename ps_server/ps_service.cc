@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/process_memory.h"
 #include "common/status_macros.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/chunk_streams.h"
+#include "ps_server/model_share.h"
 #include "ps_server/ps_metrics.h"
 #include "rpc/connection_gate.h"
 #include "rpc/grpc_credentials.h"
@@ -109,6 +113,13 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
                    int64_t{limits.max_request_bytes} + limits.max_reply_bytes),
       sessions_(server->num_workers(), [server](int worker) { return server->WorkerLive(worker); }),
       task_tokens_(task_tokens),
+      max_init_bytes_(server->model_share() ? std::optional(MaxShareInitBytes(*server->model_share()))
+                                            : std::nullopt),
+      // Every worker's Init at once, as a job starts; a share of unknown
+      // size (the workers bring their model) gets a request's worth.
+      init_budget_(max_init_bytes_ ? std::max<int64_t>(limits.max_request_bytes,
+                                                       (server->num_workers() + 1) * *max_init_bytes_)
+                                   : limits.max_request_bytes),
       streams_(limits, [this] { return PushBufferBudget(); }),
       exchange_{
           .service = this,
@@ -250,7 +261,25 @@ void ParameterServerService::ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>*
     status = server_->Init(header, &response);
     return answer(status, response);
   }
-  work_threads_.Post([this, call, answer] {
+  // Each Init waiting here holds its bytes: a flood of large ones, refused
+  // only once parsed, grew the PS past its memory (8 of 250 MB: 1.7 GB).
+  const int64_t bytes = static_cast<int64_t>(call->request().Length());
+  if (max_init_bytes_ && bytes > *max_init_bytes_) {
+    return answer(absl::InvalidArgumentError(absl::StrCat(
+                      "an Init of ", bytes, " bytes cannot be this shard's share of the config's "
+                      "model (training.model), which takes at most ", *max_init_bytes_,
+                      " bytes; it was not parsed")),
+                  {});
+  }
+  if (const int64_t waiting = init_bytes_waiting_.fetch_add(bytes);
+      waiting > 0 && waiting + bytes > init_budget_) {
+    init_bytes_waiting_.fetch_sub(bytes);
+    return answer(absl::UnavailableError(absl::StrCat(
+                      "Inits of ", waiting, " bytes wait to be checked, the most this PS holds (",
+                      init_budget_, "); try again")),
+                  {});
+  }
+  work_threads_.Post([this, call, answer, bytes] {
     InitRequest request;
     InitResponse response;
     grpc::ByteBuffer message = call->request();  // shares the bytes; parsing empties it
@@ -259,6 +288,7 @@ void ParameterServerService::ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>*
         parsed.ok() ? server_->Init(request, &response)
                     : absl::InvalidArgumentError(absl::StrCat(
                           "the Init request is not a valid InitRequest: ", parsed.error_message()));
+    init_bytes_waiting_.fetch_sub(bytes);
     answer(status, response);
   });
 }
@@ -318,6 +348,24 @@ void ParameterServerService::ReturnPushBuffer(std::unique_ptr<PushRequest> buffe
     freed_since_trim_.store(0);
     ReturnFreedMemory();
   }
+}
+
+void RunningServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  if (gate != nullptr) gate->Stop();
+  if (grpc_server == nullptr) return;
+  if (gate == nullptr || deadline == std::chrono::system_clock::time_point::max()) {
+    grpc_server->Shutdown(deadline);
+    return;
+  }
+  absl::Notification ended;
+  std::thread cutter([&] {
+    if (!ended.WaitForNotificationWithDeadline(absl::FromChrono(deadline) + absl::Seconds(1))) {
+      gate->ShutDownConnections();
+    }
+  });
+  grpc_server->Shutdown(deadline);
+  ended.Notify();
+  cutter.join();
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,

@@ -129,6 +129,13 @@ class ParameterServerService final : public AsyncParameterServer {
   const bool task_tokens_;
   std::shared_ptr<ConnectionGate> gate_;
   std::atomic<bool> checkpointing_{false};  // checkpoint_thread_ is writing one
+  // Inits before the shard has its model: the largest that can be its share
+  // of the config's model (unset when the workers bring their own), and the
+  // bytes of those that arrived and wait to be parsed, at most
+  // init_budget_ (one is always let through).
+  const std::optional<int64_t> max_init_bytes_;
+  const int64_t init_budget_;
+  std::atomic<int64_t> init_bytes_waiting_{0};
   // The unary methods, as UnaryCall requests them.
   Call<RegisterRequest, RegisterResponse>::Method register_;
   Call<grpc::ByteBuffer, grpc::ByteBuffer>::Method init_;
@@ -180,11 +187,11 @@ struct RunningServer {
   // (QueueServer::Shutdown). Use it rather than grpc_server->Shutdown:
   // gRPC drops, unclosed, a connection the gate hands it once it is
   // shutting down.
+  // A second past `deadline`, the connections still open are shut down
+  // (ConnectionGate::ShutDownConnections), so that no client keeps the
+  // server from ending.
   void Shutdown(std::chrono::system_clock::time_point deadline =
-                    std::chrono::system_clock::time_point::max()) {
-    if (gate != nullptr) gate->Stop();
-    if (grpc_server != nullptr) grpc_server->Shutdown(deadline);
-  }
+                    std::chrono::system_clock::time_point::max());
 
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<QueueServer> grpc_server;  // shut down (and so destroyed) before the service

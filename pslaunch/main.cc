@@ -36,6 +36,7 @@
 #include "common/metrics_http.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "pslaunch/ports.h"
 #include "pslaunch/report.h"
 #include "pslaunch/supervisor.h"
 #include "pslaunch/tasks.h"
@@ -527,6 +528,10 @@ int main(int argc, char** argv) {
   }
   if (startable.ok()) startable = pst::ValidateRpcLimits(pst::RpcLimitsFromFlags());
   if (startable.ok()) startable = pst::CheckTaskFiles(*config, /*ps=*/true, /*workers=*/true);
+  if (startable.ok()) {
+    startable = pst::CheckTaskPorts(
+        *config, {absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_address)});
+  }
   if (absl::GetFlag(FLAGS_check_config)) pst::FinishConfigCheck(kProgram, *config, startable);
   if (!startable.ok()) pst::ExitWithError(kProgram, startable);
   SetRunId(&*config);

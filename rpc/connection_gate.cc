@@ -485,6 +485,13 @@ bool StillOpen(int fd, const Connection& connection) {
 
 }  // namespace
 
+void ConnectionGate::ShutDownConnections() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [fd, connection] : connections_) {
+    if (StillOpen(fd, connection)) shutdown(fd, SHUT_RDWR);
+  }
+}
+
 void ConnectionGate::Sweep() {
   std::vector<int> closed;
   for (const auto& [fd, connection] : connections_) {

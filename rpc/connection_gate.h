@@ -103,6 +103,13 @@ class ConnectionGate {
   // server's. Call it before the server shuts down; later calls do nothing.
   void Stop();
 
+  // Shuts down (SHUT_RDWR) every admitted connection still open, so that
+  // gRPC sees each one end; the descriptors stay gRPC's to close. For a
+  // server past its shutdown deadline: in gRPC 1.51 a queue thread reading
+  // a connection whose client keeps it full (streams opened and reset in a
+  // loop) comes back, and lets the server finish, only when that ends.
+  void ShutDownConnections();
+
   // Admitted connections whose descriptor is still open. Costs one fstat
   // per connection.
   int open_connections();

@@ -297,6 +297,18 @@ TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
   // refuses its flags before it binds or connects anything.
   const std::string config = ScratchDir() + "/errors.textproto";
   std::ofstream(config) << JobConfig(1, 1, 1);
+  const std::string any_port = ScratchDir() + "/any_port.textproto";
+  std::ofstream(any_port) << JobConfig(0, 1, 1);
+  // A port something listens on.
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int taken = ntohs(address.sin_port);
   struct Case {
     std::string command;
     std::string message;
@@ -311,6 +323,12 @@ TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
        "worker: error: cannot create --logdir /proc/nope"},
       {absl::StrCat(Bin("pslaunch"), " --config=", config, " --metrics_port=-3"),
        "pslaunch: error: --metrics_port=-3 is not a port"},
+      // Checked before any task starts: no task fails after its peers began.
+      {absl::StrCat(Bin("pslaunch"), " --config=", any_port, " --metrics_port=65535"),
+       "pslaunch: error: --metrics_port=65535 gives the 2 tasks the ports 65535..65536"},
+      {absl::StrCat(Bin("pslaunch"), " --config=", any_port, " --metrics_port=", taken),
+       absl::StrCat("pslaunch: error: --metrics_port=", taken, " gives ps:0 port ", taken,
+                    " on 127.0.0.1: the port is in use")},
       {Bin("psreport"), "psreport: error: name at least one run record"},
   };
   for (const Case& c : cases) {
@@ -322,6 +340,7 @@ TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
     EXPECT_EQ(text.rfind(c.message, 0), 0u) << c.command << "\n" << text;
     EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
   }
+  close(listener);
 }
 
 }  // namespace

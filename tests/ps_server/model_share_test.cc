@@ -119,6 +119,30 @@ TEST(ModelShareTest, AWorkerCommandBringsItsOwnModel) {
                    .has_value());
 }
 
+// The service refuses unparsed an Init larger than this: the workers' own
+// Init of each share, float32 and with embedding tables, must never be.
+TEST(ModelShareTest, EveryShareInitFitsItsBound) {
+  JobConfig config = QuadraticJob(3);
+  config.mutable_training()->mutable_model()->mutable_mlp()->set_hidden(0, 20000);
+  ConfigModel model = *ConfigModelOf(config);
+  for (int t = 0; t < 8; ++t) {
+    EmbeddingTableConfig& table = model.embeddings.emplace_back();
+    table.set_name("a table with a long name, " + std::to_string(t));
+    table.set_dim(64);
+    table.mutable_optimizer()->mutable_adam()->set_learning_rate(0.001f);
+  }
+  for (int s = 0; s < 3; ++s) {
+    const ConfigModel share = ShardShare(model, s, 3);
+    const InitRequest init = InitOf(1, share);
+    EXPECT_LE(static_cast<int64_t>(init.ByteSizeLong()), MaxShareInitBytes(share)) << s;
+    // And no more than 64 KiB and some framing above the share's own bytes.
+    EXPECT_LE(MaxShareInitBytes(share),
+              static_cast<int64_t>(init.ByteSizeLong()) + 64 * 1024 +
+                  64 * static_cast<int64_t>(share.variables.size() + share.embeddings.size()))
+        << s;
+  }
+}
+
 TEST(InitPoisoningTest, AShardRefusesAFirstInitThatIsNotTheConfigsModel) {
   const JobConfig config = QuadraticJob(1);
   std::unique_ptr<ParameterShard> shard = ShardOf(config, 0);
