@@ -222,7 +222,7 @@ int RunScale() {
   const auto [low, high] = std::minmax_element(steps_per_second.begin(), steps_per_second.end());
   if (absl::GetFlag(FLAGS_json)) {
     std::printf(
-        "{\"benchmark\":\"table_bench_scale\",\"rows\":%lld,\"dim\":%d,\"shards\":%d,"
+        "{\"benchmark\":\"table_bench\",\"part\":\"scale\",\"rows\":%lld,\"dim\":%d,\"shards\":%d,"
         "\"optimizer\":\"adagrad\",\"fill_seconds\":%.2f,\"fill_rows_per_second\":%.0f,"
         "\"rss_before_bytes\":%lld,\"rss_after_bytes\":%lld,\"rss_bytes_per_row\":%.1f,"
         "\"table_bytes_per_row\":%.1f,\"raw_bytes_per_row\":%.0f,\"batch_rows\":%d,"
@@ -279,7 +279,8 @@ int RunBound() {
   const double growth = static_cast<double>(peak - rss_before);
   if (absl::GetFlag(FLAGS_json)) {
     std::printf(
-        "{\"benchmark\":\"table_bench_bound\",\"ids_sent\":%lld,\"max_rows\":%lld,\"dim\":%d,"
+        "{\"benchmark\":\"table_bench\",\"part\":\"bound\",\"ids_sent\":%lld,"
+        "\"max_rows\":%lld,\"dim\":%d,"
         "\"optimizer\":\"adagrad\",\"seconds\":%.2f,\"rows\":%lld,\"rows_admitted\":%lld,"
         "\"rows_refused\":%lld,\"rss_before_bytes\":%lld,\"rss_at_limit_bytes\":%lld,"
         "\"rss_peak_bytes\":%lld,\"rss_growth_bytes\":%.0f,\"bound_bytes\":%.0f,"
@@ -316,6 +317,7 @@ struct Stall {
   double median_ms = 0;
   double quiet_median_ms = 0;  // before the checkpoint
   double checkpoint_s = 0;
+  double longest_at_s = 0;  // when the longest push started, from the checkpoint's start
   int pushes = 0;
 };
 
@@ -349,6 +351,9 @@ Stall MeasureStall(TableClient& client) {
   for (const Push& p : pushes) {
     const double ms = absl::ToDoubleMilliseconds(p.end - p.start);
     if (p.end > start && p.start < end) {
+      if (during.empty() || ms > *std::max_element(during.begin(), during.end())) {
+        stall.longest_at_s = absl::ToDoubleSeconds(p.start - start);
+      }
       during.push_back(ms);
     } else if (p.end <= start) {
       quiet.push_back(ms);
@@ -377,13 +382,14 @@ int RunStall() {
       PushRange(client, 0, table ? rows : 4096, absl::GetFlag(FLAGS_fill_batch), [](int64_t) {});
       const Stall stall = MeasureStall(client);
       (table ? table_stalls : dense_stalls).push_back(stall);
-      if (!json) {
-        std::printf("round %d %-5s: checkpoint %.2f s; %d pushes during it: longest %.1f ms, "
-                    "median %.1f ms (%.1f ms before it)\n",
-                    round, table ? "table" : "dense", stall.checkpoint_s, stall.pushes,
-                    stall.longest_ms, stall.median_ms, stall.quiet_median_ms);
-        std::fflush(stdout);
-      }
+      // Each round as it ends (on stderr beside JSON).
+      std::fprintf(json ? stderr : stdout,
+                   "round %d %-5s: checkpoint %.2f s; %d pushes during it: longest %.1f ms "
+                   "(from %+.2f s), median %.1f ms (%.1f ms before it); load %s\n",
+                   round, table ? "table" : "dense", stall.checkpoint_s, stall.pushes,
+                   stall.longest_ms, stall.longest_at_s, stall.median_ms, stall.quiet_median_ms,
+                   Load().c_str());
+      std::fflush(json ? stderr : stdout);
     }
   }
   for (const bool table : {true, false}) {
@@ -401,7 +407,8 @@ int RunStall() {
     const char* variant = table ? "table" : "dense";
     if (json) {
       std::printf(
-          "{\"benchmark\":\"table_bench_stall\",\"variant\":\"%s\",\"rows\":%lld,\"dim\":%d,"
+          "{\"benchmark\":\"table_bench\",\"part\":\"stall\",\"variant\":\"%s\","
+          "\"rows\":%lld,\"dim\":%d,"
           "\"optimizer\":\"adagrad\",\"push_rows\":%d,\"rounds\":%zu,"
           "\"longest_ms\":%.1f,\"longest_ms_min\":%.1f,\"longest_ms_max\":%.1f,"
           "\"median_ms\":%.2f,\"median_ms_min\":%.2f,\"median_ms_max\":%.2f,"
