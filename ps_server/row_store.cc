@@ -15,8 +15,8 @@ size_t RowStore::IndexPart(uint64_t id) {
 }
 
 int64_t RowStore::bytes() const {
-  const int64_t per_block =
-      sizeof(Block) + kRowsPerBlock * static_cast<int64_t>(width() * sizeof(float));
+  const int64_t per_block = sizeof(Block) + sizeof(std::shared_ptr<Block>) + sizeof(float*) +
+                            kRowsPerBlock * static_cast<int64_t>(width() * sizeof(float));
   int64_t bytes = static_cast<int64_t>(blocks_.size()) * per_block;
   for (const Index& part : index_) {
     // A slot per entry plus a control byte per slot (Abseil's Swiss table).
@@ -38,6 +38,7 @@ RowStore::Block& RowStore::WritableBlock(int64_t row) {
   if (block->epoch < epoch_ && live_views_->load(std::memory_order_acquire) > 0) {
     auto copy = std::make_shared<Block>(*block);
     copy->epoch = epoch_;
+    records_[row / kRowsPerBlock] = copy->records.data();
     block = std::move(copy);
   }
   return *block;
@@ -50,6 +51,7 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
     auto block = std::make_shared<Block>();
     block->epoch = epoch_;
     block->records.resize(kRowsPerBlock * width());
+    records_.push_back(block->records.data());
     blocks_.push_back(std::move(block));
   }
   ++size_;

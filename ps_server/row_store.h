@@ -109,7 +109,7 @@ class RowStore {
   // epoch when the block was made; a view frozen since shares it.
   struct Block {
     int64_t epoch = 0;
-    std::vector<float> records;  // beside epoch: finding a row reads one line of the block
+    std::vector<float> records;
     std::array<uint64_t, kRowsPerBlock> ids;
     std::array<int64_t, kRowsPerBlock> updates;
   };
@@ -119,7 +119,7 @@ class RowStore {
   size_t width() const { return static_cast<size_t>(dim_) + slot_floats(); }
   const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
   const float* record(int64_t row) const {
-    return block(row).records.data() + (row % kRowsPerBlock) * width();
+    return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
   }
   // Row `row`'s block, copied first if a live view may share it.
   Block& WritableBlock(int64_t row);
@@ -129,6 +129,8 @@ class RowStore {
   const int slots_per_value_;
   int64_t size_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
+  // Each block's records: a row's values are one load away, not two.
+  std::vector<float*> records_;
   std::array<Index, kIndexParts> index_;
   // Freezes so far: a block with an older epoch may be in a view.
   int64_t epoch_ = 0;
