@@ -4,7 +4,9 @@
 #include "ps_server/row_store.h"
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -110,6 +112,38 @@ TEST(RowStoreTest, ABlockIsCopiedOnceWhileAViewLivesAndWrittenInPlaceOtherwise) 
   store.Update(0, std::vector<float>{5}, {}, 5);
   EXPECT_EQ(store.values(0).data(), copied);  // no view alive: in place
   EXPECT_EQ(Of(store.values(0)), std::vector<float>{5});
+}
+
+// As a checkpoint reads it: the view on another thread while the owner
+// writes every row, twice, and adds rows.
+TEST(RowStoreTest, AViewReadOnAnotherThreadSeesNoWriteAfterTheFreeze) {
+  RowStore store(/*dim=*/4, /*slots_per_value=*/1);
+  const int64_t rows = 8 * RowStore::kRowsPerBlock + 5;
+  for (int64_t r = 0; r < rows; ++r) {
+    store.Add(r, std::vector<float>(4, static_cast<float>(r)), std::vector<float>(4, 1), 1);
+  }
+  std::optional<RowStore::Frozen> view(store.Freeze());
+  bool same = true;
+  std::thread reader([&] {
+    for (int pass = 0; pass < 20; ++pass) {
+      for (int64_t r = 0; r < view->size(); ++r) {
+        same = same && view->values(r)[3] == static_cast<float>(r) && view->updates(r) == 1;
+      }
+    }
+    view.reset();  // released on the reader's thread, as a checkpoint's
+  });
+  for (int pass = 2; pass <= 3; ++pass) {
+    for (int64_t r = 0; r < rows; ++r) {
+      store.Update(r, std::vector<float>(4, -1.0f), std::vector<float>(4, 2), pass);
+    }
+  }
+  for (int64_t r = 0; r < RowStore::kRowsPerBlock; ++r) {
+    store.Add(rows + r, std::vector<float>(4), std::vector<float>(4), 1);
+  }
+  reader.join();
+  EXPECT_TRUE(same);
+  EXPECT_EQ(store.updates(rows - 1), 3);
+  EXPECT_EQ(store.values(rows - 1)[0], -1.0f);
 }
 
 }  // namespace
