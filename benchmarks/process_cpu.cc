@@ -27,4 +27,11 @@ double ProcessCpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+int64_t ProcessResidentBytes(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/statm"));
+  int64_t pages = 0, resident = 0;
+  if (!(file >> pages >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
 }  // namespace pst

@@ -56,6 +56,12 @@ std::string PortFile(const std::string& dir, int shard) {
 
 absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
     int shards, int workers, int64_t max_message_bytes) {
+  return Start({.shards = shards, .workers = workers, .max_message_bytes = max_message_bytes});
+}
+
+absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
+    const PsServerOptions& options) {
+  const int shards = options.shards;
   std::unique_ptr<PsServerProcesses> processes(new PsServerProcesses());
   char dir[] = "/tmp/ps_bench.XXXXXX";
   if (mkdtemp(dir) == nullptr) {
@@ -65,18 +71,22 @@ absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
   // Every shard binds port 0 and reports the port it got (--port_file).
   std::string cluster = "cluster {";
   for (int s = 0; s < shards; ++s) absl::StrAppend(&cluster, " ps: \"127.0.0.1:0\"");
-  absl::StrAppend(&cluster, " workers: ", workers, " worker_command: \"ps_bench\" }\n");
+  absl::StrAppend(&cluster, " workers: ", options.workers, " worker_command: \"ps_bench\" }\n");
   // The shards need a whole job's config; only the cluster, the mode and
   // the optimizer matter to them. The workers' Init gives them the model:
   // a worker_command says the workers bring their own, so a shard does not
   // expect the config's.
   const std::string config_path = processes->dir_ + "/cluster.textproto";
-  std::ofstream(config_path) << cluster
-                             << "training { mode: ASYNC optimizer { sgd { learning_rate: 1.0 } } "
-                                "batch_size: 1 model { mlp { hidden: 1 } } "
-                                "dataset { quadratic { examples: 1 } } }\n";
+  std::ofstream config(config_path);
+  config << cluster << "training { mode: ASYNC optimizer { " << options.optimizer
+         << " } batch_size: 1 model { mlp { hidden: 1 } } dataset { quadratic { examples: 1 } }";
+  if (options.checkpoints) {
+    config << " checkpoint { dir: \"" << processes->dir_ << "/checkpoints\" }";
+  }
+  config << " }\n";
+  config.close();
   for (int s = 0; s < shards; ++s) {
-    if (absl::Status started = processes->StartShard(s, config_path, max_message_bytes);
+    if (absl::Status started = processes->StartShard(s, config_path, options.max_message_bytes);
         !started.ok()) {
       return started;
     }
@@ -161,6 +171,14 @@ double PsServerProcesses::CpuSeconds() const {
     if (pid > 0) seconds += ProcessCpuSeconds(pid);
   }
   return seconds;
+}
+
+int64_t PsServerProcesses::ResidentBytes() const {
+  int64_t bytes = 0;
+  for (pid_t pid : pids_) {
+    if (pid > 0) bytes += ProcessResidentBytes(pid);
+  }
+  return bytes;
 }
 
 }  // namespace pst

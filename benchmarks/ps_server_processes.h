@@ -1,6 +1,6 @@
 // ps_server shards for a benchmark, each a process of its own on a free
-// loopback port, as a deployment runs them: ASYNC, SGD with learning rate 1,
-// plaintext. Shards that are threads of the benchmark instead would share
+// loopback port, as a deployment runs them: ASYNC, plaintext, SGD with
+// learning rate 1 unless told another optimizer. Shards that are threads of the benchmark instead would share
 // its gRPC pollers with the workers, which a real worker never does.
 //
 // The processes are started from the executable beside the benchmark's own,
@@ -21,6 +21,17 @@
 
 namespace pst {
 
+struct PsServerOptions {
+  int shards = 1;
+  int workers = 1;
+  int64_t max_message_bytes = int64_t{1} << 30;
+  // training.optimizer, as text.
+  std::string optimizer = "sgd { learning_rate: 1.0 }";
+  // Whether the shards write checkpoints (under dir(), on demand only:
+  // PsClient::Checkpoint).
+  bool checkpoints = false;
+};
+
 class PsServerProcesses {
  public:
   // Starts `shards` ps_server processes for `workers` workers, each taking
@@ -29,6 +40,7 @@ class PsServerProcesses {
   // and ends with its log.
   static absl::StatusOr<std::unique_ptr<PsServerProcesses>> Start(int shards, int workers,
                                                                     int64_t max_message_bytes);
+  static absl::StatusOr<std::unique_ptr<PsServerProcesses>> Start(const PsServerOptions& options);
   ~PsServerProcesses();
 
   PsServerProcesses(const PsServerProcesses&) = delete;
@@ -39,6 +51,8 @@ class PsServerProcesses {
 
   // User plus system CPU time the shards have used so far.
   double CpuSeconds() const;
+  // The shards' resident memory now, summed.
+  int64_t ResidentBytes() const;
 
   // The shards' process IDs, in shard order.
   const std::vector<pid_t>& pids() const { return pids_; }

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -23,7 +25,7 @@ namespace {
 constexpr char kMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
 
-uint32_t Crc32(const std::string& bytes) {
+uint32_t Crc32(std::string_view bytes) {
   return static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
 }
@@ -83,14 +85,18 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
     return absl::UnavailableError(
         absl::StrCat("cannot create checkpoint directory ", dir, ": ", error.message()));
   }
-  std::string payload;
-  if (!checkpoint.SerializeToString(&payload)) {
+  // The payload is serialized straight behind the header, whose length
+  // and checksum are filled in after: one copy of a shard's state in
+  // memory, not two.
+  std::string contents(kHeaderBytes, '\0');
+  if (!checkpoint.AppendToString(&contents)) {
     return absl::InternalError("cannot serialize the shard checkpoint");
   }
-  std::string contents(kMagic, sizeof(kMagic));
-  PutLittleEndian(payload.size(), 8, &contents);
-  PutLittleEndian(Crc32(payload), 4, &contents);
-  contents += payload;
+  const std::string_view payload = std::string_view(contents).substr(kHeaderBytes);
+  std::string header(kMagic, sizeof(kMagic));
+  PutLittleEndian(payload.size(), 8, &header);
+  PutLittleEndian(Crc32(payload), 4, &header);
+  std::memcpy(contents.data(), header.data(), kHeaderBytes);
   const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
   // The model is the job's, not every local user's: owner-only, whatever
   // the umask lets a new file be.

@@ -2,6 +2,8 @@
 // and back in only once all of it has been checked.
 #include <cstring>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/embedding_config.h"
@@ -16,40 +18,87 @@ using embedding_internal::AllFinite;
 using embedding_internal::IdCount;
 using embedding_internal::Invalid;
 
-void EmbeddingTable::Export(ShardCheckpoint* checkpoint) const {
-  for (const auto& t : tables_) {
-    const Embedding& table = *t;
-    const int64_t n = table.rows.size();
-    const size_t dim = table.dim();
-    const size_t slots = table.slot_floats();
-    ShardCheckpoint::Embedding* out = checkpoint->add_embeddings();
-    *out->mutable_config() = table.config;
-    out->set_seed(table.seed);
-    out->set_num_shards(options_.num_shards);
-    out->set_updates(table.updates);
-    out->set_rows_admitted(table.rows_admitted);
-    out->set_rows_refused(table.rows_refused);
-    std::string* ids = out->mutable_ids();
-    std::string* values = out->mutable_values();
-    std::string* state = out->mutable_slots();
-    std::string* updates = out->mutable_row_updates();
-    ids->resize(n * sizeof(uint64_t));
-    values->resize(n * dim * sizeof(float));
-    state->resize(n * slots * sizeof(float));
-    updates->resize(n * sizeof(int64_t));
-    for (int64_t row = 0; row < n; ++row) {
-      const uint64_t id = table.rows.id(row);
-      const int64_t row_updates = table.rows.updates(row);
-      std::memcpy(ids->data() + row * sizeof(uint64_t), &id, sizeof(id));
-      std::memcpy(updates->data() + row * sizeof(int64_t), &row_updates, sizeof(row_updates));
-      std::memcpy(values->data() + row * dim * sizeof(float), table.rows.values(row).data(),
-                  dim * sizeof(float));
-      if (slots > 0) {
-        std::memcpy(state->data() + row * slots * sizeof(float), table.rows.slots(row).data(),
-                    slots * sizeof(float));
-      }
+namespace {
+
+// One table's part of a checkpoint: what it is, its counters, and its
+// rows from `Rows` (a RowStore, or a view of one frozen earlier).
+struct TableHeader {
+  EmbeddingTableConfig config;
+  uint64_t seed;
+  int num_shards;
+  int64_t updates;
+  int64_t rows_admitted;
+  int64_t rows_refused;
+  size_t slot_floats;
+};
+
+// (A template: EmbeddingTable::Embedding is not to be named here.)
+template <typename Table>
+TableHeader HeaderOf(const Table& table, int num_shards) {
+  return {.config = table.config,
+          .seed = table.seed,
+          .num_shards = num_shards,
+          .updates = table.updates,
+          .rows_admitted = table.rows_admitted,
+          .rows_refused = table.rows_refused,
+          .slot_floats = table.slot_floats()};
+}
+
+template <typename Rows>
+void WriteTable(const TableHeader& header, const Rows& rows, ShardCheckpoint* checkpoint) {
+  const int64_t n = rows.size();
+  const size_t dim = header.config.dim();
+  const size_t slots = header.slot_floats;
+  ShardCheckpoint::Embedding* out = checkpoint->add_embeddings();
+  *out->mutable_config() = header.config;
+  out->set_seed(header.seed);
+  out->set_num_shards(header.num_shards);
+  out->set_updates(header.updates);
+  out->set_rows_admitted(header.rows_admitted);
+  out->set_rows_refused(header.rows_refused);
+  std::string* ids = out->mutable_ids();
+  std::string* values = out->mutable_values();
+  std::string* state = out->mutable_slots();
+  std::string* updates = out->mutable_row_updates();
+  ids->resize(n * sizeof(uint64_t));
+  values->resize(n * dim * sizeof(float));
+  state->resize(n * slots * sizeof(float));
+  updates->resize(n * sizeof(int64_t));
+  for (int64_t row = 0; row < n; ++row) {
+    const uint64_t id = rows.id(row);
+    const int64_t row_updates = rows.updates(row);
+    std::memcpy(ids->data() + row * sizeof(uint64_t), &id, sizeof(id));
+    std::memcpy(updates->data() + row * sizeof(int64_t), &row_updates, sizeof(row_updates));
+    std::memcpy(values->data() + row * dim * sizeof(float), rows.values(row).data(),
+                dim * sizeof(float));
+    if (slots > 0) {
+      std::memcpy(state->data() + row * slots * sizeof(float), rows.slots(row).data(),
+                  slots * sizeof(float));
     }
   }
+}
+
+}  // namespace
+
+void EmbeddingTable::Export(ShardCheckpoint* checkpoint) const {
+  for (const auto& t : tables_) WriteTable(HeaderOf(*t, options_.num_shards), t->rows, checkpoint);
+}
+
+void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
+  // Each table's header and a frozen view of its rows now; the rows are
+  // copied out when the snapshot is finished, outside the shard's lock.
+  struct Frozen {
+    TableHeader header;
+    RowStore::Frozen rows;
+  };
+  std::vector<Frozen> frozen;
+  frozen.reserve(tables_.size());
+  for (const auto& t : tables_) {
+    frozen.push_back({HeaderOf(*t, options_.num_shards), t->rows.Freeze()});
+  }
+  snapshot->later.push_back([frozen = std::move(frozen)](ShardCheckpoint* checkpoint) {
+    for (const Frozen& table : frozen) WriteTable(table.header, table.rows, checkpoint);
+  });
 }
 
 absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {

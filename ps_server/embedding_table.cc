@@ -245,9 +245,7 @@ void EmbeddingTable::Commit() {
         table.rows.Add(table.staged_ids[i], values, slots, 1);
         continue;
       }
-      std::copy(values.begin(), values.end(), table.rows.values(row).begin());
-      std::copy(slots.begin(), slots.end(), table.rows.slots(row).begin());
-      table.rows.set_updates(row, table.rows.updates(row) + 1);
+      table.rows.Update(row, values, slots, table.rows.updates(row) + 1);
     }
     table.rows_admitted += table.staged_new;
     table.rows_refused += table.staged_refused;

@@ -35,13 +35,14 @@
 // dense table). Each row is staged at most once per update.
 //
 // Checkpoints. Export writes every table's spec, seed, rows, state and
-// counters; Restore takes them back whole or not at all. A checkpoint
-// restores only onto the shard count that wrote it: rows are placed by
-// hash modulo the shard count, so with another count most rows would
-// belong to other shards, which never see this shard's file. Restore
-// refuses it (InvalidArgument naming both counts), as it refuses a row
-// whose id hashes to another shard; moving rows between shard counts is
-// an offline re-partition of every shard's file, not a restore.
+// counters (Capture: from a copy-on-write view, after the shard's lock);
+// Restore takes them back whole or not at all. A checkpoint restores only
+// onto the shard count that wrote it: rows are placed by hash modulo the
+// shard count, so with another count most rows would belong to other
+// shards, which never see this shard's file. Restore refuses it
+// (InvalidArgument naming both counts), as it refuses a row whose id
+// hashes to another shard; moving rows between shard counts is an
+// offline re-partition of every shard's file, not a restore.
 //
 // Thread-safety: as Table's. Pull reads (CheckPull, Lookup, AnswerPull,
 // EncodeRows) read committed rows and need the same exclusion as Commit:
@@ -106,6 +107,11 @@ class EmbeddingTable final : public Table {
   void Discard() override;
   // Fills checkpoint->embeddings().
   void Export(ShardCheckpoint* checkpoint) const override;
+  // Freezes every table's rows (row_store.h) and exports them when the
+  // snapshot is finished: the caller's lock is held for a pointer per
+  // block of rows, and updates after the capture copy the blocks they
+  // write while the snapshot is alive.
+  void Capture(ShardSnapshot* snapshot) override;
   // Replaces every table with checkpoint.embeddings(); InvalidArgument,
   // and no change, for one written for another shard count, a row of
   // another shard, sizes that disagree, a repeated id or table, a

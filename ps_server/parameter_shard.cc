@@ -417,8 +417,12 @@ void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
 }
 
 ShardCheckpoint ParameterShard::Snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return SnapshotLocked();
+  ShardSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot = SnapshotLocked();
+  }
+  return std::move(snapshot).Finish();  // the tables' views, outside the lock
 }
 
 void ParameterShard::AttachCheckpointWriter() {
@@ -439,19 +443,24 @@ void ParameterShard::ScheduledSnapshotWritten() {
 }
 
 std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  return snapshots_.Take(deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return shutting_down_;  // read with mu_ held: Take waits on it
-  });
+  std::optional<ShardSnapshot> snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot = snapshots_.Take(deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return shutting_down_;  // read with mu_ held: Take waits on it
+    });
+  }
+  if (!snapshot) return std::nullopt;
+  return std::move(*snapshot).Finish();
 }
 
-ShardCheckpoint ParameterShard::SnapshotLocked() const {
-  ShardCheckpoint checkpoint;
-  checkpoint.set_shard(options_.shard);
-  checkpoint.set_version(version_);
-  for (const std::unique_ptr<Table>& table : tables_) table->Export(&checkpoint);
-  ledger_.ExportClocks(&checkpoint);
-  return checkpoint;
+ShardSnapshot ParameterShard::SnapshotLocked() const {
+  ShardSnapshot snapshot;
+  snapshot.checkpoint.set_shard(options_.shard);
+  snapshot.checkpoint.set_version(version_);
+  for (const std::unique_ptr<Table>& table : tables_) table->Capture(&snapshot);
+  ledger_.ExportClocks(&snapshot.checkpoint);
+  return snapshot;
 }
 
 absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {

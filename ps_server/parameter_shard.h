@@ -296,7 +296,7 @@ class ParameterShard {
   // have (at least a little, for a holder already cancelled).
   absl::Duration CancelStalledStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
-  ShardCheckpoint SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
   // This shard's share of options_.model, when set.

@@ -8,11 +8,20 @@
 // kIndexParts maps by the id's hash, so growing the index rehashes one
 // small map at a time, never the whole index.
 //
-// Not thread-safe: the owner serializes access.
+// Frozen views. Freeze returns the rows as they are now, for a checkpoint
+// to read at leisure on another thread while the store trains on: it
+// shares the blocks, and a block a live view shares is copied before its
+// first write after the freeze (copy on write), so freezing costs a
+// pointer per block and a write pays at most one block's copy. Blocks are
+// small for that reason: a push touching n rows copies at most n blocks.
+//
+// Not thread-safe: the owner serializes access, Freeze included. A frozen
+// view is immutable and may be read on any thread and outlive the store.
 #ifndef PST_PS_SERVER_ROW_STORE_H_
 #define PST_PS_SERVER_ROW_STORE_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,8 +32,10 @@
 namespace pst {
 
 class RowStore {
+  struct Block;
+
  public:
-  static constexpr int64_t kRowsPerBlock = 1024;
+  static constexpr int64_t kRowsPerBlock = 64;
   static constexpr int kIndexParts = 64;
 
   // Rows of `dim` values and `slots_per_value` * dim floats of optimizer
@@ -52,40 +63,80 @@ class RowStore {
   // values, slots_per_value * dim slots); returns its index.
   int64_t Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
               int64_t updates);
+  // Replaces row `row`'s contents.
+  void Update(int64_t row, std::span<const float> values, std::span<const float> slots,
+              int64_t updates);
 
   uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
   std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
-  std::span<float> values(int64_t row) { return {record(row), size_t(dim_)}; }
   std::span<const float> slots(int64_t row) const { return {record(row) + dim_, slot_floats()}; }
-  std::span<float> slots(int64_t row) { return {record(row) + dim_, slot_floats()}; }
   int64_t updates(int64_t row) const { return block(row).updates[row % kRowsPerBlock]; }
-  void set_updates(int64_t row, int64_t updates) {
-    block(row).updates[row % kRowsPerBlock] = updates;
-  }
+
+  // The rows as they were at Freeze, read as the store's.
+  class Frozen {
+   public:
+    Frozen(Frozen&&) = default;
+    Frozen& operator=(Frozen&&) = delete;
+    ~Frozen();
+
+    int64_t size() const { return size_; }
+    uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
+    std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
+    std::span<const float> slots(int64_t row) const {
+      return {record(row) + dim_, width_ - dim_};
+    }
+    int64_t updates(int64_t row) const { return block(row).updates[row % kRowsPerBlock]; }
+
+   private:
+    friend class RowStore;
+    Frozen(const RowStore& store);
+    const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
+    const float* record(int64_t row) const {
+      return block(row).records.data() + (row % kRowsPerBlock) * width_;
+    }
+
+    const int dim_;
+    const size_t width_;
+    const int64_t size_;
+    std::vector<std::shared_ptr<const Block>> blocks_;
+    // The store's count of live views; decremented (release) on destruction.
+    std::shared_ptr<std::atomic<int>> live_;
+  };
+  Frozen Freeze();
 
  private:
-  // A row's record is its values, then its slots.
+  // A row's record is its values, then its slots. `epoch`: the store's
+  // epoch when the block was made; a view frozen since shares it.
   struct Block {
-    std::unique_ptr<float[]> records;
-    std::unique_ptr<uint64_t[]> ids;
-    std::unique_ptr<int64_t[]> updates;
+    int64_t epoch = 0;
+    std::vector<float> records;
+    std::array<uint64_t, kRowsPerBlock> ids;
+    std::array<int64_t, kRowsPerBlock> updates;
   };
   using Index = absl::flat_hash_map<uint64_t, uint32_t>;
 
   size_t slot_floats() const { return static_cast<size_t>(slots_per_value_) * dim_; }
   size_t width() const { return static_cast<size_t>(dim_) + slot_floats(); }
-  const Block& block(int64_t row) const { return blocks_[row / kRowsPerBlock]; }
-  Block& block(int64_t row) { return blocks_[row / kRowsPerBlock]; }
-  float* record(int64_t row) const {
-    return blocks_[row / kRowsPerBlock].records.get() + (row % kRowsPerBlock) * width();
+  const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
+  const float* record(int64_t row) const {
+    return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
   }
+  // Row `row`'s block, copied first if a live view may share it.
+  Block& WritableBlock(int64_t row);
   static size_t IndexPart(uint64_t id);
 
   const int dim_;
   const int slots_per_value_;
   int64_t size_ = 0;
-  std::vector<Block> blocks_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  // Each block's records: a row's values are one load away, not two.
+  std::vector<float*> records_;
   std::array<Index, kIndexParts> index_;
+  // Freezes so far: a block with an older epoch may be in a view.
+  int64_t epoch_ = 0;
+  // Views alive; read with acquire, so that a view's reads of a block
+  // happen before the store writes it in place again.
+  std::shared_ptr<std::atomic<int>> live_views_ = std::make_shared<std::atomic<int>>(0);
 };
 
 }  // namespace pst

@@ -4,7 +4,7 @@
 
 namespace pst {
 
-void SnapshotSchedule::Schedule(ShardCheckpoint snapshot) {
+void SnapshotSchedule::Schedule(ShardSnapshot snapshot) {
   scheduled_ = std::move(snapshot);
   unwritten_ = writer_attached_;
   changed_.SignalAll();
@@ -15,12 +15,12 @@ void SnapshotSchedule::DetachWriter() {
   unwritten_ = false;
 }
 
-std::optional<ShardCheckpoint> SnapshotSchedule::Take(absl::Time deadline,
+std::optional<ShardSnapshot> SnapshotSchedule::Take(absl::Time deadline,
                                                       absl::FunctionRef<bool()> stop) {
   while (!scheduled_ && !stop()) {
     if (changed_.WaitWithDeadline(mu_, deadline)) break;
   }
-  std::optional<ShardCheckpoint> snapshot = std::move(scheduled_);
+  std::optional<ShardSnapshot> snapshot = std::move(scheduled_);
   scheduled_.reset();
   return snapshot;
 }

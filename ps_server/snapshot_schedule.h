@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps.pb.h"
+#include "ps_server/shard_snapshot.h"
 
 namespace pst {
 
@@ -35,7 +36,7 @@ class SnapshotSchedule {
   }
   // The snapshot due now, for the writer; with a writer attached, updates
   // wait until it is written.
-  void Schedule(ShardCheckpoint snapshot);
+  void Schedule(ShardSnapshot snapshot);
   // Whether updates wait for a scheduled snapshot to be written.
   bool holds_updates() const { return unwritten_; }
 
@@ -47,7 +48,7 @@ class SnapshotSchedule {
   // Waits up to `deadline`, or until `stop()`, for the next snapshot and
   // hands it over; nullopt if none came. `stop` is read with the mutex
   // held, after each Wake.
-  std::optional<ShardCheckpoint> Take(absl::Time deadline, absl::FunctionRef<bool()> stop);
+  std::optional<ShardSnapshot> Take(absl::Time deadline, absl::FunctionRef<bool()> stop);
   // The owner's state changed: a Take looks at `stop` again.
   void Wake() { changed_.SignalAll(); }
 
@@ -59,7 +60,7 @@ class SnapshotSchedule {
   const int64_t every_steps_;
   absl::Mutex* const mu_;
   absl::CondVar changed_;
-  std::optional<ShardCheckpoint> scheduled_;
+  std::optional<ShardSnapshot> scheduled_;
   bool writer_attached_ = false;
   bool unwritten_ = false;
   CheckpointStats stats_;

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "ps.pb.h"
+#include "ps_server/shard_snapshot.h"
 
 namespace pst {
 
@@ -70,6 +71,10 @@ class Table {
   // this table cannot hold; it empties the step.
   virtual void Export(ShardCheckpoint* checkpoint) const = 0;
   virtual absl::Status Restore(const ShardCheckpoint& checkpoint) = 0;
+  // The table's part of a checkpoint taken under the shard's lock
+  // (shard_snapshot.h): Export now, unless the table can hand a view over
+  // and export from it later.
+  virtual void Capture(ShardSnapshot* snapshot) { Export(&snapshot->checkpoint); }
 
   // Adds the table's figures to `response` (counts and bytes add up over
   // the shard's tables).

@@ -357,6 +357,43 @@ def python_client(rows):
          for r in rows])}
 
 
+def table_bench(rows):
+    mib = 2 ** 20
+    scale = table(
+        ["rows", "dim", "shards", "optimizer", "fill rows/s", "resident B/row",
+         "table's own count B/row", "raw B/row", "resident / raw", "rows/step", "steps/s",
+         "rows/s pushed (= pulled)", "load"],
+        ["---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:",
+         "---:", "---:"],
+        [(r["rows"], r["dim"], r["shards"], r["optimizer"], f"{r['fill_rows_per_second']:.0f}",
+          f"{r['rss_bytes_per_row']:.1f}", f"{r['table_bytes_per_row']:.1f}",
+          f"{r['raw_bytes_per_row']:.0f}", f"{r['rss_bytes_per_row'] / r['raw_bytes_per_row']:.2f}",
+          r["batch_rows"], spread(r, "steps_per_second", 1), spread(r, "rows_per_second", 0),
+          f"{r['load']:.1f}")
+         for r in rows if r.get("part") == "scale"])
+    bound = table(
+        ["one-off ids sent", "row limit", "rows", "rows_admitted", "rows_refused",
+         "RSS before MiB", "RSS at the limit MiB", "peak RSS MiB", "growth MiB", "bound MiB",
+         "load"],
+        ["---:"] * 11,
+        [(r["ids_sent"], r["max_rows"], r["rows"], r["rows_admitted"], r["rows_refused"],
+          f"{r['rss_before_bytes'] / mib:.1f}", f"{r['rss_at_limit_bytes'] / mib:.1f}",
+          f"{r['rss_peak_bytes'] / mib:.1f}", f"{r['rss_growth_bytes'] / mib:.1f}",
+          f"{r['bound_bytes'] / mib:.1f}", f"{r['load']:.1f}")
+         for r in rows if r.get("part") == "bound"])
+    stall = table(
+        ["variant", "size", "longest push during the checkpoint ms", "median push during it ms",
+         "median push before it ms", "checkpoint s", "rounds", "load"],
+        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["variant"],
+          f"{r['rows']} rows x {r['dim']}" if r["variant"] == "table"
+          else f"{r['rows'] * r['dim']} floats",
+          spread(r, "longest_ms", 1), spread(r, "median_ms", 2), spread(r, "quiet_median_ms", 2),
+          spread(r, "checkpoint_s", 2), r["rounds"], f"{r['load']:.1f}")
+         for r in rows if r.get("part") == "stall"])
+    return {"scale": scale, "bound": bound, "stall": stall}
+
+
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": ctr_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
@@ -365,7 +402,7 @@ TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": 
           "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
           "netns_cluster": netns_cluster, "cost_model": cost_model,
-          "python_client": python_client}
+          "python_client": python_client, "table_bench": table_bench}
 
 
 def read_rows(path):

@@ -13,7 +13,7 @@
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
 # ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
-# python_client. ONLY without machine keeps machine.json as it is.
+# python_client table_bench. ONLY without machine keeps machine.json as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
 # cost_model redraws from its constants. Run it on a quiet machine, on a
 # Release build in build/ (scripts/build.sh). train_vs_torch and
@@ -39,7 +39,7 @@ DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
        ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
-       python_client)
+       python_client table_bench)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -247,11 +247,22 @@ python_client() {
     --json="$BENCH_DIR/python_client.json"
 }
 
+table_bench() {
+  run_to $WORK/table_bench_scale.json build/bin/table_bench --measure=scale --rows=10000000 \
+    --rounds="$(rounds 3)" --json
+  run_to $WORK/table_bench_bound.json build/bin/table_bench --measure=bound --rows=10000000 \
+    --max_rows=1000000 --json
+  run_to $WORK/table_bench_stall.json build/bin/table_bench --measure=stall --rows=5000000 \
+    --rounds="$(rounds 3)" --json
+  [[ -n $DRY_RUN ]] || cat $WORK/table_bench_{scale,bound,stall}.json >"$BENCH_DIR/table_bench.json"
+}
+
 for kind in ${ONLY//,/ }; do
   [[ " ${KINDS[*]} " == *" $kind "* ]] || die "ONLY: no benchmark \"$kind\" (${KINDS[*]})"
 done
 if [[ -z $DRY_RUN ]]; then
-  for bin in train_bench ps_bench socket_bench metrics_bench pslaunch ps_server worker; do
+  for bin in train_bench ps_bench socket_bench metrics_bench table_bench pslaunch ps_server \
+    worker; do
     [[ -x build/bin/$bin ]] || die "no build/bin/$bin; build first (scripts/build.sh)"
   done
   data=/usr/share/datasets/fashion-mnist

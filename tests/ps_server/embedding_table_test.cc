@@ -772,6 +772,37 @@ TEST(EmbeddingTableTest, ACheckpointRoundTripsRowsStateAndCountersAndTrainsOnAli
   EXPECT_EQ(Snapshot(restored), Snapshot(*table));
 }
 
+// The shard captures a checkpoint under its lock and writes it out after
+// releasing it, while pushes apply: the checkpoint holds the rows as they
+// were at the capture.
+TEST(EmbeddingTableTest, ACapturedCheckpointHoldsTheRowsOfItsCaptureWhilePushesApply) {
+  std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 2, Adagrad(0.1f, 0.1f))});
+  const int rows = 3 * static_cast<int>(RowStore::kRowsPerBlock) + 5;
+  std::vector<uint64_t> ids(rows);
+  for (int i = 0; i < rows; ++i) ids[i] = uint64_t{0x9e3779b97f4a7c15} * (i + 1);
+  ASSERT_TRUE(Apply(*table, Push({Rows("a", ids, std::vector<float>(rows * 2, 1.0f))})).ok());
+  const std::string at_capture = Snapshot(*table);
+  const std::vector<float> values_at_capture = Lookup(*table, "a", ids);
+
+  ShardSnapshot snapshot;
+  table->Capture(&snapshot);
+  EXPECT_EQ(snapshot.checkpoint.embeddings_size(), 0);  // nothing copied yet
+  // Pushes after the capture: every row again, and a new one.
+  std::vector<uint64_t> more = ids;
+  more.push_back(12345);
+  ASSERT_TRUE(Apply(*table, Push({Rows("a", more, std::vector<float>(more.size() * 2, -2.0f))}))
+                  .ok());
+  const std::string after_pushes = Snapshot(*table);
+  ASSERT_NE(after_pushes, at_capture);
+
+  const ShardCheckpoint checkpoint = std::move(snapshot).Finish();
+  EXPECT_EQ(checkpoint.SerializeAsString(), at_capture);
+  EXPECT_EQ(Snapshot(*table), after_pushes);
+  EmbeddingTable restored(Options());
+  ASSERT_TRUE(restored.Restore(checkpoint).ok());
+  EXPECT_EQ(Lookup(restored, "a", ids), values_at_capture);
+}
+
 TEST(EmbeddingTableTest, RestoreRefusesAnInconsistentCheckpointAndChangesNothing) {
   EmbeddingTableOptions options = Options(0, 2);
   std::unique_ptr<EmbeddingTable> source = Make({Spec("a", 2, Adagrad(0.1f, 0.1f), 10)}, options);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -395,6 +396,33 @@ TEST(ParameterShardEmbeddingTest, ACheckpointThroughTheShardKeepsTheRows) {
   ASSERT_TRUE(Push(*restored, RowPush(0, 1, {1}, {2, 2, 2, 2}), &response).ok());
   const Pulled trained = PullAll(restored.get(), {1});
   for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(trained.rows[k], before.rows[k] - 1.0f);
+}
+
+// A scheduled snapshot holds the rows of its version, however many pushes
+// applied before its writer took it.
+TEST(ParameterShardEmbeddingTest, AScheduledSnapshotHoldsTheRowsOfItsVersion) {
+  ShardOptions options = Options(ASYNC, 1);
+  options.snapshot_every_steps = 2;
+  auto shard = MakeShard(options);
+  Init(shard.get());
+  PushResponse response;
+  for (int64_t version = 0; version < 2; ++version) {
+    ASSERT_TRUE(
+        Push(*shard, RowPush(0, version, {1, 2}, std::vector<float>(2 * kDim, 1)), &response).ok());
+  }
+  const Pulled at_two = PullAll(shard.get(), {1, 2, 3});
+  ASSERT_EQ(at_two.version, 2);
+  ASSERT_TRUE(
+      Push(*shard, RowPush(0, 2, {1, 3}, std::vector<float>(2 * kDim, 4)), &response).ok());
+  const Pulled at_three = PullAll(shard.get(), {1, 2, 3});
+
+  std::optional<ShardCheckpoint> snapshot = shard->TakeScheduledSnapshot(absl::Now());
+  ASSERT_TRUE(snapshot.has_value());
+  EXPECT_EQ(snapshot->version(), 2);
+  auto restored = MakeShard(Options(ASYNC, 1));
+  ASSERT_TRUE(restored->Restore(*snapshot).ok());
+  EXPECT_EQ(PullAll(restored.get(), {1, 2, 3}).rows, at_two.rows);
+  EXPECT_EQ(PullAll(shard.get(), {1, 2, 3}).rows, at_three.rows);
 }
 
 TEST(ParameterShardEmbeddingTest, StatsCountRowsAdmittedAndRefusedAtTheLimit) {

@@ -10,10 +10,10 @@
 namespace pst {
 namespace {
 
-ShardCheckpoint At(int64_t version) {
-  ShardCheckpoint checkpoint;
-  checkpoint.set_version(version);
-  return checkpoint;
+ShardSnapshot At(int64_t version) {
+  ShardSnapshot snapshot;
+  snapshot.checkpoint.set_version(version);
+  return snapshot;
 }
 
 TEST(SnapshotScheduleTest, EveryNthVersionIsDueAndZeroMeansNever) {
@@ -52,9 +52,9 @@ TEST(SnapshotScheduleTest, TheTakerGetsTheNewestSnapshotOnce) {
   SnapshotSchedule schedule(1, &mu);
   schedule.Schedule(At(1));
   schedule.Schedule(At(2));  // replaces the one not taken
-  std::optional<ShardCheckpoint> taken = schedule.Take(absl::InfiniteFuture(), [] { return false; });
+  std::optional<ShardSnapshot> taken = schedule.Take(absl::InfiniteFuture(), [] { return false; });
   ASSERT_TRUE(taken.has_value());
-  EXPECT_EQ(taken->version(), 2);
+  EXPECT_EQ(taken->checkpoint.version(), 2);
   EXPECT_FALSE(schedule.Take(absl::Now(), [] { return false; }).has_value());
 }
 
@@ -62,7 +62,7 @@ TEST(SnapshotScheduleTest, AWaitingTakerWakesForASnapshotOrForStop) {
   absl::Mutex mu;
   SnapshotSchedule schedule(1, &mu);
   bool stop = false;  // guarded by mu
-  std::optional<ShardCheckpoint> taken;
+  std::optional<ShardSnapshot> taken;
   std::thread taker([&] {
     absl::MutexLock lock(&mu);
     taken = schedule.Take(absl::InfiniteFuture(), [&] { return stop; });
@@ -73,7 +73,7 @@ TEST(SnapshotScheduleTest, AWaitingTakerWakesForASnapshotOrForStop) {
   }
   taker.join();
   ASSERT_TRUE(taken.has_value());
-  EXPECT_EQ(taken->version(), 7);
+  EXPECT_EQ(taken->checkpoint.version(), 7);
 
   std::thread stopped([&] {
     absl::MutexLock lock(&mu);

@@ -119,6 +119,21 @@ ROWS = {
                                         ("cpp_push_pull_gbps", 4.0),
                                         ("python_push_pull_gbps", 3.9))
             for end in ("", "_min", "_max")}}],
+    "table_bench": [
+        {"part": "scale", "rows": 10000000, "dim": 16, "shards": 2, "optimizer": "adagrad",
+         "fill_rows_per_second": 690000, "rss_bytes_per_row": 177.4,
+         "table_bytes_per_row": 172.5, "raw_bytes_per_row": 128, "batch_rows": 16384,
+         "steps_per_second": 32.2, "steps_per_second_min": 25.2, "steps_per_second_max": 41.4,
+         "rows_per_second": 527565, "rows_per_second_min": 412877,
+         "rows_per_second_max": 678298, "load": 8.9},
+        {"part": "bound", "ids_sent": 10000000, "max_rows": 1000000, "rows": 1000000,
+         "rows_admitted": 1000000, "rows_refused": 9000000, "rss_before_bytes": 22020096,
+         "rss_at_limit_bytes": 241696768, "rss_peak_bytes": 252342272,
+         "rss_growth_bytes": 230322176, "bound_bytes": 259112960, "load": 8.8},
+        {"part": "stall", "variant": "table", "rows": 5000000, "dim": 16, "rounds": 3,
+         **{f"{f}{end}": v for f, v in (("longest_ms", 12.5), ("median_ms", 0.4),
+                                        ("quiet_median_ms", 0.3), ("checkpoint_s", 14.0))
+            for end in ("", "_min", "_max")}, "load": 12.0}],
 }
 
 # What each kind's table shows of ROWS.
@@ -141,6 +156,7 @@ EXPECTED = {
     "netns_cluster": "| 2.00 | 1.00 | 1.10 | 0.90 | 1.60 | 2.000 | 1.20 |",
     "cost_model": "| 25 | 1000 MB | 64 | 630 | 320 | 1.4e+03 | none | 520 | 52 |",
     "python_client": "| shm | 4MiB | 900 (900-900) | 950 (950-950) | 1.050 (1.050-1.050) |",
+    "table_bench": "| table | 5000000 rows x 16 | 12.5 (12.5-12.5) | 0.40 (0.40-0.40) |",
 }
 
 DOC = """# Benchmarks
