@@ -1,59 +1,36 @@
 #include "ps_server/parameter_shard.h"
 
-#include <algorithm>
-#include <limits>
-
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "ps_server/model_share.h"
 #include "ps_server/shard_requests.h"
 #include "ps_server/streamed_update.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
+
 absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::Create(
     const ShardOptions& options) {
-  if (options.num_workers < 1) {
-    return absl::InvalidArgumentError("a parameter server needs at least one worker");
-  }
-  if (options.model && (options.shard < 0 || options.shard >= options.num_shards)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard ", options.shard, " is not one of the ", options.num_shards, " shards"));
-  }
-  absl::StatusOr<std::unique_ptr<ConsistencyPolicy>> policy = MakeConsistencyPolicy(options);
-  if (!policy.ok()) return policy.status();
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(options.optimizer);
-  if (!optimizer.ok()) return optimizer.status();
+  PST_RETURN_IF_ERROR(CheckShardOptions(options));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<ConsistencyPolicy> policy, MakeConsistencyPolicy(options));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(options.optimizer));
   return std::unique_ptr<ParameterShard>(
-      new ParameterShard(options, std::move(*policy), std::move(*optimizer)));
+      new ParameterShard(options, std::move(policy), std::move(optimizer)));
 }
 
 ParameterShard::ParameterShard(const ShardOptions& options,
                                std::unique_ptr<ConsistencyPolicy> policy,
                                std::unique_ptr<Optimizer> optimizer)
     : options_(options),
-      model_share_(options.model ? std::optional(ShardShare(*options.model, options.shard,
-                                                            options.num_shards))
-                                 : std::nullopt),
       policy_(std::move(policy)),
       optimizer_name_(optimizer->Name()),
       snapshots_(options.snapshot_every_steps, &mu_),
-      embeddings_(new EmbeddingTable({.shard = options.shard,
-                                      .num_shards = options.num_shards,
-                                      .num_workers = options.num_workers,
-                                      .seed = options.seed,
-                                      .optimizer = options.optimizer})),
-      dense_(new DenseTable(std::move(optimizer), options.num_workers)),
+      tables_(options, std::move(optimizer)),
       ledger_(
           options.num_workers, options.shard, options.lease, &mu_,
           [this] {
             mu_.AssertHeld();
             WorkersLeft();
           },
-          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {
-  tables_.push_back(std::unique_ptr<Table>(embeddings_));
-  tables_.push_back(std::unique_ptr<Table>(dense_));
-}
+          options.lease_clock != nullptr ? *options.lease_clock : SystemLeaseClock()) {}
 
 ParameterShard::~ParameterShard() { waiters_.Stop(); }
 
@@ -81,11 +58,7 @@ void ParameterShard::Changed() {
 }
 
 bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
-  return Initialized() && policy_->PullMayProceed(View(), worker, min_version);
-}
-
-bool ParameterShard::PullMayProceed(const PullRequest& request) const {
-  return PullMayProceed(request.worker(), request.min_version());
+  return tables_.initialized() && policy_->PullMayProceed(View(), worker, min_version);
 }
 
 absl::Status ParameterShard::Register(const RegisterRequest& request,
@@ -98,7 +71,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
   response->set_version(version_);
-  response->set_initialized(Initialized());
+  response->set_initialized(tables_.initialized());
   response->set_shard(options_.shard);
   response->set_num_shards(options_.num_shards);
   response->set_worker_clock(ledger_.clock(request.worker()));
@@ -110,32 +83,12 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   response->set_version(version_);
-  if (Initialized()) {
+  if (tables_.initialized()) {
     response->set_accepted(false);
     return absl::OkStatus();
   }
-  if (model_share_) {
-    if (absl::Status s = CheckInitIsShare(request, *model_share_, options_.shard); !s.ok()) {
-      ++pushes_rejected_;
-      return s;
-    }
-  }
-  // A table that took its contents before a later one refused them takes
-  // the next Init's instead: the shard is not initialized until every
-  // table is, and nothing is staged before.
-  for (const std::unique_ptr<Table>& table : tables_) {
-    if (absl::Status s = table->Initialize(request); !s.ok()) {
-      ++pushes_rejected_;
-      return s;
-    }
-  }
-  dense_bytes_ = dense_->parameter_bytes();
-  RefreshParameterBytes();
+  if (absl::Status s = tables_.Initialize(request); !s.ok()) return Refuse(s);
   response->set_accepted(true);
-  spdlog::info("shard {}: initialized {} variables ({} bytes) and {} embedding tables from "
-               "worker:{}",
-               options_.shard, dense_->store().size(), parameter_bytes(),
-               request.embeddings_size(), request.worker());
   Changed();
   return absl::OkStatus();
 }
@@ -146,7 +99,8 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
   PST_RETURN_IF_ERROR(CheckPullFields(request, options_.num_workers));
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
-  if (!shutting_down_ && !PullMayProceed(request) && absl::Now() < deadline) {
+  if (!shutting_down_ && !PullMayProceed(request.worker(), request.min_version()) &&
+      absl::Now() < deadline) {
     return waiters_.Add({.ready = [this, worker = request.worker(),
                                    min_version = request.min_version()]()
                                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -163,24 +117,14 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
 
 absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullVisitor& visit) {
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
-  if (!Initialized()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "shard ", options_.shard, " is still waiting for a worker to Init its variables"));
-  }
-  if (version_ < request.min_version()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "shard ", options_.shard, " is at version ", version_, "; version ",
-        request.min_version(), " did not arrive in time (are all workers alive?)"));
-  }
-  if (!PullMayProceed(request)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "worker:", request.worker(), " is more than ", options_.staleness,
-        " steps ahead of the slowest live worker and it did not catch up in time"));
+  if (!PullMayProceed(request.worker(), request.min_version())) {
+    return PullTimedOut(request, options_.shard, tables_.initialized(), version_,
+                        options_.staleness);
   }
   PST_ASSIGN_OR_RETURN(std::vector<const Variable*> variables,
-                       dense_->Select(request, options_.shard));
-  PST_RETURN_IF_ERROR(embeddings_->CheckPull(request));
-  visit(version_, variables, PulledRows(request, *embeddings_));
+                       tables_.dense().Select(request, options_.shard));
+  PST_RETURN_IF_ERROR(tables_.embeddings().CheckPull(request));
+  visit(version_, variables, PulledRows(request, tables_.embeddings()));
   return absl::OkStatus();
 }
 
@@ -199,24 +143,13 @@ std::optional<absl::Status> ParameterShard::TryPush(const PushRequest& request,
     if (!lands) return decided;
   }
   // Admitted into the step, whose sums guard themselves: landed outside the
-  // lock, so that pushes of several ranks sum side by side. The tables are
-  // fixed at construction.
-  const std::vector<std::unique_ptr<Table>>& tables = ABSL_TS_UNCHECKED_READ(tables_);
-  for (size_t t = 0; t < tables.size(); ++t) tables[t]->Land(request.worker(), request, plans[t]);
+  // lock, so that pushes of several ranks sum side by side.
+  ABSL_TS_UNCHECKED_READ(tables_).Land(request.worker(), request, plans);
   absl::MutexLock lock(&mu_);
   --landing_;
-  switch (MaybeCompleteStep()) {
-    case StepResult::kPending:
-      ++pushes_aggregated_;
-      response->set_outcome(PushResponse::AGGREGATED);
-      break;
-    case StepResult::kApplied:
-      response->set_outcome(PushResponse::APPLIED);
-      break;
-    case StepResult::kSkipped:
-      response->set_outcome(PushResponse::SKIPPED);
-      break;
-  }
+  const PushResponse::Outcome outcome = MaybeCompleteStep();
+  if (outcome == PushResponse::AGGREGATED) ++pushes_.aggregated;
+  response->set_outcome(outcome);
   response->set_version(version_);
   Changed();
   return absl::OkStatus();
@@ -231,19 +164,14 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return Refuse(s);
   Touch(request.worker());
-  if (!Initialized()) return Refuse(PushBeforeInit());
+  if (!tables_.initialized()) return Refuse(PushBeforeInit());
   if (absl::Status s = CheckPushClaims(request, options_.shard, version_); !s.ok()) {
     return Refuse(s);
   }
-  plans->resize(tables_.size());
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    const bool finite =
-        tables_[t].get() == embeddings_ ? checked.rows_finite : checked.values_finite;
-    if (absl::Status s = tables_[t]->CheckPush(request, policy_->PushCarriesEveryVariable(),
-                                               /*check_finite=*/!finite, &(*plans)[t]);
-        !s.ok()) {
-      return Refuse(s);
-    }
+  if (absl::Status s =
+          tables_.CheckPush(request, policy_->PushCarriesEveryVariable(), checked, plans);
+      !s.ok()) {
+    return Refuse(s);
   }
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), request.worker(), request.computed_at_version());
@@ -255,7 +183,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   absl::Status status = absl::OkStatus();
   switch (admission->action) {
     case Admission::Action::kDrop:
-      ++pushes_dropped_;
+      ++pushes_.dropped;
       response->set_outcome(PushResponse::DROPPED);
       response->set_version(version_);
       break;
@@ -267,7 +195,13 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
       *lands = true;
       return absl::OkStatus();  // TryPush lands it
     case Admission::Action::kApply:
-      status = Apply(request, *plans, admission->lr_scale, response);
+      response->set_version(version_);
+      status = tables_.Stage(request, *plans, admission->lr_scale);
+      if (status.ok()) {
+        CommitApplied(response);
+      } else {
+        ++pushes_.rejected;
+      }
       break;
   }
   if (!status.ok()) {
@@ -280,68 +214,30 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   return status;
 }
 
-ParameterShard::StepResult ParameterShard::MaybeCompleteStep() {
+PushResponse::Outcome ParameterShard::MaybeCompleteStep() {
   // An admitted push still landing completes the step itself once it has.
-  if (landing_ > 0 || !policy_->StepComplete(View())) return StepResult::kPending;
-  absl::Status staged = absl::OkStatus();
-  for (const std::unique_ptr<Table>& table : tables_) {
-    // Every table's step is emptied, also after a failure.
-    if (absl::Status s = table->StageStep(); staged.ok()) staged = s;
-  }
+  if (landing_ > 0 || !policy_->StepComplete(View())) return PushResponse::AGGREGATED;
+  const absl::Status staged = tables_.StageStep();
   ledger_.StepCompleted();
-  // pushes_applied counts completed steps, so it stays equal to the version.
-  ++pushes_applied_;
+  ++pushes_.applied;
   if (staged.ok()) {
-    CommitTables();
+    tables_.Commit();
   } else {
     // The workers wait for the next version whatever happens, so the step
     // still completes; the model just keeps its values, and the refused
     // update is counted as rejected too.
-    DiscardTables();
-    ++pushes_rejected_;
+    tables_.Discard();
+    ++pushes_.rejected;
     spdlog::warn("shard {}: SYNC step at version {} skipped: {}", options_.shard, version_,
                  std::string(staged.message()));
   }
   AdvanceVersion();
-  return staged.ok() ? StepResult::kApplied : StepResult::kSkipped;
-}
-
-absl::Status ParameterShard::Apply(const PushRequest& request,
-                                   const std::vector<TablePush>& plans, float lr_scale,
-                                   PushResponse* response) {
-  response->set_version(version_);
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    if (absl::Status staged = tables_[t]->Stage(request, plans[t], lr_scale); !staged.ok()) {
-      DiscardTables();
-      ++pushes_rejected_;
-      return staged;
-    }
-  }
-  CommitApplied(response);
-  return absl::OkStatus();
-}
-
-bool ParameterShard::Initialized() const {
-  return std::all_of(tables_.begin(), tables_.end(),
-                     [](const std::unique_ptr<Table>& table) { return table->initialized(); });
-}
-
-void ParameterShard::CommitTables() {
-  for (const std::unique_ptr<Table>& table : tables_) table->Commit();
-  RefreshParameterBytes();
-}
-
-void ParameterShard::RefreshParameterBytes() {
-  parameter_bytes_.store(dense_bytes_ + embeddings_->parameter_bytes(), std::memory_order_relaxed);
-}
-
-void ParameterShard::DiscardTables() {
-  for (const std::unique_ptr<Table>& table : tables_) table->Discard();
+  return staged.ok() ? PushResponse::APPLIED : PushResponse::SKIPPED;
 }
 
 void ParameterShard::CommitApplied(PushResponse* response) {
-  CommitTables();
-  ++pushes_applied_;
+  tables_.Commit();
+  ++pushes_.applied;
   AdvanceVersion();
   response->set_outcome(PushResponse::APPLIED);
   response->set_version(version_);
@@ -401,11 +297,8 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitWorkersDoneOrWait(
 
 void ParameterShard::FillStats(StatsResponse* response) const {
   response->set_version(version_);
-  response->set_pushes_applied(pushes_applied_);
-  response->set_pushes_aggregated(pushes_aggregated_);
-  response->set_pushes_dropped(pushes_dropped_);
-  response->set_pushes_rejected(pushes_rejected_);
-  for (const std::unique_ptr<Table>& table : tables_) table->AddStats(response);
+  pushes_.AddStats(response);
+  tables_.AddStats(response);
   response->set_mode(options_.mode);
   ledger_.FillStats(response);
   *response->mutable_checkpoint() = snapshots_.stats();
@@ -458,25 +351,17 @@ ShardSnapshot ParameterShard::SnapshotLocked() const {
   ShardSnapshot snapshot;
   snapshot.checkpoint.set_shard(options_.shard);
   snapshot.checkpoint.set_version(version_);
-  for (const std::unique_ptr<Table>& table : tables_) table->Capture(&snapshot);
+  tables_.Capture(&snapshot);
   ledger_.ExportClocks(&snapshot.checkpoint);
   return snapshot;
 }
 
 absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   absl::MutexLock lock(&mu_);
-  if (Initialized()) {
+  if (tables_.initialized()) {
     return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
   }
-  if (checkpoint.shard() != options_.shard) {
-    return absl::InvalidArgumentError(absl::StrCat("the checkpoint is of shard ", checkpoint.shard(),
-                                                   ", this is shard ", options_.shard));
-  }
-  for (const std::unique_ptr<Table>& table : tables_) {
-    PST_RETURN_IF_ERROR(table->Restore(checkpoint));
-  }
-  dense_bytes_ = dense_->parameter_bytes();
-  RefreshParameterBytes();
+  PST_RETURN_IF_ERROR(tables_.Restore(checkpoint));
   version_ = checkpoint.version();
   ledger_.RestoreClocks(checkpoint);
   Changed();
@@ -484,12 +369,12 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
 }
 
 int64_t ParameterShard::parameter_bytes() const {
-  return parameter_bytes_.load(std::memory_order_relaxed);
+  return ABSL_TS_UNCHECKED_READ(tables_).parameter_bytes();  // an atomic
 }
 
 bool ParameterShard::initialized() const {
   absl::MutexLock lock(&mu_);
-  return Initialized();
+  return tables_.initialized();
 }
 
 int64_t ParameterShard::version() const {
@@ -519,7 +404,7 @@ int ParameterShard::waiting_done_calls() const {
 
 bool ParameterShard::streamed_update_staged() const {
   absl::MutexLock lock(&mu_);
-  return staging_held_;
+  return staging_.held();
 }
 
 void ParameterShard::BeginShutdown() {

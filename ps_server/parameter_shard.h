@@ -5,11 +5,9 @@
 // A plain thread-safe class with no knowledge of gRPC (ps_service.h adapts
 // it), so the update semantics are unit-tested without a network.
 //
-// The shard coordinates; its tables (ps_server/table.h) hold the state: the
-// embedding tables (ps_server/embedding_table.h: rows addressed by id) and
-// the dense variables (ps_server/dense_table.h). Every update is staged in
-// each table a push touches and committed in all of them at once, as one
-// version; a checkpoint and Stats cover every table. A push may carry
+// The shard coordinates; its tables hold the state (ps_server/shard_tables.h:
+// embedding rows addressed by id and dense variables), each update staged
+// in all of them and committed at once, as one version. A push may carry
 // dense gradients, embedding rows or both; a pull names dense variables
 // and rows, and sees both at one version.
 //
@@ -32,13 +30,18 @@
 //
 // A call that must wait (a pull for its version, an update for its turn,
 // AwaitWorkersDone) leaves a waiter and returns (ps_server/shard_waiters.h):
-// no thread is held while it waits. Whatever changes what it waits for (a
-// version, a worker clock, the live or done set, Init, the staging,
-// shutdown) wakes exactly the calls that can now proceed; its deadline, or
-// its caller going away, ends the wait otherwise. Each call has one entry
-// point, used by every transport, the tests and the fuzzers alike;
-// ps_server/shard_calls.h wraps them for a caller that may block a thread.
-// Stats is a pure read.
+// no thread is held while it waits. Each ...OrWait call answers 0 when it
+// has run (or an error), else its waiter's id; `wake` then runs once, when
+// the call may go on, the shard begins shutting down or the deadline
+// passes, on the thread that changed the shard (or the shard's timer
+// thread) with the shard's lock held, so it must be quick and must not call
+// into the shard. The caller then calls again (and may be told to wait
+// again), or drops the waiter with CancelWait. Whatever changes what a
+// call waits for (a version, a worker clock, the live or done set, Init,
+// the staging, shutdown) wakes exactly the calls that can now proceed.
+// Each call has one entry point, used by every transport, the tests and
+// the fuzzers alike; ps_server/shard_calls.h wraps them for a caller that
+// may block a thread. Stats is a pure read.
 //
 // Invalid requests (unknown variable or table, wrong shape or dtype,
 // non-finite value, future version, a push with neither gradients nor rows,
@@ -48,7 +51,6 @@
 #ifndef PST_PS_SERVER_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_PARAMETER_SHARD_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,12 +65,13 @@
 #include "absl/time/time.h"
 #include "ps.pb.h"
 #include "ps_server/consistency_policy.h"
-#include "ps_server/dense_table.h"
-#include "ps_server/embedding_table.h"
 #include "ps_server/pulled_rows.h"
+#include "ps_server/push_counters.h"
 #include "ps_server/shard_options.h"
+#include "ps_server/shard_tables.h"
 #include "ps_server/shard_waiters.h"
 #include "ps_server/snapshot_schedule.h"
+#include "ps_server/streamed_staging.h"
 #include "ps_server/table.h"
 #include "ps_server/worker_ledger.h"
 
@@ -87,7 +90,10 @@ class ParameterShard {
   Mode mode() const { return options_.mode; }
   int num_workers() const { return options_.num_workers; }
   // This shard's share of the config's model; nullopt when the workers bring their own.
-  const std::optional<ConfigModel>& model_share() const { return model_share_; }
+  // Fixed when the shard is made, so read without the lock.
+  const std::optional<ConfigModel>& model_share() const {
+    return ABSL_TS_UNCHECKED_READ(tables_).model_share();
+  }
   // The rules this shard follows, for a caller that must apply them too.
   const ConsistencyPolicy& policy() const { return *policy_; }
   // Bytes of the shard's variables as float32 (0 before Init).
@@ -107,19 +113,12 @@ class ParameterShard {
 
   // The pull: once the shard is initialized and the policy lets it
   // proceed (its version reaches request.min_version; SSP: the worker is
-  // within the staleness bound), `visit` sees the requested variables.
-  // Under one lock: if `request` may proceed now, or cannot wait (shutting
-  // down: Unavailable; `deadline` passed: DeadlineExceeded), it runs at
-  // once and the result is 0 (or the error: InvalidArgument for an
-  // unknown or repeated name, or rows EmbeddingTable::CheckPull refuses);
-  // `wake` is dropped. Otherwise it leaves a
-  // waiter and returns its id (never 0): `wake` then runs once, when the
-  // pull may proceed, the shard begins shutting down or `deadline` passes,
-  // on the thread that changed the shard (or the shard's timer thread, for
-  // the deadline) with the shard's lock held, so it must be quick and must
-  // not call into the shard; the caller then calls PullVisitOrWait again.
-  // While it waits, the pull counts in waiting_pulls() and keeps its
-  // worker live.
+  // within the staleness bound), `visit` sees the requested variables,
+  // under the lock that checked. One that cannot wait runs at once
+  // (shutting down: Unavailable; `deadline` passed: DeadlineExceeded).
+  // InvalidArgument for an unknown or repeated name, or rows
+  // EmbeddingTable::CheckPull refuses. While it waits, the pull counts in
+  // waiting_pulls() and keeps its worker live.
   using WaitId = ShardWaiters::WaitId;
   absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
                                          const PullVisitor& visit,
@@ -134,14 +133,10 @@ class ParameterShard {
   // AwaitUpdateTurnOrWait and calls again.
   std::optional<absl::Status> TryPush(const PushRequest& request, PushResponse* response,
                                       PushChecked checked = {});
-  // For a caller whose update would wait for its turn (TryPush answered
-  // nullopt, or BeginStreamedPush awaits_turn) and that holds no thread
-  // while it waits: 0 if the turn may be free now, else a waiter's id, and
-  // `wake` runs once (as PullVisitOrWait's does) when the turn may be free,
-  // the shard begins shutting down, or a streamed update holding the
-  // staging has stalled long enough to be cancelled; the caller then tries
-  // again, and may be told to wait again. CancelWait drops the waiter. It
-  // counts in waiting_updates().
+  // For an update that would wait for its turn (TryPush answered nullopt,
+  // or BeginStreamedPush awaits_turn): 0 if the turn may be free now. Its
+  // wake also runs once a streamed update holding the staging has stalled
+  // long enough to be cancelled. It counts in waiting_updates().
   WaitId AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake);
 
   // For a push that arrives as a stream (an exchange), given its header:
@@ -183,9 +178,7 @@ class ParameterShard {
   // So a caller that passes each answer's worker_changes back sees every
   // change, and waits in between. InvalidArgument for a negative
   // timeout_ms or a known_changes below -1; Unavailable once shutting down.
-  // 0 once `response` is filled (or an error), else a waiter's id, and
-  // `wake` runs once when the caller should call again. The wait counts in
-  // waiting_done_calls().
+  // The wait counts in waiting_done_calls().
   absl::StatusOr<WaitId> AwaitWorkersDoneOrWait(const AwaitWorkersDoneRequest& request,
                                                 absl::Time deadline, StatsResponse* response,
                                                 absl::AnyInvocable<void()> wake);
@@ -253,10 +246,9 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool PullMayProceed(const PullRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a push refused and passes its refusal on.
   absl::Status Refuse(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ++pushes_rejected_;
+    ++pushes_.rejected;
     return status;
   }
   // TryPush's part under the lock: refuses, drops or applies the push, or
@@ -266,22 +258,11 @@ class ParameterShard {
   std::optional<absl::Status> DecidePush(const PushRequest& request, PushChecked checked,
                                          PushResponse* response, std::vector<TablePush>* plans,
                                          bool* lands) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies the push on its own, its learning rate scaled by `lr_scale`.
-  absl::Status Apply(const PushRequest& request, const std::vector<TablePush>& plans,
-                     float lr_scale, PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the step if the policy says so. kSkipped: it completed, but
-  // its update would have made the model non-finite, so the model kept its
-  // values.
-  enum class StepResult { kPending, kApplied, kSkipped };
-  StepResult MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the step if the policy says so: APPLIED, or SKIPPED where its
+  // update would have made the model non-finite, so the model kept its
+  // values; AGGREGATED while the step is not complete.
+  PushResponse::Outcome MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every table has its contents (Init or Restore).
-  bool Initialized() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes every table's staged changes visible, or drops them.
-  void CommitTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets parameter_bytes_ from dense_bytes_ and the embedding rows held.
-  void RefreshParameterBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DiscardTables() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
   void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -289,18 +270,12 @@ class ParameterShard {
   void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || !(snapshots_.holds_updates() || staging_held_);
+    return shutting_down_ || !(snapshots_.holds_updates() || staging_.held());
   }
-  // While a streamed update holds the staging: cancels it if it has sent
-  // nothing for stalled_stream_timeout, and returns how long until it may
-  // have (at least a little, for a holder already cancelled).
-  absl::Duration CancelStalledStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
   ShardSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
-  // This shard's share of options_.model, when set.
-  const std::optional<ConfigModel> model_share_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
@@ -314,20 +289,8 @@ class ParameterShard {
                             ledger_.EndCall(worker);
                           }
                         }};
-  // The tables, fixed at construction: the embedding tables first, since
-  // their Initialize and Restore check everything before changing
-  // anything, then the dense one. embeddings_ and dense_ are typed for the
-  // paths only one of them has (pulled rows; dense pulls, streamed pushes).
-  std::vector<std::unique_ptr<Table>> tables_ ABSL_GUARDED_BY(mu_);
-  EmbeddingTable* const embeddings_ ABSL_PT_GUARDED_BY(mu_);
-  DenseTable* const dense_ ABSL_PT_GUARDED_BY(mu_);
-  // The tables' parameter_bytes(), set once they hold variables and again
-  // at each commit (embedding rows grow as they train): read on every
-  // call's arrival without the lock.
-  std::atomic<int64_t> parameter_bytes_{0};
-  // The dense table's share of it, fixed by Init or Restore (summing a
-  // large model's variables at every commit would cost the lock).
-  int64_t dense_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Fixed at construction; Land and parameter_bytes() run outside mu_.
+  ShardTables tables_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
@@ -339,13 +302,8 @@ class ParameterShard {
   // (WorkerProgress::pushed), and landing_ counts those not landed yet.
   int landing_ ABSL_GUARDED_BY(mu_) = 0;
 
-  int64_t pushes_applied_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pushes_aggregated_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pushes_dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pushes_rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  // A StreamedUpdate holds the store's staging; other updates wait.
-  bool staging_held_ ABSL_GUARDED_BY(mu_) = false;
-  StreamedUpdate* staging_holder_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PushCounters pushes_ ABSL_GUARDED_BY(mu_);
+  StreamedStaging staging_ ABSL_GUARDED_BY(mu_);
   // Last: its lease timer's thread reports into the members above, and
   // stops first.
   WorkerLedger ledger_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 #include "ps_server/shard_options.h"
 
+#include "absl/strings/str_cat.h"
 #include "ps_server/model_share.h"
 
 namespace pst {
@@ -20,6 +21,17 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
     options.snapshot_every_steps = training.checkpoint().every_steps();
   }
   return options;
+}
+
+absl::Status CheckShardOptions(const ShardOptions& options) {
+  if (options.num_workers < 1) {
+    return absl::InvalidArgumentError("a parameter server needs at least one worker");
+  }
+  if (options.model && (options.shard < 0 || options.shard >= options.num_shards)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", options.shard, " is not one of the ", options.num_shards, " shards"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pst

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "placement/variable_spec.h"
@@ -42,6 +43,9 @@ struct ShardOptions : ConsistencyOptions {
 
 // The options of shard `shard` of the job `config` describes.
 ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
+// InvalidArgument for fewer than one worker, or a shard outside the job
+// whose model it must check Init against.
+absl::Status CheckShardOptions(const ShardOptions& options);
 
 // What a caller of ParameterShard::Push has already established about a
 // push, so that Push does not check it again: a pass over a large payload

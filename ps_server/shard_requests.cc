@@ -43,6 +43,22 @@ absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version
   return absl::OkStatus();
 }
 
+absl::Status PullTimedOut(const PullRequest& pull, int shard, bool initialized, int64_t version,
+                          int staleness) {
+  if (!initialized) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("shard ", shard, " is still waiting for a worker to Init its variables"));
+  }
+  if (version < pull.min_version()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "shard ", shard, " is at version ", version, "; version ", pull.min_version(),
+        " did not arrive in time (are all workers alive?)"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "worker:", pull.worker(), " is more than ", staleness,
+      " steps ahead of the slowest live worker and it did not catch up in time"));
+}
+
 absl::Status CheckAwaitWorkersDone(const AwaitWorkersDoneRequest& request) {
   if (request.timeout_ms() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("AwaitWorkersDone's timeout_ms is ",

@@ -20,6 +20,11 @@ absl::Status PushBeforeInit();
 // it claims to be computed at is 0..version, and it carries gradients or
 // rows (an empty one would still move the version).
 absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version);
+// DeadlineExceeded for a pull that could not proceed in time, at a shard
+// at `version`: naming what it waited for (Init, its min_version, or, at
+// `staleness`, the slowest live worker).
+absl::Status PullTimedOut(const PullRequest& pull, int shard, bool initialized, int64_t version,
+                          int staleness);
 // AwaitWorkersDone's timeout and known_changes.
 absl::Status CheckAwaitWorkersDone(const AwaitWorkersDoneRequest& request);
 

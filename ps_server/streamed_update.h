@@ -75,6 +75,7 @@ class StreamedUpdate {
 
  private:
   friend class ParameterShard;
+  friend class StreamedStaging;
   // `threads` and `parts` split a whole gradient's staging (ApplyWhole).
   StreamedUpdate(ParameterShard* shard, ThreadPool* threads, int parts)
       : shard_(shard), threads_(threads), parts_(parts) {}

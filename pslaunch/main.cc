@@ -6,15 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <map>
 #include <optional>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,7 +22,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
-#include "common/durable_file.h"
 #include "common/exit.h"
 #include "common/security.h"
 #include "common/status_macros.h"
@@ -38,6 +32,8 @@
 #include "google/protobuf/util/json_util.h"
 #include "pslaunch/ports.h"
 #include "pslaunch/report.h"
+#include "pslaunch/run_config.h"
+#include "pslaunch/summary.h"
 #include "pslaunch/supervisor.h"
 #include "pslaunch/tasks.h"
 #include "result.pb.h"
@@ -71,7 +67,6 @@ ABSL_DECLARE_FLAG(std::string, checkpoint_start);
 namespace {
 
 constexpr char kProgram[] = "pslaunch";
-constexpr int kInterruptedExitCode = 130;
 
 constexpr char kUsage[] =
     "Runs a whole parameter-server training job on this host: starts one ps_server per "
@@ -124,42 +119,6 @@ absl::StatusOr<std::string> MakeResultDir(bool* remove_at_end) {
   return dir;
 }
 
-// The PS tasks whose address has port 0: each writes the port it got to its
-// file in `dir`, a temporary directory of this run.
-struct PendingPorts {
-  std::string dir;
-  std::map<int, std::string> files;  // shard index -> its --port_file
-};
-
-absl::StatusOr<PendingPorts> PortFiles(const pst::JobConfig& config) {
-  PendingPorts pending;
-  for (int i = 0; i < config.cluster().ps_size(); ++i) {
-    if (!pst::HasPortZero(config.cluster().ps(i))) continue;
-    if (pending.dir.empty()) {
-      std::string pattern = "/tmp/pslaunch-ports.XXXXXX";
-      if (mkdtemp(pattern.data()) == nullptr) {
-        return absl::ErrnoToStatus(errno, "cannot create a temporary directory under /tmp");
-      }
-      pending.dir = pattern;
-    }
-    pending.files[i] = absl::StrCat(pending.dir, "/ps-", i, ".port");
-  }
-  return pending;
-}
-
-absl::StatusOr<std::string> WriteEffectiveConfig(const pst::JobConfig& config,
-                                                 const std::string& dir) {
-  std::string text;
-  if (!google::protobuf::TextFormat::PrintToString(config, &text)) {
-    return absl::InternalError("cannot print the effective config");
-  }
-  // Written whole and then renamed: a task (re)starting meanwhile reads the
-  // old file or the new one, never a part; and never through a link.
-  std::string path = dir + "/cluster.textproto";
-  PST_RETURN_IF_ERROR(pst::WriteFileDurably(path, text));
-  return path;
-}
-
 int MaxLocalTasks() {
   if (int flag = absl::GetFlag(FLAGS_max_local_tasks); flag > 0) return flag;
   return std::max(16, 4 * static_cast<int>(std::thread::hardware_concurrency()));
@@ -188,93 +147,6 @@ void SetRunId(pst::JobConfig* config) {
       absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::LocalTimeZone()), "-", getpid()));
 }
 
-absl::StatusOr<pst::WorkerResult> ReadWorkerResult(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("worker result ", path, " is missing"));
-  std::stringstream text;
-  text << in.rdbuf();
-  pst::WorkerResult result;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  if (auto status = google::protobuf::util::JsonStringToMessage(text.str(), &result, options);
-      !status.ok()) {
-    // The parser's message quotes the text over several lines: keep the first.
-    std::string reason(status.message().substr(0, status.message().find('\n')));
-    return absl::DataLossError(
-        absl::StrCat("worker result ", path, " is not a valid result: ", reason));
-  }
-  return result;
-}
-
-// `abandoned`: worker indices pslaunch gave up on (no restarts left); their
-// results are missing, and the summary names them.
-absl::StatusOr<pst::RunSummary> Summarize(const pst::JobConfig& config, const std::string& dir,
-                                          absl::Time start, const std::set<int>& abandoned) {
-  pst::RunSummary summary;
-  summary.set_mode(pst::ModeName(config.training().mode()));
-  summary.set_workers(config.cluster().workers());
-  summary.set_epochs(config.training().epochs());
-  std::set<int> missing = abandoned;
-  int64_t samples = 0;
-  double longest = 0.0;
-  for (int i = 0; i < config.cluster().workers(); ++i) {
-    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(pst::WorkerResultPath(dir, i));
-    if (!result.ok() && missing.count(i) > 0) continue;
-    if (!result.ok()) return result.status();
-    if (i == 0) missing.insert(result->missing_workers().begin(), result->missing_workers().end());
-    samples += result->samples();
-    longest = std::max(longest, result->train_seconds());
-    if (i == 0) {  // the chief
-      summary.set_steps(result->final_version());
-      // Regression jobs have no accuracy: NaN prints as null.
-      summary.set_test_accuracy(result->has_test_accuracy()
-                                    ? result->test_accuracy()
-                                    : std::numeric_limits<double>::quiet_NaN());
-      summary.set_final_loss(result->final_loss());
-      summary.set_devices(result->devices());
-      if (result->has_test_auc()) {
-        summary.set_has_test_auc(true);
-        summary.set_test_auc(result->test_auc());
-        summary.set_test_logloss(result->test_logloss());
-      }
-    }
-  }
-  summary.set_train_samples_per_sec(longest > 0 ? samples / longest : 0.0);
-  summary.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  summary.mutable_missing_workers()->Add(missing.begin(), missing.end());
-  return summary;
-}
-
-// A JSON number; null for NaN and infinities, which JSON cannot spell.
-std::string JsonNumber(double value, const absl::FormatSpec<double>& format) {
-  return std::isfinite(value) ? absl::StrFormat(format, value) : "null";
-}
-
-// The summary as one line of JSON. Written by hand so that the keys keep
-// the documented order and 64-bit integers print as numbers (the protobuf
-// printer quotes them).
-std::string SummaryLine(const pst::RunSummary& summary) {
-  // Only a run that lost workers has the last key.
-  const std::string missing =
-      summary.missing_workers().empty()
-          ? ""
-          : absl::StrCat(",\"missing_workers\":[", absl::StrJoin(summary.missing_workers(), ","),
-                         "]");
-  // Only a click model's run has these.
-  const std::string auc =
-      summary.has_test_auc()
-          ? absl::StrCat(",\"test_auc\":", JsonNumber(summary.test_auc(), "%.4f"),
-                         ",\"test_logloss\":", JsonNumber(summary.test_logloss(), "%.4f"))
-          : "";
-  return absl::StrFormat(
-      "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s%s,"
-      "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s,\"devices\":\"%s\"%s}",
-      summary.mode(), summary.workers(), summary.epochs(), summary.steps(),
-      JsonNumber(summary.test_accuracy(), "%.4f"), auc, JsonNumber(summary.final_loss(), "%.6g"),
-      JsonNumber(summary.train_samples_per_sec(), "%.1f"),
-      JsonNumber(summary.wall_seconds(), "%.2f"), summary.devices(), missing);
-}
-
 void RemoveDir(const std::string& dir) {
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
@@ -289,7 +161,7 @@ absl::Status WriteReport(const pst::RunSummary& summary, const pst::JobConfig& c
   if (path.empty()) return absl::OkStatus();
   std::vector<pst::WorkerResult> workers;
   for (int i = 0; i < config.cluster().workers(); ++i) {
-    absl::StatusOr<pst::WorkerResult> result = ReadWorkerResult(pst::WorkerResultPath(dir, i));
+    absl::StatusOr<pst::WorkerResult> result = pst::ReadWorkerResult(pst::WorkerResultPath(dir, i));
     if (result.ok()) workers.push_back(*std::move(result));
   }
   pst::RunRecord record = pst::MakeRunRecord(summary, std::move(workers));
@@ -309,8 +181,8 @@ absl::Status WriteReport(const pst::RunSummary& summary, const pst::JobConfig& c
 // may write there: checked before the run, not found out after it.
 absl::Status CheckReportPath(const std::string& path) {
   if (path.empty()) return absl::OkStatus();
-  std::string folder = std::filesystem::path(path).parent_path().string();
-  if (folder.empty()) folder = ".";
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string folder = parent.empty() ? std::string(".") : parent.string();
   std::error_code error;
   if (!std::filesystem::is_directory(folder, error) || access(folder.c_str(), W_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -320,96 +192,18 @@ absl::Status CheckReportPath(const std::string& path) {
   return absl::OkStatus();
 }
 
-// The port in a file ps_server --port_file wrote, or 0 while there is none.
-int ReadPort(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  int port = 0;
-  if (!std::getline(in, text) || !absl::SimpleAtoi(text, &port) || port < 1 || port > 65535) {
-    return 0;
-  }
-  return port;
-}
-
-// Why the PS tasks' ports could not be resolved: pslaunch's exit code and
-// the line to print once every task is stopped.
-struct PortFailure {
-  int exit_code;
-  std::string line;
-};
-
-// Waits until every PS in `pending` has reported the port it got, then
-// gives those addresses their ports in `config` and rewrites the effective
-// config in `dir`, which the workers and restarted PS tasks read. A PS that
-// exits, a stop request or the end of --port_timeout_seconds ends the wait
-// with a PortFailure.
-std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, pst::Supervisor* supervisor,
-                                        pst::JobConfig* config, const std::string& dir) {
-  std::map<int, int> ports;
-  auto all_reported = [&] {
-    for (const auto& [shard, file] : pending.files) {
-      if (ports.count(shard) > 0) continue;
-      if (int port = ReadPort(file); port > 0) ports[shard] = port;
-    }
-    return ports.size() == pending.files.size();
-  };
-  const int timeout = absl::GetFlag(FLAGS_port_timeout_seconds);
-  const pst::RunOutcome outcome = supervisor->RunUntil(all_reported, absl::Seconds(timeout));
-  switch (outcome.kind) {
-    case pst::RunOutcome::Kind::kReady:
-      break;
-    case pst::RunOutcome::Kind::kStopRequested:
-      return PortFailure{kInterruptedExitCode,
-                         absl::StrCat(kProgram, ": interrupted; stopped every task")};
-    case pst::RunOutcome::Kind::kChildFailed:
-      return PortFailure{
-          outcome.exit_code != 0 ? outcome.exit_code : 1,
-          absl::StrCat(kProgram, ": task ", outcome.failed_child, " exited with code ",
-                       outcome.exit_code, " before it reported the port it got (its output is "
-                       "above); stopped the other tasks")};
-    case pst::RunOutcome::Kind::kTimedOut:
-    default: {
-      int late = 0;
-      for (const auto& [shard, file] : pending.files) {
-        if (ports.count(shard) == 0) {
-          late = shard;
-          break;
-        }
-      }
-      return PortFailure{
-          1, absl::StrCat(kProgram, ": error: ps:", late, " did not report the port it got "
-                          "within ", timeout, " s; stopped every task: see its output above, or "
-                          "raise --port_timeout_seconds if it takes longer to start (restoring a "
-                          "large checkpoint)")};
-    }
-  }
-  std::vector<std::string> resolved;
-  pst::ClusterConfig* cluster = config->mutable_cluster();
-  for (const auto& [shard, port] : ports) {
-    const std::string& address = cluster->ps(shard);
-    cluster->set_ps(shard, absl::StrCat(address.substr(0, address.rfind(':') + 1), port));
-    resolved.push_back(absl::StrCat("ps:", shard, "=", cluster->ps(shard)));
-  }
-  if (absl::StatusOr<std::string> written = WriteEffectiveConfig(*config, dir); !written.ok()) {
-    return PortFailure{1, absl::StrCat(kProgram, ": error: ", written.status().message(),
-                                       "; stopped every task")};
-  }
-  spdlog::info("PS tasks bound the ports they got: {}", absl::StrJoin(resolved, " "));
-  return std::nullopt;
-}
-
 // Reports how the run ended and returns pslaunch's exit code.
 int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const std::string& dir,
            absl::Time start, const std::set<int>& abandoned) {
   switch (outcome.kind) {
     case pst::RunOutcome::Kind::kAllFinished: {
-      absl::StatusOr<pst::RunSummary> summary = Summarize(config, dir, start, abandoned);
+      absl::StatusOr<pst::RunSummary> summary = pst::Summarize(config, dir, start, abandoned);
       if (!summary.ok()) {
         std::fprintf(stderr, "%s: error: %s\n", kProgram,
                      std::string(summary.status().message()).c_str());
         return 1;
       }
-      std::printf("%s\n", SummaryLine(*summary).c_str());
+      std::printf("%s\n", pst::SummaryLine(*summary).c_str());
       if (absl::Status s = WriteReport(*summary, config, dir); !s.ok()) {
         std::fprintf(stderr, "%s: error: %s\n", kProgram, std::string(s.message()).c_str());
         return 1;
@@ -427,7 +221,7 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
       return outcome.exit_code;
     case pst::RunOutcome::Kind::kStopRequested:
       std::fprintf(stderr, "%s: interrupted; stopped every task\n", kProgram);
-      return kInterruptedExitCode;
+      return pst::kInterruptedExitCode;
     case pst::RunOutcome::Kind::kReady:
     case pst::RunOutcome::Kind::kTimedOut:
       break;  // RunUntil() only
@@ -541,14 +335,14 @@ int main(int argc, char** argv) {
   for (int i = 0; i < config->cluster().workers(); ++i) {
     std::filesystem::remove(pst::WorkerResultPath(*dir, i));  // no stale results from a former run
   }
-  absl::StatusOr<std::string> config_path = WriteEffectiveConfig(*config, *dir);
+  absl::StatusOr<std::string> config_path = pst::WriteEffectiveConfig(*config, *dir);
   if (!config_path.ok()) {
     if (remove_dir) RemoveDir(*dir);
     pst::ExitWithError(kProgram, config_path.status());
   }
   std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
   if (bin_dir.empty()) bin_dir = DefaultBinDir();
-  absl::StatusOr<PendingPorts> pending_ports = PortFiles(*config);
+  absl::StatusOr<pst::PendingPorts> pending_ports = pst::PortFiles(*config);
   if (!pending_ports.ok()) {
     if (remove_dir) RemoveDir(*dir);
     pst::ExitWithError(kProgram, pending_ports.status());
@@ -578,8 +372,9 @@ int main(int argc, char** argv) {
     for (const pst::ChildSpec& task : *tasks) {
       // The workers need the ports that the PS tasks with port 0 got.
       if (!pending_ports->files.empty() && absl::StartsWith(task.name, "worker:")) {
-        std::optional<PortFailure> failed =
-            ResolvePorts(*pending_ports, &supervisor, &*config, *dir);
+        std::optional<pst::PortFailure> failed =
+            pst::ResolvePorts(*pending_ports, absl::GetFlag(FLAGS_port_timeout_seconds),
+                              &supervisor, &*config, *dir);
         pending_ports->files.clear();
         RemoveDir(pending_ports->dir);
         if (failed) {
@@ -593,7 +388,7 @@ int main(int argc, char** argv) {
         supervisor.StopAll(grace);
         remove_dirs();
         std::fprintf(stderr, "%s: interrupted; stopped every task\n", kProgram);
-        return kInterruptedExitCode;
+        return pst::kInterruptedExitCode;
       }
       absl::Status s = supervisor.Start(task);
       if (!s.ok()) {

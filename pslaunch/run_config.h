@@ -1,0 +1,51 @@
+// The effective config of a pslaunch run: the config after the command-line
+// overrides, written to the run's directory for every task to read, and
+// rewritten with the ports the PS tasks whose address has port 0 bound.
+#ifndef PST_PSLAUNCH_RUN_CONFIG_H_
+#define PST_PSLAUNCH_RUN_CONFIG_H_
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "config.pb.h"
+#include "pslaunch/supervisor.h"
+
+namespace pst {
+
+// pslaunch's exit code when a stop request (Ctrl-C, SIGTERM) ended the run.
+inline constexpr int kInterruptedExitCode = 130;
+
+// Writes `config` as <dir>/cluster.textproto and returns that path.
+absl::StatusOr<std::string> WriteEffectiveConfig(const JobConfig& config,
+                                                 const std::string& dir);
+
+// The PS tasks whose address has port 0: each writes the port it got to its
+// file in `dir`, a temporary directory of this run (none when no address
+// has port 0).
+struct PendingPorts {
+  std::string dir;
+  std::map<int, std::string> files;  // shard index -> its --port_file
+};
+absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config);
+
+// Why the PS tasks' ports could not be resolved: pslaunch's exit code and
+// the line to print once every task is stopped.
+struct PortFailure {
+  int exit_code;
+  std::string line;
+};
+
+// Waits until every PS in `pending` has reported the port it got, then
+// gives those addresses their ports in `config` and rewrites the effective
+// config in `dir`, which the workers and restarted PS tasks read. A PS that
+// exits, a stop request or the end of `timeout_seconds`
+// (--port_timeout_seconds) ends the wait with a PortFailure.
+std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, int timeout_seconds,
+                                        Supervisor* supervisor, JobConfig* config,
+                                        const std::string& dir);
+
+}  // namespace pst
+
+#endif  // PST_PSLAUNCH_RUN_CONFIG_H_
