@@ -22,7 +22,8 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(int, train_limit, 20000, "Training examples per run (0 = all 60000).");
-ABSL_FLAG(int, batch_size, 64, "Batch size per worker.");
+ABSL_FLAG(int, batch_per_worker, 64,
+          "Examples per worker per step (the job's training.batch_size).");
 ABSL_FLAG(int, round_trips, 300, "Push+pull round trips to time.");
 ABSL_FLAG(int, straggler_delay_ms, 20, "Per-step delay of the straggler in the backup-worker run.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per row instead of a table.");
@@ -37,7 +38,7 @@ JobConfig BenchConfig(Mode mode, int workers) {
   config.mutable_cluster()->set_workers(workers);
   TrainingConfig* t = config.mutable_training();
   t->set_mode(mode);
-  t->set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  t->set_batch_size(absl::GetFlag(FLAGS_batch_per_worker));
   t->set_epochs(1);
   t->set_log_every_steps(1000000);
   t->mutable_optimizer()->mutable_adam()->set_learning_rate(0.001f);
@@ -146,7 +147,7 @@ int Main() {
       if (!rate.ok()) ExitWithError("train_bench", rate.status());
       if (json) {
         std::printf("{\"mode\":\"%s\",\"workers\":%d,\"batch_size\":%d,\"samples_per_sec\":%.1f}\n",
-                    ModeName(mode).c_str(), workers, absl::GetFlag(FLAGS_batch_size), *rate);
+                    ModeName(mode).c_str(), workers, absl::GetFlag(FLAGS_batch_per_worker), *rate);
       } else {
         std::printf("%-6s %7d %14.0f\n", ModeName(mode).c_str(), workers, *rate);
       }

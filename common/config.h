@@ -39,6 +39,10 @@ struct TaskId {
   bool operator==(const TaskId&) const = default;
 };
 
+// The refusal of one config field, in the form every config check uses:
+// InvalidArgument "config field <field> <problem>".
+absl::Status InvalidConfigField(absl::string_view field, absl::string_view problem);
+
 // InvalidArgument unless `text` is "ps:<n>" or "worker:<n>".
 absl::StatusOr<TaskId> ParseTask(absl::string_view text);
 

@@ -22,19 +22,20 @@
 #include "kernels/device_spec.h"
 
 namespace pst {
-namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view problem) {
+absl::Status InvalidConfigField(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("config field ", field, " ", problem));
 }
+namespace {
 
 absl::Status ValidateCluster(const ClusterConfig& cluster) {
   if (cluster.ps_size() == 0) {
-    return Invalid("cluster.ps", "is empty; list at least one \"host:port\"");
+    return InvalidConfigField("cluster.ps", "is empty; list at least one \"host:port\"");
   }
   if (cluster.ps_size() > kMaxPsShards) {
-    return Invalid("cluster.ps", absl::StrCat("lists ", cluster.ps_size(), " shards, more than the ",
-                                              kMaxPsShards, " a cluster may have"));
+    return InvalidConfigField("cluster.ps",
+                              absl::StrCat("lists ", cluster.ps_size(), " shards, more than the ",
+                                           kMaxPsShards, " a cluster may have"));
   }
   std::map<std::string, int> first_index;
   for (int i = 0; i < cluster.ps_size(); ++i) {
@@ -43,32 +44,36 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
     int port = 0;
     if (colon == std::string::npos || colon == 0 ||
         !absl::SimpleAtoi(address.substr(colon + 1), &port) || port <= 0 || port > 65535) {
-      return Invalid(absl::StrCat("cluster.ps[", i, "]"),
-                     absl::StrCat("\"", address, "\" is not \"host:port\""));
+      return InvalidConfigField(absl::StrCat("cluster.ps[", i, "]"),
+                                absl::StrCat("\"", address, "\" is not \"host:port\""));
     }
     auto [first, inserted] = first_index.emplace(address, i);
     if (!inserted) {
-      return Invalid(absl::StrCat("cluster.ps[", i, "]"),
-                     absl::StrCat("\"", address, "\" is also cluster.ps[", first->second,
-                                  "]; every shard needs its own address"));
+      return InvalidConfigField(absl::StrCat("cluster.ps[", i, "]"),
+                                absl::StrCat("\"", address, "\" is also cluster.ps[", first->second,
+                                             "]; every shard needs its own address"));
     }
   }
-  if (cluster.workers() < 1) return Invalid("cluster.workers", "must be at least 1");
+  if (cluster.workers() < 1) return InvalidConfigField("cluster.workers", "must be at least 1");
   if (cluster.workers() > kMaxWorkers) {
-    return Invalid("cluster.workers", absl::StrCat(cluster.workers(), " is more than the ",
-                                                   kMaxWorkers, " a cluster may have"));
+    return InvalidConfigField(
+        "cluster.workers",
+        absl::StrCat(cluster.workers(), " is more than the ", kMaxWorkers, " a cluster may have"));
   }
-  if (cluster.max_restarts() < 0) return Invalid("cluster.max_restarts", "must not be negative");
+  if (cluster.max_restarts() < 0)
+    return InvalidConfigField("cluster.max_restarts", "must not be negative");
   if (cluster.has_tls() && cluster.tls().ca().empty()) {
-    return Invalid("cluster.tls.ca", "is empty; name the PEM file of the CA that signed the PS certificates");
+    return InvalidConfigField(
+        "cluster.tls.ca", "is empty; name the PEM file of the CA that signed the PS certificates");
   }
   if (cluster.has_auth()) {
     const AuthConfig& auth = cluster.auth();
     if (auth.token_file().empty() == auth.token_env().empty()) {
-      return Invalid("cluster.auth", "must set exactly one of token_file and token_env");
+      return InvalidConfigField("cluster.auth", "must set exactly one of token_file and token_env");
     }
     if (!cluster.has_tls()) {
-      return Invalid("cluster.auth", "needs cluster.tls: a token sent in plaintext can be read on the way");
+      return InvalidConfigField(
+          "cluster.auth", "needs cluster.tls: a token sent in plaintext can be read on the way");
     }
   }
   return absl::OkStatus();
@@ -78,51 +83,58 @@ absl::Status ValidateModel(const TrainingConfig& training) {
   if (training.model().has_ctr() || training.dataset().has_ctr()) {
     PST_RETURN_IF_ERROR(ValidateCtrJob(training));
   } else if (!training.model().has_mlp()) {
-    return Invalid("training.model", "must set mlp { ... } or ctr { ... }");
+    return InvalidConfigField("training.model", "must set mlp { ... } or ctr { ... }");
   }
   if (training.model().has_ctr()) {
     if (int64_t parameters = ModelParameterCount(training); parameters > kMaxModelParameters) {
-      return Invalid("training.model.ctr", absl::StrCat(
-          "makes a model of ", parameters, " dense parameters, more than the ",
-          kMaxModelParameters, " (1 GiB of float32) a worker or PS holds; use fewer or narrower "
-          "hidden layers"));
+      return InvalidConfigField(
+          "training.model.ctr",
+          absl::StrCat("makes a model of ", parameters, " dense parameters, more than the ",
+                       kMaxModelParameters,
+                       " (1 GiB of float32) a worker or PS holds; use fewer or narrower "
+                       "hidden layers"));
     }
     if (absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
             ResolveEmbeddingTables(training.model().embeddings(), training.optimizer());
         !tables.ok()) {
-      return Invalid("training.model.embeddings", tables.status().message());
+      return InvalidConfigField("training.model.embeddings", tables.status().message());
     }
     return absl::OkStatus();
   }
   const MlpConfig& mlp = training.model().mlp();
   for (int i = 0; i < mlp.hidden_size(); ++i) {
     if (mlp.hidden(i) < 1) {
-      return Invalid(absl::StrCat("training.model.mlp.hidden[", i, "]"), "must be at least 1");
+      return InvalidConfigField(absl::StrCat("training.model.mlp.hidden[", i, "]"),
+                                "must be at least 1");
     }
   }
   if (!Activation_IsValid(mlp.activation())) {
-    return Invalid("training.model.mlp.activation", "must be RELU or TANH");
+    return InvalidConfigField("training.model.mlp.activation", "must be RELU or TANH");
   }
   if (!Loss_IsValid(mlp.loss())) {
-    return Invalid("training.model.mlp.loss", "must be SOFTMAX_CROSS_ENTROPY or MSE");
+    return InvalidConfigField("training.model.mlp.loss", "must be SOFTMAX_CROSS_ENTROPY or MSE");
   }
   if (int64_t parameters = ModelParameterCount(training); parameters > kMaxModelParameters) {
-    return Invalid("training.model.mlp", absl::StrCat(
-        "makes a model of ", parameters, " parameters, more than the ", kMaxModelParameters,
-        " (1 GiB of float32) a worker or PS holds; use fewer or narrower hidden layers"));
+    return InvalidConfigField(
+        "training.model.mlp",
+        absl::StrCat(
+            "makes a model of ", parameters, " parameters, more than the ", kMaxModelParameters,
+            " (1 GiB of float32) a worker or PS holds; use fewer or narrower hidden layers"));
   }
   bool classification = training.dataset().has_fashion_mnist();
   if (classification && mlp.loss() == MSE) {
-    return Invalid("training.model.mlp.loss", "MSE does not fit a classification data set");
+    return InvalidConfigField("training.model.mlp.loss",
+                              "MSE does not fit a classification data set");
   }
   if (!classification && mlp.loss() == SOFTMAX_CROSS_ENTROPY) {
-    return Invalid("training.model.mlp.loss",
-                   "SOFTMAX_CROSS_ENTROPY needs a classification data set (fashion_mnist)");
+    return InvalidConfigField(
+        "training.model.mlp.loss",
+        "SOFTMAX_CROSS_ENTROPY needs a classification data set (fashion_mnist)");
   }
   if (absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
           ResolveEmbeddingTables(training.model().embeddings(), training.optimizer());
       !tables.ok()) {
-    return Invalid("training.model.embeddings", tables.status().message());
+    return InvalidConfigField("training.model.embeddings", tables.status().message());
   }
   return absl::OkStatus();
 }
@@ -131,34 +143,35 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
   switch (dataset.kind_case()) {
     case DatasetConfig::kFashionMnist:
       if (dataset.fashion_mnist().train_limit() < 0) {
-        return Invalid("training.dataset.fashion_mnist.train_limit", "must not be negative");
+        return InvalidConfigField("training.dataset.fashion_mnist.train_limit",
+                                  "must not be negative");
       }
       return absl::OkStatus();
     case DatasetConfig::kQuadratic:
       if (dataset.quadratic().examples() < 1 ||
           dataset.quadratic().examples() > kMaxModelParameters / 4) {
-        return Invalid("training.dataset.quadratic.examples",
-                       absl::StrCat("must be between 1 and ", kMaxModelParameters / 4));
+        return InvalidConfigField("training.dataset.quadratic.examples",
+                                  absl::StrCat("must be between 1 and ", kMaxModelParameters / 4));
       }
       return absl::OkStatus();
     case DatasetConfig::kParabola:
       if (dataset.parabola().examples() < 1 ||
           dataset.parabola().examples() > kMaxModelParameters / 2) {
-        return Invalid("training.dataset.parabola.examples",
-                       absl::StrCat("must be between 1 and ", kMaxModelParameters / 2));
+        return InvalidConfigField("training.dataset.parabola.examples",
+                                  absl::StrCat("must be between 1 and ", kMaxModelParameters / 2));
       }
       return absl::OkStatus();
     case DatasetConfig::kLinearRegression:
       if (dataset.linear_regression().examples() < 1 ||
           dataset.linear_regression().features() < 1) {
-        return Invalid("training.dataset.linear_regression",
-                       "needs examples and features of at least 1");
+        return InvalidConfigField("training.dataset.linear_regression",
+                                  "needs examples and features of at least 1");
       }
       if (double{1.0} * dataset.linear_regression().examples() *
               (dataset.linear_regression().features() + 1) > kMaxModelParameters) {
-        return Invalid("training.dataset.linear_regression",
-                       absl::StrCat("examples x (features + 1) must be at most ",
-                                    kMaxModelParameters, " floats (1 GiB)"));
+        return InvalidConfigField("training.dataset.linear_regression",
+                                  absl::StrCat("examples x (features + 1) must be at most ",
+                                               kMaxModelParameters, " floats (1 GiB)"));
       }
       return absl::OkStatus();
     case DatasetConfig::kCtr:  // checked with its model (common/ctr_config.h)
@@ -166,24 +179,25 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
     case DatasetConfig::KIND_NOT_SET:
       break;
   }
-  return Invalid("training.dataset",
-                 "must name a data set: fashion_mnist, quadratic, parabola, linear_regression "
-                 "or ctr");
+  return InvalidConfigField(
+      "training.dataset",
+      "must name a data set: fashion_mnist, quadratic, parabola, linear_regression "
+      "or ctr");
 }
 
 absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   if (optimizer.kind_case() == OptimizerConfig::KIND_NOT_SET) {
-    return Invalid("training.optimizer", "must set sgd, adam, adagrad or ftrl");
+    return InvalidConfigField("training.optimizer", "must set sgd, adam, adagrad or ftrl");
   }
   float lr = LearningRate(optimizer);
   if (!std::isfinite(lr) || lr <= 0) {
-    return Invalid("training.optimizer learning_rate", "must be a positive number");
+    return InvalidConfigField("training.optimizer learning_rate", "must be a positive number");
   }
   // Every PS builds its optimizer from what this resolves: whatever that
   // refuses (momentum, betas, epsilon, decay out of range) is refused at
   // load time.
   absl::StatusOr<OptimizerSettings> resolved = ResolveOptimizerConfig(optimizer);
-  if (!resolved.ok()) return Invalid("training.optimizer", resolved.status().message());
+  if (!resolved.ok()) return InvalidConfigField("training.optimizer", resolved.status().message());
   return absl::OkStatus();
 }
 
@@ -195,20 +209,21 @@ absl::Status ValidateCheckpoint(const CheckpointConfig& checkpoint) {
       {"max_failures", checkpoint.max_failures()}};
   for (const auto& [name, value] : counts) {
     if (value < 0) {
-      return Invalid(absl::StrCat("training.checkpoint.", name),
-                     absl::StrCat("is ", value, "; it must not be negative"));
+      return InvalidConfigField(absl::StrCat("training.checkpoint.", name),
+                                absl::StrCat("is ", value, "; it must not be negative"));
     }
   }
   if (checkpoint.dir().empty() && (checkpoint.every_steps() > 0 || checkpoint.every_seconds() > 0)) {
-    return Invalid("training.checkpoint.dir", "is empty, so no checkpoint would be written; "
-                                              "name the directory for every_steps/every_seconds");
+    return InvalidConfigField("training.checkpoint.dir",
+                              "is empty, so no checkpoint would be written; "
+                              "name the directory for every_steps/every_seconds");
   }
   if (checkpoint.run_id().size() > 64 ||
       !std::all_of(checkpoint.run_id().begin(), checkpoint.run_id().end(), [](char c) {
         return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
       })) {
-    return Invalid("training.checkpoint.run_id",
-                   "must be at most 64 letters, digits, '-', '_' or '.'");
+    return InvalidConfigField("training.checkpoint.run_id",
+                              "must be at most 64 letters, digits, '-', '_' or '.'");
   }
   return absl::OkStatus();
 }
@@ -219,41 +234,47 @@ absl::Status ValidateConfig(const JobConfig& config) {
   PST_RETURN_IF_ERROR(ValidateCluster(config.cluster()));
   const TrainingConfig& training = config.training();
   if (training.mode() != SYNC && training.mode() != ASYNC && training.mode() != SSP) {
-    return Invalid("training.mode", absl::StrCat(training.mode(), " is not a mode; use SYNC, ASYNC or SSP"));
+    return InvalidConfigField(
+        "training.mode", absl::StrCat(training.mode(), " is not a mode; use SYNC, ASYNC or SSP"));
   }
   if (!WireDtype_IsValid(training.wire_dtype())) {
-    return Invalid("training.wire_dtype",
-                   absl::StrCat(training.wire_dtype(), " is not a type; use FP32, FP16 or BF16"));
+    return InvalidConfigField(
+        "training.wire_dtype",
+        absl::StrCat(training.wire_dtype(), " is not a type; use FP32, FP16 or BF16"));
   }
-  if (training.batch_size() < 1) return Invalid("training.batch_size", "must be at least 1");
-  if (training.epochs() < 1) return Invalid("training.epochs", "must be at least 1");
+  if (training.batch_size() < 1)
+    return InvalidConfigField("training.batch_size", "must be at least 1");
+  if (training.epochs() < 1) return InvalidConfigField("training.epochs", "must be at least 1");
   if (training.pull_timeout_seconds() < 1) {
-    return Invalid("training.pull_timeout_seconds", "must be at least 1");
+    return InvalidConfigField("training.pull_timeout_seconds", "must be at least 1");
   }
-  if (training.staleness() < 0) return Invalid("training.staleness", "must not be negative");
-  if (training.max_staleness() < 0) return Invalid("training.max_staleness", "must not be negative");
+  if (training.staleness() < 0)
+    return InvalidConfigField("training.staleness", "must not be negative");
+  if (training.max_staleness() < 0)
+    return InvalidConfigField("training.max_staleness", "must not be negative");
   if (training.replicas_to_aggregate() < 0 ||
       training.replicas_to_aggregate() > config.cluster().workers()) {
-    return Invalid("training.replicas_to_aggregate",
-                   absl::StrCat("must be between 0 (all) and cluster.workers (",
-                                config.cluster().workers(), ")"));
+    return InvalidConfigField("training.replicas_to_aggregate",
+                              absl::StrCat("must be between 0 (all) and cluster.workers (",
+                                           config.cluster().workers(), ")"));
   }
   // A worker heartbeats every lease / 4: shorter than 0.1 s, heartbeats
   // would crowd out the work; an endless lease never frees a dead worker.
   if (!(training.lease_seconds() >= 0.1f && training.lease_seconds() <= 86400.0f)) {
-    return Invalid("training.lease_seconds",
-                   "must be between 0.1 and 86400 (seconds; 0 for the default 5)");
+    return InvalidConfigField("training.lease_seconds",
+                              "must be between 0.1 and 86400 (seconds; 0 for the default 5)");
   }
   if (absl::StatusOr<DeviceSpec> d = ParseDeviceSpec(training.device()); !d.ok()) {
-    return Invalid("training.device", d.status().message());
+    return InvalidConfigField("training.device", d.status().message());
   }
   if (absl::StatusOr<DeviceList> d = ParseDeviceList(training.devices()); !d.ok()) {
-    return Invalid("training.devices", d.status().message());
+    return InvalidConfigField("training.devices", d.status().message());
   } else if (!d->towers.empty() && training.batch_size() % static_cast<int>(d->towers.size()) != 0) {
-    return Invalid("training.devices",
-                   absl::StrCat("makes ", d->towers.size(),
-                                " towers, which cannot split batch_size ", training.batch_size(),
-                                " into equal slices; use a batch_size divisible by the towers"));
+    return InvalidConfigField(
+        "training.devices",
+        absl::StrCat("makes ", d->towers.size(), " towers, which cannot split batch_size ",
+                     training.batch_size(),
+                     " into equal slices; use a batch_size divisible by the towers"));
   }
   PST_RETURN_IF_ERROR(ValidateCheckpoint(training.checkpoint()));
   PST_RETURN_IF_ERROR(ValidateOptimizer(training.optimizer()));

@@ -1,16 +1,13 @@
 #include "common/ctr_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 
 namespace pst {
 namespace {
 
 constexpr int kCriteoFields = 26;
 constexpr int kCriteoDense = 13;
-
-absl::Status Invalid(absl::string_view field, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat("config field ", field, " ", problem));
-}
 
 const EmbeddingTableConfig* FindTable(const TrainingConfig& training, const std::string& name) {
   for (const EmbeddingTableConfig& table : training.model().embeddings()) {
@@ -22,22 +19,25 @@ const EmbeddingTableConfig* FindTable(const TrainingConfig& training, const std:
 absl::Status ValidateGenerator(const CtrDataConfig& data) {
   const CtrGeneratorConfig& g = data.generate();
   if (data.format() != CRITEO) {
-    return Invalid("training.dataset.ctr.generate", "writes Criteo files; set format: CRITEO");
+    return InvalidConfigField("training.dataset.ctr.generate",
+                              "writes Criteo files; set format: CRITEO");
   }
   if (g.train_examples() < 0 || g.test_examples() < 0) {
-    return Invalid("training.dataset.ctr.generate", "example counts must not be negative");
+    return InvalidConfigField("training.dataset.ctr.generate",
+                              "example counts must not be negative");
   }
   if (g.distinct_size() != 0 && g.distinct_size() != 1 && g.distinct_size() != kCriteoFields) {
-    return Invalid("training.dataset.ctr.generate.distinct",
-                   absl::StrCat("names ", g.distinct_size(), " fields; give 1 count or ",
-                                kCriteoFields));
+    return InvalidConfigField(
+        "training.dataset.ctr.generate.distinct",
+        absl::StrCat("names ", g.distinct_size(), " fields; give 1 count or ", kCriteoFields));
   }
   for (int64_t n : g.distinct()) {
-    if (n < 1) return Invalid("training.dataset.ctr.generate.distinct", "must be at least 1");
+    if (n < 1)
+      return InvalidConfigField("training.dataset.ctr.generate.distinct", "must be at least 1");
   }
   if (g.zipf_exponent() < 0 || g.signal_ranks() < 0 || g.weight_scale() < 0) {
-    return Invalid("training.dataset.ctr.generate",
-                   "zipf_exponent, signal_ranks and weight_scale must not be negative");
+    return InvalidConfigField("training.dataset.ctr.generate",
+                              "zipf_exponent, signal_ranks and weight_scale must not be negative");
   }
   return absl::OkStatus();
 }
@@ -52,36 +52,41 @@ absl::Status ValidateCtrJob(const TrainingConfig& training) {
   const bool model = training.model().has_ctr();
   const bool data = training.dataset().has_ctr();
   if (model != data) {
-    return model ? Invalid("training.dataset", "must be ctr { ... } for a ctr model")
-                 : Invalid("training.model", "must be ctr { ... } for ctr data");
+    return model ? InvalidConfigField("training.dataset", "must be ctr { ... } for a ctr model")
+                 : InvalidConfigField("training.model", "must be ctr { ... } for ctr data");
   }
   const CtrModelConfig& ctr = training.model().ctr();
   const EmbeddingTableConfig* table = FindTable(training, ctr.table());
   if (table == nullptr) {
-    return Invalid("training.model.ctr.table",
-                   absl::StrCat("names \"", ctr.table(), "\", which training.model.embeddings "
-                                "does not declare"));
+    return InvalidConfigField("training.model.ctr.table",
+                              absl::StrCat("names \"", ctr.table(),
+                                           "\", which training.model.embeddings "
+                                           "does not declare"));
   }
   if (!ctr.wide_table().empty()) {
     const EmbeddingTableConfig* wide = FindTable(training, ctr.wide_table());
     if (wide == nullptr || wide->dim() != 1 || ctr.wide_table() == ctr.table()) {
-      return Invalid("training.model.ctr.wide_table",
-                     absl::StrCat("must name a table of dim 1 in training.model.embeddings, other "
-                                  "than table; \"", ctr.wide_table(), "\" is not one"));
+      return InvalidConfigField(
+          "training.model.ctr.wide_table",
+          absl::StrCat("must name a table of dim 1 in training.model.embeddings, other "
+                       "than table; \"",
+                       ctr.wide_table(), "\" is not one"));
     }
   }
   for (int i = 0; i < ctr.hidden_size(); ++i) {
     if (ctr.hidden(i) < 1) {
-      return Invalid(absl::StrCat("training.model.ctr.hidden[", i, "]"), "must be at least 1");
+      return InvalidConfigField(absl::StrCat("training.model.ctr.hidden[", i, "]"),
+                                "must be at least 1");
     }
   }
   if (!Activation_IsValid(ctr.activation()) || !Pooling_IsValid(ctr.pooling()) ||
       !CtrFileFormat_IsValid(training.dataset().ctr().format())) {
-    return Invalid("training.model.ctr", "has an activation, pooling or format out of range");
+    return InvalidConfigField("training.model.ctr",
+                              "has an activation, pooling or format out of range");
   }
   const CtrDataConfig& files = training.dataset().ctr();
   if (files.train_file().empty() || files.test_file().empty()) {
-    return Invalid("training.dataset.ctr", "must name train_file and test_file");
+    return InvalidConfigField("training.dataset.ctr", "must name train_file and test_file");
   }
   if (files.has_generate()) return ValidateGenerator(files);
   return absl::OkStatus();

@@ -16,8 +16,6 @@ namespace pst {
 
 namespace {
 
-std::string Errno() { return std::strerror(errno); }
-
 // A refusal's reason is cut to this, so that a reply is one small message.
 constexpr size_t kMaxReasonBytes = 256;
 
@@ -48,7 +46,8 @@ absl::StatusOr<uid_t> PeerUid(int fd) {
   ucred credentials = {};
   socklen_t length = sizeof(credentials);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
-    return absl::InternalError(absl::StrCat("cannot read a Unix peer's credentials: ", Errno()));
+    return absl::InternalError(
+        absl::StrCat("cannot read a Unix peer's credentials: ", std::strerror(errno)));
   }
   return credentials.uid;
 }
@@ -84,7 +83,8 @@ absl::StatusOr<uint64_t> HandOverRegion(absl::string_view socket_name, absl::str
                                         int fd, absl::Duration timeout) {
   const int socket_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (socket_fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create a Unix socket: ", Errno()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create a Unix socket: ", std::strerror(errno)));
   }
   struct Closer {
     int fd;
@@ -96,9 +96,9 @@ absl::StatusOr<uint64_t> HandOverRegion(absl::string_view socket_name, absl::str
   sockaddr_un address;
   const socklen_t length = AbstractSocketAddress(socket_name, &address);
   if (connect(socket_fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the shard's region socket (", Errno(),
-                     "): it runs in another network namespace"));
+    return absl::UnavailableError(absl::StrCat("cannot reach the shard's region socket (",
+                                               std::strerror(errno),
+                                               "): it runs in another network namespace"));
   }
   // Whoever listens gets this process's memory: only a process of this
   // user may (it could read that memory anyway).
@@ -123,13 +123,13 @@ absl::StatusOr<uint64_t> HandOverRegion(absl::string_view socket_name, absl::str
   std::memcpy(CMSG_DATA(rights), &fd, sizeof(int));
   if (sendmsg(socket_fd, &message, MSG_NOSIGNAL) != static_cast<ssize_t>(nonce.size())) {
     return absl::UnavailableError(
-        absl::StrCat("cannot hand the region to the shard's socket: ", Errno()));
+        absl::StrCat("cannot hand the region to the shard's socket: ", std::strerror(errno)));
   }
   char reply[kReplyHeaderBytes + kMaxReasonBytes];
   const ssize_t received = recv(socket_fd, reply, sizeof(reply), 0);
   if (received <= 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "the shard did not answer the region handoff: ", received < 0 ? Errno() : "closed"));
+    return absl::UnavailableError(absl::StrCat("the shard did not answer the region handoff: ",
+                                               received < 0 ? std::strerror(errno) : "closed"));
   }
   return DecodeHandoffReply(absl::string_view(reply, static_cast<size_t>(received)));
 }

@@ -8,15 +8,15 @@ namespace {
 
 // Elements reduced at a time: the block's sum stays in L1 while the
 // optimizer stages it.
-constexpr size_t kBlock = 2048;
+constexpr size_t kReduceBlock = 2048;
 
 // Reduces and stages elements [begin, end).
 void StageRange(VariableStore::StageTarget* target,
                 const std::vector<std::span<const float>>& gradients, float scale, size_t begin,
                 size_t end) {
-  std::array<float, kBlock> mean;
-  for (size_t first = begin; first < end; first += kBlock) {
-    const size_t len = std::min(kBlock, end - first);
+  std::array<float, kReduceBlock> mean;
+  for (size_t first = begin; first < end; first += kReduceBlock) {
+    const size_t len = std::min(kReduceBlock, end - first);
     float* __restrict sum = mean.data();
     std::fill(sum, sum + len, 0.0f);
     for (std::span<const float> g : gradients) {
@@ -38,19 +38,19 @@ absl::Status StageMean(VariableStore* store, int index,
   const size_t n = store->variable(index).size();
   parts = n < kParallelElements ? 1 : std::max(1, parts);
   // Whole blocks per part, so that the split does not change the blocks.
-  const size_t blocks = (n + kBlock - 1) / kBlock;
+  const size_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
   const size_t blocks_per_part = (blocks + parts - 1) / parts;
   std::vector<VariableStore::StageTarget> part_targets(parts - 1, *target);
   {
     std::vector<ThreadPool::Task> tasks;
     for (int p = 1; p < parts; ++p) {
-      const size_t begin = std::min(n, p * blocks_per_part * kBlock);
-      const size_t end = std::min(n, (p + 1) * blocks_per_part * kBlock);
+      const size_t begin = std::min(n, p * blocks_per_part * kReduceBlock);
+      const size_t end = std::min(n, (p + 1) * blocks_per_part * kReduceBlock);
       tasks.push_back(threads->Start([&, p, begin, end] {
         StageRange(&part_targets[p - 1], gradients, scale, begin, end);
       }));
     }
-    StageRange(&*target, gradients, scale, 0, std::min(n, blocks_per_part * kBlock));
+    StageRange(&*target, gradients, scale, 0, std::min(n, blocks_per_part * kReduceBlock));
   }  // the tasks' destructors wait for them
   for (const VariableStore::StageTarget& part : part_targets) target->Merge(part);
   return store->FinishStage(index, *target);

@@ -21,9 +21,7 @@ namespace pst {
 namespace {
 
 // The chief evaluates the test file in batches of this many examples.
-constexpr int kEvalBatch = 1024;
-
-double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+constexpr int kCtrEvalBatch = 1024;
 
 }  // namespace
 
@@ -65,7 +63,7 @@ absl::Status CtrTrainer::Setup() {
   policy_ = std::move(policy);
   const int batch = training.batch_size();
   PST_ASSIGN_OR_RETURN(model_, CtrModel::Create(CtrModelSpecFor(training), kernels_,
-                                                std::max(batch, kEvalBatch)));
+                                                std::max(batch, kCtrEvalBatch)));
   const CtrDataConfig& data = training.dataset().ctr();
   // Every worker counts every share, so all agree on the steps of an epoch
   // (SYNC needs the same number from each).
@@ -200,11 +198,11 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
                                           rows));
     next_min_ = versions_;
     WorkerMetrics& metrics = GetWorkerMetrics();
-    metrics.push_seconds.Observe(Seconds(push_start));
+    metrics.push_seconds.Observe(SecondsSince(push_start));
     RecordVersions(versions_);
     window_staleness_ += RecordPushes(computed_at, responses);
     PST_RETURN_IF_ERROR(mlp.UploadParameters());
-    metrics.step_seconds.Observe(Seconds(step_start));
+    metrics.step_seconds.Observe(SecondsSince(step_start));
     metrics.steps.Increment();
     metrics.samples.Increment(batch);
 
@@ -215,16 +213,16 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
     const bool window_end = (step + 1) % log_every == 0 || step + 1 == steps_per_epoch_;
     if (window_end || progress_->live()) {
       const int64_t in_window = (step % log_every) + 1;
-      progress_->Report({epoch, training.epochs(), step + 1, steps_per_epoch_,
-                         window_loss / in_window, in_window * batch / Seconds(window_start),
-                         versions_[0]},
-                        epoch * steps_per_epoch_ + step + 1);
+      progress_->Report(
+          {epoch, training.epochs(), step + 1, steps_per_epoch_, window_loss / in_window,
+           in_window * batch / SecondsSince(window_start), versions_[0]},
+          epoch * steps_per_epoch_ + step + 1);
     }
     if (window_end) {
       const int64_t in_window = (step % log_every) + 1;
       RecordGradientNorms(variable_names_, gradients_);
       recorder_->OnWindow({epoch * steps_per_epoch_ + step + 1, window_loss / in_window,
-                           in_window * batch / Seconds(window_start),
+                           in_window * batch / SecondsSince(window_start),
                            static_cast<double>(window_staleness_) / in_window, versions_[0]},
                           result);
       window_staleness_ = 0;
@@ -232,7 +230,7 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
       window_start = absl::Now();
     }
   }
-  train_seconds_ += Seconds(epoch_start);
+  train_seconds_ += SecondsSince(epoch_start);
   last_epoch_loss_ = epoch_loss / static_cast<double>(steps_per_epoch_);
   progress_->Finish();
   if (reader_->skipped() > 0) {
@@ -262,7 +260,7 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
   const absl::Time start = absl::Now();
   Slot& slot = slots_[0];
   while (true) {
-    absl::Status filled = Fill(test.get(), kEvalBatch, &slot);
+    absl::Status filled = Fill(test.get(), kCtrEvalBatch, &slot);
     if (absl::IsOutOfRange(filled)) break;
     PST_RETURN_IF_ERROR(filled);
     PST_RETURN_IF_ERROR(client_->PullRows(any_version, PullTimeout(), slot.values, &row_versions));
@@ -287,7 +285,7 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
                           std::nullopt, result);
   for (int worker : workers.missing) result->add_missing_workers(worker);
   spdlog::info("final: version {} test_auc {:.4f} test_logloss {:.4f} on {} examples ({:.1f} s){}",
-               versions_[0], auc, logloss, labels.size(), Seconds(start),
+               versions_[0], auc, logloss, labels.size(), SecondsSince(start),
                planted_.has_value()
                    ? absl::StrCat("; the planted model scores test_auc ",
                                   absl::StrFormat("%.4f", planted_->test_auc), " test_logloss ",

@@ -25,8 +25,6 @@ constexpr int kEvalBatch = 500;
 // Test sets of the synthetic problems are drawn from a different seed.
 constexpr uint64_t kTestSeedOffset = 0x9E3779B97F4A7C15ULL;
 
-double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
-
 // Classification accuracy of an evaluation; none for regression.
 std::optional<double> Accuracy(const LossResult& evaluation, const Dataset& data) {
   if (data.num_classes == 0) return std::nullopt;
@@ -206,7 +204,7 @@ absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
   if (absl::Status s = client_->Pull(min_versions, timeout, parameters_, &versions_); !s.ok()) {
     return s;
   }
-  GetWorkerMetrics().pull_seconds.Observe(Seconds(start));
+  GetWorkerMetrics().pull_seconds.Observe(SecondsSince(start));
   RecordVersions(versions_);
   return towers_->UploadParameters();
 }
@@ -245,14 +243,14 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
     if (window_end || progress_->live()) {
       const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
       ProgressPoint point{epoch, training.epochs(), step + 1, steps, window_loss / in_window,
-                          in_window * batch / Seconds(window_start), versions_[0]};
+                          in_window * batch / SecondsSince(window_start), versions_[0]};
       progress_->Report(point, epoch * steps + step + 1);
     }
     if (window_end) {
       RecordGradientNorms(variable_names_, gradients_);
       const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
       recorder_->OnWindow({epoch * steps + step + 1, window_loss / in_window,
-                           in_window * batch / Seconds(window_start),
+                           in_window * batch / SecondsSince(window_start),
                            static_cast<double>(window_staleness_) / in_window,
                            versions_[0]},
                           result);
@@ -268,7 +266,7 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
     finished = PullParameters(next_min_);
   }
   if (!finished.ok()) return finished;
-  train_seconds_ += Seconds(epoch_start);
+  train_seconds_ += SecondsSince(epoch_start);
   last_epoch_loss_ = epoch_loss / std::max<int64_t>(1, steps - first_step);
   progress_->Finish();
   return absl::OkStatus();
@@ -284,14 +282,14 @@ void Trainer::RecordExchange(const std::vector<int64_t>& computed_at,
                              const std::vector<PushResponse>& responses, absl::Time push_start) {
   next_min_ = versions_;
   WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.push_seconds.Observe(Seconds(push_start));
+  metrics.push_seconds.Observe(SecondsSince(push_start));
   RecordVersions(versions_);
   window_staleness_ += RecordPushes(computed_at, responses);
 }
 
 void Trainer::RecordStep(absl::Time start, int batch) {
   WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.step_seconds.Observe(Seconds(start));
+  metrics.step_seconds.Observe(SecondsSince(start));
   metrics.steps.Increment();
   metrics.samples.Increment(batch);
 }
@@ -531,7 +529,7 @@ absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
                                       absl::StrFormat("%.4f", static_cast<double>(test->correct) /
                                                                   data_->test.size))
                        : std::string(),
-                   Seconds(start));
+                   SecondsSince(start));
     }
   }
   result.set_train_seconds(train_seconds_);

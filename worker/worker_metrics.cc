@@ -10,6 +10,8 @@ using metrics::CounterFamily;
 using metrics::GaugeFamily;
 using metrics::HistogramFamily;
 
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
 WorkerMetrics& GetWorkerMetrics() {
   static WorkerMetrics* m = new WorkerMetrics{
       HistogramFamily("pst_worker_pull_seconds",

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "ps.pb.h"
 
@@ -35,6 +36,9 @@ struct WorkerMetrics {
 
 // Registered on first use, with the labels metrics::SetProcessLabels gave.
 WorkerMetrics& GetWorkerMetrics();
+
+// Seconds from `start` to now, as the histograms above take them.
+double SecondsSince(absl::Time start);
 
 // A gradient's staleness as the shard saw it: the shard's version at arrival
 // minus `computed_at` (an applied push advanced the version by one).
