@@ -38,6 +38,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "benchmarks/median.h"
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
@@ -64,11 +65,6 @@ constexpr char kOptimizer[] = "adagrad { learning_rate: 0.01 }";
 constexpr int kDenseProbe = 256;  // the dense variable of scale and bound
 constexpr int kStallPushRows = 256;
 constexpr double kPushBuffers = 64 << 20;
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 template <typename T>
 void Check(const absl::StatusOr<T>& result) {
