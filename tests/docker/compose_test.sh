@@ -20,7 +20,7 @@ WORK=${COMPOSE_TEST_DIR:-$ROOT/build/docker-ci}
 DOCKER=/usr/bin/docker  # Debian's docker.io; another docker may come first on PATH
 COMPOSE=(docker-compose -f "$ROOT/docker/docker-compose.yml")
 IMAGE=pstrain:compose-test
-MIN_ACCURACY=0.60  # 4000 training images, one epoch; guessing gives 0.10
+MIN_ACCURACY=0.60  # 4000 training images; guessing gives 0.10
 START=$(date +%s)
 STARTED_DOCKERD=""
 PROJECTS=()
@@ -106,15 +106,15 @@ phase=$(date +%s)
   { tail -30 "$WORK/build.log" >&2; fail "docker build failed (log: $WORK/build.log)"; }
 say "image $IMAGE built ($(elapsed "$phase") s)"
 
-# Runs the cluster to completion: run_cluster MODE WORKERS WORKER_IPC, where
-# WORKER_IPC is the workers' IPC namespace: service:ps (shared memory with
-# the PS) or private (each its own: tensors over TCP).
+# Runs the cluster to completion: run_cluster MODE WORKERS WORKER_IPC EPOCHS,
+# where WORKER_IPC is the workers' IPC namespace: service:ps (shared memory
+# with the PS) or private (each its own: tensors over TCP).
 run_cluster() {
-  local mode=$1 workers=$2 ipc=$3 project="pstrain-ci-$1"
+  local mode=$1 workers=$2 ipc=$3 epochs=$4 project="pstrain-ci-$1"
   PROJECTS+=("$project")
   local phase
   phase=$(date +%s)
-  export PSTRAIN_IMAGE=$IMAGE MODE=$mode WORKERS=$workers TRAIN_LIMIT=4000 EPOCHS=1 WORKER_IPC=$ipc
+  export PSTRAIN_IMAGE=$IMAGE MODE=$mode WORKERS=$workers TRAIN_LIMIT=4000 EPOCHS=$epochs WORKER_IPC=$ipc
   "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1 || true
   "${COMPOSE[@]}" -p "$project" up -d --no-build --scale "worker=$workers" >"$WORK/$project.up.log" 2>&1 ||
     { cat "$WORK/$project.up.log" >&2; fail "$mode: compose up failed"; }
@@ -149,6 +149,9 @@ run_cluster() {
   say "$mode with $workers workers: all exited 0, PS healthy, test_accuracy $accuracy, tensors $transport ($(elapsed "$phase") s)"
 }
 
-run_cluster sync 2 service:ps
-run_cluster async 3 private
+run_cluster sync 2 service:ps 1
+# ASYNC scales each gradient's step by 1 / (1 + staleness), and on a loaded
+# 2-core machine three workers interleave more: one epoch (60 updates) ends
+# between 0.60 and 0.67 there, two epochs between 0.75 and 0.79.
+run_cluster async 3 private 2
 say "PASS in $(elapsed "$START") s"
