@@ -57,8 +57,8 @@ std::optional<absl::Status> ShmPath::TakePush() {
   // are staged, from cache; otherwise the answer is pulled once the update
   // is committed, as for a push read whole.
   const bool answer_as_staged = asks.pulls && AnswerIsThePush() &&
-                                context_.shard->policy().AnswerMayStreamDuringPush(
-                                    asks.pull.min_version(), asks.header.computed_at_version());
+                                context_.shard->AnswerMayStreamDuringPush(
+                                    *push->update, asks.pull.min_version());
   if (absl::Status staged = StageShmPush(asks.header, push->bytes, asks.transfer, answer_dtype,
                                          *region_, *context_.limits, push->update.get(),
                                          &context_.traffic->in, answer_as_staged);

@@ -19,8 +19,7 @@ absl::Status TcpPath::Begin() {
   // Rows are answered once the push is in (an answer flowing during the
   // push holds the pushed variables only).
   if (asks.pulls && asks.pull.rows().empty() && intake_->update() != nullptr &&
-      context_.shard->policy().AnswerMayStreamDuringPush(asks.pull.min_version(),
-                                                         asks.header.computed_at_version())) {
+      context_.shard->AnswerMayStreamDuringPush(*intake_->update(), asks.pull.min_version())) {
     staged_.emplace(asks.header, asks.pull.dtype(), context_.payloads->Take());
   }
   return absl::OkStatus();

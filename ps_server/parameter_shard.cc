@@ -217,7 +217,10 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
 PushResponse::Outcome ParameterShard::MaybeCompleteStep() {
   // An admitted push still landing completes the step itself once it has.
   if (landing_ > 0 || !policy_->StepComplete(View())) return PushResponse::AGGREGATED;
-  const absl::Status staged = tables_.StageStep();
+  return CompleteStep(tables_.StageStep());
+}
+
+PushResponse::Outcome ParameterShard::CompleteStep(const absl::Status& staged) {
   ledger_.StepCompleted();
   ++pushes_.applied;
   if (staged.ok()) {

@@ -159,6 +159,11 @@ class ParameterShard {
     bool awaits_turn = false;
   };
   absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header);
+  // Whether an exchange whose push is `update` may answer its pull (at
+  // least `min_version`) with the values as they are staged: the policy's
+  // AnswerMayStreamDuringPush, or, for a SYNC step of this one push, whether
+  // the step's version is enough.
+  bool AnswerMayStreamDuringPush(const StreamedUpdate& update, int64_t min_version) const;
   // Makes a streamed update whose every element has been applied visible at
   // once, as Push would have; the same outcomes and counters.
   absl::Status CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
@@ -262,6 +267,14 @@ class ParameterShard {
   // update would have made the model non-finite, so the model kept its
   // values; AGGREGATED while the step is not complete.
   PushResponse::Outcome MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current step with the update `staged` says was staged (or
+  // refused): APPLIED or SKIPPED, as MaybeCompleteStep.
+  PushResponse::Outcome CompleteStep(const absl::Status& staged)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a push of `worker` admitted into the current step would complete
+  // it alone: nothing else aggregated or landing, and the policy's step
+  // needs no other gradient.
+  bool CompletesStepAlone(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.

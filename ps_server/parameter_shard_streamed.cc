@@ -3,6 +3,7 @@
 // the stream lasts, the wait of the other updates for their turn, the
 // cancellation of a stalled stream, and the commit.
 #include <memory>
+#include <vector>
 
 #include "ps_server/parameter_shard.h"
 #include "ps_server/shard_requests.h"
@@ -28,10 +29,15 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
       policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
   // Rows are applied by Push only, with the dense part of their push.
   const bool has_rows = !header.rows().empty();
-  if (has_rows || !admission.ok() || admission->action != Admission::Action::kApply ||
-      staging_.held() || snapshots_.holds_updates() || shutting_down_) {
-    push.awaits_turn = !has_rows && admission.ok() &&
-                       admission->action == Admission::Action::kApply && !shutting_down_;
+  // A SYNC step of one gradient averages that gradient alone: it is
+  // applied as it streams in, in one pass, as a push the policy applies on
+  // its own would be.
+  const bool whole_step = admission.ok() && admission->action == Admission::Action::kAggregate &&
+                          !has_rows && CompletesStepAlone(header.worker());
+  const bool applies = admission.ok() && admission->action == Admission::Action::kApply;
+  if (has_rows || !(applies || whole_step) || staging_.held() || snapshots_.holds_updates() ||
+      shutting_down_) {
+    push.awaits_turn = !has_rows && (applies || whole_step) && !shutting_down_;
     return push;  // Push decides, once the gradient is in
   }
   push.update.reset(new StreamedUpdate(this, &dense.threads(), dense.parts()));
@@ -39,6 +45,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   update.worker_ = header.worker();
   update.computed_at_ = header.computed_at_version();
   update.staleness_ = version_ - header.computed_at_version();
+  update.whole_step_ = whole_step;
   update.indices_ = std::move(indices);
   if (absl::Status s = update.Stage(dense.store(), admission->lr_scale); !s.ok()) {
     return Refuse(s);
@@ -76,13 +83,40 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
         "was applied"));
   }
   Touch(update->worker_);
-  if (absl::Status s = update->Finish(tables_.dense().store()); !s.ok()) {
+  absl::Status finished = update->Finish(tables_.dense().store());
+  if (update->whole_step_) {
+    // As an aggregated step: the workers wait for the next version whatever
+    // happens, so an update that would make the model non-finite skips it.
+    ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
+    response->set_outcome(CompleteStep(finished));
+    response->set_version(version_);
+    return absl::OkStatus();
+  }
+  if (!finished.ok()) {
     tables_.Discard();
-    return Refuse(s);
+    return Refuse(finished);
   }
   ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
   CommitApplied(response);
   return absl::OkStatus();
+}
+
+bool ParameterShard::AnswerMayStreamDuringPush(const StreamedUpdate& update,
+                                               int64_t min_version) const {
+  // The step's result is this push: committed, it is the next version.
+  if (update.whole_step_) return min_version <= update.computed_at_ + 1;
+  return policy_->AnswerMayStreamDuringPush(min_version, update.computed_at_);
+}
+
+bool ParameterShard::CompletesStepAlone(int worker) const {
+  if (landing_ > 0) return false;
+  const ShardView view = View();
+  std::vector<WorkerProgress> workers(view.workers.begin(), view.workers.end());
+  for (const WorkerProgress& w : workers) {
+    if (w.pushed) return false;
+  }
+  workers[worker].pushed = true;
+  return policy_->StepComplete({.version = view.version, .workers = workers});
 }
 
 void ParameterShard::ReleaseStaging() {

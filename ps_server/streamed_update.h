@@ -101,6 +101,7 @@ class StreamedUpdate {
   int worker_ = 0;
   int64_t computed_at_ = 0;
   int64_t staleness_ = 0;
+  bool whole_step_ = false;  // a SYNC step of this one push
   std::vector<int> indices_;  // the variables, in header order
   std::vector<VariableStore::StageTarget> targets_;
   // Dropped before the staging is freed, so that the next update does not

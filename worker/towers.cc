@@ -144,7 +144,15 @@ absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float*
   if (size() == 1) return towers_[0]->ComputeGradients(x, targets, batch);
   absl::StatusOr<LossResult> loss = ComputeSlices(x, targets, batch, nullptr);
   if (!loss.ok()) return loss;
-  AverageGradients(all_variables_);
+  // Every tower's thread averages its share of each variable: the average
+  // takes one pass over the gradients, on every core.
+  PST_RETURN_IF_ERROR(ForEachTower([this](int t) {
+    for (int i : all_variables_) {
+      const size_t n = averaged_[i].size();
+      AverageRange(i, n * t / size(), n * (t + 1) / size());
+    }
+    return absl::OkStatus();
+  }));
   return loss;
 }
 
@@ -208,13 +216,20 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
 }
 
 void Towers::AverageGradients(const std::vector<int>& variables) {
+  for (int i : variables) AverageRange(i, 0, averaged_[i].size());
+}
+
+void Towers::AverageRange(int i, size_t begin, size_t end) {
+  // Block by block, so that a block's sum stays in L1 until it is scaled;
+  // the same additions, in tower order, as a pass per tower.
+  constexpr size_t kBlock = 2048;
   const float scale = 1.0f / static_cast<float>(size());
-  for (int i : variables) {
-    float* __restrict sum = averaged_[i].data();
-    const size_t n = averaged_[i].size();
-    std::memcpy(sum, towers_[0]->HostGradient(i).data(), n * sizeof(float));
+  for (size_t first = begin; first < end; first += kBlock) {
+    const size_t n = std::min(kBlock, end - first);
+    float* __restrict sum = averaged_[i].data() + first;
+    std::memcpy(sum, towers_[0]->HostGradient(i).data() + first, n * sizeof(float));
     for (int t = 1; t < size(); ++t) {
-      const float* __restrict g = towers_[t]->HostGradient(i).data();
+      const float* __restrict g = towers_[t]->HostGradient(i).data() + first;
       for (size_t j = 0; j < n; ++j) sum[j] += g[j];
     }
     for (size_t j = 0; j < n; ++j) sum[j] *= scale;

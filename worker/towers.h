@@ -104,6 +104,8 @@ class Towers {
   // averaged_ = the mean of every tower's gradients, summed in tower order,
   // for the given variables.
   void AverageGradients(const std::vector<int>& variables);
+  // The same for elements [begin, end) of variable i.
+  void AverageRange(int i, size_t begin, size_t end);
   // The forward and backward of every tower on its slice.
   absl::StatusOr<LossResult> ComputeSlices(const float* x, const float* targets, int batch,
                                            const Mlp::LayerHooks* hooks);
