@@ -117,6 +117,10 @@ constexpr Read kShardReads[] = {
     {"pst_ps_sessions_refused_total",
      "Calls refused because another process holds the live worker they name.", kCounter,
      [](const StatsResponse& s) { return double(s.sessions_refused()); }},
+    {"pst_ps_region_handoffs_refused_total",
+     "Shared-memory region handoffs refused: another user, over the pending cap, past the "
+     "deadline, malformed, or a descriptor the shard would not adopt.",
+     kCounter, [](const StatsResponse& s) { return double(s.region_handoffs_refused()); }},
     {"pst_ps_connections_open", "TCP connections open now.", kGauge,
      [](const StatsResponse& s) { return double(s.connections_open()); }},
     {"pst_ps_connections_refused_total",

@@ -81,6 +81,7 @@ int Status(const JobConfig& config) {
   if (const std::string tables = EmbeddingTableReport(shards); !tables.empty()) {
     std::printf("\n%s", tables.c_str());
   }
+  std::printf("\nrefused\n%s", RefusalReport(shards).c_str());
   if (!config.training().checkpoint().dir().empty()) {
     std::printf("\n%-6s %11s %8s %8s %9s %s\n", "shard", "checkpoint", "written", "failed",
                 "in_a_row", "last_error");
@@ -245,7 +246,8 @@ int main(int argc, char** argv) {
       "Usage: psctl status|checkpoint|shutdown|token|plan --config=cluster.textproto\n"
       "  status      each shard (address, version, variables, bytes, pushes, checkpoints written\n"
       "              and failed), each embedding table's share of each shard (rows, bytes,\n"
-      "              rows admitted and refused) and each worker (last step, lag behind the PS,\n"
+      "              rows admitted and refused), what each shard refused (exchanges, sessions,\n"
+      "              connections, region handoffs) and each worker (last step, lag behind the PS,\n"
       "              last seen, pushes dropped)\n"
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
       "  shutdown    every shard stops cleanly; workers then exit\n"
