@@ -101,7 +101,10 @@ int Status(const JobConfig& config) {
   for (const WorkerStats& w : first.workers()) {
     std::string seen = w.seconds_since_seen() < 0 ? "never"
                                                    : absl::StrFormat("%.1fs ago", w.seconds_since_seen());
-    std::string state = w.done() ? "done" : (w.live() ? "live" : "DEAD (lease expired)");
+    std::string state = w.done()                     ? "done"
+                        : w.live()                   ? "live"
+                        : w.seconds_since_seen() < 0 ? "not heard from yet"
+                                                     : "DEAD (lease expired)";
     std::printf("%-10s %10lld %8lld %6lld %10s %8lld %10lld %s\n",
                 absl::StrCat("worker:", w.worker()).c_str(), static_cast<long long>(w.last_step()),
                 static_cast<long long>(w.clock()),
@@ -110,7 +113,7 @@ int Status(const JobConfig& config) {
                 static_cast<long long>(w.last_staleness()), state.c_str());
   }
   if (first.mode() == SSP) {
-    std::printf("\nSSP clock spread (fastest - slowest live worker): %lld\n",
+    std::printf("\nSSP clock spread (fastest - slowest worker SSP waits for): %lld\n",
                 static_cast<long long>(first.clock_spread()));
   }
   return 0;
