@@ -131,10 +131,15 @@ absl::Status ValidateModel(const TrainingConfig& training) {
         "training.model.mlp.loss",
         "SOFTMAX_CROSS_ENTROPY needs a classification data set (fashion_mnist)");
   }
-  if (absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
-          ResolveEmbeddingTables(training.model().embeddings(), training.optimizer());
-      !tables.ok()) {
-    return InvalidConfigField("training.model.embeddings", tables.status().message());
+  // The built-in MLP worker trains dense variables only; its shards check
+  // each Init against that model, so they would refuse any table.
+  if (training.model().embeddings_size() > 0) {
+    return InvalidConfigField(
+        "training.model.embeddings",
+        absl::StrCat("declares ", training.model().embeddings_size(),
+                     " table(s), but the built-in mlp model trains none; remove them, use "
+                     "model { ctr { ... } }, or bring a model of your own with "
+                     "cluster.worker_command"));
   }
   return absl::OkStatus();
 }

@@ -20,15 +20,26 @@
 #include "common/status_macros.h"
 
 namespace pst {
+
+static_assert(kCrc32PieceBytes <= std::numeric_limits<uInt>::max(),
+              "a piece's length must fit zlib's 32-bit uInt");
+
+uint32_t PayloadCrc32(std::string_view payload, size_t max_piece_bytes) {
+  const size_t piece_bytes =
+      std::clamp<size_t>(max_piece_bytes, 1, std::numeric_limits<uInt>::max());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (!payload.empty()) {
+    const size_t piece = std::min(payload.size(), piece_bytes);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(piece));
+    payload.remove_prefix(piece);
+  }
+  return static_cast<uint32_t>(crc);
+}
+
 namespace {
 
 constexpr char kMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
-
-uint32_t Crc32(std::string_view bytes) {
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-}
 
 void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -95,7 +106,7 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   const std::string_view payload = std::string_view(contents).substr(kHeaderBytes);
   std::string header(kMagic, sizeof(kMagic));
   PutLittleEndian(payload.size(), 8, &header);
-  PutLittleEndian(Crc32(payload), 4, &header);
+  PutLittleEndian(PayloadCrc32(payload), 4, &header);
   std::memcpy(contents.data(), header.data(), kHeaderBytes);
   const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
   // The model is the job's, not every local user's: owner-only, whatever
@@ -162,7 +173,7 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
                                             " payload bytes"));
   }
   const std::string payload = contents.substr(kHeaderBytes);
-  if (Crc32(payload) != crc) {
+  if (PayloadCrc32(payload) != crc) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " fails its checksum"));
   }
   ShardCheckpoint checkpoint;

@@ -9,7 +9,10 @@
 #ifndef PST_PS_SERVER_CHECKPOINT_H_
 #define PST_PS_SERVER_CHECKPOINT_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +30,14 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
 // corrupted or not a regular file (a FIFO in its place is refused at once,
 // never waited on).
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
+
+// The CRC-32 of a checkpoint's payload, fed to zlib in pieces of at most
+// `max_piece_bytes` (at least 1): zlib counts a piece's length in 32 bits,
+// so a payload of 4 GiB or more given whole would be summed wrongly. Files
+// are written and checked with the default; the sum is the same whatever
+// the pieces.
+inline constexpr size_t kCrc32PieceBytes = size_t{1} << 30;
+uint32_t PayloadCrc32(std::string_view payload, size_t max_piece_bytes = kCrc32PieceBytes);
 
 // Deletes the temporary files a crash mid-write left in `dir`; returns how many.
 int RemoveTemporaryFiles(const std::string& dir);

@@ -198,6 +198,7 @@ void ParameterServerService::Stats(StatsResponse* response) const {
   server_->Stats(response);
   response->set_exchanges_refused(streams_.refused());
   response->set_sessions_refused(sessions_.refused());
+  response->set_region_handoffs_refused(shm_regions_.handoffs_refused());
   if (gate_ != nullptr) {
     response->set_connections_open(gate_->open_connections());
     response->set_connections_refused(gate_->refused_over_source());

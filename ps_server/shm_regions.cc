@@ -31,6 +31,10 @@ ShmRegions::ShmRegions(bool enabled, int num_workers, int64_t max_region_bytes)
 
 std::string ShmRegions::inbox_name() const { return inbox_ != nullptr ? inbox_->name() : ""; }
 
+int64_t ShmRegions::handoffs_refused() const {
+  return inbox_ != nullptr ? inbox_->refused() : 0;
+}
+
 absl::Status ShmRegions::CheckAttach(const ShmAttachRequest& request) const {
   if (!enabled_) {
     return absl::FailedPreconditionError(

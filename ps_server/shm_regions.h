@@ -87,6 +87,9 @@ class ShmRegions {
   // Regions attached now.
   int attached() const;
 
+  // Handoffs the inbox refused so far (RegionInbox::refused); 0 without one.
+  int64_t handoffs_refused() const;
+
  private:
   struct Parked {
     ClaimId id = 0;

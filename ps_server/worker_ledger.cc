@@ -103,7 +103,7 @@ void WorkerLedger::StepCompleted() {
 
 void WorkerLedger::FillStats(StatsResponse* response) const {
   int64_t pushes = 0, fastest = 0, slowest = std::numeric_limits<int64_t>::max();
-  int done = 0, live = 0;
+  int done = 0, live = 0, waited_for = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const Figures& w = workers_[i];
     const WorkerProgress& p = progress_[i];
@@ -115,21 +115,25 @@ void WorkerLedger::FillStats(StatsResponse* response) const {
     stats->set_last_staleness(w.last_staleness);
     stats->set_max_staleness(w.max_staleness);
     stats->set_done(p.done);
-    stats->set_live(p.live);
     stats->set_dropped(w.dropped);
     const std::optional<absl::Duration> since_seen = lease_.SinceSeen(static_cast<int>(i));
     stats->set_seconds_since_seen(since_seen ? absl::ToDoubleSeconds(*since_seen) : -1.0);
+    // The policy waits for a worker it has not heard from yet (it may be
+    // starting), but Stats calls live only one that has called in.
+    const bool heard_and_live = p.live && since_seen.has_value();
+    stats->set_live(heard_and_live);
     pushes += p.clock;
     done += p.done ? 1 : 0;
+    live += heard_and_live ? 1 : 0;
     if (p.live) {
-      ++live;
+      ++waited_for;
       fastest = std::max(fastest, p.clock);
       slowest = std::min(slowest, p.clock);
     }
   }
   response->set_workers_done(done);
   response->set_live_workers(live);
-  response->set_clock_spread(live > 0 ? fastest - slowest : 0);
+  response->set_clock_spread(waited_for > 0 ? fastest - slowest : 0);
   response->set_mean_staleness(pushes == 0 ? 0.0 : static_cast<double>(staleness_sum_) / pushes);
   response->set_worker_changes(changes_);
 }

@@ -79,7 +79,9 @@ class WorkerLedger {
   void StepCompleted();
 
   // The per-worker part of Stats: workers, workers_done, live_workers,
-  // clock_spread, mean_staleness and worker_changes.
+  // clock_spread, mean_staleness and worker_changes. Live there means heard
+  // from and within the lease; clock_spread spans the workers the policy
+  // waits for, which include those not heard from yet.
   void FillStats(StatsResponse* response) const;
   // The clocks, which a checkpoint keeps (a restarted PS resumes SSP).
   void ExportClocks(ShardCheckpoint* checkpoint) const;

@@ -81,6 +81,7 @@ int Status(const JobConfig& config) {
   if (const std::string tables = EmbeddingTableReport(shards); !tables.empty()) {
     std::printf("\n%s", tables.c_str());
   }
+  std::printf("\nrefused\n%s", RefusalReport(shards).c_str());
   if (!config.training().checkpoint().dir().empty()) {
     std::printf("\n%-6s %11s %8s %8s %9s %s\n", "shard", "checkpoint", "written", "failed",
                 "in_a_row", "last_error");
@@ -100,7 +101,10 @@ int Status(const JobConfig& config) {
   for (const WorkerStats& w : first.workers()) {
     std::string seen = w.seconds_since_seen() < 0 ? "never"
                                                    : absl::StrFormat("%.1fs ago", w.seconds_since_seen());
-    std::string state = w.done() ? "done" : (w.live() ? "live" : "DEAD (lease expired)");
+    std::string state = w.done()                     ? "done"
+                        : w.live()                   ? "live"
+                        : w.seconds_since_seen() < 0 ? "not heard from yet"
+                                                     : "DEAD (lease expired)";
     std::printf("%-10s %10lld %8lld %6lld %10s %8lld %10lld %s\n",
                 absl::StrCat("worker:", w.worker()).c_str(), static_cast<long long>(w.last_step()),
                 static_cast<long long>(w.clock()),
@@ -109,7 +113,7 @@ int Status(const JobConfig& config) {
                 static_cast<long long>(w.last_staleness()), state.c_str());
   }
   if (first.mode() == SSP) {
-    std::printf("\nSSP clock spread (fastest - slowest live worker): %lld\n",
+    std::printf("\nSSP clock spread (fastest - slowest worker SSP waits for): %lld\n",
                 static_cast<long long>(first.clock_spread()));
   }
   return 0;
@@ -245,7 +249,8 @@ int main(int argc, char** argv) {
       "Usage: psctl status|checkpoint|shutdown|token|plan --config=cluster.textproto\n"
       "  status      each shard (address, version, variables, bytes, pushes, checkpoints written\n"
       "              and failed), each embedding table's share of each shard (rows, bytes,\n"
-      "              rows admitted and refused) and each worker (last step, lag behind the PS,\n"
+      "              rows admitted and refused), what each shard refused (exchanges, sessions,\n"
+      "              connections, region handoffs) and each worker (last step, lag behind the PS,\n"
       "              last seen, pushes dropped)\n"
       "  checkpoint  every shard writes a checkpoint now (needs training.checkpoint.dir)\n"
       "  shutdown    every shard stops cleanly; workers then exit\n"

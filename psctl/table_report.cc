@@ -21,4 +21,16 @@ std::string EmbeddingTableReport(const std::vector<StatsResponse>& shards) {
   return report;
 }
 
+std::string RefusalReport(const std::vector<StatsResponse>& shards) {
+  std::string report = absl::StrFormat("%-6s %9s %9s %11s %16s\n", "shard", "exchanges",
+                                       "sessions", "connections", "region_handoffs");
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const StatsResponse& shard = shards[s];
+    absl::StrAppendFormat(&report, "%-6s %9d %9d %11d %16d\n", absl::StrCat("ps:", s),
+                          shard.exchanges_refused(), shard.sessions_refused(),
+                          shard.connections_refused(), shard.region_handoffs_refused());
+  }
+  return report;
+}
+
 }  // namespace pst

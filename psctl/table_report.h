@@ -1,6 +1,7 @@
-// psctl status's embedding-table section: each table's share on each
-// shard (rows held, the memory they take, rows created, and new rows
-// refused at the row limit), from the shards' Stats.
+// psctl status's sections read from the shards' Stats: each embedding
+// table's share on each shard (rows held, the memory they take, rows
+// created, and new rows refused at the row limit), and what each shard
+// refused of its callers.
 #ifndef PST_PSCTL_TABLE_REPORT_H_
 #define PST_PSCTL_TABLE_REPORT_H_
 
@@ -15,6 +16,12 @@ namespace pst {
 // (shards in order, tables as each shard lists them); "" when no shard
 // holds a table.
 std::string EmbeddingTableReport(const std::vector<StatsResponse>& shards);
+
+// The refusals' lines, a header line first, one line per shard: exchanges
+// refused for load, calls refused for a worker another process holds, TCP
+// connections reset at the per-source cap, and shared-memory region
+// handoffs refused.
+std::string RefusalReport(const std::vector<StatsResponse>& shards);
 
 }  // namespace pst
 

@@ -94,6 +94,12 @@ namespace {
 // Marks an error as a shard's answer (the value: the shard's index).
 constexpr char kShardAnswerPayload[] = "type.pstrain/shard_answer";
 
+// gRPC's own refusal of a message over its size limit ("Received message
+// larger than max (N vs. M)", or "Sent ..." on this side).
+bool IsMessageSizeRefusal(absl::string_view message) {
+  return absl::StrContains(message, "larger than max");
+}
+
 }  // namespace
 
 bool NamesItsShard(const absl::Status& status) {
@@ -108,8 +114,7 @@ bool IsTransientShardError(const absl::Status& status) {
     case absl::StatusCode::kNotFound:
       return true;
     case absl::StatusCode::kResourceExhausted:
-      // gRPC's own refusal of a message over its size limit.
-      return !absl::StrContains(status.message(), "larger than max");
+      return !IsMessageSizeRefusal(status.message());
     default:
       return false;
   }
@@ -166,8 +171,12 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
     grpc::ClientContext context;
     PrepareContext(&context, kRpcDeadline);
     grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
-    if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      // Init is the one call that carries a shard's whole share at once.
+    // Init is the one call that carries a shard's whole share at once, so
+    // gRPC's refusal of a message over its size limit is about the share;
+    // any other RESOURCE_EXHAUSTED (the shard short of memory or busy with
+    // other Inits) is the shard's to explain, in its own words.
+    if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+        IsMessageSizeRefusal(rpc.error_message())) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "ps:", s, " (", shards_[s].address, "): its share of the model (",
           request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "

@@ -141,6 +141,12 @@ TEST(ConfigTest, BadConfigsSayWhatAndWhere) {
        absl::StatusCode::kInvalidArgument, "MSE does not fit"},
       {"zero-width layer", replace("hidden: 16", "hidden: 0"), {},
        absl::StatusCode::kInvalidArgument, "training.model.mlp.hidden[0]"},
+      // Accepted at load, then every shard refused the MLP worker's Init.
+      {"embedding tables in an mlp job",
+       replace("hidden: 16 }", "hidden: 16 } embeddings { name: \"t\" dim: 4 }"), {},
+       absl::StatusCode::kInvalidArgument,
+       "config field training.model.embeddings declares 1 table(s), but the built-in mlp model "
+       "trains none"},
       {"bad mode flag", good, Overridden({{"mode", "fast"}}),
        absl::StatusCode::kInvalidArgument,
        "--mode: unknown mode \"fast\"; use sync, async or ssp"},

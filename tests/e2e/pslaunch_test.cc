@@ -206,6 +206,7 @@ TEST(PsctlTest, StatusCheckpointAndShutdownOfALiveCluster) {
   EXPECT_THAT(status.out, HasSubstr("ps:0"));
   EXPECT_THAT(status.out, HasSubstr("worker:1"));
   EXPECT_THAT(status.out, HasSubstr("live"));
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("region_handoffs\nps:0( +[0-9]+){4}\n"));
   CommandResult checkpoint = RunCommand(absl::StrCat(Bin("psctl"), " checkpoint --config=", config), 30);
   EXPECT_EQ(checkpoint.exit_code, 0) << checkpoint.err;
   EXPECT_THAT(checkpoint.out, HasSubstr(dir + "/ckpt/shard-0/ckpt-"));

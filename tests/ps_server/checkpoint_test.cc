@@ -174,6 +174,30 @@ TEST(CheckpointTest, TornAndCorruptedFilesAreRejectedForTheNewestValidOne) {
   EXPECT_THAT(rejected[1], HasSubstr("fails its checksum"));
 }
 
+// zlib takes a piece's length in 32 bits: the checksum is fed in pieces,
+// and is the same whatever their size. (Files of 4 GiB or more are summed
+// in kCrc32PieceBytes pieces, which the code asserts fit 32 bits; the
+// pieces are exercised here on small buffers.)
+TEST(CheckpointTest, ThePayloadChecksumIsTheSameWhateverItsPieces) {
+  // The CRC-32 check value (ISO-HDLC) of "123456789".
+  for (size_t piece : {size_t{0}, size_t{1}, size_t{2}, size_t{4}, size_t{8}, size_t{9},
+                       size_t{100}, kCrc32PieceBytes}) {
+    SCOPED_TRACE(piece);
+    EXPECT_EQ(PayloadCrc32("123456789", piece), 0xCBF43926u);
+  }
+  std::string payload(100000, '\0');
+  uint32_t state = 1;
+  for (char& c : payload) c = static_cast<char>((state = state * 1664525u + 1013904223u) >> 24);
+  const uint32_t whole = PayloadCrc32(payload, payload.size());
+  EXPECT_EQ(PayloadCrc32(payload), whole);
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{4096}, size_t{99999}}) {
+    SCOPED_TRACE(piece);
+    EXPECT_EQ(PayloadCrc32(payload, piece), whole);
+  }
+  payload[77777] ^= 1;
+  EXPECT_NE(PayloadCrc32(payload, 4096), whole);
+}
+
 TEST(CheckpointTest, AFifoNamedLikeACheckpointIsRefusedWithoutWaiting) {
   auto shard = MomentumShard();
   Init(shard.get());

@@ -41,6 +41,20 @@ TEST(ShardMetricsTest, AScrapeReadsOneStatsSnapshot) {
   EXPECT_THAT(text, HasSubstr("\npst_ps_live_workers" + labels + " 2\n"));
 }
 
+// Refused shared-memory region handoffs are a counter of their own.
+TEST(ShardMetricsTest, RefusedRegionHandoffsAreCounted) {
+  metrics::Exposition exposition;
+  exposition.Add(ShardStatsMetrics({{"task", "ps:0"}, {"shard", "0"}}, [] {
+    StatsResponse stats;
+    stats.set_region_handoffs_refused(4);
+    return stats;
+  }));
+  const std::string text = exposition.Render();
+  EXPECT_THAT(text,
+              HasSubstr("\npst_ps_region_handoffs_refused_total{shard=\"0\",task=\"ps:0\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_region_handoffs_refused_total counter\n"));
+}
+
 // Each worker the shard knows is a series of its own, worker="N".
 TEST(ShardMetricsTest, EachWorkerIsASeriesLabelledWithIt) {
   metrics::Exposition exposition;

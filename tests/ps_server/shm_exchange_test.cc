@@ -426,6 +426,34 @@ TEST_F(ShmExchangeTest, AnUnsealedDescriptorIsRefusedAndANonceServesOnce) {
   EXPECT_EQ(server_.service->shared_regions(), 1);
 }
 
+// Refused handoffs reach Stats: a descriptor under a nonce no attach gave
+// out, and a malformed message. (The inbox counts a refusal once it has
+// answered, so the test waits for the count.)
+TEST_F(ShmExchangeTest, RefusedHandoffsAreInStats) {
+  ShmAttachRequest request;
+  request.set_worker(0);
+  request.set_bytes(2 * kBytes);
+  request.set_boot_id(*HostBootId());
+  request.set_sealed(true);
+  ShmAttachResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->ShmAttach(&context, request, &response).ok());
+  std::unique_ptr<SharedRegion> region = NewRegion();
+  const std::string unknown_nonce(kHandoffNonceBytes, 'x');
+  EXPECT_FALSE(
+      HandOverRegion(response.handoff_socket(), unknown_nonce, region->fd(), absl::Seconds(30))
+          .ok());
+  EXPECT_FALSE(HandOverRegion(response.handoff_socket(), "short", region->fd(), absl::Seconds(30))
+                   .ok());
+  auto refused = [&] {
+    StatsResponse stats;
+    grpc::ClientContext stats_context;
+    EXPECT_TRUE(stub_->Stats(&stats_context, StatsRequest(), &stats).ok());
+    return stats.region_handoffs_refused();
+  };
+  EXPECT_TRUE(Eventually([&] { return refused() == 2; })) << refused();
+}
+
 TEST_F(ShmExchangeTest, NonFiniteGradientsInTheRegionAreRefused) {
   // float32 at an aligned offset is applied where it lies, anything else
   // from a copy: both refuse, naming the gradient and the element.

@@ -134,7 +134,28 @@ TEST_F(WorkerLedgerTest, ASilentWorkerLeavesTheLiveSetAndComesBackWhenHeard) {
     EXPECT_TRUE(ledger_.live(1));
     EXPECT_TRUE(ledger_.progress()[1].live);
   }
-  EXPECT_EQ(Stats().live_workers(), 3);
+  // Stats calls live only a worker heard from: 0 and 2 never were.
+  const StatsResponse stats = Stats();
+  EXPECT_EQ(stats.live_workers(), 1);
+  EXPECT_FALSE(stats.workers(0).live());
+  EXPECT_TRUE(stats.workers(1).live());
+}
+
+// A worker never heard from is not live in Stats, though the policy still
+// waits for it (it may be starting), and SSP's spread still spans it.
+TEST_F(WorkerLedgerTest, AWorkerNeverHeardFromIsNotLiveInStats) {
+  {
+    absl::MutexLock lock(&mu_);
+    ledger_.Heard(1);
+    ledger_.RecordPush(1, /*computed_at=*/0, /*staleness=*/0);
+    EXPECT_TRUE(ledger_.progress()[0].live);
+  }
+  const StatsResponse stats = Stats();
+  EXPECT_EQ(stats.live_workers(), 1);
+  EXPECT_FALSE(stats.workers(0).live());
+  EXPECT_EQ(stats.workers(0).seconds_since_seen(), -1.0);
+  EXPECT_TRUE(stats.workers(1).live());
+  EXPECT_EQ(stats.clock_spread(), 1);
 }
 
 }  // namespace

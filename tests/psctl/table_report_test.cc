@@ -40,5 +40,19 @@ TEST(EmbeddingTableReportTest, IsEmptyWithoutTables) {
   EXPECT_EQ(EmbeddingTableReport(std::vector<StatsResponse>(3)), "");
 }
 
+// Each shard's refusals on a line of its own, region handoffs included.
+TEST(RefusalReportTest, ShowsEachShardsRefusals) {
+  std::vector<StatsResponse> shards(2);
+  shards[0].set_exchanges_refused(3);
+  shards[0].set_sessions_refused(1);
+  shards[1].set_connections_refused(5);
+  shards[1].set_region_handoffs_refused(17);
+  const std::string report = RefusalReport(shards);
+  EXPECT_THAT(report, HasSubstr("region_handoffs"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("ps:0 +3 +1 +0 +0\n"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("ps:1 +0 +0 +5 +17\n"));
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 3);
+}
+
 }  // namespace
 }  // namespace pst

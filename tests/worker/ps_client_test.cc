@@ -11,14 +11,18 @@ namespace {
 
 // Connect needs only channels that connect: one gRPC server per shard
 // serving the generated (unimplemented) service is enough.
+// `service`, if given, answers instead; `max_receive_bytes`, if given, is
+// the servers' limit on a message.
 class Shards {
  public:
-  explicit Shards(int n) {
+  explicit Shards(int n, ParameterServer::Service* service = nullptr,
+                  int max_receive_bytes = -1) {
     for (int i = 0; i < n; ++i) {
       grpc::ServerBuilder builder;
       int port = 0;
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-      builder.RegisterService(&service_);
+      builder.RegisterService(service != nullptr ? service : &service_);
+      if (max_receive_bytes >= 0) builder.SetMaxReceiveMessageSize(max_receive_bytes);
       servers_.push_back(builder.BuildAndStart());
       addresses_.push_back("127.0.0.1:" + std::to_string(port));
     }
@@ -42,6 +46,44 @@ TEST(PsClientTest, InitRefusesAModelThatLeavesAShardEmpty) {
   absl::StatusOr<bool> init = (*client)->Init({one});
   EXPECT_EQ(init.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(init.status().message(), ::testing::HasSubstr("run fewer PS shards"));
+}
+
+// Init's RESOURCE_EXHAUSTED is the share's size only when gRPC refused the
+// message for it; any other is the shard's own answer, passed on.
+TEST(PsClientTest, AnInitOverTheShardsMessageLimitIsSaidToBeTooLarge) {
+  Shards servers(1, nullptr, /*max_receive_bytes=*/64);
+  auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->SetVariables({{"w", {100}}});
+  const std::vector<float> values(100, 1.0f);
+  absl::StatusOr<bool> init = (*client)->Init({values});
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(init.status().message(), ::testing::HasSubstr("more than it accepts in one request"));
+  EXPECT_THAT(init.status().message(), ::testing::HasSubstr("--max_message_bytes"));
+}
+
+class BusyShard : public ParameterServer::Service {
+ public:
+  grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "Inits of 900 bytes wait to be checked, the most this PS holds; try again");
+  }
+};
+
+TEST(PsClientTest, AShardsOwnResourceRefusalOfInitIsPassedOnAsItsOwn) {
+  BusyShard busy;
+  Shards servers(1, &busy);
+  auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->SetVariables({{"w", {100}}});
+  const std::vector<float> values(100, 1.0f);
+  absl::StatusOr<bool> init = (*client)->Init({values});
+  EXPECT_EQ(init.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(init.status().message(), ::testing::HasSubstr("ps:0 ("));
+  EXPECT_THAT(init.status().message(), ::testing::HasSubstr("wait to be checked"));
+  EXPECT_THAT(init.status().message(),
+              ::testing::Not(::testing::HasSubstr("more than it accepts in one request")));
+  EXPECT_TRUE(NamesItsShard(init.status()));
 }
 
 TEST(PsClientTest, UnreachableShardIsUnavailableAndNamed) {
