@@ -2,9 +2,10 @@
 // carries (the shard's --max_reply_bytes and --max_message_bytes, which
 // Register learns): against real in-process shards with small limits, the
 // rows come back as from shards with the default limits, over TCP and
-// shared memory; in SYNC the pieced pull reads the step both workers'
-// pushes made, one version per step; a push whose rows are more than one
-// request is refused, naming the shard and the flag, before it is sent.
+// shared memory, whether the answer or the request bounds them; in SYNC
+// the pieced pull reads the step both workers' pushes made, one version
+// per step; a push whose rows are more than one request is refused,
+// naming the shard and the flag, before it is sent.
 #include <cmath>
 #include <cstdint>
 #include <thread>
@@ -193,6 +194,25 @@ INSTANTIATE_TEST_SUITE_P(Transports, PiecesTest,
                          [](const ::testing::TestParamInfo<PsClient::Transport>& info) {
                            return info.param == PsClient::Transport::kTcp ? "Tcp" : "Shm";
                          });
+
+// A request bounds the ids one pull names as an answer bounds the rows:
+// 40000 ids are 160 KB per shard, past a 128 KiB request.
+TEST(IdPiecesTest, IdsPastOneRequestArePieced) {
+  const std::vector<uint64_t> ids = MixedIds(40000, 4);
+  std::vector<float> rows[2];
+  for (int pieced = 0; pieced < 2; ++pieced) {
+    std::unique_ptr<InProcessCluster> cluster = StartCluster(
+        ASYNC, 1,
+        pieced ? RpcLimits{.max_request_bytes = 128 << 10, .max_reply_bytes = 1 << 20}
+               : RpcLimits{});
+    ASSERT_NE(cluster, nullptr);
+    std::unique_ptr<PsClient> client = Connect(*cluster, 0, PsClient::Transport::kTcp);
+    ASSERT_NE(client, nullptr);
+    rows[pieced] = PullRows(client.get(), ids);
+  }
+  EXPECT_THAT(rows[1], ::testing::Each(::testing::Not(::testing::IsNan())));
+  EXPECT_EQ(rows[1], rows[0]);
+}
 
 // Two SYNC workers push the same rows: the step lands once, as one version
 // on each shard, and every part of each worker's pieced pull reads it.
