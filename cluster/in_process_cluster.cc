@@ -8,8 +8,8 @@
 
 namespace pst {
 
-absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobConfig config,
-                                                                          int num_shards) {
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
+    JobConfig config, int num_shards, const RpcLimits& limits) {
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster());
   config.mutable_cluster()->clear_ps();
   for (int s = 0; s < num_shards; ++s) {
@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(JobCon
     absl::StatusOr<std::unique_ptr<ParameterShard>> shard = ParameterShard::Create(options);
     if (!shard.ok()) return shard.status();
     absl::StatusOr<RunningServer> server =
-        StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{});
+        StartGrpcServer("127.0.0.1:0", shard->get(), AdminHooks{}, ClusterSecurity::Plaintext(),
+                        limits);
     if (!server.ok()) return server.status();
     config.mutable_cluster()->add_ps(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards_.push_back(std::move(*shard));

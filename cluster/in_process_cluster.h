@@ -27,8 +27,9 @@ struct ClusterRun {
 class InProcessCluster {
  public:
   // Starts `num_shards` shards for `config` (its cluster.ps is replaced by
-  // the addresses actually bound).
-  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(JobConfig config, int num_shards);
+  // the addresses actually bound), each holding its clients to `limits`.
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(JobConfig config, int num_shards,
+                                                                 const RpcLimits& limits = {});
   ~InProcessCluster();
 
   const JobConfig& config() const { return config_; }

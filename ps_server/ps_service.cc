@@ -139,6 +139,8 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
   using Service = ParameterServerService;
   register_ = AnswerForWorker<RegisterRequest, RegisterResponse>(
       &Service::RequestRegister, [this](const auto& request, auto* response) {
+        response->set_max_request_bytes(limits_.max_request_bytes);
+        response->set_max_reply_bytes(limits_.max_reply_bytes);
         return server_->Register(request, response);
       });
   init_ = {.service = this,

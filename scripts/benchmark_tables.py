@@ -394,6 +394,20 @@ def table_bench(rows):
     return {"scale": scale, "bound": bound, "stall": stall}
 
 
+def ctr_scale(rows):
+    return {"": table(
+        ["id range", "rows created", "rows refused", "training examples", "job", "samples/s",
+         "PS peak RSS MiB (both shards)", "test AUC", "planted model's test AUC",
+         "load average (1 min)", "runs"],
+        ["---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["rows"], f"{r['rows_created']:.0f}", f"{r['rows_refused']:.0f}", r["train_examples"],
+          f"{r['mode']}, {r['workers']} workers x {r['batch_size']}, {r['shards']} shards",
+          spread(r, "samples_per_sec", 0), spread(r, "ps_peak_rss_mib", 0),
+          spread(r, "test_auc", 4), "n/a" if r.get("planted_auc") is None
+          else f"{r['planted_auc']:.4f}", spread(r, "load_1min", 2), r["runs"])
+         for r in rows])}
+
+
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": ctr_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
@@ -402,7 +416,7 @@ TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": 
           "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
           "netns_cluster": netns_cluster, "cost_model": cost_model,
-          "python_client": python_client, "table_bench": table_bench}
+          "python_client": python_client, "table_bench": table_bench, "ctr_scale": ctr_scale}
 
 
 def read_rows(path):

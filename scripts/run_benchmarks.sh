@@ -13,7 +13,8 @@
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
 # ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
-# python_client table_bench. ONLY without machine keeps machine.json as it is.
+# python_client table_bench ctr_scale. ONLY without machine keeps machine.json
+# as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
 # cost_model redraws from its constants. Run it on a quiet machine, on a
 # Release build in build/ (scripts/build.sh). train_vs_torch and
@@ -39,7 +40,7 @@ DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
        ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
-       python_client table_bench)
+       python_client table_bench ctr_scale)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -255,6 +256,10 @@ table_bench() {
   run_to $WORK/table_bench_stall.json build/bin/table_bench --measure=stall --rows=5000000 \
     --rounds="$(rounds 3)" --json
   [[ -n $DRY_RUN ]] || cat $WORK/table_bench_{scale,bound,stall}.json >"$BENCH_DIR/table_bench.json"
+}
+
+ctr_scale() {
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --json="$BENCH_DIR/ctr_scale.json"
 }
 
 for kind in ${ONLY//,/ }; do

@@ -17,6 +17,18 @@
 #include "worker/worker_metrics.h"
 
 namespace pst {
+namespace {
+
+// What a message adds to the rows it carries: the header's fields (the
+// worker, versions, the pull's settings), and per variable slice its name,
+// shape and framing.
+constexpr int64_t kMessageFraming = 4096;
+constexpr int64_t kSliceFraming = 256;
+// A shard whose limits are not known (no Register yet) bounds nothing here;
+// far below overflow when budgets are subtracted from it.
+constexpr int64_t kNoLimit = int64_t{1} << 60;
+
+}  // namespace
 
 void PsClient::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
@@ -74,14 +86,69 @@ absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowG
   if (push.empty() && pull.empty() && (!pushes || tables_.empty())) return std::nullopt;
   PST_ASSIGN_OR_RETURN(RowSplit split, RowSplit::Make(tables_, num_shards(), wire_dtype_, push,
                                                       pull, /*push_every_table=*/pushes));
+  for (int s = 0; s < num_shards(); ++s) {
+    const Shard& shard = shards_[s];
+    const int64_t max_request = shard.max_request_bytes > 0 ? shard.max_request_bytes : kNoLimit;
+    const int64_t max_reply = shard.max_reply_bytes > 0 ? shard.max_reply_bytes : kNoLimit;
+    const int64_t push_bytes = split.push_rows_bytes(s);
+    if (push_bytes > max_request) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ps:", s, " (", shard.address, "): the rows this push carries to it (", push_bytes,
+          " bytes) are more than it takes in one request (", shard.max_request_bytes,
+          " bytes, ps_server --max_message_bytes); a push is one update and is not pieced: "
+          "use a smaller batch or more PS shards, or raise --max_message_bytes"));
+    }
+    if (!split.pulls()) continue;
+    // What else the exchange's first message carries: its header, one
+    // chunk of a dense push, and, in a 16-bit wire type, the dense answer
+    // (the shard encodes it beside the rows).
+    const int64_t framing =
+        kMessageFraming + kSliceFraming * static_cast<int64_t>(shard.slices.size());
+    const int64_t dense_pushed = pushes ? std::min(kChunkBytes, WireBytes(s)) : 0;
+    const int64_t dense_answered = DTypeBytes(wire_dtype_) != sizeof(float) ? WireBytes(s) : 0;
+    const RowSplit::PullBudget first{
+        .request_bytes = max_request - framing - push_bytes - dense_pushed,
+        .reply_bytes = max_reply - framing - dense_answered};
+    const RowSplit::PullBudget rest{.request_bytes = max_request - kMessageFraming,
+                                    .reply_bytes = max_reply - kMessageFraming};
+    if (absl::Status pieced = split.PieceOutPull(s, first, rest); !pieced.ok()) {
+      return absl::Status(pieced.code(), absl::StrCat("ps:", s, " (", shard.address, "): ",
+                                                      pieced.message()));
+    }
+  }
   return split;
+}
+
+absl::Status PsClient::PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
+                                         absl::Duration timeout) {
+  static const std::vector<std::span<float>> kNoVariables;
+  int parts = 0;
+  for (int s = 0; s < num_shards(); ++s) parts = std::max(parts, split->pull_parts(s));
+  std::vector<int64_t> answered(shards_.size());
+  for (int part = 1; part < parts; ++part) {
+    std::vector<ShardExchange> exchanges;
+    for (int s = 0; s < num_shards(); ++s) {
+      if (split->pull_parts(s) <= part) continue;
+      ShardExchange& exchange = exchanges.emplace_back();
+      exchange.shard = s;
+      exchange.rows_part = part;
+      exchange.rows = split;
+      exchange.pull = MakePullRequest(versions[s], timeout);
+      exchange.pull->set_rows_only(true);
+      split->MovePullRows(s, part, &*exchange.pull);
+      exchange.out = &kNoVariables;
+      exchange.version = &answered[s];
+    }
+    PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  }
+  return absl::OkStatus();
 }
 
 void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
   if (!split) return;
   for (ShardExchange& exchange : *exchanges) {
     exchange.rows = &*split;
-    if (exchange.pull) split->MovePullRows(exchange.shard, &*exchange.pull);
+    if (exchange.pull) split->MovePullRows(exchange.shard, /*part=*/0, &*exchange.pull);
   }
 }
 
@@ -153,6 +220,14 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
     return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
   });
   if (!status.ok()) return status;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (responses[s].max_request_bytes() > 0) {
+      shards_[s].max_request_bytes = responses[s].max_request_bytes();
+    }
+    if (responses[s].max_reply_bytes() > 0) {
+      shards_[s].max_reply_bytes = responses[s].max_reply_bytes();
+    }
+  }
   return responses[0];
 }
 
@@ -210,7 +285,8 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
     exchange.version = &(*versions)[s];
   }
   AttachRows(split, &exchanges);
-  return RunExchanges(exchanges);
+  PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
 absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
@@ -228,7 +304,8 @@ absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::
     exchange.version = &(*versions)[s];
   }
   AttachRows(split, &exchanges);
-  return RunExchanges(exchanges);
+  PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
 PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
@@ -300,7 +377,8 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
     exchange.response = &(*responses)[s];
   }
   AttachRows(split, &exchanges);
-  return RunExchanges(exchanges);
+  PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
 absl::Status PsClient::Heartbeat() {

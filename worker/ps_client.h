@@ -24,7 +24,16 @@
 // shard its own ids, and the gradient rows for a push, inline in the
 // headers of the same Exchange call that carries the dense tensors (over
 // TCP and with a shared region alike), and scatters the rows the shards
-// answer back into the caller's order. Rows travel in the wire dtype. A
+// answer back into the caller's order. A shard's pulled rows that one call
+// cannot carry (past the shard's --max_message_bytes or --max_reply_bytes,
+// which Register learns) are pieced: what fits goes with the exchange, and
+// the rest follows in pulls of rows alone, at the version the exchange
+// answered (in SYNC the shard's version cannot move on before this worker
+// pushes again, so every part reads the same step, unless
+// replicas_to_aggregate lets steps land without it). Pushed rows are one
+// update, never pieced (worker/row_split.h); a push whose rows are more
+// than a shard takes in one request is refused before it is sent. Rows
+// travel in the wire dtype. A
 // model without tables pays nothing for them: every rows argument
 // defaults to empty, and no row state is made.
 #ifndef PST_WORKER_PS_CLIENT_H_
@@ -139,7 +148,8 @@ class PsClient {
   // cannot share memory.
   absl::StatusOr<Tensors> AllocateTensors();
 
-  // Registers with every shard; returns shard 0's answer.
+  // Registers with every shard, and learns each one's size limits; returns
+  // shard 0's answer.
   absl::StatusOr<RegisterResponse> Register();
 
   // Offers initial values (one span per variable), and the embedding
@@ -261,6 +271,10 @@ class PsClient {
     bool tensors_in_region = false;
     bool shm_refused = false;
     bool shm_logged = false;
+    // The shard's size limits, from Register's answer (0: not known, and
+    // nothing is pieced or refused for them).
+    int64_t max_request_bytes = 0;
+    int64_t max_reply_bytes = 0;
   };
   PsClient(int worker) : worker_(worker) {}
 
@@ -290,9 +304,12 @@ class PsClient {
   // into `out`, its version into `version`; `response` gets what became of
   // the push. `rows`, if given, holds the exchange's rows: shard s's pushed
   // rows go in its header, its pulled ids are in `pull` already, and the
-  // rows it answers are taken into the caller's spans.
+  // rows it answers are taken into the caller's spans. `rows_part`: which
+  // part of the shard's pieced pull this exchange carries; only part 0
+  // carries the pushed rows.
   struct ShardExchange {
     int shard = 0;
+    int rows_part = 0;
     int64_t computed_at = 0;
     const std::vector<std::span<const float>>* gradients = nullptr;
     RowSplit* rows = nullptr;
@@ -329,6 +346,10 @@ class PsClient {
   absl::StatusOr<std::optional<RowSplit>> SplitRows(std::span<const RowGradients> push,
                                                     std::span<const RowValues> pull,
                                                     bool pushes) const;
+  // After the exchange that carried part 0 of `split`'s pulled rows: pulls
+  // the further parts, rows only, at `versions` (the exchange's answer).
+  absl::Status PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
+                                 absl::Duration timeout);
   // Prepares exchanges[s] (shard s's, `pull` set if it pulls) to carry
   // `split`'s rows.
   static void AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges);

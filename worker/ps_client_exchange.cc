@@ -108,7 +108,7 @@ void LayerwiseExchange::Start() {
     // The answer in the shard's own slice order: the model's, first layer first.
     call.pull = client_->MakePullRequest(min_versions_[s], timeout_);
     for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
-    if (rows_) rows_->MovePullRows(static_cast<int>(s), &call.pull);
+    if (rows_) rows_->MovePullRows(static_cast<int>(s), /*part=*/0, &call.pull);
     const int shard_index = static_cast<int>(s);
     call.call = std::make_unique<ShardCall>(
         shard.generic.get(), &client_->driver_, timeout_ + PsClient::kRpcDeadline,
@@ -262,7 +262,8 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
       }
     }
     if (status.ok() && rows_ && rows_->pulls()) {
-      if (absl::Status taken = rows_->TakeAnswer(static_cast<int>(s), call.answer.header);
+      if (absl::Status taken =
+              rows_->TakeAnswer(static_cast<int>(s), /*part=*/0, call.answer.header);
           !taken.ok()) {
         status = client_->ShardError(static_cast<int>(s), taken);
       }
@@ -277,7 +278,8 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
       first_problem = status;
     }
   }
-  return first_problem;
+  if (!first_problem.ok() || !rows_) return first_problem;
+  return client_->PullRemainingRows(&*rows_, *versions, timeout_);
 }
 
 void LayerwiseExchange::Cancel() {

@@ -230,9 +230,10 @@ grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExch
     }
   }
   ChunkBuilder builder;
-  EmbeddingRowsList* rows = exchange.rows != nullptr && exchange.rows->pushes()
-                                ? exchange.rows->push_rows(exchange.shard)
-                                : nullptr;
+  EmbeddingRowsList* rows =
+      exchange.rows != nullptr && exchange.rows->pushes() && exchange.rows_part == 0
+          ? exchange.rows->push_rows(exchange.shard)
+          : nullptr;
   if (rows != nullptr) {
     header.set_computed_at_version(exchange.computed_at);
     header.mutable_rows()->Swap(rows);  // lent while the header is serialized

@@ -232,7 +232,8 @@ absl::Status PsClient::RunExchanges(const std::vector<ShardExchange>& exchanges)
       GetWorkerMetrics().bytes_in.Increment(bytes);
     }
   }
-  if (!exchanges.empty() && exchanges[0].rows != nullptr) {
+  // Rows are counted once per exchange, with the call that carried part 0.
+  if (!exchanges.empty() && exchanges[0].rows != nullptr && exchanges[0].rows_part == 0) {
     GetWorkerMetrics().bytes_out.Increment(exchanges[0].rows->push_bytes());
     GetWorkerMetrics().bytes_in.Increment(exchanges[0].rows->pull_bytes());
   }
@@ -246,9 +247,10 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
   auto open = std::make_unique<OpenExchange>();
   open->shared = shared;
   open->answer.rows_only = exchange.pull && exchange.pull->rows_only();
-  EmbeddingRowsList* rows = exchange.rows != nullptr && exchange.rows->pushes()
-                                ? exchange.rows->push_rows(s)
-                                : nullptr;
+  EmbeddingRowsList* rows =
+      exchange.rows != nullptr && exchange.rows->pushes() && exchange.rows_part == 0
+          ? exchange.rows->push_rows(s)
+          : nullptr;
   const absl::Duration wait =
       exchange.pull ? absl::Milliseconds(exchange.pull->timeout_ms()) : absl::ZeroDuration();
   OpenExchange* taking = open.get();
@@ -340,7 +342,8 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
     return absl::InternalError(absl::StrCat("ps:", s, " exchange: ", finished.message()));
   }
   if (exchange.rows != nullptr && exchange.rows->pulls()) {
-    if (absl::Status taken = exchange.rows->TakeAnswer(s, answer.header); !taken.ok()) {
+    if (absl::Status taken = exchange.rows->TakeAnswer(s, exchange.rows_part, answer.header);
+        !taken.ok()) {
       return ShardError(s, taken);
     }
   }

@@ -1,5 +1,6 @@
 #include "worker/row_split.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -9,6 +10,10 @@
 
 namespace pst {
 namespace {
+
+// A table's name aside, what one table's rows add to a message: tags,
+// lengths and the dtype.
+constexpr int64_t kTableFraming = 40;
 
 absl::Status Invalid(const EmbeddingTableConfig& table, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("embedding table \"", table.name(), "\": ", what));
@@ -121,45 +126,118 @@ absl::StatusOr<RowSplit> RowSplit::Make(const std::vector<EmbeddingTableConfig>&
       }
     }
   }
+  if (!pull.empty()) {
+    for (PerShard& shard : split.shards_) shard.pulls.resize(1);
+  }
   for (size_t k = 0; k < pull.size(); ++k) {
     const RowValues& rows = pull[k];
     const EmbeddingTableConfig& config = tables[rows.table];
     spread(rows.ids);
     std::vector<std::string*> ids(num_shards);
     for (int s = 0; s < num_shards; ++s) {
-      PerShard& shard = split.shards_[s];
-      EmbeddingRows* out = shard.pull.Add();
+      PullPart& part = split.shards_[s].pulls[0];
+      EmbeddingRows* out = part.rows.Add();
       ids[s] = out->mutable_ids();
       out->set_table(config.name());
       out->mutable_ids()->reserve(counts[s] * sizeof(uint64_t));
-      shard.pull_of.push_back(static_cast<int>(k));
-      shard.positions.emplace_back().reserve(counts[s]);
+      part.pull_of.push_back(static_cast<int>(k));
+      part.positions.emplace_back().reserve(counts[s]);
     }
     for (size_t i = 0; i < rows.ids.size(); ++i) {
       AppendId(rows.ids[i], ids[shard_of[i]]);
-      split.shards_[shard_of[i]].positions.back().push_back(static_cast<uint32_t>(i));
+      split.shards_[shard_of[i]].pulls[0].positions.back().push_back(static_cast<uint32_t>(i));
     }
     split.pull_bytes_ += static_cast<int64_t>(rows.ids.size() * config.dim() * element_bytes);
   }
   return split;
 }
 
-void RowSplit::MovePullRows(int shard, PullRequest* request) {
-  request->mutable_rows()->Swap(&shards_[shard].pull);
+int64_t RowSplit::push_rows_bytes(int s) const {
+  int64_t bytes = 0;
+  for (const EmbeddingRows& rows : shards_[s].push) {
+    bytes += static_cast<int64_t>(rows.ids().size() + rows.data().size() + rows.table().size()) +
+             kTableFraming;
+  }
+  return bytes;
 }
 
-absl::Status RowSplit::TakeAnswer(int s, const PullResponse& answer) const {
-  const PerShard& shard = shards_[s];
-  if (answer.rows_size() != static_cast<int>(shard.pull_of.size())) {
+absl::Status RowSplit::PieceOutPull(int s, const PullBudget& first, const PullBudget& rest) {
+  PerShard& shard = shards_[s];
+  if (shard.pulls.size() != 1) return absl::OkStatus();
+  const int element_bytes = DTypeBytes(wire_dtype_);
+  auto row_bytes_of = [&](int k) {
+    return int64_t{(*tables_)[pull_[shard.pulls[0].pull_of[k]].table].dim()} * element_bytes;
+  };
+  int64_t request_bytes = 0, reply_bytes = 0;
+  for (int k = 0; k < shard.pulls[0].rows.size(); ++k) {
+    const EmbeddingRows& rows = shard.pulls[0].rows.Get(k);
+    const int64_t framing = static_cast<int64_t>(rows.table().size()) + kTableFraming;
+    const int64_t count = static_cast<int64_t>(shard.pulls[0].positions[k].size());
+    request_bytes += framing + count * static_cast<int64_t>(sizeof(uint64_t));
+    reply_bytes += framing + count * row_bytes_of(k);
+  }
+  if (request_bytes <= first.request_bytes && reply_bytes <= first.reply_bytes) {
+    return absl::OkStatus();
+  }
+  PullPart whole = std::move(shard.pulls[0]);
+  shard.pulls.clear();
+  PullPart* part = &shard.pulls.emplace_back();
+  PullBudget left = first;
+  for (int k = 0; k < whole.rows.size(); ++k) {
+    const EmbeddingRows& rows = whole.rows.Get(k);
+    const std::vector<uint32_t>& positions = whole.positions[k];
+    const int64_t framing = static_cast<int64_t>(rows.table().size()) + kTableFraming;
+    const int64_t row_bytes =
+        int64_t{(*tables_)[pull_[whole.pull_of[k]].table].dim()} * element_bytes;
+    size_t begin = 0;
+    do {
+      const int64_t room = std::min((left.request_bytes - framing) / int64_t{sizeof(uint64_t)},
+                                    (left.reply_bytes - framing) / row_bytes);
+      const size_t take = static_cast<size_t>(
+          std::clamp<int64_t>(room, 0, static_cast<int64_t>(positions.size() - begin)));
+      if (take == 0 && begin < positions.size()) {
+        // Part 0 may have no room at all beside the exchange's push.
+        if (part->rows.empty() && shard.pulls.size() > 1) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "one row of embedding table \"", rows.table(), "\" (", row_bytes,
+              " bytes) is more than one call to the shard may carry (", rest.reply_bytes,
+              " bytes of rows answered, ", rest.request_bytes,
+              " bytes of ids asked); raise ps_server --max_reply_bytes and --max_message_bytes"));
+        }
+        part = &shard.pulls.emplace_back();
+        left = rest;
+        continue;
+      }
+      EmbeddingRows* out = part->rows.Add();
+      out->set_table(rows.table());
+      out->set_ids(rows.ids().substr(begin * sizeof(uint64_t), take * sizeof(uint64_t)));
+      part->pull_of.push_back(whole.pull_of[k]);
+      part->positions.emplace_back(positions.begin() + begin, positions.begin() + begin + take);
+      left.request_bytes -= framing + static_cast<int64_t>(take * sizeof(uint64_t));
+      left.reply_bytes -= framing + static_cast<int64_t>(take) * row_bytes;
+      begin += take;
+    } while (begin < positions.size());
+  }
+  return absl::OkStatus();
+}
+
+void RowSplit::MovePullRows(int shard, int part, PullRequest* request) {
+  std::vector<PullPart>& pulls = shards_[shard].pulls;
+  if (static_cast<size_t>(part) < pulls.size()) request->mutable_rows()->Swap(&pulls[part].rows);
+}
+
+absl::Status RowSplit::TakeAnswer(int s, int part, const PullResponse& answer) const {
+  const PullPart& asked_part = shards_[s].pulls[part];
+  if (answer.rows_size() != static_cast<int>(asked_part.pull_of.size())) {
     return absl::InternalError(absl::StrCat("answered ", answer.rows_size(),
-                                            " tables' rows, expected ", shard.pull_of.size()));
+                                            " tables' rows, expected ", asked_part.pull_of.size()));
   }
   const int element_bytes = DTypeBytes(wire_dtype_);
   for (int k = 0; k < answer.rows_size(); ++k) {
     const EmbeddingRows& rows = answer.rows(k);
-    const RowValues& asked = pull_[shard.pull_of[k]];
+    const RowValues& asked = pull_[asked_part.pull_of[k]];
     const EmbeddingTableConfig& config = (*tables_)[asked.table];
-    const std::vector<uint32_t>& positions = shard.positions[k];
+    const std::vector<uint32_t>& positions = asked_part.positions[k];
     const size_t dim = static_cast<size_t>(config.dim());
     const size_t row_bytes = dim * element_bytes;
     const DType dtype = rows.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : rows.dtype();

@@ -134,6 +134,15 @@ ROWS = {
          **{f"{f}{end}": v for f, v in (("longest_ms", 12.5), ("median_ms", 0.4),
                                         ("quiet_median_ms", 0.3), ("checkpoint_s", 14.0))
             for end in ("", "_min", "_max")}, "load": 12.0}],
+    "ctr_scale": [
+        {"rows": 10000000, "distinct_per_field": 384616, "train_examples": 1500000,
+         "workers": 2, "shards": 2, "mode": "SYNC", "batch_size": 256, "dim": 8, "runs": 1,
+         "planted_auc": 0.7012,
+         **{f"{f}{end}": v for f, v in (("samples_per_sec", 21000.0),
+                                        ("rows_created", 9300000), ("rows_refused", 0),
+                                        ("ps_peak_rss_mib", 1900.4),
+                                        ("test_auc", 0.6801), ("load_1min", 7.5))
+            for end in ("", "_min", "_max")}}],
 }
 
 # What each kind's table shows of ROWS.
@@ -157,6 +166,8 @@ EXPECTED = {
     "cost_model": "| 25 | 1000 MB | 64 | 630 | 320 | 1.4e+03 | none | 520 | 52 |",
     "python_client": "| shm | 4MiB | 900 (900-900) | 950 (950-950) | 1.050 (1.050-1.050) |",
     "table_bench": "| table | 5000000 rows x 16 | 12.5 (12.5-12.5) | 0.40 (0.40-0.40) |",
+    "ctr_scale": "| 10000000 | 9300000 | 0 | 1500000 | SYNC, 2 workers x 256, 2 shards "
+                 "| 21000 (21000-21000) | 1900 (1900-1900) | 0.6801 (0.6801-0.6801) | 0.7012 |",
 }
 
 DOC = """# Benchmarks
