@@ -12,6 +12,7 @@
 #include "ps_server/exchange_shm_path.h"
 #include "ps_server/exchange_tcp_path.h"
 #include "ps_server/ps_metrics.h"
+#include "ps_server/pull_reply.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/worker_session.h"
 

@@ -2,22 +2,19 @@
 // common/server_limits.h). Every RPC of the gRPC service is held to these
 // bounds, so that no request, however crafted, and no number of open or
 // abandoned calls can crash the PS or grow its memory or threads without
-// bound. ps_server sets them from its flags (README, "Limits").
+// bound. ps_server sets them from its flags (README, "Limits"). What an
+// answer may weigh is the core's (ps_server/pull_reply.h).
 #ifndef PST_PS_SERVER_RPC_LIMITS_H_
 #define PST_PS_SERVER_RPC_LIMITS_H_
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/server_limits.h"
 #include "ps.pb.h"
-#include "ps_server/variable_store.h"
 
 namespace pst {
-
-class PulledRows;  // ps_server/parameter_shard.h
 
 // The queue threads `limits` asks for (resolving 0).
 int ServerThreads(const RpcLimits& limits);
@@ -31,17 +28,6 @@ absl::Status CheckPullNames(const PullRequest& request, const RpcLimits& limits)
 // InvalidArgument for a push carrying more than max_names_per_request
 // gradients (the shard refuses repeated ones).
 absl::Status CheckPushSize(const PushRequest& request, const RpcLimits& limits);
-
-// An upper bound of the serialized size of a PullResponse carrying
-// `variables` in `dtype`.
-int64_t PullReplyBytes(const std::vector<const Variable*>& variables, DType dtype);
-// ResourceExhausted if that is more than `max_reply_bytes` (0: no bound).
-absl::Status CheckPullReply(const std::vector<const Variable*>& variables, DType dtype,
-                            int64_t max_reply_bytes);
-// The same for an answer carrying `variables` and `rows` (the PS encodes
-// both), also bounded by what one gRPC message may hold.
-absl::Status CheckPullReply(const std::vector<const Variable*>& variables, const PulledRows& rows,
-                            DType dtype, int64_t max_reply_bytes);
 
 // When a pull's wait for its version ends: `now` plus its timeout_ms (at
 // most max_pull_wait), and never past the call's own deadline.

@@ -5,7 +5,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
-#include "ps_server/rpc_limits.h"
+#include "ps_server/pull_reply.h"
 
 namespace pst {
 namespace {

@@ -18,7 +18,7 @@ namespace pst {
 // What a caller adds to a pull's deadline.
 struct PullBounds {
   // ResourceExhausted, before anything is encoded, if the answer would be
-  // larger (rpc_limits.h: PullReplyBytes). 0: no bound.
+  // larger (pull_reply.h: PullReplyBytes). 0: no bound.
   int64_t max_reply_bytes = 0;
 };
 
