@@ -145,7 +145,7 @@ def build_model(rows, dim, hidden, seed):
                 layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
                 width = h
             layers.append(torch.nn.Linear(width, 1))
-            for layer in layers:  # as worker/mlp.cc: He-uniform before a ReLU, Glorot-uniform last
+            for layer in layers:  # as worker/model/mlp.cc: He-uniform before a ReLU, Glorot-uniform last
                 if isinstance(layer, torch.nn.Linear):
                     fan = layer.in_features if layer is not layers[-1] else \
                         layer.in_features + layer.out_features

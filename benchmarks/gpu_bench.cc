@@ -41,7 +41,7 @@
 #include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "kernels/device.h"
-#include "worker/mlp.h"
+#include "worker/model/mlp.h"
 
 ABSL_FLAG(std::vector<std::string>, widths, std::vector<std::string>({"1024", "2048", "4096", "8192"}),
           "Hidden widths W of the 784-W-W-10 models, comma-separated.");

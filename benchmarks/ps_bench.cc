@@ -55,11 +55,11 @@
 #include "common/security.h"
 #include "common/tensor_codec.h"
 #include "placement/variable_spec.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/ps_service.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/service/ps_service.h"
 #include "rpc/grpc_status.h"
 #include "spdlog/spdlog.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 ABSL_FLAG(std::string, sizes, "4KiB,4MiB,64MiB", "Model sizes (float32 bytes): B, KiB, MiB, GiB.");
 ABSL_FLAG(int, shards, 1, "PS shards.");

@@ -3,7 +3,7 @@
 //
 // Each step is one PushPull: a small dense gradient, the row gradients of
 // this step's unique ids, and the ids of the next step's batch, whose rows
-// come back in the same exchange (worker/ps_client.h: StepRows). The
+// come back in the same exchange (worker/client/ps_client.h: StepRows). The
 // batches (uniform ids from --id_space, unique per batch) are made before
 // the timed loop. Variants (--transports x --batch_rows) alternate within
 // each of --rounds rounds; a row's figures are the median (min-max) over
@@ -32,7 +32,7 @@
 #include "common/mutex_checks.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 ABSL_FLAG(int, shards, 2, "PS shards.");
 ABSL_FLAG(std::string, batch_rows, "1024,16384", "Unique ids per step, comma-separated.");

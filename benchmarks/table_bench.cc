@@ -44,7 +44,7 @@
 #include "common/flags.h"
 #include "common/mutex_checks.h"
 #include "spdlog/spdlog.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 ABSL_FLAG(std::string, measure, "scale", "scale, bound or stall.");
 ABSL_FLAG(int64_t, rows, 10000000, "Rows filled (scale, stall) or one-off ids sent (bound).");

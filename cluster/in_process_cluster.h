@@ -10,10 +10,10 @@
 
 #include "absl/status/statusor.h"
 #include "config.pb.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/ps_service.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/service/ps_service.h"
 #include "result.pb.h"
-#include "worker/trainer.h"
+#include "worker/training/trainer.h"
 
 namespace pst {
 

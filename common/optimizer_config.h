@@ -1,6 +1,6 @@
 // The optimizer a config names, checked, with its documented defaults
 // filled in. Config validation refuses exactly what this refuses, and the PS
-// builds its optimizer (ps_server/optimizer.h) from what this returns, so a
+// builds its optimizer (ps_server/optimizers/optimizer.h) from what this returns, so a
 // config that loads is a config every PS can build its optimizer for.
 #ifndef PST_COMMON_OPTIMIZER_CONFIG_H_
 #define PST_COMMON_OPTIMIZER_CONFIG_H_

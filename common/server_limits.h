@@ -1,6 +1,6 @@
 // The bounds a PS holds each client to (what one client may make a shard
 // spend), set from ps_server's limit flags (common/overrides.h). The checks
-// that enforce them are in ps_server/rpc_limits.h.
+// that enforce them are in ps_server/service/rpc_limits.h.
 //
 // The defaults are sized for a 2-core machine with about 1.5 GB for the
 // PS, and sit well above what training needs: a worker has one exchange

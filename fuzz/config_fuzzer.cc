@@ -8,7 +8,7 @@
 
 #include "absl/strings/string_view.h"
 #include "common/config.h"
-#include "ps_server/parameter_shard.h"
+#include "ps_server/core/parameter_shard.h"
 #include "spdlog/spdlog.h"
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {

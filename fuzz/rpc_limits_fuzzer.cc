@@ -1,4 +1,4 @@
-// The request checks of ps_server/rpc_limits.h, with small limits, and the
+// The request checks of ps_server/service/rpc_limits.h, with small limits, and the
 // shard's pull behind them, on requests parsed from the fuzzer's input
 // (first byte: what to do and the limits; the rest: a serialized
 // PullRequest or PushRequest). Whatever the request:
@@ -25,9 +25,9 @@
 #include "common/push_outcome.h"
 #include "common/tensor_codec.h"
 #include "fuzz/small_shard.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/shard_calls.h"
-#include "ps_server/rpc_limits.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
+#include "ps_server/service/rpc_limits.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {

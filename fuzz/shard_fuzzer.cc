@@ -31,9 +31,9 @@
 #include "common/push_outcome.h"
 #include "common/tensor_codec.h"
 #include "fuzz/shard_input.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/shard_calls.h"
-#include "ps_server/streamed_update.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
+#include "ps_server/core/streamed_update.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {

@@ -1,10 +1,10 @@
-// The shard's end of a shared-memory exchange (ps_server/shm_exchange.h) on
+// The shard's end of a shared-memory exchange (ps_server/service/shm_exchange.h) on
 // control messages and region contents from the fuzzer's input: the first
 // byte says how to size the region (and whether to shrink it under the
 // shard, and whether the exchange pulls), the next two give the length of a
 // serialized ExchangeChunk (its header, pull and shm), which follows, and
 // the rest is written into the region. The push and the pull run as the
-// service runs them (ps_server/exchange_shm_path.cc): the push read whole and
+// service runs them (ps_server/service/exchange_shm_path.cc): the push read whole and
 // then applied, or (control bit 64, where the shard can stream it) staged
 // straight out of the region, with the answer written as it is staged
 // where it pulls and bit 128 is set. Whatever they say:
@@ -38,10 +38,10 @@
 #include "common/shared_memory.h"
 #include "common/tensor_codec.h"
 #include "fuzz/small_shard.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/shard_calls.h"
-#include "ps_server/shm_exchange.h"
-#include "ps_server/streamed_update.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
+#include "ps_server/service/shm_exchange.h"
+#include "ps_server/core/streamed_update.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {

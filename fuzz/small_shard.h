@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/tensor_codec.h"
-#include "ps_server/parameter_shard.h"
+#include "ps_server/core/parameter_shard.h"
 
 // A promise a fuzzer checks: broken, it is reported on stderr and the run
 // ends with a trap, which libFuzzer reports with the input.

@@ -28,11 +28,11 @@
 #include "common/process_memory.h"
 #include "common/tf_config.h"
 #include "rpc/grpc_experiments.h"
-#include "ps_server/checkpointer.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/ps_metrics.h"
-#include "ps_server/ps_service.h"
-#include "ps_server/rpc_limits.h"
+#include "ps_server/core/checkpointer.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/service/ps_metrics.h"
+#include "ps_server/service/ps_service.h"
+#include "ps_server/service/rpc_limits.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, task, "",

@@ -22,7 +22,7 @@
 #include "psctl/plan.h"
 #include "psctl/table_report.h"
 #include "spdlog/spdlog.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 // An override this program reads itself (common/overrides.cc).
 ABSL_DECLARE_FLAG(int, connect_timeout_seconds);

@@ -9,7 +9,7 @@
 #include "common/tensor_codec.h"
 #include "python/worker_telemetry.h"
 #include "spdlog/spdlog.h"
-#include "worker/worker_metrics.h"
+#include "worker/client/worker_metrics.h"
 
 namespace pst {
 
@@ -151,7 +151,7 @@ absl::Status ClientSession::PushPull(const std::vector<std::span<const float>>& 
 }
 
 void ClientSession::RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start) {
-  // As the C++ trainer records a step (worker/trainer.cc): the exchange,
+  // As the C++ trainer records a step (worker/training/trainer.cc): the exchange,
   // and the whole step since the last one ended (the caller's compute).
   const absl::Time now = absl::Now();
   WorkerMetrics& metrics = GetWorkerMetrics();

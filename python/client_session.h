@@ -1,13 +1,13 @@
 // A worker's session with the PS shards, as the Python module drives it:
-// the steps of the C++ trainer's loop (worker/trainer.h) that talk to the
+// the steps of the C++ trainer's loop (worker/training/trainer.h) that talk to the
 // shards, for a model the caller computes.
 //
 // The session loads the job config as every binary does, connects the
-// client (worker/ps_client.h) over the config's channels (TLS, token) and
+// client (worker/client/ps_client.h) over the config's channels (TLS, token) and
 // sets the wire dtype and the transport (shared memory or TCP) the config
 // names. It keeps the versions the consistency policy needs: a push is
 // tagged with the versions of the last pull, and the next pull waits for
-// the versions the policy says follow it (ps_server/consistency_policy.h),
+// the versions the policy says follow it (consistency/consistency_policy.h),
 // so a worker driven through it and a C++ worker are interchangeable in
 // one job. Once registered, it keeps the worker in every shard's live set
 // with heartbeats (every lease_seconds / 4) while the caller computes.
@@ -32,8 +32,8 @@
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "placement/variable_spec.h"
-#include "ps_server/consistency_policy.h"
-#include "worker/ps_client.h"
+#include "consistency/consistency_policy.h"
+#include "worker/client/ps_client.h"
 
 namespace pst {
 

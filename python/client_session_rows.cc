@@ -3,7 +3,7 @@
 #include "common/embedding_config.h"
 #include "common/status_macros.h"
 #include "python/client_session.h"
-#include "worker/worker_metrics.h"
+#include "worker/client/worker_metrics.h"
 
 namespace pst {
 

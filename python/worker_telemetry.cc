@@ -7,7 +7,7 @@
 #include "common/metrics.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "worker/worker_metrics.h"
+#include "worker/client/worker_metrics.h"
 
 namespace pst {
 

@@ -1,8 +1,8 @@
 // What a Python worker reports beside its exchanges, as the worker binary
-// does (worker/worker_process.cc): the process's metrics (worker/
+// does (worker/process/worker_process.cc): the process's metrics (worker/
 // worker_metrics.h, labelled task="worker:N" worker="N") on a Prometheus
 // endpoint (common/metrics_http.h), and, for the chief, TensorBoard events
-// (worker/event_writer.h). The metric names, labels, endpoint and event
+// (worker/report/event_writer.h). The metric names, labels, endpoint and event
 // tags are the C++ worker's, so pslaunch's --metrics_port and --logdir
 // serve a cluster.worker_command job as they serve the built-in one.
 //
@@ -23,8 +23,8 @@
 #include "absl/status/statusor.h"
 #include "common/metrics_http.h"
 #include "result.pb.h"
-#include "worker/event_writer.h"
-#include "worker/run_recorder.h"
+#include "worker/report/event_writer.h"
+#include "worker/report/run_recorder.h"
 
 namespace pst {
 

@@ -1,7 +1,7 @@
 // Which process speaks for a worker. Every call a worker process makes
 // carries its session, a random number drawn once per process, in the
 // call's metadata (AddProcessSession, where the client makes its calls); a PS lets one session at a time act as a worker
-// (ps_server/worker_sessions.h), so a local process that names another's
+// (ps_server/service/worker_sessions.h), so a local process that names another's
 // worker id is refused while that worker's lease is live, instead of
 // taking its exchanges or its shared region. It is not a secret: with
 // cluster.auth the token says who may call at all.

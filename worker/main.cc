@@ -1,8 +1,8 @@
-// worker: one training process (worker/worker_process.h).
+// worker: one training process (worker/process/worker_process.h).
 #include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "rpc/grpc_experiments.h"
-#include "worker/worker_process.h"
+#include "worker/process/worker_process.h"
 
 int main(int argc, char** argv) {
   pst::KeepLargeBuffersWarm();

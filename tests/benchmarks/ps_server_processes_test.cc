@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "placement/variable_spec.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace pst {
 namespace {

@@ -31,7 +31,7 @@
 #include "tests/support/eventually.h"
 #include "result.pb.h"
 #include "common/shared_memory.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace pst {
 namespace {

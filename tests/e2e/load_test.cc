@@ -15,10 +15,10 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "placement/variable_spec.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/shard_calls.h"
-#include "ps_server/ps_service.h"
-#include "worker/ps_client.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
+#include "ps_server/service/ps_service.h"
+#include "worker/client/ps_client.h"
 
 namespace pst {
 namespace {

@@ -1,7 +1,7 @@
 // A C++ worker with a model of fixed arithmetic, for the test that a
 // Python worker and a C++ worker are interchangeable in one SYNC job
 // (tests/python/sync_equivalence_test.py). It drives PsClient as the
-// trainer does (worker/trainer.cc: Connect, set_wire_dtype, set_transport,
+// trainer does (worker/training/trainer.cc: Connect, set_wire_dtype, set_transport,
 // SetVariables, Register, AllocateTensors, Init, PushPull tagged with the
 // last versions, waiting for the policy's next ones, Done); its "gradient"
 // is elementwise 0.5 * value - target(worker, step, i), rounded once in
@@ -23,8 +23,8 @@
 #include "common/exit.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
-#include "ps_server/consistency_policy.h"
-#include "worker/ps_client.h"
+#include "consistency/consistency_policy.h"
+#include "worker/client/ps_client.h"
 
 namespace pst {
 namespace {

@@ -15,8 +15,8 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "ps.grpc.pb.h"
-#include "ps_server/parameter_shard.h"
-#include "ps_server/ps_service.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/service/ps_service.h"
 #include "tests/support/secure_cluster_test.h"
 
 namespace pst {

@@ -6,7 +6,7 @@
 #include "absl/time/clock.h"
 #include "common/process_memory.h"
 #include "rpc/grpc_experiments.h"
-#include "worker/worker_process.h"
+#include "worker/process/worker_process.h"
 
 ABSL_FLAG(int, step_delay_ms, 0,
           "Sleep this long in every step, between computing the gradients and pushing them.");

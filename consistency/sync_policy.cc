@@ -1,0 +1,39 @@
+#include "consistency/sync_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst {
+
+absl::StatusOr<Admission> SyncPolicy::AdmitPush(const ShardView& shard, int worker,
+                                                int64_t computed_at) const {
+  if (computed_at < shard.version) return Admission{.action = Admission::Action::kDrop};
+  if (shard.workers[worker].pushed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker:", worker, " already pushed a gradient for version ", shard.version,
+        "; SYNC takes one gradient per worker per step"));
+  }
+  return Admission{.action = Admission::Action::kAggregate};
+}
+
+int SyncPolicy::RequiredGradients(const ShardView& shard) const {
+  int active = 0;
+  for (const WorkerProgress& w : shard.workers) {
+    active += (w.live && (!w.done || w.pushed)) ? 1 : 0;
+  }
+  const int wanted = replicas_ > 0 ? replicas_ : static_cast<int>(shard.workers.size());
+  return std::max(1, std::min(wanted, active));
+}
+
+bool SyncPolicy::StepComplete(const ShardView& shard) const {
+  const auto pushed = std::count_if(shard.workers.begin(), shard.workers.end(),
+                                    [](const WorkerProgress& w) { return w.pushed; });
+  return pushed > 0 && pushed >= RequiredGradients(shard);
+}
+
+bool SyncPolicy::PullMayProceed(const ShardView& shard, int, int64_t min_version) const {
+  return shard.version >= min_version;
+}
+
+}  // namespace pst

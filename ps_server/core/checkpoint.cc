@@ -1,0 +1,196 @@
+#include "ps_server/core/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/durable_file.h"
+#include "common/status_macros.h"
+
+namespace pst {
+
+static_assert(kCrc32PieceBytes <= std::numeric_limits<uInt>::max(),
+              "a piece's length must fit zlib's 32-bit uInt");
+
+uint32_t PayloadCrc32(std::string_view payload, size_t max_piece_bytes) {
+  const size_t piece_bytes =
+      std::clamp<size_t>(max_piece_bytes, 1, std::numeric_limits<uInt>::max());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (!payload.empty()) {
+    const size_t piece = std::min(payload.size(), piece_bytes);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(piece));
+    payload.remove_prefix(piece);
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+namespace {
+
+constexpr char kMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
+constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
+
+void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t GetLittleEndian(const char* in, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return value;
+}
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+std::vector<std::string> ListCheckpoints(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    // Anything named like a checkpoint is listed, whatever its type, so
+    // that ReadCheckpoint can name a FIFO or a directory in its place
+    // instead of the PS starting over silently.
+    if (name.rfind("ckpt-", 0) == 0 && name.size() > 9 &&
+        name.compare(name.size() - 4, 4, ".bin") == 0) {
+      files.push_back(entry.path().string());
+    }
+  }
+  // Versions are zero-padded, so the names sort like the versions.
+  std::sort(files.rbegin(), files.rend());
+  return files;
+}
+
+int RemoveTemporaryFiles(const std::string& dir) {
+  int removed = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+        std::filesystem::remove(entry.path(), error)) {
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+                                            const ShardCheckpoint& checkpoint, int keep) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create checkpoint directory ", dir, ": ", error.message()));
+  }
+  // The payload is serialized straight behind the header, whose length
+  // and checksum are filled in after: one copy of a shard's state in
+  // memory, not two.
+  std::string contents(kHeaderBytes, '\0');
+  if (!checkpoint.AppendToString(&contents)) {
+    return absl::InternalError("cannot serialize the shard checkpoint");
+  }
+  const std::string_view payload = std::string_view(contents).substr(kHeaderBytes);
+  std::string header(kMagic, sizeof(kMagic));
+  PutLittleEndian(payload.size(), 8, &header);
+  PutLittleEndian(PayloadCrc32(payload), 4, &header);
+  std::memcpy(contents.data(), header.data(), kHeaderBytes);
+  const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
+  // The model is the job's, not every local user's: owner-only, whatever
+  // the umask lets a new file be.
+  PST_RETURN_IF_ERROR(WriteFileDurably(path, contents, 0600));
+  std::vector<std::string> files = ListCheckpoints(dir);
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < files.size(); ++i) {
+    std::filesystem::remove(files[i], error);
+  }
+  return path;
+}
+
+absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO put in a checkpoint's place must not wait
+  // for a writer; the type check below refuses it. It changes nothing for
+  // a regular file.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path, ": ",
+                                                      std::strerror(errno)));
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  struct stat status;
+  if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is not a regular file"));
+  }
+  // The header first: a file whose header is not a checkpoint's, or that
+  // claims more than a checkpoint can hold (protobuf parses at most 2 GiB),
+  // is refused before its size is allocated (a sparse file of any size
+  // costs nothing to make).
+  char header[kHeaderBytes];
+  if (static_cast<size_t>(status.st_size) < kHeaderBytes ||
+      pread(fd, header, kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes) ||
+      std::memcmp(header, kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
+  }
+  const uint64_t claimed = GetLittleEndian(header + sizeof(kMagic), 8);
+  if (claimed > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " claims ", claimed,
+                                            " payload bytes, more than a checkpoint holds"));
+  }
+  if (static_cast<uint64_t>(status.st_size) > kHeaderBytes + claimed) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has ",
+                                            status.st_size - kHeaderBytes - claimed,
+                                            " bytes past its payload"));
+  }
+  std::string contents(static_cast<size_t>(status.st_size), '\0');
+  size_t read_bytes = 0;
+  while (read_bytes < contents.size()) {
+    const ssize_t n = pread(fd, contents.data() + read_bytes, contents.size() - read_bytes,
+                            static_cast<off_t>(read_bytes));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot read checkpoint", path);
+    if (n == 0) break;  // shrank meanwhile: found torn below
+    read_bytes += static_cast<size_t>(n);
+  }
+  contents.resize(read_bytes);
+  if (contents.size() < kHeaderBytes || std::memcmp(contents.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
+  }
+  const uint64_t length = GetLittleEndian(contents.data() + sizeof(kMagic), 8);
+  const uint32_t crc = static_cast<uint32_t>(GetLittleEndian(contents.data() + sizeof(kMagic) + 8, 4));
+  if (contents.size() - kHeaderBytes != length) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: ",
+                                            contents.size() - kHeaderBytes, " of ", length,
+                                            " payload bytes"));
+  }
+  const std::string payload = contents.substr(kHeaderBytes);
+  if (PayloadCrc32(payload) != crc) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " fails its checksum"));
+  }
+  ShardCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(payload)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " does not parse"));
+  }
+  return checkpoint;
+}
+
+absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir,
+                                                          std::vector<std::string>* rejected) {
+  for (const std::string& path : ListCheckpoints(dir)) {
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadCheckpoint(path);
+    if (checkpoint.ok()) return checkpoint;
+    rejected->push_back(std::string(checkpoint.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no valid checkpoint in ", dir));
+}
+
+}  // namespace pst

@@ -1,0 +1,55 @@
+// Checkpoint files of one PS shard.
+//
+// A file is "PSTCKPT1", the payload's length (uint64, little-endian), its
+// CRC-32 (uint32, little-endian) and the payload, a serialized
+// ShardCheckpoint. Files are written to a temporary name, fsync'd, renamed
+// into place and the directory fsync'd, so a crash leaves either the old
+// file set or the new one, never a torn file under a checkpoint's name; the
+// checksum catches what the disk itself corrupts.
+#ifndef PST_PS_SERVER_CORE_CHECKPOINT_H_
+#define PST_PS_SERVER_CORE_CHECKPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps.pb.h"
+
+namespace pst {
+
+// Writes `checkpoint` as <dir>/ckpt-<version>.bin, creating `dir` if needed,
+// then deletes all but the newest `keep` checkpoints. Returns the path. A
+// failed write (Unavailable: disk full, I/O error) leaves no file behind.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+                                            const ShardCheckpoint& checkpoint, int keep);
+
+// Reads and verifies one file. DataLoss naming the file when it is torn,
+// corrupted or not a regular file (a FIFO in its place is refused at once,
+// never waited on).
+absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
+
+// The CRC-32 of a checkpoint's payload, fed to zlib in pieces of at most
+// `max_piece_bytes` (at least 1): zlib counts a piece's length in 32 bits,
+// so a payload of 4 GiB or more given whole would be summed wrongly. Files
+// are written and checked with the default; the sum is the same whatever
+// the pieces.
+inline constexpr size_t kCrc32PieceBytes = size_t{1} << 30;
+uint32_t PayloadCrc32(std::string_view payload, size_t max_piece_bytes = kCrc32PieceBytes);
+
+// Deletes the temporary files a crash mid-write left in `dir`; returns how many.
+int RemoveTemporaryFiles(const std::string& dir);
+
+// Checkpoint files in `dir`, newest first.
+std::vector<std::string> ListCheckpoints(const std::string& dir);
+
+// The newest checkpoint in `dir` that verifies; each one skipped as invalid
+// is reported in `rejected` with the reason. NotFound when there is none.
+absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir,
+                                                          std::vector<std::string>* rejected);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_CHECKPOINT_H_

@@ -1,0 +1,173 @@
+// EmbeddingTable's checkpoint: every table's spec, counters and rows out,
+// and back in only once all of it has been checked.
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/embedding_config.h"
+#include "common/status_macros.h"
+#include "ps_server/core/embedding_table.h"
+#include "ps_server/core/embedding_table_internal.h"
+#include "ps_server/core/row_step.h"
+
+namespace pst {
+
+using embedding_internal::AllFinite;
+using embedding_internal::IdCount;
+using embedding_internal::Invalid;
+
+namespace {
+
+// One table's part of a checkpoint: what it is, its counters, and its
+// rows from `Rows` (a RowStore, or a view of one frozen earlier).
+struct TableHeader {
+  EmbeddingTableConfig config;
+  uint64_t seed;
+  int num_shards;
+  int64_t updates;
+  int64_t rows_admitted;
+  int64_t rows_refused;
+  size_t slot_floats;
+};
+
+// (A template: EmbeddingTable::Embedding is not to be named here.)
+template <typename Table>
+TableHeader HeaderOf(const Table& table, int num_shards) {
+  return {.config = table.config,
+          .seed = table.seed,
+          .num_shards = num_shards,
+          .updates = table.updates,
+          .rows_admitted = table.rows_admitted,
+          .rows_refused = table.rows_refused,
+          .slot_floats = table.slot_floats()};
+}
+
+template <typename Rows>
+void WriteTable(const TableHeader& header, const Rows& rows, ShardCheckpoint* checkpoint) {
+  const int64_t n = rows.size();
+  const size_t dim = header.config.dim();
+  const size_t slots = header.slot_floats;
+  ShardCheckpoint::Embedding* out = checkpoint->add_embeddings();
+  *out->mutable_config() = header.config;
+  out->set_seed(header.seed);
+  out->set_num_shards(header.num_shards);
+  out->set_updates(header.updates);
+  out->set_rows_admitted(header.rows_admitted);
+  out->set_rows_refused(header.rows_refused);
+  std::string* ids = out->mutable_ids();
+  std::string* values = out->mutable_values();
+  std::string* state = out->mutable_slots();
+  std::string* updates = out->mutable_row_updates();
+  ids->resize(n * sizeof(uint64_t));
+  values->resize(n * dim * sizeof(float));
+  state->resize(n * slots * sizeof(float));
+  updates->resize(n * sizeof(int64_t));
+  for (int64_t row = 0; row < n; ++row) {
+    const uint64_t id = rows.id(row);
+    const int64_t row_updates = rows.updates(row);
+    std::memcpy(ids->data() + row * sizeof(uint64_t), &id, sizeof(id));
+    std::memcpy(updates->data() + row * sizeof(int64_t), &row_updates, sizeof(row_updates));
+    std::memcpy(values->data() + row * dim * sizeof(float), rows.values(row).data(),
+                dim * sizeof(float));
+    if (slots > 0) {
+      std::memcpy(state->data() + row * slots * sizeof(float), rows.slots(row).data(),
+                  slots * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+void EmbeddingTable::Export(ShardCheckpoint* checkpoint) const {
+  for (const auto& t : tables_) WriteTable(HeaderOf(*t, options_.num_shards), t->rows, checkpoint);
+}
+
+void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
+  // Each table's header and a frozen view of its rows now; the rows are
+  // copied out when the snapshot is finished, outside the shard's lock.
+  struct Frozen {
+    TableHeader header;
+    RowStore::Frozen rows;
+  };
+  std::vector<Frozen> frozen;
+  frozen.reserve(tables_.size());
+  for (const auto& t : tables_) {
+    frozen.push_back({HeaderOf(*t, options_.num_shards), t->rows.Freeze()});
+  }
+  snapshot->later.push_back([frozen = std::move(frozen)](ShardCheckpoint* checkpoint) {
+    for (const Frozen& table : frozen) WriteTable(table.header, table.rows, checkpoint);
+  });
+}
+
+absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
+  std::vector<std::unique_ptr<Embedding>> tables;
+  std::map<std::string, int, std::less<>> names;
+  std::vector<float> values, slots;
+  for (const ShardCheckpoint::Embedding& in : checkpoint.embeddings()) {
+    const std::string& name = in.config().name();
+    auto inconsistent = [&name](absl::string_view problem) {
+      return Invalid(name, absl::StrCat("the checkpoint is inconsistent: ", problem));
+    };
+    if (in.num_shards() != options_.num_shards) {
+      return Invalid(
+          name, absl::StrCat("the checkpoint's rows were placed over ", in.num_shards(),
+                             " shards, this job has ", options_.num_shards,
+                             "; rows are placed by a hash of the id modulo the shard count, ",
+                             "so restore onto ", in.num_shards(), " shards"));
+    }
+    PST_ASSIGN_OR_RETURN(EmbeddingTableConfig spec,
+                         ResolveEmbeddingTable(in.config(), options_.optimizer));
+    if (!names.emplace(name, static_cast<int>(tables.size())).second) {
+      return inconsistent("the table appears twice");
+    }
+    std::unique_ptr<Optimizer> rule = *MakeOptimizer(spec.optimizer());
+    auto table = std::make_unique<Embedding>(std::move(spec), std::move(rule), in.seed());
+    const int64_t n = IdCount(in.ids());
+    const size_t dim = table->dim();
+    const size_t slot_floats = table->slot_floats();
+    if (in.ids().size() != n * sizeof(uint64_t) || in.values().size() != n * dim * sizeof(float) ||
+        in.slots().size() != n * slot_floats * sizeof(float) ||
+        in.row_updates().size() != n * sizeof(int64_t)) {
+      return inconsistent(absl::StrCat("the sizes of ids, values, slots and updates disagree for ",
+                                       "dim ", dim, " and the ", table->optimizer->Name(),
+                                       " optimizer"));
+    }
+    if (n > table->config.max_rows_per_shard() || in.rows_admitted() < n || in.rows_refused() < 0 ||
+        in.updates() < 0) {
+      return inconsistent(absl::StrCat(n, " rows do not fit its limit or counters"));
+    }
+    values.resize(dim);
+    slots.resize(slot_floats);
+    for (int64_t row = 0; row < n; ++row) {
+      const uint64_t id = RowId(in.ids(), row);
+      int64_t row_updates;
+      std::memcpy(&row_updates, in.row_updates().data() + row * sizeof(int64_t),
+                  sizeof(row_updates));
+      std::memcpy(values.data(), in.values().data() + row * dim * sizeof(float),
+                  dim * sizeof(float));
+      if (slot_floats > 0) {
+        std::memcpy(slots.data(), in.slots().data() + row * slot_floats * sizeof(float),
+                    slot_floats * sizeof(float));
+      }
+      PST_RETURN_IF_ERROR(CheckShard(*table, id, "the checkpoint's"));
+      if (table->rows.Find(id) >= 0) return inconsistent(absl::StrCat("id ", id, " appears twice"));
+      // The shard never commits a non-finite value, so one here was not
+      // written by a PS.
+      if (!AllFinite(values) || !AllFinite(slots) || row_updates < 1) {
+        return inconsistent(
+            absl::StrCat("the row of id ", id, " holds a non-finite value or no update"));
+      }
+      table->rows.Add(id, values, slots, row_updates);
+    }
+    table->updates = in.updates();
+    table->rows_admitted = in.rows_admitted();
+    table->rows_refused = in.rows_refused();
+    tables.push_back(std::move(table));
+  }
+  Adopt(std::move(tables));
+  return absl::OkStatus();
+}
+
+}  // namespace pst

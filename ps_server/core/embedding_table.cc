@@ -1,0 +1,361 @@
+#include "ps_server/core/embedding_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/embedding_config.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "placement/row_placement.h"
+#include "ps_server/core/embedding_init.h"
+#include "ps_server/core/embedding_table_internal.h"
+
+namespace pst {
+
+using embedding_internal::AllFinite;
+using embedding_internal::CheckIdBytes;
+using embedding_internal::IdCount;
+using embedding_internal::Invalid;
+
+EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
+    : options_(std::move(options)), step_(options_.num_workers) {}
+
+EmbeddingTable::~EmbeddingTable() = default;
+
+int64_t EmbeddingTable::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& t : tables_) bytes += t->rows.size() * t->dim() * int64_t{sizeof(float)};
+  return bytes;
+}
+
+int EmbeddingTable::Find(absl::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+int EmbeddingTable::dim(absl::string_view table) const {
+  const int t = Find(table);
+  return t < 0 ? 0 : tables_[t]->dim();
+}
+
+void EmbeddingTable::Adopt(std::vector<std::unique_ptr<Embedding>> tables) {
+  tables_ = std::move(tables);
+  index_.clear();
+  dims_.clear();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    index_.emplace(tables_[t]->config.name(), static_cast<int>(t));
+    dims_.push_back(tables_[t]->dim());
+  }
+  step_.Clear();
+  initialized_ = true;
+}
+
+absl::Status EmbeddingTable::Initialize(const InitRequest& request) {
+  PST_ASSIGN_OR_RETURN(std::vector<EmbeddingTableConfig> specs,
+                       ResolveEmbeddingTables(request.embeddings(), options_.optimizer));
+  std::vector<std::unique_ptr<Embedding>> tables;
+  for (EmbeddingTableConfig& spec : specs) {
+    std::unique_ptr<Optimizer> rule = *MakeOptimizer(spec.optimizer());  // resolved: valid
+    tables.push_back(std::make_unique<Embedding>(std::move(spec), std::move(rule), options_.seed));
+  }
+  Adopt(std::move(tables));
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::CheckShard(const Embedding& table, uint64_t id,
+                                        absl::string_view what) const {
+  const int shard = ShardOfRow(id, options_.num_shards);
+  if (shard == options_.shard) return absl::OkStatus();
+  return Invalid(table.config.name(),
+                 absl::StrCat(what, " id ", id, " belongs to shard ", shard, " of ",
+                              options_.num_shards, ", not to this shard ", options_.shard));
+}
+
+absl::Status EmbeddingTable::CheckPush(const PushRequest& push, bool /*require_all*/,
+                                       bool check_finite, TablePush* plan) const {
+  plan->indices.clear();
+  std::vector<bool> seen(tables_.size(), false);
+  absl::flat_hash_set<uint64_t> ids;
+  std::vector<float> row;
+  for (const EmbeddingRows& part : push.rows()) {
+    const int t = Find(part.table());
+    if (t < 0) return Invalid(part.table(), "no such table on this shard (pushed rows)");
+    if (seen[t]) return Invalid(part.table(), "rows pushed twice in one push");
+    seen[t] = true;
+    const Embedding& table = *tables_[t];
+    PST_RETURN_IF_ERROR(CheckIdBytes(part));
+    const int bytes = DTypeBytes(part.dtype());
+    if (bytes == 0) {
+      return Invalid(part.table(), absl::StrCat("unknown dtype ", static_cast<int>(part.dtype()),
+                                                " of pushed rows"));
+    }
+    const int64_t n = IdCount(part.ids());
+    const int64_t row_bytes = int64_t{table.dim()} * bytes;
+    if (static_cast<int64_t>(part.data().size()) != n * row_bytes) {
+      return Invalid(part.table(),
+                     absl::StrCat("pushed rows carry ", part.data().size(), " bytes for ", n,
+                                  " ids of dim ", table.dim(), "; expected ", n * row_bytes));
+    }
+    ids.clear();
+    ids.reserve(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t id = RowId(part.ids(), i);
+      PST_RETURN_IF_ERROR(CheckShard(table, id, "pushed"));
+      if (!ids.insert(id).second) {
+        return Invalid(part.table(), absl::StrCat("id ", id, " appears twice in one push"));
+      }
+    }
+    if (check_finite && !EncodedFinite(part.data(), part.dtype())) {  // name the culprit
+      row.resize(table.dim());
+      for (int64_t i = 0; i < n; ++i) {
+        DecodeValues(absl::string_view(part.data()).substr(i * row_bytes, row_bytes), part.dtype(),
+                     row);
+        if (!AllFinite(row)) {
+          return Invalid(part.table(),
+                         absl::StrCat("the gradient of id ", RowId(part.ids(), i),
+                                      " has a non-finite value; nothing was applied"));
+        }
+      }
+    }
+    plan->indices.push_back(t);
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const {
+  const int64_t row = table.rows.Find(id);
+  if (row < 0) {
+    InitialRow(table.key, id, table.config.init_scale(), out);
+  } else {
+    std::span<const float> values = table.rows.values(row);
+    std::copy(values.begin(), values.end(), out.begin());
+  }
+}
+
+absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_t> ids,
+                                       std::span<const float> gradients, float lr_scale) {
+  const size_t dim = table.dim();
+  const size_t slots = table.slot_floats();
+  const size_t width = table.record_floats();
+  const Optimizer& rule = *table.optimizer;
+  const float scale = lr_scale * rule.DecayFactor(table.updates + 1);
+  std::vector<float> initial_slots(slots, rule.InitialSlotValue());
+  table.staged = true;
+  // The rows first, then their updates, each pass hinting the memory it
+  // needs a few ids ahead: in a large table nearly every index entry and
+  // row is a cache miss, and this lets them overlap.
+  constexpr size_t kAhead = 8;
+  found_scratch_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size()) table.rows.PrefetchIndex(ids[i + kAhead]);
+    found_scratch_[i] = table.rows.Find(ids[i]);
+  }
+  table.staged_records.reserve(table.staged_records.size() + ids.size() * width);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size() && found_scratch_[i + kAhead] >= 0) {
+      table.rows.PrefetchRow(found_scratch_[i + kAhead]);
+    }
+    const uint64_t id = ids[i];
+    const int64_t row = found_scratch_[i];
+    if (row < 0 && table.rows.size() + table.staged_new >= table.config.max_rows_per_shard()) {
+      ++table.staged_refused;
+      continue;
+    }
+    const size_t at = table.staged_records.size();
+    table.staged_records.resize(at + width);
+    float* next = table.staged_records.data() + at;
+    const float* values = next;
+    const float* state = initial_slots.data();
+    if (row < 0) {
+      // The row starts from its initial value, in place.
+      InitialRow(table.key, id, table.config.init_scale(), {next, dim});
+    } else {
+      values = table.rows.values(row).data();
+      state = table.rows.slots(row).data();
+    }
+    const int64_t step = (row < 0 ? 0 : table.rows.updates(row)) + 1;
+    rule.ApplyRange(step, scale,
+                    Optimizer::Range{.count = dim,
+                                     .param = values,
+                                     .grad = gradients.data() + i * dim,
+                                     .slots = slots > 0 ? state : nullptr,
+                                     .param_out = next,
+                                     .slots_out = slots > 0 ? next + dim : nullptr,
+                                     .slot_stride = dim});
+    if (!AllFinite({next, width})) {
+      return Invalid(table.config.name(),
+                     absl::StrCat("the update of id ", id,
+                                  " is not finite (the gradient is too large for the ",
+                                  rule.Name(), " optimizer); nothing was applied"));
+    }
+    table.staged_ids.push_back(id);
+    table.staged_rows.push_back(row);
+    if (row < 0) ++table.staged_new;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& plan, float lr_scale) {
+  for (size_t i = 0; i < plan.indices.size(); ++i) {
+    const EmbeddingRows& part = push.rows(static_cast<int>(i));
+    Embedding& table = *tables_[plan.indices[i]];
+    const int64_t n = IdCount(part.ids());
+    ids_scratch_.resize(n);
+    if (n > 0) std::memcpy(ids_scratch_.data(), part.ids().data(), n * sizeof(uint64_t));
+    rows_scratch_.resize(n * table.dim());
+    DecodeValues(part.data(), part.dtype(), rows_scratch_);
+    PST_RETURN_IF_ERROR(StageRows(table, ids_scratch_, rows_scratch_, lr_scale));
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::Land(int rank, const PushRequest& push, const TablePush& plan) {
+  step_.Land(rank, push, plan.indices, dims_);
+}
+
+absl::Status EmbeddingTable::StageStep() {
+  absl::Status staged = absl::OkStatus();
+  if (step_.landed() > 0) {
+    for (size_t t = 0; t < tables_.size() && staged.ok(); ++t) {
+      Embedding& table = *tables_[t];
+      step_.Mean(static_cast<int>(t), table.dim(), &ids_scratch_, &rows_scratch_);
+      if (ids_scratch_.empty()) continue;
+      staged = StageRows(table, ids_scratch_, rows_scratch_, 1.0f);
+    }
+  }
+  step_.Clear();
+  return staged;
+}
+
+void EmbeddingTable::Commit() {
+  for (const auto& t : tables_) {
+    Embedding& table = *t;
+    if (!table.staged) continue;
+    const size_t dim = table.dim();
+    const size_t width = table.record_floats();
+    for (size_t i = 0; i < table.staged_ids.size(); ++i) {
+      const float* record = table.staged_records.data() + i * width;
+      const std::span<const float> values(record, dim);
+      const std::span<const float> slots(record + dim, width - dim);
+      const int64_t row = table.staged_rows[i];
+      if (row < 0) {
+        table.rows.Add(table.staged_ids[i], values, slots, 1);
+        continue;
+      }
+      table.rows.Update(row, values, slots, table.rows.updates(row) + 1);
+    }
+    table.rows_admitted += table.staged_new;
+    table.rows_refused += table.staged_refused;
+    ++table.updates;
+  }
+  Discard();
+}
+
+void EmbeddingTable::Discard() {
+  for (const auto& t : tables_) {
+    Embedding& table = *t;
+    table.staged = false;
+    table.staged_ids.clear();
+    table.staged_rows.clear();
+    table.staged_records.clear();
+    table.staged_new = 0;
+    table.staged_refused = 0;
+  }
+}
+
+void EmbeddingTable::AddStats(StatsResponse* response) const {
+  response->set_parameter_bytes(response->parameter_bytes() + parameter_bytes());
+  for (const auto& t : tables_) {
+    EmbeddingTableStats* stats = response->add_embeddings();
+    stats->set_table(t->config.name());
+    stats->set_dim(t->dim());
+    stats->set_rows(t->rows.size());
+    stats->set_bytes(t->rows.bytes());
+    stats->set_rows_admitted(t->rows_admitted);
+    stats->set_rows_refused(t->rows_refused);
+  }
+}
+
+absl::Status EmbeddingTable::CheckPull(const PullRequest& pull) const {
+  if (DTypeBytes(pull.dtype()) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown wire dtype ", static_cast<int>(pull.dtype()), " in a pull"));
+  }
+  std::vector<bool> seen(tables_.size(), false);
+  for (const EmbeddingRows& rows : pull.rows()) {
+    const int t = Find(rows.table());
+    if (t < 0) return Invalid(rows.table(), "no such table on this shard (pulled rows)");
+    if (seen[t]) return Invalid(rows.table(), "rows pulled twice in one pull");
+    seen[t] = true;
+    PST_RETURN_IF_ERROR(CheckIdBytes(rows));
+    for (int64_t i = 0; i < IdCount(rows.ids()); ++i) {
+      PST_RETURN_IF_ERROR(CheckShard(*tables_[t], RowId(rows.ids(), i), "pulled"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::Lookup(absl::string_view table, std::span<const uint64_t> ids,
+                                    std::span<float> out) const {
+  const int t = Find(table);
+  if (t < 0) return Invalid(table, "no such table on this shard (looked up)");
+  const Embedding& e = *tables_[t];
+  const size_t dim = e.dim();
+  if (out.size() != ids.size() * dim) {
+    return Invalid(
+        table, absl::StrCat("a lookup of ", ids.size(), " rows of dim ", dim, " needs room for ",
+                            ids.size() * dim, " values, not ", out.size()));
+  }
+  for (uint64_t id : ids) PST_RETURN_IF_ERROR(CheckShard(e, id, "looked-up"));
+  for (size_t i = 0; i < ids.size(); ++i) ReadRow(e, ids[i], out.subspan(i * dim, dim));
+  return absl::OkStatus();
+}
+
+int64_t EmbeddingTable::AnswerBytes(const EmbeddingRows& rows, DType dtype) const {
+  return IdCount(rows.ids()) * int64_t{dim(rows.table())} * DTypeBytes(dtype);
+}
+
+void EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype, char* out) const {
+  const Embedding& table = *tables_[Find(rows.table())];
+  const size_t dim = table.dim();
+  const size_t row_bytes = dim * DTypeBytes(dtype);
+  std::vector<float> initial(dim);
+  // As in StageRows: the rows first, then their values, hinted ahead.
+  constexpr int64_t kAhead = 8;
+  const int64_t n = IdCount(rows.ids());
+  std::vector<int64_t> found(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) table.rows.PrefetchIndex(RowId(rows.ids(), i + kAhead));
+    found[i] = table.rows.Find(RowId(rows.ids(), i));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && found[i + kAhead] >= 0) table.rows.PrefetchRow(found[i + kAhead]);
+    const uint64_t id = RowId(rows.ids(), i);
+    const int64_t row = found[i];
+    std::span<const float> values = initial;
+    if (row < 0) {
+      InitialRow(table.key, id, table.config.init_scale(), initial);
+    } else {
+      values = table.rows.values(row);
+    }
+    EncodeValuesTo(values, dtype, out + i * row_bytes);
+  }
+}
+
+absl::Status EmbeddingTable::AnswerPull(const PullRequest& pull, PullResponse* response) const {
+  PST_RETURN_IF_ERROR(CheckPull(pull));
+  for (const EmbeddingRows& rows : pull.rows()) {
+    EmbeddingRows* out = response->add_rows();
+    out->set_table(rows.table());
+    out->set_dtype(pull.dtype());
+    std::string* data = out->mutable_data();
+    data->resize(AnswerBytes(rows, pull.dtype()));
+    EncodeRows(rows, pull.dtype(), data->data());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pst

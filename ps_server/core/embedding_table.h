@@ -1,0 +1,176 @@
+// Every embedding table of one shard as a Table (ps_server/core/table.h): rows
+// of `dim` floats addressed by 64-bit ids, each with its own optimizer
+// state, trained row by row.
+//
+// Rows. A table declares no row count. A row exists once an update has
+// trained it; until then its value is its initial value, a pure function
+// of (seed, table, id, element) (ps_server/core/embedding_init.h), which a pull
+// of an unseen id answers without storing anything. So memory grows with
+// the rows trained, and a stream of one-off pulls costs none. A row lives
+// on the shard its id hashes to (placement/row_placement.h); this shard
+// refuses a push or pull of another shard's id.
+//
+// Bounds. Each table holds at most max_rows_per_shard rows here. Past it
+// a new row is refused: its gradient is dropped and counted in
+// rows_refused, the rest of the push applies, and existing rows train on.
+// rows_admitted counts the rows created. Both are in Stats and
+// checkpoints.
+//
+// Optimizers. Each table has its own rule (its spec's, else the job's),
+// applied per row by the dense rules of ps_server/optimizers/optimizer.h on the row's
+// values and state, created with the row (Adagrad's accumulator at
+// initial_accumulator, everything else at 0). The rules are lazy: only the
+// rows an update touches change; a row's momentum and Adam moments do not
+// decay while it is not pushed, and Adam's bias correction counts the
+// row's own updates. Learning-rate decay counts the table's updates (those
+// that carried rows of it).
+//
+// Updates. ASYNC: CheckPush, then Stage, then Commit or Discard; staged
+// rows (new ones too) are visible only after Commit, and Discard leaves
+// the table as it was, counters included. SYNC: each rank's push Lands;
+// StageStep stages, per id, 0 + g_0 + g_1 + ... (ranks in order, those
+// without the id adding nothing) times 1/N for the N ranks that landed,
+// bitwise the same whatever the arrival order (ps_server/core/row_step.h). A
+// SYNC push need not carry rows of every table (require_all is for the
+// dense table). Each row is staged at most once per update.
+//
+// Checkpoints. Export writes every table's spec, seed, rows, state and
+// counters (Capture: from a copy-on-write view, after the shard's lock);
+// Restore takes them back whole or not at all. A checkpoint restores only
+// onto the shard count that wrote it: rows are placed by hash modulo the
+// shard count, so with another count most rows would belong to other
+// shards, which never see this shard's file. Restore refuses it
+// (InvalidArgument naming both counts), as it refuses a row whose id
+// hashes to another shard; moving rows between shard counts is an
+// offline re-partition of every shard's file, not a restore.
+//
+// Thread-safety: as Table's. Pull reads (CheckPull, Lookup, AnswerPull,
+// EncodeRows) read committed rows and need the same exclusion as Commit:
+// the caller holds the shard's lock.
+#ifndef PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_
+#define PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "config.pb.h"
+#include "ps.pb.h"
+#include "ps_server/optimizers/optimizer.h"
+#include "ps_server/core/row_step.h"
+#include "ps_server/core/row_store.h"
+#include "ps_server/core/table.h"
+
+namespace pst {
+
+struct EmbeddingTableOptions {
+  // This shard among num_shards (>= 1): the rows it holds.
+  int shard = 0;
+  int num_shards = 1;
+  // The SYNC step's ranks.
+  int num_workers = 1;
+  // training.seed: the initial rows' seed.
+  uint64_t seed = 0;
+  // training.optimizer: the rule of a table whose spec names none.
+  OptimizerConfig optimizer;
+};
+
+class EmbeddingTable final : public Table {
+ public:
+  explicit EmbeddingTable(EmbeddingTableOptions options);
+  ~EmbeddingTable() override;
+
+  bool initialized() const override { return initialized_; }
+  // float32 bytes of the rows held (values only).
+  int64_t parameter_bytes() const override;
+  // Creates the tables `request.embeddings()` declares (none is fine: a
+  // model without embeddings). InvalidArgument, and no change, for a spec
+  // ResolveEmbeddingTables (common/embedding_config.h) refuses.
+  absl::Status Initialize(const InitRequest& request) override;
+  // Checks `push.rows()`: each names a known table, once; ids are 8 bytes
+  // each, unique within the part and all of this shard; data holds
+  // ids x dim elements of a known dtype; with `check_finite`, every value
+  // is finite. InvalidArgument naming the table (and the id) otherwise.
+  // plan->indices gets each part's table. `require_all` is ignored.
+  absl::Status CheckPush(const PushRequest& push, bool require_all, bool check_finite,
+                         TablePush* plan) const override;
+  absl::Status Stage(const PushRequest& push, const TablePush& plan, float lr_scale) override;
+  void Land(int rank, const PushRequest& push, const TablePush& plan) override;
+  absl::Status StageStep() override;
+  void Commit() override;
+  void Discard() override;
+  // Fills checkpoint->embeddings().
+  void Export(ShardCheckpoint* checkpoint) const override;
+  // Freezes every table's rows (row_store.h) and exports them when the
+  // snapshot is finished: the caller's lock is held for a pointer per
+  // block of rows, and updates after the capture copy the blocks they
+  // write while the snapshot is alive.
+  void Capture(ShardSnapshot* snapshot) override;
+  // Replaces every table with checkpoint.embeddings(); InvalidArgument,
+  // and no change, for one written for another shard count, a row of
+  // another shard, sizes that disagree, a repeated id or table, a
+  // non-finite value, or a spec that does not resolve.
+  absl::Status Restore(const ShardCheckpoint& checkpoint) override;
+  // Adds parameter_bytes and one EmbeddingTableStats per table.
+  void AddStats(StatsResponse* response) const override;
+
+  // The row width of `table`; 0 when there is no such table.
+  int dim(absl::string_view table) const;
+
+  // Checks `pull.rows()`: known tables, each once, 8 bytes per id, every
+  // id of this shard, a known dtype. InvalidArgument naming the table and
+  // id otherwise. An id may repeat (it is answered each time); workers
+  // send each once per step.
+  absl::Status CheckPull(const PullRequest& pull) const;
+  // The values of `table`'s rows `ids` into `out` (ids.size() x dim,
+  // row after row): a row's committed values, or its initial value when
+  // it has none (nothing is stored). InvalidArgument for an unknown table,
+  // an id of another shard or `out` of another size.
+  absl::Status Lookup(absl::string_view table, std::span<const uint64_t> ids,
+                      std::span<float> out) const;
+  // Appends to response->rows() the answer to each of pull.rows(), in
+  // order: values as pull.dtype(), no ids. Runs CheckPull first.
+  absl::Status AnswerPull(const PullRequest& pull, PullResponse* response) const;
+  // Bytes the values of `rows` (checked by CheckPull) take as `dtype`,
+  // and the values themselves written to `out`, which has that many: for a
+  // caller that lays the answer out itself (e.g. in a shared region).
+  int64_t AnswerBytes(const EmbeddingRows& rows, DType dtype) const;
+  void EncodeRows(const EmbeddingRows& rows, DType dtype, char* out) const;
+
+ private:
+  struct Embedding;
+
+  // The table called `name`, or -1.
+  int Find(absl::string_view name) const;
+  // InvalidArgument unless `id` is this shard's.
+  absl::Status CheckShard(const Embedding& table, uint64_t id, absl::string_view what) const;
+  // Stages the update of rows `ids` by `gradients` (ids.size() x dim).
+  absl::Status StageRows(Embedding& table, std::span<const uint64_t> ids,
+                         std::span<const float> gradients, float lr_scale);
+  // Copies row `id`'s committed or initial values to `out`.
+  void ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const;
+  // Takes `tables` as the shard's tables and empties the step.
+  void Adopt(std::vector<std::unique_ptr<Embedding>> tables);
+
+  const EmbeddingTableOptions options_;
+  bool initialized_ = false;
+  std::vector<std::unique_ptr<Embedding>> tables_;
+  std::map<std::string, int, std::less<>> index_;
+  // Each table's dim, by index: what Land reads outside the shard's lock.
+  std::vector<int> dims_;
+  RowStep step_;
+  // Scratch of StageStep and Stage, kept warm between updates.
+  std::vector<uint64_t> ids_scratch_;
+  std::vector<float> rows_scratch_;
+  std::vector<int64_t> found_scratch_;
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_

@@ -1,0 +1,83 @@
+// What EmbeddingTable's two sources share: embedding_table.cc (updates and
+// pulls) and embedding_checkpoint.cc (Export and Restore). Not for use
+// outside them.
+#ifndef PST_PS_SERVER_CORE_EMBEDDING_TABLE_INTERNAL_H_
+#define PST_PS_SERVER_CORE_EMBEDDING_TABLE_INTERNAL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "ps_server/core/embedding_init.h"
+#include "ps_server/core/embedding_table.h"
+
+namespace pst {
+
+// One table: its resolved spec and rule, its rows, and the rows an update
+// has staged but not committed.
+struct EmbeddingTable::Embedding {
+  Embedding(EmbeddingTableConfig spec, std::unique_ptr<Optimizer> rule, uint64_t seed)
+      : config(std::move(spec)),
+        optimizer(std::move(rule)),
+        seed(seed),
+        key(TableInitKey(seed, config.name())),
+        rows(config.dim(), optimizer->SlotsPerParameter()) {}
+
+  int dim() const { return config.dim(); }
+  size_t slot_floats() const {
+    return static_cast<size_t>(optimizer->SlotsPerParameter()) * config.dim();
+  }
+  size_t record_floats() const { return config.dim() + slot_floats(); }
+
+  const EmbeddingTableConfig config;
+  const std::unique_ptr<Optimizer> optimizer;
+  const uint64_t seed;
+  const uint64_t key;
+  RowStore rows;
+  int64_t updates = 0;
+  int64_t rows_admitted = 0;
+  int64_t rows_refused = 0;
+
+  // The staged update: per staged id, its row (-1: a new one) and its
+  // next values and state (record_floats() each).
+  bool staged = false;
+  std::vector<uint64_t> staged_ids;
+  std::vector<int64_t> staged_rows;
+  std::vector<float> staged_records;
+  int64_t staged_new = 0;
+  int64_t staged_refused = 0;
+};
+
+namespace embedding_internal {
+
+inline absl::Status Invalid(absl::string_view table, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("embedding table \"", table, "\": ", problem));
+}
+
+inline int64_t IdCount(const std::string& ids) {
+  return static_cast<int64_t>(ids.size() / sizeof(uint64_t));
+}
+
+inline absl::Status CheckIdBytes(const EmbeddingRows& rows) {
+  if (rows.ids().size() % sizeof(uint64_t) != 0) {
+    return Invalid(rows.table(), absl::StrCat("ids take ", rows.ids().size(),
+                                              " bytes, not a multiple of 8 (uint64 each)"));
+  }
+  return absl::OkStatus();
+}
+
+inline bool AllFinite(std::span<const float> values) {
+  return std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); });
+}
+
+}  // namespace embedding_internal
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_EMBEDDING_TABLE_INTERNAL_H_

@@ -1,0 +1,327 @@
+// One parameter-server shard: its variables, its version counter, and the
+// state its consistency policy (consistency/consistency_policy.h: SYNC, ASYNC
+// or SSP) reads to decide what becomes of a push and when a pull may read.
+//
+// A plain thread-safe class with no knowledge of gRPC (ps_service.h adapts
+// it), so the update semantics are unit-tested without a network.
+//
+// The shard coordinates; its tables hold the state (ps_server/core/shard_tables.h:
+// embedding rows addressed by id and dense variables), each update staged
+// in all of them and committed at once, as one version. A push may carry
+// dense gradients, embedding rows or both; a pull names dense variables
+// and rows, and sees both at one version.
+//
+// A push the policy applies on its own advances the version by one, its
+// learning rate scaled as the policy says. Pushes the policy aggregates are
+// summed in worker-rank order as they arrive, outside the shard's lock
+// (step_aggregate.h; bitwise independent of arrival order); when the policy
+// calls the step complete and every admitted push has landed, the sum is
+// averaged, applied with one optimizer step, and the version advances by one. Dropped
+// pushes are counted. Every valid push, dropped or not, advances its
+// worker's clock and records its staleness (the version at arrival minus
+// the version it was computed at).
+//
+// The live set: a worker is live while it has never been heard from (it may
+// still be starting), while one of its calls is in flight, or until `lease`
+// has passed since its last call. A worker that falls silent leaves the
+// live set when its lease runs out (ps_server/core/lease_tracker.h: on a timer,
+// whether or not anyone calls in), so SYNC steps complete and SSP's slowest
+// clock moves on without it; any later call brings it back.
+//
+// A call that must wait (a pull for its version, an update for its turn,
+// AwaitWorkersDone) leaves a waiter and returns (ps_server/core/shard_waiters.h):
+// no thread is held while it waits. Each ...OrWait call answers 0 when it
+// has run (or an error), else its waiter's id; `wake` then runs once, when
+// the call may go on, the shard begins shutting down or the deadline
+// passes, on the thread that changed the shard (or the shard's timer
+// thread) with the shard's lock held, so it must be quick and must not call
+// into the shard. The caller then calls again (and may be told to wait
+// again), or drops the waiter with CancelWait. Whatever changes what a
+// call waits for (a version, a worker clock, the live or done set, Init,
+// the staging, shutdown) wakes exactly the calls that can now proceed.
+// Each call has one entry point, used by every transport, the tests and
+// the fuzzers alike; ps_server/core/shard_calls.h wraps them for a caller that
+// may block a thread. Stats is a pure read.
+//
+// Invalid requests (unknown variable or table, wrong shape or dtype,
+// non-finite value, future version, a push with neither gradients nor rows,
+// a pull naming a variable twice, a row id of another shard, push before
+// Init) are refused with InvalidArgument or FailedPrecondition
+// before anything is touched.
+#ifndef PST_PS_SERVER_CORE_PARAMETER_SHARD_H_
+#define PST_PS_SERVER_CORE_PARAMETER_SHARD_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps.pb.h"
+#include "consistency/consistency_policy.h"
+#include "ps_server/core/pulled_rows.h"
+#include "ps_server/core/push_counters.h"
+#include "ps_server/core/shard_options.h"
+#include "ps_server/core/shard_tables.h"
+#include "ps_server/core/shard_waiters.h"
+#include "ps_server/core/snapshot_schedule.h"
+#include "ps_server/core/streamed_staging.h"
+#include "ps_server/core/table.h"
+#include "ps_server/core/worker_ledger.h"
+
+namespace pst {
+
+class StreamedUpdate;  // ps_server/core/streamed_update.h
+
+class ParameterShard {
+ public:
+  // InvalidArgument for a bad optimizer config, worker count or
+  // consistency option.
+  static absl::StatusOr<std::unique_ptr<ParameterShard>> Create(const ShardOptions& options);
+  // Stops the timer thread. Waiters left behind are dropped unrun.
+  ~ParameterShard();
+
+  Mode mode() const { return options_.mode; }
+  int num_workers() const { return options_.num_workers; }
+  // This shard's share of the config's model; nullopt when the workers bring their own.
+  // Fixed when the shard is made, so read without the lock.
+  const std::optional<ConfigModel>& model_share() const {
+    return ABSL_TS_UNCHECKED_READ(tables_).model_share();
+  }
+  // The rules this shard follows, for a caller that must apply them too.
+  const ConsistencyPolicy& policy() const { return *policy_; }
+  // Bytes of the shard's variables as float32 (0 before Init).
+  int64_t parameter_bytes() const;
+  // Whether `worker` (of this job) is in the live set now.
+  bool WorkerLive(int worker) const;
+
+  absl::Status Register(const RegisterRequest& request, RegisterResponse* response);
+  absl::Status Init(const InitRequest& request, InitResponse* response);
+
+  // A pull hands the variables it asked for, the rows it names and the
+  // version to a visitor, which runs under the shard's lock (so it sees
+  // one version) and must not call back into the shard: the caller encodes
+  // them straight into its own messages.
+  using PullVisitor = std::function<void(
+      int64_t version, const std::vector<const Variable*>& variables, const PulledRows& rows)>;
+
+  // The pull: once the shard is initialized and the policy lets it
+  // proceed (its version reaches request.min_version; SSP: the worker is
+  // within the staleness bound), `visit` sees the requested variables,
+  // under the lock that checked. One that cannot wait runs at once
+  // (shutting down: Unavailable; `deadline` passed: DeadlineExceeded).
+  // InvalidArgument for an unknown or repeated name, or rows
+  // EmbeddingTable::CheckPull refuses. While it waits, the pull counts in
+  // waiting_pulls() and keeps its worker live.
+  using WaitId = ShardWaiters::WaitId;
+  absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
+                                         const PullVisitor& visit,
+                                         absl::AnyInvocable<void()> wake);
+  // Drops waiter `id` (its caller went away): its wake will not run after
+  // this returns. False if it had already run (or there is no such waiter).
+  bool CancelWait(WaitId id);
+
+  // The push, applied or aggregated as the policy says; nullopt, with
+  // nothing done, where it must wait for its turn (behind a streamed update
+  // or an unwritten scheduled snapshot): the caller then waits with
+  // AwaitUpdateTurnOrWait and calls again.
+  std::optional<absl::Status> TryPush(const PushRequest& request, PushResponse* response,
+                                      PushChecked checked = {});
+  // For an update that would wait for its turn (TryPush answered nullopt,
+  // or BeginStreamedPush awaits_turn): 0 if the turn may be free now. Its
+  // wake also runs once a streamed update holding the staging has stalled
+  // long enough to be cancelled. It counts in waiting_updates().
+  WaitId AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake);
+
+  // For a push that arrives as a stream (an exchange), given its header:
+  // the payload bytes each gradient must carry, taken from the shard's own
+  // shapes so that a header cannot make the receiver allocate more than the
+  // model; and, when the push can be applied while it streams in (the
+  // policy would apply it on its own, no other streamed update is under way,
+  // no checkpoint is pending, and the header carries no embedding rows,
+  // which only Push applies), the update to apply its pieces to. Without
+  // one, the caller reassembles the push and calls Push. InvalidArgument
+  // for a bad worker or version, an unknown or repeated variable, a wrong
+  // shape or an unknown dtype; FailedPrecondition before Init. A refusal is counted. `awaits_turn`
+  // says that another update staging, or an unwritten snapshot, is the only
+  // reason there is no update, for a caller whose push waits where it lies
+  // (a shared region) and would rather wait for its turn
+  // (AwaitUpdateTurnOrWait) and call again than copy it.
+  struct StreamedPush {
+    std::vector<int64_t> bytes;
+    std::unique_ptr<StreamedUpdate> update;
+    bool awaits_turn = false;
+  };
+  absl::StatusOr<StreamedPush> BeginStreamedPush(const PushRequest& header);
+  // Whether an exchange whose push is `update` may answer its pull (at
+  // least `min_version`) with the values as they are staged: the policy's
+  // AnswerMayStreamDuringPush, or, for a SYNC step of this one push, whether
+  // the step's version is enough.
+  bool AnswerMayStreamDuringPush(const StreamedUpdate& update, int64_t min_version) const;
+  // Makes a streamed update whose every element has been applied visible at
+  // once, as Push would have; the same outcomes and counters.
+  absl::Status CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
+                                  PushResponse* response);
+  // Counts a push refused before it could reach Push (a malformed stream).
+  void CountRejectedPush();
+  absl::Status Heartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
+  absl::Status Done(const DoneRequest& request, DoneResponse* response);
+  // A snapshot of the shard's counters and workers; changes nothing.
+  void Stats(StatsResponse* response) const;
+
+  // The chief's wait for the end of training: answers as Stats once every
+  // worker is done, or the workers' standing differs from what the caller
+  // last saw (StatsResponse.worker_changes != request.known_changes: a
+  // worker was first heard from, left or rejoined the live set, finished
+  // or registered again), or `deadline` passes (OK, with the state then).
+  // So a caller that passes each answer's worker_changes back sees every
+  // change, and waits in between. InvalidArgument for a negative
+  // timeout_ms or a known_changes below -1; Unavailable once shutting down.
+  // The wait counts in waiting_done_calls().
+  absl::StatusOr<WaitId> AwaitWorkersDoneOrWait(const AwaitWorkersDoneRequest& request,
+                                                absl::Time deadline, StatsResponse* response,
+                                                absl::AnyInvocable<void()> wake);
+
+  // The shard's whole state, for a checkpoint.
+  ShardCheckpoint Snapshot() const;
+  // Loads a checkpoint into a shard that has not been initialized yet (a
+  // restarted PS). FailedPrecondition if it already holds variables;
+  // InvalidArgument if the checkpoint belongs to another shard or job.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+  int64_t version() const;
+  // Whether Init or Restore has given the shard its variables (it never
+  // loses them).
+  bool initialized() const;
+
+  // Waits up to `deadline` for the next snapshot scheduled by
+  // snapshot_every_steps and hands it over; nullopt if none came.
+  std::optional<ShardCheckpoint> TakeScheduledSnapshot(absl::Time deadline);
+
+  // Checkpoint backpressure (ps_server/core/snapshot_schedule.h): while a
+  // writer is attached, a scheduled snapshot holds every update until the
+  // writer reports it written (or failed).
+  void AttachCheckpointWriter();
+  void DetachCheckpointWriter();
+  void ScheduledSnapshotWritten();
+
+  // What Stats reports of the shard's checkpoint writer.
+  void SetCheckpointStats(const CheckpointStats& stats);
+
+  // Wakes every waiting Pull with Unavailable; later calls fail the same way.
+  void BeginShutdown();
+
+  // Calls parked in the shard right now: pulls waiting for their version,
+  // Init or the staleness bound, and updates waiting for their turn behind
+  // an unwritten scheduled snapshot or a streamed update. They tell a stuck
+  // step from an idle shard, and let a caller know that a call has reached
+  // its wait before it checks what the wait holds back.
+  int waiting_pulls() const;
+  int waiting_updates() const;
+  // AwaitWorkersDone calls parked now.
+  int waiting_done_calls() const;
+  // Whether a StreamedUpdate holds the staging, holding other updates back.
+  bool streamed_update_staged() const;
+
+  const std::string& optimizer_name() const { return optimizer_name_; }
+
+ private:
+  ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
+                 std::unique_ptr<Optimizer> optimizer);
+
+  ShardView View() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return {.version = version_, .workers = ledger_.progress()};
+  }
+  absl::Status CheckWorker(int worker) const;
+  // Marks `worker` as heard from now (its lease starts again).
+  void Touch(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ledger's report (on its lease timer's thread, mu_ held): workers
+  // left the live set. Completes a step the live set no longer waits for.
+  void WorkersLeft() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Something a waiter may wait for changed: wakes the snapshot's taker
+  // and the waiters whose condition now holds.
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pull, once it waits no more.
+  absl::Status VisitLocked(const PullRequest& request, const PullVisitor& visit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillStats(StatsResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PullMayProceed(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a push refused and passes its refusal on.
+  absl::Status Refuse(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++pushes_.rejected;
+    return status;
+  }
+  // TryPush's part under the lock: refuses, drops or applies the push, or
+  // admits it into the current step (`*lands`: the caller lands it in each
+  // table, as `plans` says, outside the lock, then completes the step if it
+  // can).
+  std::optional<absl::Status> DecidePush(const PushRequest& request, PushChecked checked,
+                                         PushResponse* response, std::vector<TablePush>* plans,
+                                         bool* lands) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the step if the policy says so: APPLIED, or SKIPPED where its
+  // update would have made the model non-finite, so the model kept its
+  // values; AGGREGATED while the step is not complete.
+  PushResponse::Outcome MaybeCompleteStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current step with the update `staged` says was staged (or
+  // refused): APPLIED or SKIPPED, as MaybeCompleteStep.
+  PushResponse::Outcome CompleteStep(const absl::Status& staged)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a push of `worker` admitted into the current step would complete
+  // it alone: nothing else aggregated or landing, and the policy's step
+  // needs no other gradient.
+  bool CompletesStepAlone(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the staged update visible as the next version and answers
+  // APPLIED.
+  void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lets the next update stage (a StreamedUpdate is done with the staging).
+  void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || !(snapshots_.holds_updates() || staging_.held());
+  }
+  friend class StreamedUpdate;
+  ShardSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ShardOptions options_;
+  const std::unique_ptr<const ConsistencyPolicy> policy_;
+  const std::string optimizer_name_;
+  mutable absl::Mutex mu_;
+  SnapshotSchedule snapshots_ ABSL_GUARDED_BY(mu_);
+  // Keeps a waiting pull's worker in flight (ledger_ is declared later:
+  // used only once both exist, and the destructor stops the timer first).
+  ShardWaiters waiters_{&mu_, [this](int worker, bool begins) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                          if (begins) {
+                            ledger_.BeginCall(worker);
+                          } else {
+                            ledger_.EndCall(worker);
+                          }
+                        }};
+  // Fixed at construction; Land and parameter_bytes() run outside mu_.
+  ShardTables tables_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_done_calls_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The current step: each table sums its part of the admitted pushes as
+  // they land, outside mu_; the ledger marks the ranks admitted into it
+  // (WorkerProgress::pushed), and landing_ counts those not landed yet.
+  int landing_ ABSL_GUARDED_BY(mu_) = 0;
+
+  PushCounters pushes_ ABSL_GUARDED_BY(mu_);
+  StreamedStaging staging_ ABSL_GUARDED_BY(mu_);
+  // Last: its lease timer's thread reports into the members above, and
+  // stops first.
+  WorkerLedger ledger_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_PARAMETER_SHARD_H_

@@ -1,0 +1,73 @@
+// ParameterShard's checkpoints: the snapshot of its whole state, the
+// snapshots scheduled every snapshot_every_steps with their writer's
+// backpressure (ps_server/core/snapshot_schedule.h), and Restore.
+#include "common/status_macros.h"
+#include "ps_server/core/parameter_shard.h"
+
+namespace pst {
+
+void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
+  absl::MutexLock lock(&mu_);
+  snapshots_.set_stats(stats);
+}
+
+ShardCheckpoint ParameterShard::Snapshot() const {
+  ShardSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot = SnapshotLocked();
+  }
+  return std::move(snapshot).Finish();  // the tables' views, outside the lock
+}
+
+void ParameterShard::AttachCheckpointWriter() {
+  absl::MutexLock lock(&mu_);
+  snapshots_.AttachWriter();
+}
+
+void ParameterShard::DetachCheckpointWriter() {
+  absl::MutexLock lock(&mu_);
+  snapshots_.DetachWriter();
+  Changed();
+}
+
+void ParameterShard::ScheduledSnapshotWritten() {
+  absl::MutexLock lock(&mu_);
+  snapshots_.Written();
+  Changed();
+}
+
+std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time deadline) {
+  std::optional<ShardSnapshot> snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot = snapshots_.Take(deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return shutting_down_;  // read with mu_ held: Take waits on it
+    });
+  }
+  if (!snapshot) return std::nullopt;
+  return std::move(*snapshot).Finish();
+}
+
+ShardSnapshot ParameterShard::SnapshotLocked() const {
+  ShardSnapshot snapshot;
+  snapshot.checkpoint.set_shard(options_.shard);
+  snapshot.checkpoint.set_version(version_);
+  tables_.Capture(&snapshot);
+  ledger_.ExportClocks(&snapshot.checkpoint);
+  return snapshot;
+}
+
+absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
+  absl::MutexLock lock(&mu_);
+  if (tables_.initialized()) {
+    return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
+  }
+  PST_RETURN_IF_ERROR(tables_.Restore(checkpoint));
+  version_ = checkpoint.version();
+  ledger_.RestoreClocks(checkpoint);
+  Changed();
+  return absl::OkStatus();
+}
+
+}  // namespace pst

@@ -1,0 +1,137 @@
+// The shard's side of a push applied while it streams in
+// (ps_server/core/streamed_update.h): its admission, the staging it holds while
+// the stream lasts, the wait of the other updates for their turn, the
+// cancellation of a stalled stream, and the commit.
+#include <memory>
+#include <vector>
+
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_requests.h"
+#include "ps_server/core/streamed_update.h"
+
+namespace pst {
+
+absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
+    const PushRequest& header) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return Refuse(s);
+  if (!tables_.initialized()) return Refuse(PushBeforeInit());
+  if (absl::Status s = CheckPushClaims(header, options_.shard, version_); !s.ok()) {
+    return Refuse(s);
+  }
+  StreamedPush push;
+  std::vector<int> indices;
+  DenseTable& dense = tables_.dense();
+  if (absl::Status s = dense.CheckStreamHeader(header, &indices, &push.bytes); !s.ok()) {
+    return Refuse(s);
+  }
+  absl::StatusOr<Admission> admission =
+      policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
+  // Rows are applied by Push only, with the dense part of their push.
+  const bool has_rows = !header.rows().empty();
+  // A SYNC step of one gradient averages that gradient alone: it is
+  // applied as it streams in, in one pass, as a push the policy applies on
+  // its own would be.
+  const bool whole_step = admission.ok() && admission->action == Admission::Action::kAggregate &&
+                          !has_rows && CompletesStepAlone(header.worker());
+  const bool applies = admission.ok() && admission->action == Admission::Action::kApply;
+  if (has_rows || !(applies || whole_step) || staging_.held() || snapshots_.holds_updates() ||
+      shutting_down_) {
+    push.awaits_turn = !has_rows && (applies || whole_step) && !shutting_down_;
+    return push;  // Push decides, once the gradient is in
+  }
+  push.update.reset(new StreamedUpdate(this, &dense.threads(), dense.parts()));
+  StreamedUpdate& update = *push.update;
+  update.worker_ = header.worker();
+  update.computed_at_ = header.computed_at_version();
+  update.staleness_ = version_ - header.computed_at_version();
+  update.whole_step_ = whole_step;
+  update.indices_ = std::move(indices);
+  if (absl::Status s = update.Stage(dense.store(), admission->lr_scale); !s.ok()) {
+    return Refuse(s);
+  }
+  staging_.Hold(push.update.get());
+  Touch(header.worker());
+  return push;
+}
+
+ParameterShard::WaitId ParameterShard::AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake) {
+  absl::MutexLock lock(&mu_);
+  if (UpdateMayStage()) return 0;
+  const absl::Duration recheck =
+            snapshots_.holds_updates()
+          ? absl::InfiniteDuration()
+          : staging_.CancelIfStalled(options_.stalled_stream_timeout, options_.shard);
+  return waiters_.Add(
+      {.ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); },
+       .deadline = absl::Now() + recheck,
+       .wake = std::move(wake),
+       .waiting = &waiting_updates_});
+}
+
+absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> update,
+                                                PushResponse* response) {
+  absl::MutexLock lock(&mu_);
+  // Whatever happens, the staging is free when this returns.
+  update->holds_staging_ = false;
+  update->staged_.clear();
+  ReleaseStagingLocked();
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  if (update->cancelled_) {
+    return Refuse(absl::AbortedError(
+        "the push stream stalled while other updates waited and was cancelled; nothing of it "
+        "was applied"));
+  }
+  Touch(update->worker_);
+  absl::Status finished = update->Finish(tables_.dense().store());
+  if (update->whole_step_) {
+    // As an aggregated step: the workers wait for the next version whatever
+    // happens, so an update that would make the model non-finite skips it.
+    ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
+    response->set_outcome(CompleteStep(finished));
+    response->set_version(version_);
+    return absl::OkStatus();
+  }
+  if (!finished.ok()) {
+    tables_.Discard();
+    return Refuse(finished);
+  }
+  ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
+  CommitApplied(response);
+  return absl::OkStatus();
+}
+
+bool ParameterShard::AnswerMayStreamDuringPush(const StreamedUpdate& update,
+                                               int64_t min_version) const {
+  // The step's result is this push: committed, it is the next version.
+  if (update.whole_step_) return min_version <= update.computed_at_ + 1;
+  return policy_->AnswerMayStreamDuringPush(min_version, update.computed_at_);
+}
+
+bool ParameterShard::CompletesStepAlone(int worker) const {
+  if (landing_ > 0) return false;
+  const ShardView view = View();
+  std::vector<WorkerProgress> workers(view.workers.begin(), view.workers.end());
+  for (const WorkerProgress& w : workers) {
+    if (w.pushed) return false;
+  }
+  workers[worker].pushed = true;
+  return policy_->StepComplete({.version = view.version, .workers = workers});
+}
+
+void ParameterShard::ReleaseStaging() {
+  absl::MutexLock lock(&mu_);
+  ReleaseStagingLocked();
+}
+
+void ParameterShard::ReleaseStagingLocked() {
+  staging_.Release();
+  Changed();  // updates wait for it
+}
+
+void ParameterShard::CountRejectedPush() {
+  absl::MutexLock lock(&mu_);
+  ++pushes_.rejected;
+}
+
+}  // namespace pst

@@ -1,0 +1,96 @@
+#include "ps_server/core/row_store.h"
+
+#include <algorithm>
+
+#include "placement/row_placement.h"
+
+namespace pst {
+
+RowStore::RowStore(int dim, int slots_per_value) : dim_(dim), slots_per_value_(slots_per_value) {}
+
+size_t RowStore::IndexPart(uint64_t id) {
+  // The hash's top bits: its low bits chose the shard (ShardOfRow), so on
+  // one shard of a power-of-two count they are the same for every row.
+  return static_cast<size_t>(RowHash(id) >> 58) % kIndexParts;
+}
+
+int64_t RowStore::bytes() const {
+  const int64_t per_block = sizeof(Block) + sizeof(std::shared_ptr<Block>) + sizeof(float*) +
+                            kRowsPerBlock * static_cast<int64_t>(width() * sizeof(float));
+  int64_t bytes = static_cast<int64_t>(blocks_.size()) * per_block;
+  for (const Index& part : index_) {
+    // A slot per entry plus a control byte per slot (Abseil's Swiss table).
+    bytes += static_cast<int64_t>(part.capacity() * (sizeof(Index::value_type) + 1));
+  }
+  return bytes;
+}
+
+int64_t RowStore::Find(uint64_t id) const {
+  const Index& part = index_[IndexPart(id)];
+  auto it = part.find(id);
+  return it == part.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+RowStore::Block& RowStore::WritableBlock(int64_t row) {
+  std::shared_ptr<Block>& block = blocks_[row / kRowsPerBlock];
+  // A block made before the last freeze may be in a view while any is
+  // alive; the views never see a write, so it is copied first.
+  if (block->epoch < epoch_ && live_views_->load(std::memory_order_acquire) > 0) {
+    auto copy = std::make_shared<Block>(*block);
+    copy->epoch = epoch_;
+    records_[row / kRowsPerBlock] = copy->records.data();
+    block = std::move(copy);
+  }
+  return *block;
+}
+
+int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
+                      int64_t updates) {
+  const int64_t row = size_;
+  if (row % kRowsPerBlock == 0) {
+    auto block = std::make_shared<Block>();
+    block->epoch = epoch_;
+    block->records.resize(kRowsPerBlock * width());
+    records_.push_back(block->records.data());
+    blocks_.push_back(std::move(block));
+  }
+  ++size_;
+  Block& block = WritableBlock(row);
+  block.ids[row % kRowsPerBlock] = id;
+  block.updates[row % kRowsPerBlock] = updates;
+  float* record = block.records.data() + (row % kRowsPerBlock) * width();
+  std::copy(values.begin(), values.end(), record);
+  std::copy(slots.begin(), slots.end(), record + dim_);
+  index_[IndexPart(id)].emplace(id, static_cast<uint32_t>(row));
+  return row;
+}
+
+void RowStore::Update(int64_t row, std::span<const float> values, std::span<const float> slots,
+                      int64_t updates) {
+  Block& block = WritableBlock(row);
+  block.updates[row % kRowsPerBlock] = updates;
+  float* record = block.records.data() + (row % kRowsPerBlock) * width();
+  std::copy(values.begin(), values.end(), record);
+  std::copy(slots.begin(), slots.end(), record + dim_);
+}
+
+RowStore::Frozen RowStore::Freeze() {
+  ++epoch_;
+  return Frozen(*this);
+}
+
+RowStore::Frozen::Frozen(const RowStore& store)
+    : dim_(store.dim_),
+      width_(store.width()),
+      size_(store.size_),
+      blocks_(store.blocks_.begin(), store.blocks_.end()),
+      live_(store.live_views_) {
+  live_->fetch_add(1, std::memory_order_relaxed);
+}
+
+RowStore::Frozen::~Frozen() {
+  // A moved-from view holds nothing.
+  if (live_ != nullptr) live_->fetch_sub(1, std::memory_order_release);
+}
+
+}  // namespace pst

@@ -1,0 +1,144 @@
+// One embedding table's rows on one shard: each row's id, values,
+// optimizer state and the updates applied to it.
+//
+// Rows live in blocks of kRowsPerBlock rows that are never moved, so a
+// growing table never copies the rows it holds (with millions of rows, a
+// reallocation would stall the shard's lock for the copy), and what it
+// holds beyond its rows is at most one block. The id index is split into
+// kIndexParts maps by the id's hash, so growing the index rehashes one
+// small map at a time, never the whole index.
+//
+// Frozen views. Freeze returns the rows as they are now, for a checkpoint
+// to read at leisure on another thread while the store trains on: it
+// shares the blocks, and a block a live view shares is copied before its
+// first write after the freeze (copy on write), so freezing costs a
+// pointer per block and a write pays at most one block's copy. Blocks are
+// small for that reason: a push touching n rows copies at most n blocks.
+//
+// Not thread-safe: the owner serializes access, Freeze included. A frozen
+// view is immutable and may be read on any thread and outlive the store.
+#ifndef PST_PS_SERVER_CORE_ROW_STORE_H_
+#define PST_PS_SERVER_CORE_ROW_STORE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace pst {
+
+class RowStore {
+  struct Block;
+
+ public:
+  static constexpr int64_t kRowsPerBlock = 64;
+  static constexpr int kIndexParts = 64;
+
+  // Rows of `dim` values and `slots_per_value` * dim floats of optimizer
+  // state, slot-major within the row (slot s of value i at s * dim + i).
+  RowStore(int dim, int slots_per_value);
+
+  int dim() const { return dim_; }
+  int64_t size() const { return size_; }
+  // Memory the rows take: blocks, index and its control bytes.
+  int64_t bytes() const;
+
+  // The index of `id`'s row, or -1.
+  int64_t Find(uint64_t id) const;
+  // Cache hints: `id` will be looked up soon; row `row` will be read soon.
+  // Rows of a large table are scattered over memory, so a caller about to
+  // visit many of them hints a few ahead, and the misses overlap.
+  void PrefetchIndex(uint64_t id) const { index_[IndexPart(id)].prefetch(id); }
+  void PrefetchRow(int64_t row) const {
+    const float* at = record(row);
+    for (size_t line = 0; line < width() * sizeof(float); line += 64) {
+      __builtin_prefetch(reinterpret_cast<const char*>(at) + line);
+    }
+  }
+  // Adds a row for `id`, which has none, with the given contents (dim
+  // values, slots_per_value * dim slots); returns its index.
+  int64_t Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
+              int64_t updates);
+  // Replaces row `row`'s contents.
+  void Update(int64_t row, std::span<const float> values, std::span<const float> slots,
+              int64_t updates);
+
+  uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
+  std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
+  std::span<const float> slots(int64_t row) const { return {record(row) + dim_, slot_floats()}; }
+  int64_t updates(int64_t row) const { return block(row).updates[row % kRowsPerBlock]; }
+
+  // The rows as they were at Freeze, read as the store's.
+  class Frozen {
+   public:
+    Frozen(Frozen&&) = default;
+    Frozen& operator=(Frozen&&) = delete;
+    ~Frozen();
+
+    int64_t size() const { return size_; }
+    uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
+    std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
+    std::span<const float> slots(int64_t row) const {
+      return {record(row) + dim_, width_ - dim_};
+    }
+    int64_t updates(int64_t row) const { return block(row).updates[row % kRowsPerBlock]; }
+
+   private:
+    friend class RowStore;
+    Frozen(const RowStore& store);
+    const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
+    const float* record(int64_t row) const {
+      return block(row).records.data() + (row % kRowsPerBlock) * width_;
+    }
+
+    const int dim_;
+    const size_t width_;
+    const int64_t size_;
+    std::vector<std::shared_ptr<const Block>> blocks_;
+    // The store's count of live views; decremented (release) on destruction.
+    std::shared_ptr<std::atomic<int>> live_;
+  };
+  Frozen Freeze();
+
+ private:
+  // A row's record is its values, then its slots. `epoch`: the store's
+  // epoch when the block was made; a view frozen since shares it.
+  struct Block {
+    int64_t epoch = 0;
+    std::vector<float> records;
+    std::array<uint64_t, kRowsPerBlock> ids;
+    std::array<int64_t, kRowsPerBlock> updates;
+  };
+  using Index = absl::flat_hash_map<uint64_t, uint32_t>;
+
+  size_t slot_floats() const { return static_cast<size_t>(slots_per_value_) * dim_; }
+  size_t width() const { return static_cast<size_t>(dim_) + slot_floats(); }
+  const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
+  const float* record(int64_t row) const {
+    return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
+  }
+  // Row `row`'s block, copied first if a live view may share it.
+  Block& WritableBlock(int64_t row);
+  static size_t IndexPart(uint64_t id);
+
+  const int dim_;
+  const int slots_per_value_;
+  int64_t size_ = 0;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  // Each block's records: a row's values are one load away, not two.
+  std::vector<float*> records_;
+  std::array<Index, kIndexParts> index_;
+  // Freezes so far: a block with an older epoch may be in a view.
+  int64_t epoch_ = 0;
+  // Views alive; read with acquire, so that a view's reads of a block
+  // happen before the store writes it in place again.
+  std::shared_ptr<std::atomic<int>> live_views_ = std::make_shared<std::atomic<int>>(0);
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_ROW_STORE_H_

@@ -1,0 +1,119 @@
+#include "ps_server/core/shard_tables.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "ps_server/core/model_share.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+
+ShardTables::ShardTables(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer)
+    : shard_(options.shard),
+      model_share_(options.model ? std::optional(ShardShare(*options.model, options.shard,
+                                                            options.num_shards))
+                                 : std::nullopt),
+      embeddings_(new EmbeddingTable({.shard = options.shard,
+                                      .num_shards = options.num_shards,
+                                      .num_workers = options.num_workers,
+                                      .seed = options.seed,
+                                      .optimizer = options.optimizer})),
+      dense_(new DenseTable(std::move(optimizer), options.num_workers)) {
+  tables_.push_back(std::unique_ptr<Table>(embeddings_));
+  tables_.push_back(std::unique_ptr<Table>(dense_));
+}
+
+bool ShardTables::initialized() const {
+  return std::all_of(tables_.begin(), tables_.end(),
+                     [](const std::unique_ptr<Table>& table) { return table->initialized(); });
+}
+
+absl::Status ShardTables::Initialize(const InitRequest& request) {
+  if (model_share_) PST_RETURN_IF_ERROR(CheckInitIsShare(request, *model_share_, shard_));
+  for (const std::unique_ptr<Table>& table : tables_) {
+    PST_RETURN_IF_ERROR(table->Initialize(request));
+  }
+  dense_bytes_ = dense_->parameter_bytes();
+  RefreshParameterBytes();
+  spdlog::info("shard {}: initialized {} variables ({} bytes) and {} embedding tables from "
+               "worker:{}",
+               shard_, dense_->store().size(), parameter_bytes(), request.embeddings_size(),
+               request.worker());
+  return absl::OkStatus();
+}
+
+absl::Status ShardTables::Restore(const ShardCheckpoint& checkpoint) {
+  if (checkpoint.shard() != shard_) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint is of shard ",
+                                                   checkpoint.shard(), ", this is shard ", shard_));
+  }
+  for (const std::unique_ptr<Table>& table : tables_) {
+    PST_RETURN_IF_ERROR(table->Restore(checkpoint));
+  }
+  dense_bytes_ = dense_->parameter_bytes();
+  RefreshParameterBytes();
+  return absl::OkStatus();
+}
+
+absl::Status ShardTables::CheckPush(const PushRequest& push, bool require_all,
+                                    PushChecked checked, std::vector<TablePush>* plans) const {
+  plans->resize(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const bool finite =
+        tables_[t].get() == embeddings_ ? checked.rows_finite : checked.values_finite;
+    PST_RETURN_IF_ERROR(
+        tables_[t]->CheckPush(push, require_all, /*check_finite=*/!finite, &(*plans)[t]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardTables::Stage(const PushRequest& push, const std::vector<TablePush>& plans,
+                                float lr_scale) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (absl::Status staged = tables_[t]->Stage(push, plans[t], lr_scale); !staged.ok()) {
+      Discard();
+      return staged;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ShardTables::Land(int rank, const PushRequest& push, const std::vector<TablePush>& plans) {
+  for (size_t t = 0; t < tables_.size(); ++t) tables_[t]->Land(rank, push, plans[t]);
+}
+
+absl::Status ShardTables::StageStep() {
+  absl::Status staged = absl::OkStatus();
+  for (const std::unique_ptr<Table>& table : tables_) {
+    if (absl::Status s = table->StageStep(); staged.ok()) staged = s;
+  }
+  return staged;
+}
+
+void ShardTables::Commit() {
+  for (const std::unique_ptr<Table>& table : tables_) table->Commit();
+  RefreshParameterBytes();
+}
+
+void ShardTables::Discard() {
+  for (const std::unique_ptr<Table>& table : tables_) table->Discard();
+}
+
+void ShardTables::Export(ShardCheckpoint* checkpoint) const {
+  for (const std::unique_ptr<Table>& table : tables_) table->Export(checkpoint);
+}
+
+void ShardTables::Capture(ShardSnapshot* snapshot) const {
+  for (const std::unique_ptr<Table>& table : tables_) table->Capture(snapshot);
+}
+
+void ShardTables::AddStats(StatsResponse* response) const {
+  for (const std::unique_ptr<Table>& table : tables_) table->AddStats(response);
+}
+
+void ShardTables::RefreshParameterBytes() {
+  parameter_bytes_.store(dense_bytes_ + embeddings_->parameter_bytes(), std::memory_order_relaxed);
+}
+
+}  // namespace pst

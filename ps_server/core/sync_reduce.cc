@@ -1,0 +1,59 @@
+#include "ps_server/core/sync_reduce.h"
+
+#include <algorithm>
+#include <array>
+
+namespace pst {
+namespace {
+
+// Elements reduced at a time: the block's sum stays in L1 while the
+// optimizer stages it.
+constexpr size_t kReduceBlock = 2048;
+
+// Reduces and stages elements [begin, end).
+void StageRange(VariableStore::StageTarget* target,
+                const std::vector<std::span<const float>>& gradients, float scale, size_t begin,
+                size_t end) {
+  std::array<float, kReduceBlock> mean;
+  for (size_t first = begin; first < end; first += kReduceBlock) {
+    const size_t len = std::min(kReduceBlock, end - first);
+    float* __restrict sum = mean.data();
+    std::fill(sum, sum + len, 0.0f);
+    for (std::span<const float> g : gradients) {
+      const float* __restrict part = g.data() + first;
+      for (size_t i = 0; i < len; ++i) sum[i] += part[i];
+    }
+    for (size_t i = 0; i < len; ++i) sum[i] *= scale;
+    target->Apply(first, {sum, len});
+  }
+}
+
+}  // namespace
+
+absl::Status StageMean(VariableStore* store, int index,
+                       const std::vector<std::span<const float>>& gradients, float scale,
+                       ThreadPool* threads, int parts) {
+  absl::StatusOr<VariableStore::StageTarget> target = store->BeginStage(index, 1.0f);
+  if (!target.ok()) return target.status();
+  const size_t n = store->variable(index).size();
+  parts = n < kParallelElements ? 1 : std::max(1, parts);
+  // Whole blocks per part, so that the split does not change the blocks.
+  const size_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
+  const size_t blocks_per_part = (blocks + parts - 1) / parts;
+  std::vector<VariableStore::StageTarget> part_targets(parts - 1, *target);
+  {
+    std::vector<ThreadPool::Task> tasks;
+    for (int p = 1; p < parts; ++p) {
+      const size_t begin = std::min(n, p * blocks_per_part * kReduceBlock);
+      const size_t end = std::min(n, (p + 1) * blocks_per_part * kReduceBlock);
+      tasks.push_back(threads->Start([&, p, begin, end] {
+        StageRange(&part_targets[p - 1], gradients, scale, begin, end);
+      }));
+    }
+    StageRange(&*target, gradients, scale, 0, std::min(n, blocks_per_part * kReduceBlock));
+  }  // the tasks' destructors wait for them
+  for (const VariableStore::StageTarget& part : part_targets) target->Merge(part);
+  return store->FinishStage(index, *target);
+}
+
+}  // namespace pst

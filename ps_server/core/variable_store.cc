@@ -1,0 +1,306 @@
+#include "ps_server/core/variable_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+
+namespace pst {
+
+namespace {
+
+// Elements staged at a time: a block of values, gradient and optimizer
+// state stays in L1 while it is updated and checked.
+constexpr size_t kStageBlock = 2048;
+
+// Nonzero when a value is Inf or NaN, i.e. its exponent bits are all ones.
+// Integer-only and branch-free, so the compiler vectorizes it.
+uint32_t NonFiniteBits(const float* values, size_t n) {
+  uint32_t non_finite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    non_finite |= (std::bit_cast<uint32_t>(values[i]) & 0x7f800000u) == 0x7f800000u;
+  }
+  return non_finite;
+}
+
+}  // namespace
+
+absl::Status CheckFinite(std::span<const float> values, const std::string& what) {
+  // The fast pass decides; a second scan only names the culprit.
+  if (NonFiniteBits(values.data(), values.size()) == 0) return absl::OkStatus();
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has a non-finite value (", values[i], ") at element ", i,
+                       "; nothing was applied"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+
+VariableStore::VariableStore(std::unique_ptr<Optimizer> optimizer)
+    : optimizer_(std::move(optimizer)) {}
+
+int64_t VariableStore::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const Variable& v : variables_) bytes += v.size() * sizeof(float);
+  return bytes;
+}
+
+absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors,
+                                      bool may_be_empty) {
+  if (tensors.empty() && !may_be_empty) {
+    return absl::InvalidArgumentError("Init carries no variables and no embedding tables");
+  }
+  std::vector<Variable> variables;
+  std::map<std::string, int, std::less<>> index;
+  std::vector<float> scratch;
+  for (const Tensor& tensor : tensors) {
+    if (tensor.name().empty()) return absl::InvalidArgumentError("Init has a variable with no name");
+    if (!index.emplace(tensor.name(), static_cast<int>(variables.size())).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Init names variable \"", tensor.name(), "\" twice"));
+    }
+    if (tensor.shape().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable \"", tensor.name(), "\" has no shape"));
+    }
+    for (int64_t d : tensor.shape()) {
+      if (d <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable \"", tensor.name(), "\" has a non-positive dimension ", d));
+      }
+    }
+    int64_t elements = NumElements({tensor.shape().data(), static_cast<size_t>(tensor.shape().size())});
+    PST_RETURN_IF_ERROR(CheckTensorPayload(tensor, elements));
+    Variable v;
+    v.name = tensor.name();
+    v.shape.assign(tensor.shape().begin(), tensor.shape().end());
+    v.values->resize(elements);
+    DecodeTensor(tensor, *v.values);
+    if (absl::Status s = CheckFinite(*v.values, absl::StrCat("variable \"", v.name, "\""));
+        !s.ok()) {
+      return s;
+    }
+    v.slots.assign(static_cast<size_t>(elements) * optimizer_->SlotsPerParameter(),
+                   optimizer_->InitialSlotValue());
+    variables.push_back(std::move(v));
+  }
+  variables_ = std::move(variables);
+  index_ = std::move(index);
+  initialized_ = true;
+  return absl::OkStatus();
+}
+
+void VariableStore::Export(ShardCheckpoint* checkpoint) const {
+  checkpoint->set_optimizer(optimizer_->Name());
+  for (const Variable& v : variables_) {
+    ShardCheckpoint::Variable* out = checkpoint->add_variables();
+    out->set_name(v.name);
+    out->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
+    out->set_values(reinterpret_cast<const char*>(v.values->data()), v.size() * sizeof(float));
+    out->set_slots(reinterpret_cast<const char*>(v.slots.data()), v.slots.size() * sizeof(float));
+    out->set_updates(v.updates);
+  }
+}
+
+absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
+  if (checkpoint.optimizer() != optimizer_->Name()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint holds ", checkpoint.optimizer(), " state but this job uses ",
+        optimizer_->Name()));
+  }
+  std::vector<Variable> variables;
+  std::map<std::string, int, std::less<>> index;
+  for (const ShardCheckpoint::Variable& in : checkpoint.variables()) {
+    Variable v;
+    v.name = in.name();
+    v.shape.assign(in.shape().begin(), in.shape().end());
+    const int64_t elements = NumElements(v.shape);
+    const size_t slots = static_cast<size_t>(elements) * optimizer_->SlotsPerParameter();
+    if (elements <= 0 || in.values().size() != elements * sizeof(float) ||
+        in.slots().size() != slots * sizeof(float) || !index.emplace(v.name, variables.size()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint variable \"", in.name(), "\" is inconsistent"));
+    }
+    v.values->resize(elements);
+    std::memcpy(v.values->data(), in.values().data(), in.values().size());
+    // Plain SGD keeps no slots: an empty vector's data() may be null, which
+    // memcpy must not be given even for zero bytes.
+    v.slots.resize(slots);
+    // An optimizer without state (plain SGD) has no slots: nothing to copy,
+    // and memcpy must not see the empty vector's null pointer.
+    if (slots > 0) std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
+    // The shard never writes a non-finite value (it refuses such pushes and
+    // skips such steps), so one here was not written by a PS.
+    const auto finite = [](float x) { return std::isfinite(x); };
+    if (!std::all_of(v.values->begin(), v.values->end(), finite) ||
+        !std::all_of(v.slots.begin(), v.slots.end(), finite)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint variable \"", in.name(), "\" holds a non-finite value, which no PS writes"));
+    }
+    v.updates = in.updates();
+    variables.push_back(std::move(v));
+  }
+  variables_ = std::move(variables);
+  index_ = std::move(index);
+  initialized_ = true;
+  return absl::OkStatus();
+}
+
+int VariableStore::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+absl::Status VariableStore::ValidateGradients(
+    const google::protobuf::RepeatedPtrField<Tensor>& gradients, bool require_all,
+    bool check_finite, std::vector<int>* indices) const {
+  indices->clear();
+  std::vector<bool> seen(variables_.size(), false);
+  std::vector<float> scratch;
+  for (const Tensor& gradient : gradients) {
+    absl::StatusOr<int> index = CheckGradientHeader(gradient, &seen);
+    if (!index.ok()) return index.status();
+    const Variable& v = variables_[*index];
+    PST_RETURN_IF_ERROR(CheckTensorPayload(gradient, v.size()));
+    if (check_finite && !EncodedFinite(gradient.data(), gradient.dtype())) {  // name the culprit
+      if (absl::Status s = CheckFinite(TensorValues(gradient, &scratch),
+                                       absl::StrCat("gradient for \"", v.name, "\""));
+          !s.ok()) {
+        return s;
+      }
+    }
+    indices->push_back(*index);
+  }
+  if (require_all && indices->size() != variables_.size()) {
+    for (size_t i = 0; i < variables_.size(); ++i) {
+      if (!seen[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push is missing the gradient for \"", variables_[i].name,
+            "\"; in SYNC mode every push must cover every variable of the shard"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> VariableStore::CheckGradientHeader(const Tensor& gradient,
+                                                       std::vector<bool>* seen) const {
+  const int index = Find(gradient.name());
+  if (index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown variable \"", gradient.name(), "\" in a gradient push"));
+  }
+  if ((*seen)[index]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for \"", gradient.name(), "\" appears twice in one push"));
+  }
+  (*seen)[index] = true;
+  const Variable& v = variables_[index];
+  if (!gradient.shape().empty() &&
+      !std::equal(gradient.shape().begin(), gradient.shape().end(), v.shape.begin(),
+                  v.shape.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient for \"", v.name, "\" has the wrong shape; the variable has ", v.shape.size(),
+        " dimension(s) and ", v.size(), " values"));
+  }
+  return index;
+}
+
+absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {
+  absl::StatusOr<StageTarget> target = BeginStage(index, lr_scale);
+  if (!target.ok()) return target.status();
+  target->Apply(0, gradient);
+  return FinishStage(index, *target);
+}
+
+absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(int index, float lr_scale) {
+  const Variable& v = variables_[index];
+  if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
+  Staged& next = staged_[index];
+  const int slots = optimizer_->SlotsPerParameter();
+  if (next.values == nullptr || next.values.use_count() > 1) {
+    // A pull is still sending this buffer (it held the values before the
+    // last commit): leave it to that pull and stage into a new one.
+    next.values = std::make_shared<std::vector<float>>();
+  } else {
+    // The pull that held it is done; its reads happened before its release.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  next.values->resize(v.size());
+  next.slots.resize(v.slots.size());
+  StageTarget target;
+  target.optimizer_ = optimizer_.get();
+  target.step_ = v.updates + 1;
+  target.scale_ = lr_scale * optimizer_->DecayFactor(target.step_);
+  target.slots_ = slots;
+  target.values_ = *v.values;
+  target.state_ = v.slots;
+  target.next_values_ = *next.values;
+  target.next_state_ = next.slots;
+  return target;
+}
+
+void VariableStore::StageTarget::Apply(size_t first, std::span<const float> gradient) {
+  const size_t n = values_.size();
+  // One fused pass, block by block: the optimizer reads the published values
+  // and state and writes the staged ones, and each block is checked for
+  // non-finite results while it is still in cache.
+  // Without state (SGD) there is no slot memory to point into.
+  const bool has_state = slots_ > 0;
+  for (size_t done = 0; done < gradient.size(); done += kStageBlock) {
+    const size_t begin = first + done;
+    const size_t len = std::min(kStageBlock, gradient.size() - done);
+    optimizer_->ApplyRange(
+        step_, scale_,
+        Optimizer::Range{.count = len,
+                         .param = values_.data() + begin,
+                         .grad = gradient.data() + done,
+                         .slots = has_state ? state_.data() + begin : nullptr,
+                         .param_out = next_values_.data() + begin,
+                         .slots_out = has_state ? next_state_.data() + begin : nullptr,
+                         .slot_stride = n});
+    non_finite_ |= NonFiniteBits(next_values_.data() + begin, len);
+    for (int s = 0; s < slots_; ++s) {
+      non_finite_ |= NonFiniteBits(next_state_.data() + s * n + begin, len);
+    }
+  }
+}
+
+absl::Status VariableStore::FinishStage(int index, const StageTarget& target) {
+  if (target.non_finite_ != 0) {  // name the culprit
+    const Variable& v = variables_[index];
+    const Staged& next = staged_[index];
+    absl::Status finite =
+        CheckFinite(*next.values, absl::StrCat("the update of \"", v.name, "\""));
+    if (finite.ok()) {
+      finite = CheckFinite(next.slots, absl::StrCat("the optimizer state of \"", v.name, "\""));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        finite.message(), " (the gradient is too large for the ", optimizer_->Name(),
+        " optimizer); the variable keeps its values"));
+  }
+  staged_indices_.push_back(index);
+  return absl::OkStatus();
+}
+
+void VariableStore::Commit() {
+  for (int index : staged_indices_) {
+    Variable& v = variables_[index];
+    v.values.swap(staged_[index].values);
+    v.slots.swap(staged_[index].slots);
+    ++v.updates;
+  }
+  staged_indices_.clear();
+}
+
+void VariableStore::Discard() { staged_indices_.clear(); }
+
+}  // namespace pst

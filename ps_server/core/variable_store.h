@@ -1,0 +1,151 @@
+// The variables one PS shard holds, with their optimizer state.
+//
+// Not thread-safe: the ParameterShard that owns it serializes access.
+// Nothing here changes a variable unless the whole update has been validated
+// first, so a rejected request never leaves the model half-updated.
+#ifndef PST_PS_SERVER_CORE_VARIABLE_STORE_H_
+#define PST_PS_SERVER_CORE_VARIABLE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ps.pb.h"
+#include "ps_server/optimizers/optimizer.h"
+
+namespace pst {
+
+// A variable's values. Shared and never written once published: an update
+// stages new values in another buffer and swaps it in, so a pull may keep
+// sending a reference to the old ones after the shard's lock is released
+// (copy on write, without the copy while nobody holds the old buffer).
+using Values = std::shared_ptr<std::vector<float>>;
+
+struct Variable {
+  std::string name;
+  std::vector<int64_t> shape;
+  Values values = std::make_shared<std::vector<float>>();
+  std::vector<float> slots;  // optimizer state, Optimizer::SlotsPerParameter() per value
+  int64_t updates = 0;       // optimizer steps applied to this variable
+  size_t size() const { return values->size(); }
+};
+
+class VariableStore {
+ public:
+  explicit VariableStore(std::unique_ptr<Optimizer> optimizer);
+
+  bool initialized() const { return initialized_; }
+  size_t size() const { return variables_.size(); }
+  int64_t parameter_bytes() const;
+  const Optimizer& optimizer() const { return *optimizer_; }
+
+  // Creates the variables from `tensors`. InvalidArgument for an empty list
+  // (unless `may_be_empty`: a shard that holds only embedding rows), a
+  // duplicate or empty name, a non-positive dimension, a payload that does
+  // not match its shape, or a non-finite value. Precondition: !initialized().
+  absl::Status Initialize(const google::protobuf::RepeatedPtrField<Tensor>& tensors,
+                          bool may_be_empty = false);
+
+  // Index of the variable called `name`, or -1.
+  int Find(const std::string& name) const;
+  const Variable& variable(int index) const { return variables_[index]; }
+  const std::vector<Variable>& variables() const { return variables_; }
+
+  // Checks that `gradients` name distinct known variables with payloads of the
+  // right size and (when `check_finite`) only finite values, and (when
+  // `require_all`) that every variable is present. On success fills
+  // `indices` with each gradient's variable index. InvalidArgument naming
+  // the first offending tensor.
+  absl::Status ValidateGradients(const google::protobuf::RepeatedPtrField<Tensor>& gradients,
+                                 bool require_all, bool check_finite,
+                                 std::vector<int>* indices) const;
+  // What ValidateGradients checks of one gradient before its payload: a
+  // known variable, not already in `seen` (one flag per variable, which
+  // this sets), and the variable's shape if it names one. The variable's
+  // index, or InvalidArgument naming the gradient.
+  absl::StatusOr<int> CheckGradientHeader(const Tensor& gradient, std::vector<bool>* seen) const;
+
+  // Copies every variable, its optimizer state and update count out.
+  void Export(ShardCheckpoint* checkpoint) const;
+  // Replaces the store's contents with a checkpoint's. InvalidArgument (and
+  // no change) if it does not fit this store's optimizer.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+
+  // One update is a set of optimizer steps applied all or nothing. Stage()
+  // runs one variable's step (with `gradient`, already validated) on copies
+  // of its values and optimizer state; nothing visible changes. It fails with
+  // InvalidArgument, naming the variable, if the step would make a value or
+  // the optimizer state non-finite (a finite gradient can still overflow,
+  // e.g. Adam's squared gradient). Commit() then makes every staged step
+  // visible at once (a buffer swap per variable); Discard() drops them. A
+  // variable is staged at most once per update.
+  absl::Status Stage(int index, std::span<const float> gradient, float lr_scale);
+  void Commit();
+  void Discard();
+
+  // Stage() in steps, for a gradient that arrives piece by piece:
+  // BeginStage readies the variable's staging buffers and returns a target
+  // that applies the optimizer to any range of elements; FinishStage checks
+  // the result, as Stage does, and includes it in the next Commit. A target
+  // reads the variable's published values and state and writes only its
+  // own buffers, so it may run without the owner's lock, provided the owner
+  // lets no other update, Commit or Restore touch the store until
+  // FinishStage (or until it gives the target up, which needs no call).
+  class StageTarget {
+   public:
+    // Applies the step to elements [first, first + gradient.size()) from
+    // `gradient` (already validated). Each element is staged once per
+    // update; every one must be by FinishStage.
+    void Apply(size_t first, std::span<const float> gradient);
+    // Takes in what a copy of this target (staging other elements of the
+    // same update, e.g. on another thread) found.
+    void Merge(const StageTarget& other) { non_finite_ |= other.non_finite_; }
+    // Whether every value staged so far is finite.
+    bool finite() const { return non_finite_ == 0; }
+
+   private:
+    friend class VariableStore;
+    const Optimizer* optimizer_ = nullptr;
+    int64_t step_ = 0;
+    float scale_ = 0;
+    int slots_ = 0;  // per parameter
+    std::span<const float> values_, state_;  // published
+    std::span<float> next_values_, next_state_;
+    uint32_t non_finite_ = 0;
+  };
+  absl::StatusOr<StageTarget> BeginStage(int index, float lr_scale);
+  absl::Status FinishStage(int index, const StageTarget& target);
+  // The buffer BeginStage(index) stages the new values into: the values
+  // the variable has once the update is committed, for a caller that sends
+  // them on as they are staged. Holding it past the update makes the next
+  // BeginStage of the variable stage into a new buffer.
+  const Values& staged_values(int index) const { return staged_[index].values; }
+
+ private:
+  // The next values and optimizer state of a staged variable. Kept between
+  // updates, so staging reuses warm memory: after a commit `values` is the
+  // variable's previous buffer, reused unless a pull still holds it.
+  struct Staged {
+    Values values;
+    std::vector<float> slots;
+  };
+
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Variable> variables_;
+  std::vector<Staged> staged_;        // parallel to variables_
+  std::vector<int> staged_indices_;   // staged in the current update
+  std::map<std::string, int, std::less<>> index_;
+  bool initialized_ = false;
+};
+
+// InvalidArgument naming `what` unless every value is finite.
+absl::Status CheckFinite(std::span<const float> values, const std::string& what);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_VARIABLE_STORE_H_

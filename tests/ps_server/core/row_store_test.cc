@@ -1,0 +1,150 @@
+// RowStore: rows found by id, across blocks, their contents where they
+// were put, memory that grows a block at a time, and frozen views that
+// keep their rows while the store is written.
+#include "ps_server/core/row_store.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+TEST(RowStoreTest, RowsAreFoundByIdAndHoldWhatWasPutAcrossBlocks) {
+  RowStore store(/*dim=*/2, /*slots_per_value=*/2);
+  EXPECT_EQ(store.size(), 0);
+  EXPECT_EQ(store.Find(5), -1);
+  const int64_t rows = 2 * RowStore::kRowsPerBlock + 3;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t id = static_cast<uint64_t>(r) * 1000003;
+    const float v = static_cast<float>(r);
+    EXPECT_EQ(store.Add(id, std::vector<float>{v, -v}, std::vector<float>{1, 2, 3, v}, r + 1), r);
+  }
+  EXPECT_EQ(store.size(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE(r);
+    const uint64_t id = static_cast<uint64_t>(r) * 1000003;
+    ASSERT_EQ(store.Find(id), r);
+    EXPECT_EQ(store.id(r), id);
+    const float v = static_cast<float>(r);
+    EXPECT_EQ(std::vector<float>(store.values(r).begin(), store.values(r).end()),
+              (std::vector<float>{v, -v}));
+    EXPECT_EQ(std::vector<float>(store.slots(r).begin(), store.slots(r).end()),
+              (std::vector<float>{1, 2, 3, v}));
+    EXPECT_EQ(store.updates(r), r + 1);
+  }
+  EXPECT_EQ(store.Find(1), -1);
+  store.Update(7, std::vector<float>{7, 42}, std::vector<float>{4, 3, 2, 1}, 9);
+  EXPECT_EQ(store.values(7)[1], 42);
+  EXPECT_EQ(store.slots(7)[0], 4);
+  EXPECT_EQ(store.values(6)[1], -6);
+  EXPECT_EQ(store.updates(7), 9);
+}
+
+TEST(RowStoreTest, MemoryGrowsABlockAtATime) {
+  RowStore store(/*dim=*/4, /*slots_per_value=*/0);
+  EXPECT_EQ(store.bytes(), 0);
+  const int64_t block = RowStore::kRowsPerBlock * (4 * 4 + 8 + 8);
+  store.Add(1, std::vector<float>(4), {}, 1);
+  EXPECT_GE(store.bytes(), block);
+  EXPECT_LT(store.bytes(), block + 4096);
+  for (uint64_t id = 2; id <= static_cast<uint64_t>(RowStore::kRowsPerBlock); ++id) {
+    store.Add(id, std::vector<float>(4), {}, 1);
+  }
+  const int64_t one_block = store.bytes();
+  EXPECT_LT(one_block, 2 * block);
+  store.Add(0, std::vector<float>(4), {}, 1);
+  EXPECT_GE(store.bytes(), one_block + block);
+}
+
+std::vector<float> Of(std::span<const float> values) { return {values.begin(), values.end()}; }
+
+TEST(RowStoreTest, AFrozenViewKeepsItsRowsWhileTheStoreIsWritten) {
+  RowStore store(/*dim=*/2, /*slots_per_value=*/1);
+  const int64_t rows = 2 * RowStore::kRowsPerBlock + 3;  // the last block part full
+  for (int64_t r = 0; r < rows; ++r) {
+    const float v = static_cast<float>(r);
+    store.Add(100 + r, std::vector<float>{v, -v}, std::vector<float>{v, v}, 1);
+  }
+  const RowStore::Frozen view = store.Freeze();
+  store.Update(5, std::vector<float>{50, 50}, std::vector<float>{51, 51}, 2);
+  store.Update(rows - 1, std::vector<float>{7, 7}, std::vector<float>{7, 7}, 3);
+  store.Add(99, std::vector<float>{9, 9}, std::vector<float>{9, 9}, 1);
+  EXPECT_EQ(store.size(), rows + 1);
+  EXPECT_EQ(Of(store.values(5)), (std::vector<float>{50, 50}));
+  EXPECT_EQ(Of(store.slots(5)), (std::vector<float>{51, 51}));
+  EXPECT_EQ(store.updates(5), 2);
+  EXPECT_EQ(store.updates(rows - 1), 3);
+  ASSERT_EQ(view.size(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE(r);
+    const float v = static_cast<float>(r);
+    EXPECT_EQ(view.id(r), static_cast<uint64_t>(100 + r));
+    EXPECT_EQ(Of(view.values(r)), (std::vector<float>{v, -v}));
+    EXPECT_EQ(Of(view.slots(r)), (std::vector<float>{v, v}));
+    EXPECT_EQ(view.updates(r), 1);
+  }
+}
+
+TEST(RowStoreTest, ABlockIsCopiedOnceWhileAViewLivesAndWrittenInPlaceOtherwise) {
+  RowStore store(/*dim=*/1, /*slots_per_value=*/0);
+  store.Add(1, std::vector<float>{1}, {}, 1);
+  const float* first = store.values(0).data();
+  store.Update(0, std::vector<float>{2}, {}, 2);
+  EXPECT_EQ(store.values(0).data(), first);  // no view: in place
+  const float* copied = nullptr;
+  {
+    RowStore::Frozen view = store.Freeze();
+    RowStore::Frozen moved = std::move(view);  // still one view
+    store.Update(0, std::vector<float>{3}, {}, 3);
+    copied = store.values(0).data();
+    EXPECT_NE(copied, first);
+    store.Update(0, std::vector<float>{4}, {}, 4);
+    EXPECT_EQ(store.values(0).data(), copied);  // its own copy now
+    EXPECT_EQ(Of(moved.values(0)), std::vector<float>{2});
+  }
+  store.Freeze();  // dropped at once
+  store.Update(0, std::vector<float>{5}, {}, 5);
+  EXPECT_EQ(store.values(0).data(), copied);  // no view alive: in place
+  EXPECT_EQ(Of(store.values(0)), std::vector<float>{5});
+}
+
+// As a checkpoint reads it: the view on another thread while the owner
+// writes every row, twice, and adds rows.
+TEST(RowStoreTest, AViewReadOnAnotherThreadSeesNoWriteAfterTheFreeze) {
+  RowStore store(/*dim=*/4, /*slots_per_value=*/1);
+  const int64_t rows = 8 * RowStore::kRowsPerBlock + 5;
+  for (int64_t r = 0; r < rows; ++r) {
+    store.Add(r, std::vector<float>(4, static_cast<float>(r)), std::vector<float>(4, 1), 1);
+  }
+  std::optional<RowStore::Frozen> view(store.Freeze());
+  bool same = true;
+  std::thread reader([&] {
+    for (int pass = 0; pass < 20; ++pass) {
+      for (int64_t r = 0; r < view->size(); ++r) {
+        same = same && view->values(r)[3] == static_cast<float>(r) && view->updates(r) == 1;
+      }
+    }
+    view.reset();  // released on the reader's thread, as a checkpoint's
+  });
+  for (int pass = 2; pass <= 3; ++pass) {
+    for (int64_t r = 0; r < rows; ++r) {
+      store.Update(r, std::vector<float>(4, -1.0f), std::vector<float>(4, 2), pass);
+    }
+  }
+  for (int64_t r = 0; r < RowStore::kRowsPerBlock; ++r) {
+    store.Add(rows + r, std::vector<float>(4), std::vector<float>(4), 1);
+  }
+  reader.join();
+  EXPECT_TRUE(same);
+  EXPECT_EQ(store.updates(rows - 1), 3);
+  EXPECT_EQ(store.values(rows - 1)[0], -1.0f);
+}
+
+}  // namespace
+}  // namespace pst

@@ -1,0 +1,62 @@
+// VariableStore's update contract: staged updates are all or nothing, and
+// values a pull has taken a reference to never change under it.
+#include "ps_server/core/variable_store.h"
+
+#include <vector>
+
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+std::unique_ptr<VariableStore> StoreWith(std::vector<float> initial) {
+  OptimizerConfig config;
+  config.mutable_sgd()->set_learning_rate(1.0f);
+  auto store = std::make_unique<VariableStore>(std::move(*MakeOptimizer(config)));
+  google::protobuf::RepeatedPtrField<Tensor> tensors;
+  EncodeTensor("w", std::vector<int64_t>{static_cast<int64_t>(initial.size())}, initial,
+               tensors.Add());
+  EXPECT_TRUE(store->Initialize(tensors).ok());
+  return store;
+}
+
+TEST(VariableStoreTest, ValuesHeldByAPullSurviveLaterUpdatesUnchanged) {
+  auto store = StoreWith({1, 2, 3, 4, 5});
+  const Values held = store->variable(0).values;  // what a pull in flight holds
+  const std::vector<float> gradient(5, 1.0f);
+  for (int update = 0; update < 3; ++update) {
+    ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+    store->Commit();
+  }
+  EXPECT_EQ(*held, (std::vector<float>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(*store->variable(0).values, (std::vector<float>{-2, -1, 0, 1, 2}));
+}
+
+TEST(VariableStoreTest, UnheldBuffersAreReusedFromUpdateToUpdate) {
+  auto store = StoreWith(std::vector<float>(1000, 1.0f));
+  const std::vector<float> gradient(1000, 0.5f);
+  ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+  store->Commit();
+  const float* first = store->variable(0).values->data();
+  ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+  store->Commit();
+  ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+  store->Commit();
+  EXPECT_EQ(store->variable(0).values->data(), first);  // two buffers, swapped
+  EXPECT_EQ((*store->variable(0).values)[999], -0.5f);
+}
+
+TEST(VariableStoreTest, AnUpdateThatWouldOverflowLeavesTheValuesAsTheyWere) {
+  auto store = StoreWith({3e38f, 2});
+  absl::Status staged = store->Stage(0, std::vector<float>{-3e38f, 1}, 1.0f);  // 6e38: Inf
+  EXPECT_EQ(staged.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(staged.message().find("element 0"), std::string::npos) << staged;
+  store->Discard();
+  store->Commit();  // nothing staged survives a Discard
+  EXPECT_EQ(*store->variable(0).values, (std::vector<float>{3e38f, 2}));
+  EXPECT_EQ(store->variable(0).updates, 0);
+}
+
+}  // namespace
+}  // namespace pst

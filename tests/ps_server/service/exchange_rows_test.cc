@@ -1,0 +1,324 @@
+// Embedding rows through the Exchange (ps_server/service/exchange_call.h), against a
+// real shard behind gRPC on 127.0.0.1: pushed and pulled in one exchange
+// over TCP and through a shared region, a SYNC exchange answered with the
+// next step's rows once its step lands, and hostile rows refused with the
+// model untouched.
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/shared_memory.h"
+#include "common/tensor_codec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "placement/row_placement.h"
+#include "ps_server/service/ps_service.h"
+#include "ps_server/core/shard_calls.h"
+#include "tests/support/eventually.h"
+#include "tests/support/exchange_calls.h"
+
+namespace pst {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Embedding rows through the Exchange: the push's row gradients inline in
+// the request's header, the pulled rows inline in the answer's header,
+// over TCP and through a shared region alike.
+class ExchangeRowsTest : public ::testing::Test {
+ protected:
+  static constexpr int kDim = 4;
+  static constexpr int64_t kDense = 8;  // elements of "w"
+
+  void TearDown() override {
+    if (shard_ == nullptr) return;
+    shard_->BeginShutdown();
+    server_.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+  // Shard 0 of `num_shards`, two workers, learning rate 1, holding "w"
+  // (kDense values 1) and the table "emb" (kDim); shared memory on.
+  void Start(Mode mode, int num_shards = 1, const RpcLimits& limits = {}) {
+    ShardOptions options;
+    options.mode = mode;
+    options.num_workers = 2;
+    options.num_shards = num_shards;
+    options.seed = 3;
+    options.optimizer.mutable_sgd()->set_learning_rate(1.0f);
+    shard_ = std::move(*ParameterShard::Create(options));
+    InitRequest init;
+    EncodeTensor("w", std::vector<int64_t>{kDense}, std::vector<float>(kDense, 1.0f),
+                 init.add_variables());
+    EmbeddingTableConfig* table = init.add_embeddings();
+    table->set_name("emb");
+    table->set_dim(kDim);
+    InitResponse initialized;
+    ASSERT_TRUE(shard_->Init(init, &initialized).ok());
+    absl::StatusOr<RunningServer> running =
+        StartGrpcServer("127.0.0.1:0", shard_.get(), AdminHooks{}, ClusterSecurity::Plaintext(),
+                        limits, /*shared_memory=*/true);
+    ASSERT_TRUE(running.ok()) << running.status();
+    server_ = std::move(*running);
+    stub_ = ParameterServer::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_.port),
+                                                         grpc::InsecureChannelCredentials()));
+  }
+
+  static std::string IdBytes(const std::vector<uint64_t>& ids) {
+    return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
+  }
+  // Rows of "emb": `ids`, with float32 gradients `values` (none in a pull).
+  static EmbeddingRows Rows(const std::vector<uint64_t>& ids,
+                            const std::vector<float>& values = {}) {
+    EmbeddingRows rows;
+    rows.set_table("emb");
+    rows.set_ids(IdBytes(ids));
+    rows.set_dtype(FLOAT32);
+    rows.set_data(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    return rows;
+  }
+
+  // The shard's own answer for rows `ids` and "w", without the network.
+  PullResponse ShardPull(const std::vector<uint64_t>& ids) {
+    PullRequest pull;
+    pull.add_names("w");
+    *pull.add_rows() = Rows(ids);
+    PullResponse response;
+    const absl::Status status = Pull(*shard_, pull, absl::Now(), &response);
+    EXPECT_TRUE(status.ok()) << status;
+    return response;
+  }
+  static std::vector<float> Floats(const std::string& bytes) {
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    return values;
+  }
+
+  // An exchange by `worker` pushing "w" (every gradient value 0.5) and
+  // `pushed` rows of "emb" (every value `g`) at the shard's version, and
+  // pulling "w" and rows `pulled` at `min_version`: over TCP, or through
+  // region `handle` (the gradient at 0, the answer after it).
+  ExchangeChunk PushAndPull(int worker, const std::vector<uint64_t>& pushed, float g,
+                            const std::vector<uint64_t>& pulled, int64_t min_version,
+                            uint64_t handle = 0, bool dense = true) {
+    ExchangeChunk chunk;
+    PushRequest* header = chunk.mutable_header();
+    header->set_worker(worker);
+    header->set_computed_at_version(shard_->version());
+    if (dense) {
+      Tensor* gradient = header->add_gradients();
+      gradient->set_name("w");
+      gradient->set_dtype(FLOAT32);
+      gradient->add_shape(kDense);
+    }
+    if (!pushed.empty()) {
+      *header->add_rows() = Rows(pushed, std::vector<float>(pushed.size() * kDim, g));
+    }
+    PullRequest* pull = chunk.mutable_pull();
+    pull->set_min_version(min_version);
+    pull->set_timeout_ms(60000);
+    if (!pulled.empty()) *pull->add_rows() = Rows(pulled);
+    if (handle != 0) {
+      chunk.mutable_shm()->set_region(handle);
+      chunk.mutable_shm()->set_push_offset(0);
+      chunk.mutable_shm()->set_answer_offset(kDense * sizeof(float));
+    } else if (dense) {
+      const std::vector<float> gradient(kDense, 0.5f);
+      TensorPiece* piece = chunk.add_pieces();
+      piece->set_tensor(0);
+      piece->set_data(reinterpret_cast<const char*>(gradient.data()), kDense * sizeof(float));
+    }
+    return chunk;
+  }
+
+  // A region attached by `worker` holding the gradient of "w" (0.5) at 0.
+  std::unique_ptr<SharedRegion> AttachRegion(int worker, uint64_t* handle) {
+    return AttachFilledRegion(stub_.get(), worker, 1 << 16, kDense, 0.5f, handle);
+  }
+
+  // The answer's rows of "emb" as floats (from its header), checking that
+  // it has exactly one table's.
+  static std::vector<float> AnsweredRows(const ExchangeOutcome& outcome) {
+    EXPECT_FALSE(outcome.answers.empty());
+    if (outcome.answers.empty()) return {};
+    const PullResponse& header = outcome.answers[0].header();
+    EXPECT_EQ(header.rows_size(), 1);
+    if (header.rows_size() != 1) return {};
+    EXPECT_EQ(header.rows(0).table(), "emb");
+    EXPECT_EQ(header.rows(0).dtype(), FLOAT32);
+    return Floats(header.rows(0).data());
+  }
+
+  std::unique_ptr<ParameterShard> shard_;
+  RunningServer server_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+TEST_F(ExchangeRowsTest, RowsArePushedAndPulledInOneExchangeOverTcpAndASharedRegion) {
+  Start(ASYNC);
+  uint64_t handle = 0;
+  std::unique_ptr<SharedRegion> region = AttachRegion(0, &handle);
+  const std::vector<float> initial = Floats(ShardPull({1, 2, 3}).rows(0).data());
+  int64_t version = 0;
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared region" : "TCP");
+    const std::vector<float> before = Floats(ShardPull({1, 2, 3}).rows(0).data());
+    const ExchangeOutcome outcome = CallExchange(
+        stub_.get(), {PushAndPull(0, {1, 2}, 0.25f, {2, 3}, 0, shared ? handle : 0)});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+    ASSERT_NE(outcome.done(), nullptr);
+    EXPECT_EQ(outcome.done()->push().outcome(), PushResponse::APPLIED);
+    EXPECT_EQ(outcome.done()->version(), ++version);
+    // The answer holds the committed rows 2 and 3, as the shard has them.
+    const PullResponse expected = ShardPull({2, 3});
+    EXPECT_EQ(AnsweredRows(outcome), Floats(expected.rows(0).data()));
+    const std::vector<float> after = Floats(ShardPull({1, 2, 3}).rows(0).data());
+    for (int k = 0; k < 2 * kDim; ++k) EXPECT_FLOAT_EQ(after[k], before[k] - 0.25f);
+    for (int k = 2 * kDim; k < 3 * kDim; ++k) EXPECT_EQ(after[k], initial[k]);  // untouched
+    // The dense answer travels as ever: in pieces, or in the region.
+    std::vector<float> w(kDense);
+    if (shared) {
+      std::memcpy(w.data(), region->bytes().data() + kDense * sizeof(float),
+                  sizeof(float) * kDense);
+    } else {
+      w = Floats(AnswerBytes(outcome.answers, 0));
+    }
+    EXPECT_EQ(w, Floats(expected.variables(0).data()));
+  }
+  // A dense push that streams into the update (ASYNC, no rows) still
+  // answers the rows its pull names, once committed.
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "streamed, shared region" : "streamed, TCP");
+    const ExchangeOutcome outcome =
+        CallExchange(stub_.get(), {PushAndPull(0, {}, 0, {3, 2}, 0, shared ? handle : 0)});
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+    EXPECT_EQ(outcome.done()->push().outcome(), PushResponse::APPLIED);
+    const PullResponse expected = ShardPull({3, 2});
+    EXPECT_EQ(AnsweredRows(outcome), Floats(expected.rows(0).data()));
+    EXPECT_EQ(outcome.done()->version(), expected.version());
+  }
+  // A push of rows alone, and a pull of rows alone, through the region.
+  const ExchangeOutcome rows_only = CallExchange(
+      stub_.get(), {PushAndPull(0, {7}, 1.0f, {7}, 0, handle, /*dense=*/false)});
+  ASSERT_TRUE(rows_only.status.ok()) << rows_only.status.error_message();
+  EXPECT_EQ(rows_only.done()->push().outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(rows_only.answers[0].header().variables_size(), 0);  // no variable was pushed
+  EXPECT_EQ(AnsweredRows(rows_only), Floats(ShardPull({7}).rows(0).data()));
+  PullRequest pull;
+  *pull.add_rows() = Rows({7, 1});
+  pull.add_names("w");
+  const ExchangeOutcome pulled = CallExchange(stub_.get(), {PullOnly(pull)});
+  ASSERT_TRUE(pulled.status.ok()) << pulled.status.error_message();
+  EXPECT_EQ(AnsweredRows(pulled), Floats(ShardPull({7, 1}).rows(0).data()));
+  EXPECT_TRUE(Eventually([&] { return server_.service->open_streams().open() == 0; }));
+}
+
+// One round trip per SYNC step: each worker's exchange pushes step 0's rows
+// and names step 1's ids, and is answered once the step has landed.
+TEST_F(ExchangeRowsTest, ASyncExchangeIsAnsweredWithTheNextStepsRowsOnceTheStepLands) {
+  Start(SYNC);
+  const std::vector<float> initial = Floats(ShardPull({1, 2, 5}).rows(0).data());
+  ExchangeOutcome first;
+  std::thread worker0([&] {
+    first = CallExchange(stub_.get(), {PushAndPull(0, {1, 2}, 1.0f, {2, 5}, 1)});
+  });
+  ASSERT_TRUE(Eventually([&] { return shard_->waiting_pulls() == 1; }))
+      << "worker 0's pull never waited for the step";
+  const ExchangeOutcome second =
+      CallExchange(stub_.get(), {PushAndPull(1, {2}, 3.0f, {2, 5}, 1)});
+  worker0.join();
+  for (const ExchangeOutcome* outcome : std::vector<const ExchangeOutcome*>{&first, &second}) {
+    ASSERT_TRUE(outcome->status.ok()) << outcome->status.error_message();
+    EXPECT_EQ(outcome->done()->version(), 1);
+    const std::vector<float> rows = AnsweredRows(*outcome);
+    ASSERT_EQ(rows.size(), 2u * kDim);
+    for (int k = 0; k < kDim; ++k) {
+      // Row 2: the mean of 1 and 3 over both workers; row 5 untouched.
+      EXPECT_FLOAT_EQ(rows[k], initial[kDim + k] - 2.0f);
+      EXPECT_EQ(rows[kDim + k], initial[2 * kDim + k]);
+    }
+  }
+  EXPECT_EQ(first.done()->push().outcome(), PushResponse::AGGREGATED);
+  EXPECT_EQ(second.done()->push().outcome(), PushResponse::APPLIED);
+  // Row 1: worker 0's 1 over two workers.
+  const std::vector<float> one = Floats(ShardPull({1}).rows(0).data());
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(one[k], initial[k] - 0.5f);
+  EXPECT_EQ(shard_->version(), 1);
+}
+
+// Refused before anything is applied or encoded, whatever the path.
+TEST_F(ExchangeRowsTest, HostileRowsAreRefusedWithTheirCodeAndTheModelUntouched) {
+  RpcLimits limits;
+  limits.max_reply_bytes = 4096;
+  Start(ASYNC, /*num_shards=*/2, limits);
+  uint64_t handle = 0;
+  std::unique_ptr<SharedRegion> region = AttachRegion(0, &handle);
+  uint64_t theirs = 0, mine = 0;
+  while (ShardOfRow(theirs, 2) != 1) ++theirs;
+  while (ShardOfRow(mine, 2) != 0) ++mine;
+  std::vector<uint64_t> many;  // 1000 rows of 16 bytes: past 4096 bytes
+  for (uint64_t id = 0; many.size() < 1000; ++id) {
+    if (ShardOfRow(id, 2) == 0) many.push_back(id);
+  }
+  const PullResponse before = ShardPull({mine});
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared region" : "TCP");
+    // A pull alone of `ids`, over the path under test.
+    auto pull_of = [&](const std::vector<uint64_t>& ids) {
+      PullRequest pull;
+      *pull.add_rows() = Rows(ids);
+      ExchangeChunk chunk = PullOnly(pull);
+      if (shared) {
+        chunk.mutable_shm()->set_region(handle);
+        chunk.mutable_shm()->set_answer_offset(0);
+      }
+      return chunk;
+    };
+    ExchangeChunk wide = PushAndPull(0, {mine}, 1.0f, {}, 0, shared ? handle : 0);
+    wide.mutable_header()->mutable_rows(0)->mutable_data()->append(4, '\0');
+    struct Case {
+      const char* what;
+      ExchangeChunk message;
+      grpc::StatusCode code;
+      const char* error;
+    };
+    const std::vector<Case> cases = {
+        {"rows whose answer is past --max_reply_bytes", pull_of(many),
+         grpc::StatusCode::RESOURCE_EXHAUSTED, "--max_reply_bytes"},
+        {"a push of another shard's row",
+         PushAndPull(0, {mine, theirs}, 1.0f, {}, 0, shared ? handle : 0),
+         grpc::StatusCode::INVALID_ARGUMENT, "belongs to shard 1"},
+        {"a pull of another shard's row", pull_of({mine, theirs}),
+         grpc::StatusCode::INVALID_ARGUMENT, "belongs to shard 1"},
+        {"rows of the wrong width", wide, grpc::StatusCode::INVALID_ARGUMENT, "expected"},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.what);
+      const int64_t rejected = [&] {
+        StatsResponse stats;
+        shard_->Stats(&stats);
+        return stats.pushes_rejected();
+      }();
+      const ExchangeOutcome outcome = CallExchange(stub_.get(), {c.message});
+      EXPECT_EQ(outcome.status.error_code(), c.code) << outcome.status.error_message();
+      EXPECT_THAT(outcome.status.error_message(), HasSubstr(c.error));
+      StatsResponse stats;
+      shard_->Stats(&stats);
+      EXPECT_EQ(stats.version(), 0);
+      EXPECT_EQ(stats.embeddings(0).rows(), 0);
+      if (c.message.header().rows_size() > 0) {
+        EXPECT_EQ(stats.pushes_rejected(), rejected + 1);
+      }
+      const PullResponse after = ShardPull({mine});
+      EXPECT_EQ(after.rows(0).data(), before.rows(0).data());
+      EXPECT_EQ(after.variables(0).data(), before.variables(0).data());
+      EXPECT_TRUE(Eventually([&] { return server_.service->open_streams().open() == 0; }));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pst

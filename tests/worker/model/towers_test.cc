@@ -1,0 +1,249 @@
+// Towers against one device computing the whole batch.
+#include "worker/model/towers.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace {
+
+MlpSpec SmallClassifier() {
+  MlpSpec spec;
+  spec.input_dim = 12;
+  spec.hidden = {16, 8};
+  spec.output_dim = 5;
+  spec.loss = LossKind::kSoftmaxCrossEntropy;
+  return spec;
+}
+
+struct Batch {
+  std::vector<float> x, y;
+};
+
+Batch RandomBatch(const MlpSpec& spec, int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  Batch b;
+  b.x.resize(static_cast<size_t>(rows) * spec.input_dim);
+  for (float& v : b.x) v = value(rng);
+  for (int r = 0; r < rows; ++r) b.y.push_back(static_cast<float>(rng() % spec.output_dim));
+  return b;
+}
+
+double RelativeError(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// Sets every tower's (and the reference's) parameters to the seeded values.
+void LoadInitialValues(const std::vector<std::vector<float>>& values,
+                       const std::function<std::span<float>(size_t)>& host) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::copy(values[i].begin(), values[i].end(), host(i).begin());
+  }
+}
+
+TEST(TowersTest, TTowersOfBOverTRowsGiveTheGradientOfOneDeviceWithBRows) {
+  constexpr int kBatch = 24;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 7);
+  std::unique_ptr<Kernels> reference_kernels = MakeCpuKernels();
+  absl::StatusOr<std::unique_ptr<Mlp>> reference = Mlp::Create(spec, reference_kernels.get(), kBatch);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::vector<std::vector<float>> initial = (*reference)->InitialValues(3);
+  LoadInitialValues(initial, [&](size_t i) { return (*reference)->HostParameter(i); });
+  ASSERT_TRUE((*reference)->UploadParameters().ok());
+  absl::StatusOr<LossResult> expected =
+      (*reference)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  for (int count : {1, 2, 3, 4}) {
+    SCOPED_TRACE(absl::StrCat(count, " towers"));
+    std::vector<std::unique_ptr<Kernels>> owned;
+    std::vector<Kernels*> backends;
+    for (int t = 0; t < count; ++t) {
+      owned.push_back(MakeCpuKernels());
+      backends.push_back(owned.back().get());
+    }
+    absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(spec, backends, kBatch, 50);
+    ASSERT_TRUE(towers.ok()) << towers.status();
+    EXPECT_EQ((*towers)->DevicesLabel(), count == 1 ? "cpu" : absl::StrCat("cpu:", count));
+    LoadInitialValues(initial, [&](size_t i) { return (*towers)->HostParameter(i); });
+    ASSERT_TRUE((*towers)->UploadParameters().ok());
+    absl::StatusOr<LossResult> loss =
+        (*towers)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_NEAR(loss->loss, expected->loss, 1e-5 * std::abs(expected->loss));
+    EXPECT_EQ(loss->correct, expected->correct);
+    for (size_t v = 0; v < initial.size(); ++v) {
+      SCOPED_TRACE(absl::StrCat("variable ", v));
+      EXPECT_LE(RelativeError((*towers)->HostGradient(v), (*reference)->HostGradient(v)), 1e-5);
+    }
+  }
+}
+
+TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
+  constexpr int kBatch = 16;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 9);
+  std::vector<std::unique_ptr<Kernels>> owned;
+  for (int t = 0; t < 2; ++t) owned.push_back(MakeCpuKernels());
+  absl::StatusOr<std::unique_ptr<Towers>> towers =
+      Towers::Create(spec, {owned[0].get(), owned[1].get()}, kBatch, kBatch);
+  ASSERT_TRUE(towers.ok()) << towers.status();
+  LoadInitialValues((*towers)->InitialValues(5), [&](size_t i) { return (*towers)->HostParameter(i); });
+  ASSERT_TRUE((*towers)->UploadParameters().ok());
+  std::vector<std::vector<float>> first;
+  for (int run = 0; run < 20; ++run) {
+    ASSERT_TRUE((*towers)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    for (size_t v = 0; v < (*towers)->variables().size(); ++v) {
+      std::span<const float> g = (*towers)->HostGradient(v);
+      if (run == 0) {
+        first.emplace_back(g.begin(), g.end());
+      } else {
+        ASSERT_TRUE(std::equal(g.begin(), g.end(), first[v].begin())) << "variable " << v;
+      }
+    }
+  }
+}
+
+// Memory of the test's own, handed out as a transport's allocator would:
+// variable i's values in parameters[i], its gradient in gradients[i].
+class VectorAllocator final : public TensorAllocator {
+ public:
+  VectorAllocator(std::vector<std::vector<float>>* parameters,
+                  std::vector<std::vector<float>>* gradients)
+      : parameters_(parameters), gradients_(gradients) {}
+  absl::StatusOr<Memory> Allocate(int index, const VariableSpec& spec) override {
+    asked_.push_back(spec.name);
+    return Memory{.values = (*parameters_)[index], .gradient = (*gradients_)[index]};
+  }
+  const std::vector<std::string>& asked() const { return asked_; }
+
+ private:
+  std::vector<std::vector<float>>* parameters_;
+  std::vector<std::vector<float>>* gradients_;
+  std::vector<std::string> asked_;
+};
+
+// Towers that compute on memory from an allocator (Towers::AllocateFrom)
+// against the same towers on their own: the same gradients, left there.
+class PlacedTowersTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlacedTowersTest, PlacedTensorsGiveTheSameGradientsWhereTheyLie) {
+  constexpr int kBatch = 16;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 4);
+  std::vector<std::unique_ptr<Kernels>> owned;
+  std::vector<Kernels*> own_backends, placed_backends;
+  for (int t = 0; t < GetParam(); ++t) {
+    own_backends.push_back(owned.emplace_back(MakeCpuKernels()).get());
+    placed_backends.push_back(owned.emplace_back(MakeCpuKernels()).get());
+  }
+  absl::StatusOr<std::unique_ptr<Towers>> own = Towers::Create(spec, own_backends, kBatch, kBatch);
+  absl::StatusOr<std::unique_ptr<Towers>> placed =
+      Towers::Create(spec, placed_backends, kBatch, kBatch);
+  ASSERT_TRUE(own.ok() && placed.ok());
+  ASSERT_TRUE((*placed)->ComputesOnHostMemory());
+  const std::vector<std::vector<float>> initial = (*own)->InitialValues(5);
+  LoadInitialValues(initial, [&](size_t i) { return (*own)->HostParameter(i); });
+  LoadInitialValues(initial, [&](size_t i) { return (*placed)->HostParameter(i); });
+
+  std::vector<std::vector<float>> parameters, gradients;
+  for (const VariableSpec& v : (*placed)->variables()) {
+    parameters.emplace_back(v.size(), 0.0f);
+    gradients.emplace_back(v.size(), 0.0f);
+  }
+  VectorAllocator allocator(&parameters, &gradients);
+  ASSERT_TRUE((*placed)->AllocateFrom(allocator).ok());
+  ASSERT_EQ(allocator.asked().size(), initial.size());  // once per variable, in order
+  for (size_t v = 0; v < initial.size(); ++v) {
+    EXPECT_EQ(allocator.asked()[v], (*placed)->variables()[v].name);
+  }
+  for (size_t v = 0; v < initial.size(); ++v) {
+    EXPECT_EQ((*placed)->HostParameter(v).data(), parameters[v].data());
+    EXPECT_EQ(parameters[v], initial[v]);  // the values came along
+  }
+
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    ASSERT_TRUE((*own)->UploadParameters().ok());
+    ASSERT_TRUE((*placed)->UploadParameters().ok());
+    ASSERT_TRUE((*own)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    ASSERT_TRUE((*placed)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    for (size_t v = 0; v < initial.size(); ++v) {
+      EXPECT_EQ((*placed)->HostGradient(v).data(), gradients[v].data());
+      std::span<const float> want = (*own)->HostGradient(v);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), gradients[v].begin(), gradients[v].end()))
+          << "variable " << v;
+    }
+    // New values written where the exchange would leave them are what the
+    // next step computes with.
+    for (size_t v = 0; v < initial.size(); ++v) {
+      for (size_t i = 0; i < parameters[v].size(); ++i) {
+        parameters[v][i] = initial[v][i] * 0.5f;
+        (*own)->HostParameter(v)[i] = initial[v][i] * 0.5f;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwoTowers, PlacedTowersTest, ::testing::Values(1, 2));
+
+// Memory of the wrong size, or an allocator that fails, leaves the towers
+// computing where they did, on the values they had.
+TEST(TowersTest, AllocatorMemoryOfAnotherSizeOrAFailedAllocationMovesNothing) {
+  constexpr int kBatch = 8;
+  const MlpSpec spec = SmallClassifier();
+  std::vector<std::unique_ptr<Kernels>> owned;
+  std::vector<Kernels*> backends;
+  for (int t = 0; t < 2; ++t) backends.push_back(owned.emplace_back(MakeCpuKernels()).get());
+  absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(spec, backends, kBatch, kBatch);
+  ASSERT_TRUE(towers.ok());
+  const std::vector<std::vector<float>> initial = (*towers)->InitialValues(5);
+  LoadInitialValues(initial, [&](size_t i) { return (*towers)->HostParameter(i); });
+  const float* before = (*towers)->HostParameter(0).data();
+
+  std::vector<std::vector<float>> parameters, gradients;
+  for (const VariableSpec& v : (*towers)->variables()) {
+    parameters.emplace_back(v.size() + 1, 0.0f);  // one float too many
+    gradients.emplace_back(v.size(), 0.0f);
+  }
+  VectorAllocator wrong_size(&parameters, &gradients);
+  EXPECT_EQ((*towers)->AllocateFrom(wrong_size).code(), absl::StatusCode::kInvalidArgument);
+
+  class Failing final : public TensorAllocator {
+   public:
+    absl::StatusOr<Memory> Allocate(int index, const VariableSpec&) override {
+      if (index == 1) return absl::UnavailableError("no region");
+      return Memory{};
+    }
+  } failing;
+  EXPECT_EQ((*towers)->AllocateFrom(failing).code(), absl::StatusCode::kUnavailable);
+
+  EXPECT_EQ((*towers)->HostParameter(0).data(), before);
+  for (size_t v = 0; v < initial.size(); ++v) {
+    std::span<const float> now = (*towers)->HostParameter(v);
+    EXPECT_TRUE(std::equal(now.begin(), now.end(), initial[v].begin(), initial[v].end()));
+  }
+}
+
+TEST(TowersTest, RefusesABatchThatDoesNotSplitEvenly) {
+  std::vector<std::unique_ptr<Kernels>> owned;
+  for (int t = 0; t < 3; ++t) owned.push_back(MakeCpuKernels());
+  absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(
+      SmallClassifier(), {owned[0].get(), owned[1].get(), owned[2].get()}, 32, 32);
+  ASSERT_FALSE(towers.ok());
+  EXPECT_EQ(towers.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(towers.status().message().find("divisible"), std::string::npos) << towers.status();
+}
+
+}  // namespace
+}  // namespace pst

@@ -1,0 +1,452 @@
+#include "worker/client/ps_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "common/tensor_stream.h"
+#include "grpcpp/create_channel.h"
+#include "rpc/chunk_wire.h"
+#include "rpc/grpc_credentials.h"
+#include "rpc/grpc_status.h"
+#include "rpc/worker_session.h"
+#include "worker/client/worker_metrics.h"
+
+namespace pst {
+namespace {
+
+// What a message adds to the rows it carries: the header's fields (the
+// worker, versions, the pull's settings), and per variable slice its name,
+// shape and framing.
+constexpr int64_t kMessageFraming = 4096;
+constexpr int64_t kSliceFraming = 256;
+// A shard whose limits are not known (no Register yet) bounds nothing here;
+// far below overflow when budgets are subtracted from it.
+constexpr int64_t kNoLimit = int64_t{1} << 60;
+
+}  // namespace
+
+void PsClient::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
+  AddProcessSession(context);
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+    const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
+    const ClusterSecurity& security) {
+  std::unique_ptr<PsClient> client(new PsClient(worker));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect to a restarted shard within a second or two, not gRPC's
+  // default of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  ConfigureChannel(security, &args);
+  auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
+  for (size_t s = 0; s < addresses.size(); ++s) {
+    auto channel = grpc::CreateCustomChannel(addresses[s], ChannelCredentials(security), args);
+    if (!channel->WaitForConnected(deadline)) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach ps:", s, " at ", addresses[s], " within ",
+          absl::FormatDuration(connect_timeout), "; is ps_server running there?",
+          security.ConnectFailureHint()));
+    }
+    Shard shard;
+    shard.address = addresses[s];
+    shard.channel = channel;
+    shard.stub = ParameterServer::NewStub(channel);
+    shard.generic = std::make_unique<grpc::GenericStub>(channel);
+    client->shards_.push_back(std::move(shard));
+  }
+  return client;
+}
+
+void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
+  slices_ = PlaceModel(variables, num_shards());
+  for (Shard& shard : shards_) shard.slices.clear();
+  for (size_t i = 0; i < slices_.size(); ++i) shards_[slices_[i].shard].slices.push_back(i);
+}
+
+int PsClient::FindEmbeddingTable(absl::string_view name) const {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (tables_[t].name() == name) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowGradients> push,
+                                                            std::span<const RowValues> pull,
+                                                            bool pushes) const {
+  if (push.empty() && pull.empty() && (!pushes || tables_.empty())) return std::nullopt;
+  PST_ASSIGN_OR_RETURN(RowSplit split, RowSplit::Make(tables_, num_shards(), wire_dtype_, push,
+                                                      pull, /*push_every_table=*/pushes));
+  for (int s = 0; s < num_shards(); ++s) {
+    const Shard& shard = shards_[s];
+    const int64_t max_request = shard.max_request_bytes > 0 ? shard.max_request_bytes : kNoLimit;
+    const int64_t max_reply = shard.max_reply_bytes > 0 ? shard.max_reply_bytes : kNoLimit;
+    const int64_t push_bytes = split.push_rows_bytes(s);
+    if (push_bytes > max_request) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ps:", s, " (", shard.address, "): the rows this push carries to it (", push_bytes,
+          " bytes) are more than it takes in one request (", shard.max_request_bytes,
+          " bytes, ps_server --max_message_bytes); a push is one update and is not pieced: "
+          "use a smaller batch or more PS shards, or raise --max_message_bytes"));
+    }
+    if (!split.pulls()) continue;
+    // What else the exchange's first message carries: its header, one
+    // chunk of a dense push, and, in a 16-bit wire type, the dense answer
+    // (the shard encodes it beside the rows).
+    const int64_t framing =
+        kMessageFraming + kSliceFraming * static_cast<int64_t>(shard.slices.size());
+    const int64_t dense_pushed = pushes ? std::min(kChunkBytes, WireBytes(s)) : 0;
+    const int64_t dense_answered = DTypeBytes(wire_dtype_) != sizeof(float) ? WireBytes(s) : 0;
+    const RowSplit::PullBudget first{
+        .request_bytes = max_request - framing - push_bytes - dense_pushed,
+        .reply_bytes = max_reply - framing - dense_answered};
+    const RowSplit::PullBudget rest{.request_bytes = max_request - kMessageFraming,
+                                    .reply_bytes = max_reply - kMessageFraming};
+    if (absl::Status pieced = split.PieceOutPull(s, first, rest); !pieced.ok()) {
+      return absl::Status(pieced.code(), absl::StrCat("ps:", s, " (", shard.address, "): ",
+                                                      pieced.message()));
+    }
+  }
+  return split;
+}
+
+absl::Status PsClient::PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
+                                         absl::Duration timeout) {
+  static const std::vector<std::span<float>> kNoVariables;
+  int parts = 0;
+  for (int s = 0; s < num_shards(); ++s) parts = std::max(parts, split->pull_parts(s));
+  std::vector<int64_t> answered(shards_.size());
+  for (int part = 1; part < parts; ++part) {
+    std::vector<ShardExchange> exchanges;
+    for (int s = 0; s < num_shards(); ++s) {
+      if (split->pull_parts(s) <= part) continue;
+      ShardExchange& exchange = exchanges.emplace_back();
+      exchange.shard = s;
+      exchange.rows_part = part;
+      exchange.rows = split;
+      exchange.pull = MakePullRequest(versions[s], timeout);
+      exchange.pull->set_rows_only(true);
+      split->MovePullRows(s, part, &*exchange.pull);
+      exchange.out = &kNoVariables;
+      exchange.version = &answered[s];
+    }
+    PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  }
+  return absl::OkStatus();
+}
+
+void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
+  if (!split) return;
+  for (ShardExchange& exchange : *exchanges) {
+    exchange.rows = &*split;
+    if (exchange.pull) split->MovePullRows(exchange.shard, /*part=*/0, &*exchange.pull);
+  }
+}
+
+absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
+  return ShardError(shard, FromGrpcStatus(status));
+}
+
+namespace {
+
+// Marks an error as a shard's answer (the value: the shard's index).
+constexpr char kShardAnswerPayload[] = "type.pstrain/shard_answer";
+
+// gRPC's own refusal of a message over its size limit ("Received message
+// larger than max (N vs. M)", or "Sent ..." on this side).
+bool IsMessageSizeRefusal(absl::string_view message) {
+  return absl::StrContains(message, "larger than max");
+}
+
+}  // namespace
+
+bool NamesItsShard(const absl::Status& status) {
+  return status.GetPayload(kShardAnswerPayload).has_value();
+}
+
+bool IsTransientShardError(const absl::Status& status) {
+  if (absl::IsUnavailable(status)) return true;
+  if (!NamesItsShard(status)) return false;
+  switch (status.code()) {
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kNotFound:
+      return true;
+    case absl::StatusCode::kResourceExhausted:
+      return !IsMessageSizeRefusal(status.message());
+    default:
+      return false;
+  }
+}
+
+absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
+  absl::Status answer(status.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
+                                                  "): ", status.message()));
+  answer.SetPayload(kShardAnswerPayload, absl::Cord(absl::StrCat(shard)));
+  return answer;
+}
+
+template <typename Call>
+absl::Status PsClient::ForEachShard(Call call) {
+  std::vector<absl::Status> results(shards_.size());
+  std::vector<ThreadPool::Task> tasks;
+  for (size_t s = 1; s < shards_.size(); ++s) {
+    tasks.push_back(threads_.Start([&, s] { results[s] = call(static_cast<int>(s)); }));
+  }
+  results[0] = call(0);
+  for (ThreadPool::Task& task : tasks) task.Wait();
+  for (absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegisterResponse> PsClient::Register() {
+  std::vector<RegisterResponse> responses(shards_.size());
+  absl::Status status = ForEachShard([&](int s) {
+    grpc::ClientContext context;
+    PrepareContext(&context, kRpcDeadline);
+    RegisterRequest request;
+    request.set_worker(worker_);
+    grpc::Status rpc = shards_[s].stub->Register(&context, request, &responses[s]);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+  if (!status.ok()) return status;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (responses[s].max_request_bytes() > 0) {
+      shards_[s].max_request_bytes = responses[s].max_request_bytes();
+    }
+    if (responses[s].max_reply_bytes() > 0) {
+      shards_[s].max_reply_bytes = responses[s].max_reply_bytes();
+    }
+  }
+  return responses[0];
+}
+
+absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
+  if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
+  std::vector<InitResponse> responses(shards_.size());
+  absl::Status status = ForEachShard([&](int s) {
+    InitRequest request;
+    request.set_worker(worker_);
+    request.mutable_embeddings()->Assign(tables_.begin(), tables_.end());
+    for (size_t i : shards_[s].slices) {
+      const VariableSlice& slice = slices_[i];
+      EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),
+                   request.add_variables());
+    }
+    grpc::ClientContext context;
+    PrepareContext(&context, kRpcDeadline);
+    grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
+    // Init is the one call that carries a shard's whole share at once, so
+    // gRPC's refusal of a message over its size limit is about the share;
+    // any other RESOURCE_EXHAUSTED (the shard short of memory or busy with
+    // other Inits) is the shard's to explain, in its own words.
+    if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+        IsMessageSizeRefusal(rpc.error_message())) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ps:", s, " (", shards_[s].address, "): its share of the model (",
+          request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "
+          "ps_server --max_message_bytes or spread the model over more PS shards (",
+          rpc.error_message(), ")"));
+    }
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+  if (!status.ok()) return status;
+  return responses[0].accepted();
+}
+
+int64_t PsClient::WireBytes(int shard) const {
+  int64_t bytes = 0;
+  for (size_t i : shards_[shard].slices) bytes += slices_[i].count * DTypeBytes(wire_dtype_);
+  return bytes;
+}
+
+absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                            const std::vector<std::span<float>>& out,
+                            std::vector<int64_t>* versions, std::span<const RowValues> rows) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
+  versions->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    for (size_t i : shards_[s].slices) exchange.pull->add_names(slices_[i].name);
+    exchange.out = &out;
+    exchange.version = &(*versions)[s];
+  }
+  AttachRows(split, &exchanges);
+  PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
+}
+
+absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                                std::span<const RowValues> rows, std::vector<int64_t>* versions) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
+  static const std::vector<std::span<float>> kNoVariables;
+  versions->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.pull->set_rows_only(true);
+    exchange.out = &kNoVariables;
+    exchange.version = &(*versions)[s];
+  }
+  AttachRows(split, &exchanges);
+  PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
+}
+
+PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
+  PullRequest request;
+  request.set_worker(worker_);
+  request.set_min_version(min_version);
+  request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  request.set_dtype(wire_dtype_);
+  return request;
+}
+
+absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
+                            const std::vector<std::span<const float>>& gradients,
+                            std::vector<PushResponse>* responses,
+                            std::span<const RowGradients> rows) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows(rows, {}, /*pushes=*/true));
+  responses->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.computed_at = computed_at[s];
+    exchange.gradients = &gradients;
+    exchange.response = &(*responses)[s];
+  }
+  AttachRows(split, &exchanges);
+  return RunExchanges(exchanges);
+}
+
+absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
+                                std::span<const RowGradients> rows,
+                                std::vector<PushResponse>* responses) {
+  if (tables_.empty()) {
+    return absl::FailedPreconditionError("a push of rows in a model without embedding tables");
+  }
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows(rows, {}, /*pushes=*/true));
+  responses->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.computed_at = computed_at[s];
+    exchange.response = &(*responses)[s];
+  }
+  AttachRows(split, &exchanges);
+  return RunExchanges(exchanges);
+}
+
+absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
+                                const std::vector<std::span<const float>>& gradients,
+                                const std::vector<int64_t>& min_versions, absl::Duration timeout,
+                                const std::vector<std::span<float>>& out,
+                                std::vector<int64_t>* versions,
+                                std::vector<PushResponse>* responses, const StepRows& rows) {
+  PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split,
+                       SplitRows(rows.push, rows.pull, /*pushes=*/true));
+  versions->resize(shards_.size());
+  responses->resize(shards_.size());
+  std::vector<ShardExchange> exchanges(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    ShardExchange& exchange = exchanges[s];
+    exchange.shard = static_cast<int>(s);
+    exchange.computed_at = computed_at[s];
+    exchange.gradients = &gradients;
+    // No names: an exchange that pushes answers with the pushed variables.
+    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.out = &out;
+    exchange.version = &(*versions)[s];
+    exchange.response = &(*responses)[s];
+  }
+  AttachRows(split, &exchanges);
+  PST_RETURN_IF_ERROR(RunExchanges(exchanges));
+  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
+}
+
+absl::Status PsClient::Heartbeat() {
+  return ForEachShard([&](int s) { return Heartbeat(s); });
+}
+
+absl::Status PsClient::Heartbeat(int s) {
+  HeartbeatRequest request;
+  request.set_worker(worker_);
+  HeartbeatResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[s].stub->Heartbeat(&context, request, &response);
+  return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+}
+
+absl::Status PsClient::Done() {
+  return ForEachShard([&](int s) {
+    DoneRequest request;
+    request.set_worker(worker_);
+    DoneResponse response;
+    grpc::ClientContext context;
+    PrepareContext(&context, kRpcDeadline);
+    grpc::Status rpc = shards_[s].stub->Done(&context, request, &response);
+    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+  });
+}
+
+absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
+  StatsResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->Stats(&context, StatsRequest(), &response);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
+}
+
+absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t known_changes,
+                                                         absl::Duration timeout) {
+  AwaitWorkersDoneRequest request;
+  request.set_known_changes(known_changes);
+  // Rounded up: a wait cut short of `timeout` would only be asked again.
+  const int64_t timeout_ms = absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)));
+  request.set_timeout_ms(static_cast<int32_t>(
+      std::clamp<int64_t>(timeout_ms, 0, std::numeric_limits<int32_t>::max())));
+  StatsResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, timeout + kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->AwaitWorkersDone(&context, request, &response);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
+}
+
+absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
+  CheckpointResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->Checkpoint(&context, CheckpointRequest(), &response);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
+}
+
+absl::Status PsClient::Shutdown(int shard) {
+  ShutdownResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, kRpcDeadline);
+  grpc::Status rpc = shards_[shard].stub->Shutdown(&context, ShutdownRequest(), &response);
+  return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
+}
+
+}  // namespace pst

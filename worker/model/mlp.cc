@@ -1,0 +1,470 @@
+#include "worker/model/mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pst {
+
+// Device buffers of one dense layer, sized for max_batch rows.
+struct Mlp::Layer {
+  int in = 0;
+  int out = 0;
+  float* weights = nullptr;       // [in, out]
+  float* bias = nullptr;          // [out], null without bias
+  float* weights_grad = nullptr;  // [in, out]
+  float* bias_grad = nullptr;     // [out]
+  float* output = nullptr;        // [max_batch, out], after the activation
+  float* output_grad = nullptr;   // [max_batch, out], d loss / d pre-activation
+  int weights_var = -1;           // index into variables_
+  int bias_var = -1;
+};
+
+Mlp::Mlp(MlpSpec spec, Kernels* kernels, int max_batch)
+    : spec_(std::move(spec)), kernels_(kernels), max_batch_(max_batch) {}
+
+Mlp::~Mlp() {
+  for (float* buffer : owned_) kernels_->Free(buffer);
+  for (float* buffer : owned_host_) kernels_->FreeHost(buffer);
+}
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const MlpSpec& spec, Kernels* kernels,
+                                                 int max_batch) {
+  if (spec.input_dim <= 0 || spec.output_dim <= 0) {
+    return absl::InvalidArgumentError("an MLP needs input and output dimensions of at least 1");
+  }
+  for (int width : spec.hidden) {
+    if (width <= 0) return absl::InvalidArgumentError("hidden layer widths must be at least 1");
+  }
+  if (spec.loss == LossKind::kSoftmaxCrossEntropy && spec.output_dim < 2) {
+    return absl::InvalidArgumentError("softmax cross-entropy needs at least 2 classes");
+  }
+  if (spec.loss == LossKind::kSigmoidCrossEntropy && spec.output_dim != 1) {
+    return absl::InvalidArgumentError("sigmoid cross-entropy needs exactly 1 output");
+  }
+  if (max_batch <= 0) return absl::InvalidArgumentError("max_batch must be at least 1");
+  std::unique_ptr<Mlp> mlp(new Mlp(spec, kernels, max_batch));
+  PST_RETURN_IF_ERROR(mlp->AllocateBuffers());
+  return mlp;
+}
+
+absl::Status Mlp::AllocateBuffers() {
+  std::vector<int> widths = {spec_.input_dim};
+  widths.insert(widths.end(), spec_.hidden.begin(), spec_.hidden.end());
+  widths.push_back(spec_.output_dim);
+  auto allocate = [this](size_t count) -> absl::StatusOr<float*> {
+    absl::StatusOr<float*> buffer = kernels_->Allocate(count);
+    if (buffer.ok()) owned_.push_back(*buffer);
+    return buffer;
+  };
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    Layer layer;
+    layer.in = widths[l];
+    layer.out = widths[l + 1];
+    const size_t w_size = static_cast<size_t>(layer.in) * layer.out;
+    const size_t act_size = static_cast<size_t>(max_batch_) * layer.out;
+    for (auto [target, count] : {std::pair{&layer.weights, w_size},
+                                 std::pair{&layer.weights_grad, w_size},
+                                 std::pair{&layer.output, act_size},
+                                 std::pair{&layer.output_grad, act_size}}) {
+      absl::StatusOr<float*> buffer = allocate(count);
+      if (!buffer.ok()) return buffer.status();
+      *target = *buffer;
+    }
+    layer.weights_var = static_cast<int>(variables_.size());
+    variables_.push_back({absl::StrCat("dense_", l, "/kernel"), {layer.in, layer.out}});
+    if (spec_.use_bias) {
+      for (float** target : {&layer.bias, &layer.bias_grad}) {
+        absl::StatusOr<float*> buffer = allocate(layer.out);
+        if (!buffer.ok()) return buffer.status();
+        *target = *buffer;
+      }
+      layer.bias_var = static_cast<int>(variables_.size());
+      variables_.push_back({absl::StrCat("dense_", l, "/bias"), {layer.out}});
+    }
+    layers_.push_back(layer);
+  }
+  absl::StatusOr<float*> x = allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
+  if (!x.ok()) return x.status();
+  device_x_ = *x;
+  if (spec_.input_gradient) {
+    absl::StatusOr<float*> input_grad =
+        allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
+    if (!input_grad.ok()) return input_grad.status();
+    input_grad_ = *input_grad;
+  }
+  const int target_width = spec_.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec_.output_dim;
+  absl::StatusOr<float*> targets = allocate(static_cast<size_t>(max_batch_) * target_width);
+  if (!targets.ok()) return targets.status();
+  device_targets_ = *targets;
+  auto allocate_host = [this](size_t count) -> absl::StatusOr<std::span<float>> {
+    absl::StatusOr<float*> buffer = kernels_->AllocateHost(count);
+    if (!buffer.ok()) return buffer.status();
+    owned_host_.push_back(*buffer);
+    std::fill(*buffer, *buffer + count, 0.0f);
+    return std::span<float>(*buffer, count);
+  };
+  if (kernels_->ComputesOnHostMemory()) {
+    // The backend computes on host memory: the host parameters and
+    // gradients are the layers' own buffers, so uploads and downloads copy
+    // nothing.
+    host_params_.resize(variables_.size());
+    host_grads_.resize(variables_.size());
+    for (const Layer& layer : layers_) {
+      host_params_[layer.weights_var] = {layer.weights, static_cast<size_t>(layer.in) * layer.out};
+      host_grads_[layer.weights_var] = {layer.weights_grad,
+                                        static_cast<size_t>(layer.in) * layer.out};
+      if (layer.bias_var >= 0) {
+        host_params_[layer.bias_var] = {layer.bias, static_cast<size_t>(layer.out)};
+        host_grads_[layer.bias_var] = {layer.bias_grad, static_cast<size_t>(layer.out)};
+      }
+    }
+  } else {
+    for (const VariableSpec& v : variables_) {
+      for (std::vector<std::span<float>>* spans : {&host_params_, &host_grads_}) {
+        absl::StatusOr<std::span<float>> buffer = allocate_host(static_cast<size_t>(v.size()));
+        if (!buffer.ok()) return buffer.status();
+        spans->push_back(*buffer);
+      }
+    }
+  }
+  absl::StatusOr<std::unique_ptr<QueueMarker>> marker = kernels_->NewMarker();
+  if (!marker.ok()) return marker.status();
+  upload_done_ = std::move(*marker);
+  if (kernels_->ComputesOnHostMemory()) {  // batches are computed on where they are staged
+    host_input_ = {device_x_, static_cast<size_t>(max_batch_) * spec_.input_dim};
+    host_targets_ = {device_targets_, static_cast<size_t>(max_batch_) * target_width};
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::span<float>> input =
+      allocate_host(static_cast<size_t>(max_batch_) * spec_.input_dim);
+  if (!input.ok()) return input.status();
+  host_input_ = *input;
+  absl::StatusOr<std::span<float>> host_targets =
+      allocate_host(static_cast<size_t>(max_batch_) * target_width);
+  if (!host_targets.ok()) return host_targets.status();
+  host_targets_ = *host_targets;
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::ReadParametersOf(const Mlp& source) {
+  if (!kernels_->ComputesOnHostMemory() || !source.kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only models on backends that compute on host memory can share parameters");
+  }
+  if (source.variables_.size() != variables_.size() || source.layers_.size() != layers_.size()) {
+    return absl::InvalidArgumentError("cannot share the parameters of a model of another shape");
+  }
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    if (source.variables_[i].shape != variables_[i].shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot share the parameters of a model of another shape: ", variables_[i].name));
+    }
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].weights = source.layers_[l].weights;
+    layers_[l].bias = source.layers_[l].bias;
+  }
+  host_params_ = source.host_params_;
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::AllocateFrom(TensorAllocator& allocator) {
+  if (!kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only a model on a backend that computes on host memory can compute in place");
+  }
+  std::vector<std::span<float>> parameters, gradients;
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    PST_ASSIGN_OR_RETURN(TensorAllocator::Memory memory,
+                         allocator.Allocate(static_cast<int>(i), variables_[i]));
+    parameters.push_back(memory.values);
+    gradients.push_back(memory.gradient);
+  }
+  return PlaceTensors(parameters, gradients);
+}
+
+absl::Status Mlp::PlaceTensors(std::span<const std::span<float>> parameters,
+                               std::span<const std::span<float>> gradients) {
+  if (!kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only a model on a backend that computes on host memory can compute in place");
+  }
+  auto check = [&](std::span<const std::span<float>> spans) -> absl::Status {
+    if (spans.size() != variables_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(spans.size(), " spans for a model of ",
+                                                     variables_.size(), " variables"));
+    }
+    for (size_t i = 0; i < variables_.size(); ++i) {
+      if (static_cast<int64_t>(spans[i].size()) != variables_[i].size()) {
+        return absl::InvalidArgumentError(absl::StrCat("a span of ", spans[i].size(),
+                                                       " floats for ", variables_[i].name,
+                                                       ", which has ", variables_[i].size()));
+      }
+    }
+    return absl::OkStatus();
+  };
+  PST_RETURN_IF_ERROR(check(parameters));
+  if (!gradients.empty()) {
+    PST_RETURN_IF_ERROR(check(gradients));
+  }
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    std::copy(host_params_[i].begin(), host_params_[i].end(), parameters[i].begin());
+    host_params_[i] = parameters[i];
+    if (!gradients.empty()) host_grads_[i] = gradients[i];
+  }
+  for (Layer& layer : layers_) {
+    layer.weights = host_params_[layer.weights_var].data();
+    layer.weights_grad = host_grads_[layer.weights_var].data();
+    if (layer.bias_var >= 0) {
+      layer.bias = host_params_[layer.bias_var].data();
+      layer.bias_grad = host_grads_[layer.bias_var].data();
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t Mlp::num_parameters() const {
+  int64_t n = 0;
+  for (const VariableSpec& v : variables_) n += v.size();
+  return n;
+}
+
+std::vector<std::vector<float>> Mlp::InitialValues(uint64_t seed) const {
+  // Raw 64-bit draws mapped by hand: std::uniform_real_distribution's output
+  // differs between standard libraries, and every process must agree.
+  std::mt19937_64 rng(seed);
+  auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  std::vector<std::vector<float>> values;
+  for (const Layer& layer : layers_) {
+    // He-uniform ahead of a ReLU, Glorot-uniform otherwise.
+    const bool feeds_relu =
+        spec_.activation == ActivationKind::kRelu && &layer != &layers_.back();
+    const double limit = feeds_relu ? std::sqrt(6.0 / layer.in)
+                                    : std::sqrt(6.0 / (layer.in + layer.out));
+    std::vector<float> weights(static_cast<size_t>(layer.in) * layer.out);
+    for (float& w : weights) w = static_cast<float>((2.0 * uniform() - 1.0) * limit);
+    values.push_back(std::move(weights));
+    if (layer.bias_var >= 0) values.emplace_back(layer.out, 0.0f);
+  }
+  return values;
+}
+
+std::span<float> Mlp::HostParameter(size_t index) { return host_params_[index]; }
+
+std::span<const float> Mlp::HostGradient(size_t index) const { return host_grads_[index]; }
+
+absl::Status Mlp::UploadParameters() {
+  for (const Layer& layer : layers_) {
+    PST_RETURN_IF_ERROR(UploadLayer(layer));
+  }
+  return upload_done_->Record();
+}
+
+absl::Status Mlp::UploadLayer(const Layer& layer) {
+  std::span<const float> w = host_params_[layer.weights_var];
+  PST_RETURN_IF_ERROR(kernels_->CopyToDevice(w.data(), layer.weights, w.size()));
+  if (layer.bias_var >= 0) {
+    std::span<const float> b = host_params_[layer.bias_var];
+    PST_RETURN_IF_ERROR(kernels_->CopyToDevice(b.data(), layer.bias, b.size()));
+  }
+  return absl::OkStatus();
+}
+
+int Mlp::num_layers() const { return static_cast<int>(layers_.size()); }
+
+std::vector<int> Mlp::LayerVariables(int layer) const {
+  const Layer& l = layers_[layer];
+  if (l.bias_var < 0) return {l.weights_var};
+  return {l.weights_var, l.bias_var};
+}
+
+absl::Status Mlp::PrepareHostParametersForWrite() { return upload_done_->Wait(); }
+
+absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool want_gradient,
+                          const LayerHooks* hooks) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
+  }
+  const bool classify = spec_.loss == LossKind::kSoftmaxCrossEntropy;
+  const size_t target_count = static_cast<size_t>(batch) * (classify ? 1 : spec_.output_dim);
+  if (x != device_x_) {
+    PST_RETURN_IF_ERROR(
+        kernels_->CopyToDevice(x, device_x_, static_cast<size_t>(batch) * spec_.input_dim));
+  }
+  if (absl::Status s = kernels_->CopyToDevice(targets, device_targets_, target_count); !s.ok()) {
+    return s;
+  }
+  const float* input = device_x_;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& layer = layers_[l];
+    if (hooks != nullptr) {
+      PST_RETURN_IF_ERROR(hooks->parameters_needed(static_cast<int>(l)));
+      PST_RETURN_IF_ERROR(UploadLayer(layer));
+      PST_RETURN_IF_ERROR(upload_done_->Record());
+    }
+    if (absl::Status s = kernels_->Gemm(false, false, batch, layer.out, layer.in, 1.0f, input,
+                                        layer.weights, 0.0f, layer.output);
+        !s.ok()) {
+      return s;
+    }
+    if (layer.bias != nullptr) {
+      if (absl::Status s = kernels_->AddBias(batch, layer.out, layer.bias, layer.output); !s.ok()) {
+        return s;
+      }
+    }
+    if (l + 1 < layers_.size()) {
+      if (absl::Status s = kernels_->ActivationForward(
+              spec_.activation, static_cast<size_t>(batch) * layer.out, layer.output);
+          !s.ok()) {
+        return s;
+      }
+    }
+    input = layer.output;
+  }
+  Layer& last = layers_.back();
+  if (output_offset_ != nullptr) {  // one "bias" row as long as the whole output
+    PST_RETURN_IF_ERROR(kernels_->AddBias(1, batch * last.out, output_offset_, last.output));
+  }
+  float* dlogits = want_gradient ? last.output_grad : nullptr;
+  if (spec_.loss == LossKind::kSigmoidCrossEntropy) {
+    return kernels_->SigmoidCrossEntropy(batch, last.output, device_targets_, dlogits);
+  }
+  return classify ? kernels_->SoftmaxCrossEntropy(batch, last.out, last.output, device_targets_,
+                                                  dlogits)
+                  : kernels_->MeanSquaredError(batch, last.out, last.output, device_targets_,
+                                               dlogits);
+}
+
+absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
+  for (size_t l = layers_.size(); l-- > 0;) {
+    Layer& layer = layers_[l];
+    const float* input = l == 0 ? x : layers_[l - 1].output;
+    // dW = input^T dZ; db = column sums of dZ.
+    if (absl::Status s = kernels_->Gemm(true, false, layer.in, layer.out, batch, 1.0f, input,
+                                        layer.output_grad, 0.0f, layer.weights_grad);
+        !s.ok()) {
+      return s;
+    }
+    if (layer.bias_grad != nullptr) {
+      if (absl::Status s = kernels_->ColumnSums(batch, layer.out, layer.output_grad, layer.bias_grad);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (l > 0) {
+      // d input = dZ W^T, then through the previous layer's activation.
+      Layer& below = layers_[l - 1];
+      if (absl::Status s = kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
+                                          layer.output_grad, layer.weights, 0.0f,
+                                          below.output_grad);
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = kernels_->ActivationBackward(spec_.activation,
+                                                        static_cast<size_t>(batch) * below.out,
+                                                        below.output, below.output_grad);
+          !s.ok()) {
+        return s;
+      }
+    } else if (input_grad_ != nullptr) {
+      PST_RETURN_IF_ERROR(kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
+                                         layer.output_grad, layer.weights, 0.0f, input_grad_));
+    }
+    // The layer's gradients are final and its weights no longer read.
+    if (hooks != nullptr) {
+      PST_RETURN_IF_ERROR(DownloadLayer(layer));
+      PST_RETURN_IF_ERROR(hooks->gradients_ready(static_cast<int>(l)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::QueueLayerDownload(const Layer& layer) {
+  std::span<float> w = host_grads_[layer.weights_var];
+  if (absl::Status s = kernels_->CopyToHostAsync(layer.weights_grad, w.data(), w.size()); !s.ok()) {
+    return s;
+  }
+  if (layer.bias_var >= 0) {
+    std::span<float> b = host_grads_[layer.bias_var];
+    if (absl::Status s = kernels_->CopyToHostAsync(layer.bias_grad, b.data(), b.size()); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadLayer(const Layer& layer) {
+  PST_RETURN_IF_ERROR(QueueLayerDownload(layer));
+  return kernels_->Synchronize();
+}
+
+absl::Status Mlp::QueueGradientDownloads() {
+  for (const Layer& layer : layers_) {
+    PST_RETURN_IF_ERROR(QueueLayerDownload(layer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::DownloadGradients() {
+  PST_RETURN_IF_ERROR(QueueGradientDownloads());
+  return kernels_->Synchronize();
+}
+
+absl::StatusOr<LossResult> Mlp::SynchronizeAndTakeLoss() {
+  PST_RETURN_IF_ERROR(kernels_->Synchronize());
+  return kernels_->TakeLoss();
+}
+
+absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch) {
+  PST_RETURN_IF_ERROR(QueueGradients(x, targets, batch));
+  return FinishGradients();
+}
+
+absl::Status Mlp::QueueGradients(const float* x, const float* targets, int batch) {
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch));
+  return QueueGradientDownloads();
+}
+
+absl::StatusOr<LossResult> Mlp::FinishGradients() { return SynchronizeAndTakeLoss(); }
+
+const float* Mlp::DeviceOutputGradient() const { return layers_.back().output_grad; }
+
+absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch,
+                                                 const LayerHooks& hooks) {
+  if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true, &hooks); !s.ok()) {
+    return s;
+  }
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch, &hooks));
+  return SynchronizeAndTakeLoss();  // the layers' downloads have waited already
+}
+
+absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
+                                                       int batch) {
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch));
+  return SynchronizeAndTakeLoss();
+}
+
+absl::StatusOr<LossResult> Mlp::Evaluate(const float* x, const float* targets, int batch) {
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/false));
+  return SynchronizeAndTakeLoss();
+}
+
+absl::StatusOr<std::vector<float>> Mlp::LastOutput(int batch) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", batch, " rows is outside [1, ", max_batch_, "]"));
+  }
+  const Layer& last = layers_.back();
+  std::vector<float> out(static_cast<size_t>(batch) * last.out);
+  PST_RETURN_IF_ERROR(kernels_->CopyToHost(last.output, out.data(), out.size()));
+  return out;
+}
+
+}  // namespace pst

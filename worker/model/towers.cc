@@ -1,0 +1,239 @@
+#include "worker/model/towers.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace pst {
+
+absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
+                                                       const std::vector<Kernels*>& backends,
+                                                       int batch, int eval_batch) {
+  const int count = static_cast<int>(backends.size());
+  if (count < 1) return absl::InvalidArgumentError("a worker needs at least one tower");
+  if (batch < count || batch % count != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        count, " towers cannot split a batch of ", batch,
+        " rows into equal slices; use a batch_size divisible by the number of towers"));
+  }
+  std::unique_ptr<Towers> towers(new Towers());
+  towers->input_dim_ = spec.input_dim;
+  towers->target_width_ =
+      spec.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec.output_dim;
+  for (int t = 0; t < count; ++t) {
+    // Tower 0 also stages the whole batch and evaluates.
+    const int rows = t == 0 ? std::max(batch, eval_batch) : batch / count;
+    absl::StatusOr<std::unique_ptr<Mlp>> mlp = Mlp::Create(spec, backends[t], rows);
+    if (!mlp.ok()) {
+      return absl::Status(mlp.status().code(), absl::StrCat("tower ", t, " (", backends[t]->Name(),
+                                                            "): ", mlp.status().message()));
+    }
+    towers->towers_.push_back(std::move(*mlp));
+  }
+  // CPU towers compute with tower 0's parameters, which the worker pulls
+  // into: no copy per tower and step.
+  towers->shared_parameters_ = std::all_of(backends.begin(), backends.end(), [](Kernels* k) {
+    return k->ComputesOnHostMemory();
+  });
+  if (towers->shared_parameters_) {
+    for (int t = 1; t < count; ++t) {
+      if (absl::Status s = towers->towers_[t]->ReadParametersOf(*towers->towers_[0]); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  for (size_t i = 0; i < towers->variables().size(); ++i) {
+    towers->all_variables_.push_back(static_cast<int>(i));
+  }
+  if (count > 1) {
+    for (const VariableSpec& v : towers->variables()) {
+      towers->averaged_.push_back(
+          towers->averaged_memory_.emplace_back(static_cast<size_t>(v.size())));
+    }
+  }
+  return towers;
+}
+
+absl::Status Towers::AllocateFrom(TensorAllocator& allocator) {
+  if (!ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only towers that all compute on host memory can compute in place");
+  }
+  std::vector<std::span<float>> parameters, gradients;
+  for (size_t i = 0; i < variables().size(); ++i) {
+    PST_ASSIGN_OR_RETURN(TensorAllocator::Memory memory,
+                         allocator.Allocate(static_cast<int>(i), variables()[i]));
+    parameters.push_back(memory.values);
+    gradients.push_back(memory.gradient);
+  }
+  for (size_t i = 0; i < gradients.size() && size() > 1; ++i) {
+    if (gradients[i].size() != averaged_[i].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a gradient of ", gradients[i].size(),
+                                                     " floats for ", variables()[i].name,
+                                                     ", which has ", averaged_[i].size()));
+    }
+  }
+  // One tower leaves its gradients there; several average into them.
+  PST_RETURN_IF_ERROR(towers_[0]->PlaceTensors(
+      parameters, size() == 1 ? gradients : std::span<const std::span<float>>()));
+  for (int t = 1; t < size(); ++t) {
+    PST_RETURN_IF_ERROR(towers_[t]->ReadParametersOf(*towers_[0]));
+  }
+  if (size() > 1) {
+    averaged_.assign(gradients.begin(), gradients.end());
+    averaged_memory_.clear();
+  }
+  return absl::OkStatus();
+}
+
+std::string Towers::DevicesLabel() const {
+  std::vector<std::string> names;
+  for (const std::unique_ptr<Mlp>& tower : towers_) names.push_back(tower->backend().Name());
+  if (std::all_of(names.begin(), names.end(), [](const std::string& n) { return n == "cpu"; })) {
+    return size() == 1 ? "cpu" : absl::StrCat("cpu:", size());
+  }
+  return absl::StrJoin(names, ",");
+}
+
+absl::Status Towers::ForEachTower(const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(towers_.size());
+  {
+    std::vector<ThreadPool::Task> tasks;
+    for (int t = 1; t < size(); ++t) {
+      tasks.push_back(threads_.Start([&fn, &results, t] { results[t] = fn(t); }));
+    }
+    results[0] = fn(0);
+  }  // the tasks' destructors wait for them
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Towers::UploadParameters() {
+  return ForEachTower([this](int t) {
+    if (t > 0 && !shared_parameters_) {
+      PST_RETURN_IF_ERROR(CopyParameters(t, all_variables_));
+    }
+    return towers_[t]->UploadParameters();
+  });
+}
+
+absl::Status Towers::PrepareHostParametersForWrite() {
+  for (const std::unique_ptr<Mlp>& tower : towers_) {
+    PST_RETURN_IF_ERROR(tower->PrepareHostParametersForWrite());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Towers::CopyParameters(int t, const std::vector<int>& variables) {
+  // Tower t's own host parameters may still be read by its last upload.
+  PST_RETURN_IF_ERROR(towers_[t]->PrepareHostParametersForWrite());
+  for (int i : variables) {
+    std::span<const float> from = towers_[0]->HostParameter(i);
+    std::memcpy(towers_[t]->HostParameter(i).data(), from.data(), from.size_bytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
+                                                    int batch) {
+  if (size() == 1) return towers_[0]->ComputeGradients(x, targets, batch);
+  absl::StatusOr<LossResult> loss = ComputeSlices(x, targets, batch, nullptr);
+  if (!loss.ok()) return loss;
+  // Every tower's thread averages its share of each variable: the average
+  // takes one pass over the gradients, on every core.
+  PST_RETURN_IF_ERROR(ForEachTower([this](int t) {
+    for (int i : all_variables_) {
+      const size_t n = averaged_[i].size();
+      AverageRange(i, n * t / size(), n * (t + 1) / size());
+    }
+    return absl::OkStatus();
+  }));
+  return loss;
+}
+
+absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
+                                                    int batch, const Mlp::LayerHooks& hooks) {
+  if (size() == 1) return towers_[0]->ComputeGradients(x, targets, batch, hooks);
+  {
+    absl::MutexLock lock(&layers_mu_);
+    towers_left_.assign(num_layers(), size());
+  }
+  return ComputeSlices(x, targets, batch, &hooks);
+}
+
+absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* targets, int batch,
+                                                 const Mlp::LayerHooks* hooks) {
+  if (batch % size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a batch of ", batch, " rows does not split evenly over ", size(), " towers"));
+  }
+  const int slice = batch / size();
+  std::vector<LossResult> losses(towers_.size());
+  absl::Status computed = ForEachTower([&](int t) -> absl::Status {
+    const float* tower_x = x + static_cast<size_t>(t) * slice * input_dim_;
+    const float* tower_targets = targets + static_cast<size_t>(t) * slice * target_width_;
+    absl::StatusOr<LossResult> loss;
+    if (hooks == nullptr) {
+      loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice);
+    } else {
+      Mlp::LayerHooks tower_hooks{
+          .parameters_needed = [this, hooks, t](int layer) -> absl::Status {
+            PST_RETURN_IF_ERROR(hooks->parameters_needed(layer));
+            if (t > 0 && !shared_parameters_) return CopyParameters(t, LayerVariables(layer));
+            return absl::OkStatus();
+          },
+          .gradients_ready = [this, hooks](int layer) -> absl::Status {
+            {
+              absl::MutexLock lock(&layers_mu_);
+              if (--towers_left_[layer] > 0) return absl::OkStatus();
+            }
+            // The last tower done with the layer averages it and hands it on.
+            AverageGradients(LayerVariables(layer));
+            return hooks->gradients_ready(layer);
+          }};
+      loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice, tower_hooks);
+    }
+    if (!loss.ok()) {
+      return absl::Status(loss.status().code(),
+                          absl::StrCat("tower ", t, ": ", loss.status().message()));
+    }
+    losses[t] = *loss;
+    return absl::OkStatus();
+  });
+  if (!computed.ok()) return computed;
+  LossResult total;
+  for (const LossResult& l : losses) {
+    total.loss += l.loss;
+    total.correct += l.correct;
+  }
+  total.loss /= size();
+  return total;
+}
+
+void Towers::AverageGradients(const std::vector<int>& variables) {
+  for (int i : variables) AverageRange(i, 0, averaged_[i].size());
+}
+
+void Towers::AverageRange(int i, size_t begin, size_t end) {
+  // Block by block, so that a block's sum stays in L1 until it is scaled;
+  // the same additions, in tower order, as a pass per tower.
+  constexpr size_t kBlock = 2048;
+  const float scale = 1.0f / static_cast<float>(size());
+  for (size_t first = begin; first < end; first += kBlock) {
+    const size_t n = std::min(kBlock, end - first);
+    float* __restrict sum = averaged_[i].data() + first;
+    std::memcpy(sum, towers_[0]->HostGradient(i).data() + first, n * sizeof(float));
+    for (int t = 1; t < size(); ++t) {
+      const float* __restrict g = towers_[t]->HostGradient(i).data() + first;
+      for (size_t j = 0; j < n; ++j) sum[j] += g[j];
+    }
+    for (size_t j = 0; j < n; ++j) sum[j] *= scale;
+  }
+}
+
+}  // namespace pst

@@ -1,0 +1,79 @@
+#include "worker/training/shard_patience.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace pst {
+
+Retry::Retry(absl::Duration budget, uint64_t seed)
+    : deadline(absl::Now() + budget), budget(budget), jitter(seed) {}
+
+Retry NewRetry(absl::Duration budget, int rank) {
+  return Retry(budget, static_cast<uint64_t>(rank) * 7919 + absl::ToUnixNanos(absl::Now()));
+}
+
+absl::StatusOr<RegisterResponse> RegisterPatiently(PsClient* client, absl::Status last,
+                                                   Retry* retry) {
+  while (true) {
+    if (absl::Now() > retry->deadline) {
+      // Not 2: a launcher restarts this worker, and a later try may pass.
+      return absl::UnavailableError(absl::StrCat(
+          "gave up waiting for the parameter servers after training.pull_timeout_seconds (",
+          absl::ToInt64Seconds(retry->budget), " s): ", last.message()));
+    }
+    // Exponential backoff with full jitter, so restarting workers do not
+    // stampede the shard in lock-step.
+    absl::SleepFor(retry->backoff *
+                   (0.5 + 0.5 * static_cast<double>(retry->jitter() >> 11) * 0x1.0p-53));
+    retry->backoff = std::min(retry->backoff * 2, absl::Seconds(5));
+    absl::StatusOr<RegisterResponse> view = client->Register();
+    if (view.ok()) return view;
+    if (!IsTransientShardError(view.status())) {
+      return absl::Status(view.status().code(),
+                          absl::StrCat("gave up reconnecting: ", view.status().message()));
+    }
+    last = view.status();
+  }
+}
+
+absl::StatusOr<WorkersAtEnd> AwaitAllWorkersDone(PsClient* client, int workers,
+                                                 absl::Duration patience) {
+  // One long-poll's longest wait: each call is bounded, and a quiet shard
+  // costs one call per this.
+  constexpr absl::Duration kLongPoll = absl::Seconds(10);
+  absl::Time deadline = absl::Now() + patience;
+  int64_t known_changes = -1;  // nothing seen yet: answered at once
+  absl::Duration wait = absl::ZeroDuration();
+  while (true) {
+    // Answered when the workers' standing changes, so every change that can
+    // decide the outcome below is seen as it happens.
+    absl::StatusOr<StatsResponse> stats = client->AwaitWorkersDone(0, known_changes, wait);
+    if (!stats.ok()) return stats.status();
+    known_changes = stats->worker_changes();
+    WorkersAtEnd at_end{*std::move(stats), {}};
+    if (at_end.stats.workers_done() >= workers) return at_end;
+    for (const WorkerStats& w : at_end.stats.workers()) {
+      // A worker never heard from counts as live to the shard (it may be
+      // starting), but by now it should have trained: it is missing too.
+      if (!w.done() && (!w.live() || w.seconds_since_seen() < 0)) {
+        at_end.missing.push_back(w.worker());
+      }
+    }
+    const absl::Time now = absl::Now();
+    // While every unfinished worker is still training, waiting is progress.
+    if (at_end.missing.empty()) deadline = now + patience;
+    if (now > deadline) return at_end;
+    wait = at_end.missing.empty() ? kLongPoll : std::min(kLongPoll, deadline - now);
+  }
+}
+
+void HeartbeatUntil(PsClient* client, absl::Duration lease, absl::Notification* stop) {
+  const absl::Duration period = lease / 4;
+  while (!stop->WaitForNotificationWithTimeout(period)) {
+    client->Heartbeat().IgnoreError();
+  }
+}
+
+}  // namespace pst
