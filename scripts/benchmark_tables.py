@@ -76,14 +76,16 @@ def train_vs_torch(rows):
                          f"| {r['median_samples_per_sec']:.0f} | {r['min']:.0f} | {r['max']:.0f} "
                          f"| {r['runs']} |")
     lines += ["", "| model | batch | optimizer | ours 2 workers / PyTorch DDP "
-              "| best of ours / PyTorch 1 process | best of ours / PyTorch 1 process, 2 threads |",
-              "| --- | ---: | --- | ---: | ---: | ---: |"]
+              "| best of ours / PyTorch 1 process | best of ours / PyTorch 1 process, 2 threads "
+              "| best of ours / best PyTorch 1 process, same samples per update |",
+              "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "ratio_2_workers_vs_ddp" in r:
             lines.append(f"| {model(r)} | {r['batch_size']} | {r['optimizer']} "
                          f"| {r['ratio_2_workers_vs_ddp']:.2f} "
                          f"| {r['ratio_best_vs_torch_1_process']:.2f} "
-                         f"| {r['ratio_best_vs_torch_1_process_2_threads']:.2f} |")
+                         f"| {r['ratio_best_vs_torch_1_process_2_threads']:.2f} "
+                         f"| {r['ratio_best_vs_best_torch_1_process_same_samples_per_update']:.2f} |")
     return {"": "\n".join(lines)}
 
 
