@@ -30,7 +30,9 @@ import time
 PROGRAM = "python_client_bench.py"
 MiB = 1 << 20
 
-CONFIG = """cluster {{ ps: "{address}" workers: 1 shm: {shm} }}
+# worker_command: the clients bring a model of their own (the benchmark's
+# tensors), so the shard takes any Init rather than the MLP's share.
+CONFIG = """cluster {{ ps: "{address}" workers: 1 shm: {shm} worker_command: "python_client_bench" }}
 training {{ mode: ASYNC optimizer {{ sgd {{ learning_rate: 0.1 }} }} pull_timeout_seconds: 60
   model {{ mlp {{ }} }} dataset {{ quadratic {{ examples: 16 }} }} }}
 """
