@@ -259,7 +259,7 @@ table_bench() {
 }
 
 ctr_scale() {
-  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --json="$BENCH_DIR/ctr_scale.json"
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 3)" --json="$BENCH_DIR/ctr_scale.json"
 }
 
 for kind in ${ONLY//,/ }; do
