@@ -23,12 +23,22 @@ from round to round; prints each run, then one JSON object with the medians
 (min-max) and the median of the rounds' ratios.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --steps=200 --rounds=3
+
+With --to_accuracy=A both sides instead train examples/pytorch_cnn.py's job
+(examples/pytorch_cnn.textproto: 2 workers, SYNC, Adam, batch 64 each) for
+--epochs epochs, the chief (rank 0) evaluating on the 10 000 test images
+after every epoch while the other waits, and each prints its curve and the
+first epoch, and the seconds since its training began, at which the test
+accuracy reached A:
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --to_accuracy=0.91 --epochs=15
 """
 
 import argparse
 import importlib.util
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -170,6 +180,105 @@ def run_ddp(args):
     return 2 * args.steps * args.batch / max(seconds)
 
 
+# ---------------------------------------------------------------- time to accuracy
+
+EPOCH_LINE = re.compile(r"epoch (\d+)/\d+ done: test_accuracy ([0-9.]+) .*\(([0-9.]+) s\)")
+FINAL_LINE = re.compile(r"final: version \d+ test_accuracy ([0-9.]+) .*\(([0-9.]+) s\)")
+
+
+def ours_curve(args):
+    """examples/pytorch_cnn.py's job under pslaunch: [(epoch, accuracy, seconds)]."""
+    run = subprocess.run([os.path.join(args.bin_dir, "pslaunch"),
+                          f"--config={os.path.join(REPO, 'examples', 'pytorch_cnn.textproto')}",
+                          f"--epochs={args.epochs}", f"--learning_rate={args.lr}"],
+                         capture_output=True, text=True, timeout=args.timeout, cwd=REPO,
+                         env=dict(os.environ, **MALLOC_ENV, **thread_env(args)))
+    if run.returncode != 0:
+        raise RuntimeError(f"pslaunch exited {run.returncode}: {run.stderr[-3000:]}")
+    curve = []
+    for line in run.stdout.splitlines():
+        if m := EPOCH_LINE.search(line):
+            curve.append((int(m[1]), float(m[2]), float(m[3])))
+        elif m := FINAL_LINE.search(line):
+            curve.append((args.epochs, float(m[1]), float(m[2])))
+    if len(curve) != args.epochs:
+        raise RuntimeError(f"expected {args.epochs} evaluations from the chief, got {curve}")
+    return curve
+
+
+def ddp_curve_worker(rank, port, args, queue):
+    """examples/pytorch_cnn.py's loop, under DDP: the same shares, order and evaluation."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    torch.set_num_threads(args.threads)
+    cnn = example()
+    train_x, train_y = cnn.load(cnn.DEFAULT_DATA_DIR, "train")
+    test_x, test_y = cnn.load(cnn.DEFAULT_DATA_DIR, "test") if rank == 0 else (None, None)
+    torch.manual_seed(args.seed)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    model = torch.nn.parallel.DistributedDataParallel(cnn.Cnn())
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
+    steps_per_epoch = len(train_x) // 2 // args.batch
+    curve = []
+    dist.barrier()
+    start = time.monotonic()
+    for epoch in range(args.epochs):
+        order = torch.from_numpy(np.random.default_rng(args.seed + epoch).permutation(len(train_x)))
+        share = order[rank * steps_per_epoch * args.batch:(rank + 1) * steps_per_epoch * args.batch]
+        for s in range(steps_per_epoch):
+            idx = share[s * args.batch:(s + 1) * args.batch]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(train_x[idx]), train_y[idx]).backward()
+            opt.step()
+        if rank == 0:
+            _, accuracy = cnn.evaluate(model.module, test_x, test_y)
+            curve.append((epoch + 1, accuracy, time.monotonic() - start))
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put(curve)
+
+
+def ddp_curve(args):
+    import torch.multiprocessing as mp
+    saved = dict(os.environ)
+    os.environ.update(MALLOC_ENV, **thread_env(args))  # inherited by the spawned processes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=ddp_curve_worker, args=(r, port, args, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    os.environ.clear()
+    os.environ.update(saved)
+    curve = queue.get(timeout=args.timeout)
+    for p in procs:
+        p.join(args.timeout)
+        if p.exitcode != 0:
+            raise RuntimeError(f"a DDP process exited with {p.exitcode}")
+    return curve
+
+
+def time_to_accuracy(args):
+    result = {"benchmark": "cnn_time_to_accuracy", "target": args.to_accuracy,
+              "epochs": args.epochs, "batch": args.batch, "threads": args.threads}
+    for side, run in (("ours", ours_curve), ("ddp", ddp_curve)):
+        curve = run(args)
+        for epoch, accuracy, seconds in curve:
+            print(f"{side} epoch {epoch}: test_accuracy {accuracy:.4f} at {seconds:.1f} s "
+                  f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+        reached = next(((e, s) for e, a, s in curve if a >= args.to_accuracy), None)
+        result[f"{side}_epoch"] = reached[0] if reached else None
+        result[f"{side}_seconds"] = round(reached[1], 1) if reached else None
+        result[f"{side}_final_accuracy"] = curve[-1][1]
+    print(json.dumps(result))
+    return 0
+
+
 def spread(values):
     return [round(statistics.median(values), 3), round(min(values), 3), round(max(values), 3)]
 
@@ -189,7 +298,13 @@ def main():
     parser.add_argument("--blas_threads", default="threads", choices=["threads", "default"],
                         help="BLAS threads per process: --threads (default), or the "
                              "library's default")
+    parser.add_argument("--to_accuracy", type=float, default=0,
+                        help="instead: train --epochs epochs on both sides and report when the "
+                             "test accuracy first reached this")
+    parser.add_argument("--epochs", type=int, default=15, help="with --to_accuracy")
     args = parser.parse_args()
+    if args.to_accuracy > 0:
+        return time_to_accuracy(args)
     if args.role == "worker":
         ours_worker(args)
         return 0

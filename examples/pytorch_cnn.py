@@ -162,7 +162,7 @@ def main():
     if client.is_chief:
         test_loss, accuracy = evaluate(model, test_x, test_y)
         print(f"final: version {client.versions[0]} test_accuracy {accuracy:.4f} "
-              f"test_loss {test_loss:.4f}", flush=True)
+              f"test_loss {test_loss:.4f} ({time.monotonic() - start:.1f} s)", flush=True)
         client.record_evaluation(test_loss, accuracy, epochs_done=epochs, step=step)
         result.update(test_accuracy=accuracy, test_loss=test_loss, missing_workers=missing)
     client.report(**result)
