@@ -398,11 +398,13 @@ def table_bench(rows):
 
 def ctr_scale(rows):
     return {"": table(
-        ["id range", "rows created", "rows refused", "training examples", "job", "samples/s",
+        ["id range", "table dim", "rows created", "rows refused", "training examples", "job",
+         "samples/s",
          "PS peak RSS MiB (both shards)", "test AUC", "planted model's test AUC",
          "load average (1 min)", "runs"],
-        ["---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
-        [(r["rows"], f"{r['rows_created']:.0f}", f"{r['rows_refused']:.0f}", r["train_examples"],
+        ["---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:",
+         "---:"],
+        [(r["rows"], r["dim"], f"{r['rows_created']:.0f}", f"{r['rows_refused']:.0f}", r["train_examples"],
           f"{r['mode']}, {r['workers']} workers x {r['batch_size']}, {r['shards']} shards",
           spread(r, "samples_per_sec", 0), spread(r, "ps_peak_rss_mib", 0),
           spread(r, "test_auc", 4), "n/a" if r.get("planted_auc") is None

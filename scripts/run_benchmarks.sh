@@ -259,7 +259,9 @@ table_bench() {
 }
 
 ctr_scale() {
-  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 3)" --json="$BENCH_DIR/ctr_scale.json"
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 3)" --json=$WORK/ctr_scale.8.json
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --json=$WORK/ctr_scale.16.json
+  run_to "$BENCH_DIR/ctr_scale.json" cat $WORK/ctr_scale.{8,16}.json
 }
 
 for kind in ${ONLY//,/ }; do
