@@ -158,7 +158,8 @@ def ddp_worker(rank, port, args, queue):
     queue.put(seconds)
 
 
-def run_ddp(args):
+def spawn_ddp(target, args):
+    """Runs target(rank, port, args, queue) in 2 spawned processes; what each put in the queue."""
     import torch.multiprocessing as mp
     saved = dict(os.environ)
     os.environ.update(MALLOC_ENV, **thread_env(args))  # inherited by the spawned processes
@@ -167,16 +168,21 @@ def run_ddp(args):
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=ddp_worker, args=(r, port, args, queue)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, port, args, queue)) for r in range(2)]
     for p in procs:
         p.start()
     os.environ.clear()
     os.environ.update(saved)
-    seconds = [queue.get(timeout=args.timeout) for _ in procs]
+    results = [queue.get(timeout=args.timeout) for _ in procs]
     for p in procs:
         p.join(args.timeout)
         if p.exitcode != 0:
             raise RuntimeError(f"a DDP process exited with {p.exitcode}")
+    return results
+
+
+def run_ddp(args):
+    seconds = spawn_ddp(ddp_worker, args)
     return 2 * args.steps * args.batch / max(seconds)
 
 
@@ -237,30 +243,11 @@ def ddp_curve_worker(rank, port, args, queue):
             _, accuracy = cnn.evaluate(model.module, test_x, test_y)
             curve.append((epoch + 1, accuracy, time.monotonic() - start))
     dist.destroy_process_group()
-    if rank == 0:
-        queue.put(curve)
+    queue.put(curve if rank == 0 else None)
 
 
 def ddp_curve(args):
-    import torch.multiprocessing as mp
-    saved = dict(os.environ)
-    os.environ.update(MALLOC_ENV, **thread_env(args))  # inherited by the spawned processes
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=ddp_curve_worker, args=(r, port, args, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    os.environ.clear()
-    os.environ.update(saved)
-    curve = queue.get(timeout=args.timeout)
-    for p in procs:
-        p.join(args.timeout)
-        if p.exitcode != 0:
-            raise RuntimeError(f"a DDP process exited with {p.exitcode}")
-    return curve
+    return next(curve for curve in spawn_ddp(ddp_curve_worker, args) if curve is not None)
 
 
 def time_to_accuracy(args):
