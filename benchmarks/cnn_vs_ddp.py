@@ -22,7 +22,7 @@ loop (after --warmup steps). Each round runs both, the order alternating
 from round to round; prints each run, then one JSON object with the medians
 (min-max) and the median of the rounds' ratios.
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --steps=200 --rounds=3
+    /usr/bin/python3 benchmarks/cnn_vs_ddp.py --steps=200 --rounds=5 --json=docs/bench/cnn_vs_ddp.json
 
 With --to_accuracy=A both sides instead train examples/pytorch_cnn.py's job
 (examples/pytorch_cnn.textproto: 2 workers, SYNC, Adam, batch 64 each) for
@@ -31,7 +31,10 @@ after every epoch while the other waits, and each prints its curve and the
 first epoch, and the seconds since its training began, at which the test
 accuracy reached A:
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/cnn_vs_ddp.py --to_accuracy=0.91 --epochs=15
+    /usr/bin/python3 benchmarks/cnn_vs_ddp.py --to_accuracy=0.91 --epochs=15 \
+        --json=docs/bench/cnn_time_to_accuracy.json
+
+(PYTHONPATH defaults to build/python, where the build puts pstrain.)
 """
 
 import argparse
@@ -39,6 +42,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import socket
 import statistics
 import subprocess
@@ -262,8 +266,17 @@ def time_to_accuracy(args):
         result[f"{side}_epoch"] = reached[0] if reached else None
         result[f"{side}_seconds"] = round(reached[1], 1) if reached else None
         result[f"{side}_final_accuracy"] = curve[-1][1]
-    print(json.dumps(result))
+    emit(result, args)
     return 0
+
+
+def emit(row, args):
+    """Prints the result row, and writes it to --json too."""
+    print(json.dumps(row))
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(json.dumps(dict(row, command=shlex.join(["/usr/bin/python3"] + sys.argv)))
+                    + "\n")
 
 
 def spread(values):
@@ -289,7 +302,10 @@ def main():
                         help="instead: train --epochs epochs on both sides and report when the "
                              "test accuracy first reached this")
     parser.add_argument("--epochs", type=int, default=15, help="with --to_accuracy")
+    parser.add_argument("--json", default="", help="write the result row here too")
     args = parser.parse_args()
+    # The workers pslaunch starts import pstrain from the build unless told otherwise.
+    os.environ.setdefault("PYTHONPATH", os.path.join(REPO, "build", "python"))
     if args.to_accuracy > 0:
         return time_to_accuracy(args)
     if args.role == "worker":
@@ -303,11 +319,10 @@ def main():
             print(f"round {r + 1} {side}: {runs[side][-1]:.1f} samples/s (load average "
                   f"{os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     ratios = [o / d for o, d in zip(runs["ours"], runs["ddp"])]
-    print(json.dumps({"batch": args.batch, "steps": args.steps, "threads": args.threads,
-                      "blas_threads": args.blas_threads, "rounds": args.rounds,
-                      "ours_samples_per_sec": spread(runs["ours"]),
-                      "ddp_samples_per_sec": spread(runs["ddp"]),
-                      "ours_over_ddp": spread(ratios)}))
+    emit({"benchmark": "cnn_vs_ddp", "batch": args.batch, "steps": args.steps,
+          "threads": args.threads, "blas_threads": args.blas_threads, "rounds": args.rounds,
+          "ours_samples_per_sec": spread(runs["ours"]), "ddp_samples_per_sec": spread(runs["ddp"]),
+          "ours_over_ddp": spread(ratios)}, args)
     return 0
 
 

@@ -412,6 +412,30 @@ def ctr_scale(rows):
          for r in rows])}
 
 
+def cnn_vs_ddp(rows):
+    def three(values, digits):
+        return f"{values[0]:.{digits}f} ({values[1]:.{digits}f}-{values[2]:.{digits}f})"
+    return {"": table(
+        ["batch per process", "timed steps", "ours samples/s", "DDP samples/s",
+         "ours / DDP (per round)", "rounds"],
+        ["---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["batch"], r["steps"], three(r["ours_samples_per_sec"], 0),
+          three(r["ddp_samples_per_sec"], 0), three(r["ours_over_ddp"], 2), r["rounds"])
+         for r in rows])}
+
+
+def cnn_time_to_accuracy(rows):
+    def reached(r, side):
+        return "not reached" if r[f"{side}_epoch"] is None else \
+            f"{r[side + '_epoch']} ({r[side + '_seconds']:.1f} s)"
+    return {"": table(
+        ["target", "epochs", "ours: first epoch at it", "DDP: first epoch at it",
+         "ours: final accuracy", "DDP: final accuracy"],
+        ["---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["target"], r["epochs"], reached(r, "ours"), reached(r, "ddp"),
+          f"{r['ours_final_accuracy']:.4f}", f"{r['ddp_final_accuracy']:.4f}") for r in rows])}
+
+
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": ctr_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
@@ -420,7 +444,8 @@ TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": 
           "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
           "netns_cluster": netns_cluster, "cost_model": cost_model,
-          "python_client": python_client, "table_bench": table_bench, "ctr_scale": ctr_scale}
+          "python_client": python_client, "table_bench": table_bench, "ctr_scale": ctr_scale,
+          "cnn_vs_ddp": cnn_vs_ddp, "cnn_time_to_accuracy": cnn_time_to_accuracy}
 
 
 def read_rows(path):

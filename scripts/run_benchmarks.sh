@@ -13,7 +13,7 @@
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
 # ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
-# python_client table_bench ctr_scale. ONLY without machine keeps machine.json
+# python_client table_bench ctr_scale cnn_vs_ddp. ONLY without machine keeps machine.json
 # as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
 # cost_model redraws from its constants. Run it on a quiet machine, on a
@@ -40,7 +40,7 @@ DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
        ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
-       python_client table_bench ctr_scale)
+       python_client table_bench ctr_scale cnn_vs_ddp)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -237,6 +237,17 @@ cost_model() {
   run "$PY" benchmarks/cost_model.py beyond "$BENCH_DIR/netns_cluster.json" \
     --out="$BENCH_DIR/cost_model.json"
   run "$PY" scripts/cost_model_plot.py "$BENCH_DIR/cost_model.json" --out=docs/cost_model.png
+}
+
+cnn_vs_ddp() {
+  if [[ -z $DRY_RUN ]] && ! { [[ -d build/python/pstrain ]] && "$PY" -c 'import torch' 2>/dev/null; }; then
+    say "skipping cnn_vs_ddp: no Python module in build/python, or no python3-torch"
+    return
+  fi
+  run "$PY" benchmarks/cnn_vs_ddp.py --steps=200 --rounds="$(rounds 5)" \
+    --json="$BENCH_DIR/cnn_vs_ddp.json"
+  run "$PY" benchmarks/cnn_vs_ddp.py --to_accuracy=0.91 --epochs=15 \
+    --json="$BENCH_DIR/cnn_time_to_accuracy.json"
 }
 
 python_client() {

@@ -147,6 +147,15 @@ ROWS = {
 }
 
 # What each kind's table shows of ROWS.
+ROWS["cnn_vs_ddp"] = [
+    {"batch": 64, "steps": 200, "threads": 1, "blas_threads": "threads", "rounds": 5,
+     "ours_samples_per_sec": [3857.8, 3677.1, 3950.9],
+     "ddp_samples_per_sec": [3590.1, 3494.8, 3642.5], "ours_over_ddp": [1.068, 1.052, 1.129]}]
+ROWS["cnn_time_to_accuracy"] = [
+    {"target": 0.91, "epochs": 15, "batch": 64, "threads": 1, "ours_epoch": 11,
+     "ours_seconds": 200.4, "ours_final_accuracy": 0.915, "ddp_epoch": None,
+     "ddp_seconds": None, "ddp_final_accuracy": 0.9032}]
+
 EXPECTED = {
     "machine": "| GPU | none |",
     "train_vs_torch": "| 784-256-128-10 | 64 | sgd | 1.27 | 1.61 | 1.82 | 1.10 |",
@@ -169,6 +178,8 @@ EXPECTED = {
     "table_bench": "| table | 5000000 rows x 16 | 12.5 (12.5-12.5) | 0.40 (0.40-0.40) |",
     "ctr_scale": "| 10000000 | 8 | 9300000 | 0 | 1500000 | SYNC, 2 workers x 256, 2 shards "
                  "| 21000 (21000-21000) | 1900 (1900-1900) | 0.6801 (0.6801-0.6801) | 0.7012 |",
+    "cnn_vs_ddp": "| 64 | 200 | 3858 (3677-3951) | 3590 (3495-3642) | 1.07 (1.05-1.13) | 5 |",
+    "cnn_time_to_accuracy": "| 0.91 | 15 | 11 (200.4 s) | not reached | 0.9150 | 0.9032 |",
 }
 
 DOC = """# Benchmarks
