@@ -20,6 +20,7 @@ class AsyncPolicy : public ConsistencyPolicy {
                                       int64_t computed_at) const override;
   // Nothing is ever aggregated.
   bool StepComplete(const ShardView&) const override { return false; }
+  bool CompletesStepAlone(const ShardView&, int) const override { return false; }
   bool PullMayProceed(const ShardView& shard, int worker, int64_t min_version) const override;
   // Committed, the push is the version after the one it was computed at, or
   // later: a pull that asks for no more needs no wait.

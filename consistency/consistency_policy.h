@@ -64,6 +64,12 @@ class ConsistencyPolicy {
   // done set changes; false while nothing is aggregated.
   virtual bool StepComplete(const ShardView& shard) const = 0;
 
+  // Whether a push of `worker` admitted into the current step now would
+  // complete it alone: nothing aggregated yet, and StepComplete would hold
+  // with `worker` marked `pushed`. A shard applies such a push as it
+  // streams in, as it does a push the policy applies on its own.
+  virtual bool CompletesStepAlone(const ShardView& shard, int worker) const = 0;
+
   // Whether a pull of `worker` that wants at least `min_version` may read
   // the (initialized) shard now, or must wait.
   virtual bool PullMayProceed(const ShardView& shard, int worker, int64_t min_version) const = 0;

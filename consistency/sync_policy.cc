@@ -17,10 +17,12 @@ absl::StatusOr<Admission> SyncPolicy::AdmitPush(const ShardView& shard, int work
   return Admission{.action = Admission::Action::kAggregate};
 }
 
-int SyncPolicy::RequiredGradients(const ShardView& shard) const {
+int SyncPolicy::RequiredGradients(const ShardView& shard, int pushing) const {
   int active = 0;
-  for (const WorkerProgress& w : shard.workers) {
-    active += (w.live && (!w.done || w.pushed)) ? 1 : 0;
+  for (size_t i = 0; i < shard.workers.size(); ++i) {
+    const WorkerProgress& w = shard.workers[i];
+    const bool pushed = w.pushed || static_cast<int>(i) == pushing;
+    active += (w.live && (!w.done || pushed)) ? 1 : 0;
   }
   const int wanted = replicas_ > 0 ? replicas_ : static_cast<int>(shard.workers.size());
   return std::max(1, std::min(wanted, active));
@@ -30,6 +32,12 @@ bool SyncPolicy::StepComplete(const ShardView& shard) const {
   const auto pushed = std::count_if(shard.workers.begin(), shard.workers.end(),
                                     [](const WorkerProgress& w) { return w.pushed; });
   return pushed > 0 && pushed >= RequiredGradients(shard);
+}
+
+bool SyncPolicy::CompletesStepAlone(const ShardView& shard, int worker) const {
+  const bool none_pushed = std::none_of(shard.workers.begin(), shard.workers.end(),
+                                        [](const WorkerProgress& w) { return w.pushed; });
+  return none_pushed && RequiredGradients(shard, worker) == 1;
 }
 
 bool SyncPolicy::PullMayProceed(const ShardView& shard, int, int64_t min_version) const {

@@ -21,6 +21,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   absl::StatusOr<Admission> AdmitPush(const ShardView& shard, int worker,
                                       int64_t computed_at) const override;
   bool StepComplete(const ShardView& shard) const override;
+  bool CompletesStepAlone(const ShardView& shard, int worker) const override;
   bool PullMayProceed(const ShardView& shard, int worker, int64_t min_version) const override;
   // Never: the answer is the step's result, which the other workers decide.
   bool AnswerMayStreamDuringPush(int64_t, int64_t) const override { return false; }
@@ -28,8 +29,9 @@ class SyncPolicy final : public ConsistencyPolicy {
   int64_t MinVersionAfterPush(int64_t computed_at) const override { return computed_at + 1; }
 
  private:
-  // The gradients the current step waits for (at least 1).
-  int RequiredGradients(const ShardView& shard) const;
+  // The gradients the current step waits for (at least 1), with worker
+  // `pushing` (if any) counted as having pushed.
+  int RequiredGradients(const ShardView& shard, int pushing = -1) const;
 
   const int replicas_;
 };

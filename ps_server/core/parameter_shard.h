@@ -271,10 +271,6 @@ class ParameterShard {
   // refused): APPLIED or SKIPPED, as MaybeCompleteStep.
   PushResponse::Outcome CompleteStep(const absl::Status& staged)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a push of `worker` admitted into the current step would complete
-  // it alone: nothing else aggregated or landing, and the policy's step
-  // needs no other gradient.
-  bool CompletesStepAlone(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.

@@ -33,7 +33,8 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   // applied as it streams in, in one pass, as a push the policy applies on
   // its own would be.
   const bool whole_step = admission.ok() && admission->action == Admission::Action::kAggregate &&
-                          !has_rows && CompletesStepAlone(header.worker());
+                          !has_rows && landing_ == 0 &&
+                          policy_->CompletesStepAlone(View(), header.worker());
   const bool applies = admission.ok() && admission->action == Admission::Action::kApply;
   if (has_rows || !(applies || whole_step) || staging_.held() || snapshots_.holds_updates() ||
       shutting_down_) {
@@ -106,17 +107,6 @@ bool ParameterShard::AnswerMayStreamDuringPush(const StreamedUpdate& update,
   // The step's result is this push: committed, it is the next version.
   if (update.whole_step_) return min_version <= update.computed_at_ + 1;
   return policy_->AnswerMayStreamDuringPush(min_version, update.computed_at_);
-}
-
-bool ParameterShard::CompletesStepAlone(int worker) const {
-  if (landing_ > 0) return false;
-  const ShardView view = View();
-  std::vector<WorkerProgress> workers(view.workers.begin(), view.workers.end());
-  for (const WorkerProgress& w : workers) {
-    if (w.pushed) return false;
-  }
-  workers[worker].pushed = true;
-  return policy_->StepComplete({.version = view.version, .workers = workers});
 }
 
 void ParameterShard::ReleaseStaging() {
