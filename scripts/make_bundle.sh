@@ -14,6 +14,15 @@
 #                   runtime/cuBLAS included; the driver (libcuda.so.1) is the
 #                   one thing taken from the host
 #   configs/        the example configs
+#
+# Environment:
+#   PST_BUNDLE_TESTS="cuda_kernels_test ..."  also bundle these test
+#                        executables ("all": every *_test), to run them on
+#                        the target machine
+#   PST_BUNDLE_CUDA=host leave the CUDA runtime and cuBLAS out (cuBLASLt
+#                        alone is over 500 MB) and take them from the
+#                        target's toolkit, $CUDA_HOME (default
+#                        /usr/local/cuda), lib64/ or lib/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -29,7 +38,9 @@ mkdir -p "$ROOT/bin" "$ROOT/libexec" "$ROOT/lib" "$ROOT/configs"
 TOOLS=()
 for f in "$BUILD_DIR"/bin/*; do
   name=$(basename "$f")
-  case "$name" in *_test) continue ;; esac
+  case "$name" in
+    *_test) [ "${PST_BUNDLE_TESTS:-}" = all ] || [[ " ${PST_BUNDLE_TESTS:-} " == *" $name "* ]] || continue ;;
+  esac
   head -c 4 "$f" | grep -q ELF || continue
   cp "$f" "$ROOT/libexec/$name"
   TOOLS+=("$name")
@@ -40,12 +51,19 @@ done
 for tool in "${TOOLS[@]}"; do
   ldd "$ROOT/libexec/$tool" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }'
 done | sort -u | while read -r lib; do
-  case "$(basename "$lib")" in libcuda.so*|libnvidia*) continue ;; esac
+  case "$(basename "$lib")" in
+    libcuda.so*|libnvidia*) continue ;;
+    libcudart.so*|libcublas.so*|libcublasLt.so*) [ "${PST_BUNDLE_CUDA:-}" = host ] && continue ;;
+  esac
   cp -L "$lib" "$ROOT/lib/"
 done
 LOADER=$(basename "$(ldd "$ROOT/libexec/${TOOLS[0]}" | awk '$1 ~ /^\/.*ld-linux/ { print $1 }')")
 [ -f "$ROOT/lib/$LOADER" ] || { echo "make_bundle: cannot find the dynamic loader" >&2; exit 1; }
 
+LIBRARY_PATH='$here/../lib'
+if [ "${PST_BUNDLE_CUDA:-}" = host ]; then
+  LIBRARY_PATH="$LIBRARY_PATH"':${CUDA_HOME:-/usr/local/cuda}/lib64:${CUDA_HOME:-/usr/local/cuda}/lib'
+fi
 for tool in "${TOOLS[@]}"; do
   extra=""
   # pslaunch finds ps_server and worker next to itself; under the bundled
@@ -56,7 +74,7 @@ for tool in "${TOOLS[@]}"; do
 # Runs $tool with the bundled loader and libraries (see make_bundle.sh).
 case "\$0" in */*) here=\${0%/*} ;; *) here=\$(command -v "\$0"); here=\${here%/*} ;; esac
 here=\$(cd "\$here" && pwd)
-exec "\$here/../lib/$LOADER" --library-path "\$here/../lib" "\$here/../libexec/$tool"$extra "\$@"
+exec "\$here/../lib/$LOADER" --library-path "$LIBRARY_PATH" "\$here/../libexec/$tool"$extra "\$@"
 LAUNCHER
   chmod +x "$ROOT/bin/$tool"
 done

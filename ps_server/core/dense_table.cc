@@ -85,7 +85,8 @@ absl::StatusOr<std::vector<const Variable*>> DenseTable::Select(const PullReques
   return variables;
 }
 
-absl::Status DenseTable::CheckStreamHeader(const PushRequest& header, std::vector<int>* indices,
+absl::Status DenseTable::CheckStreamHeader(const PushRequest& header, bool require_all,
+                                           std::vector<int>* indices,
                                            std::vector<int64_t>* bytes) const {
   std::vector<bool> seen(store_.size(), false);
   for (const Tensor& gradient : header.gradients()) {
@@ -99,7 +100,7 @@ absl::Status DenseTable::CheckStreamHeader(const PushRequest& header, std::vecto
     bytes->push_back(static_cast<int64_t>(store_.variable(index).size()) * element_bytes);
     indices->push_back(index);
   }
-  return absl::OkStatus();
+  return require_all ? store_.CheckEveryVariableSeen(seen) : absl::OkStatus();
 }
 
 }  // namespace pst

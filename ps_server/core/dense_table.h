@@ -49,9 +49,10 @@ class DenseTable final : public Table {
   // variables it names, in its order, and the payload bytes each gradient
   // must carry, from the table's own shapes (so that a header cannot make
   // the receiver allocate more than the model). InvalidArgument for an
-  // unknown or repeated variable, a wrong shape or an unknown dtype.
-  absl::Status CheckStreamHeader(const PushRequest& header, std::vector<int>* indices,
-                                 std::vector<int64_t>* bytes) const;
+  // unknown or repeated variable, a wrong shape, an unknown dtype, or, with
+  // `require_all`, a variable it leaves out.
+  absl::Status CheckStreamHeader(const PushRequest& header, bool require_all,
+                                 std::vector<int>* indices, std::vector<int64_t>* bytes) const;
 
   // The variables, for pulls (read under the shard's lock) and for a
   // streamed update's staging (VariableStore::BeginStage, FinishStage).

@@ -22,7 +22,9 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   StreamedPush push;
   std::vector<int> indices;
   DenseTable& dense = tables_.dense();
-  if (absl::Status s = dense.CheckStreamHeader(header, &indices, &push.bytes); !s.ok()) {
+  if (absl::Status s = dense.CheckStreamHeader(header, policy_->PushCarriesEveryVariable(),
+                                               &indices, &push.bytes);
+      !s.ok()) {
     return Refuse(s);
   }
   absl::StatusOr<Admission> admission =

@@ -179,13 +179,15 @@ absl::Status VariableStore::ValidateGradients(
     }
     indices->push_back(*index);
   }
-  if (require_all && indices->size() != variables_.size()) {
-    for (size_t i = 0; i < variables_.size(); ++i) {
-      if (!seen[i]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "push is missing the gradient for \"", variables_[i].name,
-            "\"; in SYNC mode every push must cover every variable of the shard"));
-      }
+  return require_all ? CheckEveryVariableSeen(seen) : absl::OkStatus();
+}
+
+absl::Status VariableStore::CheckEveryVariableSeen(const std::vector<bool>& seen) const {
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    if (!seen[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push is missing the gradient for \"", variables_[i].name,
+                       "\"; in SYNC mode every push must cover every variable of the shard"));
     }
   }
   return absl::OkStatus();

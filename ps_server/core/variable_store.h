@@ -64,6 +64,9 @@ class VariableStore {
   absl::Status ValidateGradients(const google::protobuf::RepeatedPtrField<Tensor>& gradients,
                                  bool require_all, bool check_finite,
                                  std::vector<int>* indices) const;
+  // InvalidArgument naming the first variable not flagged in `seen` (one
+  // flag per variable): SYNC's rule that a push covers the whole shard.
+  absl::Status CheckEveryVariableSeen(const std::vector<bool>& seen) const;
   // What ValidateGradients checks of one gradient before its payload: a
   // known variable, not already in `seen` (one flag per variable, which
   // this sets), and the variable's shape if it names one. The variable's

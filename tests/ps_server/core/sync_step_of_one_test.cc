@@ -203,5 +203,26 @@ TEST(SyncStepOfOneTest, OnlyAStepThatNeedsNoOtherGradientStreams) {
   EXPECT_EQ(push->update, nullptr);
 }
 
+TEST(SyncStepOfOneTest, AStreamThatLeavesOutAVariableIsRefusedAsAPushIsAndChangesNothing) {
+  // A step of one gradient must cover the shard as the aggregate would.
+  auto aggregated = MakeInitializedShard(SyncAdam(1, 0.01f));
+  auto streamed = MakeInitializedShard(SyncAdam(1, 0.01f));
+  PushRequest partial = PushOf(0, 0, GradientsOfRound(0));
+  partial.mutable_gradients()->RemoveLast();  // no "small"
+  PushResponse expected;
+  const absl::Status refused = Push(*aggregated, partial, &expected);
+  ASSERT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<ParameterShard::StreamedPush> push =
+      streamed->BeginStreamedPush(HeaderOf(partial));
+  ASSERT_FALSE(push.ok()) << "the header already shows the missing variable";
+  EXPECT_EQ(push.status().code(), refused.code());
+  EXPECT_EQ(push.status().message(), refused.message());
+  ExpectSameBits(*aggregated, *streamed);
+  StatsResponse s;
+  streamed->Stats(&s);
+  EXPECT_EQ(s.version(), 0);
+  EXPECT_EQ(s.pushes_rejected(), 1);
+}
+
 }  // namespace
 }  // namespace pst
