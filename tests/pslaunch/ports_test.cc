@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -17,21 +20,25 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A socket listening on 127.0.0.1 on a port the system picks; closed with
-// the object.
+// A socket listening on 127.0.0.1 on `port`, or on one the system picks
+// (0); closed with the object. bound() says whether it got the port.
 class Listener {
  public:
-  Listener() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  explicit Listener(int port = 0) : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
     socklen_t length = sizeof(address);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), length), 0);
-    EXPECT_EQ(listen(fd_, 4), 0);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 || listen(fd_, 4) != 0) {
+      EXPECT_NE(port, 0) << "the system found no free port";
+      return;
+    }
     EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
     port_ = ntohs(address.sin_port);
   }
   ~Listener() { close(fd_); }
+  bool bound() const { return port_ != 0; }
   int port() const { return port_; }
 
  private:
@@ -39,8 +46,25 @@ class Listener {
   int port_ = 0;
 };
 
-// A port free now: one the system picked and let go.
-int FreePort() { return Listener().port(); }
+// The first of `count` consecutive ports free now (the tasks' metrics ports
+// are consecutive): other tests bind ports at the same time, so a run is
+// taken whole, then let go.
+int FreePorts(int count) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Listener first;
+    if (first.port() + count - 1 > 65535) continue;
+    std::vector<std::unique_ptr<Listener>> rest;
+    for (int i = 1; i < count; ++i) {
+      rest.push_back(std::make_unique<Listener>(first.port() + i));
+      if (!rest.back()->bound()) break;
+    }
+    if (rest.empty() || rest.back()->bound()) return first.port();
+  }
+  ADD_FAILURE() << "no " << count << " consecutive free ports in 100 tries";
+  return 0;
+}
+
+int FreePort() { return FreePorts(1); }
 
 JobConfig OneShardTwoWorkers(const std::string& ps) {
   JobConfig config;
@@ -52,7 +76,8 @@ JobConfig OneShardTwoWorkers(const std::string& ps) {
 TEST(CheckTaskPortsTest, FreePortsPass) {
   EXPECT_TRUE(CheckTaskPorts(OneShardTwoWorkers("127.0.0.1:0"), {}).ok());
   EXPECT_TRUE(CheckTaskPorts(OneShardTwoWorkers(absl::StrCat("127.0.0.1:", FreePort())), {}).ok());
-  EXPECT_TRUE(CheckTaskPorts(OneShardTwoWorkers("127.0.0.1:0"), {FreePort(), "127.0.0.1"}).ok());
+  // One metrics port per task: ps:0, worker:0, worker:1.
+  EXPECT_TRUE(CheckTaskPorts(OneShardTwoWorkers("127.0.0.1:0"), {FreePorts(3), "127.0.0.1"}).ok());
 }
 
 TEST(CheckTaskPortsTest, APsPortInUseIsNamed) {
@@ -68,9 +93,10 @@ TEST(CheckTaskPortsTest, APsPortInUseIsNamed) {
 }
 
 TEST(CheckTaskPortsTest, AMetricsPortInUseNamesItsTask) {
-  Listener taken;
   // Task order: ps:0, worker:0, worker:1; the taken port falls to the last.
-  const int first = taken.port() - 2;
+  const int first = FreePorts(3);
+  Listener taken(first + 2);
+  ASSERT_TRUE(taken.bound());
   absl::Status status = CheckTaskPorts(OneShardTwoWorkers("127.0.0.1:0"), {first, "127.0.0.1"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
@@ -87,7 +113,7 @@ TEST(CheckTaskPortsTest, MetricsPortsPastTheLastPortAreRefused) {
 }
 
 TEST(CheckTaskPortsTest, AMetricsPortOnAPsPortIsRefused) {
-  const int port = FreePort();
+  const int port = FreePorts(3) + 1;  // the metrics ports of ps:0, worker:0 (this one), worker:1
   absl::Status status = CheckTaskPorts(OneShardTwoWorkers(absl::StrCat("127.0.0.1:", port)),
                                        {port - 1, "127.0.0.1"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
