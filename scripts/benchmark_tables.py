@@ -199,6 +199,23 @@ def ps_bench_pslite(rows):
         ["---:"] * 11, lines)}
 
 
+def netns_link(rows):
+    """Ours beside iperf3 on the same shaped link, by rate, then size."""
+    def rate_bits(r):
+        v, unit = re.fullmatch(r"([0-9]+)(kbit|mbit|gbit)", r["rate"]).groups()
+        return int(v) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[unit]
+    return {"": table(
+        ["rate each way", "size", "ours GB/s (both ways)", "iperf3 GB/s (both ways)",
+         "ours / iperf3", "CPU ns/byte: shard", "worker", "iperf3 (both ends)",
+         "machine CPU cores", "runs"],
+        ["---:"] * 10,
+        [(r["rate"], r["size"], spread(r, "ours_gbps", 3), spread(r, "iperf3_gbps", 3),
+          spread(r, "of_iperf3", 2), spread(r, "ps_cpu_ns_per_byte", 2),
+          spread(r, "worker_cpu_ns_per_byte", 2), spread(r, "iperf3_cpu_ns_per_byte", 2),
+          spread(r, "cpu_cores_machine", 2), r["runs"])
+         for r in sorted(rows, key=lambda r: (rate_bits(r), r["size_bytes"]))])}
+
+
 def ps_bench_shards(rows):
     return {"": table(
         ["shards", "size", "workers", "transport", "GB/s (both ways)", "of iperf3", "p50 us",
@@ -439,7 +456,7 @@ def cnn_time_to_accuracy(rows):
 # Each kind's renderer: rows -> {part: markdown}; the part "" is the kind's only table.
 TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": ctr_vs_torch,
           "time_to_accuracy": time_to_accuracy, "train_bench": train_bench, "main_job": main_job,
-          "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards,
+          "ps_bench": ps_bench, "ps_bench_shards": ps_bench_shards, "netns_link": netns_link,
           "ps_bench_pslite": ps_bench_pslite, "ps_bench_wire_dtype": ps_bench_wire_dtype,
           "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,

@@ -60,6 +60,7 @@ done
 LOADER=$(basename "$(ldd "$ROOT/libexec/${TOOLS[0]}" | awk '$1 ~ /^\/.*ld-linux/ { print $1 }')")
 [ -f "$ROOT/lib/$LOADER" ] || { echo "make_bundle: cannot find the dynamic loader" >&2; exit 1; }
 
+# Expanded by the launcher where it runs, not here.
 LIBRARY_PATH='$here/../lib'
 if [ "${PST_BUNDLE_CUDA:-}" = host ]; then
   LIBRARY_PATH="$LIBRARY_PATH"':${CUDA_HOME:-/usr/local/cuda}/lib64:${CUDA_HOME:-/usr/local/cuda}/lib'

@@ -1,91 +1,93 @@
 #!/usr/bin/env bash
-# The data plane across a real link rather than loopback: a ps_server in one
-# network namespace and ps_bench in another, joined by a veth pair shaped to
-# RATE in each direction (as a NIC is: the two directions do not share
-# bandwidth). Prints iperf3 over the link one way and both ways at once, then
-# ps_bench's push+pull per size with each exchange (push_then_pull: a Push,
-# then a Pull; push_pull: one PushPull call, which uses both directions at
-# once). Needs root (ip netns, tc); removes its namespaces and stops its
-# processes on exit.
+# Our push+pull beside iperf3 across a shaped link. iperf3 --bidir runs
+# between two network namespaces behind a bridge whose ports are shaped to
+# RATE each way (scripts/netns_lib.sh); then, per size, scripts/netns_cluster.sh
+# builds the same topology and runs one ps_server and one ps_bench worker
+# across it (one PushPull a round trip over TCP, both directions at once).
+# Prints one JSON row per size: both GB/s (both directions together), their
+# ratio, the CPU cores the shard, the worker and the whole machine used, and
+# the CPU per byte moved of the shard, the worker and iperf3's two ends
+# together. Needs root; removes its namespaces and stops its processes on
+# exit.
 #
-# Usage: sudo scripts/netns_bench.sh [RATE=1gbit] [SIZES=4MiB,64MiB] [ROUNDS=3]
+# Usage: sudo scripts/netns_bench.sh [--rate=1gbit] [--sizes=4MiB,64MiB] [--seconds=4]
+#
+# benchmarks/rounds.py alternates it over rounds and rates:
+#   /usr/bin/python3 benchmarks/rounds.py --benchmark=netns_link --rounds=3 \
+#       --vary=rate=1gbit,2gbit,4gbit,10gbit --keys=size_bytes --json=docs/bench/netns_link.json \
+#       -- scripts/netns_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RATE=${1:-1gbit}
-SIZES=${2:-4MiB,64MiB}
-ROUNDS=${3:-3}
-PORT=50071
-if [[ $(id -u) != 0 ]]; then
-  echo "netns_bench.sh: needs root (it creates network namespaces and shapes a veth pair)" >&2
-  exit 1
-fi
-for bin in build/bin/ps_server build/bin/ps_bench; do
-  [[ -x $bin ]] || { echo "netns_bench.sh: $bin is missing; run scripts/build.sh first" >&2; exit 1; }
+source scripts/netns_lib.sh
+PROGRAM=netns_bench.sh
+PYTHON=/usr/bin/python3
+RATE=1gbit SIZES=4MiB,64MiB SECONDS_=4
+for arg in "$@"; do
+  case $arg in
+    --rate=*) RATE=${arg#*=} ;;
+    --sizes=*) SIZES=${arg#*=} ;;
+    --seconds=*) SECONDS_=${arg#*=} ;;
+    *) echo "$PROGRAM: unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
+  esac
 done
+[[ $RATE =~ ^[0-9]+(kbit|mbit|gbit)$ ]] || { echo "$PROGRAM: --rate=$RATE: give a rate such as 1gbit" >&2; exit 2; }
+[[ $SECONDS_ =~ ^[1-9][0-9]*$ ]] || { echo "$PROGRAM: --seconds=$SECONDS_: give whole seconds" >&2; exit 2; }
+netns_require_root "$PROGRAM"
+command -v iperf3 >/dev/null || { echo "$PROGRAM: iperf3 is missing (apt-get install iperf3)" >&2; exit 1; }
 
-PS_NS=pst_bench_ps_$$
-WK_NS=pst_bench_wk_$$
+NETNS_TAG=pstb$$
 SCRATCH=$(mktemp -d)
-PIDS=()
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  ip netns del "$PS_NS" 2>/dev/null || true
-  ip netns del "$WK_NS" 2>/dev/null || true
+  netns_down
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
-ip netns add "$PS_NS"
-ip netns add "$WK_NS"
-ip link add pst_v0_$$ type veth peer name pst_v1_$$
-ip link set pst_v0_$$ netns "$PS_NS"
-ip link set pst_v1_$$ netns "$WK_NS"
-ip -n "$PS_NS" addr add 10.99.0.1/24 dev pst_v0_$$
-ip -n "$WK_NS" addr add 10.99.0.2/24 dev pst_v1_$$
-for ns in "$PS_NS" "$WK_NS"; do ip -n "$ns" link set lo up; done
-ip -n "$PS_NS" link set pst_v0_$$ up
-ip -n "$WK_NS" link set pst_v1_$$ up
-ip netns exec "$PS_NS" tc qdisc add dev pst_v0_$$ root tbf rate "$RATE" burst 256kb latency 50ms
-ip netns exec "$WK_NS" tc qdisc add dev pst_v1_$$ root tbf rate "$RATE" burst 256kb latency 50ms
+# iperf3 both ways at once, 1 MiB writes, between two shaped ports.
+netns_switch_up
+netns_node_up ps 0 "$RATE"
+netns_node_up wk 1 "$RATE"
+netns_spawn ps "$SCRATCH/iperf_server.log" iperf3 -s -1 -p 5201
+for ((tries = 0; ; tries++)); do
+  # Refused until the server listens (an "error" in the JSON); then the one
+  # test it serves.
+  ip netns exec "${NETNS_TAG}_wk" iperf3 -c "$(netns_address 0)" -p 5201 -l 1M \
+    -t "$SECONDS_" --bidir -J > "$SCRATCH/iperf.json" 2>&1 || true
+  grep -q '"error"' "$SCRATCH/iperf.json" || break
+  ((tries < 100)) || { echo "$PROGRAM: iperf3 failed:" >&2; cat "$SCRATCH/iperf.json" >&2; exit 1; }
+  sleep 0.1
+done
+netns_down
 
-if command -v iperf3 >/dev/null; then
-  for mode in "" "--bidir"; do
-    ip netns exec "$PS_NS" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
-    PIDS+=($!)
-    sleep 0.5
-    echo "iperf3 ${mode:-one way} (1 MiB writes), GB/s per direction:"
-    ip netns exec "$WK_NS" iperf3 -c 10.99.0.1 -p 5201 -l 1M -t 3 $mode -f g |
-      awk '/receiver/ {printf "  %.3f\n", $(NF-2) / 8}'
-  done
-fi
-
-cat > "$SCRATCH/job.textproto" <<EOF
-cluster { ps: "10.99.0.1:$PORT" workers: 1 }
-training {
-  mode: ASYNC
-  optimizer { sgd { learning_rate: 1.0 } }
-  batch_size: 64
-  epochs: 1
-  seed: 1
-  model { mlp { hidden: 16 } }
-  dataset { fashion_mnist { dir: "/usr/share/datasets/fashion-mnist" } }
-}
-EOF
 IFS=',' read -ra sizes <<< "$SIZES"
 for size in "${sizes[@]}"; do
-  # A shard keeps the first model it is given: a fresh one per size.
-  ip netns exec "$PS_NS" build/bin/ps_server --config="$SCRATCH/job.textproto" --task=ps:0 \
-    --allow_insecure > "$SCRATCH/ps_$size.log" 2>&1 &
-  ps_pid=$!
-  PIDS+=($ps_pid)
-  sleep 1
-  for ((round = 0; round < ROUNDS; round++)); do
-    for exchange in push_then_pull push_pull; do
-      ip netns exec "$WK_NS" build/bin/ps_bench --ps="10.99.0.1:$PORT" --sizes="$size" \
-        --seconds=4 --iperf=false --json --exchange="$exchange"
-    done
-  done
-  kill "$ps_pid"
-  wait "$ps_pid" || true
+  scripts/netns_cluster.sh bench --shards=1 --workers=1 --size="$size" --rate="$RATE" \
+    --seconds="$SECONDS_" --exchange=push_pull | tail -n 1 > "$SCRATCH/ours_$size.json"
 done
+
+$PYTHON - "$SCRATCH" "$SIZES" <<'EOF'
+import json, sys
+scratch, sizes = sys.argv[1], sys.argv[2].split(",")
+iperf = json.load(open(scratch + "/iperf.json"))["end"]
+# Both directions' received bytes per second, as ps_bench counts both ways.
+iperf3_gbps = (iperf["sum_received"]["bits_per_second"] +
+               iperf["sum_received_bidir_reverse"]["bits_per_second"]) / 8e9
+# Its client's and server's CPU, in percent of one core each.
+cpu = iperf["cpu_utilization_percent"]
+iperf3_cores = (cpu["host_total"] + cpu["remote_total"]) / 100
+for size in sizes:
+    ours = json.loads(open(f"{scratch}/ours_{size}.json").read())
+    gbps = ours["gbytes_per_s"]
+    print(json.dumps({
+        "rate": ours["rate"], "size": size, "size_bytes": ours["size_bytes"],
+        "ours_gbps": gbps, "iperf3_gbps": round(iperf3_gbps, 4),
+        "of_iperf3": round(gbps / iperf3_gbps, 3), "step_ms": ours["step_ms"],
+        "cpu_cores_ps": ours["cpu_cores_ps"], "cpu_cores_workers": ours["cpu_cores_workers"],
+        "cpu_cores_machine": ours["cpu_cores_machine"],
+        # cores / (GB/s): nanoseconds of CPU per byte moved, in + out.
+        "ps_cpu_ns_per_byte": round(ours["cpu_cores_ps"] / gbps, 3),
+        "worker_cpu_ns_per_byte": round(ours["cpu_cores_workers"] / gbps, 3),
+        "iperf3_cpu_ns_per_byte": round(iperf3_cores / iperf3_gbps, 3)}))
+EOF

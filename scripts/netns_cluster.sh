@@ -103,7 +103,7 @@ done
 CLUSTER=$(printf 'ps: "%s" ' "${PS_LIST[@]}")
 if [[ $KIND == bench ]]; then
   cat > "$SCRATCH/job.textproto" <<EOF
-cluster { $CLUSTER workers: $WORKERS shm: SHM_OFF }
+cluster { $CLUSTER workers: $WORKERS shm: SHM_OFF worker_command: "ps_bench" }
 training { mode: ASYNC optimizer { sgd { learning_rate: 1.0 } } batch_size: 64 epochs: 1
   model { mlp { hidden: 16 } } dataset { fashion_mnist {} } }
 EOF

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Helpers for a cluster in network namespaces on one machine, sourced by
-# scripts/netns_cluster.sh. Every task gets a namespace of its own with one
+# scripts/netns_cluster.sh and scripts/netns_bench.sh. Every task gets a namespace of its own with one
 # veth into a switch namespace that holds a bridge; both ends of each veth
 # are shaped (tbf for the rate, below netem for a delay where the kernel has
 # netem), so a task's port has RATE in each direction, as a NIC does, and a

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/netns_cluster.sh: 2 shards and 3 workers, each in a network
 # namespace behind a shaped port, train the default model for one epoch to
-# its usual accuracy; then a run killed mid-training leaves no namespace,
-# veth or process behind. Needs root (skipped, exit 77, otherwise).
+# its usual accuracy; a bench row (the cost model's measurement) moves its
+# tensors across the links; then a run killed mid-training leaves no
+# namespace, veth or process behind. Needs root (skipped, exit 77, otherwise).
 set -euo pipefail
 BUILD_DIR=$(cd "$1" && pwd)
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,6 +22,16 @@ row = json.loads(sys.argv[1])
 assert row["shards"] == 2 and row["workers"] == 3, row
 assert row["test_accuracy"] >= 0.80, "accuracy %s < 0.80" % row["test_accuracy"]
 assert row["worker_steps"] > 0 and row["cpu_cores_machine"] > 0, row
+PY
+
+# A bench row: 2 ps_bench workers push and pull 1 MiB through 2 shards.
+ROW=$(timeout 120 "$SCRIPT" bench --shards=2 --workers=2 --size=1MiB --rate=1gbit --seconds=1 | tail -1)
+echo "$ROW"
+/usr/bin/python3 - "$ROW" <<'PY'
+import json, sys
+row = json.loads(sys.argv[1])
+assert row["kind"] == "bench" and row["shards"] == 2 and row["workers"] == 2, row
+assert row["round_trips"] > 0 and row["gbytes_per_s"] > 0, row
 PY
 
 # Killed mid-run: once all three workers run (each namespace has a process
