@@ -22,7 +22,8 @@
 #   PST_BUNDLE_CUDA=host leave the CUDA runtime and cuBLAS out (cuBLASLt
 #                        alone is over 500 MB) and take them from the
 #                        target's toolkit, $CUDA_HOME (default
-#                        /usr/local/cuda), lib64/ or lib/
+#                        /usr/local/cuda): lib64/, lib/ or
+#                        targets/x86_64-linux/lib/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -63,7 +64,9 @@ LOADER=$(basename "$(ldd "$ROOT/libexec/${TOOLS[0]}" | awk '$1 ~ /^\/.*ld-linux/
 # Expanded by the launcher where it runs, not here.
 LIBRARY_PATH='$here/../lib'
 if [ "${PST_BUNDLE_CUDA:-}" = host ]; then
-  LIBRARY_PATH="$LIBRARY_PATH"':${CUDA_HOME:-/usr/local/cuda}/lib64:${CUDA_HOME:-/usr/local/cuda}/lib'
+  for dir in lib64 lib targets/x86_64-linux/lib; do
+    LIBRARY_PATH="$LIBRARY_PATH"':${CUDA_HOME:-/usr/local/cuda}/'"$dir"
+  done
 fi
 for tool in "${TOOLS[@]}"; do
   extra=""
