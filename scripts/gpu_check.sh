@@ -5,7 +5,7 @@
 #   here:  cmake --build build     # a CUDA build (nvcc present)
 #          PST_BUNDLE_TESTS=cuda_kernels_test PST_BUNDLE_CUDA=host \
 #             scripts/make_bundle.sh build gpu.tar.gz
-#   there: tar xzf gpu.tar.gz && scripts/gpu_check.sh pstrain OUT_DIR
+#   there: tar xzf gpu.tar.gz && pstrain/gpu_check.sh pstrain OUT_DIR
 #
 # Runs every CUDA test (cuda_kernels_test: the kernels, the embedding bags,
 # the MLP, towers and CTR models against the CPU), then trains the default
@@ -20,7 +20,15 @@ BIN=$BUNDLE/bin
 failed=()
 summary=()
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+if ! command -v nvidia-smi >/dev/null; then
+  echo "gpu_check: nvidia-smi not found: no NVIDIA driver on this machine; run it on the GPU machine" >&2
+  exit 2
+fi
+if ! nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1; then
+  echo "gpu_check: no NVIDIA GPU answers here (nvidia-smi: $(head -n 1 "$OUT/gpu.txt")); run it on the GPU machine" >&2
+  exit 2
+fi
+cat "$OUT/gpu.txt"
 
 # run NAME SECONDS COMMAND...: the command's output in OUT/NAME.log.
 run() {

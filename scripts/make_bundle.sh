@@ -14,6 +14,8 @@
 #                   runtime/cuBLAS included; the driver (libcuda.so.1) is the
 #                   one thing taken from the host
 #   configs/        the example configs
+#   gpu_check.sh    the GPU checks (scripts/gpu_check.sh), for a bundle
+#                   made with the CUDA tests
 #
 # Environment:
 #   PST_BUNDLE_TESTS="cuda_kernels_test ..."  also bundle these test
@@ -83,5 +85,6 @@ LAUNCHER
   chmod +x "$ROOT/bin/$tool"
 done
 cp configs/*.textproto "$ROOT/configs/"
+cp scripts/gpu_check.sh "$ROOT/"
 tar -C "$STAGE" -czf "$OUTPUT" pstrain
 echo "make_bundle: wrote $OUTPUT ($(du -h "$OUTPUT" | cut -f1), ${#TOOLS[@]} tools, $(ls "$ROOT/lib" | wc -l) libraries)"
