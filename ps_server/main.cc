@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
   }
   pst::ExportShardMetrics([service = server->service.get()] {
     pst::StatsResponse stats;
-    service->Stats(&stats);
+    service->FillStats(&stats);
     return stats;
   });
   spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task->ToString(),

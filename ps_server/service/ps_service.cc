@@ -159,7 +159,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       [this](const auto& request, auto* response) { return server_->Done(request, response); });
   stats_ = AnswerAtOnce<StatsRequest, StatsResponse>(
       &Service::RequestStats, [this](const StatsRequest&, StatsResponse* response) {
-        Stats(response);
+        FillStats(response);
         return absl::OkStatus();
       });
   shutdown_ = {.service = this,
@@ -196,7 +196,7 @@ typename UnaryCall<Request, Response>::Method ParameterServerService::AnswerAtOn
           }};
 }
 
-void ParameterServerService::Stats(StatsResponse* response) const {
+void ParameterServerService::FillStats(StatsResponse* response) const {
   server_->Stats(response);
   response->set_exchanges_refused(streams_.refused());
   response->set_sessions_refused(sessions_.refused());

@@ -74,7 +74,7 @@ class ParameterServerService final : public AsyncParameterServer {
   int shared_region_waiters() const { return shm_regions_.waiting(); }
 
   // What Stats answers: the shard's, and what this service refused.
-  void Stats(StatsResponse* response) const;
+  void FillStats(StatsResponse* response) const;
 
   // The gate the server's connections pass (rpc/connection_gate.h), for
   // Stats; set before the server starts.

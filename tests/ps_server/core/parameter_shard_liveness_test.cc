@@ -88,10 +88,14 @@ class HeldClock final : public LeaseClock {
     return now_;
   }
   void WaitUntil(absl::Mutex* mu, absl::CondVar* cv, absl::Time) const override {
+    ++sleepers_;
     do {
       cv->Wait(mu);
     } while (held_.load());
+    --sleepers_;
   }
+  // Trackers asleep here, held: once one is, moving the time cannot wake it.
+  int sleepers() const { return sleepers_.load(); }
   void Advance(absl::Duration by) {
     absl::MutexLock lock(&mu_);
     now_ += by;
@@ -103,6 +107,7 @@ class HeldClock final : public LeaseClock {
   mutable absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::UnixEpoch();
   std::atomic<bool> held_{true};
+  mutable std::atomic<int> sleepers_{0};
 };
 
 // Stats is a read: however often it is called, a lease that has run out
@@ -111,6 +116,8 @@ TEST(LivenessTest, StatsChangesNothing) {
   HeldClock clock;
   auto shard = SyncStepWaitingForWorker1(&clock);
   absl::Cleanup release = [&] { clock.Release(); };  // before the shard goes
+  // A tracker that has not gone to sleep yet would see the new time and act.
+  ASSERT_TRUE(Eventually([&] { return clock.sleepers() == 1; })) << "the tracker never slept";
   clock.Advance(absl::Minutes(1));
   for (int i = 0; i < 5; ++i) {
     StatsResponse stats = StatsOf(shard.get());
