@@ -12,7 +12,7 @@
 #
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
-# ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
+# ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
 # python_client table_bench ctr_scale cnn_vs_ddp. ONLY without machine keeps machine.json
 # as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
@@ -39,7 +39,7 @@ BENCH_DIR=${BENCH_DIR:-docs/bench}
 DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
-       ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_cluster cost_model
+       ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
        python_client table_bench ctr_scale cnn_vs_ddp)
 DRY_RUN=${DRY_RUN:-}
 
@@ -221,6 +221,16 @@ metrics_bench() {
   run "$PY" benchmarks/rounds.py --benchmark=metrics_bench --rounds="$(rounds 3)" \
     --vary=registry=prometheus-cpp,lock-free --keys=threads \
     --json="$BENCH_DIR/metrics_bench.json" -- build/bin/metrics_bench --json
+}
+
+netns_link() {
+  if [[ -z $DRY_RUN && $(id -u) != 0 ]]; then
+    say "skipping netns_link: needs root (network namespaces)"
+    return
+  fi
+  run "$PY" benchmarks/rounds.py --benchmark=netns_link --rounds="$(rounds 3)" \
+    --vary=rate=1gbit,2gbit,4gbit,10gbit --keys=size_bytes \
+    --json="$BENCH_DIR/netns_link.json" -- scripts/netns_bench.sh
 }
 
 netns_cluster() {

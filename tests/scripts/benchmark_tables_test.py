@@ -146,6 +146,20 @@ ROWS = {
             for end in ("", "_min", "_max")}}],
 }
 
+ROWS["netns_link"] = [
+    {"rate": "2gbit", "size": "64MiB", "size_bytes": 67108864, "runs": 3,
+     **{f"{k}{s}": v for k, v in (("ours_gbps", 0.45), ("iperf3_gbps", 0.47),
+                                   ("of_iperf3", 0.95), ("ps_cpu_ns_per_byte", 0.68),
+                                   ("worker_cpu_ns_per_byte", 0.61),
+                                   ("iperf3_cpu_ns_per_byte", 0.82),
+                                   ("cpu_cores_machine", 0.57)) for s in ("", "_min", "_max")}},
+    {"rate": "10gbit", "size": "4MiB", "size_bytes": 4194304, "runs": 3,
+     **{f"{k}{s}": v for k, v in (("ours_gbps", 1.0), ("iperf3_gbps", 1.29),
+                                   ("of_iperf3", 0.8), ("ps_cpu_ns_per_byte", 0.76),
+                                   ("worker_cpu_ns_per_byte", 0.55),
+                                   ("iperf3_cpu_ns_per_byte", 1.11),
+                                   ("cpu_cores_machine", 1.42)) for s in ("", "_min", "_max")}}]
+
 # What each kind's table shows of ROWS.
 ROWS["cnn_vs_ddp"] = [
     {"batch": 64, "steps": 200, "threads": 1, "blas_threads": "threads", "rounds": 5,
@@ -178,6 +192,9 @@ EXPECTED = {
     "table_bench": "| table | 5000000 rows x 16 | 12.5 (12.5-12.5) | 0.40 (0.40-0.40) |",
     "ctr_scale": "| 10000000 | 8 | 9300000 | 0 | 1500000 | SYNC, 2 workers x 256, 2 shards "
                  "| 21000 (21000-21000) | 1900 (1900-1900) | 0.6801 (0.6801-0.6801) | 0.7012 |",
+    "netns_link": "| 2gbit | 64MiB | 0.450 (0.450-0.450) | 0.470 (0.470-0.470) | 0.95 (0.95-0.95) "
+                  "| 0.68 (0.68-0.68) | 0.61 (0.61-0.61) | 0.82 (0.82-0.82) | 0.57 (0.57-0.57) | 3 |\n"
+                  "| 10gbit | 4MiB |",
     "cnn_vs_ddp": "| 64 | 200 | 3858 (3677-3951) | 3590 (3495-3642) | 1.07 (1.05-1.13) | 5 |",
     "cnn_time_to_accuracy": "| 0.91 | 15 | 11 (200.4 s) | not reached | 0.9150 | 0.9032 |",
 }

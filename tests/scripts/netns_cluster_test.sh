@@ -2,8 +2,10 @@
 # scripts/netns_cluster.sh: 2 shards and 3 workers, each in a network
 # namespace behind a shaped port, train the default model for one epoch to
 # its usual accuracy; a bench row (the cost model's measurement) moves its
-# tensors across the links; then a run killed mid-training leaves no
-# namespace, veth or process behind. Needs root (skipped, exit 77, otherwise).
+# tensors across the links; scripts/netns_bench.sh puts iperf3 and one
+# shard with one worker over the same link; then a run killed mid-training
+# leaves no namespace, veth or process behind. Needs root (skipped, exit 77,
+# otherwise).
 set -euo pipefail
 BUILD_DIR=$(cd "$1" && pwd)
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -32,6 +34,22 @@ import json, sys
 row = json.loads(sys.argv[1])
 assert row["kind"] == "bench" and row["shards"] == 2 and row["workers"] == 2, row
 assert row["round_trips"] > 0 and row["gbytes_per_s"] > 0, row
+PY
+
+# netns_bench.sh: a row per size, ours and iperf3's bytes both across the link.
+ROWS=$(timeout 120 "$REPO/scripts/netns_bench.sh" --rate=1gbit --sizes=1MiB,2MiB --seconds=1)
+echo "$ROWS"
+/usr/bin/python3 - "$ROWS" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in sys.argv[1].splitlines() if line.startswith("{")]
+assert [r["size"] for r in rows] == ["1MiB", "2MiB"], rows
+for r in rows:
+    assert r["rate"] == "1gbit", r
+    assert r["ours_gbps"] > 0 and r["iperf3_gbps"] > 0, r
+    # A 1 Gbit/s port each way carries at most 0.25 GB/s both ways: the
+    # bytes crossed the shaped link, not loopback or shared memory.
+    assert r["ours_gbps"] < 0.26 and r["iperf3_gbps"] < 0.26, r
+    assert abs(r["of_iperf3"] - r["ours_gbps"] / r["iperf3_gbps"]) < 0.01, r
 PY
 
 # Killed mid-run: once all three workers run (each namespace has a process
