@@ -8,6 +8,33 @@
 #include "common/status_macros.h"
 
 namespace pst {
+namespace {
+
+// Where the towers' threads meet between their slices and the average: each
+// arrives once, and all leave together, told whether every slice succeeded.
+class TowerBarrier {
+ public:
+  explicit TowerBarrier(int towers) : left_(towers) {}
+
+  bool ArriveAndWait(bool ok) {
+    absl::MutexLock lock(&mu_);
+    all_ok_ = all_ok_ && ok;
+    if (--left_ == 0) {
+      all_arrived_.SignalAll();
+    } else {
+      while (left_ > 0) all_arrived_.Wait(&mu_);
+    }
+    return all_ok_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar all_arrived_;
+  int left_ ABSL_GUARDED_BY(mu_);
+  bool all_ok_ ABSL_GUARDED_BY(mu_) = true;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
                                                        const std::vector<Kernels*>& backends,
@@ -114,6 +141,9 @@ absl::Status Towers::ForEachTower(const std::function<absl::Status(int)>& fn) {
 }
 
 absl::Status Towers::UploadParameters() {
+  // Towers 1.. compute with tower 0's parameters: its upload is every
+  // tower's, and waking their threads for it would cost more than it does.
+  if (shared_parameters_) return towers_[0]->UploadParameters();
   return ForEachTower([this](int t) {
     if (t > 0 && !shared_parameters_) {
       PST_RETURN_IF_ERROR(CopyParameters(t, all_variables_));
@@ -142,18 +172,7 @@ absl::Status Towers::CopyParameters(int t, const std::vector<int>& variables) {
 absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
                                                     int batch) {
   if (size() == 1) return towers_[0]->ComputeGradients(x, targets, batch);
-  absl::StatusOr<LossResult> loss = ComputeSlices(x, targets, batch, nullptr);
-  if (!loss.ok()) return loss;
-  // Every tower's thread averages its share of each variable: the average
-  // takes one pass over the gradients, on every core.
-  PST_RETURN_IF_ERROR(ForEachTower([this](int t) {
-    for (int i : all_variables_) {
-      const size_t n = averaged_[i].size();
-      AverageRange(i, n * t / size(), n * (t + 1) / size());
-    }
-    return absl::OkStatus();
-  }));
-  return loss;
+  return ComputeSlices(x, targets, batch, nullptr);
 }
 
 absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
@@ -174,35 +193,18 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
   }
   const int slice = batch / size();
   std::vector<LossResult> losses(towers_.size());
+  TowerBarrier computed_all(size());
   absl::Status computed = ForEachTower([&](int t) -> absl::Status {
-    const float* tower_x = x + static_cast<size_t>(t) * slice * input_dim_;
-    const float* tower_targets = targets + static_cast<size_t>(t) * slice * target_width_;
-    absl::StatusOr<LossResult> loss;
-    if (hooks == nullptr) {
-      loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice);
-    } else {
-      Mlp::LayerHooks tower_hooks{
-          .parameters_needed = [this, hooks, t](int layer) -> absl::Status {
-            PST_RETURN_IF_ERROR(hooks->parameters_needed(layer));
-            if (t > 0 && !shared_parameters_) return CopyParameters(t, LayerVariables(layer));
-            return absl::OkStatus();
-          },
-          .gradients_ready = [this, hooks](int layer) -> absl::Status {
-            {
-              absl::MutexLock lock(&layers_mu_);
-              if (--towers_left_[layer] > 0) return absl::OkStatus();
-            }
-            // The last tower done with the layer averages it and hands it on.
-            AverageGradients(LayerVariables(layer));
-            return hooks->gradients_ready(layer);
-          }};
-      loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice, tower_hooks);
+    absl::Status slice_status = ComputeSlice(t, x, targets, slice, hooks, &losses[t]);
+    if (hooks != nullptr) return slice_status;
+    // Without hooks every tower's thread then averages its share of each
+    // variable, once every tower's gradient is there: the average takes one
+    // pass over the gradients, on every core, with no second hand-off.
+    if (!computed_all.ArriveAndWait(slice_status.ok())) return slice_status;
+    for (int i : all_variables_) {
+      const size_t n = averaged_[i].size();
+      AverageRange(i, n * t / size(), n * (t + 1) / size());
     }
-    if (!loss.ok()) {
-      return absl::Status(loss.status().code(),
-                          absl::StrCat("tower ", t, ": ", loss.status().message()));
-    }
-    losses[t] = *loss;
     return absl::OkStatus();
   });
   if (!computed.ok()) return computed;
@@ -213,6 +215,39 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
   }
   total.loss /= size();
   return total;
+}
+
+absl::Status Towers::ComputeSlice(int t, const float* x, const float* targets, int slice,
+                                  const Mlp::LayerHooks* hooks, LossResult* result) {
+  const float* tower_x = x + static_cast<size_t>(t) * slice * input_dim_;
+  const float* tower_targets = targets + static_cast<size_t>(t) * slice * target_width_;
+  absl::StatusOr<LossResult> loss;
+  if (hooks == nullptr) {
+    loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice);
+  } else {
+    Mlp::LayerHooks tower_hooks{
+        .parameters_needed = [this, hooks, t](int layer) -> absl::Status {
+          PST_RETURN_IF_ERROR(hooks->parameters_needed(layer));
+          if (t > 0 && !shared_parameters_) return CopyParameters(t, LayerVariables(layer));
+          return absl::OkStatus();
+        },
+        .gradients_ready = [this, hooks](int layer) -> absl::Status {
+          {
+            absl::MutexLock lock(&layers_mu_);
+            if (--towers_left_[layer] > 0) return absl::OkStatus();
+          }
+          // The last tower done with the layer averages it and hands it on.
+          AverageGradients(LayerVariables(layer));
+          return hooks->gradients_ready(layer);
+        }};
+    loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice, tower_hooks);
+  }
+  if (!loss.ok()) {
+    return absl::Status(loss.status().code(),
+                        absl::StrCat("tower ", t, ": ", loss.status().message()));
+  }
+  *result = *loss;
+  return absl::OkStatus();
 }
 
 void Towers::AverageGradients(const std::vector<int>& variables) {

@@ -106,9 +106,13 @@ class Towers {
   void AverageGradients(const std::vector<int>& variables);
   // The same for elements [begin, end) of variable i.
   void AverageRange(int i, size_t begin, size_t end);
-  // The forward and backward of every tower on its slice.
+  // The forward and backward of every tower on its slice; without hooks,
+  // then the average.
   absl::StatusOr<LossResult> ComputeSlices(const float* x, const float* targets, int batch,
                                            const Mlp::LayerHooks* hooks);
+  // Tower t's forward and backward on its slice of `slice` rows.
+  absl::Status ComputeSlice(int t, const float* x, const float* targets, int slice,
+                            const Mlp::LayerHooks* hooks, LossResult* result);
   // Tower 0's host values of `variables` into tower t's (towers that keep
   // their own parameters), once tower t's last upload has read them.
   absl::Status CopyParameters(int t, const std::vector<int>& variables);

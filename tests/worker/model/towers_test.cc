@@ -114,6 +114,42 @@ TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   }
 }
 
+// One tower failing on its slice fails the step with its error, while the
+// other towers, which succeeded, leave the average alone and do not wait
+// for it forever; the next good batch gives the gradient as ever.
+TEST(TowersTest, ATowerThatFailsFailsTheStepAndTheNextStepComputes) {
+  constexpr int kBatch = 8;
+  const MlpSpec spec = SmallClassifier();
+  const Batch good = RandomBatch(spec, kBatch, 3);
+  Batch bad = good;
+  bad.y[kBatch - 1] = static_cast<float>(spec.output_dim);  // in tower 1's slice only
+  std::vector<std::unique_ptr<Kernels>> owned;
+  for (int t = 0; t < 2; ++t) owned.push_back(MakeCpuKernels());
+  absl::StatusOr<std::unique_ptr<Towers>> towers =
+      Towers::Create(spec, {owned[0].get(), owned[1].get()}, kBatch, kBatch);
+  ASSERT_TRUE(towers.ok()) << towers.status();
+  LoadInitialValues((*towers)->InitialValues(5), [&](size_t i) { return (*towers)->HostParameter(i); });
+  ASSERT_TRUE((*towers)->UploadParameters().ok());
+  ASSERT_TRUE((*towers)->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+  std::vector<std::vector<float>> expected;
+  for (size_t v = 0; v < (*towers)->variables().size(); ++v) {
+    std::span<const float> g = (*towers)->HostGradient(v);
+    expected.emplace_back(g.begin(), g.end());
+  }
+
+  absl::StatusOr<LossResult> failed =
+      (*towers)->ComputeGradients(bad.x.data(), bad.y.data(), kBatch);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(failed.status().message().find("tower 1"), std::string::npos) << failed.status();
+
+  ASSERT_TRUE((*towers)->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+  for (size_t v = 0; v < expected.size(); ++v) {
+    std::span<const float> g = (*towers)->HostGradient(v);
+    EXPECT_TRUE(std::equal(g.begin(), g.end(), expected[v].begin())) << "variable " << v;
+  }
+}
+
 // Memory of the test's own, handed out as a transport's allocator would:
 // variable i's values in parameters[i], its gradient in gradients[i].
 class VectorAllocator final : public TensorAllocator {
