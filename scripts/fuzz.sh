@@ -20,10 +20,10 @@ for tool in clang clang++; do
 done
 
 started=$SECONDS
-# One file per object: the unity batches are GCC's (scripts/test.sh builds
-# them); clang builds each file alone, as scripts/lint.sh does.
+# Unity batches, as every build but the lint's: scripts/lint.sh is where
+# clang sees each source alone.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPST_FUZZ=ON -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_UNITY_BUILD=OFF >/dev/null
+  -DPST_FUZZ=ON -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target "${FUZZERS[@]}"
 echo "== fuzz: built in $((SECONDS - started)) s" >&2
 
