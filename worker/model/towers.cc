@@ -145,7 +145,7 @@ absl::Status Towers::UploadParameters() {
   // tower's, and waking their threads for it would cost more than it does.
   if (shared_parameters_) return towers_[0]->UploadParameters();
   return ForEachTower([this](int t) {
-    if (t > 0 && !shared_parameters_) {
+    if (t > 0) {
       PST_RETURN_IF_ERROR(CopyParameters(t, all_variables_));
     }
     return towers_[t]->UploadParameters();

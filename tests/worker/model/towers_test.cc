@@ -89,22 +89,36 @@ TEST(TowersTest, TTowersOfBOverTRowsGiveTheGradientOfOneDeviceWithBRows) {
   }
 }
 
+// Two CPU towers for batches of `batch` rows, holding the initial values of
+// seed 5, and the backends they borrow.
+struct TwoCpuTowers {
+  std::vector<std::unique_ptr<Kernels>> backends;
+  std::unique_ptr<Towers> towers;
+};
+
+void MakeTwoCpuTowers(const MlpSpec& spec, int batch, TwoCpuTowers* out) {
+  for (int t = 0; t < 2; ++t) out->backends.push_back(MakeCpuKernels());
+  absl::StatusOr<std::unique_ptr<Towers>> towers = Towers::Create(
+      spec, {out->backends[0].get(), out->backends[1].get()}, batch, batch);
+  ASSERT_TRUE(towers.ok()) << towers.status();
+  out->towers = std::move(*towers);
+  Towers& made = *out->towers;
+  LoadInitialValues(made.InitialValues(5), [&](size_t i) { return made.HostParameter(i); });
+  ASSERT_TRUE(made.UploadParameters().ok());
+}
+
 TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   constexpr int kBatch = 16;
   const MlpSpec spec = SmallClassifier();
   const Batch batch = RandomBatch(spec, kBatch, 9);
-  std::vector<std::unique_ptr<Kernels>> owned;
-  for (int t = 0; t < 2; ++t) owned.push_back(MakeCpuKernels());
-  absl::StatusOr<std::unique_ptr<Towers>> towers =
-      Towers::Create(spec, {owned[0].get(), owned[1].get()}, kBatch, kBatch);
-  ASSERT_TRUE(towers.ok()) << towers.status();
-  LoadInitialValues((*towers)->InitialValues(5), [&](size_t i) { return (*towers)->HostParameter(i); });
-  ASSERT_TRUE((*towers)->UploadParameters().ok());
+  TwoCpuTowers two;
+  ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
+  Towers& towers = *two.towers;
   std::vector<std::vector<float>> first;
   for (int run = 0; run < 20; ++run) {
-    ASSERT_TRUE((*towers)->ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
-    for (size_t v = 0; v < (*towers)->variables().size(); ++v) {
-      std::span<const float> g = (*towers)->HostGradient(v);
+    ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    for (size_t v = 0; v < towers.variables().size(); ++v) {
+      std::span<const float> g = towers.HostGradient(v);
       if (run == 0) {
         first.emplace_back(g.begin(), g.end());
       } else {
@@ -123,29 +137,25 @@ TEST(TowersTest, ATowerThatFailsFailsTheStepAndTheNextStepComputes) {
   const Batch good = RandomBatch(spec, kBatch, 3);
   Batch bad = good;
   bad.y[kBatch - 1] = static_cast<float>(spec.output_dim);  // in tower 1's slice only
-  std::vector<std::unique_ptr<Kernels>> owned;
-  for (int t = 0; t < 2; ++t) owned.push_back(MakeCpuKernels());
-  absl::StatusOr<std::unique_ptr<Towers>> towers =
-      Towers::Create(spec, {owned[0].get(), owned[1].get()}, kBatch, kBatch);
-  ASSERT_TRUE(towers.ok()) << towers.status();
-  LoadInitialValues((*towers)->InitialValues(5), [&](size_t i) { return (*towers)->HostParameter(i); });
-  ASSERT_TRUE((*towers)->UploadParameters().ok());
-  ASSERT_TRUE((*towers)->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+  TwoCpuTowers two;
+  ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
+  Towers& towers = *two.towers;
+  ASSERT_TRUE(towers.ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
   std::vector<std::vector<float>> expected;
-  for (size_t v = 0; v < (*towers)->variables().size(); ++v) {
-    std::span<const float> g = (*towers)->HostGradient(v);
+  for (size_t v = 0; v < towers.variables().size(); ++v) {
+    std::span<const float> g = towers.HostGradient(v);
     expected.emplace_back(g.begin(), g.end());
   }
 
   absl::StatusOr<LossResult> failed =
-      (*towers)->ComputeGradients(bad.x.data(), bad.y.data(), kBatch);
+      towers.ComputeGradients(bad.x.data(), bad.y.data(), kBatch);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(failed.status().message().find("tower 1"), std::string::npos) << failed.status();
 
-  ASSERT_TRUE((*towers)->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+  ASSERT_TRUE(towers.ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
   for (size_t v = 0; v < expected.size(); ++v) {
-    std::span<const float> g = (*towers)->HostGradient(v);
+    std::span<const float> g = towers.HostGradient(v);
     EXPECT_TRUE(std::equal(g.begin(), g.end(), expected[v].begin())) << "variable " << v;
   }
 }
