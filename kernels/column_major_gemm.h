@@ -27,8 +27,25 @@ struct ColumnMajorGemm {
 
 // The column-major call for the row-major c[m,n] = op(a)[m,k] op(b)[k,n],
 // where a is stored m x k (k x m when transpose_a) and b is stored k x n
-// (n x k when transpose_b).
+// (n x k when transpose_b), each dense.
 ColumnMajorGemm ToColumnMajorGemm(bool transpose_a, bool transpose_b, int m, int n, int k);
+
+// The same for operands that are blocks of wider row-major matrices: a's,
+// b's and c's rows start lda, ldb and ldc floats apart. A row-major matrix
+// with rows ld apart reads column-major with leading dimension ld.
+ColumnMajorGemm ToColumnMajorGemm(bool transpose_a, bool transpose_b, int m, int n, int k,
+                                  int lda, int ldb, int ldc);
+
+// The row stride of a dense operand whose op() is rows x cols: the width of
+// the matrix as stored.
+inline int DenseLeadingDimension(bool transposed, int rows, int cols) {
+  return transposed ? rows : cols;
+}
+
+// Whether every row stride of c[m,n] = op(a)[m,k] op(b)[k,n] is at least the
+// width of its matrix as stored (BLAS refuses narrower ones).
+bool StridesCoverWidths(bool transpose_a, bool transpose_b, int m, int n, int k, int lda,
+                        int ldb, int ldc);
 
 }  // namespace pst
 

@@ -34,6 +34,15 @@ absl::Status CheckDims(const char* op, std::initializer_list<int> dims) {
   return absl::OkStatus();
 }
 
+absl::Status CheckStrides(bool transpose_a, bool transpose_b, int m, int n, int k, int lda,
+                          int ldb, int ldc) {
+  if (StridesCoverWidths(transpose_a, transpose_b, m, n, k, lda, ldb, ldc)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("Gemm: a row stride narrower than its matrix (lda ",
+                                                 lda, ", ldb ", ldb, ", ldc ", ldc, ")"));
+}
+
 class CpuKernels final : public Kernels {
  public:
   CpuKernels() { UseOneBlasThreadPerCaller(); }
@@ -78,15 +87,18 @@ class CpuKernels final : public Kernels {
     return std::make_unique<DoneMarker>();
   }
 
-  absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta, float* c) override {
+  absl::Status GemmStrided(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                           const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                           int ldc) override {
     PST_RETURN_IF_ERROR(CheckDims("Gemm", {m, n, k}));
+    PST_RETURN_IF_ERROR(CheckStrides(transpose_a, transpose_b, m, n, k, lda, ldb, ldc));
     if (m == 0 || n == 0) return absl::OkStatus();
     if (k == 0) {  // an empty sum: BLAS implementations disagree on it
-      ScaleOutput(static_cast<size_t>(m) * n, beta, c);
+      for (int row = 0; row < m; ++row) ScaleOutput(n, beta, c + static_cast<size_t>(row) * ldc);
       return absl::OkStatus();
     }
-    const ColumnMajorGemm call = ToColumnMajorGemm(transpose_a, transpose_b, m, n, k);
+    const ColumnMajorGemm call =
+        ToColumnMajorGemm(transpose_a, transpose_b, m, n, k, lda, ldb, ldc);
     cblas_sgemm(CblasColMajor, BlasTranspose(call.transpose_first),
                 BlasTranspose(call.transpose_second), call.m, call.n, call.k, alpha, b,
                 call.ld_first, a, call.ld_second, beta, c, call.ld_c);

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/column_major_gemm.h"
 #include "kernels/embedding_bags.h"
 
 namespace pst {
@@ -85,10 +86,20 @@ class Kernels {
   virtual absl::StatusOr<std::unique_ptr<QueueMarker>> NewMarker() = 0;
 
   // c[m,n] = alpha * op(a) * op(b) + beta * c, where op(x) is x or its
-  // transpose. op(a) is m x k, op(b) is k x n. With beta == 0, c is not read.
-  virtual absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
-                            float alpha, const float* a, const float* b, float beta,
-                            float* c) = 0;
+  // transpose. op(a) is m x k, op(b) is k x n, all dense and row-major.
+  // With beta == 0, c is not read.
+  absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                    const float* a, const float* b, float beta, float* c) {
+    return GemmStrided(transpose_a, transpose_b, m, n, k, alpha, a,
+                       DenseLeadingDimension(transpose_a, m, k), b,
+                       DenseLeadingDimension(transpose_b, k, n), beta, c, n);
+  }
+  // Gemm on blocks of wider row-major matrices: the rows of a, b and c (as
+  // stored) start lda, ldb and ldc floats apart, each at least its width.
+  // InvalidArgument for a stride narrower than its matrix.
+  virtual absl::Status GemmStrided(bool transpose_a, bool transpose_b, int m, int n, int k,
+                                   float alpha, const float* a, int lda, const float* b, int ldb,
+                                   float beta, float* c, int ldc) = 0;
 
   // y[r, c] += bias[c] for every row r.
   virtual absl::Status AddBias(int rows, int cols, const float* bias, float* y) = 0;

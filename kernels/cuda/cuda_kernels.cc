@@ -216,20 +216,20 @@ class CudaKernels final : public Kernels {
     return Synchronize();
   }
 
-  absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta, float* c) override {
+  absl::Status GemmStrided(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                           const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                           int ldc) override {
     PST_RETURN_IF_ERROR(CheckDims("Gemm", {m, n, k}));
+    if (!StridesCoverWidths(transpose_a, transpose_b, m, n, k, lda, ldb, ldc)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: a row stride narrower than its matrix (lda ", lda, ", ldb ", ldb,
+                       ", ldc ", ldc, ")"));
+    }
     if (m == 0 || n == 0) return absl::OkStatus();
     PST_RETURN_IF_ERROR(UseDevice());
-    const size_t c_count = static_cast<size_t>(m) * n;
-    if (k == 0) {  // an empty sum: c = beta * c, never reading c when beta == 0
-      if (beta == 0.0f) {
-        return CudaStatus(cudaMemsetAsync(c, 0, c_count * sizeof(float), stream_),
-                          "cudaMemsetAsync");
-      }
-      return CudaStatus(cuda::LaunchScale(stream_, c_count, beta, c), "Scale kernel launch");
-    }
-    const ColumnMajorGemm call = ToColumnMajorGemm(transpose_a, transpose_b, m, n, k);
+    if (k == 0) return ScaleRows(m, n, beta, c, ldc);
+    const ColumnMajorGemm call =
+        ToColumnMajorGemm(transpose_a, transpose_b, m, n, k, lda, ldb, ldc);
     return CublasStatus(cublasSgemm(cublas_, call.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     call.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N, call.m,
                                     call.n, call.k, &alpha, b, call.ld_first, a, call.ld_second,
@@ -367,6 +367,26 @@ class CudaKernels final : public Kernels {
     double divisor = 1.0;   // rows, or elements for MSE
     int classes = 0;
   };
+
+  // c = beta * c on m rows of n floats, ldc apart (a product over an empty
+  // inner dimension), never reading c when beta == 0.
+  absl::Status ScaleRows(int m, int n, float beta, float* c, int ldc) {
+    if (beta == 0.0f) {
+      return CudaStatus(cudaMemset2DAsync(c, static_cast<size_t>(ldc) * sizeof(float), 0,
+                                          static_cast<size_t>(n) * sizeof(float), m, stream_),
+                        "cudaMemset2DAsync");
+    }
+    if (ldc == n) {
+      return CudaStatus(cuda::LaunchScale(stream_, static_cast<size_t>(m) * n, beta, c),
+                        "Scale kernel launch");
+    }
+    for (int row = 0; row < m; ++row) {
+      PST_RETURN_IF_ERROR(CudaStatus(
+          cuda::LaunchScale(stream_, n, beta, c + static_cast<size_t>(row) * ldc),
+          "Scale kernel launch"));
+    }
+    return absl::OkStatus();
+  }
 
   // The worker may call from a thread other than the one that made this
   // object; the CUDA device is per host thread.

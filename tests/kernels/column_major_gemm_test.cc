@@ -29,5 +29,24 @@ TEST(ColumnMajorGemmTest, SwapsTheOperandsAndDimensionsForEveryLayout) {
   }
 }
 
+TEST(ColumnMajorGemmTest, BlocksOfWiderMatricesKeepTheirStridesAsLeadingDimensions) {
+  const ColumnMajorGemm call = ToColumnMajorGemm(true, false, 2, 3, 5, 11, 13, 17);
+  EXPECT_EQ(call.ld_first, 13);   // b's row stride
+  EXPECT_EQ(call.ld_second, 11);  // a's
+  EXPECT_EQ(call.ld_c, 17);
+  EXPECT_EQ(call.m, 3);
+  EXPECT_EQ(call.n, 2);
+}
+
+TEST(ColumnMajorGemmTest, StridesMustCoverTheWidthOfEachMatrixAsStored) {
+  // c[2, 3] = op(a)[2, 5] op(b)[5, 3]: a stored 2 x 5 (5 x 2 transposed).
+  EXPECT_TRUE(StridesCoverWidths(false, false, 2, 3, 5, 5, 3, 3));
+  EXPECT_FALSE(StridesCoverWidths(false, false, 2, 3, 5, 4, 3, 3));
+  EXPECT_TRUE(StridesCoverWidths(true, false, 2, 3, 5, 2, 3, 3));
+  EXPECT_FALSE(StridesCoverWidths(false, true, 2, 3, 5, 5, 4, 3));
+  EXPECT_TRUE(StridesCoverWidths(false, true, 2, 3, 5, 5, 5, 3));
+  EXPECT_FALSE(StridesCoverWidths(false, false, 2, 3, 5, 5, 3, 2));
+}
+
 }  // namespace
 }  // namespace pst

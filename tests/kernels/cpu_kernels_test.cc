@@ -1,6 +1,7 @@
 // The CPU kernels against plain reference loops and hand-computed values.
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -65,6 +66,77 @@ TEST(CpuKernelsTest, GemmMatchesTheReferenceForEveryLayoutAndShape) {
       }
     }
   }
+}
+
+// `rows` x `cols` row-major values in rows `ld` floats apart, the gaps
+// holding `pad`.
+std::vector<float> Embed(const std::vector<float>& dense, int rows, int cols, int ld, float pad) {
+  std::vector<float> wide(static_cast<size_t>(rows) * ld, pad);
+  for (int r = 0; r < rows; ++r) {
+    std::copy_n(dense.begin() + static_cast<ptrdiff_t>(r) * cols, cols,
+                wide.begin() + static_cast<ptrdiff_t>(r) * ld);
+  }
+  return wide;
+}
+
+TEST(CpuKernelsTest, GemmStridedComputesOnBlocksOfWiderMatricesAndLeavesTheRestAlone) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  constexpr int kM = 37, kN = 19, kK = 23, kPad = 5;
+  constexpr float kSentinel = 1234.5f;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        SCOPED_TRACE(absl::StrCat("ta=", ta, " tb=", tb, " beta=", beta));
+        const int a_rows = ta ? kK : kM, a_cols = ta ? kM : kK;
+        const int b_rows = tb ? kN : kK, b_cols = tb ? kK : kN;
+        std::vector<float> a = RandomVector(static_cast<size_t>(kM) * kK, 4);
+        std::vector<float> b = RandomVector(static_cast<size_t>(kK) * kN, 5);
+        std::vector<float> c = RandomVector(static_cast<size_t>(kM) * kN, 6);
+        const std::vector<float> expected = ReferenceGemm(ta, tb, kM, kN, kK, 0.5f, a, b, beta, c);
+        std::vector<float> wide_a = Embed(a, a_rows, a_cols, a_cols + kPad, kSentinel);
+        std::vector<float> wide_b = Embed(b, b_rows, b_cols, b_cols + 2 * kPad, kSentinel);
+        std::vector<float> wide_c = Embed(c, kM, kN, kN + 3 * kPad, kSentinel);
+        ASSERT_TRUE(kernels
+                        ->GemmStrided(ta, tb, kM, kN, kK, 0.5f, wide_a.data(), a_cols + kPad,
+                                      wide_b.data(), b_cols + 2 * kPad, beta, wide_c.data(),
+                                      kN + 3 * kPad)
+                        .ok());
+        for (int r = 0; r < kM; ++r) {
+          for (int j = 0; j < kN; ++j) {
+            EXPECT_NEAR(wide_c[static_cast<size_t>(r) * (kN + 3 * kPad) + j],
+                        expected[static_cast<size_t>(r) * kN + j], 1e-5);
+          }
+          for (int j = kN; j < kN + 3 * kPad; ++j) {
+            ASSERT_EQ(wide_c[static_cast<size_t>(r) * (kN + 3 * kPad) + j], kSentinel)
+                << "row " << r << " column " << j << ", outside the block";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuKernelsTest, GemmStridedOverAnEmptyInnerDimensionScalesOnlyTheBlock) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> c = {2, 4, 9, 6, 8, 9};  // 2 x 2 in rows 3 apart
+  ASSERT_TRUE(kernels->GemmStrided(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f,
+                                   c.data(), 3)
+                  .ok());
+  EXPECT_THAT(c, ::testing::ElementsAre(1, 2, 9, 3, 4, 9));
+}
+
+TEST(CpuKernelsTest, GemmStridedRefusesAStrideNarrowerThanItsMatrix) {
+  std::unique_ptr<Kernels> kernels = MakeCpuKernels();
+  std::vector<float> a(6), b(6), c(4, 7.0f);
+  // a is 2 x 3, b is 3 x 2, c is 2 x 2: each stride one short in turn.
+  for (auto [lda, ldb, ldc] : {std::tuple{2, 2, 2}, std::tuple{3, 1, 2}, std::tuple{3, 2, 1}}) {
+    SCOPED_TRACE(absl::StrCat("lda=", lda, " ldb=", ldb, " ldc=", ldc));
+    EXPECT_EQ(kernels->GemmStrided(false, false, 2, 2, 3, 1.0f, a.data(), lda, b.data(), ldb,
+                                   0.0f, c.data(), ldc)
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_THAT(c, ::testing::Each(7.0f));
 }
 
 TEST(CpuKernelsTest, GemmWithBetaZeroIgnoresGarbageInC) {

@@ -106,6 +106,43 @@ TEST_F(CudaKernelsTest, GemmMatchesTheCpuForEveryLayoutAndShape) {
   }
 }
 
+TEST_F(CudaKernelsTest, GemmStridedOnBlocksOfWiderMatricesMatchesTheCpu) {
+  // c's block is columns [3, 3 + 40) of a 64-wide matrix; a and b are
+  // blocks of wider ones too, as the CPU towers' kernel gradients use them.
+  constexpr int kM = 96, kN = 40, kK = 64;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        SCOPED_TRACE(absl::StrCat("ta=", ta, " tb=", tb, " beta=", beta));
+        const int lda = (ta ? kM : kK) + 7, ldb = (tb ? kK : kN) + 5, ldc = 64;
+        std::vector<float> a = RandomVector(static_cast<size_t>(ta ? kK : kM) * lda, 7);
+        std::vector<float> b = RandomVector(static_cast<size_t>(tb ? kN : kK) * ldb, 8);
+        std::vector<float> c = RandomVector(static_cast<size_t>(kM) * ldc, 9);
+        float* da = Upload(a);
+        float* db = Upload(b);
+        float* dc = Upload(c);
+        ASSERT_TRUE(cpu_->GemmStrided(ta, tb, kM, kN, kK, 0.5f, a.data(), lda, b.data(), ldb,
+                                      beta, c.data() + 3, ldc)
+                        .ok());
+        absl::Status status =
+            gpu_->GemmStrided(ta, tb, kM, kN, kK, 0.5f, da, lda, db, ldb, beta, dc + 3, ldc);
+        ASSERT_TRUE(status.ok()) << status;
+        EXPECT_LE(RelativeError(Download(dc, c.size()), c), kTolerance);
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, GemmStridedOverAnEmptyInnerDimensionScalesOnlyTheBlock) {
+  float* c = Upload({2, 4, 9, 6, 8, 9});  // 2 x 2 in rows 3 apart
+  ASSERT_TRUE(gpu_->GemmStrided(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, c, 3)
+                  .ok());
+  EXPECT_THAT(Download(c, 6), ::testing::ElementsAre(1, 2, 9, 3, 4, 9));
+  ASSERT_TRUE(gpu_->GemmStrided(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, c, 3)
+                  .ok());
+  EXPECT_THAT(Download(c, 6), ::testing::ElementsAre(0, 0, 9, 0, 0, 9));
+}
+
 TEST_F(CudaKernelsTest, GemmWithBetaZeroIgnoresGarbageInC) {
   float* a = Upload({1, 2});
   float* b = Upload({3, 4});

@@ -109,10 +109,13 @@ absl::StatusOr<std::unique_ptr<QueueMarker>> DeferredKernels::NewMarker() {
   return std::make_unique<Marker>(this);
 }
 
-absl::Status DeferredKernels::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k,
-                                   float alpha, const float* a, const float* b, float beta,
-                                   float* c) {
-  Enqueue([=, this] { return inner_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c); });
+absl::Status DeferredKernels::GemmStrided(bool transpose_a, bool transpose_b, int m, int n,
+                                          int k, float alpha, const float* a, int lda,
+                                          const float* b, int ldb, float beta, float* c, int ldc) {
+  Enqueue([=, this] {
+    return inner_->GemmStrided(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                               ldc);
+  });
   return absl::OkStatus();
 }
 

@@ -48,8 +48,9 @@ class DeferredKernels final : public Kernels {
   absl::Status CopyToHostAsync(const float* device, float* host, size_t count) override;
   absl::Status Synchronize() override;
   absl::StatusOr<std::unique_ptr<QueueMarker>> NewMarker() override;
-  absl::Status Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta, float* c) override;
+  absl::Status GemmStrided(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
+                           const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                           int ldc) override;
   absl::Status AddBias(int rows, int cols, const float* bias, float* y) override;
   absl::Status ActivationForward(ActivationKind kind, size_t count, float* y) override;
   absl::Status ActivationBackward(ActivationKind kind, size_t count, const float* y,

@@ -340,15 +340,18 @@ absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool 
                                                dlogits);
 }
 
-absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
+absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks,
+                           const SharedKernelGradients* shared) {
   for (size_t l = layers_.size(); l-- > 0;) {
     Layer& layer = layers_[l];
     const float* input = l == 0 ? x : layers_[l - 1].output;
     // dW = input^T dZ; db = column sums of dZ.
-    if (absl::Status s = kernels_->Gemm(true, false, layer.in, layer.out, batch, 1.0f, input,
-                                        layer.output_grad, 0.0f, layer.weights_grad);
-        !s.ok()) {
-      return s;
+    if (shared == nullptr) {
+      if (absl::Status s = kernels_->Gemm(true, false, layer.in, layer.out, batch, 1.0f, input,
+                                          layer.output_grad, 0.0f, layer.weights_grad);
+          !s.ok()) {
+        return s;
+      }
     }
     if (layer.bias_grad != nullptr) {
       if (absl::Status s = kernels_->ColumnSums(batch, layer.out, layer.output_grad, layer.bias_grad);
@@ -356,6 +359,7 @@ absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
         return s;
       }
     }
+    if (shared != nullptr) shared->output_gradient_ready(static_cast<int>(l));
     if (l > 0) {
       // d input = dZ W^T, then through the previous layer's activation.
       Layer& below = layers_[l - 1];
@@ -375,6 +379,7 @@ absl::Status Mlp::Backward(const float* x, int batch, const LayerHooks* hooks) {
       PST_RETURN_IF_ERROR(kernels_->Gemm(false, true, batch, layer.in, layer.out, 1.0f,
                                          layer.output_grad, layer.weights, 0.0f, input_grad_));
     }
+    if (shared != nullptr) PST_RETURN_IF_ERROR(shared->kernel_gradient(static_cast<int>(l)));
     // The layer's gradients are final and its weights no longer read.
     if (hooks != nullptr) {
       PST_RETURN_IF_ERROR(DownloadLayer(layer));
@@ -443,6 +448,28 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
   PST_RETURN_IF_ERROR(Backward(device_x_, batch, &hooks));
   return SynchronizeAndTakeLoss();  // the layers' downloads have waited already
 }
+
+absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* targets, int batch,
+                                                 const SharedKernelGradients& shared) {
+  if (!kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only models on backends that compute on host memory share kernel gradients");
+  }
+  PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
+  PST_RETURN_IF_ERROR(Backward(device_x_, batch, nullptr, &shared));
+  for (const Layer& layer : layers_) {
+    if (layer.bias_var < 0) continue;
+    std::span<float> b = host_grads_[layer.bias_var];
+    PST_RETURN_IF_ERROR(kernels_->CopyToHostAsync(layer.bias_grad, b.data(), b.size()));
+  }
+  return SynchronizeAndTakeLoss();
+}
+
+const float* Mlp::LayerInput(int layer) const {
+  return layer == 0 ? device_x_ : layers_[layer - 1].output;
+}
+
+const float* Mlp::LayerOutputGradient(int layer) const { return layers_[layer].output_grad; }
 
 absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
                                                        int batch) {

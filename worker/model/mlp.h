@@ -132,6 +132,26 @@ class Mlp {
   // The variables of layer l, in variable order (its kernel, then its bias).
   std::vector<int> LayerVariables(int layer) const;
 
+  // For models on the CPU that compute one batch's kernel gradients
+  // together, each a range of the columns from every model's rows
+  // (worker/model/towers.h). Backward, layer l, last first: the bias
+  // gradient is computed, output_gradient_ready(l) is called once
+  // LayerOutputGradient(l) is final, the gradient below is computed, then
+  // kernel_gradient(l), which leaves the layer's kernel gradient wherever
+  // its caller keeps it: this model's own HostGradient of the kernel is not
+  // written. The pass reads nothing the hooks write.
+  struct SharedKernelGradients {
+    std::function<void(int layer)> output_gradient_ready;
+    std::function<absl::Status(int layer)> kernel_gradient;
+  };
+  absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch,
+                                              const SharedKernelGradients& shared);
+  // Of the last pass, in backend memory, unchanged until the next pass:
+  // layer l's input [batch, in_l] and d(loss)/d(its output before the
+  // activation) [batch, out_l].
+  const float* LayerInput(int layer) const;
+  const float* LayerOutputGradient(int layer) const;
+
   // ComputeGradients in two halves: the forward + backward pass, waited for
   // and leaving the gradients in backend buffers, and their copy into
   // HostGradient (one more wait). Apart for gpu_bench, which times the
@@ -174,7 +194,8 @@ class Mlp {
   // Queue the work; nothing here waits for the backend.
   absl::Status Forward(const float* x, const float* targets, int batch, bool want_gradient,
                        const LayerHooks* hooks = nullptr);
-  absl::Status Backward(const float* x, int batch, const LayerHooks* hooks = nullptr);
+  absl::Status Backward(const float* x, int batch, const LayerHooks* hooks = nullptr,
+                        const SharedKernelGradients* shared = nullptr);
   absl::Status QueueGradientDownloads();
   // The step's one wait, then the loss its Forward queued.
   absl::StatusOr<LossResult> SynchronizeAndTakeLoss();

@@ -34,6 +34,51 @@ class TowerBarrier {
   bool all_ok_ ABSL_GUARDED_BY(mu_) = true;
 };
 
+// Where the towers' threads meet in a pass that computes the kernel
+// gradients together: every tower's output gradient of layer l is final
+// once all have arrived at l. A tower that fails instead releases every
+// wait, so none waits for a layer it will not reach.
+class LayerBarriers {
+ public:
+  LayerBarriers(int towers, int layers) : towers_(towers), arrived_(layers, 0) {}
+
+  void Arrive(int layer) {
+    absl::MutexLock lock(&mu_);
+    if (++arrived_[layer] == towers_) changed_.SignalAll();
+  }
+
+  // Whether every tower arrived at `layer`; false once one failed.
+  bool Wait(int layer) {
+    absl::MutexLock lock(&mu_);
+    while (!failed_ && arrived_[layer] < towers_) changed_.Wait(&mu_);
+    return !failed_;
+  }
+
+  void Fail() {
+    absl::MutexLock lock(&mu_);
+    failed_ = true;
+    changed_.SignalAll();
+  }
+
+ private:
+  const int towers_;
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::vector<int> arrived_ ABSL_GUARDED_BY(mu_);
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The towers' losses over equal slices, as one batch's.
+LossResult MeanLoss(const std::vector<LossResult>& losses) {
+  LossResult total;
+  for (const LossResult& l : losses) {
+    total.loss += l.loss;
+    total.correct += l.correct;
+  }
+  total.loss /= static_cast<double>(losses.size());
+  return total;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
@@ -47,6 +92,7 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
         " rows into equal slices; use a batch_size divisible by the number of towers"));
   }
   std::unique_ptr<Towers> towers(new Towers());
+  towers->backends_ = backends;
   towers->input_dim_ = spec.input_dim;
   towers->target_width_ =
       spec.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec.output_dim;
@@ -192,10 +238,13 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
         "a batch of ", batch, " rows does not split evenly over ", size(), " towers"));
   }
   const int slice = batch / size();
+  if (hooks == nullptr && shared_parameters_) {
+    return ComputeSlicesSharingKernelGradients(x, targets, slice);
+  }
   std::vector<LossResult> losses(towers_.size());
   TowerBarrier computed_all(size());
   absl::Status computed = ForEachTower([&](int t) -> absl::Status {
-    absl::Status slice_status = ComputeSlice(t, x, targets, slice, hooks, &losses[t]);
+    absl::Status slice_status = ComputeSlice(t, x, targets, slice, hooks, nullptr, &losses[t]);
     if (hooks != nullptr) return slice_status;
     // Without hooks every tower's thread then averages its share of each
     // variable, once every tower's gradient is there: the average takes one
@@ -208,21 +257,68 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
     return absl::OkStatus();
   });
   if (!computed.ok()) return computed;
-  LossResult total;
-  for (const LossResult& l : losses) {
-    total.loss += l.loss;
-    total.correct += l.correct;
+  return MeanLoss(losses);
+}
+
+absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(const float* x,
+                                                                       const float* targets,
+                                                                       int slice) {
+  std::vector<LossResult> losses(towers_.size());
+  std::vector<absl::Status> results(towers_.size());
+  std::vector<bool> stopped(towers_.size(), false);  // by another tower's failure
+  LayerBarriers barriers(size(), num_layers());
+  PST_RETURN_IF_ERROR(ForEachTower([&](int t) {
+    const Mlp::SharedKernelGradients shared{
+        .output_gradient_ready = [&barriers](int layer) { barriers.Arrive(layer); },
+        .kernel_gradient = [&, t](int layer) -> absl::Status {
+          if (!barriers.Wait(layer)) {
+            stopped[t] = true;
+            return absl::AbortedError("another tower failed");
+          }
+          return KernelGradientColumns(t, layer, slice);
+        }};
+    results[t] = ComputeSlice(t, x, targets, slice, nullptr, &shared, &losses[t]);
+    if (!results[t].ok()) barriers.Fail();
+    return absl::OkStatus();
+  }));
+  for (int t = 0; t < size(); ++t) {
+    if (!results[t].ok() && !stopped[t]) return results[t];
   }
-  total.loss /= size();
-  return total;
+  // Every tower's bias gradient is its own: those are averaged.
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    const std::vector<int> variables = LayerVariables(layer);
+    for (size_t v = 1; v < variables.size(); ++v) {
+      AverageRange(variables[v], 0, averaged_[variables[v]].size());
+    }
+  }
+  return MeanLoss(losses);
+}
+
+absl::Status Towers::KernelGradientColumns(int t, int layer, int slice) {
+  const int kernel = LayerVariables(layer)[0];
+  const int in = static_cast<int>(variables()[kernel].shape[0]);
+  const int out = static_cast<int>(variables()[kernel].shape[1]);
+  const int first = out * t / size();
+  const int columns = out * (t + 1) / size() - first;
+  float* gradient = averaged_[kernel].data() + first;
+  for (int u = 0; u < size(); ++u) {
+    PST_RETURN_IF_ERROR(backends_[t]->GemmStrided(
+        true, false, in, columns, slice, 1.0f / static_cast<float>(size()),
+        towers_[u]->LayerInput(layer), in, towers_[u]->LayerOutputGradient(layer) + first, out,
+        u == 0 ? 0.0f : 1.0f, gradient, out));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Towers::ComputeSlice(int t, const float* x, const float* targets, int slice,
-                                  const Mlp::LayerHooks* hooks, LossResult* result) {
+                                  const Mlp::LayerHooks* hooks,
+                                  const Mlp::SharedKernelGradients* shared, LossResult* result) {
   const float* tower_x = x + static_cast<size_t>(t) * slice * input_dim_;
   const float* tower_targets = targets + static_cast<size_t>(t) * slice * target_width_;
   absl::StatusOr<LossResult> loss;
-  if (hooks == nullptr) {
+  if (shared != nullptr) {
+    loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice, *shared);
+  } else if (hooks == nullptr) {
     loss = towers_[t]->ComputeGradients(tower_x, tower_targets, slice);
   } else {
     Mlp::LayerHooks tower_hooks{

@@ -11,6 +11,15 @@
 // reach host memory to be pushed anyway, so reducing there costs no extra
 // transfer, needs no peer access between the GPUs, and keeps one summation
 // order whatever the topology.
+//
+// CPU towers share memory, so they average no kernel gradients: each
+// tower's thread computes a range of every kernel gradient's columns from
+// all towers' rows, straight into the pushed gradient, tower by tower in
+// order (alpha 1/T, then accumulating), once every tower's output gradient
+// of that layer is final. That is the average of per-tower gradients to
+// rounding (BLAS blocks each product by its shape), the same every run,
+// without per-tower gradients to zero, write and read back; only the
+// biases are averaged.
 #ifndef PST_WORKER_MODEL_TOWERS_H_
 #define PST_WORKER_MODEL_TOWERS_H_
 
@@ -110,14 +119,23 @@ class Towers {
   // then the average.
   absl::StatusOr<LossResult> ComputeSlices(const float* x, const float* targets, int batch,
                                            const Mlp::LayerHooks* hooks);
-  // Tower t's forward and backward on its slice of `slice` rows.
+  // Tower t's forward and backward on its slice of `slice` rows, with layer
+  // hooks or shared kernel gradients (at most one).
   absl::Status ComputeSlice(int t, const float* x, const float* targets, int slice,
-                            const Mlp::LayerHooks* hooks, LossResult* result);
+                            const Mlp::LayerHooks* hooks,
+                            const Mlp::SharedKernelGradients* shared, LossResult* result);
+  // The slices of CPU towers, their kernel gradients computed together.
+  absl::StatusOr<LossResult> ComputeSlicesSharingKernelGradients(const float* x,
+                                                                 const float* targets, int slice);
+  // Tower t's share of layer l's kernel gradient: its range of the columns,
+  // from every tower's rows of the last pass.
+  absl::Status KernelGradientColumns(int t, int layer, int slice);
   // Tower 0's host values of `variables` into tower t's (towers that keep
   // their own parameters), once tower t's last upload has read them.
   absl::Status CopyParameters(int t, const std::vector<int>& variables);
 
   std::vector<std::unique_ptr<Mlp>> towers_;
+  std::vector<Kernels*> backends_;  // towers_[t] computes on backends_[t]
   // Per variable, with several towers: the average, in averaged_memory_ or
   // in memory from AllocateFrom's allocator.
   std::vector<std::span<float>> averaged_;

@@ -128,6 +128,59 @@ TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   }
 }
 
+// CPU towers compute their kernel gradients together, by columns, from all
+// towers' rows; the hooked pass averages per-tower gradients. The two are
+// the same sums, to rounding (BLAS blocks a product by its shape).
+TEST(TowersTest, KernelGradientsByColumnsMatchTheAverageOfTheTowers) {
+  constexpr int kBatch = 64;
+  MlpSpec spec;
+  spec.input_dim = 96;
+  spec.hidden = {64, 32};
+  spec.output_dim = 10;
+  const Batch batch = RandomBatch(spec, kBatch, 11);
+  TwoCpuTowers two;
+  ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
+  Towers& towers = *two.towers;
+  ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+  std::vector<std::vector<float>> by_columns;
+  for (size_t v = 0; v < towers.variables().size(); ++v) {
+    std::span<const float> g = towers.HostGradient(v);
+    by_columns.emplace_back(g.begin(), g.end());
+  }
+  const Mlp::LayerHooks hooks{.parameters_needed = [](int) { return absl::OkStatus(); },
+                              .gradients_ready = [](int) { return absl::OkStatus(); }};
+  ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch, hooks).ok());
+  for (size_t v = 0; v < towers.variables().size(); ++v) {
+    std::span<const float> averaged = towers.HostGradient(v);
+    EXPECT_LE(RelativeError(by_columns[v], averaged), 1e-6) << towers.variables()[v].name;
+  }
+}
+
+// A tower that fails before its backward pass never reaches the layers the
+// other towers wait at for its output gradients: they are released, and the
+// step fails with that tower's error, not theirs.
+TEST(TowersTest, ATowerThatFailsBeforeItsBackwardReleasesTheTowersWaitingForIt) {
+  constexpr int kBatch = 8;
+  const MlpSpec spec = SmallClassifier();
+  std::vector<std::unique_ptr<Kernels>> backends;
+  for (int t = 0; t < 2; ++t) backends.push_back(MakeCpuKernels());
+  // Tower 0 takes up to 32 rows (it evaluates), tower 1 its slice of 4.
+  absl::StatusOr<std::unique_ptr<Towers>> towers =
+      Towers::Create(spec, {backends[0].get(), backends[1].get()}, kBatch, 32);
+  ASSERT_TRUE(towers.ok()) << towers.status();
+  LoadInitialValues((*towers)->InitialValues(5),
+                    [&](size_t i) { return (*towers)->HostParameter(i); });
+  ASSERT_TRUE((*towers)->UploadParameters().ok());
+  const Batch twice = RandomBatch(spec, 2 * kBatch, 4);
+  absl::StatusOr<LossResult> failed =
+      (*towers)->ComputeGradients(twice.x.data(), twice.y.data(), 2 * kBatch);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
+  EXPECT_NE(failed.status().message().find("tower 1"), std::string::npos) << failed.status();
+  const Batch good = RandomBatch(spec, kBatch, 3);
+  EXPECT_TRUE((*towers)->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+}
+
 // One tower failing on its slice fails the step with its error, while the
 // other towers, which succeeded, leave the average alone and do not wait
 // for it forever; the next good batch gives the gradient as ever.
