@@ -292,14 +292,16 @@ absl::Status Mlp::Forward(const float* x, const float* targets, int batch, bool 
   }
   const bool classify = spec_.loss == LossKind::kSoftmaxCrossEntropy;
   const size_t target_count = static_cast<size_t>(batch) * (classify ? 1 : spec_.output_dim);
-  if (x != device_x_) {
+  // A backend on host memory computes on the batch where it lies.
+  pass_input_ = kernels_->ComputesOnHostMemory() ? x : device_x_;
+  if (x != pass_input_) {
     PST_RETURN_IF_ERROR(
         kernels_->CopyToDevice(x, device_x_, static_cast<size_t>(batch) * spec_.input_dim));
   }
   if (absl::Status s = kernels_->CopyToDevice(targets, device_targets_, target_count); !s.ok()) {
     return s;
   }
-  const float* input = device_x_;
+  const float* input = pass_input_;
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
     if (hooks != nullptr) {
@@ -432,7 +434,7 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
 
 absl::Status Mlp::QueueGradients(const float* x, const float* targets, int batch) {
   PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
-  PST_RETURN_IF_ERROR(Backward(device_x_, batch));
+  PST_RETURN_IF_ERROR(Backward(pass_input_, batch));
   return QueueGradientDownloads();
 }
 
@@ -445,7 +447,7 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
   if (absl::Status s = Forward(x, targets, batch, /*want_gradient=*/true, &hooks); !s.ok()) {
     return s;
   }
-  PST_RETURN_IF_ERROR(Backward(device_x_, batch, &hooks));
+  PST_RETURN_IF_ERROR(Backward(pass_input_, batch, &hooks));
   return SynchronizeAndTakeLoss();  // the layers' downloads have waited already
 }
 
@@ -456,7 +458,7 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
         "only models on backends that compute on host memory share kernel gradients");
   }
   PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
-  PST_RETURN_IF_ERROR(Backward(device_x_, batch, nullptr, &shared));
+  PST_RETURN_IF_ERROR(Backward(pass_input_, batch, nullptr, &shared));
   for (const Layer& layer : layers_) {
     if (layer.bias_var < 0) continue;
     std::span<float> b = host_grads_[layer.bias_var];
@@ -466,7 +468,7 @@ absl::StatusOr<LossResult> Mlp::ComputeGradients(const float* x, const float* ta
 }
 
 const float* Mlp::LayerInput(int layer) const {
-  return layer == 0 ? device_x_ : layers_[layer - 1].output;
+  return layer == 0 ? pass_input_ : layers_[layer - 1].output;
 }
 
 const float* Mlp::LayerOutputGradient(int layer) const { return layers_[layer].output_grad; }
@@ -474,7 +476,7 @@ const float* Mlp::LayerOutputGradient(int layer) const { return layers_[layer].o
 absl::StatusOr<LossResult> Mlp::ComputeDeviceGradients(const float* x, const float* targets,
                                                        int batch) {
   PST_RETURN_IF_ERROR(Forward(x, targets, batch, /*want_gradient=*/true));
-  PST_RETURN_IF_ERROR(Backward(device_x_, batch));
+  PST_RETURN_IF_ERROR(Backward(pass_input_, batch));
   return SynchronizeAndTakeLoss();
 }
 

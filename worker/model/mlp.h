@@ -147,8 +147,9 @@ class Mlp {
   absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch,
                                               const SharedKernelGradients& shared);
   // Of the last pass, in backend memory, unchanged until the next pass:
-  // layer l's input [batch, in_l] and d(loss)/d(its output before the
-  // activation) [batch, out_l].
+  // layer l's input [batch, in_l] (for layer 0 the pass's `x` itself, which
+  // the caller keeps) and d(loss)/d(its output before the activation)
+  // [batch, out_l].
   const float* LayerInput(int layer) const;
   const float* LayerOutputGradient(int layer) const;
 
@@ -214,6 +215,7 @@ class Mlp {
   std::span<float> host_input_;                // from kernels_->AllocateHost
   std::span<float> host_targets_;              // from kernels_->AllocateHost
   float* device_x_ = nullptr;
+  const float* pass_input_ = nullptr;  // the pass's x: device_x_, or x itself on the CPU
   float* device_targets_ = nullptr;
   float* input_grad_ = nullptr;         // [max_batch, input_dim] with spec.input_gradient
   const float* output_offset_ = nullptr;
