@@ -172,6 +172,32 @@ absl::Status Mlp::ReadParametersOf(const Mlp& source) {
   return absl::OkStatus();
 }
 
+absl::Status Mlp::ComputeInRowsOf(Mlp& source, int first_row) {
+  if (!kernels_->ComputesOnHostMemory() || !source.kernels_->ComputesOnHostMemory()) {
+    return absl::FailedPreconditionError(
+        "only models on backends that compute on host memory can share rows");
+  }
+  if (source.layers_.size() != layers_.size() || source.spec_.input_dim != spec_.input_dim) {
+    return absl::InvalidArgumentError("cannot compute in the rows of a model of another shape");
+  }
+  if (first_row < 0 || first_row + max_batch_ > source.max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", first_row, ", ", first_row + max_batch_,
+                     ") are outside the source model's ", source.max_batch_));
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (source.layers_[l].out != layers_[l].out) {
+      return absl::InvalidArgumentError("cannot compute in the rows of a model of another shape");
+    }
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const size_t offset = static_cast<size_t>(first_row) * layers_[l].out;
+    layers_[l].output = source.layers_[l].output + offset;
+    layers_[l].output_grad = source.layers_[l].output_grad + offset;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Mlp::AllocateFrom(TensorAllocator& allocator) {
   if (!kernels_->ComputesOnHostMemory()) {
     return absl::FailedPreconditionError(

@@ -87,6 +87,15 @@ class Mlp {
   // UploadParameters copies nothing. `source` must outlive this model.
   absl::Status ReadParametersOf(const Mlp& source);
 
+  // Makes this model's passes keep their activations and output gradients
+  // in rows [first_row, first_row + max_batch) of `source`'s (both on
+  // backends that compute on host memory, same shape), so that CPU towers
+  // on consecutive slices of a batch leave each layer's rows as one matrix
+  // in `source` (worker/model/towers.h). `source` must outlive this model
+  // and not run a pass at the same time as it over those rows.
+  // InvalidArgument unless `source` has room for the rows.
+  absl::Status ComputeInRowsOf(Mlp& source, int first_row);
+
   // Moves the model's parameters and gradients into memory `allocator`
   // gives (worker/model/tensor_allocator.h), one call per variable, and computes
   // there from then on: HostParameter and HostGradient are that memory.

@@ -106,16 +106,19 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
     }
     towers->towers_.push_back(std::move(*mlp));
   }
-  // CPU towers compute with tower 0's parameters, which the worker pulls
-  // into: no copy per tower and step.
+  // The worker pulls into tower 0's parameters: no copy per tower and step.
   towers->shared_parameters_ = std::all_of(backends.begin(), backends.end(), [](Kernels* k) {
     return k->ComputesOnHostMemory();
   });
+  // CPU towers compute with tower 0's parameters, and in its rows: tower t
+  // keeps its slice's activations and output gradients in rows
+  // [t * slice, (t + 1) * slice) of tower 0's, so every layer's rows are one
+  // matrix for the kernel gradients.
   if (towers->shared_parameters_) {
     for (int t = 1; t < count; ++t) {
-      if (absl::Status s = towers->towers_[t]->ReadParametersOf(*towers->towers_[0]); !s.ok()) {
-        return s;
-      }
+      PST_RETURN_IF_ERROR(towers->towers_[t]->ReadParametersOf(*towers->towers_[0]));
+      PST_RETURN_IF_ERROR(towers->towers_[t]->ComputeInRowsOf(*towers->towers_[0],
+                                                              t * (batch / count)));
     }
   }
   for (size_t i = 0; i < towers->variables().size(); ++i) {
@@ -275,7 +278,7 @@ absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(const flo
             stopped[t] = true;
             return absl::AbortedError("another tower failed");
           }
-          return KernelGradientColumns(t, layer, slice);
+          return KernelGradientColumns(t, layer, slice * size());
         }};
     results[t] = ComputeSlice(t, x, targets, slice, nullptr, &shared, &losses[t]);
     if (!results[t].ok()) barriers.Fail();
@@ -294,20 +297,19 @@ absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(const flo
   return MeanLoss(losses);
 }
 
-absl::Status Towers::KernelGradientColumns(int t, int layer, int slice) {
+absl::Status Towers::KernelGradientColumns(int t, int layer, int batch) {
   const int kernel = LayerVariables(layer)[0];
   const int in = static_cast<int>(variables()[kernel].shape[0]);
   const int out = static_cast<int>(variables()[kernel].shape[1]);
   const int first = out * t / size();
   const int columns = out * (t + 1) / size() - first;
-  float* gradient = averaged_[kernel].data() + first;
-  for (int u = 0; u < size(); ++u) {
-    PST_RETURN_IF_ERROR(backends_[t]->GemmStrided(
-        true, false, in, columns, slice, 1.0f / static_cast<float>(size()),
-        towers_[u]->LayerInput(layer), in, towers_[u]->LayerOutputGradient(layer) + first, out,
-        u == 0 ? 0.0f : 1.0f, gradient, out));
-  }
-  return absl::OkStatus();
+  // Every tower's rows are tower 0's (Create); each tower's output
+  // gradient is the mean over its slice, so 1/T makes the batch's mean.
+  return backends_[t]->GemmStrided(true, false, in, columns, batch,
+                                   1.0f / static_cast<float>(size()),
+                                   towers_[0]->LayerInput(layer), in,
+                                   towers_[0]->LayerOutputGradient(layer) + first, out, 0.0f,
+                                   averaged_[kernel].data() + first, out);
 }
 
 absl::Status Towers::ComputeSlice(int t, const float* x, const float* targets, int slice,

@@ -12,13 +12,14 @@
 // transfer, needs no peer access between the GPUs, and keeps one summation
 // order whatever the topology.
 //
-// CPU towers share memory, so they average no kernel gradients: each
-// tower's thread computes a range of every kernel gradient's columns from
-// all towers' rows, straight into the pushed gradient, tower by tower in
-// order (alpha 1/T, then accumulating), once every tower's output gradient
-// of that layer is final. That is the average of per-tower gradients to
-// rounding (BLAS blocks each product by its shape), the same every run,
-// without per-tower gradients to zero, write and read back; only the
+// CPU towers share memory, so they average no kernel gradients: the towers
+// keep their activations and output gradients in consecutive rows of tower
+// 0's buffers, and once every tower's output gradient of a layer is final,
+// each tower's thread computes a range of the kernel gradient's columns
+// from the whole batch's rows in one product, straight into the pushed
+// gradient. That is the average of per-tower gradients to rounding (one
+// sum over the batch's rows instead of one per slice), the same every
+// run, without per-tower gradients to zero, write and read back; only the
 // biases are averaged.
 #ifndef PST_WORKER_MODEL_TOWERS_H_
 #define PST_WORKER_MODEL_TOWERS_H_
@@ -128,8 +129,8 @@ class Towers {
   absl::StatusOr<LossResult> ComputeSlicesSharingKernelGradients(const float* x,
                                                                  const float* targets, int slice);
   // Tower t's share of layer l's kernel gradient: its range of the columns,
-  // from every tower's rows of the last pass.
-  absl::Status KernelGradientColumns(int t, int layer, int slice);
+  // from the `batch` rows of every tower's last pass.
+  absl::Status KernelGradientColumns(int t, int layer, int batch);
   // Tower 0's host values of `variables` into tower t's (towers that keep
   // their own parameters), once tower t's last upload has read them.
   absl::Status CopyParameters(int t, const std::vector<int>& variables);
