@@ -268,14 +268,15 @@ absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(const flo
                                                                        int slice) {
   std::vector<LossResult> losses(towers_.size());
   std::vector<absl::Status> results(towers_.size());
-  std::vector<bool> stopped(towers_.size(), false);  // by another tower's failure
+  // By another tower's failure; one byte each, as the towers write their own.
+  std::vector<char> stopped(towers_.size(), 0);
   LayerBarriers barriers(size(), num_layers());
   PST_RETURN_IF_ERROR(ForEachTower([&](int t) {
     const Mlp::SharedKernelGradients shared{
         .output_gradient_ready = [&barriers](int layer) { barriers.Arrive(layer); },
         .kernel_gradient = [&, t](int layer) -> absl::Status {
           if (!barriers.Wait(layer)) {
-            stopped[t] = true;
+            stopped[t] = 1;
             return absl::AbortedError("another tower failed");
           }
           return KernelGradientColumns(t, layer, slice * size());

@@ -272,7 +272,10 @@ TEST(RpcLimitsTest, StreamsBeyondThePerWorkerAndTotalCapsAreRefused) {
     open.push_back(std::make_unique<AbandonedPush>(&served.stub(), worker, kElements,
                                                    absl::Seconds(20)));
   }
-  ASSERT_TRUE(Eventually([&] { return served.streams().open() == 2; }));
+  // Named, not only admitted: a stream counts against its worker once its
+  // header is read, and the third must come after both.
+  ASSERT_TRUE(Eventually(
+      [&] { return served.streams().open() == 2 && served.streams().unnamed() == 0; }));
   {
     AbandonedPush third_of_worker_0(&served.stub(), 0, kElements, absl::Seconds(20));
     grpc::Status status = third_of_worker_0.writer->Finish();
@@ -280,7 +283,8 @@ TEST(RpcLimitsTest, StreamsBeyondThePerWorkerAndTotalCapsAreRefused) {
     EXPECT_THAT(status.error_message(), HasSubstr("--max_streams_per_worker"));
   }
   open.push_back(std::make_unique<AbandonedPush>(&served.stub(), 1, kElements, absl::Seconds(20)));
-  ASSERT_TRUE(Eventually([&] { return served.streams().open() == 3; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return served.streams().open() == 3 && served.streams().unnamed() == 0; }));
   {
     grpc::ClientContext context;
     context.set_deadline(In(absl::Seconds(20)));
