@@ -250,6 +250,15 @@ absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float*
 }
 
 absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
+                                                    int batch, FillRows fill_rows) {
+  if (size() == 1) {
+    fill_rows(0, batch);
+    return towers_[0]->ComputeGradients(x, targets, batch);
+  }
+  return ComputeSlices(x, targets, batch, nullptr, &fill_rows);
+}
+
+absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float* targets,
                                                     int batch, const Mlp::LayerHooks& hooks) {
   if (size() == 1) return towers_[0]->ComputeGradients(x, targets, batch, hooks);
   {
@@ -260,18 +269,20 @@ absl::StatusOr<LossResult> Towers::ComputeGradients(const float* x, const float*
 }
 
 absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* targets, int batch,
-                                                 const Mlp::LayerHooks* hooks) {
+                                                 const Mlp::LayerHooks* hooks,
+                                                 const FillRows* fill_rows) {
   if (batch % size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a batch of ", batch, " rows does not split evenly over ", size(), " towers"));
   }
   const int slice = batch / size();
   if (hooks == nullptr && shared_parameters_) {
-    return ComputeSlicesSharingKernelGradients(x, targets, slice);
+    return ComputeSlicesSharingKernelGradients(x, targets, slice, fill_rows);
   }
   std::vector<LossResult> losses(towers_.size());
   TowerBarrier computed_all(size());
   absl::Status computed = ForEachTower([&](int t) -> absl::Status {
+    if (fill_rows != nullptr) (*fill_rows)(t * slice, slice);
     absl::Status slice_status = ComputeSlice(t, x, targets, slice, hooks, nullptr, &losses[t]);
     if (hooks != nullptr) return slice_status;
     // Without hooks every tower's thread then averages its share of each
@@ -288,9 +299,8 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
   return MeanLoss(losses);
 }
 
-absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(const float* x,
-                                                                       const float* targets,
-                                                                       int slice) {
+absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(
+    const float* x, const float* targets, int slice, const FillRows* fill_rows) {
   std::vector<LossResult> losses(towers_.size());
   std::vector<absl::Status> results(towers_.size());
   // By another tower's failure; one byte each, as the towers write their own.
@@ -306,6 +316,7 @@ absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(const flo
           }
           return KernelGradientColumns(t, layer, slice * size());
         }};
+    if (fill_rows != nullptr) (*fill_rows)(t * slice, slice);
     results[t] = ComputeSlice(t, x, targets, slice, nullptr, &shared, &losses[t]);
     if (!results[t].ok()) barriers.Fail();
     return absl::OkStatus();

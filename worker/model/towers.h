@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
@@ -91,6 +92,15 @@ class Towers {
   // loss is the mean over the batch; correct counts every row.
   absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch);
 
+  // ComputeGradients where each tower's thread first fills its own rows:
+  // fill_rows(first, count) must write rows [first, first + count) of the
+  // batch into `x` and `targets`, so the towers gather their slices in
+  // parallel instead of the caller gathering the whole batch before them.
+  // fill_rows is called from every tower's thread at once, on disjoint rows.
+  using FillRows = absl::FunctionRef<void(int first, int count)>;
+  absl::StatusOr<LossResult> ComputeGradients(const float* x, const float* targets, int batch,
+                                              FillRows fill_rows);
+
   // ComputeGradients with Mlp's layer hooks (worker/model/mlp.h), for a caller
   // that overlaps the exchange with computation: parameters_needed(l) is
   // called from every tower before it computes layer l, gradients_ready(l)
@@ -119,7 +129,8 @@ class Towers {
   // The forward and backward of every tower on its slice; without hooks,
   // then the average.
   absl::StatusOr<LossResult> ComputeSlices(const float* x, const float* targets, int batch,
-                                           const Mlp::LayerHooks* hooks);
+                                           const Mlp::LayerHooks* hooks,
+                                           const FillRows* fill_rows = nullptr);
   // Tower t's forward and backward on its slice of `slice` rows, with layer
   // hooks or shared kernel gradients (at most one).
   absl::Status ComputeSlice(int t, const float* x, const float* targets, int slice,
@@ -127,7 +138,8 @@ class Towers {
                             const Mlp::SharedKernelGradients* shared, LossResult* result);
   // The slices of CPU towers, their kernel gradients computed together.
   absl::StatusOr<LossResult> ComputeSlicesSharingKernelGradients(const float* x,
-                                                                 const float* targets, int slice);
+                                                                 const float* targets, int slice,
+                                                                 const FillRows* fill_rows);
   // Tower t's share of layer l's kernel gradient: its range of the columns,
   // from the `batch` rows of every tower's last pass.
   absl::Status KernelGradientColumns(int t, int layer, int batch);

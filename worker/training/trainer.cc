@@ -302,9 +302,14 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
     PST_RETURN_IF_ERROR(PullParameters(next_min_));
   }
   const int batch = config_.training().batch_size();
-  GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
-  absl::StatusOr<LossResult> loss =
-      towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+  const std::span<const int64_t> rows = sampler_->Batch(epoch, step);
+  const Dataset& train = data_->train;
+  absl::StatusOr<LossResult> loss = towers_->ComputeGradients(
+      batch_x_.data(), batch_y_.data(), batch, [&](int first, int count) {
+        GatherBatch(train, rows.subspan(first, count),
+                    batch_x_.data() + static_cast<size_t>(first) * train.feature_dim,
+                    batch_y_.data() + static_cast<size_t>(first) * train.target_dim);
+      });
   if (!loss.ok()) return loss;
   if (before_push_) before_push_();
   // The gradient goes out and the next step's parameters come back in one

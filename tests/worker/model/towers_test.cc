@@ -1,10 +1,12 @@
 // Towers against one device computing the whole batch.
 #include "worker/model/towers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace pst {
@@ -179,6 +181,55 @@ TEST(TowersTest, ATowerThatFailsBeforeItsBackwardReleasesTheTowersWaitingForIt) 
   EXPECT_NE(failed.status().message().find("tower 1"), std::string::npos) << failed.status();
   const Batch good = RandomBatch(spec, kBatch, 3);
   EXPECT_TRUE((*towers)->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+}
+
+// Towers that fill their own rows compute what they compute on the batch
+// gathered beforehand, each tower asking for its slice once.
+TEST(TowersTest, TowersThatFillTheirOwnRowsComputeAsOnTheGatheredBatch) {
+  constexpr int kBatch = 12;
+  const MlpSpec spec = SmallClassifier();
+  const Batch batch = RandomBatch(spec, kBatch, 13);
+  for (int count : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat(count, " towers"));
+    std::vector<std::unique_ptr<Kernels>> owned;
+    std::vector<Kernels*> backends;
+    for (int t = 0; t < count; ++t) {
+      owned.push_back(MakeCpuKernels());
+      backends.push_back(owned.back().get());
+    }
+    absl::StatusOr<std::unique_ptr<Towers>> made = Towers::Create(spec, backends, kBatch, kBatch);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Towers& towers = **made;
+    LoadInitialValues(towers.InitialValues(5), [&](size_t i) { return towers.HostParameter(i); });
+    ASSERT_TRUE(towers.UploadParameters().ok());
+    ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+    std::vector<std::vector<float>> expected;
+    for (size_t v = 0; v < towers.variables().size(); ++v) {
+      std::span<const float> g = towers.HostGradient(v);
+      expected.emplace_back(g.begin(), g.end());
+    }
+
+    std::vector<float> x(batch.x.size(), std::nanf("")), y(batch.y.size(), -1.0f);
+    absl::Mutex mu;
+    std::vector<std::pair<int, int>> asked;
+    absl::StatusOr<LossResult> loss =
+        towers.ComputeGradients(x.data(), y.data(), kBatch, [&](int first, int rows) {
+          std::copy_n(batch.x.begin() + first * spec.input_dim, rows * spec.input_dim,
+                      x.begin() + first * spec.input_dim);
+          std::copy_n(batch.y.begin() + first, rows, y.begin() + first);
+          absl::MutexLock lock(&mu);
+          asked.emplace_back(first, rows);
+        });
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    std::sort(asked.begin(), asked.end());
+    std::vector<std::pair<int, int>> slices;
+    for (int t = 0; t < count; ++t) slices.emplace_back(t * kBatch / count, kBatch / count);
+    EXPECT_EQ(asked, slices);
+    for (size_t v = 0; v < expected.size(); ++v) {
+      std::span<const float> g = towers.HostGradient(v);
+      EXPECT_TRUE(std::equal(g.begin(), g.end(), expected[v].begin())) << "variable " << v;
+    }
+  }
 }
 
 // One tower failing on its slice fails the step with its error, while the
