@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
   }
   std::unique_ptr<Towers> towers(new Towers());
   towers->backends_ = backends;
+  towers->slice_rows_ = batch / count;
   towers->input_dim_ = spec.input_dim;
   towers->target_width_ =
       spec.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec.output_dim;
@@ -301,6 +302,14 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
 
 absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(
     const float* x, const float* targets, int slice, const FillRows* fill_rows) {
+  // Tower t keeps its rows from t * slice_rows_ on in tower 0's buffers
+  // (Create): smaller slices would leave gaps in the batch's rows. (A
+  // larger one is refused by the towers' models.)
+  if (slice < slice_rows_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a batch of ", slice * size(), " rows on CPU towers made for batches of ",
+        slice_rows_ * size(), "; each step's batch must be the one the towers were made for"));
+  }
   std::vector<LossResult> losses(towers_.size());
   std::vector<absl::Status> results(towers_.size());
   // By another tower's failure; one byte each, as the towers write their own.

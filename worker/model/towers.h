@@ -149,6 +149,7 @@ class Towers {
 
   std::vector<std::unique_ptr<Mlp>> towers_;
   std::vector<Kernels*> backends_;  // towers_[t] computes on backends_[t]
+  int slice_rows_ = 0;              // rows per tower of the batch Create was given
   // Per variable, with several towers: the average, in averaged_memory_ or
   // in memory from AllocateFrom's allocator.
   std::vector<std::span<float>> averaged_;

@@ -232,6 +232,21 @@ TEST(TowersTest, TowersThatFillTheirOwnRowsComputeAsOnTheGatheredBatch) {
   }
 }
 
+// CPU towers keep their slices' rows where the batch they were made for
+// puts them: a smaller batch would leave gaps between them, and is refused
+// rather than computed from stale rows.
+TEST(TowersTest, CpuTowersRefuseABatchSmallerThanTheOneTheyWereMadeFor) {
+  constexpr int kBatch = 8;
+  const MlpSpec spec = SmallClassifier();
+  TwoCpuTowers two;
+  ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
+  const Batch half = RandomBatch(spec, kBatch / 2, 6);
+  absl::StatusOr<LossResult> loss =
+      two.towers->ComputeGradients(half.x.data(), half.y.data(), kBatch / 2);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument) << loss.status();
+}
+
 // One tower failing on its slice fails the step with its error, while the
 // other towers, which succeeded, leave the average alone and do not wait
 // for it forever; the next good batch gives the gradient as ever.
