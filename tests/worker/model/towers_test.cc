@@ -109,6 +109,16 @@ void MakeTwoCpuTowers(const MlpSpec& spec, int batch, TwoCpuTowers* out) {
   ASSERT_TRUE(made.UploadParameters().ok());
 }
 
+// A copy of every variable's gradient of the last step.
+std::vector<std::vector<float>> Gradients(const Towers& towers) {
+  std::vector<std::vector<float>> gradients;
+  for (size_t v = 0; v < towers.variables().size(); ++v) {
+    std::span<const float> g = towers.HostGradient(v);
+    gradients.emplace_back(g.begin(), g.end());
+  }
+  return gradients;
+}
+
 TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   constexpr int kBatch = 16;
   const MlpSpec spec = SmallClassifier();
@@ -116,23 +126,18 @@ TEST(TowersTest, TheAverageIsBitwiseTheSameEveryTime) {
   TwoCpuTowers two;
   ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
   Towers& towers = *two.towers;
-  std::vector<std::vector<float>> first;
-  for (int run = 0; run < 20; ++run) {
+  ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
+  const std::vector<std::vector<float>> first = Gradients(towers);
+  for (int run = 1; run < 20; ++run) {
     ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
-    for (size_t v = 0; v < towers.variables().size(); ++v) {
-      std::span<const float> g = towers.HostGradient(v);
-      if (run == 0) {
-        first.emplace_back(g.begin(), g.end());
-      } else {
-        ASSERT_TRUE(std::equal(g.begin(), g.end(), first[v].begin())) << "variable " << v;
-      }
-    }
+    ASSERT_TRUE(Gradients(towers) == first) << "run " << run;
   }
 }
 
 // CPU towers compute their kernel gradients together, by columns, from all
 // towers' rows; the hooked pass averages per-tower gradients. The two are
-// the same sums, to rounding (BLAS blocks a product by its shape).
+// the same sums, to rounding (one product over the batch's rows against
+// one per slice).
 TEST(TowersTest, KernelGradientsByColumnsMatchTheAverageOfTheTowers) {
   constexpr int kBatch = 64;
   MlpSpec spec;
@@ -144,11 +149,7 @@ TEST(TowersTest, KernelGradientsByColumnsMatchTheAverageOfTheTowers) {
   ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
   Towers& towers = *two.towers;
   ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
-  std::vector<std::vector<float>> by_columns;
-  for (size_t v = 0; v < towers.variables().size(); ++v) {
-    std::span<const float> g = towers.HostGradient(v);
-    by_columns.emplace_back(g.begin(), g.end());
-  }
+  const std::vector<std::vector<float>> by_columns = Gradients(towers);
   const Mlp::LayerHooks hooks{.parameters_needed = [](int) { return absl::OkStatus(); },
                               .gradients_ready = [](int) { return absl::OkStatus(); }};
   ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch, hooks).ok());
@@ -203,11 +204,7 @@ TEST(TowersTest, TowersThatFillTheirOwnRowsComputeAsOnTheGatheredBatch) {
     LoadInitialValues(towers.InitialValues(5), [&](size_t i) { return towers.HostParameter(i); });
     ASSERT_TRUE(towers.UploadParameters().ok());
     ASSERT_TRUE(towers.ComputeGradients(batch.x.data(), batch.y.data(), kBatch).ok());
-    std::vector<std::vector<float>> expected;
-    for (size_t v = 0; v < towers.variables().size(); ++v) {
-      std::span<const float> g = towers.HostGradient(v);
-      expected.emplace_back(g.begin(), g.end());
-    }
+    const std::vector<std::vector<float>> expected = Gradients(towers);
 
     std::vector<float> x(batch.x.size(), std::nanf("")), y(batch.y.size(), -1.0f);
     absl::Mutex mu;
@@ -260,11 +257,7 @@ TEST(TowersTest, ATowerThatFailsFailsTheStepAndTheNextStepComputes) {
   ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &two));
   Towers& towers = *two.towers;
   ASSERT_TRUE(towers.ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
-  std::vector<std::vector<float>> expected;
-  for (size_t v = 0; v < towers.variables().size(); ++v) {
-    std::span<const float> g = towers.HostGradient(v);
-    expected.emplace_back(g.begin(), g.end());
-  }
+  const std::vector<std::vector<float>> expected = Gradients(towers);
 
   absl::StatusOr<LossResult> failed =
       towers.ComputeGradients(bad.x.data(), bad.y.data(), kBatch);
