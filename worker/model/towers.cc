@@ -11,55 +11,31 @@
 namespace pst {
 namespace {
 
-// Where the towers' threads meet between their slices and the average: each
-// arrives once, and all leave together, told whether every slice succeeded.
-class TowerBarrier {
- public:
-  explicit TowerBarrier(int towers) : left_(towers) {}
-
-  bool ArriveAndWait(bool ok) {
-    absl::MutexLock lock(&mu_);
-    all_ok_ = all_ok_ && ok;
-    if (--left_ == 0) {
-      all_arrived_.SignalAll();
-    } else {
-      while (left_ > 0) all_arrived_.Wait(&mu_);
-    }
-    return all_ok_;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::CondVar all_arrived_;
-  int left_ ABSL_GUARDED_BY(mu_);
-  bool all_ok_ ABSL_GUARDED_BY(mu_) = true;
-};
-
-// Where the towers' threads meet in a pass that computes the kernel
-// gradients together: every tower's output gradient of layer l is final
-// once all have arrived at l. A tower that fails instead releases every
-// wait, so none waits for a layer it will not reach.
+// Where the towers' threads meet in a step: at each of its points (a layer
+// whose output gradients every tower must have computed, or the end of the
+// slices before the average), every tower arrives once. A tower that fails
+// instead releases every wait, so none waits for a point it will not reach.
 //
-// A wait spins a little before it sleeps: the towers reach a layer within
+// A wait spins a little before it sleeps: the towers reach a point within
 // microseconds of each other, each on a core of its own with nothing else
-// to run during the pass, and a sleep and wake-up costs more than that.
-class LayerBarriers {
+// to run during the step, and a sleep and wake-up costs more than that.
+class TowerBarriers {
  public:
-  LayerBarriers(int towers, int layers) : towers_(towers), arrived_(layers) {}
+  TowerBarriers(int towers, int points) : towers_(towers), arrived_(points) {}
 
-  void Arrive(int layer) {
-    if (arrived_[layer].fetch_add(1, std::memory_order_acq_rel) + 1 < towers_) return;
+  void Arrive(int point) {
+    if (arrived_[point].fetch_add(1, std::memory_order_acq_rel) + 1 < towers_) return;
     absl::MutexLock lock(&mu_);  // a waiter about to sleep checks under it
     changed_.SignalAll();
   }
 
-  // Whether every tower arrived at `layer`; false once one failed.
-  bool Wait(int layer) {
+  // Whether every tower arrived at `point`; false once one failed.
+  bool Wait(int point) {
     const absl::Time spin_until = absl::Now() + kSpin;
-    for (int i = 0; !Done(layer); ++i) {
+    for (int i = 0; !Done(point); ++i) {
       if (i % 64 == 63 && absl::Now() > spin_until) {
         absl::MutexLock lock(&mu_);
-        while (!Done(layer)) changed_.Wait(&mu_);
+        while (!Done(point)) changed_.Wait(&mu_);
         break;
       }
       CpuRelax();
@@ -76,9 +52,9 @@ class LayerBarriers {
  private:
   static constexpr absl::Duration kSpin = absl::Microseconds(50);
 
-  bool Done(int layer) const {
+  bool Done(int point) const {
     return failed_.load(std::memory_order_acquire) ||
-           arrived_[layer].load(std::memory_order_acquire) >= towers_;
+           arrived_[point].load(std::memory_order_acquire) >= towers_;
   }
   static void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -143,8 +119,8 @@ absl::StatusOr<std::unique_ptr<Towers>> Towers::Create(const MlpSpec& spec,
   if (towers->shared_parameters_) {
     for (int t = 1; t < count; ++t) {
       PST_RETURN_IF_ERROR(towers->towers_[t]->ReadParametersOf(*towers->towers_[0]));
-      PST_RETURN_IF_ERROR(towers->towers_[t]->ComputeInRowsOf(*towers->towers_[0],
-                                                              t * (batch / count)));
+      PST_RETURN_IF_ERROR(
+          towers->towers_[t]->ComputeInRowsOf(*towers->towers_[0], t * towers->slice_rows_));
     }
   }
   for (size_t i = 0; i < towers->variables().size(); ++i) {
@@ -281,7 +257,7 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
     return ComputeSlicesSharingKernelGradients(x, targets, slice, fill_rows);
   }
   std::vector<LossResult> losses(towers_.size());
-  TowerBarrier computed_all(size());
+  TowerBarriers computed_all(size(), /*points=*/1);
   absl::Status computed = ForEachTower([&](int t) -> absl::Status {
     if (fill_rows != nullptr) (*fill_rows)(t * slice, slice);
     absl::Status slice_status = ComputeSlice(t, x, targets, slice, hooks, nullptr, &losses[t]);
@@ -289,7 +265,12 @@ absl::StatusOr<LossResult> Towers::ComputeSlices(const float* x, const float* ta
     // Without hooks every tower's thread then averages its share of each
     // variable, once every tower's gradient is there: the average takes one
     // pass over the gradients, on every core, with no second hand-off.
-    if (!computed_all.ArriveAndWait(slice_status.ok())) return slice_status;
+    if (!slice_status.ok()) {
+      computed_all.Fail();
+      return slice_status;
+    }
+    computed_all.Arrive(0);
+    if (!computed_all.Wait(0)) return absl::OkStatus();  // the tower that failed reports
     for (int i : all_variables_) {
       const size_t n = averaged_[i].size();
       AverageRange(i, n * t / size(), n * (t + 1) / size());
@@ -314,7 +295,7 @@ absl::StatusOr<LossResult> Towers::ComputeSlicesSharingKernelGradients(
   std::vector<absl::Status> results(towers_.size());
   // By another tower's failure; one byte each, as the towers write their own.
   std::vector<char> stopped(towers_.size(), 0);
-  LayerBarriers barriers(size(), num_layers());
+  TowerBarriers barriers(size(), num_layers());
   PST_RETURN_IF_ERROR(ForEachTower([&](int t) {
     const Mlp::SharedKernelGradients shared{
         .output_gradient_ready = [&barriers](int layer) { barriers.Arrive(layer); },

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/support/deferred_kernels.h"
 
 namespace pst {
 namespace {
@@ -227,6 +228,42 @@ TEST(TowersTest, TowersThatFillTheirOwnRowsComputeAsOnTheGatheredBatch) {
       EXPECT_TRUE(std::equal(g.begin(), g.end(), expected[v].begin())) << "variable " << v;
     }
   }
+}
+
+// Towers off host memory (GPU towers; here the CPU behind DeferredKernels,
+// which plays a device queue) average their own gradients after meeting
+// at a barrier: the same gradient as CPU towers to rounding, and a tower
+// that fails releases the others and fails the step with its error.
+TEST(TowersTest, TowersOffHostMemoryAverageAndAFailingOneFailsTheStep) {
+  constexpr int kBatch = 8;
+  const MlpSpec spec = SmallClassifier();
+  const Batch good = RandomBatch(spec, kBatch, 3);
+  TwoCpuTowers cpu;
+  ASSERT_NO_FATAL_FAILURE(MakeTwoCpuTowers(spec, kBatch, &cpu));
+  ASSERT_TRUE(cpu.towers->ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+
+  std::vector<std::unique_ptr<Kernels>> owned;
+  for (int t = 0; t < 2; ++t) owned.push_back(std::make_unique<DeferredKernels>());
+  absl::StatusOr<std::unique_ptr<Towers>> made =
+      Towers::Create(spec, {owned[0].get(), owned[1].get()}, kBatch, kBatch);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Towers& towers = **made;
+  ASSERT_FALSE(towers.ComputesOnHostMemory());
+  LoadInitialValues(towers.InitialValues(5), [&](size_t i) { return towers.HostParameter(i); });
+  ASSERT_TRUE(towers.UploadParameters().ok());
+  ASSERT_TRUE(towers.ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
+  for (size_t v = 0; v < towers.variables().size(); ++v) {
+    EXPECT_LE(RelativeError(towers.HostGradient(v), cpu.towers->HostGradient(v)), 1e-6)
+        << "variable " << v;
+  }
+
+  Batch bad = good;
+  bad.y[kBatch - 1] = static_cast<float>(spec.output_dim);  // in tower 1's slice only
+  absl::StatusOr<LossResult> failed = towers.ComputeGradients(bad.x.data(), bad.y.data(), kBatch);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(failed.status().message().find("tower 1"), std::string::npos) << failed.status();
+  EXPECT_TRUE(towers.ComputeGradients(good.x.data(), good.y.data(), kBatch).ok());
 }
 
 // CPU towers keep their slices' rows where the batch they were made for
