@@ -193,6 +193,7 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
     }
     table.staged_ids.push_back(id);
     table.staged_rows.push_back(row);
+    table.staged_updates.push_back(step);
     if (row < 0) ++table.staged_new;
   }
   return absl::OkStatus();
@@ -236,16 +237,19 @@ void EmbeddingTable::Commit() {
     if (!table.staged) continue;
     const size_t dim = table.dim();
     const size_t width = table.record_floats();
-    for (size_t i = 0; i < table.staged_ids.size(); ++i) {
+    // The update counts were read (and their rows reached) when staging:
+    // Commit writes them without reading a row's count again.
+    const size_t n = table.staged_ids.size();
+    for (size_t i = 0; i < n; ++i) {
       const float* record = table.staged_records.data() + i * width;
       const std::span<const float> values(record, dim);
       const std::span<const float> slots(record + dim, width - dim);
       const int64_t row = table.staged_rows[i];
       if (row < 0) {
-        table.rows.Add(table.staged_ids[i], values, slots, 1);
-        continue;
+        table.rows.Add(table.staged_ids[i], values, slots, table.staged_updates[i]);
+      } else {
+        table.rows.Update(row, values, slots, table.staged_updates[i]);
       }
-      table.rows.Update(row, values, slots, table.rows.updates(row) + 1);
     }
     table.rows_admitted += table.staged_new;
     table.rows_refused += table.staged_refused;
@@ -260,6 +264,7 @@ void EmbeddingTable::Discard() {
     table.staged = false;
     table.staged_ids.clear();
     table.staged_rows.clear();
+    table.staged_updates.clear();
     table.staged_records.clear();
     table.staged_new = 0;
     table.staged_refused = 0;

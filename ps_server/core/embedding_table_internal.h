@@ -45,11 +45,13 @@ struct EmbeddingTable::Embedding {
   int64_t rows_admitted = 0;
   int64_t rows_refused = 0;
 
-  // The staged update: per staged id, its row (-1: a new one) and its
-  // next values and state (record_floats() each).
+  // The staged update: per staged id, its row (-1: a new one), the row's
+  // update count once committed, and its next values and state
+  // (record_floats() each).
   bool staged = false;
   std::vector<uint64_t> staged_ids;
   std::vector<int64_t> staged_rows;
+  std::vector<int64_t> staged_updates;
   std::vector<float> staged_records;
   int64_t staged_new = 0;
   int64_t staged_refused = 0;

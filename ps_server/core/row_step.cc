@@ -44,7 +44,18 @@ int RowStep::landed() const {
 void RowStep::Mean(int table, int dim, std::vector<uint64_t>* ids, std::vector<float>* rows) const {
   ids->clear();
   rows->clear();
+  size_t landed_ids = 0;
+  for (const Rank& r : ranks_) {
+    for (int p = 0; p < r.parts; ++p) {
+      if (r.buffers[p].table == table) landed_ids += r.buffers[p].ids.size();
+    }
+  }
+  // Sized once for every id landed: growing it as ids come rehashes it
+  // several times a step.
   absl::flat_hash_map<uint64_t, size_t> position;
+  position.reserve(landed_ids);
+  ids->reserve(landed_ids);
+  rows->reserve(landed_ids * dim);
   for (const Rank& r : ranks_) {
     if (!r.landed) continue;
     for (int p = 0; p < r.parts; ++p) {

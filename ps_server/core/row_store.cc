@@ -31,17 +31,19 @@ int64_t RowStore::Find(uint64_t id) const {
   return it == part.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
-RowStore::Block& RowStore::WritableBlock(int64_t row) {
-  std::shared_ptr<Block>& block = blocks_[row / kRowsPerBlock];
+void RowStore::MakeWritable(int64_t row) {
   // A block made before the last freeze may be in a view while any is
-  // alive; the views never see a write, so it is copied first.
-  if (block->epoch < epoch_ && live_views_->load(std::memory_order_acquire) > 0) {
-    auto copy = std::make_shared<Block>(*block);
-    copy->epoch = epoch_;
-    records_[row / kRowsPerBlock] = copy->records.data();
-    block = std::move(copy);
-  }
-  return *block;
+  // alive; the views never see a write, so it is copied first. The count
+  // of views first: it is nearly always 0, and the block's epoch lies in
+  // its header.
+  if (live_views_->load(std::memory_order_acquire) == 0) return;
+  std::shared_ptr<Block>& block = blocks_[row / kRowsPerBlock];
+  if (block->epoch >= epoch_) return;
+  auto copy = std::make_shared<Block>(*block);
+  copy->epoch = epoch_;
+  records_[row / kRowsPerBlock] = copy->records.data();
+  updates_[row / kRowsPerBlock] = copy->updates.data();
+  block = std::move(copy);
 }
 
 int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
@@ -52,24 +54,27 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
     block->epoch = epoch_;
     block->records.resize(kRowsPerBlock * width());
     records_.push_back(block->records.data());
+    updates_.push_back(block->updates.data());
     blocks_.push_back(std::move(block));
   }
   ++size_;
-  Block& block = WritableBlock(row);
-  block.ids[row % kRowsPerBlock] = id;
-  block.updates[row % kRowsPerBlock] = updates;
-  float* record = block.records.data() + (row % kRowsPerBlock) * width();
-  std::copy(values.begin(), values.end(), record);
-  std::copy(slots.begin(), slots.end(), record + dim_);
+  MakeWritable(row);
+  blocks_[row / kRowsPerBlock]->ids[row % kRowsPerBlock] = id;
+  Write(row, values, slots, updates);
   index_[IndexPart(id)].emplace(id, static_cast<uint32_t>(row));
   return row;
 }
 
 void RowStore::Update(int64_t row, std::span<const float> values, std::span<const float> slots,
                       int64_t updates) {
-  Block& block = WritableBlock(row);
-  block.updates[row % kRowsPerBlock] = updates;
-  float* record = block.records.data() + (row % kRowsPerBlock) * width();
+  MakeWritable(row);
+  Write(row, values, slots, updates);
+}
+
+void RowStore::Write(int64_t row, std::span<const float> values, std::span<const float> slots,
+                     int64_t updates) {
+  updates_[row / kRowsPerBlock][row % kRowsPerBlock] = updates;
+  float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
   std::copy(values.begin(), values.end(), record);
   std::copy(slots.begin(), slots.end(), record + dim_);
 }

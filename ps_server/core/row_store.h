@@ -53,11 +53,13 @@ class RowStore {
   // Rows of a large table are scattered over memory, so a caller about to
   // visit many of them hints a few ahead, and the misses overlap.
   void PrefetchIndex(uint64_t id) const { index_[IndexPart(id)].prefetch(id); }
+  // A row is its record and its update count, which lie apart.
   void PrefetchRow(int64_t row) const {
     const float* at = record(row);
     for (size_t line = 0; line < width() * sizeof(float); line += 64) {
       __builtin_prefetch(reinterpret_cast<const char*>(at) + line);
     }
+    __builtin_prefetch(&updates_[row / kRowsPerBlock][row % kRowsPerBlock]);
   }
   // Adds a row for `id`, which has none, with the given contents (dim
   // values, slots_per_value * dim slots); returns its index.
@@ -70,7 +72,7 @@ class RowStore {
   uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
   std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
   std::span<const float> slots(int64_t row) const { return {record(row) + dim_, slot_floats()}; }
-  int64_t updates(int64_t row) const { return block(row).updates[row % kRowsPerBlock]; }
+  int64_t updates(int64_t row) const { return updates_[row / kRowsPerBlock][row % kRowsPerBlock]; }
 
   // The rows as they were at Freeze, read as the store's.
   class Frozen {
@@ -121,16 +123,22 @@ class RowStore {
   const float* record(int64_t row) const {
     return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
   }
-  // Row `row`'s block, copied first if a live view may share it.
-  Block& WritableBlock(int64_t row);
+  // Copies row `row`'s block first if a live view may share it.
+  void MakeWritable(int64_t row);
+  // Writes row `row`'s contents, its block writable.
+  void Write(int64_t row, std::span<const float> values, std::span<const float> slots,
+             int64_t updates);
   static size_t IndexPart(uint64_t id);
 
   const int dim_;
   const int slots_per_value_;
   int64_t size_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
-  // Each block's records: a row's values are one load away, not two.
+  // Each block's records and update counts: a row is one load away, not
+  // two, and reaching it never reads its block's header (a cache line of
+  // its own, which a large table's rows would each miss).
   std::vector<float*> records_;
+  std::vector<int64_t*> updates_;
   std::array<Index, kIndexParts> index_;
   // Freezes so far: a block with an older epoch may be in a view.
   int64_t epoch_ = 0;

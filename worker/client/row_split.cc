@@ -19,11 +19,31 @@ absl::Status Invalid(const EmbeddingTableConfig& table, absl::string_view what) 
   return absl::InvalidArgumentError(absl::StrCat("embedding table \"", table.name(), "\": ", what));
 }
 
+// The id lists one Make has checked: a model whose tables share their
+// ids (one list of a batch's ids for every table) passes the same list
+// more than once, and it is checked, and spread over the shards, once.
+class IdLists {
+ public:
+  // Whether `ids` is a list already checked (the same memory, the same
+  // length); remembers it otherwise.
+  bool Seen(std::span<const uint64_t> ids) {
+    for (const std::span<const uint64_t>& checked : checked_) {
+      if (checked.data() == ids.data() && checked.size() == ids.size()) return true;
+    }
+    checked_.push_back(ids);
+    return false;
+  }
+
+ private:
+  std::vector<std::span<const uint64_t>> checked_;
+};
+
 // Checks one table's ids and the length of its rows; `seen` is the tables
 // already named in the same list.
 absl::Status CheckRows(const std::vector<EmbeddingTableConfig>& tables, int table,
                        std::span<const uint64_t> ids, size_t floats, absl::string_view kind,
-                       std::vector<bool>* seen, absl::flat_hash_set<uint64_t>* unique) {
+                       std::vector<bool>* seen, IdLists* checked,
+                       absl::flat_hash_set<uint64_t>* unique) {
   if (table < 0 || static_cast<size_t>(table) >= tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat("rows name embedding table ", table, "; the model has ",
                                                    tables.size(), " tables"));
@@ -37,6 +57,7 @@ absl::Status CheckRows(const std::vector<EmbeddingTableConfig>& tables, int tabl
     return Invalid(config, absl::StrCat(ids.size(), " ids ", kind, " with ", floats,
                                         " floats of rows; dim ", dim, " needs ", ids.size() * dim));
   }
+  if (checked->Seen(ids)) return absl::OkStatus();
   unique->clear();
   unique->reserve(ids.size());
   for (uint64_t id : ids) {
@@ -48,10 +69,11 @@ absl::Status CheckRows(const std::vector<EmbeddingTableConfig>& tables, int tabl
   return absl::OkStatus();
 }
 
-void AppendId(uint64_t id, std::string* ids) {
-  char bytes[sizeof(uint64_t)];
-  for (size_t b = 0; b < sizeof(uint64_t); ++b) bytes[b] = static_cast<char>(id >> (8 * b));
-  ids->append(bytes, sizeof(bytes));
+// Writes `id` as the wire's 8 bytes (little-endian, as the host: common/
+// tensor_codec.h refuses to build elsewhere) at `out`; returns the next place.
+char* PutId(uint64_t id, char* out) {
+  std::memcpy(out, &id, sizeof(id));
+  return out + sizeof(id);
 }
 
 }  // namespace
@@ -62,16 +84,17 @@ absl::StatusOr<RowSplit> RowSplit::Make(const std::vector<EmbeddingTableConfig>&
                                         std::span<const RowValues> pull, bool push_every_table) {
   absl::flat_hash_set<uint64_t> unique;
   std::vector<bool> pushed(tables.size(), false), pulled(tables.size(), false);
+  IdLists checked_lists;
   for (const RowGradients& rows : push) {
     if (absl::Status checked = CheckRows(tables, rows.table, rows.ids, rows.gradients.size(),
-                                         "pushed", &pushed, &unique);
+                                         "pushed", &pushed, &checked_lists, &unique);
         !checked.ok()) {
       return checked;
     }
   }
   for (const RowValues& rows : pull) {
     if (absl::Status checked = CheckRows(tables, rows.table, rows.ids, rows.values.size(),
-                                         "pulled", &pulled, &unique);
+                                         "pulled", &pulled, &checked_lists, &unique);
         !checked.ok()) {
       return checked;
     }
@@ -85,7 +108,10 @@ absl::StatusOr<RowSplit> RowSplit::Make(const std::vector<EmbeddingTableConfig>&
   const int element_bytes = DTypeBytes(wire_dtype);
   std::vector<int> shard_of;
   std::vector<size_t> counts(num_shards);
+  std::span<const uint64_t> spread_ids;  // the list shard_of and counts are of
   auto spread = [&](std::span<const uint64_t> ids) {
+    if (ids.data() == spread_ids.data() && ids.size() == spread_ids.size()) return;
+    spread_ids = ids;
     shard_of.resize(ids.size());
     std::fill(counts.begin(), counts.end(), 0);
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -98,19 +124,20 @@ absl::StatusOr<RowSplit> RowSplit::Make(const std::vector<EmbeddingTableConfig>&
     const size_t dim = static_cast<size_t>(config.dim());
     const size_t row_bytes = dim * element_bytes;
     spread(rows.ids);
-    std::vector<EmbeddingRows*> outs(num_shards);
+    std::vector<char*> next_id(num_shards);
     std::vector<char*> next(num_shards);
     for (int s = 0; s < num_shards; ++s) {
-      EmbeddingRows* out = outs[s] = split.shards_[s].push.Add();
+      EmbeddingRows* out = split.shards_[s].push.Add();
       out->set_table(config.name());
       out->set_dtype(wire_dtype);
-      out->mutable_ids()->reserve(counts[s] * sizeof(uint64_t));
+      out->mutable_ids()->resize(counts[s] * sizeof(uint64_t));
       out->mutable_data()->resize(counts[s] * row_bytes);
+      next_id[s] = out->mutable_ids()->data();
       next[s] = out->mutable_data()->data();
     }
     for (size_t i = 0; i < rows.ids.size(); ++i) {
       const int s = shard_of[i];
-      AppendId(rows.ids[i], outs[s]->mutable_ids());
+      next_id[s] = PutId(rows.ids[i], next_id[s]);
       EncodeValuesTo(rows.gradients.subspan(i * dim, dim), wire_dtype, next[s]);
       next[s] += row_bytes;
     }
@@ -133,19 +160,21 @@ absl::StatusOr<RowSplit> RowSplit::Make(const std::vector<EmbeddingTableConfig>&
     const RowValues& rows = pull[k];
     const EmbeddingTableConfig& config = tables[rows.table];
     spread(rows.ids);
-    std::vector<std::string*> ids(num_shards);
+    std::vector<char*> next_id(num_shards);
+    std::vector<uint32_t*> next_position(num_shards);
     for (int s = 0; s < num_shards; ++s) {
       PullPart& part = split.shards_[s].pulls[0];
       EmbeddingRows* out = part.rows.Add();
-      ids[s] = out->mutable_ids();
       out->set_table(config.name());
-      out->mutable_ids()->reserve(counts[s] * sizeof(uint64_t));
+      out->mutable_ids()->resize(counts[s] * sizeof(uint64_t));
+      next_id[s] = out->mutable_ids()->data();
       part.pull_of.push_back(static_cast<int>(k));
-      part.positions.emplace_back().reserve(counts[s]);
+      next_position[s] = part.positions.emplace_back(counts[s]).data();
     }
     for (size_t i = 0; i < rows.ids.size(); ++i) {
-      AppendId(rows.ids[i], ids[shard_of[i]]);
-      split.shards_[shard_of[i]].pulls[0].positions.back().push_back(static_cast<uint32_t>(i));
+      const int s = shard_of[i];
+      next_id[s] = PutId(rows.ids[i], next_id[s]);
+      *next_position[s]++ = static_cast<uint32_t>(i);
     }
     split.pull_bytes_ += static_cast<int64_t>(rows.ids.size() * config.dim() * element_bytes);
   }

@@ -266,6 +266,51 @@ TEST_F(RowsTest, SyncTakesTheMeanOfTheWorkersRows) {
   }
 }
 
+// Tables fed from one list of a batch's ids (a CTR model's deep and wide
+// tables): each table gets its own rows, split and put back alike, and a
+// repeated id in the shared list is still refused.
+TEST_F(RowsTest, TablesSharingOneIdListEachGetTheirRows) {
+  ASSERT_NO_FATAL_FAILURE(Start(ASYNC, 1));
+  std::unique_ptr<PsClient> client = Connect(0, kModel);
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> ids = MixedIds(40, 7);
+  std::vector<float> emb_before(ids.size() * kDim), wide_before(ids.size());
+  {
+    const RowValues pulls[] = {{.table = 0, .ids = ids, .values = emb_before},
+                               {.table = 1, .ids = ids, .values = wide_before}};
+    std::vector<int64_t> versions;
+    ASSERT_TRUE(client->PullRows({0, 0}, absl::Seconds(10), pulls, &versions).ok());
+  }
+  const std::vector<float> emb_gradients = GradientsOf(ids, kDim);
+  const std::vector<float> wide_gradients = GradientsOf(ids, 1);
+  const RowGradients pushes[] = {{.table = 0, .ids = ids, .gradients = emb_gradients},
+                                 {.table = 1, .ids = ids, .gradients = wide_gradients}};
+  std::vector<PushResponse> responses;
+  ASSERT_TRUE(client->PushRows({0, 0}, pushes, &responses).ok());
+  std::vector<float> emb_after(ids.size() * kDim, NAN), wide_after(ids.size(), NAN);
+  const RowValues pulls[] = {{.table = 0, .ids = ids, .values = emb_after},
+                             {.table = 1, .ids = ids, .values = wide_after}};
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(client->PullRows({1, 1}, absl::Seconds(10), pulls, &versions).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int k = 0; k < kDim; ++k) {
+      EXPECT_EQ(emb_after[i * kDim + k],
+                emb_before[i * kDim + k] - kLearningRate * GradientOf(ids[i], k))
+          << "id " << ids[i];
+    }
+    EXPECT_EQ(wide_after[i], wide_before[i] - kLearningRate * GradientOf(ids[i], 0))
+        << "id " << ids[i];
+  }
+
+  const std::vector<uint64_t> twice = {ids[0], ids[1], ids[0]};
+  const std::vector<float> rows(3 * kDim, 1.0f), wide_rows(3, 1.0f);
+  const RowGradients repeated[] = {{.table = 0, .ids = twice, .gradients = rows},
+                                   {.table = 1, .ids = twice, .gradients = wide_rows}};
+  absl::Status pushed = client->PushRows({1, 1}, repeated, &responses);
+  EXPECT_TRUE(absl::IsInvalidArgument(pushed)) << pushed;
+  EXPECT_THAT(pushed.message(), HasSubstr(absl::StrCat("id ", ids[0], " appears twice")));
+}
+
 // ASYNC: rows pushed alone are applied at once, each push one version.
 TEST_F(RowsTest, AsyncRowsPushedAloneApplyAtOnce) {
   ASSERT_NO_FATAL_FAILURE(Start(ASYNC, 1));
