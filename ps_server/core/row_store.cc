@@ -1,6 +1,7 @@
 #include "ps_server/core/row_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "placement/row_placement.h"
 
@@ -16,7 +17,7 @@ size_t RowStore::IndexPart(uint64_t id) {
 
 int64_t RowStore::bytes() const {
   const int64_t per_block = sizeof(Block) + sizeof(std::shared_ptr<Block>) + sizeof(float*) +
-                            kRowsPerBlock * static_cast<int64_t>(width() * sizeof(float));
+                            kRowsPerBlock * static_cast<int64_t>(stride() * sizeof(float));
   int64_t bytes = static_cast<int64_t>(blocks_.size()) * per_block;
   for (const Index& part : index_) {
     // A slot per entry plus a control byte per slot (Abseil's Swiss table).
@@ -42,7 +43,6 @@ void RowStore::MakeWritable(int64_t row) {
   auto copy = std::make_shared<Block>(*block);
   copy->epoch = epoch_;
   records_[row / kRowsPerBlock] = copy->records.data();
-  updates_[row / kRowsPerBlock] = copy->updates.data();
   block = std::move(copy);
 }
 
@@ -52,9 +52,8 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
   if (row % kRowsPerBlock == 0) {
     auto block = std::make_shared<Block>();
     block->epoch = epoch_;
-    block->records.resize(kRowsPerBlock * width());
+    block->records.resize(kRowsPerBlock * stride());
     records_.push_back(block->records.data());
-    updates_.push_back(block->updates.data());
     blocks_.push_back(std::move(block));
   }
   ++size_;
@@ -73,10 +72,10 @@ void RowStore::Update(int64_t row, std::span<const float> values, std::span<cons
 
 void RowStore::Write(int64_t row, std::span<const float> values, std::span<const float> slots,
                      int64_t updates) {
-  updates_[row / kRowsPerBlock][row % kRowsPerBlock] = updates;
-  float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
+  float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
   std::copy(values.begin(), values.end(), record);
   std::copy(slots.begin(), slots.end(), record + dim_);
+  std::memcpy(record + width(), &updates, sizeof(updates));
 }
 
 RowStore::Frozen RowStore::Freeze() {

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -53,13 +54,13 @@ class RowStore {
   // Rows of a large table are scattered over memory, so a caller about to
   // visit many of them hints a few ahead, and the misses overlap.
   void PrefetchIndex(uint64_t id) const { index_[IndexPart(id)].prefetch(id); }
-  // A row is its record and its update count, which lie apart.
   void PrefetchRow(int64_t row) const {
-    const float* at = record(row);
-    for (size_t line = 0; line < width() * sizeof(float); line += 64) {
-      __builtin_prefetch(reinterpret_cast<const char*>(at) + line);
+    const char* at = reinterpret_cast<const char*>(record(row));
+    for (size_t line = 0; line < stride() * sizeof(float); line += 64) {
+      __builtin_prefetch(at + line);
     }
-    __builtin_prefetch(&updates_[row / kRowsPerBlock][row % kRowsPerBlock]);
+    // The record's last bytes, where it crosses into another line.
+    __builtin_prefetch(at + stride() * sizeof(float) - 1);
   }
   // Adds a row for `id`, which has none, with the given contents (dim
   // values, slots_per_value * dim slots); returns its index.
@@ -72,7 +73,7 @@ class RowStore {
   uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
   std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
   std::span<const float> slots(int64_t row) const { return {record(row) + dim_, slot_floats()}; }
-  int64_t updates(int64_t row) const { return updates_[row / kRowsPerBlock][row % kRowsPerBlock]; }
+  int64_t updates(int64_t row) const { return CountIn(record(row), width()); }
 
   // The rows as they were at Freeze, read as the store's.
   class Frozen {
@@ -87,14 +88,14 @@ class RowStore {
     std::span<const float> slots(int64_t row) const {
       return {record(row) + dim_, width_ - dim_};
     }
-    int64_t updates(int64_t row) const { return block(row).updates[row % kRowsPerBlock]; }
+    int64_t updates(int64_t row) const { return CountIn(record(row), width_); }
 
    private:
     friend class RowStore;
     Frozen(const RowStore& store);
     const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
     const float* record(int64_t row) const {
-      return block(row).records.data() + (row % kRowsPerBlock) * width_;
+      return block(row).records.data() + (row % kRowsPerBlock) * (width_ + kCountFloats);
     }
 
     const int dim_;
@@ -107,21 +108,30 @@ class RowStore {
   Frozen Freeze();
 
  private:
-  // A row's record is its values, then its slots. `epoch`: the store's
-  // epoch when the block was made; a view frozen since shares it.
+  // A row's record is its values, then its slots, then its update count
+  // (the bytes of an int64_t in kCountFloats floats): all a row's update
+  // reads and writes lies together, in a large table a line or two of one
+  // page. `epoch`: the store's epoch when the block was made; a view frozen
+  // since shares it.
+  static constexpr size_t kCountFloats = sizeof(int64_t) / sizeof(float);
   struct Block {
     int64_t epoch = 0;
     std::vector<float> records;
     std::array<uint64_t, kRowsPerBlock> ids;
-    std::array<int64_t, kRowsPerBlock> updates;
   };
+  static int64_t CountIn(const float* record, size_t width) {
+    int64_t count;
+    std::memcpy(&count, record + width, sizeof(count));
+    return count;
+  }
   using Index = absl::flat_hash_map<uint64_t, uint32_t>;
 
   size_t slot_floats() const { return static_cast<size_t>(slots_per_value_) * dim_; }
   size_t width() const { return static_cast<size_t>(dim_) + slot_floats(); }
+  size_t stride() const { return width() + kCountFloats; }
   const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
   const float* record(int64_t row) const {
-    return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * width();
+    return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
   }
   // Copies row `row`'s block first if a live view may share it.
   void MakeWritable(int64_t row);
@@ -134,11 +144,10 @@ class RowStore {
   const int slots_per_value_;
   int64_t size_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
-  // Each block's records and update counts: a row is one load away, not
-  // two, and reaching it never reads its block's header (a cache line of
-  // its own, which a large table's rows would each miss).
+  // Each block's records: a row is one load away, not two, and reaching it
+  // never reads its block's header (a cache line of its own, which a large
+  // table's rows would each miss).
   std::vector<float*> records_;
-  std::vector<int64_t*> updates_;
   std::array<Index, kIndexParts> index_;
   // Freezes so far: a block with an older epoch may be in a view.
   int64_t epoch_ = 0;
