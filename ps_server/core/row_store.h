@@ -22,8 +22,8 @@
 
 #include <array>
 #include <atomic>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
