@@ -413,6 +413,21 @@ def table_bench(rows):
     return {"scale": scale, "bound": bound, "stall": stall}
 
 
+def row_step_bench(rows):
+    return {"": table(
+        ["ranks", "examples per rank", "fields", "ids per field", "tables (dims)", "optimizer",
+         "ids a step (per table)", "rows held at the end", "check and land us", "stage us",
+         "commit us", "answer us", "step us", "rows updated/s", "rounds", "load"],
+        ["---:", "---:", "---:", "---:", "---", "---", "---:", "---:", "---:", "---:", "---:",
+         "---:", "---:", "---:", "---:", "---:"],
+        [(r["ranks"], r["batch"], r["fields"], r["distinct"], r["dims"], r["optimizer"],
+          f"{r['ids_per_step']:.0f}", f"{r['rows_held']:.0f}", spread(r, "land_us", 0),
+          spread(r, "stage_us", 0), spread(r, "commit_us", 0), spread(r, "answer_us", 0),
+          spread(r, "step_us", 0), f"{r['rows_per_second']:.0f}", r["rounds"],
+          f"{r['load']:.1f}")
+         for r in rows])}
+
+
 def ctr_scale(rows):
     return {"": table(
         ["id range", "table dim", "rows created", "rows refused", "training examples", "job",
@@ -461,7 +476,8 @@ TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": 
           "ps_bench_sizes": ps_bench_sizes,
           "metrics_bench": metrics_bench, "gpu_bench": gpu_bench,
           "netns_cluster": netns_cluster, "cost_model": cost_model,
-          "python_client": python_client, "table_bench": table_bench, "ctr_scale": ctr_scale,
+          "python_client": python_client, "table_bench": table_bench,
+          "row_step_bench": row_step_bench, "ctr_scale": ctr_scale,
           "cnn_vs_ddp": cnn_vs_ddp, "cnn_time_to_accuracy": cnn_time_to_accuracy}
 
 

@@ -13,7 +13,7 @@
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
 # ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
-# python_client table_bench ctr_scale cnn_vs_ddp. ONLY without machine keeps machine.json
+# python_client table_bench row_step_bench ctr_scale cnn_vs_ddp. ONLY without machine keeps machine.json
 # as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
 # cost_model redraws from its constants. Run it on a quiet machine, on a
@@ -40,7 +40,7 @@ DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
        ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
-       python_client table_bench ctr_scale cnn_vs_ddp)
+       python_client table_bench row_step_bench ctr_scale cnn_vs_ddp)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -279,6 +279,10 @@ table_bench() {
   [[ -n $DRY_RUN ]] || cat $WORK/table_bench_{scale,bound,stall}.json >"$BENCH_DIR/table_bench.json"
 }
 
+row_step_bench() {
+  run_to "$BENCH_DIR/row_step_bench.json" build/bin/row_step_bench --rounds="$(rounds 3)" --json
+}
+
 ctr_scale() {
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 3)" --json=$WORK/ctr_scale.8.json
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --json=$WORK/ctr_scale.16.json
@@ -289,8 +293,8 @@ for kind in ${ONLY//,/ }; do
   [[ " ${KINDS[*]} " == *" $kind "* ]] || die "ONLY: no benchmark \"$kind\" (${KINDS[*]})"
 done
 if [[ -z $DRY_RUN ]]; then
-  for bin in train_bench ps_bench socket_bench metrics_bench table_bench pslaunch ps_server \
-    worker; do
+  for bin in train_bench ps_bench socket_bench metrics_bench table_bench row_step_bench pslaunch \
+    ps_server worker; do
     [[ -x build/bin/$bin ]] || die "no build/bin/$bin; build first (scripts/build.sh)"
   done
   data=/usr/share/datasets/fashion-mnist

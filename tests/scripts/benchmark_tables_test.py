@@ -135,6 +135,13 @@ ROWS = {
          **{f"{f}{end}": v for f, v in (("longest_ms", 12.5), ("median_ms", 0.4),
                                         ("quiet_median_ms", 0.3), ("checkpoint_s", 14.0))
             for end in ("", "_min", "_max")}, "load": 12.0}],
+    "row_step_bench": [
+        {"ranks": 2, "batch": 256, "fields": 26, "distinct": 100000, "dims": "8,1",
+         "optimizer": "adagrad", "rounds": 3, "ids_per_step": 9400, "rows_held": 1500000,
+         **{f"{f}{end}": v for f, v in (("land_us", 300.0), ("stage_us", 2600.0),
+                                        ("commit_us", 800.0), ("answer_us", 1700.0),
+                                        ("step_us", 5400.0))
+            for end in ("", "_min", "_max")}, "rows_per_second": 3481481, "load": 2.2}],
     "ctr_scale": [
         {"rows": 10000000, "distinct_per_field": 384616, "train_examples": 1500000,
          "workers": 2, "shards": 2, "mode": "SYNC", "batch_size": 256, "dim": 8, "runs": 1,
@@ -190,6 +197,9 @@ EXPECTED = {
     "cost_model": "| 25 | 1000 MB | 64 | 630 | 320 | 1.4e+03 | none | 520 | 52 |",
     "python_client": "| shm | 4MiB | 900 (900-900) | 950 (950-950) | 1.050 (1.050-1.050) |",
     "table_bench": "| table | 5000000 rows x 16 | 12.5 (12.5-12.5) | 0.40 (0.40-0.40) |",
+    "row_step_bench": "| 2 | 256 | 26 | 100000 | 8,1 | adagrad | 9400 | 1500000 | 300 (300-300) "
+                      "| 2600 (2600-2600) | 800 (800-800) | 1700 (1700-1700) "
+                      "| 5400 (5400-5400) | 3481481 | 3 | 2.2 |",
     "ctr_scale": "| 10000000 | 8 | 9300000 | 0 | 1500000 | SYNC, 2 workers x 256, 2 shards "
                  "| 21000 (21000-21000) | 1900 (1900-1900) | 0.6801 (0.6801-0.6801) | 0.7012 |",
     "netns_link": "| 2gbit | 64MiB | 0.450 (0.450-0.450) | 0.470 (0.470-0.470) | 0.95 (0.95-0.95) "
