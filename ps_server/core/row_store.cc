@@ -7,7 +7,20 @@
 
 namespace pst {
 
-RowStore::RowStore(int dim, int slots_per_value) : dim_(dim), slots_per_value_(slots_per_value) {}
+RowStore::Block::Block(std::shared_ptr<RecordArena> arena, int64_t epoch)
+    : arena(std::move(arena)), epoch(epoch), records(static_cast<float*>(this->arena->Take())) {}
+
+RowStore::Block::Block(const Block& other, int64_t epoch) : Block(other.arena, epoch) {
+  std::memcpy(records, other.records, arena->piece_bytes());
+  ids = other.ids;
+}
+
+RowStore::Block::~Block() { arena->Give(records); }
+
+RowStore::RowStore(int dim, int slots_per_value)
+    : dim_(dim),
+      slots_per_value_(slots_per_value),
+      arena_(std::make_shared<RecordArena>(kRowsPerBlock * stride() * sizeof(float))) {}
 
 size_t RowStore::IndexPart(uint64_t id) {
   // The hash's top bits: its low bits chose the shard (ShardOfRow), so on
@@ -40,9 +53,8 @@ void RowStore::MakeWritable(int64_t row) {
   if (live_views_->load(std::memory_order_acquire) == 0) return;
   std::shared_ptr<Block>& block = blocks_[row / kRowsPerBlock];
   if (block->epoch >= epoch_) return;
-  auto copy = std::make_shared<Block>(*block);
-  copy->epoch = epoch_;
-  records_[row / kRowsPerBlock] = copy->records.data();
+  auto copy = std::make_shared<Block>(*block, epoch_);
+  records_[row / kRowsPerBlock] = copy->records;
   block = std::move(copy);
 }
 
@@ -50,10 +62,8 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
                       int64_t updates) {
   const int64_t row = size_;
   if (row % kRowsPerBlock == 0) {
-    auto block = std::make_shared<Block>();
-    block->epoch = epoch_;
-    block->records.resize(kRowsPerBlock * stride());
-    records_.push_back(block->records.data());
+    auto block = std::make_shared<Block>(arena_, epoch_);
+    records_.push_back(block->records);
     blocks_.push_back(std::move(block));
   }
   ++size_;

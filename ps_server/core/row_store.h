@@ -4,7 +4,9 @@
 // Rows live in blocks of kRowsPerBlock rows that are never moved, so a
 // growing table never copies the rows it holds (with millions of rows, a
 // reallocation would stall the shard's lock for the copy), and what it
-// holds beyond its rows is at most one block. The id index is split into
+// holds beyond its rows is at most one block. The blocks' records come from
+// a RecordArena (record_arena.h): on huge pages where the host grants them,
+// and up to a chunk (2 MiB) mapped ahead of the rows. The id index is split into
 // kIndexParts maps by the id's hash, so growing the index rehashes one
 // small map at a time, never the whole index.
 //
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "ps_server/core/record_arena.h"
 
 namespace pst {
 
@@ -95,7 +98,7 @@ class RowStore {
     Frozen(const RowStore& store);
     const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
     const float* record(int64_t row) const {
-      return block(row).records.data() + (row % kRowsPerBlock) * (width_ + kCountFloats);
+      return block(row).records + (row % kRowsPerBlock) * (width_ + kCountFloats);
     }
 
     const int dim_;
@@ -115,8 +118,17 @@ class RowStore {
   // since shares it.
   static constexpr size_t kCountFloats = sizeof(int64_t) / sizeof(float);
   struct Block {
-    int64_t epoch = 0;
-    std::vector<float> records;
+    // A block whose records are a piece of `arena`, made at `epoch`.
+    Block(std::shared_ptr<RecordArena> arena, int64_t epoch);
+    // A copy of `other`'s rows, made at `epoch`.
+    Block(const Block& other, int64_t epoch);
+    ~Block();
+    Block(const Block&) = delete;
+    Block& operator=(const Block&) = delete;
+
+    const std::shared_ptr<RecordArena> arena;
+    const int64_t epoch;
+    float* const records;  // kRowsPerBlock records, a piece of `arena`
     std::array<uint64_t, kRowsPerBlock> ids;
   };
   static int64_t CountIn(const float* record, size_t width) {
@@ -143,6 +155,9 @@ class RowStore {
   const int dim_;
   const int slots_per_value_;
   int64_t size_ = 0;
+  // Where the blocks' records are taken: shared with the blocks, which a
+  // frozen view may keep after the store is gone.
+  const std::shared_ptr<RecordArena> arena_;
   std::vector<std::shared_ptr<Block>> blocks_;
   // Each block's records: a row is one load away, not two, and reaching it
   // never reads its block's header (a cache line of its own, which a large
