@@ -26,7 +26,10 @@ both tables; the MLP's Adagrad with foreach=True, the tables' in a second
 Adagrad (torch's foreach Adagrad falls back to its one-tensor loop for a
 whole group when a gradient is sparse); glibc malloc tuned through the
 environment as ours tunes itself with mallopt (MALLOC_MMAP_MAX_=0,
-MALLOC_TRIM_THRESHOLD_=1 GiB, MALLOC_TOP_PAD_=64 MiB, MALLOC_ARENA_MAX=1).
+MALLOC_TRIM_THRESHOLD_=1 GiB, MALLOC_TOP_PAD_=64 MiB, MALLOC_ARENA_MAX=1),
+and on transparent huge pages as our tables' rows are
+(GLIBC_TUNABLES=glibc.malloc.hugetlb=1: its whole heap, tables included, is
+advised for them, where the host grants them only on request).
 DDP all-reduces the tables' sparse gradients itself (gloo's sparse
 all-reduce). Categorical values become rows of one table by a vocabulary of
 each field's values over both files (ours hashes them to 64-bit ids instead).
@@ -48,9 +51,12 @@ import time
 
 PROGRAM = "ctr_vs_torch.py"
 FIELDS, DENSE = 26, 13
-# glibc's names for the settings common/process_memory.cc makes with mallopt.
+# glibc's names for the settings common/process_memory.cc makes with mallopt,
+# and huge pages for the heap, as ps_server/core/record_arena.cc asks them for
+# the tables' rows.
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-              "MALLOC_TOP_PAD_": str(64 << 20), "MALLOC_ARENA_MAX": "1"}
+              "MALLOC_TOP_PAD_": str(64 << 20), "MALLOC_ARENA_MAX": "1",
+              "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 ADAGRAD = {"lr": 0.1, "initial_accumulator_value": 1e-4, "eps": 1e-7}
 
 
