@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -32,6 +34,12 @@ int64_t ProcessResidentBytes(pid_t pid) {
   int64_t pages = 0, resident = 0;
   if (!(file >> pages >> resident)) return 0;
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string LoadAverage() {
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) < 1) return "n/a";
+  return absl::StrCat(load[0]);
 }
 
 }  // namespace pst

@@ -34,6 +34,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "benchmarks/median.h"
+#include "benchmarks/process_cpu.h"
 #include "common/exit.h"
 #include "common/flags.h"
 #include "ps_server/core/embedding_table.h"
@@ -66,17 +67,6 @@ std::vector<int> Dims() {
     dims.push_back(dim);
   }
   return dims;
-}
-
-// The 1-minute load average, as the other benchmarks' rows carry it.
-std::string Load() {
-  std::FILE* file = std::fopen("/proc/loadavg", "r");
-  double load = 0;
-  if (file != nullptr) {
-    if (std::fscanf(file, "%lf", &load) != 1) load = 0;
-    std::fclose(file);
-  }
-  return absl::StrCat(load);
 }
 
 std::string TableName(size_t t) { return absl::StrCat("t", t); }
@@ -270,7 +260,7 @@ int Run() {
         static_cast<long long>(absl::GetFlag(FLAGS_distinct)), absl::GetFlag(FLAGS_dims).c_str(),
         rounds, ids[0], held[0], land[0], land[1], land[2], stage[0], stage[1], stage[2],
         commit[0], commit[1], commit[2], answer[0], answer[1], answer[2], step[0], step[1],
-        step[2], rows_per_second, Load().c_str());
+        step[2], rows_per_second, LoadAverage().c_str());
   } else {
     std::printf("step %.0f us (%.0f-%.0f): land %.0f, stage %.0f, commit %.0f, answer %.0f us; "
                 "%.0f ids a step per table, %.0f rows updated a second\n",

@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "benchmarks/median.h"
+#include "benchmarks/process_cpu.h"
 #include "benchmarks/ps_server_processes.h"
 #include "common/exit.h"
 #include "common/flags.h"
@@ -159,12 +160,6 @@ double Rate(int64_t count, absl::Duration elapsed) {
   return static_cast<double>(count) / absl::ToDoubleSeconds(elapsed);
 }
 
-std::string Load() {
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) < 1) return "n/a";
-  return absl::StrCat(load[0]);
-}
-
 int RunScale() {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int dim = absl::GetFlag(FLAGS_dim);
@@ -229,7 +224,7 @@ int RunScale() {
         Rate(rows, fill_time), static_cast<long long>(rss_before),
         static_cast<long long>(rss_after), rss_per_row, static_cast<double>(table_bytes) / rows,
         raw, batch, steps_median, *low, *high, steps_median * batch, *low * batch, *high * batch,
-        Load().c_str());
+        LoadAverage().c_str());
     return 0;
   }
   std::printf("fill: %lld rows x %d over %d shards in %.1f s (%.0f rows/s)\n",
@@ -244,7 +239,7 @@ int RunScale() {
               "%.0f rows/s pushed = pulled (median of %zu rounds of %.0f s)\n",
               batch, batch, steps_median, *low, *high, steps_median * batch,
               steps_per_second.size(), absl::GetFlag(FLAGS_seconds));
-  std::printf("load average: %s\n", Load().c_str());
+  std::printf("load average: %s\n", LoadAverage().c_str());
   return 0;
 }
 
@@ -286,7 +281,7 @@ int RunBound() {
         static_cast<long long>(stats.rows_admitted()), static_cast<long long>(stats.rows_refused()),
         static_cast<long long>(rss_before), static_cast<long long>(rss_at_limit),
         static_cast<long long>(peak), growth, bound, static_cast<long long>(stats.bytes()),
-        Load().c_str());
+        LoadAverage().c_str());
     return 0;
   }
   std::printf("sent %lld one-off ids (dim %d, Adagrad) in %.1f s to a shard holding at most %lld "
@@ -303,7 +298,7 @@ int RunBound() {
               rss_before / 1048576.0, rss_at_limit / 1048576.0, peak / 1048576.0,
               growth / 1048576.0, growth <= bound ? "within" : "OVER", bound / 1048576.0,
               kPushBuffers / 1048576.0, stats.bytes() / 1048576.0);
-  std::printf("load average: %s\n", Load().c_str());
+  std::printf("load average: %s\n", LoadAverage().c_str());
   return 0;
 }
 
@@ -384,7 +379,7 @@ int RunStall() {
                    "(from %+.2f s), median %.1f ms (%.1f ms before it); load %s\n",
                    round, table ? "table" : "dense", stall.checkpoint_s, stall.pushes,
                    stall.longest_ms, stall.longest_at_s, stall.median_ms, stall.quiet_median_ms,
-                   Load().c_str());
+                   LoadAverage().c_str());
       std::fflush(json ? stderr : stdout);
     }
   }
@@ -413,7 +408,7 @@ int RunStall() {
           "\"load\":%s}\n",
           variant, static_cast<long long>(rows), dim, kStallPushRows, stalls.size(), longest[0],
           longest[1], longest[2], median[0], median[1], median[2], quiet[0], quiet[1], quiet[2],
-          seconds[0], seconds[1], seconds[2], Load().c_str());
+          seconds[0], seconds[1], seconds[2], LoadAverage().c_str());
     } else {
       std::printf("%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
                   "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
@@ -424,7 +419,7 @@ int RunStall() {
                   seconds[0], seconds[1], seconds[2]);
     }
   }
-  if (!json) std::printf("load average: %s\n", Load().c_str());
+  if (!json) std::printf("load average: %s\n", LoadAverage().c_str());
   return 0;
 }
 
