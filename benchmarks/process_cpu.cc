@@ -1,5 +1,6 @@
 #include "benchmarks/process_cpu.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +17,14 @@
 namespace pst {
 
 double ProcessCpuSeconds(pid_t pid) {
+  // The process's CPU-time clock counts nanoseconds; /proc/<pid>/stat counts
+  // clock ticks (10 ms), which a process that has just started may not have
+  // reached.
+  clockid_t clock;
+  timespec time{};
+  if (clock_getcpuclockid(pid, &clock) == 0 && clock_gettime(clock, &time) == 0) {
+    return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_nsec) * 1e-9;
+  }
   std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
   const std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   // The command name, field 2, is in parentheses and may hold spaces.

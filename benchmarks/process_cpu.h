@@ -12,7 +12,8 @@
 namespace pst {
 
 // User plus system CPU seconds of process `pid`, every thread of it, from
-// /proc/<pid>/stat; 0 if it cannot be read (the process is gone).
+// its CPU-time clock (nanoseconds), else from /proc/<pid>/stat (clock
+// ticks); 0 if neither can be read (the process is gone).
 double ProcessCpuSeconds(pid_t pid);
 
 // Resident bytes of process `pid`, from /proc/<pid>/statm; 0 if it cannot

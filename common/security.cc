@@ -189,6 +189,16 @@ std::optional<std::string> InsecureListenWarning(absl::string_view address,
       "it, with no token; use this only on a private network, or configure cluster.tls");
 }
 
+std::optional<std::string> ExposedListenWarning(absl::string_view address) {
+  if (IsLoopbackAddress(address)) return std::nullopt;
+  return absl::StrCat(
+      "serving gRPC on ", address,
+      " directly: gRPC 1.51 does not bound HTTP/2 floods (streams reset in a loop, header blocks "
+      "that never end), which grow this process by gigabytes a second for anyone who reaches it, "
+      "token and TLS or not; where untrusted clients can reach it, listen on 127.0.0.1 behind "
+      "the relay of deploy/relay/nghttpx.conf (docs/hardening.md)");
+}
+
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   // Walk the longer length in full whatever the contents, folding every
   // difference (including the length) into one value.

@@ -112,6 +112,15 @@ std::optional<std::string> InsecureListenWarning(absl::string_view address,
                                                  const ClusterSecurity& security,
                                                  bool allow_insecure);
 
+// A warning for a server that takes connections beyond loopback itself:
+// gRPC 1.51 bounds neither HTTP/2 streams opened and reset in a loop nor
+// header blocks that never end, and either, from anyone who can reach the
+// address, grows the server by gigabytes in seconds, before any token or
+// certificate is checked. The remedy, named in the warning, is the relay of
+// deploy/relay/nghttpx.conf in front, with the server on loopback. nullopt
+// for a loopback address.
+std::optional<std::string> ExposedListenWarning(absl::string_view address);
+
 // Whether a == b, taking time that depends on the lengths only, so a caller
 // cannot learn a token byte by byte from response times.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);

@@ -259,6 +259,9 @@ int main(int argc, char** argv) {
           pst::InsecureListenWarning(address, *security, absl::GetFlag(FLAGS_allow_insecure))) {
     spdlog::warn("{}", *warning);
   }
+  if (std::optional<std::string> warning = pst::ExposedListenWarning(address)) {
+    spdlog::warn("{}", *warning);
+  }
   if (std::optional<std::string> warning = pst::metrics::ExposureWarningFromFlags(security->tls())) {
     spdlog::warn("{}", *warning);
   }

@@ -37,6 +37,9 @@ CHECK_PACKAGES=(
   # built for; NumPy for its arrays, PyTorch for pstrain.torch, the CNN
   # example and their tests.
   pybind11-dev python3-dev python3-numpy python3-torch
+  # The HTTP/2 relay deploy/relay/nghttpx.conf configures (nghttpx), which
+  # ends the floods gRPC 1.51 does not bound; tests/scripts/relay_test.sh.
+  nghttp2-proxy
   # Benchmarks only: ps_bench's loopback TCP baseline.
   iperf3
   # Benchmarks only: the cost model's plot (scripts/cost_model_plot.py).

@@ -87,6 +87,13 @@ TEST(ListenAddressTest, PlaintextOnlyOnLoopbackUnlessAllowed) {
       EXPECT_THAT(*warning, HasSubstr("cluster.tls"));
     }
     EXPECT_FALSE(InsecureListenWarning(c.address, ClusterSecurity::Plaintext(), false));
+    // Beyond loopback, TLS or not: the floods gRPC does not bound, and the relay.
+    std::optional<std::string> exposed = ExposedListenWarning(c.address);
+    EXPECT_EQ(exposed.has_value(), !c.loopback);
+    if (exposed) {
+      EXPECT_THAT(*exposed, HasSubstr(c.address));
+      EXPECT_THAT(*exposed, HasSubstr("deploy/relay/nghttpx.conf"));
+    }
   }
 }
 

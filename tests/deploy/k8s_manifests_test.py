@@ -80,6 +80,32 @@ class KubernetesManifestsTest(unittest.TestCase):
         claims = [t["metadata"]["name"] for t in self.statefulset["spec"]["volumeClaimTemplates"]]
         self.assertIn("checkpoints", claims)
 
+    def test_each_shard_is_reached_only_through_its_relay(self):
+        containers = {c["name"]: c for c in self.statefulset["spec"]["template"]["spec"]["containers"]}
+        ps, relay = containers["ps"], containers["relay"]
+        self.assertIn("--listen=127.0.0.1:50052", " ".join(ps["args"]))
+        self.assertNotIn("ports", ps)
+        self.assertEqual(relay["command"], ["nghttpx"])
+        args = relay["args"]
+        self.assertIn("--frontend=0.0.0.0,50051", args)
+        self.assertIn("--backend=127.0.0.1,50052;;proto=h2;tls;sni=pstrain-ps", args)
+        self.assertIn("--verify-client", args)
+        self.assertEqual(relay["ports"][0]["containerPort"], self.service["spec"]["ports"][0]["targetPort"])
+        # The conf the relay names is the repository's, copied into the image there.
+        conf = [a for a in args if a.startswith("--conf=")][0][len("--conf="):]
+        with open(os.path.join(SOURCE_DIR, "docker", "Dockerfile")) as f:
+            self.assertIn("COPY deploy/relay/nghttpx.conf " + conf, f.read())
+        self.assertIn("server_name: \"pstrain-ps\"", self.config)
+
+    def test_only_workers_reach_the_shards(self):
+        policy = self.objects[("NetworkPolicy", "pstrain-ps")]["spec"]
+        self.assertEqual(policy["podSelector"]["matchLabels"],
+                         self.statefulset["spec"]["template"]["metadata"]["labels"])
+        (rule,) = policy["ingress"]
+        self.assertEqual([p["port"] for p in rule["ports"]], [self.service["spec"]["ports"][0]["targetPort"]])
+        self.assertEqual([f["podSelector"]["matchLabels"] for f in rule["from"]],
+                         [self.job["spec"]["template"]["metadata"]["labels"]])
+
     def test_workers_are_an_indexed_job_with_gpus(self):
         spec = self.job["spec"]
         self.assertEqual(spec["completionMode"], "Indexed")

@@ -42,8 +42,9 @@ TEST(ShutdownUnderAttackTest, AClientResettingStreamsDoesNotHoldUpTheShutdown) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  std::string binary = PST_RAPID_RESET_CLIENT, port = absl::StrCat(server->port);
-  char* argv[] = {binary.data(), port.data(), nullptr};
+  std::string binary = PST_HTTP2_FLOOD_CLIENT, port = absl::StrCat(server->port),
+              kind = "rapid_reset";
+  char* argv[] = {binary.data(), port.data(), kind.data(), nullptr};
   pid_t client = -1;
   ASSERT_EQ(posix_spawn(&client, argv[0], &actions, nullptr, argv, environ), 0);
   posix_spawn_file_actions_destroy(&actions);

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# deploy/relay/nghttpx.conf in front of a ps_server, as docs/hardening.md
+# starts it: 1 PS + 2 workers train the default model through the relay to
+# its usual accuracy, in plaintext and with mutual TLS and a token on both
+# of the relay's sides (as deploy/k8s/ps.yaml runs it); then floods the PS
+# alone cannot bound (HTTP/2 streams opened and reset in a loop, a header
+# block that never ends) are ended by the relay: each flooding connection is
+# closed, the PS's resident memory stays flat and a Stats call through the
+# relay is answered meanwhile.
+# Needs nghttpx (Debian's nghttp2-proxy; skipped, exit 77, otherwise).
+set -euo pipefail
+BUILD_DIR=$(cd "$1" && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+if ! command -v nghttpx > /dev/null; then
+  echo "relay_test: skipped: nghttpx is not installed (Debian package nghttp2-proxy)"
+  exit 77
+fi
+BIN=$BUILD_DIR/bin
+FLOOD=$BUILD_DIR/tests/support/http2_flood_client
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2> /dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2> /dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+resident_mib() { awk '/^VmRSS/ { print int($2 / 1024) }' "/proc/$1/status"; }
+# Waits (bounded) until a file is not empty.
+wait_for_file() {
+  for _ in $(seq 600); do
+    [[ -s $1 ]] && return 0
+    sleep 0.1
+  done
+  echo "relay_test: $1 never appeared" >&2
+  return 1
+}
+
+stats_through_relay() {
+  timeout 10 "$BIN/psctl" status --config="$WORK/cluster.textproto" > /dev/null
+}
+
+# Starts a PS on a port of its own and the relay in front of it at
+# cluster.ps[0] (the config in $WORK/cluster.textproto), with the relay's
+# extra flags; sets PS to the PS's pid.
+start_ps_and_relay() {
+  rm -f "$WORK/ps_port" "$WORK/relay.pid"
+  "$BIN/ps_server" "${COMMON[@]}" --listen=127.0.0.1:0 --port_file="$WORK/ps_port" > "$WORK/ps.log" 2>&1 &
+  PS=$!
+  PIDS+=("$PS")
+  wait_for_file "$WORK/ps_port"
+  local backend="127.0.0.1,$(cat "$WORK/ps_port");;proto=h2"
+  if [[ $1 == tls ]]; then
+    # As deploy/k8s/ps.yaml: TLS on both sides, the task's certificate
+    # verified at the front, the relay's own (the same one) at the PS.
+    nghttpx --conf="$REPO/deploy/relay/nghttpx.conf" --pid-file="$WORK/relay.pid" \
+      --frontend="127.0.0.1,$RELAY_PORT" --backend="$backend;tls;sni=pstrain-ps" \
+      --verify-client --verify-client-cacert="$WORK/ca.crt" --cacert="$WORK/ca.crt" \
+      --client-private-key-file="$WORK/tls.key" --client-cert-file="$WORK/tls.crt" \
+      --errorlog-file="$WORK/relay.log" "$WORK/tls.key" "$WORK/tls.crt" 2> "$WORK/relay.stderr" &
+  else
+    nghttpx --conf="$REPO/deploy/relay/nghttpx.conf" --pid-file="$WORK/relay.pid" \
+      --frontend="127.0.0.1,$RELAY_PORT;no-tls" --backend="$backend" \
+      --errorlog-file="$WORK/relay.log" 2> "$WORK/relay.stderr" &
+  fi
+  RELAY=$!
+  PIDS+=("$RELAY")
+  wait_for_file "$WORK/relay.pid"
+}
+
+stop_ps_and_relay() {
+  kill "$PS" "$RELAY"
+  wait "$PS" "$RELAY" || true
+}
+
+# 1 PS + 2 workers through the relay, 2 epochs; the chief's accuracy.
+train_through_relay() {
+  local workers=()
+  for w in 0 1; do
+    "$BIN/worker" "${COMMON[@]}" --task=worker:$w --result_file="$WORK/result$w.json" > "$WORK/worker$w.log" 2>&1 &
+    workers+=("$!")
+    PIDS+=("$!")
+  done
+  for pid in "${workers[@]}"; do
+    if ! wait "$pid"; then
+      echo "relay_test: a worker failed ($1):" >&2
+      tail -n 5 "$WORK"/worker*.log "$WORK/relay.log" >&2
+      exit 1
+    fi
+  done
+  /usr/bin/python3 - "$WORK/result0.json" "$1" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+print("through the relay (%s): test accuracy %.4f" % (sys.argv[2], result["test_accuracy"]))
+assert result["test_accuracy"] >= 0.80, result
+PY
+}
+
+# The relay's port: one the kernel has just given out, free again.
+RELAY_PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Shared memory off: every byte crosses the relay.
+COMMON=(--config="$WORK/cluster.textproto" --epochs=2 --shm=off)
+
+# Mutual TLS and a token, one certificate for every task (as the Kubernetes
+# manifests have it).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+  -subj /CN=pstrain-test-ca -keyout "$WORK/ca.key" -out "$WORK/ca.crt" 2> /dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=pstrain-ps \
+  -keyout "$WORK/tls.key" -out "$WORK/tls.csr" 2> /dev/null
+printf 'subjectAltName=DNS:pstrain-ps\nextendedKeyUsage=serverAuth,clientAuth\n' > "$WORK/tls.ext"
+openssl x509 -req -in "$WORK/tls.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" -CAcreateserial \
+  -days 1 -extfile "$WORK/tls.ext" -out "$WORK/tls.crt" 2> /dev/null
+export PSTRAIN_TOKEN=relay-test-token
+{
+  echo "cluster { ps: \"127.0.0.1:$RELAY_PORT\" workers: 2"
+  echo "  tls { cert: \"$WORK/tls.crt\" key: \"$WORK/tls.key\" ca: \"$WORK/ca.crt\""
+  echo "        require_client_cert: true server_name: \"pstrain-ps\" }"
+  echo "  auth { token_env: \"PSTRAIN_TOKEN\" } }"
+  sed -n '/^training/,$p' "$REPO/configs/local.textproto"
+} > "$WORK/cluster.textproto"
+start_ps_and_relay tls
+train_through_relay "mutual TLS, token"
+stop_ps_and_relay
+
+sed "s/127.0.0.1:50051/127.0.0.1:$RELAY_PORT/" "$REPO/configs/local.textproto" > "$WORK/cluster.textproto"
+start_ps_and_relay plaintext
+train_through_relay plaintext
+
+# Floods: the relay ends each flooding connection (the client exits 0 when
+# its connection is closed; against the PS alone it never is).
+for kind in rapid_reset continuation; do
+  before=$(resident_mib "$PS")
+  timeout 60 "$FLOOD" "$RELAY_PORT" "$kind" > /dev/null || {
+    echo "relay_test: the relay did not end a $kind flood within 60 s" >&2
+    exit 1
+  }
+  # Five more flooding connections, one after the other, while Stats calls
+  # go through the relay.
+  (for _ in 1 2 3 4 5; do timeout 60 "$FLOOD" "$RELAY_PORT" "$kind" > /dev/null; done) &
+  ATTACK=$!
+  PIDS+=("$ATTACK")
+  stats_through_relay
+  wait "$ATTACK"
+  stats_through_relay
+  after=$(resident_mib "$PS")
+  echo "$kind through the relay: PS resident ${before} -> ${after} MiB"
+  # Against the PS alone, either flood grows it by more than 1 GiB in 5 s.
+  if ((after > before + 64)); then
+    echo "relay_test: the PS grew by $((after - before)) MiB under a $kind flood" >&2
+    exit 1
+  fi
+done
+echo "relay_test: passed"
