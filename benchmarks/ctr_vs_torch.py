@@ -8,11 +8,18 @@ log-loss, Adagrad lr 0.1 with accumulators starting at 1e-4 and eps 1e-7,
 one epoch) on the same generated Criteo-format files, with the same samples
 per update, and scores each on the same test file (AUC, log-loss):
 
-  ours SYNC 2 workers    pslaunch --config=<the config> (2 workers of batch_size each)
-  ours ASYNC 2 workers   the same with --mode=async
-  torch 1 process        batch 2 x batch_size, torch.set_num_threads(1), then
-                         one thread per core (os.cpu_count())
-  torch DDP 2 processes  gloo on 127.0.0.1, batch_size each, one thread each
+  ours SYNC 2 workers    pslaunch --config=<the config> (2 workers of batch_size
+                         each; an update averages both: 2 x batch_size samples)
+  ours ASYNC 2 workers   the same with --mode=async (an update is one worker's
+                         push: batch_size samples)
+  torch 1 process        torch.set_num_threads(1), then one thread per core
+                         (os.cpu_count()), a batch of the samples per update
+  torch DDP 2 processes  gloo on 127.0.0.1, half the samples per update each,
+                         one thread each
+
+Each PyTorch variant runs at both of ours' samples per update (2 x
+batch_size and batch_size), and each of ours is set beside the fastest
+PyTorch variant at its own.
 
 Every variant runs once per round, in turn, so that a shared machine's drift
 hits them all alike; a row is the median over the rounds with the fastest and
@@ -176,7 +183,7 @@ def peer(args):
     torch.set_num_threads(args.threads)
     a = prepare_arrays(args.train_file, args.test_file, args.cache)
     world, rank = args.world, args.rank
-    per_update = 2 * args.batch_size  # ours: 2 SYNC workers of batch_size each
+    per_update = args.per_update
     steps = len(a["train_labels"]) // per_update
     if args.max_steps:
         steps = min(steps, args.max_steps)
@@ -221,19 +228,19 @@ def peer(args):
     print(json.dumps(result), flush=True)
 
 
-def peer_command(args, world, rank, port, threads):
+def peer_command(args, world, rank, port, threads, per_update):
     return [sys.executable, os.path.abspath(__file__), "--peer", f"--world={world}",
             f"--rank={rank}", f"--port={port}", f"--threads={threads}",
-            f"--batch_size={args.batch_size}", f"--dim={args.dim}",
+            f"--per_update={per_update}", f"--dim={args.dim}",
             f"--hidden={','.join(map(str, args.hidden))}", f"--seed={args.seed}",
             f"--train_file={args.train_file}", f"--test_file={args.test_file}",
             f"--cache={args.cache}"]
 
 
-def run_torch(args, world, threads):
+def run_torch(args, world, threads, per_update):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **MALLOC_ENV)
     port = free_port()
-    procs = [subprocess.Popen(peer_command(args, world, r, port, threads), env=env,
+    procs = [subprocess.Popen(peer_command(args, world, r, port, threads, per_update), env=env,
                               stdout=subprocess.PIPE, text=True) for r in range(world)]
     results = []
     for p in procs:
@@ -277,20 +284,31 @@ def run_ours(args, mode):
 # faster is its best (on 2 cores, one thread is).
 CORES = max(2, os.cpu_count() or 2)
 EVERY_CORE = f"torch 1 process {CORES} threads"
-VARIANTS = [
-    ("ours SYNC 2 workers", lambda a: run_ours(a, "sync")),
-    ("torch 1 process 1 thread", lambda a: run_torch(a, 1, 1)),
-    ("torch DDP 2 processes", lambda a: run_torch(a, 2, 1)),
-    ("ours ASYNC 2 workers", lambda a: run_ours(a, "async")),
-    (EVERY_CORE, lambda a: run_torch(a, 1, CORES)),
-]
-PEERS = ["torch 1 process 1 thread", EVERY_CORE, "torch DDP 2 processes"]
+ONE_PROCESS = ["torch 1 process 1 thread", EVERY_CORE]
+PEERS = ONE_PROCESS + ["torch DDP 2 processes"]
+OURS = {"sync": "ours SYNC 2 workers", "async": "ours ASYNC 2 workers"}
+
+
+def variants(batch_size):
+    """(name, samples per update, runner): ours, then every PyTorch variant at
+    each of ours' samples per update (SYNC sums the 2 workers' batches into
+    one update, ASYNC applies each worker's push alone)."""
+    per_update = {"sync": 2 * batch_size, "async": batch_size}
+    peers = {"torch 1 process 1 thread": (1, 1), EVERY_CORE: (1, CORES),
+             "torch DDP 2 processes": (2, 1)}
+    out = []
+    for mode, name in OURS.items():
+        out.append((name, per_update[mode], lambda a, m=mode: run_ours(a, m)))
+        for peer_name, (world, threads) in peers.items():
+            out.append((peer_name, per_update[mode],
+                        lambda a, w=world, t=threads, n=per_update[mode]: run_torch(a, w, t, n)))
+    return out
+
+
 FIGURES = ["samples_per_sec", "test_auc", "test_logloss", "load_1min"]
 
 
-def summarize(name, runs, common, batch_size):
-    # An ASYNC shard applies each worker's push alone; SYNC sums the 2.
-    per_update = batch_size if "ASYNC" in name else 2 * batch_size
+def summarize(name, per_update, runs, common):
     row = dict(common, variant=name, samples_per_update=per_update, runs=len(runs))
     for figure in FIGURES:
         values = [r[figure] for r in runs]
@@ -313,7 +331,7 @@ def main():
     # The peer's own flags (one PyTorch process, run by this driver).
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     for flag, kind in (("world", int), ("rank", int), ("port", int), ("threads", int),
-                       ("batch_size", int), ("dim", int), ("hidden", str), ("seed", int),
+                       ("per_update", int), ("dim", int), ("hidden", str), ("seed", int),
                        ("train_file", str), ("test_file", str), ("cache", str), ("max_steps", int)):
         parser.add_argument(f"--{flag}", type=kind, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -354,37 +372,41 @@ def main():
         run_ours(args, "sync")
     prepare_arrays(args.train_file, args.test_file, args.cache)
     command = shlex.join(["/usr/bin/python3"] + sys.argv)
-    samples = {name: [] for name, _ in VARIANTS}
+    runs = variants(args.batch_size)
+    samples = {(name, n): [] for name, n, _ in runs}
     for r in range(args.rounds):
-        for name, runner in VARIANTS:
+        for name, n, runner in runs:
             load = os.getloadavg()[0]
             result = dict(runner(args), load_1min=load)
-            samples[name].append(result)
-            print(f"# round {r + 1}/{args.rounds}: {name}: {result['samples_per_sec']:.0f} "
-                  f"samples/s, test_auc {result['test_auc']:.4f}, load {load:.2f}",
-                  file=sys.stderr, flush=True)
+            samples[(name, n)].append(result)
+            print(f"# round {r + 1}/{args.rounds}: {name}, {n} per update: "
+                  f"{result['samples_per_sec']:.0f} samples/s, test_auc "
+                  f"{result['test_auc']:.4f}, load {load:.2f}", file=sys.stderr, flush=True)
     common = {"benchmark": "ctr_vs_torch", "command": command}
-    rows = [summarize(name, runs, common, args.batch_size) for name, runs in samples.items()]
-    median = {row["variant"]: row for row in rows}
-    best_peer = max(PEERS, key=lambda p: median[p]["samples_per_sec"])
-    faster_one = max(PEERS[:2], key=lambda p: median[p]["samples_per_sec"])
-    rows.append(dict(common, best_peer=best_peer, faster_one_process=faster_one,
-                     planted_auc=args.planted_auc, **{
-                         f"ratio_{mode}_vs_best_peer": round(
-                             median[f"ours {mode.upper()} 2 workers"]["samples_per_sec"] /
-                             median[best_peer]["samples_per_sec"], 3)
-                         for mode in ("sync", "async")}))
-    print(f"{'variant':28} {'samples/s':>10} {'min':>8} {'max':>8} {'test_auc':>9} "
-          f"{'logloss':>8} {'load':>5}")
-    for row in rows[:-1]:
-        print(f"{row['variant']:28} {row['samples_per_sec']:10.0f} "
-              f"{row['samples_per_sec_min']:8.0f} {row['samples_per_sec_max']:8.0f} "
-              f"{row['test_auc']:9.4f} {row['test_logloss']:8.4f} {row['load_1min']:5.2f}")
-    ratios = rows[-1]
-    print(f"faster PyTorch: {best_peer} (of one process: {faster_one}); ours SYNC / it: "
-          f"{ratios['ratio_sync_vs_best_peer']:.2f}x, ours ASYNC / it: "
-          f"{ratios['ratio_async_vs_best_peer']:.2f}x; planted model's test_auc "
-          f"{args.planted_auc}")
+    rows = [summarize(name, n, results, common) for (name, n), results in samples.items()]
+    median = {(row["variant"], row["samples_per_update"]): row for row in rows}
+    print(f"{'variant':28} {'per update':>10} {'samples/s':>10} {'min':>8} {'max':>8} "
+          f"{'test_auc':>9} {'logloss':>8} {'load':>5}")
+    for row in rows:
+        print(f"{row['variant']:28} {row['samples_per_update']:10d} "
+              f"{row['samples_per_sec']:10.0f} {row['samples_per_sec_min']:8.0f} "
+              f"{row['samples_per_sec_max']:8.0f} {row['test_auc']:9.4f} "
+              f"{row['test_logloss']:8.4f} {row['load_1min']:5.2f}")
+    # Each of ours beside the fastest PyTorch variant at its samples per update.
+    for name, n, _ in runs:
+        if name not in OURS.values():
+            continue
+        ours = median[(name, n)]
+        speed = lambda p: median[(p, n)]["samples_per_sec"]
+        best_peer, faster_one = max(PEERS, key=speed), max(ONE_PROCESS, key=speed)
+        rows.append(dict(common, ours=name, samples_per_update=n, best_peer=best_peer,
+                         faster_one_process=faster_one, planted_auc=args.planted_auc,
+                         ratio=round(ours["samples_per_sec"] / speed(best_peer), 3),
+                         auc_difference=round(ours["test_auc"] -
+                                              median[(best_peer, n)]["test_auc"], 4)))
+        print(f"{name} / {best_peer} at {n} per update (of one process: {faster_one}): "
+              f"{rows[-1]['ratio']:.2f}x, test_auc {rows[-1]['auc_difference']:+.4f}; "
+              f"planted model's test_auc {args.planted_auc}")
     if args.json:
         with open(args.json, "w") as f:
             for row in rows:
