@@ -153,6 +153,8 @@ std::string ClusterSecurity::ConnectFailureHint() const {
 }
 
 bool IsLoopbackAddress(absl::string_view address) {
+  // A socket path: reachable from this host only, by whom its mode admits.
+  if (absl::StartsWith(address, "unix:")) return true;
   absl::string_view host = address;
   if (absl::ConsumePrefix(&host, "[")) {
     host = host.substr(0, host.find(']'));
@@ -195,8 +197,8 @@ std::optional<std::string> ExposedListenWarning(absl::string_view address) {
       "serving gRPC on ", address,
       " directly: gRPC 1.51 does not bound HTTP/2 floods (streams reset in a loop, header blocks "
       "that never end), which grow this process by gigabytes a second for anyone who reaches it, "
-      "token and TLS or not; where untrusted clients can reach it, listen on 127.0.0.1 behind "
-      "the relay of deploy/relay/nghttpx.conf (docs/hardening.md)");
+      "token and TLS or not; where untrusted clients can reach it, listen at a socket file "
+      "(--listen=unix:PATH) behind the relay of deploy/relay/nghttpx.conf (docs/hardening.md)");
 }
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {

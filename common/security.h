@@ -96,8 +96,9 @@ inline constexpr char kTaskTokenEnv[] = "PSTRAIN_TASK_TOKEN";
 // Tokens shorter than this get a warning: a few characters can be guessed.
 inline constexpr size_t kShortTokenLength = 16;
 
-// Whether `address` ("host:port", "[v6]:port") accepts connections from
-// this machine only: 127.0.0.0/8, ::1 or "localhost". Names are not resolved.
+// Whether `address` ("host:port", "[v6]:port", "unix:PATH") accepts
+// connections from this machine only: 127.0.0.0/8, ::1, "localhost" or a
+// Unix-domain socket path. Names are not resolved.
 bool IsLoopbackAddress(absl::string_view address);
 
 // FailedPrecondition if a plaintext server would listen on `address` beyond

@@ -15,6 +15,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -38,7 +39,9 @@
 ABSL_FLAG(std::string, task, "",
           "Which shard this is: ps:<index> into cluster.ps (default: TF_CONFIG's task, else ps:0).");
 ABSL_FLAG(std::string, listen, "",
-          "Address to bind instead of cluster.ps[index] (e.g. 0.0.0.0:50051 behind NAT).");
+          "Address to bind instead of cluster.ps[index]: host:port (e.g. 0.0.0.0:50051 behind "
+          "NAT), or unix:PATH, a socket file only this user can reach, for the relay of "
+          "deploy/relay/nghttpx.conf in front (--port_file then writes 0).");
 ABSL_FLAG(std::string, port_file, "",
           "Once serving, write the port this shard got to this file (the decimal number and a "
           "newline), atomically: PATH.tmp, then renamed to PATH. An old file at PATH is removed "
@@ -91,6 +94,7 @@ absl::Status WritePortFile(const std::string& path, int port) {
 
 // `address` with its port replaced by `port`: what the PS is bound to.
 std::string BoundAddress(const std::string& address, int port) {
+  if (absl::StartsWith(address, "unix:")) return address;
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address
                                     : absl::StrCat(address.substr(0, colon + 1), port);

@@ -11,6 +11,8 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -83,6 +86,55 @@ Listening ListenOn(const sockaddr* address, socklen_t length, bool dual_stack) {
   const int error = errno;
   close(fd);
   return {.fd = -1, .error = error, .call = call};
+}
+
+// A socket listening at the filesystem path `path` (an AF_UNIX stream
+// socket), reachable only by those whom the file's mode (0600: this user)
+// and its folders admit; or why not. A socket file left by a server that
+// is gone (nothing accepts on it) is replaced; one that still serves, or a
+// file of another kind, is left alone.
+absl::StatusOr<int> ListenOnPath(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return absl::UnavailableError(
+        absl::StrCat("a socket path must have 1 to ", sizeof(address.sun_path) - 1, " bytes"));
+  }
+  memcpy(address.sun_path, path.data(), path.size());
+  const auto* named = reinterpret_cast<const sockaddr*>(&address);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(ErrnoText("socket", errno));
+  int bound = bind(fd, named, sizeof(address));
+  if (bound != 0 && errno == EADDRINUSE) {
+    struct stat existing;
+    if (lstat(path.c_str(), &existing) == 0 && !S_ISSOCK(existing.st_mode)) {
+      close(fd);
+      return absl::UnavailableError("the path exists and is not a socket");
+    }
+    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool served = probe >= 0 && connect(probe, named, sizeof(address)) == 0;
+    const int refused = errno;
+    if (probe >= 0) close(probe);
+    if (served || refused != ECONNREFUSED) {
+      close(fd);
+      return absl::UnavailableError("another server listens on it");
+    }
+    unlink(path.c_str());
+    bound = bind(fd, named, sizeof(address));
+  }
+  // Nobody can connect before listen(): the mode is set first.
+  const char* call = "bind";
+  if (bound == 0) {
+    call = "chmod";
+    if (chmod(path.c_str(), 0600) == 0) {
+      call = "listen";
+      if (listen(fd, kBacklog) == 0) return fd;
+    }
+  }
+  const int error = errno;
+  close(fd);
+  if (bound == 0) unlink(path.c_str());
+  return absl::UnavailableError(ErrnoText(call, error));
 }
 
 int PortOf(int fd) {
@@ -238,6 +290,17 @@ absl::StatusOr<int> ConnectionGate::Listen(const std::string& address,
                                                "; is the port in use or the address not on this "
                                                "host?"));
   };
+  if (absl::StartsWith(address, "unix:")) {
+    const std::string path = address.substr(5);
+    absl::StatusOr<int> listener = ListenOnPath(path);
+    if (!listener.ok()) return unavailable(listener.status().message());
+    struct stat socket_file;
+    if (stat(path.c_str(), &socket_file) == 0) {
+      socket_path_ = path;
+      socket_file_ = {.device = socket_file.st_dev, .inode = socket_file.st_ino, .source = ""};
+    }
+    return Admit({*listener}, /*port=*/0, credentials, builder);
+  }
   absl::StatusOr<std::vector<Endpoint>> endpoints = Resolve(address);
   if (!endpoints.ok()) return unavailable(endpoints.status().message());
 
@@ -272,12 +335,18 @@ absl::StatusOr<int> ConnectionGate::Listen(const std::string& address,
     for (int fd : listeners) close(fd);
     return unavailable(absl::StrJoin(errors, "; "));
   }
+  return Admit(std::move(listeners), port, std::move(credentials), builder);
+}
 
+absl::StatusOr<int> ConnectionGate::Admit(std::vector<int> listeners, int port,
+                                          std::shared_ptr<grpc::ServerCredentials> credentials,
+                                          grpc::ServerBuilder* builder) {
   const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd < 0) {
     const int error = errno;
     for (int fd : listeners) close(fd);
-    return unavailable(ErrnoText("eventfd", error));
+    RemoveSocketFile();
+    return absl::UnavailableError(ErrnoText("eventfd", error));
   }
   listeners_ = std::move(listeners);
   wake_fd_ = wake_fd;
@@ -311,6 +380,18 @@ void ConnectionGate::Stop() {
   listeners_.clear();
   if (wake_fd_ >= 0) close(wake_fd_);
   wake_fd_ = -1;
+  RemoveSocketFile();
+}
+
+void ConnectionGate::RemoveSocketFile() {
+  // Only the file this gate made: a later server's socket at the same
+  // path is another inode.
+  struct stat now;
+  if (!socket_path_.empty() && stat(socket_path_.c_str(), &now) == 0 &&
+      now.st_dev == socket_file_.device && now.st_ino == socket_file_.inode) {
+    unlink(socket_path_.c_str());
+  }
+  socket_path_.clear();
 }
 
 void ConnectionGate::AcceptLoop() {
@@ -405,7 +486,9 @@ bool ConnectionGate::AcceptFrom(size_t index) {
       return false;
     }
     struct stat status;
-    std::string source = ConnectionSource(peer);
+    // Connections at a socket path come from this host, from users its
+    // mode admits: one source.
+    std::string source = peer.ss_family == AF_UNIX ? "local" : ConnectionSource(peer);
     if (source.empty() || fstat(fd, &status) != 0) {
       // No peer address, or no socket to follow: the caps cannot apply.
       Reset(fd);
@@ -433,7 +516,7 @@ bool ConnectionGate::AcceptFrom(size_t index) {
     }
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux (as
     // from gRPC's own listeners); set it anyway: gRPC does not.
-    SetInt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+    if (peer.ss_family != AF_UNIX) SetInt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters parameters;
     parameters.listener_fd = listener;
     parameters.fd = fd;

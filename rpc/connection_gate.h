@@ -81,13 +81,18 @@ class ConnectionGate {
   // port 0 picks one), on every address the host resolves to, as gRPC's own
   // AddListeningPort would ("0.0.0.0" and "[::]" both listen on IPv4 and
   // IPv6 where the host has IPv6); with SO_REUSEADDR but not SO_REUSEPORT,
-  // so that a port another socket listens on cannot be taken. Then makes
-  // the server `builder` builds take this gate's connections, with
-  // `credentials`, and sets its handshake timeout. Returns the port.
+  // so that a port another socket listens on cannot be taken. Or, for
+  // "unix:PATH", at a Unix-domain socket file of mode 0600 (this user only)
+  // made at PATH, replacing one no server accepts on, and removed by Stop();
+  // its connections count as one source. Then makes the server `builder`
+  // builds take this gate's connections, with `credentials`, and sets its
+  // handshake timeout. Returns the port (0 for a socket path).
   // Connections wait in the backlog until Serve().
   // Unavailable ("cannot listen on <address>: <why>; is the port in use or
   // the address not on this host?") if no address could be bound, or any
-  // was in use; FailedPrecondition if called twice or after Stop().
+  // was in use (a socket path: another server accepts on it, or a file of
+  // another kind is there); FailedPrecondition if called twice or after
+  // Stop().
   absl::StatusOr<int> Listen(const std::string& address,
                              std::shared_ptr<grpc::ServerCredentials> credentials,
                              grpc::ServerBuilder* builder);
@@ -138,6 +143,15 @@ class ConnectionGate {
 
   explicit ConnectionGate(const Options& options) : options_(options) {}
 
+  // Listen's second half, once `listeners` listen: the server takes the
+  // gate's connections from them.
+  absl::StatusOr<int> Admit(std::vector<int> listeners, int port,
+                            std::shared_ptr<grpc::ServerCredentials> credentials,
+                            grpc::ServerBuilder* builder)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
+  // Removes the socket file Listen made, if it is still that file.
+  void RemoveSocketFile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
+
   // The accept thread's body: until Stop().
   void AcceptLoop();
   // Accepts from listeners_[index] until it has no more, the total cap is
@@ -166,6 +180,10 @@ class ConnectionGate {
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   int wake_fd_ = -1;  // an eventfd: Stop() writes it to end the thread
   std::thread thread_;
+  // The socket file Listen made at a "unix:" path (its device and inode in
+  // a Connection's fields), for Stop to remove.
+  std::string socket_path_ ABSL_GUARDED_BY(lifecycle_mu_);
+  Connection socket_file_ ABSL_GUARDED_BY(lifecycle_mu_);
   // The accept thread's alone: when it last logged that it could not
   // accept, and for each listener whether connections waited in its backlog
   // at the total cap that it has not accepted since.

@@ -66,7 +66,7 @@ TEST(ListenAddressTest, PlaintextOnlyOnLoopbackUnlessAllowed) {
       {"127.0.0.1:50051", true},  {"127.1.2.3:1", true},     {"localhost:50051", true},
       {"[::1]:50051", true},      {"0.0.0.0:50051", false},  {"[::]:50051", false},
       {"10.0.0.1:50051", false},  {"ps:50051", false},       {"127.0.0.1.example:1", false},
-      {"ps-0.ps:50051", false},   {"128.0.0.1:1", false},
+      {"ps-0.ps:50051", false},   {"128.0.0.1:1", false},    {"unix:/run/ps0.sock", true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.address);

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -474,6 +476,90 @@ TEST(ConnectionGateListenTest, APortInUseIsUnavailable) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A scratch folder for socket files, removed with the object.
+class ScratchDir {
+ public:
+  ScratchDir()
+      : path_(std::filesystem::temp_directory_path() /
+              absl::StrCat("gate_test_", getpid(), "_",
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(ConnectionGateSocketPathTest, ServesAtAFileOnlyThisUserReachesAndRemovesIt) {
+  const ScratchDir dir;
+  const std::string path = dir.File("ps.sock");
+  absl::StatusOr<std::shared_ptr<ConnectionGate>> gate =
+      ConnectionGate::Create({.handshake_timeout = kNoHandshakeTimeout});
+  ASSERT_TRUE(gate.ok());
+  grpc::ServerBuilder builder;
+  const absl::StatusOr<int> port =
+      (*gate)->Listen("unix:" + path, grpc::InsecureServerCredentials(), &builder);
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_EQ(*port, 0);
+  struct stat file;
+  ASSERT_EQ(stat(path.c_str(), &file), 0);
+  EXPECT_TRUE(S_ISSOCK(file.st_mode));
+  EXPECT_EQ(file.st_mode & 0777, 0600u);
+  grpc::CallbackGenericService service;
+  builder.RegisterCallbackGenericService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  (*gate)->Serve();
+  // The call reached the server (its service answers every call so).
+  EXPECT_EQ(Call(grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials())).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ((*gate)->open_connections(), 1);
+  (*gate)->Stop();
+  server->Shutdown();
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(ConnectionGateSocketPathTest, ReplacesOnlyASocketNobodyAcceptsOn) {
+  const ScratchDir dir;
+  const std::string path = dir.File("ps.sock");
+  const auto listen = [](const std::string& address) {
+    absl::StatusOr<std::shared_ptr<ConnectionGate>> gate = ConnectionGate::Create({});
+    grpc::ServerBuilder builder;
+    const absl::Status status =
+        (*gate)->Listen(address, grpc::InsecureServerCredentials(), &builder).status();
+    return std::make_pair(*std::move(gate), status);
+  };
+  // A socket file a server left behind: bound, and its socket closed.
+  {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    memcpy(address.sun_path, path.data(), path.size());
+    const Socket left(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_EQ(bind(left.fd(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  }
+  ASSERT_TRUE(std::filesystem::exists(path));
+  auto [first, first_status] = listen("unix:" + path);
+  EXPECT_TRUE(first_status.ok()) << first_status;
+  // While it listens, a second server is refused the path.
+  auto [second, second_status] = listen("unix:" + path);
+  EXPECT_EQ(second_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second_status.message().find("another server listens on it"), std::string::npos)
+      << second_status;
+  second->Stop();
+  EXPECT_TRUE(std::filesystem::exists(path)) << "the refused gate removed the first one's socket";
+  first->Stop();
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // A file of another kind is left alone.
+  const std::string plain = dir.File("notes.txt");
+  { std::ofstream(plain) << "keep\n"; }
+  auto [third, third_status] = listen("unix:" + plain);
+  EXPECT_EQ(third_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(third_status.message().find("not a socket"), std::string::npos) << third_status;
+  EXPECT_TRUE(std::filesystem::exists(plain));
 }
 
 bool HasIpv6Loopback() {

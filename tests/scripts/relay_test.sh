@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy/relay/nghttpx.conf in front of a ps_server, as docs/hardening.md
-# starts it: 1 PS + 2 workers train the default model through the relay to
-# its usual accuracy, in plaintext and with mutual TLS and a token on both
-# of the relay's sides (as deploy/k8s/ps.yaml runs it); then floods the PS
+# starts it (the PS at a socket file only this user reaches): 1 PS + 2
+# workers train the default model through the relay to its usual accuracy,
+# in plaintext and with mutual TLS and a token on both of the relay's sides
+# (as deploy/k8s/ps.yaml runs it); then floods the PS
 # alone cannot bound (HTTP/2 streams opened and reset in a loop, a header
 # block that never ends) are ended by the relay: each flooding connection is
 # closed, the PS's resident memory stays flat and a Stats call through the
@@ -41,16 +42,20 @@ stats_through_relay() {
   timeout 10 "$BIN/psctl" status --config="$WORK/cluster.textproto" > /dev/null
 }
 
-# Starts a PS on a port of its own and the relay in front of it at
-# cluster.ps[0] (the config in $WORK/cluster.textproto), with the relay's
-# extra flags; sets PS to the PS's pid.
+# Starts a PS at the socket file $WORK/ps.sock and the relay in front of it
+# at cluster.ps[0] (the config in $WORK/cluster.textproto); sets PS and
+# RELAY to their pids.
 start_ps_and_relay() {
   rm -f "$WORK/ps_port" "$WORK/relay.pid"
-  "$BIN/ps_server" "${COMMON[@]}" --listen=127.0.0.1:0 --port_file="$WORK/ps_port" > "$WORK/ps.log" 2>&1 &
+  "$BIN/ps_server" "${COMMON[@]}" --listen="unix:$WORK/ps.sock" --port_file="$WORK/ps_port" > "$WORK/ps.log" 2>&1 &
   PS=$!
   PIDS+=("$PS")
   wait_for_file "$WORK/ps_port"
-  local backend="127.0.0.1,$(cat "$WORK/ps_port");;proto=h2"
+  if [[ $(stat -c %a "$WORK/ps.sock") != 600 ]]; then
+    echo "relay_test: the PS's socket file is not of mode 600" >&2
+    exit 1
+  fi
+  local backend="unix:$WORK/ps.sock;;proto=h2"
   if [[ $1 == tls ]]; then
     # As deploy/k8s/ps.yaml: TLS on both sides, the task's certificate
     # verified at the front, the relay's own (the same one) at the PS.
