@@ -4,9 +4,10 @@
 Trains configs/ctr.textproto's model (26 categorical fields summed per field
 from one embedding table of dim 8, a wide dim-1 table summed per example, 13
 dense features sign(x) log(1 + |x|), MLP 64-32-1 with ReLU, sigmoid
-log-loss, Adagrad lr 0.1 with accumulators starting at 1e-4 and eps 1e-7,
-one epoch) on the same generated Criteo-format files, with the same samples
-per update, and scores each on the same test file (AUC, log-loss):
+log-loss, Adagrad lr 0.1 with eps 1e-7 and accumulators starting at 0.01
+for the MLP and at 1e-4 for the tables, one epoch) on the same generated
+Criteo-format files, with the same samples per update, and scores each on
+the same test file (AUC, log-loss):
 
   ours SYNC 2 workers    pslaunch --config=<the config> (2 workers of batch_size
                          each; an update averages both: 2 x batch_size samples)
@@ -64,7 +65,11 @@ FIELDS, DENSE = 26, 13
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
               "MALLOC_TOP_PAD_": str(64 << 20), "MALLOC_ARENA_MAX": "1",
               "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
-ADAGRAD = {"lr": 0.1, "initial_accumulator_value": 1e-4, "eps": 1e-7}
+# configs/ctr.textproto's Adagrad: the MLP's accumulators from 0.01, the
+# tables' from 1e-4 (main() checks the config says so).
+ADAGRAD_MLP = {"lr": 0.1, "initial_accumulator_value": 0.01, "eps": 1e-7}
+ADAGRAD_TABLES = {"lr": 0.1, "initial_accumulator_value": 1e-4, "eps": 1e-7}
+CONFIG_ADAGRAD = [("0.1", "0.01"), ("0.1", "0.0001"), ("0.1", "0.0001")]
 
 
 def free_port():
@@ -202,8 +207,8 @@ def peer(args):
         train_model = torch.nn.parallel.DistributedDataParallel(model)
     else:
         train_model = model
-    dense_opt = torch.optim.Adagrad(model.mlp.parameters(), foreach=True, **ADAGRAD)
-    sparse_opt = torch.optim.Adagrad([model.deep.weight, model.wide.weight], **ADAGRAD)
+    dense_opt = torch.optim.Adagrad(model.mlp.parameters(), foreach=True, **ADAGRAD_MLP)
+    sparse_opt = torch.optim.Adagrad([model.deep.weight, model.wide.weight], **ADAGRAD_TABLES)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     if world > 1:
         dist.barrier()
@@ -354,9 +359,15 @@ def main():
     batch = re.search(r"batch_size: (\d+)", text)
     dim = re.search(r'embeddings \{ name: "categorical" dim: (\d+)', text)
     hidden = re.findall(r"hidden: (\d+)", text)
+    adagrad = re.findall(r"adagrad \{ learning_rate: ([0-9.]+) initial_accumulator: ([0-9.e-]+)",
+                         text)
     if not (batch and dim and hidden) or "workers: 2" not in text or "mode: SYNC" not in text:
         print(f"{PROGRAM}: error: {args.config} is not a 2-worker SYNC CTR config like "
               "configs/ctr.textproto", file=sys.stderr)
+        return 2
+    if adagrad != CONFIG_ADAGRAD:
+        print(f"{PROGRAM}: error: {args.config}'s optimizers are {adagrad}, not the MLP's and the "
+              f"two tables' Adagrad the PyTorch side mirrors ({CONFIG_ADAGRAD})", file=sys.stderr)
         return 2
     args.batch_size, args.dim = int(batch.group(1)), int(dim.group(1))
     args.hidden, args.seed = [int(h) for h in hidden], 1
