@@ -148,7 +148,7 @@ ctr_vs_torch() {
     say "skipping ctr_vs_torch: no python3-torch or python3-numpy"
     return
   fi
-  run "$PY" benchmarks/ctr_vs_torch.py --rounds="$(rounds 3)" --json="$BENCH_DIR/ctr_vs_torch.json"
+  run "$PY" benchmarks/ctr_vs_torch.py --rounds="$(rounds 5)" --json="$BENCH_DIR/ctr_vs_torch.json"
 }
 
 time_to_accuracy() {
