@@ -10,7 +10,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/declare.h"
@@ -20,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/exit.h"
@@ -61,6 +65,21 @@ ABSL_FLAG(int, port_timeout_seconds, 120,
           "How long each PS whose cluster.ps address has port 0 gets to bind and report the "
           "port it got (after restoring its checkpoint) before pslaunch stops the run.");
 
+ABSL_FLAG(bool, relay, false,
+          "Put the HTTP/2 relay nghttpx in front of every PS shard (task relay:<i>): the "
+          "shard listens at a socket file of mode 0600 in the run's directory, the relay at "
+          "its cluster.ps address (a fixed port), with cluster.tls on both of its sides. It "
+          "ends the HTTP/2 floods gRPC 1.51 does not bound (docs/hardening.md); use it where "
+          "users of this host are not trusted. Needs nghttp2-proxy.");
+ABSL_FLAG(std::string, relay_conf, "",
+          "The relay's configuration file (default: share/pstrain/deploy/relay/nghttpx.conf of "
+          "the install --bin_dir is in, "
+          "deploy/relay/nghttpx.conf of the source tree --bin_dir was built in, or "
+          "/etc/pstrain/relay/nghttpx.conf, the first that exists).");
+ABSL_FLAG(std::string, relay_binary, "",
+          "The relay's program (default: nghttpx found on PATH, in /usr/sbin or in "
+          "/usr/local/sbin).");
+
 // An override this program checks before passing it on (common/overrides.cc).
 ABSL_DECLARE_FLAG(std::string, checkpoint_start);
 
@@ -97,6 +116,52 @@ std::string DefaultBinDir() {
   std::error_code error;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   return error ? "." : self.parent_path().string();
+}
+
+// --relay's program and configuration file, from the flags or the places
+// they default to; FailedPrecondition naming what to install or pass.
+absl::StatusOr<std::pair<std::string, std::string>> FindRelay(const std::string& bin_dir) {
+  std::string binary = absl::GetFlag(FLAGS_relay_binary);
+  if (binary.empty()) {
+    std::vector<std::string> folders = absl::StrSplit(
+        getenv("PATH") == nullptr ? "" : getenv("PATH"), ':', absl::SkipEmpty());
+    folders.insert(folders.end(), {"/usr/sbin", "/usr/local/sbin"});
+    for (const std::string& folder : folders) {
+      const std::string candidate = folder + "/nghttpx";
+      if (access(candidate.c_str(), X_OK) == 0) {
+        binary = candidate;
+        break;
+      }
+    }
+    if (binary.empty()) {
+      return absl::FailedPreconditionError(
+          "--relay: no nghttpx on PATH, in /usr/sbin or in /usr/local/sbin; install "
+          "nghttp2-proxy or pass --relay_binary");
+    }
+  } else if (access(binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--relay_binary=", binary, " is not an executable file"));
+  }
+  std::string conf = absl::GetFlag(FLAGS_relay_conf);
+  if (conf.empty()) {
+    for (const std::string& candidate :
+         {bin_dir + "/../share/pstrain/deploy/relay/nghttpx.conf",
+          bin_dir + "/../../deploy/relay/nghttpx.conf",
+          std::string("/etc/pstrain/relay/nghttpx.conf")}) {
+      if (std::filesystem::is_regular_file(candidate)) {
+        conf = std::filesystem::weakly_canonical(candidate).string();
+        break;
+      }
+    }
+    if (conf.empty()) {
+      return absl::FailedPreconditionError(
+          "--relay: no nghttpx.conf beside --bin_dir or in /etc/pstrain/relay; pass "
+          "--relay_conf (the repository's deploy/relay/nghttpx.conf)");
+    }
+  } else if (!std::filesystem::is_regular_file(conf)) {
+    return absl::FailedPreconditionError(absl::StrCat("--relay_conf=", conf, " is not a file"));
+  }
+  return std::make_pair(binary, conf);
 }
 
 // The run's directory; `*remove_at_end` tells whether pslaunch created it.
@@ -246,6 +311,8 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
   while (outcome.kind == pst::RunOutcome::Kind::kChildFailed && outcome.exit_code != 0) {
     const std::string name = outcome.failed_child;
     const bool is_ps = absl::StartsWith(name, "ps:");
+    // A relay holds no state: it is restarted as a PS with checkpoints is.
+    const bool is_server = is_ps || absl::StartsWith(name, "relay:");
     const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode;
     const bool forgets = is_ps && config.training().checkpoint().dir().empty();
     if (!bad_input && !forgets && restarts[name] < config.cluster().max_restarts()) {
@@ -257,7 +324,7 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
         spdlog::error("cannot restart {}: {}", name, std::string(s.message()));
         return outcome;
       }
-    } else if (!is_ps && !bad_input && name != "worker:0" &&
+    } else if (!is_server && !bad_input && name != "worker:0" &&
                !config.training().require_all_workers()) {
       spdlog::warn("task {} exited with code {} and is not restarted again; the run goes on "
                    "without it (training.require_all_workers is off)", name, outcome.exit_code);
@@ -326,6 +393,14 @@ int main(int argc, char** argv) {
     startable = pst::CheckTaskPorts(
         *config, {absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_address)});
   }
+  std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
+  if (bin_dir.empty()) bin_dir = DefaultBinDir();
+  std::pair<std::string, std::string> relay;
+  if (startable.ok() && absl::GetFlag(FLAGS_relay)) {
+    absl::StatusOr<std::pair<std::string, std::string>> found = FindRelay(bin_dir);
+    if (found.ok()) relay = *std::move(found);
+    startable = found.status();
+  }
   if (absl::GetFlag(FLAGS_check_config)) pst::FinishConfigCheck(kProgram, *config, startable);
   if (!startable.ok()) pst::ExitWithError(kProgram, startable);
   SetRunId(&*config);
@@ -340,8 +415,6 @@ int main(int argc, char** argv) {
     if (remove_dir) RemoveDir(*dir);
     pst::ExitWithError(kProgram, config_path.status());
   }
-  std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
-  if (bin_dir.empty()) bin_dir = DefaultBinDir();
   absl::StatusOr<pst::PendingPorts> pending_ports = pst::PortFiles(*config);
   if (!pending_ports.ok()) {
     if (remove_dir) RemoveDir(*dir);
@@ -364,7 +437,7 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> started;
     absl::StatusOr<std::vector<pst::ChildSpec>> tasks = pst::ClusterTasks(
-        *config, {bin_dir, *config_path, *dir, pending_ports->files});
+        *config, {bin_dir, *config_path, *dir, pending_ports->files, relay.first, relay.second});
     if (!tasks.ok()) {
       remove_dirs();
       pst::ExitWithError(kProgram, tasks.status());

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/metrics_http.h"
@@ -23,14 +24,58 @@ void AssignMetricsPorts(std::vector<ChildSpec>* tasks) {
   if (base == 0) return;
   std::vector<std::string> mapping;
   const std::string address = absl::GetFlag(FLAGS_metrics_address);
-  for (size_t i = 0; i < tasks->size(); ++i) {
-    ChildSpec& task = (*tasks)[i];
-    const int port = base + static_cast<int>(i);
+  int next = base;
+  for (ChildSpec& task : *tasks) {
+    if (absl::StartsWith(task.name, "relay:")) continue;  // nghttpx serves no metrics
+    const int port = next++;
     task.argv.push_back(absl::StrCat("--metrics_port=", port));
     task.argv.push_back("--metrics_address=" + address);
     mapping.push_back(absl::StrCat(task.name, "=", port));
   }
   spdlog::info("metrics on http://{}:PORT/metrics: {}", address, absl::StrJoin(mapping, " "));
+}
+
+// nghttpx in front of shard `shard`: its frontend at cluster.ps[shard], its
+// backend the shard's socket file; with cluster.tls, TLS on both sides
+// (the client's certificate verified at the front when the config requires
+// one, and the task certificate shown to the shard).
+absl::StatusOr<ChildSpec> RelayTask(const ClusterConfig& cluster, int shard,
+                                    const TaskPaths& paths) {
+  const std::string& address = cluster.ps(shard);
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster.ps[", shard, "] \"", address, "\": the relay needs a fixed port there"));
+  }
+  std::string host = address.substr(0, colon);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  ChildSpec relay{absl::StrCat("relay:", shard),
+                  {paths.relay_binary, "--conf=" + paths.relay_conf},
+                  /*must_finish=*/false};
+  std::string frontend = absl::StrCat("--frontend=", host.empty() ? "*" : host, ",", port);
+  std::string backend =
+      absl::StrCat("--backend=unix:", RelaySocketPath(paths.result_dir, shard), ";;proto=h2");
+  if (!cluster.has_tls()) {
+    relay.argv.push_back(frontend + ";no-tls");
+    relay.argv.push_back(backend);
+    return relay;
+  }
+  const TlsConfig& tls = cluster.tls();
+  relay.argv.push_back(frontend);
+  relay.argv.push_back(absl::StrCat(backend, ";tls;sni=",
+                                    tls.server_name().empty() ? host : tls.server_name()));
+  relay.argv.push_back("--cacert=" + tls.ca());
+  relay.argv.push_back("--client-private-key-file=" + tls.key());
+  relay.argv.push_back("--client-cert-file=" + tls.cert());
+  if (tls.require_client_cert()) {
+    relay.argv.push_back("--verify-client");
+    relay.argv.push_back("--verify-client-cacert=" + tls.ca());
+  }
+  relay.argv.push_back(tls.key());
+  relay.argv.push_back(tls.cert());
+  return relay;
 }
 
 void Append(std::vector<std::string> flags, std::vector<std::string>* args) {
@@ -42,6 +87,10 @@ void Append(std::vector<std::string> flags, std::vector<std::string>* args) {
 
 std::string WorkerResultPath(const std::string& dir, int index) {
   return absl::StrCat(dir, "/worker-", index, ".json");
+}
+
+std::string RelaySocketPath(const std::string& dir, int shard) {
+  return absl::StrCat(dir, "/ps-", shard, ".sock");
 }
 
 absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
@@ -66,7 +115,14 @@ absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
     if (auto file = paths.port_files.find(i); file != paths.port_files.end()) {
       spec.first_start_args.push_back("--port_file=" + file->second);
     }
+    const bool relayed = !paths.relay_binary.empty() && !paths.relay_conf.empty();
+    if (relayed) spec.argv.push_back("--listen=unix:" + RelaySocketPath(paths.result_dir, i));
     tasks.push_back(std::move(spec));
+    if (relayed) {
+      absl::StatusOr<ChildSpec> relay = RelayTask(config.cluster(), i, paths);
+      if (!relay.ok()) return relay.status();
+      tasks.push_back(*std::move(relay));
+    }
   }
   for (int i = 0; i < config.cluster().workers(); ++i) {
     const std::string task = absl::StrCat("worker:", i);

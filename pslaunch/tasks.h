@@ -23,18 +23,29 @@ struct TaskPaths {
   // 0: given on their first start only, since a restart reads the rewritten
   // config, which names the port the shard got.
   std::map<int, std::string> port_files;
+  // With both set, each shard sits behind the HTTP/2 relay: nghttpx at
+  // `relay_binary` with the configuration file `relay_conf`.
+  std::string relay_binary;
+  std::string relay_conf;
 };
 
 // "<dir>/worker-<index>.json".
 std::string WorkerResultPath(const std::string& dir, int index);
 
-// The tasks of `config`, PS shards first, then workers. Every override
+// With a relay, shard i listens at the socket file RelaySocketPath(
+// result_dir, i) (mode 0600) and a task relay:i, nghttpx, at cluster.ps[i]
+// in front of it, with cluster.tls's files on both of its sides.
+std::string RelaySocketPath(const std::string& dir, int shard);
+
+// The tasks of `config`, PS shards first (each followed by its relay, if
+// any), then workers. Every override
 // pslaunch was given goes to each task that takes it (ForwardedFlags,
 // common/overrides.h); --metrics_port=P gives the tasks P, P+1, ... in
 // that order; with cluster.auth each worker carries its own task token in
 // its environment; with cluster.worker_command the workers run that
-// command instead of the worker binary. An error only when the cluster
-// token cannot be read.
+// command instead of the worker binary. An error when the cluster token
+// cannot be read, or (InvalidArgument) a relay is asked for a shard whose
+// address has no fixed port.
 absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
                                                     const TaskPaths& paths);
 

@@ -54,7 +54,7 @@ TEST(ClusterTasksTest, EveryOverrideReachesTheTasksThatTakeIt) {
     const std::string forwarded = absl::StrCat("--", entry.name(), "=", entry.flag->CurrentValue());
 
     absl::StatusOr<std::vector<ChildSpec>> tasks = ClusterTasks(
-        TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {{1, "/run/ps-1.port"}}});
+        TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {{1, "/run/ps-1.port"}}, "", ""});
     ASSERT_TRUE(tasks.ok()) << tasks.status();
     ASSERT_EQ(tasks->size(), 4u);
     for (const ChildSpec& task : *tasks) {
@@ -70,7 +70,7 @@ TEST(ClusterTasksTest, EveryOverrideReachesTheTasksThatTakeIt) {
 
 TEST(ClusterTasksTest, AnOverrideLeftAtItsDefaultIsNotPassedOn) {
   absl::StatusOr<std::vector<ChildSpec>> tasks =
-      ClusterTasks(TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {}});
+      ClusterTasks(TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {}, "", ""});
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   EXPECT_THAT((*tasks)[0].argv, ::testing::ElementsAre("/bin/ps_server",
                                                        "--config=/run/cluster.textproto",
@@ -83,11 +83,59 @@ TEST(ClusterTasksTest, AnOverrideLeftAtItsDefaultIsNotPassedOn) {
 
 TEST(ClusterTasksTest, APortFileGoesToItsShardsFirstStartOnly) {
   absl::StatusOr<std::vector<ChildSpec>> tasks = ClusterTasks(
-      TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {{1, "/run/ps-1.port"}}});
+      TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {{1, "/run/ps-1.port"}}, "", ""});
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   EXPECT_THAT((*tasks)[0].first_start_args, ::testing::IsEmpty());
   EXPECT_THAT((*tasks)[1].first_start_args, ::testing::ElementsAre("--port_file=/run/ps-1.port"));
   EXPECT_EQ(Count((*tasks)[1].argv, "--port_file=/run/ps-1.port"), 0);
+}
+
+// --relay: each shard at its socket file, and nghttpx at its address in
+// front of it; with cluster.tls, the task's files on both of the relay's sides.
+TEST(ClusterTasksTest, ARelayStandsInFrontOfEachShard) {
+  JobConfig config = TwoShardsTwoWorkers();
+  config.mutable_cluster()->set_ps(0, "127.0.0.1:50051");
+  config.mutable_cluster()->set_ps(1, "ps-1.example:50052");
+  const TaskPaths paths{"/bin", "/run/cluster.textproto", "/run", {}, "/usr/sbin/nghttpx",
+                        "/etc/relay.conf"};
+  absl::StatusOr<std::vector<ChildSpec>> tasks = ClusterTasks(config, paths);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 6u);
+  EXPECT_EQ((*tasks)[0].name, "ps:0");
+  EXPECT_EQ(Count((*tasks)[0].argv, "--listen=unix:/run/ps-0.sock"), 1);
+  EXPECT_EQ((*tasks)[1].name, "relay:0");
+  EXPECT_FALSE((*tasks)[1].must_finish);
+  EXPECT_THAT((*tasks)[1].argv,
+              ::testing::ElementsAre("/usr/sbin/nghttpx", "--conf=/etc/relay.conf",
+                                     "--frontend=127.0.0.1,50051;no-tls",
+                                     "--backend=unix:/run/ps-0.sock;;proto=h2"));
+  EXPECT_EQ((*tasks)[2].name, "ps:1");
+  EXPECT_EQ(Count((*tasks)[2].argv, "--listen=unix:/run/ps-1.sock"), 1);
+  EXPECT_EQ((*tasks)[3].name, "relay:1");
+  EXPECT_EQ((*tasks)[4].name, "worker:0");
+
+  TlsConfig* tls = config.mutable_cluster()->mutable_tls();
+  tls->set_cert("/tls/task.crt");
+  tls->set_key("/tls/task.key");
+  tls->set_ca("/tls/ca.crt");
+  tls->set_require_client_cert(true);
+  tls->set_server_name("pstrain-ps");
+  tasks = ClusterTasks(config, paths);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  EXPECT_THAT((*tasks)[3].argv,
+              ::testing::ElementsAre(
+                  "/usr/sbin/nghttpx", "--conf=/etc/relay.conf", "--frontend=ps-1.example,50052",
+                  "--backend=unix:/run/ps-1.sock;;proto=h2;tls;sni=pstrain-ps",
+                  "--cacert=/tls/ca.crt", "--client-private-key-file=/tls/task.key",
+                  "--client-cert-file=/tls/task.crt", "--verify-client",
+                  "--verify-client-cacert=/tls/ca.crt", "/tls/task.key", "/tls/task.crt"));
+
+  // A port the relay cannot bind in advance.
+  config.mutable_cluster()->set_ps(1, "127.0.0.1:0");
+  tasks = ClusterTasks(config, paths);
+  EXPECT_EQ(tasks.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(tasks.status().message()),
+              ::testing::HasSubstr("the relay needs a fixed port"));
 }
 
 }  // namespace

@@ -156,4 +156,31 @@ for kind in rapid_reset continuation; do
     exit 1
   fi
 done
+stop_ps_and_relay
+
+# pslaunch --relay starts the same: each shard at a socket file in the run's
+# directory, nghttpx at its address.
+LAUNCH_PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed "s/127.0.0.1:50051/127.0.0.1:$LAUNCH_PORT/" "$REPO/configs/local.textproto" > "$WORK/launch.textproto"
+if ! timeout 300 "$BIN/pslaunch" --config="$WORK/launch.textproto" --relay \
+    --relay_conf="$REPO/deploy/relay/nghttpx.conf" --epochs=2 --shm=off \
+    > "$WORK/launch.out" 2> "$WORK/launch.err"; then
+  echo "relay_test: pslaunch --relay failed:" >&2
+  tail -n 20 "$WORK/launch.err" "$WORK/launch.out" >&2
+  exit 1
+fi
+grep -q "started ps:0 (pid [0-9]*), relay:0 (pid [0-9]*), worker:0" "$WORK/launch.err" || {
+  echo "relay_test: pslaunch --relay did not start relay:0 after ps:0" >&2
+  exit 1
+}
+grep -q "\[ps:0\] .* serving unix:/tmp/pslaunch\.[^ ]*/ps-0\.sock" "$WORK/launch.out" || {
+  echo "relay_test: ps:0 did not serve at its socket file" >&2
+  exit 1
+}
+/usr/bin/python3 - "$(tail -n 1 "$WORK/launch.out")" <<'PY'
+import json, sys
+summary = json.loads(sys.argv[1])
+print("pslaunch --relay: test accuracy %.4f" % summary["test_accuracy"])
+assert summary["test_accuracy"] >= 0.80, summary
+PY
 echo "relay_test: passed"
