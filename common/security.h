@@ -118,8 +118,8 @@ std::optional<std::string> InsecureListenWarning(absl::string_view address,
 // header blocks that never end, and either, from anyone who can reach the
 // address, grows the server by gigabytes in seconds, before any token or
 // certificate is checked. The remedy, named in the warning, is the relay of
-// deploy/relay/nghttpx.conf in front, with the server on loopback. nullopt
-// for a loopback address.
+// deploy/relay/nghttpx.conf in front, with the server at a socket file.
+// nullopt for a loopback address or a socket file.
 std::optional<std::string> ExposedListenWarning(absl::string_view address);
 
 // Whether a == b, taking time that depends on the lengths only, so a caller

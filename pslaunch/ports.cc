@@ -34,19 +34,6 @@ std::optional<std::string> BindRefusal(const sockaddr* address, socklen_t length
   return refusal;
 }
 
-// "host:port" or "[v6]:port" split; nullopt if there is no numeric port.
-std::optional<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-    return std::nullopt;
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return std::make_pair(host, port);
-}
 
 // Why `host`:`port` cannot be bound here, trying every address it resolves
 // to as ps_server's listener does.
@@ -75,6 +62,19 @@ std::string TaskName(const JobConfig& config, int index) {
 }
 
 }  // namespace
+
+std::optional<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    return std::nullopt;
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::make_pair(host, port);
+}
 
 absl::Status CheckTaskPorts(const JobConfig& config, const MetricsPorts& metrics) {
   std::map<int, int> ps_ports;  // port -> the first shard whose address names it

@@ -4,12 +4,18 @@
 #ifndef PST_PSLAUNCH_PORTS_H_
 #define PST_PSLAUNCH_PORTS_H_
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "config.pb.h"
 
 namespace pst {
+
+// "host:port" or "[v6]:port" split into the host (without brackets) and the
+// port; nullopt if there is no numeric port.
+std::optional<std::pair<std::string, int>> SplitHostPort(const std::string& address);
 
 // What the tasks' metrics endpoints bind: `first_port` for the first task
 // (0: none), the next ports for the others, on `address`.

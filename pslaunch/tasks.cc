@@ -5,12 +5,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/metrics_http.h"
 #include "common/overrides.h"
 #include "common/security.h"
+#include "pslaunch/ports.h"
 #include "pslaunch/worker_command.h"
 #include "spdlog/spdlog.h"
 
@@ -42,15 +42,12 @@ void AssignMetricsPorts(std::vector<ChildSpec>* tasks) {
 absl::StatusOr<ChildSpec> RelayTask(const ClusterConfig& cluster, int shard,
                                     const TaskPaths& paths) {
   const std::string& address = cluster.ps(shard);
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port <= 0) {
+  const std::optional<std::pair<std::string, int>> split = SplitHostPort(address);
+  if (!split || split->second <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cluster.ps[", shard, "] \"", address, "\": the relay needs a fixed port there"));
   }
-  std::string host = address.substr(0, colon);
-  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  const auto& [host, port] = *split;
   ChildSpec relay{absl::StrCat("relay:", shard),
                   {paths.relay_binary, "--conf=" + paths.relay_conf},
                   /*must_finish=*/false};

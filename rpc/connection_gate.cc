@@ -1,10 +1,8 @@
 #include "rpc/connection_gate.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -12,7 +10,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,22 +18,16 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "grpc/grpc.h"
 #include "grpc/support/log.h"
 #include "rpc/connection_source.h"
+#include "rpc/listening_sockets.h"
 
 namespace pst {
 namespace {
 
-// Connections waiting to be accepted that each listening socket holds
-// (the kernel caps it at net.core.somaxconn).
-constexpr int kBacklog = 1024;
 // How long the gate waits before it looks again whether a connection has
 // closed (at the total cap), or tries again to accept (after a shortage).
 constexpr int kRetryMs = 50;
@@ -52,180 +43,6 @@ void Reset(int fd) {
   const linger no_linger{.l_onoff = 1, .l_linger = 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_linger, sizeof(no_linger));
   close(fd);
-}
-
-void SetInt(int fd, int level, int option, int value) {
-  setsockopt(fd, level, option, &value, sizeof(value));
-}
-
-std::string ErrnoText(const char* call, int error) { return absl::StrCat(call, ": ", strerror(error)); }
-
-// A socket listening on `address` (its port 0 picks one), or -1 and why not.
-struct Listening {
-  int fd = -1;
-  int error = 0;
-  const char* call = "";
-};
-
-Listening ListenOn(const sockaddr* address, socklen_t length, bool dual_stack) {
-  const int fd = socket(address->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return {.fd = -1, .error = errno, .call = "socket"};
-  // REUSEADDR lets a restarted server bind beside its predecessor's
-  // TIME_WAIT connections, but not beside a socket that still listens.
-  // No REUSEPORT: with it, a second server would listen beside the first,
-  // and the kernel would split the connections between them.
-  SetInt(fd, SOL_SOCKET, SO_REUSEADDR, 1);
-  if (address->sa_family == AF_INET6) SetInt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual_stack ? 0 : 1);
-  // Inherited by the accepted connections, as from gRPC's own listeners.
-  SetInt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
-  const char* call = "bind";
-  if (bind(fd, address, length) == 0) {
-    call = "listen";
-    if (listen(fd, kBacklog) == 0) return {.fd = fd};
-  }
-  const int error = errno;
-  close(fd);
-  return {.fd = -1, .error = error, .call = call};
-}
-
-// A socket listening at the filesystem path `path` (an AF_UNIX stream
-// socket), reachable only by those whom the file's mode (0600: this user)
-// and its folders admit; or why not. A socket file left by a server that
-// is gone (nothing accepts on it) is replaced; one that still serves, or a
-// file of another kind, is left alone.
-absl::StatusOr<int> ListenOnPath(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
-    return absl::UnavailableError(
-        absl::StrCat("a socket path must have 1 to ", sizeof(address.sun_path) - 1, " bytes"));
-  }
-  memcpy(address.sun_path, path.data(), path.size());
-  const auto* named = reinterpret_cast<const sockaddr*>(&address);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(ErrnoText("socket", errno));
-  int bound = bind(fd, named, sizeof(address));
-  if (bound != 0 && errno == EADDRINUSE) {
-    struct stat existing;
-    if (lstat(path.c_str(), &existing) == 0 && !S_ISSOCK(existing.st_mode)) {
-      close(fd);
-      return absl::UnavailableError("the path exists and is not a socket");
-    }
-    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool served = probe >= 0 && connect(probe, named, sizeof(address)) == 0;
-    const int refused = errno;
-    if (probe >= 0) close(probe);
-    if (served || refused != ECONNREFUSED) {
-      close(fd);
-      return absl::UnavailableError("another server listens on it");
-    }
-    unlink(path.c_str());
-    bound = bind(fd, named, sizeof(address));
-  }
-  // Nobody can connect before listen(): the mode is set first.
-  const char* call = "bind";
-  if (bound == 0) {
-    call = "chmod";
-    if (chmod(path.c_str(), 0600) == 0) {
-      call = "listen";
-      if (listen(fd, kBacklog) == 0) return fd;
-    }
-  }
-  const int error = errno;
-  close(fd);
-  if (bound == 0) unlink(path.c_str());
-  return absl::UnavailableError(ErrnoText(call, error));
-}
-
-int PortOf(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return 0;
-  if (address.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
-  if (address.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
-  return 0;
-}
-
-void SetPort(sockaddr_storage* address, int port) {
-  if (address->ss_family == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(address)->sin_port = htons(static_cast<uint16_t>(port));
-  } else if (address->ss_family == AF_INET6) {
-    reinterpret_cast<sockaddr_in6*>(address)->sin6_port = htons(static_cast<uint16_t>(port));
-  }
-}
-
-struct Endpoint {
-  sockaddr_storage address;
-  socklen_t length;
-  bool dual_stack;
-};
-
-// The addresses to listen on for "host:port", as gRPC's server would: every
-// address the host resolves to; for a wildcard host, [::] on IPv4 and IPv6
-// together, or 0.0.0.0 where the host has no IPv6.
-absl::StatusOr<std::vector<Endpoint>> Resolve(const std::string& address) {
-  std::string host;
-  std::string port_text;
-  if (address.size() > 0 && address[0] == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string::npos || address.compare(close + 1, 1, ":") != 0) {
-      return absl::UnavailableError("not host:port");
-    }
-    host = address.substr(1, close - 1);
-    port_text = address.substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos) return absl::UnavailableError("no port");
-    host = address.substr(0, colon);
-    if (host.find(':') != std::string::npos) {
-      return absl::UnavailableError("an IPv6 address needs brackets: [v6]:port");
-    }
-    port_text = address.substr(colon + 1);
-  }
-  int port = -1;
-  if (port_text.empty() || !std::all_of(port_text.begin(), port_text.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(port_text, &port) || port > 65535) {
-    return absl::UnavailableError(absl::StrCat("bad port \"", port_text, "\""));
-  }
-
-  std::vector<Endpoint> endpoints;
-  if (host.empty() || host == "0.0.0.0" || host == "::") {
-    Endpoint any6{.address = {}, .length = sizeof(sockaddr_in6), .dual_stack = true};
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(&any6.address);
-    in6->sin6_family = AF_INET6;
-    in6->sin6_addr = in6addr_any;
-    Endpoint any4{.address = {}, .length = sizeof(sockaddr_in), .dual_stack = false};
-    auto* in4 = reinterpret_cast<sockaddr_in*>(&any4.address);
-    in4->sin_family = AF_INET;
-    in4->sin_addr.s_addr = htonl(INADDR_ANY);
-    endpoints = {any6, any4};  // the second only if the first fails for want of IPv6
-  } else {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_protocol = IPPROTO_TCP;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    if (const int error = getaddrinfo(host.c_str(), "0", &hints, &found); error != 0) {
-      return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(error)));
-    }
-    for (const addrinfo* info = found; info != nullptr; info = info->ai_next) {
-      if ((info->ai_family != AF_INET && info->ai_family != AF_INET6) ||
-          info->ai_addrlen > sizeof(sockaddr_storage)) {
-        continue;
-      }
-      Endpoint endpoint{.address = {}, .length = info->ai_addrlen, .dual_stack = false};
-      memcpy(&endpoint.address, info->ai_addr, info->ai_addrlen);
-      const bool seen = std::any_of(endpoints.begin(), endpoints.end(), [&](const Endpoint& e) {
-        return e.length == endpoint.length && memcmp(&e.address, &endpoint.address, e.length) == 0;
-      });
-      if (!seen) endpoints.push_back(endpoint);
-    }
-    freeaddrinfo(found);
-    if (endpoints.empty()) return absl::UnavailableError(absl::StrCat(host, " has no IP address"));
-  }
-  for (Endpoint& endpoint : endpoints) SetPort(&endpoint.address, port);
-  return endpoints;
 }
 
 bool IsShortage(int error) {
@@ -282,7 +99,7 @@ absl::StatusOr<int> ConnectionGate::Listen(const std::string& address,
                                            std::shared_ptr<grpc::ServerCredentials> credentials,
                                            grpc::ServerBuilder* builder) {
   absl::MutexLock lifecycle(&lifecycle_mu_);
-  if (stopped_ || !listeners_.empty()) {
+  if (stopped_ || listening_ != nullptr) {
     return absl::FailedPreconditionError("a connection gate listens once, before it is stopped");
   }
   const auto unavailable = [&address](absl::string_view why) {
@@ -290,65 +107,11 @@ absl::StatusOr<int> ConnectionGate::Listen(const std::string& address,
                                                "; is the port in use or the address not on this "
                                                "host?"));
   };
-  if (absl::StartsWith(address, "unix:")) {
-    const std::string path = address.substr(5);
-    absl::StatusOr<int> listener = ListenOnPath(path);
-    if (!listener.ok()) return unavailable(listener.status().message());
-    struct stat socket_file;
-    if (stat(path.c_str(), &socket_file) == 0) {
-      socket_path_ = path;
-      socket_file_ = {.device = socket_file.st_dev, .inode = socket_file.st_ino, .source = ""};
-    }
-    return Admit({*listener}, /*port=*/0, credentials, builder);
-  }
-  absl::StatusOr<std::vector<Endpoint>> endpoints = Resolve(address);
-  if (!endpoints.ok()) return unavailable(endpoints.status().message());
-
-  std::vector<int> listeners;
-  std::vector<std::string> errors;
-  bool in_use = false;
-  int port = 0;
-  const bool wildcard = endpoints->front().dual_stack;
-  for (Endpoint& endpoint : *endpoints) {
-    // Every address on the port the first got, as gRPC does for port 0.
-    if (port != 0) SetPort(&endpoint.address, port);
-    const Listening listening = ListenOn(reinterpret_cast<const sockaddr*>(&endpoint.address),
-                                         endpoint.length, endpoint.dual_stack);
-    if (listening.fd >= 0) {
-      listeners.push_back(listening.fd);
-      if (port == 0) port = PortOf(listening.fd);
-      // A dual-stack [::] takes IPv4 too: 0.0.0.0 is its fallback only.
-      if (wildcard) break;
-      continue;
-    }
-    errors.push_back(ErrnoText(listening.call, listening.error));
-    // The wildcard falls back to IPv4 for want of IPv6, not for a port in use.
-    if (listening.error == EADDRINUSE) {
-      in_use = true;
-      break;
-    }
-  }
-  // Like gRPC, some of a name's addresses suffice (where the host has no
-  // IPv6, say); unlike it, not if another server has the port on another:
-  // the two would split the connections between them.
-  if (listeners.empty() || port == 0 || in_use) {
-    for (int fd : listeners) close(fd);
-    return unavailable(absl::StrJoin(errors, "; "));
-  }
-  return Admit(std::move(listeners), port, std::move(credentials), builder);
-}
-
-absl::StatusOr<int> ConnectionGate::Admit(std::vector<int> listeners, int port,
-                                          std::shared_ptr<grpc::ServerCredentials> credentials,
-                                          grpc::ServerBuilder* builder) {
+  absl::StatusOr<ListeningSockets> listening = ListeningSockets::Open(address);
+  if (!listening.ok()) return unavailable(listening.status().message());
   const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd < 0) {
-    const int error = errno;
-    for (int fd : listeners) close(fd);
-    RemoveSocketFile();
-    return absl::UnavailableError(ErrnoText("eventfd", error));
-  }
-  listeners_ = std::move(listeners);
+  if (wake_fd < 0) return unavailable(absl::StrCat("eventfd: ", strerror(errno)));
+  listening_ = std::make_unique<ListeningSockets>(*std::move(listening));
   wake_fd_ = wake_fd;
   acceptor_ = builder->experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
@@ -356,12 +119,12 @@ absl::StatusOr<int> ConnectionGate::Admit(std::vector<int> listeners, int port,
   const int64_t timeout_ms = std::clamp<int64_t>(
       absl::ToInt64Milliseconds(options_.handshake_timeout), 1, INT_MAX);
   builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(timeout_ms));
-  return port;
+  return listening_->port();
 }
 
 void ConnectionGate::Serve() {
   absl::MutexLock lifecycle(&lifecycle_mu_);
-  if (stopped_ || listeners_.empty() || thread_.joinable()) return;
+  if (stopped_ || listening_ == nullptr || thread_.joinable()) return;
   thread_ = std::thread([this] { AcceptLoop(); });
 }
 
@@ -376,26 +139,13 @@ void ConnectionGate::Stop() {
     }
     thread_.join();
   }
-  for (int fd : listeners_) close(fd);
-  listeners_.clear();
+  listening_.reset();  // closes the listeners (and removes a socket file)
   if (wake_fd_ >= 0) close(wake_fd_);
   wake_fd_ = -1;
-  RemoveSocketFile();
-}
-
-void ConnectionGate::RemoveSocketFile() {
-  // Only the file this gate made: a later server's socket at the same
-  // path is another inode.
-  struct stat now;
-  if (!socket_path_.empty() && stat(socket_path_.c_str(), &now) == 0 &&
-      now.st_dev == socket_file_.device && now.st_ino == socket_file_.inode) {
-    unlink(socket_path_.c_str());
-  }
-  socket_path_.clear();
 }
 
 void ConnectionGate::AcceptLoop() {
-  waited_.assign(listeners_.size(), false);
+  waited_.assign(listening_->fds().size(), false);
   std::vector<pollfd> polled;
   bool pausing = false;   // after a shortage
   bool was_full = false;  // at the last look
@@ -418,7 +168,7 @@ void ConnectionGate::AcceptLoop() {
     polled.clear();
     polled.push_back({.fd = wake_fd_, .events = POLLIN, .revents = 0});
     if (accepting) {
-      for (int listener : listeners_) polled.push_back({.fd = listener, .events = POLLIN, .revents = 0});
+      for (int listener : listening_->fds()) polled.push_back({.fd = listener, .events = POLLIN, .revents = 0});
     }
     const int ready = poll(polled.data(), polled.size(), accepting ? -1 : kRetryMs);
     if (ready < 0) {
@@ -440,14 +190,14 @@ void ConnectionGate::AcceptLoop() {
 
 void ConnectionGate::NoteWaiting() {
   std::vector<pollfd> polled;
-  for (int listener : listeners_) polled.push_back({.fd = listener, .events = POLLIN, .revents = 0});
+  for (int listener : listening_->fds()) polled.push_back({.fd = listener, .events = POLLIN, .revents = 0});
   if (poll(polled.data(), polled.size(), 0) < 0) return;
   // Readable: a connection waits in the backlog.
   for (size_t i = 0; i < polled.size(); ++i) waited_[i] = polled[i].revents != 0;
 }
 
 bool ConnectionGate::AcceptFrom(size_t index) {
-  const int listener = listeners_[index];
+  const int listener = listening_->fds()[index];
   for (int i = 0; i < kBatch; ++i) {
     {
       absl::MutexLock lock(&mu_);
@@ -516,7 +266,10 @@ bool ConnectionGate::AcceptFrom(size_t index) {
     }
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux (as
     // from gRPC's own listeners); set it anyway: gRPC does not.
-    if (peer.ss_family != AF_UNIX) SetInt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+    if (peer.ss_family != AF_UNIX) {
+      const int on = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    }
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters parameters;
     parameters.listener_fd = listener;
     parameters.fd = fd;

@@ -52,6 +52,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "rpc/listening_sockets.h"
 
 namespace pst {
 
@@ -77,16 +78,12 @@ class ConnectionGate {
   ConnectionGate(const ConnectionGate&) = delete;
   ConnectionGate& operator=(const ConnectionGate&) = delete;
 
-  // Listens on `address` ("host:port", "[v6]:port", "localhost:port", a name;
-  // port 0 picks one), on every address the host resolves to, as gRPC's own
-  // AddListeningPort would ("0.0.0.0" and "[::]" both listen on IPv4 and
-  // IPv6 where the host has IPv6); with SO_REUSEADDR but not SO_REUSEPORT,
-  // so that a port another socket listens on cannot be taken. Or, for
-  // "unix:PATH", at a Unix-domain socket file of mode 0600 (this user only)
-  // made at PATH, replacing one no server accepts on, and removed by Stop();
-  // its connections count as one source. Then makes the server `builder`
-  // builds take this gate's connections, with `credentials`, and sets its
-  // handshake timeout. Returns the port (0 for a socket path).
+  // Listens on `address` ("host:port", "[v6]:port", a name, port 0 picking
+  // one; or "unix:PATH", a socket file of mode 0600 that Stop() removes,
+  // its connections one source), as rpc/listening_sockets.h says. Then
+  // makes the server `builder` builds take this gate's connections, with
+  // `credentials`, and sets its handshake timeout. Returns the port (0 for
+  // a socket path).
   // Connections wait in the backlog until Serve().
   // Unavailable ("cannot listen on <address>: <why>; is the port in use or
   // the address not on this host?") if no address could be bound, or any
@@ -143,18 +140,9 @@ class ConnectionGate {
 
   explicit ConnectionGate(const Options& options) : options_(options) {}
 
-  // Listen's second half, once `listeners` listen: the server takes the
-  // gate's connections from them.
-  absl::StatusOr<int> Admit(std::vector<int> listeners, int port,
-                            std::shared_ptr<grpc::ServerCredentials> credentials,
-                            grpc::ServerBuilder* builder)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
-  // Removes the socket file Listen made, if it is still that file.
-  void RemoveSocketFile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
-
   // The accept thread's body: until Stop().
   void AcceptLoop();
-  // Accepts from listeners_[index] until it has no more, the total cap is
+  // Accepts from listening_->fds()[index] until it has no more, the total cap is
   // reached, or a batch is done. False after a shortage: then the gate
   // pauses.
   bool AcceptFrom(size_t index);
@@ -176,14 +164,10 @@ class ConnectionGate {
   bool stopped_ ABSL_GUARDED_BY(lifecycle_mu_) = false;
   // Set by Listen; read by the accept thread while it runs, and closed by
   // Stop once it has ended.
-  std::vector<int> listeners_;
+  std::unique_ptr<ListeningSockets> listening_;
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   int wake_fd_ = -1;  // an eventfd: Stop() writes it to end the thread
   std::thread thread_;
-  // The socket file Listen made at a "unix:" path (its device and inode in
-  // a Connection's fields), for Stop to remove.
-  std::string socket_path_ ABSL_GUARDED_BY(lifecycle_mu_);
-  Connection socket_file_ ABSL_GUARDED_BY(lifecycle_mu_);
   // The accept thread's alone: when it last logged that it could not
   // accept, and for each listener whether connections waited in its backlog
   // at the total cap that it has not accepted since.
