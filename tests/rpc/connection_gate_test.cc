@@ -514,9 +514,11 @@ TEST(ConnectionGateSocketPathTest, ServesAtAFileOnlyThisUserReachesAndRemovesIt)
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
   (*gate)->Serve();
-  // The call reached the server (its service answers every call so).
-  EXPECT_EQ(Call(grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials())).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  // The call reached the server (its service answers every call so). The channel outlives the
+  // count: its connection stays open until the channel goes.
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials());
+  EXPECT_EQ(Call(channel).error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ((*gate)->open_connections(), 1);
   (*gate)->Stop();
   server->Shutdown();
