@@ -14,7 +14,8 @@
 # k8s_manifests_test and kubeflow_manifest_test, scripts that run the shipped
 # ps_server (not built); deb_package_test, which installs and packs the
 # programs (not built); netns_cluster_test, which runs the shipped ps_server
-# and worker across network namespaces (not built);
+# and worker across network namespaces (not built); relay_test, which runs
+# the shipped ps_server, worker and pslaunch behind nghttpx (not built);
 # rounds_test and benchmark_tables_test, Python tests of the benchmark
 # scripts (rounds_test runs metrics_bench, which is not built here); the
 # fuzzers' corpus replays (<name>_fuzzer_corpus), not built here either:
@@ -134,7 +135,7 @@ run_suite() {
   local skipped=$SKIPPED
   if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS"; fi
   if [ "$name" = asan ]; then skipped+="|$ASAN_SKIPPED"; fi
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|_fuzzer_corpus\$|^bundle_test\$|^k8s_manifests_test\$|^kubeflow_manifest_test\$|^deb_package_test\$|^netns_cluster_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|_fuzzer_corpus\$|^bundle_test\$|^k8s_manifests_test\$|^kubeflow_manifest_test\$|^deb_package_test\$|^netns_cluster_test\$|^relay_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 
