@@ -295,6 +295,66 @@ TEST_F(TwoWorkerJobTest, AnotherProcessActingAsARunningWorkerIsRefused) {
   EXPECT_EQ(run->stats[0].pushes_applied(), 2 * kStepsPerWorker);
 }
 
+// A worker gathers its next batch while a step's exchange is out; when
+// that exchange is refused and the step redone, the step computes on its
+// own batch again: the model ends bitwise as in a run never refused.
+TEST(TrainingTest, AStepRedoneAfterARefusedExchangeComputesOnItsOwnBatch) {
+  JobConfig config = BaseConfig(SYNC, 1, 8, 1);
+  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
+  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
+  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
+  ApplyDefaults(&config);
+  ASSERT_TRUE(ValidateConfig(config).ok());
+  absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<ClusterRun> undisturbed = TrainOnce(config, 1);
+  ASSERT_TRUE(undisturbed.ok()) << undisturbed.status();
+
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(config, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(grpc::CreateChannel(
+      (*cluster)->config().cluster().ps(0), grpc::InsecureChannelCredentials()));
+  auto refused = [&stub] {
+    StatsResponse stats;
+    grpc::ClientContext context;
+    return stub->Stats(&context, StatsRequest(), &stats).ok() && stats.exchanges_refused() > 0;
+  };
+  // Before the third push, every exchange the worker may have open is
+  // taken (long-poll pulls in its name), so that push is refused; they are
+  // given back once the shard has refused it.
+  std::vector<std::unique_ptr<grpc::ClientContext>> held;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>>> streams;
+  std::thread release;
+  int pushes = 0;
+  (*cluster)->set_before_push(0, [&] {
+    if (++pushes != 3) return;
+    PullRequest pull;
+    pull.set_min_version(1 << 30);
+    pull.set_timeout_ms(600000);
+    for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
+      held.push_back(std::make_unique<grpc::ClientContext>());
+      held.back()->AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
+      streams.push_back(stub->Exchange(held.back().get()));
+      ASSERT_TRUE(streams.back()->Write(PullOnly(pull, /*worker=*/0)));
+    }
+    release = std::thread([&] {
+      EXPECT_TRUE(Eventually(refused, absl::Seconds(120))) << "the push was never refused";
+      for (auto& context : held) context->TryCancel();
+      for (auto& stream : streams) stream->Finish();
+    });
+  });
+  absl::StatusOr<ClusterRun> run = (*cluster)->Train(*data);
+  if (release.joinable()) release.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(refused());
+  EXPECT_EQ(run->results[0].steps(), undisturbed->results[0].steps());
+  EXPECT_EQ(run->stats[0].version(), undisturbed->stats[0].version());
+  ASSERT_EQ(run->parameters.size(), undisturbed->parameters.size());
+  for (size_t v = 0; v < run->parameters.size(); ++v) {
+    EXPECT_EQ(run->parameters[v], undisturbed->parameters[v]) << "variable " << v;
+  }
+}
+
 // Gradients and parameters on the wire as bfloat16 (half the bytes): one
 // epoch of Fashion-MNIST still reaches the accuracy of the float32 test.
 TEST(TrainingTest, FashionMnistTrainsWithBfloat16OnTheWire) {

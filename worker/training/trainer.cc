@@ -302,14 +302,21 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
     PST_RETURN_IF_ERROR(PullParameters(next_min_));
   }
   const int batch = config_.training().batch_size();
-  const std::span<const int64_t> rows = sampler_->Batch(epoch, step);
   const Dataset& train = data_->train;
-  absl::StatusOr<LossResult> loss = towers_->ComputeGradients(
-      batch_x_.data(), batch_y_.data(), batch, [&](int first, int count) {
-        GatherBatch(train, rows.subspan(first, count),
-                    batch_x_.data() + static_cast<size_t>(first) * train.feature_dim,
-                    batch_y_.data() + static_cast<size_t>(first) * train.target_dim);
-      });
+  gather_.Wait();
+  absl::StatusOr<LossResult> loss;
+  if (gathered_ == std::make_pair(epoch, step)) {
+    loss = towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+  } else {
+    const std::span<const int64_t> rows = sampler_->Batch(epoch, step);
+    loss = towers_->ComputeGradients(
+        batch_x_.data(), batch_y_.data(), batch, [&](int first, int count) {
+          GatherBatch(train, rows.subspan(first, count),
+                      batch_x_.data() + static_cast<size_t>(first) * train.feature_dim,
+                      batch_y_.data() + static_cast<size_t>(first) * train.target_dim);
+        });
+  }
+  gathered_ = {-1, -1};
   if (!loss.ok()) return loss;
   if (before_push_) before_push_();
   // The gradient goes out and the next step's parameters come back in one
@@ -318,6 +325,14 @@ absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
   const absl::Time push_start = absl::Now();
   parameters_current_ = false;  // a failed exchange may have written part of them
   PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
+  if (towers_->ComputesOnHostMemory() && step + 1 < sampler_->steps_per_epoch()) {
+    const std::span<const int64_t> next_rows = sampler_->Batch(epoch, step + 1);
+    gathered_ = {epoch, step + 1};
+    gather_ = gather_thread_.Start(
+        [&train, next_rows, x = batch_x_.data(), y = batch_y_.data()] {
+          GatherBatch(train, next_rows, x, y);
+        });
+  }
   if (absl::Status s = client_->PushPull(
           computed_at, gradients_, MinVersionsAfter(computed_at),
           absl::Seconds(config_.training().pull_timeout_seconds()), parameters_, &versions_,

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "common/thread_pool.h"
 #include "config.pb.h"
 #include "kernels/kernels.h"
 #include "consistency/consistency_policy.h"
@@ -133,6 +134,14 @@ class Trainer {
   bool parameters_current_ = false;
   std::span<float> batch_x_;  // the Mlp's (pinned) input staging buffer
   std::span<float> batch_y_;  // the Mlp's (pinned) target staging buffer
+  // Towers on host memory gather the next step's batch into batch_x_ and
+  // batch_y_ while the step's exchange is out (the cores are idle then, but
+  // for the shard's), so the next step starts computing at once.
+  // `gathered_` is the (epoch, step) whose rows they hold once `gather_`
+  // is over; a step redone after a failed exchange gathers its own again.
+  ThreadPool gather_thread_{1};
+  ThreadPool::Task gather_;
+  std::pair<int, int64_t> gathered_{-1, -1};
   int64_t resume_clock_ = 0;           // steps this worker had done before a restart
   std::function<void()> before_push_;
   bool live_progress_ = false;
