@@ -348,6 +348,8 @@ TEST(TrainingTest, AStepRedoneAfterARefusedExchangeComputesOnItsOwnBatch) {
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_TRUE(refused());
   EXPECT_EQ(run->results[0].steps(), undisturbed->results[0].steps());
+  // The refused step was computed twice, so its hook ran twice.
+  EXPECT_EQ(pushes, run->results[0].steps() + 1);
   EXPECT_EQ(run->stats[0].version(), undisturbed->stats[0].version());
   ASSERT_EQ(run->parameters.size(), undisturbed->parameters.size());
   for (size_t v = 0; v < run->parameters.size(); ++v) {
