@@ -54,6 +54,47 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
+// A small parabola fit: batch 8, one epoch of 256 examples, SGD, one hidden
+// layer of 8, defaults applied.
+JobConfig SmallParabolaJob(Mode mode, int workers) {
+  JobConfig config = BaseConfig(mode, workers, 8, 1);
+  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
+  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
+  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
+  ApplyDefaults(&config);
+  return config;
+}
+
+// Every exchange worker `worker` of this process may have open
+// (--max_streams_per_worker), held by long-poll pulls of a version that
+// does not come, until Release.
+class HeldExchanges {
+ public:
+  HeldExchanges(ParameterServer::Stub* stub, int worker) {
+    PullRequest pull;
+    pull.set_min_version(1 << 30);
+    pull.set_timeout_ms(600000);
+    for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
+      contexts_.push_back(std::make_unique<grpc::ClientContext>());
+      contexts_.back()->AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
+      streams_.push_back(stub->Exchange(contexts_.back().get()));
+      EXPECT_TRUE(streams_.back()->Write(PullOnly(pull, worker)));
+    }
+  }
+  ~HeldExchanges() { Release(); }
+
+  void Release() {
+    for (auto& context : contexts_) context->TryCancel();
+    for (auto& stream : streams_) stream->Finish();
+    streams_.clear();
+    contexts_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>>> streams_;
+};
+
 // SYNC with N workers of batch b must give the parameters of one worker with
 // batch N*b over the same samples, with one PS shard or several (the first
 // kernel, 784 x 32, is sliced across shards), and with each worker's batch
@@ -191,11 +232,7 @@ TEST(TrainingTest, AsyncWithFourWorkersAppliesEveryGradientExactlyOnce) {
 class TwoWorkerJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    JobConfig config = BaseConfig(ASYNC, 2, 8, 1);
-    config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
-    config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
-    config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
-    ApplyDefaults(&config);
+    const JobConfig config = SmallParabolaJob(ASYNC, 2);
     ASSERT_TRUE(ValidateConfig(config).ok());
     absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
     ASSERT_TRUE(data.ok()) << data.status();
@@ -226,26 +263,12 @@ class TwoWorkerJobTest : public ::testing::Test {
 // instead of ending the run, and finishes once the exchanges are given
 // back.
 TEST_F(TwoWorkerJobTest, AWorkerRefusedForLoadWaitsAndFinishes) {
-
-  // Worker 1's four exchanges (--max_streams_per_worker), held: pulls of a
-  // version that does not come.
-  PullRequest pull;
-  pull.set_min_version(1 << 30);
-  pull.set_timeout_ms(600000);
-  std::vector<std::unique_ptr<grpc::ClientContext>> held;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>>> streams;
-  for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
-    held.push_back(std::make_unique<grpc::ClientContext>());
-    held.back()->AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
-    streams.push_back(stub_->Exchange(held.back().get()));
-    ASSERT_TRUE(streams.back()->Write(PullOnly(pull, /*worker=*/1)));
-  }
+  HeldExchanges held(stub_.get(), /*worker=*/1);
   absl::StatusOr<ClusterRun> run;
   std::thread training([&] { run = cluster_->Train(data_); });
   const bool refused = Eventually([&] { return Stats().exchanges_refused() > 0; },
                                   absl::Seconds(120));
-  for (auto& context : held) context->TryCancel();
-  for (auto& stream : streams) stream->Finish();
+  held.Release();
   training.join();
   ASSERT_TRUE(refused) << "worker 1 was never refused";
   ASSERT_TRUE(run.ok()) << run.status();
@@ -299,11 +322,7 @@ TEST_F(TwoWorkerJobTest, AnotherProcessActingAsARunningWorkerIsRefused) {
 // that exchange is refused and the step redone, the step computes on its
 // own batch again: the model ends bitwise as in a run never refused.
 TEST(TrainingTest, AStepRedoneAfterARefusedExchangeComputesOnItsOwnBatch) {
-  JobConfig config = BaseConfig(SYNC, 1, 8, 1);
-  config.mutable_training()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01f);
-  config.mutable_training()->mutable_model()->mutable_mlp()->add_hidden(8);
-  config.mutable_training()->mutable_dataset()->mutable_parabola()->set_examples(256);
-  ApplyDefaults(&config);
+  const JobConfig config = SmallParabolaJob(SYNC, 1);
   ASSERT_TRUE(ValidateConfig(config).ok());
   absl::StatusOr<TrainingData> data = LoadTrainingData(config.training());
   ASSERT_TRUE(data.ok()) << data.status();
@@ -320,27 +339,17 @@ TEST(TrainingTest, AStepRedoneAfterARefusedExchangeComputesOnItsOwnBatch) {
     return stub->Stats(&context, StatsRequest(), &stats).ok() && stats.exchanges_refused() > 0;
   };
   // Before the third push, every exchange the worker may have open is
-  // taken (long-poll pulls in its name), so that push is refused; they are
-  // given back once the shard has refused it.
-  std::vector<std::unique_ptr<grpc::ClientContext>> held;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>>> streams;
+  // taken, so that push is refused; they are given back once the shard has
+  // refused it.
+  std::unique_ptr<HeldExchanges> held;
   std::thread release;
   int pushes = 0;
   (*cluster)->set_before_push(0, [&] {
     if (++pushes != 3) return;
-    PullRequest pull;
-    pull.set_min_version(1 << 30);
-    pull.set_timeout_ms(600000);
-    for (int i = 0; i < RpcLimits().max_streams_per_worker; ++i) {
-      held.push_back(std::make_unique<grpc::ClientContext>());
-      held.back()->AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
-      streams.push_back(stub->Exchange(held.back().get()));
-      ASSERT_TRUE(streams.back()->Write(PullOnly(pull, /*worker=*/0)));
-    }
+    held = std::make_unique<HeldExchanges>(stub.get(), /*worker=*/0);
     release = std::thread([&] {
       EXPECT_TRUE(Eventually(refused, absl::Seconds(120))) << "the push was never refused";
-      for (auto& context : held) context->TryCancel();
-      for (auto& stream : streams) stream->Finish();
+      held->Release();
     });
   });
   absl::StatusOr<ClusterRun> run = (*cluster)->Train(*data);
