@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
