@@ -34,7 +34,6 @@ std::optional<std::string> BindRefusal(const sockaddr* address, socklen_t length
   return refusal;
 }
 
-
 // Why `host`:`port` cannot be bound here, trying every address it resolves
 // to as ps_server's listener does.
 std::optional<std::string> HostPortRefusal(const std::string& host, int port) {

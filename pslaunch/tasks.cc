@@ -100,6 +100,7 @@ absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
     if (!token.ok()) return token.status();
     cluster_token = *std::move(token);
   }
+  const bool relayed = !paths.relay_binary.empty() && !paths.relay_conf.empty();
   std::vector<ChildSpec> tasks;
   for (int i = 0; i < config.cluster().ps_size(); ++i) {
     const std::string task = absl::StrCat("ps:", i);
@@ -112,7 +113,6 @@ absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
     if (auto file = paths.port_files.find(i); file != paths.port_files.end()) {
       spec.first_start_args.push_back("--port_file=" + file->second);
     }
-    const bool relayed = !paths.relay_binary.empty() && !paths.relay_conf.empty();
     if (relayed) spec.argv.push_back("--listen=unix:" + RelaySocketPath(paths.result_dir, i));
     tasks.push_back(std::move(spec));
     if (relayed) {

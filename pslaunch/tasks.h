@@ -41,7 +41,7 @@ std::string RelaySocketPath(const std::string& dir, int shard);
 // any), then workers. Every override
 // pslaunch was given goes to each task that takes it (ForwardedFlags,
 // common/overrides.h); --metrics_port=P gives the tasks P, P+1, ... in
-// that order; with cluster.auth each worker carries its own task token in
+// that order (a relay serves no metrics and takes none); with cluster.auth each worker carries its own task token in
 // its environment; with cluster.worker_command the workers run that
 // command instead of the worker binary. An error when the cluster token
 // cannot be read, or (InvalidArgument) a relay is asked for a shard whose
