@@ -78,7 +78,8 @@ void Check(const absl::Status& status) {
 // One worker: a dense variable of `dense_floats` and the table "emb".
 class TableClient {
  public:
-  TableClient(const PsServerProcesses& shards, int64_t dense_floats, int dim, int64_t max_rows)
+  TableClient(const PsServerProcesses& shards, int64_t dense_floats, int dim, int64_t max_rows,
+              EmbeddingTableConfig::WhenFull when_full = EmbeddingTableConfig::WHEN_FULL_UNSPECIFIED)
       : dim_(dim) {
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(shards.addresses(), 0, absl::Seconds(30));
@@ -89,6 +90,7 @@ class TableClient {
     table.set_name("emb");
     table.set_dim(dim);
     table.set_max_rows_per_shard(max_rows);
+    table.set_when_full(when_full);
     client_->SetEmbeddingTables({table});
     dense_.assign(kDenseProbe, 0.0f);
     versions_.assign(shards.addresses().size(), 0);
@@ -249,7 +251,9 @@ int RunBound() {
   const int64_t limit = absl::GetFlag(FLAGS_max_rows);
   const int dim = absl::GetFlag(FLAGS_dim);
   std::unique_ptr<PsServerProcesses> processes = StartShards(1, false);
-  TableClient client(*processes, kDenseProbe, dim, limit);
+  // The bound of a table that refuses at its limit: every id past it is
+  // counted as refused.
+  TableClient client(*processes, kDenseProbe, dim, limit, EmbeddingTableConfig::REFUSE_NEW_ROWS);
   const int64_t rss_before = processes->ResidentBytes();
   // RSS after each push: the peak before the limit filled and after.
   int64_t rss_at_limit = 0, peak = rss_before;

@@ -49,6 +49,7 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Connect(addresses, rank, absl::Seconds(10));
     if (!client.ok()) return client.status();
+    (*client)->set_call_patience(absl::Seconds(config_.training().pull_timeout_seconds()));
     clients[rank] = std::move(*client);
   }
   std::vector<std::thread> threads;

@@ -394,9 +394,11 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
 absl::StatusOr<CheckpointStart> ParseCheckpointStart(absl::string_view text) {
   if (text == "auto") return CheckpointStart::kAuto;
   if (text == "restore") return CheckpointStart::kRestore;
+  if (text == "restore_other_model") return CheckpointStart::kRestoreOtherModel;
   if (text == "fresh") return CheckpointStart::kFresh;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--checkpoint_start=", text, " is not a choice; use auto, restore or fresh"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--checkpoint_start=", text,
+                   " is not a choice; use auto, restore, restore_other_model or fresh"));
 }
 
 std::string ModeName(Mode mode) {

@@ -134,9 +134,12 @@ absl::Status ValidateTask(const JobConfig& config, const TaskId& task);
 //            run's to restore (all invalid, another run's or job's, or a
 //            finished run's); start fresh when it holds none.
 //  kRestore: restore the newest valid checkpoint whatever run wrote it;
-//            refuse when there is none.
+//            refuse when there is none, or when the config names the model
+//            and the checkpoint holds another (other variables, tables or
+//            table settings).
+//  kRestoreOtherModel: as kRestore, whatever model the checkpoint holds.
 //  kFresh:   ignore them (moved aside), start from the initial weights.
-enum class CheckpointStart { kAuto, kRestore, kFresh };
+enum class CheckpointStart { kAuto, kRestore, kRestoreOtherModel, kFresh };
 absl::StatusOr<CheckpointStart> ParseCheckpointStart(absl::string_view text);
 
 // "sync" / "async" / "ssp".

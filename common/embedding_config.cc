@@ -29,6 +29,10 @@ absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableC
                                       "] (0 = ", kDefaultMaxRowsPerShard, "), got ",
                                       spec.max_rows_per_shard()));
   }
+  if (!EmbeddingTableConfig::WhenFull_IsValid(spec.when_full())) {
+    return Invalid(spec, absl::StrCat("when_full ", static_cast<int>(spec.when_full()),
+                                      " is not EVICT_LEAST_RECENTLY_USED or REFUSE_NEW_ROWS"));
+  }
   if (spec.has_init_scale() && !(std::isfinite(spec.init_scale()) && spec.init_scale() >= 0)) {
     return Invalid(spec,
                    absl::StrCat("init_scale must be finite and >= 0, got ", spec.init_scale()));
@@ -40,6 +44,9 @@ absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableC
     return Invalid(spec, optimizer.status().message());
   }
   if (resolved.max_rows_per_shard() == 0) resolved.set_max_rows_per_shard(kDefaultMaxRowsPerShard);
+  if (resolved.when_full() == EmbeddingTableConfig::WHEN_FULL_UNSPECIFIED) {
+    resolved.set_when_full(EmbeddingTableConfig::EVICT_LEAST_RECENTLY_USED);
+  }
   if (!resolved.has_init_scale()) {
     // FTRL's weights follow from its state (0 before any gradient), so its
     // rows start at 0; other rules start from a spread that keeps a sum of

@@ -191,6 +191,10 @@ PST_LIMIT(int, max_names_per_request,
           "Most variables one exchange's pull may name or its push carry; more, or a name given "
           "twice, is refused with INVALID_ARGUMENT.",
           max_names_per_request);
+PST_LIMIT(int, max_rows_per_pull,
+          "Most embedding rows one pull may name, over all its tables; more is refused with "
+          "INVALID_ARGUMENT before any row is looked up (workers piece larger pulls).",
+          max_rows_per_pull);
 PST_LIMIT(int64_t, max_reply_bytes,
           "Largest answer the PS encodes for one pull in a 16-bit wire type, in bytes; a pull "
           "whose answer would be larger is refused with RESOURCE_EXHAUSTED before it is built "
@@ -257,7 +261,9 @@ PST_OVERRIDE(std::string, checkpoint_start, "auto",
              "none, and refuse to start (exit 2) if it holds checkpoints of which none is this "
              "run's to restore (all damaged, another run's or job's, or a finished run's). "
              "restore: restore the newest valid checkpoint, whichever run wrote it (resume a "
-             "run). fresh: start from the initial weights, moving the old checkpoints to "
+             "run), unless it holds another model than the config names (other variables, "
+             "tables or table settings: exit 2). restore_other_model: restore it whatever model "
+             "it holds. fresh: start from the initial weights, moving the old checkpoints to "
              "<dir>/shard-<i>/previous/. pslaunch passes it on to each PS's first start only: a "
              "restarted PS always uses auto, and restores this run's own.",
              kSetting, pst::kPsServer, kFirstStart, nullptr);

@@ -12,6 +12,7 @@ absl::Status ValidateRpcLimits(const RpcLimits& limits) {
   };
   for (absl::Status s : {positive("max_message_bytes", limits.max_request_bytes),
                          positive("max_names_per_request", limits.max_names_per_request),
+                         positive("max_rows_per_pull", limits.max_rows_per_pull),
                          positive("max_reply_bytes", limits.max_reply_bytes),
                          positive("max_streams", limits.max_streams),
                          positive("max_streams_per_worker", limits.max_streams_per_worker)}) {

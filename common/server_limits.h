@@ -25,6 +25,11 @@ struct RpcLimits {
   // Names must be distinct as well, so an answer is never larger than the
   // shard's share.
   int max_names_per_request = 65536;
+  // Embedding rows one pull may name, over all its tables: checked from the
+  // request's sizes before any row is looked at, so that one call's work
+  // under the shard's lock stays small (a million ids cost tens of
+  // milliseconds). A worker pieces a larger pull (RegisterResponse).
+  int max_rows_per_pull = 1 << 20;
   // Largest answer the PS encodes into a buffer of its own (an exchange's
   // pull in a 16-bit wire type, and the embedding rows a pull names, in any
   // wire type), computed before anything is encoded. A float32 answer of

@@ -108,6 +108,11 @@ absl::StatusOr<int> ConnectionGate::Listen(const std::string& address,
                                                "host?"));
   };
   absl::StatusOr<ListeningSockets> listening = ListeningSockets::Open(address);
+  if (absl::IsFailedPrecondition(listening.status())) {
+    // Not a port taken for now: no restart changes it.
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot listen on ", address, ": ", listening.status().message()));
+  }
   if (!listening.ok()) return unavailable(listening.status().message());
   const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd < 0) return unavailable(absl::StrCat("eventfd: ", strerror(errno)));

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace pst {
 namespace {
@@ -62,11 +63,47 @@ Listening ListenOn(const sockaddr* address, socklen_t length, bool dual_stack) {
   return {.fd = -1, .error = error, .call = call};
 }
 
+// FailedPrecondition unless another user cannot take the socket at `path`
+// over: its folder must be this user's or root's, and writable by no other
+// user, unless it is sticky (as /tmp), where others cannot rename or
+// remove what is this user's. In a folder others may write to, one of
+// them could rename the PS's socket away, listen at its path, and read the
+// next client's bearer token.
+absl::Status CheckSocketFolder(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string folder =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  struct stat status;
+  if (stat(folder.c_str(), &status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot inspect the socket's folder ", folder, ": ", std::strerror(errno)));
+  }
+  const auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the socket's folder ", folder, " ", why,
+        ", so another user could put their own socket at ", path,
+        " and read what clients send; choose a folder only this user can write to "
+        "(pslaunch --relay puts the socket in its run directory, mode 0700)"));
+  };
+  if (!S_ISDIR(status.st_mode)) return refuse("is not a directory");
+  if ((status.st_mode & S_ISVTX) != 0) return absl::OkStatus();
+  if (status.st_uid != geteuid() && status.st_uid != 0) {
+    return refuse(absl::StrCat("belongs to uid ", status.st_uid, ", not to this user (uid ",
+                               geteuid(), ")"));
+  }
+  if ((status.st_mode & S_IWOTH) != 0) return refuse("can be written by any user");
+  if ((status.st_mode & S_IWGRP) != 0 && status.st_gid != getegid()) {
+    return refuse(absl::StrCat("can be written by group ", status.st_gid));
+  }
+  return absl::OkStatus();
+}
+
 // A socket listening at the filesystem path `path` (an AF_UNIX stream
 // socket), reachable only by those whom the file's mode (0600: this user)
 // and its folders admit; or why not. A socket file left by a server that
 // is gone (nothing accepts on it) is replaced; one that still serves, or a
-// file of another kind, is left alone.
+// file of another kind, is left alone. A folder another user could write
+// to is refused (CheckSocketFolder).
 absl::StatusOr<int> ListenOnPath(const std::string& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -74,6 +111,7 @@ absl::StatusOr<int> ListenOnPath(const std::string& path) {
     return absl::UnavailableError(
         absl::StrCat("a socket path must have 1 to ", sizeof(address.sun_path) - 1, " bytes"));
   }
+  PST_RETURN_IF_ERROR(CheckSocketFolder(path));
   memcpy(address.sun_path, path.data(), path.size());
   const auto* named = reinterpret_cast<const sockaddr*>(&address);
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -99,6 +137,14 @@ absl::StatusOr<int> ListenOnPath(const std::string& path) {
   // Nobody can connect before listen(): the mode is set first.
   const char* call = "bind";
   if (bound == 0) {
+    // In a sticky folder the path may have been another user's: the file
+    // bound must be this user's own.
+    struct stat made;
+    if (lstat(path.c_str(), &made) != 0 || !S_ISSOCK(made.st_mode) || made.st_uid != geteuid()) {
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("the socket at ", path, " is not this user's after binding it"));
+    }
     call = "chmod";
     if (chmod(path.c_str(), 0600) == 0) {
       call = "listen";

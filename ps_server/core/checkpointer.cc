@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "ps_server/core/checkpoint.h"
+#include "ps_server/core/model_share.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -105,6 +106,8 @@ absl::Status Checkpointer::MoveAside(const std::vector<std::string>& files) {
 }
 
 absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
+  const bool other_model_allowed = start == CheckpointStart::kRestoreOtherModel;
+  if (other_model_allowed) start = CheckpointStart::kRestore;
   if (config_.dir().empty()) {
     if (start == CheckpointStart::kRestore) {
       return absl::FailedPreconditionError(
@@ -176,6 +179,15 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
           "with --checkpoint_start=restore"));
     }
   }
+  if (start == CheckpointStart::kRestore && !other_model_allowed && shard_->model_share()) {
+    if (absl::Status s = CheckCheckpointIsShare(*checkpoint, *shard_->model_share()); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint in ", dir_, " (", Describe(*checkpoint),
+          ") holds another model than the config's: ", s.message(),
+          "; restore it all the same with --checkpoint_start=restore_other_model, or start over "
+          "with --checkpoint_start=fresh"));
+    }
+  }
   if (absl::Status s = shard_->Restore(*checkpoint); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("cannot restore the checkpoint in ", dir_, " (",
                                                Describe(*checkpoint), "): ", s.message()));
@@ -192,8 +204,8 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
                        (checkpoint->run_id() != identity_.run_id ||
                         checkpoint->config_hash() != identity_.config_hash || checkpoint->finished());
   if (adopted) {
-    spdlog::warn("{} restores {} from {} as asked (--checkpoint_start=restore)", task_,
-                 Describe(*checkpoint), dir_);
+    spdlog::warn("{} restores {} from {} as asked (--checkpoint_start={})", task_,
+                 Describe(*checkpoint), dir_, other_model_allowed ? "restore_other_model" : "restore");
     // Stamped with this run, so that a restart of this run finds its own.
     absl::StatusOr<Written> stamped = Write(shard_->Snapshot());
     if (!stamped.ok()) return stamped.status();

@@ -29,6 +29,7 @@ struct TableHeader {
   int64_t updates;
   int64_t rows_admitted;
   int64_t rows_refused;
+  int64_t rows_evicted;
   size_t slot_floats;
 };
 
@@ -41,6 +42,7 @@ TableHeader HeaderOf(const Table& table, int num_shards) {
           .updates = table.updates,
           .rows_admitted = table.rows_admitted,
           .rows_refused = table.rows_refused,
+          .rows_evicted = table.rows_evicted,
           .slot_floats = table.slot_floats()};
 }
 
@@ -56,6 +58,7 @@ void WriteTable(const TableHeader& header, const Rows& rows, ShardCheckpoint* ch
   out->set_updates(header.updates);
   out->set_rows_admitted(header.rows_admitted);
   out->set_rows_refused(header.rows_refused);
+  out->set_rows_evicted(header.rows_evicted);
   std::string* ids = out->mutable_ids();
   std::string* values = out->mutable_values();
   std::string* state = out->mutable_slots();
@@ -135,11 +138,14 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
                                        " optimizer"));
     }
     if (n > table->config.max_rows_per_shard() || in.rows_admitted() < n || in.rows_refused() < 0 ||
-        in.updates() < 0) {
+        in.rows_evicted() < 0 || in.updates() < 0) {
       return inconsistent(absl::StrCat(n, " rows do not fit its limit or counters"));
     }
     values.resize(dim);
     slots.resize(slot_floats);
+    // Restored rows are as recent as the checkpoint, not older than every
+    // row trained after it.
+    table->rows.set_tick(in.updates());
     for (int64_t row = 0; row < n; ++row) {
       const uint64_t id = RowId(in.ids(), row);
       int64_t row_updates;
@@ -164,6 +170,7 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
     table->updates = in.updates();
     table->rows_admitted = in.rows_admitted();
     table->rows_refused = in.rows_refused();
+    table->rows_evicted = in.rows_evicted();
     tables.push_back(std::move(table));
   }
   Adopt(std::move(tables));

@@ -160,7 +160,7 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
     }
     const uint64_t id = ids[i];
     const int64_t row = found_scratch_[i];
-    if (row < 0 && table.rows.size() + table.staged_new >= table.config.max_rows_per_shard()) {
+    if (row < 0 && !HasRoomForANewRow(table)) {
       ++table.staged_refused;
       continue;
     }
@@ -240,22 +240,91 @@ void EmbeddingTable::Commit() {
     // The update counts were read (and their rows reached) when staging:
     // Commit writes them without reading a row's count again.
     const size_t n = table.staged_ids.size();
+    const int64_t tick = table.updates + 1;
+    table.rows.set_tick(tick);
+    // The rows this update trains first: an eviction moves a row, so the
+    // staged indices hold only until the first one.
     for (size_t i = 0; i < n; ++i) {
-      const float* record = table.staged_records.data() + i * width;
-      const std::span<const float> values(record, dim);
-      const std::span<const float> slots(record + dim, width - dim);
       const int64_t row = table.staged_rows[i];
-      if (row < 0) {
-        table.rows.Add(table.staged_ids[i], values, slots, table.staged_updates[i]);
-      } else {
-        table.rows.Update(row, values, slots, table.staged_updates[i]);
-      }
+      if (row < 0) continue;
+      const float* record = table.staged_records.data() + i * width;
+      table.rows.Update(row, {record, dim}, {record + dim, width - dim}, table.staged_updates[i]);
     }
-    table.rows_admitted += table.staged_new;
-    table.rows_refused += table.staged_refused;
+    int64_t admitted = 0;
+    int64_t refused = table.staged_refused;
+    for (size_t i = 0; i < n; ++i) {
+      if (table.staged_rows[i] >= 0) continue;
+      if (table.rows.size() >= table.config.max_rows_per_shard() && !EvictOne(table, tick)) {
+        ++refused;  // every row left was trained by this update
+        continue;
+      }
+      const float* record = table.staged_records.data() + i * width;
+      table.rows.Add(table.staged_ids[i], {record, dim}, {record + dim, width - dim},
+                     table.staged_updates[i]);
+      ++admitted;
+    }
+    table.rows_admitted += admitted;
+    table.rows_refused += refused;
     ++table.updates;
   }
   Discard();
+}
+
+int64_t EmbeddingTable::EvictionsPerUpdate(const Embedding& table) const {
+  const int64_t share =
+      table.config.max_rows_per_shard() / (8 * int64_t{std::max(1, options_.num_workers)});
+  return std::max<int64_t>(64, share);
+}
+
+bool EmbeddingTable::HasRoomForANewRow(const Embedding& table) const {
+  const int64_t over =
+      table.rows.size() + table.staged_new + 1 - table.config.max_rows_per_shard();
+  if (over <= 0) return true;
+  return table.config.when_full() == EmbeddingTableConfig::EVICT_LEAST_RECENTLY_USED &&
+         over <= EvictionsPerUpdate(table);
+}
+
+namespace {
+
+// splitmix64: a cheap, well-mixed sequence from a counter.
+uint64_t NextDraw(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
+  // Sampled LRU: the oldest of a few rows drawn at random costs O(1) per
+  // eviction and no list threaded through the rows (whose records must
+  // stay put for frozen views); the oldest of 8 is on average older than
+  // 8 in 9 of the table's rows. A row this update trains (touched at
+  // `tick`) is never one.
+  constexpr int kSamples = 8;
+  constexpr int kRounds = 4;
+  const int64_t size = table.rows.size();
+  if (size == 0) return false;
+  // The draws of an update follow from the table and its update count: a
+  // run evicts the same rows every time, restored or not.
+  if (table.eviction_tick != tick) {
+    table.eviction_tick = tick;
+    table.eviction_draws = table.key ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
+  }
+  int64_t victim = -1;
+  for (int round = 0; round < kRounds && victim < 0; ++round) {
+    for (int i = 0; i < kSamples; ++i) {
+      const auto row =
+          static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
+      const int64_t touched = table.rows.touched(row);
+      if (touched < tick && (victim < 0 || touched < table.rows.touched(victim))) victim = row;
+    }
+  }
+  if (victim < 0) return false;
+  table.rows.Remove(victim);
+  ++table.rows_evicted;
+  return true;
 }
 
 void EmbeddingTable::Discard() {
@@ -281,6 +350,7 @@ void EmbeddingTable::AddStats(StatsResponse* response) const {
     stats->set_bytes(t->rows.bytes());
     stats->set_rows_admitted(t->rows_admitted);
     stats->set_rows_refused(t->rows_refused);
+    stats->set_rows_evicted(t->rows_evicted);
   }
 }
 

@@ -11,10 +11,13 @@
 // refuses a push or pull of another shard's id.
 //
 // Bounds. Each table holds at most max_rows_per_shard rows here. Past it
-// a new row is refused: its gradient is dropped and counted in
-// rows_refused, the rest of the push applies, and existing rows train on.
-// rows_admitted counts the rows created. Both are in Stats and
-// checkpoints.
+// (when_full, proto/config.proto) a new row evicts the least recently
+// updated row (sampled LRU, counted in rows_evicted; at most
+// EvictionsPerUpdate per update, never a row the update trains), or is
+// refused (its gradient dropped and counted in rows_refused; the rest of
+// the push applies). rows_admitted counts the rows created. All three are
+// in Stats and checkpoints; recency is not checkpointed (restored rows
+// count as updated at the checkpoint).
 //
 // Optimizers. Each table has its own rule (its spec's, else the job's),
 // applied per row by the dense rules of ps_server/optimizers/optimizer.h on the row's
@@ -151,6 +154,14 @@ class EmbeddingTable final : public Table {
   // InvalidArgument unless `id` is this shard's.
   absl::Status CheckShard(const Embedding& table, uint64_t id, absl::string_view what) const;
   // Stages the update of rows `ids` by `gradients` (ids.size() x dim).
+  // Rows one update may evict from `table` (when_full: evict).
+  int64_t EvictionsPerUpdate(const Embedding& table) const;
+  // Whether the staged update may add one more new row to `table`: there
+  // is room, or it may evict one more.
+  bool HasRoomForANewRow(const Embedding& table) const;
+  // Drops `table`'s least recently used row (sampled), never one touched
+  // at `tick`; false if none was found.
+  static bool EvictOne(Embedding& table, int64_t tick);
   absl::Status StageRows(Embedding& table, std::span<const uint64_t> ids,
                          std::span<const float> gradients, float lr_scale);
   // Copies row `id`'s committed or initial values to `out`.

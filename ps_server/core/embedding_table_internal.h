@@ -44,6 +44,12 @@ struct EmbeddingTable::Embedding {
   int64_t updates = 0;
   int64_t rows_admitted = 0;
   int64_t rows_refused = 0;
+  int64_t rows_evicted = 0;
+  // Draws the rows an eviction looks at: a sequence fixed by the table and
+  // the update (eviction_tick), so that SYNC runs stay bitwise
+  // reproducible.
+  uint64_t eviction_draws = 0;
+  int64_t eviction_tick = -1;
 
   // The staged update: per staged id, its row (-1: a new one), the row's
   // update count once committed, and its next values and state

@@ -98,45 +98,76 @@ ConfigModel ShardShare(const ConfigModel& model, int shard, int num_shards) {
   return {ShardShare(model.variables, shard, num_shards), model.embeddings, model.job_optimizer};
 }
 
-absl::Status CheckInitIsShare(const InitRequest& init, const ConfigModel& share, int shard) {
-  auto refuse = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an Init from worker:", init.worker(), " does not carry shard ", shard,
-        "'s share of the config's model (training.model): ", what,
-        "; is that worker running with another config?"));
-  };
-  const int given = init.variables_size();
-  const int wanted = static_cast<int>(share.variables.size());
-  for (int i = 0; i < given && i < wanted; ++i) {
-    const Tensor& variable = init.variables(i);
-    const std::vector<int64_t> shape(variable.shape().begin(), variable.shape().end());
+namespace {
+
+// The first difference between a model of `variables` (name and shape, in
+// order) and `tables` and `share`; empty when it is the share.
+std::string ShareDifference(const std::vector<VariableSpec>& variables,
+                            const google::protobuf::RepeatedPtrField<EmbeddingTableConfig>& specs,
+                            const ConfigModel& share) {
+  const size_t given = variables.size();
+  const size_t wanted = share.variables.size();
+  for (size_t i = 0; i < given && i < wanted; ++i) {
+    const VariableSpec& have = variables[i];
     const VariableSpec& want = share.variables[i];
-    if (variable.name() != want.name || shape != want.shape) {
-      return refuse(absl::StrCat("variable ", i, " is ", Describe(variable.name(), shape),
-                                 " where the model has ", Describe(want.name, want.shape)));
+    if (have.name != want.name || have.shape != want.shape) {
+      return absl::StrCat("variable ", i, " is ", Describe(have.name, have.shape),
+                          " where the model has ", Describe(want.name, want.shape));
     }
   }
   if (given != wanted) {
-    return refuse(absl::StrCat("it carries ", given, " variables, the share is ", wanted));
+    return absl::StrCat("it carries ", given, " variables, the share is ", wanted);
   }
   absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
-      ResolveEmbeddingTables(init.embeddings(), share.job_optimizer);
-  if (!tables.ok()) return refuse(tables.status().message());
-  const int tables_wanted = static_cast<int>(share.embeddings.size());
-  for (int i = 0; i < static_cast<int>(tables->size()) && i < tables_wanted; ++i) {
+      ResolveEmbeddingTables(specs, share.job_optimizer);
+  if (!tables.ok()) return std::string(tables.status().message());
+  const size_t tables_wanted = share.embeddings.size();
+  for (size_t i = 0; i < tables->size() && i < tables_wanted; ++i) {
     const EmbeddingTableConfig& table = (*tables)[i];
     const EmbeddingTableConfig& want = share.embeddings[i];
     if (table.name() != want.name() || table.dim() != want.dim()) {
-      return refuse(absl::StrCat("embedding table ", i, " is ", Describe(table),
-                                 " where the model has ", Describe(want)));
+      return absl::StrCat("embedding table ", i, " is ", Describe(table), " where the model has ",
+                          Describe(want));
     }
     if (std::string other = OtherSetting(table, want); !other.empty()) {
-      return refuse(absl::StrCat("embedding table \"", table.name(), "\" has ", other));
+      return absl::StrCat("embedding table \"", table.name(), "\" has ", other);
     }
   }
-  if (static_cast<int>(tables->size()) != tables_wanted) {
-    return refuse(absl::StrCat("it declares ", tables->size(), " embedding tables, the model has ",
-                               tables_wanted));
+  if (tables->size() != tables_wanted) {
+    return absl::StrCat("it declares ", tables->size(), " embedding tables, the model has ",
+                        tables_wanted);
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status CheckInitIsShare(const InitRequest& init, const ConfigModel& share, int shard) {
+  std::vector<VariableSpec> variables;
+  for (const Tensor& variable : init.variables()) {
+    variables.push_back({variable.name(), {variable.shape().begin(), variable.shape().end()}});
+  }
+  if (std::string difference = ShareDifference(variables, init.embeddings(), share);
+      !difference.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an Init from worker:", init.worker(), " does not carry shard ", shard,
+        "'s share of the config's model (training.model): ", difference,
+        "; is that worker running with another config?"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointIsShare(const ShardCheckpoint& checkpoint, const ConfigModel& share) {
+  std::vector<VariableSpec> variables;
+  for (const ShardCheckpoint::Variable& variable : checkpoint.variables()) {
+    variables.push_back({variable.name(), {variable.shape().begin(), variable.shape().end()}});
+  }
+  google::protobuf::RepeatedPtrField<EmbeddingTableConfig> tables;
+  for (const ShardCheckpoint::Embedding& table : checkpoint.embeddings()) {
+    *tables.Add() = table.config();
+  }
+  if (std::string difference = ShareDifference(variables, tables, share); !difference.empty()) {
+    return absl::InvalidArgumentError(difference);
   }
   return absl::OkStatus();
 }

@@ -57,6 +57,9 @@ int64_t MaxShareInitBytes(const ConfigModel& share);
 // tables (in order, each setting equal once the Init's tables are resolved
 // against share.job_optimizer).
 absl::Status CheckInitIsShare(const InitRequest& init, const ConfigModel& share, int shard);
+// The same for the model a checkpoint holds: InvalidArgument naming the
+// first difference from `share`.
+absl::Status CheckCheckpointIsShare(const ShardCheckpoint& checkpoint, const ConfigModel& share);
 
 }  // namespace pst
 

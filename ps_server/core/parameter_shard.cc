@@ -93,6 +93,11 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   return absl::OkStatus();
 }
 
+int64_t ParameterShard::RowsAnswerBytes(const PullRequest& pull) const {
+  absl::MutexLock lock(&mu_);
+  return PulledRows(pull, tables_.embeddings()).reply_bytes();
+}
+
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
     absl::AnyInvocable<void()> wake) {
@@ -196,6 +201,12 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
       return absl::OkStatus();  // TryPush lands it
     case Admission::Action::kApply:
       response->set_version(version_);
+      if (!PushCarriesAnUpdate(request)) {
+        // No update: neither the version (which everyone's staleness and
+        // the checkpoint interval count) nor the model moves.
+        response->set_outcome(PushResponse::UNCHANGED);
+        break;
+      }
       status = tables_.Stage(request, *plans, admission->lr_scale);
       if (status.ok()) {
         CommitApplied(response);

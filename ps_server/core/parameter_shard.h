@@ -120,6 +120,10 @@ class ParameterShard {
   // EmbeddingTable::CheckPull refuses. While it waits, the pull counts in
   // waiting_pulls() and keeps its worker live.
   using WaitId = ShardWaiters::WaitId;
+  // Bytes the rows `pull` names take in its answer (ids x dim x wire
+  // bytes per table; nothing for a table this shard lacks, which the pull
+  // refuses), from the request's sizes: no row is looked at.
+  int64_t RowsAnswerBytes(const PullRequest& pull) const;
   absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
                                          const PullVisitor& visit,
                                          absl::AnyInvocable<void()> wake);

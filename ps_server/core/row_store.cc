@@ -80,12 +80,35 @@ void RowStore::Update(int64_t row, std::span<const float> values, std::span<cons
   Write(row, values, slots, updates);
 }
 
+void RowStore::Remove(int64_t row) {
+  const int64_t last = size_ - 1;
+  const uint64_t gone = id(row);
+  index_[IndexPart(gone)].erase(gone);
+  if (row != last) {
+    // The last row fills the hole, so that rows stay dense and a block is
+    // freed once its last row goes.
+    MakeWritable(row);
+    const uint64_t moved = id(last);
+    float* to = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
+    std::memcpy(to, record(last), stride() * sizeof(float));
+    blocks_[row / kRowsPerBlock]->ids[row % kRowsPerBlock] = moved;
+    index_[IndexPart(moved)][moved] = static_cast<uint32_t>(row);
+  }
+  --size_;
+  if (size_ % kRowsPerBlock == 0) {
+    // A view that shares the block keeps it.
+    blocks_.pop_back();
+    records_.pop_back();
+  }
+}
+
 void RowStore::Write(int64_t row, std::span<const float> values, std::span<const float> slots,
                      int64_t updates) {
   float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
   std::copy(values.begin(), values.end(), record);
   std::copy(slots.begin(), slots.end(), record + dim_);
   std::memcpy(record + width(), &updates, sizeof(updates));
+  std::memcpy(record + width() + kCountFloats, &tick_, sizeof(tick_));
 }
 
 RowStore::Frozen RowStore::Freeze() {

@@ -72,6 +72,16 @@ class RowStore {
   // Replaces row `row`'s contents.
   void Update(int64_t row, std::span<const float> values, std::span<const float> slots,
               int64_t updates);
+  // Drops row `row`: the last row moves into its place (its index changes
+  // to `row`; every other index stays), and the store shrinks by one.
+  void Remove(int64_t row);
+
+  // Recency, for an owner that evicts: Add and Update mark their row with
+  // the tick set last (0 until set), in the row's record beside its update
+  // count, so that marking costs no cache miss of its own. Not one of the
+  // row's contents a view or a checkpoint reads.
+  void set_tick(int64_t tick) { tick_ = tick; }
+  int64_t touched(int64_t row) const { return CountIn(record(row), width() + kCountFloats); }
 
   uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
   std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
@@ -98,7 +108,7 @@ class RowStore {
     Frozen(const RowStore& store);
     const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
     const float* record(int64_t row) const {
-      return block(row).records + (row % kRowsPerBlock) * (width_ + kCountFloats);
+      return block(row).records + (row % kRowsPerBlock) * (width_ + 2 * kCountFloats);
     }
 
     const int dim_;
@@ -112,10 +122,10 @@ class RowStore {
 
  private:
   // A row's record is its values, then its slots, then its update count
-  // (the bytes of an int64_t in kCountFloats floats): all a row's update
-  // reads and writes lies together, in a large table a line or two of one
-  // page. `epoch`: the store's epoch when the block was made; a view frozen
-  // since shares it.
+  // and its tick (the bytes of an int64_t in kCountFloats floats each): all
+  // a row's update reads and writes lies together, in a large table a line
+  // or two of one page. `epoch`: the store's epoch when the block was made;
+  // a view frozen since shares it.
   static constexpr size_t kCountFloats = sizeof(int64_t) / sizeof(float);
   struct Block {
     // A block whose records are a piece of `arena`, made at `epoch`.
@@ -140,7 +150,7 @@ class RowStore {
 
   size_t slot_floats() const { return static_cast<size_t>(slots_per_value_) * dim_; }
   size_t width() const { return static_cast<size_t>(dim_) + slot_floats(); }
-  size_t stride() const { return width() + kCountFloats; }
+  size_t stride() const { return width() + 2 * kCountFloats; }
   const Block& block(int64_t row) const { return *blocks_[row / kRowsPerBlock]; }
   const float* record(int64_t row) const {
     return records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
@@ -164,6 +174,8 @@ class RowStore {
   // table's rows would each miss).
   std::vector<float*> records_;
   std::array<Index, kIndexParts> index_;
+  // What Add and Update mark their row with.
+  int64_t tick_ = 0;
   // Freezes so far: a block with an older epoch may be in a view.
   int64_t epoch_ = 0;
   // Views alive; read with acquire, so that a view's reads of a block

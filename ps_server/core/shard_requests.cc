@@ -43,6 +43,14 @@ absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version
   return absl::OkStatus();
 }
 
+bool PushCarriesAnUpdate(const PushRequest& push) {
+  if (!push.gradients().empty()) return true;
+  for (const EmbeddingRows& rows : push.rows()) {
+    if (!rows.ids().empty()) return true;
+  }
+  return false;
+}
+
 absl::Status PullTimedOut(const PullRequest& pull, int shard, bool initialized, int64_t version,
                           int staleness) {
   if (!initialized) {

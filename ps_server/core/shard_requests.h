@@ -20,6 +20,10 @@ absl::Status PushBeforeInit();
 // it claims to be computed at is 0..version, and it carries gradients or
 // rows (an empty one would still move the version).
 absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version);
+// Whether a push carries anything to apply: a gradient, or a row id. One
+// that names tables with no ids is a worker's part of a SYNC step, and
+// changes nothing in ASYNC and SSP (PushResponse::UNCHANGED).
+bool PushCarriesAnUpdate(const PushRequest& push);
 // DeadlineExceeded for a pull that could not proceed in time, at a shard
 // at `version`: naming what it waited for (Init, its min_version, or, at
 // `staleness`, the slowest live worker).

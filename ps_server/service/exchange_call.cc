@@ -19,6 +19,15 @@
 namespace pst {
 namespace {
 
+// Bytes of ids and data in `rows`.
+int64_t RowBytes(const google::protobuf::RepeatedPtrField<EmbeddingRows>& rows) {
+  int64_t bytes = 0;
+  for (const EmbeddingRows& r : rows) {
+    bytes += static_cast<int64_t>(r.ids().size() + r.data().size());
+  }
+  return bytes;
+}
+
 // One exchange: the request read, the push applied and the pull answered,
 // as the phases of exchange_phase.h; the gRPC side is ExchangeRpc's, the
 // transport's part its path's (exchange_path.h). The request is touched by
@@ -27,6 +36,10 @@ class ExchangeCall final : public ExchangeRpc {
  public:
   ExchangeCall(const ExchangeResources& resources, grpc::ServerCompletionQueue* queue)
       : ExchangeRpc(resources, queue) {}
+  // Told last, once gRPC holds none of the call's messages either.
+  ~ExchangeCall() override {
+    if (large_rows_freed_ > 0) r_.large_rows_freed(large_rows_freed_);
+  }
 
  private:
   using Phase = ExchangePhase;
@@ -70,6 +83,8 @@ class ExchangeCall final : public ExchangeRpc {
   Phase phase_ = Phase::kReadingHeader;
   ReceivedChunk chunk_;
   ExchangeAsks asks_;  // set by TakeHeader
+  // Bytes of large rows (kLargeRowBytes) the call freed, told as it goes.
+  int64_t large_rows_freed_ = 0;
   std::unique_ptr<PushRequest> buffer_;
   std::variant<std::monostate, TcpPath, ShmPath> paths_;
   ExchangePath* path_ = nullptr;  // the one in paths_
@@ -171,6 +186,19 @@ absl::Status ExchangeCall::TakeHeader() {
       AskForPushedVariables(asks_.header, &asks_.pull);
     } else if (absl::Status s = CheckPullNames(asks_.pull, *r_.limits); !s.ok()) {
       return s;
+    }
+    // Rows are bounded from the request's sizes before any is looked up,
+    // and before the pull waits.
+    PST_RETURN_IF_ERROR(CheckPullRows(asks_.pull, *r_.limits));
+    if (asks_.pull.rows_size() > 0) {
+      const int64_t bytes = r_.shard->RowsAnswerBytes(asks_.pull);
+      if (bytes > r_.limits->max_reply_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the rows this pull names take about ", bytes, " bytes, more than the ",
+            r_.limits->max_reply_bytes,
+            " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer rows per "
+            "call"));
+      }
     }
   }
   const PathContext context{.asks = &asks_,
@@ -333,8 +361,15 @@ void ExchangeCall::Answer(const std::shared_ptr<PullPayload>& payload) {
   if (asks_.pushes) *done.mutable_push() = push_response_;
   done.set_version(payload->header.version());
   Enter(Phase::kAnswered);
-  End(path_->SendPulled(payload, done,
-                        [this](grpc::ByteBuffer m) { Write(std::move(m)); }));
+  const absl::Status sent =
+      path_->SendPulled(payload, done, [this](grpc::ByteBuffer m) { Write(std::move(m)); });
+  // The header went out as a copy: a large answer's rows need not wait in
+  // the pool for the payload's next use.
+  if (const int64_t rows = RowBytes(payload->header.rows()); rows >= kLargeRowBytes) {
+    google::protobuf::RepeatedPtrField<EmbeddingRows>().Swap(payload->header.mutable_rows());
+    large_rows_freed_ += rows;
+  }
+  End(sent);
 }
 
 void ExchangeCall::OnOver(const absl::Status& status) {
@@ -345,6 +380,13 @@ void ExchangeCall::OnOver(const absl::Status& status) {
   }
   if (asks_.pulls || phase_ == Phase::kReadingHeader) {
     RecordServedPull(status.ok() ? traffic_.out : 0, status, took);
+  }
+  // A large request of rows is freed now, not with the call, and counted.
+  const int64_t asked = RowBytes(asks_.header.rows()) + RowBytes(asks_.pull.rows());
+  if (asked >= kLargeRowBytes) {
+    PushRequest().Swap(&asks_.header);
+    PullRequest().Swap(&asks_.pull);
+    large_rows_freed_ += asked;
   }
   // Gives back the staging of an update it never committed, its region
   // and its buffer.

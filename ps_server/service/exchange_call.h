@@ -52,6 +52,10 @@ struct ExchangeResources {
   // Where pushes are reassembled; a buffer is taken per call and given back.
   std::function<std::unique_ptr<PushRequest>()> take_push_buffer;
   std::function<void(std::unique_ptr<PushRequest>)> return_push_buffer;
+  // Told of the bytes of rows a call freed as it ended (a request or an
+  // answer of at least kLargeRowBytes), so that they go back to the system
+  // instead of staying in the heap warm.
+  std::function<void(int64_t bytes)> large_rows_freed;
   // Where a pull's answer is sent from once its waiter is woken: short
   // tasks that never block.
   ThreadPool* answers;
@@ -60,6 +64,11 @@ struct ExchangeResources {
   // cores.
   ThreadPool* work;
 };
+
+// Rows a call holds (ids and data, asked or answered) from which they are
+// freed as it ends rather than kept for reuse: far more than a training
+// step's rows, which the next step's buffers reuse.
+inline constexpr int64_t kLargeRowBytes = 8 << 20;
 
 // Requests the next Exchange call on `queue`. The call serves itself, on
 // the queue's threads, and requests the one after it as it arrives; it is

@@ -181,6 +181,9 @@ constexpr TableRead kTableReads[] = {
     {"pst_ps_table_rows_refused_total",
      "New rows refused at the table's row limit (their gradients dropped).", kCounter,
      [](const EmbeddingTableStats& t) { return double(t.rows_refused()); }},
+    {"pst_ps_table_rows_evicted_total",
+     "Rows of the table dropped to make room at its row limit (the least recently updated).",
+     kCounter, [](const EmbeddingTableStats& t) { return double(t.rows_evicted()); }},
 };
 
 prometheus::ClientMetric Sample(prometheus::MetricType type, double value,

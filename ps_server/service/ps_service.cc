@@ -14,6 +14,7 @@
 #include "grpcpp/server_builder.h"
 #include "ps_server/service/chunk_streams.h"
 #include "ps_server/core/model_share.h"
+#include "ps_server/core/shard_requests.h"
 #include "ps_server/service/ps_metrics.h"
 #include "rpc/connection_gate.h"
 #include "rpc/grpc_credentials.h"
@@ -40,62 +41,6 @@ int64_t BufferBytes(const PushRequest& buffer) {
   return bytes;
 }
 
-// One AwaitWorkersDone: a waiter in the shard while it waits, no thread.
-// Its call is answered once the wait is over, or as it is cancelled.
-class AwaitWorkersDoneWait : public std::enable_shared_from_this<AwaitWorkersDoneWait> {
- public:
-  using Call = UnaryCall<AwaitWorkersDoneRequest, StatsResponse>;
-
-  AwaitWorkersDoneWait(ParameterShard* shard, ThreadPool* threads, Call* call,
-                       absl::Time deadline)
-      : shard_(shard), threads_(threads), call_(call), deadline_(deadline) {}
-
-  // Answers if it can, else leaves a waiter whose wake calls again.
-  void Step() {
-    absl::Status finish;
-    {
-      absl::MutexLock lock(&mu_);
-      wait_ = 0;
-      if (finished_) return;
-      if (cancelled_) {
-        finish = absl::CancelledError("the caller went away while AwaitWorkersDone waited");
-      } else {
-        absl::StatusOr<ParameterShard::WaitId> waited = shard_->AwaitWorkersDoneOrWait(
-            call_->request(), deadline_, call_->response(),
-            [self = shared_from_this()] { self->threads_->Post([self] { self->Step(); }); });
-        if (waited.ok() && *waited != 0) {
-          wait_ = *waited;
-          return;
-        }
-        finish = waited.ok() ? absl::OkStatus() : waited.status();
-      }
-      finished_ = true;
-    }
-    call_->Finish(ToGrpcStatus(finish));
-  }
-
-  // The caller went away: the waiter is dropped, and the call finished.
-  void Cancel() {
-    ParameterShard::WaitId waiting = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      waiting = wait_;
-    }
-    if (waiting != 0 && shard_->CancelWait(waiting)) Step();
-  }
-
- private:
-  ParameterShard* const shard_;
-  ThreadPool* const threads_;
-  Call* const call_;
-  const absl::Time deadline_;
-  absl::Mutex mu_;
-  ParameterShard::WaitId wait_ ABSL_GUARDED_BY(mu_) = 0;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 }  // namespace
 
 ParameterServerService::ParameterServerService(pst::ParameterShard* server, AdminHooks hooks,
@@ -115,6 +60,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       task_tokens_(task_tokens),
       max_init_bytes_(server->model_share() ? std::optional(MaxShareInitBytes(*server->model_share()))
                                             : std::nullopt),
+      done_waits_(server, &answer_threads_, limits.max_streams),
       // Every worker's Init at once, as a job starts; a share of unknown
       // size (the workers bring their model) gets a request's worth.
       init_budget_(max_init_bytes_ ? std::max<int64_t>(limits.max_request_bytes,
@@ -133,6 +79,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
           .take_push_buffer = [this] { return push_buffers_.Take(); },
           .return_push_buffer =
               [this](std::unique_ptr<PushRequest> buffer) { ReturnPushBuffer(std::move(buffer)); },
+          .large_rows_freed = [this](int64_t bytes) { NoteFreed(bytes); },
           .answers = &answer_threads_,
           .work = &work_threads_,
       } {
@@ -141,6 +88,7 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
       &Service::RequestRegister, [this](const auto& request, auto* response) {
         response->set_max_request_bytes(limits_.max_request_bytes);
         response->set_max_reply_bytes(limits_.max_reply_bytes);
+        response->set_max_rows_per_pull(limits_.max_rows_per_pull);
         return server_->Register(request, response);
       });
   init_ = {.service = this,
@@ -298,21 +246,21 @@ void ParameterServerService::ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>*
 
 void ParameterServerService::ServeAwaitWorkersDone(
     Call<AwaitWorkersDoneRequest, StatsResponse>* call) {
-  // The chief has one open; each costs a waiter that every change of the
-  // shard looks at.
-  if (server_->waiting_done_calls() >= limits_.max_streams) {
-    call->Finish(grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat("this PS already has ", limits_.max_streams,
-                     " AwaitWorkersDone calls waiting, its limit (--max_streams); try again later")));
-    return;
+  std::optional<int> worker;
+  if (call->request().has_worker()) {
+    worker = call->request().worker();
+    absl::Status status = CheckWorkerIndex(*worker, server_->num_workers());
+    if (status.ok() && task_tokens_) status = CheckActsAs(*call->context(), *worker);
+    if (status.ok()) status = sessions_.Admit(*worker, SessionOf(*call->context()));
+    if (!status.ok()) {
+      call->Finish(ToGrpcStatus(status));
+      return;
+    }
   }
   const absl::Duration asked = absl::Milliseconds(std::max(0, call->request().timeout_ms()));
   const absl::Time deadline = std::min(absl::Now() + std::min(asked, limits_.max_pull_wait),
                                        absl::FromChrono(call->context()->deadline()));
-  auto wait = std::make_shared<AwaitWorkersDoneWait>(server_, &answer_threads_, call, deadline);
-  call->SetOnCancel([wait] { wait->Cancel(); });
-  wait->Step();
+  done_waits_.Serve(call, worker, deadline);
 }
 
 void ParameterServerService::ServeCheckpoint(Call<CheckpointRequest, CheckpointResponse>* call) {
@@ -347,6 +295,10 @@ int64_t ParameterServerService::PushBufferBudget() const {
 void ParameterServerService::ReturnPushBuffer(std::unique_ptr<PushRequest> buffer) {
   const int64_t bytes = BufferBytes(*buffer);
   if (push_buffers_.Give(std::move(buffer))) return;
+  NoteFreed(bytes);
+}
+
+void ParameterServerService::NoteFreed(int64_t bytes) {
   if (freed_since_trim_.fetch_add(bytes) + bytes >= kTrimAfterFreeing) {
     freed_since_trim_.store(0);
     ReturnFreedMemory();

@@ -31,6 +31,7 @@
 #include "ps.grpc.pb.h"
 #include "ps_server/service/async_service.h"
 #include "ps_server/service/chunk_streams.h"
+#include "ps_server/service/done_waits.h"
 #include "ps_server/service/exchange_call.h"
 #include "ps_server/service/message_pool.h"
 #include "ps_server/service/open_streams.h"
@@ -90,6 +91,8 @@ class ParameterServerService final : public AsyncParameterServer {
   // Gives a reassembly buffer back to the pool, and the memory to the
   // system once the pool has freed enough of them.
   void ReturnPushBuffer(std::unique_ptr<PushRequest> buffer);
+  // `bytes` were freed: given back to the system once enough have been.
+  void NoteFreed(int64_t bytes);
 
   template <typename Request, typename Response>
   using Call = UnaryCall<Request, Response>;
@@ -112,8 +115,9 @@ class ParameterServerService final : public AsyncParameterServer {
   // parsed and applied on the work threads, so no Init holds a queue
   // thread for its size.
   void ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>* call);
-  // Waits as a pull does, holding no thread: cut to max_pull_wait and the
-  // call's deadline, and ended when the caller goes.
+  // Waits as a pull does, holding no thread (DoneWaits): cut to
+  // max_pull_wait and the call's deadline, and ended when the caller goes.
+  // A call that names a worker is checked as every call acting as one.
   void ServeAwaitWorkersDone(Call<AwaitWorkersDoneRequest, StatsResponse>* call);
 
   pst::ParameterShard* server_;
@@ -134,6 +138,8 @@ class ParameterServerService final : public AsyncParameterServer {
   // bytes of those that arrived and wait to be parsed, at most
   // init_budget_ (one is always let through).
   const std::optional<int64_t> max_init_bytes_;
+  // The AwaitWorkersDone calls waiting: each worker's own, and observers'.
+  DoneWaits done_waits_;
   const int64_t init_budget_;
   std::atomic<int64_t> init_bytes_waiting_{0};
   // The unary methods, as UnaryCall requests them.

@@ -34,6 +34,19 @@ absl::Status CheckPullNames(const PullRequest& request, const RpcLimits& limits)
   return absl::OkStatus();
 }
 
+absl::Status CheckPullRows(const PullRequest& request, const RpcLimits& limits) {
+  int64_t rows = 0;
+  for (const EmbeddingRows& part : request.rows()) {
+    rows += static_cast<int64_t>(part.ids().size() / sizeof(uint64_t));
+  }
+  if (rows > limits.max_rows_per_pull) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a pull names ", rows, " embedding rows, more than the ", limits.max_rows_per_pull,
+        " this PS answers in one call (--max_rows_per_pull); pull them in parts"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPushSize(const PushRequest& request, const RpcLimits& limits) {
   if (request.gradients_size() > limits.max_names_per_request) {
     return absl::InvalidArgumentError(absl::StrCat(

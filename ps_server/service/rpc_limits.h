@@ -25,6 +25,9 @@ int64_t TransportMemoryBytes(const RpcLimits& limits);
 // InvalidArgument for a pull naming more than max_names_per_request
 // variables, or one variable twice.
 absl::Status CheckPullNames(const PullRequest& request, const RpcLimits& limits);
+// InvalidArgument for a pull naming more than max_rows_per_pull embedding
+// rows in all, from the sizes of its ids alone.
+absl::Status CheckPullRows(const PullRequest& request, const RpcLimits& limits);
 // InvalidArgument for a push carrying more than max_names_per_request
 // gradients (the shard refuses repeated ones).
 absl::Status CheckPushSize(const PushRequest& request, const RpcLimits& limits);

@@ -144,6 +144,33 @@ TEST(ConnectionGateSocketPathTest, ReplacesOnlyASocketNobodyAcceptsOn) {
   EXPECT_TRUE(std::filesystem::exists(plain));
 }
 
+// Third hostile pass: in a folder any user could write to, another user
+// renamed the PS's socket, listened at its path and read the next client's
+// token. Such a folder is refused, unless sticky (as /tmp), where the
+// socket cannot be renamed by others.
+TEST(ConnectionGateSocketPathTest, RefusesAFolderOthersCanWriteToUnlessSticky) {
+  const ScratchDir dir;
+  const std::string shared = dir.File("shared");
+  std::filesystem::create_directories(shared);
+  const auto listen = [](const std::string& address) {
+    absl::StatusOr<std::shared_ptr<ConnectionGate>> gate = ConnectionGate::Create({});
+    grpc::ServerBuilder builder;
+    const absl::Status status =
+        (*gate)->Listen(address, grpc::InsecureServerCredentials(), &builder).status();
+    (*gate)->Stop();
+    return status;
+  };
+  ASSERT_EQ(chmod(shared.c_str(), 0777), 0);
+  absl::Status status = listen("unix:" + shared + "/ps.sock");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("can be written by any user"), std::string::npos) << status;
+  EXPECT_FALSE(std::filesystem::exists(shared + "/ps.sock"));
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  EXPECT_TRUE(listen("unix:" + shared + "/ps.sock").ok());
+  ASSERT_EQ(chmod(shared.c_str(), 0700), 0);
+  EXPECT_TRUE(listen("unix:" + shared + "/ps.sock").ok());
+}
+
 bool HasIpv6Loopback() {
   const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;

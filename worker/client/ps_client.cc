@@ -14,6 +14,7 @@
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
 #include "rpc/worker_session.h"
+#include "worker/client/backoff.h"
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
@@ -106,11 +107,17 @@ absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowG
         kMessageFraming + kSliceFraming * static_cast<int64_t>(shard.slices.size());
     const int64_t dense_pushed = pushes ? std::min(kChunkBytes, WireBytes(s)) : 0;
     const int64_t dense_answered = DTypeBytes(wire_dtype_) != sizeof(float) ? WireBytes(s) : 0;
+    // The ids one call names are bounded by count as well as by bytes.
+    const int64_t max_ids_bytes = shard.max_rows_per_pull > 0
+                                      ? shard.max_rows_per_pull * int64_t{sizeof(uint64_t)}
+                                      : kNoLimit;
     const RowSplit::PullBudget first{
-        .request_bytes = max_request - framing - push_bytes - dense_pushed,
+        .request_bytes =
+            std::min(max_ids_bytes, max_request - framing - push_bytes - dense_pushed),
         .reply_bytes = max_reply - framing - dense_answered};
-    const RowSplit::PullBudget rest{.request_bytes = max_request - kMessageFraming,
-                                    .reply_bytes = max_reply - kMessageFraming};
+    const RowSplit::PullBudget rest{
+        .request_bytes = std::min(max_ids_bytes, max_request - kMessageFraming),
+        .reply_bytes = max_reply - kMessageFraming};
     if (absl::Status pieced = split.PieceOutPull(s, first, rest); !pieced.ok()) {
       return absl::Status(pieced.code(), absl::StrCat("ps:", s, " (", shard.address, "): ",
                                                       pieced.message()));
@@ -195,6 +202,20 @@ absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
 }
 
 template <typename Call>
+absl::Status PsClient::Patiently(Call call) {
+  absl::Status status = call();
+  if (status.ok() || !IsTransientShardError(status) || call_patience_ <= absl::ZeroDuration()) {
+    return status;
+  }
+  Retry retry = NewRetry(call_patience_, worker_);
+  while (!status.ok() && IsTransientShardError(status)) {
+    PST_RETURN_IF_ERROR(BackOff(status, &retry));
+    status = call();
+  }
+  return status;
+}
+
+template <typename Call>
 absl::Status PsClient::ForEachShard(Call call) {
   std::vector<absl::Status> results(shards_.size());
   std::vector<ThreadPool::Task> tasks;
@@ -227,6 +248,9 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
     if (responses[s].max_reply_bytes() > 0) {
       shards_[s].max_reply_bytes = responses[s].max_reply_bytes();
     }
+    if (responses[s].max_rows_per_pull() > 0) {
+      shards_[s].max_rows_per_pull = responses[s].max_rows_per_pull();
+    }
   }
   return responses[0];
 }
@@ -243,22 +267,24 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
       EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),
                    request.add_variables());
     }
-    grpc::ClientContext context;
-    PrepareContext(&context, kRpcDeadline);
-    grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
-    // Init is the one call that carries a shard's whole share at once, so
-    // gRPC's refusal of a message over its size limit is about the share;
-    // any other RESOURCE_EXHAUSTED (the shard short of memory or busy with
-    // other Inits) is the shard's to explain, in its own words.
-    if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-        IsMessageSizeRefusal(rpc.error_message())) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "ps:", s, " (", shards_[s].address, "): its share of the model (",
-          request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "
-          "ps_server --max_message_bytes or spread the model over more PS shards (",
-          rpc.error_message(), ")"));
-    }
-    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+    return Patiently([&]() -> absl::Status {
+      grpc::ClientContext context;
+      PrepareContext(&context, kRpcDeadline);
+      grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
+      // Init is the one call that carries a shard's whole share at once, so
+      // gRPC's refusal of a message over its size limit is about the share;
+      // any other RESOURCE_EXHAUSTED (the shard short of memory or busy
+      // with other Inits) is the shard's to explain, in its own words.
+      if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          IsMessageSizeRefusal(rpc.error_message())) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "ps:", s, " (", shards_[s].address, "): its share of the model (",
+            request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "
+            "ps_server --max_message_bytes or spread the model over more PS shards (",
+            rpc.error_message(), ")"));
+      }
+      return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+    });
   });
   if (!status.ok()) return status;
   return responses[0].accepted();
@@ -397,13 +423,15 @@ absl::Status PsClient::Heartbeat(int s) {
 
 absl::Status PsClient::Done() {
   return ForEachShard([&](int s) {
-    DoneRequest request;
-    request.set_worker(worker_);
-    DoneResponse response;
-    grpc::ClientContext context;
-    PrepareContext(&context, kRpcDeadline);
-    grpc::Status rpc = shards_[s].stub->Done(&context, request, &response);
-    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+    return Patiently([&] {
+      DoneRequest request;
+      request.set_worker(worker_);
+      DoneResponse response;
+      grpc::ClientContext context;
+      PrepareContext(&context, kRpcDeadline);
+      grpc::Status rpc = shards_[s].stub->Done(&context, request, &response);
+      return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+    });
   });
 }
 
@@ -420,15 +448,18 @@ absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t know
                                                          absl::Duration timeout) {
   AwaitWorkersDoneRequest request;
   request.set_known_changes(known_changes);
+  request.set_worker(worker_);  // waits in this worker's own slots
   // Rounded up: a wait cut short of `timeout` would only be asked again.
   const int64_t timeout_ms = absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)));
   request.set_timeout_ms(static_cast<int32_t>(
       std::clamp<int64_t>(timeout_ms, 0, std::numeric_limits<int32_t>::max())));
   StatsResponse response;
-  grpc::ClientContext context;
-  PrepareContext(&context, timeout + kRpcDeadline);
-  grpc::Status rpc = shards_[shard].stub->AwaitWorkersDone(&context, request, &response);
-  if (!rpc.ok()) return ShardError(shard, rpc);
+  PST_RETURN_IF_ERROR(Patiently([&] {
+    grpc::ClientContext context;
+    PrepareContext(&context, timeout + kRpcDeadline);
+    grpc::Status rpc = shards_[shard].stub->AwaitWorkersDone(&context, request, &response);
+    return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
+  }));
   return response;
 }
 

@@ -100,6 +100,12 @@ class PsClient {
   // before AllocateTensors.
   void set_wire_dtype(DType dtype) { wire_dtype_ = dtype; }
 
+  // How long Init, Done and AwaitWorkersDone keep asking a shard that
+  // refuses for now (IsTransientShardError: restarting, busy), backing off
+  // with jitter between tries; 0 (a new client's): they fail at the first
+  // refusal. Workers set training.pull_timeout_seconds.
+  void set_call_patience(absl::Duration patience) { call_patience_ = patience; }
+
   // How tensors travel (cluster.shm). kAuto: through shared memory to every
   // shard that can open this host's regions, over TCP to the others (the
   // choice is logged once per shard); kTcp: over TCP; kShm: through shared
@@ -275,6 +281,7 @@ class PsClient {
     // nothing is pieced or refused for them).
     int64_t max_request_bytes = 0;
     int64_t max_reply_bytes = 0;
+    int64_t max_rows_per_pull = 0;
   };
   PsClient(int worker) : worker_(worker) {}
 
@@ -292,6 +299,10 @@ class PsClient {
   // failure, prefixed with the shard's name, is returned.
   template <typename Call>
   absl::Status ForEachShard(Call call);
+  // Runs `call` (one try of one shard's unary call) until it does not fail
+  // with a transient refusal, within call_patience_.
+  template <typename Call>
+  absl::Status Patiently(Call call);
   // `status` as a shard's answer: its message prefixed with the shard's
   // name, and marked for NamesItsShard and IsTransientShardError.
   absl::Status ShardError(int shard, const grpc::Status& status) const;
@@ -421,6 +432,7 @@ class PsClient {
   friend class LayerwiseExchange;
 
   int worker_;
+  absl::Duration call_patience_ = absl::ZeroDuration();
   DType wire_dtype_ = FLOAT32;
   Transport transport_ = Transport::kTcp;
   // The exchanges' queue; before shards_, whose finishing calls it drives

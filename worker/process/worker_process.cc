@@ -175,6 +175,7 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
       *security);
   // A shard not reachable yet (UNAVAILABLE) is worth a restart: exit 1.
   if (!client.ok()) pst::ExitWithStatus(kProgram, client.status());
+  (*client)->set_call_patience(absl::Seconds(config->training().pull_timeout_seconds()));
 
   absl::StatusOr<pst::WorkerResult> result;
   if (ctr) {

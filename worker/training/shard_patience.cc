@@ -4,30 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace pst {
-
-Retry::Retry(absl::Duration budget, uint64_t seed)
-    : deadline(absl::Now() + budget), budget(budget), jitter(seed) {}
-
-Retry NewRetry(absl::Duration budget, int rank) {
-  return Retry(budget, static_cast<uint64_t>(rank) * 7919 + absl::ToUnixNanos(absl::Now()));
-}
 
 absl::StatusOr<RegisterResponse> RegisterPatiently(PsClient* client, absl::Status last,
                                                    Retry* retry) {
   while (true) {
-    if (absl::Now() > retry->deadline) {
-      // Not 2: a launcher restarts this worker, and a later try may pass.
-      return absl::UnavailableError(absl::StrCat(
-          "gave up waiting for the parameter servers after training.pull_timeout_seconds (",
-          absl::ToInt64Seconds(retry->budget), " s): ", last.message()));
-    }
-    // Exponential backoff with full jitter, so restarting workers do not
-    // stampede the shard in lock-step.
-    absl::SleepFor(retry->backoff *
-                   (0.5 + 0.5 * static_cast<double>(retry->jitter() >> 11) * 0x1.0p-53));
-    retry->backoff = std::min(retry->backoff * 2, absl::Seconds(5));
+    PST_RETURN_IF_ERROR(BackOff(last, retry));
     absl::StatusOr<RegisterResponse> view = client->Register();
     if (view.ok()) return view;
     if (!IsTransientShardError(view.status())) {
@@ -49,6 +33,8 @@ absl::StatusOr<WorkersAtEnd> AwaitAllWorkersDone(PsClient* client, int workers,
   while (true) {
     // Answered when the workers' standing changes, so every change that can
     // decide the outcome below is seen as it happens.
+    // A shard busy or restarting is waited out by the client
+    // (PsClient::set_call_patience).
     absl::StatusOr<StatsResponse> stats = client->AwaitWorkersDone(0, known_changes, wait);
     if (!stats.ok()) return stats.status();
     known_changes = stats->worker_changes();

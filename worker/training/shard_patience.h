@@ -5,27 +5,16 @@
 #define PST_WORKER_TRAINING_SHARD_PATIENCE_H_
 
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "ps.pb.h"
+#include "worker/client/backoff.h"
 #include "worker/client/ps_client.h"
 
 namespace pst {
-
-// The backoff and the deadline that a run of refusals in a row shares.
-struct Retry {
-  Retry(absl::Duration budget, uint64_t seed);
-  absl::Time deadline;
-  absl::Duration budget;
-  absl::Duration backoff = absl::Milliseconds(100);
-  std::mt19937_64 jitter;
-};
-// A budget of `budget` from now, jittered by `rank` and the clock.
-Retry NewRetry(absl::Duration budget, int rank);
 
 // Registers with every shard after `last` (a transient refusal), with
 // `retry`'s backoff and full jitter, until every shard answers.

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "absl/synchronization/notification.h"
 #include "ps_server/core/checkpointer.h"
+#include "ps_server/core/model_share.h"
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/core/shard_calls.h"
 #include "tests/support/eventually.h"
@@ -470,6 +471,46 @@ TEST_F(CheckpointerTest, RestoresOnlyItsOwnUnfinishedRunUnlessAsked) {
     Checkpointer again(restarted.get(), config_, 0, c.starting);
     EXPECT_EQ(*again.Prepare(CheckpointStart::kAuto), 1);
   }
+}
+
+// Third hostile pass: --checkpoint_start=restore restored tables of another
+// shape or name with only the generic warning. Where the config names the
+// model, a checkpoint of another model is refused unless asked for by name.
+TEST_F(CheckpointerTest, RestoresAnotherModelOnlyWhenAskedForByName) {
+  WriteRun({"run-a", "job"}, /*finished=*/false);  // "w" [3]
+  const auto shard_of = [](std::vector<int64_t> shape) {
+    ShardOptions options;
+    options.mode = ASYNC;
+    options.num_workers = 1;
+    options.optimizer.mutable_sgd()->set_learning_rate(0.1f);
+    options.optimizer.mutable_sgd()->set_momentum(0.9f);
+    ConfigModel model;
+    model.variables = {{"w", std::move(shape)}};
+    options.model = std::move(model);
+    return std::move(*ParameterShard::Create(options));
+  };
+  {
+    auto other = shard_of({4});
+    Checkpointer restore(other.get(), config_, 0, {"run-b", "job"});
+    absl::StatusOr<int64_t> start = restore.Prepare(CheckpointStart::kRestore);
+    ASSERT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition) << start.status();
+    EXPECT_THAT(std::string(start.status().message()),
+                HasSubstr("holds another model than the config's: variable 0 is"));
+    EXPECT_THAT(std::string(start.status().message()),
+                HasSubstr("--checkpoint_start=restore_other_model"));
+    EXPECT_FALSE(other->initialized());
+  }
+  {
+    auto other = shard_of({4});
+    Checkpointer restore(other.get(), config_, 0, {"run-b", "job"});
+    EXPECT_EQ(*restore.Prepare(CheckpointStart::kRestoreOtherModel), 1);
+    EXPECT_TRUE(other->initialized());
+  }
+  std::filesystem::remove_all(config_.dir());
+  WriteRun({"run-a", "job"}, /*finished=*/false);
+  auto same = shard_of({3});
+  Checkpointer restore(same.get(), config_, 0, {"run-b", "job"});
+  EXPECT_EQ(*restore.Prepare(CheckpointStart::kRestore), 1);
 }
 
 // Pushes are applied on a thread of their own, as fast as the shard lets them.

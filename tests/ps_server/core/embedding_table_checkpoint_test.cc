@@ -34,7 +34,8 @@ using namespace embedding_testing;  // NOLINT(build/namespaces)
 TEST(EmbeddingTableTest, ACheckpointRoundTripsRowsStateAndCountersAndTrainsOnAlike) {
   EmbeddingTableOptions options = Options(1, 2);
   std::unique_ptr<EmbeddingTable> table =
-      Make({Spec("a", 3, Adam(0.01f), 5, 0.1f), Spec("w", 2, Ftrl(0.1f, 1, 0.01f, 0))}, options);
+      Make({Refusing(Spec("a", 3, Adam(0.01f), 5, 0.1f)), Spec("w", 2, Ftrl(0.1f, 1, 0.01f, 0))},
+           options);
   const std::vector<uint64_t> ids = IdsOfShard(1, 2, 8);
   for (int step = 0; step < 3; ++step) {
     std::vector<uint64_t> some(ids.begin() + step, ids.begin() + step + 6);

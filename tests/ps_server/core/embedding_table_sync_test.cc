@@ -156,7 +156,7 @@ TEST(EmbeddingTableTest, AFailedSyncStepIsEmptiedAndDiscardable) {
 // --- The row limit ---
 
 TEST(EmbeddingTableTest, PastTheRowLimitNewRowsAreRefusedAndCountedWhileOldOnesTrain) {
-  std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 1, Sgd(1.0f), 3)});
+  std::unique_ptr<EmbeddingTable> table = Make({Refusing(Spec("a", 1, Sgd(1.0f), 3))});
   ASSERT_TRUE(Apply(*table, Push({Rows("a", {10, 11, 12, 13, 14}, {1, 1, 1, 1, 1})})).ok());
   EXPECT_EQ(Lookup(*table, "a", {10, 11, 12, 13, 14}), (std::vector<float>{-1, -1, -1, 0, 0}));
   EmbeddingTableStats stats = StatsOf(*table, "a");
@@ -181,7 +181,8 @@ TEST(EmbeddingTableTest, PastTheRowLimitNewRowsAreRefusedAndCountedWhileOldOnesT
 }
 
 TEST(EmbeddingTableTest, TheSyncStepAdmitsRowsInRankOrderUpToTheLimit) {
-  std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 1, Sgd(1.0f), 2)}, Options(0, 1, 2));
+  std::unique_ptr<EmbeddingTable> table =
+      Make({Refusing(Spec("a", 1, Sgd(1.0f), 2))}, Options(0, 1, 2));
   const PushRequest pushes[] = {Push({Rows("a", {7, 5}, {2, 2})}, 0),
                                 Push({Rows("a", {9, 7}, {2, 2})}, 1)};
   for (int rank : {1, 0}) {
@@ -195,8 +196,14 @@ TEST(EmbeddingTableTest, TheSyncStepAdmitsRowsInRankOrderUpToTheLimit) {
   EXPECT_EQ(StatsOf(*table, "a").rows_refused(), 1);
 }
 
-TEST(EmbeddingTableTest, AStreamOfOneOffIdsStaysWithinTheRowLimit) {
-  std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 8, Adagrad(0.1f, 0.1f), 1000)});
+// Evicting or refusing, a stream of one-off ids never takes the table past
+// its limit.
+class RowLimitTest : public ::testing::TestWithParam<EmbeddingTableConfig::WhenFull> {};
+
+TEST_P(RowLimitTest, AStreamOfOneOffIdsStaysWithinTheRowLimit) {
+  EmbeddingTableConfig spec = Spec("a", 8, Adagrad(0.1f, 0.1f), 1000);
+  spec.set_when_full(GetParam());
+  std::unique_ptr<EmbeddingTable> table = Make({spec});
   std::vector<uint64_t> ids(500);
   std::vector<float> g(ids.size() * 8, 0.5f);
   for (int batch = 0; batch < 40; ++batch) {
@@ -205,13 +212,61 @@ TEST(EmbeddingTableTest, AStreamOfOneOffIdsStaysWithinTheRowLimit) {
   }
   const EmbeddingTableStats stats = StatsOf(*table, "a");
   EXPECT_EQ(stats.rows(), 1000);
-  EXPECT_EQ(stats.rows_admitted(), 1000);
-  EXPECT_EQ(stats.rows_refused(), 19000);
-  // Values, state (one accumulator per value), id and count per row, a
-  // block at most of slack, and the index.
-  const int64_t raw = 1000 * (8 * 4 * 2 + 16);
+  if (GetParam() == EmbeddingTableConfig::REFUSE_NEW_ROWS) {
+    EXPECT_EQ(stats.rows_admitted(), 1000);
+    EXPECT_EQ(stats.rows_refused(), 19000);
+    EXPECT_EQ(stats.rows_evicted(), 0);
+  } else {
+    // Once full, each batch of 500 new ids evicts its share of the table
+    // (1000 / 8 for one worker) and the rest are refused.
+    EXPECT_EQ(stats.rows_admitted(), 1000 + 38 * 125);
+    EXPECT_EQ(stats.rows_refused(), 38 * 375);
+    EXPECT_EQ(stats.rows_evicted(), 38 * 125);
+  }
+  // Values, state (one accumulator per value), id, count and tick per row,
+  // a block at most of slack, and the index.
+  const int64_t raw = 1000 * (8 * 4 * 2 + 24);
   EXPECT_GE(stats.bytes(), raw);
-  EXPECT_LE(stats.bytes(), raw + RowStore::kRowsPerBlock * (8 * 4 * 2 + 16) + 1000 * 64);
+  EXPECT_LE(stats.bytes(), raw + RowStore::kRowsPerBlock * (8 * 4 * 2 + 24) + 1000 * 64);
+}
+
+INSTANTIATE_TEST_SUITE_P(EvictOrRefuse, RowLimitTest,
+                         ::testing::Values(EmbeddingTableConfig::EVICT_LEAST_RECENTLY_USED,
+                                           EmbeddingTableConfig::REFUSE_NEW_ROWS));
+
+// A SYNC step that evicts evicts the same rows on every run (the draws are
+// a fixed sequence per table), so SYNC stays bitwise reproducible, and
+// never a row the step trains.
+TEST(EmbeddingTableTest, EvictionsAreTheSameOnEveryRunAndSpareTheStepsRows) {
+  auto run = [] {
+    std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 1, Sgd(1.0f), 64)}, Options(0, 1, 2));
+    for (uint64_t step = 0; step < 20; ++step) {
+      std::vector<uint64_t> ids;
+      for (uint64_t i = 0; i < 16; ++i) ids.push_back(step * 16 + i);
+      const PushRequest pushes[] = {Push({Rows("a", ids, std::vector<float>(16, 1))}, 0),
+                                    Push({Rows("a", {1000, 1001}, {1, 1})}, 1)};
+      for (int rank : {0, 1}) {
+        TablePush plan;
+        EXPECT_TRUE(table->CheckPush(pushes[rank], true, true, &plan).ok());
+        table->Land(rank, pushes[rank], plan);
+      }
+      EXPECT_TRUE(table->StageStep().ok());
+      table->Commit();
+    }
+    std::vector<uint64_t> all;
+    for (uint64_t id = 0; id < 20 * 16; ++id) all.push_back(id);
+    all.push_back(1000);
+    all.push_back(1001);
+    return std::make_pair(Lookup(*table, "a", all), StatsOf(*table, "a"));
+  };
+  const auto [first, stats] = run();
+  EXPECT_EQ(run().first, first);
+  EXPECT_EQ(stats.rows(), 64);
+  EXPECT_EQ(stats.rows_evicted(), 20 * 16 + 2 - 64);
+  // Rows 1000 and 1001, trained every step, were never evicted: 20 steps
+  // of a mean gradient of 0.5.
+  EXPECT_EQ(first[first.size() - 2], -10.0f);
+  EXPECT_EQ(first[first.size() - 1], -10.0f);
 }
 
 TEST(EmbeddingTableTest, RowsSpanningManyBlocksKeepTheirOwnValuesAndState) {

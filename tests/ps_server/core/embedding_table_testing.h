@@ -70,6 +70,12 @@ inline EmbeddingTableConfig Spec(const std::string& name, int dim,
   return spec;
 }
 
+// `spec`, refusing new rows at its row limit instead of evicting.
+inline EmbeddingTableConfig Refusing(EmbeddingTableConfig spec) {
+  spec.set_when_full(EmbeddingTableConfig::REFUSE_NEW_ROWS);
+  return spec;
+}
+
 inline EmbeddingTableOptions Options(int shard = 0, int num_shards = 1, int workers = 1,
                               uint64_t seed = kSeed) {
   EmbeddingTableOptions options;

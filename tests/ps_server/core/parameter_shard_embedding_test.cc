@@ -200,6 +200,39 @@ TEST(ParameterShardEmbeddingTest, APushWithNeitherGradientsNorRowsIsRefused) {
   EXPECT_EQ(shard->version(), 0);
 }
 
+// Third hostile pass: a push naming a table with no ids was APPLIED and
+// moved the version (150 a second from one client), forcing checkpoints and
+// everyone's staleness up. In ASYNC and SSP it changes nothing now: the
+// model and the version stay, and the answer says so.
+class EmptyRowPushTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(EmptyRowPushTest, APushOfATableWithNoIdsIsNoUpdate) {
+  auto shard = MakeShard(Options(GetParam(), 2));
+  Init(shard.get());
+  const Pulled before = PullAll(shard.get(), {5});
+  for (int i = 0; i < 300; ++i) {
+    PushResponse response;
+    ASSERT_TRUE(Push(*shard, RowPush(0, 0, {}, {}, /*with_dense=*/false), &response).ok());
+    ASSERT_EQ(response.outcome(), PushResponse::UNCHANGED) << "push " << i;
+    ASSERT_EQ(response.version(), 0);
+  }
+  EXPECT_EQ(shard->version(), 0);
+  // (Worker 1 pulls: under SSP each of them counted on worker 0's clock.)
+  const Pulled after = PullAll(shard.get(), {5}, /*worker=*/1);
+  EXPECT_EQ(after.rows, before.rows);
+  EXPECT_EQ(after.dense, before.dense);
+  StatsResponse stats;
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.pushes_applied(), 0);
+  // A push that carries a row is still an update.
+  PushResponse response;
+  ASSERT_TRUE(Push(*shard, RowPush(1, 0, {5}, {2, 2, 2, 2}, /*with_dense=*/false), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(shard->version(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(AsyncAndSsp, EmptyRowPushTest, ::testing::Values(ASYNC, SSP));
+
 TEST(ParameterShardEmbeddingTest, APullOfRowsAtAMinVersionWaitsForTheStep) {
   auto shard = MakeShard(Options(SYNC, 2));
   Init(shard.get());
@@ -332,6 +365,108 @@ TEST(ParameterShardEmbeddingTest, StatsCountRowsAdmittedAndRefusedAtTheLimit) {
     EXPECT_FLOAT_EQ(after.rows[kDim + k], initial.rows[kDim + k] - 0.5f);
     EXPECT_EQ(after.rows[2 * kDim + k], initial.rows[2 * kDim + k]);
   }
+}
+
+// Third hostile pass: one client filled the table in 4 s and every id the
+// job met afterwards was refused for the rest of the run. A full table
+// now evicts its least recently updated rows: a flood of new ids from one
+// worker churns through its own old rows while the job's rows, updated
+// every step, stay trained; each update evicts at most its share.
+TEST(ParameterShardEmbeddingTest, AFullTableEvictsItsLeastRecentlyUsedRowsForNewIds) {
+  constexpr int64_t kMaxRows = 4096;
+  constexpr int64_t kShare = kMaxRows / (8 * 2);  // EvictionsPerUpdate, 2 workers
+  auto shard = MakeShard(Options(ASYNC, 2));
+  Init(shard.get(), kMaxRows);
+  const std::vector<uint64_t> job = {1, 2, 3};
+  const Pulled initial = PullAll(shard.get(), job);
+  std::vector<float> expected = initial.rows;
+  auto job_step = [&] {
+    PushResponse response;
+    ASSERT_TRUE(Push(*shard, RowPush(0, shard->version(), job, std::vector<float>(3 * kDim, 1),
+                                     /*with_dense=*/false),
+                     &response)
+                    .ok());
+    ASSERT_EQ(response.outcome(), PushResponse::APPLIED);
+    for (float& x : expected) x -= 0.5f;
+  };
+  uint64_t next_flood_id = 1000;
+  auto flood = [&](int64_t ids) {
+    std::vector<uint64_t> batch;
+    for (int64_t i = 0; i < ids; ++i) batch.push_back(next_flood_id++);
+    PushResponse response;
+    ASSERT_TRUE(Push(*shard,
+                     RowPush(1, shard->version(), batch,
+                             std::vector<float>(batch.size() * kDim, 1), /*with_dense=*/false),
+                     &response)
+                    .ok());
+  };
+  // The flood fills the table while the job trains.
+  for (int64_t filled = 0; filled < kMaxRows; filled += kShare) {
+    ASSERT_NO_FATAL_FAILURE(flood(kShare));
+    ASSERT_NO_FATAL_FAILURE(job_step());
+  }
+  // Then keeps flooding: 5 tables' worth of new ids.
+  for (int i = 0; i < 5 * kMaxRows / kShare; ++i) {
+    ASSERT_NO_FATAL_FAILURE(flood(kShare));
+    ASSERT_NO_FATAL_FAILURE(job_step());
+  }
+  StatsResponse stats;
+  shard->Stats(&stats);
+  ASSERT_EQ(stats.embeddings_size(), 1);
+  EXPECT_EQ(stats.embeddings(0).rows(), kMaxRows);
+  EXPECT_EQ(stats.embeddings(0).rows_refused(), 0);
+  EXPECT_GE(stats.embeddings(0).rows_evicted(), 5 * kMaxRows - 3);
+  // The job's rows were never evicted: they hold every update.
+  EXPECT_EQ(PullAll(shard.get(), job).rows, expected);
+
+  // A job's new id is still admitted.
+  PushResponse response;
+  ASSERT_TRUE(Push(*shard, RowPush(0, shard->version(), {7}, {1, 1, 1, 1}, /*with_dense=*/false),
+                   &response)
+                  .ok());
+  const Pulled seven = PullAll(shard.get(), {7});
+  const Pulled seven_initial = [&] {
+    auto fresh = MakeShard(Options(ASYNC, 2));
+    Init(fresh.get(), kMaxRows);
+    return PullAll(fresh.get(), {7});
+  }();
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(seven.rows[k], seven_initial.rows[k] - 0.5f);
+
+  // One push of more new ids than its share evicts its share and refuses
+  // the rest.
+  const int64_t evicted_before = [&] {
+    StatsResponse s;
+    shard->Stats(&s);
+    return s.embeddings(0).rows_evicted();
+  }();
+  ASSERT_NO_FATAL_FAILURE(flood(3 * kShare));
+  stats.Clear();
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.embeddings(0).rows_evicted() - evicted_before, kShare);
+  EXPECT_EQ(stats.embeddings(0).rows_refused(), 2 * kShare);
+
+  // The counters travel with a checkpoint.
+  ShardCheckpoint checkpoint = shard->Snapshot();
+  auto restored = MakeShard(Options(ASYNC, 2));
+  ASSERT_TRUE(restored->Restore(checkpoint).ok());
+  StatsResponse restored_stats;
+  restored->Stats(&restored_stats);
+  EXPECT_EQ(restored_stats.embeddings(0).rows_evicted(), stats.embeddings(0).rows_evicted());
+  EXPECT_EQ(restored_stats.embeddings(0).rows(), kMaxRows);
+}
+
+// REFUSE_NEW_ROWS keeps a full table's rows: new ones are refused, counted.
+TEST(ParameterShardEmbeddingTest, AFullTableThatRefusesKeepsItsRows) {
+  auto shard = MakeShard(Options(ASYNC, 1));
+  Init(shard.get(), /*max_rows=*/2, EmbeddingTableConfig::REFUSE_NEW_ROWS);
+  PushResponse response;
+  ASSERT_TRUE(Push(*shard, RowPush(0, 0, {1, 2}, std::vector<float>(2 * kDim, 1)), &response).ok());
+  ASSERT_TRUE(Push(*shard, RowPush(0, 1, {3}, std::vector<float>(kDim, 1)), &response).ok());
+  StatsResponse stats;
+  shard->Stats(&stats);
+  EXPECT_EQ(stats.embeddings(0).rows(), 2);
+  EXPECT_EQ(stats.embeddings(0).rows_refused(), 1);
+  EXPECT_EQ(stats.embeddings(0).rows_evicted(), 0);
 }
 
 // A shard may hold rows and no dense variable (a model's few dense

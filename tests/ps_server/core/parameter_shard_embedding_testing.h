@@ -44,13 +44,16 @@ inline std::unique_ptr<ParameterShard> MakeShard(const ShardOptions& options) {
 
 // A dense "b" [2] = {0, 0} and the table "emb" (kDim, default initial
 // values, at most `max_rows` rows per shard; 0: the default).
-inline void Init(ParameterShard* shard, int64_t max_rows = 0) {
+inline void Init(ParameterShard* shard, int64_t max_rows = 0,
+                 EmbeddingTableConfig::WhenFull when_full =
+                     EmbeddingTableConfig::WHEN_FULL_UNSPECIFIED) {
   InitRequest init;
   EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, init.add_variables());
   EmbeddingTableConfig* table = init.add_embeddings();
   table->set_name("emb");
   table->set_dim(kDim);
   table->set_max_rows_per_shard(max_rows);
+  table->set_when_full(when_full);
   InitResponse response;
   ASSERT_TRUE(shard->Init(init, &response).ok());
   ASSERT_TRUE(response.accepted());

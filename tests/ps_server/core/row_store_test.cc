@@ -46,10 +46,48 @@ TEST(RowStoreTest, RowsAreFoundByIdAndHoldWhatWasPutAcrossBlocks) {
   EXPECT_EQ(store.updates(7), 9);
 }
 
+// Removing a row moves the last row into its place: every other row keeps
+// its index, ids still find their rows, a block is freed with its last
+// row, and a view frozen before keeps every row it had.
+TEST(RowStoreTest, ARemovedRowIsFilledByTheLastAndViewsKeepTheirRows) {
+  RowStore store(/*dim=*/2, /*slots_per_value=*/1);
+  const int64_t rows = RowStore::kRowsPerBlock + 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    store.set_tick(r);
+    const float v = static_cast<float>(r);
+    store.Add(static_cast<uint64_t>(r) + 100, std::vector<float>{v, v}, std::vector<float>{v, -v},
+              r + 1);
+  }
+  const int64_t two_blocks = store.bytes();
+  RowStore::Frozen view = store.Freeze();
+  store.Remove(3);
+  EXPECT_EQ(store.size(), rows - 1);
+  EXPECT_EQ(store.Find(103), -1);
+  const int64_t last = rows - 1;
+  ASSERT_EQ(store.Find(static_cast<uint64_t>(last) + 100), 3);
+  EXPECT_EQ(store.values(3)[0], static_cast<float>(last));
+  EXPECT_EQ(store.slots(3)[1], -static_cast<float>(last));
+  EXPECT_EQ(store.updates(3), last + 1);
+  EXPECT_EQ(store.touched(3), last);
+  EXPECT_EQ(store.Find(104), 4);
+  EXPECT_LT(store.bytes(), two_blocks) << "the emptied block was kept";
+  // The view still holds the rows of the freeze, in their places.
+  ASSERT_EQ(view.size(), rows);
+  EXPECT_EQ(view.id(3), 103u);
+  EXPECT_EQ(view.values(3)[0], 3.0f);
+  EXPECT_EQ(view.id(last), static_cast<uint64_t>(last) + 100);
+  // The last row goes without moving another.
+  store.Remove(store.size() - 1);
+  EXPECT_EQ(store.size(), rows - 2);
+  EXPECT_EQ(store.Find(static_cast<uint64_t>(last - 1) + 100), -1);
+  EXPECT_EQ(store.Find(105), 5);
+}
+
 TEST(RowStoreTest, MemoryGrowsABlockAtATime) {
   RowStore store(/*dim=*/4, /*slots_per_value=*/0);
   EXPECT_EQ(store.bytes(), 0);
-  const int64_t block = RowStore::kRowsPerBlock * (4 * 4 + 8 + 8);
+  // Values, id, update count and tick.
+  const int64_t block = RowStore::kRowsPerBlock * (4 * 4 + 8 + 8 + 8);
   store.Add(1, std::vector<float>(4), {}, 1);
   EXPECT_GE(store.bytes(), block);
   EXPECT_LT(store.bytes(), block + 4096);

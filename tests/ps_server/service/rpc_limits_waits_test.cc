@@ -5,9 +5,11 @@
 #include "ps_server/service/rpc_limits.h"
 
 #include <chrono>
+#include <atomic>
 #include <climits>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "gtest/gtest.h"
+#include "ps_server/service/done_waits.h"
 #include "ps_server/service/ps_service.h"
 #include "ps_server/core/shard_calls.h"
 #include "tests/support/eventually.h"
@@ -163,13 +166,16 @@ TEST(RpcLimitsTest, APullWaitsNoLongerThanTheLimit) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+// `as_worker`: the worker the call waits as; none for an observer.
 grpc::Status AwaitWorkersDone(Served* served, int32_t timeout_ms, int64_t known_changes,
-                              absl::Duration call_deadline, StatsResponse* response) {
+                              absl::Duration call_deadline, StatsResponse* response,
+                              std::optional<int> as_worker = std::nullopt) {
   grpc::ClientContext context;
   context.set_deadline(In(call_deadline));
   AwaitWorkersDoneRequest request;
   request.set_timeout_ms(timeout_ms);
   request.set_known_changes(known_changes);
+  if (as_worker) request.set_worker(*as_worker);
   return served->stub().AwaitWorkersDone(&context, request, response);
 }
 
@@ -241,6 +247,76 @@ TEST(RpcLimitsTest, AwaitWorkersDoneCallsBeyondTheCapAreRefused) {
   for (std::thread& chief : chiefs) chief.join();
   ASSERT_TRUE(Eventually([&] { return served.shard().waiting_done_calls() == 0; }));
   EXPECT_TRUE(AwaitWorkersDone(&served, 0, -1, absl::Seconds(30), &response).ok());
+}
+
+// Third hostile pass: a local process parked --max_streams AwaitWorkersDone
+// calls and the chief's own wait was refused, which ended the job. Waits
+// are per task now: observers fill only their pool, a worker holds two at
+// most (a further one answers its oldest at once, OK), and the chief's
+// wait always waits.
+TEST(RpcLimitsTest, WaitsParkedByOthersNeverRefuseTheChiefsWait) {
+  constexpr int kCap = 2;
+  constexpr int kAsWorkerOne = 5;
+  Served served({{"w", 16}}, RpcLimits{.max_streams = kCap});
+  StatsResponse response;
+  ASSERT_TRUE(AwaitWorkersDone(&served, 0, -1, absl::Seconds(30), &response).ok());
+  const int64_t changes = response.worker_changes();
+  std::vector<std::thread> parked;
+  std::atomic<int> answered_ok{0};
+  std::atomic<int> answered_other{0};
+  auto park = [&](std::optional<int> as_worker) {
+    parked.emplace_back([&, as_worker] {
+      StatsResponse answer;
+      grpc::Status status =
+          AwaitWorkersDone(&served, INT_MAX, changes, absl::Seconds(20), &answer, as_worker);
+      (status.ok() ? answered_ok : answered_other).fetch_add(1);
+    });
+  };
+  for (int i = 0; i < kCap; ++i) park(std::nullopt);
+  ASSERT_TRUE(Eventually([&] { return served.shard().waiting_done_calls() == kCap; }));
+  // The observers' pool is full: one more observer is refused...
+  grpc::Status refused = AwaitWorkersDone(&served, INT_MAX, changes, absl::Seconds(3), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  // ...and waits acting as worker 1 push out only worker 1's oldest, each
+  // answered with the state at once.
+  for (int i = 0; i < kAsWorkerOne; ++i) park(1);
+  ASSERT_TRUE(Eventually([&] {
+    return answered_ok.load() == kAsWorkerOne - DoneWaits::kPerWorker &&
+           served.shard().waiting_done_calls() == kCap + DoneWaits::kPerWorker;
+  })) << answered_ok.load() << " answered";
+  EXPECT_EQ(answered_other.load(), 0);
+
+  // The chief's wait waits, and is answered by the next change.
+  grpc::Status chief;
+  std::thread chief_waits([&] {
+    StatsResponse answer;
+    chief = AwaitWorkersDone(&served, INT_MAX, changes, absl::Seconds(20), &answer, 0);
+  });
+  ASSERT_TRUE(Eventually([&] {
+    return served.shard().waiting_done_calls() == kCap + DoneWaits::kPerWorker + 1;
+  })) << "the chief's wait was not let in";
+  grpc::ClientContext context;
+  context.set_deadline(In(absl::Seconds(10)));
+  HeartbeatRequest heartbeat;
+  heartbeat.set_worker(0);
+  HeartbeatResponse heard;
+  ASSERT_TRUE(served.stub().Heartbeat(&context, heartbeat, &heard).ok());
+  chief_waits.join();
+  EXPECT_TRUE(chief.ok()) << chief.error_code() << ": " << chief.error_message();
+  for (std::thread& t : parked) t.join();
+  EXPECT_EQ(answered_other.load(), 0);
+  EXPECT_TRUE(Eventually([&] { return served.shard().waiting_done_calls() == 0; }));
+}
+
+// A wait that names a worker is checked as every call acting as one.
+TEST(RpcLimitsTest, AWaitNamingNoWorkerOfTheJobIsRefused) {
+  Served served({{"w", 16}}, RpcLimits{});
+  StatsResponse response;
+  for (int worker : {-1, 2, 1 << 30}) {
+    SCOPED_TRACE(worker);
+    grpc::Status status = AwaitWorkersDone(&served, 0, -1, absl::Seconds(10), &response, worker);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  }
 }
 
 // The server's threads are a fixed set, however many calls are open: a

@@ -2,6 +2,12 @@
 // the variables go is placement's (tests/placement/placement_test.cc).
 #include "worker/client/ps_client.h"
 
+#include <atomic>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
@@ -84,6 +90,78 @@ TEST(PsClientTest, AShardsOwnResourceRefusalOfInitIsPassedOnAsItsOwn) {
   EXPECT_THAT(init.status().message(),
               ::testing::Not(::testing::HasSubstr("more than it accepts in one request")));
   EXPECT_TRUE(NamesItsShard(init.status()));
+}
+
+// A shard that refuses the first `refusals` calls of Init, Done and
+// AwaitWorkersDone for now (RESOURCE_EXHAUSTED, then UNAVAILABLE), and
+// answers after.
+class RefusesForNow : public ParameterServer::Service {
+ public:
+  explicit RefusesForNow(int refusals) : refusals_(refusals) {}
+  grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse* response) override {
+    response->set_accepted(true);
+    return Answer();
+  }
+  grpc::Status Done(grpc::ServerContext*, const DoneRequest*, DoneResponse*) override {
+    return Answer();
+  }
+  grpc::Status AwaitWorkersDone(grpc::ServerContext*, const AwaitWorkersDoneRequest* request,
+                                StatsResponse* response) override {
+    if (!request->has_worker() || request->worker() != 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the wait names no worker");
+    }
+    response->set_workers_done(1);
+    return Answer();
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  grpc::Status Answer() {
+    const int call = calls_.fetch_add(1);
+    if (call >= refusals_) return grpc::Status::OK;
+    return grpc::Status(call % 2 == 0 ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                      : grpc::StatusCode::UNAVAILABLE,
+                        "this PS already has 64 calls waiting; try again later");
+  }
+  const int refusals_;
+  std::atomic<int> calls_{0};
+};
+
+// Third hostile pass: a refusal of the chief's AwaitWorkersDone ended the
+// job. A worker's Init, Done and AwaitWorkersDone wait out refusals for
+// now within the client's patience, and fail at the first without it.
+TEST(PsClientTest, UnaryCallsWaitOutRefusalsForNowWithinThePatience) {
+  using Call = std::function<absl::Status(PsClient&)>;
+  const std::vector<std::pair<std::string, Call>> calls = {
+      {"Init",
+       [](PsClient& c) {
+         const std::vector<float> values(4, 1.0f);
+         return c.Init({values}).status();
+       }},
+      {"Done", [](PsClient& c) { return c.Done(); }},
+      {"AwaitWorkersDone",
+       [](PsClient& c) { return c.AwaitWorkersDone(0, -1, absl::ZeroDuration()).status(); }},
+  };
+  for (const auto& [name, call] : calls) {
+    SCOPED_TRACE(name);
+    {
+      RefusesForNow shard(3);
+      Shards servers(1, &shard);
+      auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
+      ASSERT_TRUE(client.ok()) << client.status();
+      (*client)->SetVariables({{"w", {4}}});
+      (*client)->set_call_patience(absl::Seconds(30));
+      EXPECT_TRUE(call(**client).ok());
+      EXPECT_EQ(shard.calls(), 4);
+    }
+    RefusesForNow shard(3);
+    Shards servers(1, &shard);
+    auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
+    ASSERT_TRUE(client.ok()) << client.status();
+    (*client)->SetVariables({{"w", {4}}});
+    EXPECT_EQ(call(**client).code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(shard.calls(), 1);
+  }
 }
 
 TEST(PsClientTest, UnreachableShardIsUnavailableAndNamed) {
