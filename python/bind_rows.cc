@@ -1,7 +1,7 @@
 // The Session's embedding-table calls: ids as 64-bit integer buffers and
 // rows as float32 buffers, read and written where they lie, every wait
-// without the GIL. Tables are named by index (Session.tables' order);
-// pstrain.Client maps names to indices.
+// (also for the session's lock) without the GIL. Tables are named by index
+// (Session.tables' order); pstrain.Client maps names to indices.
 #include <pybind11/stl.h>
 
 #include <utility>
@@ -82,12 +82,22 @@ void BindRows(py::module_& module) {
   session
       .def("declare_tables",
            [](ClientSession& s, const std::vector<std::pair<std::string, int>>& tables) {
-             ThrowIfError(s.DeclareTables(tables));
+             absl::Status status;
+             {
+               py::gil_scoped_release unlocked;
+               status = s.DeclareTables(tables);
+             }
+             ThrowIfError(status);
            })
       .def_property_readonly("tables",
                              [](const ClientSession& s) {
+                               std::vector<EmbeddingTableConfig> configs;
+                               {
+                                 py::gil_scoped_release unlocked;
+                                 configs = s.tables();
+                               }
                                std::vector<std::pair<std::string, int>> tables;
-                               for (const EmbeddingTableConfig& t : s.tables()) {
+                               for (const EmbeddingTableConfig& t : configs) {
                                  tables.emplace_back(t.name(), t.dim());
                                }
                                return tables;

@@ -1,8 +1,10 @@
 #include "python/client_session.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/security.h"
 #include "common/status_macros.h"
@@ -12,6 +14,48 @@
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
+
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The variables' sizes checked before anything is allocated for them: a
+// negative or zero dimension, or a product past the limit, is a mistake
+// that VariableSpec::size would wrap or miscount.
+absl::Status CheckModelSize(const std::vector<VariableSpec>& variables) {
+  constexpr absl::string_view kLimit = " (1 GiB of float32) a worker or PS holds";
+  int64_t total = 0;
+  for (const VariableSpec& v : variables) {
+    int64_t size = 1;
+    for (int64_t d : v.shape) {
+      if (d < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable \"", v.name, "\" has shape ", ShapeText(v.shape),
+                         ": a dimension must be at least 1"));
+      }
+      // size is at most the limit + 1 and d at most the limit: no overflow.
+      size = d > kMaxModelParameters ? kMaxModelParameters + 1
+                                     : std::min(size * d, kMaxModelParameters + 1);
+    }
+    if (size > kMaxModelParameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable \"", v.name, "\" has shape ", ShapeText(v.shape),
+                       ": more than the ", kMaxModelParameters, " parameters", kLimit,
+                       "; declare a smaller model"));
+    }
+    total += size;
+    if (total > kMaxModelParameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model's variables up to \"", v.name, "\" hold ", total,
+          " parameters, more than the ", kMaxModelParameters, kLimit, "; declare a smaller model"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const std::string& config_path, const std::string& task_text,
@@ -34,6 +78,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
                        PsClient::Connect(addresses, task.index, connect_timeout, security));
   client->set_wire_dtype(WireDType(config.training().wire_dtype()));
+  client->set_call_patience(absl::Seconds(config.training().pull_timeout_seconds()));
   client->set_transport(config.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
                                                           : PsClient::Transport::kAuto);
   const auto& tables = config.training().model().embeddings();
@@ -50,13 +95,34 @@ ClientSession::ClientSession(JobConfig config, std::unique_ptr<PsClient> client,
       versions_(client_->num_shards(), 0),
       next_min_(client_->num_shards(), 0) {}
 
-ClientSession::~ClientSession() { StopHeartbeats(); }
+ClientSession::~ClientSession() {
+  absl::MutexLock lock(&mu_);
+  StopHeartbeats();
+}
 
 absl::Duration ClientSession::pull_timeout() const {
   return absl::Seconds(config_.training().pull_timeout_seconds());
 }
 
+bool ClientSession::uses_shared_memory(int shard) const {
+  absl::MutexLock lock(&mu_);
+  return client_->uses_shared_memory(shard);
+}
+
+absl::Status ClientSession::CheckNotEnded(const char* call) const {
+  if (!ended_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(call, " after done(): the session has ended; make a new Client to train "
+                         "again (after done() a session only pulls)"));
+}
+
 absl::StatusOr<RegisterResponse> ClientSession::Register() {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("register"));
+  return RegisterLocked();
+}
+
+absl::StatusOr<RegisterResponse> ClientSession::RegisterLocked() {
   PST_ASSIGN_OR_RETURN(RegisterResponse view, client_->Register());
   const TrainingConfig& training = config_.training();
   if (view.mode() != training.mode() || view.workers() != config_.cluster().workers()) {
@@ -72,19 +138,28 @@ absl::StatusOr<RegisterResponse> ClientSession::Register() {
   return view;
 }
 
+const std::vector<VariableSpec>& ClientSession::variables() const {
+  static const std::vector<VariableSpec>* const kNone = new std::vector<VariableSpec>();
+  return declared() ? variables_ : *kNone;
+}
+
 absl::Status ClientSession::Declare(std::vector<VariableSpec> variables) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("declare"));
   if (declared()) {
     return absl::FailedPreconditionError(
         "the model's variables are declared already; a session declares them once");
   }
-  if (variables.empty() && tables().empty()) {
+  if (variables.empty() && client_->embedding_tables().empty()) {
     return absl::InvalidArgumentError("the model declares no variables and no embedding tables");
   }
-  if (!heartbeats_.joinable()) PST_RETURN_IF_ERROR(Register().status());
+  PST_RETURN_IF_ERROR(CheckModelSize(variables));
+  if (!heartbeats_.joinable()) PST_RETURN_IF_ERROR(RegisterLocked().status());
   client_->SetVariables(variables);
   PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());
   variables_ = std::move(variables);
   tensors_ = std::move(tensors);
+  declared_.store(true, std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -101,6 +176,8 @@ absl::Status ClientSession::CheckDeclared(size_t spans) const {
 }
 
 absl::StatusOr<bool> ClientSession::Init(const std::vector<std::span<const float>>& values) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("init"));
   PST_RETURN_IF_ERROR(CheckDeclared(values.size()));
   return client_->Init(values);
 }
@@ -113,6 +190,7 @@ std::vector<int64_t> ClientSession::MinVersionsAfter(
 }
 
 absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
+  absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
   const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->Pull(next_min_, pull_timeout(), out, &versions_));
@@ -124,6 +202,8 @@ absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
 }
 
 absl::Status ClientSession::Push(const std::vector<std::span<const float>>& gradients) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("push"));
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   const std::vector<int64_t> computed_at = versions_;
   const absl::Time start = absl::Now();
@@ -137,6 +217,8 @@ absl::Status ClientSession::Push(const std::vector<std::span<const float>>& grad
 
 absl::Status ClientSession::PushPull(const std::vector<std::span<const float>>& gradients,
                                      const std::vector<std::span<float>>& out) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("push_pull"));
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
   const std::vector<int64_t> computed_at = versions_;
@@ -165,8 +247,30 @@ void ClientSession::RecordStep(const std::vector<int64_t>& computed_at, absl::Ti
 }
 
 absl::Status ClientSession::Done() {
+  absl::MutexLock lock(&mu_);
   StopHeartbeats();
+  ended_ = true;
   return client_->Done();
+}
+
+std::vector<int64_t> ClientSession::versions() const {
+  absl::MutexLock lock(&mu_);
+  return versions_;
+}
+
+int64_t ClientSession::pushes() const {
+  absl::MutexLock lock(&mu_);
+  return pushes_;
+}
+
+std::vector<PushResponse> ClientSession::last_responses() const {
+  absl::MutexLock lock(&mu_);
+  return responses_;
+}
+
+int64_t ClientSession::staleness_total() const {
+  absl::MutexLock lock(&mu_);
+  return staleness_total_;
 }
 
 absl::StatusOr<StatsResponse> ClientSession::Stats(int shard) {

@@ -12,13 +12,26 @@
 // one job. Once registered, it keeps the worker in every shard's live set
 // with heartbeats (every lease_seconds / 4) while the caller computes.
 //
-// Pull, Push and PushPull may not run concurrently with each other; the
-// other calls may. They record the worker's metrics (worker/
+// A session may be called from several threads at once. Every call that
+// uses the exchange state (the versions, the shared regions, the client's
+// buffers) or changes the session holds the session's lock for its whole
+// length, so they run one at a time, in the order they take the lock;
+// config, worker, num_shards, declared, variables and tensors read what is
+// fixed once made, and Stats and AwaitWorkersDone (PsClient says they may
+// run beside an exchange) take no lock. A caller that holds another lock
+// (Python's GIL) lets go of it before calling, as a call may wait for the
+// one in flight. They record the worker's metrics (worker/
 // worker_metrics.h) as the C++ trainer does: latencies, steps, versions,
 // staleness and drops per shard.
+//
+// After Done the session only reads: Pull and PullRows (the chief reads the
+// final model once every worker is done), Stats and AwaitWorkersDone; every
+// call that would push or change the worker's standing is refused
+// (FailedPrecondition).
 #ifndef PST_PYTHON_CLIENT_SESSION_H_
 #define PST_PYTHON_CLIENT_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,7 +40,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "config.pb.h"
@@ -54,7 +69,7 @@ class ClientSession {
   int num_shards() const { return client_->num_shards(); }
   // Whether shard s's tensors travel through shared memory (known after
   // Declare).
-  bool uses_shared_memory(int shard) const { return client_->uses_shared_memory(shard); }
+  bool uses_shared_memory(int shard) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registers with every shard, checks that they run this config's mode
   // and worker count (FailedPrecondition otherwise), and starts the
@@ -62,50 +77,60 @@ class ClientSession {
   // worker made before a restart). Again after a transient error
   // (IsTransientShardError), it rejoins: the next pull takes whatever the
   // shards hold.
-  absl::StatusOr<RegisterResponse> Register();
+  absl::StatusOr<RegisterResponse> Register() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Declares the model's variables, in order (registering first if not
   // yet), and allocates where their values and gradients live
   // (PsClient::AllocateTensors: in a co-located shard's shared region
   // where one is used). Once; FailedPrecondition the second time.
-  absl::Status Declare(std::vector<VariableSpec> variables);
-  bool declared() const { return tensors_.has_value(); }
-  const std::vector<VariableSpec>& variables() const { return variables_; }
+  // InvalidArgument, before anything is allocated, for a dimension below 1
+  // or a model of more than kMaxModelParameters (common/config.h) in all.
+  absl::Status Declare(std::vector<VariableSpec> variables) ABSL_LOCKS_EXCLUDED(mu_);
+  // Once true, variables() and tensors() never change again.
+  bool declared() const { return declared_.load(std::memory_order_acquire); }
+  // The declared variables (none before Declare).
+  const std::vector<VariableSpec>& variables() const;
   // Declare's memory, one span per variable, valid for the session's life.
+  // Only once declared().
   const PsClient::Tensors& tensors() const { return *tensors_; }
 
   // Offers initial values (one span per declared variable); a shard that
   // already holds values keeps them. Whether shard 0 took these.
-  absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values);
+  absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Pulls every variable into `out`, waiting for the versions that the last
   // push makes due (nothing before the first push).
-  absl::Status Pull(const std::vector<std::span<float>>& out);
+  absl::Status Pull(const std::vector<std::span<float>>& out) ABSL_LOCKS_EXCLUDED(mu_);
   // Pushes one gradient per variable, computed on the last pull's values.
-  absl::Status Push(const std::vector<std::span<const float>>& gradients);
+  absl::Status Push(const std::vector<std::span<const float>>& gradients)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Push, then Pull, in one exchange per shard. `gradients` and `out` must
   // not overlap.
   absl::Status PushPull(const std::vector<std::span<const float>>& gradients,
-                        const std::vector<std::span<float>>& out);
+                        const std::vector<std::span<float>>& out) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Embedding tables (python/client_session_rows.cc): the config's
   // training.model.embeddings, then those DeclareTables adds (name, dim;
   // the job's optimizer), before Declare. InvalidArgument for a name used
   // twice or a dim out of range; FailedPrecondition after Declare.
-  absl::Status DeclareTables(const std::vector<std::pair<std::string, int>>& tables);
-  const std::vector<EmbeddingTableConfig>& tables() const { return client_->embedding_tables(); }
+  absl::Status DeclareTables(const std::vector<std::pair<std::string, int>>& tables)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<EmbeddingTableConfig> tables() const ABSL_LOCKS_EXCLUDED(mu_);
   // Pulls rows into `rows`' spans (no dense variable), at the versions the
   // last push makes due; the session's versions stay the last pull's.
-  absl::Status PullRows(std::span<const RowValues> rows);
+  absl::Status PullRows(std::span<const RowValues> rows) ABSL_LOCKS_EXCLUDED(mu_);
   // Pushes row gradients alone (PsClient::PushRows), computed on the last
   // pull's values.
-  absl::Status PushRows(std::span<const RowGradients> rows);
+  absl::Status PushRows(std::span<const RowGradients> rows) ABSL_LOCKS_EXCLUDED(mu_);
   // PushPull, with a step's rows in the same exchanges (PsClient::PushPull).
   absl::Status PushPullRows(const std::vector<std::span<const float>>& gradients,
-                            const std::vector<std::span<float>>& out, const StepRows& rows);
+                            const std::vector<std::span<float>>& out, const StepRows& rows)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Tells every shard this worker has finished; stops the heartbeats.
-  absl::Status Done();
+  // Tells every shard this worker has finished (again, if called again);
+  // stops the heartbeats and ends the session (see above).
+  absl::Status Done() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<StatsResponse> Stats(int shard);
   // Shard 0's Stats once every worker is done or the workers' standing
@@ -113,37 +138,50 @@ class ClientSession {
   absl::StatusOr<StatsResponse> AwaitWorkersDone(int64_t known_changes, absl::Duration timeout);
 
   // Each shard's version at the last pull.
-  const std::vector<int64_t>& versions() const { return versions_; }
+  std::vector<int64_t> versions() const ABSL_LOCKS_EXCLUDED(mu_);
   // Pushes this session made, and what the shards said of the last one.
-  int64_t pushes() const { return pushes_; }
-  const std::vector<PushResponse>& last_responses() const { return responses_; }
+  int64_t pushes() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<PushResponse> last_responses() const ABSL_LOCKS_EXCLUDED(mu_);
   // The staleness of this session's pushes at shard 0, summed.
-  int64_t staleness_total() const { return staleness_total_; }
+  int64_t staleness_total() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   ClientSession(JobConfig config, std::unique_ptr<PsClient> client,
                 std::unique_ptr<const ConsistencyPolicy> policy);
   absl::Duration pull_timeout() const;
+  absl::StatusOr<RegisterResponse> RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
-  absl::Status CheckDeclared(size_t spans) const;
-  void StartHeartbeats();
-  void StopHeartbeats();
+  absl::Status CheckDeclared(size_t spans) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition naming `call` once Done has ended the session.
+  absl::Status CheckNotEnded(const char* call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker metrics of a push made at `computed_at` that began at `push_start`.
-  void RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start);
+  void RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobConfig config_;
-  std::unique_ptr<PsClient> client_;
-  std::unique_ptr<const ConsistencyPolicy> policy_;
+  // Whose data path (its regions, buffers and calls in flight) mu_ guards
+  // for every call but Stats, AwaitWorkersDone and the heartbeats' Heartbeat.
+  const std::unique_ptr<PsClient> client_;
+  const std::unique_ptr<const ConsistencyPolicy> policy_;
+  // Held by every call that uses the exchange state, for its whole length.
+  mutable absl::Mutex mu_;
+  // Written once, by Declare under mu_, before declared_ becomes true;
+  // read without the lock after that.
   std::vector<VariableSpec> variables_;
   std::optional<PsClient::Tensors> tensors_;
-  std::vector<int64_t> versions_;  // each shard's version at the last pull
-  std::vector<int64_t> next_min_;  // what the next pull waits for
-  std::vector<PushResponse> responses_;
-  int64_t pushes_ = 0;
-  int64_t staleness_total_ = 0;
-  absl::Time last_step_end_ = absl::InfinitePast();  // of the last pull or push
-  std::unique_ptr<absl::Notification> stop_heartbeats_;
-  std::thread heartbeats_;
+  std::atomic<bool> declared_ = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // by Done
+  std::vector<int64_t> versions_ ABSL_GUARDED_BY(mu_);  // each shard's version at the last pull
+  std::vector<int64_t> next_min_ ABSL_GUARDED_BY(mu_);  // what the next pull waits for
+  std::vector<PushResponse> responses_ ABSL_GUARDED_BY(mu_);
+  int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t staleness_total_ ABSL_GUARDED_BY(mu_) = 0;
+  // Of the last pull or push.
+  absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::unique_ptr<absl::Notification> stop_heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::thread heartbeats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pst

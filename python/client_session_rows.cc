@@ -9,6 +9,8 @@ namespace pst {
 
 absl::Status ClientSession::DeclareTables(
     const std::vector<std::pair<std::string, int>>& tables) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("declare_tables"));
   if (declared()) {
     return absl::FailedPreconditionError(
         "embedding tables are declared before the model's variables (declare_tables, then init)");
@@ -26,7 +28,13 @@ absl::Status ClientSession::DeclareTables(
   return absl::OkStatus();
 }
 
+std::vector<EmbeddingTableConfig> ClientSession::tables() const {
+  absl::MutexLock lock(&mu_);
+  return client_->embedding_tables();
+}
+
 absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
+  absl::MutexLock lock(&mu_);
   std::vector<int64_t> versions;
   const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->PullRows(next_min_, pull_timeout(), rows, &versions));
@@ -35,6 +43,8 @@ absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
 }
 
 absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("push_rows"));
   const std::vector<int64_t> computed_at = versions_;
   const absl::Time start = absl::Now();
   PST_RETURN_IF_ERROR(client_->PushRows(computed_at, rows, &responses_));
@@ -47,6 +57,8 @@ absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {
 absl::Status ClientSession::PushPullRows(const std::vector<std::span<const float>>& gradients,
                                          const std::vector<std::span<float>>& out,
                                          const StepRows& rows) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("push_pull_rows"));
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
   const std::vector<int64_t> computed_at = versions_;

@@ -3,8 +3,10 @@
 // object with the buffer protocol holding C-contiguous float32, read where
 // it lies), NumPy views out (the session's tensors, where they lie), an
 // absl::Status as a pstrain.Error (python/pstrain/errors.py), and every wait
-// on the network without the GIL. The user API is the pure-Python package
-// around it (python/pstrain/__init__.py).
+// on the network without the GIL. Every call that takes the session's lock
+// lets go of the GIL first: one that waits for another thread's exchange
+// must not stop the interpreter meanwhile. The user API is the pure-Python
+// package around it (python/pstrain/__init__.py).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -17,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 #include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
@@ -95,6 +98,8 @@ PYBIND11_MODULE(_pstrain, m) {
   pst::KeepLargeBuffersWarm();
   pst::SkipMutexDeadlockChecks();
   pst::BindWorkerTelemetry(m);
+  // What Session.declare takes in all (common/config.h).
+  m.attr("MAX_MODEL_PARAMETERS") = pst::kMaxModelParameters;
 
   py::register_exception_translator([](std::exception_ptr thrown) {
     try {
@@ -125,10 +130,12 @@ PYBIND11_MODULE(_pstrain, m) {
                              [](const ClientSession& s) { return pst::ToJson(s.config()); })
       .def_property_readonly("worker", &ClientSession::worker)
       .def_property_readonly("num_shards", &ClientSession::num_shards)
-      .def("uses_shared_memory", [](const ClientSession& s, int shard) {
-        if (shard < 0 || shard >= s.num_shards()) throw py::index_error("no such shard");
-        return s.uses_shared_memory(shard);
-      })
+      .def("uses_shared_memory",
+           [](const ClientSession& s, int shard) {
+             if (shard < 0 || shard >= s.num_shards()) throw py::index_error("no such shard");
+             py::gil_scoped_release unlocked;
+             return s.uses_shared_memory(shard);
+           })
       .def("register",
            [](ClientSession& s) {
              absl::StatusOr<pst::RegisterResponse> view;
@@ -239,12 +246,30 @@ PYBIND11_MODULE(_pstrain, m) {
              }
              return pst::ToJson(pst::ValueOrThrow(std::move(stats)));
            })
-      .def_property_readonly("versions", &ClientSession::versions)
-      .def_property_readonly("pushes", &ClientSession::pushes)
-      .def_property_readonly("staleness_total", &ClientSession::staleness_total)
+      // The session's counters wait for the exchange in flight: read without the GIL.
+      .def_property_readonly("versions",
+                             [](const ClientSession& s) {
+                               py::gil_scoped_release unlocked;
+                               return s.versions();
+                             })
+      .def_property_readonly("pushes",
+                             [](const ClientSession& s) {
+                               py::gil_scoped_release unlocked;
+                               return s.pushes();
+                             })
+      .def_property_readonly("staleness_total",
+                             [](const ClientSession& s) {
+                               py::gil_scoped_release unlocked;
+                               return s.staleness_total();
+                             })
       .def_property_readonly("last_outcomes", [](const ClientSession& s) {
+        std::vector<pst::PushResponse> responses;
+        {
+          py::gil_scoped_release unlocked;
+          responses = s.last_responses();
+        }
         std::vector<std::string> outcomes;
-        for (const pst::PushResponse& r : s.last_responses()) {
+        for (const pst::PushResponse& r : responses) {
           outcomes.push_back(pst::PushResponse::Outcome_Name(r.outcome()));
         }
         return outcomes;

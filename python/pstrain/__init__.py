@@ -20,7 +20,8 @@ they lie (no copy on this side). ``client.values`` and ``client.gradients``
 are the session's own arrays: in a co-located shard's shared region when the
 tensors travel through shared memory, so a model that computes in them copies
 nothing at all. Every failure raises a ``pstrain.Error`` (see
-``pstrain.errors``); every wait on the network releases the GIL.
+``pstrain.errors``); every wait on the network releases the GIL. A client
+may be shared by several threads: its calls run one at a time.
 
 A client reports as the worker binary does: its metrics (the same names and
 labels) on a Prometheus endpoint when ``$PSTRAIN_METRICS_PORT`` (pslaunch's
@@ -37,6 +38,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 
 # First: importing the compiled core sets the process's allocator up as the
@@ -47,6 +49,7 @@ from pstrain import _pstrain
 import numpy as np
 from pstrain.errors import *  # noqa: F401,F403  (the exception classes)
 from pstrain.errors import Error, UnavailableError
+from pstrain.arrays import _dimension, _ids, readable, writable
 
 __all__ = ["Client", "Error", "CONFIG_ENV", "TASK_ENV", "RESULT_FILE_ENV", "METRICS_PORT_ENV",
            "METRICS_ADDRESS_ENV", "LOGDIR_ENV"]
@@ -72,49 +75,6 @@ def _numbers(message):
     return message
 
 
-def _is_torch_tensor(array):
-    return type(array).__module__.startswith("torch")
-
-
-def readable(array):
-    """``array`` as a float32 C-contiguous buffer, copied only if it is not one."""
-    if _is_torch_tensor(array):
-        if array.device.type != "cpu":
-            raise TypeError(
-                f"a tensor on {array.device} cannot be read by the client; "
-                "pass CPU tensors (pstrain.torch stages CUDA tensors through pinned host memory)")
-        return array.detach().contiguous().float().numpy()
-    return np.ascontiguousarray(array, dtype=np.float32)
-
-
-def _ids(ids):
-    """Row ids as a contiguous array of 64-bit integers, copied only if needed."""
-    if _is_torch_tensor(ids):
-        ids = ids.detach().cpu().numpy()
-    ids = np.asarray(ids).reshape(-1)
-    if ids.size == 0:
-        return np.empty(0, np.int64)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"row ids must be integers, not {ids.dtype}")
-    return np.ascontiguousarray(ids if ids.dtype.itemsize == 8 else ids.astype(np.int64))
-
-
-def writable(array):
-    """``array`` as a buffer the client writes into: it must be one already."""
-    if _is_torch_tensor(array):
-        if array.device.type != "cpu" or not array.is_contiguous() or array.dtype.itemsize != 4 \
-                or not array.dtype.is_floating_point:
-            raise TypeError(
-                f"cannot write into a {array.dtype} tensor on {array.device}"
-                f"{'' if array.is_contiguous() else ' (not contiguous)'}: "
-                "pass contiguous float32 CPU tensors")
-        return array.detach().numpy()
-    if not isinstance(array, np.ndarray) or array.dtype != np.float32 \
-            or not array.flags.c_contiguous or not array.flags.writeable:
-        raise TypeError("pull destinations must be writable C-contiguous float32 arrays")
-    return array
-
-
 class Client:
     """One worker task of a pstrain job.
 
@@ -128,6 +88,19 @@ class Client:
     means no endpoint. ``metrics_address``: default
     ``$PSTRAIN_METRICS_ADDRESS``, else 127.0.0.1. ``logdir``: where the
     chief writes TensorBoard events; default ``$PSTRAIN_LOGDIR``, else none.
+
+    Threads: one client may be called from several threads at once. The
+    calls that exchange with the shards or change the session (register,
+    declare, declare_tables, init, pull, push, push_pull, the row calls,
+    done) run one at a time, each whole; the session's counters
+    (``versions``, ``steps``, ...) wait for the call in flight; ``stats``
+    and ``wait_for_workers`` do not wait. Each thread pulls into arrays of
+    its own (``out=``): ``values`` is shared by every thread's pulls. Every
+    wait, for the shards or for another thread's call, releases the GIL.
+
+    After ``done()`` the session has ended: a push, init or register raises
+    ``FailedPreconditionError``; pulls still read the shards' values (the
+    chief reads the final model after ``wait_for_workers``).
     """
 
     def __init__(self, config=None, task=None, connect_timeout=60.0, metrics_port=None,
@@ -157,6 +130,8 @@ class Client:
         self._gradients = None
         self._names = None  # the declared variables' names, in order
         self._own = None  # the session's arrays as lists, in that order
+        # Makes "register (declare) first if not yet" one step when threads share the client.
+        self._setting_up = threading.RLock()
 
     # ---- the job -------------------------------------------------------
     @property
@@ -220,14 +195,18 @@ class Client:
 
     def declare(self, variables):
         """Declares the model's variables: a dict name -> shape (or array), in
-        the model's order. Every worker of a job declares the same ones."""
-        if self._registered is None:
-            self.register()
+        the model's order. Every worker of a job declares the same ones.
+        Each dimension is at least 1, and the model holds at most 2**28
+        parameters in all (InvalidArgumentError, before anything is
+        allocated)."""
         specs = []
         for name, value in variables.items():
             shape = tuple(value.shape) if hasattr(value, "shape") else tuple(value)
-            specs.append((str(name), [int(d) for d in shape]))
-        self._session.declare(specs)
+            specs.append((str(name), [_dimension(name, shape, d) for d in shape]))
+        with self._setting_up:
+            if self._registered is None:
+                self.register()
+            self._session.declare(specs)
 
     @property
     def declared(self):
@@ -263,8 +242,9 @@ class Client:
         from them first if they are not yet. A shard that already holds
         values keeps them (the first worker to arrive wins). Returns whether
         shard 0 took these."""
-        if not self.declared:
-            self.declare(values)
+        with self._setting_up:
+            if not self.declared:
+                self.declare(values)
         return self._session.init(self._ordered(values, readable, "initial value"))
 
     # ---- training ------------------------------------------------------
@@ -372,7 +352,8 @@ class Client:
 
     @property
     def last_outcomes(self):
-        """What each shard did with the last push: APPLIED, AGGREGATED, DROPPED, SKIPPED."""
+        """What each shard did with the last push: APPLIED, AGGREGATED, DROPPED, SKIPPED,
+        UNCHANGED."""
         return list(self._session.last_outcomes)
 
     # ---- what it reports ----------------------------------------------
@@ -417,7 +398,8 @@ class Client:
 
     # ---- the end -------------------------------------------------------
     def done(self):
-        """Tells every shard this worker has finished."""
+        """Tells every shard this worker has finished, and ends the session:
+        it only pulls from now on."""
         self._session.done()
 
     def stats(self, shard=0):

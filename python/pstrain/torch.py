@@ -27,7 +27,12 @@ A model on a GPU exchanges through page-locked host buffers
 ``nn.Embedding(sparse=True)`` and ``nn.EmbeddingBag(sparse=True)`` modules
 become embedding tables of the PS (``pstrain.sparse``): each forward pass
 pulls only the rows its batch looks up, and ``step()`` pushes their sparse
-gradient with the dense ones.
+gradient with the dense ones. A model may be such tables alone.
+
+The PS holds float32: a parameter of another dtype is refused (make the
+model float32 first). The parameters stay bound to the client's arrays: a
+parameter whose ``.data`` is replaced afterwards is refused at the next
+``step()`` (change values in place instead).
 """
 
 import random
@@ -51,17 +56,27 @@ class DistributedOptimizer:
     a first start), where its loop may resume."""
 
     def __init__(self, model, client=None):
-        self.client = client if client is not None else pstrain.Client()
+        for name, p in model.named_parameters():
+            if p.requires_grad and p.dtype != torch.float32:
+                raise ValueError(
+                    f"parameter {name} is {p.dtype}, but the parameter servers hold float32 "
+                    "and would not keep it exactly; make the model float32 (model.float()) "
+                    "before DistributedOptimizer")
         self._tables = EmbeddingTables(model)
         self.parameters = [(name, p) for name, p in model.named_parameters()
                            if p.requires_grad and not self._tables.holds(p)]
-        if not self.parameters:
+        # Where the model computes: its dense parameters', else its tables'.
+        placed = [p for _, p in self.parameters] or [t.weight for t in self._tables.tables]
+        if not placed:
             raise ValueError("the model has no trainable parameters")
-        devices = {p.device.type for _, p in self.parameters}
+        devices = {p.device.type for p in placed}
         if len(devices) != 1:
             raise ValueError(f"the model's parameters are on several devices ({devices})")
         self.device = next(iter(devices))
+        self._device_name = str(placed[0].device)
+        self.client = client if client is not None else pstrain.Client()
         self.redone_steps = 0  # steps redone after a transient error
+        self._finished = False
         view = self.client.register()
         self.resume_step = int(view["worker_clock"])
         self._tables.declare(self.client)
@@ -75,8 +90,10 @@ class DistributedOptimizer:
                     p.data = torch.from_numpy(values[name]).view(p.shape)
                     p.grad = torch.from_numpy(gradients[name]).view(p.shape)
                     p.grad.zero_()
-            # Where each pushed gradient lies, to check every step that
-            # autograd still accumulates there.
+            # Where each parameter's values and pushed gradient lie, to check
+            # every step that the model still reads the one and autograd
+            # still accumulates into the other.
+            self._value_addresses = [values[n].ctypes.data for n, _ in self.parameters]
             self._gradient_addresses = [gradients[n].ctypes.data for n, _ in self.parameters]
         else:
             self._staging = HostStaging([values[n] for n, _ in self.parameters],
@@ -86,7 +103,7 @@ class DistributedOptimizer:
     @property
     def devices(self):
         """Where the model computes, as a worker result names it."""
-        return "cpu" if self.device == "cpu" else str(self.parameters[0][1].device)
+        return "cpu" if self.device == "cpu" else self._device_name
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in place (they are views the push reads; they
@@ -108,6 +125,11 @@ class DistributedOptimizer:
         training.pull_timeout_seconds, covers the refusals in a row; once it
         is spent the last error is raised (a launcher restarts the worker).
         A step is never dropped without an error."""
+        if self._finished:
+            raise pstrain.FailedPreconditionError(
+                "step() after finish(): the session has ended; make a new Client and "
+                "DistributedOptimizer to train again")
+        self._check_bound()
         loss = self._evaluate(closure)
         patience = float(self.client.config["training"]["pull_timeout_seconds"])
         deadline, backoff = None, 0.1
@@ -139,8 +161,11 @@ class DistributedOptimizer:
     def finish(self):
         """Tells the shards this worker is done; the chief then waits for the
         other workers and loads the final values into the model. Returns the
-        workers the chief gave up on (none for the others)."""
+        workers the chief gave up on (none for the others). The optimizer
+        takes no step after it."""
+        self._check_bound()
         self.client.done()
+        self._finished = True
         if not self.client.is_chief:
             return []
         stats = self.client.wait_for_workers()
@@ -148,6 +173,19 @@ class DistributedOptimizer:
         return stats["missing_workers"]
 
     # ---- internals ------------------------------------------------------
+    def _check_bound(self):
+        # A parameter whose .data was replaced (p.data = ..., model.double(),
+        # a load that assigns) is no longer what the exchange writes: the
+        # model would train on values the PS never sees.
+        for i, (name, p) in enumerate(self.parameters):
+            shape = self.client.values[name].shape
+            moved = self._staging is None and p.data_ptr() != self._value_addresses[i]
+            if moved or tuple(p.shape) != shape:
+                raise RuntimeError(
+                    f"parameter {name}: its .data was replaced after DistributedOptimizer "
+                    "bound it to the values the PS sends; change it in place instead "
+                    "(with torch.no_grad(): p.copy_(new)), or make a new optimizer")
+
     def _exchange(self):
         if self._staging is None:
             for (name, p), address in zip(self.parameters, self._gradient_addresses):

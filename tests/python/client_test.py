@@ -1,6 +1,8 @@
 """pstrain.Client against real ps_server processes on loopback: the round
 trip (init, pull, push, push_pull), SYNC averaging with the GIL released
-while a pull waits, and every failure as a pstrain.Error with its code.
+while a pull waits, one client called from many threads at once, shapes
+refused before anything is allocated, the calls refused after done(), and
+every failure as a pstrain.Error with its code.
 
 Run by ctest with PYTHONPATH naming the built module and PSTRAIN_BIN_DIR the
 binaries."""
@@ -85,6 +87,69 @@ class RoundTripTest(unittest.TestCase):
                              ["AGGREGATED", "APPLIED"])
 
 
+class ThreadsTest(unittest.TestCase):
+    THREADS = 16
+    ROUNDS = 24
+
+    def test_sixteen_threads_share_one_client(self):
+        shape = {"w": (64, 64), "b": (5,)}
+        with PsCluster(BIN_DIR, workers=1, shards=2, mode="ASYNC",
+                       optimizer="sgd { learning_rate: 1.0 }") as cluster:
+            client = pstrain.Client(cluster.config_path, "worker:0")
+            client.init({n: np.zeros(s, np.float32) for n, s in shape.items()})
+            client.pull()
+            self.assertTrue(client.shares_memory(0) and client.shares_memory(1))
+            ones = {n: np.ones(s, np.float32) for n, s in shape.items()}
+            errors, pushes = [], []
+            start = threading.Barrier(self.THREADS)
+
+            def hammer(t):
+                out = {n: np.zeros(s, np.float32) for n, s in shape.items()}
+                seen = 0  # the pushes the last pull of this thread saw
+                try:
+                    start.wait(timeout=60)
+                    for r in range(self.ROUNDS):
+                        kind = (t + r) % 4
+                        if kind == 0:
+                            client.push_pull(ones, out=out)
+                            pushes.append(1)
+                        elif kind == 1:
+                            client.pull(out=out)
+                        elif kind == 2:
+                            client.push(ones)
+                            pushes.append(1)
+                        else:
+                            client.stats(r % 2)
+                            continue
+                        # One pull is one state of the model: each variable
+                        # took the same whole number of pushes everywhere,
+                        # and never fewer than this thread saw before.
+                        for name, value in out.items():
+                            taken = -value.reshape(-1)
+                            self.assertTrue((taken == taken[0]).all(), f"{name} torn: {value}")
+                            self.assertEqual(taken[0], np.round(taken[0]))
+                            self.assertGreaterEqual(taken[0], seen)
+                        seen = max(seen, -out["w"].reshape(-1)[0])
+                except Exception as error:  # noqa: BLE001 (reported below)
+                    errors.append(f"thread {t}: {error!r}")
+
+            threads = [threading.Thread(target=hammer, args=(t,)) for t in range(self.THREADS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            self.assertFalse(any(t.is_alive() for t in threads))
+            self.assertEqual(errors, [])
+            self.assertEqual(client.steps, len(pushes))
+            values = client.pull()
+            for name in shape:
+                np.testing.assert_array_equal(values[name], np.full(shape[name], -len(pushes)))
+            self.assertEqual([client.stats(s)["version"] for s in range(2)], [len(pushes)] * 2)
+            # Every exchange still goes through the shared regions.
+            self.assertTrue(client.shares_memory(0) and client.shares_memory(1))
+            client.done()
+
+
 class ErrorTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -157,6 +222,59 @@ class ErrorTest(unittest.TestCase):
             client.pull(out={"w": np.zeros((50, 3), np.float64), "b": np.zeros(3, np.float32)})
         with self.assertRaises(TypeError):
             client.pull(out={"w": np.zeros((3, 50), np.float32).T, "b": np.zeros(3, np.float32)})
+
+    def test_a_shape_that_overflows_or_is_not_positive_is_refused(self):
+        limit = str(2 ** 28)
+        client = pstrain.Client(self.cluster.config_path, "worker:0")
+        for shape, says in [((2 ** 62, 2 ** 62), limit), ((-2, -3), "at least 1"),
+                            ((4, 0), "at least 1"), ((3, -1), "at least 1"),
+                            ((2 ** 31,), limit), ((2 ** 28 + 1,), limit),
+                            ((2 ** 70,), limit), ((-2 ** 70, 1), "at least 1")]:
+            with self.subTest(shape=shape):
+                error = self.assertRaisesCode(pstrain.InvalidArgumentError, "INVALID_ARGUMENT",
+                                              lambda: client.declare({"w": shape}), says)
+                self.assertIn('"w"', str(error))
+                self.assertFalse(client.declared)
+        # The limit holds for the whole model, not only for each variable.
+        error = self.assertRaisesCode(
+            pstrain.InvalidArgumentError, "INVALID_ARGUMENT",
+            lambda: client.declare({"a": (2 ** 27,), "b": (2 ** 14, 2 ** 13 + 1)}), limit)
+        self.assertIn('"b"', str(error))
+        with self.assertRaises(TypeError):
+            client.declare({"w": (2.5, 2)})
+        self.assertFalse(client.declared)
+        client.declare({"w": (3, 4), "scalar": ()})
+        self.assertEqual(client.names, ["w", "scalar"])
+
+    def test_after_done_the_session_only_reads(self):
+        with PsCluster(BIN_DIR, workers=1, mode="ASYNC",
+                       optimizer="sgd { learning_rate: 0.1 }") as cluster:
+            client = pstrain.Client(cluster.config_path, "worker:0")
+            client.declare_tables({"emb": 2})
+            client.init(initial())
+            client.push_pull(gradient(1.0))
+            client.done()
+            ones = np.ones((1, 2), np.float32)
+            for what, call in [
+                    ("push", lambda: client.push(gradient(1.0))),
+                    ("push_pull", lambda: client.push_pull(gradient(1.0))),
+                    ("push_rows", lambda: client.push_rows("emb", [1], ones)),
+                    ("push_pull_rows", lambda: client.push_pull_rows(
+                        gradient(1.0), rows={"emb": ([1], ones)})),
+                    ("init", lambda: client.init(initial())),
+                    ("register", client._session.register),
+                    ("declare", lambda: client._session.declare([("x", [2])])),
+                    ("declare_tables", lambda: client.declare_tables({"more": 2}))]:
+                with self.subTest(call=what):
+                    self.assertRaisesCode(pstrain.FailedPreconditionError, "FAILED_PRECONDITION",
+                                          call, "after done(): the session has ended")
+            self.assertEqual(client.steps, 1)
+            self.assertEqual(client.stats()["version"], 1)
+            # The chief reads the final model after done(), as it always has.
+            values = client.pull()
+            for name, value in initial().items():
+                np.testing.assert_allclose(values[name], value - 0.1 * gradient(1.0)[name])
+            client.pull_rows("emb", [1])
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 client's pull_rows / push_rows / push_pull_rows round trips, and
 nn.EmbeddingBag(sparse=True) trained through pstrain.torch's
 DistributedOptimizer by two SYNC workers, which must match plain PyTorch
-SGD on the combined batch. The torch tests skip where torch is not
-installed."""
+SGD on the combined batch; a model of embedding tables alone trains its
+rows. The torch tests skip where torch is not installed."""
 
 import os
 import sys
@@ -200,6 +200,50 @@ class SparseEmbeddingTest(unittest.TestCase):
                 np.testing.assert_allclose(p.detach().numpy(),
                                            dict(reference["out"].named_parameters())[n]
                                            .detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class EmbeddingsAloneTest(unittest.TestCase):
+    LR = 0.1
+
+    def test_a_model_of_sparse_embeddings_alone_trains_its_rows(self):
+        for mode in ("SYNC", "ASYNC"):
+            with self.subTest(mode=mode), PsCluster(
+                    BIN_DIR, workers=1, shards=2, mode=mode,
+                    optimizer=f"sgd {{ learning_rate: {self.LR} }}") as cluster:
+                torch.manual_seed(2)
+                model = torch.nn.ModuleDict({
+                    "emb": torch.nn.Embedding(100, 3, sparse=True),
+                    "bag": torch.nn.EmbeddingBag(100, 2, mode="sum", sparse=True),
+                })
+                client = pstrain.Client(cluster.config_path, "worker:0")
+                opt = pstrain.torch.DistributedOptimizer(model, client)
+                self.assertEqual(client.names, [])  # no dense variable
+                self.assertEqual(client.tables, {"emb.weight": 3, "bag.weight": 2})
+                ids = torch.tensor([5, 7, 5, 10 ** 9])
+                unique, counts = np.unique(ids.numpy(), return_counts=True)
+                rows = {t: client.pull_rows(t, unique) for t in client.tables}
+                initial = {t: r.copy() for t, r in rows.items()}
+                for _ in range(3):
+                    opt.zero_grad()
+                    # Each looked-up row pulled towards 1: no dense weight.
+                    loss = ((model["emb"](ids) - 1) ** 2).sum() + \
+                        ((model["bag"](ids, torch.tensor([0, 2])) - 1) ** 2).sum()
+                    loss.backward()
+                    opt.step()
+                    # SGD on the rows (ids 5, 7, 10**9; the bags {5, 7} and {5, 10**9}):
+                    # an id looked up k times has k times the gradient.
+                    emb, bag = rows["emb.weight"], rows["bag.weight"]
+                    rows["emb.weight"] = emb - self.LR * 2 * counts[:, None] * (emb - 1)
+                    d0, d1 = 2 * (bag[0] + bag[1] - 1), 2 * (bag[0] + bag[2] - 1)
+                    rows["bag.weight"] = bag - self.LR * np.stack([d0 + d1, d0, d1])
+                for table, expected in rows.items():
+                    trained = client.pull_rows(table, unique)
+                    self.assertFalse(np.allclose(trained, initial[table]))
+                    np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
+                self.assertEqual(client.steps, 3)
+                opt.finish()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,9 @@
 """pstrain.torch against a real ps_server: DistributedOptimizer trains a
 model's parameters where the client exchanges them (no copies on the CPU),
-with the PS optimizer; HostStaging's copies for models on a GPU, checked
-with CPU tensors (no GPU needed). Skipped when torch is not installed."""
+with the PS optimizer, and refuses what it cannot train faithfully (a
+parameter not float32, a parameter whose data was replaced, a step after
+finish()); HostStaging's copies for models on a GPU, checked with CPU
+tensors (no GPU needed). Skipped when torch is not installed."""
 
 import os
 import sys
@@ -69,6 +71,71 @@ class DistributedOptimizerTest(unittest.TestCase):
             opt.step()
             torch.testing.assert_close(model.bias.detach(), before - 1.0)
             opt.finish()
+
+
+class RefusalTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = PsCluster(BIN_DIR, workers=1, mode="ASYNC",
+                                 optimizer="sgd { learning_rate: 1.0 }")
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def client(self):
+        return pstrain.Client(self.cluster.config_path, "worker:0")
+
+    def test_a_parameter_that_is_not_float32_is_refused(self):
+        for dtype in (torch.float64, torch.float16):
+            with self.subTest(dtype=dtype):
+                model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+                model[1].to(dtype)
+                client = self.client()
+                with self.assertRaises(ValueError) as raised:
+                    pstrain.torch.DistributedOptimizer(model, client)
+                message = str(raised.exception)
+                self.assertIn("1.weight", message)
+                self.assertIn(str(dtype), message)
+                self.assertIn("model.float()", message)
+                # Refused before anything was declared or changed.
+                self.assertFalse(client.declared)
+                self.assertEqual(model[1].weight.dtype, dtype)
+
+    def test_a_parameter_whose_data_was_replaced_is_refused_at_the_next_step(self):
+        model = torch.nn.Linear(3, 1)
+        opt = pstrain.torch.DistributedOptimizer(model, self.client())
+        versions = opt.client.versions
+        with torch.no_grad():
+            model.weight.data = torch.zeros(1, 3)  # no longer the pulled values
+        model(torch.ones(1, 3)).sum().backward()
+        with self.assertRaises(RuntimeError) as raised:
+            opt.step()
+        self.assertIn("weight", str(raised.exception))
+        self.assertIn(".data", str(raised.exception))
+        self.assertEqual(opt.client.versions, versions)  # nothing was pushed
+        # In place, the values stay where the exchange writes them.
+        with torch.no_grad():
+            model.weight.data = torch.from_numpy(opt.client.values["weight"])
+            model.weight.zero_()
+        opt.step()
+
+    def test_a_step_after_finish_is_refused(self):
+        model = torch.nn.Linear(3, 1)
+        client = self.client()
+        opt = pstrain.torch.DistributedOptimizer(model, client)
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        self.assertEqual(opt.finish(), [])
+        final = model.weight.detach().clone()
+        opt.zero_grad()
+        model(torch.ones(1, 3)).sum().backward()
+        with self.assertRaises(pstrain.FailedPreconditionError) as raised:
+            opt.step()
+        self.assertIn("after finish()", str(raised.exception))
+        # The client, driven by hand, refuses too.
+        with self.assertRaises(pstrain.FailedPreconditionError) as raised:
+            client.push_pull(client.gradients)
+        self.assertIn("after done()", str(raised.exception))
+        torch.testing.assert_close(model.weight.detach(), final, rtol=0, atol=0)
 
 
 class HostStagingTest(unittest.TestCase):
