@@ -7,7 +7,9 @@
 # alone cannot bound (HTTP/2 streams opened and reset in a loop, a header
 # block that never ends) are ended by the relay: each flooding connection is
 # closed, the PS's resident memory stays flat and a Stats call through the
-# relay is answered meanwhile.
+# relay is answered meanwhile; and one client re-opening 150 Exchange calls
+# that never send a message takes no other client's place: every Stats
+# through the relay meanwhile is answered within 1 s.
 # Needs nghttpx (Debian's nghttp2-proxy; skipped, exit 77, otherwise).
 set -euo pipefail
 BUILD_DIR=$(cd "$1" && pwd)
@@ -18,6 +20,7 @@ if ! command -v nghttpx > /dev/null; then
 fi
 BIN=$BUILD_DIR/bin
 FLOOD=$BUILD_DIR/tests/support/http2_flood_client
+HEADERLESS=$BUILD_DIR/tests/support/headerless_exchange_client
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -156,6 +159,31 @@ for kind in rapid_reset continuation; do
     exit 1
   fi
 done
+
+# One client holds 150 Exchange calls open through the relay without a
+# message, re-opening each as the PS ends it (past --max_streams it ends
+# the oldest); the relay funnels every client into its few connections to
+# the PS, and no other client's call may wait behind them.
+"$HEADERLESS" "127.0.0.1:$RELAY_PORT" 150 15 > "$WORK/headerless.out" 2>&1 &
+ATTACK=$!
+PIDS+=("$ATTACK")
+wait_for_file "$WORK/headerless.out"
+slowest=0
+for _ in $(seq 10); do
+  start=$(date +%s%N)
+  if ! timeout 5 "$BIN/psctl" status --config="$WORK/cluster.textproto" --connect_timeout_seconds=4 > /dev/null; then
+    echo "relay_test: Stats through the relay failed while a client held 150 calls open" >&2
+    exit 1
+  fi
+  took=$((($(date +%s%N) - start) / 1000000))
+  ((took > slowest)) && slowest=$took
+done
+wait "$ATTACK"
+echo "150 calls held open through the relay: slowest of 10 Stats ${slowest} ms ($(tail -n 1 "$WORK/headerless.out"))"
+if ((slowest > 1000)); then
+  echo "relay_test: a Stats call took ${slowest} ms while a client held 150 calls open" >&2
+  exit 1
+fi
 stop_ps_and_relay
 
 # pslaunch --relay starts the same: each shard at a socket file in the run's
