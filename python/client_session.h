@@ -20,9 +20,9 @@
 // fixed once made, and Stats and AwaitWorkersDone (PsClient says they may
 // run beside an exchange) take no lock. A caller that holds another lock
 // (Python's GIL) lets go of it before calling, as a call may wait for the
-// one in flight. They record the worker's metrics (worker/
-// worker_metrics.h) as the C++ trainer does: latencies, steps, versions,
-// staleness and drops per shard.
+// one in flight. They record the worker's metrics
+// (worker/client/worker_metrics.h) as the C++ trainer does: latencies,
+// steps, versions, staleness and drops per shard.
 //
 // After Done the session only reads: Pull and PullRows (the chief reads the
 // final model once every worker is done), Stats and AwaitWorkersDone; every
