@@ -320,13 +320,15 @@ training { optimizer { sgd { learning_rate: 0.1 } } model { mlp {} }
        Bin("pslaunch") + " --report=/nonexistent/run.html --config=" + good_path,
        "--report=/nonexistent/run.html: /nonexistent is not a folder this user can write to"},
   };
-  // A PS not reachable (yet) is no input error: the worker exits 1, which
-  // a supervisor restarts.
+  // A PS unreachable for the whole connect timeout: the worker says it
+  // waits, at once and every few seconds, then exits 2 naming the shard and
+  // its address (README, "Errors"): a restart would wait as long again.
   {
     CommandResult run = RunCommand(
         Bin("worker") + " --config=" + unreachable + " --task=worker:1 --connect_timeout_seconds=1",
         60);
-    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_EQ(run.exit_code, 2) << run.err;
+    EXPECT_THAT(run.err + run.out, HasSubstr("waiting for ps:0 at "));
     EXPECT_THAT(run.err, HasSubstr("cannot reach ps:0"));
   }
   for (const Case& c : cases) {

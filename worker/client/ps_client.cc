@@ -14,6 +14,7 @@
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
 #include "rpc/worker_session.h"
+#include "spdlog/spdlog.h"
 #include "worker/client/backoff.h"
 #include "worker/client/worker_metrics.h"
 
@@ -49,10 +50,23 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   ConfigureChannel(security, &args);
-  auto deadline = absl::ToChronoTime(absl::Now() + connect_timeout);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + connect_timeout;
   for (size_t s = 0; s < addresses.size(); ++s) {
     auto channel = grpc::CreateCustomChannel(addresses[s], ChannelCredentials(security), args);
-    if (!channel->WaitForConnected(deadline)) {
+    // A wait says so at once and every few seconds: nothing else shows a
+    // worker is waiting rather than stuck.
+    constexpr absl::Duration kSayEvery = absl::Seconds(5);
+    bool connected = channel->WaitForConnected(
+        absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(200))));
+    while (!connected && absl::Now() < deadline) {
+      spdlog::info("waiting for ps:{} at {} ({} s so far, up to {} s)", s, addresses[s],
+                   absl::ToInt64Seconds(absl::Now() - start),
+                   absl::ToInt64Seconds(connect_timeout));
+      connected =
+          channel->WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + kSayEvery)));
+    }
+    if (!connected) {
       return absl::UnavailableError(absl::StrCat(
           "cannot reach ps:", s, " at ", addresses[s], " within ",
           absl::FormatDuration(connect_timeout), "; is ps_server running there?",

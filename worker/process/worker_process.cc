@@ -1,5 +1,6 @@
 #include "worker/process/worker_process.h"
 
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -123,10 +124,18 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
   for (const std::unique_ptr<pst::Kernels>& backend : *backends) towers.push_back(backend.get());
   const int gpus = pst::VisibleGpuCount();
   spdlog::info(
-      "{} computing on {} tower(s): {} ({} GPU(s) visible{})", task->ToString(), towers.size(),
+      "{} computing on {} tower(s): {} ({} GPU(s) visible)", task->ToString(), towers.size(),
       absl::StrJoin(towers, ",",
                     [](std::string* out, const pst::Kernels* k) { out->append(k->Name()); }),
-      gpus, gpus > 0 ? "" : absl::StrCat(": ", pst::NoGpuReason()));
+      gpus);
+  // Why none is: worth a line where the host has an NVIDIA device (a driver
+  // older than the runtime, say); on a host without one the CUDA runtime's
+  // complaint is noise in every CPU worker's log.
+  if (gpus == 0) {
+    const bool nvidia_device = std::filesystem::exists("/dev/nvidiactl");
+    spdlog::log(nvidia_device ? spdlog::level::info : spdlog::level::debug,
+                "no GPU visible here: {}", pst::NoGpuReason());
+  }
 
   // Before the slow parts (data, connecting), so a bad flag fails at once.
   pst::metrics::SetProcessLabels(
@@ -173,8 +182,11 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
   absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
       addresses, task->index, absl::Seconds(connect_seconds > 0 ? connect_seconds : 60),
       *security);
-  // A shard not reachable yet (UNAVAILABLE) is worth a restart: exit 1.
-  if (!client.ok()) pst::ExitWithStatus(kProgram, client.status());
+  // A shard that stayed unreachable for the whole connect timeout is most
+  // likely a wrong address or a PS that never started: exit 2, as for any
+  // mistake in the config (README, "Errors"), not a restart that waits as
+  // long again.
+  if (!client.ok()) pst::ExitWithError(kProgram, client.status());
   (*client)->set_call_patience(absl::Seconds(config->training().pull_timeout_seconds()));
 
   absl::StatusOr<pst::WorkerResult> result;
