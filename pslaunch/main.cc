@@ -301,6 +301,10 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
 // exits 2 refused its input (config, flags, data, device): neither is
 // restarted, since a restart would fail the same way; nor is a PS without
 // checkpoints, which would start over from the initial weights. A worker
+// command (the user's own script) that exits by itself with a code below
+// 128 (a Python exception: 1) has given its verdict: the run ends with that
+// code, once, and only one killed by a signal (128 + N: kill -9, the OOM
+// killer) is restarted. A worker
 // other than the chief that is gone for good (code 2 aside) is left behind
 // unless training.require_all_workers: the chief reports the model without
 // it. `abandoned` gets those workers' indices.
@@ -313,7 +317,9 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
     const bool is_ps = absl::StartsWith(name, "ps:");
     // A relay holds no state: it is restarted as a PS with checkpoints is.
     const bool is_server = is_ps || absl::StartsWith(name, "relay:");
-    const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode;
+    const bool script_verdict = !is_server && !config.cluster().worker_command().empty() &&
+                                outcome.exit_code > 0 && outcome.exit_code < 128;
+    const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode || script_verdict;
     const bool forgets = is_ps && config.training().checkpoint().dir().empty();
     if (!bad_input && !forgets && restarts[name] < config.cluster().max_restarts()) {
       int attempt = ++restarts[name];
@@ -332,6 +338,11 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
       int index = 0;
       if (absl::SimpleAtoi(name.substr(name.find(':') + 1), &index)) abandoned->insert(index);
     } else {
+      if (script_verdict) {
+        spdlog::error("{} (the worker command) exited with code {}: the script's own error "
+                      "(its output is above), not restarted; the run ends with its code",
+                      name, outcome.exit_code);
+      }
       if (forgets && !bad_input) {
         spdlog::error("{} exited with code {} and is not restarted: without "
                       "training.checkpoint.dir it would start over from the initial weights",
