@@ -88,8 +88,13 @@ void SetLearningRate(float learning_rate, OptimizerConfig* optimizer);
 // optimizer hyperparameters, data directory, ...).
 void ApplyDefaults(JobConfig* config);
 
-// InvalidArgument naming the first field that is out of range.
+// InvalidArgument naming the first field that is out of range. A config
+// that names no model (training.model) is valid without a data set: its
+// workers bring their own, as a cluster.worker_command script does.
 absl::Status ValidateConfig(const JobConfig& config);
+// InvalidArgument unless the config names the model the worker binary
+// trains (training.model), or workers of its own (cluster.worker_command).
+absl::Status CheckConfigNamesModel(const JobConfig& config);
 
 // Inputs and outputs of the model for the configured data set (features,
 // and classes or targets): {784, 10} for Fashion-MNIST.

@@ -283,12 +283,28 @@ absl::Status ValidateConfig(const JobConfig& config) {
   }
   PST_RETURN_IF_ERROR(ValidateCheckpoint(training.checkpoint()));
   PST_RETURN_IF_ERROR(ValidateOptimizer(training.optimizer()));
-  // A worker_command script brings its own model, and may bring its own data.
-  if (!config.cluster().worker_command().empty()) {
+  // A worker_command script brings its own model, and may bring its own
+  // data; so does any client of a config that names no model (a script
+  // against hand-started shards, pstrain.Client). CheckConfigNamesModel is
+  // for the worker binary, which trains the config's.
+  if (!config.cluster().worker_command().empty() ||
+      training.model().kind_case() == ModelConfig::KIND_NOT_SET) {
     return training.has_dataset() ? ValidateDataset(training.dataset()) : absl::OkStatus();
   }
   PST_RETURN_IF_ERROR(ValidateDataset(training.dataset()));
   return ValidateModel(training);
+}
+
+absl::Status CheckConfigNamesModel(const JobConfig& config) {
+  if (!config.cluster().worker_command().empty() ||
+      config.training().model().kind_case() != ModelConfig::KIND_NOT_SET) {
+    return absl::OkStatus();
+  }
+  return InvalidConfigField(
+      "training.model",
+      "names no model, which the worker binary trains: name one (model { mlp { ... } } or "
+      "model { ctr { ... } }, with a training.dataset), or run your own script as the workers "
+      "(cluster.worker_command; pstrain.Client and pstrain.torch)");
 }
 
 absl::Status CheckWritableDirectory(const std::string& dir, absl::string_view field) {

@@ -394,7 +394,8 @@ int main(int argc, char** argv) {
   if (absl::Status s = pst::CheckTfConfigUnset(kProgram); !s.ok()) pst::ExitWithError(kProgram, s);
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
-  absl::Status startable = CheckLocalTaskCount(*config);
+  absl::Status startable = pst::CheckConfigNamesModel(*config);
+  if (startable.ok()) startable = CheckLocalTaskCount(*config);
   if (startable.ok()) {
     startable = pst::ParseCheckpointStart(absl::GetFlag(FLAGS_checkpoint_start)).status();
   }

@@ -260,8 +260,19 @@ TEST(ConfigTest, ScriptWorkersNeedNoModelOrDataSet) {
   absl::Status bad_data =
       validate(with(command, "dataset { fashion_mnist { train_limit: -1 } }"));
   EXPECT_THAT(bad_data.message(), HasSubstr("train_limit must not be negative"));
-  absl::Status no_model = validate(with("", "dataset { fashion_mnist {} }"));
-  EXPECT_THAT(no_model.message(), HasSubstr("training.model must set mlp"));
+  // A config that names no model is a script's too, run against shards
+  // started by hand: it needs no worker_command and no data set. The
+  // worker binary, which trains the config's model, refuses it.
+  EXPECT_TRUE(validate(with("", "")).ok());
+  absl::StatusOr<JobConfig> plain = ParseConfig(with("", ""), "plain.textproto");
+  ASSERT_TRUE(plain.ok());
+  absl::Status binary = CheckConfigNamesModel(*plain);
+  EXPECT_EQ(binary.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(binary.message(), HasSubstr("training.model names no model"));
+  EXPECT_THAT(binary.message(), HasSubstr("cluster.worker_command"));
+  absl::StatusOr<JobConfig> scripted = ParseConfig(with(command, ""), "script.textproto");
+  ASSERT_TRUE(scripted.ok());
+  EXPECT_TRUE(CheckConfigNamesModel(*scripted).ok());
 }
 
 TEST(ConfigTest, MissingFileIsNotFound) {

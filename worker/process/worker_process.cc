@@ -104,6 +104,9 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
       absl::GetFlag(FLAGS_task), pst::TaskId::Kind::kWorker, kProgram);
   if (!task.ok()) pst::ExitWithError(kProgram, task.status());
   if (absl::Status s = pst::ValidateTask(*config, *task); !s.ok()) pst::ExitWithError(kProgram, s);
+  if (absl::Status s = pst::CheckConfigNamesModel(*config); !s.ok()) {
+    pst::ExitWithError(kProgram, s);
+  }
   const int connect_seconds = absl::GetFlag(FLAGS_connect_timeout_seconds);
   if (connect_seconds < 0) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
