@@ -123,6 +123,7 @@ class Client:
             self.worker, metrics_port, metrics_address, str(logdir) if self.is_chief else "",
             "tls" in self.config["cluster"])
         self._window_mark = (0, 0)  # pushes and their staleness at the last window
+        self._reported = False  # a result file has been written
         self._registered = None
         self._first_pull = None
         self._last_push = None
@@ -399,8 +400,12 @@ class Client:
     # ---- the end -------------------------------------------------------
     def done(self):
         """Tells every shard this worker has finished, and ends the session:
-        it only pulls from now on."""
+        it only pulls from now on. Under pslaunch ($PSTRAIN_RESULT_FILE set)
+        it also writes this worker's result, as ``report()`` with no metrics
+        would, unless one was written already: a script need not report."""
         self._session.done()
+        if not self._reported and os.environ.get(RESULT_FILE_ENV):
+            self.report()
 
     def stats(self, shard=0):
         """Shard ``shard``'s statistics (psctl stats), as a dict."""
@@ -463,6 +468,7 @@ class Client:
                 json.dump(result, out)
                 out.write("\n")
             os.replace(out.name, path)
+            self._reported = True
         return result
 
     # ---- helpers -------------------------------------------------------
