@@ -220,14 +220,16 @@ int PlanCluster(const JobConfig& config) {
     std::printf("%6d %12.3f %14.0f %15.3f\n", r.shards, r.step_s * 1e3, r.samples_per_s,
                 r.shard_share);
   }
+  const int useful = UsefulShards(job);
   const PlanRow* best = &rows[0];
   for (const PlanRow& r : rows) {
-    if (r.samples_per_s > best->samples_per_s) best = &r;
+    if (r.shards <= useful && r.samples_per_s > best->samples_per_s) best = &r;
   }
-  const PlanRow& pick = Recommend(rows, 0.05);
+  const PlanRow& pick = Recommend(rows, 0.05, useful);
   std::printf("recommended: %d shard(s), %.0f samples/s (the smallest K within 5%% of the best, "
-              "K=%d at %.0f samples/s)\n",
-              pick.shards, pick.samples_per_s, best->shards, best->samples_per_s);
+              "K=%d at %.0f samples/s, of the K up to %d, one per worker: past it a shard's port "
+              "carries less than a worker's own)\n",
+              pick.shards, pick.samples_per_s, best->shards, best->samples_per_s, useful);
   std::printf("assumptions: each task on its own port of --link each way through one "
               "non-blocking switch, M bytes each way per worker, the busiest shard f of them; "
               "step = compute + %.3g ms + %.3g ms x K + rtt + SYNC: 2 max(M, NfM)/(%.2f B) + "

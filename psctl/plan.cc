@@ -71,13 +71,17 @@ std::vector<PlanRow> Plan(const CostConstants& c, const PlanJob& job,
   return rows;
 }
 
-const PlanRow& Recommend(const std::vector<PlanRow>& rows, double tolerance) {
+int UsefulShards(const PlanJob& job) { return std::max(1, job.workers); }
+
+const PlanRow& Recommend(const std::vector<PlanRow>& rows, double tolerance, int max_shards) {
   double best = 0;
-  for (const PlanRow& r : rows) best = std::max(best, r.samples_per_s);
   for (const PlanRow& r : rows) {
-    if (r.samples_per_s >= (1 - tolerance) * best) return r;
+    if (r.shards <= max_shards) best = std::max(best, r.samples_per_s);
   }
-  return rows.back();
+  for (const PlanRow& r : rows) {
+    if (r.shards <= max_shards && r.samples_per_s >= (1 - tolerance) * best) return r;
+  }
+  return rows.front();
 }
 
 absl::StatusOr<std::vector<VariableSpec>> ModelVariables(const TrainingConfig& training) {

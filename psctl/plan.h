@@ -72,8 +72,18 @@ double BusiestShardShare(const std::vector<VariableSpec>& dense, double dense_wi
 std::vector<PlanRow> Plan(const CostConstants& c, const PlanJob& job,
                           const std::vector<VariableSpec>& dense, int max_shards);
 
-// The smallest K whose samples/s is within `tolerance` (0.05: 5%) of the best.
-const PlanRow& Recommend(const std::vector<PlanRow>& rows, double tolerance);
+// The most shards a job's step has bytes to split for: one per worker. With
+// K shards the busiest one's port carries about N/K of a worker's M each
+// way; from K = N on that is no more than the worker's own port carries,
+// so the step's link time stops falling, and what more shards still save
+// is the busiest shard's CPU per byte, which the fit has no fixed cost per
+// shard (a process, a port, a call per worker per step) to weigh against.
+int UsefulShards(const PlanJob& job);
+
+// Among the rows of at most `max_shards` shards, the smallest K whose
+// samples/s is within `tolerance` (0.05: 5%) of their best.
+const PlanRow& Recommend(const std::vector<PlanRow>& rows, double tolerance,
+                         int max_shards = 1 << 30);
 
 // The dense variables of the config's model: the MLP's kernels and biases
 // for the config's data set (Fashion-MNIST 784 -> 10 classes, quadratic

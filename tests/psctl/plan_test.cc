@@ -120,6 +120,28 @@ TEST(PlanTest, RecommendsTheSmallestShardCountWithinFivePercentOfTheBest) {
   EXPECT_EQ(Recommend(rows, 0.05).shards, 8);
 }
 
+// The default job's 0.94 MB model with 2 workers: the fit has no fixed
+// cost per shard, so every shard up to 16 looked a little faster and 6 or 7
+// were recommended; past one per worker a shard's port carries less than a
+// worker's own, and the recommendation stops there.
+TEST(PlanTest, RecommendsNoMoreShardsThanTheStepHasBytesToSplit) {
+  PlanJob job;
+  job.workers = 2;
+  job.mode = SYNC;
+  job.batch_size = 64;
+  job.dense_wire_bytes = 235146 * 4.0;
+  job.link_bytes_per_s = 10e9 / 8;
+  job.compute_s = 1e-3;
+  const std::vector<VariableSpec> mlp = {{"dense_0/kernel", {784, 256}}, {"dense_0/bias", {256}},
+                                         {"dense_1/kernel", {256, 128}}, {"dense_1/bias", {128}},
+                                         {"dense_2/kernel", {128, 10}},  {"dense_2/bias", {10}}};
+  const std::vector<PlanRow> rows = Plan(FittedConstants(), job, mlp, 16);
+  ASSERT_GT(rows.size(), 2u);
+  EXPECT_GT(Recommend(rows, 0.05).shards, 2);
+  EXPECT_EQ(UsefulShards(job), 2);
+  EXPECT_EQ(Recommend(rows, 0.05, UsefulShards(job)).shards, 2);
+}
+
 TEST(PlanTest, TheToleranceAdmitsASmallerClusterThatIsNearlyAsFast) {
   const std::vector<PlanRow> rows = {{.shards = 1, .samples_per_s = 100},
                                      {.shards = 2, .samples_per_s = 190},
