@@ -21,6 +21,13 @@ looks up nothing, one round trip per step.
 One forward pass per table per step: a second forward before ``step()``
 would look up other rows over the gradient of the first (it raises).
 ``max_norm`` and ``padding_idx`` refer to local rows and are refused.
+
+When training is over (``DistributedOptimizer.finish()``), each module
+gets its whole table back: the rows of ids ``0 .. num_embeddings - 1``,
+pulled from the shards in pieces, become its weight again, of the shape
+the module was made with, and the lookup hook goes. The model's own
+``state_dict()`` then holds the trained tables and loads into a fresh
+model; rows of ids outside ``num_embeddings`` stay on the shards only.
 """
 
 import numpy as np
@@ -42,11 +49,32 @@ class _Table:
         self.client = None
         self.next_ids = None  # the next batch's unique ids, named before step()
         self.fetched = None  # (unique ids, rows) the step's exchange brought
+        self._hook = None
 
     def attach(self, client):
         self.client = client
         self._rows(self.weight.data.new_empty((0, self.dim)))
-        self.module.register_forward_pre_hook(self._lookup)
+        self._hook = self.module.register_forward_pre_hook(self._lookup)
+
+    # Ids one pull of the whole table names: far under a shard's
+    # --max_rows_per_pull, and a few MiB of rows.
+    WHOLE_PIECE = 65536
+
+    def load_whole(self):
+        """Makes the module's weight the whole table again (ids 0 ..
+        num_embeddings - 1, as the shards hold them now) and drops the
+        lookup hook: the module is a plain embedding from here on."""
+        count = self.module.num_embeddings
+        whole = np.empty((count, self.dim), np.float32)
+        for start in range(0, count, self.WHOLE_PIECE):
+            end = min(count, start + self.WHOLE_PIECE)
+            self.client.pull_rows(self.name, np.arange(start, end, dtype=np.int64),
+                                  out=whole[start:end])
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        device = self.weight.device
+        self._rows(torch.from_numpy(whole).to(device))
 
     def _rows(self, rows):
         # A new parameter for every batch's rows: autograd keeps the shape
@@ -118,6 +146,11 @@ class EmbeddingTables:
     def zero_grad(self):
         for table in self.tables:
             table.weight.grad = None
+
+    def load_whole(self):
+        """Gives every module its whole trained table back (_Table.load_whole)."""
+        for table in self.tables:
+            table.load_whole()
 
     def name_next(self, ids_by_module):
         """Notes the next batch's ids (dict module -> its input ids)."""

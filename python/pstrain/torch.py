@@ -162,14 +162,18 @@ class DistributedOptimizer:
         """Tells the shards this worker is done; the chief then waits for the
         other workers and loads the final values into the model. Returns the
         workers the chief gave up on (none for the others). The optimizer
-        takes no step after it."""
+        takes no step after it. Sparse embedding modules get their whole
+        tables back (``pstrain.sparse``), so ``model.state_dict()`` is the
+        trained model, as a fresh model of the same shapes loads it."""
         self._check_bound()
         self.client.done()
         self._finished = True
         if not self.client.is_chief:
+            self._tables.load_whole()
             return []
         stats = self.client.wait_for_workers()
         self._pull()
+        self._tables.load_whole()
         return stats["missing_workers"]
 
     # ---- internals ------------------------------------------------------

@@ -7,6 +7,7 @@ rows. The torch tests skip where torch is not installed."""
 
 import os
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -126,9 +127,9 @@ class SparseEmbeddingTest(unittest.TestCase):
             initial_rows = opts[0].client.pull_rows("bag.weight", every_id)
             lookups = [0, 0]
             for w, opt in enumerate(opts):
-                def counted(*args, pull=opt.client.pull_rows, w=w):
+                def counted(*args, pull=opt.client.pull_rows, w=w, **kwargs):
                     lookups[w] += 1
-                    return pull(*args)
+                    return pull(*args, **kwargs)
                 opt.client.pull_rows = counted
 
             errors = []
@@ -243,6 +244,48 @@ class EmbeddingsAloneTest(unittest.TestCase):
                     np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
                 self.assertEqual(client.steps, 3)
                 opt.finish()
+
+
+class SavedModelTest(unittest.TestCase):
+    """After finish() the model's own state dict holds the whole trained
+    tables: saved and loaded into a fresh model, it computes what the
+    trained model computes, and each table's rows are the shards'."""
+
+    def test_a_model_with_sparse_embeddings_saves_and_loads_whole(self):
+        with PsCluster(BIN_DIR, workers=1, shards=2, mode="ASYNC",
+                       optimizer="sgd { learning_rate: 0.1 }") as cluster:
+            def make():
+                torch.manual_seed(3)
+                return torch.nn.ModuleDict({
+                    "user": torch.nn.Embedding(1000, 4, sparse=True),
+                    "head": torch.nn.Linear(4, 1),
+                })
+            model = make()
+            client = pstrain.Client(cluster.config_path, "worker:0")
+            opt = pstrain.torch.DistributedOptimizer(model, client)
+            generator = torch.Generator().manual_seed(5)
+            for _ in range(20):
+                ids = torch.randint(0, 1000, (127,), generator=generator)
+                opt.zero_grad()
+                loss = (model["head"](model["user"](ids)) ** 2).mean()
+                loss.backward()
+                opt.step()
+            opt.finish()
+            state = model.state_dict()
+            self.assertEqual(tuple(state["user.weight"].shape), (1000, 4))
+            np.testing.assert_array_equal(
+                state["user.weight"].numpy(),
+                client.pull_rows("user.weight", np.arange(1000, dtype=np.int64)))
+            with tempfile.TemporaryDirectory() as scratch:
+                path = os.path.join(scratch, "model.pt")
+                torch.save(state, path)
+                fresh = make()
+                fresh.load_state_dict(torch.load(path))
+            probe = torch.arange(0, 1000, 7)
+            with torch.no_grad():
+                trained = model["head"](model["user"](probe))
+                loaded = fresh["head"](fresh["user"](probe))
+            torch.testing.assert_close(loaded, trained, rtol=0, atol=0)
 
 
 if __name__ == "__main__":
