@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -81,6 +83,9 @@ ABSL_FLAG(std::string, relay_binary, "",
           "/usr/local/sbin).");
 
 // An override this program checks before passing it on (common/overrides.cc).
+ABSL_FLAG(int, ps, 0,
+          "Run this many PS shards, each at a free loopback port (127.0.0.1:0), in place of "
+          "cluster.ps (0: the config's). With a worker command after -- and no --config, 1.");
 ABSL_DECLARE_FLAG(std::string, checkpoint_start);
 
 namespace {
@@ -107,10 +112,57 @@ constexpr char kUsage[] =
     "workers with the real addresses, which <result_dir>/cluster.textproto also holds (for "
     "psctl). A restarted PS binds the same port again.\n\n"
     "Examples:\n"
+    "A command after -- is the workers' command (cluster.worker_command), as torchrun "
+    "takes a script: pslaunch --ps=1 --workers=2 -- python3 train.py --lr=0.1 needs no "
+    "config file (the built-in one's job settings, --mode, --learning_rate and the other "
+    "overrides apply). A worker command that exits by itself with a code below 128 (a "
+    "Python exception) ends the run with that code, unrestarted.\n\n"
     "  pslaunch                                   # the built-in default job\n"
     "  pslaunch --config=configs/local.textproto --mode=async --epochs=3 --workers=4\n"
     "  pslaunch --report=run.html --logdir=runs/sync --metrics_port=9100   # curves page, "
     "TensorBoard, Prometheus";
+
+// A word as /bin/sh reads it back: quoted unless plainly safe.
+std::string ShellWord(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return absl::ascii_isalnum(c) || std::string_view("_-./=:,+@%").find(c) != std::string::npos;
+  });
+  if (plain) return word;
+  return absl::StrCat("'", absl::StrReplaceAll(word, {{"'", "'\\''"}}), "'");
+}
+
+// The config overrides of the flags, then --ps and the command after --,
+// which replace cluster.ps and cluster.worker_command.
+pst::ConfigOverrides LaunchOverrides(const std::vector<std::string>& command) {
+  pst::ConfigOverrides overrides = pst::OverridesFromFlags();
+  int shards = absl::GetFlag(FLAGS_ps);
+  if (shards == 0 && !command.empty() && absl::GetFlag(FLAGS_config).empty()) shards = 1;
+  if (shards != 0) {
+    overrides.push_back({"ps", absl::StrCat(shards),
+                         [shards](absl::string_view, pst::JobConfig* config) -> absl::Status {
+                           if (shards < 1 || shards > 1024) {
+                             return absl::InvalidArgumentError(
+                                 "give 1 to 1024 shards, or 0 for the config's cluster.ps");
+                           }
+                           config->mutable_cluster()->clear_ps();
+                           for (int i = 0; i < shards; ++i) {
+                             config->mutable_cluster()->add_ps("127.0.0.1:0");
+                           }
+                           return absl::OkStatus();
+                         }});
+  }
+  if (!command.empty()) {
+    std::vector<std::string> words;
+    for (const std::string& word : command) words.push_back(ShellWord(word));
+    const std::string line = absl::StrJoin(words, " ");
+    overrides.push_back({"-- (the workers' command)", line,
+                         [line](absl::string_view, pst::JobConfig* config) {
+                           config->mutable_cluster()->set_worker_command(line);
+                           return absl::OkStatus();
+                         }});
+  }
+  return overrides;
+}
 
 std::string DefaultBinDir() {
   std::error_code error;
@@ -368,11 +420,19 @@ int main(int argc, char** argv) {
   absl::Time start = absl::Now();
   std::vector<char*> positional = pst::ParseCommandLineFlags(argc, argv, kUsage, pst::kPslaunch);
   SetUpLogging();
-  if (positional.size() > 1) {
+  // Words after "--" are the workers' command; before it, a word is a
+  // mistake (a config file given without --config=, say).
+  const bool has_command_marker =
+      std::find_if(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--"; }) !=
+      argv + argc;
+  if (positional.size() > 1 && !has_command_marker) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
                                      "unexpected argument \"", positional[1],
-                                     "\" (options are --name=value; see --help)")));
+                                     "\" (options are --name=value; a workers' command goes "
+                                     "after --; see --help)")));
   }
+  const std::vector<std::string> command(positional.begin() + std::min<size_t>(1, positional.size()),
+                                         positional.end());
   int grace_seconds = absl::GetFlag(FLAGS_grace_seconds);
   if (grace_seconds < 0) {
     pst::ExitWithError(kProgram, absl::InvalidArgumentError("--grace_seconds must be >= 0"));
@@ -392,7 +452,8 @@ int main(int argc, char** argv) {
   }
 
   if (absl::Status s = pst::CheckTfConfigUnset(kProgram); !s.ok()) pst::ExitWithError(kProgram, s);
-  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags(pst::PsPorts::kMayBeZero);
+  absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfig(
+      absl::GetFlag(FLAGS_config), LaunchOverrides(command), pst::PsPorts::kMayBeZero);
   if (!config.ok()) pst::ExitWithError(kProgram, config.status());
   absl::Status startable = pst::CheckConfigNamesModel(*config);
   if (startable.ok()) startable = CheckLocalTaskCount(*config);
