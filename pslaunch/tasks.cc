@@ -137,7 +137,9 @@ absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
   AssignMetricsPorts(&tasks);
   if (const std::string& command = config.cluster().worker_command(); !command.empty()) {
     for (ChildSpec& task : tasks) {
-      if (absl::StartsWith(task.name, "worker:")) RunWorkerCommand(command, &task);
+      if (absl::StartsWith(task.name, "worker:")) {
+        RunWorkerCommand(command, config.cluster().workers(), &task);
+      }
     }
   }
   return tasks;

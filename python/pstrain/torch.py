@@ -35,6 +35,7 @@ parameter whose ``.data`` is replaced afterwards is refused at the next
 ``step()`` (change values in place instead).
 """
 
+import os
 import random
 import sys
 import time
@@ -45,7 +46,30 @@ import pstrain
 from pstrain.sparse import EmbeddingTables
 from pstrain.staging import HostStaging
 
-__all__ = ["DistributedOptimizer"]
+__all__ = ["DistributedOptimizer", "DistributedSampler"]
+
+
+class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
+    """``torch.utils.data.distributed.DistributedSampler`` for the workers of
+    a pstrain job: each worker gets its own part of every epoch, the parts
+    disjoint and together the whole data set (padded to equal parts unless
+    ``drop_last``), with no process group. The worker and the number of
+    workers come from ``client`` (a ``pstrain.Client``), else from the
+    environment pslaunch (and torchrun) sets: ``RANK`` and ``WORLD_SIZE``.
+    As torch's, call ``set_epoch(epoch)`` at each epoch's start to shuffle
+    each epoch anew."""
+
+    def __init__(self, dataset, client=None, shuffle=True, seed=0, drop_last=False):
+        if client is not None:
+            rank, workers = client.worker, client.num_workers
+        elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        else:
+            raise ValueError(
+                "DistributedSampler: no worker to sample for; pass the client "
+                "(opt.client), or run under pslaunch, which sets RANK and WORLD_SIZE")
+        super().__init__(dataset, num_replicas=workers, rank=rank, shuffle=shuffle, seed=seed,
+                         drop_last=drop_last)
 
 
 class DistributedOptimizer:

@@ -20,13 +20,14 @@ TEST(WorkerCommandTest, FlagsBecomeEnvironmentAndTheCommandRunsThroughTheShell) 
                   "--result_file=/tmp/run/worker-1.json", "--metrics_port=9102", "positional"},
                  /*must_finish=*/true};
   task.env.push_back("PSTRAIN_TASK_TOKEN=secret");
-  RunWorkerCommand("python3 train.py --lr=0.1 > out.log", &task);
+  RunWorkerCommand("python3 train.py --lr=0.1 > out.log", /*workers=*/4, &task);
   EXPECT_THAT(task.argv, ElementsAre("/bin/sh", "-c", "python3 train.py --lr=0.1 > out.log"));
   EXPECT_THAT(task.env, UnorderedElementsAre("PSTRAIN_TASK_TOKEN=secret",
                                              "PSTRAIN_CONFIG=/tmp/run/cluster.textproto",
                                              "PSTRAIN_TASK=worker:1",
                                              "PSTRAIN_RESULT_FILE=/tmp/run/worker-1.json",
-                                             "PSTRAIN_METRICS_PORT=9102"));
+                                             "PSTRAIN_METRICS_PORT=9102", "RANK=1", "LOCAL_RANK=1",
+                                             "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=4"));
   EXPECT_EQ(task.name, "worker:1");
   EXPECT_TRUE(task.must_finish);
 }
@@ -34,7 +35,7 @@ TEST(WorkerCommandTest, FlagsBecomeEnvironmentAndTheCommandRunsThroughTheShell) 
 TEST(WorkerCommandTest, TheSupervisorRunsTheCommandWithItsEnvironment) {
   const std::string out = ScratchDir() + "/command.out";
   ChildSpec task{"worker:0", {"/unused/worker", "--task=worker:0", "--result_file=" + out}};
-  RunWorkerCommand("echo \"$PSTRAIN_TASK\" > \"$PSTRAIN_RESULT_FILE\"", &task);
+  RunWorkerCommand("echo \"$PSTRAIN_TASK\" > \"$PSTRAIN_RESULT_FILE\"", /*workers=*/1, &task);
   Supervisor supervisor(STDOUT_FILENO, STDERR_FILENO);
   ASSERT_TRUE(supervisor.Start(task).ok());
   EXPECT_EQ(supervisor.Run().kind, RunOutcome::Kind::kAllFinished);

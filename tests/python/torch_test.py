@@ -172,5 +172,43 @@ class HostStagingTest(unittest.TestCase):
         staging.close()
 
 
+class SamplerTest(unittest.TestCase):
+    """Each worker's DistributedSampler gives it its own part of every
+    epoch: disjoint parts that cover the data set, from the client or from
+    pslaunch's RANK and WORLD_SIZE."""
+
+    def test_the_workers_parts_are_disjoint_and_cover_the_data(self):
+        data = list(range(103))
+
+        class Client:
+            def __init__(self, worker):
+                self.worker, self.num_workers = worker, 2
+
+        for epoch in (0, 1):
+            parts = []
+            for worker in (0, 1):
+                sampler = pstrain.torch.DistributedSampler(data, Client(worker), seed=4)
+                sampler.set_epoch(epoch)
+                parts.append(list(sampler))
+            self.assertEqual(len(parts[0]), len(parts[1]))
+            self.assertEqual(set(parts[0]) | set(parts[1]), set(data))
+            # Padded to equal parts: only the padding repeats.
+            self.assertLessEqual(len(set(parts[0]) & set(parts[1])), 1)
+        saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
+        try:
+            os.environ.update(RANK="1", WORLD_SIZE="2")
+            sampler = pstrain.torch.DistributedSampler(data, seed=4)
+            self.assertEqual((sampler.rank, sampler.num_replicas), (1, 2))
+            del os.environ["RANK"]
+            with self.assertRaisesRegex(ValueError, "RANK and WORLD_SIZE"):
+                pstrain.torch.DistributedSampler(data)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
