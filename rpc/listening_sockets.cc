@@ -64,11 +64,12 @@ Listening ListenOn(const sockaddr* address, socklen_t length, bool dual_stack) {
 }
 
 // FailedPrecondition unless another user cannot take the socket at `path`
-// over: its folder must be this user's or root's, and writable by no other
-// user, unless it is sticky (as /tmp), where others cannot rename or
-// remove what is this user's. In a folder others may write to, one of
-// them could rename the PS's socket away, listen at its path, and read the
-// next client's bearer token.
+// over: its folder must be this user's or root's (its owner may rename
+// anything in it, sticky or not), and writable by no other user, unless it
+// is sticky (as /tmp), where others cannot rename or remove what is this
+// user's. In a folder others may write to, one of them could rename the
+// PS's socket away, listen at its path, and read the next client's bearer
+// token.
 absl::Status CheckSocketFolder(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string folder =
@@ -86,11 +87,11 @@ absl::Status CheckSocketFolder(const std::string& path) {
         "(pslaunch --relay puts the socket in its run directory, mode 0700)"));
   };
   if (!S_ISDIR(status.st_mode)) return refuse("is not a directory");
-  if ((status.st_mode & S_ISVTX) != 0) return absl::OkStatus();
   if (status.st_uid != geteuid() && status.st_uid != 0) {
     return refuse(absl::StrCat("belongs to uid ", status.st_uid, ", not to this user (uid ",
                                geteuid(), ")"));
   }
+  if ((status.st_mode & S_ISVTX) != 0) return absl::OkStatus();
   if ((status.st_mode & S_IWOTH) != 0) return refuse("can be written by any user");
   if ((status.st_mode & S_IWGRP) != 0 && status.st_gid != getegid()) {
     return refuse(absl::StrCat("can be written by group ", status.st_gid));
