@@ -60,9 +60,8 @@ inline void Init(ParameterShard* shard, int64_t max_rows = 0,
 }
 
 inline std::string IdBytes(const std::vector<uint64_t>& ids) {
-  std::string bytes(ids.size() * sizeof(uint64_t), '\0');
-  std::memcpy(bytes.data(), ids.data(), bytes.size());
-  return bytes;
+  // An empty vector's data() may be null, which memcpy may not be given.
+  return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
 }
 
 // Rows of "emb": ids and, row after row, their float32 gradients.
