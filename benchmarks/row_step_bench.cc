@@ -189,7 +189,7 @@ Round RunRound(int round) {
       table->Land(r, pushes[s][r], plan);
     }
     const absl::Time landed = absl::Now();
-    if (absl::Status staged = table->StageStep(); !staged.ok()) ExitWithError(kProgram, staged);
+    if (absl::Status staged = table->StageStep({}); !staged.ok()) ExitWithError(kProgram, staged);
     const absl::Time staged = absl::Now();
     table->Commit();
     const absl::Time committed = absl::Now();

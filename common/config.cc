@@ -269,6 +269,7 @@ absl::StatusOr<Mode> ParseMode(absl::string_view text) {
 void SetLearningRate(float lr, OptimizerConfig* optimizer) {
   switch (optimizer->kind_case()) {
     case OptimizerConfig::kAdam: optimizer->mutable_adam()->set_learning_rate(lr); break;
+    case OptimizerConfig::kAdamw: optimizer->mutable_adamw()->set_learning_rate(lr); break;
     case OptimizerConfig::kAdagrad: optimizer->mutable_adagrad()->set_learning_rate(lr); break;
     case OptimizerConfig::kFtrl: optimizer->mutable_ftrl()->set_learning_rate(lr); break;
     case OptimizerConfig::kSgd:
@@ -414,6 +415,7 @@ float LearningRate(const OptimizerConfig& optimizer) {
   switch (optimizer.kind_case()) {
     case OptimizerConfig::kSgd: return optimizer.sgd().learning_rate();
     case OptimizerConfig::kAdam: return optimizer.adam().learning_rate();
+    case OptimizerConfig::kAdamw: return optimizer.adamw().learning_rate();
     case OptimizerConfig::kAdagrad: return optimizer.adagrad().learning_rate();
     case OptimizerConfig::kFtrl: return optimizer.ftrl().learning_rate();
     case OptimizerConfig::KIND_NOT_SET: break;

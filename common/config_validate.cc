@@ -192,7 +192,7 @@ absl::Status ValidateDataset(const DatasetConfig& dataset) {
 
 absl::Status ValidateOptimizer(const OptimizerConfig& optimizer) {
   if (optimizer.kind_case() == OptimizerConfig::KIND_NOT_SET) {
-    return InvalidConfigField("training.optimizer", "must set sgd, adam, adagrad or ftrl");
+    return InvalidConfigField("training.optimizer", "must set sgd, adam, adamw, adagrad or ftrl");
   }
   float lr = LearningRate(optimizer);
   if (!std::isfinite(lr) || lr <= 0) {

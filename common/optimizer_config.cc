@@ -55,11 +55,31 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
       }
       return settings;
     }
+    case OptimizerConfig::kAdamw: {
+      const AdamWConfig& c = config.adamw();
+      settings.rule = OptimizerSettings::Rule::kAdamW;
+      settings.learning_rate = c.learning_rate();
+      settings.beta1 = OrDefault(c.beta1(), 0.9f);
+      settings.beta2 = OrDefault(c.beta2(), 0.999f);
+      settings.epsilon = OrDefault(c.epsilon(), 1e-8f);
+      settings.weight_decay = c.has_weight_decay() ? c.weight_decay() : 0.01f;
+      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "adamw"));
+      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta1, "adamw beta1"));
+      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta2, "adamw beta2"));
+      if (!(settings.epsilon > 0.0f) || !std::isfinite(settings.epsilon)) {
+        return absl::InvalidArgumentError("adamw epsilon must be positive");
+      }
+      if (!std::isfinite(settings.weight_decay) || settings.weight_decay < 0.0f) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "adamw weight_decay must be finite and >= 0, got ", settings.weight_decay));
+      }
+      return settings;
+    }
     case OptimizerConfig::kAdagrad: {
       const AdagradConfig& c = config.adagrad();
       settings.rule = OptimizerSettings::Rule::kAdagrad;
       settings.learning_rate = c.learning_rate();
-      settings.initial_accumulator = OrDefault(c.initial_accumulator(), 0.1f);
+      settings.initial_accumulator = c.has_initial_accumulator() ? c.initial_accumulator() : 0.1f;
       settings.epsilon = OrDefault(c.epsilon(), 1e-7f);
       PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "adagrad"));
       if (!(settings.initial_accumulator >= 0.0f) || !(settings.epsilon > 0.0f)) {
@@ -88,7 +108,8 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
     case OptimizerConfig::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError("no optimizer configured; set sgd, adam, adagrad or ftrl");
+  return absl::InvalidArgumentError(
+      "no optimizer configured; set sgd, adam, adamw, adagrad or ftrl");
 }
 
 }  // namespace
@@ -98,6 +119,10 @@ absl::StatusOr<OptimizerSettings> ResolveOptimizerConfig(const OptimizerConfig& 
       (config.decay_steps() > 0 && !(config.decay_rate() > 0.0f && config.decay_rate() <= 1.0f))) {
     return absl::InvalidArgumentError(
         "learning-rate decay needs decay_steps >= 0 and decay_rate in (0, 1]");
+  }
+  if (!std::isfinite(config.clip_norm()) || config.clip_norm() < 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_norm must be finite and >= 0 (0: off), got ", config.clip_norm()));
   }
   absl::StatusOr<OptimizerSettings> settings = ResolveRule(config);
   if (!settings.ok()) return settings;

@@ -4,7 +4,11 @@
 // (Session.tables' order); pstrain.Client maps names to indices.
 #include <pybind11/stl.h>
 
+#include <optional>
+#include <string>
 #include <utility>
+
+#include "google/protobuf/util/json_util.h"
 
 #include "python/binding.h"
 #include "python/client_session.h"
@@ -13,6 +17,18 @@ namespace py = pybind11;
 
 namespace pst {
 namespace {
+
+// A message the Python side wrote as JSON (protobuf's JSON mapping);
+// ValueError naming `what` for one that does not parse.
+template <typename Message>
+Message FromJson(const std::string& json, const char* what) {
+  Message message;
+  if (const auto parsed = google::protobuf::util::JsonStringToMessage(json, &message);
+      !parsed.ok()) {
+    throw py::value_error(std::string(what) + ": " + parsed.ToString());
+  }
+  return message;
+}
 
 // (table, ids, rows) triples as RowGradients or RowValues; the buffers stay
 // open while `held` lives.
@@ -80,12 +96,38 @@ void BindRows(py::module_& module) {
   py::object bound = module.attr("Session");
   auto session = py::reinterpret_borrow<py::class_<ClientSession>>(bound);
   session
-      .def("declare_tables",
-           [](ClientSession& s, const std::vector<std::pair<std::string, int>>& tables) {
+      .def(
+          "declare_tables",
+          [](ClientSession& s, const std::vector<std::pair<std::string, int>>& tables,
+             const std::optional<std::string>& optimizer_json) {
+            std::optional<OptimizerConfig> optimizer;
+            if (optimizer_json) optimizer = FromJson<OptimizerConfig>(*optimizer_json, "optimizer");
+            absl::Status status;
+            {
+              py::gil_scoped_release unlocked;
+              status = s.DeclareTables(tables, optimizer ? &*optimizer : nullptr);
+            }
+            ThrowIfError(status);
+          },
+          py::arg("tables"), py::arg("optimizer_json") = std::nullopt)
+      .def("set_optimizer",
+           [](ClientSession& s, const std::string& optimizer_json) {
+             const OptimizerConfig optimizer = FromJson<OptimizerConfig>(optimizer_json, "optimizer");
              absl::Status status;
              {
                py::gil_scoped_release unlocked;
-               status = s.DeclareTables(tables);
+               status = s.SetDenseOptimizer(optimizer);
+             }
+             ThrowIfError(status);
+           })
+      .def("set_rates",
+           [](ClientSession& s, const std::optional<std::string>& rates_json) {
+             std::optional<UpdateRates> rates;
+             if (rates_json) rates = FromJson<UpdateRates>(*rates_json, "rates");
+             absl::Status status;
+             {
+               py::gil_scoped_release unlocked;
+               status = s.SetUpdateRates(rates);
              }
              ThrowIfError(status);
            })

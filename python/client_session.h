@@ -112,10 +112,18 @@ class ClientSession {
 
   // Embedding tables (python/client_session_rows.cc): the config's
   // training.model.embeddings, then those DeclareTables adds (name, dim;
-  // the job's optimizer), before Declare. InvalidArgument for a name used
-  // twice or a dim out of range; FailedPrecondition after Declare.
-  absl::Status DeclareTables(const std::vector<std::pair<std::string, int>>& tables)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `optimizer`, or the job's when null), before Declare. InvalidArgument
+  // for a name used twice, a dim out of range or an optimizer
+  // ResolveOptimizerConfig refuses; FailedPrecondition after Declare.
+  absl::Status DeclareTables(const std::vector<std::pair<std::string, int>>& tables,
+                             const OptimizerConfig* optimizer = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The dense variables' optimizer, sent with Init (PsClient::SetDenseOptimizer),
+  // before Init. InvalidArgument for one ResolveOptimizerConfig refuses.
+  absl::Status SetDenseOptimizer(const OptimizerConfig& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
+  // The rates every later push carries (PsClient::SetUpdateRates), after
+  // Declare; nullopt: the config's.
+  absl::Status SetUpdateRates(const std::optional<UpdateRates>& rates) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<EmbeddingTableConfig> tables() const ABSL_LOCKS_EXCLUDED(mu_);
   // Pulls rows into `rows`' spans (no dense variable), at the versions the
   // last push makes due; the session's versions stay the last pull's.

@@ -1,14 +1,15 @@
 // ClientSession's embedding-table calls (python/client_session.h).
 #include "absl/strings/str_cat.h"
 #include "common/embedding_config.h"
+#include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "python/client_session.h"
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
 
-absl::Status ClientSession::DeclareTables(
-    const std::vector<std::pair<std::string, int>>& tables) {
+absl::Status ClientSession::DeclareTables(const std::vector<std::pair<std::string, int>>& tables,
+                                          const OptimizerConfig* optimizer) {
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckNotEnded("declare_tables"));
   if (declared()) {
@@ -21,11 +22,30 @@ absl::Status ClientSession::DeclareTables(
     EmbeddingTableConfig* table = all.Add();
     table->set_name(name);
     table->set_dim(dim);
+    if (optimizer != nullptr) *table->mutable_optimizer() = *optimizer;
   }
-  // Checked as the shards will check them; they take the job's optimizer.
+  // Checked as the shards will check them; without their own optimizer
+  // they take the job's.
   PST_RETURN_IF_ERROR(ResolveEmbeddingTables(all, config_.training().optimizer()).status());
   client_->SetEmbeddingTables({all.begin(), all.end()});
   return absl::OkStatus();
+}
+
+absl::Status ClientSession::SetDenseOptimizer(const OptimizerConfig& optimizer) {
+  PST_RETURN_IF_ERROR(ResolveOptimizerConfig(optimizer).status());
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("set_optimizer"));
+  client_->SetDenseOptimizer(optimizer);
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::SetUpdateRates(const std::optional<UpdateRates>& rates) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("set_rates"));
+  if (!declared()) {
+    return absl::FailedPreconditionError("rates are set after the model is declared (declare, then set_rates)");
+  }
+  return client_->SetUpdateRates(rates);
 }
 
 std::vector<EmbeddingTableConfig> ClientSession::tables() const {

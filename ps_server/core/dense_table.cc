@@ -11,6 +11,7 @@ DenseTable::DenseTable(std::unique_ptr<Optimizer> optimizer, int num_workers)
 
 absl::Status DenseTable::Initialize(const InitRequest& request) {
   // A shard may hold rows of the model's tables and no dense variable.
+  PST_RETURN_IF_ERROR(store_.UseOptimizer(request.has_optimizer() ? &request.optimizer() : nullptr));
   PST_RETURN_IF_ERROR(store_.Initialize(request.variables(), request.embeddings_size() > 0));
   ResetStep();
   return absl::OkStatus();
@@ -21,20 +22,34 @@ absl::Status DenseTable::CheckPush(const PushRequest& push, bool require_all, bo
   return store_.ValidateGradients(push.gradients(), require_all, check_finite, &plan->indices);
 }
 
-absl::Status DenseTable::Stage(const PushRequest& push, const TablePush& plan, float lr_scale) {
+absl::Status DenseTable::Stage(const PushRequest& push, const TablePush& plan,
+                               const UpdateSettings& settings) {
   std::vector<float> scratch;
   for (size_t i = 0; i < plan.indices.size(); ++i) {
     PST_RETURN_IF_ERROR(store_.Stage(
-        plan.indices[i], TensorValues(push.gradients(static_cast<int>(i)), &scratch), lr_scale));
+        plan.indices[i], TensorValues(push.gradients(static_cast<int>(i)), &scratch), settings));
   }
   return absl::OkStatus();
+}
+
+double DenseTable::SquaredNorm(const PushRequest& push, const TablePush& plan) const {
+  std::vector<float> scratch;
+  double sum = 0.0;
+  for (size_t i = 0; i < plan.indices.size(); ++i) {
+    for (float g : TensorValues(push.gradients(static_cast<int>(i)), &scratch)) {
+      sum += static_cast<double>(g) * g;
+    }
+  }
+  return sum;
 }
 
 void DenseTable::Land(int rank, const PushRequest& push, const TablePush& plan) {
   step_.Land(rank, push, plan.indices);
 }
 
-absl::Status DenseTable::StageStep() { return step_.Stage(&store_, &threads_, parts_); }
+absl::Status DenseTable::StageStep(const UpdateSettings& settings) {
+  return step_.Stage(&store_, settings, &threads_, parts_);
+}
 
 absl::Status DenseTable::Restore(const ShardCheckpoint& checkpoint) {
   PST_RETURN_IF_ERROR(store_.Restore(checkpoint));

@@ -32,9 +32,12 @@ class DenseTable final : public Table {
   absl::Status Initialize(const InitRequest& request) override;
   absl::Status CheckPush(const PushRequest& push, bool require_all, bool check_finite,
                          TablePush* plan) const override;
-  absl::Status Stage(const PushRequest& push, const TablePush& plan, float lr_scale) override;
+  absl::Status Stage(const PushRequest& push, const TablePush& plan,
+                     const UpdateSettings& settings) override;
+  double SquaredNorm(const PushRequest& push, const TablePush& plan) const override;
   void Land(int rank, const PushRequest& push, const TablePush& plan) override;
-  absl::Status StageStep() override;
+  absl::Status StageStep(const UpdateSettings& settings) override;
+  double StepSquaredNorm() override { return step_.SquaredNormOfMean(); }
   void Commit() override { store_.Commit(); }
   void Discard() override { store_.Discard(); }
   void Export(ShardCheckpoint* checkpoint) const override { store_.Export(checkpoint); }

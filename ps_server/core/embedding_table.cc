@@ -136,12 +136,16 @@ void EmbeddingTable::ReadRow(const Embedding& table, uint64_t id, std::span<floa
 }
 
 absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_t> ids,
-                                       std::span<const float> gradients, float lr_scale) {
+                                       std::span<const float> gradients,
+                                       const UpdateSettings& settings) {
   const size_t dim = table.dim();
   const size_t slots = table.slot_floats();
   const size_t width = table.record_floats();
   const Optimizer& rule = *table.optimizer;
-  const float scale = lr_scale * rule.DecayFactor(table.updates + 1);
+  // The table's decay counts the table's updates; Adam's bias correction,
+  // each row's.
+  Optimizer::Step row_step = settings.StepOf(rule, table.config.name(), table.updates + 1);
+  std::vector<float> scaled(settings.gradient_scale != 1.0f ? dim : 0);
   std::vector<float> initial_slots(slots, rule.InitialSlotValue());
   table.staged = true;
   // The rows first, then their updates, each pass hinting the memory it
@@ -177,10 +181,16 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
       state = table.rows.slots(row).data();
     }
     const int64_t step = (row < 0 ? 0 : table.rows.updates(row)) + 1;
-    rule.ApplyRange(step, scale,
+    row_step.t = step;
+    const float* grad = gradients.data() + i * dim;
+    if (!scaled.empty()) {
+      for (size_t k = 0; k < dim; ++k) scaled[k] = grad[k] * settings.gradient_scale;
+      grad = scaled.data();
+    }
+    rule.ApplyRange(row_step,
                     Optimizer::Range{.count = dim,
                                      .param = values,
-                                     .grad = gradients.data() + i * dim,
+                                     .grad = grad,
                                      .slots = slots > 0 ? state : nullptr,
                                      .param_out = next,
                                      .slots_out = slots > 0 ? next + dim : nullptr,
@@ -199,7 +209,8 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& plan, float lr_scale) {
+absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& plan,
+                                   const UpdateSettings& settings) {
   for (size_t i = 0; i < plan.indices.size(); ++i) {
     const EmbeddingRows& part = push.rows(static_cast<int>(i));
     Embedding& table = *tables_[plan.indices[i]];
@@ -208,25 +219,62 @@ absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& pla
     if (n > 0) std::memcpy(ids_scratch_.data(), part.ids().data(), n * sizeof(uint64_t));
     rows_scratch_.resize(n * table.dim());
     DecodeValues(part.data(), part.dtype(), rows_scratch_);
-    PST_RETURN_IF_ERROR(StageRows(table, ids_scratch_, rows_scratch_, lr_scale));
+    PST_RETURN_IF_ERROR(StageRows(table, ids_scratch_, rows_scratch_, settings));
   }
   return absl::OkStatus();
+}
+
+double EmbeddingTable::SquaredNorm(const PushRequest& push, const TablePush& plan) const {
+  std::vector<float> rows;
+  double sum = 0.0;
+  for (size_t i = 0; i < plan.indices.size(); ++i) {
+    const EmbeddingRows& part = push.rows(static_cast<int>(i));
+    rows.resize(IdCount(part.ids()) * tables_[plan.indices[i]]->dim());
+    DecodeValues(part.data(), part.dtype(), rows);
+    for (float g : rows) sum += static_cast<double>(g) * g;
+  }
+  return sum;
 }
 
 void EmbeddingTable::Land(int rank, const PushRequest& push, const TablePush& plan) {
   step_.Land(rank, push, plan.indices, dims_);
 }
 
-absl::Status EmbeddingTable::StageStep() {
+void EmbeddingTable::StepMean(size_t t) {
+  if (t < step_means_.size()) {
+    ids_scratch_.swap(step_means_[t].first);
+    rows_scratch_.swap(step_means_[t].second);
+  } else {
+    step_.Mean(static_cast<int>(t), tables_[t]->dim(), &ids_scratch_, &rows_scratch_);
+  }
+}
+
+double EmbeddingTable::StepSquaredNorm() {
+  step_means_.resize(tables_.size());
+  double sum = 0.0;
+  if (step_.landed() == 0) {
+    step_means_.clear();
+    return sum;
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    auto& [ids, rows] = step_means_[t];
+    step_.Mean(static_cast<int>(t), tables_[t]->dim(), &ids, &rows);
+    for (float g : rows) sum += static_cast<double>(g) * g;
+  }
+  return sum;
+}
+
+absl::Status EmbeddingTable::StageStep(const UpdateSettings& settings) {
   absl::Status staged = absl::OkStatus();
   if (step_.landed() > 0) {
     for (size_t t = 0; t < tables_.size() && staged.ok(); ++t) {
       Embedding& table = *tables_[t];
-      step_.Mean(static_cast<int>(t), table.dim(), &ids_scratch_, &rows_scratch_);
+      StepMean(t);
       if (ids_scratch_.empty()) continue;
-      staged = StageRows(table, ids_scratch_, rows_scratch_, 1.0f);
+      staged = StageRows(table, ids_scratch_, rows_scratch_, settings);
     }
   }
+  step_means_.clear();
   step_.Clear();
   return staged;
 }

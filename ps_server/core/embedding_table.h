@@ -103,9 +103,14 @@ class EmbeddingTable final : public Table {
   // plan->indices gets each part's table. `require_all` is ignored.
   absl::Status CheckPush(const PushRequest& push, bool require_all, bool check_finite,
                          TablePush* plan) const override;
-  absl::Status Stage(const PushRequest& push, const TablePush& plan, float lr_scale) override;
+  absl::Status Stage(const PushRequest& push, const TablePush& plan,
+                     const UpdateSettings& settings) override;
+  double SquaredNorm(const PushRequest& push, const TablePush& plan) const override;
   void Land(int rank, const PushRequest& push, const TablePush& plan) override;
-  absl::Status StageStep() override;
+  absl::Status StageStep(const UpdateSettings& settings) override;
+  double StepSquaredNorm() override;
+  // Whether the shard has a table called `name`.
+  bool Holds(absl::string_view name) const { return Find(name) >= 0; }
   void Commit() override;
   void Discard() override;
   // Fills checkpoint->embeddings().
@@ -163,7 +168,9 @@ class EmbeddingTable final : public Table {
   // at `tick`; false if none was found.
   static bool EvictOne(Embedding& table, int64_t tick);
   absl::Status StageRows(Embedding& table, std::span<const uint64_t> ids,
-                         std::span<const float> gradients, float lr_scale);
+                         std::span<const float> gradients, const UpdateSettings& settings);
+  // Table t's mean rows of the step, into ids_scratch_ and rows_scratch_.
+  void StepMean(size_t t);
   // Copies row `id`'s committed or initial values to `out`.
   void ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const;
   // Takes `tables` as the shard's tables and empties the step.
@@ -176,6 +183,9 @@ class EmbeddingTable final : public Table {
   // Each table's dim, by index: what Land reads outside the shard's lock.
   std::vector<int> dims_;
   RowStep step_;
+  // The step's mean rows per table, when StepSquaredNorm formed them
+  // before StageStep.
+  std::vector<std::pair<std::vector<uint64_t>, std::vector<float>>> step_means_;
   // Scratch of StageStep and Stage, kept warm between updates.
   std::vector<uint64_t> ids_scratch_;
   std::vector<float> rows_scratch_;

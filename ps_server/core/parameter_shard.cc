@@ -196,6 +196,10 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
       // The step cannot complete before this push has landed, and no other
       // push of this rank is admitted until it completes.
       ledger_.Admit(request.worker());
+      if (request.worker() < step_rates_rank_) {
+        step_rates_rank_ = request.worker();
+        step_rates_ = request.has_rates() ? std::optional(request.rates()) : std::nullopt;
+      }
       ++landing_;
       *lands = true;
       return absl::OkStatus();  // TryPush lands it
@@ -207,7 +211,11 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
         response->set_outcome(PushResponse::UNCHANGED);
         break;
       }
-      status = tables_.Stage(request, *plans, admission->lr_scale);
+      status = tables_.Stage(
+          request, *plans,
+          UpdateSettings(admission->lr_scale, request.has_rates() ? &request.rates() : nullptr),
+          ClipNorm(request.has_rates() ? &request.rates() : nullptr,
+                   options_.optimizer.clip_norm()));
       if (status.ok()) {
         CommitApplied(response);
       } else {
@@ -228,11 +236,15 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
 PushResponse::Outcome ParameterShard::MaybeCompleteStep() {
   // An admitted push still landing completes the step itself once it has.
   if (landing_ > 0 || !policy_->StepComplete(View())) return PushResponse::AGGREGATED;
-  return CompleteStep(tables_.StageStep());
+  const UpdateRates* rates = step_rates_.has_value() ? &*step_rates_ : nullptr;
+  return CompleteStep(tables_.StageStep(UpdateSettings(1.0f, rates),
+                                        ClipNorm(rates, options_.optimizer.clip_norm())));
 }
 
 PushResponse::Outcome ParameterShard::CompleteStep(const absl::Status& staged) {
   ledger_.StepCompleted();
+  step_rates_.reset();
+  step_rates_rank_ = std::numeric_limits<int>::max();
   ++pushes_.applied;
   if (staged.ok()) {
     tables_.Commit();

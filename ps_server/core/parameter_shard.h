@@ -53,6 +53,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -314,6 +315,11 @@ class ParameterShard {
   // they land, outside mu_; the ledger marks the ranks admitted into it
   // (WorkerProgress::pushed), and landing_ counts those not landed yet.
   int landing_ ABSL_GUARDED_BY(mu_) = 0;
+  // The SYNC step's rates: those of its lowest-ranked admitted push
+  // (step_rates_rank_; none while no push is admitted), whatever the
+  // arrival order.
+  std::optional<UpdateRates> step_rates_ ABSL_GUARDED_BY(mu_);
+  int step_rates_rank_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int>::max();
 
   PushCounters pushes_ ABSL_GUARDED_BY(mu_);
   StreamedStaging staging_ ABSL_GUARDED_BY(mu_);

@@ -19,6 +19,9 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   if (absl::Status s = CheckPushClaims(header, options_.shard, version_); !s.ok()) {
     return Refuse(s);
   }
+  if (header.has_rates()) {
+    if (absl::Status s = tables_.CheckRates(header.rates()); !s.ok()) return Refuse(s);
+  }
   StreamedPush push;
   std::vector<int> indices;
   DenseTable& dense = tables_.dense();
@@ -38,9 +41,12 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
                           !has_rows && landing_ == 0 &&
                           policy_->CompletesStepAlone(View(), header.worker());
   const bool applies = admission.ok() && admission->action == Admission::Action::kApply;
-  if (has_rows || !(applies || whole_step) || staging_.held() || snapshots_.holds_updates() ||
-      shutting_down_) {
-    push.awaits_turn = !has_rows && (applies || whole_step) && !shutting_down_;
+  // A clipped update needs its whole gradient's norm before it applies any.
+  const UpdateRates* rates = header.has_rates() ? &header.rates() : nullptr;
+  const bool clipped = ClipNorm(rates, options_.optimizer.clip_norm()) > 0.0f;
+  if (has_rows || clipped || !(applies || whole_step) || staging_.held() ||
+      snapshots_.holds_updates() || shutting_down_) {
+    push.awaits_turn = !has_rows && !clipped && (applies || whole_step) && !shutting_down_;
     return push;  // Push decides, once the gradient is in
   }
   push.update.reset(new StreamedUpdate(this, &dense.threads(), dense.parts()));
@@ -50,7 +56,9 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   update.staleness_ = version_ - header.computed_at_version();
   update.whole_step_ = whole_step;
   update.indices_ = std::move(indices);
-  if (absl::Status s = update.Stage(dense.store(), admission->lr_scale); !s.ok()) {
+  if (absl::Status s =
+          update.Stage(dense.store(), UpdateSettings(admission->lr_scale, rates));
+      !s.ok()) {
     return Refuse(s);
   }
   staging_.Hold(push.update.get());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
+#include "ps_server/core/update_settings.h"
 
 namespace pst {
 
@@ -40,7 +41,7 @@ absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version
     return absl::InvalidArgumentError(
         "the push carries no gradients and no embedding rows; nothing was applied");
   }
-  return absl::OkStatus();
+  return push.has_rates() ? CheckUpdateRates(push.rates()) : absl::OkStatus();
 }
 
 bool PushCarriesAnUpdate(const PushRequest& push) {

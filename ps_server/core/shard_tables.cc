@@ -58,6 +58,7 @@ absl::Status ShardTables::Restore(const ShardCheckpoint& checkpoint) {
 
 absl::Status ShardTables::CheckPush(const PushRequest& push, bool require_all,
                                     PushChecked checked, std::vector<TablePush>* plans) const {
+  if (push.has_rates()) PST_RETURN_IF_ERROR(CheckRates(push.rates()));
   plans->resize(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t) {
     const bool finite =
@@ -68,10 +69,28 @@ absl::Status ShardTables::CheckPush(const PushRequest& push, bool require_all,
   return absl::OkStatus();
 }
 
+absl::Status ShardTables::CheckRates(const UpdateRates& rates) const {
+  for (const auto* rate_map : {&rates.learning_rates(), &rates.weight_decays()}) {
+    for (const auto& [name, rate] : *rate_map) {
+      if (dense_->store().Find(name) < 0 && !embeddings_->Holds(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the push gives a rate for \"", name, "\", which is no variable or table of shard ",
+            shard_, "; name only what the shard holds"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardTables::Stage(const PushRequest& push, const std::vector<TablePush>& plans,
-                                float lr_scale) {
+                                UpdateSettings settings, float clip_norm) {
+  if (clip_norm > 0.0f) {
+    double squared = 0.0;
+    for (size_t t = 0; t < tables_.size(); ++t) squared += tables_[t]->SquaredNorm(push, plans[t]);
+    settings.gradient_scale = ClipFactor(squared, clip_norm);
+  }
   for (size_t t = 0; t < tables_.size(); ++t) {
-    if (absl::Status staged = tables_[t]->Stage(push, plans[t], lr_scale); !staged.ok()) {
+    if (absl::Status staged = tables_[t]->Stage(push, plans[t], settings); !staged.ok()) {
       Discard();
       return staged;
     }
@@ -83,10 +102,15 @@ void ShardTables::Land(int rank, const PushRequest& push, const std::vector<Tabl
   for (size_t t = 0; t < tables_.size(); ++t) tables_[t]->Land(rank, push, plans[t]);
 }
 
-absl::Status ShardTables::StageStep() {
+absl::Status ShardTables::StageStep(UpdateSettings settings, float clip_norm) {
+  if (clip_norm > 0.0f) {
+    double squared = 0.0;
+    for (const std::unique_ptr<Table>& table : tables_) squared += table->StepSquaredNorm();
+    settings.gradient_scale = ClipFactor(squared, clip_norm);
+  }
   absl::Status staged = absl::OkStatus();
   for (const std::unique_ptr<Table>& table : tables_) {
-    if (absl::Status s = table->StageStep(); staged.ok()) staged = s;
+    if (absl::Status s = table->StageStep(settings); staged.ok()) staged = s;
   }
   return staged;
 }

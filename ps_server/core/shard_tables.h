@@ -50,18 +50,25 @@ class ShardTables {
   absl::Status Initialize(const InitRequest& request);
   absl::Status Restore(const ShardCheckpoint& checkpoint);
 
+  // InvalidArgument unless every name `rates` gives a rate for is a
+  // variable or table of this shard.
+  absl::Status CheckRates(const UpdateRates& rates) const;
   // Each table's CheckPush into `plans` (one per table), checking values
-  // for finiteness where `checked` does not vouch for them.
+  // for finiteness where `checked` does not vouch for them, and the push's
+  // rates (CheckRates).
   absl::Status CheckPush(const PushRequest& push, bool require_all, PushChecked checked,
                          std::vector<TablePush>* plans) const;
-  // Stages the push in every table; on a refusal, every table's staging is
-  // discarded.
+  // Stages the push in every table with `settings`, its gradient first
+  // clipped to a global norm of `clip_norm` over every table (0: not
+  // clipped; update_settings.h ClipFactor); on a refusal, every table's
+  // staging is discarded.
   absl::Status Stage(const PushRequest& push, const std::vector<TablePush>& plans,
-                     float lr_scale);
-  // The SYNC step (Table::Land, Table::StageStep): every table's step is
-  // emptied, also after a failure; the first is returned.
+                     UpdateSettings settings, float clip_norm);
+  // The SYNC step (Table::Land, Table::StageStep), its mean clipped as
+  // Stage clips a push: every table's step is emptied, also after a
+  // failure; the first is returned.
   void Land(int rank, const PushRequest& push, const std::vector<TablePush>& plans);
-  absl::Status StageStep();
+  absl::Status StageStep(UpdateSettings settings, float clip_norm);
   void Commit();
   void Discard();
 

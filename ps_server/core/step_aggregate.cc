@@ -111,10 +111,40 @@ int StepAggregate::landed() const {
   }));
 }
 
-absl::Status StepAggregate::Stage(VariableStore* store, ThreadPool* threads, int parts) {
-  absl::MutexLock lock(&mu_);
+int StepAggregate::LandedLocked() const {
   int landed = 0;
   for (Slot s : slots_) landed += (s == Slot::kWaiting || s == Slot::kSummed) ? 1 : 0;
+  return landed;
+}
+
+void StepAggregate::PartsLocked(size_t v, std::vector<std::span<const float>>* parts) const {
+  // The sum so far (never -0, so 0 + sum is the sum), then the ranks that
+  // waited, in rank order: the same additions as summing them one by one.
+  parts->clear();
+  if (sum_started_) parts->push_back(sum_[v]);
+  for (int rank = next_; rank < num_workers_; ++rank) {
+    if (slots_[rank] == Slot::kWaiting) parts->push_back(waiting_[rank][v]);
+  }
+}
+
+double StepAggregate::SquaredNormOfMean() {
+  absl::MutexLock lock(&mu_);
+  const int landed = LandedLocked();
+  if (landed == 0) return 0.0;
+  const float scale = 1.0f / static_cast<float>(landed);
+  std::vector<std::span<const float>> gradients;
+  double sum = 0.0;
+  for (size_t v = 0; v < sizes_.size(); ++v) {
+    PartsLocked(v, &gradients);
+    sum += SquaredNormOfScaledSum(gradients, scale, sizes_[v]);
+  }
+  return sum;
+}
+
+absl::Status StepAggregate::Stage(VariableStore* store, const UpdateSettings& settings,
+                                  ThreadPool* threads, int parts) {
+  absl::MutexLock lock(&mu_);
+  const int landed = LandedLocked();
   if (landed == 0) {
     return absl::InternalError("a SYNC step completed with no gradient in it");
   }
@@ -122,14 +152,8 @@ absl::Status StepAggregate::Stage(VariableStore* store, ThreadPool* threads, int
   absl::Status staged = absl::OkStatus();
   std::vector<std::span<const float>> gradients;
   for (size_t v = 0; v < sizes_.size() && staged.ok(); ++v) {
-    // The sum so far (never -0, so 0 + sum is the sum), then the ranks that
-    // waited, in rank order: the same additions as summing them one by one.
-    gradients.clear();
-    if (sum_started_) gradients.push_back(sum_[v]);
-    for (int rank = next_; rank < num_workers_; ++rank) {
-      if (slots_[rank] == Slot::kWaiting) gradients.push_back(waiting_[rank][v]);
-    }
-    staged = StageMean(store, static_cast<int>(v), gradients, scale, threads, parts);
+    PartsLocked(v, &gradients);
+    staged = StageMean(store, static_cast<int>(v), gradients, scale, settings, threads, parts);
   }
   std::fill(slots_.begin(), slots_.end(), Slot::kEmpty);
   next_ = 0;

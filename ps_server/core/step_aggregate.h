@@ -52,7 +52,11 @@ class StepAggregate {
   // does, and empties the step. InvalidArgument from the first variable
   // whose update is not finite; the store then holds a partial staging for
   // the caller to discard.
-  absl::Status Stage(VariableStore* store, ThreadPool* threads, int parts);
+  absl::Status Stage(VariableStore* store, const UpdateSettings& settings, ThreadPool* threads,
+                     int parts);
+  // The squared 2-norm of the step's mean (as Stage would form it), the
+  // step unchanged. Precondition: no Land under way.
+  double SquaredNormOfMean();
 
  private:
   enum class Slot { kEmpty, kFilling, kWaiting, kSummed };
@@ -63,6 +67,11 @@ class StepAggregate {
   // Adds the waiting slots that continue the summed prefix of ranks, one
   // at a time, releasing the lock while adding.
   void SumWaitingPrefix() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranks that landed, and variable v's parts to add in rank order:
+  // the sum so far, then the ranks that waited.
+  int LandedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PartsLocked(size_t v, std::vector<std::span<const float>>* parts) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_workers_;
   std::vector<size_t> sizes_;

@@ -14,9 +14,9 @@ StreamedUpdate::~StreamedUpdate() {
   if (holds_staging_) shard_->ReleaseStaging();
 }
 
-absl::Status StreamedUpdate::Stage(VariableStore& store, float lr_scale) {
+absl::Status StreamedUpdate::Stage(VariableStore& store, const UpdateSettings& settings) {
   for (int index : indices_) {
-    absl::StatusOr<VariableStore::StageTarget> target = store.BeginStage(index, lr_scale);
+    absl::StatusOr<VariableStore::StageTarget> target = store.BeginStage(index, settings);
     if (!target.ok()) {
       holds_staging_ = false;
       return target.status();

@@ -86,9 +86,9 @@ class StreamedUpdate {
         .count();
   }
   absl::Duration Idle() const { return absl::Nanoseconds(SteadyNanos() - last_progress_.load()); }
-  // Readies the staging of the variables indices_ names in `store`, at
-  // `lr_scale`; on a failure the update holds no staging.
-  absl::Status Stage(VariableStore& store, float lr_scale);
+  // Readies the staging of the variables indices_ names in `store`, with
+  // `settings`; on a failure the update holds no staging.
+  absl::Status Stage(VariableStore& store, const UpdateSettings& settings);
   // Checks and keeps what was staged of each variable (FinishStage).
   absl::Status Finish(VariableStore& store);
 

@@ -30,10 +30,30 @@ void StageRange(VariableStore::StageTarget* target,
 
 }  // namespace
 
+double SquaredNormOfScaledSum(const std::vector<std::span<const float>>& gradients, float scale,
+                              size_t size) {
+  std::array<float, kReduceBlock> mean;
+  double norm = 0.0;
+  for (size_t first = 0; first < size; first += kReduceBlock) {
+    const size_t len = std::min(kReduceBlock, size - first);
+    float* __restrict sum = mean.data();
+    std::fill(sum, sum + len, 0.0f);
+    for (std::span<const float> g : gradients) {
+      const float* __restrict part = g.data() + first;
+      for (size_t i = 0; i < len; ++i) sum[i] += part[i];
+    }
+    for (size_t i = 0; i < len; ++i) {
+      const float m = sum[i] * scale;
+      norm += static_cast<double>(m) * m;
+    }
+  }
+  return norm;
+}
+
 absl::Status StageMean(VariableStore* store, int index,
                        const std::vector<std::span<const float>>& gradients, float scale,
-                       ThreadPool* threads, int parts) {
-  absl::StatusOr<VariableStore::StageTarget> target = store->BeginStage(index, 1.0f);
+                       const UpdateSettings& settings, ThreadPool* threads, int parts) {
+  absl::StatusOr<VariableStore::StageTarget> target = store->BeginStage(index, settings);
   if (!target.ok()) return target.status();
   const size_t n = store->variable(index).size();
   parts = n < kParallelElements ? 1 : std::max(1, parts);

@@ -21,12 +21,18 @@ namespace pst {
 // `gradients` (one per contributing worker, in rank order, each the
 // variable's size) times `scale` (1/N), as VariableStore::Stage does; a
 // variable of at least kParallelElements elements is split over up to
-// `parts` threads from `threads`. InvalidArgument as Stage's when the result
-// is not finite (nothing is staged then).
+// `parts` threads from `threads`, with `settings` (its gradient scale
+// applies to the mean). InvalidArgument as Stage's when the result is not
+// finite (nothing is staged then).
 inline constexpr size_t kParallelElements = size_t{1} << 16;
 absl::Status StageMean(VariableStore* store, int index,
                        const std::vector<std::span<const float>>& gradients, float scale,
-                       ThreadPool* threads, int parts);
+                       const UpdateSettings& settings, ThreadPool* threads, int parts);
+
+// The squared 2-norm of the mean StageMean stages: the same sums of the
+// first `size` elements of `gradients`, times `scale`.
+double SquaredNormOfScaledSum(const std::vector<std::span<const float>>& gradients, float scale,
+                              size_t size);
 
 }  // namespace pst
 

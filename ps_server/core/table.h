@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "ps.pb.h"
 #include "ps_server/core/shard_snapshot.h"
+#include "ps_server/core/update_settings.h"
 
 namespace pst {
 
@@ -50,9 +51,13 @@ class Table {
 
   // An update is a set of staged changes made visible all at once by
   // Commit or dropped by Discard. Stage adds `push`'s part (checked into
-  // `plan`) with the learning rate scaled by `lr_scale`; InvalidArgument,
-  // naming the entry, if the result would not be finite.
-  virtual absl::Status Stage(const PushRequest& push, const TablePush& plan, float lr_scale) = 0;
+  // `plan`) with `settings` (update_settings.h); InvalidArgument, naming
+  // the entry, if the result would not be finite.
+  virtual absl::Status Stage(const PushRequest& push, const TablePush& plan,
+                             const UpdateSettings& settings) = 0;
+  // The squared 2-norm of `push`'s part (checked into `plan`): the
+  // clipping's measure of an update applied on its own.
+  virtual double SquaredNorm(const PushRequest& push, const TablePush& plan) const = 0;
 
   // The SYNC step: Land adds rank `rank`'s part to the step. It runs
   // outside the shard's lock, concurrently for different ranks; the shard
@@ -61,7 +66,10 @@ class Table {
   // parts summed in rank order, bitwise independent of arrival order, over
   // the ranks that landed) and empties the step; its error is Stage's.
   virtual void Land(int rank, const PushRequest& push, const TablePush& plan) = 0;
-  virtual absl::Status StageStep() = 0;
+  virtual absl::Status StageStep(const UpdateSettings& settings) = 0;
+  // The squared 2-norm of the step's mean so far (every admitted push has
+  // landed), for the clipping; the step is unchanged.
+  virtual double StepSquaredNorm() = 0;
 
   virtual void Commit() = 0;
   virtual void Discard() = 0;

@@ -1,6 +1,7 @@
 #include "ps_server/core/variable_store.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -46,6 +47,23 @@ absl::Status CheckFinite(std::span<const float> values, const std::string& what)
 
 VariableStore::VariableStore(std::unique_ptr<Optimizer> optimizer)
     : optimizer_(std::move(optimizer)) {}
+
+absl::Status VariableStore::UseOptimizer(const OptimizerConfig* config) {
+  if (config == nullptr) {
+    if (job_optimizer_ != nullptr) optimizer_ = std::move(job_optimizer_);
+    named_optimizer_.reset();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeOptimizer(*config);
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the Init's optimizer: ", optimizer.status().message()));
+  }
+  if (job_optimizer_ == nullptr) job_optimizer_ = std::move(optimizer_);
+  optimizer_ = *std::move(optimizer);
+  named_optimizer_ = *config;
+  return absl::OkStatus();
+}
 
 int64_t VariableStore::parameter_bytes() const {
   int64_t bytes = 0;
@@ -100,6 +118,7 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
 
 void VariableStore::Export(ShardCheckpoint* checkpoint) const {
   checkpoint->set_optimizer(optimizer_->Name());
+  if (named_optimizer_.has_value()) *checkpoint->mutable_dense_optimizer() = *named_optimizer_;
   for (const Variable& v : variables_) {
     ShardCheckpoint::Variable* out = checkpoint->add_variables();
     out->set_name(v.name);
@@ -111,10 +130,23 @@ void VariableStore::Export(ShardCheckpoint* checkpoint) const {
 }
 
 absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
-  if (checkpoint.optimizer() != optimizer_->Name()) {
+  // The optimizer an Init named travels with the checkpoint; without one
+  // the state is the job's optimizer's.
+  std::unique_ptr<Optimizer> named;
+  const Optimizer* rule = job_optimizer_ != nullptr ? job_optimizer_.get() : optimizer_.get();
+  if (checkpoint.has_dense_optimizer()) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> made = MakeOptimizer(checkpoint.dense_optimizer());
+    if (!made.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's optimizer: ", made.status().message()));
+    }
+    named = *std::move(made);
+    rule = named.get();
+  }
+  if (checkpoint.optimizer() != rule->Name()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint holds ", checkpoint.optimizer(), " state but this job uses ",
-        optimizer_->Name()));
+        rule->Name()));
   }
   std::vector<Variable> variables;
   std::map<std::string, int, std::less<>> index;
@@ -123,7 +155,7 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
     v.name = in.name();
     v.shape.assign(in.shape().begin(), in.shape().end());
     const int64_t elements = NumElements(v.shape);
-    const size_t slots = static_cast<size_t>(elements) * optimizer_->SlotsPerParameter();
+    const size_t slots = static_cast<size_t>(elements) * rule->SlotsPerParameter();
     if (elements <= 0 || in.values().size() != elements * sizeof(float) ||
         in.slots().size() != slots * sizeof(float) || !index.emplace(v.name, variables.size()).second) {
       return absl::InvalidArgumentError(
@@ -147,6 +179,14 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
     }
     v.updates = in.updates();
     variables.push_back(std::move(v));
+  }
+  if (named != nullptr) {
+    if (job_optimizer_ == nullptr) job_optimizer_ = std::move(optimizer_);
+    optimizer_ = std::move(named);
+    named_optimizer_ = checkpoint.dense_optimizer();
+  } else if (job_optimizer_ != nullptr) {
+    optimizer_ = std::move(job_optimizer_);
+    named_optimizer_.reset();
   }
   variables_ = std::move(variables);
   index_ = std::move(index);
@@ -216,14 +256,16 @@ absl::StatusOr<int> VariableStore::CheckGradientHeader(const Tensor& gradient,
   return index;
 }
 
-absl::Status VariableStore::Stage(int index, std::span<const float> gradient, float lr_scale) {
-  absl::StatusOr<StageTarget> target = BeginStage(index, lr_scale);
+absl::Status VariableStore::Stage(int index, std::span<const float> gradient,
+                                  const UpdateSettings& settings) {
+  absl::StatusOr<StageTarget> target = BeginStage(index, settings);
   if (!target.ok()) return target.status();
   target->Apply(0, gradient);
   return FinishStage(index, *target);
 }
 
-absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(int index, float lr_scale) {
+absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(
+    int index, const UpdateSettings& settings) {
   const Variable& v = variables_[index];
   if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
   Staged& next = staged_[index];
@@ -240,8 +282,8 @@ absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(int index, 
   next.slots.resize(v.slots.size());
   StageTarget target;
   target.optimizer_ = optimizer_.get();
-  target.step_ = v.updates + 1;
-  target.scale_ = lr_scale * optimizer_->DecayFactor(target.step_);
+  target.step_ = settings.StepOf(*optimizer_, v.name, v.updates + 1);
+  target.gradient_scale_ = settings.gradient_scale;
   target.slots_ = slots;
   target.values_ = *v.values;
   target.state_ = v.slots;
@@ -257,14 +299,21 @@ void VariableStore::StageTarget::Apply(size_t first, std::span<const float> grad
   // non-finite results while it is still in cache.
   // Without state (SGD) there is no slot memory to point into.
   const bool has_state = slots_ > 0;
+  // A clipped gradient is scaled block by block, as it is applied.
+  std::array<float, kStageBlock> scaled;
   for (size_t done = 0; done < gradient.size(); done += kStageBlock) {
     const size_t begin = first + done;
     const size_t len = std::min(kStageBlock, gradient.size() - done);
+    const float* grad = gradient.data() + done;
+    if (gradient_scale_ != 1.0f) {
+      for (size_t i = 0; i < len; ++i) scaled[i] = grad[i] * gradient_scale_;
+      grad = scaled.data();
+    }
     optimizer_->ApplyRange(
-        step_, scale_,
+        step_,
         Optimizer::Range{.count = len,
                          .param = values_.data() + begin,
-                         .grad = gradient.data() + done,
+                         .grad = grad,
                          .slots = has_state ? state_.data() + begin : nullptr,
                          .param_out = next_values_.data() + begin,
                          .slots_out = has_state ? next_state_.data() + begin : nullptr,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ps.pb.h"
+#include "ps_server/core/update_settings.h"
 #include "ps_server/optimizers/optimizer.h"
 
 namespace pst {
@@ -43,6 +45,13 @@ class VariableStore {
   size_t size() const { return variables_.size(); }
   int64_t parameter_bytes() const;
   const Optimizer& optimizer() const { return *optimizer_; }
+  // The optimizer an Init named for the dense variables (InitRequest.optimizer),
+  // if any: it replaces the job's and goes into checkpoints.
+  const std::optional<OptimizerConfig>& named_optimizer() const { return named_optimizer_; }
+  // Makes `config` (null: the job's) the variables' optimizer before
+  // Initialize. InvalidArgument, and no change, for what MakeOptimizer
+  // refuses. Precondition: !initialized().
+  absl::Status UseOptimizer(const OptimizerConfig* config);
 
   // Creates the variables from `tensors`. InvalidArgument for an empty list
   // (unless `may_be_empty`: a shard that holds only embedding rows), a
@@ -86,8 +95,9 @@ class VariableStore {
   // the optimizer state non-finite (a finite gradient can still overflow,
   // e.g. Adam's squared gradient). Commit() then makes every staged step
   // visible at once (a buffer swap per variable); Discard() drops them. A
-  // variable is staged at most once per update.
-  absl::Status Stage(int index, std::span<const float> gradient, float lr_scale);
+  // variable is staged at most once per update. `settings` gives the
+  // step's learning rate, weight decay and gradient scale.
+  absl::Status Stage(int index, std::span<const float> gradient, const UpdateSettings& settings);
   void Commit();
   void Discard();
 
@@ -114,14 +124,14 @@ class VariableStore {
    private:
     friend class VariableStore;
     const Optimizer* optimizer_ = nullptr;
-    int64_t step_ = 0;
-    float scale_ = 0;
+    Optimizer::Step step_;
+    float gradient_scale_ = 1.0f;
     int slots_ = 0;  // per parameter
     std::span<const float> values_, state_;  // published
     std::span<float> next_values_, next_state_;
     uint32_t non_finite_ = 0;
   };
-  absl::StatusOr<StageTarget> BeginStage(int index, float lr_scale);
+  absl::StatusOr<StageTarget> BeginStage(int index, const UpdateSettings& settings);
   absl::Status FinishStage(int index, const StageTarget& target);
   // The buffer BeginStage(index) stages the new values into: the values
   // the variable has once the update is committed, for a caller that sends
@@ -139,6 +149,8 @@ class VariableStore {
   };
 
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> job_optimizer_;  // the job's, while named_optimizer_ replaces it
+  std::optional<OptimizerConfig> named_optimizer_;
   std::vector<Variable> variables_;
   std::vector<Staged> staged_;        // parallel to variables_
   std::vector<int> staged_indices_;   // staged in the current update

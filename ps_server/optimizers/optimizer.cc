@@ -5,6 +5,11 @@
 namespace pst {
 namespace {
 
+// The learning rate of `step` under a rule configured with `configured`.
+float LearningRate(const Optimizer::Step& step, float configured) {
+  return step.learning_rate.value_or(configured) * step.lr_scale;
+}
+
 // The update loops are compiled with -fno-math-errno (ps_server/CMakeLists.txt),
 // so sqrt is one instruction and every loop vectorizes. Inputs and outputs
 // are distinct in the hot path (the PS stages into fresh buffers), so the
@@ -15,8 +20,8 @@ class Sgd final : public Optimizer {
   explicit Sgd(float lr) : lr_(lr) {}
   std::string Name() const override { return "sgd"; }
   int SlotsPerParameter() const override { return 0; }
-  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
-    const float lr = lr_ * lr_scale;
+  void ApplyRange(const Step& step, const Range& r) const override {
+    const float lr = LearningRate(step, lr_);
     const float* p = r.param;
     const float* g = r.grad;
     float* out = r.param_out;
@@ -34,8 +39,8 @@ class Momentum final : public Optimizer {
       : lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
   std::string Name() const override { return nesterov_ ? "nesterov" : "momentum"; }
   int SlotsPerParameter() const override { return 1; }
-  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
-    const float lr = lr_ * lr_scale;
+  void ApplyRange(const Step& step, const Range& r) const override {
+    const float lr = LearningRate(step, lr_);
     const float m = momentum_;
     const float* p = r.param;
     const float* g = r.grad;
@@ -70,9 +75,10 @@ class Adam final : public Optimizer {
       : lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
   std::string Name() const override { return "adam"; }
   int SlotsPerParameter() const override { return 2; }
-  void ApplyRange(int64_t step, float lr_scale, const Range& r) const override {
-    const double t = static_cast<double>(step);
-    const float alpha = static_cast<float>(lr_ * lr_scale * std::sqrt(1.0 - std::pow(beta2_, t)) /
+  void ApplyRange(const Step& step, const Range& r) const override {
+    const double t = static_cast<double>(step.t);
+    const float alpha = static_cast<float>(LearningRate(step, lr_) *
+                                           std::sqrt(1.0 - std::pow(beta2_, t)) /
                                            (1.0 - std::pow(beta1_, t)));
     const float b1 = beta1_, b2 = beta2_, eps = epsilon_;
     const float* p = r.param;
@@ -102,6 +108,45 @@ class Adam final : public Optimizer {
   float lr_, beta1_, beta2_, epsilon_;
 };
 
+// torch.optim.AdamW's update (config.proto, AdamWConfig), operation for
+// operation in float: p (1 - lr wd), then the step of size lr / (1-b1^t)
+// on m / (sqrt(v) / sqrt(1-b2^t) + eps).
+class AdamW final : public Optimizer {
+ public:
+  AdamW(float lr, float beta1, float beta2, float epsilon, float weight_decay)
+      : lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon), weight_decay_(weight_decay) {}
+  std::string Name() const override { return "adamw"; }
+  int SlotsPerParameter() const override { return 2; }
+  void ApplyRange(const Step& step, const Range& r) const override {
+    const float lr = LearningRate(step, lr_);
+    const float decay = 1.0f - lr * step.weight_decay.value_or(weight_decay_);
+    const double t = static_cast<double>(step.t);
+    const float step_size = static_cast<float>(lr / (1.0 - std::pow(beta1_, t)));
+    const float root_correction = static_cast<float>(std::sqrt(1.0 - std::pow(beta2_, t)));
+    const float b1 = beta1_, b2 = beta2_, eps = epsilon_;
+    const float* p = r.param;
+    const float* g = r.grad;
+    const float* m = r.slots;
+    const float* v = r.slots + r.slot_stride;
+    float* p_out = r.param_out;
+    float* m_out = r.slots_out;
+    float* v_out = r.slots_out + r.slot_stride;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC ivdep
+#endif
+    for (size_t i = 0; i < r.count; ++i) {
+      const float mi = b1 * m[i] + (1.0f - b1) * g[i];
+      const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      m_out[i] = mi;
+      v_out[i] = vi;
+      p_out[i] = p[i] * decay - step_size * (mi / (std::sqrt(vi) / root_correction + eps));
+    }
+  }
+
+ private:
+  float lr_, beta1_, beta2_, epsilon_, weight_decay_;
+};
+
 // acc += g^2;  p -= lr g / (sqrt(acc) + eps).
 class Adagrad final : public Optimizer {
  public:
@@ -109,8 +154,8 @@ class Adagrad final : public Optimizer {
   std::string Name() const override { return "adagrad"; }
   int SlotsPerParameter() const override { return 1; }
   float InitialSlotValue() const override { return initial_; }
-  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
-    const float lr = lr_ * lr_scale;
+  void ApplyRange(const Step& step, const Range& r) const override {
+    const float lr = LearningRate(step, lr_);
     const float eps = epsilon_;
     const float* p = r.param;
     const float* g = r.grad;
@@ -139,8 +184,8 @@ class Ftrl final : public Optimizer {
       : alpha_(alpha), beta_(beta), l1_(l1), l2_(l2), initial_(initial) {}
   std::string Name() const override { return "ftrl"; }
   int SlotsPerParameter() const override { return 2; }
-  void ApplyRange(int64_t, float lr_scale, const Range& r) const override {
-    const float alpha = alpha_ * lr_scale;
+  void ApplyRange(const Step& step, const Range& r) const override {
+    const float alpha = LearningRate(step, alpha_);
     const float beta = beta_, l1 = l1_, l2 = l2_, initial = initial_;
     const float* p = r.param;
     const float* g = r.grad;
@@ -170,9 +215,9 @@ class Ftrl final : public Optimizer {
 
 }  // namespace
 
-void Optimizer::Apply(int64_t step, float lr_scale, std::span<float> param,
-                      std::span<const float> grad, std::span<float> slots) const {
-  ApplyRange(step, lr_scale,
+void Optimizer::Apply(const Step& step, std::span<float> param, std::span<const float> grad,
+                      std::span<float> slots) const {
+  ApplyRange(step,
              Range{.count = param.size(),
                    .param = param.data(),
                    .grad = grad.data(),
@@ -201,6 +246,10 @@ std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerSettings& s) {
       break;
     case OptimizerSettings::Rule::kAdam:
       optimizer = std::make_unique<Adam>(s.learning_rate, s.beta1, s.beta2, s.epsilon);
+      break;
+    case OptimizerSettings::Rule::kAdamW:
+      optimizer = std::make_unique<AdamW>(s.learning_rate, s.beta1, s.beta2, s.epsilon,
+                                          s.weight_decay);
       break;
     case OptimizerSettings::Rule::kAdagrad:
       optimizer = std::make_unique<Adagrad>(s.learning_rate, s.initial_accumulator, s.epsilon);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -19,11 +20,11 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // "sgd", "momentum", "nesterov", "adam", "adagrad" or "ftrl".
+  // "sgd", "momentum", "nesterov", "adam", "adamw", "adagrad" or "ftrl".
   virtual std::string Name() const = 0;
 
   // How many floats of state the optimizer keeps per parameter (0 for SGD,
-  // 1 for momentum and Adagrad, 2 for Adam and FTRL).
+  // 1 for momentum and Adagrad, 2 for Adam, AdamW and FTRL).
   virtual int SlotsPerParameter() const = 0;
 
   // Initial value of the state slots (Adagrad starts its accumulator at
@@ -45,19 +46,38 @@ class Optimizer {
     size_t slot_stride = 0;
   };
 
-  // One update: param_out = param - rule(grad). `step` counts the updates
-  // applied to this variable so far, including this one (1 for the first),
-  // for Adam's bias correction. `lr_scale` multiplies the configured
-  // learning rate. Precondition: grad is finite. The result of an element
-  // depends only on that element's inputs, so a range may be split in any
-  // way (over threads, blocks) with bitwise the same result.
-  virtual void ApplyRange(int64_t step, float lr_scale, const Range& range) const = 0;
+  // What one update of a variable applies with. `t` counts the updates
+  // applied to the variable so far, including this one (1 for the first),
+  // for Adam's bias correction. The learning rate is `learning_rate` (a
+  // worker's optimizer's, when its push names one) or the configured one,
+  // times `lr_scale`; AdamW's weight decay is `weight_decay` or the
+  // configured one. Both given ones are finite and >= 0.
+  struct Step {
+    int64_t t = 1;
+    float lr_scale = 1.0f;
+    std::optional<float> learning_rate;
+    std::optional<float> weight_decay;
+  };
+
+  // One update: param_out = param - rule(grad). Precondition: grad is
+  // finite. The result of an element depends only on that element's
+  // inputs, so a range may be split in any way (over threads, blocks) with
+  // bitwise the same result.
+  virtual void ApplyRange(const Step& step, const Range& range) const = 0;
+  void ApplyRange(int64_t t, float lr_scale, const Range& range) const {
+    ApplyRange(Step{.t = t, .lr_scale = lr_scale, .learning_rate = {}, .weight_decay = {}}, range);
+  }
 
   // ApplyRange in place on a whole variable: `slots` holds
   // SlotsPerParameter() * param.size() floats laid out slot-major.
   // Precondition: grad.size() == param.size().
-  void Apply(int64_t step, float lr_scale, std::span<float> param, std::span<const float> grad,
+  void Apply(const Step& step, std::span<float> param, std::span<const float> grad,
              std::span<float> slots) const;
+  void Apply(int64_t t, float lr_scale, std::span<float> param, std::span<const float> grad,
+             std::span<float> slots) const {
+    Apply(Step{.t = t, .lr_scale = lr_scale, .learning_rate = {}, .weight_decay = {}}, param, grad,
+          slots);
+  }
 
   // The configured decay's factor for update `step`: 1 without decay,
   // decay_rate ^ (step / decay_steps) otherwise.

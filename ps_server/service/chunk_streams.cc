@@ -9,6 +9,7 @@
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
 #include "ps_server/core/streamed_update.h"
+#include "ps_server/core/update_settings.h"
 #include "rpc/chunk_wire.h"
 
 namespace pst {
@@ -29,8 +30,9 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
                         PushRequest* request) {
   request->set_worker(header.worker());
   request->set_computed_at_version(header.computed_at_version());
-  // Rows travel inline in the header.
+  // Rows and rates travel inline in the header.
   *request->mutable_rows() = header.rows();
+  CopyRates(header, request);
   auto* gradients = request->mutable_gradients();
   if (gradients->size() > header.gradients_size()) {
     gradients->DeleteSubrange(header.gradients_size(),

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "ps_server/core/streamed_update.h"
+#include "ps_server/core/update_settings.h"
 
 namespace pst {
 
@@ -89,8 +90,9 @@ absl::Status ReadPush(const PushRequest& push, const std::vector<StagePlace>& pl
                       bool* finite) {
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
-  // Rows travel inline in the header, not in the region.
+  // Rows and rates travel inline in the header, not in the region.
   *buffer->mutable_rows() = push.rows();
+  CopyRates(push, buffer);
   // Reuses the buffer's tensors (and their payloads' memory) in place.
   while (buffer->gradients_size() > push.gradients_size())
     buffer->mutable_gradients()->RemoveLast();

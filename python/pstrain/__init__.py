@@ -108,7 +108,8 @@ class Client:
         if config is None:
             config = os.environ.get(CONFIG_ENV, "")
         if task is None:
-            task = os.environ.get(TASK_ENV, "worker:0")
+            # pslaunch's, else torchrun's (and Kubeflow's PyTorchJob's) rank.
+            task = os.environ.get(TASK_ENV) or f"worker:{int(os.environ.get('RANK', 0))}"
         self._session = _pstrain.Session.open(str(config), task, float(connect_timeout))
         self.config = _numbers(json.loads(self._session.config_json))
         self.task = task
@@ -280,11 +281,37 @@ class Client:
     # first update with the PS's deterministic initial values and trained
     # row by row by the PS optimizer. Ids are NumPy integer arrays, torch
     # integer tensors or lists; within one call each id appears once.
-    def declare_tables(self, tables):
+    def declare_tables(self, tables, optimizer=None):
         """Declares embedding tables (dict name -> dim) beside the config's
         training.model.embeddings, before ``declare``/``init``. They train
-        with the job's optimizer."""
-        self._session.declare_tables([(str(name), int(dim)) for name, dim in tables.items()])
+        with ``optimizer`` (an ``OptimizerConfig`` of the job config as a
+        dict, e.g. ``{"adagrad": {"learning_rate": 0.1}}``), else the job's
+        optimizer."""
+        self._session.declare_tables([(str(name), int(dim)) for name, dim in tables.items()],
+                                     None if optimizer is None else json.dumps(optimizer))
+
+    def set_optimizer(self, optimizer):
+        """The dense variables' optimizer, an ``OptimizerConfig`` as a dict
+        (``{"adamw": {"learning_rate": 1e-3, "weight_decay": 0.01}}``), in
+        place of the job's training.optimizer; before ``init``, which sends
+        it (the first worker's Init decides, as for the values)."""
+        self._session.set_optimizer(json.dumps(optimizer))
+
+    def set_rates(self, learning_rates=None, weight_decays=None, clip_norm=None):
+        """What every later push asks of the PS optimizer, after ``declare``:
+        ``learning_rates`` and ``weight_decays`` (dicts from a variable's or
+        table's name to a rate, in place of the configured ones; weight
+        decay for AdamW), ``clip_norm`` (the gradient's global norm bound,
+        0 for none; see OptimizerConfig.clip_norm). All None: the config's
+        again. In SYNC a step applies worker 0's rates."""
+        if learning_rates is None and weight_decays is None and clip_norm is None:
+            self._session.set_rates(None)
+            return
+        rates = {"learning_rates": {str(k): float(v) for k, v in (learning_rates or {}).items()},
+                 "weight_decays": {str(k): float(v) for k, v in (weight_decays or {}).items()}}
+        if clip_norm is not None:
+            rates["clip_norm"] = float(clip_norm)
+        self._session.set_rates(json.dumps(rates))
 
     @property
     def tables(self):

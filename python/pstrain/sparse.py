@@ -22,6 +22,9 @@ One forward pass per table per step: a second forward before ``step()``
 would look up other rows over the gradient of the first (it raises).
 ``max_norm`` and ``padding_idx`` refer to local rows and are refused.
 
+While it trains, the module's ``state_dict()`` (and so the model's) holds
+the whole table as the shards hold it then (a hook pulls it), not the
+batch's rows, so that a model saved mid-training loads into a fresh one.
 When training is over (``DistributedOptimizer.finish()``), each module
 gets its whole table back: the rows of ids ``0 .. num_embeddings - 1``,
 pulled from the shards in pieces, become its weight again, of the shape
@@ -29,6 +32,8 @@ the module was made with, and the lookup hook goes. The model's own
 ``state_dict()`` then holds the trained tables and loads into a fresh
 model; rows of ids outside ``num_embeddings`` stay on the shards only.
 """
+
+import json
 
 import numpy as np
 import torch
@@ -50,29 +55,41 @@ class _Table:
         self.next_ids = None  # the next batch's unique ids, named before step()
         self.fetched = None  # (unique ids, rows) the step's exchange brought
         self._hook = None
+        self._state_hook = None
 
     def attach(self, client):
         self.client = client
         self._rows(self.weight.data.new_empty((0, self.dim)))
         self._hook = self.module.register_forward_pre_hook(self._lookup)
+        self._state_hook = self.module._register_state_dict_hook(self._whole_in_state_dict)
+
+    def _whole_in_state_dict(self, module, state_dict, prefix, local_metadata):
+        if self._hook is not None:  # still looking rows up: the weight holds a batch's
+            state_dict[prefix + "weight"] = torch.from_numpy(self.whole())
 
     # Ids one pull of the whole table names: far under a shard's
     # --max_rows_per_pull, and a few MiB of rows.
     WHOLE_PIECE = 65536
 
-    def load_whole(self):
-        """Makes the module's weight the whole table again (ids 0 ..
-        num_embeddings - 1, as the shards hold them now) and drops the
-        lookup hook: the module is a plain embedding from here on."""
+    def whole(self):
+        """The whole table as the shards hold it now: rows of ids 0 ..
+        num_embeddings - 1, pulled in pieces."""
         count = self.module.num_embeddings
         whole = np.empty((count, self.dim), np.float32)
         for start in range(0, count, self.WHOLE_PIECE):
             end = min(count, start + self.WHOLE_PIECE)
             self.client.pull_rows(self.name, np.arange(start, end, dtype=np.int64),
                                   out=whole[start:end])
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        return whole
+
+    def load_whole(self):
+        """Makes the module's weight the whole table again (``whole()``) and
+        drops the hooks: the module is a plain embedding from here on."""
+        whole = self.whole()
+        for hook in (self._hook, self._state_hook):
+            if hook is not None:
+                hook.remove()
+        self._hook = self._state_hook = None
         device = self.weight.device
         self._rows(torch.from_numpy(whole).to(device))
 
@@ -126,11 +143,20 @@ class EmbeddingTables:
         """Whether ``parameter`` is a table's weight (not a dense variable)."""
         return id(parameter) in self._weights
 
-    def declare(self, client):
-        """Declares the tables to ``client`` and hooks their modules' forward."""
+    def declare(self, client, optimizers=None):
+        """Declares the tables to ``client``, each with its optimizer
+        (``optimizers``: table name -> an OptimizerConfig as a dict; the
+        job's for a table it leaves out), and hooks their modules."""
         if not self.tables:
             return
-        client.declare_tables({t.name: t.dim for t in self.tables})
+        optimizers = optimizers or {}
+        kinds = {}
+        for t in self.tables:
+            config = optimizers.get(t.name)
+            key = None if config is None else json.dumps(config, sort_keys=True)
+            kinds.setdefault(key, (config, {}))[1][t.name] = t.dim
+        for config, tables in kinds.values():
+            client.declare_tables(tables, config)
         for table in self.tables:
             table.attach(client)
 

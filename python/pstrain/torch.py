@@ -35,18 +35,145 @@ parameter whose ``.data`` is replaced afterwards is refused at the next
 ``step()`` (change values in place instead).
 """
 
+import atexit
+import json
 import os
 import random
 import sys
 import time
+import weakref
 
 import torch
+from torch import nn
 
 import pstrain
 from pstrain.sparse import EmbeddingTables
 from pstrain.staging import HostStaging
 
-__all__ = ["DistributedOptimizer", "DistributedSampler"]
+__all__ = ["DistributedOptimizer", "DistributedSampler", "prepare", "state_dict"]
+
+
+def prepare(*objects, client=None):
+    """A one-process training script's model, optimizers and data loaders,
+    made a worker's of the job (as ``accelerate``'s ``prepare``)::
+
+        model, opt, loader = pstrain.torch.prepare(model, opt, loader)
+
+    Returns the objects in order: the model itself (its parameters bound to
+    the parameter servers' values), a ``DistributedOptimizer`` for the first
+    torch optimizer (the others, e.g. a SparseAdam for the embeddings, come
+    back as optimizers that step with it: whichever ``step()`` comes first
+    after a forward pass exchanges for all), and each ``DataLoader`` over
+    this worker's part of its data set (``DistributedSampler``, shuffled if
+    the loader was, a new order each pass; the batch size stays per worker,
+    as with DDP). The job ends for this worker at exit (``finish()``, unless
+    the script called it or ended with an exception)."""
+    models = [o for o in objects if isinstance(o, nn.Module)]
+    optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
+    if len(models) != 1 or not optimizers:
+        raise TypeError("prepare(model, optimizer, ..., loader, ...): exactly one model and at "
+                        "least one torch optimizer")
+    leader = DistributedOptimizer(optimizers, models[0], client)
+    prepared = []
+    for o in objects:
+        if isinstance(o, nn.Module):
+            prepared.append(o)
+        elif o is optimizers[0]:
+            prepared.append(leader)
+        elif isinstance(o, torch.optim.Optimizer):
+            prepared.append(_Follower(leader, o))
+        elif isinstance(o, torch.utils.data.DataLoader):
+            prepared.append(_sharded(o, leader.client))
+        else:
+            raise TypeError(f"prepare: a {type(o).__name__} is no model, optimizer or DataLoader")
+    return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+
+def state_dict(model):
+    """``model.state_dict()``, which holds the trained model once
+    ``DistributedOptimizer`` trains it: the dense parameters' current values
+    and each sparse embedding's whole table (ids 0 .. num_embeddings - 1)
+    from the parameter servers. It loads into a fresh model."""
+    return model.state_dict()
+
+
+def pstrain_learning_rate(config):
+    """The learning rate of the job config's optimizer."""
+    optimizer = config["training"].get("optimizer", {})
+    for kind in ("sgd", "adam", "adamw", "adagrad", "ftrl"):
+        if kind in optimizer:
+            return float(optimizer[kind].get("learning_rate", 0.0))
+    return 0.0
+
+
+class _Follower(torch.optim.Optimizer):
+    """One more torch optimizer of a prepared model: its param groups (for
+    its scheduler) travel with the first one's pushes, and its ``step()``
+    is that one's."""
+
+    def __init__(self, leader, optimizer):
+        self._leader = leader
+        self._optimizer = optimizer
+        leader._followers += 1
+        super().__init__([p for g in optimizer.param_groups for p in g["params"]],
+                         dict(optimizer.defaults))
+        self.param_groups = optimizer.param_groups
+
+    def step(self, closure=None):
+        return self._leader.step(closure)
+
+    def zero_grad(self, set_to_none=False):
+        self._leader.zero_grad(set_to_none)
+
+    def load_state_dict(self, state_dict):
+        DistributedOptimizer.load_state_dict(self, state_dict)
+
+
+# Optimizers whose job ends at the interpreter's exit, unless an uncaught
+# exception ended the script (the launcher then reports the script's error).
+_open_optimizers = weakref.WeakSet()
+_script_failed = False
+_excepthook = sys.excepthook
+
+
+def _note_failure(kind, value, traceback):
+    global _script_failed
+    _script_failed = True
+    _excepthook(kind, value, traceback)
+
+
+def _finish_at_exit(optimizer):
+    if not _open_optimizers:
+        sys.excepthook = _note_failure
+        atexit.register(_finish_open_optimizers)
+    _open_optimizers.add(optimizer)
+
+
+def _finish_open_optimizers():
+    if _script_failed:
+        return
+    for optimizer in list(_open_optimizers):
+        if not optimizer._finished:
+            try:
+                optimizer.finish()
+            except pstrain.Error as error:
+                print(f"{optimizer.client.task}: could not finish at exit: {error}",
+                      file=sys.stderr, flush=True)
+
+
+def _sharded(loader, client):
+    if not isinstance(loader.sampler, (torch.utils.data.RandomSampler,
+                                       torch.utils.data.SequentialSampler)) or \
+            loader.batch_size is None:
+        raise TypeError("prepare: a DataLoader with its own sampler or batch_sampler; give it a "
+                        "pstrain.torch.DistributedSampler yourself")
+    shuffle = isinstance(loader.sampler, torch.utils.data.RandomSampler)
+    return torch.utils.data.DataLoader(
+        loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
+        sampler=DistributedSampler(loader.dataset, client, shuffle=shuffle),
+        num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory, timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn, persistent_workers=loader.persistent_workers)
 
 
 class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
@@ -56,8 +183,8 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
     ``drop_last``), with no process group. The worker and the number of
     workers come from ``client`` (a ``pstrain.Client``), else from the
     environment pslaunch (and torchrun) sets: ``RANK`` and ``WORLD_SIZE``.
-    As torch's, call ``set_epoch(epoch)`` at each epoch's start to shuffle
-    each epoch anew."""
+    Each pass over it starts the next epoch (a new order when shuffled);
+    ``set_epoch(epoch)``, as torch's, sets the next pass's."""
 
     def __init__(self, dataset, client=None, shuffle=True, seed=0, drop_last=False):
         if client is not None:
@@ -70,16 +197,112 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
                 "(opt.client), or run under pslaunch, which sets RANK and WORLD_SIZE")
         super().__init__(dataset, num_replicas=workers, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
+        self._next_epoch = 0
+
+    def set_epoch(self, epoch):
+        self._next_epoch = epoch
+
+    def __iter__(self):
+        self.epoch = self._next_epoch
+        self._next_epoch += 1
+        return super().__iter__()
 
 
-class DistributedOptimizer:
-    """Trains ``model`` with the PS optimizer of the job ``client`` belongs
-    to (default: ``pstrain.Client()``, from pslaunch's environment).
+# The torch optimizers whose update the PS applies, as OptimizerConfig
+# kinds (config.proto), with the hyper-parameters a group may not vary.
+_FIXED_PER_GROUP = ("momentum", "nesterov", "betas", "eps", "initial_accumulator_value")
 
-    ``resume_step``: the steps this worker had made before a restart (0 on
-    a first start), where its loop may resume."""
 
-    def __init__(self, model, client=None):
+def _ps_optimizer(optimizer):
+    """The PS optimizer (an OptimizerConfig as a dict) that applies
+    ``optimizer``'s update, and whether its groups' weight decay travels with
+    each push (AdamW's). ValueError for what the PS cannot apply as torch
+    would."""
+    groups = optimizer.param_groups
+    name = type(optimizer).__name__
+    for key in _FIXED_PER_GROUP:
+        if len({repr(g.get(key)) for g in groups}) > 1:
+            raise ValueError(f"{name}: its param groups differ in {key}; the parameter servers "
+                             "take one value of it per optimizer (learning rate and weight decay "
+                             "may differ per group)")
+    g = groups[0]
+    # The configured rate is only a default: every push names each group's
+    # current rate. A warmup may have set it to 0, which a config refuses.
+    lr = float(g.get("initial_lr", g["lr"])) or float(optimizer.defaults.get("lr", 0)) or 1.0
+
+    def refuse(what):
+        raise ValueError(f"{name}: {what} has no parameter-server form; use SGD (momentum, "
+                         "nesterov), Adam, AdamW, Adagrad or SparseAdam without it")
+
+    def no(key, default=0):
+        if any(gr.get(key, default) not in (default, None) for gr in groups):
+            refuse(key)
+
+    if isinstance(optimizer, torch.optim.AdamW):
+        no("amsgrad", False)
+        no("maximize", False)
+        beta1, beta2 = g["betas"]
+        return {"adamw": {"learning_rate": lr, "beta1": beta1, "beta2": beta2, "epsilon": g["eps"],
+                          "weight_decay": float(g["weight_decay"])}}, True
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.SparseAdam)):
+        no("weight_decay")
+        no("amsgrad", False)
+        no("maximize", False)
+        beta1, beta2 = g["betas"]
+        return {"adam": {"learning_rate": lr, "beta1": beta1, "beta2": beta2,
+                         "epsilon": g["eps"]}}, False
+    if isinstance(optimizer, torch.optim.SGD):
+        no("weight_decay")
+        no("dampening")
+        no("maximize", False)
+        return {"sgd": {"learning_rate": lr, "momentum": g.get("momentum", 0.0),
+                        "nesterov": bool(g.get("nesterov", False))}}, False
+    if isinstance(optimizer, torch.optim.Adagrad):
+        no("weight_decay")
+        no("lr_decay")
+        no("maximize", False)
+        return {"adagrad": {"learning_rate": lr,
+                            "initial_accumulator": g.get("initial_accumulator_value", 0.0),
+                            "epsilon": g["eps"]}}, False
+    refuse(f"torch.optim.{name}")
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """A ``torch.optim.Optimizer`` whose update the parameter servers apply.
+
+    ``DistributedOptimizer(optimizer, model)``: ``optimizer`` is the torch
+    optimizer the script made for ``model`` (SGD with momentum or Nesterov,
+    Adam, AdamW, Adagrad, SparseAdam; or a list of them, e.g. AdamW for the
+    dense part and SparseAdam for the embeddings). The PS applies its
+    update rule with its hyper-parameters; its ``param_groups`` are this
+    optimizer's, the same dicts: a learning-rate scheduler made on either
+    changes the rates, and each group's ``lr`` (and AdamW's
+    ``weight_decay``) travels with every push. ``DistributedOptimizer(model)``
+    trains with the job config's optimizer instead (its one param group's
+    ``lr`` starts at the config's rate).
+
+    ``client``: a ``pstrain.Client`` (default: ``pstrain.Client()``, from
+    pslaunch's environment). ``resume_step``: the steps this worker had
+    made before a restart (0 on a first start), where its loop may resume.
+
+    ``state_dict()`` holds the param groups (rates and the scheduler's
+    fields); the optimizer's moments live on the parameter servers and in
+    their checkpoints."""
+
+    def __init__(self, optimizer, model=None, client=None):
+        if isinstance(optimizer, nn.Module):
+            # DistributedOptimizer(model[, client]): the config's optimizer.
+            if client is None and model is not None and not isinstance(model, nn.Module):
+                model, client = None, model
+            optimizers, model = [], optimizer
+        else:
+            optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+            for o in optimizers:
+                if not isinstance(o, torch.optim.Optimizer):
+                    raise TypeError(f"{type(o).__name__} is no torch.optim.Optimizer")
+            if not isinstance(model, nn.Module):
+                raise TypeError("DistributedOptimizer(optimizer, model): pass the model the "
+                                "optimizer trains")
         for name, p in model.named_parameters():
             if p.requires_grad and p.dtype != torch.float32:
                 raise ValueError(
@@ -99,12 +322,19 @@ class DistributedOptimizer:
         self.device = next(iter(devices))
         self._device_name = str(placed[0].device)
         self.client = client if client is not None else pstrain.Client()
+        self._bind_groups(optimizers)
         self.redone_steps = 0  # steps redone after a transient error
         self._finished = False
+        self._clip_norm = None  # this step's clip_grad_norm_, once one was asked for
+        self._sent_rates = (None, None, None)  # the config's
+        self._followers = 0  # optimizers of prepare() that step through this one
+        self._round_open = True  # no exchange since the model's last forward pass
         view = self.client.register()
         self.resume_step = int(view["worker_clock"])
-        self._tables.declare(self.client)
+        self._tables.declare(self.client, self._table_optimizers)
         self.client.declare({name: p.shape for name, p in self.parameters})
+        if self._dense_optimizer is not None:
+            self.client.set_optimizer(self._dense_optimizer)
         self.client.init({name: p.detach().cpu() for name, p in self.parameters})
         values, gradients = self.client.values, self.client.gradients
         if self.device == "cpu":
@@ -123,6 +353,91 @@ class DistributedOptimizer:
             self._staging = HostStaging([values[n] for n, _ in self.parameters],
                                         [gradients[n] for n, _ in self.parameters])
         self._pull()
+        self._forward_hook = model.register_forward_pre_hook(self._open_round)
+        _finish_at_exit(self)
+
+    def _bind_groups(self, optimizers):
+        # Each dense parameter's and each table's group, found by the
+        # parameter objects the torch optimizers hold (the tables' weights
+        # are still the modules' own: EmbeddingTables.declare replaces them).
+        self._optimizers = optimizers
+        self._dense_optimizer = None
+        self._table_optimizers = {}
+        self._decays = set()  # names whose weight decay travels (AdamW's)
+        # The config's rate, while the optimizer's own (one group) keeps it.
+        self._config_lr = None
+        if not optimizers:
+            lr = self._config_lr = pstrain_learning_rate(self.client.config)
+            params = [p for _, p in self.parameters] + [t.weight for t in self._tables.tables]
+            super().__init__(params, {"lr": lr})
+            group = self.param_groups[0]
+            self._group_of = {name: group for name, _ in self.parameters}
+            self._group_of.update({t.name: group for t in self._tables.tables})
+            return
+        owner = {}
+        for o in optimizers:
+            config, decays = _ps_optimizer(o)
+            for group in o.param_groups:
+                for p in group["params"]:
+                    owner[id(p)] = (group, config, decays)
+        self._group_of = {}
+        dense_configs = set()
+        for name, p in self.parameters:
+            if id(p) not in owner:
+                raise ValueError(f"parameter {name} is trainable but in none of the optimizers' "
+                                 "param groups; add it, or set requires_grad=False")
+            group, config, decays = owner[id(p)]
+            self._group_of[name] = group
+            dense_configs.add(json.dumps(config, sort_keys=True))
+            self._dense_optimizer = config
+            if decays:
+                self._decays.add(name)
+        if len(dense_configs) > 1:
+            raise ValueError("the model's dense parameters are in optimizers of different kinds or "
+                             "settings; the parameter servers apply one optimizer to them")
+        for table in self._tables.tables:
+            if id(table.weight) not in owner:
+                raise ValueError(f"embedding {table.name} is trainable but in none of the "
+                                 "optimizers' param groups")
+            group, config, decays = owner[id(table.weight)]
+            self._group_of[table.name] = group
+            self._table_optimizers[table.name] = config
+            if decays:
+                self._decays.add(table.name)
+        params = [p for o in optimizers for g in o.param_groups for p in g["params"]]
+        super().__init__(params, dict(optimizers[0].defaults))
+        # The same dicts: a scheduler of either optimizer drives both.
+        self.param_groups = [g for o in optimizers for g in o.param_groups]
+
+    def load_state_dict(self, state_dict):
+        """Loads the param groups' settings (rates, the scheduler's fields)
+        into the groups in place, so that the wrapped optimizers see them."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups):
+            raise ValueError(f"the state dict has {len(saved)} param groups, this optimizer "
+                             f"{len(self.param_groups)}")
+        for group, loaded in zip(self.param_groups, saved):
+            group.update({k: v for k, v in loaded.items() if k != "params"})
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """``torch.nn.utils.clip_grad_norm_`` of this step, applied by the
+        parameter servers to the gradient they apply (in SYNC, the step's
+        mean over the workers: what one process with the combined batch
+        clips), over every dense parameter and embedding row a shard holds
+        (with one shard, the whole model's norm). Call it between
+        ``backward()`` and ``step()``, each step it should apply to.
+        Returns the 2-norm of this worker's own gradient."""
+        if float(norm_type) != 2.0:
+            raise ValueError("the parameter servers clip by the 2-norm only")
+        max_norm = float(max_norm)
+        if not max_norm > 0 or max_norm == float("inf"):
+            raise ValueError(f"max_norm must be a positive number, got {max_norm}")
+        self._clip_norm = max_norm
+        squares = [p.grad.detach().float().pow(2).sum() for _, p in self.parameters
+                   if p.grad is not None]
+        squares += [torch.from_numpy(rows).pow(2).sum()
+                    for _, rows in self._tables.gradients().values()]
+        return torch.stack(squares).sum().sqrt() if squares else torch.tensor(0.0)
 
     @property
     def devices(self):
@@ -148,18 +463,26 @@ class DistributedOptimizer:
         ``closure``, or without one pushed again as it was. One budget,
         training.pull_timeout_seconds, covers the refusals in a row; once it
         is spent the last error is raised (a launcher restarts the worker).
-        A step is never dropped without an error."""
+        A step is never dropped without an error.
+
+        Of the optimizers ``prepare`` returns for one model, the first
+        ``step()`` after a forward pass exchanges for all of them; the
+        others' do nothing until the next forward pass."""
+        if self._followers and not self._round_open and closure is None:
+            return None
         if self._finished:
             raise pstrain.FailedPreconditionError(
                 "step() after finish(): the session has ended; make a new Client and "
                 "DistributedOptimizer to train again")
         self._check_bound()
         loss = self._evaluate(closure)
+        self._send_rates()
         patience = float(self.client.config["training"]["pull_timeout_seconds"])
         deadline, backoff = None, 0.1
         while True:
             try:
                 self._exchange()
+                self._stepped()
                 return loss
             except pstrain.Error as error:
                 if not error.transient:
@@ -192,6 +515,7 @@ class DistributedOptimizer:
         self._check_bound()
         self.client.done()
         self._finished = True
+        self._forward_hook.remove()
         if not self.client.is_chief:
             self._tables.load_whole()
             return []
@@ -201,6 +525,31 @@ class DistributedOptimizer:
         return stats["missing_workers"]
 
     # ---- internals ------------------------------------------------------
+    def _open_round(self, module, inputs):
+        self._round_open = True
+
+    def _stepped(self):
+        self._round_open = False
+        if self._clip_norm is not None:
+            self._clip_norm = 0.0  # asked again each step it applies to
+        for o in self._optimizers:
+            # What a learning-rate scheduler of the torch optimizer counts
+            # (it warns of a scheduler step before any optimizer step).
+            o._step_count = getattr(o, "_step_count", 0) + 1
+
+    def _send_rates(self):
+        # Each group's current rates, sent when they change: the push
+        # carries them until then.
+        rates = ({name: float(group["lr"]) for name, group in self._group_of.items()},
+                 {name: float(self._group_of[name]["weight_decay"]) for name in self._decays},
+                 self._clip_norm)
+        if self._config_lr is not None and self._clip_norm is None and \
+                self.param_groups[0]["lr"] == self._config_lr:
+            rates = (None, None, None)  # the config's, as no scheduler moved it
+        if rates != self._sent_rates:
+            self.client.set_rates(*rates)
+            self._sent_rates = rates
+
     def _check_bound(self):
         # A parameter whose .data was replaced (p.data = ..., model.double(),
         # a load that assigns) is no longer what the exchange writes: the

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -84,6 +85,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
 
 void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
   slices_ = PlaceModel(variables, num_shards());
+  variable_names_.clear();
+  for (const VariableSpec& v : variables) variable_names_.push_back(v.name);
   for (Shard& shard : shards_) shard.slices.clear();
   for (size_t i = 0; i < slices_.size(); ++i) shards_[slices_[i].shard].slices.push_back(i);
 }
@@ -269,6 +272,39 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
   return responses[0];
 }
 
+absl::Status PsClient::SetUpdateRates(const std::optional<UpdateRates>& rates) {
+  std::vector<std::optional<UpdateRates>> per_shard(shards_.size());
+  if (rates.has_value()) {
+    absl::flat_hash_set<std::string> known;
+    known.insert(variable_names_.begin(), variable_names_.end());
+    for (const EmbeddingTableConfig& table : tables_) known.insert(table.name());
+    for (const auto* rate_map : {&rates->learning_rates(), &rates->weight_decays()}) {
+      for (const auto& [name, rate] : *rate_map) {
+        if (!known.contains(name)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "an optimizer rate names \"", name, "\", which is no variable or table of the model"));
+        }
+      }
+    }
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      UpdateRates& shard = per_shard[s].emplace();
+      if (rates->has_clip_norm()) shard.set_clip_norm(rates->clip_norm());
+      const auto copy = [&](const std::string& from, const std::string& to) {
+        if (auto it = rates->learning_rates().find(from); it != rates->learning_rates().end()) {
+          (*shard.mutable_learning_rates())[to] = it->second;
+        }
+        if (auto it = rates->weight_decays().find(from); it != rates->weight_decays().end()) {
+          (*shard.mutable_weight_decays())[to] = it->second;
+        }
+      };
+      for (size_t i : shards_[s].slices) copy(variable_names_[slices_[i].variable], slices_[i].name);
+      for (const EmbeddingTableConfig& table : tables_) copy(table.name(), table.name());
+    }
+  }
+  for (size_t s = 0; s < shards_.size(); ++s) shards_[s].rates = std::move(per_shard[s]);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
   if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
   std::vector<InitResponse> responses(shards_.size());
@@ -276,6 +312,7 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
     InitRequest request;
     request.set_worker(worker_);
     request.mutable_embeddings()->Assign(tables_.begin(), tables_.end());
+    if (dense_optimizer_.has_value()) *request.mutable_optimizer() = *dense_optimizer_;
     for (size_t i : shards_[s].slices) {
       const VariableSlice& slice = slices_[i];
       EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),

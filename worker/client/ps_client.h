@@ -129,6 +129,18 @@ class PsClient {
   // shards. RowGradients and RowValues name a table by its index here.
   void SetEmbeddingTables(std::vector<EmbeddingTableConfig> tables) { tables_ = std::move(tables); }
   const std::vector<EmbeddingTableConfig>& embedding_tables() const { return tables_; }
+  // The dense variables' optimizer Init names (InitRequest.optimizer);
+  // nullopt: the job's.
+  void SetDenseOptimizer(std::optional<OptimizerConfig> optimizer) {
+    dense_optimizer_ = std::move(optimizer);
+  }
+  // The optimizer settings every later push carries (UpdateRates in
+  // ps.proto: learning rates and weight decays keyed by variable or table
+  // name, a clipping bound), each shard's with the names it holds (a
+  // variable's slices on it, every table); nullopt: the config's.
+  // InvalidArgument, and no change, for a name that is no declared
+  // variable or table. After SetVariables and SetEmbeddingTables.
+  absl::Status SetUpdateRates(const std::optional<UpdateRates>& rates);
   // The index of the table called `name`, or -1.
   int FindEmbeddingTable(absl::string_view name) const;
 
@@ -282,6 +294,8 @@ class PsClient {
     int64_t max_request_bytes = 0;
     int64_t max_reply_bytes = 0;
     int64_t max_rows_per_pull = 0;
+    // What SetUpdateRates gave this shard's pushes.
+    std::optional<UpdateRates> rates;
   };
   PsClient(int worker) : worker_(worker) {}
 
@@ -440,7 +454,9 @@ class PsClient {
   CompletionDriver driver_;
   std::vector<Shard> shards_;
   std::vector<VariableSlice> slices_;
+  std::vector<std::string> variable_names_;  // of SetVariables, by index
   std::vector<EmbeddingTableConfig> tables_;
+  std::optional<OptimizerConfig> dense_optimizer_;
   // AllocateTensors' memory for the tensors outside every region.
   std::vector<std::vector<float>> own_tensors_;
   // Where the control calls (Register, Init, Heartbeat, Done) of shards

@@ -211,6 +211,7 @@ grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExch
   open->answer_offset = transfer.answer_offset();
   PushRequest header;
   header.set_worker(worker_);
+  if (shard.rates.has_value()) *header.mutable_rates() = *shard.rates;
   if (exchange.gradients != nullptr) {
     header.set_computed_at_version(exchange.computed_at);
     char* next = region.data();

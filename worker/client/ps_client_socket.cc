@@ -144,6 +144,7 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
       PushRequest header;
       header.set_worker(worker_);
       header.set_computed_at_version(computed_at);
+      if (shards_[s].rates.has_value()) *header.mutable_rates() = *shards_[s].rates;
       for (size_t i : header_order) {
         Tensor* tensor = header.add_gradients();
         tensor->set_name(slices_[i].name);
@@ -284,6 +285,7 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
     ChunkBuilder builder;
     if (rows != nullptr) {
       header.set_computed_at_version(exchange.computed_at);
+      if (shard.rates.has_value()) *header.mutable_rates() = *shard.rates;
       header.mutable_rows()->Swap(rows);
       builder.SetHeader(header);
       header.mutable_rows()->Swap(rows);

@@ -120,12 +120,12 @@ TEST(DenseTableTest, StagedChangesAreVisibleOnlyOnceCommittedAndDiscardDropsThem
   TablePush plan;
   ASSERT_TRUE(table->CheckPush(push, true, true, &plan).ok());
 
-  ASSERT_TRUE(table->Stage(push, plan, 1.0f).ok());
+  ASSERT_TRUE(table->Stage(push, plan, {}).ok());
   EXPECT_EQ(ValuesOf(*table), (std::vector<std::vector<float>>{{1, 2}, {3}}));
   table->Discard();
   EXPECT_EQ(ValuesOf(*table), (std::vector<std::vector<float>>{{1, 2}, {3}}));
 
-  ASSERT_TRUE(table->Stage(push, plan, 0.5f).ok());  // the learning rate halved
+  ASSERT_TRUE(table->Stage(push, plan, UpdateSettings(0.5f, nullptr)).ok());  // the learning rate halved
   table->Commit();
   EXPECT_EQ(ValuesOf(*table), (std::vector<std::vector<float>>{{0.5f, 1}, {3.5f}}));
 }
@@ -137,7 +137,7 @@ TEST(DenseTableTest, AnUpdateThatWouldOverflowIsRefusedWhole) {
   const PushRequest push = PushOf(0, {1, 1}, {big});  // b - 0.5 * big overflows
   TablePush plan;
   ASSERT_TRUE(table->CheckPush(push, true, true, &plan).ok());
-  const absl::Status status = table->Stage(push, plan, 1.0f);
+  const absl::Status status = table->Stage(push, plan, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("\"b\""), absl::string_view::npos) << status.message();
   table->Discard();
@@ -162,7 +162,7 @@ TEST(DenseTableTest, TheStepAppliesTheRankOrderedMeanWhateverTheArrivalOrder) {
       ASSERT_TRUE(table->CheckPush(push, true, true, &plan).ok());
       table->Land(rank, push, plan);
     }
-    ASSERT_TRUE(table->StageStep().ok());
+    ASSERT_TRUE(table->StageStep({}).ok());
     table->Commit();
     EXPECT_EQ(ValuesOf(*table), (std::vector<std::vector<float>>{expected_a, expected_b}));
   }
@@ -174,7 +174,7 @@ TEST(DenseTableTest, ACheckpointRestoresIntoAFreshTableAndAnotherOptimizersIsRef
   const PushRequest push = PushOf(0, {2, 4}, {-2});
   TablePush plan;
   ASSERT_TRUE(table->CheckPush(push, true, true, &plan).ok());
-  ASSERT_TRUE(table->Stage(push, plan, 1.0f).ok());
+  ASSERT_TRUE(table->Stage(push, plan, {}).ok());
   table->Commit();
   ShardCheckpoint checkpoint;
   table->Export(&checkpoint);

@@ -51,7 +51,7 @@ TEST(EmbeddingTableTest, TheSyncStepAppliesTheRankOrderedMeanOnce) {
     ASSERT_TRUE(table->CheckPush(pushes[rank], true, true, &plan).ok());
     table->Land(rank, pushes[rank], plan);
   }
-  ASSERT_TRUE(table->StageStep().ok());
+  ASSERT_TRUE(table->StageStep({}).ok());
   EXPECT_EQ(StatsOf(*table, "a").rows(), 0);  // staged, not committed
   table->Commit();
   // Per id: (0 + g_0 + g_1 + g_2) * (1/3), ranks without the id adding nothing.
@@ -68,7 +68,7 @@ TEST(EmbeddingTableTest, TheSyncStepAppliesTheRankOrderedMeanOnce) {
   const PushRequest one = Push({Rows("b", {1}, {3})});
   ASSERT_TRUE(table->CheckPush(one, true, true, &plan).ok());
   table->Land(0, one, plan);
-  ASSERT_TRUE(table->StageStep().ok());
+  ASSERT_TRUE(table->StageStep({}).ok());
   table->Commit();
   EXPECT_EQ(Lookup(*table, "b", {1}), std::vector<float>{-(0.0f + 2) * third - 3});
 }
@@ -86,7 +86,7 @@ TEST(EmbeddingTableTest, TheSyncStepIsBitwiseTheSameInEveryArrivalOrder) {
       ASSERT_TRUE(table->CheckPush(pushes[rank], true, true, &plan).ok());
       table->Land(rank, pushes[rank], plan);
     }
-    ASSERT_TRUE(table->StageStep().ok());
+    ASSERT_TRUE(table->StageStep({}).ok());
     table->Commit();
     if (reference.empty()) reference = Snapshot(*table);
     EXPECT_EQ(Snapshot(*table), reference);
@@ -109,7 +109,7 @@ TEST(EmbeddingTableTest, TheSyncStepIsBitwiseTheSameInEveryArrivalOrder) {
       });
     }
     for (std::thread& t : ranks) t.join();
-    ASSERT_TRUE(table->StageStep().ok());
+    ASSERT_TRUE(table->StageStep({}).ok());
     table->Commit();
     EXPECT_EQ(Snapshot(*table), reference);
   }
@@ -128,7 +128,7 @@ TEST(EmbeddingTableTest, TheSyncMeanDividesByTheRanksThatLanded) {
   TablePush plan;
   ASSERT_TRUE(table->CheckPush(empty, true, true, &plan).ok());
   table->Land(0, empty, plan);
-  ASSERT_TRUE(table->StageStep().ok());
+  ASSERT_TRUE(table->StageStep({}).ok());
   table->Commit();
   EXPECT_EQ(Lookup(*table, "a", {1}), std::vector<float>{-(0.0f + 1 + 3) * (1.0f / 3)});
 }
@@ -142,13 +142,13 @@ TEST(EmbeddingTableTest, AFailedSyncStepIsEmptiedAndDiscardable) {
     ASSERT_TRUE(table->CheckPush(push, true, true, &plan).ok());
     table->Land(rank, push, plan);
   }
-  absl::Status status = table->StageStep();
+  absl::Status status = table->StageStep({});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("id 2 "));
   table->Discard();
   EXPECT_EQ(Snapshot(*table), before);
   // The next step starts empty.
-  ASSERT_TRUE(table->StageStep().ok());
+  ASSERT_TRUE(table->StageStep({}).ok());
   table->Commit();
   EXPECT_EQ(Snapshot(*table), before);
 }
@@ -168,7 +168,7 @@ TEST(EmbeddingTableTest, PastTheRowLimitNewRowsAreRefusedAndCountedWhileOldOnesT
   const PushRequest push = Push({Rows("a", {15, 10}, {1, 1})});
   TablePush plan;
   ASSERT_TRUE(table->CheckPush(push, false, true, &plan).ok());
-  ASSERT_TRUE(table->Stage(push, plan, 1.0f).ok());
+  ASSERT_TRUE(table->Stage(push, plan, {}).ok());
   table->Discard();
   EXPECT_EQ(StatsOf(*table, "a").rows_refused(), 2);
 
@@ -190,7 +190,7 @@ TEST(EmbeddingTableTest, TheSyncStepAdmitsRowsInRankOrderUpToTheLimit) {
     ASSERT_TRUE(table->CheckPush(pushes[rank], true, true, &plan).ok());
     table->Land(rank, pushes[rank], plan);
   }
-  ASSERT_TRUE(table->StageStep().ok());
+  ASSERT_TRUE(table->StageStep({}).ok());
   table->Commit();
   EXPECT_EQ(Lookup(*table, "a", {7, 5, 9}), (std::vector<float>{-2, -1, 0}));
   EXPECT_EQ(StatsOf(*table, "a").rows_refused(), 1);
@@ -250,7 +250,7 @@ TEST(EmbeddingTableTest, EvictionsAreTheSameOnEveryRunAndSpareTheStepsRows) {
         EXPECT_TRUE(table->CheckPush(pushes[rank], true, true, &plan).ok());
         table->Land(rank, pushes[rank], plan);
       }
-      EXPECT_TRUE(table->StageStep().ok());
+      EXPECT_TRUE(table->StageStep({}).ok());
       table->Commit();
     }
     std::vector<uint64_t> all;

@@ -226,7 +226,7 @@ TEST(EmbeddingTableTest, StagedRowsAppearOnlyAtCommitAndDiscardLeavesNoTrace) {
   const PushRequest push = Push({Rows("a", {3, 4}, {2, 4, -2, 0})});
   TablePush plan;
   ASSERT_TRUE(table->CheckPush(push, false, true, &plan).ok());
-  ASSERT_TRUE(table->Stage(push, plan, 1.0f).ok());
+  ASSERT_TRUE(table->Stage(push, plan, {}).ok());
   EXPECT_EQ(Lookup(*table, "a", {3, 4}), initial);
   EXPECT_EQ(StatsOf(*table, "a").rows(), 0);
   table->Discard();
@@ -236,7 +236,7 @@ TEST(EmbeddingTableTest, StagedRowsAppearOnlyAtCommitAndDiscardLeavesNoTrace) {
   EXPECT_EQ(StatsOf(*table, "a").rows(), 0);
   EXPECT_EQ(Exported(*table).embeddings(0).updates(), 0);
 
-  ASSERT_TRUE(table->Stage(push, plan, 1.0f).ok());
+  ASSERT_TRUE(table->Stage(push, plan, {}).ok());
   table->Commit();
   EXPECT_EQ(Lookup(*table, "a", {3, 4}),
             (std::vector<float>{initial[0] - 1, initial[1] - 2, initial[2] + 1, initial[3]}));

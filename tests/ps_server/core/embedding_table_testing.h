@@ -123,7 +123,7 @@ inline PushRequest Push(std::vector<EmbeddingRows> parts, int worker = 0) {
 inline absl::Status Apply(EmbeddingTable& table, const PushRequest& push, float lr_scale = 1.0f) {
   TablePush plan;
   if (absl::Status s = table.CheckPush(push, false, true, &plan); !s.ok()) return s;
-  if (absl::Status s = table.Stage(push, plan, lr_scale); !s.ok()) {
+  if (absl::Status s = table.Stage(push, plan, UpdateSettings(lr_scale, nullptr)); !s.ok()) {
     table.Discard();
     return s;
   }

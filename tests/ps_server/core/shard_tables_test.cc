@@ -108,11 +108,11 @@ TEST(ShardTablesTest, AStagedPushIsVisibleOnlyOnceCommitted) {
   ASSERT_TRUE(tables.CheckPush(push, /*require_all=*/true, {}, &plans).ok());
   EXPECT_EQ(plans.size(), 2u);  // one per table
 
-  ASSERT_TRUE(tables.Stage(push, plans, /*lr_scale=*/1.0f).ok());
+  ASSERT_TRUE(tables.Stage(push, plans, {}, /*clip_norm=*/0.0f).ok());
   tables.Discard();
   EXPECT_EQ(ValuesOf(tables), (std::vector<float>{1, 2, 3}));
 
-  ASSERT_TRUE(tables.Stage(push, plans, /*lr_scale=*/1.0f).ok());
+  ASSERT_TRUE(tables.Stage(push, plans, {}, /*clip_norm=*/0.0f).ok());
   EXPECT_EQ(ValuesOf(tables), (std::vector<float>{1, 2, 3}));
   tables.Commit();
   EXPECT_EQ(ValuesOf(tables), (std::vector<float>{0, 1, 1}));
@@ -142,7 +142,7 @@ TEST(ShardTablesTest, AStepAppliesTheMeanOfTheRanksThatLanded) {
   ASSERT_TRUE(tables.CheckPush(second, true, {}, &second_plans).ok());
   tables.Land(1, second, second_plans);
   tables.Land(0, first, first_plans);
-  ASSERT_TRUE(tables.StageStep().ok());
+  ASSERT_TRUE(tables.StageStep({}, 0.0f).ok());
   tables.Commit();
   // Mean gradient {1, 1}, {4}; SGD at 0.5.
   EXPECT_EQ(ValuesOf(tables), (std::vector<float>{0.5f, 1.5f, 1}));

@@ -84,7 +84,7 @@ struct Job {
     const std::vector<int> indices = {0, 1};
     for (int r : arrival) step->Land(r, pushes[r], indices);
     EXPECT_EQ(step->landed(), static_cast<int>(arrival.size()));
-    EXPECT_TRUE(step->Stage(store.get(), threads, parts).ok());
+    EXPECT_TRUE(step->Stage(store.get(), {}, threads, parts).ok());
     store->Commit();
     std::vector<std::vector<float>> values;
     for (size_t v = 0; v < kSizes.size(); ++v) values.push_back(*store->variable(v).values);
@@ -152,7 +152,7 @@ TEST(StepAggregateTest, RanksLandingAtOnceGiveTheRankOrderSumBitwise) {
       }
     }
     auto store = SgdStore(job.initial);
-    ASSERT_TRUE(step.Stage(store.get(), &reduce, 2).ok());
+    ASSERT_TRUE(step.Stage(store.get(), {}, &reduce, 2).ok());
     store->Commit();
     for (size_t v = 0; v < kSizes.size(); ++v) ASSERT_EQ(*store->variable(v).values, expected[v]);
   }
@@ -172,10 +172,10 @@ TEST(StepAggregateTest, NonFiniteMeanIsRefusedAndTheNextStepStartsEmpty) {
   const std::vector<int> indices = {0, 1};
   step.Land(1, job.pushes[1], indices);
   step.Land(0, job.pushes[0], indices);
-  EXPECT_EQ(step.Stage(store.get(), &threads, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step.Stage(store.get(), {}, &threads, 1).code(), absl::StatusCode::kInvalidArgument);
   store->Discard();
   EXPECT_EQ(step.landed(), 0);
-  EXPECT_EQ(step.Stage(store.get(), &threads, 1).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(step.Stage(store.get(), {}, &threads, 1).code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ TEST(SyncReduceTest, EverySplitGivesTheOneThreadResultBitwise) {
   for (int parts : {1, 2, 3, 4, 7}) {
     SCOPED_TRACE(absl::StrCat(parts, " parts"));
     auto store = AdamStore(initial);
-    ASSERT_TRUE(StageMean(store.get(), 0, gradients, 1.0f / 3, &threads, parts).ok());
+    ASSERT_TRUE(StageMean(store.get(), 0, gradients, 1.0f / 3, {}, &threads, parts).ok());
     store->Commit();
     ASSERT_EQ(*store->variable(0).values, expected);
     EXPECT_EQ(store->variable(0).slots, slots);
@@ -65,7 +65,7 @@ TEST(SyncReduceTest, AMeanThatOverflowsIsRefusedInAnyPart) {
   const std::vector<std::span<const float>> gradients = {huge, huge};
   ThreadPool threads;
   auto store = AdamStore(initial);
-  absl::Status staged = StageMean(store.get(), 0, gradients, 0.5f, &threads, 4);
+  absl::Status staged = StageMean(store.get(), 0, gradients, 0.5f, {}, &threads, 4);
   EXPECT_EQ(staged.code(), absl::StatusCode::kInvalidArgument) << staged;
   store->Discard();
   store->Commit();

@@ -26,7 +26,7 @@ TEST(VariableStoreTest, ValuesHeldByAPullSurviveLaterUpdatesUnchanged) {
   const Values held = store->variable(0).values;  // what a pull in flight holds
   const std::vector<float> gradient(5, 1.0f);
   for (int update = 0; update < 3; ++update) {
-    ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+    ASSERT_TRUE(store->Stage(0, gradient, {}).ok());
     store->Commit();
   }
   EXPECT_EQ(*held, (std::vector<float>{1, 2, 3, 4, 5}));
@@ -36,12 +36,12 @@ TEST(VariableStoreTest, ValuesHeldByAPullSurviveLaterUpdatesUnchanged) {
 TEST(VariableStoreTest, UnheldBuffersAreReusedFromUpdateToUpdate) {
   auto store = StoreWith(std::vector<float>(1000, 1.0f));
   const std::vector<float> gradient(1000, 0.5f);
-  ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+  ASSERT_TRUE(store->Stage(0, gradient, {}).ok());
   store->Commit();
   const float* first = store->variable(0).values->data();
-  ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+  ASSERT_TRUE(store->Stage(0, gradient, {}).ok());
   store->Commit();
-  ASSERT_TRUE(store->Stage(0, gradient, 1.0f).ok());
+  ASSERT_TRUE(store->Stage(0, gradient, {}).ok());
   store->Commit();
   EXPECT_EQ(store->variable(0).values->data(), first);  // two buffers, swapped
   EXPECT_EQ((*store->variable(0).values)[999], -0.5f);
@@ -49,7 +49,7 @@ TEST(VariableStoreTest, UnheldBuffersAreReusedFromUpdateToUpdate) {
 
 TEST(VariableStoreTest, AnUpdateThatWouldOverflowLeavesTheValuesAsTheyWere) {
   auto store = StoreWith({3e38f, 2});
-  absl::Status staged = store->Stage(0, std::vector<float>{-3e38f, 1}, 1.0f);  // 6e38: Inf
+  absl::Status staged = store->Stage(0, std::vector<float>{-3e38f, 1}, {});  // 6e38: Inf
   EXPECT_EQ(staged.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(staged.message().find("element 0"), std::string::npos) << staged;
   store->Discard();

@@ -18,6 +18,8 @@ std::unique_ptr<Optimizer> Make(const std::string& text_kind, float lr, float mo
     config.mutable_sgd()->set_nesterov(nesterov);
   } else if (text_kind == "adam") {
     config.mutable_adam()->set_learning_rate(lr);
+  } else if (text_kind == "adamw") {
+    config.mutable_adamw()->set_learning_rate(lr);
   } else if (text_kind == "ftrl") {
     config.mutable_ftrl()->set_learning_rate(lr);
     config.mutable_ftrl()->set_l1(0.05f);
@@ -89,6 +91,58 @@ TEST(OptimizerTest, AdamWithBiasCorrection) {
   EXPECT_NEAR(t[1], second, 1e-6);
 }
 
+// torch.optim.AdamW's update, worked out in double.
+TEST(OptimizerTest, AdamWDecaysThenStepsAsTorchDoes) {
+  OptimizerConfig config;
+  config.mutable_adamw()->set_learning_rate(0.1f);
+  config.mutable_adamw()->set_weight_decay(0.5f);
+  auto opt = MakeOptimizer(config);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ((*opt)->Name(), "adamw");
+  std::vector<float> p = {1.0f, -2.0f}, slots(4, 0.0f);
+  double ref_p[2] = {1.0, -2.0}, m[2] = {0, 0}, v[2] = {0, 0};
+  const float grads[3][2] = {{0.5f, -1.0f}, {0.25f, 2.0f}, {-0.75f, 0.125f}};
+  for (int t = 1; t <= 3; ++t) {
+    (*opt)->Apply(t, 1.0f, p, grads[t - 1], slots);
+    for (int i = 0; i < 2; ++i) {
+      const double g = grads[t - 1][i];
+      ref_p[i] *= 1.0 - 0.1 * 0.5;
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      ref_p[i] -= 0.1 / (1 - std::pow(0.9, t)) * m[i] /
+                  (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+      EXPECT_NEAR(p[i], ref_p[i], 1e-6) << "step " << t << " element " << i;
+    }
+  }
+}
+
+TEST(OptimizerTest, AStepsOwnRatesReplaceTheConfiguredOnes) {
+  OptimizerConfig config;
+  config.mutable_adamw()->set_learning_rate(0.1f);  // weight decay: 0.01 by default
+  auto opt = MakeOptimizer(config);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  // A rate of 0 (a warmup's first step) leaves the value as it was.
+  std::vector<float> p = {3.0f}, slots(2, 0.0f);
+  Optimizer::Step step;
+  step.learning_rate = 0.0f;
+  (*opt)->Apply(step, p, std::vector<float>{1.0f}, slots);
+  EXPECT_EQ(p[0], 3.0f);
+  // Decay alone: a zero gradient, lr 0.2 and weight decay 0.5.
+  std::vector<float> q = {2.0f}, fresh(2, 0.0f);
+  step.learning_rate = 0.2f;
+  step.weight_decay = 0.5f;
+  (*opt)->Apply(step, q, std::vector<float>{0.0f}, fresh);
+  EXPECT_FLOAT_EQ(q[0], 2.0f * (1.0f - 0.2f * 0.5f));
+  // SGD's rate scaled by lr_scale, as the configured one is.
+  auto sgd = Make("sgd", 1.0f);
+  std::vector<float> r = {1.0f}, none;
+  Optimizer::Step scaled;
+  scaled.learning_rate = 0.5f;
+  scaled.lr_scale = 0.5f;
+  sgd->Apply(scaled, r, std::vector<float>{2.0f}, none);
+  EXPECT_FLOAT_EQ(r[0], 1.0f - 0.25f * 2.0f);
+}
+
 TEST(OptimizerTest, AdagradStartsFromItsInitialAccumulator) {
   auto opt = Make("adagrad", 0.5f);
   EXPECT_FLOAT_EQ(opt->InitialSlotValue(), 0.1f);
@@ -138,7 +192,7 @@ TEST(OptimizerTest, ExponentialDecayShrinksTheStep) {
 // in place or not, is bitwise one call per element.
 TEST(OptimizerTest, ALongRangeIsBitwiseOneElementAtATime) {
   constexpr size_t kCount = 1027;
-  for (const std::string kind : {"sgd", "momentum", "adam", "adagrad", "ftrl"}) {
+  for (const std::string kind : {"sgd", "momentum", "adam", "adamw", "adagrad", "ftrl"}) {
     SCOPED_TRACE(kind);
     auto opt = Make(kind == "momentum" ? "sgd" : kind, 0.01f, kind == "momentum" ? 0.9f : 0.0f);
     const int slots = opt->SlotsPerParameter();
@@ -177,7 +231,7 @@ TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
     std::string name;
     OptimizerConfig config;
   };
-  std::vector<Case> cases(7);
+  std::vector<Case> cases(10);
   cases[0].name = "nothing set";
   cases[1].name = "zero learning rate";
   cases[1].config.mutable_sgd()->set_learning_rate(0);
@@ -195,6 +249,15 @@ TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
   cases[6].name = "infinite ftrl beta";
   cases[6].config.mutable_ftrl()->set_learning_rate(0.1f);
   cases[6].config.mutable_ftrl()->set_beta(INFINITY);
+  cases[7].name = "negative adamw weight decay";
+  cases[7].config.mutable_adamw()->set_learning_rate(0.1f);
+  cases[7].config.mutable_adamw()->set_weight_decay(-0.1f);
+  cases[8].name = "negative clip norm";
+  cases[8].config.mutable_sgd()->set_learning_rate(0.1f);
+  cases[8].config.set_clip_norm(-1.0f);
+  cases[9].name = "infinite clip norm";
+  cases[9].config.mutable_sgd()->set_learning_rate(0.1f);
+  cases[9].config.set_clip_norm(INFINITY);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     EXPECT_EQ(MakeOptimizer(c.config).status().code(), absl::StatusCode::kInvalidArgument);
