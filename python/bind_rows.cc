@@ -72,22 +72,28 @@ std::vector<std::span<float>> DenseOut(const ClientSession& s, const py::sequenc
   return spans;
 }
 
-// The dense spans' sizes against the declared variables.
-void CheckDense(const ClientSession& s, const std::vector<std::span<const float>>& in,
-                const std::vector<std::span<float>>& out) {
+// Spans' sizes against the declared variables: one per variable, of its size.
+template <typename Float>
+void CheckSizes(const ClientSession& s, const std::vector<std::span<Float>>& spans,
+                const char* what) {
   const std::vector<VariableSpec>& variables = s.variables();
-  if (in.size() != variables.size() || out.size() != variables.size()) {
-    throw py::value_error(absl::StrCat("got ", in.size(), " gradients and ", out.size(),
-                                       " pull destinations for the ", variables.size(),
-                                       " declared variables"));
+  if (spans.size() != variables.size()) {
+    throw py::value_error(absl::StrCat("got ", spans.size(), " ", what, " for the ",
+                                       variables.size(), " declared variables"));
   }
   for (size_t i = 0; i < variables.size(); ++i) {
-    if (static_cast<int64_t>(in[i].size()) != variables[i].size() ||
-        static_cast<int64_t>(out[i].size()) != variables[i].size()) {
+    if (static_cast<int64_t>(spans[i].size()) != variables[i].size()) {
       throw py::value_error(absl::StrCat("the arrays of ", variables[i].name, " must have ",
                                          variables[i].size(), " elements"));
     }
   }
+}
+
+// The dense spans' sizes against the declared variables.
+void CheckDense(const ClientSession& s, const std::vector<std::span<const float>>& in,
+                const std::vector<std::span<float>>& out) {
+  CheckSizes(s, in, "gradients");
+  CheckSizes(s, out, "pull destinations");
 }
 
 }  // namespace
@@ -110,6 +116,19 @@ void BindRows(py::module_& module) {
             ThrowIfError(status);
           },
           py::arg("tables"), py::arg("optimizer_json") = std::nullopt)
+      .def("init_with_rows",
+           [](ClientSession& s, const py::sequence& values, const py::sequence& rows) {
+             std::vector<py::buffer_info> held;
+             const std::vector<std::span<const float>> spans = DenseIn(s, values, &held);
+             CheckSizes(s, spans, "initial values");
+             const std::vector<RowGradients> seeds = RowList<RowGradients>(rows, "initial rows", &held);
+             absl::StatusOr<bool> accepted;
+             {
+               py::gil_scoped_release unlocked;
+               accepted = s.InitWithRows(spans, seeds);
+             }
+             return ValueOrThrow(std::move(accepted));
+           })
       .def("set_optimizer",
            [](ClientSession& s, const std::string& optimizer_json) {
              const OptimizerConfig optimizer = FromJson<OptimizerConfig>(optimizer_json, "optimizer");

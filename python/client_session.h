@@ -118,6 +118,10 @@ class ClientSession {
   absl::Status DeclareTables(const std::vector<std::pair<std::string, int>>& tables,
                              const OptimizerConfig* optimizer = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Init, with initial rows of the tables (PsClient::Init).
+  absl::StatusOr<bool> InitWithRows(const std::vector<std::span<const float>>& values,
+                                    std::span<const RowGradients> rows) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The dense variables' optimizer, sent with Init (PsClient::SetDenseOptimizer),
   // before Init. InvalidArgument for one ResolveOptimizerConfig refuses.
   absl::Status SetDenseOptimizer(const OptimizerConfig& optimizer) ABSL_LOCKS_EXCLUDED(mu_);

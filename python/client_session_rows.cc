@@ -31,6 +31,14 @@ absl::Status ClientSession::DeclareTables(const std::vector<std::pair<std::strin
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> ClientSession::InitWithRows(const std::vector<std::span<const float>>& values,
+                                                 std::span<const RowGradients> rows) {
+  absl::MutexLock lock(&mu_);
+  PST_RETURN_IF_ERROR(CheckNotEnded("init"));
+  PST_RETURN_IF_ERROR(CheckDeclared(values.size()));
+  return client_->Init(values, rows);
+}
+
 absl::Status ClientSession::SetDenseOptimizer(const OptimizerConfig& optimizer) {
   PST_RETURN_IF_ERROR(ResolveOptimizerConfig(optimizer).status());
   absl::MutexLock lock(&mu_);

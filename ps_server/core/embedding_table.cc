@@ -61,7 +61,44 @@ absl::Status EmbeddingTable::Initialize(const InitRequest& request) {
     std::unique_ptr<Optimizer> rule = *MakeOptimizer(spec.optimizer());  // resolved: valid
     tables.push_back(std::make_unique<Embedding>(std::move(spec), std::move(rule), options_.seed));
   }
+  for (const EmbeddingRows& part : request.rows()) {
+    auto it = std::find_if(tables.begin(), tables.end(),
+                           [&](const auto& t) { return t->config.name() == part.table(); });
+    if (it == tables.end()) return Invalid(part.table(), "initial rows of no table of the Init");
+    PST_RETURN_IF_ERROR(SeedRows(**it, part));
+  }
   Adopt(std::move(tables));
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::SeedRows(Embedding& table, const EmbeddingRows& part) const {
+  PST_RETURN_IF_ERROR(CheckIdBytes(part));
+  const int64_t n = IdCount(part.ids());
+  const size_t dim = table.dim();
+  if (DTypeBytes(part.dtype()) == 0 ||
+      static_cast<int64_t>(part.data().size()) != n * int64_t{table.dim()} * DTypeBytes(part.dtype())) {
+    return Invalid(part.table(), absl::StrCat("initial rows: ", n, " ids, but their data is not ",
+                                              n, " rows of ", dim, " values of a known dtype"));
+  }
+  if (table.rows.size() + n > table.config.max_rows_per_shard()) {
+    return Invalid(part.table(), absl::StrCat("initial rows: ", table.rows.size() + n,
+                                              " rows, more than max_rows_per_shard (",
+                                              table.config.max_rows_per_shard(), ")"));
+  }
+  std::vector<float> values(n * dim);
+  DecodeValues(part.data(), part.dtype(), values);
+  if (!AllFinite(values)) return Invalid(part.table(), "initial rows hold a non-finite value");
+  const std::vector<float> slots(table.slot_floats(), table.optimizer->InitialSlotValue());
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t id;
+    std::memcpy(&id, part.ids().data() + i * sizeof(uint64_t), sizeof(id));
+    PST_RETURN_IF_ERROR(CheckShard(table, id, "initial row"));
+    if (table.rows.Find(id) >= 0) {
+      return Invalid(part.table(), absl::StrCat("initial row id ", id, " given twice"));
+    }
+    table.rows.Add(id, {values.data() + i * dim, dim}, slots, 0);
+    ++table.rows_admitted;
+  }
   return absl::OkStatus();
 }
 

@@ -158,6 +158,10 @@ class EmbeddingTable final : public Table {
   int Find(absl::string_view name) const;
   // InvalidArgument unless `id` is this shard's.
   absl::Status CheckShard(const Embedding& table, uint64_t id, absl::string_view what) const;
+  // Adds an Init's initial rows of `table` (checked: ids of this shard,
+  // each once, finite values, within the row limit). InvalidArgument
+  // naming the table otherwise, with `table` then half seeded.
+  absl::Status SeedRows(Embedding& table, const EmbeddingRows& part) const;
   // Stages the update of rows `ids` by `gradients` (ids.size() x dim).
   // Rows one update may evict from `table` (when_full: evict).
   int64_t EvictionsPerUpdate(const Embedding& table) const;

@@ -239,15 +239,22 @@ class Client:
         """Whether shard ``shard``'s tensors travel through shared memory."""
         return self._session.uses_shared_memory(shard)
 
-    def init(self, values):
+    def init(self, values, rows=None):
         """Offers initial values (dict name -> array), declaring the variables
-        from them first if they are not yet. A shard that already holds
-        values keeps them (the first worker to arrive wins). Returns whether
-        shard 0 took these."""
+        from them first if they are not yet, and initial rows of embedding
+        tables (``rows``: dict table -> (ids, rows), float32 rows of the
+        table's dim; the other rows start from the PS's initial values). A
+        shard that already holds values keeps them (the first worker to
+        arrive wins). Returns whether shard 0 took these."""
         with self._setting_up:
             if not self.declared:
                 self.declare(values)
-        return self._session.init(self._ordered(values, readable, "initial value"))
+        ordered = self._ordered(values, readable, "initial value")
+        if not rows:
+            return self._session.init(ordered)
+        seeds = [(self._table(t), _ids(ids), readable(r))
+                 for t, (ids, r) in rows.items()]
+        return self._session.init_with_rows(ordered, seeds)
 
     # ---- training ------------------------------------------------------
     def pull(self, out=None):

@@ -4,9 +4,10 @@ embedding tables, for ``pstrain.torch.DistributedOptimizer``.
 Each such module's weight becomes a table of the parameter servers, named
 as ``named_parameters()`` names the weight and as wide as the module's
 ``embedding_dim``; its rows are addressed by the ids the module is called
-with (any 64-bit integers: ``num_embeddings`` bounds nothing), created on
-first update with the PS's deterministic initial values (the module's own
-initial weight is dropped), and trained row by row by the PS optimizer. The
+with (any 64-bit integers: ``num_embeddings`` bounds nothing), seeded
+with the module's own initial weight (rows 0 .. num_embeddings - 1, where
+the table fits in one Init; a larger one's rows start from the PS's
+deterministic initial values, and a warning says so), and trained row by row by the PS optimizer. The
 weight is never pulled whole: before each forward pass, a hook on the
 module pulls the rows of the unique ids of its input and calls the module
 on them, so the module's weight is a new parameter holding only those rows; on ``step()`` its
@@ -34,6 +35,7 @@ model; rows of ids outside ``num_embeddings`` stay on the shards only.
 """
 
 import json
+import sys
 
 import numpy as np
 import torch
@@ -50,6 +52,9 @@ class _Table:
         self.module = module
         self.weight = module.weight
         self.dim = module.embedding_dim
+        # The module's own initial rows, which the first worker's Init seeds
+        # the table with (dropped once offered).
+        self.initial = module.weight.detach().cpu().float().contiguous().numpy()
         self.ids = np.empty(0, np.int64)  # the rows the weight holds now
         self.client = None
         self.next_ids = None  # the next batch's unique ids, named before step()
@@ -159,6 +164,27 @@ class EmbeddingTables:
             client.declare_tables(tables, config)
         for table in self.tables:
             table.attach(client)
+
+    # A table's share of one Init: far under a shard's default request
+    # limit (--max_message_bytes), beside the dense variables.
+    SEED_BYTES = 16 << 20
+
+    def seeds(self):
+        """The tables' initial rows for ``Client.init``: table -> (ids,
+        rows), from each module's own weight; a table larger than
+        SEED_BYTES is left to the PS's initial values, with a warning."""
+        seeds = {}
+        for table in self.tables:
+            initial, table.initial = table.initial, None
+            if initial is None:
+                continue
+            if initial.nbytes > self.SEED_BYTES:
+                print(f"pstrain: embedding {table.name} ({initial.nbytes >> 20} MiB) is larger "
+                      "than one Init carries; its rows start from the parameter servers' initial "
+                      "values, not the module's", file=sys.stderr, flush=True)
+                continue
+            seeds[table.name] = (np.arange(len(initial), dtype=np.int64), initial)
+        return seeds
 
     def gradients(self):
         """The row gradients of the last backward pass: table -> (ids, rows)."""

@@ -41,7 +41,6 @@ import os
 import random
 import sys
 import time
-import weakref
 
 import torch
 from torch import nn
@@ -74,6 +73,9 @@ def prepare(*objects, client=None):
         raise TypeError("prepare(model, optimizer, ..., loader, ...): exactly one model and at "
                         "least one torch optimizer")
     leader = DistributedOptimizer(optimizers, models[0], client)
+    # Each returned optimizer shows its own groups, as the script's did: a
+    # scheduler made on the first schedules the first's rates only.
+    leader.param_groups = optimizers[0].param_groups
     prepared = []
     for o in objects:
         if isinstance(o, nn.Module):
@@ -131,7 +133,9 @@ class _Follower(torch.optim.Optimizer):
 
 # Optimizers whose job ends at the interpreter's exit, unless an uncaught
 # exception ended the script (the launcher then reports the script's error).
-_open_optimizers = weakref.WeakSet()
+# Held strongly: a script's optimizer is often a local of a function that
+# has returned by then. finish() lets go of it.
+_open_optimizers = set()
 _script_failed = False
 _excepthook = sys.excepthook
 
@@ -335,7 +339,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.client.declare({name: p.shape for name, p in self.parameters})
         if self._dense_optimizer is not None:
             self.client.set_optimizer(self._dense_optimizer)
-        self.client.init({name: p.detach().cpu() for name, p in self.parameters})
+        self.client.init({name: p.detach().cpu() for name, p in self.parameters},
+                         rows=self._tables.seeds())
         values, gradients = self.client.values, self.client.gradients
         if self.device == "cpu":
             self._staging = None
@@ -515,6 +520,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._check_bound()
         self.client.done()
         self._finished = True
+        _open_optimizers.discard(self)
         self._forward_hook.remove()
         if not self.client.is_chief:
             self._tables.load_whole()

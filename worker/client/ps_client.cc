@@ -305,14 +305,21 @@ absl::Status PsClient::SetUpdateRates(const std::optional<UpdateRates>& rates) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
+absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values,
+                                    std::span<const RowGradients> initial_rows) {
   if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
+  std::optional<RowSplit> seeds;
+  if (!initial_rows.empty()) {
+    PST_ASSIGN_OR_RETURN(seeds, RowSplit::Make(tables_, num_shards(), FLOAT32, initial_rows, {},
+                                               /*push_every_table=*/false));
+  }
   std::vector<InitResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     InitRequest request;
     request.set_worker(worker_);
     request.mutable_embeddings()->Assign(tables_.begin(), tables_.end());
     if (dense_optimizer_.has_value()) *request.mutable_optimizer() = *dense_optimizer_;
+    if (seeds.has_value()) *request.mutable_rows() = *seeds->push_rows(s);
     for (size_t i : shards_[s].slices) {
       const VariableSlice& slice = slices_[i];
       EncodeTensor(slice.name, slice.shape, values[slice.variable].subspan(slice.offset, slice.count),

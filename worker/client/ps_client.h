@@ -171,12 +171,14 @@ class PsClient {
   absl::StatusOr<RegisterResponse> Register();
 
   // Offers initial values (one span per variable), and the embedding
-  // tables, to every shard; a shard that already has values keeps them.
+  // tables with `initial_rows` (rows to start from, float32, each on its
+  // shard), to every shard; a shard that already has values keeps them.
   // Returns whether shard 0 accepted. FailedPrecondition, before any call,
   // if the placement leaves a shard without a part (a model with fewer rows
   // in all than there are shards) and the model has no embedding table
   // (with one, such a shard holds only rows).
-  absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values);
+  absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values,
+                            std::span<const RowGradients> initial_rows = {});
 
   // Pulls every variable into `out` (one span per variable, sized like the
   // variable), and the values of the rows `rows` names, waiting on shard s
