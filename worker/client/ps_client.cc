@@ -4,7 +4,6 @@
 #include <chrono>
 #include <limits>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -182,35 +181,23 @@ namespace {
 // Marks an error as a shard's answer (the value: the shard's index).
 constexpr char kShardAnswerPayload[] = "type.pstrain/shard_answer";
 
-// gRPC's own refusal of a message over its size limit ("Received message
-// larger than max (N vs. M)", or "Sent ..." on this side).
-bool IsMessageSizeRefusal(absl::string_view message) {
-  return absl::StrContains(message, "larger than max");
-}
-
 }  // namespace
 
 bool NamesItsShard(const absl::Status& status) {
   return status.GetPayload(kShardAnswerPayload).has_value();
 }
 
-bool IsTransientShardError(const absl::Status& status) {
-  if (absl::IsUnavailable(status)) return true;
-  if (!NamesItsShard(status)) return false;
-  switch (status.code()) {
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kNotFound:
-      return true;
-    case absl::StatusCode::kResourceExhausted:
-      return !IsMessageSizeRefusal(status.message());
-    default:
-      return false;
-  }
+std::optional<TransientRefusal> TransientRefusalOf(const absl::Status& status) {
+  if (status.ok()) return std::nullopt;
+  if (std::optional<TransientRefusal> marked = MarkedTransient(status)) return marked;
+  if (absl::IsUnavailable(status)) return TransientRefusal::kRestarting;
+  if (absl::IsCancelled(status) && NamesItsShard(status)) return TransientRefusal::kRestarting;
+  return std::nullopt;
 }
 
 absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
-  absl::Status answer(status.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
-                                                  "): ", status.message()));
+  absl::Status answer = Reworded(
+      status, absl::StrCat("ps:", shard, " (", shards_[shard].address, "): ", status.message()));
   answer.SetPayload(kShardAnswerPayload, absl::Cord(absl::StrCat(shard)));
   return answer;
 }
@@ -286,11 +273,12 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
       PrepareContext(&context, kRpcDeadline);
       grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
       // Init is the one call that carries a shard's whole share at once, so
-      // gRPC's refusal of a message over its size limit is about the share;
-      // any other RESOURCE_EXHAUSTED (the shard short of memory or busy
-      // with other Inits) is the shard's to explain, in its own words.
+      // a RESOURCE_EXHAUSTED the shard did not mark as an overload
+      // (common/transient_refusal.h) is gRPC's refusal of a message over
+      // its size limit: about the share. A marked one (the shard busy with
+      // other Inits) is the shard's to explain, in its own words.
       if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-          IsMessageSizeRefusal(rpc.error_message())) {
+          !MarkedTransient(FromGrpcStatus(rpc)).has_value()) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "ps:", s, " (", shards_[s].address, "): its share of the model (",
             request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "

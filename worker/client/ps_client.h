@@ -53,6 +53,7 @@
 #include "common/shared_memory.h"
 #include "common/tensor_stream.h"
 #include "common/thread_pool.h"
+#include "common/transient_refusal.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "placement/placement.h"
@@ -67,12 +68,16 @@
 namespace pst {
 
 // Whether a failed call is a refusal a worker waits out instead of the end
-// of its run: a shard away or restarting (UNAVAILABLE, or CANCELLED as it
-// stops), busy (RESOURCE_EXHAUSTED, unless a request passed a size limit,
-// which no retry changes), or no longer holding the worker's shared region
-// (NOT_FOUND). Of the last three, only errors a shard answered count
-// (PsClient marks them); UNAVAILABLE is transient wherever it arises.
-bool IsTransientShardError(const absl::Status& status);
+// of its run, and which: what the shard marked (common/transient_refusal.h:
+// overloaded, its region lost, restarting), or by code alone a shard away
+// or restarting (UNAVAILABLE wherever it arises, or CANCELLED where a shard
+// ended the call as it stopped). Anything else is not: a size limit (an
+// unmarked RESOURCE_EXHAUSTED), NOT_FOUND without the mark, a bad request.
+// Never read from the message.
+std::optional<TransientRefusal> TransientRefusalOf(const absl::Status& status);
+inline bool IsTransientShardError(const absl::Status& status) {
+  return TransientRefusalOf(status).has_value();
+}
 // Whether `status` already names the shard it came from (PsClient made it
 // a shard's error), so that no caller names it twice.
 bool NamesItsShard(const absl::Status& status);

@@ -146,9 +146,9 @@ absl::Status PsClient::LeaveRegionAfterFailure(int s, absl::Status failure) {
   Shard& shard = shards_[s];
   shard.region_attached = false;
   if (absl::Status detached = shard.region->Detach(); !detached.ok()) {
-    return absl::Status(failure.code(),
-                        absl::StrCat(failure.message(), "; and the shared region could not be "
-                                     "moved away from the shard: ", detached.message()));
+    return Reworded(failure, absl::StrCat(failure.message(),
+                                          "; and the shared region could not be moved away "
+                                          "from the shard: ", detached.message()));
   }
   return failure;
 }

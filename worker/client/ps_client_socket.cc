@@ -307,7 +307,8 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
   // gone, so the caller may change or free its gradients (and the next call
   // reuse `encoded`) as soon as it returns.
   AwaitPushReleased(s, open->sent);
-  if (open->shared && absl::IsNotFound(status) && may_attach_again) {
+  if (open->shared && MarkedTransient(status) == TransientRefusal::kRegionLost &&
+      may_attach_again) {
     // The shard no longer knows the region (it restarted): it refused the
     // call before reading anything, so attach a new one and call again.
     shards_[s].region_attached = false;
