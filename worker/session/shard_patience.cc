@@ -1,4 +1,4 @@
-#include "worker/training/shard_patience.h"
+#include "worker/session/shard_patience.h"
 
 #include <algorithm>
 
