@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "python/binding.h"
-#include "python/client_session.h"
+#include "worker/session/client_session.h"
 
 namespace py = pybind11;
 
