@@ -1,4 +1,4 @@
-#include "worker/client/ps_client.h"
+#include "worker/client/shard_channel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -31,15 +31,15 @@ constexpr int64_t kNoLimit = int64_t{1} << 60;
 
 }  // namespace
 
-void PsClient::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
+void ShardChannel::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
   AddProcessSession(context);
 }
 
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+absl::StatusOr<std::unique_ptr<ShardChannel>> ShardChannel::Connect(
     const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
     const ClusterSecurity& security) {
-  std::unique_ptr<PsClient> client(new PsClient(worker));
+  std::unique_ptr<ShardChannel> client(new ShardChannel(worker));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -81,20 +81,20 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
-void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
+void ShardChannel::SetVariables(const std::vector<VariableSpec>& variables) {
   slices_ = PlaceModel(variables, num_shards());
   for (Shard& shard : shards_) shard.slices.clear();
   for (size_t i = 0; i < slices_.size(); ++i) shards_[slices_[i].shard].slices.push_back(i);
 }
 
-int PsClient::FindEmbeddingTable(absl::string_view name) const {
+int ShardChannel::FindEmbeddingTable(absl::string_view name) const {
   for (size_t t = 0; t < tables_.size(); ++t) {
     if (tables_[t].name() == name) return static_cast<int>(t);
   }
   return -1;
 }
 
-absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowGradients> push,
+absl::StatusOr<std::optional<RowSplit>> ShardChannel::SplitRows(std::span<const RowGradients> push,
                                                             std::span<const RowValues> pull,
                                                             bool pushes) const {
   if (push.empty() && pull.empty() && (!pushes || tables_.empty())) return std::nullopt;
@@ -139,7 +139,7 @@ absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowG
   return split;
 }
 
-absl::Status PsClient::PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
+absl::Status ShardChannel::PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
                                          absl::Duration timeout) {
   static const std::vector<std::span<float>> kNoVariables;
   int parts = 0;
@@ -164,7 +164,7 @@ absl::Status PsClient::PullRemainingRows(RowSplit* split, const std::vector<int6
   return absl::OkStatus();
 }
 
-void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
+void ShardChannel::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
   if (!split) return;
   for (ShardExchange& exchange : *exchanges) {
     exchange.rows = &*split;
@@ -172,7 +172,7 @@ void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExcha
   }
 }
 
-absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
+absl::Status ShardChannel::ShardError(int shard, const grpc::Status& status) const {
   return ShardError(shard, FromGrpcStatus(status));
 }
 
@@ -195,7 +195,7 @@ std::optional<TransientRefusal> TransientRefusalOf(const absl::Status& status) {
   return std::nullopt;
 }
 
-absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
+absl::Status ShardChannel::ShardError(int shard, const absl::Status& status) const {
   absl::Status answer = Reworded(
       status, absl::StrCat("ps:", shard, " (", shards_[shard].address, "): ", status.message()));
   answer.SetPayload(kShardAnswerPayload, absl::Cord(absl::StrCat(shard)));
@@ -203,7 +203,7 @@ absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
 }
 
 template <typename Call>
-absl::Status PsClient::Patiently(Call call) {
+absl::Status ShardChannel::Patiently(Call call) {
   absl::Status status = call();
   if (status.ok() || !IsTransientShardError(status) || call_patience_ <= absl::ZeroDuration()) {
     return status;
@@ -217,7 +217,7 @@ absl::Status PsClient::Patiently(Call call) {
 }
 
 template <typename Call>
-absl::Status PsClient::ForEachShard(Call call) {
+absl::Status ShardChannel::ForEachShard(Call call) {
   std::vector<absl::Status> results(shards_.size());
   std::vector<ThreadPool::Task> tasks;
   for (size_t s = 1; s < shards_.size(); ++s) {
@@ -231,7 +231,7 @@ absl::Status PsClient::ForEachShard(Call call) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegisterResponse> PsClient::Register() {
+absl::StatusOr<RegisterResponse> ShardChannel::Register() {
   std::vector<RegisterResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
     grpc::ClientContext context;
@@ -256,7 +256,7 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
   return responses[0];
 }
 
-absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values) {
+absl::StatusOr<bool> ShardChannel::Init(const std::vector<std::span<const float>>& values) {
   if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
   std::vector<InitResponse> responses(shards_.size());
   absl::Status status = ForEachShard([&](int s) {
@@ -292,13 +292,13 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
   return responses[0].accepted();
 }
 
-int64_t PsClient::WireBytes(int shard) const {
+int64_t ShardChannel::WireBytes(int shard) const {
   int64_t bytes = 0;
   for (size_t i : shards_[shard].slices) bytes += slices_[i].count * DTypeBytes(wire_dtype_);
   return bytes;
 }
 
-absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+absl::Status ShardChannel::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
                             const std::vector<std::span<float>>& out,
                             std::vector<int64_t>* versions, std::span<const RowValues> rows) {
   PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
@@ -317,7 +317,7 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+absl::Status ShardChannel::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
                                 std::span<const RowValues> rows, std::vector<int64_t>* versions) {
   PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
   static const std::vector<std::span<float>> kNoVariables;
@@ -336,7 +336,7 @@ absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
+PullRequest ShardChannel::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
   PullRequest request;
   request.set_worker(worker_);
   request.set_min_version(min_version);
@@ -345,7 +345,7 @@ PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeou
   return request;
 }
 
-absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
+absl::Status ShardChannel::Push(const std::vector<int64_t>& computed_at,
                             const std::vector<std::span<const float>>& gradients,
                             std::vector<PushResponse>* responses,
                             std::span<const RowGradients> rows) {
@@ -363,7 +363,7 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
   return RunExchanges(exchanges);
 }
 
-absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
+absl::Status ShardChannel::PushRows(const std::vector<int64_t>& computed_at,
                                 std::span<const RowGradients> rows,
                                 std::vector<PushResponse>* responses) {
   if (tables_.empty()) {
@@ -382,7 +382,7 @@ absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
   return RunExchanges(exchanges);
 }
 
-absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
+absl::Status ShardChannel::PushPull(const std::vector<int64_t>& computed_at,
                                 const std::vector<std::span<const float>>& gradients,
                                 const std::vector<int64_t>& min_versions, absl::Duration timeout,
                                 const std::vector<std::span<float>>& out,
@@ -409,11 +409,11 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-absl::Status PsClient::Heartbeat() {
+absl::Status ShardChannel::Heartbeat() {
   return ForEachShard([&](int s) { return Heartbeat(s); });
 }
 
-absl::Status PsClient::Heartbeat(int s) {
+absl::Status ShardChannel::Heartbeat(int s) {
   HeartbeatRequest request;
   request.set_worker(worker_);
   HeartbeatResponse response;
@@ -423,7 +423,7 @@ absl::Status PsClient::Heartbeat(int s) {
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
-absl::Status PsClient::Done() {
+absl::Status ShardChannel::Done() {
   return ForEachShard([&](int s) {
     return Patiently([&] {
       DoneRequest request;
@@ -437,7 +437,7 @@ absl::Status PsClient::Done() {
   });
 }
 
-absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
+absl::StatusOr<StatsResponse> ShardChannel::Stats(int shard) {
   StatsResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
@@ -446,7 +446,7 @@ absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
   return response;
 }
 
-absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t known_changes,
+absl::StatusOr<StatsResponse> ShardChannel::AwaitWorkersDone(int shard, int64_t known_changes,
                                                          absl::Duration timeout) {
   AwaitWorkersDoneRequest request;
   request.set_known_changes(known_changes);
@@ -465,7 +465,7 @@ absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t know
   return response;
 }
 
-absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
+absl::StatusOr<CheckpointResponse> ShardChannel::Checkpoint(int shard) {
   CheckpointResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
@@ -474,7 +474,7 @@ absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
   return response;
 }
 
-absl::Status PsClient::Shutdown(int shard) {
+absl::Status ShardChannel::Shutdown(int shard) {
   ShutdownResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "grpcpp/server_builder.h"
+#include "ps.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "rpc/grpc_status.h"
 
