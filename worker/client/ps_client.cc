@@ -233,15 +233,14 @@ absl::Status ShardChannel::ForEachShard(Call call) {
 
 absl::StatusOr<RegisterResponse> ShardChannel::Register() {
   std::vector<RegisterResponse> responses(shards_.size());
-  absl::Status status = ForEachShard([&](int s) {
+  PST_RETURN_IF_ERROR(ForEachShard([&](int s) {
     grpc::ClientContext context;
     PrepareContext(&context, kRpcDeadline);
     RegisterRequest request;
     request.set_worker(worker_);
     grpc::Status rpc = shards_[s].stub->Register(&context, request, &responses[s]);
     return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
-  });
-  if (!status.ok()) return status;
+  }));
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (responses[s].max_request_bytes() > 0) {
       shards_[s].max_request_bytes = responses[s].max_request_bytes();
@@ -259,7 +258,7 @@ absl::StatusOr<RegisterResponse> ShardChannel::Register() {
 absl::StatusOr<bool> ShardChannel::Init(const std::vector<std::span<const float>>& values) {
   if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
   std::vector<InitResponse> responses(shards_.size());
-  absl::Status status = ForEachShard([&](int s) {
+  PST_RETURN_IF_ERROR(ForEachShard([&](int s) {
     InitRequest request;
     request.set_worker(worker_);
     request.mutable_embeddings()->Assign(tables_.begin(), tables_.end());
@@ -287,8 +286,7 @@ absl::StatusOr<bool> ShardChannel::Init(const std::vector<std::span<const float>
       }
       return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
     });
-  });
-  if (!status.ok()) return status;
+  }));
   return responses[0].accepted();
 }
 

@@ -67,12 +67,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainingConfig& training) {
   switch (dataset.kind_case()) {
     case DatasetConfig::kFashionMnist: {
       const FashionMnistConfig& fm = dataset.fashion_mnist();
-      absl::StatusOr<Dataset> train = LoadFashionMnist(fm.dir(), true, fm.train_limit());
-      if (!train.ok()) return train.status();
-      absl::StatusOr<Dataset> test = LoadFashionMnist(fm.dir(), false);
-      if (!test.ok()) return test.status();
-      data.train = std::move(*train);
-      data.test = std::move(*test);
+      PST_ASSIGN_OR_RETURN(data.train, LoadFashionMnist(fm.dir(), true, fm.train_limit()));
+      PST_ASSIGN_OR_RETURN(data.test, LoadFashionMnist(fm.dir(), false));
       return data;
     }
     case DatasetConfig::kQuadratic:
