@@ -11,7 +11,7 @@
 #include "google/protobuf/util/json_util.h"
 
 #include "python/binding.h"
-#include "python/client_session.h"
+#include "worker/session/client_session.h"
 
 namespace py = pybind11;
 

@@ -1,5 +1,5 @@
 // pstrain._pstrain: the Python binding of a worker's session with the PS
-// shards (python/client_session.h). It only translates: buffers in (any
+// shards (worker/session/client_session.h). It only translates: buffers in (any
 // object with the buffer protocol holding C-contiguous float32, read where
 // it lies), NumPy views out (the session's tensors, where they lie), an
 // absl::Status as a pstrain.Error (python/pstrain/errors.py), and every wait
@@ -24,8 +24,9 @@
 #include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
 #include "python/binding.h"
-#include "python/client_session.h"
+#include "worker/session/client_session.h"
 #include "python/telemetry_binding.h"
+#include "python/worker_telemetry.h"
 
 namespace py = pybind11;
 
@@ -123,6 +124,8 @@ PYBIND11_MODULE(_pstrain, m) {
               py::gil_scoped_release unlocked;
               session = ClientSession::Open(config, task, absl::Seconds(connect_timeout));
             }
+            // Its metrics are named after the worker before any exchange.
+            if (session.ok()) pst::NameWorkerProcess((*session)->worker());
             return pst::ValueOrThrow(std::move(session));
           },
           py::arg("config"), py::arg("task"), py::arg("connect_timeout"))

@@ -6,7 +6,7 @@
 // tags are the C++ worker's, so pslaunch's --metrics_port and --logdir
 // serve a cluster.worker_command job as they serve the built-in one.
 //
-// The exchanges record their own metrics (python/client_session.h); this
+// The exchanges record their own metrics (worker/session/client_session.h); this
 // adds the training loop's: progress windows (loss, throughput, staleness,
 // gradient norms) and evaluations, and keeps them as the curve points a
 // worker result carries.

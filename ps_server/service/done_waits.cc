@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/transient_refusal.h"
 #include "rpc/grpc_status.h"
 
 namespace pst {
@@ -86,11 +87,12 @@ void DoneWaits::Serve(Call* call, std::optional<int> worker, absl::Time deadline
     if (!worker) {
       // Each observer costs a waiter that every change of the shard looks at.
       if (observers_ >= observer_cap_) {
-        call->Finish(grpc::Status(
-            grpc::StatusCode::RESOURCE_EXHAUSTED,
-            absl::StrCat("this PS already has ", observer_cap_,
-                         " AwaitWorkersDone calls of observers waiting, its limit "
-                         "(--max_streams); try again later, or name the worker you wait as")));
+        call->Finish(ToGrpcStatus(MarkTransient(
+            absl::ResourceExhaustedError(absl::StrCat(
+                "this PS already has ", observer_cap_,
+                " AwaitWorkersDone calls of observers waiting, its limit "
+                "(--max_streams); try again later, or name the worker you wait as")),
+            TransientRefusal::kOverloaded)));
         return;
       }
       ++observers_;

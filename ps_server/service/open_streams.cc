@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/transient_refusal.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -53,10 +54,12 @@ std::unique_ptr<OpenStreams::Stream> OpenStreams::Admit(
       }
       if (oldest != nullptr) {
         CountRefusal();
-        oldest->ended_ = absl::ResourceExhaustedError(absl::StrCat(
-            "this exchange had not named its worker when ", unnamed_,
-            " such exchanges were open, this PS's limit (--max_streams), and a newer one "
-            "came; try again"));
+        oldest->ended_ = MarkTransient(
+            absl::ResourceExhaustedError(absl::StrCat(
+                "this exchange had not named its worker when ", unnamed_,
+                " such exchanges were open, this PS's limit (--max_streams), and a newer one "
+                "came; try again")),
+            TransientRefusal::kOverloaded);
         ReleaseLocked(oldest);
         end_displaced = oldest->end_call_;
         displaced_status = oldest->ended_;
@@ -101,17 +104,19 @@ absl::Status OpenStreams::Stream::ClaimWorker(int worker) {
   if (claimed_worker_ || released_) return absl::OkStatus();
   if (owner_->named_ >= owner_->limits_.max_streams) {
     owner_->CountRefusal();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this PS already serves ", owner_->named_,
-        " exchanges, its limit (--max_streams); try again later"));
+    return MarkTransient(absl::ResourceExhaustedError(absl::StrCat(
+                             "this PS already serves ", owner_->named_,
+                             " exchanges, its limit (--max_streams); try again later")),
+                         TransientRefusal::kOverloaded);
   }
   int& open = owner_->per_worker_[worker];
   if (open >= owner_->limits_.max_streams_per_worker) {
     if (open == 0) owner_->per_worker_.erase(worker);
     owner_->CountRefusal();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "worker:", worker, " already has ", open,
-        " exchanges open on this PS, its limit (--max_streams_per_worker)"));
+    return MarkTransient(absl::ResourceExhaustedError(absl::StrCat(
+                             "worker:", worker, " already has ", open,
+                             " exchanges open on this PS, its limit (--max_streams_per_worker)")),
+                         TransientRefusal::kOverloaded);
   }
   ++open;
   --owner_->unnamed_;
@@ -129,10 +134,11 @@ absl::Status OpenStreams::Stream::ReservePushBuffer(int64_t bytes) {
   // pushes down instead of refusing them all.
   if (held > 0 && held + bytes > budget) {
     owner_->CountRefusal();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the pushes this PS is receiving already hold ", held, " bytes; ", bytes,
-        " more would pass its budget of ", budget,
-        " (--max_push_buffer_bytes); try again later"));
+    return MarkTransient(absl::ResourceExhaustedError(absl::StrCat(
+                             "the pushes this PS is receiving already hold ", held, " bytes; ",
+                             bytes, " more would pass its budget of ", budget,
+                             " (--max_push_buffer_bytes); try again later")),
+                         TransientRefusal::kOverloaded);
   }
   owner_->push_buffer_bytes_ += bytes;
   reserved_bytes_ += bytes;

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/process_memory.h"
 #include "common/status_macros.h"
+#include "common/transient_refusal.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/service/chunk_streams.h"
@@ -274,8 +275,10 @@ void ParameterServerService::ServeCheckpoint(Call<CheckpointRequest, CheckpointR
     return;
   }
   if (checkpointing_.exchange(true)) {
-    call->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              "a checkpoint is being written already; ask again once it is done"));
+    call->Finish(ToGrpcStatus(MarkTransient(
+        absl::ResourceExhaustedError(
+            "a checkpoint is being written already; ask again once it is done"),
+        TransientRefusal::kOverloaded)));
     return;
   }
   // Writing may take long: never on a queue thread.

@@ -8,6 +8,7 @@
 #include "common/region_handoff.h"
 #include "common/security.h"
 #include "common/status_macros.h"
+#include "common/transient_refusal.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -118,8 +119,10 @@ uint64_t ShmRegions::Install(int worker, std::unique_ptr<OpenedRegion> region) {
     attached.claimed = false;
   }
   for (Parked& parked : replaced) {
-    std::move(parked.on_claimed)(absl::NotFoundError(absl::StrCat(
-        "worker ", worker, "'s shared region was replaced while an exchange waited for it")));
+    std::move(parked.on_claimed)(MarkTransient(
+        absl::NotFoundError(absl::StrCat(
+            "worker ", worker, "'s shared region was replaced while an exchange waited for it")),
+        TransientRefusal::kRegionLost));
   }
   spdlog::info("worker {} moves tensors through a {} shared region ({} bytes)", worker,
                sealed ? "sealed" : "named", bytes);
@@ -134,8 +137,10 @@ absl::StatusOr<ShmRegions::Claim> ShmRegions::TryClaim(uint64_t handle, int work
     if (candidate.handle == handle && handle != 0) attached = &candidate;
   }
   if (attached == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "no shared region ", handle, " here (the PS restarted, or the worker attached another)"));
+    return MarkTransient(absl::NotFoundError(absl::StrCat(
+                             "no shared region ", handle,
+                             " here (the PS restarted, or the worker attached another)")),
+                         TransientRefusal::kRegionLost);
   }
   if (attached - by_worker_.data() != worker) {
     return absl::PermissionDeniedError(

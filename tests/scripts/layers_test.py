@@ -23,11 +23,12 @@ LAYERS = {
                           "consistency", "placement", "rpc"},
     "worker/client": {"placement", "rpc"},
     "worker/report": {"worker/client"},
+    "worker/session": {"worker/client", "consistency", "placement"},
     "worker/model": {"kernels", "placement", "data"},
-    "worker/training": {"worker/client", "worker/report", "worker/model", "consistency",
-                        "kernels", "placement", "data"},
-    "worker/process": {"worker/client", "worker/report", "worker/model", "worker/training",
-                       "consistency", "kernels", "placement", "data", "rpc"},
+    "worker/training": {"worker/client", "worker/session", "worker/report", "worker/model",
+                        "consistency", "kernels", "placement", "data"},
+    "worker/process": {"worker/client", "worker/session", "worker/report", "worker/model",
+                       "worker/training", "consistency", "kernels", "placement", "data", "rpc"},
 }
 NO_GRPC = {"consistency", "ps_server/optimizers", "ps_server/core", "ps_server/shm"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -1,11 +1,9 @@
-#include "worker/client/ps_client.h"
+#include "worker/client/shard_channel.h"
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -33,15 +31,15 @@ constexpr int64_t kNoLimit = int64_t{1} << 60;
 
 }  // namespace
 
-void PsClient::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
+void ShardChannel::PrepareContext(grpc::ClientContext* context, absl::Duration from_now) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + from_now));
   AddProcessSession(context);
 }
 
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
+absl::StatusOr<std::unique_ptr<ShardChannel>> ShardChannel::Connect(
     const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
     const ClusterSecurity& security) {
-  std::unique_ptr<PsClient> client(new PsClient(worker));
+  std::unique_ptr<ShardChannel> client(new ShardChannel(worker));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -83,7 +81,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
   return client;
 }
 
-void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
+void ShardChannel::SetVariables(const std::vector<VariableSpec>& variables) {
   slices_ = PlaceModel(variables, num_shards());
   variable_names_.clear();
   for (const VariableSpec& v : variables) variable_names_.push_back(v.name);
@@ -91,14 +89,14 @@ void PsClient::SetVariables(const std::vector<VariableSpec>& variables) {
   for (size_t i = 0; i < slices_.size(); ++i) shards_[slices_[i].shard].slices.push_back(i);
 }
 
-int PsClient::FindEmbeddingTable(absl::string_view name) const {
+int ShardChannel::FindEmbeddingTable(absl::string_view name) const {
   for (size_t t = 0; t < tables_.size(); ++t) {
     if (tables_[t].name() == name) return static_cast<int>(t);
   }
   return -1;
 }
 
-absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowGradients> push,
+absl::StatusOr<std::optional<RowSplit>> ShardChannel::SplitRows(std::span<const RowGradients> push,
                                                             std::span<const RowValues> pull,
                                                             bool pushes) const {
   if (push.empty() && pull.empty() && (!pushes || tables_.empty())) return std::nullopt;
@@ -143,7 +141,7 @@ absl::StatusOr<std::optional<RowSplit>> PsClient::SplitRows(std::span<const RowG
   return split;
 }
 
-absl::Status PsClient::PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
+absl::Status ShardChannel::PullRemainingRows(RowSplit* split, const std::vector<int64_t>& versions,
                                          absl::Duration timeout) {
   static const std::vector<std::span<float>> kNoVariables;
   int parts = 0;
@@ -168,7 +166,7 @@ absl::Status PsClient::PullRemainingRows(RowSplit* split, const std::vector<int6
   return absl::OkStatus();
 }
 
-void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
+void ShardChannel::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExchange>* exchanges) {
   if (!split) return;
   for (ShardExchange& exchange : *exchanges) {
     exchange.rows = &*split;
@@ -176,7 +174,7 @@ void PsClient::AttachRows(std::optional<RowSplit>& split, std::vector<ShardExcha
   }
 }
 
-absl::Status PsClient::ShardError(int shard, const grpc::Status& status) const {
+absl::Status ShardChannel::ShardError(int shard, const grpc::Status& status) const {
   return ShardError(shard, FromGrpcStatus(status));
 }
 
@@ -185,41 +183,29 @@ namespace {
 // Marks an error as a shard's answer (the value: the shard's index).
 constexpr char kShardAnswerPayload[] = "type.pstrain/shard_answer";
 
-// gRPC's own refusal of a message over its size limit ("Received message
-// larger than max (N vs. M)", or "Sent ..." on this side).
-bool IsMessageSizeRefusal(absl::string_view message) {
-  return absl::StrContains(message, "larger than max");
-}
-
 }  // namespace
 
 bool NamesItsShard(const absl::Status& status) {
   return status.GetPayload(kShardAnswerPayload).has_value();
 }
 
-bool IsTransientShardError(const absl::Status& status) {
-  if (absl::IsUnavailable(status)) return true;
-  if (!NamesItsShard(status)) return false;
-  switch (status.code()) {
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kNotFound:
-      return true;
-    case absl::StatusCode::kResourceExhausted:
-      return !IsMessageSizeRefusal(status.message());
-    default:
-      return false;
-  }
+std::optional<TransientRefusal> TransientRefusalOf(const absl::Status& status) {
+  if (status.ok()) return std::nullopt;
+  if (std::optional<TransientRefusal> marked = MarkedTransient(status)) return marked;
+  if (absl::IsUnavailable(status)) return TransientRefusal::kRestarting;
+  if (absl::IsCancelled(status) && NamesItsShard(status)) return TransientRefusal::kRestarting;
+  return std::nullopt;
 }
 
-absl::Status PsClient::ShardError(int shard, const absl::Status& status) const {
-  absl::Status answer(status.code(), absl::StrCat("ps:", shard, " (", shards_[shard].address,
-                                                  "): ", status.message()));
+absl::Status ShardChannel::ShardError(int shard, const absl::Status& status) const {
+  absl::Status answer = Reworded(
+      status, absl::StrCat("ps:", shard, " (", shards_[shard].address, "): ", status.message()));
   answer.SetPayload(kShardAnswerPayload, absl::Cord(absl::StrCat(shard)));
   return answer;
 }
 
 template <typename Call>
-absl::Status PsClient::Patiently(Call call) {
+absl::Status ShardChannel::Patiently(Call call) {
   absl::Status status = call();
   if (status.ok() || !IsTransientShardError(status) || call_patience_ <= absl::ZeroDuration()) {
     return status;
@@ -233,7 +219,7 @@ absl::Status PsClient::Patiently(Call call) {
 }
 
 template <typename Call>
-absl::Status PsClient::ForEachShard(Call call) {
+absl::Status ShardChannel::ForEachShard(Call call) {
   std::vector<absl::Status> results(shards_.size());
   std::vector<ThreadPool::Task> tasks;
   for (size_t s = 1; s < shards_.size(); ++s) {
@@ -247,17 +233,16 @@ absl::Status PsClient::ForEachShard(Call call) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegisterResponse> PsClient::Register() {
+absl::StatusOr<RegisterResponse> ShardChannel::Register() {
   std::vector<RegisterResponse> responses(shards_.size());
-  absl::Status status = ForEachShard([&](int s) {
+  PST_RETURN_IF_ERROR(ForEachShard([&](int s) {
     grpc::ClientContext context;
     PrepareContext(&context, kRpcDeadline);
     RegisterRequest request;
     request.set_worker(worker_);
     grpc::Status rpc = shards_[s].stub->Register(&context, request, &responses[s]);
     return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
-  });
-  if (!status.ok()) return status;
+  }));
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (responses[s].max_request_bytes() > 0) {
       shards_[s].max_request_bytes = responses[s].max_request_bytes();
@@ -272,41 +257,8 @@ absl::StatusOr<RegisterResponse> PsClient::Register() {
   return responses[0];
 }
 
-absl::Status PsClient::SetUpdateRates(const std::optional<UpdateRates>& rates) {
-  std::vector<std::optional<UpdateRates>> per_shard(shards_.size());
-  if (rates.has_value()) {
-    absl::flat_hash_set<std::string> known;
-    known.insert(variable_names_.begin(), variable_names_.end());
-    for (const EmbeddingTableConfig& table : tables_) known.insert(table.name());
-    for (const auto* rate_map : {&rates->learning_rates(), &rates->weight_decays()}) {
-      for (const auto& [name, rate] : *rate_map) {
-        if (!known.contains(name)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "an optimizer rate names \"", name, "\", which is no variable or table of the model"));
-        }
-      }
-    }
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      UpdateRates& shard = per_shard[s].emplace();
-      if (rates->has_clip_norm()) shard.set_clip_norm(rates->clip_norm());
-      const auto copy = [&](const std::string& from, const std::string& to) {
-        if (auto it = rates->learning_rates().find(from); it != rates->learning_rates().end()) {
-          (*shard.mutable_learning_rates())[to] = it->second;
-        }
-        if (auto it = rates->weight_decays().find(from); it != rates->weight_decays().end()) {
-          (*shard.mutable_weight_decays())[to] = it->second;
-        }
-      };
-      for (size_t i : shards_[s].slices) copy(variable_names_[slices_[i].variable], slices_[i].name);
-      for (const EmbeddingTableConfig& table : tables_) copy(table.name(), table.name());
-    }
-  }
-  for (size_t s = 0; s < shards_.size(); ++s) shards_[s].rates = std::move(per_shard[s]);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& values,
-                                    std::span<const RowGradients> initial_rows) {
+absl::StatusOr<bool> ShardChannel::Init(const std::vector<std::span<const float>>& values,
+                                        std::span<const RowGradients> initial_rows) {
   if (tables_.empty()) PST_RETURN_IF_ERROR(CheckEveryShardHoldsASlice(slices_, num_shards()));
   std::optional<RowSplit> seeds;
   if (!initial_rows.empty()) {
@@ -314,7 +266,7 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
                                                /*push_every_table=*/false));
   }
   std::vector<InitResponse> responses(shards_.size());
-  absl::Status status = ForEachShard([&](int s) {
+  PST_RETURN_IF_ERROR(ForEachShard([&](int s) {
     InitRequest request;
     request.set_worker(worker_);
     request.mutable_embeddings()->Assign(tables_.begin(), tables_.end());
@@ -330,11 +282,12 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
       PrepareContext(&context, kRpcDeadline);
       grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
       // Init is the one call that carries a shard's whole share at once, so
-      // gRPC's refusal of a message over its size limit is about the share;
-      // any other RESOURCE_EXHAUSTED (the shard short of memory or busy
-      // with other Inits) is the shard's to explain, in its own words.
+      // a RESOURCE_EXHAUSTED the shard did not mark as an overload
+      // (common/transient_refusal.h) is gRPC's refusal of a message over
+      // its size limit: about the share. A marked one (the shard busy with
+      // other Inits) is the shard's to explain, in its own words.
       if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-          IsMessageSizeRefusal(rpc.error_message())) {
+          !MarkedTransient(FromGrpcStatus(rpc)).has_value()) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "ps:", s, " (", shards_[s].address, "): its share of the model (",
             request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "
@@ -343,18 +296,17 @@ absl::StatusOr<bool> PsClient::Init(const std::vector<std::span<const float>>& v
       }
       return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
     });
-  });
-  if (!status.ok()) return status;
+  }));
   return responses[0].accepted();
 }
 
-int64_t PsClient::WireBytes(int shard) const {
+int64_t ShardChannel::WireBytes(int shard) const {
   int64_t bytes = 0;
   for (size_t i : shards_[shard].slices) bytes += slices_[i].count * DTypeBytes(wire_dtype_);
   return bytes;
 }
 
-absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+absl::Status ShardChannel::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
                             const std::vector<std::span<float>>& out,
                             std::vector<int64_t>* versions, std::span<const RowValues> rows) {
   PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
@@ -373,7 +325,7 @@ absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Dura
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
+absl::Status ShardChannel::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
                                 std::span<const RowValues> rows, std::vector<int64_t>* versions) {
   PST_ASSIGN_OR_RETURN(std::optional<RowSplit> split, SplitRows({}, rows, /*pushes=*/false));
   static const std::vector<std::span<float>> kNoVariables;
@@ -392,7 +344,7 @@ absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
+PullRequest ShardChannel::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
   PullRequest request;
   request.set_worker(worker_);
   request.set_min_version(min_version);
@@ -401,7 +353,7 @@ PullRequest PsClient::MakePullRequest(int64_t min_version, absl::Duration timeou
   return request;
 }
 
-absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
+absl::Status ShardChannel::Push(const std::vector<int64_t>& computed_at,
                             const std::vector<std::span<const float>>& gradients,
                             std::vector<PushResponse>* responses,
                             std::span<const RowGradients> rows) {
@@ -419,7 +371,7 @@ absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
   return RunExchanges(exchanges);
 }
 
-absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
+absl::Status ShardChannel::PushRows(const std::vector<int64_t>& computed_at,
                                 std::span<const RowGradients> rows,
                                 std::vector<PushResponse>* responses) {
   if (tables_.empty()) {
@@ -438,7 +390,7 @@ absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
   return RunExchanges(exchanges);
 }
 
-absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
+absl::Status ShardChannel::PushPull(const std::vector<int64_t>& computed_at,
                                 const std::vector<std::span<const float>>& gradients,
                                 const std::vector<int64_t>& min_versions, absl::Duration timeout,
                                 const std::vector<std::span<float>>& out,
@@ -465,11 +417,11 @@ absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-absl::Status PsClient::Heartbeat() {
+absl::Status ShardChannel::Heartbeat() {
   return ForEachShard([&](int s) { return Heartbeat(s); });
 }
 
-absl::Status PsClient::Heartbeat(int s) {
+absl::Status ShardChannel::Heartbeat(int s) {
   HeartbeatRequest request;
   request.set_worker(worker_);
   HeartbeatResponse response;
@@ -479,7 +431,7 @@ absl::Status PsClient::Heartbeat(int s) {
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
-absl::Status PsClient::Done() {
+absl::Status ShardChannel::Done() {
   return ForEachShard([&](int s) {
     return Patiently([&] {
       DoneRequest request;
@@ -493,7 +445,7 @@ absl::Status PsClient::Done() {
   });
 }
 
-absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
+absl::StatusOr<StatsResponse> ShardChannel::Stats(int shard) {
   StatsResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
@@ -502,7 +454,7 @@ absl::StatusOr<StatsResponse> PsClient::Stats(int shard) {
   return response;
 }
 
-absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t known_changes,
+absl::StatusOr<StatsResponse> ShardChannel::AwaitWorkersDone(int shard, int64_t known_changes,
                                                          absl::Duration timeout) {
   AwaitWorkersDoneRequest request;
   request.set_known_changes(known_changes);
@@ -521,7 +473,7 @@ absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t know
   return response;
 }
 
-absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
+absl::StatusOr<CheckpointResponse> ShardChannel::Checkpoint(int shard) {
   CheckpointResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
@@ -530,7 +482,7 @@ absl::StatusOr<CheckpointResponse> PsClient::Checkpoint(int shard) {
   return response;
 }
 
-absl::Status PsClient::Shutdown(int shard) {
+absl::Status ShardChannel::Shutdown(int shard) {
   ShutdownResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);

@@ -1,4 +1,4 @@
-// PsClient::BeginExchange: a step's exchange fed layer by layer
+// ShardChannel::BeginExchange: a step's exchange fed layer by layer
 // (worker/client/step_exchange.h), as one Exchange call per shard.
 #include <algorithm>
 #include <optional>
@@ -8,14 +8,14 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "rpc/chunk_wire.h"
-#include "worker/client/ps_client.h"
+#include "worker/client/shard_channel.h"
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
 
 class LayerwiseExchange final : public StepExchange {
  public:
-  LayerwiseExchange(PsClient* client, std::vector<int64_t> computed_at,
+  LayerwiseExchange(ShardChannel* client, std::vector<int64_t> computed_at,
                     std::vector<std::span<const float>> gradients, const std::vector<int>& push_order,
                     std::vector<int64_t> min_versions, absl::Duration timeout,
                     std::vector<std::span<float>> out, std::optional<RowSplit> rows);
@@ -38,7 +38,7 @@ class LayerwiseExchange final : public StepExchange {
     PayloadPin sent = std::make_shared<char>(0);
     PullRequest pull;
     // Written by the answer's events; read by Finish once the call is over.
-    PsClient::StreamedAnswer answer;
+    ShardChannel::StreamedAnswer answer;
     std::unique_ptr<ShardCall> call;
   };
 
@@ -52,7 +52,7 @@ class LayerwiseExchange final : public StepExchange {
   // Ends every call still open and waits for them.
   void Cancel();
 
-  PsClient* const client_;
+  ShardChannel* const client_;
   const std::vector<int64_t> computed_at_;
   const std::vector<std::span<const float>> gradients_;
   const std::vector<int64_t> min_versions_;
@@ -70,7 +70,7 @@ class LayerwiseExchange final : public StepExchange {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
 
-LayerwiseExchange::LayerwiseExchange(PsClient* client, std::vector<int64_t> computed_at,
+LayerwiseExchange::LayerwiseExchange(ShardChannel* client, std::vector<int64_t> computed_at,
                                      std::vector<std::span<const float>> gradients,
                                      const std::vector<int>& push_order,
                                      std::vector<int64_t> min_versions, absl::Duration timeout,
@@ -86,7 +86,7 @@ LayerwiseExchange::LayerwiseExchange(PsClient* client, std::vector<int64_t> comp
       calls_(client->shards_.size()) {
   absl::MutexLock lock(&mu_);
   slices_left_.assign(out_.size(), 0);
-  for (const PsClient::Shard& shard : client->shards_) final_.emplace_back(shard.slices.size(), false);
+  for (const ShardChannel::Shard& shard : client->shards_) final_.emplace_back(shard.slices.size(), false);
   for (int variable : push_order) {
     for (size_t i = 0; i < client_->slices_.size(); ++i) {
       const VariableSlice& slice = client_->slices_[i];
@@ -104,14 +104,14 @@ LayerwiseExchange::~LayerwiseExchange() {
 void LayerwiseExchange::Start() {
   for (size_t s = 0; s < calls_.size(); ++s) {
     Call& call = calls_[s];
-    PsClient::Shard& shard = client_->shards_[s];
+    ShardChannel::Shard& shard = client_->shards_[s];
     // The answer in the shard's own slice order: the model's, first layer first.
     call.pull = client_->MakePullRequest(min_versions_[s], timeout_);
     for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
     if (rows_) rows_->MovePullRows(static_cast<int>(s), /*part=*/0, &call.pull);
     const int shard_index = static_cast<int>(s);
     call.call = std::make_unique<ShardCall>(
-        shard.generic.get(), &client_->driver_, timeout_ + PsClient::kRpcDeadline,
+        shard.generic.get(), &client_->driver_, timeout_ + ShardChannel::kRpcDeadline,
         [this, shard_index](grpc::ByteBuffer* message) { return TakeAnswer(shard_index, message); },
         [this, shard_index](const absl::Status& status) { Ended(shard_index, status); });
     call.call->Start();
@@ -294,7 +294,7 @@ void LayerwiseExchange::Cancel() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<StepExchange>> PsClient::BeginExchange(
+absl::StatusOr<std::unique_ptr<StepExchange>> ShardChannel::BeginExchange(
     const std::vector<int64_t>& computed_at, const std::vector<std::span<const float>>& gradients,
     const std::vector<int>& push_order, const std::vector<int64_t>& min_versions,
     absl::Duration timeout, const std::vector<std::span<float>>& out, const StepRows& rows) {

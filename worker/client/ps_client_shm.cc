@@ -1,4 +1,4 @@
-// PsClient's same-host path: an exchange whose tensors move through a
+// ShardChannel's same-host path: an exchange whose tensors move through a
 // shared region (common/shared_memory.h), gRPC carrying only names, shapes,
 // offsets and versions.
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "common/tensor_codec.h"
 #include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
-#include "worker/client/ps_client.h"
+#include "worker/client/shard_channel.h"
 
 namespace pst {
 
@@ -30,7 +30,7 @@ bool IsRefusal(const grpc::Status& status) {
 
 }  // namespace
 
-absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
+absl::StatusOr<bool> ShardChannel::UseSharedMemory(int s) {
   Shard& shard = shards_[s];
   // Rows travel in the headers: a shard holding only rows has no use for a region.
   if (transport_ == Transport::kTcp || shard.shm_refused || shard.slices.empty()) return false;
@@ -95,7 +95,7 @@ absl::StatusOr<bool> PsClient::UseSharedMemory(int s) {
   return true;
 }
 
-grpc::Status PsClient::OfferRegion(int s, const std::string& boot_id, uint64_t* handle) {
+grpc::Status ShardChannel::OfferRegion(int s, const std::string& boot_id, uint64_t* handle) {
   Shard& shard = shards_[s];
   SharedRegion& region = *shard.region;
   ShmAttachRequest request;
@@ -142,18 +142,18 @@ grpc::Status PsClient::OfferRegion(int s, const std::string& boot_id, uint64_t* 
   return rpc;
 }
 
-absl::Status PsClient::LeaveRegionAfterFailure(int s, absl::Status failure) {
+absl::Status ShardChannel::LeaveRegionAfterFailure(int s, absl::Status failure) {
   Shard& shard = shards_[s];
   shard.region_attached = false;
   if (absl::Status detached = shard.region->Detach(); !detached.ok()) {
-    return absl::Status(failure.code(),
-                        absl::StrCat(failure.message(), "; and the shared region could not be "
-                                     "moved away from the shard: ", detached.message()));
+    return Reworded(failure, absl::StrCat(failure.message(),
+                                          "; and the shared region could not be moved away "
+                                          "from the shard: ", detached.message()));
   }
   return failure;
 }
 
-absl::StatusOr<PsClient::Tensors> PsClient::AllocateTensors() {
+absl::StatusOr<ShardChannel::Tensors> ShardChannel::AllocateTensors() {
   std::vector<int64_t> elements;  // per variable
   std::vector<int> pieces;        // slices per variable
   for (const VariableSlice& slice : slices_) {
@@ -200,7 +200,7 @@ absl::StatusOr<PsClient::Tensors> PsClient::AllocateTensors() {
   return tensors;
 }
 
-grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExchange* open) {
+grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, OpenExchange* open) {
   Shard& shard = shards_[exchange.shard];
   const std::span<char> region = shard.region->bytes();
   const int element_bytes = DTypeBytes(wire_dtype_);
@@ -255,7 +255,7 @@ grpc::ByteBuffer PsClient::SharedRequest(const ShardExchange& exchange, OpenExch
   return builder.Finish();
 }
 
-absl::Status PsClient::TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open) {
+absl::Status ShardChannel::TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open) {
   const int s = exchange.shard;
   Shard& shard = shards_[s];
   const int element_bytes = DTypeBytes(wire_dtype_);

@@ -1,4 +1,4 @@
-// PsClient's exchanges (Pull, Push and PushPull, one Exchange call per
+// ShardChannel's exchanges (Pull, Push and PushPull, one Exchange call per
 // shard): starting them all, reading their answers, and the messages of an
 // exchange over the socket.
 #include <optional>
@@ -8,12 +8,12 @@
 #include "common/tensor_stream.h"
 #include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
-#include "worker/client/ps_client.h"
+#include "worker/client/shard_channel.h"
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
 
-absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header, bool rows_only,
+absl::Status ShardChannel::CheckPullHeader(int s, const PullResponse& header, bool rows_only,
                                        std::vector<size_t>* order) const {
   const Shard& shard = shards_[s];
   const size_t expected = rows_only ? 0 : shard.slices.size();
@@ -48,7 +48,7 @@ absl::Status PsClient::CheckPullHeader(int s, const PullResponse& header, bool r
   return absl::OkStatus();
 }
 
-absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
+absl::Status ShardChannel::TakePullChunk(int s, const ReceivedChunk& chunk,
                                      const std::vector<std::span<float>>& out,
                                      StreamedAnswer* answer, std::vector<size_t>* completed) {
   Shard& shard = shards_[s];
@@ -98,7 +98,7 @@ absl::Status PsClient::TakePullChunk(int s, const ReceivedChunk& chunk,
   return absl::OkStatus();
 }
 
-bool PsClient::WritePushChunks(int s, int64_t computed_at,
+bool ShardChannel::WritePushChunks(int s, int64_t computed_at,
                                const std::vector<std::span<const float>>& gradients,
                                const std::vector<size_t>& header_order, size_t first, size_t end,
                                const PullRequest* pull, EmbeddingRowsList* rows,
@@ -168,7 +168,7 @@ bool PsClient::WritePushChunks(int s, int64_t computed_at,
   return true;
 }
 
-void PsClient::AwaitPushReleased(int s, const PayloadPin& sent) {
+void ShardChannel::AwaitPushReleased(int s, const PayloadPin& sent) {
   const absl::Time deadline = absl::Now() + kReleaseTimeout;
   auto released = [&sent] { return sent.use_count() == 1; };
   // A release is no event of the queue: it is looked for after each one,
@@ -184,7 +184,7 @@ void PsClient::AwaitPushReleased(int s, const PayloadPin& sent) {
   }
 }
 
-absl::Status PsClient::TakeAnswer(int s, grpc::ByteBuffer* message, bool shared,
+absl::Status ShardChannel::TakeAnswer(int s, grpc::ByteBuffer* message, bool shared,
                                   const std::vector<std::span<float>>* out,
                                   StreamedAnswer* answer, std::vector<size_t>* completed) {
   ReceivedChunk chunk;
@@ -209,7 +209,7 @@ absl::Status PsClient::TakeAnswer(int s, grpc::ByteBuffer* message, bool shared,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::RunExchanges(const std::vector<ShardExchange>& exchanges) {
+absl::Status ShardChannel::RunExchanges(const std::vector<ShardExchange>& exchanges) {
   std::vector<std::unique_ptr<OpenExchange>> open(exchanges.size());
   std::vector<absl::Status> results(exchanges.size());
   // Every shard's call is started before any is waited for: they all run
@@ -241,7 +241,7 @@ absl::Status PsClient::RunExchanges(const std::vector<ShardExchange>& exchanges)
   return absl::OkStatus();
 }
 
-std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExchange& exchange,
+std::unique_ptr<ShardChannel::OpenExchange> ShardChannel::StartExchange(const ShardExchange& exchange,
                                                                  bool shared) {
   const int s = exchange.shard;
   Shard& shard = shards_[s];
@@ -298,7 +298,7 @@ std::unique_ptr<PsClient::OpenExchange> PsClient::StartExchange(const ShardExcha
   return open;
 }
 
-absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchange* open,
+absl::Status ShardChannel::FinishExchange(const ShardExchange& exchange, OpenExchange* open,
                                       bool may_attach_again) {
   const int s = exchange.shard;
   absl::Status status = open->call->Wait();
@@ -309,7 +309,8 @@ absl::Status PsClient::FinishExchange(const ShardExchange& exchange, OpenExchang
   // gone, so the caller may change or free its gradients (and the next call
   // reuse `encoded`) as soon as it returns.
   AwaitPushReleased(s, open->sent);
-  if (open->shared && absl::IsNotFound(status) && may_attach_again) {
+  if (open->shared && MarkedTransient(status) == TransientRefusal::kRegionLost &&
+      may_attach_again) {
     // The shard no longer knows the region (it restarted): it refused the
     // call before reading anything, so attach a new one and call again.
     shards_[s].region_attached = false;

@@ -6,22 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/model/mlp_layer.h"
 
 namespace pst {
 
-// Device buffers of one dense layer, sized for max_batch rows.
-struct Mlp::Layer {
-  int in = 0;
-  int out = 0;
-  float* weights = nullptr;       // [in, out]
-  float* bias = nullptr;          // [out], null without bias
-  float* weights_grad = nullptr;  // [in, out]
-  float* bias_grad = nullptr;     // [out]
-  float* output = nullptr;        // [max_batch, out], after the activation
-  float* output_grad = nullptr;   // [max_batch, out], d loss / d pre-activation
-  int weights_var = -1;           // index into variables_
-  int bias_var = -1;
-};
 
 Mlp::Mlp(MlpSpec spec, Kernels* kernels, int max_batch)
     : spec_(std::move(spec)), kernels_(kernels), max_batch_(max_batch) {}
@@ -70,36 +58,25 @@ absl::Status Mlp::AllocateBuffers() {
                                  std::pair{&layer.weights_grad, w_size},
                                  std::pair{&layer.output, act_size},
                                  std::pair{&layer.output_grad, act_size}}) {
-      absl::StatusOr<float*> buffer = allocate(count);
-      if (!buffer.ok()) return buffer.status();
-      *target = *buffer;
+      PST_ASSIGN_OR_RETURN(*target, allocate(count));
     }
     layer.weights_var = static_cast<int>(variables_.size());
     variables_.push_back({absl::StrCat("dense_", l, "/kernel"), {layer.in, layer.out}});
     if (spec_.use_bias) {
       for (float** target : {&layer.bias, &layer.bias_grad}) {
-        absl::StatusOr<float*> buffer = allocate(layer.out);
-        if (!buffer.ok()) return buffer.status();
-        *target = *buffer;
+        PST_ASSIGN_OR_RETURN(*target, allocate(layer.out));
       }
       layer.bias_var = static_cast<int>(variables_.size());
       variables_.push_back({absl::StrCat("dense_", l, "/bias"), {layer.out}});
     }
     layers_.push_back(layer);
   }
-  absl::StatusOr<float*> x = allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
-  if (!x.ok()) return x.status();
-  device_x_ = *x;
+  PST_ASSIGN_OR_RETURN(device_x_, allocate(static_cast<size_t>(max_batch_) * spec_.input_dim));
   if (spec_.input_gradient) {
-    absl::StatusOr<float*> input_grad =
-        allocate(static_cast<size_t>(max_batch_) * spec_.input_dim);
-    if (!input_grad.ok()) return input_grad.status();
-    input_grad_ = *input_grad;
+    PST_ASSIGN_OR_RETURN(input_grad_, allocate(static_cast<size_t>(max_batch_) * spec_.input_dim));
   }
   const int target_width = spec_.loss == LossKind::kSoftmaxCrossEntropy ? 1 : spec_.output_dim;
-  absl::StatusOr<float*> targets = allocate(static_cast<size_t>(max_batch_) * target_width);
-  if (!targets.ok()) return targets.status();
-  device_targets_ = *targets;
+  PST_ASSIGN_OR_RETURN(device_targets_, allocate(static_cast<size_t>(max_batch_) * target_width));
   auto allocate_host = [this](size_t count) -> absl::StatusOr<std::span<float>> {
     absl::StatusOr<float*> buffer = kernels_->AllocateHost(count);
     if (!buffer.ok()) return buffer.status();
@@ -125,131 +102,20 @@ absl::Status Mlp::AllocateBuffers() {
   } else {
     for (const VariableSpec& v : variables_) {
       for (std::vector<std::span<float>>* spans : {&host_params_, &host_grads_}) {
-        absl::StatusOr<std::span<float>> buffer = allocate_host(static_cast<size_t>(v.size()));
-        if (!buffer.ok()) return buffer.status();
-        spans->push_back(*buffer);
+        PST_ASSIGN_OR_RETURN(spans->emplace_back(), allocate_host(static_cast<size_t>(v.size())));
       }
     }
   }
-  absl::StatusOr<std::unique_ptr<QueueMarker>> marker = kernels_->NewMarker();
-  if (!marker.ok()) return marker.status();
-  upload_done_ = std::move(*marker);
+  PST_ASSIGN_OR_RETURN(upload_done_, kernels_->NewMarker());
   if (kernels_->ComputesOnHostMemory()) {  // batches are computed on where they are staged
     host_input_ = {device_x_, static_cast<size_t>(max_batch_) * spec_.input_dim};
     host_targets_ = {device_targets_, static_cast<size_t>(max_batch_) * target_width};
     return absl::OkStatus();
   }
-  absl::StatusOr<std::span<float>> input =
-      allocate_host(static_cast<size_t>(max_batch_) * spec_.input_dim);
-  if (!input.ok()) return input.status();
-  host_input_ = *input;
-  absl::StatusOr<std::span<float>> host_targets =
-      allocate_host(static_cast<size_t>(max_batch_) * target_width);
-  if (!host_targets.ok()) return host_targets.status();
-  host_targets_ = *host_targets;
-  return absl::OkStatus();
-}
-
-absl::Status Mlp::ReadParametersOf(const Mlp& source) {
-  if (!kernels_->ComputesOnHostMemory() || !source.kernels_->ComputesOnHostMemory()) {
-    return absl::FailedPreconditionError(
-        "only models on backends that compute on host memory can share parameters");
-  }
-  if (source.variables_.size() != variables_.size() || source.layers_.size() != layers_.size()) {
-    return absl::InvalidArgumentError("cannot share the parameters of a model of another shape");
-  }
-  for (size_t i = 0; i < variables_.size(); ++i) {
-    if (source.variables_[i].shape != variables_[i].shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot share the parameters of a model of another shape: ", variables_[i].name));
-    }
-  }
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    layers_[l].weights = source.layers_[l].weights;
-    layers_[l].bias = source.layers_[l].bias;
-  }
-  host_params_ = source.host_params_;
-  return absl::OkStatus();
-}
-
-absl::Status Mlp::ComputeInRowsOf(Mlp& source, int first_row) {
-  if (!kernels_->ComputesOnHostMemory() || !source.kernels_->ComputesOnHostMemory()) {
-    return absl::FailedPreconditionError(
-        "only models on backends that compute on host memory can share rows");
-  }
-  if (source.layers_.size() != layers_.size() || source.spec_.input_dim != spec_.input_dim) {
-    return absl::InvalidArgumentError("cannot compute in the rows of a model of another shape");
-  }
-  if (first_row < 0 || first_row + max_batch_ > source.max_batch_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rows [", first_row, ", ", first_row + max_batch_,
-                     ") are outside the source model's ", source.max_batch_));
-  }
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    if (source.layers_[l].out != layers_[l].out) {
-      return absl::InvalidArgumentError("cannot compute in the rows of a model of another shape");
-    }
-  }
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const size_t offset = static_cast<size_t>(first_row) * layers_[l].out;
-    layers_[l].output = source.layers_[l].output + offset;
-    layers_[l].output_grad = source.layers_[l].output_grad + offset;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Mlp::AllocateFrom(TensorAllocator& allocator) {
-  if (!kernels_->ComputesOnHostMemory()) {
-    return absl::FailedPreconditionError(
-        "only a model on a backend that computes on host memory can compute in place");
-  }
-  std::vector<std::span<float>> parameters, gradients;
-  for (size_t i = 0; i < variables_.size(); ++i) {
-    PST_ASSIGN_OR_RETURN(TensorAllocator::Memory memory,
-                         allocator.Allocate(static_cast<int>(i), variables_[i]));
-    parameters.push_back(memory.values);
-    gradients.push_back(memory.gradient);
-  }
-  return PlaceTensors(parameters, gradients);
-}
-
-absl::Status Mlp::PlaceTensors(std::span<const std::span<float>> parameters,
-                               std::span<const std::span<float>> gradients) {
-  if (!kernels_->ComputesOnHostMemory()) {
-    return absl::FailedPreconditionError(
-        "only a model on a backend that computes on host memory can compute in place");
-  }
-  auto check = [&](std::span<const std::span<float>> spans) -> absl::Status {
-    if (spans.size() != variables_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(spans.size(), " spans for a model of ",
-                                                     variables_.size(), " variables"));
-    }
-    for (size_t i = 0; i < variables_.size(); ++i) {
-      if (static_cast<int64_t>(spans[i].size()) != variables_[i].size()) {
-        return absl::InvalidArgumentError(absl::StrCat("a span of ", spans[i].size(),
-                                                       " floats for ", variables_[i].name,
-                                                       ", which has ", variables_[i].size()));
-      }
-    }
-    return absl::OkStatus();
-  };
-  PST_RETURN_IF_ERROR(check(parameters));
-  if (!gradients.empty()) {
-    PST_RETURN_IF_ERROR(check(gradients));
-  }
-  for (size_t i = 0; i < variables_.size(); ++i) {
-    std::copy(host_params_[i].begin(), host_params_[i].end(), parameters[i].begin());
-    host_params_[i] = parameters[i];
-    if (!gradients.empty()) host_grads_[i] = gradients[i];
-  }
-  for (Layer& layer : layers_) {
-    layer.weights = host_params_[layer.weights_var].data();
-    layer.weights_grad = host_grads_[layer.weights_var].data();
-    if (layer.bias_var >= 0) {
-      layer.bias = host_params_[layer.bias_var].data();
-      layer.bias_grad = host_grads_[layer.bias_var].data();
-    }
-  }
+  PST_ASSIGN_OR_RETURN(host_input_,
+                       allocate_host(static_cast<size_t>(max_batch_) * spec_.input_dim));
+  PST_ASSIGN_OR_RETURN(host_targets_,
+                       allocate_host(static_cast<size_t>(max_batch_) * target_width));
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -103,11 +104,10 @@ absl::StatusOr<std::optional<PlantedModel>> PrepareCtrFiles(const TrainingConfig
   }
   spdlog::info("generating {} and {} from a planted model ({})", data.train_file(),
                data.test_file(), OptionsFingerprint(options));
-  absl::StatusOr<PlantedModel> planted =
-      GenerateCtrFiles(options, data.train_file(), data.test_file());
-  if (!planted.ok()) return planted.status();
-  if (absl::Status s = WritePlantedRecord(data.test_file(), options, *planted); !s.ok()) return s;
-  return std::optional<PlantedModel>(*planted);
+  PST_ASSIGN_OR_RETURN(PlantedModel planted,
+                       GenerateCtrFiles(options, data.train_file(), data.test_file()));
+  PST_RETURN_IF_ERROR(WritePlantedRecord(data.test_file(), options, planted));
+  return std::optional<PlantedModel>(planted);
 }
 
 }  // namespace pst

@@ -1,7 +1,7 @@
 #include "worker/training/ctr_trainer.h"
 
 #include <algorithm>
-#include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,9 +13,9 @@
 #include "common/tensor_codec.h"
 #include "data/auc.h"
 #include "spdlog/spdlog.h"
-#include "worker/training/ctr_data.h"
-#include "worker/training/shard_patience.h"
+#include "worker/client/ps_client.h"
 #include "worker/client/worker_metrics.h"
+#include "worker/training/ctr_data.h"
 
 namespace pst {
 namespace {
@@ -45,22 +45,10 @@ CtrTrainer::CtrTrainer(const JobConfig& config, int rank, PsClient* client, Kern
                        std::optional<PlantedModel> planted)
     : config_(config), rank_(rank), client_(client), kernels_(kernels), planted_(planted) {}
 
-absl::Duration CtrTrainer::PullTimeout() const {
-  return absl::Seconds(config_.training().pull_timeout_seconds());
-}
-
-std::vector<int64_t> CtrTrainer::MinVersionsAfter(const std::vector<int64_t>& computed_at) const {
-  std::vector<int64_t> min_versions = computed_at;
-  for (int64_t& v : min_versions) v = policy_->MinVersionAfterPush(v);
-  return min_versions;
-}
-
 absl::Status CtrTrainer::Setup() {
   const TrainingConfig& training = config_.training();
   const int workers = config_.cluster().workers();
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<ConsistencyPolicy> policy,
-                       MakeConsistencyPolicy(ConsistencyOptionsFromConfig(config_)));
-  policy_ = std::move(policy);
+  PST_ASSIGN_OR_RETURN(session_, TrainingSession::Create(config_, rank_, client_));
   const int batch = training.batch_size();
   PST_ASSIGN_OR_RETURN(model_, CtrModel::Create(CtrModelSpecFor(training), kernels_,
                                                 std::max(batch, kCtrEvalBatch)));
@@ -87,22 +75,7 @@ absl::Status CtrTrainer::Setup() {
   deep_table_ = client_->FindEmbeddingTable(training.model().ctr().table());
   wide_table_ = model_->spec().wide ? client_->FindEmbeddingTable(training.model().ctr().wide_table())
                                     : -1;
-  client_->set_wire_dtype(WireDType(training.wire_dtype()));
-  client_->set_transport(config_.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
-                                                            : PsClient::Transport::kAuto);
-  absl::StatusOr<RegisterResponse> view = client_->Register();
-  if (!view.ok() && IsTransientShardError(view.status())) {
-    spdlog::info("waiting for the parameter servers ({})", std::string(view.status().message()));
-    Retry retry = NewRetry(PullTimeout(), rank_);
-    view = RegisterPatiently(client_, view.status(), &retry);
-  }
-  if (!view.ok()) return view.status();
-  if (view->mode() != training.mode() || view->workers() != workers) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ps:0 runs ", ModeName(view->mode()), " mode with ", view->workers(),
-        " worker(s) but this worker's config says ", ModeName(training.mode()), " with ", workers,
-        "; start every task from the same config"));
-  }
+  PST_ASSIGN_OR_RETURN(RegisterResponse view, session_->Join());
   if (kernels_->ComputesOnHostMemory()) {
     PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());
     PST_RETURN_IF_ERROR(mlp.PlaceTensors(tensors.values, tensors.gradients));
@@ -112,22 +85,20 @@ absl::Status CtrTrainer::Setup() {
     gradients_.push_back(mlp.HostGradient(i));
     variable_names_.push_back(mlp.variables()[i].name);
   }
-  std::vector<std::vector<float>> initial = mlp.InitialValues(training.seed());
-  std::vector<std::span<const float>> initial_spans(initial.begin(), initial.end());
-  PST_ASSIGN_OR_RETURN(bool accepted, client_->Init(initial_spans));
+  PST_ASSIGN_OR_RETURN(bool accepted, session_->Init([&mlp, seed = training.seed()] {
+    return mlp.InitialValues(seed);
+  }));
   spdlog::info("worker:{} registered: {} mode, {} worker(s), {} shard(s), CTR model of {} dense "
                "parameters, {} steps per epoch{}",
-               rank_, ModeName(view->mode()), view->workers(), client_->num_shards(),
+               rank_, ModeName(view.mode()), view.workers(), client_->num_shards(),
                mlp.num_parameters(), steps_per_epoch_,
                accepted ? " (initialized the variables)" : "");
-  versions_.assign(client_->num_shards(), 0);
-  next_min_.assign(client_->num_shards(), 0);
   progress_ = std::make_unique<Progress>(live_progress_ && Progress::IsTerminal(),
                                          steps_per_epoch_ * training.epochs(), kernels_->Name());
   recorder_ = std::make_unique<RunRecorder>(is_chief() ? events_ : nullptr);
-  if (view->worker_clock() > 0) {
+  if (view.worker_clock() > 0) {
     spdlog::info("worker:{} rejoins after {} steps; it trains its share from the first epoch "
-                 "again, on the shards' model", rank_, view->worker_clock());
+                 "again, on the shards' model", rank_, view.worker_clock());
   }
   return absl::OkStatus();
 }
@@ -156,7 +127,6 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
   const TrainingConfig& training = config_.training();
   const int batch = training.batch_size();
   const int log_every = training.log_every_steps();
-  Mlp& mlp = model_->mlp();
   PST_RETURN_IF_ERROR(reader_->Rewind());
   auto filled = [&](Slot* slot) -> absl::Status {
     absl::Status s = Fill(reader_.get(), batch, slot);
@@ -168,11 +138,6 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
     return s;
   };
   PST_RETURN_IF_ERROR(filled(&slots_[0]));
-  PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
-  PST_RETURN_IF_ERROR(
-      client_->Pull(next_min_, PullTimeout(), parameters_, &versions_, slots_[0].values));
-  PST_RETURN_IF_ERROR(mlp.UploadParameters());
-  std::vector<PushResponse> responses;
   double epoch_loss = 0.0;
   double window_loss = 0.0;
   const absl::Time epoch_start = absl::Now();
@@ -180,34 +145,20 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
   for (int64_t step = 0; step < steps_per_epoch_; ++step) {
     const absl::Time step_start = absl::Now();
     Slot& current = slots_[step % 2];
-    Slot& next = slots_[(step + 1) % 2];
-    PST_ASSIGN_OR_RETURN(LossResult loss,
-                         model_->ComputeGradients(current.batch, current.input, current.rows,
-                                                  current.wide, current.row_grads,
-                                                  current.wide_grads));
-    const bool more = step + 1 < steps_per_epoch_;
-    if (more) PST_RETURN_IF_ERROR(filled(&next));
-    // Step s's gradients out, step s+1's rows and the parameters back.
-    const std::vector<int64_t> computed_at = versions_;
-    const absl::Time push_start = absl::Now();
-    PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
-    StepRows rows{current.gradients, more ? std::span<const RowValues>(next.values)
-                                          : std::span<const RowValues>()};
-    PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients_, MinVersionsAfter(computed_at),
-                                          PullTimeout(), parameters_, &versions_, &responses,
-                                          rows));
-    next_min_ = versions_;
-    WorkerMetrics& metrics = GetWorkerMetrics();
-    metrics.push_seconds.Observe(SecondsSince(push_start));
-    RecordVersions(versions_);
-    window_staleness_ += RecordPushes(computed_at, responses);
-    PST_RETURN_IF_ERROR(mlp.UploadParameters());
-    metrics.step_seconds.Observe(SecondsSince(step_start));
-    metrics.steps.Increment();
-    metrics.samples.Increment(batch);
-
-    epoch_loss += loss.loss;
-    window_loss += loss.loss;
+    Slot* next = step + 1 < steps_per_epoch_ ? &slots_[(step + 1) % 2] : nullptr;
+    // The next batch is read once, whatever happens to this step.
+    if (next != nullptr) PST_RETURN_IF_ERROR(filled(next));
+    absl::StatusOr<LossResult> loss;
+    // The epoch's first step reads its rows; a step redone after a refusal
+    // reads the parameters and its rows again.
+    bool read_rows = step == 0;
+    PST_RETURN_IF_ERROR(session_->Redo([&] {
+      loss = RunStep(current, next, std::exchange(read_rows, true));
+      return loss.status();
+    }));
+    session_->CountStep(step_start, batch);
+    epoch_loss += loss->loss;
+    window_loss += loss->loss;
     result->set_steps(result->steps() + 1);
     result->set_samples(result->samples() + batch);
     const bool window_end = (step + 1) % log_every == 0 || step + 1 == steps_per_epoch_;
@@ -215,7 +166,7 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
       const int64_t in_window = (step % log_every) + 1;
       progress_->Report(
           {epoch, training.epochs(), step + 1, steps_per_epoch_, window_loss / in_window,
-           in_window * batch / SecondsSince(window_start), versions_[0]},
+           in_window * batch / SecondsSince(window_start), session_->versions()[0]},
           epoch * steps_per_epoch_ + step + 1);
     }
     if (window_end) {
@@ -223,9 +174,9 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
       RecordGradientNorms(variable_names_, gradients_);
       recorder_->OnWindow({epoch * steps_per_epoch_ + step + 1, window_loss / in_window,
                            in_window * batch / SecondsSince(window_start),
-                           static_cast<double>(window_staleness_) / in_window, versions_[0]},
+                           static_cast<double>(session_->TakeStaleness()) / in_window,
+                           session_->versions()[0]},
                           result);
-      window_staleness_ = 0;
       window_loss = 0.0;
       window_start = absl::Now();
     }
@@ -240,14 +191,36 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<LossResult> CtrTrainer::RunStep(Slot& current, Slot* next, bool read_rows) {
+  Mlp& mlp = model_->mlp();
+  if (read_rows || !session_->parameters_current()) {
+    PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
+    PST_RETURN_IF_ERROR(session_->Exchange({.values = &parameters_, .pull_rows = current.values}));
+    PST_RETURN_IF_ERROR(mlp.UploadParameters());
+  }
+  PST_ASSIGN_OR_RETURN(LossResult loss,
+                       model_->ComputeGradients(current.batch, current.input, current.rows,
+                                                current.wide, current.row_grads,
+                                                current.wide_grads));
+  if (before_push_) before_push_();
+  // Step s's gradients out, step s+1's rows and the parameters back.
+  PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
+  PST_RETURN_IF_ERROR(session_->Exchange(
+      {.gradients = &gradients_,
+       .push_rows = current.gradients,
+       .values = &parameters_,
+       .pull_rows = next != nullptr ? std::span<const RowValues>(next->values)
+                                    : std::span<const RowValues>()}));
+  PST_RETURN_IF_ERROR(mlp.UploadParameters());
+  return loss;
+}
+
 absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
   const TrainingConfig& training = config_.training();
-  PST_ASSIGN_OR_RETURN(WorkersAtEnd workers,
-                       AwaitAllWorkersDone(client_, config_.cluster().workers(), PullTimeout()));
+  PST_ASSIGN_OR_RETURN(WorkersAtEnd workers, session_->AwaitWorkersDone());
   Mlp& mlp = model_->mlp();
-  const std::vector<int64_t> any_version(versions_.size(), 0);
   PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
-  PST_RETURN_IF_ERROR(client_->Pull(any_version, PullTimeout(), parameters_, &versions_));
+  PST_RETURN_IF_ERROR(session_->Exchange({.values = &parameters_}));
   PST_RETURN_IF_ERROR(mlp.UploadParameters());
   const CtrDataConfig& data = training.dataset().ctr();
   PST_ASSIGN_OR_RETURN(std::unique_ptr<CtrReader> test,
@@ -255,7 +228,6 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
   std::vector<float> probabilities;
   std::vector<float> labels;
   std::vector<float> part;
-  std::vector<int64_t> row_versions;
   double loss_sum = 0.0;
   const absl::Time start = absl::Now();
   Slot& slot = slots_[0];
@@ -263,7 +235,7 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
     absl::Status filled = Fill(test.get(), kCtrEvalBatch, &slot);
     if (absl::IsOutOfRange(filled)) break;
     PST_RETURN_IF_ERROR(filled);
-    PST_RETURN_IF_ERROR(client_->PullRows(any_version, PullTimeout(), slot.values, &row_versions));
+    PST_RETURN_IF_ERROR(session_->Exchange({.pull_rows = slot.values}));
     part.resize(slot.batch.size());
     PST_ASSIGN_OR_RETURN(LossResult loss,
                          model_->Evaluate(slot.batch, slot.input, slot.rows, slot.wide, part));
@@ -285,7 +257,7 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
                           std::nullopt, result);
   for (int worker : workers.missing) result->add_missing_workers(worker);
   spdlog::info("final: version {} test_auc {:.4f} test_logloss {:.4f} on {} examples ({:.1f} s){}",
-               versions_[0], auc, logloss, labels.size(), SecondsSince(start),
+               session_->versions()[0], auc, logloss, labels.size(), SecondsSince(start),
                planted_.has_value()
                    ? absl::StrCat("; the planted model scores test_auc ",
                                   absl::StrFormat("%.4f", planted_->test_auc), " test_logloss ",
@@ -309,23 +281,14 @@ absl::StatusOr<WorkerResult> CtrTrainer::Run() {
                  config_.training().dataset().ctr().test_file(), planted_->test_auc,
                  planted_->test_logloss, planted_->click_rate);
   }
-  absl::Notification stop_heartbeats;
-  std::thread heartbeats([this, &stop_heartbeats] {
-    HeartbeatUntil(client_, absl::Seconds(config_.training().lease_seconds()),
-                   &stop_heartbeats);
-  });
-  absl::Status trained = absl::OkStatus();
-  for (int epoch = 0; epoch < config_.training().epochs() && trained.ok(); ++epoch) {
-    trained = RunEpoch(epoch, &result);
+  for (int epoch = 0; epoch < config_.training().epochs(); ++epoch) {
+    PST_RETURN_IF_ERROR(RunEpoch(epoch, &result));
   }
-  if (trained.ok()) trained = client_->Done();
-  if (trained.ok() && is_chief()) trained = EvaluateFinal(&result);
-  stop_heartbeats.Notify();
-  heartbeats.join();
-  if (!trained.ok()) return trained;
+  PST_RETURN_IF_ERROR(session_->Finish());
+  if (is_chief()) PST_RETURN_IF_ERROR(EvaluateFinal(&result));
   result.set_train_seconds(train_seconds_);
   result.set_final_loss(last_epoch_loss_);
-  result.set_final_version(versions_[0]);
+  result.set_final_version(session_->versions()[0]);
   return result;
 }
 

@@ -11,24 +11,24 @@
 #ifndef PST_WORKER_TRAINING_CTR_TRAINER_H_
 #define PST_WORKER_TRAINING_CTR_TRAINER_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "config.pb.h"
 #include "data/ctr_generator.h"
 #include "data/ctr_reader.h"
 #include "kernels/kernels.h"
-#include "consistency/consistency_policy.h"
 #include "result.pb.h"
 #include "worker/model/ctr_model.h"
 #include "worker/report/event_writer.h"
-#include "worker/training/progress.h"
-#include "worker/client/ps_client.h"
 #include "worker/report/run_recorder.h"
+#include "worker/client/ps_client.h"
+#include "worker/session/training_session.h"
+#include "worker/training/progress.h"
 
 namespace pst {
 
@@ -42,14 +42,21 @@ class CtrTrainer {
   CtrTrainer(const JobConfig& config, int rank, PsClient* client, Kernels* kernels,
              std::optional<PlantedModel> planted);
 
+  // Called in every step once the gradients are computed, before they are
+  // pushed, on the training thread (again for a step redone); empty =
+  // nothing.
+  void set_before_push(std::function<void()> hook) { before_push_ = std::move(hook); }
+
   void set_live_progress(bool live) { live_progress_ = live; }
   // The chief writes TensorBoard scalars here; null = none. Borrowed.
   void set_event_writer(EventWriter* events) { events_ = events; }
 
   // Trains to the end. InvalidArgument for a training file too small for
-  // the batch or a malformed line; Unavailable / DeadlineExceeded when a
-  // shard stops answering (the launcher restarts the worker, which then
-  // trains its share again from the shards' state).
+  // the batch or a malformed line. A step refused for now (a shard busy,
+  // restarting) is redone by the session (TrainingSession::Redo);
+  // Unavailable / DeadlineExceeded when a shard stops answering for longer
+  // (the launcher restarts the worker, which then trains its share again
+  // from the shards' state).
   absl::StatusOr<WorkerResult> Run();
 
  private:
@@ -67,12 +74,15 @@ class CtrTrainer {
 
   absl::Status Setup();
   absl::Status RunEpoch(int epoch, WorkerResult* result);
+  // Step `step` of an epoch on `current`'s batch: reads the parameters and
+  // the batch's rows unless the last exchange brought them (`read_rows`:
+  // the rows are not in yet), computes the gradients, and exchanges them
+  // for the parameters and `next`'s rows (none past the epoch's end).
+  absl::StatusOr<LossResult> RunStep(Slot& current, Slot* next, bool read_rows);
   // Reads this worker's next `examples` examples into `slot` and sizes its
   // row buffers for their unique ids.
   absl::Status Fill(CtrReader* reader, int examples, Slot* slot);
   absl::Status EvaluateFinal(WorkerResult* result);
-  std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
-  absl::Duration PullTimeout() const;
   bool is_chief() const { return rank_ == 0; }
 
   const JobConfig& config_;
@@ -80,7 +90,7 @@ class CtrTrainer {
   PsClient* client_;
   Kernels* kernels_;
   const std::optional<PlantedModel> planted_;
-  std::unique_ptr<const ConsistencyPolicy> policy_;
+  std::unique_ptr<TrainingSession> session_;
   std::unique_ptr<CtrModel> model_;
   std::unique_ptr<CtrReader> reader_;
   int64_t steps_per_epoch_ = 0;
@@ -89,16 +99,14 @@ class CtrTrainer {
   std::vector<std::span<float>> parameters_;
   std::vector<std::span<const float>> gradients_;
   std::vector<std::string> variable_names_;
-  std::vector<int64_t> versions_;
-  std::vector<int64_t> next_min_;
   Slot slots_[2];
+  std::function<void()> before_push_;
   bool live_progress_ = false;
   EventWriter* events_ = nullptr;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<RunRecorder> recorder_;
   double train_seconds_ = 0.0;
   double last_epoch_loss_ = 0.0;
-  int64_t window_staleness_ = 0;
 };
 
 }  // namespace pst

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,8 +12,8 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
-#include "worker/model/tensor_allocator.h"
 #include "worker/client/worker_metrics.h"
+#include "worker/model/tensor_allocator.h"
 
 namespace pst {
 namespace {
@@ -68,12 +67,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const TrainingConfig& training) {
   switch (dataset.kind_case()) {
     case DatasetConfig::kFashionMnist: {
       const FashionMnistConfig& fm = dataset.fashion_mnist();
-      absl::StatusOr<Dataset> train = LoadFashionMnist(fm.dir(), true, fm.train_limit());
-      if (!train.ok()) return train.status();
-      absl::StatusOr<Dataset> test = LoadFashionMnist(fm.dir(), false);
-      if (!test.ok()) return test.status();
-      data.train = std::move(*train);
-      data.test = std::move(*test);
+      PST_ASSIGN_OR_RETURN(data.train, LoadFashionMnist(fm.dir(), true, fm.train_limit()));
+      PST_ASSIGN_OR_RETURN(data.test, LoadFashionMnist(fm.dir(), false));
       return data;
     }
     case DatasetConfig::kQuadratic:
@@ -116,15 +111,10 @@ Trainer::Trainer(const JobConfig& config, int rank, PsClient* client,
 
 absl::Status Trainer::Setup() {
   const TrainingConfig& training = config_.training();
-  absl::StatusOr<std::unique_ptr<ConsistencyPolicy>> policy =
-      MakeConsistencyPolicy(ConsistencyOptionsFromConfig(config_));
-  if (!policy.ok()) return policy.status();
-  policy_ = std::move(*policy);
-  int batch = training.batch_size();
-  absl::StatusOr<std::unique_ptr<Towers>> towers =
-      Towers::Create(ModelSpecFor(training, data_->train), backends_, batch, kEvalBatch);
-  if (!towers.ok()) return towers.status();
-  towers_ = std::move(*towers);
+  PST_ASSIGN_OR_RETURN(session_, TrainingSession::Create(config_, rank_, client_));
+  const int batch = training.batch_size();
+  PST_ASSIGN_OR_RETURN(towers_, Towers::Create(ModelSpecFor(training, data_->train), backends_,
+                                               batch, kEvalBatch));
   sampler_ = std::make_unique<ShardSampler>(data_->train.size, rank_, config_.cluster().workers(),
                                             batch, training.seed());
   if (sampler_->steps_per_epoch() == 0) {
@@ -134,78 +124,51 @@ absl::Status Trainer::Setup() {
   }
   // Batches are gathered straight into tower 0's staging buffers, from
   // which a GPU backend uploads them by DMA.
-  batch_x_ = towers_->HostInput().first(static_cast<size_t>(batch) * data_->train.feature_dim);
-  batch_y_ = towers_->HostTargets().first(static_cast<size_t>(batch) * data_->train.target_dim);
+  staging_.x = towers_->HostInput().first(static_cast<size_t>(batch) * data_->train.feature_dim);
+  staging_.y = towers_->HostTargets().first(static_cast<size_t>(batch) * data_->train.target_dim);
 
   for (int layer = towers_->num_layers(); layer-- > 0;) {
-    for (int v : towers_->LayerVariables(layer)) push_order_.push_back(v);
+    for (int v : towers_->LayerVariables(layer)) tensors_.push_order.push_back(v);
   }
   client_->SetVariables(towers_->variables());
-  client_->set_wire_dtype(WireDType(training.wire_dtype()));
-  client_->set_transport(config_.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
-                                                            : PsClient::Transport::kAuto);
-  absl::StatusOr<RegisterResponse> view = client_->Register();
-  if (!view.ok() && IsTransientShardError(view.status())) {
-    // A shard restarting, or this worker's former process still holding
-    // its lease (after a restart): waited out.
-    spdlog::info("waiting for the parameter servers ({})", std::string(view.status().message()));
-    Retry retry = NewRetry();
-    view = RegisterPatiently(client_, view.status(), &retry);
-  }
-  if (!view.ok()) return view.status();
-  if (view->mode() != training.mode() || view->workers() != config_.cluster().workers()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ps:0 runs ", ModeName(view->mode()), " mode with ", view->workers(),
-        " worker(s) but this worker's config says ", ModeName(training.mode()), " with ",
-        config_.cluster().workers(), "; start every task from the same config"));
-  }
+  PST_ASSIGN_OR_RETURN(RegisterResponse view, session_->Join());
   if (towers_->ComputesOnHostMemory()) {
     // The model computes where the exchange reads its gradients and leaves
     // its parameters (in a co-located shard's region): no copies per step.
-    absl::StatusOr<PsClient::Tensors> tensors = client_->AllocateTensors();
-    if (!tensors.ok()) return tensors.status();
+    PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());
     if (SharesMemoryWithAShard(*client_)) {
-      ClientTensors allocator(*std::move(tensors));
+      ClientTensors allocator(std::move(tensors));
       PST_RETURN_IF_ERROR(towers_->AllocateFrom(allocator));
     }
   }
   for (size_t i = 0; i < towers_->variables().size(); ++i) {
-    parameters_.push_back(towers_->HostParameter(i));
-    gradients_.push_back(towers_->HostGradient(i));
-    variable_names_.push_back(towers_->variables()[i].name);
+    tensors_.parameters.push_back(towers_->HostParameter(i));
+    tensors_.gradients.push_back(towers_->HostGradient(i));
+    tensors_.names.push_back(towers_->variables()[i].name);
   }
   // Every worker offers the same seeded values; the first to arrive wins, so
   // the job does not depend on the chief being first or alive.
-  std::vector<std::vector<float>> initial = towers_->InitialValues(training.seed());
-  std::vector<std::span<const float>> initial_spans(initial.begin(), initial.end());
-  absl::StatusOr<bool> accepted = client_->Init(initial_spans);
-  if (!accepted.ok()) return accepted.status();
+  PST_ASSIGN_OR_RETURN(bool accepted, session_->Init([this, seed = training.seed()] {
+    return towers_->InitialValues(seed);
+  }));
   spdlog::info("worker:{} registered: {} mode, {} worker(s), {} shard(s), model {} parameters{}",
-               rank_, ModeName(view->mode()), view->workers(), client_->num_shards(),
-               towers_->num_parameters(), *accepted ? " (initialized the variables)" : "");
-  resume_clock_ = view->worker_clock();
+               rank_, ModeName(view.mode()), view.workers(), client_->num_shards(),
+               towers_->num_parameters(), accepted ? " (initialized the variables)" : "");
+  resume_clock_ = view.worker_clock();
   if (resume_clock_ > 0) {
     spdlog::info("worker:{} rejoins after {} steps: resuming at version {}", rank_, resume_clock_,
-                 view->version());
+                 view.version());
   }
-  versions_.assign(client_->num_shards(), 0);
-  next_min_.assign(client_->num_shards(), 0);
-  progress_ = std::make_unique<Progress>(live_progress_ && Progress::IsTerminal(),
-                                         sampler_->steps_per_epoch() * training.epochs(),
-                                         towers_->DevicesLabel());
-  recorder_ = std::make_unique<RunRecorder>(is_chief() ? events_ : nullptr);
+  report_.progress = std::make_unique<Progress>(
+      report_.live && Progress::IsTerminal(), sampler_->steps_per_epoch() * training.epochs(),
+      towers_->DevicesLabel());
+  report_.recorder = std::make_unique<RunRecorder>(is_chief() ? report_.events : nullptr);
   return absl::OkStatus();
 }
 
-absl::Status Trainer::PullParameters(const std::vector<int64_t>& min_versions) {
-  absl::Duration timeout = absl::Seconds(config_.training().pull_timeout_seconds());
-  const absl::Time start = absl::Now();
+absl::Status Trainer::PullParameters() {
   PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
-  if (absl::Status s = client_->Pull(min_versions, timeout, parameters_, &versions_); !s.ok()) {
-    return s;
-  }
-  GetWorkerMetrics().pull_seconds.Observe(SecondsSince(start));
-  RecordVersions(versions_);
+  PST_RETURN_IF_ERROR(session_->Exchange({.values = &tensors_.parameters}));
   return towers_->UploadParameters();
 }
 
@@ -214,147 +177,102 @@ absl::Status Trainer::RunEpoch(int epoch, int64_t first_step, WorkerResult* resu
   const int batch = training.batch_size();
   const int64_t steps = sampler_->steps_per_epoch();
   const int log_every = training.log_every_steps();
-  std::vector<PushResponse> responses;
   double epoch_loss = 0.0;
   double window_loss = 0.0;
   absl::Time epoch_start = absl::Now();
   absl::Time window_start = epoch_start;
   for (int64_t step = first_step; step < steps; ++step) {
-    absl::StatusOr<LossResult> loss = RunStep(epoch, step, &responses);
+    const absl::Time step_start = absl::Now();
+    absl::StatusOr<LossResult> loss;
     // A shard that went away (crashed, restarting from its checkpoint) or
     // refused for now (busy, lost the region) is waited for with backoff;
     // the step is then redone on whatever the shard holds.
-    if (!loss.ok() && IsTransientShardError(loss.status())) {
-      // One budget for the refusals in a row: a shard that keeps refusing
-      // ends the run once it is spent.
-      Retry retry = NewRetry();
-      while (!loss.ok() && IsTransientShardError(loss.status())) {
-        exchange_.reset();  // cancelled: the shards' state is read afresh
-        PST_RETURN_IF_ERROR(Reconnect(loss.status(), &retry));
-        loss = RunStep(epoch, step, &responses);
-      }
-    }
-    if (!loss.ok()) return loss.status();
+    int tries = 0;
+    PST_RETURN_IF_ERROR(session_->Redo([&] {
+      if (tries++ > 0) exchange_.reset();  // cancelled: the shards' state is read afresh
+      loss = training.exchange() == LAYERWISE ? RunStepLayerwise(epoch, step)
+                                              : RunStep(epoch, step);
+      return loss.status();
+    }));
+    session_->CountStep(step_start, batch);
     epoch_loss += loss->loss;
     window_loss += loss->loss;
     result->set_steps(result->steps() + 1);
     result->set_samples(result->samples() + batch);
     const bool window_end = (step + 1) % log_every == 0 || step + 1 == steps;
-    if (window_end || progress_->live()) {
-      const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
+    const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
+    if (window_end || report_.progress->live()) {
       ProgressPoint point{epoch, training.epochs(), step + 1, steps, window_loss / in_window,
-                          in_window * batch / SecondsSince(window_start), versions_[0]};
-      progress_->Report(point, epoch * steps + step + 1);
+                          in_window * batch / SecondsSince(window_start),
+                          session_->versions()[0]};
+      report_.progress->Report(point, epoch * steps + step + 1);
     }
     if (window_end) {
-      RecordGradientNorms(variable_names_, gradients_);
-      const int64_t in_window = std::min<int64_t>((step % log_every) + 1, step - first_step + 1);
-      recorder_->OnWindow({epoch * steps + step + 1, window_loss / in_window,
-                           in_window * batch / SecondsSince(window_start),
-                           static_cast<double>(window_staleness_) / in_window,
-                           versions_[0]},
-                          result);
-      window_staleness_ = 0;
+      RecordGradientNorms(tensors_.names, tensors_.gradients);
+      report_.recorder->OnWindow({epoch * steps + step + 1, window_loss / in_window,
+                                  in_window * batch / SecondsSince(window_start),
+                                  static_cast<double>(session_->TakeStaleness()) / in_window,
+                                  session_->versions()[0]},
+                                 result);
       window_loss = 0.0;
       window_start = absl::Now();
     }
   }
   // The epoch's last exchange: its values are the model the epoch ends with.
-  absl::Status finished = FinishExchange(&responses, /*upload=*/true);
-  for (Retry retry = NewRetry(); !finished.ok() && IsTransientShardError(finished);) {
-    PST_RETURN_IF_ERROR(Reconnect(finished, &retry));
-    finished = PullParameters(next_min_);
-  }
-  if (!finished.ok()) return finished;
-  train_seconds_ += SecondsSince(epoch_start);
-  last_epoch_loss_ = epoch_loss / std::max<int64_t>(1, steps - first_step);
-  progress_->Finish();
+  PST_RETURN_IF_ERROR(session_->Redo([&] {
+    return exchange_ != nullptr ? FinishExchange(/*upload=*/true) : PullParametersIfDue();
+  }));
+  report_.train_seconds += SecondsSince(epoch_start);
+  report_.last_epoch_loss = epoch_loss / std::max<int64_t>(1, steps - first_step);
+  report_.progress->Finish();
   return absl::OkStatus();
 }
 
-std::vector<int64_t> Trainer::MinVersionsAfter(const std::vector<int64_t>& computed_at) const {
-  std::vector<int64_t> min_versions = computed_at;
-  for (int64_t& v : min_versions) v = policy_->MinVersionAfterPush(v);
-  return min_versions;
+absl::Status Trainer::PullParametersIfDue() {
+  return session_->parameters_current() ? absl::OkStatus() : PullParameters();
 }
 
-void Trainer::RecordExchange(const std::vector<int64_t>& computed_at,
-                             const std::vector<PushResponse>& responses, absl::Time push_start) {
-  next_min_ = versions_;
-  WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.push_seconds.Observe(SecondsSince(push_start));
-  RecordVersions(versions_);
-  window_staleness_ += RecordPushes(computed_at, responses);
-}
-
-void Trainer::RecordStep(absl::Time start, int batch) {
-  WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.step_seconds.Observe(SecondsSince(start));
-  metrics.steps.Increment();
-  metrics.samples.Increment(batch);
-}
-
-absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step,
-                                            std::vector<PushResponse>* responses) {
-  if (config_.training().exchange() == LAYERWISE) return RunStepLayerwise(epoch, step, responses);
-  const absl::Time start = absl::Now();
-  if (!parameters_current_) {
-    PST_RETURN_IF_ERROR(PullParameters(next_min_));
-  }
+absl::StatusOr<LossResult> Trainer::RunStep(int epoch, int64_t step) {
+  PST_RETURN_IF_ERROR(PullParametersIfDue());
   const int batch = config_.training().batch_size();
   const Dataset& train = data_->train;
-  gather_.Wait();
+  staging_.gather.Wait();
   absl::StatusOr<LossResult> loss;
-  if (gathered_ == std::make_pair(epoch, step)) {
-    loss = towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch);
+  if (staging_.gathered == std::make_pair(epoch, step)) {
+    loss = towers_->ComputeGradients(staging_.x.data(), staging_.y.data(), batch);
   } else {
     const std::span<const int64_t> rows = sampler_->Batch(epoch, step);
     loss = towers_->ComputeGradients(
-        batch_x_.data(), batch_y_.data(), batch, [&](int first, int count) {
+        staging_.x.data(), staging_.y.data(), batch, [&](int first, int count) {
           GatherBatch(train, rows.subspan(first, count),
-                      batch_x_.data() + static_cast<size_t>(first) * train.feature_dim,
-                      batch_y_.data() + static_cast<size_t>(first) * train.target_dim);
+                      staging_.x.data() + static_cast<size_t>(first) * train.feature_dim,
+                      staging_.y.data() + static_cast<size_t>(first) * train.target_dim);
         });
   }
-  gathered_ = {-1, -1};
+  staging_.gathered = {-1, -1};
   if (!loss.ok()) return loss;
   if (before_push_) before_push_();
   // The gradient goes out and the next step's parameters come back in one
   // exchange (PsClient::PushPull).
-  const std::vector<int64_t> computed_at = versions_;
-  const absl::Time push_start = absl::Now();
-  parameters_current_ = false;  // a failed exchange may have written part of them
   PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
   if (towers_->ComputesOnHostMemory() && step + 1 < sampler_->steps_per_epoch()) {
     const std::span<const int64_t> next_rows = sampler_->Batch(epoch, step + 1);
-    gathered_ = {epoch, step + 1};
-    gather_ = gather_thread_.Start(
-        [&train, next_rows, x = batch_x_.data(), y = batch_y_.data()] {
+    staging_.gathered = {epoch, step + 1};
+    staging_.gather = staging_.thread.Start(
+        [&train, next_rows, x = staging_.x.data(), y = staging_.y.data()] {
           GatherBatch(train, next_rows, x, y);
         });
   }
-  if (absl::Status s = client_->PushPull(
-          computed_at, gradients_, MinVersionsAfter(computed_at),
-          absl::Seconds(config_.training().pull_timeout_seconds()), parameters_, &versions_,
-          responses);
-      !s.ok()) {
-    return s;
-  }
-  parameters_current_ = true;
-  RecordExchange(computed_at, *responses, push_start);
-  RecordStep(start, batch);
+  PST_RETURN_IF_ERROR(
+      session_->Exchange({.gradients = &tensors_.gradients, .values = &tensors_.parameters}));
   PST_RETURN_IF_ERROR(towers_->UploadParameters());
   return loss;
 }
 
-absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
-                                                     std::vector<PushResponse>* responses) {
-  const absl::Time start = absl::Now();
-  if (!parameters_current_ && exchange_ == nullptr) {
-    PST_RETURN_IF_ERROR(PullParameters(next_min_));
-  }
+absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step) {
+  if (exchange_ == nullptr) PST_RETURN_IF_ERROR(PullParametersIfDue());
   const int batch = config_.training().batch_size();
-  GatherBatch(data_->train, sampler_->Batch(epoch, step), batch_x_.data(), batch_y_.data());
+  GatherBatch(data_->train, sampler_->Batch(epoch, step), staging_.x.data(), staging_.y.data());
   std::unique_ptr<StepExchange> pushing;  // this step's exchange, begun by its first push
   absl::Mutex pushing_mu;
   Mlp::LayerHooks hooks{
@@ -370,82 +288,31 @@ absl::StatusOr<LossResult> Trainer::RunStepLayerwise(int epoch, int64_t step,
         if (pushing == nullptr) {
           // The forward pass has taken every value of the last exchange:
           // end it (its versions tag this push), and begin this step's.
-          PST_RETURN_IF_ERROR(FinishExchange(responses, /*upload=*/false));
+          PST_RETURN_IF_ERROR(FinishExchange(/*upload=*/false));
           if (before_push_) before_push_();
-          exchange_computed_at_ = versions_;
-          exchange_start_ = absl::Now();
           // The exchange writes the next values into the host parameters.
           PST_RETURN_IF_ERROR(towers_->PrepareHostParametersForWrite());
-          absl::StatusOr<std::unique_ptr<StepExchange>> begun = client_->BeginExchange(
-              exchange_computed_at_, gradients_, push_order_,
-              MinVersionsAfter(exchange_computed_at_),
-              absl::Seconds(config_.training().pull_timeout_seconds()), parameters_);
-          if (!begun.ok()) return begun.status();
-          pushing = std::move(*begun);
+          PST_ASSIGN_OR_RETURN(pushing,
+                               session_->BeginExchange(tensors_.gradients, tensors_.push_order,
+                                                       tensors_.parameters));
         }
-        const std::vector<int> variables = towers_->LayerVariables(layer);
-        return pushing->Push(variables);
+        return pushing->Push(towers_->LayerVariables(layer));
       }};
   absl::StatusOr<LossResult> loss =
-      towers_->ComputeGradients(batch_x_.data(), batch_y_.data(), batch, hooks);
+      towers_->ComputeGradients(staging_.x.data(), staging_.y.data(), batch, hooks);
   if (!loss.ok()) {
     // A failed exchange may have written part of the parameters.
     exchange_.reset();
-    parameters_current_ = false;
     return loss;
   }
   exchange_ = std::move(pushing);
-  parameters_current_ = false;  // until the exchange has brought them all
-  RecordStep(start, batch);
   return loss;
 }
 
-absl::Status Trainer::FinishExchange(std::vector<PushResponse>* responses, bool upload) {
+absl::Status Trainer::FinishExchange(bool upload) {
   if (exchange_ == nullptr) return absl::OkStatus();
-  std::unique_ptr<StepExchange> exchange = std::move(exchange_);
-  if (absl::Status s = exchange->Finish(&versions_, responses); !s.ok()) {
-    parameters_current_ = false;
-    return s;
-  }
-  parameters_current_ = true;
-  RecordExchange(exchange_computed_at_, *responses, exchange_start_);
+  PST_RETURN_IF_ERROR(session_->FinishExchange(std::move(exchange_)));
   return upload ? towers_->UploadParameters() : absl::OkStatus();
-}
-
-absl::Status Trainer::Reconnect(const absl::Status& cause, Retry* retry) {
-  spdlog::warn("{} ({}); reconnecting",
-               absl::IsUnavailable(cause) ? "lost a parameter server" : "refused for now",
-               std::string(cause.message()));
-  absl::StatusOr<RegisterResponse> view = RegisterPatiently(client_, cause, retry);
-  if (!view.ok()) return view.status();
-  // A shard restarted from its checkpoint goes back at most a checkpoint
-  // interval; one that went back further (or came back with no model at
-  // all) lost the run's updates, and training on would hide that.
-  const CheckpointConfig& checkpoints = config_.training().checkpoint();
-  const int64_t may_lose = checkpoints.dir().empty() ? 0 : checkpoints.every_steps();
-  const int64_t now_at = view->initialized() ? view->version() : 0;
-  if (versions_[0] - now_at > may_lose) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ps:0 came back at version ", now_at, view->initialized() ? "" : " without the model",
-        " after this worker had seen version ", versions_[0], ": ", versions_[0] - now_at,
-        " updates are gone, more than a checkpoint interval (training.checkpoint.every_steps: ",
-        may_lose, "); restore its checkpoint directory, or start the job again"));
-  }
-  // A shard restarted without a checkpoint needs its variables again.
-  if (!view->initialized()) {
-    std::vector<std::vector<float>> initial = towers_->InitialValues(config_.training().seed());
-    std::vector<std::span<const float>> spans(initial.begin(), initial.end());
-    if (absl::StatusOr<bool> init = client_->Init(spans); !init.ok()) return init.status();
-  }
-  // The shard may have gone back to its last checkpoint: take what it has.
-  std::fill(next_min_.begin(), next_min_.end(), 0);
-  parameters_current_ = false;
-  spdlog::info("reconnected; shard 0 is at version {}", view->version());
-  return absl::OkStatus();
-}
-
-Retry Trainer::NewRetry() const {
-  return pst::NewRetry(absl::Seconds(config_.training().pull_timeout_seconds()), rank_);
 }
 
 absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
@@ -458,37 +325,32 @@ absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
     indices.resize(rows);
     for (int i = 0; i < rows; ++i) indices[i] = start + i;
     GatherBatch(data, indices, x.data(), y.data());
-    absl::StatusOr<LossResult> part = towers_->Evaluate(x.data(), y.data(), rows);
-    if (!part.ok()) return part.status();
-    total.loss += part->loss * rows;
-    total.correct += part->correct;
+    PST_ASSIGN_OR_RETURN(LossResult part, towers_->Evaluate(x.data(), y.data(), rows));
+    total.loss += part.loss * rows;
+    total.correct += part.correct;
   }
   total.loss /= static_cast<double>(data.size);
   return total;
 }
 
 absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
-  absl::StatusOr<WorkersAtEnd> workers =
-      AwaitAllWorkersDone(client_, config_.cluster().workers(),
-                          absl::Seconds(config_.training().pull_timeout_seconds()));
-  if (!workers.ok()) return workers.status();
-  const CheckpointStats& restored = workers->stats.checkpoint();
-  if (result->steps() == 0 && workers->stats.pushes_applied() == 0 &&
-      workers->stats.pushes_aggregated() == 0 && restored.restored_version() >= 0) {
+  PST_ASSIGN_OR_RETURN(WorkersAtEnd workers, session_->AwaitWorkersDone());
+  const CheckpointStats& restored = workers.stats.checkpoint();
+  if (result->steps() == 0 && workers.stats.pushes_applied() == 0 &&
+      workers.stats.pushes_aggregated() == 0 && restored.restored_version() >= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no training happened: ps:0 restored version ", restored.restored_version(),
         ", where every worker had already done its steps (a finished run); to train again, "
         "start the PS with --checkpoint_start=fresh"));
   }
-  PST_RETURN_IF_ERROR(PullParameters(std::vector<int64_t>(versions_.size(), 0)));
-  absl::StatusOr<LossResult> test = Evaluate(data_->test);
-  if (!test.ok()) return test.status();
-  result->set_test_loss(test->loss);
+  PST_RETURN_IF_ERROR(PullParameters());
+  PST_ASSIGN_OR_RETURN(LossResult test, Evaluate(data_->test));
+  result->set_test_loss(test.loss);
   const int epochs = config_.training().epochs();
-  recorder_->OnEvaluation(epochs, epochs * sampler_->steps_per_epoch(), test->loss,
-                          Accuracy(*test, data_->test), result);
+  report_.recorder->OnEvaluation(epochs, epochs * sampler_->steps_per_epoch(), test.loss,
+                                 Accuracy(test, data_->test), result);
   std::vector<std::string> missing;
-  for (int worker : workers->missing) {
+  for (int worker : workers.missing) {
     result->add_missing_workers(worker);
     missing.push_back(absl::StrCat("worker:", worker));
   }
@@ -497,13 +359,14 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
                       : absl::StrCat(" (without ", absl::StrJoin(missing, ", "),
                                      ": gone for good, neither done nor back within "
                                      "training.pull_timeout_seconds)");
+  const int64_t version = session_->versions()[0];
   if (data_->test.num_classes > 0) {
     result->set_has_test_accuracy(true);
-    result->set_test_accuracy(static_cast<double>(test->correct) / data_->test.size);
-    spdlog::info("final: version {} test_accuracy {:.4f} test_loss {:.4f}{}", versions_[0],
-                 result->test_accuracy(), test->loss, without);
+    result->set_test_accuracy(static_cast<double>(test.correct) / data_->test.size);
+    spdlog::info("final: version {} test_accuracy {:.4f} test_loss {:.4f}{}", version,
+                 result->test_accuracy(), test.loss, without);
   } else {
-    spdlog::info("final: version {} test_loss {:.6f}{}", versions_[0], test->loss, without);
+    spdlog::info("final: version {} test_loss {:.6f}{}", version, test.loss, without);
   }
   if (!missing.empty() && config_.training().require_all_workers()) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -517,15 +380,7 @@ absl::StatusOr<WorkerResult> Trainer::Run() {
   result.set_task(absl::StrCat("worker:", rank_));
   PST_RETURN_IF_ERROR(Setup());
   result.set_devices(towers_->DevicesLabel());
-  absl::Notification stop_heartbeats;
-  std::thread heartbeats([this, &stop_heartbeats] {
-    HeartbeatUntil(client_, absl::Seconds(config_.training().lease_seconds()),
-                   &stop_heartbeats);
-  });
-  absl::StatusOr<WorkerResult> trained = Train(std::move(result));
-  stop_heartbeats.Notify();
-  heartbeats.join();
-  return trained;
+  return Train(std::move(result));
 }
 
 absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
@@ -536,29 +391,28 @@ absl::StatusOr<WorkerResult> Trainer::Train(WorkerResult result) {
     PST_RETURN_IF_ERROR(RunEpoch(epoch, first_step, &result));
     if (is_chief() && epoch + 1 < epochs) {
       // Evaluate the model as it stands after this epoch's last step.
-      PST_RETURN_IF_ERROR(PullParameters(next_min_));
+      PST_RETURN_IF_ERROR(PullParameters());
       absl::Time start = absl::Now();
-      absl::StatusOr<LossResult> test = Evaluate(data_->test);
-      if (!test.ok()) return test.status();
-      recorder_->OnEvaluation(epoch + 1, (epoch + 1) * steps, test->loss,
-                              Accuracy(*test, data_->test), &result);
+      PST_ASSIGN_OR_RETURN(LossResult test, Evaluate(data_->test));
+      report_.recorder->OnEvaluation(epoch + 1, (epoch + 1) * steps, test.loss,
+                                     Accuracy(test, data_->test), &result);
       spdlog::info("epoch {}/{} done: train_loss {:.4f} test_loss {:.4f}{} ({:.1f} s to evaluate)",
-                   epoch + 1, epochs, last_epoch_loss_, test->loss,
+                   epoch + 1, epochs, report_.last_epoch_loss, test.loss,
                    data_->test.num_classes > 0
                        ? absl::StrCat(" test_accuracy ",
-                                      absl::StrFormat("%.4f", static_cast<double>(test->correct) /
+                                      absl::StrFormat("%.4f", static_cast<double>(test.correct) /
                                                                   data_->test.size))
                        : std::string(),
                    SecondsSince(start));
     }
   }
-  result.set_train_seconds(train_seconds_);
-  result.set_final_loss(last_epoch_loss_);
-  PST_RETURN_IF_ERROR(client_->Done());
+  result.set_train_seconds(report_.train_seconds);
+  result.set_final_loss(report_.last_epoch_loss);
+  PST_RETURN_IF_ERROR(session_->Finish());
   if (is_chief()) {
     PST_RETURN_IF_ERROR(EvaluateFinal(&result));
   }
-  result.set_final_version(versions_[0]);
+  result.set_final_version(session_->versions()[0]);
   return result;
 }
 

@@ -9,24 +9,24 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "common/thread_pool.h"
 #include "config.pb.h"
 #include "kernels/kernels.h"
-#include "consistency/consistency_policy.h"
 #include "result.pb.h"
-#include "worker/training/dataset.h"
-#include "worker/model/mlp.h"
-#include "worker/training/progress.h"
 #include "worker/client/ps_client.h"
-#include "worker/report/run_recorder.h"
-#include "worker/training/shard_patience.h"
 #include "worker/client/step_exchange.h"
+#include "worker/model/mlp.h"
 #include "worker/model/towers.h"
+#include "worker/report/run_recorder.h"
+#include "worker/session/training_session.h"
+#include "worker/training/dataset.h"
+#include "worker/training/progress.h"
 
 namespace pst {
 
@@ -59,51 +59,70 @@ class Trainer {
 
   // Draw a live progress bar when stdout is a terminal (the worker binary);
   // off by default, so that threads sharing a terminal do not fight over it.
-  void set_live_progress(bool live) { live_progress_ = live; }
+  void set_live_progress(bool live) { report_.live = live; }
 
   // The chief writes TensorBoard scalars here (train/loss, train/samples_per_sec,
   // train/staleness, test/loss, test/accuracy); null = none. Borrowed.
-  void set_event_writer(EventWriter* events) { events_ = events; }
+  void set_event_writer(EventWriter* events) { report_.events = events; }
 
-  // Trains to the end. Unavailable / DeadlineExceeded when a shard stops
-  // answering; InvalidArgument when the data set is too small for the batch.
+  // Trains to the end. A step refused for now (a shard busy, restarting)
+  // is redone by the session (TrainingSession::Redo); Unavailable /
+  // DeadlineExceeded when a shard stops answering for longer;
+  // InvalidArgument when the data set is too small for the batch.
   absl::StatusOr<WorkerResult> Run();
 
  private:
+  // The model's tensors as the exchanges see them.
+  struct Tensors {
+    std::vector<std::span<float>> parameters;
+    std::vector<std::span<const float>> gradients;
+    std::vector<std::string> names;  // of the gradients, for their metrics
+    std::vector<int> push_order;     // variables, last layer first (LAYERWISE)
+  };
+  // The batch in the towers' (pinned) staging buffers. Towers on host
+  // memory gather the next step's batch there while the step's exchange is
+  // out (the cores are idle then, but for the shard's), so the next step
+  // starts computing at once. `gathered` is the (epoch, step) whose rows
+  // they hold once `gather` is over; a step redone after a failed exchange
+  // gathers its own again.
+  struct Staging {
+    std::span<float> x;
+    std::span<float> y;
+    ThreadPool thread{1};
+    ThreadPool::Task gather;
+    std::pair<int, int64_t> gathered{-1, -1};
+  };
+  // What the run reports as it goes.
+  struct Report {
+    bool live = false;
+    EventWriter* events = nullptr;
+    std::unique_ptr<Progress> progress;
+    std::unique_ptr<RunRecorder> recorder;
+    double train_seconds = 0.0;
+    double last_epoch_loss = 0.0;
+  };
+
   absl::Status Setup();
   absl::StatusOr<WorkerResult> Train(WorkerResult result);
   // Runs steps [first_step, steps_per_epoch) of `epoch`.
   absl::Status RunEpoch(int epoch, int64_t first_step, WorkerResult* result);
-  absl::Status PullParameters(const std::vector<int64_t>& min_versions);
+  // Reads the parameters the session says are due, onto every tower
+  // (IfDue: unless the last exchange brought them).
+  absl::Status PullParameters();
+  absl::Status PullParametersIfDue();
   // Forward/backward on batch `step` of `epoch` (after a pull, unless the
   // last step's exchange brought the parameters back), then the exchange:
   // push the gradient, receive the next parameters.
-  absl::StatusOr<LossResult> RunStep(int epoch, int64_t step, std::vector<PushResponse>* responses);
+  absl::StatusOr<LossResult> RunStep(int epoch, int64_t step);
   // RunStep with the exchange overlapped with computation (LAYERWISE): the
   // forward pass takes each layer's parameters as they arrive from the last
   // step's exchange, and backward pushes each layer's gradient as soon as
   // it is final. The step's exchange is still in flight when this returns.
-  absl::StatusOr<LossResult> RunStepLayerwise(int epoch, int64_t step,
-                                              std::vector<PushResponse>* responses);
-  // The versions each shard must reach for a push computed at `computed_at`.
-  std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
-  // Ends the exchange in flight, if any: its versions and responses are
-  // taken, and its values are the parameters (uploaded to every tower if
-  // `upload`; the layer-wise forward pass uploads them layer by layer).
-  absl::Status FinishExchange(std::vector<PushResponse>* responses, bool upload);
-  // Records a step of `batch` examples begun at `start`.
-  void RecordStep(absl::Time start, int batch);
-  // Records what a finished exchange of a push computed at `computed_at` did.
-  void RecordExchange(const std::vector<int64_t>& computed_at,
-                      const std::vector<PushResponse>& responses, absl::Time push_start);
-  // A budget of training.pull_timeout_seconds from now.
-  Retry NewRetry() const;
-  // After `cause` (IsTransientShardError): registers again, with `retry`'s
-  // backoff and jitter, until every shard answers, re-offers Init, and
-  // pulls whatever the shards hold. Unavailable once `retry`'s deadline has
-  // passed (a launcher restarts the worker); a refusal that is not
-  // transient ends it with its own code.
-  absl::Status Reconnect(const absl::Status& cause, Retry* retry);
+  absl::StatusOr<LossResult> RunStepLayerwise(int epoch, int64_t step);
+  // Ends the exchange in flight, if any: its values are the parameters
+  // (uploaded to every tower if `upload`; the layer-wise forward pass
+  // uploads them layer by layer).
+  absl::Status FinishExchange(bool upload);
   absl::StatusOr<LossResult> Evaluate(const Dataset& data);
   // Evaluates the final model and reports it, naming any missing workers;
   // an error when no training happened at all (the PS restored a finished
@@ -117,41 +136,16 @@ class Trainer {
   std::vector<Kernels*> backends_;
   const TrainingData* data_;
   std::unique_ptr<Towers> towers_;
-  // The job's consistency rules, which say what to pull after a push.
-  std::unique_ptr<const ConsistencyPolicy> policy_;
   std::unique_ptr<ShardSampler> sampler_;
-  std::vector<std::span<float>> parameters_;
-  std::vector<std::span<const float>> gradients_;
-  std::vector<std::string> variable_names_;  // of gradients_, for their metrics
-  // LAYERWISE: the exchange in flight since the last step, and what it pushed.
+  // Versions, retries, heartbeats and metrics: everything about the shards.
+  std::unique_ptr<TrainingSession> session_;
+  Tensors tensors_;
+  Staging staging_;
+  // LAYERWISE: the exchange in flight since the last step.
   std::unique_ptr<StepExchange> exchange_;
-  std::vector<int64_t> exchange_computed_at_;
-  absl::Time exchange_start_;
-  std::vector<int> push_order_;        // variables, last layer first
-  std::vector<int64_t> versions_;      // each shard's version at the last pull
-  std::vector<int64_t> next_min_;      // the version each shard must reach before the next pull
-  // The last step's PushPull left the next step's parameters in
-  // parameters_ (and on the device): the step need not pull.
-  bool parameters_current_ = false;
-  std::span<float> batch_x_;  // the Mlp's (pinned) input staging buffer
-  std::span<float> batch_y_;  // the Mlp's (pinned) target staging buffer
-  // Towers on host memory gather the next step's batch into batch_x_ and
-  // batch_y_ while the step's exchange is out (the cores are idle then, but
-  // for the shard's), so the next step starts computing at once.
-  // `gathered_` is the (epoch, step) whose rows they hold once `gather_`
-  // is over; a step redone after a failed exchange gathers its own again.
-  ThreadPool gather_thread_{1};
-  ThreadPool::Task gather_;
-  std::pair<int, int64_t> gathered_{-1, -1};
-  int64_t resume_clock_ = 0;           // steps this worker had done before a restart
+  int64_t resume_clock_ = 0;  // steps this worker had done before a restart
   std::function<void()> before_push_;
-  bool live_progress_ = false;
-  std::unique_ptr<Progress> progress_;
-  double train_seconds_ = 0.0;
-  double last_epoch_loss_ = 0.0;
-  EventWriter* events_ = nullptr;
-  std::unique_ptr<RunRecorder> recorder_;
-  int64_t window_staleness_ = 0;       // sum of shard 0's staleness since the last window
+  Report report_;
 };
 
 }  // namespace pst

@@ -10,7 +10,9 @@
 
 #include "gmock/gmock.h"
 #include "grpcpp/server_builder.h"
+#include "ps.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "rpc/grpc_status.h"
 
 namespace pst {
 namespace {
@@ -55,7 +57,8 @@ TEST(PsClientTest, InitRefusesAModelThatLeavesAShardEmpty) {
 }
 
 // Init's RESOURCE_EXHAUSTED is the share's size only when gRPC refused the
-// message for it; any other is the shard's own answer, passed on.
+// message for it (no overload mark); a marked one is the shard's own
+// answer, passed on.
 TEST(PsClientTest, AnInitOverTheShardsMessageLimitIsSaidToBeTooLarge) {
   Shards servers(1, nullptr, /*max_receive_bytes=*/64);
   auto client = PsClient::Connect(servers.addresses(), 0, absl::Seconds(5));
@@ -71,8 +74,11 @@ TEST(PsClientTest, AnInitOverTheShardsMessageLimitIsSaidToBeTooLarge) {
 class BusyShard : public ParameterServer::Service {
  public:
   grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        "Inits of 900 bytes wait to be checked, the most this PS holds; try again");
+    // A shard's own refusal for now carries its mark (common/transient_refusal.h).
+    return ToGrpcStatus(MarkTransient(
+        absl::ResourceExhaustedError(
+            "Inits of 900 bytes wait to be checked, the most this PS holds; try again"),
+        TransientRefusal::kOverloaded));
   }
 };
 
@@ -119,9 +125,11 @@ class RefusesForNow : public ParameterServer::Service {
   grpc::Status Answer() {
     const int call = calls_.fetch_add(1);
     if (call >= refusals_) return grpc::Status::OK;
-    return grpc::Status(call % 2 == 0 ? grpc::StatusCode::RESOURCE_EXHAUSTED
-                                      : grpc::StatusCode::UNAVAILABLE,
-                        "this PS already has 64 calls waiting; try again later");
+    return ToGrpcStatus(MarkTransient(
+        absl::Status(call % 2 == 0 ? absl::StatusCode::kResourceExhausted
+                                   : absl::StatusCode::kUnavailable,
+                     "this PS already has 64 calls waiting; try again later"),
+        TransientRefusal::kOverloaded));
   }
   const int refusals_;
   std::atomic<int> calls_{0};

@@ -1,4 +1,4 @@
-#include "python/client_session.h"
+#include "worker/session/client_session.h"
 
 #include <algorithm>
 #include <string>
@@ -8,10 +8,7 @@
 #include "common/config.h"
 #include "common/security.h"
 #include "common/status_macros.h"
-#include "common/tensor_codec.h"
-#include "python/worker_telemetry.h"
 #include "spdlog/spdlog.h"
-#include "worker/client/worker_metrics.h"
 
 namespace pst {
 
@@ -67,9 +64,6 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
         absl::StrCat("task \"", task_text, "\" is not a worker; use worker:<index>"));
   }
   PST_RETURN_IF_ERROR(ValidateTask(config, task));
-  NameWorkerProcess(task.index);
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<ConsistencyPolicy> policy,
-                       MakeConsistencyPolicy(ConsistencyOptionsFromConfig(config)));
   PST_ASSIGN_OR_RETURN(ClusterSecurity security,
                        ClusterSecurity::FromConfig(config.cluster(),
                                                    ClusterSecurity::Role::kClient));
@@ -77,31 +71,21 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
   PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
                        PsClient::Connect(addresses, task.index, connect_timeout, security));
-  client->set_wire_dtype(WireDType(config.training().wire_dtype()));
-  client->set_call_patience(absl::Seconds(config.training().pull_timeout_seconds()));
-  client->set_transport(config.cluster().shm() == SHM_OFF ? PsClient::Transport::kTcp
-                                                          : PsClient::Transport::kAuto);
   const auto& tables = config.training().model().embeddings();
   client->SetEmbeddingTables({tables.begin(), tables.end()});
-  return std::unique_ptr<ClientSession>(
-      new ClientSession(std::move(config), std::move(client), std::move(policy)));
+  std::unique_ptr<ClientSession> opened(new ClientSession(std::move(config), std::move(client)));
+  absl::MutexLock lock(&opened->mu_);
+  PST_ASSIGN_OR_RETURN(opened->session_, TrainingSession::Create(opened->config_, task.index,
+                                                                 opened->client_.get()));
+  return opened;
 }
 
-ClientSession::ClientSession(JobConfig config, std::unique_ptr<PsClient> client,
-                             std::unique_ptr<const ConsistencyPolicy> policy)
-    : config_(std::move(config)),
-      client_(std::move(client)),
-      policy_(std::move(policy)),
-      versions_(client_->num_shards(), 0),
-      next_min_(client_->num_shards(), 0) {}
+ClientSession::ClientSession(JobConfig config, std::unique_ptr<PsClient> client)
+    : config_(std::move(config)), client_(std::move(client)) {}
 
 ClientSession::~ClientSession() {
   absl::MutexLock lock(&mu_);
-  StopHeartbeats();
-}
-
-absl::Duration ClientSession::pull_timeout() const {
-  return absl::Seconds(config_.training().pull_timeout_seconds());
+  session_.reset();  // stops the heartbeats
 }
 
 bool ClientSession::uses_shared_memory(int shard) const {
@@ -123,19 +107,8 @@ absl::StatusOr<RegisterResponse> ClientSession::Register() {
 }
 
 absl::StatusOr<RegisterResponse> ClientSession::RegisterLocked() {
-  PST_ASSIGN_OR_RETURN(RegisterResponse view, client_->Register());
-  const TrainingConfig& training = config_.training();
-  if (view.mode() != training.mode() || view.workers() != config_.cluster().workers()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ps:0 runs ", ModeName(view.mode()), " mode with ", view.workers(),
-        " worker(s) but this worker's config says ", ModeName(training.mode()), " with ",
-        config_.cluster().workers(), "; start every task from the same config"));
-  }
-  // A shard may have gone back to its last checkpoint: the next pull takes
-  // whatever it holds.
-  std::fill(next_min_.begin(), next_min_.end(), 0);
-  StartHeartbeats();
-  return view;
+  // One try: the caller decides how long to wait out a refusal for now.
+  return session_->Join(/*wait_out_refusals=*/false);
 }
 
 const std::vector<VariableSpec>& ClientSession::variables() const {
@@ -154,7 +127,7 @@ absl::Status ClientSession::Declare(std::vector<VariableSpec> variables) {
     return absl::InvalidArgumentError("the model declares no variables and no embedding tables");
   }
   PST_RETURN_IF_ERROR(CheckModelSize(variables));
-  if (!heartbeats_.joinable()) PST_RETURN_IF_ERROR(RegisterLocked().status());
+  if (!session_->joined()) PST_RETURN_IF_ERROR(RegisterLocked().status());
   client_->SetVariables(variables);
   PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());
   variables_ = std::move(variables);
@@ -179,25 +152,31 @@ absl::StatusOr<bool> ClientSession::Init(const std::vector<std::span<const float
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckNotEnded("init"));
   PST_RETURN_IF_ERROR(CheckDeclared(values.size()));
-  return client_->Init(values);
-}
-
-std::vector<int64_t> ClientSession::MinVersionsAfter(
-    const std::vector<int64_t>& computed_at) const {
-  std::vector<int64_t> min_versions = computed_at;
-  for (int64_t& v : min_versions) v = policy_->MinVersionAfterPush(v);
-  return min_versions;
+  // A shard that comes back without the model gets the values this worker
+  // holds then.
+  return session_->Init(values, [this] {
+    std::vector<std::vector<float>> current;
+    for (std::span<float> v : tensors_->values) current.emplace_back(v.begin(), v.end());
+    return current;
+  });
 }
 
 absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
-  const absl::Time start = absl::Now();
-  PST_RETURN_IF_ERROR(client_->Pull(next_min_, pull_timeout(), out, &versions_));
-  next_min_ = versions_;
-  GetWorkerMetrics().pull_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  RecordVersions(versions_);
+  PST_RETURN_IF_ERROR(session_->Exchange({.values = &out}));
   last_step_end_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status ClientSession::PushStep(const StepRequest& request) {
+  PST_RETURN_IF_ERROR(session_->Exchange(request));
+  ++pushes_;
+  // As a C++ trainer counts a step: the whole step since the last one
+  // ended (the caller's compute and this exchange).
+  session_->CountStep(last_step_end_, /*examples=*/0);
+  last_step_end_ = absl::Now();
+  staleness_total_ += session_->TakeStaleness();
   return absl::OkStatus();
 }
 
@@ -205,14 +184,7 @@ absl::Status ClientSession::Push(const std::vector<std::span<const float>>& grad
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckNotEnded("push"));
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
-  const std::vector<int64_t> computed_at = versions_;
-  const absl::Time start = absl::Now();
-  PST_RETURN_IF_ERROR(client_->Push(computed_at, gradients, &responses_));
-  ++pushes_;
-  RecordStep(computed_at, start);
-  // The next pull sees this push's step (SYNC waits for the other workers').
-  next_min_ = MinVersionsAfter(computed_at);
-  return absl::OkStatus();
+  return PushStep({.gradients = &gradients});
 }
 
 absl::Status ClientSession::PushPull(const std::vector<std::span<const float>>& gradients,
@@ -221,41 +193,18 @@ absl::Status ClientSession::PushPull(const std::vector<std::span<const float>>& 
   PST_RETURN_IF_ERROR(CheckNotEnded("push_pull"));
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
-  const std::vector<int64_t> computed_at = versions_;
-  const absl::Time start = absl::Now();
-  PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients, MinVersionsAfter(computed_at),
-                                        pull_timeout(), out, &versions_, &responses_));
-  ++pushes_;
-  next_min_ = versions_;
-  RecordVersions(versions_);
-  RecordStep(computed_at, start);
-  return absl::OkStatus();
-}
-
-void ClientSession::RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start) {
-  // As the C++ trainer records a step (worker/training/trainer.cc): the exchange,
-  // and the whole step since the last one ended (the caller's compute).
-  const absl::Time now = absl::Now();
-  WorkerMetrics& metrics = GetWorkerMetrics();
-  metrics.push_seconds.Observe(absl::ToDoubleSeconds(now - push_start));
-  if (last_step_end_ != absl::InfinitePast()) {
-    metrics.step_seconds.Observe(absl::ToDoubleSeconds(now - last_step_end_));
-  }
-  metrics.steps.Increment();
-  last_step_end_ = now;
-  staleness_total_ += RecordPushes(computed_at, responses_);
+  return PushStep({.gradients = &gradients, .values = &out});
 }
 
 absl::Status ClientSession::Done() {
   absl::MutexLock lock(&mu_);
-  StopHeartbeats();
   ended_ = true;
-  return client_->Done();
+  return session_->Finish();
 }
 
 std::vector<int64_t> ClientSession::versions() const {
   absl::MutexLock lock(&mu_);
-  return versions_;
+  return session_->versions();
 }
 
 int64_t ClientSession::pushes() const {
@@ -265,7 +214,7 @@ int64_t ClientSession::pushes() const {
 
 std::vector<PushResponse> ClientSession::last_responses() const {
   absl::MutexLock lock(&mu_);
-  return responses_;
+  return session_->last_responses();
 }
 
 int64_t ClientSession::staleness_total() const {
@@ -285,25 +234,6 @@ absl::StatusOr<StatsResponse> ClientSession::Stats(int shard) {
 absl::StatusOr<StatsResponse> ClientSession::AwaitWorkersDone(int64_t known_changes,
                                                               absl::Duration timeout) {
   return client_->AwaitWorkersDone(0, known_changes, timeout);
-}
-
-void ClientSession::StartHeartbeats() {
-  if (heartbeats_.joinable()) return;
-  stop_heartbeats_ = std::make_unique<absl::Notification>();
-  const absl::Duration period = absl::Seconds(config_.training().lease_seconds()) / 4;
-  heartbeats_ = std::thread([this, period, stop = stop_heartbeats_.get()] {
-    while (!stop->WaitForNotificationWithTimeout(period)) {
-      // A failed heartbeat is not fatal: the next exchange reports the
-      // shard's state with a proper error.
-      client_->Heartbeat().IgnoreError();
-    }
-  });
-}
-
-void ClientSession::StopHeartbeats() {
-  if (!heartbeats_.joinable()) return;
-  stop_heartbeats_->Notify();
-  heartbeats_.join();
 }
 
 }  // namespace pst

@@ -1,8 +1,9 @@
 // How a worker waits on the shards when they are not ready for it: a
 // registration retried with backoff across a shard's restart, heartbeats
-// while it computes, and the chief's wait for every worker to finish. Shared by every trainer.
-#ifndef PST_WORKER_TRAINING_SHARD_PATIENCE_H_
-#define PST_WORKER_TRAINING_SHARD_PATIENCE_H_
+// while it computes, and the chief's wait for every worker to finish: the
+// pieces TrainingSession (training_session.h) is made of.
+#ifndef PST_WORKER_SESSION_SHARD_PATIENCE_H_
+#define PST_WORKER_SESSION_SHARD_PATIENCE_H_
 
 #include <cstdint>
 #include <vector>
@@ -42,4 +43,4 @@ absl::StatusOr<WorkersAtEnd> AwaitAllWorkersDone(PsClient* client, int workers,
 
 }  // namespace pst
 
-#endif  // PST_WORKER_TRAINING_SHARD_PATIENCE_H_
+#endif  // PST_WORKER_SESSION_SHARD_PATIENCE_H_

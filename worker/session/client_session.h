@@ -1,16 +1,14 @@
-// A worker's session with the PS shards, as the Python module drives it:
-// the steps of the C++ trainer's loop (worker/training/trainer.h) that talk to the
-// shards, for a model the caller computes.
+// A worker's training session (worker/session/training_session.h) for a
+// model its caller computes, one call per step of the loop, safe to call
+// from several threads: what the Python module (python/module.cc) drives.
 //
-// The session loads the job config as every binary does, connects the
-// client (worker/client/ps_client.h) over the config's channels (TLS, token) and
-// sets the wire dtype and the transport (shared memory or TCP) the config
-// names. It keeps the versions the consistency policy needs: a push is
-// tagged with the versions of the last pull, and the next pull waits for
-// the versions the policy says follow it (consistency/consistency_policy.h),
-// so a worker driven through it and a C++ worker are interchangeable in
-// one job. Once registered, it keeps the worker in every shard's live set
-// with heartbeats (every lease_seconds / 4) while the caller computes.
+// It loads the job config as every binary does and connects the client
+// (worker/client/ps_client.h) over the config's channels (TLS, token). The
+// TrainingSession under it keeps the versions, the heartbeats and the
+// metrics as for the C++ trainers, so a worker driven through it and a C++
+// worker are interchangeable in one job. A refusal for now is returned
+// (IsTransientShardError), for the caller to rejoin (Register) and redo
+// its step.
 //
 // A session may be called from several threads at once. Every call that
 // uses the exchange state (the versions, the shared regions, the client's
@@ -20,16 +18,14 @@
 // fixed once made, and Stats and AwaitWorkersDone (PsClient says they may
 // run beside an exchange) take no lock. A caller that holds another lock
 // (Python's GIL) lets go of it before calling, as a call may wait for the
-// one in flight. They record the worker's metrics
-// (worker/client/worker_metrics.h) as the C++ trainer does: latencies,
-// steps, versions, staleness and drops per shard.
+// one in flight.
 //
 // After Done the session only reads: Pull and PullRows (the chief reads the
 // final model once every worker is done), Stats and AwaitWorkersDone; every
 // call that would push or change the worker's standing is refused
 // (FailedPrecondition).
-#ifndef PST_PYTHON_CLIENT_SESSION_H_
-#define PST_PYTHON_CLIENT_SESSION_H_
+#ifndef PST_WORKER_SESSION_CLIENT_SESSION_H_
+#define PST_WORKER_SESSION_CLIENT_SESSION_H_
 
 #include <atomic>
 #include <cstdint>
@@ -37,18 +33,16 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "config.pb.h"
 #include "placement/variable_spec.h"
-#include "consistency/consistency_policy.h"
 #include "worker/client/ps_client.h"
+#include "worker/session/training_session.h"
 
 namespace pst {
 
@@ -110,7 +104,7 @@ class ClientSession {
   absl::Status PushPull(const std::vector<std::span<const float>>& gradients,
                         const std::vector<std::span<float>>& out) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Embedding tables (python/client_session_rows.cc): the config's
+  // Embedding tables (worker/session/client_session_rows.cc): the config's
   // training.model.embeddings, then those DeclareTables adds (name, dim;
   // `optimizer`, or the job's when null), before Declare. InvalidArgument
   // for a name used twice, a dim out of range or an optimizer
@@ -158,44 +152,35 @@ class ClientSession {
   int64_t staleness_total() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  ClientSession(JobConfig config, std::unique_ptr<PsClient> client,
-                std::unique_ptr<const ConsistencyPolicy> policy);
-  absl::Duration pull_timeout() const;
+  ClientSession(JobConfig config, std::unique_ptr<PsClient> client);
   absl::StatusOr<RegisterResponse> RegisterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
   absl::Status CheckDeclared(size_t spans) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition naming `call` once Done has ended the session.
   absl::Status CheckNotEnded(const char* call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The worker metrics of a push made at `computed_at` that began at `push_start`.
-  void RecordStep(const std::vector<int64_t>& computed_at, absl::Time push_start)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push of this session's, exchanged by `request`: counted, with the
+  // step's time since the last one ended (the caller's compute).
+  absl::Status PushStep(const StepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobConfig config_;
   // Whose data path (its regions, buffers and calls in flight) mu_ guards
   // for every call but Stats, AwaitWorkersDone and the heartbeats' Heartbeat.
   const std::unique_ptr<PsClient> client_;
-  const std::unique_ptr<const ConsistencyPolicy> policy_;
   // Held by every call that uses the exchange state, for its whole length.
   mutable absl::Mutex mu_;
+  // The versions, heartbeats and metrics, over client_.
+  std::unique_ptr<TrainingSession> session_ ABSL_GUARDED_BY(mu_);
   // Written once, by Declare under mu_, before declared_ becomes true;
   // read without the lock after that.
   std::vector<VariableSpec> variables_;
   std::optional<PsClient::Tensors> tensors_;
   std::atomic<bool> declared_ = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // by Done
-  std::vector<int64_t> versions_ ABSL_GUARDED_BY(mu_);  // each shard's version at the last pull
-  std::vector<int64_t> next_min_ ABSL_GUARDED_BY(mu_);  // what the next pull waits for
-  std::vector<PushResponse> responses_ ABSL_GUARDED_BY(mu_);
   int64_t pushes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staleness_total_ ABSL_GUARDED_BY(mu_) = 0;
   // Of the last pull or push.
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  std::unique_ptr<absl::Notification> stop_heartbeats_ ABSL_GUARDED_BY(mu_);
-  std::thread heartbeats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pst
 
-#endif  // PST_PYTHON_CLIENT_SESSION_H_
+#endif  // PST_WORKER_SESSION_CLIENT_SESSION_H_

@@ -1,4 +1,4 @@
-#include "worker/training/shard_patience.h"
+#include "worker/session/shard_patience.h"
 
 #include <algorithm>
 
@@ -35,10 +35,9 @@ absl::StatusOr<WorkersAtEnd> AwaitAllWorkersDone(PsClient* client, int workers,
     // decide the outcome below is seen as it happens.
     // A shard busy or restarting is waited out by the client
     // (PsClient::set_call_patience).
-    absl::StatusOr<StatsResponse> stats = client->AwaitWorkersDone(0, known_changes, wait);
-    if (!stats.ok()) return stats.status();
-    known_changes = stats->worker_changes();
-    WorkersAtEnd at_end{*std::move(stats), {}};
+    PST_ASSIGN_OR_RETURN(StatsResponse stats, client->AwaitWorkersDone(0, known_changes, wait));
+    known_changes = stats.worker_changes();
+    WorkersAtEnd at_end{std::move(stats), {}};
     if (at_end.stats.workers_done() >= workers) return at_end;
     for (const WorkerStats& w : at_end.stats.workers()) {
       // A worker never heard from counts as live to the shard (it may be

@@ -1,10 +1,9 @@
-// ClientSession's embedding-table calls (python/client_session.h).
+// ClientSession's embedding-table calls (worker/session/client_session.h).
 #include "absl/strings/str_cat.h"
 #include "common/embedding_config.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
-#include "python/client_session.h"
-#include "worker/client/worker_metrics.h"
+#include "worker/session/client_session.h"
 
 namespace pst {
 
@@ -63,23 +62,13 @@ std::vector<EmbeddingTableConfig> ClientSession::tables() const {
 
 absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
   absl::MutexLock lock(&mu_);
-  std::vector<int64_t> versions;
-  const absl::Time start = absl::Now();
-  PST_RETURN_IF_ERROR(client_->PullRows(next_min_, pull_timeout(), rows, &versions));
-  GetWorkerMetrics().pull_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  return absl::OkStatus();
+  return session_->Exchange({.pull_rows = rows});
 }
 
 absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckNotEnded("push_rows"));
-  const std::vector<int64_t> computed_at = versions_;
-  const absl::Time start = absl::Now();
-  PST_RETURN_IF_ERROR(client_->PushRows(computed_at, rows, &responses_));
-  ++pushes_;
-  RecordStep(computed_at, start);
-  next_min_ = MinVersionsAfter(computed_at);
-  return absl::OkStatus();
+  return PushStep({.push_rows = rows});
 }
 
 absl::Status ClientSession::PushPullRows(const std::vector<std::span<const float>>& gradients,
@@ -89,15 +78,8 @@ absl::Status ClientSession::PushPullRows(const std::vector<std::span<const float
   PST_RETURN_IF_ERROR(CheckNotEnded("push_pull_rows"));
   PST_RETURN_IF_ERROR(CheckDeclared(gradients.size()));
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
-  const std::vector<int64_t> computed_at = versions_;
-  const absl::Time start = absl::Now();
-  PST_RETURN_IF_ERROR(client_->PushPull(computed_at, gradients, MinVersionsAfter(computed_at),
-                                        pull_timeout(), out, &versions_, &responses_, rows));
-  ++pushes_;
-  next_min_ = versions_;
-  RecordVersions(versions_);
-  RecordStep(computed_at, start);
-  return absl::OkStatus();
+  return PushStep(
+      {.gradients = &gradients, .push_rows = rows.push, .values = &out, .pull_rows = rows.pull});
 }
 
 }  // namespace pst

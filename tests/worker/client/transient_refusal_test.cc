@@ -1,0 +1,180 @@
+// Which failed calls a worker waits out, and why: read from the status's
+// code and the shard's mark (common/transient_refusal.h), never from its
+// message. Each class once as a shard's answer over real gRPC, and the
+// ones a real shard gives: an exchange past the worker's limit
+// (overloaded), a shared region it does not hold (region lost), a shard
+// that is not there (restarting).
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/in_process_cluster.h"
+#include "common/config.h"
+#include "common/transient_refusal.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "ps_server/shm/shm_regions.h"
+#include "rpc/grpc_status.h"
+#include "rpc/worker_session.h"
+#include "tests/support/eventually.h"
+#include "tests/support/exchange_calls.h"
+#include "worker/client/ps_client.h"
+
+namespace pst {
+namespace {
+
+// A shard whose Heartbeat answers `answer`.
+class Answers : public ParameterServer::Service {
+ public:
+  explicit Answers(absl::Status answer) : answer_(std::move(answer)) {}
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
+                         HeartbeatResponse*) override {
+    return ToGrpcStatus(answer_);
+  }
+
+ private:
+  const absl::Status answer_;
+};
+
+struct Case {
+  std::string name;
+  absl::Status answer;
+  std::optional<TransientRefusal> expected;
+};
+
+TEST(TransientRefusalTest, TheClassIsReadFromTheCodeAndTheMarkAlone) {
+  const std::vector<Case> cases = {
+      {"marked overload", MarkTransient(absl::ResourceExhaustedError("busy"),
+                                        TransientRefusal::kOverloaded),
+       TransientRefusal::kOverloaded},
+      {"marked region lost", MarkTransient(absl::NotFoundError("no such region"),
+                                           TransientRefusal::kRegionLost),
+       TransientRefusal::kRegionLost},
+      {"marked restart", MarkTransient(absl::UnavailableError("shutting down"),
+                                       TransientRefusal::kRestarting),
+       TransientRefusal::kRestarting},
+      {"UNAVAILABLE unmarked", absl::UnavailableError("gone"), TransientRefusal::kRestarting},
+      // What used to be told apart by its words: a size limit is no
+      // refusal for now, whatever it says.
+      {"RESOURCE_EXHAUSTED unmarked", absl::ResourceExhaustedError("try again later"),
+       std::nullopt},
+      {"gRPC's size refusal", absl::ResourceExhaustedError("Received message larger than max"),
+       std::nullopt},
+      {"NOT_FOUND unmarked", absl::NotFoundError("no shared region 7 here (the PS restarted)"),
+       std::nullopt},
+      {"INVALID_ARGUMENT", absl::InvalidArgumentError("unavailable, busy, restarting"),
+       std::nullopt},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Answers service(c.answer);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        PsClient::Connect({"127.0.0.1:" + std::to_string(port)}, 0, absl::Seconds(10));
+    ASSERT_TRUE(client.ok()) << client.status();
+    const absl::Status answered = (*client)->Heartbeat(0);
+    EXPECT_EQ(answered.code(), c.answer.code());
+    EXPECT_TRUE(NamesItsShard(answered));
+    EXPECT_EQ(TransientRefusalOf(answered), c.expected) << answered;
+    EXPECT_EQ(IsTransientShardError(answered), c.expected.has_value());
+  }
+}
+
+JobConfig SmallJob() {
+  JobConfig config;
+  config.mutable_cluster()->add_ps("127.0.0.1:1");
+  config.mutable_cluster()->set_workers(1);
+  config.mutable_cluster()->set_worker_command("transient_refusal_test");
+  TrainingConfig* t = config.mutable_training();
+  t->set_mode(ASYNC);
+  t->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  t->mutable_model()->mutable_mlp()->add_hidden(4);
+  t->mutable_dataset()->mutable_quadratic()->set_examples(10);
+  ApplyDefaults(&config);
+  return config;
+}
+
+// Exchanges of worker 0 held open on the shard (waiting for a version that
+// never comes), taking its slots.
+class HeldExchange {
+ public:
+  HeldExchange(const std::string& address, int worker)
+      : stub_(ParameterServer::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    PullRequest pull;
+    pull.set_min_version(1 << 30);
+    pull.set_timeout_ms(600000);
+    context_.AddMetadata(kSessionMetadataKey, absl::StrCat(ProcessSession()));
+    stream_ = stub_->Exchange(&context_);
+    EXPECT_TRUE(stream_->Write(PullOnly(pull, worker)));
+  }
+  ~HeldExchange() {
+    context_.TryCancel();
+    stream_->Finish().IgnoreError();
+  }
+
+ private:
+  std::unique_ptr<ParameterServer::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<ExchangeChunk, ExchangeAnswer>> stream_;
+};
+
+TEST(TransientRefusalTest, AShardMarksAnExchangePastTheWorkersLimitAsAnOverload) {
+  RpcLimits limits;
+  limits.max_streams_per_worker = 1;
+  absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
+      InProcessCluster::Start(SmallJob(), 1, limits);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string address = (*cluster)->config().cluster().ps(0);
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect({address}, 0, absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->SetVariables({{"w", {4}}});
+  HeldExchange held(address, 0);
+  std::vector<float> values(4);
+  std::vector<int64_t> versions;
+  absl::Status pulled;
+  // Refused once the held exchange has claimed the worker's one slot.
+  EXPECT_TRUE(Eventually([&] {
+    pulled = (*client)->Pull({0}, absl::Seconds(10), {values}, &versions);
+    return absl::IsResourceExhausted(pulled);
+  })) << pulled;
+  EXPECT_EQ(TransientRefusalOf(pulled), TransientRefusal::kOverloaded) << pulled;
+}
+
+TEST(TransientRefusalTest, AShardMarksARegionItDoesNotHoldAsLost) {
+  ShmRegions regions(/*enabled=*/true, /*num_workers=*/1, /*max_region_bytes=*/1 << 20);
+  absl::StatusOr<ShmRegions::Claim> claim =
+      regions.TryClaim(/*handle=*/12345, /*worker=*/0, [](absl::StatusOr<ShmRegions::Claimed>) {});
+  ASSERT_FALSE(claim.ok());
+  EXPECT_TRUE(absl::IsNotFound(claim.status()));
+  EXPECT_EQ(MarkedTransient(claim.status()), TransientRefusal::kRegionLost);
+  EXPECT_EQ(TransientRefusalOf(FromGrpcStatus(ToGrpcStatus(claim.status()))),
+            TransientRefusal::kRegionLost);
+}
+
+TEST(TransientRefusalTest, AShardThatIsNotThereIsRestarting) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  ParameterServer::Service unimplemented;
+  builder.RegisterService(&unimplemented);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect({"127.0.0.1:" + std::to_string(port)}, 0, absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  server->Shutdown();
+  server->Wait();
+  const absl::Status answered = (*client)->Heartbeat(0);
+  EXPECT_TRUE(absl::IsUnavailable(answered)) << answered;
+  EXPECT_EQ(TransientRefusalOf(answered), TransientRefusal::kRestarting);
+}
+
+}  // namespace
+}  // namespace pst
