@@ -114,6 +114,38 @@ TEST(ParameterShardEmbeddingTest, RowsAreCreatedAlikeOnEveryShardCountAndAfterRe
   EXPECT_EQ(PullAll(restored.get(), ids).rows, rows);
 }
 
+// A module's own initial weight (InitRequest.rows): the named rows start
+// from it, the others from the table's initial values; a bad seed refuses
+// the whole Init.
+TEST(ParameterShardEmbeddingTest, AnInitsRowsSeedTheTableAndBadOnesRefuseIt) {
+  const auto init_with = [](const std::vector<uint64_t>& ids, const std::vector<float>& rows) {
+    InitRequest init;
+    EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, init.add_variables());
+    EmbeddingTableConfig* table = init.add_embeddings();
+    table->set_name("emb");
+    table->set_dim(kDim);
+    *init.add_rows() = Rows(ids, rows);
+    return init;
+  };
+  auto fresh = MakeShard(Options(SYNC, 1));
+  Init(fresh.get());
+  const std::vector<float> unseeded = PullAll(fresh.get(), {9}).rows;
+
+  auto shard = MakeShard(Options(SYNC, 1));
+  InitResponse response;
+  EXPECT_EQ(shard->Init(init_with({3, 3}, std::vector<float>(2 * kDim, 1.0f)), &response).code(),
+            absl::StatusCode::kInvalidArgument);  // an id twice
+  EXPECT_EQ(shard->Init(init_with({3}, std::vector<float>(kDim - 1, 1.0f)), &response).code(),
+            absl::StatusCode::kInvalidArgument);  // short of a row
+  EXPECT_EQ(shard->Init(init_with({3}, {1, NAN, 1, 1}), &response).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(shard->initialized());
+  ASSERT_TRUE(shard->Init(init_with({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8}), &response).ok());
+  const Pulled pulled = PullAll(shard.get(), {4, 9, 3});
+  EXPECT_THAT(pulled.rows, ElementsAre(5, 6, 7, 8, unseeded[0], unseeded[1], unseeded[2],
+                                       unseeded[3], 1, 2, 3, 4));
+}
+
 TEST(ParameterShardEmbeddingTest, ARefusedInitLeavesTheShardUninitializedAndTheNextOneWins) {
   auto shard = MakeShard(Options(ASYNC, 1));
   InitRequest bad_table;
