@@ -140,7 +140,7 @@ std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_vie
     ExitWithError(std::filesystem::path(argv[0]).filename().string(), s);
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_pattern(kLogPattern);
   return positional;
 }
 

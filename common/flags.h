@@ -17,6 +17,9 @@ ABSL_DECLARE_FLAG(bool, check_config);
 
 namespace pst {
 
+// Every log line of ours, C++ program or Python worker: "12:34:56.789 info ...".
+inline constexpr char kLogPattern[] = "%H:%M:%S.%e %^%l%$ %v";
+
 // Sets the usage text, parses the command line of `program` and sets the
 // log format. Returns the positional arguments. A malformed command line
 // exits 2 with one line; --help (or --helpshort) prints the usage and the
