@@ -40,8 +40,9 @@ std::string HelpText(absl::string_view name, absl::string_view usage, Program pr
 
 // What --check_config checks beyond ValidateConfig: the files the PS tasks
 // (`ps`) and the workers (`workers`) of this host would read or write at
-// start (TLS files, the token, the checkpoint directory), with the errors
-// those tasks would give.
+// start (TLS files, the token, the checkpoint directory, the data set's
+// files unless a worker command brings its own), with the errors those
+// tasks would give.
 absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers);
 
 // Ends a --check_config run: "config OK: <summary>" on stdout and exit 0,
