@@ -85,6 +85,16 @@ class CopyPrograms(build_scripts):
         return []
 
 
+# pip asks for bdist_wheel, which the `wheel` package brings: an environment
+# made from another interpreter than Debian's lacks it (and Debian's NumPy
+# and PyTorch, and the headers the module is built against).
+try:
+    import wheel  # noqa: F401
+except ImportError:
+    fail(f"{sys.executable} has no `wheel` package: make the environment with Debian's "
+         "interpreter (/usr/bin/python3 -m venv --system-site-packages ENV, with python3-wheel "
+         "installed), then run ENV/bin/pip install --no-build-isolation --no-index . again")
+
 # setuptools writes its build folders and metadata into the build tree, not
 # into the checkout.
 (BUILD / "setuptools").mkdir(parents=True, exist_ok=True)
