@@ -140,7 +140,7 @@ std::vector<char*> ParseCommandLineFlags(int argc, char** argv, absl::string_vie
     ExitWithError(std::filesystem::path(argv[0]).filename().string(), s);
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_pattern(kLogPattern);
   return positional;
 }
 
@@ -182,6 +182,41 @@ absl::StatusOr<JobConfig> LoadJobConfigFromFlags(PsPorts ps_ports) {
   return LoadJobConfig(absl::GetFlag(FLAGS_config), OverridesFromFlags(), ps_ports);
 }
 
+namespace {
+
+// The data set's files a worker opens at start (a CTR file the first worker
+// generates is not looked for): InvalidArgument naming the field, the path
+// and the way out.
+absl::Status CheckDataFiles(const DatasetConfig& data) {
+  std::vector<std::pair<std::string, std::string>> files;  // (field, path)
+  std::string fix;
+  if (data.has_fashion_mnist()) {
+    for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+      files.emplace_back("training.dataset.fashion_mnist.dir",
+                         absl::StrCat(data.fashion_mnist().dir(), "/", name));
+    }
+    fix = "install Debian's dataset-fashion-mnist or set training.dataset.fashion_mnist.dir to "
+          "the folder that holds its four .gz files";
+  } else if (data.has_ctr() && !data.ctr().has_generate()) {
+    files = {{"training.dataset.ctr.train_file", data.ctr().train_file()},
+             {"training.dataset.ctr.test_file", data.ctr().test_file()}};
+    fix = "name an existing file, or add training.dataset.ctr.generate to have the first worker "
+          "write it";
+  }
+  for (const auto& [field, path] : files) {
+    if (path.empty()) continue;
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", path, " does not exist; ", fix));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers) {
   if (ps) {
     if (const std::string& dir = config.training().checkpoint().dir(); !dir.empty()) {
@@ -197,6 +232,10 @@ absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers) {
     absl::StatusOr<ClusterSecurity> client =
         ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kClient);
     if (!client.ok()) return client.status();
+    // A worker command (a Python script) reads its own data.
+    if (config.cluster().worker_command().empty()) {
+      if (absl::Status s = CheckDataFiles(config.training().dataset()); !s.ok()) return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,9 @@ ABSL_DECLARE_FLAG(bool, check_config);
 
 namespace pst {
 
+// Every log line of ours, C++ program or Python worker: "12:34:56.789 info ...".
+inline constexpr char kLogPattern[] = "%H:%M:%S.%e %^%l%$ %v";
+
 // Sets the usage text, parses the command line of `program` and sets the
 // log format. Returns the positional arguments. A malformed command line
 // exits 2 with one line; --help (or --helpshort) prints the usage and the
@@ -37,8 +40,9 @@ std::string HelpText(absl::string_view name, absl::string_view usage, Program pr
 
 // What --check_config checks beyond ValidateConfig: the files the PS tasks
 // (`ps`) and the workers (`workers`) of this host would read or write at
-// start (TLS files, the token, the checkpoint directory), with the errors
-// those tasks would give.
+// start (TLS files, the token, the checkpoint directory, the data set's
+// files unless a worker command brings its own), with the errors those
+// tasks would give.
 absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers);
 
 // Ends a --check_config run: "config OK: <summary>" on stdout and exit 0,

@@ -125,7 +125,11 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
   Struct root;
   auto parsed = google::protobuf::util::JsonStringToMessage(std::string(json), &root);
   if (!parsed.ok()) {
-    return Malformed(absl::StrCat("is not a JSON object (", parsed.message().as_string(), ")"));
+    // protobuf's reason goes on to quote the text and point under it, on
+    // lines of their own: its first line is the reason.
+    const std::string reason = parsed.message().as_string();
+    return Malformed(
+        absl::StrCat("is not a JSON object (", reason.substr(0, reason.find('\n')), ")"));
   }
   static const std::set<std::string> kTopLevel = {"cluster", "task", "environment", "rpc_layer"};
   for (const auto& [key, value] : root.fields()) {

@@ -4,7 +4,6 @@
 if(CPACK_PSTRAIN_CUDA)
   message(FATAL_ERROR
     "this build links the CUDA runtime (from ${CPACK_PSTRAIN_CUDA_LIBRARIES}), which no Debian "
-    "package provides, so a .deb of it would not run where it is installed; package a CPU "
-    "build: cmake -S . -B build-cpu -G Ninja -DPS_WITH_CUDA=OFF && cmake --build build-cpu "
-    "&& (cd build-cpu && cpack -G DEB)")
+    "package provides, so a .deb of it would not run where it is installed; make the package "
+    "from a CPU build of its own (the programs and the module, no test): scripts/package_deb.sh")
 endif()

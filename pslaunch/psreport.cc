@@ -16,7 +16,8 @@
 ABSL_FLAG(std::string, out, "compare.html", "The HTML page to write.");
 ABSL_FLAG(std::vector<std::string>, labels, {},
           "Names for the runs in the legend, comma-separated, in argument order (default: "
-          "\"<mode>, <N> workers\" from each record).");
+          "\"<mode>, <N> workers, <optimizer> lr <rate>, batch <size>\" from each record, with "
+          "the file's name added where two records carry the same label).");
 
 namespace {
 constexpr char kProgram[] = "psreport";
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
     if (!record.ok()) pst::ExitWithError(kProgram, record.status());
     if (!labels.empty()) record->set_label(labels[i - 1]);
     runs.push_back(*std::move(record));
+  }
+  if (labels.empty()) {
+    pst::MakeLabelsDistinct(runs, std::vector<std::string>(args.begin() + 1, args.end()));
   }
   const std::string out = absl::GetFlag(FLAGS_out);
   if (absl::Status s = pst::WriteTextFile(out, pst::RenderReport(runs)); !s.ok()) {

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/match.h"
 #include "common/durable_file.h"
+#include "common/optimizer_config.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace pst {
@@ -21,7 +25,7 @@ constexpr int kPlotHeight = 300;
 constexpr int kLeft = 70;
 constexpr int kTop = 36;
 constexpr int kBottom = 50;
-constexpr int kLegendWidth = 230;
+constexpr int kLegendWidth = 340;  // "sync, 2 workers, adam lr 0.001, batch 64 · worker:1"
 constexpr int kLegendLine = 18;
 
 // One color per run, one dash pattern per worker.
@@ -113,9 +117,10 @@ std::vector<double> NiceTicks(double lo, double hi, int count, double min_step) 
 
 std::string LineChart(const std::string& title, const std::string& x_label,
                       const std::string& y_label, const std::vector<Series>& series,
-                      bool integer_x) {
+                      bool integer_x, bool fraction_y) {
   Range x = RangeOf(series, true);
   Range y = RangeOf(series, false);
+  if (fraction_y) y = {std::max(y.lo, 0.0), std::min(y.hi, 1.0)};
   const std::vector<double> xt = NiceTicks(x.lo, x.hi, 6, integer_x ? 1.0 : 0.0);
   const std::vector<double> yt = NiceTicks(y.lo, y.hi, 5);
   // Widen the ranges to the outer ticks, so the grid frames the data.
@@ -162,10 +167,28 @@ std::string LineChart(const std::string& title, const std::string& x_label,
   return out;
 }
 
-RunRecord MakeRunRecord(const RunSummary& summary, std::vector<WorkerResult> workers) {
+std::string DescribeTraining(const TrainingConfig& training) {
+  absl::StatusOr<OptimizerSettings> optimizer = ResolveOptimizerConfig(training.optimizer());
+  if (!optimizer.ok()) return absl::StrCat("batch ", training.batch_size());
+  const char* rule = "sgd";
+  switch (optimizer->rule) {
+    case OptimizerSettings::Rule::kSgd: rule = "sgd"; break;
+    case OptimizerSettings::Rule::kMomentum: rule = "momentum"; break;
+    case OptimizerSettings::Rule::kNesterov: rule = "nesterov"; break;
+    case OptimizerSettings::Rule::kAdam: rule = "adam"; break;
+    case OptimizerSettings::Rule::kAdagrad: rule = "adagrad"; break;
+    case OptimizerSettings::Rule::kFtrl: rule = "ftrl"; break;
+  }
+  return absl::StrFormat("%s lr %g, batch %d", rule, optimizer->learning_rate,
+                         training.batch_size());
+}
+
+RunRecord MakeRunRecord(const RunSummary& summary, std::vector<WorkerResult> workers,
+                        const std::string& training) {
   RunRecord record;
   record.set_label(absl::StrCat(summary.mode(), ", ", summary.workers(),
-                                summary.workers() == 1 ? " worker" : " workers"));
+                                summary.workers() == 1 ? " worker" : " workers",
+                                training.empty() ? "" : ", ", training));
   *record.mutable_summary() = summary;
   for (WorkerResult& w : workers) *record.add_workers() = std::move(w);
   return record;
@@ -206,7 +229,7 @@ std::vector<Series> EvalSeries(const std::vector<RunRecord>& runs, bool accuracy
 std::string SummaryTable(const std::vector<RunRecord>& runs) {
   std::string out =
       "<table><tr><th>run</th><th>steps</th><th>epochs</th><th>test accuracy</th>"
-      "<th>final loss</th><th>samples/s</th><th>wall s</th></tr>\n";
+      "<th>final loss*</th><th>samples/s</th><th>wall s</th></tr>\n";
   for (const RunRecord& run : runs) {
     const RunSummary& s = run.summary();
     absl::StrAppendFormat(&out,
@@ -217,7 +240,50 @@ std::string SummaryTable(const std::vector<RunRecord>& runs) {
                                                            : "n/a",
                           s.final_loss(), s.train_samples_per_sec(), s.wall_seconds());
   }
-  return out + "</table>\n";
+  return out + "</table>\n<p>* final loss: " + std::string(kFinalLoss) + ".</p>\n";
+}
+
+// The names of the 64-bit integer fields of `message` and of the messages in it.
+void Int64FieldNames(const google::protobuf::Descriptor* message, std::set<std::string>& names) {
+  for (int i = 0; i < message->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = message->field(i);
+    switch (field->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT64:
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+        names.insert(field->name());
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE:
+        if (field->message_type() != message) Int64FieldNames(field->message_type(), names);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// `json` with every "name":"<integer>" written "name":<integer>. A key inside
+// a string value is escaped (\"name\":) and so never matches.
+std::string UnquoteIntegers(const std::string& json, const std::string& name) {
+  const std::string key = absl::StrCat("\"", name, "\":\"");
+  std::string out;
+  size_t from = 0;
+  for (size_t at; (at = json.find(key, from)) != std::string::npos;) {
+    const size_t begin = at + key.size();
+    const size_t end = json.find('"', begin);
+    if (end == std::string::npos) break;
+    const std::string value = json.substr(begin, end - begin);
+    const bool integer = !value.empty() &&
+                         value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) ==
+                             std::string::npos && value != "-";
+    if (integer) {
+      absl::StrAppend(&out, json.substr(from, begin - 1 - from), value);
+      from = end + 1;
+    } else {
+      absl::StrAppend(&out, json.substr(from, begin - from));
+      from = begin;
+    }
+  }
+  return out + json.substr(from);
 }
 
 bool AnyAccuracy(const std::vector<RunRecord>& runs) {
@@ -254,7 +320,7 @@ std::string RenderReport(const std::vector<RunRecord>& runs) {
   const bool accuracy = AnyAccuracy(runs);
   out += LineChart(accuracy ? "Test accuracy after each epoch (chief)" : "Test loss after each epoch (chief)",
                    "epoch", accuracy ? "test accuracy" : "test loss", EvalSeries(runs, accuracy),
-                   /*integer_x=*/true);
+                   /*integer_x=*/true, /*fraction_y=*/accuracy);
   out += LineChart("Training loss over time", "seconds since the worker started", "training loss",
                    WorkerSeries(runs, [](const CurvePoint& p) { return p.seconds(); },
                                 [](const CurvePoint& p) { return p.loss(); }));
@@ -284,6 +350,26 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   return WriteFileDurably(path, text);
 }
 
+void MakeLabelsDistinct(std::vector<RunRecord>& runs, const std::vector<std::string>& sources) {
+  std::map<std::string, int> count;
+  for (const RunRecord& run : runs) ++count[run.label()];
+  for (size_t i = 0; i < runs.size() && i < sources.size(); ++i) {
+    if (count[runs[i].label()] > 1) {
+      runs[i].set_label(absl::StrCat(runs[i].label(), " (",
+                                     std::filesystem::path(sources[i]).filename().string(), ")"));
+    }
+  }
+  // Records of one name from different folders: number them.
+  count.clear();
+  for (const RunRecord& run : runs) ++count[run.label()];
+  std::map<std::string, int> seen;
+  for (RunRecord& run : runs) {
+    if (count[run.label()] > 1) {
+      run.set_label(absl::StrCat(run.label(), " #", ++seen[run.label()]));
+    }
+  }
+}
+
 absl::Status WriteRunRecord(const RunRecord& record, const std::string& path) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
@@ -291,6 +377,11 @@ absl::Status WriteRunRecord(const RunRecord& record, const std::string& path) {
   if (!google::protobuf::util::MessageToJsonString(record, &json, options).ok()) {
     return absl::InternalError("cannot serialize the run record");
   }
+  // Proto3's JSON quotes 64-bit integers ("steps":"468"); a record is read
+  // by people and scripts, and its counts are far below 2^53: numbers.
+  std::set<std::string> int64_fields;
+  Int64FieldNames(RunRecord::descriptor(), int64_fields);
+  for (const std::string& name : int64_fields) json = UnquoteIntegers(json, name);
   return WriteTextFile(path, json + "\n");
 }
 

@@ -11,13 +11,28 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config.pb.h"
 #include "result.pb.h"
 
 namespace pst {
 
+// What the summary line calls final_loss (RunSummary.final_loss), as the page explains it.
+inline constexpr char kFinalLoss[] =
+    "the chief's (worker:0's) mean training loss over its last epoch, as the summary line's "
+    "final_loss";
+
+// The training settings a run's label names: "adam lr 0.001, batch 64".
+std::string DescribeTraining(const TrainingConfig& training);
+
 // A run's record from its summary and its workers' results, labelled
-// "<mode>, <N> worker(s)".
-RunRecord MakeRunRecord(const RunSummary& summary, std::vector<WorkerResult> workers);
+// "<mode>, <N> worker(s)[, <training>]" (training: DescribeTraining's).
+RunRecord MakeRunRecord(const RunSummary& summary, std::vector<WorkerResult> workers,
+                        const std::string& training = "");
+
+// Labels that name two runs alike get the file each record came from
+// (`sources`, in order), then a number where that is not enough, so that
+// every run of a psreport page has its own name.
+void MakeLabelsDistinct(std::vector<RunRecord>& runs, const std::vector<std::string>& sources);
 
 // The page for `runs`, in order.
 std::string RenderReport(const std::vector<RunRecord>& runs);
@@ -39,10 +54,11 @@ struct Series {
 };
 
 // An SVG line chart with axes, ticks, title and legend; `integer_x` keeps
-// x ticks on whole numbers (epochs).
+// x ticks on whole numbers (epochs), `fraction_y` keeps the y axis within
+// [0, 1] (accuracy).
 std::string LineChart(const std::string& title, const std::string& x_label,
                       const std::string& y_label, const std::vector<Series>& series,
-                      bool integer_x = false);
+                      bool integer_x = false, bool fraction_y = false);
 
 // Round tick values covering [lo, hi]: steps of 1, 2 or 5 x 10^k, about
 // `count`, and no finer than `min_step`.

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/flags.h"
 #include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "google/protobuf/util/json_util.h"
@@ -27,6 +28,7 @@
 #include "worker/session/client_session.h"
 #include "python/telemetry_binding.h"
 #include "python/worker_telemetry.h"
+#include "spdlog/spdlog.h"
 
 namespace py = pybind11;
 
@@ -98,6 +100,16 @@ PYBIND11_MODULE(_pstrain, m) {
   // starts gRPC's threads).
   pst::KeepLargeBuffersWarm();
   pst::SkipMutexDeadlockChecks();
+  // The programs' log format, for the session's own lines and pstrain's
+  // (log below), so that a job's log reads alike whatever its workers run.
+  spdlog::set_pattern(pst::kLogPattern);
+  m.def(
+      "log",
+      [](const std::string& level, const std::string& message) {
+        spdlog::log(spdlog::level::from_str(level), "{}", message);
+      },
+      py::arg("level"), py::arg("message"),
+      "Logs one line as the C++ programs do: level is info, warning or error.");
   pst::BindWorkerTelemetry(m);
   // What Session.declare takes in all (common/config.h).
   m.attr("MAX_MODEL_PARAMETERS") = pst::kMaxModelParameters;

@@ -37,6 +37,9 @@ CHECK_PACKAGES=(
   # built for; NumPy for its arrays, PyTorch for pstrain.torch, the CNN
   # example and their tests.
   pybind11-dev python3-dev python3-numpy python3-torch
+  # `pip install .` of the module with Debian's setuptools, wheel and pip,
+  # into a virtual environment (tests/packaging/pip_install_test.sh).
+  python3-setuptools python3-wheel python3-pip python3-venv
   # The HTTP/2 relay deploy/relay/nghttpx.conf configures (nghttpx), which
   # ends the floods gRPC 1.51 does not bound; tests/scripts/relay_test.sh.
   nghttp2-proxy

@@ -36,7 +36,6 @@ progress windows (``record_window``) and evaluations (``record_evaluation``).
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -183,8 +182,7 @@ class Client:
                     waiting = True
                     if deadline is None:
                         deadline = now + patience
-                    print(f"{self.task}: waiting for the parameter servers ({error})",
-                          file=sys.stderr, flush=True)
+                    _pstrain.log("info", f"{self.task}: waiting for the parameter servers ({error})")
                 elif now > deadline:
                     # UNAVAILABLE, exit code 1: a launcher restarts the worker.
                     raise UnavailableError(

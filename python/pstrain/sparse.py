@@ -35,11 +35,12 @@ model; rows of ids outside ``num_embeddings`` stay on the shards only.
 """
 
 import json
-import sys
 
 import numpy as np
 import torch
 from torch import nn
+
+from pstrain import _pstrain
 
 __all__ = ["EmbeddingTables"]
 
@@ -179,9 +180,9 @@ class EmbeddingTables:
             if initial is None:
                 continue
             if initial.nbytes > self.SEED_BYTES:
-                print(f"pstrain: embedding {table.name} ({initial.nbytes >> 20} MiB) is larger "
-                      "than one Init carries; its rows start from the parameter servers' initial "
-                      "values, not the module's", file=sys.stderr, flush=True)
+                _pstrain.log("warning", f"embedding {table.name} ({initial.nbytes >> 20} MiB) is "
+                             "larger than one Init carries; its rows start from the parameter "
+                             "servers' initial values, not the module's")
                 continue
             seeds[table.name] = (np.arange(len(initial), dtype=np.int64), initial)
         return seeds

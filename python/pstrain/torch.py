@@ -161,8 +161,8 @@ def _finish_open_optimizers():
             try:
                 optimizer.finish()
             except pstrain.Error as error:
-                print(f"{optimizer.client.task}: could not finish at exit: {error}",
-                      file=sys.stderr, flush=True)
+                pstrain._pstrain.log("error", f"{optimizer.client.task}: could not finish at "
+                                     f"exit: {error}")
 
 
 def _sharded(loader, client):
@@ -624,8 +624,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _rejoin(self, cause, deadline):
         what = "lost a parameter server" if cause.code == "UNAVAILABLE" else "refused for now"
-        print(f"{self.client.task}: {what} ({cause}); rejoining to redo the step",
-              file=sys.stderr, flush=True)
+        pstrain._pstrain.log("warning",
+                             f"{self.client.task}: {what} ({cause}); rejoining to redo the step")
         while True:
             seen = self.client.versions[0] if self.client.versions else 0
             view = self.client.register(deadline)  # waits out transient refusals, or raises

@@ -18,6 +18,7 @@ namespace pst {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kTwoWorkersAndChief[] =
     R"({"cluster": {"ps": ["p0:2222", "p1:2222"], "chief": ["c:2222"],
@@ -72,6 +73,7 @@ TEST(TfConfigTest, RefusesEachMalformedShapeNamingIt) {
   std::vector<Case> cases = {
       {"", "is not a JSON object"},
       {"not json", "is not a JSON object"},
+      {"{\"cluster\": {\"ps\": [\"p:1\"]\n  \"worker\": [\"w:1\"]}}", "is not a JSON object"},
       {R"(["ps"])", "is not a JSON object"},
       {R"({"task": {"type": "ps", "index": 0}})", "has no \"cluster\" object"},
       {R"({"cluster": ["p:1"]})", "has no \"cluster\" object"},
@@ -118,6 +120,8 @@ TEST(TfConfigTest, RefusesEachMalformedShapeNamingIt) {
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(parsed.status().message(), HasSubstr("TF_CONFIG "));
     EXPECT_THAT(parsed.status().message(), HasSubstr(c.message));
+    // One line, whatever the text: the programs print it as their one error line.
+    EXPECT_THAT(parsed.status().message(), Not(HasSubstr("\n")));
   }
 }
 

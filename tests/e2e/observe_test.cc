@@ -274,10 +274,12 @@ TEST(PslaunchObservabilityTest, MetricsMappingEventFileAndReport) {
 
   const std::string page = ReadFile(dir + "/run.html");
   EXPECT_THAT(page, HasSubstr("<svg"));
-  EXPECT_THAT(page, HasSubstr("sync, 2 workers · worker:1"));
+  // The run's label names the job's training settings (JobConfig above).
+  EXPECT_THAT(page, HasSubstr("sync, 2 workers, adam lr 0.002, batch 32 · worker:1"));
   const std::string record = ReadFile(dir + "/run.json");
   EXPECT_THAT(record, HasSubstr("\"curve\""));
   EXPECT_THAT(record, HasSubstr("\"evals\""));
+  EXPECT_THAT(record, ::testing::ContainsRegex("\"steps\":[0-9]+,"));
 
   // psreport draws two records on one page.
   const std::string merged = dir + "/compare.html";

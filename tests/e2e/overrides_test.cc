@@ -1,7 +1,11 @@
 // The shipped programs against the overrides table: each accepts every
 // override the table says it takes and refuses the others, and pslaunch
 // takes every flag of ps_server and worker except those it sets per task.
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -89,6 +93,38 @@ TEST(OverridesE2eTest, PslaunchTakesEveryFlagOfItsTasksButThePerTaskOnes) {
       EXPECT_TRUE(entry->Takes(binary.program));
     }
   }
+}
+
+// --check_config opens what the workers would read: a data set that is not
+// there fails it in one line, exit code 2, as it would fail the workers.
+TEST(OverridesE2eTest, CheckConfigRefusesADataSetThatIsNotThereInOneLine) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/check_config_data.", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string job = dir + "/job.textproto";
+  std::ofstream(job) << "cluster { ps: \"127.0.0.1:7000\" workers: 1 }\n"
+                        "training { optimizer { sgd { learning_rate: 0.1 } }\n"
+                        "  model { mlp { hidden: 8 } }\n"
+                        "  dataset { fashion_mnist { dir: \"" << dir << "/absent\" } } }\n";
+  for (const char* program : {"worker --task=worker:0", "pslaunch"}) {
+    SCOPED_TRACE(program);
+    const CommandResult missing =
+        RunCommand(absl::StrCat(Bin(program), " --check_config --config=", job), 60);
+    EXPECT_EQ(missing.exit_code, 2) << missing.out << missing.err;
+    EXPECT_THAT(missing.err, HasSubstr(absl::StrCat("training.dataset.fashion_mnist.dir: ", dir,
+                                                    "/absent/train-images-idx3-ubyte.gz does not exist")));
+    EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
+  }
+  // The same job with the folder in place passes (the check reads no data).
+  std::filesystem::create_directories(dir + "/absent");
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    std::ofstream(absl::StrCat(dir, "/absent/", name)) << "";
+  }
+  const CommandResult present =
+      RunCommand(absl::StrCat(Bin("worker --task=worker:0"), " --check_config --config=", job), 60);
+  EXPECT_EQ(present.exit_code, 0) << present.err;
+  EXPECT_THAT(present.out, HasSubstr("config OK"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -134,5 +134,19 @@ TEST_F(TfConfigTest, AConflictIsOneLineAndExitCodeTwo) {
   EXPECT_THAT(ok.out, HasSubstr("config OK: 1 ps shard(s), 2 worker(s)"));
 }
 
+// A TF_CONFIG that is not JSON at all: one line from every program that
+// reads it (protobuf's parser quotes the text and points under it on lines
+// of their own, which the error leaves out), exit code 2.
+TEST_F(TfConfigTest, TextThatIsNotJsonIsOneLineAndExitCodeTwo) {
+  for (const std::string program : {"ps_server", "worker"}) {
+    SCOPED_TRACE(program);
+    const CommandResult result = RunCommand(
+        absl::StrCat("env TF_CONFIG='not json' ", Bin(program), " --check_config --config=", job_), 60);
+    EXPECT_EQ(result.exit_code, 2) << result.err;
+    EXPECT_THAT(result.err, HasSubstr(program + ": error: TF_CONFIG is not a JSON object (Unexpected token.)"));
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  }
+}
+
 }  // namespace
 }  // namespace pst

@@ -23,6 +23,7 @@ namespace pst {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(DeviceSpecTest, AcceptsAutoCpuAndGpuN) {
   struct Good {
@@ -207,6 +208,33 @@ TEST(WorkerDeviceFlagTest, AMissingGpuOrABadValueExitsWithCode2AndOneLine) {
     std::vector<std::string> lines = absl::StrSplit(r.err, '\n', absl::SkipEmpty());
     EXPECT_EQ(lines.size(), 1u) << r.err;
   }
+}
+
+// On a host without an NVIDIA device (no /dev/nvidiactl) a CPU worker's log
+// says how many GPUs it sees, and nothing of the CUDA runtime's complaint
+// about a missing driver (cudaErrorInsufficientDriver where a CUDA build
+// meets no driver), which would be noise in every CPU job's log.
+TEST(WorkerDeviceFlagTest, ACpuWorkerWithoutAnNvidiaDeviceLogsNoCudaError) {
+  if (std::filesystem::exists("/dev/nvidiactl")) {
+    GTEST_SKIP() << "this host has an NVIDIA device, where the reason is worth a line";
+  }
+  const std::string log_path = absl::StrCat(::testing::TempDir(), "/device_test.", getpid(), ".log");
+  for (const char* device : {"cpu", "auto"}) {
+    SCOPED_TRACE(device);
+    // No PS answers: the worker logs its devices, then gives up after 1 s (exit 2).
+    const std::string line =
+        absl::StrCat("timeout -k 5 60 ", PST_BIN_DIR, "/worker --task=worker:0 --device=", device,
+                     " --connect_timeout_seconds=1 >", log_path, " 2>&1 </dev/null");
+    const int status = std::system(line.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+    std::ifstream in(log_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_THAT(text.str(), HasSubstr("worker:0 computing on 1 tower(s): cpu"));
+    EXPECT_THAT(text.str(), Not(HasSubstr("cudaGetDeviceCount")));
+    EXPECT_THAT(text.str(), Not(HasSubstr("cudaError")));
+  }
+  std::filesystem::remove(log_path);
 }
 
 TEST(GpuBenchTest, WithoutAGpuExitsWithCode2AndOneLine) {

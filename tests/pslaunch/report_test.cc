@@ -3,6 +3,8 @@
 #include "pslaunch/report.h"
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -102,6 +104,68 @@ TEST(ReportTest, RecordRoundTripsThroughJsonBesideThePage) {
   EXPECT_EQ(back->workers(1).curve_size(), 4);
   EXPECT_DOUBLE_EQ(back->workers(0).evals(1).test_accuracy(), 0.81 - 0.05);
   std::filesystem::remove(path);
+}
+
+TEST(ReportTest, TheRecordWritesCountsAsJsonNumbers) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/report_test_numbers.", getpid());
+  RunRecord run = FakeRun("sync", 0.8);
+  run.mutable_summary()->set_steps(468);
+  run.mutable_workers(0)->set_final_version(-3);
+  run.set_label("a label with \"steps\":\"12\" in it");
+  ASSERT_TRUE(WriteRunRecord(run, path).ok());
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(json, HasSubstr("\"steps\":468"));
+  EXPECT_THAT(json, HasSubstr("\"step\":50"));
+  EXPECT_THAT(json, HasSubstr("\"final_version\":-3"));
+  EXPECT_THAT(json, Not(HasSubstr("\"steps\":\"")));
+  absl::StatusOr<RunRecord> back = ReadRunRecord(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->summary().steps(), 468);
+  EXPECT_EQ(back->label(), run.label());  // a string value is left as it was
+  std::filesystem::remove(path);
+}
+
+TEST(ReportTest, TheAccuracyAxisEndsAtOne) {
+  // One epoch: one point, which alone used to spread the axis over 0.2..1.2.
+  const std::vector<Series> one_epoch = {{"sync", "#000", "", {{1, 0.7}}}};
+  EXPECT_THAT(LineChart("accuracy", "epoch", "test accuracy", one_epoch, true, false),
+              HasSubstr(">1.2<"));
+  const std::string chart = LineChart("accuracy", "epoch", "test accuracy", one_epoch, true, true);
+  EXPECT_THAT(chart, Not(HasSubstr(">1.2<")));
+  EXPECT_THAT(chart, Not(HasSubstr(">1.1<")));
+  EXPECT_THAT(chart, HasSubstr(">1<"));
+  RunRecord run = FakeRun("sync", 0.7);
+  run.mutable_workers(0)->mutable_evals()->DeleteSubrange(1, 1);
+  EXPECT_THAT(RenderReport({run}), Not(HasSubstr(">1.2<")));
+}
+
+TEST(ReportTest, ThePageShowsTheTrainingSettingsAndDefinesTheFinalLoss) {
+  TrainingConfig training;
+  training.mutable_optimizer()->mutable_adam()->set_learning_rate(0.001f);
+  training.set_batch_size(64);
+  EXPECT_EQ(DescribeTraining(training), "adam lr 0.001, batch 64");
+  RunSummary summary;
+  summary.set_mode("sync");
+  summary.set_workers(2);
+  const RunRecord run = MakeRunRecord(summary, {}, DescribeTraining(training));
+  EXPECT_EQ(run.label(), "sync, 2 workers, adam lr 0.001, batch 64");
+  const std::string page = RenderReport({run});
+  EXPECT_THAT(page, HasSubstr("<td>sync, 2 workers, adam lr 0.001, batch 64</td>"));
+  EXPECT_THAT(page, HasSubstr("final loss*"));
+  EXPECT_THAT(page, HasSubstr(kFinalLoss));
+}
+
+TEST(ReportTest, TwoRunsOfOneLabelAreToldApart) {
+  std::vector<RunRecord> runs = {FakeRun("sync", 0.8), FakeRun("sync", 0.7), FakeRun("async", 0.7)};
+  MakeLabelsDistinct(runs, {"lr1/run.json", "lr2/other.json", "async.json"});
+  EXPECT_EQ(runs[0].label(), "sync, 2 workers (run.json)");
+  EXPECT_EQ(runs[1].label(), "sync, 2 workers (other.json)");
+  EXPECT_EQ(runs[2].label(), "async, 2 workers");  // already its own
+  runs = {FakeRun("sync", 0.8), FakeRun("sync", 0.7)};
+  MakeLabelsDistinct(runs, {"a/run.json", "b/run.json"});
+  EXPECT_EQ(runs[0].label(), "sync, 2 workers (run.json) #1");
+  EXPECT_EQ(runs[1].label(), "sync, 2 workers (run.json) #2");
 }
 
 TEST(ReportTest, AMissingOrForeignRecordIsNamed) {
