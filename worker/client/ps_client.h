@@ -3,19 +3,17 @@
 // paths, the shard map) lies behind it in worker/client/shard_channel.h.
 //
 // Contract. Each exchange call (Pull, PullRows, Push, PushRows, PushPull,
-// BeginExchange) is one Exchange call per shard, all in flight at once, the
-// tensors read from and written to the caller's spans (or, through a shared
-// region, where AllocateTensors put them), rows split by shard and
-// scattered back in the caller's order. A call returns OK once every shard
-// answered, or its first shard's error, named ("ps:S (address): ...") and
-// classified (TransientRefusalOf). It retries nothing, but: Init, Done and
-// AwaitWorkersDone wait out refusals for now within set_call_patience, and
-// an exchange whose shard lost the worker's region offers a new one and
-// calls once more. It never changes versions or decides what to wait for
-// (worker/session/training_session.h does), never pieces a push (a push
-// past a shard's request limit is refused before it is sent), and never
-// lets two exchange calls run at once (one training loop per client); the
-// other calls may run beside them.
+// BeginExchange) is one Exchange call per shard, all in flight at once, on
+// the caller's spans (or where AllocateTensors put them in a shared
+// region), rows split by shard and scattered back in the caller's order.
+// A call returns OK once every shard answered, or its first shard's error,
+// named ("ps:S (address): ...") and classified (TransientRefusalOf). It
+// retries nothing but Init, Done and AwaitWorkersDone (refusals for now,
+// within set_call_patience) and an exchange whose shard lost the worker's
+// region (once, with a new one). It never changes versions or decides what
+// to wait for (worker/session/training_session.h does), never pieces a
+// push (one past a shard's request limit is refused before it is sent),
+// and runs one exchange call at a time; the other calls may run beside it.
 #ifndef PST_WORKER_CLIENT_PS_CLIENT_H_
 #define PST_WORKER_CLIENT_PS_CLIENT_H_
 
@@ -47,14 +45,12 @@ inline bool IsTransientShardError(const absl::Status& status) {
 }
 // Whether `status` already names the shard it came from.
 bool NamesItsShard(const absl::Status& status);
-
 // One step's rows: step s's row gradients up, step s+1's ids' rows down.
 struct StepRows {
   std::span<const RowGradients> push = {};
   std::span<const RowValues> pull = {};
 };
-
-class ShardChannel;
+class ShardChannel;  // the transport: worker/client/shard_channel.h
 
 class PsClient {
  public:
@@ -68,9 +64,7 @@ class PsClient {
   // rest; kTcp; kShm (a shard that cannot share fails the call).
   enum class Transport { kAuto, kTcp, kShm };
   // Settings, before AllocateTensors: the tensors' wire type (FLOAT32), the
-  // transport (kTcp), how long the unary calls wait out refusals (0), the
-  // dense variables' optimizer Init names (nullopt: the job's).
-  void SetDenseOptimizer(std::optional<OptimizerConfig> optimizer);
+  // transport (kTcp), how long the unary calls wait out refusals (0).
   void set_wire_dtype(DType dtype);
   void set_transport(Transport transport);
   void set_call_patience(absl::Duration patience);
@@ -97,12 +91,13 @@ class PsClient {
   };
   absl::StatusOr<Tensors> AllocateTensors();
 
-  // Registers with every shard; shard 0's answer.
-  absl::StatusOr<RegisterResponse> Register();
-  // Offers initial values, tables and rows; whether shard 0 took them.
+  absl::StatusOr<RegisterResponse> Register();  // with every shard; shard 0's answer
+  // Offers initial values, tables, rows and the dense variables' optimizer
+  // (nullopt: the job's); whether shard 0 took them. Later pushes carry
+  // `rates` (UpdateRates, by variable or table name).
+  void SetDenseOptimizer(std::optional<OptimizerConfig> optimizer);
   absl::StatusOr<bool> Init(const std::vector<std::span<const float>>& values,
                             std::span<const RowGradients> initial_rows = {});
-  // What later pushes carry (UpdateRates, by variable or table name).
   absl::Status SetUpdateRates(const std::optional<UpdateRates>& rates);
 
   // The exchanges. Reads wait on shard s until its version reaches
