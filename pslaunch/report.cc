@@ -176,6 +176,7 @@ std::string DescribeTraining(const TrainingConfig& training) {
     case OptimizerSettings::Rule::kMomentum: rule = "momentum"; break;
     case OptimizerSettings::Rule::kNesterov: rule = "nesterov"; break;
     case OptimizerSettings::Rule::kAdam: rule = "adam"; break;
+    case OptimizerSettings::Rule::kAdamW: rule = "adamw"; break;
     case OptimizerSettings::Rule::kAdagrad: rule = "adagrad"; break;
     case OptimizerSettings::Rule::kFtrl: rule = "ftrl"; break;
   }
