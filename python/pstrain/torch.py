@@ -65,8 +65,9 @@ def prepare(*objects, client=None):
     after a forward pass exchanges for all), and each ``DataLoader`` over
     this worker's part of its data set (``DistributedSampler``, shuffled if
     the loader was, a new order each pass; the batch size stays per worker,
-    as with DDP). The job ends for this worker at exit (``finish()``, unless
-    the script called it or ended with an exception)."""
+    as with DDP). Under pslaunch the job ends for this worker at exit
+    (``finish()``, unless the script called it or ended with an
+    exception)."""
     models = [o for o in objects if isinstance(o, nn.Module)]
     optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
     if len(models) != 1 or not optimizers:
@@ -86,6 +87,7 @@ def prepare(*objects, client=None):
             prepared.append(_Follower(leader, o))
         elif isinstance(o, torch.utils.data.DataLoader):
             prepared.append(_sharded(o, leader.client))
+            leader._samplers.append(prepared[-1].sampler)
         else:
             raise TypeError(f"prepare: a {type(o).__name__} is no model, optimizer or DataLoader")
     return prepared[0] if len(prepared) == 1 else tuple(prepared)
@@ -147,6 +149,11 @@ def _note_failure(kind, value, traceback):
 
 
 def _finish_at_exit(optimizer):
+    # Under a launcher only (pslaunch names the task): a script there ends
+    # its part of the job by exiting, while a notebook or a test whose
+    # shards are gone would wait out the connect budget.
+    if not os.environ.get(pstrain.TASK_ENV):
+        return
     if not _open_optimizers:
         sys.excepthook = _note_failure
         atexit.register(_finish_open_optimizers)
@@ -202,6 +209,7 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
         super().__init__(dataset, num_replicas=workers, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
         self._next_epoch = 0
+        self.samples_dealt = 0  # indices handed out, over every pass
 
     def set_epoch(self, epoch):
         self._next_epoch = epoch
@@ -209,7 +217,9 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
     def __iter__(self):
         self.epoch = self._next_epoch
         self._next_epoch += 1
-        return super().__iter__()
+        for index in super().__iter__():
+            self.samples_dealt += 1
+            yield index
 
 
 # The torch optimizers whose update the PS applies, as OptimizerConfig
@@ -332,6 +342,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._clip_norm = None  # this step's clip_grad_norm_, once one was asked for
         self._sent_rates = (None, None, None)  # the config's
         self._followers = 0  # optimizers of prepare() that step through this one
+        self._samplers = []  # of prepare()'s loaders: the samples this worker took
         self._round_open = True  # no exchange since the model's last forward pass
         view = self.client.register()
         self.resume_step = int(view["worker_clock"])
@@ -518,6 +529,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         tables back (``pstrain.sparse``), so ``model.state_dict()`` is the
         trained model, as a fresh model of the same shapes loads it."""
         self._check_bound()
+        if self._samplers and os.environ.get(pstrain.RESULT_FILE_ENV):
+            # The worker's result (pslaunch's summary) with what its loaders dealt.
+            self.client.report(samples=sum(s.samples_dealt for s in self._samplers))
         self.client.done()
         self._finished = True
         _open_optimizers.discard(self)

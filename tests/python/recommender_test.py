@@ -93,6 +93,12 @@ class RecommenderTest(unittest.TestCase):
                        if "test_auc" in line and line.startswith("[worker:")]
             self.assertEqual(len(printed), WORKERS, run.stdout[-3000:])
             saved = torch.load(out)
+            # The summary counts what the workers' loaders dealt, no report() needed.
+            for worker in range(WORKERS):
+                with open(os.path.join(scratch, "run", f"worker-{worker}.json")) as f:
+                    result = json.load(f)
+                self.assertEqual(result["samples"], 8192 // WORKERS)
+                self.assertEqual(result["steps"], 8192 // WORKERS // BATCH)
 
         fresh = example.Recommender()
         fresh.load_state_dict(saved)
