@@ -338,6 +338,7 @@ std::string TrainingConfigHash(const JobConfig& config) {
   training.clear_checkpoint();
   training.clear_device();
   training.clear_require_all_workers();
+  training.clear_export_model();
   if (training.dataset().has_fashion_mnist()) {
     training.mutable_dataset()->mutable_fashion_mnist()->clear_dir();
   }

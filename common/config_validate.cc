@@ -80,6 +80,12 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
 }
 
 absl::Status ValidateModel(const TrainingConfig& training) {
+  if (training.model().has_ctr() && !training.export_model().empty()) {
+    return InvalidConfigField(
+        "training.export_model",
+        "is for the MLP: the worker does not hold a CTR model's embedding tables; export that "
+        "model from its checkpoints with psctl export --checkpoint=training.checkpoint.dir");
+  }
   if (training.model().has_ctr() || training.dataset().has_ctr()) {
     PST_RETURN_IF_ERROR(ValidateCtrJob(training));
   } else if (!training.model().has_mlp()) {

@@ -5,7 +5,13 @@
 //   psctl token      --config=FILE --task=worker:N   that worker's own token
 //   psctl plan       --config=FILE --link=25gbit --rtt=100us --worker_step_ms=5
 //                    predicted step time and samples/s for K = 1..16 shards
+//   psctl export     --checkpoint=DIR --format=npz|pt [--out=FILE]
+//                    the trained model out of a job's checkpoints
+#include <sys/wait.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,6 +25,7 @@
 #include "common/flags.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
+#include "psctl/model_export.h"
 #include "psctl/plan.h"
 #include "psctl/table_report.h"
 #include "spdlog/spdlog.h"
@@ -36,6 +43,10 @@ ABSL_FLAG(int, ids_per_batch, 0,
           "For psctl plan: distinct ids one worker's batch looks up per embedding table "
           "(0: the batch size).");
 ABSL_FLAG(int, max_shards, 16, "For psctl plan: the most shards to consider.");
+ABSL_FLAG(std::string, checkpoint, "",
+          "For psctl export: the job's training.checkpoint.dir (holding shard-<i>/).");
+ABSL_FLAG(std::string, format, "npz", "For psctl export: npz (numpy) or pt (torch.load).");
+ABSL_FLAG(std::string, out, "", "For psctl export: the file to write (default: model.<format>).");
 
 namespace pst {
 namespace {
@@ -241,6 +252,85 @@ int PlanCluster(const JobConfig& config) {
   return 0;
 }
 
+
+// The npz at `npz` as a dict of tensors torch.load reads, at `out`; python3
+// with numpy and torch converts it ($PSTRAIN_PYTHON, else /usr/bin/python3
+// where it exists, else python3 on the PATH).
+constexpr char kToTorch[] =
+    "import sys\n"
+    "try:\n"
+    "    import numpy, torch\n"
+    "except ImportError as e:\n"
+    "    sys.exit(3)\n"
+    "with numpy.load(sys.argv[1]) as z:\n"
+    "    torch.save({k: torch.from_numpy(z[k].copy()) for k in z.files}, sys.argv[2])\n";
+
+std::string Python() {
+  if (const char* python = std::getenv("PSTRAIN_PYTHON"); python != nullptr && *python != '\0') {
+    return python;
+  }
+  std::error_code error;
+  return std::filesystem::exists("/usr/bin/python3", error) ? "/usr/bin/python3" : "python3";
+}
+
+std::string ShellQuoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// psctl export: the model of the newest checkpoint of every shard in
+// --checkpoint, as --format (psctl/model_export.h).
+int Export() {
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (dir.empty()) {
+    ExitWithError(kProgram, absl::InvalidArgumentError(
+                                "psctl export: give --checkpoint=DIR, the job's "
+                                "training.checkpoint.dir"));
+  }
+  if (format != "npz" && format != "pt") {
+    ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                "psctl export: unknown --format=", format, "; use npz or pt")));
+  }
+  std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) out = absl::StrCat("model.", format);
+  absl::StatusOr<std::vector<ShardCheckpoint>> shards = ReadShardCheckpoints(dir);
+  if (!shards.ok()) ExitWithError(kProgram, shards.status());
+  absl::StatusOr<std::vector<NpzArray>> arrays = ModelArrays(*shards);
+  if (!arrays.ok()) ExitWithError(kProgram, arrays.status());
+  const std::string npz = format == "npz" ? out : absl::StrCat(out, ".npz.tmp");
+  if (absl::Status s = WriteNpz(npz, *arrays); !s.ok()) ExitWithError(kProgram, s);
+  if (format == "pt") {
+    const std::string python = Python();
+    const int rc = std::system(absl::StrCat(ShellQuoted(python), " -c ", ShellQuoted(kToTorch), " ",
+                                            ShellQuoted(npz), " ", ShellQuoted(out))
+                                   .c_str());
+    std::remove(npz.c_str());
+    const int code = rc >= 0 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    if (code == 3) {
+      ExitWithError(kProgram, absl::FailedPreconditionError(absl::StrCat(
+                                  "psctl export --format=pt needs numpy and torch in ", python,
+                                  ": install python3-torch (or pip install torch), set "
+                                  "PSTRAIN_PYTHON to a python3 that has them, or use --format=npz")));
+    }
+    if (code != 0) {
+      ExitWithError(kProgram, absl::UnavailableError(absl::StrCat(
+                                  "psctl export: ", python, " could not write ", out,
+                                  " (its error above); --format=npz writes without Python")));
+    }
+  }
+  int64_t versions_low = (*shards)[0].version(), versions_high = versions_low;
+  for (const ShardCheckpoint& s : *shards) {
+    versions_low = std::min(versions_low, s.version());
+    versions_high = std::max(versions_high, s.version());
+  }
+  std::printf("wrote %s: %zu array(s) from %zu shard(s) of %s (versions %lld..%lld)\n",
+              out.c_str(), arrays->size(), shards->size(), dir.c_str(),
+              static_cast<long long>(versions_low), static_cast<long long>(versions_high));
+  return 0;
+}
+
 }  // namespace
 }  // namespace pst
 
@@ -260,13 +350,26 @@ int main(int argc, char** argv) {
       "              with it the worker can act as worker:N only\n"
       "  plan        with --link=25gbit --rtt=100us --worker_step_ms=MS: the predicted step\n"
       "              time and samples/s for K = 1..16 shards, and the smallest K within 5%\n"
-      "              of the best (the cost model of docs/benchmarks.md); contacts no shard",
+      "              of the best (the cost model of docs/benchmarks.md); contacts no shard\n"
+      "Usage: psctl export --checkpoint=DIR [--format=npz|pt] [--out=FILE]\n"
+      "  export      the trained model out of the newest valid checkpoint of every shard in\n"
+      "              DIR (the job's training.checkpoint.dir; no config, no shard running):\n"
+      "              each dense variable whole under its name (the slices over the shards\n"
+      "              joined), each embedding table as <table>.ids (int64, sorted) and\n"
+      "              <table>.rows (float32 [n, dim]), plus <table> (float32 [max_id+1, dim],\n"
+      "              ids not held being their initial values) when every id is under 2^24\n"
+      "              and max_id+1 <= 4n. No optimizer state. npz: numpy.load reads it; pt:\n"
+      "              torch.load reads a dict of tensors (needs python3 with numpy and torch,\n"
+      "              $PSTRAIN_PYTHON or /usr/bin/python3). Default --out: model.<format>",
       pst::kPsctl);
   spdlog::set_level(spdlog::level::warn);
   if (args.size() != 2) {
     pst::ExitWithError("psctl", absl::InvalidArgumentError(
-                                    "say what to do: psctl status|checkpoint|shutdown|token|plan --config=FILE"));
+                                    "say what to do: psctl status|checkpoint|shutdown|token|plan "
+                                    "--config=FILE, or psctl export --checkpoint=DIR"));
   }
+  // Reads files only: no config, no shard.
+  if (std::string(args[1]) == "export") return pst::Export();
   absl::StatusOr<pst::JobConfig> config = pst::LoadJobConfigFromFlags();
   if (!config.ok()) pst::ExitWithError("psctl", config.status());
   const std::string command = args[1];
@@ -277,5 +380,5 @@ int main(int argc, char** argv) {
   if (command == "plan") return pst::PlanCluster(*config);
   pst::ExitWithError("psctl", absl::InvalidArgumentError(absl::StrCat(
                                   "unknown command \"", command,
-                                  "\"; use status, checkpoint, shutdown, token or plan")));
+                                  "\"; use status, checkpoint, shutdown, token, plan or export")));
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/npz.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
@@ -333,6 +334,21 @@ absl::StatusOr<LossResult> Trainer::Evaluate(const Dataset& data) {
   return total;
 }
 
+absl::Status Trainer::ExportModel() {
+  const std::string& path = config_.training().export_model();
+  if (path.empty()) return absl::OkStatus();
+  std::vector<NpzArray> arrays;
+  for (size_t i = 0; i < towers_->variables().size(); ++i) {
+    const VariableSpec& spec = towers_->variables()[i];
+    arrays.push_back(Float32Array(spec.name, spec.shape, tensors_.parameters[i]));
+  }
+  if (absl::Status s = WriteNpz(path, arrays); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("training.export_model: ", s.message()));
+  }
+  spdlog::info("wrote the final model to {} ({} variables)", path, arrays.size());
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
   PST_ASSIGN_OR_RETURN(WorkersAtEnd workers, session_->AwaitWorkersDone());
   const CheckpointStats& restored = workers.stats.checkpoint();
@@ -344,6 +360,7 @@ absl::Status Trainer::EvaluateFinal(WorkerResult* result) {
         "start the PS with --checkpoint_start=fresh"));
   }
   PST_RETURN_IF_ERROR(PullParameters());
+  PST_RETURN_IF_ERROR(ExportModel());
   PST_ASSIGN_OR_RETURN(LossResult test, Evaluate(data_->test));
   result->set_test_loss(test.loss);
   const int epochs = config_.training().epochs();

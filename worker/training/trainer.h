@@ -128,6 +128,9 @@ class Trainer {
   // an error when no training happened at all (the PS restored a finished
   // run) or when training.require_all_workers and some are missing.
   absl::Status EvaluateFinal(WorkerResult* result);
+  // The chief, on the final parameters: writes them to
+  // training.export_model, if set, as psctl export does (common/npz.h).
+  absl::Status ExportModel();
   bool is_chief() const { return rank_ == 0; }
 
   const JobConfig& config_;

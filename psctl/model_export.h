@@ -1,0 +1,56 @@
+// The trained model out of a job's checkpoints, as arrays a user loads
+// without pstrain (psctl export).
+//
+// Each shard's newest valid checkpoint (<dir>/shard-<i>/, as a PS restore
+// finds it: ReadNewestValidCheckpoint) gives its share; together they give
+//  - every dense variable whole, float32 of the variable's shape: the
+//    slices placement cut over the shards ("<name>/part-<p>") joined back
+//    in row order under "<name>";
+//  - every embedding table as "<table>.ids" (int64 [n], sorted) and
+//    "<table>.rows" (float32 [n, dim], row i of id ids[i]): the rows the
+//    shards hold, those trained (a row never trained, or evicted, is not
+//    among them: a pull answers its initial value);
+//  - and, where the id space is small, "<table>" (float32 [max_id + 1,
+//    dim]): row i of id i, an id the shards do not hold filled with its
+//    initial value (ps_server/core/embedding_init.h), as a pull answers it.
+//    Small: every id in [0, 2^24) and max_id + 1 <= 4 n, so the dense form
+//    takes at most 4 times the bytes of the rows.
+// The optimizer's state (slots) is not exported.
+#ifndef PST_PSCTL_MODEL_EXPORT_H_
+#define PST_PSCTL_MODEL_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/npz.h"
+#include "ps.pb.h"
+
+namespace pst {
+
+// The largest id space a table is exported in dense form for, and how many
+// times its rows' bytes the dense form may take.
+inline constexpr int64_t kDenseTableMaxIds = int64_t{1} << 24;
+inline constexpr int64_t kDenseTableMaxRatio = 4;
+
+// Every shard's newest valid checkpoint in `dir`, shard i at [i].
+// InvalidArgument, naming the folder and what to do, when `dir` holds no
+// shard-<i> folder, a shard in 0 .. the highest found (or the shard count
+// a table was placed for) has no valid checkpoint, or the shards' newest
+// checkpoints come from different runs.
+absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::string& dir);
+
+// The model the shards' checkpoints hold, as the arrays above.
+// InvalidArgument when the slices of a variable do not join (a part
+// missing, shapes that disagree) or two arrays would share a name.
+absl::StatusOr<std::vector<NpzArray>> ModelArrays(const std::vector<ShardCheckpoint>& shards);
+
+// One table's arrays from its rows in any order: ids[i]'s row at
+// values[i * dim].
+std::vector<NpzArray> TableArrays(const std::string& table, int dim, uint64_t seed, float scale,
+                                  std::vector<uint64_t> ids, const std::vector<float>& values);
+
+}  // namespace pst
+
+#endif  // PST_PSCTL_MODEL_EXPORT_H_
