@@ -160,10 +160,10 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
       PST_RETURN_IF_ERROR(CheckShard(*table, id, "the checkpoint's"));
       if (table->rows.Find(id) >= 0) return inconsistent(absl::StrCat("id ", id, " appears twice"));
       // The shard never commits a non-finite value, so one here was not
-      // written by a PS.
-      if (!AllFinite(values) || !AllFinite(slots) || row_updates < 1) {
-        return inconsistent(
-            absl::StrCat("the row of id ", id, " holds a non-finite value or no update"));
+      // written by a PS; a row with no update was seeded by an Init.
+      if (!AllFinite(values) || !AllFinite(slots) || row_updates < 0) {
+        return inconsistent(absl::StrCat("the row of id ", id,
+                                         " holds a non-finite value or a negative update count"));
       }
       table->rows.Add(id, values, slots, row_updates);
     }

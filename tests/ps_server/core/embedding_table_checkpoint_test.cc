@@ -132,9 +132,9 @@ TEST(EmbeddingTableTest, RestoreRefusesAnInconsistentCheckpointAndChangesNothing
          std::memcpy(e->mutable_values()->data() + 4, &nan, 4);
        },
        "non-finite"},
-      {"a row never updated",
-       [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_row_updates()->assign(24, '\0'); },
-       "no update"},
+      {"a negative update count (a row seeded at Init has 0)",
+       [](ShardCheckpoint::Embedding* e, uint64_t) { e->mutable_row_updates()->assign(24, '\xff'); },
+       "negative update count"},
       {"more rows than its limit",
        [](ShardCheckpoint::Embedding* e, uint64_t) {
          e->mutable_config()->set_max_rows_per_shard(2);

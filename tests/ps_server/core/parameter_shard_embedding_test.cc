@@ -144,6 +144,10 @@ TEST(ParameterShardEmbeddingTest, AnInitsRowsSeedTheTableAndBadOnesRefuseIt) {
   const Pulled pulled = PullAll(shard.get(), {4, 9, 3});
   EXPECT_THAT(pulled.rows, ElementsAre(5, 6, 7, 8, unseeded[0], unseeded[1], unseeded[2],
                                        unseeded[3], 1, 2, 3, 4));
+  // Seeded rows, never trained, survive a checkpoint.
+  auto restored = MakeShard(Options(SYNC, 1));
+  ASSERT_TRUE(restored->Restore(shard->Snapshot()).ok());
+  EXPECT_EQ(PullAll(restored.get(), {4, 9, 3}).rows, pulled.rows);
 }
 
 TEST(ParameterShardEmbeddingTest, ARefusedInitLeavesTheShardUninitializedAndTheNextOneWins) {
