@@ -10,6 +10,19 @@ namespace {
 // optimizer stages it.
 constexpr size_t kReduceBlock = 2048;
 
+// The mean of elements [first, first + len) into `mean`: 0 + g_0 + g_1 +
+// ..., times `scale`; one function, so that the clipping's norm measures
+// bitwise the mean that is staged.
+void MeanOfBlock(const std::vector<std::span<const float>>& gradients, float scale, size_t first,
+                 size_t len, float* __restrict mean) {
+  std::fill(mean, mean + len, 0.0f);
+  for (std::span<const float> g : gradients) {
+    const float* __restrict part = g.data() + first;
+    for (size_t i = 0; i < len; ++i) mean[i] += part[i];
+  }
+  for (size_t i = 0; i < len; ++i) mean[i] *= scale;
+}
+
 // Reduces and stages elements [begin, end).
 void StageRange(VariableStore::StageTarget* target,
                 const std::vector<std::span<const float>>& gradients, float scale, size_t begin,
@@ -17,14 +30,8 @@ void StageRange(VariableStore::StageTarget* target,
   std::array<float, kReduceBlock> mean;
   for (size_t first = begin; first < end; first += kReduceBlock) {
     const size_t len = std::min(kReduceBlock, end - first);
-    float* __restrict sum = mean.data();
-    std::fill(sum, sum + len, 0.0f);
-    for (std::span<const float> g : gradients) {
-      const float* __restrict part = g.data() + first;
-      for (size_t i = 0; i < len; ++i) sum[i] += part[i];
-    }
-    for (size_t i = 0; i < len; ++i) sum[i] *= scale;
-    target->Apply(first, {sum, len});
+    MeanOfBlock(gradients, scale, first, len, mean.data());
+    target->Apply(first, {mean.data(), len});
   }
 }
 
@@ -36,16 +43,8 @@ double SquaredNormOfScaledSum(const std::vector<std::span<const float>>& gradien
   double norm = 0.0;
   for (size_t first = 0; first < size; first += kReduceBlock) {
     const size_t len = std::min(kReduceBlock, size - first);
-    float* __restrict sum = mean.data();
-    std::fill(sum, sum + len, 0.0f);
-    for (std::span<const float> g : gradients) {
-      const float* __restrict part = g.data() + first;
-      for (size_t i = 0; i < len; ++i) sum[i] += part[i];
-    }
-    for (size_t i = 0; i < len; ++i) {
-      const float m = sum[i] * scale;
-      norm += static_cast<double>(m) * m;
-    }
+    MeanOfBlock(gradients, scale, first, len, mean.data());
+    for (size_t i = 0; i < len; ++i) norm += static_cast<double>(mean[i]) * mean[i];
   }
   return norm;
 }
