@@ -1,21 +1,27 @@
 """PyTorch on pstrain: the optimizer runs on the parameter servers.
 
-``DistributedOptimizer(model)`` makes the model's parameters PS variables
-(named as ``model.named_parameters()`` names them), offers the model's
-values as their initial values (the first worker to arrive wins) and pulls
-them into the model. Each ``step()`` pushes the gradients and loads the
-values the PS optimizer (the config's ``training.optimizer``) computed, as
-the job's mode says: SYNC averages every worker's gradient per step, ASYNC
-applies each on arrival, SSP bounds the staleness. A loop changes by three
-lines::
+A one-process script becomes a worker of a job in three lines: the
+script's own model, torch optimizers (their rules, hyper-parameters, param
+groups and schedulers) and data loaders are made the job's by ``prepare``,
+and clipping moves onto the PS::
 
-    import pstrain.torch                                       # 1
-    opt = pstrain.torch.DistributedOptimizer(model)            # 2 (was torch.optim.SGD(...))
-    for x, y in batches:
+    import pstrain.torch                                                   # 1
+    model, opt, loader = pstrain.torch.prepare(model, opt, loader)        # 2
+    for x, y in loader:
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
+        opt.clip_grad_norm_(1.0)    # 3: was torch.nn.utils.clip_grad_norm_(...)
         opt.step()
-    opt.finish()                                               # 3
+
+``DistributedOptimizer(optimizer, model)`` makes the model's parameters PS
+variables (named as ``model.named_parameters()`` names them), offers the
+model's values as their initial values (the first worker to arrive wins)
+and pulls them into the model. Each ``step()`` pushes the gradients, with
+each param group's current rates, and loads the values the PS optimizer
+computed, as the job's mode says: SYNC averages every worker's gradient
+per step, ASYNC applies each on arrival, SSP bounds the staleness.
+``DistributedOptimizer(model)`` trains with the config's
+``training.optimizer`` instead.
 
 On the CPU the parameters and their gradients become views of the client's
 own arrays (in the shard's shared region when it is co-located): backward
