@@ -25,6 +25,23 @@ absl::Status CheckUnitInterval(float value, const char* name) {
 
 float OrDefault(float value, float fallback) { return value == 0.0f ? fallback : value; }
 
+// Adam's and AdamW's shared part (AdamConfig, AdamWConfig): the rate, the
+// betas and epsilon, with their defaults, checked; `name` names the rule.
+template <typename Config>
+absl::Status ResolveMoments(const Config& c, const char* name, OptimizerSettings* settings) {
+  settings->learning_rate = c.learning_rate();
+  settings->beta1 = OrDefault(c.beta1(), 0.9f);
+  settings->beta2 = OrDefault(c.beta2(), 0.999f);
+  settings->epsilon = OrDefault(c.epsilon(), 1e-8f);
+  PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), name));
+  PST_RETURN_IF_ERROR(CheckUnitInterval(settings->beta1, absl::StrCat(name, " beta1").c_str()));
+  PST_RETURN_IF_ERROR(CheckUnitInterval(settings->beta2, absl::StrCat(name, " beta2").c_str()));
+  if (!(settings->epsilon > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " epsilon must be positive"));
+  }
+  return absl::OkStatus();
+}
+
 // The update rule and its hyperparameters; decay is left to the caller.
 absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
   OptimizerSettings settings;
@@ -40,35 +57,18 @@ absl::StatusOr<OptimizerSettings> ResolveRule(const OptimizerConfig& config) {
       settings.momentum = c.momentum();
       return settings;
     }
-    case OptimizerConfig::kAdam: {
-      const AdamConfig& c = config.adam();
+    case OptimizerConfig::kAdam:
       settings.rule = OptimizerSettings::Rule::kAdam;
-      settings.learning_rate = c.learning_rate();
-      settings.beta1 = OrDefault(c.beta1(), 0.9f);
-      settings.beta2 = OrDefault(c.beta2(), 0.999f);
-      settings.epsilon = OrDefault(c.epsilon(), 1e-8f);
-      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "adam"));
-      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta1, "adam beta1"));
-      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta2, "adam beta2"));
-      if (!(settings.epsilon > 0.0f)) {
-        return absl::InvalidArgumentError("adam epsilon must be positive");
-      }
+      PST_RETURN_IF_ERROR(ResolveMoments(config.adam(), "adam", &settings));
       return settings;
-    }
     case OptimizerConfig::kAdamw: {
       const AdamWConfig& c = config.adamw();
       settings.rule = OptimizerSettings::Rule::kAdamW;
-      settings.learning_rate = c.learning_rate();
-      settings.beta1 = OrDefault(c.beta1(), 0.9f);
-      settings.beta2 = OrDefault(c.beta2(), 0.999f);
-      settings.epsilon = OrDefault(c.epsilon(), 1e-8f);
-      settings.weight_decay = c.has_weight_decay() ? c.weight_decay() : 0.01f;
-      PST_RETURN_IF_ERROR(CheckLearningRate(c.learning_rate(), "adamw"));
-      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta1, "adamw beta1"));
-      PST_RETURN_IF_ERROR(CheckUnitInterval(settings.beta2, "adamw beta2"));
-      if (!(settings.epsilon > 0.0f) || !std::isfinite(settings.epsilon)) {
+      PST_RETURN_IF_ERROR(ResolveMoments(c, "adamw", &settings));
+      if (!std::isfinite(settings.epsilon)) {
         return absl::InvalidArgumentError("adamw epsilon must be positive");
       }
+      settings.weight_decay = c.has_weight_decay() ? c.weight_decay() : 0.01f;
       if (!std::isfinite(settings.weight_decay) || settings.weight_decay < 0.0f) {
         return absl::InvalidArgumentError(absl::StrCat(
             "adamw weight_decay must be finite and >= 0, got ", settings.weight_decay));
