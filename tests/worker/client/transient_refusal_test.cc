@@ -136,14 +136,20 @@ TEST(TransientRefusalTest, AShardMarksAnExchangePastTheWorkersLimitAsAnOverload)
       PsClient::Connect({address}, 0, absl::Seconds(10));
   ASSERT_TRUE(client.ok()) << client.status();
   (*client)->SetVariables({{"w", {4}}});
-  HeldExchange held(address, 0);
+  std::optional<HeldExchange> held;
+  held.emplace(address, 0);
   std::vector<float> values(4);
   std::vector<int64_t> versions;
   absl::Status pulled;
-  // Refused once the held exchange has claimed the worker's one slot.
+  // Refused once the held exchange has claimed the worker's one slot. A
+  // pull that reaches the shard before the held exchange takes the slot
+  // itself and waits out its timeout (the shard is not initialised), and
+  // the held exchange may then have been refused: open it again.
   EXPECT_TRUE(Eventually([&] {
-    pulled = (*client)->Pull({0}, absl::Seconds(10), {values}, &versions);
-    return absl::IsResourceExhausted(pulled);
+    pulled = (*client)->Pull({0}, absl::Milliseconds(250), {values}, &versions);
+    if (absl::IsResourceExhausted(pulled)) return true;
+    held.emplace(address, 0);
+    return false;
   })) << pulled;
   EXPECT_EQ(TransientRefusalOf(pulled), TransientRefusal::kOverloaded) << pulled;
 }
