@@ -371,8 +371,20 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
       path.empty() ? ParseConfig(EmbeddedDefaultConfig(), "configs/local.textproto (built in)")
                    : ReadConfigFile(path);
   if (!config.ok()) return config.status();
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf_config, ClusterFromEnvironment());
+  if (tf_config && path.empty()) {
+    // The built-in config's cluster is a loopback stand-in: the launcher's
+    // replaces it (flags may still set it, and must then agree).
+    config->mutable_cluster()->clear_ps();
+    config->mutable_cluster()->clear_workers();
+    // torchrun starts scripts, which bring their own model: the shards take
+    // the first Init rather than expect the built-in MLP.
+    if (tf_config->source != kTfConfigVariable) {
+      config->mutable_training()->clear_model();
+      config->mutable_training()->clear_dataset();
+    }
+  }
   PST_RETURN_IF_ERROR(ApplyOverrides(overrides, &*config));
-  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf_config, TfConfigFromEnvironment());
   if (tf_config) {
     PST_RETURN_IF_ERROR(
         ApplyTfConfig(*tf_config, path.empty() ? "the built-in config" : path, &*config));

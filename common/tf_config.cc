@@ -7,6 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/json_depth.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -180,23 +182,89 @@ absl::StatusOr<std::optional<TfConfig>> TfConfigFromEnvironment() {
   return std::optional<TfConfig>(std::move(config));
 }
 
+absl::StatusOr<std::optional<TfConfig>> ParseTorchEnvironment(
+    const std::function<const char*(const char*)>& getenv) {
+  const auto value = [&](const char* name) -> std::optional<std::string> {
+    const char* text = getenv(name);
+    if (text == nullptr || *text == '\0') return std::nullopt;
+    return std::string(text);
+  };
+  const std::optional<std::string> listed = value("PSTRAIN_PS");
+  const std::optional<std::string> master = value("MASTER_ADDR");
+  const std::optional<std::string> world = value("WORLD_SIZE");
+  if (!world || (!listed && !master)) return std::optional<TfConfig>();
+  const auto number = [](const char* name, const std::string& text, int low,
+                         int high) -> absl::StatusOr<int> {
+    int n = 0;
+    if (!absl::SimpleAtoi(text, &n) || n < low || n > high) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "=", text, " is not a whole number in [", low, ", ", high,
+          "]; torchrun's environment (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT) with "
+          "PSTRAIN_PS or PSTRAIN_NUM_PS describes the cluster"));
+    }
+    return n;
+  };
+  TfConfig torch;
+  torch.source = "torchrun's environment (WORLD_SIZE, RANK, MASTER_ADDR, PSTRAIN_PS)";
+  PST_ASSIGN_OR_RETURN(torch.workers, number("WORLD_SIZE", *world, 1, kMaxWorkers));
+  if (const std::optional<std::string> rank = value("RANK")) {
+    PST_ASSIGN_OR_RETURN(int index, number("RANK", *rank, 0, torch.workers - 1));
+    torch.task = TaskId{TaskId::Kind::kWorker, index};
+  }
+  if (listed) {
+    for (absl::string_view address : absl::StrSplit(*listed, ',')) {
+      torch.ps.emplace_back(absl::StripAsciiWhitespace(address));
+      if (!IsHostPort(torch.ps.back())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PSTRAIN_PS=", *listed, " has \"", torch.ps.back(),
+            "\", which is not host:port; list the shards as host:port,host:port"));
+      }
+    }
+    if (static_cast<int>(torch.ps.size()) > kMaxPsShards) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PSTRAIN_PS lists more than ", kMaxPsShards, " shards"));
+    }
+    return std::optional<TfConfig>(std::move(torch));
+  }
+  const std::optional<std::string> port_text = value("MASTER_PORT");
+  if (!port_text) {
+    return absl::InvalidArgumentError(
+        "MASTER_ADDR is set but MASTER_PORT is not; the shards listen at MASTER_PORT+1, ...: "
+        "set MASTER_PORT (torchrun does), or list the shards in PSTRAIN_PS");
+  }
+  int shards = 1;
+  if (const std::optional<std::string> n = value("PSTRAIN_NUM_PS")) {
+    PST_ASSIGN_OR_RETURN(shards, number("PSTRAIN_NUM_PS", *n, 1, kMaxPsShards));
+  }
+  PST_ASSIGN_OR_RETURN(int port, number("MASTER_PORT", *port_text, 1, 65535 - shards));
+  for (int i = 0; i < shards; ++i) torch.ps.push_back(absl::StrCat(*master, ":", port + 1 + i));
+  return std::optional<TfConfig>(std::move(torch));
+}
+
+absl::StatusOr<std::optional<TfConfig>> ClusterFromEnvironment() {
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf, TfConfigFromEnvironment());
+  if (tf) return tf;
+  return ParseTorchEnvironment([](const char* name) { return std::getenv(name); });
+}
+
 absl::Status ApplyTfConfig(const TfConfig& tf, absl::string_view origin, JobConfig* config) {
   ClusterConfig* cluster = config->mutable_cluster();
   if (cluster->ps_size() == 0) {
     for (const std::string& address : tf.ps) cluster->add_ps(address);
   } else if (std::vector<std::string>(cluster->ps().begin(), cluster->ps().end()) != tf.ps) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kTfConfigVariable, " lists ps [", absl::StrJoin(tf.ps, ", "), "] but ", origin,
+        tf.source, " lists ps [", absl::StrJoin(tf.ps, ", "), "] but ", origin,
         " has cluster.ps [", absl::StrJoin(cluster->ps(), ", "),
-        "]; remove cluster.ps from the config to take TF_CONFIG's, or make them agree"));
+        "]; remove cluster.ps from the config to take ", tf.source, "'s, or make them agree"));
   }
   if (cluster->workers() == 0) {
     cluster->set_workers(tf.workers);
   } else if (cluster->workers() != tf.workers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kTfConfigVariable, " lists ", tf.workers, " worker(s) (chief included) but ", origin,
+        tf.source, " lists ", tf.workers, " worker(s) (chief included) but ", origin,
         " (or --workers) has cluster.workers ", cluster->workers(),
-        "; remove cluster.workers from the config to take TF_CONFIG's, or make them agree"));
+        "; remove cluster.workers from the config to take ", tf.source,
+        "'s, or make them agree"));
   }
   return absl::OkStatus();
 }
@@ -210,7 +278,7 @@ absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optio
   const std::optional<TaskId> from_tf = tf.has_value() ? tf->task : std::nullopt;
   if (given && from_tf && *given != *from_tf) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--task=", task_flag, " but ", kTfConfigVariable, "'s task is ", from_tf->ToString(),
+        "--task=", task_flag, " but ", tf->source, "'s task is ", from_tf->ToString(),
         " (chief:0 is worker:0, worker:i is worker:i+1 after a chief); drop --task or make them "
         "agree"));
   }
@@ -218,7 +286,8 @@ absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optio
   if (task.kind != runs) {
     const bool ps = runs == TaskId::Kind::kPs;
     return absl::InvalidArgumentError(absl::StrCat(
-        given ? "--task" : kTfConfigVariable, " names task ", task.ToString(), " but ", program,
+        given ? std::string("--task") : tf->source, " names task ", task.ToString(), " but ",
+        program,
         " runs ", ps ? "ps:<index>" : "worker:<index>", " tasks; start ", ps ? "worker" : "ps_server",
         " for it"));
   }
@@ -227,7 +296,9 @@ absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optio
 
 absl::StatusOr<TaskId> ResolveTaskFromEnvironment(absl::string_view task_flag, TaskId::Kind runs,
                                                   absl::string_view program) {
-  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf, TfConfigFromEnvironment());
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf, ClusterFromEnvironment());
+  // torchrun's RANK is a worker's rank, never a shard's.
+  if (tf && tf->source != kTfConfigVariable && runs != TaskId::Kind::kWorker) tf->task.reset();
   return ResolveTask(task_flag, tf, runs, program);
 }
 

@@ -14,9 +14,19 @@
 // TensorFlow too), but a process whose own task is the evaluator is refused:
 // the chief evaluates the model after every epoch. "environment" and
 // "rpc_layer" are ignored.
+//
+// torchrun's environment (also Kubeflow's PyTorchJob's) describes a cluster
+// of workers only: WORLD_SIZE workers, this process being worker:RANK. Its
+// shards are PSTRAIN_PS (comma-separated host:port, in shard order), else
+// PSTRAIN_NUM_PS shards (default 1) on the MASTER_ADDR host at ports
+// MASTER_PORT+1, MASTER_PORT+2, ...: a ps_server started beside the rank-0
+// process (a sidecar of the PyTorchJob's master pod) with --task=ps:<i>.
+// Without PSTRAIN_PS or MASTER_ADDR (pslaunch's workers, which get RANK
+// and WORLD_SIZE with a config) it describes nothing.
 #ifndef PST_COMMON_TF_CONFIG_H_
 #define PST_COMMON_TF_CONFIG_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,11 +40,12 @@ namespace pst {
 
 inline constexpr char kTfConfigVariable[] = "TF_CONFIG";
 
-// A TF_CONFIG in this project's terms.
+// A launcher's cluster in this project's terms.
 struct TfConfig {
   std::vector<std::string> ps;   // cluster.ps
   int workers = 0;               // cluster.workers: chief + worker entries
-  std::optional<TaskId> task;    // this process's task, when TF_CONFIG names one
+  std::optional<TaskId> task;    // this process's task, when the environment names one
+  std::string source = kTfConfigVariable;  // where it came from, for messages
 };
 
 // InvalidArgument, naming TF_CONFIG and the offending part, unless `json` is
@@ -46,10 +57,21 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json);
 // The process's TF_CONFIG, parsed; nullopt when it is unset or empty.
 absl::StatusOr<std::optional<TfConfig>> TfConfigFromEnvironment();
 
+// torchrun's environment as read through `getenv`; nullopt where it names
+// no shards (see above). InvalidArgument naming the variable for a
+// WORLD_SIZE, RANK, MASTER_PORT, PSTRAIN_NUM_PS or PSTRAIN_PS that is not
+// what it must be.
+absl::StatusOr<std::optional<TfConfig>> ParseTorchEnvironment(
+    const std::function<const char*(const char*)>& getenv);
+
+// The launcher's cluster: TF_CONFIG where it is set, else torchrun's
+// environment, else nullopt.
+absl::StatusOr<std::optional<TfConfig>> ClusterFromEnvironment();
+
 // Fills config->cluster's ps addresses and worker count from `tf` where the
 // config (file and flag overrides) leaves them empty, and checks that it
-// agrees with TF_CONFIG where it does not: InvalidArgument naming both and
-// `origin` (the config file) otherwise.
+// agrees with `tf` where it does not: InvalidArgument naming both (`tf`'s
+// source and `origin`, the config file) otherwise.
 absl::Status ApplyTfConfig(const TfConfig& tf, absl::string_view origin, JobConfig* config);
 
 // This process's task: `task_flag` (--task; empty when not given), else
@@ -59,7 +81,9 @@ absl::Status ApplyTfConfig(const TfConfig& tf, absl::string_view origin, JobConf
 absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optional<TfConfig>& tf,
                                    TaskId::Kind runs, absl::string_view program);
 
-// ResolveTask with the process's TF_CONFIG and fallback task `runs`:0.
+// ResolveTask with the process's ClusterFromEnvironment and fallback task
+// `runs`:0. torchrun's RANK names a worker's task only: a ps_server under
+// torchrun takes --task.
 absl::StatusOr<TaskId> ResolveTaskFromEnvironment(absl::string_view task_flag,
                                                   TaskId::Kind runs,
                                                   absl::string_view program);

@@ -79,7 +79,11 @@ class Client:
 
     ``config``: the job config file (default ``$PSTRAIN_CONFIG``; neither
     set: the built-in default job). ``task``: ``"worker:<i>"`` (default
-    ``$PSTRAIN_TASK``, else ``worker:0``). Connecting waits up to
+    ``$PSTRAIN_TASK``, else the launcher's: TF_CONFIG's task, or torchrun's
+    and Kubeflow PyTorchJob's ``RANK``; else ``worker:0``). A cluster in
+    the environment (TF_CONFIG, or torchrun's ``WORLD_SIZE`` and
+    ``MASTER_ADDR`` with ``PSTRAIN_PS`` or ``PSTRAIN_NUM_PS``; docs/python.md)
+    replaces the built-in config's. Connecting waits up to
     ``connect_timeout`` seconds for every shard.
 
     ``metrics_port``: serve the worker's metrics there (0: a free port, see
@@ -107,11 +111,12 @@ class Client:
         if config is None:
             config = os.environ.get(CONFIG_ENV, "")
         if task is None:
-            # pslaunch's, else torchrun's (and Kubeflow's PyTorchJob's) rank.
-            task = os.environ.get(TASK_ENV) or f"worker:{int(os.environ.get('RANK', 0))}"
+            # pslaunch's; else (empty) TF_CONFIG's or torchrun's (and
+            # Kubeflow's PyTorchJob's) RANK, resolved with the cluster.
+            task = os.environ.get(TASK_ENV, "")
         self._session = _pstrain.Session.open(str(config), task, float(connect_timeout))
         self.config = _numbers(json.loads(self._session.config_json))
-        self.task = task
+        self.task = f"worker:{self._session.worker}"
         if metrics_port is None:
             metrics_port = int(os.environ.get(METRICS_PORT_ENV) or 0) or None
         if metrics_address is None:

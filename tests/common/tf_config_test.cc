@@ -1,10 +1,11 @@
-// TF_CONFIG as the cluster part of the job config: its mapping onto ps and
-// worker tasks, each malformed shape, and its conflicts with the config file
-// and --task.
+// TF_CONFIG and torchrun's environment as the cluster part of the job
+// config: their mapping onto ps and worker tasks, each malformed shape, and
+// their conflicts with the config file and --task.
 #include "common/tf_config.h"
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -201,11 +202,69 @@ TEST(TfConfigTest, ResolvesTheTaskFromTheFlagOrTfConfig) {
   }
 }
 
+// torchrun's variables as a map, for ParseTorchEnvironment.
+std::function<const char*(const char*)> Env(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(TorchEnvironmentTest, FindsTheShardsFromPstrainPsOrBesideTheMaster) {
+  absl::StatusOr<std::optional<TfConfig>> listed = ParseTorchEnvironment(
+      Env({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"PSTRAIN_PS", "a:1, b:2"}}));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE(listed->has_value());
+  EXPECT_THAT((*listed)->ps, ::testing::ElementsAre("a:1", "b:2"));
+  EXPECT_EQ((*listed)->workers, 2);
+  EXPECT_EQ((*listed)->task, (TaskId{TaskId::Kind::kWorker, 1}));
+
+  absl::StatusOr<std::optional<TfConfig>> master = ParseTorchEnvironment(
+      Env({{"WORLD_SIZE", "4"}, {"RANK", "0"}, {"MASTER_ADDR", "job-master-0"},
+           {"MASTER_PORT", "23456"}, {"PSTRAIN_NUM_PS", "2"}}));
+  ASSERT_TRUE(master.ok()) << master.status();
+  ASSERT_TRUE(master->has_value());
+  EXPECT_THAT((*master)->ps, ::testing::ElementsAre("job-master-0:23457", "job-master-0:23458"));
+  EXPECT_EQ((*master)->workers, 4);
+
+  // pslaunch's workers get RANK and WORLD_SIZE beside a config naming the
+  // shards: no cluster here.
+  absl::StatusOr<std::optional<TfConfig>> pslaunch =
+      ParseTorchEnvironment(Env({{"WORLD_SIZE", "2"}, {"RANK", "1"}}));
+  ASSERT_TRUE(pslaunch.ok());
+  EXPECT_FALSE(pslaunch->has_value());
+}
+
+TEST(TorchEnvironmentTest, RefusesEachBadVariableNamingIt) {
+  const struct {
+    std::map<std::string, std::string> vars;
+    std::string error;
+  } cases[] = {
+      {{{"WORLD_SIZE", "two"}, {"PSTRAIN_PS", "a:1"}}, "WORLD_SIZE=two is not a whole number"},
+      {{{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"PSTRAIN_PS", "a:1"}}, "RANK=2 is not a whole number in [0, 1]"},
+      {{{"WORLD_SIZE", "2"}, {"PSTRAIN_PS", "a:1,b"}}, "PSTRAIN_PS=a:1,b has \"b\", which is not host:port"},
+      {{{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}}, "MASTER_ADDR is set but MASTER_PORT is not"},
+      {{{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "65535"}}, "MASTER_PORT=65535"},
+      {{{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}, {"PSTRAIN_NUM_PS", "0"}},
+       "PSTRAIN_NUM_PS=0"},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<std::optional<TfConfig>> parsed = ParseTorchEnvironment(Env(c.vars));
+    ASSERT_FALSE(parsed.ok()) << c.error;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.error));
+  }
+}
+
 // The hook in LoadJobConfig: a config file carrying only the job takes its
 // cluster from the environment, and a file that disagrees is refused.
 class LoadWithTfConfigTest : public ::testing::Test {
  protected:
-  void TearDown() override { unsetenv(kTfConfigVariable); }
+  void TearDown() override {
+    for (const char* name : {kTfConfigVariable, "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+      unsetenv(name);
+    }
+  }
 
   std::string WriteConfig(const std::string& name, const std::string& cluster) {
     const std::string path = ScratchDir() + "/" + name;
@@ -239,6 +298,33 @@ TEST_F(LoadWithTfConfigTest, RefusesAFileOrFlagThatDisagrees) {
   config = LoadJobConfig(path, {});
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("TF_CONFIG lists no ps task"));
+}
+
+TEST_F(LoadWithTfConfigTest, TheLaunchersClusterReplacesTheBuiltInOne) {
+  setenv(kTfConfigVariable, kTwoWorkersAndChief, 1);
+  absl::StatusOr<JobConfig> config = LoadJobConfig("", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->cluster().ps(), ::testing::ElementsAre("p0:2222", "p1:2222"));
+  EXPECT_EQ(config->cluster().workers(), 3);
+  unsetenv(kTfConfigVariable);
+
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RANK", "1", 1);
+  setenv("MASTER_ADDR", "10.0.0.7", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  config = LoadJobConfig("", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->cluster().ps(), ::testing::ElementsAre("10.0.0.7:29501"));
+  EXPECT_EQ(config->cluster().workers(), 2);
+  // torchrun's workers are scripts with a model of their own.
+  EXPECT_FALSE(config->training().has_model());
+  absl::StatusOr<TaskId> worker = ResolveTaskFromEnvironment("", TaskId::Kind::kWorker, "worker");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(*worker, (TaskId{TaskId::Kind::kWorker, 1}));
+  // RANK is a worker's: a shard beside the master takes --task, else ps:0.
+  absl::StatusOr<TaskId> shard = ResolveTaskFromEnvironment("", TaskId::Kind::kPs, "ps_server");
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(*shard, (TaskId{TaskId::Kind::kPs, 0}));
 }
 
 TEST_F(LoadWithTfConfigTest, AnEmptyTfConfigIsUnset) {

@@ -1,13 +1,17 @@
 #include "worker/session/client_session.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/security.h"
 #include "common/status_macros.h"
+#include "common/tf_config.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -52,13 +56,30 @@ absl::Status CheckModelSize(const std::vector<VariableSpec>& variables) {
   return absl::OkStatus();
 }
 
+// The task the launcher gave this process: TF_CONFIG's or torchrun's, else
+// RANK alone (a script started with RANK and a config), else worker:0.
+absl::StatusOr<TaskId> TaskFromEnvironment() {
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> cluster, ClusterFromEnvironment());
+  if (cluster && cluster->task) return *cluster->task;
+  int rank = 0;
+  if (const char* text = std::getenv("RANK"); text != nullptr && *text != '\0') {
+    if (!absl::SimpleAtoi(text, &rank) || rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RANK=", text,
+          " is not a worker's index; set RANK to 0, 1, ... or PSTRAIN_TASK to worker:<index>"));
+    }
+  }
+  return TaskId{TaskId::Kind::kWorker, rank};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const std::string& config_path, const std::string& task_text,
     absl::Duration connect_timeout) {
   PST_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(config_path, ConfigOverrides()));
-  PST_ASSIGN_OR_RETURN(TaskId task, ParseTask(task_text));
+  PST_ASSIGN_OR_RETURN(TaskId task,
+                       task_text.empty() ? TaskFromEnvironment() : ParseTask(task_text));
   if (task.kind != TaskId::Kind::kWorker) {
     return absl::InvalidArgumentError(
         absl::StrCat("task \"", task_text, "\" is not a worker; use worker:<index>"));

@@ -49,8 +49,10 @@ namespace pst {
 class ClientSession {
  public:
   // Loads `config_path` (empty: the built-in default job) as the worker
-  // binary does, checks that `task` is one of its workers ("worker:<i>"),
-  // and connects to every shard within `connect_timeout`. InvalidArgument
+  // binary does, the launcher's cluster in the environment included
+  // (common/tf_config.h), checks that `task` is one of its workers
+  // ("worker:<i>"; empty: TF_CONFIG's or torchrun's task, else worker:RANK,
+  // else worker:0), and connects to every shard within `connect_timeout`. InvalidArgument
   // or NotFound for a bad config or task, Unavailable for a shard that
   // cannot be reached.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(const std::string& config_path,

@@ -1,0 +1,124 @@
+"""A script started by another launcher finds its cluster and task the way
+the C++ programs do: torchrun's (and Kubeflow PyTorchJob's) RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT with the shards beside the master
+or listed in PSTRAIN_PS, or TF_CONFIG; no config file, no PSTRAIN_TASK."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from ps_cluster import PsCluster
+
+BIN_DIR = os.environ["PSTRAIN_BIN_DIR"]
+STEPS = 4
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("skipped: torch is not installed for", sys.executable)
+    sys.exit(77)
+
+# A plain torch script: the client comes from the environment alone.
+SCRIPT = f"""import json, sys, torch, pstrain.torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = pstrain.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+rank = opt.client.worker
+x = torch.full((8, 4), float(rank + 1))
+for _ in range({STEPS}):
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+opt.finish()
+print(json.dumps({{"task": opt.client.task, "workers": opt.client.num_workers,
+                  "weight": model.weight.detach().flatten().tolist()}}))
+"""
+
+
+class LauncherEnvironmentTest(unittest.TestCase):
+    def run_workers(self, scratch, environments):
+        script = os.path.join(scratch, "train.py")
+        with open(script, "w") as f:
+            f.write(SCRIPT)
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("PSTRAIN_CONFIG", "PSTRAIN_TASK", "TF_CONFIG", "RANK", "WORLD_SIZE",
+                             "MASTER_ADDR", "MASTER_PORT", "PSTRAIN_PS", "PSTRAIN_NUM_PS")}
+        workers = [subprocess.Popen([sys.executable, script], env={**base, **env},
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)
+                   for env in environments]
+        results = []
+        try:
+            for worker in workers:
+                out, err = worker.communicate(timeout=120)
+                self.assertEqual(worker.returncode, 0, err[-3000:])
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+        return results
+
+    def check_one_sync_job(self, results):
+        self.assertEqual([r["task"] for r in results], ["worker:0", "worker:1"])
+        self.assertEqual([r["workers"] for r in results], [2, 2])
+        # One SYNC job: both workers end on the same parameters.
+        self.assertEqual(results[0]["weight"], results[1]["weight"])
+
+    def test_torchrun_with_the_shard_beside_the_master(self):
+        # The shard too takes its cluster from torchrun's variables, with no
+        # config file: it listens at MASTER_PORT+1 and serves the scripts' model.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}
+        with tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
+            port_file = os.path.join(scratch, "ps.port")
+            with open(os.path.join(scratch, "ps.log"), "w") as log:
+                shard = subprocess.Popen(
+                    [os.path.join(BIN_DIR, "ps_server"), "--task=ps:0", f"--port_file={port_file}"],
+                    env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 60
+                while not os.path.exists(port_file) and shard.poll() is None:
+                    self.assertLess(time.monotonic(), deadline, "ps_server did not start")
+                    time.sleep(0.05)
+                with open(os.path.join(scratch, "ps.log")) as log:
+                    self.assertIsNone(shard.poll(), log.read())
+                with open(port_file) as f:
+                    self.assertEqual(int(f.read().strip()), port)
+                torchrun = [{**env, "RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}
+                            for r in (0, 1)]
+                self.check_one_sync_job(self.run_workers(scratch, torchrun))
+            finally:
+                shard.terminate()
+                shard.wait(timeout=30)
+
+    def test_torchrun_with_the_shards_listed(self):
+        with PsCluster(BIN_DIR, workers=2, shards=2) as cluster, \
+                tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
+            listed = [{"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "1", "PSTRAIN_PS": ",".join(cluster.addresses)}
+                      for r in (0, 1)]
+            self.check_one_sync_job(self.run_workers(scratch, listed))
+
+    def test_tf_config(self):
+        with PsCluster(BIN_DIR, workers=2, shards=2) as cluster, \
+                tempfile.TemporaryDirectory(prefix="pstrain-tf-config-") as scratch:
+            def tf_config(task_type):
+                return json.dumps({"cluster": {"chief": ["c:2222"], "worker": ["w:2222"],
+                                               "ps": cluster.addresses},
+                                   "task": {"type": task_type, "index": 0}})
+            self.check_one_sync_job(self.run_workers(
+                scratch, [{"TF_CONFIG": tf_config("chief")}, {"TF_CONFIG": tf_config("worker")}]))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
