@@ -272,6 +272,11 @@ PYBIND11_MODULE(_pstrain, m) {
                                py::gil_scoped_release unlocked;
                                return s.pushes();
                              })
+      .def_property_readonly("redone_steps",
+                             [](const ClientSession& s) {
+                               py::gil_scoped_release unlocked;
+                               return s.redone_steps();
+                             })
       .def_property_readonly("staleness_total",
                              [](const ClientSession& s) {
                                py::gil_scoped_release unlocked;

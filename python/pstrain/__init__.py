@@ -101,6 +101,12 @@ class Client:
     its own (``out=``): ``values`` is shared by every thread's pulls. Every
     wait, for the shards or for another thread's call, releases the GIL.
 
+    Every exchange (pull, push, push_pull, the row calls) that a shard
+    refuses for now (away, restarting, busy) is redone by the session:
+    it backs off, rejoins and pushes the same gradients again, within
+    training.pull_timeout_seconds (``redone_steps`` counts them); then
+    ``UnavailableError``.
+
     After ``done()`` the session has ended: a push, init or register raises
     ``FailedPreconditionError``; pulls still read the shards' values (the
     chief reads the final model after ``wait_for_workers``).
@@ -387,6 +393,13 @@ class Client:
     def steps(self):
         """Pushes this client made."""
         return self._session.pushes
+
+    @property
+    def redone_steps(self):
+        """Exchanges redone after a shard's refusal for now: the session backs
+        off, rejoins the shards and pushes the same gradients again, within
+        training.pull_timeout_seconds."""
+        return self._session.redone_steps
 
     @property
     def last_outcomes(self):

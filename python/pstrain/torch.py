@@ -44,9 +44,7 @@ parameter whose ``.data`` is replaced afterwards is refused at the next
 import atexit
 import json
 import os
-import random
 import sys
-import time
 
 import torch
 from torch import nn
@@ -343,7 +341,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._device_name = str(placed[0].device)
         self.client = client if client is not None else pstrain.Client()
         self._bind_groups(optimizers)
-        self.redone_steps = 0  # steps redone after a transient error
         self._finished = False
         self._clip_norm = None  # this step's clip_grad_norm_, once one was asked for
         self._sent_rates = (None, None, None)  # the config's
@@ -480,12 +477,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         gradients again; its loss is returned.
 
         A shard that went away or refused for now (``Error.transient``) is
-        waited for and rejoined, with backoff, and the step is redone: on the
-        values the shards then hold, its gradient computed again by
-        ``closure``, or without one pushed again as it was. One budget,
-        training.pull_timeout_seconds, covers the refusals in a row; once it
-        is spent the last error is raised (a launcher restarts the worker).
-        A step is never dropped without an error.
+        waited for and rejoined, with backoff, and the step's gradient pushed
+        again, by the session under the client (as the worker binary redoes
+        a step); one budget, training.pull_timeout_seconds, covers the
+        refusals in a row, and once it is spent ``UnavailableError`` is
+        raised (a launcher restarts the worker). A step is never dropped
+        without an error.
 
         Of the optimizers ``prepare`` returns for one model, the first
         ``step()`` after a forward pass exchanges for all of them; the
@@ -499,33 +496,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._check_bound()
         loss = self._evaluate(closure)
         self._send_rates()
-        patience = float(self.client.config["training"]["pull_timeout_seconds"])
-        deadline, backoff = None, 0.1
-        while True:
-            try:
-                self._exchange()
-                self._stepped()
-                return loss
-            except pstrain.Error as error:
-                if not error.transient:
-                    raise
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + patience
-                elif now > deadline:
-                    raise pstrain.UnavailableError(
-                        "gave up redoing a step after training.pull_timeout_seconds "
-                        f"({patience:g} s): {error}", "UNAVAILABLE", True) from error
-                else:
-                    # A shard that answers but keeps refusing: back off, with
-                    # full jitter, as the worker binary does.
-                    time.sleep(backoff * (0.5 + 0.5 * random.random()))
-                    backoff = min(backoff * 2, 5.0)
-                self._rejoin(error, deadline)
-                self.redone_steps += 1
-                if closure is not None:
-                    self.zero_grad()
-                    loss = self._evaluate(closure)
+        self._exchange()
+        self._stepped()
+        return loss
+
+    @property
+    def redone_steps(self):
+        """Steps redone after a shard's refusal for now."""
+        return self.client.redone_steps
 
     def finish(self):
         """Tells the shards this worker is done; the chief then waits for the
@@ -642,34 +620,3 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.enable_grad():
             return closure()
 
-    def _rejoin(self, cause, deadline):
-        what = "lost a parameter server" if cause.code == "UNAVAILABLE" else "refused for now"
-        pstrain._pstrain.log("warning",
-                             f"{self.client.task}: {what} ({cause}); rejoining to redo the step")
-        while True:
-            seen = self.client.versions[0] if self.client.versions else 0
-            view = self.client.register(deadline)  # waits out transient refusals, or raises
-            self._check_nothing_lost(seen, view)
-            if not view["initialized"]:
-                self.client.init({name: p.detach().cpu() for name, p in self.parameters})
-            try:
-                self._pull()
-                return
-            except pstrain.Error as error:
-                if not error.transient or time.monotonic() > deadline:
-                    raise
-
-    def _check_nothing_lost(self, seen, view):
-        # A shard restarted from its checkpoint goes back at most a
-        # checkpoint interval; one that went back further (or came back with
-        # no model) lost the run's updates, and training on would hide that.
-        checkpoint = self.client.config["training"].get("checkpoint", {})
-        may_lose = int(checkpoint.get("every_steps", 0)) if checkpoint.get("dir") else 0
-        now_at = int(view["version"]) if view["initialized"] else 0
-        if seen - now_at > may_lose:
-            raise pstrain.FailedPreconditionError(
-                f"ps:0 came back at version {now_at}"
-                f"{'' if view['initialized'] else ' without the model'} after this worker had "
-                f"seen version {seen}: {seen - now_at} updates are gone, more than a checkpoint "
-                f"interval (training.checkpoint.every_steps: {may_lose}); restore its checkpoint "
-                "directory, or start the job again", "FAILED_PRECONDITION", False)

@@ -185,13 +185,13 @@ absl::StatusOr<bool> ClientSession::Init(const std::vector<std::span<const float
 absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
-  PST_RETURN_IF_ERROR(session_->Exchange({.values = &out}));
+  PST_RETURN_IF_ERROR(session_->Redo([&] { return session_->Exchange({.values = &out}); }));
   last_step_end_ = absl::Now();
   return absl::OkStatus();
 }
 
 absl::Status ClientSession::PushStep(const StepRequest& request) {
-  PST_RETURN_IF_ERROR(session_->Exchange(request));
+  PST_RETURN_IF_ERROR(session_->Redo([&] { return session_->Exchange(request); }));
   ++pushes_;
   // As a C++ trainer counts a step: the whole step since the last one
   // ended (the caller's compute and this exchange).
@@ -231,6 +231,11 @@ std::vector<int64_t> ClientSession::versions() const {
 int64_t ClientSession::pushes() const {
   absl::MutexLock lock(&mu_);
   return pushes_;
+}
+
+int64_t ClientSession::redone_steps() const {
+  absl::MutexLock lock(&mu_);
+  return session_->redone_steps();
 }
 
 std::vector<PushResponse> ClientSession::last_responses() const {

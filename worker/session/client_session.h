@@ -6,9 +6,12 @@
 // (worker/client/ps_client.h) over the config's channels (TLS, token). The
 // TrainingSession under it keeps the versions, the heartbeats and the
 // metrics as for the C++ trainers, so a worker driven through it and a C++
-// worker are interchangeable in one job. A refusal for now is returned
-// (IsTransientShardError), for the caller to rejoin (Register) and redo
-// its step.
+// worker are interchangeable in one job. Its transient-refusal policy is
+// theirs too: an exchange a shard refuses for now (IsTransientShardError:
+// away, restarting, busy, its shared region gone) is backed off, the shards
+// rejoined (given this worker's values again where one came back without
+// the model) and the exchange redone, pushing the same gradients, within
+// training.pull_timeout_seconds; Unavailable once that is spent.
 //
 // A session may be called from several threads at once. Every call that
 // uses the exchange state (the versions, the shared regions, the client's
@@ -149,6 +152,8 @@ class ClientSession {
   std::vector<int64_t> versions() const ABSL_LOCKS_EXCLUDED(mu_);
   // Pushes this session made, and what the shards said of the last one.
   int64_t pushes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Exchanges redone after a refusal for now.
+  int64_t redone_steps() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<PushResponse> last_responses() const ABSL_LOCKS_EXCLUDED(mu_);
   // The staleness of this session's pushes at shard 0, summed.
   int64_t staleness_total() const ABSL_LOCKS_EXCLUDED(mu_);

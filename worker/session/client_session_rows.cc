@@ -62,7 +62,7 @@ std::vector<EmbeddingTableConfig> ClientSession::tables() const {
 
 absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
   absl::MutexLock lock(&mu_);
-  return session_->Exchange({.pull_rows = rows});
+  return session_->Redo([&] { return session_->Exchange({.pull_rows = rows}); });
 }
 
 absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {

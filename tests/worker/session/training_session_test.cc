@@ -187,6 +187,28 @@ TEST_F(TrainingSessionTest, AStepIsRedoneAfterEachClassOfRefusalForNow) {
   }
 }
 
+// A shard that keeps refusing for now is backed off from, not spun on,
+// and the step ends Unavailable once training.pull_timeout_seconds is
+// spent (a launcher restarts the worker).
+class TrainingSessionPatienceTest : public TrainingSessionTest {
+ protected:
+  TrainingSessionPatienceTest() { config_.mutable_training()->set_pull_timeout_seconds(1); }
+};
+
+TEST_F(TrainingSessionPatienceTest, RefusalsPastThePatienceEndTheStepAsUnavailable) {
+  int runs = 0;
+  const absl::Time start = absl::Now();
+  absl::Status done = session_->Redo([&] {
+    ++runs;
+    return MarkTransient(absl::ResourceExhaustedError("ps:0: busy"), TransientRefusal::kOverloaded);
+  });
+  EXPECT_TRUE(absl::IsUnavailable(done)) << done;
+  EXPECT_NE(done.message().find("busy"), absl::string_view::npos) << done;
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));
+  EXPECT_GT(runs, 2);
+  EXPECT_LT(runs, 20);
+}
+
 TEST_F(TrainingSessionTest, AStepIsRedoneOnceARestartedShardIsBack) {
   ASSERT_TRUE(Step().ok());
   ASSERT_TRUE(Step().ok());
