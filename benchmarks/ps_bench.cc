@@ -276,8 +276,10 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
     if (absl::StatusOr<bool> init = (*client)->Init({params}); !init.ok()) fail(init.status());
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
-    if (absl::Status s = (*client)->Pull(std::vector<int64_t>(shards, 0), absl::Seconds(30),
-                                         {params}, &versions);
+    if (absl::Status s = (*client)->Exchange({.min_versions = std::vector<int64_t>(shards, 0),
+                                              .timeout = absl::Seconds(30),
+                                              .values = {params}},
+                                             &versions, nullptr);
         !s.ok()) {
       fail(s);
       return;
@@ -288,11 +290,19 @@ absl::StatusOr<Row> MeasurePushPull(int64_t size_bytes, int workers, int shards,
       const std::vector<int64_t> computed_at = versions;
       absl::Status s;
       if (push_pull) {
-        s = (*client)->PushPull(computed_at, {grads}, computed_at, absl::Seconds(30), {params},
+        s = (*client)->Exchange({.computed_at = computed_at,
+                                 .gradients = {grads},
+                                 .min_versions = computed_at,
+                                 .timeout = absl::Seconds(30),
+                                 .values = {params}},
                                 &versions, &responses);
       } else {
-        s = (*client)->Push(computed_at, {grads}, &responses);
-        if (s.ok()) s = (*client)->Pull(computed_at, absl::Seconds(30), {params}, &versions);
+        s = (*client)->Exchange({.computed_at = computed_at, .gradients = {grads}}, nullptr,
+                                &responses);
+        if (s.ok())
+          s = (*client)->Exchange(
+              {.min_versions = computed_at, .timeout = absl::Seconds(30), .values = {params}},
+              &versions, nullptr);
       }
       if (!s.ok()) fail(s);
       return s.ok();

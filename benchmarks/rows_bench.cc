@@ -103,9 +103,14 @@ class Worker {
     RowValues pull{.table = 0, .ids = next, .values = values_};
     std::vector<PushResponse> responses;
     const std::vector<int64_t> at = versions_;
-    absl::Status status = client_->PushPull(at, {dense_gradient_}, at, absl::Seconds(60),
-                                            {dense_values_}, &versions_, &responses,
-                                            {.push = {&push, 1}, .pull = {&pull, 1}});
+    absl::Status status = client_->Exchange({.computed_at = at,
+                                             .gradients = {dense_gradient_},
+                                             .push_rows = {&push, 1},
+                                             .min_versions = at,
+                                             .timeout = absl::Seconds(60),
+                                             .values = {dense_values_},
+                                             .pull_rows = {&pull, 1}},
+                                            &versions_, &responses);
     if (!status.ok()) ExitWithError(kProgram, status);
   }
 

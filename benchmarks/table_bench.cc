@@ -104,7 +104,8 @@ class TableClient {
     gradients_.assign(ids.size() * dim_, 0.001f);
     RowGradients push{.table = 0, .ids = ids, .gradients = gradients_};
     std::vector<PushResponse> responses;
-    Check(client_->PushRows(versions_, {&push, 1}, &responses));
+    Check(client_->Exchange({.computed_at = versions_, .push_rows = {&push, 1}}, nullptr,
+                            &responses));
   }
 
   // One training step: push `ids`' gradients and the dense gradient, pull
@@ -116,8 +117,14 @@ class TableClient {
     RowValues pull{.table = 0, .ids = next, .values = values_};
     std::vector<PushResponse> responses;
     const std::vector<int64_t> at = versions_;
-    Check(client_->PushPull(at, {dense_}, at, absl::Seconds(60), {dense_}, &versions_, &responses,
-                            {.push = {&push, 1}, .pull = {&pull, 1}}));
+    Check(client_->Exchange({.computed_at = at,
+                             .gradients = {dense_},
+                             .push_rows = {&push, 1},
+                             .min_versions = at,
+                             .timeout = absl::Seconds(60),
+                             .values = {dense_},
+                             .pull_rows = {&pull, 1}},
+                            &versions_, &responses));
   }
 
   EmbeddingTableStats TableStats(int shard) {

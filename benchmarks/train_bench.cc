@@ -127,8 +127,15 @@ absl::StatusOr<Latency> PushPullRoundTrip(const TrainingData& data) {
   int trips = absl::GetFlag(FLAGS_round_trips);
   for (int i = 0; i < trips + 20; ++i) {
     absl::Time start = absl::Now();
-    if (auto s = (*client)->Pull({0}, absl::Seconds(10), params, &versions); !s.ok()) return s;
-    if (auto s = (*client)->Push(versions, grad_spans, &responses); !s.ok()) return s;
+    if (auto s = (*client)->Exchange(
+            {.min_versions = {0}, .timeout = absl::Seconds(10), .values = params}, &versions,
+            nullptr);
+        !s.ok())
+      return s;
+    if (auto s = (*client)->Exchange({.computed_at = versions, .gradients = grad_spans}, nullptr,
+                                     &responses);
+        !s.ok())
+      return s;
     if (i >= 20) micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
   }
   std::sort(micros.begin(), micros.end());

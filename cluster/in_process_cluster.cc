@@ -100,8 +100,11 @@ absl::StatusOr<ClusterRun> InProcessCluster::Train(const TrainingData& data,
   std::vector<std::span<float>> out;
   for (size_t i = 0; i < (*mlp)->variables().size(); ++i) out.push_back((*mlp)->HostParameter(i));
   std::vector<int64_t> versions;
-  if (absl::Status s = client.Pull(std::vector<int64_t>(client.num_shards(), 0), absl::Seconds(10),
-                                   out, &versions);
+  if (absl::Status s =
+          client.Exchange({.min_versions = std::vector<int64_t>(client.num_shards(), 0),
+                           .timeout = absl::Seconds(10),
+                           .values = out},
+                          &versions, nullptr);
       !s.ok()) {
     return s;
   }

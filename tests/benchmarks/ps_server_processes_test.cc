@@ -33,7 +33,11 @@ TEST(PsServerProcessesTest, ShardsServeAndAreGoneOnceDestroyed) {
   ASSERT_TRUE((*client)->Init({values}).ok());
   for (int i = 0; i < 50; ++i) {
     std::vector<int64_t> versions;
-    ASSERT_TRUE((*client)->Pull({0, 0}, absl::Seconds(10), {values}, &versions).ok());
+    ASSERT_TRUE(
+        (*client)
+            ->Exchange({.min_versions = {0, 0}, .timeout = absl::Seconds(10), .values = {values}},
+                       &versions, nullptr)
+            .ok());
   }
   EXPECT_GT((*processes)->CpuSeconds(), 0.0);
   client->reset();

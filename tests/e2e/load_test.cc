@@ -77,8 +77,12 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
     while (!stop.load()) {
-      absl::Status status = (*client)->Pull({0}, absl::Seconds(10), {a, b}, &versions);
-      if (status.ok()) status = (*client)->Push(versions, {minus_one, minus_one}, &responses);
+      absl::Status status =
+          (*client)->Exchange({.min_versions = {0}, .timeout = absl::Seconds(10), .values = {a, b}},
+                              &versions, nullptr);
+      if (status.ok())
+        status = (*client)->Exchange({.computed_at = versions, .gradients = {minus_one, minus_one}},
+                                     nullptr, &responses);
       if (!status.ok()) {
         ADD_FAILURE() << "worker " << rank << ": " << status;
         count(failures);

@@ -88,7 +88,9 @@ int Run(const std::string& config_path, const std::string& task_text, int64_t st
 
   const absl::Duration timeout = absl::Seconds(config->training().pull_timeout_seconds());
   std::vector<int64_t> versions(client.num_shards(), 0);
-  absl::Status status = client.Pull(versions, timeout, tensors->values, &versions);
+  absl::Status status =
+      client.Exchange({.min_versions = versions, .timeout = timeout, .values = tensors->values},
+                      &versions, nullptr);
   if (!status.ok()) return Fail(status);
   std::vector<std::span<const float>> gradients(tensors->gradients.begin(),
                                                 tensors->gradients.end());
@@ -103,7 +105,11 @@ int Run(const std::string& config_path, const std::string& task_text, int64_t st
     const std::vector<int64_t> computed_at = versions;
     std::vector<int64_t> min_versions = computed_at;
     for (int64_t& m : min_versions) m = (*policy)->MinVersionAfterPush(m);
-    status = client.PushPull(computed_at, gradients, min_versions, timeout, tensors->values,
+    status = client.Exchange({.computed_at = computed_at,
+                              .gradients = gradients,
+                              .min_versions = min_versions,
+                              .timeout = timeout,
+                              .values = tensors->values},
                              &versions, &responses);
     if (!status.ok()) return Fail(status);
   }
@@ -119,7 +125,9 @@ int Run(const std::string& config_path, const std::string& task_text, int64_t st
     known = stats->worker_changes();
   }
   std::fill(versions.begin(), versions.end(), 0);
-  status = client.Pull(versions, timeout, tensors->values, &versions);
+  status =
+      client.Exchange({.min_versions = versions, .timeout = timeout, .values = tensors->values},
+                      &versions, nullptr);
   if (!status.ok()) return Fail(status);
   std::ofstream out(out_path);
   for (size_t v = 0; v < variables.size(); ++v) {

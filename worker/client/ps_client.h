@@ -2,10 +2,10 @@
 // includes. No gRPC here; the transport (gRPC, the shared-memory and socket
 // paths, the shard map) lies behind it in worker/client/shard_channel.h.
 //
-// Contract. Each exchange call (Pull, PullRows, Push, PushRows, PushPull,
-// BeginExchange) is one Exchange call per shard, all in flight at once, on
-// the caller's spans (or where AllocateTensors put them in a shared
-// region), rows split by shard and scattered back in the caller's order.
+// Contract. Each exchange (Exchange, BeginExchange) is one Exchange call
+// per shard, all in flight at once, on the caller's spans (or where
+// AllocateTensors put them in a shared region), rows split by shard and
+// scattered back in the caller's order.
 // A call returns OK once every shard answered, or its first shard's error,
 // named ("ps:S (address): ...") and classified (TransientRefusalOf). It
 // retries nothing but Init, Done and AwaitWorkersDone (refusals for now,
@@ -49,6 +49,20 @@ bool NamesItsShard(const absl::Status& status);
 struct StepRows {
   std::span<const RowGradients> push = {};
   std::span<const RowValues> pull = {};
+};
+// One exchange with every shard. The push: a gradient per variable (or
+// none: rows alone) and row gradients, tagged computed_at (one version per
+// shard; empty: no push). The read: values per variable (or none: rows
+// alone) and the rows of pull_rows, at min_versions (one per shard; empty:
+// no read).
+struct ExchangeRequest {
+  std::vector<int64_t> computed_at = {};
+  std::vector<std::span<const float>> gradients = {};
+  std::span<const RowGradients> push_rows = {};
+  std::vector<int64_t> min_versions = {};
+  absl::Duration timeout = absl::ZeroDuration();
+  std::vector<std::span<float>> values = {};
+  std::span<const RowValues> pull_rows = {};
 };
 class ShardChannel;  // the transport: worker/client/shard_channel.h
 
@@ -100,33 +114,18 @@ class PsClient {
                             std::span<const RowGradients> initial_rows = {});
   absl::Status SetUpdateRates(const std::optional<UpdateRates>& rates);
 
-  // The exchanges. Reads wait on shard s until its version reaches
-  // min_versions[s], for at most `timeout`, and fill `versions`; pushes are
-  // tagged computed_at[s] and fill `responses`. Rows arguments are checked
-  // before anything is sent (InvalidArgument).
-  absl::Status Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                    const std::vector<std::span<float>>& out, std::vector<int64_t>* versions,
-                    std::span<const RowValues> rows = {});
-  absl::Status PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                        std::span<const RowValues> rows, std::vector<int64_t>* versions);
-  absl::Status Push(const std::vector<int64_t>& computed_at,
-                    const std::vector<std::span<const float>>& gradients,
-                    std::vector<PushResponse>* responses,
-                    std::span<const RowGradients> rows = {});
-  absl::Status PushRows(const std::vector<int64_t>& computed_at, std::span<const RowGradients> rows,
+  // The exchange: one call per shard, pushing, reading or both (the read's
+  // values then include the push). A read waits on shard s until its
+  // version reaches min_versions[s], for at most `timeout`, and fills
+  // `versions`; a push is tagged computed_at[s] and fills `responses`
+  // (either may be null where the request has no read or no push). Rows
+  // are checked before anything is sent (InvalidArgument).
+  absl::Status Exchange(const ExchangeRequest& request, std::vector<int64_t>* versions,
                         std::vector<PushResponse>* responses);
-  // A step's round trip: the push, then values that include it.
-  absl::Status PushPull(const std::vector<int64_t>& computed_at,
-                        const std::vector<std::span<const float>>& gradients,
-                        const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                        const std::vector<std::span<float>>& out, std::vector<int64_t>* versions,
-                        std::vector<PushResponse>* responses, const StepRows& rows = {});
-  // The same, fed layer by layer in `push_order` (worker/client/step_exchange.h).
-  absl::StatusOr<std::unique_ptr<StepExchange>> BeginExchange(
-      const std::vector<int64_t>& computed_at,
-      const std::vector<std::span<const float>>& gradients, const std::vector<int>& push_order,
-      const std::vector<int64_t>& min_versions, absl::Duration timeout,
-      const std::vector<std::span<float>>& out, const StepRows& rows = {});
+  // A push-and-read exchange fed layer by layer in `push_order`
+  // (worker/client/step_exchange.h).
+  absl::StatusOr<std::unique_ptr<StepExchange>> BeginExchange(const ExchangeRequest& request,
+                                                              const std::vector<int>& push_order);
 
   // Control and admin calls.
   absl::Status Heartbeat();

@@ -61,47 +61,41 @@ absl::Status PsClient::SetUpdateRates(const std::optional<UpdateRates>& rates) {
   return channel_->SetUpdateRates(rates);
 }
 
-absl::Status PsClient::Pull(const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                            const std::vector<std::span<float>>& out,
-                            std::vector<int64_t>* versions, std::span<const RowValues> rows) {
-  return channel_->Pull(min_versions, timeout, out, versions, rows);
-}
-
-absl::Status PsClient::PullRows(const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                                std::span<const RowValues> rows, std::vector<int64_t>* versions) {
-  return channel_->PullRows(min_versions, timeout, rows, versions);
-}
-
-absl::Status PsClient::Push(const std::vector<int64_t>& computed_at,
-                            const std::vector<std::span<const float>>& gradients,
-                            std::vector<PushResponse>* responses,
-                            std::span<const RowGradients> rows) {
-  return channel_->Push(computed_at, gradients, responses, rows);
-}
-
-absl::Status PsClient::PushRows(const std::vector<int64_t>& computed_at,
-                                std::span<const RowGradients> rows,
+absl::Status PsClient::Exchange(const ExchangeRequest& request, std::vector<int64_t>* versions,
                                 std::vector<PushResponse>* responses) {
-  return channel_->PushRows(computed_at, rows, responses);
-}
-
-absl::Status PsClient::PushPull(const std::vector<int64_t>& computed_at,
-                                const std::vector<std::span<const float>>& gradients,
-                                const std::vector<int64_t>& min_versions, absl::Duration timeout,
-                                const std::vector<std::span<float>>& out,
-                                std::vector<int64_t>* versions,
-                                std::vector<PushResponse>* responses, const StepRows& rows) {
-  return channel_->PushPull(computed_at, gradients, min_versions, timeout, out, versions,
-                            responses, rows);
+  const bool pushes = !request.computed_at.empty();
+  const bool reads = !request.min_versions.empty();
+  std::vector<int64_t> unused_versions;
+  std::vector<PushResponse> unused_responses;
+  if (versions == nullptr) versions = &unused_versions;
+  if (responses == nullptr) responses = &unused_responses;
+  if (pushes && reads) {
+    return channel_->PushPull(request.computed_at, request.gradients, request.min_versions,
+                              request.timeout, request.values, versions, responses,
+                              StepRows{request.push_rows, request.pull_rows});
+  }
+  if (pushes) {
+    if (request.gradients.empty() && !request.push_rows.empty()) {
+      return channel_->PushRows(request.computed_at, request.push_rows, responses);
+    }
+    return channel_->Push(request.computed_at, request.gradients, responses, request.push_rows);
+  }
+  if (reads) {
+    if (request.values.empty() && !request.pull_rows.empty()) {
+      return channel_->PullRows(request.min_versions, request.timeout, request.pull_rows, versions);
+    }
+    return channel_->Pull(request.min_versions, request.timeout, request.values, versions,
+                          request.pull_rows);
+  }
+  return absl::InvalidArgumentError(
+      "an exchange names neither a push (computed_at) nor a read (min_versions)");
 }
 
 absl::StatusOr<std::unique_ptr<StepExchange>> PsClient::BeginExchange(
-    const std::vector<int64_t>& computed_at,
-    const std::vector<std::span<const float>>& gradients, const std::vector<int>& push_order,
-    const std::vector<int64_t>& min_versions, absl::Duration timeout,
-    const std::vector<std::span<float>>& out, const StepRows& rows) {
-  return channel_->BeginExchange(computed_at, gradients, push_order, min_versions, timeout, out,
-                                 rows);
+    const ExchangeRequest& request, const std::vector<int>& push_order) {
+  return channel_->BeginExchange(request.computed_at, request.gradients, push_order,
+                                 request.min_versions, request.timeout, request.values,
+                                 StepRows{request.push_rows, request.pull_rows});
 }
 
 absl::Status PsClient::Heartbeat() { return channel_->Heartbeat(); }

@@ -103,31 +103,31 @@ absl::Status TrainingSession::Exchange(const StepRequest& request) {
   const bool reads = request.values != nullptr || !request.pull_rows.empty();
   const absl::Duration timeout = patience();
   const absl::Time start = absl::Now();
-  static const std::vector<std::span<float>> kNoValues;
-  const std::vector<std::span<float>>& values =
-      request.values != nullptr ? *request.values : kNoValues;
   if (!pushes) {
     if (request.values == nullptr) {
       // Rows alone (an evaluation's lookups): the versions stay the last read's.
       std::vector<int64_t> versions;
-      PST_RETURN_IF_ERROR(client_->PullRows(next_min_, timeout, request.pull_rows, &versions));
+      PST_RETURN_IF_ERROR(client_->Exchange(
+          {.min_versions = next_min_, .timeout = timeout, .pull_rows = request.pull_rows},
+          &versions, nullptr));
       GetWorkerMetrics().pull_seconds.Observe(SecondsSince(start));
       return absl::OkStatus();
     }
     parameters_current_ = false;  // a failed read may have written part of them
-    PST_RETURN_IF_ERROR(client_->Pull(next_min_, timeout, values, &versions_, request.pull_rows));
+    PST_RETURN_IF_ERROR(client_->Exchange({.min_versions = next_min_,
+                                           .timeout = timeout,
+                                           .values = *request.values,
+                                           .pull_rows = request.pull_rows},
+                                          &versions_, nullptr));
     TookValues(start);
     parameters_current_ = true;
     return absl::OkStatus();
   }
   const std::vector<int64_t> computed_at = versions_;
   if (!reads) {
-    if (request.gradients != nullptr) {
-      PST_RETURN_IF_ERROR(
-          client_->Push(computed_at, *request.gradients, &responses_, request.push_rows));
-    } else {
-      PST_RETURN_IF_ERROR(client_->PushRows(computed_at, request.push_rows, &responses_));
-    }
+    ExchangeRequest push{.computed_at = computed_at, .push_rows = request.push_rows};
+    if (request.gradients != nullptr) push.gradients = *request.gradients;
+    PST_RETURN_IF_ERROR(client_->Exchange(push, nullptr, &responses_));
     Pushed(computed_at, start);
     // The next read sees this push's step (SYNC waits for the other workers').
     next_min_ = MinVersionsAfter(computed_at);
@@ -139,10 +139,14 @@ absl::Status TrainingSession::Exchange(const StepRequest& request) {
         "an exchange that reads pushes the dense gradients too (push rows alone, then read)");
   }
   parameters_current_ = false;  // a failed exchange may have written part of them
-  PST_RETURN_IF_ERROR(client_->PushPull(computed_at, *request.gradients,
-                                        MinVersionsAfter(computed_at), timeout, values,
-                                        &versions_, &responses_,
-                                        StepRows{request.push_rows, request.pull_rows}));
+  ExchangeRequest step{.computed_at = computed_at,
+                       .gradients = *request.gradients,
+                       .push_rows = request.push_rows,
+                       .min_versions = MinVersionsAfter(computed_at),
+                       .timeout = timeout,
+                       .pull_rows = request.pull_rows};
+  if (request.values != nullptr) step.values = *request.values;
+  PST_RETURN_IF_ERROR(client_->Exchange(step, &versions_, &responses_));
   next_min_ = versions_;
   RecordVersions(versions_);
   Pushed(computed_at, start);
@@ -156,8 +160,12 @@ absl::StatusOr<std::unique_ptr<StepExchange>> TrainingSession::BeginExchange(
   exchange_computed_at_ = versions_;
   exchange_start_ = absl::Now();
   parameters_current_ = false;  // until the exchange has brought them all
-  return client_->BeginExchange(exchange_computed_at_, gradients, push_order,
-                                MinVersionsAfter(exchange_computed_at_), patience(), values);
+  return client_->BeginExchange({.computed_at = exchange_computed_at_,
+                                 .gradients = gradients,
+                                 .min_versions = MinVersionsAfter(exchange_computed_at_),
+                                 .timeout = patience(),
+                                 .values = values},
+                                push_order);
 }
 
 absl::Status TrainingSession::FinishExchange(std::unique_ptr<StepExchange> exchange) {

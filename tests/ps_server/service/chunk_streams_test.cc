@@ -45,13 +45,24 @@ TEST(ChunkStreamsTest, PullAndPushRoundTripAtEveryChunkBoundary) {
     ModelBuffers buffers(c.model);
     ASSERT_TRUE((*client)->Init(buffers.initial_spans).ok());
     std::vector<int64_t> versions;
-    ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), buffers.pulled_spans, &versions).ok());
+    ASSERT_TRUE(
+        (*client)
+            ->Exchange(
+                {.min_versions = {0}, .timeout = absl::Seconds(10), .values = buffers.pulled_spans},
+                &versions, nullptr)
+            .ok());
     EXPECT_TRUE(buffers.PulledAfter(0));
     std::vector<PushResponse> responses;
-    absl::Status pushed = (*client)->Push(versions, buffers.gradient_spans, &responses);
+    absl::Status pushed = (*client)->Exchange(
+        {.computed_at = versions, .gradients = buffers.gradient_spans}, nullptr, &responses);
     ASSERT_TRUE(pushed.ok()) << pushed;
     EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
-    ASSERT_TRUE((*client)->Pull({1}, absl::Seconds(10), buffers.pulled_spans, &versions).ok());
+    ASSERT_TRUE(
+        (*client)
+            ->Exchange(
+                {.min_versions = {1}, .timeout = absl::Seconds(10), .values = buffers.pulled_spans},
+                &versions, nullptr)
+            .ok());
     EXPECT_EQ(versions[0], 1);
     EXPECT_TRUE(buffers.PulledAfter(1));
   }
@@ -78,9 +89,12 @@ TEST(ChunkStreamsTest, PushPullReturnsTheUpdatedModelAtEveryChunkBoundary) {
       for (int step = 1; step <= 2; ++step) {
         // As the trainer asks: SYNC wants the step this push completes.
         const std::vector<int64_t> min_versions = {mode == SYNC ? versions[0] + 1 : versions[0]};
-        absl::Status exchanged =
-            (*client)->PushPull(versions, buffers.gradient_spans, min_versions, absl::Seconds(10),
-                                buffers.pulled_spans, &versions, &responses);
+        absl::Status exchanged = (*client)->Exchange({.computed_at = versions,
+                                                      .gradients = buffers.gradient_spans,
+                                                      .min_versions = min_versions,
+                                                      .timeout = absl::Seconds(10),
+                                                      .values = buffers.pulled_spans},
+                                                     &versions, &responses);
         ASSERT_TRUE(exchanged.ok()) << exchanged;
         EXPECT_EQ(responses[0].outcome(), PushResponse::APPLIED);
         EXPECT_EQ(responses[0].version(), step);
@@ -123,9 +137,12 @@ void ExpectSyncPushPullOfTwoWorkersOverTwoShards(const std::vector<VariableSpec>
       grads.push_back(gradient(worker, spec.size()));
       pulled[worker].emplace_back(spec.size(), 0.0f);
     }
-    results[worker] = client->PushPull(
-        versions[worker], {grads[0], grads[1]}, /*min_versions=*/{1, 1}, absl::Seconds(10),
-        {pulled[worker][0], pulled[worker][1]}, &versions[worker], &responses[worker]);
+    results[worker] = client->Exchange({.computed_at = versions[worker],
+                                        .gradients = {grads[0], grads[1]},
+                                        .min_versions = /*min_versions=*/{1, 1},
+                                        .timeout = absl::Seconds(10),
+                                        .values = {pulled[worker][0], pulled[worker][1]}},
+                                       &versions[worker], &responses[worker]);
   };
   std::thread other(exchange, 1);
   exchange(0);
@@ -176,13 +193,20 @@ TEST(ChunkStreamsTest, ARefusedPushPullLeavesTheModelUntouched) {
     gradient[elements - 2] = std::numeric_limits<float>::quiet_NaN();
     std::vector<int64_t> versions = {0};
     std::vector<PushResponse> responses;
-    absl::Status exchanged = (*client)->PushPull(versions, {gradient}, versions,
-                                                 absl::Seconds(10), {pulled}, &versions,
-                                                 &responses);
+    absl::Status exchanged = (*client)->Exchange({.computed_at = versions,
+                                                  .gradients = {gradient},
+                                                  .min_versions = versions,
+                                                  .timeout = absl::Seconds(10),
+                                                  .values = {pulled}},
+                                                 &versions, &responses);
     EXPECT_EQ(exchanged.code(), absl::StatusCode::kInvalidArgument) << exchanged;
     EXPECT_THAT(exchanged.message(), HasSubstr("non-finite"));
     versions = {0};
-    ASSERT_TRUE((*client)->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+    ASSERT_TRUE(
+        (*client)
+            ->Exchange({.min_versions = {0}, .timeout = absl::Seconds(10), .values = {pulled}},
+                       &versions, nullptr)
+            .ok());
     EXPECT_EQ(versions[0], 0);
     EXPECT_EQ(pulled, initial);
   }
@@ -213,8 +237,14 @@ TEST(ChunkStreamsTest, StreamedPullsSeeOneVersionWhilePushesCommit) {
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
     for (int i = 0; i < kPushesPerWorker; ++i) {
-      ASSERT_TRUE(client->Pull({0}, absl::Seconds(10), {params}, &versions).ok());
-      ASSERT_TRUE(client->Push(versions, {ones}, &responses).ok());
+      ASSERT_TRUE(
+          client
+              ->Exchange({.min_versions = {0}, .timeout = absl::Seconds(10), .values = {params}},
+                         &versions, nullptr)
+              .ok());
+      ASSERT_TRUE(
+          client->Exchange({.computed_at = versions, .gradients = {ones}}, nullptr, &responses)
+              .ok());
     }
     --pushers_left;
   };
@@ -224,7 +254,11 @@ TEST(ChunkStreamsTest, StreamedPullsSeeOneVersionWhilePushesCommit) {
   std::vector<int64_t> versions;
   int pulls = 0;
   while (pushers_left.load() > 0 || pulls < 5) {
-    ASSERT_TRUE(puller->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+    ASSERT_TRUE(
+        puller
+            ->Exchange({.min_versions = {0}, .timeout = absl::Seconds(10), .values = {pulled}},
+                       &versions, nullptr)
+            .ok());
     ++pulls;
     const float expected = -static_cast<float>(versions[0]);
     for (int64_t i = 0; i < elements; ++i) {
@@ -234,7 +268,11 @@ TEST(ChunkStreamsTest, StreamedPullsSeeOneVersionWhilePushesCommit) {
   }
   first.join();
   second.join();
-  ASSERT_TRUE(puller->Pull({0}, absl::Seconds(10), {pulled}, &versions).ok());
+  ASSERT_TRUE(
+      puller
+          ->Exchange({.min_versions = {0}, .timeout = absl::Seconds(10), .values = {pulled}},
+                     &versions, nullptr)
+          .ok());
   EXPECT_EQ(versions[0], 2 * kPushesPerWorker);
   EXPECT_EQ(pulled[elements - 1], -2.0f * kPushesPerWorker);
 }

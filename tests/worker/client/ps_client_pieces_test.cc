@@ -96,7 +96,9 @@ std::vector<float> PullRows(PsClient* client, const std::vector<uint64_t>& ids) 
   std::vector<float> values(ids.size() * kDim, NAN);
   RowValues rows{.table = 0, .ids = ids, .values = values};
   std::vector<int64_t> versions;
-  absl::Status pulled = client->PullRows({0, 0}, absl::Seconds(10), {&rows, 1}, &versions);
+  absl::Status pulled = client->Exchange(
+      {.min_versions = {0, 0}, .timeout = absl::Seconds(10), .pull_rows = {&rows, 1}}, &versions,
+      nullptr);
   EXPECT_TRUE(pulled.ok()) << pulled;
   return values;
 }
@@ -121,16 +123,23 @@ Seen Step(PsClient* client, const std::vector<uint64_t>& pushed,
   RowGradients push{.table = 0, .ids = pushed, .gradients = gradients};
   RowValues pull{.table = 0, .ids = pulled, .values = seen.answered};
   std::vector<PushResponse> responses;
-  absl::Status exchanged = client->PushPull(
-      {0, 0}, {dense.begin(), dense.end()}, {1, 1}, absl::Seconds(30),
-      {values.begin(), values.end()}, &seen.versions, &responses,
-      {.push = {&push, 1}, .pull = {&pull, 1}});
+  absl::Status exchanged = client->Exchange({.computed_at = {0, 0},
+                                             .gradients = {dense.begin(), dense.end()},
+                                             .push_rows = {&push, 1},
+                                             .min_versions = {1, 1},
+                                             .timeout = absl::Seconds(30),
+                                             .values = {values.begin(), values.end()},
+                                             .pull_rows = {&pull, 1}},
+                                            &seen.versions, &responses);
   EXPECT_TRUE(exchanged.ok()) << exchanged;
   seen.after.assign(pulled.size() * kDim, NAN);
   RowValues again{.table = 0, .ids = pulled, .values = seen.after};
   std::vector<int64_t> versions;
-  absl::Status read = client->Pull({0, 0}, absl::Seconds(10), {values.begin(), values.end()},
-                                   &versions, {&again, 1});
+  absl::Status read = client->Exchange({.min_versions = {0, 0},
+                                        .timeout = absl::Seconds(10),
+                                        .values = {values.begin(), values.end()},
+                                        .pull_rows = {&again, 1}},
+                                       &versions, nullptr);
   EXPECT_TRUE(read.ok()) << read;
   return seen;
 }
@@ -251,7 +260,8 @@ TEST(PushPiecesTest, APushPastOneRequestIsRefusedBeforeItIsSent) {
   const std::vector<float> gradients = GradientsOf(ids);
   RowGradients push{.table = 0, .ids = ids, .gradients = gradients};
   std::vector<PushResponse> responses;
-  absl::Status pushed = client->PushRows({0, 0}, {&push, 1}, &responses);
+  absl::Status pushed =
+      client->Exchange({.computed_at = {0, 0}, .push_rows = {&push, 1}}, nullptr, &responses);
   EXPECT_TRUE(absl::IsResourceExhausted(pushed)) << pushed;
   EXPECT_THAT(pushed.message(), HasSubstr("ps:0"));
   EXPECT_THAT(pushed.message(), HasSubstr("--max_message_bytes"));

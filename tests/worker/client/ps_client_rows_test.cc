@@ -104,8 +104,10 @@ class RowsTest : public ::testing::Test {
     RowValues rows{.table = 0, .ids = ids, .values = values};
     std::vector<int64_t> versions;
     absl::Status pulled =
-        client->PullRows(std::vector<int64_t>(client->num_shards(), 0), absl::Seconds(10),
-                         {&rows, 1}, &versions);
+        client->Exchange({.min_versions = std::vector<int64_t>(client->num_shards(), 0),
+                          .timeout = absl::Seconds(10),
+                          .pull_rows = {&rows, 1}},
+                         &versions, nullptr);
     EXPECT_TRUE(pulled.ok()) << pulled;
     return values;
   }
@@ -158,9 +160,14 @@ TEST_P(RowsRoundTripTest, RowsSplitOverTwoShardsComeBackInTheCallersOrder) {
   RowValues pull{.table = 0, .ids = step1, .values = next};
   std::vector<int64_t> versions;
   std::vector<PushResponse> responses;
-  absl::Status exchanged = client->PushPull(
-      {0, 0}, gradients, {1, 1}, absl::Seconds(10), {values.begin(), values.end()}, &versions,
-      &responses, {.push = {&push, 1}, .pull = {&pull, 1}});
+  absl::Status exchanged = client->Exchange({.computed_at = {0, 0},
+                                             .gradients = gradients,
+                                             .push_rows = {&push, 1},
+                                             .min_versions = {1, 1},
+                                             .timeout = absl::Seconds(10),
+                                             .values = {values.begin(), values.end()},
+                                             .pull_rows = {&pull, 1}},
+                                            &versions, &responses);
   ASSERT_TRUE(exchanged.ok()) << exchanged;
   EXPECT_EQ(versions, (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(client->uses_shared_memory(0), GetParam().transport == PsClient::Transport::kShm);
@@ -209,10 +216,14 @@ TEST_P(RowsRoundTripTest, ManyRowsMoveInOneExchange) {
   std::vector<std::vector<float>> values = dense;
   std::vector<int64_t> versions;
   std::vector<PushResponse> responses;
-  absl::Status exchanged = client->PushPull(
-      {0, 0}, {dense.begin(), dense.end()}, {1, 1}, absl::Seconds(30),
-      {values.begin(), values.end()}, &versions, &responses,
-      {.push = {&push, 1}, .pull = {&pull, 1}});
+  absl::Status exchanged = client->Exchange({.computed_at = {0, 0},
+                                             .gradients = {dense.begin(), dense.end()},
+                                             .push_rows = {&push, 1},
+                                             .min_versions = {1, 1},
+                                             .timeout = absl::Seconds(30),
+                                             .values = {values.begin(), values.end()},
+                                             .pull_rows = {&pull, 1}},
+                                            &versions, &responses);
   ASSERT_TRUE(exchanged.ok()) << exchanged;
   const float tolerance = GetParam().dtype == FLOAT32 ? 0.0f : 0.02f;
   for (size_t i = 0; i < after.size(); i += 997) {
@@ -246,9 +257,14 @@ TEST_F(RowsTest, SyncTakesTheMeanOfTheWorkersRows) {
     RowValues pull{.table = 0, .ids = all, .values = after[w]};
     std::vector<int64_t> versions;
     std::vector<PushResponse> responses;
-    results[w] = clients[w]->PushPull({0, 0}, gradients, {1, 1}, absl::Seconds(10),
-                                      {values.begin(), values.end()}, &versions, &responses,
-                                      {.push = {&push, 1}, .pull = {&pull, 1}});
+    results[w] = clients[w]->Exchange({.computed_at = {0, 0},
+                                       .gradients = gradients,
+                                       .push_rows = {&push, 1},
+                                       .min_versions = {1, 1},
+                                       .timeout = absl::Seconds(10),
+                                       .values = {values.begin(), values.end()},
+                                       .pull_rows = {&pull, 1}},
+                                      &versions, &responses);
   };
   std::thread other(step, 1);
   step(0);
@@ -279,19 +295,28 @@ TEST_F(RowsTest, TablesSharingOneIdListEachGetTheirRows) {
     const RowValues pulls[] = {{.table = 0, .ids = ids, .values = emb_before},
                                {.table = 1, .ids = ids, .values = wide_before}};
     std::vector<int64_t> versions;
-    ASSERT_TRUE(client->PullRows({0, 0}, absl::Seconds(10), pulls, &versions).ok());
+    ASSERT_TRUE(
+        client
+            ->Exchange({.min_versions = {0, 0}, .timeout = absl::Seconds(10), .pull_rows = pulls},
+                       &versions, nullptr)
+            .ok());
   }
   const std::vector<float> emb_gradients = GradientsOf(ids, kDim);
   const std::vector<float> wide_gradients = GradientsOf(ids, 1);
   const RowGradients pushes[] = {{.table = 0, .ids = ids, .gradients = emb_gradients},
                                  {.table = 1, .ids = ids, .gradients = wide_gradients}};
   std::vector<PushResponse> responses;
-  ASSERT_TRUE(client->PushRows({0, 0}, pushes, &responses).ok());
+  ASSERT_TRUE(
+      client->Exchange({.computed_at = {0, 0}, .push_rows = pushes}, nullptr, &responses).ok());
   std::vector<float> emb_after(ids.size() * kDim, NAN), wide_after(ids.size(), NAN);
   const RowValues pulls[] = {{.table = 0, .ids = ids, .values = emb_after},
                              {.table = 1, .ids = ids, .values = wide_after}};
   std::vector<int64_t> versions;
-  ASSERT_TRUE(client->PullRows({1, 1}, absl::Seconds(10), pulls, &versions).ok());
+  ASSERT_TRUE(
+      client
+          ->Exchange({.min_versions = {1, 1}, .timeout = absl::Seconds(10), .pull_rows = pulls},
+                     &versions, nullptr)
+          .ok());
   for (size_t i = 0; i < ids.size(); ++i) {
     for (int k = 0; k < kDim; ++k) {
       EXPECT_EQ(emb_after[i * kDim + k],
@@ -306,7 +331,8 @@ TEST_F(RowsTest, TablesSharingOneIdListEachGetTheirRows) {
   const std::vector<float> rows(3 * kDim, 1.0f), wide_rows(3, 1.0f);
   const RowGradients repeated[] = {{.table = 0, .ids = twice, .gradients = rows},
                                    {.table = 1, .ids = twice, .gradients = wide_rows}};
-  absl::Status pushed = client->PushRows({1, 1}, repeated, &responses);
+  absl::Status pushed =
+      client->Exchange({.computed_at = {1, 1}, .push_rows = repeated}, nullptr, &responses);
   EXPECT_TRUE(absl::IsInvalidArgument(pushed)) << pushed;
   EXPECT_THAT(pushed.message(), HasSubstr(absl::StrCat("id ", ids[0], " appears twice")));
 }
@@ -322,7 +348,8 @@ TEST_F(RowsTest, AsyncRowsPushedAloneApplyAtOnce) {
   RowGradients push{.table = 0, .ids = ids, .gradients = gradients};
   std::vector<PushResponse> responses;
   for (int step = 0; step < 2; ++step) {
-    absl::Status pushed = client->PushRows({0, 0}, {&push, 1}, &responses);
+    absl::Status pushed =
+        client->Exchange({.computed_at = {0, 0}, .push_rows = {&push, 1}}, nullptr, &responses);
     ASSERT_TRUE(pushed.ok()) << pushed;
     for (const PushResponse& response : responses) {
       EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
@@ -379,10 +406,16 @@ TEST_F(RowsTest, AsyncAppliesEveryRowOfFourConcurrentWorkersExactlyOnce) {
     std::vector<PushResponse> responses;
     for (int p = 0; p < kPushes && results[w].ok(); ++p) {
       results[w] = p % 2 == 0
-                       ? clients[w]->PushRows(versions, {&push, 1}, &responses)
-                       : clients[w]->PushPull(versions, gradients, {0, 0}, absl::Seconds(10),
-                                              {values.begin(), values.end()}, &versions,
-                                              &responses, {.push = {&push, 1}, .pull = {&pull, 1}});
+                       ? clients[w]->Exchange({.computed_at = versions, .push_rows = {&push, 1}},
+                                              nullptr, &responses)
+                       : clients[w]->Exchange({.computed_at = versions,
+                                               .gradients = gradients,
+                                               .push_rows = {&push, 1},
+                                               .min_versions = {0, 0},
+                                               .timeout = absl::Seconds(10),
+                                               .values = {values.begin(), values.end()},
+                                               .pull_rows = {&pull, 1}},
+                                              &versions, &responses);
       for (const PushResponse& response : responses) {
         if (response.outcome() != PushResponse::APPLIED) {
           results[w] = absl::InternalError(absl::StrCat("push ", p, " was not applied"));
@@ -411,7 +444,10 @@ TEST_F(RowsTest, AsyncAppliesEveryRowOfFourConcurrentWorkersExactlyOnce) {
   for (const VariableSpec& v : kModel) dense.emplace_back(v.size(), NAN);
   std::vector<int64_t> versions;
   ASSERT_TRUE(clients[0]
-                  ->Pull({0, 0}, absl::Seconds(10), {dense.begin(), dense.end()}, &versions)
+                  ->Exchange({.min_versions = {0, 0},
+                              .timeout = absl::Seconds(10),
+                              .values = {dense.begin(), dense.end()}},
+                             &versions, nullptr)
                   .ok());
   for (const std::vector<float>& values : dense) {
     EXPECT_THAT(values, ::testing::Each(1.0f - kLearningRate * kWorkers * kPushes / 2));
@@ -443,18 +479,21 @@ TEST_F(RowsTest, BadRowsAreRefusedBeforeAnythingIsSent) {
       {{.table = 2, .ids = ids, .gradients = three}, "embedding table 2"},
   };
   for (const Case& c : cases) {
-    absl::Status pushed = client->PushRows({0, 0}, {&c.rows, 1}, &responses);
+    absl::Status pushed =
+        client->Exchange({.computed_at = {0, 0}, .push_rows = {&c.rows, 1}}, nullptr, &responses);
     EXPECT_TRUE(absl::IsInvalidArgument(pushed)) << pushed;
     EXPECT_THAT(pushed.message(), HasSubstr(c.message));
   }
   const RowGradients same_table_twice[] = {{.table = 1, .ids = {}, .gradients = {}},
                                            {.table = 1, .ids = {}, .gradients = {}}};
-  EXPECT_TRUE(absl::IsInvalidArgument(client->PushRows({0, 0}, same_table_twice, &responses)));
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Exchange(
+      {.computed_at = {0, 0}, .push_rows = same_table_twice}, nullptr, &responses)));
   std::vector<float> values(3 * kDim);
   RowValues pull{.table = 0, .ids = twice, .values = values};
   std::vector<int64_t> versions;
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      client->PullRows({0, 0}, absl::Seconds(1), {&pull, 1}, &versions)));
+  EXPECT_TRUE(absl::IsInvalidArgument(client->Exchange(
+      {.min_versions = {0, 0}, .timeout = absl::Seconds(1), .pull_rows = {&pull, 1}}, &versions,
+      nullptr)));
   // Nothing reached a shard: no version moved, no row was made.
   for (int s = 0; s < 2; ++s) {
     absl::StatusOr<StatsResponse> stats = client->Stats(s);
@@ -483,11 +522,15 @@ TEST_F(RowsTest, AShardWithoutDenseVariablesHoldsRowsAndKeepsStep) {
     RowGradients push{.table = 0, .ids = ids, .gradients = rows};
     std::vector<PushResponse> responses;
     const std::vector<int64_t> at = versions;
-    absl::Status exchanged = client->PushPull(
-        at, gradients, {at[0] + 1, at[1] + 1}, absl::Seconds(10), out, &versions, &responses,
-        {.push = step < 2 ? std::span<const RowGradients>(&push, 1)
-                          : std::span<const RowGradients>(),
-         .pull = {}});
+    absl::Status exchanged =
+        client->Exchange({.computed_at = at,
+                          .gradients = gradients,
+                          .push_rows = step < 2 ? std::span<const RowGradients>(&push, 1)
+                                                : std::span<const RowGradients>(),
+                          .min_versions = {at[0] + 1, at[1] + 1},
+                          .timeout = absl::Seconds(10),
+                          .values = out},
+                         &versions, &responses);
     ASSERT_TRUE(exchanged.ok()) << "step " << step << ": " << exchanged;
     EXPECT_EQ(versions, (std::vector<int64_t>{step + 1, step + 1}));
   }
@@ -514,8 +557,14 @@ TEST_F(RowsTest, AModelOfTablesAloneTrains) {
   RowValues pull{.table = 0, .ids = ids, .values = after};
   std::vector<int64_t> versions;
   std::vector<PushResponse> responses;
-  absl::Status exchanged = client->PushPull({0, 0}, {}, {1, 1}, absl::Seconds(10), {}, &versions,
-                                            &responses, {.push = {&push, 1}, .pull = {&pull, 1}});
+  absl::Status exchanged = client->Exchange({.computed_at = {0, 0},
+                                             .gradients = {},
+                                             .push_rows = {&push, 1},
+                                             .min_versions = {1, 1},
+                                             .timeout = absl::Seconds(10),
+                                             .values = {},
+                                             .pull_rows = {&pull, 1}},
+                                            &versions, &responses);
   ASSERT_TRUE(exchanged.ok()) << exchanged;
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_FLOAT_EQ(after[i * kDim], before[i * kDim] - kLearningRate * GradientOf(ids[i], 0));
@@ -537,9 +586,15 @@ TEST_F(RowsTest, ALayerwiseExchangeCarriesRows) {
   std::vector<float> after(ids.size() * kDim, NAN);
   RowGradients push{.table = 0, .ids = ids, .gradients = rows};
   RowValues pull{.table = 0, .ids = ids, .values = after};
-  absl::StatusOr<std::unique_ptr<StepExchange>> exchange = client->BeginExchange(
-      {0, 0}, {dense.begin(), dense.end()}, {1, 0}, {1, 1}, absl::Seconds(10),
-      {values.begin(), values.end()}, {.push = {&push, 1}, .pull = {&pull, 1}});
+  absl::StatusOr<std::unique_ptr<StepExchange>> exchange =
+      client->BeginExchange({.computed_at = {0, 0},
+                             .gradients = {dense.begin(), dense.end()},
+                             .push_rows = {&push, 1},
+                             .min_versions = {1, 1},
+                             .timeout = absl::Seconds(10),
+                             .values = {values.begin(), values.end()},
+                             .pull_rows = {&pull, 1}},
+                            {1, 0});
   ASSERT_TRUE(exchange.ok()) << exchange.status();
   const int last[] = {1}, first[] = {0};
   ASSERT_TRUE((*exchange)->Push(last).ok());

@@ -147,8 +147,12 @@ class PsClientShmTest : public ::testing::Test {
     for (std::span<float> g : tensors.gradients) std::fill(g.begin(), g.end(), gradient);
     std::vector<PushResponse> responses;
     const std::vector<int64_t> at = *versions;
-    return client->PushPull(at, {tensors.gradients.begin(), tensors.gradients.end()}, at,
-                            absl::Seconds(10), tensors.values, versions, &responses);
+    return client->Exchange({.computed_at = at,
+                             .gradients = {tensors.gradients.begin(), tensors.gradients.end()},
+                             .min_versions = at,
+                             .timeout = absl::Seconds(10),
+                             .values = tensors.values},
+                            versions, &responses);
   }
 
   // A shared-memory client whose tensors AllocateTensors placed, after one
@@ -196,7 +200,12 @@ TEST_F(PsClientShmTest, TensorsLieInTheRegionsAndExchangeWhereTheyLie) {
   }
   // A pull alone leaves the values in the same places.
   for (std::span<float> values : tensors->values) std::fill(values.begin(), values.end(), 7.0f);
-  ASSERT_TRUE(client->Pull({0, 0}, absl::Seconds(10), tensors->values, &versions).ok());
+  ASSERT_TRUE(
+      client
+          ->Exchange(
+              {.min_versions = {0, 0}, .timeout = absl::Seconds(10), .values = tensors->values},
+              &versions, nullptr)
+          .ok());
   for (size_t v = 0; v < kModel.size(); ++v) {
     EXPECT_THAT(tensors->values[v], Each(0.5f)) << kModel[v].name;
   }
@@ -216,8 +225,11 @@ TEST_F(PsClientShmTest, ARegionTheShardLostIsRenewedWhereTheTensorsLie) {
   std::vector<std::vector<float>> scratch;
   for (const VariableSpec& v : kModel) scratch.emplace_back(v.size(), 0.0f);
   std::vector<int64_t> other_versions;
-  ASSERT_TRUE(other->Pull({0, 0}, absl::Seconds(10), {scratch.begin(), scratch.end()},
-                          &other_versions)
+  ASSERT_TRUE(other
+                  ->Exchange({.min_versions = {0, 0},
+                              .timeout = absl::Seconds(10),
+                              .values = {scratch.begin(), scratch.end()}},
+                             &other_versions, nullptr)
                   .ok());
 
   ASSERT_TRUE(PushPull(client, *tensors, 1.0f, &versions).ok());  // 0.5 - 0.5 * 1
@@ -348,8 +360,12 @@ TEST(PsClientShmFallbackTest, ARefusedReattachMovesTheTensorsOutOfTheRegion) {
     std::fill(tensors->gradients[0].begin(), tensors->gradients[0].end(), gradient);
     std::vector<PushResponse> responses;
     const std::vector<int64_t> at = *versions;
-    return client->PushPull(at, {tensors->gradients.begin(), tensors->gradients.end()}, at,
-                            absl::Seconds(10), tensors->values, versions, &responses);
+    return client->Exchange({.computed_at = at,
+                             .gradients = {tensors->gradients.begin(), tensors->gradients.end()},
+                             .min_versions = at,
+                             .timeout = absl::Seconds(10),
+                             .values = tensors->values},
+                            versions, &responses);
   };
   std::vector<int64_t> versions = {0};
   ASSERT_TRUE(push_pull(1.0f, &versions).ok());  // 1 - 0.5 * 1

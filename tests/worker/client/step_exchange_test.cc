@@ -73,8 +73,12 @@ absl::StatusOr<std::unique_ptr<StepExchange>> Begin(Connected& c, Mode mode) {
   std::vector<std::span<const float>> gradients(c.gradients.begin(), c.gradients.end());
   std::vector<std::span<float>> out(c.out.begin(), c.out.end());
   const int64_t min_version = mode == SYNC ? 1 : 0;
-  return c.client->BeginExchange({0, 0}, gradients, kPushOrder, {min_version, min_version},
-                                 absl::Seconds(10), out);
+  return c.client->BeginExchange({.computed_at = {0, 0},
+                                  .gradients = gradients,
+                                  .min_versions = {min_version, min_version},
+                                  .timeout = absl::Seconds(10),
+                                  .values = out},
+                                 kPushOrder);
 }
 
 class StepExchangeTest : public ::testing::TestWithParam<Mode> {};
@@ -146,7 +150,10 @@ TEST_P(StepExchangeTest, AnExchangeAbandonedBetweenLayersChangesNothing) {
   }
   std::vector<std::span<float>> out(c.out.begin(), c.out.end());
   std::vector<int64_t> versions;
-  ASSERT_TRUE(c.client->Pull({0, 0}, absl::Seconds(5), out, &versions).ok());
+  ASSERT_TRUE(c.client
+                  ->Exchange({.min_versions = {0, 0}, .timeout = absl::Seconds(5), .values = out},
+                             &versions, nullptr)
+                  .ok());
   for (size_t v = 0; v < kModel.size(); ++v) {
     for (float value : c.out[v]) ASSERT_EQ(value, 1.0f) << kModel[v].name;
   }

@@ -146,7 +146,9 @@ TEST(TransientRefusalTest, AShardMarksAnExchangePastTheWorkersLimitAsAnOverload)
   // itself and waits out its timeout (the shard is not initialised), and
   // the held exchange may then have been refused: open it again.
   EXPECT_TRUE(Eventually([&] {
-    pulled = (*client)->Pull({0}, absl::Milliseconds(250), {values}, &versions);
+    pulled = (*client)->Exchange(
+        {.min_versions = {0}, .timeout = absl::Milliseconds(250), .values = {values}}, &versions,
+        nullptr);
     if (absl::IsResourceExhausted(pulled)) return true;
     held.emplace(address, 0);
     return false;

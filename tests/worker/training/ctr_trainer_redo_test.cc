@@ -120,7 +120,8 @@ absl::StatusOr<TrainedRun> Train(const JobConfig& job, int refuse_push) {
   for (const VariableSpec& v : shape->mlp().variables()) run.dense.emplace_back(v.size(), NAN);
   std::vector<std::span<float>> dense(run.dense.begin(), run.dense.end());
   std::vector<int64_t> versions;
-  PST_RETURN_IF_ERROR(client->Pull({0}, absl::Seconds(10), dense, &versions));
+  PST_RETURN_IF_ERROR(client->Exchange(
+      {.min_versions = {0}, .timeout = absl::Seconds(10), .values = dense}, &versions, nullptr));
   PST_ASSIGN_OR_RETURN(run.stats, client->Stats(0));
   return run;
 }

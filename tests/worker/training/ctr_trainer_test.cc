@@ -116,8 +116,12 @@ absl::StatusOr<TrainedModel> Train(const JobConfig& job, int shards,
       {client.FindEmbeddingTable("wide"), ids, model.wide}};
   std::vector<int64_t> versions;
   const std::vector<int64_t> any_version(client.num_shards(), 0);
-  PST_RETURN_IF_ERROR(client.Pull(any_version, absl::Seconds(10), dense, &versions));
-  PST_RETURN_IF_ERROR(client.PullRows(any_version, absl::Seconds(10), rows, &versions));
+  PST_RETURN_IF_ERROR(
+      client.Exchange({.min_versions = any_version, .timeout = absl::Seconds(10), .values = dense},
+                      &versions, nullptr));
+  PST_RETURN_IF_ERROR(client.Exchange(
+      {.min_versions = any_version, .timeout = absl::Seconds(10), .pull_rows = rows}, &versions,
+      nullptr));
   for (int s = 0; s < client.num_shards(); ++s) {
     PST_ASSIGN_OR_RETURN(StatsResponse stats, client.Stats(s));
     model.stats.push_back(std::move(stats));
