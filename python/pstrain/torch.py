@@ -176,6 +176,30 @@ def _finish_open_optimizers():
                                      f"exit: {error}")
 
 
+# The loss whose backward() ran last: what a step's gradients came from,
+# for the worker's result (final_loss) without a report() in the script.
+# torch.Tensor.backward calls torch.autograd.backward, which is wrapped
+# once, when the first DistributedOptimizer is made; it only notes the
+# tensor (detached: no copy, no device sync) and calls torch's own.
+_last_loss = None
+
+
+def _watch_losses():
+    if getattr(torch.autograd.backward, "_pstrain_watched", False):
+        return
+    backward = torch.autograd.backward
+
+    def noting_backward(tensors, *args, **kwargs):
+        global _last_loss
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            _last_loss = tensors.detach()
+        return backward(tensors, *args, **kwargs)
+
+    noting_backward._pstrain_watched = True
+    noting_backward.__doc__ = backward.__doc__
+    torch.autograd.backward = noting_backward
+
+
 def _sharded(loader, client):
     if not isinstance(loader.sampler, (torch.utils.data.RandomSampler,
                                        torch.utils.data.SequentialSampler)) or \
@@ -214,6 +238,7 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
                          drop_last=drop_last)
         self._next_epoch = 0
         self.samples_dealt = 0  # indices handed out, over every pass
+        self.passes = 0  # passes begun
 
     def set_epoch(self, epoch):
         self._next_epoch = epoch
@@ -221,6 +246,7 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
     def __iter__(self):
         self.epoch = self._next_epoch
         self._next_epoch += 1
+        self.passes += 1
         for index in super().__iter__():
             self.samples_dealt += 1
             yield index
@@ -347,6 +373,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._followers = 0  # optimizers of prepare() that step through this one
         self._samplers = []  # of prepare()'s loaders: the samples this worker took
         self._round_open = True  # no exchange since the model's last forward pass
+        # The losses of this epoch's steps (a tensor sum: read once, at the
+        # end), and the loaders' passes when it began.
+        self._epoch_loss, self._epoch_steps, self._epoch_passes = None, 0, 0
+        _watch_losses()
         view = self.client.register()
         self.resume_step = int(view["worker_clock"])
         self._tables.declare(self.client, self._table_optimizers)
@@ -497,7 +527,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         loss = self._evaluate(closure)
         self._send_rates()
         self._exchange()
-        self._stepped()
+        self._stepped(loss)
         return loss
 
     @property
@@ -513,9 +543,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         tables back (``pstrain.sparse``), so ``model.state_dict()`` is the
         trained model, as a fresh model of the same shapes loads it."""
         self._check_bound()
-        if self._samplers and os.environ.get(pstrain.RESULT_FILE_ENV):
-            # The worker's result (pslaunch's summary) with what its loaders dealt.
-            self.client.report(samples=sum(s.samples_dealt for s in self._samplers))
+        if os.environ.get(pstrain.RESULT_FILE_ENV) and not self.client._reported:
+            # The worker's result (pslaunch's summary): what its loaders
+            # dealt and the loss its steps saw.
+            seen = {}
+            if self._samplers:
+                seen["samples"] = sum(s.samples_dealt for s in self._samplers)
+            if self.final_loss is not None:
+                seen["final_loss"] = self.final_loss
+            self.client.report(**seen)
         self.client.done()
         self._finished = True
         _open_optimizers.discard(self)
@@ -532,14 +568,40 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _open_round(self, module, inputs):
         self._round_open = True
 
-    def _stepped(self):
+    def _stepped(self, loss):
         self._round_open = False
+        self._note_loss(loss)
         if self._clip_norm is not None:
             self._clip_norm = 0.0  # asked again each step it applies to
         for o in self._optimizers:
             # What a learning-rate scheduler of the torch optimizer counts
             # (it warns of a scheduler step before any optimizer step).
             o._step_count = getattr(o, "_step_count", 0) + 1
+
+    def _note_loss(self, loss):
+        global _last_loss
+        if loss is None:
+            loss = _last_loss
+        _last_loss = None
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            return
+        passes = max((s.passes for s in self._samplers), default=0)
+        if passes != self._epoch_passes:
+            # A loader began another pass: a new epoch's mean.
+            self._epoch_loss, self._epoch_steps, self._epoch_passes = None, 0, passes
+        loss = loss.detach().reshape(()).double()
+        self._epoch_loss = loss if self._epoch_loss is None else self._epoch_loss + loss
+        self._epoch_steps += 1
+
+    @property
+    def final_loss(self):
+        """The mean loss of this worker's steps in its last epoch (its
+        loaders' last pass; every step where no loader of ``prepare`` deals
+        the data): the loss ``step(closure)`` returned, else the one whose
+        ``backward()`` ran last before the step. None before any."""
+        if not self._epoch_steps:
+            return None
+        return float(self._epoch_loss) / self._epoch_steps
 
     def _send_rates(self):
         # Each group's current rates, sent when they change: the push

@@ -59,6 +59,32 @@ class DistributedOptimizerTest(unittest.TestCase):
             self.assertEqual(result["final_version"], 2)
             self.assertTrue(result["has_test_accuracy"])
 
+    def test_the_final_loss_is_the_mean_of_the_losses_the_steps_saw(self):
+        model = torch.nn.Linear(3, 1)
+        with PsCluster(BIN_DIR, workers=1, optimizer="sgd { learning_rate: 0.1 }") as cluster:
+            opt = pstrain.torch.DistributedOptimizer(model, pstrain.Client(cluster.config_path))
+            self.assertIsNone(opt.final_loss)
+            seen = []
+            for i in range(3):
+                opt.zero_grad()
+                loss = model(torch.full((4, 3), float(i))).pow(2).mean()
+                loss.backward()  # noted by the optimizer: no report() in the script
+                seen.append(loss.item())
+                opt.step()
+
+            def closure():
+                opt.zero_grad()
+                loss = model(torch.ones(4, 3)).pow(2).mean()
+                loss.backward()
+                return loss
+
+            seen.append(opt.step(closure).item())
+            self.assertAlmostEqual(opt.final_loss, sum(seen) / len(seen), places=6)
+            # A backward without a step (an evaluation's) is not a step's loss.
+            model(torch.ones(1, 3)).sum().backward()
+            opt.finish()
+            self.assertAlmostEqual(opt.final_loss, sum(seen) / len(seen), places=6)
+
     def test_a_gradient_autograd_made_anew_is_pushed_too(self):
         model = torch.nn.Linear(3, 1)
         with PsCluster(BIN_DIR, workers=1, optimizer="sgd { learning_rate: 1.0 }") as cluster:
