@@ -1,10 +1,12 @@
 """A script started by another launcher finds its cluster and task the way
 the C++ programs do: torchrun's (and Kubeflow PyTorchJob's) RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT with the shards beside the master
-or listed in PSTRAIN_PS, or TF_CONFIG; no config file, no PSTRAIN_TASK."""
+or listed in PSTRAIN_PS, or TF_CONFIG; no config file, no PSTRAIN_TASK.
+Under torchrun itself too, with a ps_server that reads the same variables."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +18,10 @@ from ps_cluster import PsCluster
 
 BIN_DIR = os.environ["PSTRAIN_BIN_DIR"]
 STEPS = 4
+# What a launcher sets: a worker here starts with none but its own.
+LAUNCHER_VARIABLES = ("PSTRAIN_CONFIG", "PSTRAIN_TASK", "TF_CONFIG", "RANK", "LOCAL_RANK",
+                      "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                      "PSTRAIN_PS", "PSTRAIN_NUM_PS")
 
 try:
     import torch  # noqa: F401
@@ -45,9 +51,7 @@ class LauncherEnvironmentTest(unittest.TestCase):
         script = os.path.join(scratch, "train.py")
         with open(script, "w") as f:
             f.write(SCRIPT)
-        base = {k: v for k, v in os.environ.items()
-                if k not in ("PSTRAIN_CONFIG", "PSTRAIN_TASK", "TF_CONFIG", "RANK", "WORLD_SIZE",
-                             "MASTER_ADDR", "MASTER_PORT", "PSTRAIN_PS", "PSTRAIN_NUM_PS")}
+        base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
         workers = [subprocess.Popen([sys.executable, script], env={**base, **env},
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     stdin=subprocess.DEVNULL)
@@ -71,35 +75,60 @@ class LauncherEnvironmentTest(unittest.TestCase):
         # One SYNC job: both workers end on the same parameters.
         self.assertEqual(results[0]["weight"], results[1]["weight"])
 
-    def test_torchrun_with_the_shard_beside_the_master(self):
-        # The shard too takes its cluster from torchrun's variables, with no
-        # config file: it listens at MASTER_PORT+1 and serves the scripts' model.
+    def start_shard_beside_the_master(self, scratch, env):
+        """A ps_server with torchrun's variables and no config file: it
+        listens at MASTER_PORT+1 and serves the scripts' model."""
+        port_file = os.path.join(scratch, "ps.port")
+        with open(os.path.join(scratch, "ps.log"), "w") as log:
+            shard = subprocess.Popen(
+                [os.path.join(BIN_DIR, "ps_server"), "--task=ps:0", f"--port_file={port_file}"],
+                env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+        self.addCleanup(lambda: (shard.terminate(), shard.wait(timeout=30)))
+        deadline = time.monotonic() + 60
+        while not os.path.exists(port_file) and shard.poll() is None:
+            self.assertLess(time.monotonic(), deadline, "ps_server did not start")
+            time.sleep(0.05)
+        with open(os.path.join(scratch, "ps.log")) as log:
+            self.assertIsNone(shard.poll(), log.read())
+        with open(port_file) as f:
+            self.assertEqual(int(f.read().strip()) - 1, int(env["MASTER_PORT"]))
+
+    @staticmethod
+    def master_port():
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}
+            return probe.getsockname()[1] - 1
+
+    def test_torchrun_with_the_shard_beside_the_master(self):
+        env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.master_port())}
         with tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
-            port_file = os.path.join(scratch, "ps.port")
-            with open(os.path.join(scratch, "ps.log"), "w") as log:
-                shard = subprocess.Popen(
-                    [os.path.join(BIN_DIR, "ps_server"), "--task=ps:0", f"--port_file={port_file}"],
-                    env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL)
-            try:
-                deadline = time.monotonic() + 60
-                while not os.path.exists(port_file) and shard.poll() is None:
-                    self.assertLess(time.monotonic(), deadline, "ps_server did not start")
-                    time.sleep(0.05)
-                with open(os.path.join(scratch, "ps.log")) as log:
-                    self.assertIsNone(shard.poll(), log.read())
-                with open(port_file) as f:
-                    self.assertEqual(int(f.read().strip()), port)
-                torchrun = [{**env, "RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}
-                            for r in (0, 1)]
-                self.check_one_sync_job(self.run_workers(scratch, torchrun))
-            finally:
-                shard.terminate()
-                shard.wait(timeout=30)
+            self.start_shard_beside_the_master(scratch, env)
+            torchrun = [{**env, "RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}
+                        for r in (0, 1)]
+            self.check_one_sync_job(self.run_workers(scratch, torchrun))
+
+    @unittest.skipUnless(shutil.which("torchrun"), "no torchrun on PATH (python3-torch has it)")
+    def test_torchrun_itself(self):
+        # Debian 12's torchrun (torch 1.13 on Python 3.11) fails at start with
+        # its default --redirects=0 --tee=0 (Python 3.11's IntFlag iteration
+        # skips the 0 member); 2 (stderr) is the setting that works there.
+        master_port = self.master_port()
+        env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)}
+        with tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
+            self.start_shard_beside_the_master(scratch, env)
+            script = os.path.join(scratch, "train.py")
+            with open(script, "w") as f:
+                f.write(SCRIPT)
+            clean = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+            run = subprocess.run(
+                ["torchrun", "--redirects=2", "--tee=2", "--nproc_per_node=2",
+                 f"--master_port={master_port}", f"--log_dir={scratch}/torchrun", script],
+                env=clean, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+            self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
+            results = sorted((json.loads(line[line.index("{"):]) for line in run.stdout.splitlines()
+                              if '"task"' in line), key=lambda r: r["task"])
+            self.check_one_sync_job(results)
 
     def test_torchrun_with_the_shards_listed(self):
         with PsCluster(BIN_DIR, workers=2, shards=2) as cluster, \
