@@ -35,7 +35,6 @@ progress windows (``record_window``) and evaluations (``record_evaluation``).
 
 import json
 import os
-import random
 import tempfile
 import threading
 import time
@@ -47,7 +46,7 @@ from pstrain import _pstrain
 
 import numpy as np
 from pstrain.errors import *  # noqa: F401,F403  (the exception classes)
-from pstrain.errors import Error, UnavailableError
+from pstrain.errors import Error
 from pstrain.arrays import _dimension, _ids, readable, writable
 
 __all__ = ["Client", "Error", "CONFIG_ENV", "TASK_ENV", "RESULT_FILE_ENV", "METRICS_PORT_ENV",
@@ -169,40 +168,18 @@ class Client:
         return self.config["training"]["mode"]
 
     # ---- setting up ----------------------------------------------------
-    def register(self, deadline=None):
+    def register(self):
         """Registers with every shard (again after a transient error: rejoins).
 
         A shard away, restarting or still holding this worker's former
-        process (after a restart) is waited for, with backoff, for up to
-        training.pull_timeout_seconds (or until ``deadline``, a
-        time.monotonic() instant), as the worker binary waits. Returns
-        shard 0's view: mode, workers, version, initialized, num_shards and
-        worker_clock (the pushes this worker had made before a restart, where
-        a restarted worker resumes)."""
-        patience = float(self.config["training"]["pull_timeout_seconds"])
-        backoff, waiting = 0.1, False
-        while True:
-            try:
-                self._registered = self._session.register()
-                return self._registered
-            except Error as error:
-                if not error.transient:
-                    raise
-                now = time.monotonic()
-                if not waiting:
-                    waiting = True
-                    if deadline is None:
-                        deadline = now + patience
-                    _pstrain.log("info", f"{self.task}: waiting for the parameter servers ({error})")
-                elif now > deadline:
-                    # UNAVAILABLE, exit code 1: a launcher restarts the worker.
-                    raise UnavailableError(
-                        "gave up waiting for the parameter servers after "
-                        f"training.pull_timeout_seconds ({patience:g} s): {error}",
-                        "UNAVAILABLE", True) from error
-                # Full jitter, so that restarting workers do not retry in step.
-                time.sleep(backoff * (0.5 + 0.5 * random.random()))
-                backoff = min(backoff * 2, 5.0)
+        process (after a restart) is waited for by the session, with
+        backoff, for up to training.pull_timeout_seconds, as the worker
+        binary waits; then ``UnavailableError``. Returns shard 0's view:
+        mode, workers, version, initialized, num_shards and worker_clock
+        (the pushes this worker had made before a restart, where a restarted
+        worker resumes)."""
+        self._registered = self._session.register()
+        return self._registered
 
     def declare(self, variables):
         """Declares the model's variables: a dict name -> shape (or array), in

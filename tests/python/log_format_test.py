@@ -1,6 +1,6 @@
 """A Python worker logs as the C++ programs do ("12:34:56.789 info ..."), on
 the same stream: the session's own C++ lines (waiting for a shard) and
-pstrain's Python ones (register() waiting for the parameter servers)."""
+pstrain's Python ones (the module's warnings, through pstrain's log)."""
 
 import os
 import re
@@ -18,25 +18,10 @@ training {{ mode: SYNC optimizer {{ sgd {{ learning_rate: 0.1 }} }}
   model {{ mlp {{ }} }} dataset {{ quadratic {{ examples: 16 }} }} }}
 """
 
-# register() against a session whose first answer is a transient refusal
-# (a shard restarting): it logs that it waits, then registers. Then a real
-# session that finds no shard within 1 s: its C++ code logs the wait.
+# A line of pstrain's Python side, then a real session that finds no shard
+# within 1 s: its C++ code logs the wait.
 SCRIPT = """import sys, pstrain
-from pstrain.errors import UnavailableError
-
-class RestartingShard:
-    calls = 0
-    def register(self):
-        RestartingShard.calls += 1
-        if RestartingShard.calls == 1:
-            raise UnavailableError("ps:0 is restarting", "UNAVAILABLE", True)
-        return {"version": 0}
-
-client = object.__new__(pstrain.Client)
-client._session = RestartingShard()
-client.config = {"training": {"pull_timeout_seconds": 10}}
-client.task = "worker:0"
-client.register()
+pstrain._pstrain.log("warning", "worker:0: a line of the Python side")
 try:
     pstrain.Client(config=sys.argv[1], task="worker:0", connect_timeout=1)
 except pstrain.UnavailableError:
@@ -60,8 +45,8 @@ class LogFormatTest(unittest.TestCase):
                                  text=True, timeout=60, stdin=subprocess.DEVNULL)
         self.assertEqual(run.returncode, 3, run.stdout + run.stderr)
         lines = [line for line in run.stdout.splitlines() if line]
-        self.assertTrue(any(" info worker:0: waiting for the parameter servers (ps:0 is restarting)"
-                            in line for line in lines), lines)
+        self.assertTrue(any(" warning worker:0: a line of the Python side" in line
+                            for line in lines), lines)
         self.assertTrue(any(" info waiting for ps:0 at 127.0.0.1:" in line for line in lines), lines)
         for line in lines:
             self.assertRegex(line, LINE)

@@ -128,8 +128,9 @@ absl::StatusOr<RegisterResponse> ClientSession::Register() {
 }
 
 absl::StatusOr<RegisterResponse> ClientSession::RegisterLocked() {
-  // One try: the caller decides how long to wait out a refusal for now.
-  return session_->Join(/*wait_out_refusals=*/false);
+  // A shard away, restarting or still holding this worker's former
+  // process is waited out, as the worker binary waits.
+  return session_->Join(/*wait_out_refusals=*/true);
 }
 
 const std::vector<VariableSpec>& ClientSession::variables() const {

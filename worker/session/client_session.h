@@ -70,9 +70,11 @@ class ClientSession {
   // Declare).
   bool uses_shared_memory(int shard) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Registers with every shard, checks that they run this config's mode
-  // and worker count (FailedPrecondition otherwise), and starts the
-  // heartbeats. Returns shard 0's answer (worker_clock: the pushes this
+  // Registers with every shard, waiting out refusals for now (a shard
+  // away or restarting, this worker's former process still holding its
+  // lease) within training.pull_timeout_seconds (then Unavailable), checks
+  // that they run this config's mode and worker count (FailedPrecondition
+  // otherwise), and starts the heartbeats. Returns shard 0's answer (worker_clock: the pushes this
   // worker made before a restart). Again after a transient error
   // (IsTransientShardError), it rejoins: the next pull takes whatever the
   // shards hold.
