@@ -48,6 +48,11 @@ ABSL_FLAG(std::string, port_file, "",
           "at start, so the file appearing means this process serves. For an address with port "
           "0 (cluster.ps[index] or --listen, e.g. 127.0.0.1:0), which binds a port the system "
           "picks: give the workers a config with that port (pslaunch does this itself).");
+ABSL_FLAG(bool, exit_when_done, false,
+          "Stop as on SIGTERM (the final checkpoint written, exit 0) once every worker of the "
+          "job has said it is done and no connection to this shard is left open (the chief has "
+          "read the final model and gone): for a shard in the same pod or Job as the workers, "
+          "beside a PyTorchJob's master, which would otherwise never complete.");
 // Overrides this program reads itself (common/overrides.cc).
 ABSL_DECLARE_FLAG(std::string, checkpoint_start);
 ABSL_DECLARE_FLAG(bool, allow_insecure);
@@ -302,7 +307,25 @@ int main(int argc, char** argv) {
       request_stop();
     }
   }
+  std::thread done_watch;
+  if (absl::GetFlag(FLAGS_exit_when_done)) {
+    // Polled: the end of a job is no hot path, and a connection's close has
+    // no event of its own here.
+    done_watch = std::thread([&stop, &request_stop, service = server->service.get(),
+                              workers = options.num_workers] {
+      while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+        pst::StatsResponse stats;
+        service->FillStats(&stats);
+        if (stats.workers_done() >= workers && stats.connections_open() == 0) {
+          spdlog::info("every worker is done and gone: stopping (--exit_when_done)");
+          request_stop();
+          return;
+        }
+      }
+    });
+  }
   stop.WaitForNotification();
+  if (done_watch.joinable()) done_watch.join();
   // No update lands after this, so the final checkpoint is the final state,
   // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();

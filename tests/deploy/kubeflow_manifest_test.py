@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Offline checks of deploy/kubeflow/tfjob.yaml (no cluster, no operator).
+"""Offline checks of deploy/kubeflow/tfjob.yaml and pytorchjob.yaml (no
+cluster, no operator).
 
 The TFJob has the shape of the Training Operator's kubeflow.org/v1 schema
 (the fields it uses, their types and allowed values), runs our image with
@@ -8,6 +9,11 @@ config carries no cluster shape of its own, so the replica counts are the
 cluster; and every replica accepts the config with the TF_CONFIG the
 operator would give it (ps_server or worker --check_config, after the pods'
 paths are mapped to stand-ins).
+
+The PyTorchJob runs the script in the container the operator gives
+torchrun's environment, and its shard beside the master with the same
+variables, at the port the script derives (MASTER_PORT+1), with
+--exit_when_done; the shard accepts them (ps_server --check_config).
 
 Usage: kubeflow_manifest_test.py SOURCE_DIR PS_SERVER_BINARY WORKER_BINARY
 """
@@ -163,6 +169,50 @@ class TfJobManifestTest(unittest.TestCase):
         code, output = check_config(PS_SERVER, self.config, tf_config, ["--task=ps:1"])
         self.assertEqual(code, 2, output)
         self.assertIn("--task=ps:1 but TF_CONFIG's task is ps:0", output)
+
+
+class PyTorchJobManifestTest(unittest.TestCase):
+    def setUp(self):
+        docs = load_documents(os.path.join(SOURCE_DIR, "deploy", "kubeflow", "pytorchjob.yaml"))
+        self.job = [d for d in docs if d["kind"] == "PyTorchJob"][0]
+        self.specs = self.job["spec"]["pytorchReplicaSpecs"]
+
+    def containers(self, rtype):
+        return {c["name"]: c for c in self.specs[rtype]["template"]["spec"]["containers"]}
+
+    def test_has_the_shape_of_a_pytorchjob(self):
+        self.assertEqual(self.job["apiVersion"], "kubeflow.org/v1")
+        self.assertLessEqual(set(self.job["spec"]), {"runPolicy", "pytorchReplicaSpecs",
+                                                     "elasticPolicy", "nprocPerNode"})
+        self.assertLessEqual(set(self.job["spec"]["runPolicy"]), RUN_POLICY_KEYS)
+        self.assertEqual(set(self.specs), {"Master", "Worker"})
+        self.assertEqual(self.specs["Master"]["replicas"], 1)
+        for rtype, replica in self.specs.items():
+            with self.subTest(rtype):
+                self.assertLessEqual(set(replica), REPLICA_SPEC_KEYS)
+                self.assertIn(replica["restartPolicy"], RESTART_POLICIES)
+                self.assertIn("pytorch", self.containers(rtype))
+
+    def test_the_shard_sits_where_the_script_looks_for_it(self):
+        job = self.job["metadata"]["name"]
+        master = self.containers("Master")
+        port = [p for p in master["pytorch"]["ports"]
+                if p["name"] == "pytorchjob-port"][0]["containerPort"]
+        ps = master["ps"]
+        env = {e["name"]: e["value"] for e in ps["env"]}
+        workers = self.specs["Master"]["replicas"] + self.specs["Worker"]["replicas"]
+        self.assertEqual(env, {"WORLD_SIZE": str(workers), "MASTER_ADDR": f"{job}-master-0",
+                               "MASTER_PORT": str(port)})
+        command = ps["command"]
+        self.assertEqual(command[0], "ps_server")
+        self.assertIn(f"--listen=0.0.0.0:{port + 1}", command)
+        self.assertIn("--exit_when_done", command)
+        self.assertNotIn("--config", " ".join(command))  # the script's model, the env's cluster
+        self.assertEqual(ps["readinessProbe"]["tcpSocket"]["port"], port + 1)
+        run = subprocess.run([PS_SERVER, *command[1:], "--check_config"],
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"config OK: 1 ps shard(s), {workers} worker(s)", run.stdout + run.stderr)
 
 
 if __name__ == "__main__":

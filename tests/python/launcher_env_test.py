@@ -77,14 +77,16 @@ class LauncherEnvironmentTest(unittest.TestCase):
 
     def start_shard_beside_the_master(self, scratch, env):
         """A ps_server with torchrun's variables and no config file: it
-        listens at MASTER_PORT+1 and serves the scripts' model."""
+        listens at MASTER_PORT+1, serves the scripts' model, and exits once
+        they are done and gone (--exit_when_done)."""
         port_file = os.path.join(scratch, "ps.port")
         with open(os.path.join(scratch, "ps.log"), "w") as log:
             shard = subprocess.Popen(
-                [os.path.join(BIN_DIR, "ps_server"), "--task=ps:0", f"--port_file={port_file}"],
+                [os.path.join(BIN_DIR, "ps_server"), "--task=ps:0", f"--port_file={port_file}",
+                 "--exit_when_done"],
                 env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)
-        self.addCleanup(lambda: (shard.terminate(), shard.wait(timeout=30)))
+        self.addCleanup(lambda: shard.poll() is None and (shard.kill(), shard.wait()))
         deadline = time.monotonic() + 60
         while not os.path.exists(port_file) and shard.poll() is None:
             self.assertLess(time.monotonic(), deadline, "ps_server did not start")
@@ -93,6 +95,7 @@ class LauncherEnvironmentTest(unittest.TestCase):
             self.assertIsNone(shard.poll(), log.read())
         with open(port_file) as f:
             self.assertEqual(int(f.read().strip()) - 1, int(env["MASTER_PORT"]))
+        return shard
 
     @staticmethod
     def master_port():
@@ -103,10 +106,12 @@ class LauncherEnvironmentTest(unittest.TestCase):
     def test_torchrun_with_the_shard_beside_the_master(self):
         env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.master_port())}
         with tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
-            self.start_shard_beside_the_master(scratch, env)
+            shard = self.start_shard_beside_the_master(scratch, env)
             torchrun = [{**env, "RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}
                         for r in (0, 1)]
             self.check_one_sync_job(self.run_workers(scratch, torchrun))
+            # The job's workers are done and gone: so is its shard.
+            self.assertEqual(shard.wait(timeout=30), 0)
 
     @unittest.skipUnless(shutil.which("torchrun"), "no torchrun on PATH (python3-torch has it)")
     def test_torchrun_itself(self):
@@ -116,7 +121,7 @@ class LauncherEnvironmentTest(unittest.TestCase):
         master_port = self.master_port()
         env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)}
         with tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
-            self.start_shard_beside_the_master(scratch, env)
+            shard = self.start_shard_beside_the_master(scratch, env)
             script = os.path.join(scratch, "train.py")
             with open(script, "w") as f:
                 f.write(SCRIPT)
@@ -129,6 +134,7 @@ class LauncherEnvironmentTest(unittest.TestCase):
             results = sorted((json.loads(line[line.index("{"):]) for line in run.stdout.splitlines()
                               if '"task"' in line), key=lambda r: r["task"])
             self.check_one_sync_job(results)
+            self.assertEqual(shard.wait(timeout=30), 0)
 
     def test_torchrun_with_the_shards_listed(self):
         with PsCluster(BIN_DIR, workers=2, shards=2) as cluster, \
