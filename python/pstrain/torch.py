@@ -215,13 +215,30 @@ def _sharded(loader, client):
         worker_init_fn=loader.worker_init_fn, persistent_workers=loader.persistent_workers)
 
 
+def _tf_config_worker(text):
+    """This worker's index and the worker count TF_CONFIG gives, as the C++
+    side maps it (common/tf_config.h): the chief is worker 0, worker i is
+    worker i+1 after a chief."""
+    tf_config = json.loads(text)
+    cluster, task = tf_config.get("cluster", {}), tf_config.get("task", {})
+    chiefs = len(cluster.get("chief", [])) + len(cluster.get("master", []))
+    workers = chiefs + len(cluster.get("worker", []))
+    kind, index = task.get("type"), int(task.get("index", 0))
+    if kind in ("chief", "master"):
+        return index, workers
+    if kind == "worker":
+        return chiefs + index, workers
+    raise ValueError(f"DistributedSampler: TF_CONFIG's task is {kind}:{index}, not a worker")
+
+
 class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
     """``torch.utils.data.distributed.DistributedSampler`` for the workers of
     a pstrain job: each worker gets its own part of every epoch, the parts
     disjoint and together the whole data set (padded to equal parts unless
     ``drop_last``), with no process group. The worker and the number of
     workers come from ``client`` (a ``pstrain.Client``), else from the
-    environment pslaunch (and torchrun) sets: ``RANK`` and ``WORLD_SIZE``.
+    environment pslaunch (and torchrun) sets, ``RANK`` and ``WORLD_SIZE``,
+    else from TF_CONFIG.
     Each pass over it starts the next epoch (a new order when shuffled);
     ``set_epoch(epoch)``, as torch's, sets the next pass's."""
 
@@ -230,10 +247,13 @@ class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
             rank, workers = client.worker, client.num_workers
         elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        elif os.environ.get("TF_CONFIG"):
+            rank, workers = _tf_config_worker(os.environ["TF_CONFIG"])
         else:
             raise ValueError(
                 "DistributedSampler: no worker to sample for; pass the client "
-                "(opt.client), or run under pslaunch, which sets RANK and WORLD_SIZE")
+                "(opt.client), or run under pslaunch or torchrun (RANK and WORLD_SIZE) or "
+                "with TF_CONFIG")
         super().__init__(dataset, num_replicas=workers, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
         self._next_epoch = 0

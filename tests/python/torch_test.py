@@ -5,6 +5,7 @@ parameter not float32, a parameter whose data was replaced, a step after
 finish()); HostStaging's copies for models on a GPU, checked with CPU
 tensors (no GPU needed). Skipped when torch is not installed."""
 
+import json
 import os
 import sys
 import unittest
@@ -200,8 +201,8 @@ class HostStagingTest(unittest.TestCase):
 
 class SamplerTest(unittest.TestCase):
     """Each worker's DistributedSampler gives it its own part of every
-    epoch: disjoint parts that cover the data set, from the client or from
-    pslaunch's RANK and WORLD_SIZE."""
+    epoch: disjoint parts that cover the data set, from the client, from
+    pslaunch's (torchrun's) RANK and WORLD_SIZE, or from TF_CONFIG."""
 
     def test_the_workers_parts_are_disjoint_and_cover_the_data(self):
         data = list(range(103))
@@ -220,7 +221,7 @@ class SamplerTest(unittest.TestCase):
             self.assertEqual(set(parts[0]) | set(parts[1]), set(data))
             # Padded to equal parts: only the padding repeats.
             self.assertLessEqual(len(set(parts[0]) & set(parts[1])), 1)
-        saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
+        saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "TF_CONFIG")}
         try:
             os.environ.update(RANK="1", WORLD_SIZE="2")
             sampler = pstrain.torch.DistributedSampler(data, seed=4)
@@ -228,6 +229,12 @@ class SamplerTest(unittest.TestCase):
             del os.environ["RANK"]
             with self.assertRaisesRegex(ValueError, "RANK and WORLD_SIZE"):
                 pstrain.torch.DistributedSampler(data)
+            # TF_CONFIG's worker:0 after a chief is worker 1 of 3.
+            os.environ["TF_CONFIG"] = json.dumps(
+                {"cluster": {"chief": ["c:1"], "worker": ["w:1", "w:2"], "ps": ["p:1"]},
+                 "task": {"type": "worker", "index": 0}})
+            sampler = pstrain.torch.DistributedSampler(data, seed=4)
+            self.assertEqual((sampler.rank, sampler.num_replicas), (1, 3))
         finally:
             for key, value in saved.items():
                 if value is None:
