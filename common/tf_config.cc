@@ -287,9 +287,8 @@ absl::StatusOr<TaskId> ResolveTask(absl::string_view task_flag, const std::optio
     const bool ps = runs == TaskId::Kind::kPs;
     return absl::InvalidArgumentError(absl::StrCat(
         given ? std::string("--task") : tf->source, " names task ", task.ToString(), " but ",
-        program,
-        " runs ", ps ? "ps:<index>" : "worker:<index>", " tasks; start ", ps ? "worker" : "ps_server",
-        " for it"));
+        program, " runs ", ps ? "ps:<index>" : "worker:<index>", " tasks; start ",
+        ps ? "worker" : "ps_server", " for it"));
   }
   return task;
 }
