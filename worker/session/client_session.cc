@@ -186,13 +186,16 @@ absl::StatusOr<bool> ClientSession::Init(const std::vector<std::span<const float
 absl::Status ClientSession::Pull(const std::vector<std::span<float>>& out) {
   absl::MutexLock lock(&mu_);
   PST_RETURN_IF_ERROR(CheckDeclared(out.size()));
-  PST_RETURN_IF_ERROR(session_->Redo([&] { return session_->Exchange({.values = &out}); }));
+  // The lambda runs within Redo, under this lock (the analysis sees no lock in a lambda).
+  TrainingSession* session = session_.get();
+  PST_RETURN_IF_ERROR(session->Redo([&] { return session->Exchange({.values = &out}); }));
   last_step_end_ = absl::Now();
   return absl::OkStatus();
 }
 
 absl::Status ClientSession::PushStep(const StepRequest& request) {
-  PST_RETURN_IF_ERROR(session_->Redo([&] { return session_->Exchange(request); }));
+  TrainingSession* session = session_.get();  // for the lambda, run under this lock
+  PST_RETURN_IF_ERROR(session->Redo([&] { return session->Exchange(request); }));
   ++pushes_;
   // As a C++ trainer counts a step: the whole step since the last one
   // ended (the caller's compute and this exchange).

@@ -62,7 +62,8 @@ std::vector<EmbeddingTableConfig> ClientSession::tables() const {
 
 absl::Status ClientSession::PullRows(std::span<const RowValues> rows) {
   absl::MutexLock lock(&mu_);
-  return session_->Redo([&] { return session_->Exchange({.pull_rows = rows}); });
+  TrainingSession* session = session_.get();  // for the lambda, run under this lock
+  return session->Redo([&] { return session->Exchange({.pull_rows = rows}); });
 }
 
 absl::Status ClientSession::PushRows(std::span<const RowGradients> rows) {
