@@ -25,6 +25,10 @@ absl::Status CheckStorage(const EmbeddingTableConfig& spec) {
     return Invalid(spec, absl::StrCat("storage.ttl_steps must be >= 0 (0 = rows never expire), "
                                       "got ", storage.ttl_steps()));
   }
+  if (!TableStorage::HotSet_IsValid(storage.hot_set())) {
+    return Invalid(spec, absl::StrCat("storage.hot_set ", static_cast<int>(storage.hot_set()),
+                                      " is not LEAST_RECENTLY_USED or LEAST_FREQUENTLY_USED"));
+  }
   if (storage.disk().empty()) return absl::OkStatus();
   if (spec.when_full() == EmbeddingTableConfig::REFUSE_NEW_ROWS) {
     return Invalid(spec, "when_full: REFUSE_NEW_ROWS contradicts storage.disk, whose tier takes "

@@ -106,10 +106,13 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
                                             " rows, not the ", n - in_memory, " counted"));
   }
   if (!read.ok()) {
-    // The checkpoint cannot hold the whole table; its counters then say
-    // more rows than it holds, and the log says why.
-    spdlog::error("embedding table \"{}\": the checkpoint misses rows of its disk tier: {}",
-                  header.config.name(), std::string(read.message()));
+    // The checkpoint cannot hold the whole table: it is marked, so that
+    // no one writes or restores it as if it did.
+    const std::string why =
+        absl::StrCat("embedding table \"", header.config.name(),
+                     "\": the rows of its disk tier cannot be read: ", read.message());
+    spdlog::error("{}", why);
+    checkpoint->set_incomplete(why);
   }
 }
 
@@ -174,6 +177,10 @@ absl::Status EmbeddingTable::SpillRestored(Embedding& table,
 }
 
 absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
+  if (!checkpoint.incomplete().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint is incomplete: ", checkpoint.incomplete()));
+  }
   std::vector<std::unique_ptr<Embedding>> tables;
   std::map<std::string, int, std::less<>> names;
   std::vector<float> values, slots;

@@ -432,7 +432,7 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
       const auto row =
           static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
       const int64_t touched = table.rows.touched(row);
-      if (touched < tick && (victim < 0 || touched < table.rows.touched(victim))) victim = row;
+      if (touched < tick && (victim < 0 || table.Colder(row, victim))) victim = row;
     }
   }
   if (victim < 0) return false;

@@ -14,7 +14,8 @@
 // max_rows_per_shard, or fewer under storage.memory_bytes (a budget over
 // the bytes of one row: Embedding::RowLimit). Past it, without a disk tier
 // (when_full, proto/config.proto), a new row evicts the least recently
-// updated row (sampled LRU, counted in rows_evicted; at most
+// updated row (sampled LRU, or LFU by the rows' update counts with
+// storage.hot_set; counted in rows_evicted; at most
 // EvictionsPerUpdate per update, never a row the update trains), or is
 // refused (its gradient dropped and counted in rows_refused; the rest of
 // the push applies). rows_admitted counts the rows created. All three are

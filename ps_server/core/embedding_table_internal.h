@@ -41,6 +41,16 @@ struct EmbeddingTable::Embedding {
   // Whether the spec names a disk tier (open or not yet).
   bool tiered_spec() const { return !config.storage().disk().empty(); }
   int64_t ttl() const { return config.storage().ttl_steps(); }
+  // Whether row `a` should leave RAM before row `b` (TableStorage.hot_set):
+  // the less recently updated, or the less often updated, then the less
+  // recently.
+  bool Colder(int64_t a, int64_t b) const {
+    if (config.storage().hot_set() == TableStorage::LEAST_FREQUENTLY_USED &&
+        rows.updates(a) != rows.updates(b)) {
+      return rows.updates(a) < rows.updates(b);
+    }
+    return rows.touched(a) < rows.touched(b);
+  }
 
   // Bytes one row takes in RAM: its record (values, slots, update count
   // and tick), its id in its block, and its index entry (an id, a row

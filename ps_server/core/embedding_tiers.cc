@@ -108,7 +108,7 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
           const auto row =
               static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
           if (eligible(row) &&
-              (victim < 0 || table.rows.touched(row) < table.rows.touched(victim))) {
+              (victim < 0 || table.Colder(row, victim))) {
             victim = row;
           }
         }

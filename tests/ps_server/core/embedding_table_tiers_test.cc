@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <tuple>
@@ -231,6 +232,42 @@ TEST(EmbeddingTiersTest, RowsUntouchedForTtlUpdatesExpireFromBothTiers) {
   EXPECT_EQ(Lookup(*table, "t", {1, 2}), Lookup(*fresh, "t", {1, 2}));  // initial again
 }
 
+// Skewed ids (a few often, most rarely): LFU keeps the often-updated rows
+// in RAM where LRU lets one-off rows push them out; both train bitwise as
+// the table all in RAM.
+TEST(EmbeddingTiersTest, LeastFrequentlyUsedKeepsSkewedReadsInRamMoreOften) {
+  std::unique_ptr<EmbeddingTable> ram = Make({Spec("t", 2, Adagrad(0.1f, 0.1f))});
+  EmbeddingTableStats stats[2];
+  for (int lfu = 0; lfu < 2; ++lfu) {
+    const std::string dir = FreshDir(lfu ? "tiers_lfu" : "tiers_lru");
+    EmbeddingTableConfig spec = Tiered(Spec("t", 2, Adagrad(0.1f, 0.1f)), 16, dir, 1);
+    if (lfu) spec.mutable_storage()->set_hot_set(TableStorage::LEAST_FREQUENTLY_USED);
+    std::unique_ptr<EmbeddingTable> table = Make({spec});
+    std::mt19937_64 draw(3);
+    for (int step = 0; step < 300; ++step) {
+      std::vector<uint64_t> part;
+      for (int i = 0; i < 6; ++i) {
+        const double u = double(draw() % 1000000) / 1e6;
+        const auto id = static_cast<uint64_t>(u * u * u * u * 400);  // skewed toward 0
+        if (std::find(part.begin(), part.end(), id) == part.end()) part.push_back(id);
+      }
+      ASSERT_TRUE(Apply(*table, Push({Rows("t", part, Gradients(part, 2, step))})).ok());
+      if (lfu) {
+        ASSERT_TRUE(Apply(*ram, Push({Rows("t", part, Gradients(part, 2, step))})).ok());
+      }
+    }
+    stats[lfu] = StatsOf(*table, "t");
+    if (lfu) {
+      EXPECT_EQ(RowsOf(*table), RowsOf(*ram));
+    }
+  }
+  EXPECT_EQ(stats[0].lookups_in_memory() + stats[0].disk_reads(),
+            stats[1].lookups_in_memory() + stats[1].disk_reads());
+  EXPECT_LT(stats[1].disk_read_hits(), stats[0].disk_read_hits() * 9 / 10)
+      << "LFU " << stats[1].disk_read_hits() << " disk reads of rows, LRU "
+      << stats[0].disk_read_hits();
+}
+
 TEST(EmbeddingTiersTest, ACheckpointHoldsBothTiersAndRestoresIntoTiersOrRam) {
   const std::string dir = FreshDir("tiers_checkpoint");
   const EmbeddingTableConfig spec = Tiered(Spec("t", 4, Adagrad(0.1f, 0.1f)), 3, dir, 1);
@@ -270,6 +307,16 @@ TEST(EmbeddingTiersTest, ACheckpointHoldsBothTiersAndRestoresIntoTiersOrRam) {
   }
   EXPECT_EQ(RowsOf(*again), RowsOf(*ram));
   EXPECT_EQ(RowsOf(*all), RowsOf(*ram));
+}
+
+TEST(EmbeddingTiersTest, AnIncompleteCheckpointIsNotRestored) {
+  std::unique_ptr<EmbeddingTable> table = Make({Spec("t", 2)});
+  ShardCheckpoint checkpoint = Exported(*table);
+  checkpoint.set_incomplete("embedding table \"t\": the rows of its disk tier cannot be read");
+  std::unique_ptr<EmbeddingTable> restored = Make({});
+  const absl::Status s = restored->Restore(checkpoint);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("the checkpoint is incomplete: embedding table \"t\""));
 }
 
 TEST(EmbeddingTiersTest, ACaptureIsTheTableAtItsTimeWhateverMovesAfter) {
@@ -377,6 +424,10 @@ TEST(EmbeddingTiersTest, TheStorageConfigIsChecked) {
   spec.mutable_storage()->set_ttl_steps(-3);
   EXPECT_THAT(ResolveEmbeddingTable(spec, Sgd(0.1f)).status().message(),
               HasSubstr("storage.ttl_steps must be >= 0"));
+  spec = Spec("t", 2);
+  spec.mutable_storage()->set_hot_set(static_cast<TableStorage::HotSet>(7));
+  EXPECT_THAT(ResolveEmbeddingTable(spec, Sgd(0.1f)).status().message(),
+              HasSubstr("storage.hot_set 7 is not"));
   spec = Refusing(Spec("t", 2));
   spec.mutable_storage()->set_disk("/tmp");
   EXPECT_THAT(ResolveEmbeddingTable(spec, Sgd(0.1f)).status().message(),
