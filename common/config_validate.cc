@@ -353,8 +353,9 @@ absl::Status CheckEmbeddingDisks(const JobConfig& config, bool create) {
     // Permission bits do not tell everything (root passes them on a
     // read-only file system): make the directory and a file in it.
     auto refused = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat("config field ", field, " ", disk, ": ", what,
-                                                     "; choose a directory this process can write"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field ", field, " ", disk, ": ", what,
+          "; choose a directory this process can write"));
     };
     std::error_code error;
     std::filesystem::create_directories(disk, error);
@@ -362,7 +363,9 @@ absl::Status CheckEmbeddingDisks(const JobConfig& config, bool create) {
     const std::filesystem::path probe =
         std::filesystem::path(disk) / absl::StrCat(".pstrain-probe-", getpid());
     FILE* file = std::fopen(probe.c_str(), "w");
-    if (file == nullptr) return refused(absl::StrCat("is not writable (", std::strerror(errno), ")"));
+    if (file == nullptr) {
+      return refused(absl::StrCat("is not writable (", std::strerror(errno), ")"));
+    }
     std::fclose(file);
     std::filesystem::remove(probe, error);
   }

@@ -120,7 +120,9 @@ absl::Status EmbeddingTable::SeedRows(Embedding& table, const EmbeddingRows& par
     } else {
       // An earlier part of the Init may have sent it to disk already.
       PST_ASSIGN_OR_RETURN(bool on_disk, table.disk->Get(id, &cold_scratch_));
-      if (on_disk) return Invalid(part.table(), absl::StrCat("initial row id ", id, " given twice"));
+      if (on_disk) {
+        return Invalid(part.table(), absl::StrCat("initial row id ", id, " given twice"));
+      }
       spilled.insert(id);
       std::copy_n(values.data() + i * dim, dim, record.begin());
       batch.Put(id, record, 0, 0);

@@ -82,10 +82,10 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   }
   // Room for every row coming into RAM (new ones included, which Commit
   // adds): as many untrained rows as RAM holds past the limit go down,
-  // chosen as the eviction's (the oldest of a few drawn, with draws fixed
-  // by the table and the update, so a run demotes the same rows every
-  // time). When the update's own rows are more than the limit, every
-  // other row goes and RAM holds the update's.
+  // chosen as the eviction's (the coldest of a few drawn, by hot_set, with
+  // draws fixed by the table and the update, so a run demotes the same
+  // rows every time). When the update's own rows are more than the limit,
+  // every other row goes and RAM holds the update's.
   const int64_t size = table.rows.size();
   const int64_t incoming = static_cast<int64_t>(promoted.size()) + fresh + table.staged_new;
   const int64_t excess = std::min<int64_t>(size + incoming - table.row_limit,
@@ -107,10 +107,7 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
         for (int i = 0; i < kSamples; ++i) {
           const auto row =
               static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
-          if (eligible(row) &&
-              (victim < 0 || table.Colder(row, victim))) {
-            victim = row;
-          }
+          if (eligible(row) && (victim < 0 || table.Colder(row, victim))) victim = row;
         }
       }
       // Draws that keep hitting trained or chosen rows (a table nearly all
@@ -161,12 +158,12 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
 }
 
 absl::Status EmbeddingTable::Expire(Embedding& table) {
-  // Sweeps run at updates that are multiples of the period, a function
-  // of the table's update count alone, so every run expires the same rows
-  // at the same update.
   // Only before an update's first part: removing rows moves others,
   // which a staged part would have found where they were.
   if (table.staged) return absl::OkStatus();
+  // Sweeps run at updates that are multiples of the period, a function
+  // of the table's update count alone, so every run expires the same rows
+  // at the same update.
   const int64_t tick = table.updates + 1;
   const int64_t period = std::max<int64_t>(1, table.ttl() / 8);
   if (tick % period != 0) return absl::OkStatus();

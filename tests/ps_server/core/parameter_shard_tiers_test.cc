@@ -54,7 +54,8 @@ void Train(ParameterShard* shard, int from, int steps) {
         if (draw() % 6 == 0) ids.push_back(id);
       }
       PushResponse response;
-      ASSERT_TRUE(Push(*shard, RowPush(w, step, ids, Gradients(w + step % 5, ids)), &response).ok());
+      const PushRequest push = RowPush(w, step, ids, Gradients(w + step % 5, ids));
+      ASSERT_TRUE(Push(*shard, push, &response).ok());
       ASSERT_EQ(response.outcome(), w == 1 ? PushResponse::APPLIED : PushResponse::AGGREGATED);
     }
   }
