@@ -15,8 +15,12 @@
 // starts from an empty table; a figure is the median over the rounds of
 // each round's median step (min-max over the rounds).
 //
+// --memory_bytes and --disk give every table a RAM budget and a disk tier
+// (TableStorage), to measure the tiers' cost.
+//
 //   row_step_bench [--ranks=2] [--batch=256] [--fields=26] [--distinct=100000]
 //                  [--dims=8,1] [--warm_steps=400] [--steps=200] [--rounds=3] [--json]
+//                  [--memory_bytes=N --disk=DIR]
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -49,6 +53,10 @@ ABSL_FLAG(int, warm_steps, 400, "Untimed steps that grow the table first.");
 ABSL_FLAG(int, steps, 200, "Timed steps per round.");
 ABSL_FLAG(int, rounds, 3, "Rounds, each from an empty table.");
 ABSL_FLAG(bool, json, false, "One JSON row instead of text.");
+ABSL_FLAG(int64_t, memory_bytes, 0,
+          "Each table's storage.memory_bytes (0: no budget); with --disk, its RAM tier.");
+ABSL_FLAG(std::string, disk, "",
+          "Each table's storage.disk: a directory for its disk tier (empty: RAM only).");
 
 namespace pst {
 namespace {
@@ -135,6 +143,8 @@ std::unique_ptr<EmbeddingTable> MakeTable(const std::vector<int>& dims, int rank
     spec->set_name(TableName(t));
     spec->set_dim(dims[t]);
     spec->set_init_scale(0.05f);
+    spec->mutable_storage()->set_memory_bytes(absl::GetFlag(FLAGS_memory_bytes));
+    spec->mutable_storage()->set_disk(absl::GetFlag(FLAGS_disk));
   }
   if (absl::Status s = table->Initialize(init); !s.ok()) ExitWithError(kProgram, s);
   return table;

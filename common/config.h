@@ -113,6 +113,13 @@ std::string TrainingConfigHash(const JobConfig& config);
 // process may write into; checks without creating anything.
 absl::Status CheckWritableDirectory(const std::string& dir, absl::string_view field);
 
+// InvalidArgument unless every embedding table's storage.disk is, or can be
+// created as, a directory this process may write into (what a PS checks
+// at start, before it opens a table's disk tier there). With `create`,
+// makes each directory and writes and removes a file in it, which is the
+// only sure test; without, creates nothing (--check_config).
+absl::Status CheckEmbeddingDisks(const JobConfig& config, bool create = false);
+
 // One line describing a valid config: "N ps shard(s), M worker(s), sync mode, TLS + token".
 std::string ConfigSummary(const JobConfig& config);
 

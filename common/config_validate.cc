@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -335,6 +336,38 @@ absl::Status CheckWritableDirectory(const std::string& dir, absl::string_view fi
   if (access(existing.c_str(), W_OK | X_OK) != 0) {
     return problem(absl::StrCat(is_target ? "is" : existing.string() + " is",
                                 " not writable (", std::strerror(errno), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckEmbeddingDisks(const JobConfig& config, bool create) {
+  const auto& tables = config.training().model().embeddings();
+  for (int i = 0; i < tables.size(); ++i) {
+    const std::string& disk = tables[i].storage().disk();
+    if (disk.empty()) continue;
+    const std::string field = absl::StrCat("training.model.embeddings[", i, "].storage.disk");
+    if (absl::Status s = CheckWritableDirectory(disk, field); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
+    if (!create) continue;
+    // Permission bits do not tell everything (root passes them on a
+    // read-only file system): make the directory and a file in it.
+    auto refused = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field ", field, " ", disk, ": ", what,
+          "; choose a directory this process can write"));
+    };
+    std::error_code error;
+    std::filesystem::create_directories(disk, error);
+    if (error) return refused(absl::StrCat("cannot be created (", error.message(), ")"));
+    const std::filesystem::path probe =
+        std::filesystem::path(disk) / absl::StrCat(".pstrain-probe-", getpid());
+    FILE* file = std::fopen(probe.c_str(), "w");
+    if (file == nullptr) {
+      return refused(absl::StrCat("is not writable (", std::strerror(errno), ")"));
+    }
+    std::fclose(file);
+    std::filesystem::remove(probe, error);
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,33 @@ absl::Status Invalid(const EmbeddingTableConfig& spec, absl::string_view problem
       absl::StrCat("embedding table \"", spec.name(), "\": ", problem));
 }
 
+absl::Status CheckStorage(const EmbeddingTableConfig& spec) {
+  const TableStorage& storage = spec.storage();
+  if (storage.memory_bytes() < 0) {
+    return Invalid(spec, absl::StrCat("storage.memory_bytes must be >= 0 (0 = no budget), got ",
+                                      storage.memory_bytes()));
+  }
+  if (storage.ttl_steps() < 0) {
+    return Invalid(spec, absl::StrCat("storage.ttl_steps must be >= 0 (0 = rows never expire), "
+                                      "got ", storage.ttl_steps()));
+  }
+  if (!TableStorage::HotSet_IsValid(storage.hot_set())) {
+    return Invalid(spec, absl::StrCat("storage.hot_set ", static_cast<int>(storage.hot_set()),
+                                      " is not LEAST_RECENTLY_USED or LEAST_FREQUENTLY_USED"));
+  }
+  if (storage.disk().empty()) return absl::OkStatus();
+  if (spec.when_full() == EmbeddingTableConfig::REFUSE_NEW_ROWS) {
+    return Invalid(spec, "when_full: REFUSE_NEW_ROWS contradicts storage.disk, whose tier takes "
+                         "every row past the limit; drop one of them");
+  }
+  // The tier's directory is <disk>/<table>-shard<i>.
+  if (spec.name().find('/') != std::string::npos || spec.name() == "." || spec.name() == "..") {
+    return Invalid(spec, "with storage.disk the table's name names a directory; use a name "
+                         "without '/'");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableConfig& spec,
@@ -37,6 +64,7 @@ absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableC
     return Invalid(spec,
                    absl::StrCat("init_scale must be finite and >= 0, got ", spec.init_scale()));
   }
+  if (absl::Status s = CheckStorage(spec); !s.ok()) return s;
   EmbeddingTableConfig resolved = spec;
   if (!resolved.has_optimizer()) *resolved.mutable_optimizer() = job_optimizer;
   if (absl::StatusOr<OptimizerSettings> optimizer = ResolveOptimizerConfig(resolved.optimizer());

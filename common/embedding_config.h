@@ -22,8 +22,11 @@ inline constexpr int32_t kMaxEmbeddingDim = 1 << 16;
 // `spec` with every default set: optimizer (the job's `job_optimizer` when
 // unset), max_rows_per_shard and init_scale. InvalidArgument naming the
 // table for an empty name, a dim outside [1, kMaxEmbeddingDim], a row limit
-// outside [0, kMaxRowsPerShard], a negative or non-finite init_scale, or an
-// optimizer ResolveOptimizerConfig (common/optimizer_config.h) refuses.
+// outside [0, kMaxRowsPerShard], a negative or non-finite init_scale, a
+// negative storage.memory_bytes or storage.ttl_steps, storage.disk with
+// REFUSE_NEW_ROWS or a name with '/', or an optimizer
+// ResolveOptimizerConfig (common/optimizer_config.h) refuses. Whether
+// storage.disk is writable is the PS's check (CheckTaskFiles).
 absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableConfig& spec,
                                                            const OptimizerConfig& job_optimizer);
 

@@ -224,6 +224,7 @@ absl::Status CheckTaskFiles(const JobConfig& config, bool ps, bool workers) {
         return s;
       }
     }
+    if (absl::Status s = CheckEmbeddingDisks(config); !s.ok()) return s;
     absl::StatusOr<ClusterSecurity> server =
         ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kServer);
     if (!server.ok()) return server.status();

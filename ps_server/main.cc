@@ -192,6 +192,11 @@ int main(int argc, char** argv) {
     pst::FinishConfigCheck(kProgram, *config, files);
   }
   if (absl::Status s = CheckPortFile(port_file); !s.ok()) pst::ExitWithError(kProgram, s);
+  // The tables' disk tiers open at the Init or restore; a directory they
+  // cannot use stops the PS now, not at the first worker's Init.
+  if (absl::Status s = pst::CheckEmbeddingDisks(*config, /*create=*/true); !s.ok()) {
+    pst::ExitWithError(kProgram, s);
+  }
   if (absl::Status s = RemoveOldPortFile(port_file); !s.ok()) pst::ExitWithError(kProgram, s);
   // A file-size limit (ulimit -f) makes a checkpoint write fail, not the PS die.
   std::signal(SIGXFSZ, SIG_IGN);

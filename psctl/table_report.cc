@@ -22,6 +22,32 @@ std::string EmbeddingTableReport(const std::vector<StatsResponse>& shards) {
   return report;
 }
 
+std::string TableTierReport(const std::vector<StatsResponse>& shards) {
+  std::string report;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    for (const EmbeddingTableStats& t : shards[s].embeddings()) {
+      if (t.rows_on_disk() == 0 && t.disk_bytes() == 0 && t.disk_reads() == 0 &&
+          t.rows_demoted() == 0 && t.rows_expired() == 0) {
+        continue;  // all in RAM, nothing expired
+      }
+      if (report.empty()) {
+        report = absl::StrFormat("%-20s %-6s %14s %12s %14s %8s %12s %12s %12s\n", "table",
+                                 "shard", "rows_in_memory", "rows_on_disk", "disk_bytes",
+                                 "hit_rate", "rows_demoted", "rows_promoted", "rows_expired");
+      }
+      const int64_t reads = t.lookups_in_memory() + t.disk_reads();
+      const std::string hit_rate =
+          reads == 0 ? "-"
+                     : absl::StrFormat("%.1f%%", 100.0 * double(t.lookups_in_memory()) / reads);
+      absl::StrAppendFormat(&report, "%-20s %-6s %14d %12d %14d %8s %12d %12d %12d\n", t.table(),
+                            absl::StrCat("ps:", s), t.rows_in_memory(), t.rows_on_disk(),
+                            t.disk_bytes(), hit_rate, t.rows_demoted(), t.rows_promoted(),
+                            t.rows_expired());
+    }
+  }
+  return report;
+}
+
 std::string RefusalReport(const std::vector<StatsResponse>& shards) {
   std::string report = absl::StrFormat("%-6s %9s %9s %11s %16s\n", "shard", "exchanges",
                                        "sessions", "connections", "region_handoffs");

@@ -17,6 +17,12 @@ namespace pst {
 // holds a table.
 std::string EmbeddingTableReport(const std::vector<StatsResponse>& shards);
 
+// The tiers' lines, a header line first, one line per table and shard that
+// has a disk tier or expires rows (TableStorage): rows in RAM and on disk,
+// the disk tier's bytes, the share of row reads RAM answered, rows
+// demoted, promoted and expired; "" when no table has either.
+std::string TableTierReport(const std::vector<StatsResponse>& shards);
+
 // The refusals' lines, a header line first, one line per shard: exchanges
 // refused for load, calls refused for a worker another process holds, TCP
 // connections reset at the per-source cap, and shared-memory region

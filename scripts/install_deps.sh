@@ -15,6 +15,7 @@ JOB_PACKAGES=(
   libmicrohttpd-dev   # the Prometheus /metrics endpoint of ps_server and worker
   prometheus-cpp-dev  # their metrics registry (labelled counters, gauges, histograms)
   libopenblas-dev     # the CPU backend's matrix products (CBLAS)
+  librocksdb-dev      # an embedding table's disk tier (TableStorage.disk)
   dataset-fashion-mnist
 )
 # The rest: tests, checks and benchmarks (scripts/test.sh and CI).

@@ -258,7 +258,10 @@ absl::StatusOr<Checkpointer::Written> Checkpointer::Write(ShardCheckpoint checkp
           "checkpoints are off: the writer gave up after ", stats_.consecutive_failures(),
           " failures in a row (", stats_.last_error(), ")"));
     }
-    path = writer_(dir_, checkpoint, config_.keep() > 0 ? config_.keep() : kDefaultKeep);
+    path = checkpoint.incomplete().empty()
+               ? writer_(dir_, checkpoint, config_.keep() > 0 ? config_.keep() : kDefaultKeep)
+               : absl::StatusOr<std::string>(absl::InternalError(absl::StrCat(
+                     "the snapshot misses part of the shard: ", checkpoint.incomplete())));
     if (path.ok()) {
       last_version_ = checkpoint.version();
       last_finished_ = checkpoint.finished();

@@ -2,10 +2,13 @@
 // and back in only once all of it has been checked.
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "common/embedding_config.h"
 #include "common/status_macros.h"
 #include "ps_server/core/embedding_table.h"
@@ -30,6 +33,9 @@ struct TableHeader {
   int64_t rows_admitted;
   int64_t rows_refused;
   int64_t rows_evicted;
+  int64_t rows_demoted;
+  int64_t rows_promoted;
+  int64_t rows_expired;
   size_t slot_floats;
 };
 
@@ -43,12 +49,19 @@ TableHeader HeaderOf(const Table& table, int num_shards) {
           .rows_admitted = table.rows_admitted,
           .rows_refused = table.rows_refused,
           .rows_evicted = table.rows_evicted,
+          .rows_demoted = table.rows_demoted,
+          .rows_promoted = table.rows_promoted,
+          .rows_expired = table.rows_expired,
           .slot_floats = table.slot_floats()};
 }
 
-template <typename Rows>
-void WriteTable(const TableHeader& header, const Rows& rows, ShardCheckpoint* checkpoint) {
-  const int64_t n = rows.size();
+// The table's rows in RAM (`rows`), then those of its disk tier (`disk`, a
+// DiskRows or a snapshot of one; null without a tier).
+template <typename Rows, typename Disk>
+void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
+                ShardCheckpoint* checkpoint) {
+  const int64_t in_memory = rows.size();
+  const int64_t n = in_memory + (disk != nullptr ? disk->size() : 0);
   const size_t dim = header.config.dim();
   const size_t slots = header.slot_floats;
   ShardCheckpoint::Embedding* out = checkpoint->add_embeddings();
@@ -59,6 +72,9 @@ void WriteTable(const TableHeader& header, const Rows& rows, ShardCheckpoint* ch
   out->set_rows_admitted(header.rows_admitted);
   out->set_rows_refused(header.rows_refused);
   out->set_rows_evicted(header.rows_evicted);
+  out->set_rows_demoted(header.rows_demoted);
+  out->set_rows_promoted(header.rows_promoted);
+  out->set_rows_expired(header.rows_expired);
   std::string* ids = out->mutable_ids();
   std::string* values = out->mutable_values();
   std::string* state = out->mutable_slots();
@@ -67,48 +83,109 @@ void WriteTable(const TableHeader& header, const Rows& rows, ShardCheckpoint* ch
   values->resize(n * dim * sizeof(float));
   state->resize(n * slots * sizeof(float));
   updates->resize(n * sizeof(int64_t));
-  for (int64_t row = 0; row < n; ++row) {
-    const uint64_t id = rows.id(row);
-    const int64_t row_updates = rows.updates(row);
+  auto write = [&](int64_t row, uint64_t id, int64_t row_updates, const float* row_values,
+                   const float* row_slots) {
     std::memcpy(ids->data() + row * sizeof(uint64_t), &id, sizeof(id));
     std::memcpy(updates->data() + row * sizeof(int64_t), &row_updates, sizeof(row_updates));
-    std::memcpy(values->data() + row * dim * sizeof(float), rows.values(row).data(),
-                dim * sizeof(float));
+    std::memcpy(values->data() + row * dim * sizeof(float), row_values, dim * sizeof(float));
     if (slots > 0) {
-      std::memcpy(state->data() + row * slots * sizeof(float), rows.slots(row).data(),
-                  slots * sizeof(float));
+      std::memcpy(state->data() + row * slots * sizeof(float), row_slots, slots * sizeof(float));
     }
+  };
+  for (int64_t row = 0; row < in_memory; ++row) {
+    write(row, rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
+  }
+  if (disk == nullptr) return;
+  int64_t row = in_memory;
+  absl::Status read = disk->ForEach([&](uint64_t id, const DiskRow& cold) {
+    if (row < n) write(row, id, cold.updates, cold.record.data(), cold.record.data() + dim);
+    ++row;
+  });
+  if (read.ok() && row != n) {
+    read = absl::InternalError(absl::StrCat("its disk tier holds ", row - in_memory,
+                                            " rows, not the ", n - in_memory, " counted"));
+  }
+  if (!read.ok()) {
+    // The checkpoint cannot hold the whole table: it is marked, so that
+    // no one writes or restores it as if it did.
+    const std::string why =
+        absl::StrCat("embedding table \"", header.config.name(),
+                     "\": the rows of its disk tier cannot be read: ", read.message());
+    spdlog::error("{}", why);
+    checkpoint->set_incomplete(why);
   }
 }
 
 }  // namespace
 
 void EmbeddingTable::Export(ShardCheckpoint* checkpoint) const {
-  for (const auto& t : tables_) WriteTable(HeaderOf(*t, options_.num_shards), t->rows, checkpoint);
+  for (const auto& t : tables_) {
+    WriteTable(HeaderOf(*t, options_.num_shards), t->rows, t->disk.get(), checkpoint);
+  }
 }
 
 void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
   // Each table's header and a frozen view of its rows now; the rows are
   // copied out when the snapshot is finished, outside the shard's lock.
+  // A tiered table's disk rows: a RocksDB snapshot taken with the frozen
+  // RAM rows, so each row is in exactly one of the two.
   struct Frozen {
     TableHeader header;
     RowStore::Frozen rows;
+    std::optional<DiskRows::Snapshot> disk;
   };
   std::vector<Frozen> frozen;
   frozen.reserve(tables_.size());
   for (const auto& t : tables_) {
-    frozen.push_back({HeaderOf(*t, options_.num_shards), t->rows.Freeze()});
+    frozen.push_back({HeaderOf(*t, options_.num_shards), t->rows.Freeze(),
+                      t->tiered() ? std::optional(t->disk->TakeSnapshot()) : std::nullopt});
   }
   snapshot->later.push_back([frozen = std::move(frozen)](ShardCheckpoint* checkpoint) {
-    for (const Frozen& table : frozen) WriteTable(table.header, table.rows, checkpoint);
+    for (const Frozen& table : frozen) {
+      WriteTable(table.header, table.rows, table.disk ? &*table.disk : nullptr, checkpoint);
+    }
   });
 }
 
+absl::Status EmbeddingTable::SpillRestored(Embedding& table,
+                                           const ShardCheckpoint::Embedding& in) {
+  // Batches bound the memory a write takes; the rows were checked.
+  constexpr int64_t kBatchRows = 4096;
+  const int64_t n = IdCount(in.ids());
+  const size_t dim = table.dim();
+  const size_t slot_floats = table.slot_floats();
+  std::vector<float> record(table.record_floats());
+  DiskRows::Batch batch;
+  for (int64_t row = table.row_limit; row < n; ++row) {
+    int64_t row_updates;
+    std::memcpy(&row_updates, in.row_updates().data() + row * sizeof(int64_t),
+                sizeof(row_updates));
+    std::memcpy(record.data(), in.values().data() + row * dim * sizeof(float),
+                dim * sizeof(float));
+    if (slot_floats > 0) {
+      std::memcpy(record.data() + dim, in.slots().data() + row * slot_floats * sizeof(float),
+                  slot_floats * sizeof(float));
+    }
+    // As RAM's restored rows: as recent as the checkpoint.
+    batch.Put(RowId(in.ids(), row), record, row_updates, in.updates());
+    if (static_cast<int64_t>(batch.puts()) == kBatchRows) {
+      PST_RETURN_IF_ERROR(table.disk->Write(batch));
+      batch = DiskRows::Batch();
+    }
+  }
+  return table.disk->Write(batch);
+}
+
 absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
+  if (!checkpoint.incomplete().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint is incomplete: ", checkpoint.incomplete()));
+  }
   std::vector<std::unique_ptr<Embedding>> tables;
   std::map<std::string, int, std::less<>> names;
   std::vector<float> values, slots;
   for (const ShardCheckpoint::Embedding& in : checkpoint.embeddings()) {
+    absl::flat_hash_set<uint64_t> spilled;
     const std::string& name = in.config().name();
     auto inconsistent = [&name](absl::string_view problem) {
       return Invalid(name, absl::StrCat("the checkpoint is inconsistent: ", problem));
@@ -137,8 +214,9 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
                                        "dim ", dim, " and the ", table->optimizer->Name(),
                                        " optimizer"));
     }
-    if (n > table->config.max_rows_per_shard() || in.rows_admitted() < n || in.rows_refused() < 0 ||
-        in.rows_evicted() < 0 || in.updates() < 0) {
+    if ((!table->tiered_spec() && n > table->row_limit) || in.rows_admitted() < n ||
+        in.rows_refused() < 0 || in.rows_evicted() < 0 || in.updates() < 0 ||
+        in.rows_demoted() < 0 || in.rows_promoted() < 0 || in.rows_expired() < 0) {
       return inconsistent(absl::StrCat(n, " rows do not fit its limit or counters"));
     }
     values.resize(dim);
@@ -158,20 +236,40 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
                     slot_floats * sizeof(float));
       }
       PST_RETURN_IF_ERROR(CheckShard(*table, id, "the checkpoint's"));
-      if (table->rows.Find(id) >= 0) return inconsistent(absl::StrCat("id ", id, " appears twice"));
+      if (table->rows.Find(id) >= 0 || spilled.contains(id)) {
+        return inconsistent(absl::StrCat("id ", id, " appears twice"));
+      }
       // The shard never commits a non-finite value, so one here was not
       // written by a PS; a row with no update was seeded by an Init.
       if (!AllFinite(values) || !AllFinite(slots) || row_updates < 0) {
         return inconsistent(absl::StrCat("the row of id ", id,
                                          " holds a non-finite value or a negative update count"));
       }
-      table->rows.Add(id, values, slots, row_updates);
+      if (table->rows.size() < table->row_limit) {
+        table->rows.Add(id, values, slots, row_updates);
+      } else {
+        spilled.insert(id);  // to disk, once all of the checkpoint is checked
+      }
     }
     table->updates = in.updates();
     table->rows_admitted = in.rows_admitted();
     table->rows_refused = in.rows_refused();
     table->rows_evicted = in.rows_evicted();
+    table->rows_demoted = in.rows_demoted();
+    table->rows_promoted = in.rows_promoted();
+    table->rows_expired = in.rows_expired();
     tables.push_back(std::move(table));
+  }
+  // Everything checked. The disk tiers open now, after the tables they
+  // replace let go of their directories; a disk error from here on
+  // leaves the shard without embedding tables (its Restore failed).
+  Adopt({});
+  initialized_ = false;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    Embedding& table = *tables[t];
+    if (!table.tiered_spec()) continue;
+    PST_RETURN_IF_ERROR(OpenDisk(table));
+    PST_RETURN_IF_ERROR(SpillRestored(table, checkpoint.embeddings(static_cast<int>(t))));
   }
   Adopt(std::move(tables));
   return absl::OkStatus();

@@ -19,6 +19,7 @@ using embedding_internal::AllFinite;
 using embedding_internal::CheckIdBytes;
 using embedding_internal::IdCount;
 using embedding_internal::Invalid;
+using embedding_internal::NextDraw;
 
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
     : options_(std::move(options)), step_(options_.num_workers) {}
@@ -41,6 +42,11 @@ int EmbeddingTable::dim(absl::string_view table) const {
   return t < 0 ? 0 : tables_[t]->dim();
 }
 
+int64_t EmbeddingTable::row_limit(absl::string_view table) const {
+  const int t = Find(table);
+  return t < 0 ? 0 : tables_[t]->row_limit;
+}
+
 void EmbeddingTable::Adopt(std::vector<std::unique_ptr<Embedding>> tables) {
   tables_ = std::move(tables);
   index_.clear();
@@ -56,10 +62,18 @@ void EmbeddingTable::Adopt(std::vector<std::unique_ptr<Embedding>> tables) {
 absl::Status EmbeddingTable::Initialize(const InitRequest& request) {
   PST_ASSIGN_OR_RETURN(std::vector<EmbeddingTableConfig> specs,
                        ResolveEmbeddingTables(request.embeddings(), options_.optimizer));
+  if (std::any_of(specs.begin(), specs.end(),
+                  [](const auto& spec) { return !spec.storage().disk().empty(); })) {
+    // An earlier Initialize's tables (another table of the shard refused
+    // that Init) let go of their disk tiers' directories first.
+    Adopt({});
+    initialized_ = false;
+  }
   std::vector<std::unique_ptr<Embedding>> tables;
   for (EmbeddingTableConfig& spec : specs) {
     std::unique_ptr<Optimizer> rule = *MakeOptimizer(spec.optimizer());  // resolved: valid
     tables.push_back(std::make_unique<Embedding>(std::move(spec), std::move(rule), options_.seed));
+    PST_RETURN_IF_ERROR(OpenDisk(*tables.back()));
   }
   for (const EmbeddingRows& part : request.rows()) {
     auto it = std::find_if(tables.begin(), tables.end(),
@@ -80,25 +94,42 @@ absl::Status EmbeddingTable::SeedRows(Embedding& table, const EmbeddingRows& par
     return Invalid(part.table(), absl::StrCat("initial rows: ", n, " ids, but their data is not ",
                                               n, " rows of ", dim, " values of a known dtype"));
   }
-  if (table.rows.size() + n > table.config.max_rows_per_shard()) {
+  if (!table.tiered() && table.rows.size() + n > table.row_limit) {
     return Invalid(part.table(), absl::StrCat("initial rows: ", table.rows.size() + n,
-                                              " rows, more than max_rows_per_shard (",
-                                              table.config.max_rows_per_shard(), ")"));
+                                              " rows, more than the table's row limit (",
+                                              table.row_limit, ")"));
   }
   std::vector<float> values(n * dim);
   DecodeValues(part.data(), part.dtype(), values);
   if (!AllFinite(values)) return Invalid(part.table(), "initial rows hold a non-finite value");
   const std::vector<float> slots(table.slot_floats(), table.optimizer->InitialSlotValue());
+  // In a tiered table, the rows past the row limit go to disk.
+  absl::flat_hash_set<uint64_t> spilled;
+  DiskRows::Batch batch;
+  std::vector<float> record(table.record_floats());
+  std::copy(slots.begin(), slots.end(), record.begin() + dim);
   for (int64_t i = 0; i < n; ++i) {
     uint64_t id;
     std::memcpy(&id, part.ids().data() + i * sizeof(uint64_t), sizeof(id));
     PST_RETURN_IF_ERROR(CheckShard(table, id, "initial row"));
-    if (table.rows.Find(id) >= 0) {
+    if (table.rows.Find(id) >= 0 || spilled.contains(id)) {
       return Invalid(part.table(), absl::StrCat("initial row id ", id, " given twice"));
     }
-    table.rows.Add(id, {values.data() + i * dim, dim}, slots, 0);
+    if (table.rows.size() < table.row_limit) {
+      table.rows.Add(id, {values.data() + i * dim, dim}, slots, 0);
+    } else {
+      // An earlier part of the Init may have sent it to disk already.
+      PST_ASSIGN_OR_RETURN(bool on_disk, table.disk->Get(id, &cold_scratch_));
+      if (on_disk) {
+        return Invalid(part.table(), absl::StrCat("initial row id ", id, " given twice"));
+      }
+      spilled.insert(id);
+      std::copy_n(values.data() + i * dim, dim, record.begin());
+      batch.Put(id, record, 0, 0);
+    }
     ++table.rows_admitted;
   }
+  if (table.tiered()) PST_RETURN_IF_ERROR(table.disk->Write(batch));
   return absl::OkStatus();
 }
 
@@ -162,19 +193,27 @@ absl::Status EmbeddingTable::CheckPush(const PushRequest& push, bool /*require_a
   return absl::OkStatus();
 }
 
-void EmbeddingTable::ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const {
+absl::Status EmbeddingTable::ReadRow(const Embedding& table, uint64_t id,
+                                     std::span<float> out) const {
   const int64_t row = table.rows.Find(id);
-  if (row < 0) {
-    InitialRow(table.key, id, table.config.init_scale(), out);
-  } else {
+  if (row >= 0) {
+    ++table.lookups_in_memory;
     std::span<const float> values = table.rows.values(row);
     std::copy(values.begin(), values.end(), out.begin());
+    return absl::OkStatus();
   }
+  if (table.tiered()) {
+    PST_ASSIGN_OR_RETURN(bool cold, ReadCold(table, id, out));
+    if (cold) return absl::OkStatus();
+  }
+  InitialRow(table.key, id, table.config.init_scale(), out);
+  return absl::OkStatus();
 }
 
 absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_t> ids,
                                        std::span<const float> gradients,
                                        const UpdateSettings& settings) {
+  if (table.tiered() || table.ttl() > 0) PST_RETURN_IF_ERROR(Admit(table, ids));
   const size_t dim = table.dim();
   const size_t slots = table.slot_floats();
   const size_t width = table.record_floats();
@@ -193,6 +232,10 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i + kAhead < ids.size()) table.rows.PrefetchIndex(ids[i + kAhead]);
     found_scratch_[i] = table.rows.Find(ids[i]);
+  }
+  if (!table.tiered()) {  // Admit counted a tiered table's reads
+    table.lookups_in_memory += std::count_if(found_scratch_.begin(), found_scratch_.end(),
+                                             [](int64_t row) { return row >= 0; });
   }
   table.staged_records.reserve(table.staged_records.size() + ids.size() * width);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -339,7 +382,8 @@ void EmbeddingTable::Commit() {
     int64_t refused = table.staged_refused;
     for (size_t i = 0; i < n; ++i) {
       if (table.staged_rows[i] >= 0) continue;
-      if (table.rows.size() >= table.config.max_rows_per_shard() && !EvictOne(table, tick)) {
+      // A tiered table made room when it admitted the update.
+      if (!table.tiered() && table.rows.size() >= table.row_limit && !EvictOne(table, tick)) {
         ++refused;  // every row left was trained by this update
         continue;
       }
@@ -356,30 +400,17 @@ void EmbeddingTable::Commit() {
 }
 
 int64_t EmbeddingTable::EvictionsPerUpdate(const Embedding& table) const {
-  const int64_t share =
-      table.config.max_rows_per_shard() / (8 * int64_t{std::max(1, options_.num_workers)});
+  const int64_t share = table.row_limit / (8 * int64_t{std::max(1, options_.num_workers)});
   return std::max<int64_t>(64, share);
 }
 
 bool EmbeddingTable::HasRoomForANewRow(const Embedding& table) const {
-  const int64_t over =
-      table.rows.size() + table.staged_new + 1 - table.config.max_rows_per_shard();
+  if (table.tiered()) return true;  // Admit made room, or the update's rows alone are more
+  const int64_t over = table.rows.size() + table.staged_new + 1 - table.row_limit;
   if (over <= 0) return true;
   return table.config.when_full() == EmbeddingTableConfig::EVICT_LEAST_RECENTLY_USED &&
          over <= EvictionsPerUpdate(table);
 }
-
-namespace {
-
-// splitmix64: a cheap, well-mixed sequence from a counter.
-uint64_t NextDraw(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
   // Sampled LRU: the oldest of a few rows drawn at random costs O(1) per
@@ -403,7 +434,7 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
       const auto row =
           static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
       const int64_t touched = table.rows.touched(row);
-      if (touched < tick && (victim < 0 || touched < table.rows.touched(victim))) victim = row;
+      if (touched < tick && (victim < 0 || table.Colder(row, victim))) victim = row;
     }
   }
   if (victim < 0) return false;
@@ -431,11 +462,21 @@ void EmbeddingTable::AddStats(StatsResponse* response) const {
     EmbeddingTableStats* stats = response->add_embeddings();
     stats->set_table(t->config.name());
     stats->set_dim(t->dim());
-    stats->set_rows(t->rows.size());
+    const int64_t on_disk = t->tiered() ? t->disk->size() : 0;
+    stats->set_rows(t->rows.size() + on_disk);
     stats->set_bytes(t->rows.bytes());
     stats->set_rows_admitted(t->rows_admitted);
     stats->set_rows_refused(t->rows_refused);
     stats->set_rows_evicted(t->rows_evicted);
+    stats->set_rows_in_memory(t->rows.size());
+    stats->set_rows_on_disk(on_disk);
+    stats->set_disk_bytes(t->tiered() ? t->disk->bytes() : 0);
+    stats->set_lookups_in_memory(t->lookups_in_memory);
+    stats->set_disk_reads(t->disk_reads);
+    stats->set_disk_read_hits(t->disk_read_hits);
+    stats->set_rows_demoted(t->rows_demoted);
+    stats->set_rows_promoted(t->rows_promoted);
+    stats->set_rows_expired(t->rows_expired);
   }
 }
 
@@ -470,7 +511,9 @@ absl::Status EmbeddingTable::Lookup(absl::string_view table, std::span<const uin
                             ids.size() * dim, " values, not ", out.size()));
   }
   for (uint64_t id : ids) PST_RETURN_IF_ERROR(CheckShard(e, id, "looked-up"));
-  for (size_t i = 0; i < ids.size(); ++i) ReadRow(e, ids[i], out.subspan(i * dim, dim));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PST_RETURN_IF_ERROR(ReadRow(e, ids[i], out.subspan(i * dim, dim)));
+  }
   return absl::OkStatus();
 }
 
@@ -478,7 +521,8 @@ int64_t EmbeddingTable::AnswerBytes(const EmbeddingRows& rows, DType dtype) cons
   return IdCount(rows.ids()) * int64_t{dim(rows.table())} * DTypeBytes(dtype);
 }
 
-void EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype, char* out) const {
+absl::Status EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype,
+                                        char* out) const {
   const Embedding& table = *tables_[Find(rows.table())];
   const size_t dim = table.dim();
   const size_t row_bytes = dim * DTypeBytes(dtype);
@@ -496,13 +540,19 @@ void EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype, char* ou
     const uint64_t id = RowId(rows.ids(), i);
     const int64_t row = found[i];
     std::span<const float> values = initial;
-    if (row < 0) {
-      InitialRow(table.key, id, table.config.init_scale(), initial);
-    } else {
+    if (row >= 0) {
+      ++table.lookups_in_memory;
       values = table.rows.values(row);
+    } else {
+      bool cold = false;
+      if (table.tiered()) {
+        PST_ASSIGN_OR_RETURN(cold, ReadCold(table, id, initial));
+      }
+      if (!cold) InitialRow(table.key, id, table.config.init_scale(), initial);
     }
     EncodeValuesTo(values, dtype, out + i * row_bytes);
   }
+  return absl::OkStatus();
 }
 
 absl::Status EmbeddingTable::AnswerPull(const PullRequest& pull, PullResponse* response) const {
@@ -513,7 +563,7 @@ absl::Status EmbeddingTable::AnswerPull(const PullRequest& pull, PullResponse* r
     out->set_dtype(pull.dtype());
     std::string* data = out->mutable_data();
     data->resize(AnswerBytes(rows, pull.dtype()));
-    EncodeRows(rows, pull.dtype(), data->data());
+    PST_RETURN_IF_ERROR(EncodeRows(rows, pull.dtype(), data->data()));
   }
   return absl::OkStatus();
 }

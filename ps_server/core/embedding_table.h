@@ -10,14 +10,31 @@
 // on the shard its id hashes to (placement/row_placement.h); this shard
 // refuses a push or pull of another shard's id.
 //
-// Bounds. Each table holds at most max_rows_per_shard rows here. Past it
-// (when_full, proto/config.proto) a new row evicts the least recently
-// updated row (sampled LRU, counted in rows_evicted; at most
+// Bounds. Each table holds at most its row limit in RAM here:
+// max_rows_per_shard, or fewer under storage.memory_bytes (a budget over
+// the bytes of one row: Embedding::RowLimit). Past it, without a disk tier
+// (when_full, proto/config.proto), a new row evicts the least recently
+// updated row (sampled LRU, or LFU by the rows' update counts with
+// storage.hot_set; counted in rows_evicted; at most
 // EvictionsPerUpdate per update, never a row the update trains), or is
 // refused (its gradient dropped and counted in rows_refused; the rest of
 // the push applies). rows_admitted counts the rows created. All three are
 // in Stats and checkpoints; recency is not checkpointed (restored rows
 // count as updated at the checkpoint).
+//
+// Tiers. With storage.disk, RAM is a cache of the table (disk_rows.h
+// holds the rest): an update first makes its rows resident (Admit, in
+// embedding_tiers.cc), reading a row it trains from disk and promoting it
+// whole (values, optimizer state, update count), and demoting as many
+// least recently used rows (sampled as the eviction's) as the row limit
+// asks, all in one atomic disk write; only then does it stage, so a
+// failed write fails the update with nothing lost. RAM holds at most the
+// row limit, or one update's own rows when they alone are more; no row is
+// ever refused or dropped. A pull reads RAM, then the disk. Demotion and
+// promotion copy every bit, so a tiered table trains bitwise as the same
+// table all in RAM. A promotion that a Discard undoes stays in RAM (the
+// table's contents are the same either way). storage.ttl_steps expires
+// rows untouched for that many of the table's updates, from both tiers.
 //
 // Optimizers. Each table has its own rule (its spec's, else the job's),
 // applied per row by the dense rules of ps_server/optimizers/optimizer.h on the row's
@@ -37,8 +54,11 @@
 // SYNC push need not carry rows of every table (require_all is for the
 // dense table). Each row is staged at most once per update.
 //
-// Checkpoints. Export writes every table's spec, seed, rows, state and
-// counters (Capture: from a copy-on-write view, after the shard's lock);
+// Checkpoints. Export writes every table's spec, seed, rows (RAM's, then
+// the disk tier's in id order), state and counters (Capture: from a
+// copy-on-write view of RAM and a RocksDB snapshot of the disk, taken
+// under the shard's lock and read after it); a restored tiered table
+// takes the first row-limit rows into RAM and the rest to disk.
 // Restore takes them back whole or not at all. A checkpoint restores only
 // onto the shard count that wrote it: rows are placed by hash modulo the
 // shard count, so with another count most rows would belong to other
@@ -49,10 +69,13 @@
 //
 // Thread-safety: as Table's. Pull reads (CheckPull, Lookup, AnswerPull,
 // EncodeRows) read committed rows and need the same exclusion as Commit:
-// the caller holds the shard's lock.
+// the caller holds the shard's lock. The disk tier's reads and writes run
+// there too; a prefetch of a coming step's cold rows (ColdIds) could read
+// them on another thread (DiskRows::Get is thread-safe).
 #ifndef PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_
 #define PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -66,6 +89,7 @@
 #include "config.pb.h"
 #include "ps.pb.h"
 #include "ps_server/optimizers/optimizer.h"
+#include "ps_server/core/disk_rows.h"
 #include "ps_server/core/row_step.h"
 #include "ps_server/core/row_store.h"
 #include "ps_server/core/table.h"
@@ -82,6 +106,8 @@ struct EmbeddingTableOptions {
   uint64_t seed = 0;
   // training.optimizer: the rule of a table whose spec names none.
   OptimizerConfig optimizer;
+  // For tests: handed to every disk tier (DiskRowsOptions::fail_writes).
+  std::shared_ptr<std::atomic<bool>> disk_fail_writes;
 };
 
 class EmbeddingTable final : public Table {
@@ -94,7 +120,10 @@ class EmbeddingTable final : public Table {
   int64_t parameter_bytes() const override;
   // Creates the tables `request.embeddings()` declares (none is fine: a
   // model without embeddings). InvalidArgument, and no change, for a spec
-  // ResolveEmbeddingTables (common/embedding_config.h) refuses.
+  // ResolveEmbeddingTables (common/embedding_config.h) refuses. With a
+  // disk tier among them, the tables of an earlier Initialize are dropped
+  // first (their directories are the new tiers'); INTERNAL when a tier
+  // cannot be opened.
   absl::Status Initialize(const InitRequest& request) override;
   // Checks `push.rows()`: each names a known table, once; ids are 8 bytes
   // each, unique within the part and all of this shard; data holds
@@ -130,6 +159,13 @@ class EmbeddingTable final : public Table {
 
   // The row width of `table`; 0 when there is no such table.
   int dim(absl::string_view table) const;
+  // The rows `table` holds in RAM at most (Bounds above); 0 when there is
+  // no such table.
+  int64_t row_limit(absl::string_view table) const;
+  // The ids of `ids` that `table` does not hold in RAM: what a prefetch of
+  // a coming step would read from the disk tier ahead of it (empty for a
+  // table without one).
+  std::vector<uint64_t> ColdIds(absl::string_view table, std::span<const uint64_t> ids) const;
 
   // Checks `pull.rows()`: known tables, each once, 8 bytes per id, every
   // id of this shard, a known dtype. InvalidArgument naming the table and
@@ -139,7 +175,8 @@ class EmbeddingTable final : public Table {
   // The values of `table`'s rows `ids` into `out` (ids.size() x dim,
   // row after row): a row's committed values, or its initial value when
   // it has none (nothing is stored). InvalidArgument for an unknown table,
-  // an id of another shard or `out` of another size.
+  // an id of another shard or `out` of another size; INTERNAL when the
+  // disk tier cannot be read.
   absl::Status Lookup(absl::string_view table, std::span<const uint64_t> ids,
                       std::span<float> out) const;
   // Appends to response->rows() the answer to each of pull.rows(), in
@@ -148,8 +185,9 @@ class EmbeddingTable final : public Table {
   // Bytes the values of `rows` (checked by CheckPull) take as `dtype`,
   // and the values themselves written to `out`, which has that many: for a
   // caller that lays the answer out itself (e.g. in a shared region).
+  // INTERNAL when the disk tier cannot be read.
   int64_t AnswerBytes(const EmbeddingRows& rows, DType dtype) const;
-  void EncodeRows(const EmbeddingRows& rows, DType dtype, char* out) const;
+  absl::Status EncodeRows(const EmbeddingRows& rows, DType dtype, char* out) const;
 
  private:
   struct Embedding;
@@ -171,12 +209,25 @@ class EmbeddingTable final : public Table {
   // Drops `table`'s least recently used row (sampled), never one touched
   // at `tick`; false if none was found.
   static bool EvictOne(Embedding& table, int64_t tick);
+  // Opens `table`'s disk tier, if its spec names one, under
+  // <disk>/<table>-shard<i>.
+  absl::Status OpenDisk(Embedding& table) const;
+  // Before an update stages `ids` (embedding_tiers.cc): expires rows past
+  // the TTL, then, in a tiered table, promotes the ids the disk holds and
+  // demotes rows the update does not train until RAM has room for the
+  // update's new rows. On failure nothing has changed.
+  absl::Status Admit(Embedding& table, std::span<const uint64_t> ids);
+  absl::Status Expire(Embedding& table);
+  // Writes the rows of `in` past the table's row limit to its disk tier.
+  static absl::Status SpillRestored(Embedding& table, const ShardCheckpoint::Embedding& in);
+  // Row `id`'s values from the disk tier into `out`; false if not there.
+  absl::StatusOr<bool> ReadCold(const Embedding& table, uint64_t id, std::span<float> out) const;
   absl::Status StageRows(Embedding& table, std::span<const uint64_t> ids,
                          std::span<const float> gradients, const UpdateSettings& settings);
   // Table t's mean rows of the step, into ids_scratch_ and rows_scratch_.
   void StepMean(size_t t);
   // Copies row `id`'s committed or initial values to `out`.
-  void ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const;
+  absl::Status ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const;
   // Takes `tables` as the shard's tables and empties the step.
   void Adopt(std::vector<std::unique_ptr<Embedding>> tables);
 
@@ -194,6 +245,8 @@ class EmbeddingTable final : public Table {
   std::vector<uint64_t> ids_scratch_;
   std::vector<float> rows_scratch_;
   std::vector<int64_t> found_scratch_;
+  // A row read from disk, kept warm between reads.
+  mutable DiskRow cold_scratch_;
 };
 
 }  // namespace pst

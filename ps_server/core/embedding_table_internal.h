@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "ps_server/core/disk_rows.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table.h"
 
@@ -28,23 +29,67 @@ struct EmbeddingTable::Embedding {
         optimizer(std::move(rule)),
         seed(seed),
         key(TableInitKey(seed, config.name())),
-        rows(config.dim(), optimizer->SlotsPerParameter()) {}
+        rows(config.dim(), optimizer->SlotsPerParameter()),
+        row_limit(RowLimit(config, record_floats())) {}
 
   int dim() const { return config.dim(); }
   size_t slot_floats() const {
     return static_cast<size_t>(optimizer->SlotsPerParameter()) * config.dim();
   }
   size_t record_floats() const { return config.dim() + slot_floats(); }
+  bool tiered() const { return disk != nullptr; }
+  // Whether the spec names a disk tier (open or not yet).
+  bool tiered_spec() const { return !config.storage().disk().empty(); }
+  int64_t ttl() const { return config.storage().ttl_steps(); }
+  // Whether row `a` should leave RAM before row `b` (TableStorage.hot_set):
+  // the less recently updated, or the less often updated, then the less
+  // recently.
+  bool Colder(int64_t a, int64_t b) const {
+    if (config.storage().hot_set() == TableStorage::LEAST_FREQUENTLY_USED &&
+        rows.updates(a) != rows.updates(b)) {
+      return rows.updates(a) < rows.updates(b);
+    }
+    return rows.touched(a) < rows.touched(b);
+  }
+
+  // Bytes one row takes in RAM: its record (values, slots, update count
+  // and tick), its id in its block, and its index entry (an id, a row
+  // number and a control byte) at the index's lowest load after growing
+  // (about half full), so a table never outgrows its budget by more than
+  // a block of rows.
+  static int64_t RowBytes(size_t record_floats) {
+    constexpr int64_t kIndexEntry = sizeof(uint64_t) + sizeof(uint32_t) + 1;
+    return static_cast<int64_t>(record_floats * sizeof(float)) + 2 * int64_t{sizeof(int64_t)} +
+           int64_t{sizeof(uint64_t)} + 2 * kIndexEntry;
+  }
+  // The rows RAM holds: max_rows_per_shard, or fewer under memory_bytes
+  // (at least 1).
+  static int64_t RowLimit(const EmbeddingTableConfig& config, size_t record_floats) {
+    const int64_t budget = config.storage().memory_bytes();
+    if (budget <= 0) return config.max_rows_per_shard();
+    return std::clamp<int64_t>(budget / RowBytes(record_floats), 1, config.max_rows_per_shard());
+  }
 
   const EmbeddingTableConfig config;
   const std::unique_ptr<Optimizer> optimizer;
   const uint64_t seed;
   const uint64_t key;
   RowStore rows;
+  const int64_t row_limit;
+  // The disk tier (storage.disk), or null: then a row past the limit is
+  // evicted or refused.
+  std::unique_ptr<DiskRows> disk;
   int64_t updates = 0;
   int64_t rows_admitted = 0;
   int64_t rows_refused = 0;
   int64_t rows_evicted = 0;
+  int64_t rows_demoted = 0;
+  int64_t rows_promoted = 0;
+  int64_t rows_expired = 0;
+  // Row reads; pulls count too, under the shard's lock as every call.
+  mutable int64_t lookups_in_memory = 0;
+  mutable int64_t disk_reads = 0;
+  mutable int64_t disk_read_hits = 0;
   // Draws the rows an eviction looks at: a sequence fixed by the table and
   // the update (eviction_tick), so that SYNC runs stay bitwise
   // reproducible.
@@ -79,6 +124,15 @@ inline absl::Status CheckIdBytes(const EmbeddingRows& rows) {
                                               " bytes, not a multiple of 8 (uint64 each)"));
   }
   return absl::OkStatus();
+}
+
+// splitmix64: a cheap, well-mixed sequence from a counter (the draws of
+// the sampled LRU).
+inline uint64_t NextDraw(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
 }
 
 inline bool AllFinite(std::span<const float> values) {

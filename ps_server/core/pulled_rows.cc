@@ -21,7 +21,7 @@ int64_t PulledRows::reply_bytes() const {
   return bytes;
 }
 
-void PulledRows::AnswerTo(PullResponse* response) const {
+absl::Status PulledRows::AnswerTo(PullResponse* response) const {
   const DType dtype = request_.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request_.dtype();
   for (const EmbeddingRows& rows : request_.rows()) {
     EmbeddingRows* out = response->add_rows();
@@ -29,8 +29,9 @@ void PulledRows::AnswerTo(PullResponse* response) const {
     out->set_dtype(dtype);
     std::string* data = out->mutable_data();
     data->resize(static_cast<size_t>(table_.AnswerBytes(rows, dtype)));
-    table_.EncodeRows(rows, dtype, data->data());
+    if (absl::Status s = table_.EncodeRows(rows, dtype, data->data()); !s.ok()) return s;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace pst

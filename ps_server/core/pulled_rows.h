@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "ps.pb.h"
 #include "ps_server/core/embedding_table.h"
 
@@ -25,8 +26,9 @@ class PulledRows {
   int64_t reply_bytes() const;
   // Appends to response->rows() one EmbeddingRows per table the pull
   // names, in its order: the table, the pull's dtype, and the values of
-  // its ids, row after row, in the pull's order (no ids).
-  void AnswerTo(PullResponse* response) const;
+  // its ids, row after row, in the pull's order (no ids). INTERNAL when a
+  // table's disk tier cannot be read.
+  absl::Status AnswerTo(PullResponse* response) const;
 
  private:
   const PullRequest& request_;

@@ -81,6 +81,7 @@ class RowStore {
   // count, so that marking costs no cache miss of its own. Not one of the
   // row's contents a view or a checkpoint reads.
   void set_tick(int64_t tick) { tick_ = tick; }
+  int64_t tick() const { return tick_; }
   int64_t touched(int64_t row) const { return CountIn(record(row), width() + kCountFloats); }
 
   uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }

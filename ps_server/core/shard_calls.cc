@@ -45,7 +45,7 @@ absl::Status Pull(ParameterShard& shard, const PullRequest& request, absl::Time 
         for (const Variable* v : variables) {
           EncodeTensor(v->name, v->shape, *v->values, response->add_variables(), request.dtype());
         }
-        rows.AnswerTo(response);
+        answer = rows.AnswerTo(response);
       }));
   return answer;
 }

@@ -18,7 +18,8 @@ ShardTables::ShardTables(const ShardOptions& options, std::unique_ptr<Optimizer>
                                       .num_shards = options.num_shards,
                                       .num_workers = options.num_workers,
                                       .seed = options.seed,
-                                      .optimizer = options.optimizer})),
+                                      .optimizer = options.optimizer,
+                                      .disk_fail_writes = nullptr})),
       dense_(new DenseTable(std::move(optimizer), options.num_workers)) {
   tables_.push_back(std::unique_ptr<Table>(embeddings_));
   tables_.push_back(std::unique_ptr<Table>(dense_));

@@ -311,7 +311,7 @@ void ExchangeCall::TurnWoken() {
 void ExchangeCall::Pull() {
   std::shared_ptr<PullPayload> payload = r_.payloads->Take();
   const DType dtype = AnswerDType(asks_.pull);
-  absl::Status too_large;
+  absl::Status unanswerable;
   const ParameterShard::PullVisitor visit = [&](int64_t version,
                                                 const std::vector<const Variable*>& named,
                                                 const PulledRows& rows) {
@@ -322,11 +322,11 @@ void ExchangeCall::Pull() {
     // region, whose bounds hold it. Rows are encoded into the answer's
     // header, on either path.
     const bool encoded = !asks_.shared && DTypeBytes(dtype) != sizeof(float);
-    too_large =
+    unanswerable =
         CheckPullReply(encoded ? variables : kNone, rows, dtype, r_.limits->max_reply_bytes);
-    if (!too_large.ok()) return;
+    if (!unanswerable.ok()) return;
     CapturePull(version, variables, dtype, payload.get());
-    rows.AnswerTo(&payload->header);
+    unanswerable = rows.AnswerTo(&payload->header);  // a disk tier's read error, if any
   };
   absl::StatusOr<ParameterShard::WaitId> waited;
   const Parking parking = Park(Wait::kShard, [&]() -> uint64_t {
@@ -343,7 +343,10 @@ void ExchangeCall::Pull() {
     payload->values.clear();  // nothing captured may stay pinned
     return End(waited.status());
   }
-  if (!too_large.ok()) return End(too_large);
+  if (!unanswerable.ok()) {
+    payload->values.clear();
+    return End(unanswerable);
+  }
   Answer(payload);
 }
 

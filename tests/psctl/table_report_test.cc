@@ -41,6 +41,27 @@ TEST(EmbeddingTableReportTest, IsEmptyWithoutTables) {
   EXPECT_EQ(EmbeddingTableReport(std::vector<StatsResponse>(3)), "");
 }
 
+TEST(TableTierReportTest, ShowsTheTiersOfTablesThatHaveThem) {
+  std::vector<StatsResponse> shards(2);
+  *shards[0].add_embeddings() = Table("item", 20, 0);  // all in RAM: no line
+  EmbeddingTableStats user = Table("user", 1000, 0);
+  user.set_rows_in_memory(400);
+  user.set_rows_on_disk(600);
+  user.set_disk_bytes(123456);
+  user.set_lookups_in_memory(750);
+  user.set_disk_reads(250);
+  user.set_rows_demoted(900);
+  user.set_rows_promoted(300);
+  user.set_rows_expired(4);
+  *shards[1].add_embeddings() = user;
+  const std::string report = TableTierReport(shards);
+  EXPECT_THAT(report, HasSubstr("hit_rate"));
+  EXPECT_THAT(report,
+              ::testing::ContainsRegex("user +ps:1 +400 +600 +123456 +75.0% +900 +300 +4\n"));
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 2);
+  EXPECT_EQ(TableTierReport(std::vector<StatsResponse>(1)), "");
+}
+
 // Each shard's refusals on a line of its own, region handoffs included.
 TEST(RefusalReportTest, ShowsEachShardsRefusals) {
   std::vector<StatsResponse> shards(2);

@@ -289,7 +289,7 @@ TEST(ParameterShardEmbeddingTest, APullOfRowsAtAMinVersionWaitsForTheStep) {
       [&](int64_t version, const std::vector<const Variable*>&, const PulledRows& rows) {
         seen_version = version;
         PullResponse answer;
-        rows.AnswerTo(&answer);
+        EXPECT_TRUE(rows.AnswerTo(&answer).ok());
         seen.resize(answer.rows(0).data().size() / sizeof(float));
         DecodeValues(answer.rows(0).data(), FLOAT32, seen);
       };

@@ -3,6 +3,10 @@
 // or embedding table, with the worker or the table.
 #include "ps_server/service/ps_metrics.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -100,6 +104,44 @@ TEST(ShardMetricsTest, EachEmbeddingTableIsASeriesLabelledWithIt) {
   EXPECT_THAT(text,
               HasSubstr("\npst_ps_table_rows_refused_total{shard=\"0\",table=\"items\",task=\"ps:0\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_table_bytes gauge\n"));
+}
+
+// A tiered table's tiers and moves.
+TEST(ShardMetricsTest, ATablesTiersAreSeries) {
+  metrics::Exposition exposition;
+  exposition.Add(ShardStatsMetrics({{"task", "ps:0"}, {"shard", "0"}}, [] {
+    StatsResponse stats;
+    EmbeddingTableStats* table = stats.add_embeddings();
+    table->set_table("users");
+    table->set_rows_in_memory(4);
+    table->set_rows_on_disk(30);
+    table->set_disk_bytes(4096);
+    table->set_lookups_in_memory(11);
+    table->set_disk_reads(5);
+    table->set_disk_read_hits(3);
+    table->set_rows_demoted(40);
+    table->set_rows_promoted(10);
+    table->set_rows_expired(2);
+    return stats;
+  }));
+  const std::string text = exposition.Render();
+  const std::string labels = "{shard=\"0\",table=\"users\",task=\"ps:0\"} ";
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"pst_ps_table_rows_in_memory", "4"},
+      {"pst_ps_table_rows_on_disk", "30"},
+      {"pst_ps_table_disk_bytes", "4096"},
+      {"pst_ps_table_lookups_in_memory_total", "11"},
+      {"pst_ps_table_disk_reads_total", "5"},
+      {"pst_ps_table_disk_read_hits_total", "3"},
+      {"pst_ps_table_rows_demoted_total", "40"},
+      {"pst_ps_table_rows_promoted_total", "10"},
+      {"pst_ps_table_rows_expired_total", "2"}};
+  for (const auto& [name, value] : expected) {
+    SCOPED_TRACE(name);
+    EXPECT_THAT(text, HasSubstr("\n" + name + labels + value + "\n"));
+  }
+  EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_table_rows_on_disk gauge\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_table_rows_demoted_total counter\n"));
 }
 
 }  // namespace

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""The share of an embedding table's row reads that RAM answers under each hot-set
+policy, simulated over Criteo-format click data (the CTR generator's, Zipf).
+
+    build/bin/ctr_datagen --train_file=/tmp/ctr_train.tsv --test_file=/tmp/ctr_test.tsv
+    head -100000 /tmp/ctr_train.tsv > /tmp/ctr_100k.tsv
+    /usr/bin/python3 benchmarks/hot_set.py /tmp/ctr_100k.tsv \\
+        lru,sampled_lru,sampled_lfu,lfu 0.05,0.10,0.25
+
+Per SYNC step (2 workers x 256 examples) the step's unique (field, value)
+rows are read: a row RAM holds is a hit, a row seen before that RAM does not
+hold is a disk read; new rows are neither. After the step every row of it is
+in RAM (as EmbeddingTable::Admit leaves them), and the policy takes rows out
+down to the capacity (a share of the rows seen), never one of the step's:
+exact LRU, sampled LRU (the oldest of 8 drawn, as the PS's), sampled LFU
+(the fewest updates of 8 drawn, oldest on ties: storage.hot_set's LFU), and
+exact LFU (counts over the whole run). Prints one line per capacity."""
+import collections, heapq, random, sys
+lines = open(sys.argv[1]).read().split("\n")
+B = 512
+steps = []
+for i in range(0, len(lines), B):
+    keys = set()
+    for line in lines[i:i + B]:
+        cols = line.split("\t")
+        if len(cols) < 40: continue
+        for f, v in enumerate(cols[14:40]):
+            if v: keys.add((f, v))
+    steps.append(list(keys))
+distinct = len({k for s in steps for k in s})
+reads = sum(len(s) for s in steps)
+print(f"{len(steps)} steps, {reads} row reads, {distinct} distinct rows", flush=True)
+
+def run(policy, cap, seed=1):
+    rng = random.Random(seed)
+    held = collections.OrderedDict()  # key -> last step touched, oldest first
+    freq = collections.Counter()
+    heap = []                          # LFU: (freq, last, key), lazily invalid
+    rows, pos = [], {}                 # sampled LRU: dense rows
+    seen = set()
+    hits = misses = 0
+    for t, keys in enumerate(steps):
+        for k in keys:
+            if k in held: hits += 1
+            elif k in seen: misses += 1
+        for k in keys:
+            seen.add(k); freq[k] += 1
+            if k not in held:
+                pos[k] = len(rows); rows.append(k)
+            held[k] = t; held.move_to_end(k)
+            if policy == "lfu": heapq.heappush(heap, (freq[k], t, k))
+        excess = len(held) - cap
+        victims = []
+        if excess > 0 and policy == "lru":
+            for k, v in held.items():
+                if len(victims) == excess or v == t: break
+                victims.append(k)
+        elif excess > 0 and policy == "lfu":
+            # Least frequently read (over the whole run), oldest first on ties;
+            # entries of this step's rows go back once the victims are found.
+            kept = []
+            while len(victims) < excess and heap:
+                entry = heapq.heappop(heap)
+                f, v, k = entry
+                if k not in held or held[k] != v or freq[k] != f:
+                    continue  # stale: the row was read again, or left
+                if v == t:
+                    kept.append(entry)
+                else:
+                    victims.append(k)
+            for entry in kept:
+                heapq.heappush(heap, entry)
+        elif excess > 0 and policy == "sampled_lfu":
+            # The fewest updates of 8 drawn (the row's own update count, which
+            # the PS keeps with the row in both tiers), oldest first on ties.
+            chosen = set()
+            while len(victims) < excess:
+                best = None
+                for r in range(4):
+                    for _ in range(8):
+                        k = rows[rng.randrange(len(rows))]
+                        if held[k] < t and k not in chosen and (
+                                best is None or (freq[k], held[k]) < (freq[best], held[best])):
+                            best = k
+                    if best is not None: break
+                if best is None:
+                    best = next(k for k in rows if held[k] < t and k not in chosen)
+                chosen.add(best); victims.append(best)
+        elif excess > 0:  # sampled LRU, oldest of 8 drawn (4 rounds), as EmbeddingTable::Admit
+            chosen = set()
+            while len(victims) < excess:
+                best = None
+                for r in range(4):
+                    for _ in range(8):
+                        k = rows[rng.randrange(len(rows))]
+                        if held[k] < t and k not in chosen and (best is None or held[k] < held[best]):
+                            best = k
+                    if best is not None: break
+                if best is None:
+                    best = next(k for k in rows if held[k] < t and k not in chosen)
+                chosen.add(best); victims.append(best)
+        for k in victims:
+            del held[k]
+            i = pos.pop(k); last = rows.pop()
+            if last != k: rows[i] = last; pos[last] = i
+        assert len(held) <= max(cap, len(keys)), (policy, len(held), cap)
+    return hits, misses
+
+for frac in [float(f) for f in sys.argv[3].split(",")]:
+    cap = int(distinct * frac)
+    out = []
+    for policy in sys.argv[2].split(","):
+        h, m = run(policy, cap)
+        out.append(f"{policy} {100.0 * h / (h + m):.1f}% ({m} disk reads)")
+    print(f"RAM {frac:.0%} of rows ({cap}): " + ", ".join(out), flush=True)

@@ -1,0 +1,267 @@
+#include "ps_server/core/disk_rows.h"
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace pst {
+
+// The value layout copies floats and int64s as they lie in memory.
+static_assert(std::endian::native == std::endian::little,
+              "the disk tier stores little-endian numbers as they lie in memory");
+
+namespace {
+
+constexpr size_t kHeaderBytes = 2 * sizeof(int64_t);
+
+// Big-endian, so that iteration (and a checkpoint's disk rows) go in id
+// order.
+std::string Key(uint64_t id) {
+  std::string key(sizeof(id), '\0');
+  for (int i = 0; i < 8; ++i) key[i] = static_cast<char>(id >> (56 - 8 * i));
+  return key;
+}
+
+uint64_t IdOf(const rocksdb::Slice& key) {
+  uint64_t id = 0;
+  for (size_t i = 0; i < sizeof(id) && i < key.size(); ++i) {
+    id = (id << 8) | static_cast<unsigned char>(key[i]);
+  }
+  return id;
+}
+
+std::string Value(std::span<const float> record, int64_t updates, int64_t touched) {
+  std::string value(kHeaderBytes + record.size_bytes(), '\0');
+  std::memcpy(value.data(), &updates, sizeof(updates));
+  std::memcpy(value.data() + sizeof(updates), &touched, sizeof(touched));
+  std::memcpy(value.data() + kHeaderBytes, record.data(), record.size_bytes());
+  return value;
+}
+
+bool ParseValue(const rocksdb::Slice& value, size_t record_floats, DiskRow* row) {
+  if (value.size() != kHeaderBytes + record_floats * sizeof(float)) return false;
+  std::memcpy(&row->updates, value.data(), sizeof(row->updates));
+  std::memcpy(&row->touched, value.data() + sizeof(row->updates), sizeof(row->touched));
+  row->record.resize(record_floats);
+  std::memcpy(row->record.data(), value.data() + kHeaderBytes, record_floats * sizeof(float));
+  return true;
+}
+
+// A writable file that fails every write while *fail is set, as on a full
+// disk: the test's stand-in for a device that runs out of room.
+class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FailingFile(std::unique_ptr<rocksdb::FSWritableFile> file,
+              std::shared_ptr<std::atomic<bool>> fail)
+      : FSWritableFileOwnerWrapper(std::move(file)), fail_(std::move(fail)) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+    if (fail_->load()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    return FSWritableFileOwnerWrapper::Append(data, options, dbg);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           const rocksdb::DataVerificationInfo& info,
+                           rocksdb::IODebugContext* dbg) override {
+    if (fail_->load()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    return FSWritableFileOwnerWrapper::Append(data, options, info, dbg);
+  }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> fail_;
+};
+
+class FailingFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FailingFileSystem(std::shared_ptr<std::atomic<bool>> fail)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), fail_(std::move(fail)) {}
+  const char* Name() const override { return "PstFailingFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* file,
+                                    rocksdb::IODebugContext* dbg) override {
+    if (fail_->load()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    std::unique_ptr<rocksdb::FSWritableFile> real;
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, &real, dbg);
+    if (s.ok()) *file = std::make_unique<FailingFile>(std::move(real), fail_);
+    return s;
+  }
+
+ private:
+  const std::shared_ptr<std::atomic<bool>> fail_;
+};
+
+}  // namespace
+
+struct DiskRows::Db {
+  ~Db() { delete db; }  // before the env it writes through
+  std::unique_ptr<rocksdb::Env> env;  // only with injected faults
+  rocksdb::DB* db = nullptr;
+  size_t record_floats = 0;
+  std::string name;
+};
+
+DiskRows::DiskRows(DiskRowsOptions options, std::shared_ptr<Db> db)
+    : options_(std::move(options)), db_(std::move(db)) {}
+
+DiskRows::~DiskRows() = default;
+
+absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options) {
+  auto failed = [&](absl::string_view what) {
+    return absl::InternalError(absl::StrCat(options.name, ": cannot open its disk tier in ",
+                                            options.dir, ": ", what));
+  };
+  // The tier caches rows of this process only; what an earlier process
+  // left is stale (a restore refills the tier from the checkpoint).
+  std::error_code error;
+  std::filesystem::remove_all(options.dir, error);
+  if (error) return failed(absl::StrCat("removing its old files: ", error.message()));
+  std::filesystem::create_directories(options.dir, error);
+  if (error) return failed(error.message());
+
+  auto db = std::make_shared<Db>();
+  db->record_floats = options.record_floats;
+  db->name = options.name;
+  rocksdb::Options rocks;
+  rocks.create_if_missing = true;
+  rocks.error_if_exists = true;
+  // Floats compress little; the CPU is the training's.
+  rocks.compression = rocksdb::kNoCompression;
+  // RAM outside the table's budget: two memtables of 8 MiB and a block
+  // cache of 8 MiB, so that a tiny budget stays small.
+  rocks.write_buffer_size = 8 << 20;
+  rocks.max_write_buffer_number = 2;
+  rocks.keep_log_file_num = 2;
+  // The write-ahead log is never replayed (Open empties the tier), so a
+  // write whose log append failed (a full disk) needs no stop of the
+  // database: the write fails, nothing of it is applied, and the next
+  // write goes on once there is room. A failed flush or compaction still
+  // stops writes, until Resume (Write) or RocksDB's own recovery.
+  rocks.paranoid_checks = false;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(8 << 20);
+  // A pull of an id never trained asks the tier too; the filter answers
+  // most such misses without reading a block.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  rocks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  if (options.fail_writes != nullptr) {
+    db->env = rocksdb::NewCompositeEnv(std::make_shared<FailingFileSystem>(options.fail_writes));
+    rocks.env = db->env.get();
+  }
+  rocksdb::Status s = rocksdb::DB::Open(rocks, options.dir, &db->db);
+  if (!s.ok()) return failed(s.ToString());
+  return std::unique_ptr<DiskRows>(new DiskRows(std::move(options), std::move(db)));
+}
+
+int64_t DiskRows::bytes() const {
+  uint64_t sst = 0, memtables = 0;
+  db_->db->GetIntProperty("rocksdb.total-sst-files-size", &sst);
+  db_->db->GetIntProperty("rocksdb.cur-size-all-mem-tables", &memtables);
+  return static_cast<int64_t>(sst + memtables);
+}
+
+absl::StatusOr<bool> DiskRows::Get(uint64_t id, DiskRow* row) const {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s =
+      db_->db->Get(rocksdb::ReadOptions(), db_->db->DefaultColumnFamily(), Key(id), &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat(options_.name, ": cannot read row ", id,
+                                            " from its disk tier in ", options_.dir, ": ",
+                                            s.ToString()));
+  }
+  if (!ParseValue(value, options_.record_floats, row)) {
+    return absl::InternalError(absl::StrCat(options_.name, ": row ", id, " in its disk tier in ",
+                                            options_.dir, " has ", value.size(),
+                                            " bytes, not a row of this table"));
+  }
+  return true;
+}
+
+void DiskRows::Batch::Put(uint64_t id, std::span<const float> record, int64_t updates,
+                          int64_t touched) {
+  puts_.emplace_back(Key(id), Value(record, updates, touched));
+}
+
+void DiskRows::Batch::Delete(uint64_t id) { deletes_.push_back(Key(id)); }
+
+absl::Status DiskRows::Write(const Batch& batch) {
+  if (batch.empty()) return absl::OkStatus();
+  if (write_failed_) {
+    // After an I/O error RocksDB refuses writes until resumed; if the
+    // cause is still there, the write below fails again and says so.
+    db_->db->Resume().PermitUncheckedError();
+  }
+  rocksdb::WriteBatch rows;
+  for (const auto& [key, value] : batch.puts_) rows.Put(key, value);
+  for (const std::string& key : batch.deletes_) rows.Delete(key);
+  rocksdb::Status s = db_->db->Write(rocksdb::WriteOptions(), &rows);
+  if (!s.ok()) {
+    write_failed_ = true;
+    const bool full = s.IsNoSpace() || s.subcode() == rocksdb::Status::kNoSpace;
+    const std::string message =
+        absl::StrCat(options_.name, ": cannot write ", batch.puts(), " row(s) to its disk tier in ",
+                     options_.dir, ": ", s.ToString(),
+                     full ? "; free space there or give the table more memory_bytes"
+                          : "; check the directory's device");
+    return full ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
+  }
+  write_failed_ = false;
+  size_ += static_cast<int64_t>(batch.puts()) - static_cast<int64_t>(batch.deletes());
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status Iterate(rocksdb::DB* db, const rocksdb::Snapshot* snapshot, size_t record_floats,
+                     const std::string& name, DiskRows::Visit visit) {
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot;
+  // A full scan: keep the cache for the rows training reads.
+  read.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
+  DiskRow row;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (!ParseValue(it->value(), record_floats, &row)) {
+      return absl::InternalError(absl::StrCat(name, ": row ", IdOf(it->key()),
+                                              " in its disk tier is not a row of this table"));
+    }
+    visit(IdOf(it->key()), row);
+  }
+  if (!it->status().ok()) {
+    return absl::InternalError(
+        absl::StrCat(name, ": cannot read its disk tier: ", it->status().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DiskRows::ForEach(Visit visit) const {
+  return Iterate(db_->db, nullptr, options_.record_floats, options_.name, visit);
+}
+
+DiskRows::Snapshot DiskRows::TakeSnapshot() const {
+  return Snapshot(db_, db_->db->GetSnapshot(), size_);
+}
+
+DiskRows::Snapshot::~Snapshot() {
+  // A moved-from snapshot holds nothing.
+  if (db_ != nullptr) db_->db->ReleaseSnapshot(static_cast<const rocksdb::Snapshot*>(snapshot_));
+}
+
+absl::Status DiskRows::Snapshot::ForEach(Visit visit) const {
+  return Iterate(db_->db, static_cast<const rocksdb::Snapshot*>(snapshot_), db_->record_floats,
+                 db_->name, visit);
+}
+
+}  // namespace pst

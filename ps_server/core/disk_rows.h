@@ -1,0 +1,140 @@
+// The disk tier of one embedding table on one shard: the rows that do not
+// fit in RAM, each with its optimizer state, update count and recency, in
+// a RocksDB database of its own (no second storage engine of ours).
+//
+// A row is a fixed-layout value keyed by its id: the update count and the
+// tick it was last touched at (int64 each), then its record (values, then
+// optimizer slots), every number little-endian and bit exact, so a row
+// that goes to disk and back is the row it was. The tier is a cache of the
+// table, not its checkpoint: Open empties the directory a previous
+// process left, and checkpoints read the rows through a Snapshot.
+//
+// Counting. size() is exact without asking RocksDB, because the owner
+// keeps one rule: it Puts only an id the store does not hold, and Deletes
+// only one it does (a row lives in exactly one tier).
+//
+// Errors. Write is atomic (one RocksDB WriteBatch): on failure nothing of
+// the batch is stored, and the status (RESOURCE_EXHAUSTED for a full disk,
+// INTERNAL otherwise) names the table, the shard and the directory. A
+// later Write first tries to bring the database back (RocksDB stops
+// writing after an I/O error until it is resumed); reads go on meanwhile.
+//
+// Thread-safety: the owner serializes Write and the counters; Get and a
+// Snapshot's ForEach may run on any thread (RocksDB's reads are
+// thread-safe), which is what a prefetch of the next step's rows or a
+// checkpoint written outside the shard's lock needs.
+#ifndef PST_PS_SERVER_CORE_DISK_ROWS_H_
+#define PST_PS_SERVER_CORE_DISK_ROWS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pst {
+
+struct DiskRowsOptions {
+  // The database's directory, created (and emptied) by Open.
+  std::string dir;
+  // Floats per row record: values and optimizer slots.
+  size_t record_floats = 0;
+  // What the errors name, e.g. "embedding table \"t\" shard 0".
+  std::string name;
+  // For tests: while *fail_writes is true, every file write of the
+  // database fails as on a full disk.
+  std::shared_ptr<std::atomic<bool>> fail_writes;
+};
+
+// One row as the disk tier holds it.
+struct DiskRow {
+  int64_t updates = 0;
+  int64_t touched = 0;
+  std::vector<float> record;
+};
+
+class DiskRows {
+  struct Db;
+
+ public:
+  // Removes whatever options.dir holds, creates it, and opens an empty
+  // database there. INTERNAL naming the directory if that fails.
+  static absl::StatusOr<std::unique_ptr<DiskRows>> Open(DiskRowsOptions options);
+  ~DiskRows();
+  DiskRows(const DiskRows&) = delete;
+  DiskRows& operator=(const DiskRows&) = delete;
+
+  const std::string& dir() const { return options_.dir; }
+  size_t record_floats() const { return options_.record_floats; }
+  // Rows held.
+  int64_t size() const { return size_; }
+  // Bytes the database takes: its SST files and memtables.
+  int64_t bytes() const;
+
+  // `id`'s row into *row (record resized to record_floats); false when the
+  // tier does not hold it. INTERNAL for a read error or a malformed value.
+  absl::StatusOr<bool> Get(uint64_t id, DiskRow* row) const;
+
+  // Rows to write at once.
+  class Batch {
+   public:
+    // Stores `id`'s row, which the tier does not hold.
+    void Put(uint64_t id, std::span<const float> record, int64_t updates, int64_t touched);
+    // Drops `id`'s row, which the tier holds.
+    void Delete(uint64_t id);
+    bool empty() const { return puts_.empty() && deletes_.empty(); }
+    size_t puts() const { return puts_.size(); }
+    size_t deletes() const { return deletes_.size(); }
+
+   private:
+    friend class DiskRows;
+    std::vector<std::pair<std::string, std::string>> puts_;
+    std::vector<std::string> deletes_;
+  };
+  // Applies `batch` all at once, or nothing of it (see Errors above).
+  absl::Status Write(const Batch& batch);
+
+  using Visit = absl::FunctionRef<void(uint64_t id, const DiskRow& row)>;
+  // Every row held now, in id order. INTERNAL for a read error.
+  absl::Status ForEach(Visit visit) const;
+
+  // The rows as they were when taken (a RocksDB snapshot), readable later
+  // on any thread; it keeps the database open while it lives, and releases
+  // the snapshot when destroyed.
+  class Snapshot {
+   public:
+    Snapshot(Snapshot&&) = default;
+    Snapshot& operator=(Snapshot&&) = delete;
+    ~Snapshot();
+    int64_t size() const { return size_; }
+    absl::Status ForEach(Visit visit) const;
+
+   private:
+    friend class DiskRows;
+    Snapshot(std::shared_ptr<Db> db, const void* snapshot, int64_t size)
+        : db_(std::move(db)), snapshot_(snapshot), size_(size) {}
+    std::shared_ptr<Db> db_;
+    const void* snapshot_;  // a const rocksdb::Snapshot*
+    int64_t size_;
+  };
+  Snapshot TakeSnapshot() const;
+
+ private:
+  DiskRows(DiskRowsOptions options, std::shared_ptr<Db> db);
+
+  const DiskRowsOptions options_;
+  const std::shared_ptr<Db> db_;
+  int64_t size_ = 0;
+  // A write failed: the database may need resuming before the next.
+  bool write_failed_ = false;
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_DISK_ROWS_H_

@@ -1,0 +1,189 @@
+// EmbeddingTable's tiers: the disk tier's opening, an update's admission
+// (promotion and demotion), expiry, and reads of cold rows.
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "ps_server/core/embedding_table.h"
+#include "ps_server/core/embedding_table_internal.h"
+
+namespace pst {
+
+using embedding_internal::NextDraw;
+
+absl::Status EmbeddingTable::OpenDisk(Embedding& table) const {
+  const std::string& disk = table.config.storage().disk();
+  if (disk.empty()) return absl::OkStatus();
+  const std::string name =
+      absl::StrCat("embedding table \"", table.config.name(), "\" shard ", options_.shard);
+  PST_ASSIGN_OR_RETURN(
+      table.disk,
+      DiskRows::Open({.dir = (std::filesystem::path(disk) /
+                              absl::StrCat(table.config.name(), "-shard", options_.shard))
+                                 .string(),
+                      .record_floats = table.record_floats(),
+                      .name = name,
+                      .fail_writes = options_.disk_fail_writes}));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> EmbeddingTable::ReadCold(const Embedding& table, uint64_t id,
+                                              std::span<float> out) const {
+  ++table.disk_reads;
+  PST_ASSIGN_OR_RETURN(bool found, table.disk->Get(id, &cold_scratch_));
+  if (!found) return false;
+  ++table.disk_read_hits;
+  std::copy_n(cold_scratch_.record.begin(), out.size(), out.begin());
+  return true;
+}
+
+std::vector<uint64_t> EmbeddingTable::ColdIds(absl::string_view name,
+                                              std::span<const uint64_t> ids) const {
+  std::vector<uint64_t> cold;
+  const int t = Find(name);
+  if (t < 0 || !tables_[t]->tiered()) return cold;
+  for (uint64_t id : ids) {
+    if (tables_[t]->rows.Find(id) < 0) cold.push_back(id);
+  }
+  return cold;
+}
+
+absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> ids) {
+  if (table.ttl() > 0) PST_RETURN_IF_ERROR(Expire(table));
+  if (!table.tiered()) return absl::OkStatus();
+  // The rows this update trains that RAM holds stay; of the others, those
+  // on disk come up whole, the rest are new.
+  absl::flat_hash_set<int64_t> trained;
+  for (size_t i = 0; i < table.staged_ids.size(); ++i) {  // an earlier part of the update
+    if (table.staged_rows[i] >= 0) trained.insert(table.staged_rows[i]);
+  }
+  std::vector<uint64_t> promoted_ids;
+  std::vector<DiskRow> promoted;
+  int64_t fresh = 0;
+  for (uint64_t id : ids) {
+    if (const int64_t row = table.rows.Find(id); row >= 0) {
+      ++table.lookups_in_memory;
+      trained.insert(row);
+      continue;
+    }
+    ++table.disk_reads;
+    DiskRow cold;
+    PST_ASSIGN_OR_RETURN(bool found, table.disk->Get(id, &cold));
+    if (!found) {
+      ++fresh;
+      continue;
+    }
+    ++table.disk_read_hits;
+    promoted_ids.push_back(id);
+    promoted.push_back(std::move(cold));
+  }
+  // Room for every row coming into RAM (new ones included, which Commit
+  // adds): as many untrained rows as RAM holds past the limit go down,
+  // chosen as the eviction's (the coldest of a few drawn, by hot_set, with
+  // draws fixed by the table and the update, so a run demotes the same
+  // rows every time). When the update's own rows are more than the limit,
+  // every other row goes and RAM holds the update's.
+  const int64_t size = table.rows.size();
+  const int64_t incoming = static_cast<int64_t>(promoted.size()) + fresh + table.staged_new;
+  const int64_t excess = std::min<int64_t>(size + incoming - table.row_limit,
+                                           size - static_cast<int64_t>(trained.size()));
+  std::vector<int64_t> victims;
+  if (excess > 0) {
+    const int64_t tick = table.updates + 1;
+    if (table.eviction_tick != tick) {
+      table.eviction_tick = tick;
+      table.eviction_draws = table.key ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
+    }
+    absl::flat_hash_set<int64_t> chosen;
+    auto eligible = [&](int64_t row) { return !trained.contains(row) && !chosen.contains(row); };
+    constexpr int kSamples = 8;
+    constexpr int kRounds = 4;
+    while (static_cast<int64_t>(victims.size()) < excess) {
+      int64_t victim = -1;
+      for (int round = 0; round < kRounds && victim < 0; ++round) {
+        for (int i = 0; i < kSamples; ++i) {
+          const auto row =
+              static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
+          if (eligible(row) && (victim < 0 || table.Colder(row, victim))) victim = row;
+        }
+      }
+      // Draws that keep hitting trained or chosen rows (a table nearly all
+      // trained by this update): the next eligible row from a drawn start.
+      for (int64_t k = 0, start = static_cast<int64_t>(NextDraw(&table.eviction_draws) %
+                                                      static_cast<uint64_t>(size));
+           victim < 0 && k < size; ++k) {
+        if (eligible((start + k) % size)) victim = (start + k) % size;
+      }
+      chosen.insert(victim);
+      victims.push_back(victim);
+    }
+  }
+  if (victims.empty() && promoted.empty()) return absl::OkStatus();
+  DiskRows::Batch batch;
+  std::vector<float> record(table.record_floats());
+  for (int64_t row : victims) {
+    std::span<const float> values = table.rows.values(row);
+    std::span<const float> slots = table.rows.slots(row);
+    std::copy(values.begin(), values.end(), record.begin());
+    std::copy(slots.begin(), slots.end(), record.begin() + table.dim());
+    batch.Put(table.rows.id(row), record, table.rows.updates(row), table.rows.touched(row));
+  }
+  for (uint64_t id : promoted_ids) batch.Delete(id);
+  // One atomic write: if it fails, RAM and disk are as they were.
+  PST_RETURN_IF_ERROR(table.disk->Write(batch));
+  // Highest first: Remove moves the last row into the hole, and the last
+  // row is then never a victim still to remove.
+  std::sort(victims.begin(), victims.end(), std::greater<>());
+  for (int64_t row : victims) table.rows.Remove(row);
+  table.rows_demoted += static_cast<int64_t>(victims.size());
+  // Rows an earlier part of the update staged may have moved.
+  for (size_t i = 0; i < table.staged_ids.size(); ++i) {
+    if (table.staged_rows[i] >= 0) table.staged_rows[i] = table.rows.Find(table.staged_ids[i]);
+  }
+  // A promoted row keeps its recency until the update trains it.
+  const int64_t tick = table.rows.tick();
+  const size_t dim = table.dim();
+  for (size_t i = 0; i < promoted.size(); ++i) {
+    const std::vector<float>& r = promoted[i].record;
+    table.rows.set_tick(promoted[i].touched);
+    table.rows.Add(promoted_ids[i], {r.data(), dim}, {r.data() + dim, r.size() - dim},
+                   promoted[i].updates);
+  }
+  table.rows.set_tick(tick);
+  table.rows_promoted += static_cast<int64_t>(promoted.size());
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::Expire(Embedding& table) {
+  // Only before an update's first part: removing rows moves others,
+  // which a staged part would have found where they were.
+  if (table.staged) return absl::OkStatus();
+  // Sweeps run at updates that are multiples of the period, a function
+  // of the table's update count alone, so every run expires the same rows
+  // at the same update.
+  const int64_t tick = table.updates + 1;
+  const int64_t period = std::max<int64_t>(1, table.ttl() / 8);
+  if (tick % period != 0) return absl::OkStatus();
+  const int64_t oldest_kept = tick - table.ttl();  // touched before it: untouched for ttl updates
+  if (table.tiered()) {
+    DiskRows::Batch batch;
+    PST_RETURN_IF_ERROR(table.disk->ForEach([&](uint64_t id, const DiskRow& row) {
+      if (row.touched < oldest_kept) batch.Delete(id);
+    }));
+    PST_RETURN_IF_ERROR(table.disk->Write(batch));
+    table.rows_expired += static_cast<int64_t>(batch.deletes());
+  }
+  // Highest first, as in Admit.
+  for (int64_t row = table.rows.size() - 1; row >= 0; --row) {
+    if (table.rows.touched(row) < oldest_kept) {
+      table.rows.Remove(row);
+      ++table.rows_expired;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pst
