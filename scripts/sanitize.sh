@@ -44,7 +44,7 @@ JOBS=${JOBS:-2}
 # Tests whose code runs in this process only, or crosses gRPC only to a
 # server in the same process (training_test runs whole clusters in-process;
 # load_test drives 32 pushing threads against one shard).
-ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test chunk_streams_test rpc_limits_test step_exchange_test ps_client_shm_test training_test load_test connection_gate_test)
+ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test chunk_streams_test rpc_limits_test step_exchange_test ps_client_shm_test training_test load_test connection_gate_test ps_tiers_test)
 # Under TSan only the tests that run no gRPC thread: the concurrent
 # ParameterShard tests (pushers, pullers, stoppers on plain threads against
 # one shard), the Checkpointer's thread, kernels, codecs, configs. gRPC and
@@ -56,7 +56,8 @@ ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core
 # ps.pb.cc), Abseil or libstdc++ code every time, never in ps_server/,
 # worker/, common/ or tests/. Suppressing them would take rules broad enough
 # to hide our own races on gRPC threads, so those tests run under ASan +
-# UBSan only.
+# UBSan only. So does ps_tiers_test: RocksDB (uninstrumented) flushes and
+# compacts on threads of its own.
 TSAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test)
 # The gRPC tests by name, so that a build-tsan/ where training_test or
 # load_test happen to be built still skips them. CompletionDriverTest drives
