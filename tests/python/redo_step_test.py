@@ -9,9 +9,7 @@ refusal and the budget. Skipped when torch is not installed."""
 
 import os
 import sys
-import tempfile
 import threading
-import time
 import unittest
 
 try:
@@ -29,31 +27,35 @@ STEPS_BEFORE, STEPS_AFTER = 3, 2
 
 
 class LogLines:
-    """This process's standard output (where the C++ session logs) into a
-    file while open, for a thread to watch for a line."""
+    """This process's standard output (where the C++ session logs) through a
+    pipe while open: a thread reads it line by line, passes it on, and
+    signals the first line that holds what a waiter looks for."""
+
+    def __init__(self, text):
+        self.text = text
+        self.seen = threading.Event()
 
     def __enter__(self):
-        self.file = tempfile.NamedTemporaryFile(prefix="pstrain-redo-", suffix=".log")
         sys.stdout.flush()
         self.saved = os.dup(1)
-        os.dup2(self.file.fileno(), 1)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 1)
+        os.close(write_end)
+        self.reader = threading.Thread(target=self._read, args=(read_end,))
+        self.reader.start()
         return self
 
-    def __exit__(self, *exc):
-        os.dup2(self.saved, 1)
-        os.close(self.saved)
-        with open(self.file.name) as f:
-            sys.stdout.write(f.read())
-        self.file.close()
+    def _read(self, read_end):
+        with os.fdopen(read_end) as lines:
+            for line in lines:
+                os.write(self.saved, line.encode())
+                if self.text in line:
+                    self.seen.set()
 
-    def wait_for(self, text, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with open(self.file.name) as f:
-                if text in f.read():
-                    return True
-            time.sleep(0.02)
-        return False
+    def __exit__(self, *exc):
+        os.dup2(self.saved, 1)  # the pipe's last writer closes: the reader ends
+        self.reader.join()
+        os.close(self.saved)
 
 
 class RedoStepTest(unittest.TestCase):
@@ -81,9 +83,9 @@ class RedoStepTest(unittest.TestCase):
             self.assertEqual(cluster.stop_shard(), 0)
 
             # The shard comes back once the step, having failed, is rejoining.
-            with LogLines() as log:
+            with LogLines("reconnecting") as log:
                 restarter = threading.Thread(
-                    target=lambda: log.wait_for("reconnecting") and cluster.start_shard())
+                    target=lambda: log.seen.wait(60) and cluster.start_shard())
                 restarter.start()
                 try:
                     compute()
