@@ -70,30 +70,21 @@ def run(policy, cap, seed=1):
                     victims.append(k)
             for entry in kept:
                 heapq.heappush(heap, entry)
-        elif excess > 0 and policy == "sampled_lfu":
-            # The fewest updates of 8 drawn (the row's own update count, which
-            # the PS keeps with the row in both tiers), oldest first on ties.
+        elif excess > 0:
+            # Sampled, as EmbeddingTable::Admit: of 8 drawn (4 rounds), the
+            # oldest (LRU), or the fewest updates, oldest first on ties (LFU:
+            # the row's own update count, which the PS keeps in both tiers).
+            if policy == "sampled_lfu":
+                rank = lambda k: (freq[k], held[k])  # noqa: E731
+            else:
+                rank = lambda k: held[k]  # noqa: E731
             chosen = set()
             while len(victims) < excess:
                 best = None
                 for r in range(4):
                     for _ in range(8):
                         k = rows[rng.randrange(len(rows))]
-                        if held[k] < t and k not in chosen and (
-                                best is None or (freq[k], held[k]) < (freq[best], held[best])):
-                            best = k
-                    if best is not None: break
-                if best is None:
-                    best = next(k for k in rows if held[k] < t and k not in chosen)
-                chosen.add(best); victims.append(best)
-        elif excess > 0:  # sampled LRU, oldest of 8 drawn (4 rounds), as EmbeddingTable::Admit
-            chosen = set()
-            while len(victims) < excess:
-                best = None
-                for r in range(4):
-                    for _ in range(8):
-                        k = rows[rng.randrange(len(rows))]
-                        if held[k] < t and k not in chosen and (best is None or held[k] < held[best]):
+                        if held[k] < t and k not in chosen and (best is None or rank(k) < rank(best)):
                             best = k
                     if best is not None: break
                 if best is None:
