@@ -57,6 +57,12 @@ ABSL_FLAG(int64_t, memory_bytes, 0,
           "Each table's storage.memory_bytes (0: no budget); with --disk, its RAM tier.");
 ABSL_FLAG(std::string, disk, "",
           "Each table's storage.disk: a directory for its disk tier (empty: RAM only).");
+ABSL_FLAG(int64_t, prefetch_rows, pst::EmbeddingTableOptions::kDefaultPrefetchRows,
+          "With --disk: rows each table reads ahead at most (0: none). Each step's pulls are "
+          "handed to Prefetch as their exchanges arrive, before the step's pushes land.");
+ABSL_FLAG(int, worker_us, 0,
+          "Untimed microseconds between steps: the workers' forward and backward passes, "
+          "while the shard reads the next step's cold rows ahead.");
 
 namespace pst {
 namespace {
@@ -136,6 +142,7 @@ std::unique_ptr<EmbeddingTable> MakeTable(const std::vector<int>& dims, int rank
   options.seed = kSeed;
   options.optimizer.mutable_adagrad()->set_learning_rate(0.1f);
   options.optimizer.mutable_adagrad()->set_initial_accumulator(1e-4f);
+  options.prefetch_rows = absl::GetFlag(FLAGS_prefetch_rows);
   auto table = std::make_unique<EmbeddingTable>(options);
   InitRequest init;
   for (size_t t = 0; t < dims.size(); ++t) {
@@ -163,6 +170,10 @@ struct Round {
   Phases median;
   double ids_per_step = 0;  // unique ids over the ranks, per table
   double rows_held = 0;     // the first table's rows at the end
+  // The first table's reads that missed RAM, per timed step: all, and
+  // those that waited for the disk (the rest were read ahead in time).
+  double disk_reads = 0;
+  double disk_waits = 0;
 };
 
 Round RunRound(int round) {
@@ -189,8 +200,15 @@ Round RunRound(int round) {
     if (s >= warm) ids += static_cast<double>(step_ids.size());
   }
   std::array<std::vector<double>, 4> timed;
+  const absl::Duration worker_time = absl::Microseconds(absl::GetFlag(FLAGS_worker_us));
+  StatsResponse at_warm;
   for (int s = 0; s < warm + steps; ++s) {
+    if (s == warm) table->AddStats(&at_warm);
+    if (worker_time > absl::ZeroDuration()) absl::SleepFor(worker_time);
     const absl::Time start = absl::Now();
+    // Each rank's exchange carries its push and its pull of the next
+    // step's rows; the shard reads the pull's cold rows ahead at once.
+    for (int r = 0; r < ranks; ++r) table->Prefetch(pulls[s][r]);
     for (int r = 0; r < ranks; ++r) {
       TablePush plan;
       if (absl::Status c = table->CheckPush(pushes[s][r], false, true, &plan); !c.ok()) {
@@ -222,6 +240,12 @@ Round RunRound(int round) {
   result.median = {Median(timed[0]), Median(timed[1]), Median(timed[2]), Median(timed[3])};
   result.ids_per_step = ids / steps;
   result.rows_held = stats.embeddings_size() > 0 ? stats.embeddings(0).rows() : 0;
+  if (stats.embeddings_size() > 0) {
+    const EmbeddingTableStats& end = stats.embeddings(0);
+    const EmbeddingTableStats& start = at_warm.embeddings(0);
+    result.disk_reads = static_cast<double>(end.disk_reads() - start.disk_reads()) / steps;
+    result.disk_waits = static_cast<double>(end.disk_waits() - start.disk_waits()) / steps;
+  }
   return result;
 }
 
@@ -234,9 +258,10 @@ int Run() {
     const Round& r = results.back();
     std::fprintf(json ? stderr : stdout,
                  "round %d: %.0f ids a step, %.0f rows held; land %.0f us, stage %.0f us, "
-                 "commit %.0f us, answer %.0f us, step %.0f us\n",
-                 round, r.ids_per_step, r.rows_held, r.median.land, r.median.stage,
-                 r.median.commit, r.median.answer, r.median.step());
+                 "commit %.0f us, answer %.0f us, step %.0f us; disk reads %.0f a step, %.0f of "
+                 "them waited\n",
+                 round, r.ids_per_step, r.rows_held, r.median.land, r.median.stage, r.median.commit,
+                 r.median.answer, r.median.step(), r.disk_reads, r.disk_waits);
     std::fflush(json ? stderr : stdout);
   }
   auto figure = [&](auto value) {
@@ -252,6 +277,8 @@ int Run() {
   const auto step = figure([](const Round& r) { return r.median.step(); });
   const auto ids = figure([](const Round& r) { return r.ids_per_step; });
   const auto held = figure([](const Round& r) { return r.rows_held; });
+  const auto reads = figure([](const Round& r) { return r.disk_reads; });
+  const auto waits = figure([](const Round& r) { return r.disk_waits; });
   const size_t tables = Dims().size();
   // Rows updated a second: every table's staged rows over the step.
   const double rows_per_second = ids[0] * static_cast<double>(tables) / (step[0] * 1e-6);
@@ -265,12 +292,16 @@ int Run() {
         "\"commit_us\":%.0f,\"commit_us_min\":%.0f,\"commit_us_max\":%.0f,"
         "\"answer_us\":%.0f,\"answer_us_min\":%.0f,\"answer_us_max\":%.0f,"
         "\"step_us\":%.0f,\"step_us_min\":%.0f,\"step_us_max\":%.0f,"
-        "\"rows_per_second\":%.0f,\"load\":%s}\n",
+        "\"rows_per_second\":%.0f,\"memory_bytes\":%lld,\"prefetch_rows\":%lld,"
+        "\"worker_us\":%d,\"disk_reads\":%.0f,\"disk_waits\":%.0f,\"load\":%s}\n",
         absl::GetFlag(FLAGS_ranks), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_fields),
         static_cast<long long>(absl::GetFlag(FLAGS_distinct)), absl::GetFlag(FLAGS_dims).c_str(),
-        rounds, ids[0], held[0], land[0], land[1], land[2], stage[0], stage[1], stage[2],
-        commit[0], commit[1], commit[2], answer[0], answer[1], answer[2], step[0], step[1],
-        step[2], rows_per_second, LoadAverage().c_str());
+        rounds, ids[0], held[0], land[0], land[1], land[2], stage[0], stage[1], stage[2], commit[0],
+        commit[1], commit[2], answer[0], answer[1], answer[2], step[0], step[1], step[2],
+        rows_per_second, static_cast<long long>(absl::GetFlag(FLAGS_memory_bytes)),
+        static_cast<long long>(
+            absl::GetFlag(FLAGS_disk).empty() ? 0 : absl::GetFlag(FLAGS_prefetch_rows)),
+        absl::GetFlag(FLAGS_worker_us), reads[0], waits[0], LoadAverage().c_str());
   } else {
     std::printf("step %.0f us (%.0f-%.0f): land %.0f, stage %.0f, commit %.0f, answer %.0f us; "
                 "%.0f ids a step per table, %.0f rows updated a second\n",

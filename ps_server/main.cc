@@ -343,6 +343,16 @@ int main(int argc, char** argv) {
   spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",
                stats.version(), stats.pushes_applied(), stats.pushes_aggregated(),
                stats.pushes_dropped(), stats.pushes_rejected());
+  for (const pst::EmbeddingTableStats& table : stats.embeddings()) {
+    if (table.rows_on_disk() == 0 && table.disk_reads() == 0) continue;  // all in RAM
+    const int64_t reads = table.lookups_in_memory() + table.disk_reads();
+    spdlog::info(
+        "table {}: {} rows in RAM, {} on disk; RAM answered {:.1f}% of {} row reads; "
+        "of the {} that missed it, {} waited for the disk, {} were read ahead",
+        table.table(), table.rows_in_memory(), table.rows_on_disk(),
+        reads > 0 ? 100.0 * static_cast<double>(table.lookups_in_memory()) / reads : 0.0, reads,
+        table.disk_reads(), table.disk_waits(), table.prefetch_hits());
+  }
   absl::MutexLock lock(&gave_up_mu);
   if (!gave_up.ok()) {
     // Not 2: the disk may recover, and a restarted PS loses at most every_steps.

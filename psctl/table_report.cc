@@ -31,18 +31,19 @@ std::string TableTierReport(const std::vector<StatsResponse>& shards) {
         continue;  // all in RAM, nothing expired
       }
       if (report.empty()) {
-        report = absl::StrFormat("%-20s %-6s %14s %12s %14s %8s %12s %12s %12s\n", "table",
-                                 "shard", "rows_in_memory", "rows_on_disk", "disk_bytes",
-                                 "hit_rate", "rows_demoted", "rows_promoted", "rows_expired");
+        report =
+            absl::StrFormat("%-20s %-6s %14s %12s %14s %8s %12s %12s %12s %12s\n", "table", "shard",
+                            "rows_in_memory", "rows_on_disk", "disk_bytes", "hit_rate",
+                            "disk_waits", "rows_demoted", "rows_promoted", "rows_expired");
       }
       const int64_t reads = t.lookups_in_memory() + t.disk_reads();
       const std::string hit_rate =
           reads == 0 ? "-"
                      : absl::StrFormat("%.1f%%", 100.0 * double(t.lookups_in_memory()) / reads);
-      absl::StrAppendFormat(&report, "%-20s %-6s %14d %12d %14d %8s %12d %12d %12d\n", t.table(),
-                            absl::StrCat("ps:", s), t.rows_in_memory(), t.rows_on_disk(),
-                            t.disk_bytes(), hit_rate, t.rows_demoted(), t.rows_promoted(),
-                            t.rows_expired());
+      absl::StrAppendFormat(&report, "%-20s %-6s %14d %12d %14d %8s %12d %12d %12d %12d\n",
+                            t.table(), absl::StrCat("ps:", s), t.rows_in_memory(), t.rows_on_disk(),
+                            t.disk_bytes(), hit_rate, t.disk_waits(), t.rows_demoted(),
+                            t.rows_promoted(), t.rows_expired());
     }
   }
   return report;

@@ -415,14 +415,26 @@ def table_bench(rows):
 
 
 def row_step_bench(rows):
+    def tiers(r):
+        if not r.get("memory_bytes"):
+            return "all in RAM"
+        ahead = f"{r['prefetch_rows']} rows read ahead" if r["prefetch_rows"] else "no read-ahead"
+        return (f"{r['memory_bytes'] / 2**20:.0f} MiB RAM a table, rest on disk; {ahead}; "
+                f"{r['worker_us']} us between steps")
+
+    def disk(r):
+        if not r.get("memory_bytes"):
+            return "-"
+        return f"{r['disk_reads']:.0f} ({r['disk_waits']:.0f})"
     return {"": table(
         ["ranks", "examples per rank", "fields", "ids per field", "tables (dims)", "optimizer",
-         "ids a step (per table)", "rows held at the end", "check and land us", "stage us",
+         "storage", "ids a step (per table)", "rows held at the end",
+         "disk reads a step (waited)", "check and land us", "stage us",
          "commit us", "answer us", "step us", "rows updated/s", "rounds", "load"],
-        ["---:", "---:", "---:", "---:", "---", "---", "---:", "---:", "---:", "---:", "---:",
-         "---:", "---:", "---:", "---:", "---:"],
-        [(r["ranks"], r["batch"], r["fields"], r["distinct"], r["dims"], r["optimizer"],
-          f"{r['ids_per_step']:.0f}", f"{r['rows_held']:.0f}", spread(r, "land_us", 0),
+        ["---:", "---:", "---:", "---:", "---", "---", "---", "---:", "---:", "---:", "---:",
+         "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["ranks"], r["batch"], r["fields"], r["distinct"], r["dims"], r["optimizer"], tiers(r),
+          f"{r['ids_per_step']:.0f}", f"{r['rows_held']:.0f}", disk(r), spread(r, "land_us", 0),
           spread(r, "stage_us", 0), spread(r, "commit_us", 0), spread(r, "answer_us", 0),
           spread(r, "step_us", 0), f"{r['rows_per_second']:.0f}", r["rounds"],
           f"{r['load']:.1f}")
@@ -430,16 +442,20 @@ def row_step_bench(rows):
 
 
 def ctr_scale(rows):
+    def tiers(r, figure, digits):
+        return spread(r, figure, digits) if r.get("memory_mib") else "-"
     return {"": table(
-        ["id range", "table dim", "rows created", "rows refused", "training examples", "job",
-         "samples/s",
-         "PS peak RSS MiB (both shards)", "test AUC", "planted model's test AUC",
-         "load average (1 min)", "runs"],
-        ["---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:",
-         "---:"],
-        [(r["rows"], r["dim"], f"{r['rows_created']:.0f}", f"{r['rows_refused']:.0f}", r["train_examples"],
+        ["id range", "table dim", "RAM for the tables' rows MiB (both shards)", "rows created",
+         "rows refused", "training examples", "job", "samples/s",
+         "PS peak RSS MiB (both shards)", "RAM hit rate", "disk waits per miss", "test AUC",
+         "planted model's test AUC", "load average (1 min)", "runs"],
+        ["---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",
+         "---:", "---:", "---:", "---:"],
+        [(r["rows"], r["dim"], r.get("memory_mib") or "all", f"{r['rows_created']:.0f}",
+          f"{r['rows_refused']:.0f}", r["train_examples"],
           f"{r['mode']}, {r['workers']} workers x {r['batch_size']}, {r['shards']} shards",
           spread(r, "samples_per_sec", 0), spread(r, "ps_peak_rss_mib", 0),
+          tiers(r, "hit_rate", 3), tiers(r, "disk_waits", 3),
           spread(r, "test_auc", 4), "n/a" if r.get("planted_auc") is None
           else f"{r['planted_auc']:.4f}", spread(r, "load_1min", 2), r["runs"])
          for r in rows])}

@@ -81,6 +81,12 @@ class DiskRows {
   // tier does not hold it. INTERNAL for a read error or a malformed value.
   absl::StatusOr<bool> Get(uint64_t id, DiskRow* row) const;
 
+  // The rows of `ids`, in increasing order, at once (RocksDB's batched
+  // MultiGet): rows[i] and found[i] as Get's for ids[i]. INTERNAL for the
+  // first read error or malformed value; the rows are then unspecified.
+  absl::Status GetSorted(std::span<const uint64_t> ids, std::span<DiskRow> rows,
+                         std::span<bool> found) const;
+
   // Rows to write at once.
   class Batch {
    public:
@@ -91,11 +97,14 @@ class DiskRows {
     bool empty() const { return puts_.empty() && deletes_.empty(); }
     size_t puts() const { return puts_.size(); }
     size_t deletes() const { return deletes_.size(); }
+    // Every id the batch stores or drops.
+    std::span<const uint64_t> ids() const { return ids_; }
 
    private:
     friend class DiskRows;
     std::vector<std::pair<std::string, std::string>> puts_;
     std::vector<std::string> deletes_;
+    std::vector<uint64_t> ids_;
   };
   // Applies `batch` all at once, or nothing of it (see Errors above).
   absl::Status Write(const Batch& batch);

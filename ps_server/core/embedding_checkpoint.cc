@@ -169,11 +169,11 @@ absl::Status EmbeddingTable::SpillRestored(Embedding& table,
     // As RAM's restored rows: as recent as the checkpoint.
     batch.Put(RowId(in.ids(), row), record, row_updates, in.updates());
     if (static_cast<int64_t>(batch.puts()) == kBatchRows) {
-      PST_RETURN_IF_ERROR(table.disk->Write(batch));
+      PST_RETURN_IF_ERROR(table.WriteDisk(batch));
       batch = DiskRows::Batch();
     }
   }
-  return table.disk->Write(batch);
+  return table.WriteDisk(batch);
 }
 
 absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {

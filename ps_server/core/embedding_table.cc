@@ -129,7 +129,7 @@ absl::Status EmbeddingTable::SeedRows(Embedding& table, const EmbeddingRows& par
     }
     ++table.rows_admitted;
   }
-  if (table.tiered()) PST_RETURN_IF_ERROR(table.disk->Write(batch));
+  if (table.tiered()) PST_RETURN_IF_ERROR(table.WriteDisk(batch));
   return absl::OkStatus();
 }
 
@@ -477,6 +477,9 @@ void EmbeddingTable::AddStats(StatsResponse* response) const {
     stats->set_rows_demoted(t->rows_demoted);
     stats->set_rows_promoted(t->rows_promoted);
     stats->set_rows_expired(t->rows_expired);
+    stats->set_prefetch_hits(t->prefetch_hits);
+    stats->set_disk_waits(t->disk_waits);
+    stats->set_rows_prefetched(t->prefetch != nullptr ? t->prefetch->prefetched() : 0);
   }
 }
 

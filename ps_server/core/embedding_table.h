@@ -35,6 +35,11 @@
 // table all in RAM. A promotion that a Discard undoes stays in RAM (the
 // table's contents are the same either way). storage.ttl_steps expires
 // rows untouched for that many of the table's updates, from both tiers.
+// Cold rows are read ahead: a pull's ids are the ids the worker's next
+// push trains, so Prefetch (called when an exchange arrives, before it
+// waits for its step) reads the cold ones on the table's reader thread,
+// and the pull's answer and the promotion then find them read
+// (prefetch_hits) or wait for them (disk_waits).
 //
 // Optimizers. Each table has its own rule (its spec's, else the job's),
 // applied per row by the dense rules of ps_server/optimizers/optimizer.h on the row's
@@ -69,9 +74,9 @@
 //
 // Thread-safety: as Table's. Pull reads (CheckPull, Lookup, AnswerPull,
 // EncodeRows) read committed rows and need the same exclusion as Commit:
-// the caller holds the shard's lock. The disk tier's reads and writes run
-// there too; a prefetch of a coming step's cold rows (ColdIds) could read
-// them on another thread (DiskRows::Get is thread-safe).
+// the caller holds the shard's lock. The disk tier's writes run there
+// too, and so do its reads, except those Prefetch starts, which run on the
+// table's reader thread (DiskRows::Get is thread-safe).
 #ifndef PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_
 #define PST_PS_SERVER_CORE_EMBEDDING_TABLE_H_
 
@@ -108,6 +113,12 @@ struct EmbeddingTableOptions {
   OptimizerConfig optimizer;
   // For tests: handed to every disk tier (DiskRowsOptions::fail_writes).
   std::shared_ptr<std::atomic<bool>> disk_fail_writes;
+  // 65 536 rows: several steps of a CTR job's pulls; at dim 16 with
+  // Adagrad, about 13 MiB.
+  static constexpr int64_t kDefaultPrefetchRows = int64_t{1} << 16;
+  // Rows a tiered table reads ahead at most (row_prefetch.h); 0: none, so
+  // every cold row is read by the call that needs it.
+  int64_t prefetch_rows = kDefaultPrefetchRows;
 };
 
 class EmbeddingTable final : public Table {
@@ -162,10 +173,15 @@ class EmbeddingTable final : public Table {
   // The rows `table` holds in RAM at most (Bounds above); 0 when there is
   // no such table.
   int64_t row_limit(absl::string_view table) const;
-  // The ids of `ids` that `table` does not hold in RAM: what a prefetch of
-  // a coming step would read from the disk tier ahead of it (empty for a
-  // table without one).
+  // The ids of `ids` that `table` does not hold in RAM: what Prefetch
+  // reads from the disk tier ahead (empty for a table without one).
   std::vector<uint64_t> ColdIds(absl::string_view table, std::span<const uint64_t> ids) const;
+  // Starts reading the cold rows `pull` names from each tiered table's
+  // disk tier, on the table's reader (row_prefetch.h), so that the answer
+  // to the pull and the update that trains the rows find them read. Needs
+  // no checked pull: unknown tables, malformed ids and other shards' ids
+  // are passed over (the pull itself refuses them).
+  void Prefetch(const PullRequest& pull) const;
 
   // Checks `pull.rows()`: known tables, each once, 8 bytes per id, every
   // id of this shard, a known dtype. InvalidArgument naming the table and
@@ -220,6 +236,10 @@ class EmbeddingTable final : public Table {
   absl::Status Expire(Embedding& table);
   // Writes the rows of `in` past the table's row limit to its disk tier.
   static absl::Status SpillRestored(Embedding& table, const ShardCheckpoint::Embedding& in);
+  // Row `id` from the disk tier into *row: read ahead (taken from the
+  // reader when `take`, else left there for a later update) or read now;
+  // false if the tier does not hold it. Counts the read.
+  absl::StatusOr<bool> ReadDisk(const Embedding& table, uint64_t id, bool take, DiskRow* row) const;
   // Row `id`'s values from the disk tier into `out`; false if not there.
   absl::StatusOr<bool> ReadCold(const Embedding& table, uint64_t id, std::span<float> out) const;
   absl::Status StageRows(Embedding& table, std::span<const uint64_t> ids,

@@ -18,6 +18,7 @@
 #include "ps_server/core/disk_rows.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table.h"
+#include "ps_server/core/row_prefetch.h"
 
 namespace pst {
 
@@ -79,6 +80,15 @@ struct EmbeddingTable::Embedding {
   // The disk tier (storage.disk), or null: then a row past the limit is
   // evicted or refused.
   std::unique_ptr<DiskRows> disk;
+  // Reads the disk tier ahead of the calls that need its rows (with disk;
+  // declared after it, so that it stops first).
+  std::unique_ptr<RowPrefetch> prefetch;
+  // Writes `batch` to the disk tier, first forgetting what was read ahead
+  // of its ids (row_prefetch.h, Freshness).
+  absl::Status WriteDisk(const DiskRows::Batch& batch) {
+    if (prefetch != nullptr) prefetch->Forget(batch.ids());
+    return disk->Write(batch);
+  }
   int64_t updates = 0;
   int64_t rows_admitted = 0;
   int64_t rows_refused = 0;
@@ -90,6 +100,11 @@ struct EmbeddingTable::Embedding {
   mutable int64_t lookups_in_memory = 0;
   mutable int64_t disk_reads = 0;
   mutable int64_t disk_read_hits = 0;
+  // Of disk_reads, those a read-ahead row answered in time, and those
+  // that waited for the disk (read in the call, or read ahead but not yet
+  // landed).
+  mutable int64_t prefetch_hits = 0;
+  mutable int64_t disk_waits = 0;
   // Draws the rows an eviction looks at: a sequence fixed by the table and
   // the update (eviction_tick), so that SYNC runs stay bitwise
   // reproducible.

@@ -7,11 +7,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "placement/row_placement.h"
 #include "ps_server/core/embedding_table.h"
 #include "ps_server/core/embedding_table_internal.h"
 
 namespace pst {
 
+using embedding_internal::IdCount;
 using embedding_internal::NextDraw;
 
 absl::Status EmbeddingTable::OpenDisk(Embedding& table) const {
@@ -27,17 +29,41 @@ absl::Status EmbeddingTable::OpenDisk(Embedding& table) const {
                       .record_floats = table.record_floats(),
                       .name = name,
                       .fail_writes = options_.disk_fail_writes}));
+  if (options_.prefetch_rows > 0) {
+    // Rows read ahead and never trained (an evaluation's pulls) go after
+    // a few updates.
+    constexpr int64_t kMaxAge = 4;
+    table.prefetch =
+        std::make_unique<RowPrefetch>(table.disk.get(), options_.prefetch_rows, kMaxAge);
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> EmbeddingTable::ReadDisk(const Embedding& table, uint64_t id, bool take,
+                                              DiskRow* row) const {
+  ++table.disk_reads;
+  bool found = false;
+  RowPrefetch::Answer ahead;
+  if (table.prefetch != nullptr) {
+    ahead = take ? table.prefetch->Take(id, row) : table.prefetch->Read(id, row);
+  }
+  if (ahead.outcome == RowPrefetch::Outcome::kAbsent) {
+    ++table.disk_waits;
+    PST_ASSIGN_OR_RETURN(found, table.disk->Get(id, row));
+  } else {
+    ++(ahead.outcome == RowPrefetch::Outcome::kReady ? table.prefetch_hits : table.disk_waits);
+    PST_RETURN_IF_ERROR(ahead.status);
+    found = ahead.found;
+  }
+  if (found) ++table.disk_read_hits;
+  return found;
 }
 
 absl::StatusOr<bool> EmbeddingTable::ReadCold(const Embedding& table, uint64_t id,
                                               std::span<float> out) const {
-  ++table.disk_reads;
-  PST_ASSIGN_OR_RETURN(bool found, table.disk->Get(id, &cold_scratch_));
-  if (!found) return false;
-  ++table.disk_read_hits;
-  std::copy_n(cold_scratch_.record.begin(), out.size(), out.begin());
-  return true;
+  PST_ASSIGN_OR_RETURN(bool found, ReadDisk(table, id, /*take=*/false, &cold_scratch_));
+  if (found) std::copy_n(cold_scratch_.record.begin(), out.size(), out.begin());
+  return found;
 }
 
 std::vector<uint64_t> EmbeddingTable::ColdIds(absl::string_view name,
@@ -49,6 +75,23 @@ std::vector<uint64_t> EmbeddingTable::ColdIds(absl::string_view name,
     if (tables_[t]->rows.Find(id) < 0) cold.push_back(id);
   }
   return cold;
+}
+
+void EmbeddingTable::Prefetch(const PullRequest& pull) const {
+  std::vector<uint64_t> cold;
+  for (const EmbeddingRows& rows : pull.rows()) {
+    const int t = Find(rows.table());
+    if (t < 0 || tables_[t]->prefetch == nullptr) continue;
+    const Embedding& table = *tables_[t];
+    cold.clear();
+    for (int64_t i = 0; i < IdCount(rows.ids()); ++i) {
+      const uint64_t id = RowId(rows.ids(), i);
+      if (ShardOfRow(id, options_.num_shards) == options_.shard && table.rows.Find(id) < 0) {
+        cold.push_back(id);
+      }
+    }
+    table.prefetch->Request(cold, table.updates);
+  }
 }
 
 absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> ids) {
@@ -69,14 +112,12 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
       trained.insert(row);
       continue;
     }
-    ++table.disk_reads;
     DiskRow cold;
-    PST_ASSIGN_OR_RETURN(bool found, table.disk->Get(id, &cold));
+    PST_ASSIGN_OR_RETURN(bool found, ReadDisk(table, id, /*take=*/true, &cold));
     if (!found) {
       ++fresh;
       continue;
     }
-    ++table.disk_read_hits;
     promoted_ids.push_back(id);
     promoted.push_back(std::move(cold));
   }
@@ -133,7 +174,7 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   }
   for (uint64_t id : promoted_ids) batch.Delete(id);
   // One atomic write: if it fails, RAM and disk are as they were.
-  PST_RETURN_IF_ERROR(table.disk->Write(batch));
+  PST_RETURN_IF_ERROR(table.WriteDisk(batch));
   // Highest first: Remove moves the last row into the hole, and the last
   // row is then never a victim still to remove.
   std::sort(victims.begin(), victims.end(), std::greater<>());
@@ -173,7 +214,7 @@ absl::Status EmbeddingTable::Expire(Embedding& table) {
     PST_RETURN_IF_ERROR(table.disk->ForEach([&](uint64_t id, const DiskRow& row) {
       if (row.touched < oldest_kept) batch.Delete(id);
     }));
-    PST_RETURN_IF_ERROR(table.disk->Write(batch));
+    PST_RETURN_IF_ERROR(table.WriteDisk(batch));
     table.rows_expired += static_cast<int64_t>(batch.deletes());
   }
   // Highest first, as in Admit.

@@ -98,6 +98,11 @@ int64_t ParameterShard::RowsAnswerBytes(const PullRequest& pull) const {
   return PulledRows(pull, tables_.embeddings()).reply_bytes();
 }
 
+void ParameterShard::PrefetchRows(const PullRequest& pull) const {
+  absl::MutexLock lock(&mu_);
+  tables_.embeddings().Prefetch(pull);
+}
+
 absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
     const PullRequest& request, absl::Time deadline, const PullVisitor& visit,
     absl::AnyInvocable<void()> wake) {

@@ -125,6 +125,10 @@ class ParameterShard {
   // bytes per table; nothing for a table this shard lacks, which the pull
   // refuses), from the request's sizes: no row is looked at.
   int64_t RowsAnswerBytes(const PullRequest& pull) const;
+  // Starts reading the cold rows `pull` names from the tables' disk tiers
+  // (EmbeddingTable::Prefetch): called when an exchange arrives, before it
+  // waits for its step, so that its answer and the next update find them.
+  void PrefetchRows(const PullRequest& pull) const;
   absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
                                          const PullVisitor& visit,
                                          absl::AnyInvocable<void()> wake);

@@ -199,6 +199,7 @@ absl::Status ExchangeCall::TakeHeader() {
             " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer rows per "
             "call"));
       }
+      r_.shard->PrefetchRows(asks_.pull);
     }
   }
   const PathContext context{.asks = &asks_,

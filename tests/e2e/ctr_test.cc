@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -87,6 +88,63 @@ TEST_P(CtrLaunchTest, TrainsTheClickModelToNearThePlantedAuc) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryMode, CtrLaunchTest, ::testing::Values("sync", "async", "ssp"));
+
+// Both tables with RAM for 2 000 rows a shard and the rest on disk: SYNC
+// trains bitwise as all in RAM, so the summary's AUC and loss are the
+// all-in-RAM run's to the last digit, and the shards read cold rows ahead
+// of the steps that train them.
+TEST(CtrTiersTest, ADiskTierTrainsAsAllInRamAndReadsAhead) {
+  const std::string dir = absl::StrCat(ScratchDir(), "/ctr_tiers");
+  std::filesystem::create_directories(dir);
+  struct RemoveAtEnd {
+    std::string dir;
+    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
+  } remove_at_end{dir};
+  const std::string ram = SmallCtrConfig(dir);
+  std::string text = ReadFile(ram);
+  // The memory rule: dim x 4 x (1 + 1 Adagrad slot) + 50 bytes a row.
+  const int replaced = absl::StrReplaceAll(
+      {{"embeddings { name: \"categorical\" dim: 8",
+        absl::StrCat("embeddings { storage { memory_bytes: ", 2000 * (8 * 8 + 50), " disk: \"", dir,
+                     "/tiers\" } name: \"categorical\" dim: 8")},
+       {"embeddings { name: \"wide\" dim: 1",
+        absl::StrCat("embeddings { storage { memory_bytes: ", 2000 * (8 + 50), " disk: \"", dir,
+                     "/tiers\" } name: \"wide\" dim: 1")}},
+      &text);
+  ASSERT_EQ(replaced, 2) << "configs/ctr.textproto changed: update this test's replacements";
+  const std::string tiered = absl::StrCat(dir, "/ctr_tiers.textproto");
+  std::ofstream(tiered) << text;
+
+  std::vector<std::string> summaries;
+  std::string tiered_output;
+  for (const std::string& config : {ram, tiered}) {
+    CommandResult run =
+        RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", config, " --mode=sync"), 500);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::vector<std::string> lines = absl::StrSplit(run.out, '\n', absl::SkipEmpty());
+    ASSERT_FALSE(lines.empty());
+    RunSummary summary;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(lines.back(), &summary).ok());
+    summaries.push_back(
+        absl::StrCat(summary.test_auc(), " ", summary.test_logloss(), " ", summary.steps()));
+    tiered_output = run.out + run.err;
+  }
+  EXPECT_EQ(summaries[1], summaries[0]);
+  // Each shard's line at exit: far more rows than RAM holds went to disk,
+  // and some reads that missed RAM found their row read ahead.
+  for (int shard = 0; shard < 2; ++shard) {
+    std::string line;
+    for (absl::string_view l : absl::StrSplit(tiered_output, '\n')) {
+      if (absl::StartsWith(l, absl::StrCat("[ps:", shard, "]")) &&
+          absl::StrContains(l, "table categorical: ")) {
+        line = std::string(l);
+      }
+    }
+    ASSERT_FALSE(line.empty()) << tiered_output;
+    EXPECT_GT(NumberAfter(line, " in RAM, "), 10000) << line;
+    EXPECT_GT(NumberAfter(line, "waited for the disk, "), 0) << line;
+  }
+}
 
 }  // namespace
 }  // namespace pst

@@ -50,14 +50,16 @@ TEST(TableTierReportTest, ShowsTheTiersOfTablesThatHaveThem) {
   user.set_disk_bytes(123456);
   user.set_lookups_in_memory(750);
   user.set_disk_reads(250);
+  user.set_disk_waits(30);
   user.set_rows_demoted(900);
   user.set_rows_promoted(300);
   user.set_rows_expired(4);
   *shards[1].add_embeddings() = user;
   const std::string report = TableTierReport(shards);
   EXPECT_THAT(report, HasSubstr("hit_rate"));
+  EXPECT_THAT(report, HasSubstr("disk_waits"));
   EXPECT_THAT(report,
-              ::testing::ContainsRegex("user +ps:1 +400 +600 +123456 +75.0% +900 +300 +4\n"));
+              ::testing::ContainsRegex("user +ps:1 +400 +600 +123456 +75.0% +30 +900 +300 +4\n"));
   EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 2);
   EXPECT_EQ(TableTierReport(std::vector<StatsResponse>(1)), "");
 }
