@@ -182,6 +182,8 @@ class EmbeddingTable final : public Table {
   // no checked pull: unknown tables, malformed ids and other shards' ids
   // are passed over (the pull itself refuses them).
   void Prefetch(const PullRequest& pull) const;
+  // Whether any table reads ahead (a disk tier, prefetch_rows > 0).
+  bool ReadsAhead() const;
 
   // Checks `pull.rows()`: known tables, each once, 8 bytes per id, every
   // id of this shard, a known dtype. InvalidArgument naming the table and

@@ -77,6 +77,11 @@ std::vector<uint64_t> EmbeddingTable::ColdIds(absl::string_view name,
   return cold;
 }
 
+bool EmbeddingTable::ReadsAhead() const {
+  return std::any_of(tables_.begin(), tables_.end(),
+                     [](const auto& table) { return table->prefetch != nullptr; });
+}
+
 void EmbeddingTable::Prefetch(const PullRequest& pull) const {
   std::vector<uint64_t> cold;
   for (const EmbeddingRows& rows : pull.rows()) {

@@ -88,6 +88,7 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
     return absl::OkStatus();
   }
   if (absl::Status s = tables_.Initialize(request); !s.ok()) return Refuse(s);
+  reads_ahead_.store(tables_.embeddings().ReadsAhead());
   response->set_accepted(true);
   Changed();
   return absl::OkStatus();
@@ -99,6 +100,7 @@ int64_t ParameterShard::RowsAnswerBytes(const PullRequest& pull) const {
 }
 
 void ParameterShard::PrefetchRows(const PullRequest& pull) const {
+  if (!reads_ahead_.load()) return;
   absl::MutexLock lock(&mu_);
   tables_.embeddings().Prefetch(pull);
 }

@@ -51,6 +51,7 @@
 #ifndef PST_PS_SERVER_CORE_PARAMETER_SHARD_H_
 #define PST_PS_SERVER_CORE_PARAMETER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -128,6 +129,7 @@ class ParameterShard {
   // Starts reading the cold rows `pull` names from the tables' disk tiers
   // (EmbeddingTable::Prefetch): called when an exchange arrives, before it
   // waits for its step, so that its answer and the next update find them.
+  // Takes the shard's lock only where a table reads ahead.
   void PrefetchRows(const PullRequest& pull) const;
   absl::StatusOr<WaitId> PullVisitOrWait(const PullRequest& request, absl::Time deadline,
                                          const PullVisitor& visit,
@@ -309,6 +311,9 @@ class ParameterShard {
                         }};
   // Fixed at construction; Land and parameter_bytes() run outside mu_.
   ShardTables tables_ ABSL_GUARDED_BY(mu_);
+  // Whether a table of tables_ reads its disk tier ahead: set with the
+  // tables, read by PrefetchRows without the lock.
+  std::atomic<bool> reads_ahead_{false};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

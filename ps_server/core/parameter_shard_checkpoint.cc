@@ -64,6 +64,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
     return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
   }
   PST_RETURN_IF_ERROR(tables_.Restore(checkpoint));
+  reads_ahead_.store(tables_.embeddings().ReadsAhead());
   version_ = checkpoint.version();
   ledger_.RestoreClocks(checkpoint);
   Changed();
