@@ -148,7 +148,15 @@ class EmbeddingTable final : public Table {
   // snapshot is finished: the caller's lock is held for a pointer per
   // block of rows, and updates after the capture copy the blocks they
   // write while the snapshot is alive.
+  // With snapshot->kind kChainDelta, a table's rows are only those
+  // committed since the previous chain capture (read from the frozen
+  // view, then from the disk snapshot, outside the lock) and its removed
+  // ids; under the lock, the sets of changed and removed ids are swapped
+  // out whole.
   void Capture(ShardSnapshot* snapshot) override;
+  // Whether every table has tracked its changes since the last chain
+  // capture: false after Initialize or Restore until one.
+  bool TracksChanges() const;
   // Replaces every table with checkpoint.embeddings(); InvalidArgument,
   // and no change, for one written for another shard count, a row of
   // another shard, sizes that disagree, a repeated id or table, a

@@ -271,7 +271,7 @@ void ParameterShard::CommitApplied(PushResponse* response) {
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
-  if (snapshots_.Due(version_)) snapshots_.Schedule(SnapshotLocked());
+  if (snapshots_.Due(version_)) snapshots_.Schedule(ChainSnapshotLocked());
   Changed();
 }
 
