@@ -227,7 +227,8 @@ void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
 }
 
 bool EmbeddingTable::TracksChanges() const {
-  return std::all_of(tables_.begin(), tables_.end(),
+  // Without tables a delta would be a full checkpoint by another name.
+  return !tables_.empty() && std::all_of(tables_.begin(), tables_.end(),
                      [](const auto& t) { return t->track_changes; });
 }
 

@@ -154,8 +154,8 @@ class EmbeddingTable final : public Table {
   // ids; under the lock, the sets of changed and removed ids are swapped
   // out whole.
   void Capture(ShardSnapshot* snapshot) override;
-  // Whether every table has tracked its changes since the last chain
-  // capture: false after Initialize or Restore until one.
+  // Whether there are tables and every one has tracked its changes since
+  // the last chain capture: false after Initialize or Restore until one.
   bool TracksChanges() const;
   // Replaces every table with checkpoint.embeddings(); InvalidArgument,
   // and no change, for one written for another shard count, a row of

@@ -109,7 +109,7 @@ struct EmbeddingTable::Embedding {
   void NoteChanged(uint64_t id) {
     if (!track_changes) return;
     changed_ids.insert(id);
-    removed_ids.erase(id);
+    if (!removed_ids.empty()) removed_ids.erase(id);
   }
   void NoteRemoved(uint64_t id) {
     if (!track_changes) return;

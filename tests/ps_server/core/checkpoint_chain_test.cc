@@ -254,5 +254,24 @@ TEST_F(CheckpointChainShardTest, AFailedWriteStartsTheChainOver) {
   EXPECT_THAT(Files(), ElementsAre(File(3), Delta(4, 3)));  // keep 2: the first chain went
 }
 
+// A delta of a shard without embedding tables would hold all of it: every
+// file is full.
+TEST_F(CheckpointChainShardTest, AShardWithoutEmbeddingTablesWritesFullCheckpointsOnly) {
+  InitRequest init;
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, init.add_variables());
+  InitResponse initialized;
+  ASSERT_TRUE(shard_->Init(init, &initialized).ok());
+  Checkpointer checkpointer(shard_.get(), config_, 0, {"", "job"});
+  for (int i = 0; i < 3; ++i) {
+    PushRequest push;
+    push.set_computed_at_version(shard_->version());
+    EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{1, 1}, push.add_gradients());
+    PushResponse response;
+    ASSERT_TRUE(Push(*shard_, push, &response).ok());
+    ASSERT_TRUE(checkpointer.CheckpointNow().ok());
+  }
+  EXPECT_THAT(Files(), ElementsAre(File(2), File(3)));
+}
+
 }  // namespace
 }  // namespace pst
