@@ -203,8 +203,10 @@ class ParameterShard {
   // embedding tables tracked their changes since (not after an Init or a
   // Restore). Otherwise as Snapshot.
   ShardCheckpoint CheckpointSnapshot();
-  // The next link is full: the writer lost one (a write failed and was
-  // not retried), so a delta over it would not restore.
+  // The next link is full: the writer lost one (a write failed), so a
+  // delta over it would not restore. (A delta captured over it meanwhile,
+  // by a scheduled snapshot, is written all the same; a restore skips it
+  // for the newest whole chain.) Detaching the writer does the same.
   void RestartCheckpointChain();
   // Loads a checkpoint into a shard that has not been initialized yet (a
   // restarted PS). FailedPrecondition if it already holds variables;

@@ -62,6 +62,9 @@ void ParameterShard::AttachCheckpointWriter() {
 void ParameterShard::DetachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
   snapshots_.DetachWriter();
+  // A link scheduled but not taken is never written: the next checkpoint
+  // (the final one) starts a chain.
+  chain_ = CheckpointChain();
   Changed();
 }
 

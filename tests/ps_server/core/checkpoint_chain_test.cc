@@ -254,6 +254,34 @@ TEST_F(CheckpointChainShardTest, AFailedWriteStartsTheChainOver) {
   EXPECT_THAT(Files(), ElementsAre(File(3), Delta(4, 3)));  // keep 2: the first chain went
 }
 
+// Scheduled links (every_steps) chain as the writer writes them; the
+// final checkpoint at Stop, after the writer let go, is full, so a link
+// scheduled and never taken is no parent of it.
+TEST_F(CheckpointChainShardTest, ScheduledLinksChainAndTheFinalCheckpointIsWhole) {
+  config_.set_every_steps(2);
+  config_.set_keep(10);
+  ShardOptions options = Options(ASYNC, 1);
+  options.checkpoint_full_every = config_.full_every();
+  options.snapshot_every_steps = config_.every_steps();
+  shard_ = MakeShard(options);
+  Init(shard_.get());
+  Checkpointer checkpointer(shard_.get(), config_, 0, {"", "job"});
+  checkpointer.Start();
+  for (int i = 0; i < 7; ++i) Step();  // each waits for the scheduled write before it
+  checkpointer.Stop();
+  EXPECT_THAT(Files(), ElementsAre(File(2), Delta(4, 2), Delta(6, 4), File(7)));
+  std::vector<std::string> rejected;
+  absl::StatusOr<ShardCheckpoint> newest = ReadNewestValidCheckpoint(ShardDir(), &rejected);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_TRUE(rejected.empty()) << ::testing::PrintToString(rejected);
+  ExpectSameState(*newest, shard_->Snapshot());
+  ASSERT_TRUE(ReadCheckpoint(ShardDir() + "/" + Delta(6, 4)).ok());
+  std::filesystem::remove(ShardDir() + "/" + File(7));
+  newest = ReadNewestValidCheckpoint(ShardDir(), &rejected);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(newest->version(), 6);
+}
+
 // A delta of a shard without embedding tables would hold all of it: every
 // file is full.
 TEST_F(CheckpointChainShardTest, AShardWithoutEmbeddingTablesWritesFullCheckpointsOnly) {
