@@ -133,13 +133,12 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
 // scanned rather than looked up (a frozen view has no index), and the
 // scan stops once every changed id is found.
 void WriteDelta(const TableHeader& header, const RowStore::Frozen& rows,
-                const DiskRows::Snapshot* disk, absl::flat_hash_set<uint64_t> changed,
-                const absl::flat_hash_set<uint64_t>& removed, ShardCheckpoint* checkpoint) {
+                const DiskRows::Snapshot* disk, IdSet changed, const IdSet& removed,
+                ShardCheckpoint* checkpoint) {
   const size_t dim = header.config.dim();
   const size_t slots = header.slot_floats;
   ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
-  std::vector<uint64_t> gone(removed.begin(), removed.end());
-  std::sort(gone.begin(), gone.end());  // the same file for the same changes
+  const std::vector<uint64_t> gone = removed.Sorted();  // the same file for the same changes
   out->mutable_removed_ids()->assign(reinterpret_cast<const char*>(gone.data()),
                                      gone.size() * sizeof(uint64_t));
   std::string* ids = out->mutable_ids();
@@ -157,12 +156,13 @@ void WriteDelta(const TableHeader& header, const RowStore::Frozen& rows,
     values->append(reinterpret_cast<const char*>(row_values), dim * sizeof(float));
     state->append(reinterpret_cast<const char*>(row_slots), slots * sizeof(float));
   };
-  for (int64_t row = 0; row < rows.size() && !changed.empty(); ++row) {
-    if (changed.erase(rows.id(row)) == 0) continue;
+  size_t left = changed.size();
+  for (int64_t row = 0; row < rows.size() && left > 0; ++row) {
+    if (!changed.erase(rows.id(row))) continue;
+    --left;
     append(rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
   }
-  std::vector<uint64_t> cold(changed.begin(), changed.end());
-  std::sort(cold.begin(), cold.end());  // RocksDB reads in key order
+  const std::vector<uint64_t> cold = changed.Sorted();  // RocksDB reads in key order
   DiskRow row;
   for (uint64_t id : cold) {
     absl::StatusOr<bool> found =
@@ -198,8 +198,8 @@ void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
     TableHeader header;
     RowStore::Frozen rows;
     std::optional<DiskRows::Snapshot> disk;
-    absl::flat_hash_set<uint64_t> changed;
-    absl::flat_hash_set<uint64_t> removed;
+    IdSet changed;
+    IdSet removed;
   };
   const CaptureKind kind = snapshot->kind;
   std::vector<Frozen> frozen;

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "ps_server/core/disk_rows.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table.h"
+#include "ps_server/core/id_set.h"
 
 namespace pst {
 
@@ -104,12 +104,12 @@ struct EmbeddingTable::Embedding {
   // a chain sets; a capture swaps the sets out whole. Moving a row
   // between the tiers changes none of its contents, so it is not noted.
   bool track_changes = false;
-  absl::flat_hash_set<uint64_t> changed_ids;
-  absl::flat_hash_set<uint64_t> removed_ids;
+  IdSet changed_ids;
+  IdSet removed_ids;
   void NoteChanged(uint64_t id) {
     if (!track_changes) return;
     changed_ids.insert(id);
-    if (!removed_ids.empty()) removed_ids.erase(id);
+    removed_ids.erase(id);
   }
   void NoteRemoved(uint64_t id) {
     if (!track_changes) return;
