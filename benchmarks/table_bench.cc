@@ -391,22 +391,25 @@ std::unique_ptr<PsServerProcesses> PrepareStall(const std::string& variant, int6
                                                 std::unique_ptr<TableClient>* client) {
   const bool delta = variant == "delta";
   absl::StatusOr<std::unique_ptr<PsServerProcesses>> started =
-      PsServerProcesses::Start({.shards = 1, .workers = 1, .optimizer = kOptimizer,
-                                .checkpoints = true, .full_every = delta ? 1 << 30 : 0});
+      PsServerProcesses::Start({.shards = 1,
+                                .workers = 1,
+                                .optimizer = kOptimizer,
+                                .checkpoints = true,
+                                .full_every = delta ? 1 << 30 : 0});
   Check(started);
   std::unique_ptr<PsServerProcesses> processes = std::move(*started);
   // The table variants hold `rows` rows; the dense one a variable of as
   // many values, and only the rows the pushes touch.
   const bool dense = variant == "dense";
-  *client = std::make_unique<TableClient>(*processes, dense ? rows * dim : kDenseProbe, dim,
-                                          rows + 1024);
+  *client =
+      std::make_unique<TableClient>(*processes, dense ? rows * dim : kDenseProbe, dim, rows + 1024);
   PushRange(**client, 0, dense ? 4096 : rows, absl::GetFlag(FLAGS_fill_batch), [](int64_t) {});
   if (delta) {
     // The chain's full checkpoint, then some training: rows spread over
     // the table, as a sample of ids would touch them.
     Check((*client)->client().Checkpoint(0));
     const int64_t trained = absl::GetFlag(FLAGS_delta_rows) > 0 ? absl::GetFlag(FLAGS_delta_rows)
-                                                                 : std::max<int64_t>(1, rows / 100);
+                                                                : std::max<int64_t>(1, rows / 100);
     std::vector<uint64_t> ids;
     const int batch = absl::GetFlag(FLAGS_fill_batch);
     for (int64_t i = 0; i < trained; ++i) {
@@ -478,13 +481,14 @@ int RunStall() {
           longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], quiet[1],
           quiet[2], seconds[0], seconds[1], seconds[2], LoadAverage().c_str());
     } else {
-      std::printf("%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
-                  "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
-                  variant.c_str(),
-                  dense ? absl::StrCat(rows * dim, " floats").c_str()
-                        : absl::StrCat(rows, " rows x ", dim).c_str(),
-                  longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0],
-                  seconds[0], seconds[1], seconds[2]);
+      std::printf(
+          "%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
+          "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
+          variant.c_str(),
+          dense ? absl::StrCat(rows * dim, " floats").c_str()
+                : absl::StrCat(rows, " rows x ", dim).c_str(),
+          longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], seconds[0],
+          seconds[1], seconds[2]);
     }
   }
   if (!json) std::printf("load average: %s\n", LoadAverage().c_str());

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -18,8 +18,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
 #include "ps_server/core/checkpoint_delta.h"
@@ -267,20 +267,19 @@ absl::StatusOr<ShardCheckpoint> ReadChain(const std::string& dir, const std::str
     const std::optional<CheckpointName> name = ParseCheckpointName(FileName(link));
     const bool named_delta = name && name->delta;
     if (checkpoint->delta() != named_delta) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", link, " holds a ",
-                                              checkpoint->delta() ? "delta" : "full checkpoint",
-                                              " under the name of a ",
-                                              named_delta ? "delta" : "full checkpoint"));
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", link, " holds a ", checkpoint->delta() ? "delta" : "full checkpoint",
+          " under the name of a ", named_delta ? "delta" : "full checkpoint"));
     }
     if (!deltas.empty()) {
       const ShardCheckpoint& child = deltas.back();
       if (checkpoint->version() != child.parent_version() ||
           checkpoint->run_id() != child.run_id() ||
           checkpoint->config_hash() != child.config_hash()) {
-        return absl::DataLossError(absl::StrCat(
-            "checkpoint ", link, " (version ", checkpoint->version(), ", run \"",
-            checkpoint->run_id(), "\") is not the parent its delta at version ", child.version(),
-            " names"));
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", link, " (version ", checkpoint->version(), ", run \"",
+                         checkpoint->run_id(), "\") is not the parent its delta at version ",
+                         child.version(), " names"));
       }
     }
     if (!checkpoint->delta()) {
@@ -288,7 +287,8 @@ absl::StatusOr<ShardCheckpoint> ReadChain(const std::string& dir, const std::str
       for (auto delta = deltas.rbegin(); delta != deltas.rend(); ++delta) {
         absl::StatusOr<ShardCheckpoint> next = ApplyDelta(std::move(state), std::move(*delta));
         if (!next.ok()) {
-          return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", next.status().message()));
+          return absl::DataLossError(
+              absl::StrCat("checkpoint ", path, ": ", next.status().message()));
         }
         state = *std::move(next);
       }
@@ -297,10 +297,9 @@ absl::StatusOr<ShardCheckpoint> ReadChain(const std::string& dir, const std::str
     if (checkpoint->version() != name->version ||
         checkpoint->parent_version() != name->parent_version ||
         checkpoint->base_version() > checkpoint->parent_version()) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", link, " holds the delta at version ",
-                                              checkpoint->version(), " over ",
-                                              checkpoint->parent_version(),
-                                              ", not the one its name says"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", link, " holds the delta at version ", checkpoint->version(),
+                       " over ", checkpoint->parent_version(), ", not the one its name says"));
     }
     // The parent: the full checkpoint at the chain's base, else the
     // delta at its version.
@@ -315,10 +314,10 @@ absl::StatusOr<ShardCheckpoint> ReadChain(const std::string& dir, const std::str
       }
     }
     if (link.empty()) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint ", path, " is a delta whose chain needs the ",
-          parent_is_full ? "full checkpoint" : "delta", " at version ", parent, ", which ", dir,
-          " does not hold"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " is a delta whose chain needs the ",
+                       parent_is_full ? "full checkpoint" : "delta", " at version ", parent,
+                       ", which ", dir, " does not hold"));
     }
   }
 }
@@ -333,8 +332,8 @@ absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir
     if (checkpoint.ok()) return checkpoint;
     std::string reason(checkpoint.status().message());
     if (reason.find(path) == std::string::npos) {
-      reason = absl::StrCat("checkpoint ", path, " is a delta whose chain does not restore: ",
-                            reason);
+      reason =
+          absl::StrCat("checkpoint ", path, " is a delta whose chain does not restore: ", reason);
     }
     rejected->push_back(std::move(reason));
   }

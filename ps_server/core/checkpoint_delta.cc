@@ -34,7 +34,8 @@ struct RowBytes {
 // slot bytes (`*bytes->slots` unset: SIZE_MAX) from them.
 absl::Status CheckColumns(const ShardCheckpoint::Embedding& table, RowBytes* bytes) {
   const std::string& name = table.config().name();
-  if (table.ids().size() % sizeof(uint64_t) != 0 || table.removed_ids().size() % sizeof(uint64_t) != 0) {
+  if (table.ids().size() % sizeof(uint64_t) != 0 ||
+      table.removed_ids().size() % sizeof(uint64_t) != 0) {
     return DeltaMismatch(name, "has ids of other than 8 bytes");
   }
   const size_t n = table.ids().size() / sizeof(uint64_t);
@@ -43,8 +44,8 @@ absl::Status CheckColumns(const ShardCheckpoint::Embedding& table, RowBytes* byt
     bytes->slots = table.slots().size() / n;
   }
   if (table.values().size() != n * bytes->values ||
-      (n > 0 && table.slots().size() != n * bytes->slots) ||
-      (n == 0 && !table.slots().empty()) || table.row_updates().size() != n * sizeof(int64_t)) {
+      (n > 0 && table.slots().size() != n * bytes->slots) || (n == 0 && !table.slots().empty()) ||
+      table.row_updates().size() != n * sizeof(int64_t)) {
     return DeltaMismatch(name, "holds ids, values, slots and updates of different row counts");
   }
   return absl::OkStatus();
@@ -118,8 +119,8 @@ absl::Status MergeRows(ShardCheckpoint::Embedding* parent, ShardCheckpoint::Embe
         std::memmove(slots.data() + kept * bytes.slots, slots.data() + row * bytes.slots,
                      bytes.slots);
       }
-      std::memmove(updates.data() + kept * sizeof(int64_t),
-                   updates.data() + row * sizeof(int64_t), sizeof(int64_t));
+      std::memmove(updates.data() + kept * sizeof(int64_t), updates.data() + row * sizeof(int64_t),
+                   sizeof(int64_t));
     }
     ++kept;
   }
@@ -140,10 +141,10 @@ absl::Status MergeRows(ShardCheckpoint::Embedding* parent, ShardCheckpoint::Embe
 absl::StatusOr<ShardCheckpoint> ApplyDelta(ShardCheckpoint parent, ShardCheckpoint delta) {
   if (!delta.delta()) return absl::InvalidArgumentError("ApplyDelta: the checkpoint is no delta");
   if (parent.delta() || parent.version() != delta.parent_version()) {
-    return absl::DataLossError(absl::StrCat(
-        "the delta at version ", delta.version(), " is over version ", delta.parent_version(),
-        ", its parent holds ", parent.delta() ? "a delta at version " : "version ",
-        parent.version()));
+    return absl::DataLossError(
+        absl::StrCat("the delta at version ", delta.version(), " is over version ",
+                     delta.parent_version(), ", its parent holds ",
+                     parent.delta() ? "a delta at version " : "version ", parent.version()));
   }
   if (parent.shard() != delta.shard()) {
     return absl::DataLossError(absl::StrCat("the delta is shard ", delta.shard(),

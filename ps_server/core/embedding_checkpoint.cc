@@ -2,10 +2,10 @@
 // and back in only once all of it has been checked.
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -205,31 +205,35 @@ void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
   std::vector<Frozen> frozen;
   frozen.reserve(tables_.size());
   for (const auto& t : tables_) {
-    frozen.push_back({HeaderOf(*t, options_.num_shards), t->rows.Freeze(),
-                      t->tiered() ? std::optional(t->disk->TakeSnapshot()) : std::nullopt,
-                      {}, {}});
+    frozen.push_back(
+        {.header = HeaderOf(*t, options_.num_shards),
+         .rows = t->rows.Freeze(),
+         .disk = t->tiered() ? std::optional(t->disk->TakeSnapshot()) : std::nullopt,
+         .changed = {},
+         .removed = {}});
     if (kind == CaptureKind::kWhole) continue;
     frozen.back().changed = std::exchange(t->changed_ids, {});
     frozen.back().removed = std::exchange(t->removed_ids, {});
     t->track_changes = true;
   }
-  snapshot->later.push_back([kind, frozen = std::move(frozen)](ShardCheckpoint* checkpoint) mutable {
-    for (Frozen& table : frozen) {
-      const DiskRows::Snapshot* disk = table.disk ? &*table.disk : nullptr;
-      if (kind == CaptureKind::kChainDelta) {
-        WriteDelta(table.header, table.rows, disk, std::move(table.changed), table.removed,
-                   checkpoint);
-      } else {
-        WriteTable(table.header, table.rows, disk, checkpoint);
-      }
-    }
-  });
+  snapshot->later.push_back(
+      [kind, frozen = std::move(frozen)](ShardCheckpoint* checkpoint) mutable {
+        for (Frozen& table : frozen) {
+          const DiskRows::Snapshot* disk = table.disk ? &*table.disk : nullptr;
+          if (kind == CaptureKind::kChainDelta) {
+            WriteDelta(table.header, table.rows, disk, std::move(table.changed), table.removed,
+                       checkpoint);
+          } else {
+            WriteTable(table.header, table.rows, disk, checkpoint);
+          }
+        }
+      });
 }
 
 bool EmbeddingTable::TracksChanges() const {
   // Without tables a delta would be a full checkpoint by another name.
   return !tables_.empty() && std::all_of(tables_.begin(), tables_.end(),
-                     [](const auto& t) { return t->track_changes; });
+                                         [](const auto& t) { return t->track_changes; });
 }
 
 absl::Status EmbeddingTable::SpillRestored(Embedding& table,

@@ -38,8 +38,7 @@ std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/",
 // created) from the moment this is made on, as inotify reports them.
 class CheckpointsBegun {
  public:
-  explicit CheckpointsBegun(const std::string& dir)
-      : fd_(inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) {
+  explicit CheckpointsBegun(const std::string& dir) : fd_(inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) {
     if (fd_ >= 0 && inotify_add_watch(fd_, dir.c_str(), IN_CREATE) < 0) {
       close(fd_);
       fd_ = -1;
@@ -209,7 +208,7 @@ TEST_F(CheckpointKillTest, EveryRestartRestoresTheNewestWholeChainAndTrainingGoe
     ps = StartPs("--checkpoint_start=restore", next_log);
     const int64_t restored = RestoredVersion(next_log);
     ASSERT_EQ(restored, expected) << Log(next_log);
-    EXPECT_EQ(restored % 5, 0);  // a checkpoint that was completed, on the schedule
+    EXPECT_EQ(restored % 5, 0);             // a checkpoint that was completed, on the schedule
     EXPECT_GE(restored, highest_restored);  // never an older chain than the last life's
     highest_restored = restored;
   }

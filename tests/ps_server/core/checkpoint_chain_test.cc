@@ -193,11 +193,11 @@ TEST_F(CheckpointChainShardTest, ATornOrMissingLinkFallsBackToTheNewestWholeChai
   struct Case {
     const char* name;
     void (*damage)(const std::string& file);
-    std::string file;     // the link damaged
-    int64_t restores;     // -1: nothing restores
-    size_t rejections;    // files rejected before
-    std::string why;      // what each rejection says
-    std::string names;    // and the link it names
+    std::string file;   // the link damaged
+    int64_t restores;   // -1: nothing restores
+    size_t rejections;  // files rejected before
+    std::string why;    // what each rejection says
+    std::string names;  // and the link it names
   };
   const auto tear = [](const std::string& file) {
     std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);

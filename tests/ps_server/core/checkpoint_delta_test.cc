@@ -82,23 +82,31 @@ TEST(CheckpointDeltaTest, ADeltaThatDoesNotFitItsParentIsRefused) {
     const char* message;
   };
   const Case cases[] = {
-      {"another parent version", [](ShardCheckpoint*, ShardCheckpoint* d) { d->set_parent_version(9); },
-       "is over version 9"},
+      {"another parent version",
+       [](ShardCheckpoint*, ShardCheckpoint* d) { d->set_parent_version(9); }, "is over version 9"},
       {"a delta as parent", [](ShardCheckpoint* p, ShardCheckpoint*) { p->set_delta(true); },
        "a delta at version"},
       {"another shard", [](ShardCheckpoint* p, ShardCheckpoint*) { p->set_shard(1); },
        "shard 0's, its parent shard 1's"},
       {"a table the parent lacks",
-       [](ShardCheckpoint*, ShardCheckpoint* d) { d->mutable_embeddings(0)->mutable_config()->set_name("u"); },
+       [](ShardCheckpoint*, ShardCheckpoint* d) {
+         d->mutable_embeddings(0)->mutable_config()->set_name("u");
+       },
        "\"u\" is not in its parent"},
       {"another dim",
-       [](ShardCheckpoint*, ShardCheckpoint* d) { d->mutable_embeddings(0)->mutable_config()->set_dim(3); },
+       [](ShardCheckpoint*, ShardCheckpoint* d) {
+         d->mutable_embeddings(0)->mutable_config()->set_dim(3);
+       },
        "has dim 3"},
       {"values cut short",
-       [](ShardCheckpoint*, ShardCheckpoint* d) { d->mutable_embeddings(0)->mutable_values()->pop_back(); },
+       [](ShardCheckpoint*, ShardCheckpoint* d) {
+         d->mutable_embeddings(0)->mutable_values()->pop_back();
+       },
        "different row counts"},
       {"slots of no whole rows",
-       [](ShardCheckpoint*, ShardCheckpoint* d) { d->mutable_embeddings(0)->mutable_slots()->pop_back(); },
+       [](ShardCheckpoint*, ShardCheckpoint* d) {
+         d->mutable_embeddings(0)->mutable_slots()->pop_back();
+       },
        "no whole rows"},
       {"a parent's slots of another width",
        [](ShardCheckpoint* p, ShardCheckpoint*) {
@@ -106,10 +114,14 @@ TEST(CheckpointDeltaTest, ADeltaThatDoesNotFitItsParentIsRefused) {
        },
        "different row counts"},
       {"removed ids of other than 8 bytes",
-       [](ShardCheckpoint*, ShardCheckpoint* d) { d->mutable_embeddings(0)->mutable_removed_ids()->push_back('x'); },
+       [](ShardCheckpoint*, ShardCheckpoint* d) {
+         d->mutable_embeddings(0)->mutable_removed_ids()->push_back('x');
+       },
        "other than 8 bytes"},
       {"an id twice in the parent",
-       [](ShardCheckpoint* p, ShardCheckpoint*) { *p->mutable_embeddings(0) = Table({{1, 1}, {1, 2}}); },
+       [](ShardCheckpoint* p, ShardCheckpoint*) {
+         *p->mutable_embeddings(0) = Table({{1, 1}, {1, 2}});
+       },
        "id 1 twice"},
   };
   for (const Case& c : cases) {

@@ -46,8 +46,7 @@ RowMap RowsOf(const ShardCheckpoint::Embedding& e) {
     int64_t updates;
     std::memcpy(&id, e.ids().data() + i * 8, 8);
     std::memcpy(&updates, e.row_updates().data() + i * 8, 8);
-    rows[id] = {e.values().substr(i * values, values), e.slots().substr(i * slots, slots),
-                updates};
+    rows[id] = {e.values().substr(i * values, values), e.slots().substr(i * slots, slots), updates};
   }
   return rows;
 }
