@@ -58,7 +58,11 @@
 // the disk tier's in id order), state and counters (Capture: from a
 // copy-on-write view of RAM and a RocksDB snapshot of the disk, taken
 // under the shard's lock and read after it); a restored tiered table
-// takes the first row-limit rows into RAM and the rest to disk.
+// takes the first row-limit rows into RAM and the rest to disk. A delta
+// (a checkpoint chain's capture, shard_snapshot.h) writes only the rows
+// committed and the ids removed since the chain's previous capture, which
+// each table notes from the chain's first capture on (never a row that
+// only moved between the tiers: its contents are the same).
 // Restore takes them back whole or not at all. A checkpoint restores only
 // onto the shard count that wrote it: rows are placed by hash modulo the
 // shard count, so with another count most rows would belong to other
