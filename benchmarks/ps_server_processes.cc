@@ -81,7 +81,8 @@ absl::StatusOr<std::unique_ptr<PsServerProcesses>> PsServerProcesses::Start(
   config << cluster << "training { mode: ASYNC optimizer { " << options.optimizer
          << " } batch_size: 1 model { mlp { hidden: 1 } } dataset { quadratic { examples: 1 } }";
   if (options.checkpoints) {
-    config << " checkpoint { dir: \"" << processes->dir_ << "/checkpoints\" }";
+    config << " checkpoint { dir: \"" << processes->dir_
+           << "/checkpoints\" full_every: " << options.full_every << " }";
   }
   config << " }\n";
   config.close();

@@ -30,6 +30,9 @@ struct PsServerOptions {
   // Whether the shards write checkpoints (under dir(), on demand only:
   // PsClient::Checkpoint).
   bool checkpoints = false;
+  // Their training.checkpoint.full_every: with more than 1, checkpoints
+  // after the first are deltas, until the chain is that long.
+  int full_every = 0;
 };
 
 class PsServerProcesses {

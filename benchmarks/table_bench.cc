@@ -22,6 +22,12 @@
 //                 filled, pushes of 256 rows back to back while an admin
 //                 Checkpoint runs; the longest and median push latency
 //                 during the checkpoint, and the checkpoint's time.
+//                 --stall_variants picks among table, dense and delta: (c)
+//                 the table of (a) checkpointed whole once, then
+//                 --delta_rows of its rows trained, then a delta
+//                 checkpoint (CheckpointConfig.full_every) timed as (a).
+//                 The delta of a 10^7-row table beside the dense model:
+//                 --stall_variants=delta,dense --rows=10000000.
 //
 //   table_bench --measure=scale|bound|stall [--rows=10000000] [--dim=16]
 //               [--shards=2] [--max_rows=1000000] [--json]
@@ -29,6 +35,8 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,6 +65,10 @@ ABSL_FLAG(int, batch_rows, 16384, "Unique ids per timed step (scale).");
 ABSL_FLAG(int, rounds, 3, "Rounds: timed-step periods (scale) or variant pairs (stall).");
 ABSL_FLAG(double, seconds, 3.0, "Seconds per timed-step round (scale).");
 ABSL_FLAG(bool, json, false, "JSON rows instead of text.");
+ABSL_FLAG(std::vector<std::string>, stall_variants, std::vector<std::string>({"table", "dense"}),
+          "Stall: the checkpoints timed, of table, dense and delta.");
+ABSL_FLAG(int64_t, delta_rows, 0,
+          "Stall, delta: rows trained between the full checkpoint and the delta (0 = rows / 100).");
 
 namespace pst {
 namespace {
@@ -321,6 +333,7 @@ struct Stall {
   double checkpoint_s = 0;
   double longest_at_s = 0;  // when the longest push started, from the checkpoint's start
   int pushes = 0;
+  std::string file;  // the checkpoint's, as the shard named it (a delta's says so)
 };
 
 // Pushes of kStallPushRows rows of [0, 4096) back to back while the shard
@@ -342,13 +355,15 @@ Stall MeasureStall(TableClient& client) {
   });
   absl::SleepFor(absl::Milliseconds(500));  // quiet pushes to compare with
   const absl::Time start = absl::Now();
-  Check(client.client().Checkpoint(0));
+  absl::StatusOr<CheckpointResponse> written = client.client().Checkpoint(0);
+  Check(written);
   const absl::Time end = absl::Now();
   absl::SleepFor(absl::Milliseconds(200));
   stop = true;
   pusher.join();
   Stall stall;
   stall.checkpoint_s = absl::ToDoubleSeconds(end - start);
+  stall.file = written->path().substr(written->path().rfind('/') + 1);
   std::vector<double> during, quiet;
   for (const Push& p : pushes) {
     const double ms = absl::ToDoubleMilliseconds(p.end - p.start);
@@ -370,32 +385,77 @@ Stall MeasureStall(TableClient& client) {
   return stall;
 }
 
+// A fresh shard filled for `variant` (table, dense or delta), ready for
+// the checkpoint MeasureStall times.
+std::unique_ptr<PsServerProcesses> PrepareStall(const std::string& variant, int64_t rows, int dim,
+                                                std::unique_ptr<TableClient>* client) {
+  const bool delta = variant == "delta";
+  absl::StatusOr<std::unique_ptr<PsServerProcesses>> started =
+      PsServerProcesses::Start({.shards = 1,
+                                .workers = 1,
+                                .optimizer = kOptimizer,
+                                .checkpoints = true,
+                                .full_every = delta ? 1 << 30 : 0});
+  Check(started);
+  std::unique_ptr<PsServerProcesses> processes = std::move(*started);
+  // The table variants hold `rows` rows; the dense one a variable of as
+  // many values, and only the rows the pushes touch.
+  const bool dense = variant == "dense";
+  *client =
+      std::make_unique<TableClient>(*processes, dense ? rows * dim : kDenseProbe, dim, rows + 1024);
+  PushRange(**client, 0, dense ? 4096 : rows, absl::GetFlag(FLAGS_fill_batch), [](int64_t) {});
+  if (delta) {
+    // The chain's full checkpoint, then some training: rows spread over
+    // the table, as a sample of ids would touch them.
+    Check((*client)->client().Checkpoint(0));
+    const int64_t trained = absl::GetFlag(FLAGS_delta_rows) > 0 ? absl::GetFlag(FLAGS_delta_rows)
+                                                                : std::max<int64_t>(1, rows / 100);
+    std::vector<uint64_t> ids;
+    const int batch = absl::GetFlag(FLAGS_fill_batch);
+    for (int64_t i = 0; i < trained; ++i) {
+      ids.push_back(static_cast<uint64_t>((i * 7919) % rows));
+      if (static_cast<int64_t>(ids.size()) == batch || i + 1 == trained) {
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        (*client)->PushRows(ids);
+        ids.clear();
+      }
+    }
+  }
+  return processes;
+}
+
 int RunStall() {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int dim = absl::GetFlag(FLAGS_dim);
   const bool json = absl::GetFlag(FLAGS_json);
-  std::vector<Stall> table_stalls, dense_stalls;
+  const std::vector<std::string> variants = absl::GetFlag(FLAGS_stall_variants);
+  for (const std::string& variant : variants) {
+    if (variant != "table" && variant != "dense" && variant != "delta") {
+      ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                  "--stall_variants: table, dense or delta, not ", variant)));
+    }
+  }
+  std::map<std::string, std::vector<Stall>> stalls_of;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    for (const bool table : {true, false}) {
-      std::unique_ptr<PsServerProcesses> processes = StartShards(1, true);
-      // The table variant holds `rows` rows; the dense one a variable of
-      // as many values, and only the rows the pushes touch.
-      TableClient client(*processes, table ? kDenseProbe : rows * dim, dim, rows + 1024);
-      PushRange(client, 0, table ? rows : 4096, absl::GetFlag(FLAGS_fill_batch), [](int64_t) {});
-      const Stall stall = MeasureStall(client);
-      (table ? table_stalls : dense_stalls).push_back(stall);
+    for (const std::string& variant : variants) {
+      std::unique_ptr<TableClient> client;
+      std::unique_ptr<PsServerProcesses> processes = PrepareStall(variant, rows, dim, &client);
+      const Stall stall = MeasureStall(*client);
+      stalls_of[variant].push_back(stall);
       // Each round as it ends (on stderr beside JSON).
       std::fprintf(json ? stderr : stdout,
                    "round %d %-5s: checkpoint %.2f s; %d pushes during it: longest %.1f ms "
-                   "(from %+.2f s), median %.1f ms (%.1f ms before it); load %s\n",
-                   round, table ? "table" : "dense", stall.checkpoint_s, stall.pushes,
-                   stall.longest_ms, stall.longest_at_s, stall.median_ms, stall.quiet_median_ms,
+                   "(from %+.2f s), median %.1f ms (%.1f ms before it); %s; load %s\n",
+                   round, variant.c_str(), stall.checkpoint_s, stall.pushes, stall.longest_ms,
+                   stall.longest_at_s, stall.median_ms, stall.quiet_median_ms, stall.file.c_str(),
                    LoadAverage().c_str());
       std::fflush(json ? stderr : stdout);
+      client.reset();  // before its shard goes
     }
   }
-  for (const bool table : {true, false}) {
-    const std::vector<Stall>& stalls = table ? table_stalls : dense_stalls;
+  for (const std::string& variant : variants) {
+    const std::vector<Stall>& stalls = stalls_of[variant];
     auto figure = [&](double Stall::*field) {
       std::vector<double> values;
       for (const Stall& s : stalls) values.push_back(s.*field);
@@ -406,7 +466,7 @@ int RunStall() {
     const auto median = figure(&Stall::median_ms);
     const auto quiet = figure(&Stall::quiet_median_ms);
     const auto seconds = figure(&Stall::checkpoint_s);
-    const char* variant = table ? "table" : "dense";
+    const bool dense = variant == "dense";
     if (json) {
       std::printf(
           "{\"benchmark\":\"table_bench\",\"part\":\"stall\",\"variant\":\"%s\","
@@ -417,17 +477,18 @@ int RunStall() {
           "\"quiet_median_ms\":%.2f,\"quiet_median_ms_min\":%.2f,\"quiet_median_ms_max\":%.2f,"
           "\"checkpoint_s\":%.2f,\"checkpoint_s_min\":%.2f,\"checkpoint_s_max\":%.2f,"
           "\"load\":%s}\n",
-          variant, static_cast<long long>(rows), dim, kStallPushRows, stalls.size(), longest[0],
-          longest[1], longest[2], median[0], median[1], median[2], quiet[0], quiet[1], quiet[2],
-          seconds[0], seconds[1], seconds[2], LoadAverage().c_str());
+          variant.c_str(), static_cast<long long>(rows), dim, kStallPushRows, stalls.size(),
+          longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], quiet[1],
+          quiet[2], seconds[0], seconds[1], seconds[2], LoadAverage().c_str());
     } else {
-      std::printf("%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
-                  "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
-                  variant,
-                  table ? absl::StrCat(rows, " rows x ", dim).c_str()
-                        : absl::StrCat(rows * dim, " floats").c_str(),
-                  longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0],
-                  seconds[0], seconds[1], seconds[2]);
+      std::printf(
+          "%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
+          "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
+          variant.c_str(),
+          dense ? absl::StrCat(rows * dim, " floats").c_str()
+                : absl::StrCat(rows, " rows x ", dim).c_str(),
+          longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], seconds[0],
+          seconds[1], seconds[2]);
     }
   }
   if (!json) std::printf("load average: %s\n", LoadAverage().c_str());

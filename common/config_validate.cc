@@ -218,7 +218,8 @@ absl::Status ValidateCheckpoint(const CheckpointConfig& checkpoint) {
       {"every_steps", checkpoint.every_steps()},
       {"every_seconds", checkpoint.every_seconds()},
       {"keep", checkpoint.keep()},
-      {"max_failures", checkpoint.max_failures()}};
+      {"max_failures", checkpoint.max_failures()},
+      {"full_every", checkpoint.full_every()}};
   for (const auto& [name, value] : counts) {
     if (value < 0) {
       return InvalidConfigField(absl::StrCat("training.checkpoint.", name),

@@ -2,7 +2,8 @@
 // without pstrain (psctl export).
 //
 // Each shard's newest valid checkpoint (<dir>/shard-<i>/, as a PS restore
-// finds it: ReadNewestValidCheckpoint) gives its share; together they give
+// finds it: ReadNewestValidCheckpoint, a delta with its chain applied)
+// gives its share; together they give
 //  - every dense variable whole, float32 of the variable's shape: the
 //    slices placement cut over the shards ("<name>/part-<p>") joined back
 //    in row order under "<name>";

@@ -8,16 +8,21 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <filesystem>
+#include <limits>
+#include <map>
+#include <set>
 #include <string>
 #include <string_view>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
+#include "ps_server/core/checkpoint_delta.h"
 
 namespace pst {
 
@@ -88,6 +93,74 @@ int RemoveTemporaryFiles(const std::string& dir) {
   return removed;
 }
 
+std::optional<CheckpointName> ParseCheckpointName(std::string_view file_name) {
+  absl::string_view name(file_name.data(), file_name.size());
+  CheckpointName parsed;
+  if (!absl::ConsumePrefix(&name, "ckpt-") || !absl::ConsumeSuffix(&name, ".bin")) {
+    return std::nullopt;
+  }
+  const size_t dot = name.find('.');
+  if (!absl::SimpleAtoi(name.substr(0, dot), &parsed.version) || parsed.version < 0) {
+    return std::nullopt;
+  }
+  if (dot == absl::string_view::npos) return parsed;
+  absl::string_view parent = name.substr(dot);
+  if (!absl::ConsumePrefix(&parent, ".delta-") ||
+      !absl::SimpleAtoi(parent, &parsed.parent_version) || parsed.parent_version < 0 ||
+      parsed.parent_version >= parsed.version) {
+    return std::nullopt;
+  }
+  parsed.delta = true;
+  return parsed;
+}
+
+namespace {
+
+std::string CheckpointPath(const std::string& dir, const ShardCheckpoint& checkpoint) {
+  if (!checkpoint.delta()) return absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
+  return absl::StrFormat("%s/ckpt-%015d.delta-%015d.bin", dir, checkpoint.version(),
+                         checkpoint.parent_version());
+}
+
+std::string FileName(const std::string& path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+// After `written` landed: removes the other file of its version, then
+// every file but the newest `keep`, `written`, and the links their chains
+// go back through.
+void PruneCheckpoints(const std::string& dir, const std::string& written, int64_t version,
+                      int keep) {
+  std::error_code error;
+  for (const std::string& file : ListCheckpoints(dir)) {
+    const std::optional<CheckpointName> name = ParseCheckpointName(FileName(file));
+    if (file != written && name && name->version == version) std::filesystem::remove(file, error);
+  }
+  const std::vector<std::string> files = ListCheckpoints(dir);
+  std::map<int64_t, std::vector<std::string>> by_version;
+  for (const std::string& file : files) {
+    if (auto name = ParseCheckpointName(FileName(file))) by_version[name->version].push_back(file);
+  }
+  std::set<std::string> kept = {written};
+  for (size_t i = 0; i < files.size() && i < static_cast<size_t>(std::max(keep, 1)); ++i) {
+    kept.insert(files[i]);
+  }
+  std::vector<std::string> to_follow(kept.begin(), kept.end());
+  while (!to_follow.empty()) {
+    const std::optional<CheckpointName> name = ParseCheckpointName(FileName(to_follow.back()));
+    to_follow.pop_back();
+    if (!name || !name->delta) continue;
+    for (const std::string& parent : by_version[name->parent_version]) {
+      if (kept.insert(parent).second) to_follow.push_back(parent);
+    }
+  }
+  for (const std::string& file : files) {
+    if (!kept.contains(file)) std::filesystem::remove(file, error);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
                                             const ShardCheckpoint& checkpoint, int keep) {
   std::error_code error;
@@ -108,14 +181,11 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   PutLittleEndian(payload.size(), 8, &header);
   PutLittleEndian(PayloadCrc32(payload), 4, &header);
   std::memcpy(contents.data(), header.data(), kHeaderBytes);
-  const std::string path = absl::StrFormat("%s/ckpt-%015d.bin", dir, checkpoint.version());
+  const std::string path = CheckpointPath(dir, checkpoint);
   // The model is the job's, not every local user's: owner-only, whatever
   // the umask lets a new file be.
   PST_RETURN_IF_ERROR(WriteFileDurably(path, contents, 0600));
-  std::vector<std::string> files = ListCheckpoints(dir);
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < files.size(); ++i) {
-    std::filesystem::remove(files[i], error);
-  }
+  PruneCheckpoints(dir, path, checkpoint.version(), keep);
   return path;
 }
 
@@ -183,12 +253,89 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   return checkpoint;
 }
 
+namespace {
+
+// `path`'s checkpoint with its chain applied. DataLoss naming the link
+// that does not verify, is missing or does not fit.
+absl::StatusOr<ShardCheckpoint> ReadChain(const std::string& dir, const std::string& path,
+                                          const std::vector<std::string>& files) {
+  std::vector<ShardCheckpoint> deltas;  // newest first
+  std::string link = path;
+  while (true) {
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadCheckpoint(link);
+    if (!checkpoint.ok()) return checkpoint.status();
+    const std::optional<CheckpointName> name = ParseCheckpointName(FileName(link));
+    const bool named_delta = name && name->delta;
+    if (checkpoint->delta() != named_delta) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", link, " holds a ", checkpoint->delta() ? "delta" : "full checkpoint",
+          " under the name of a ", named_delta ? "delta" : "full checkpoint"));
+    }
+    if (!deltas.empty()) {
+      const ShardCheckpoint& child = deltas.back();
+      if (checkpoint->version() != child.parent_version() ||
+          checkpoint->run_id() != child.run_id() ||
+          checkpoint->config_hash() != child.config_hash()) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", link, " (version ", checkpoint->version(), ", run \"",
+                         checkpoint->run_id(), "\") is not the parent its delta at version ",
+                         child.version(), " names"));
+      }
+    }
+    if (!checkpoint->delta()) {
+      ShardCheckpoint state = *std::move(checkpoint);
+      for (auto delta = deltas.rbegin(); delta != deltas.rend(); ++delta) {
+        absl::StatusOr<ShardCheckpoint> next = ApplyDelta(std::move(state), std::move(*delta));
+        if (!next.ok()) {
+          return absl::DataLossError(
+              absl::StrCat("checkpoint ", path, ": ", next.status().message()));
+        }
+        state = *std::move(next);
+      }
+      return state;
+    }
+    if (checkpoint->version() != name->version ||
+        checkpoint->parent_version() != name->parent_version ||
+        checkpoint->base_version() > checkpoint->parent_version()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", link, " holds the delta at version ", checkpoint->version(),
+                       " over ", checkpoint->parent_version(), ", not the one its name says"));
+    }
+    // The parent: the full checkpoint at the chain's base, else the
+    // delta at its version.
+    const int64_t parent = checkpoint->parent_version();
+    const bool parent_is_full = parent == checkpoint->base_version();
+    deltas.push_back(*std::move(checkpoint));
+    link.clear();
+    for (const std::string& file : files) {
+      const std::optional<CheckpointName> candidate = ParseCheckpointName(FileName(file));
+      if (candidate && candidate->version == parent && candidate->delta != parent_is_full) {
+        link = file;
+      }
+    }
+    if (link.empty()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " is a delta whose chain needs the ",
+                       parent_is_full ? "full checkpoint" : "delta", " at version ", parent,
+                       ", which ", dir, " does not hold"));
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir,
                                                           std::vector<std::string>* rejected) {
-  for (const std::string& path : ListCheckpoints(dir)) {
-    absl::StatusOr<ShardCheckpoint> checkpoint = ReadCheckpoint(path);
+  const std::vector<std::string> files = ListCheckpoints(dir);
+  for (const std::string& path : files) {
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadChain(dir, path, files);
     if (checkpoint.ok()) return checkpoint;
-    rejected->push_back(std::string(checkpoint.status().message()));
+    std::string reason(checkpoint.status().message());
+    if (reason.find(path) == std::string::npos) {
+      reason =
+          absl::StrCat("checkpoint ", path, " is a delta whose chain does not restore: ", reason);
+    }
+    rejected->push_back(std::move(reason));
   }
   return absl::NotFoundError(absl::StrCat("no valid checkpoint in ", dir));
 }

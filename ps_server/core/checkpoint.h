@@ -6,11 +6,21 @@
 // into place and the directory fsync'd, so a crash leaves either the old
 // file set or the new one, never a torn file under a checkpoint's name; the
 // checksum catches what the disk itself corrupts.
+//
+// Chains. A full checkpoint is ckpt-<version>.bin; a delta
+// (ShardCheckpoint.delta: the embedding tables' rows changed since its
+// parent, checkpoint_delta.h) is ckpt-<version>.delta-<parent>.bin, its
+// parent being the full checkpoint or the delta at <parent>. A delta
+// restores through its chain: the deltas back to the full checkpoint at
+// its base_version, each file verified, applied oldest first. A version is
+// one file: writing one removes any other file of its version (a link
+// rewritten after a restore).
 #ifndef PST_PS_SERVER_CORE_CHECKPOINT_H_
 #define PST_PS_SERVER_CORE_CHECKPOINT_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,15 +30,19 @@
 
 namespace pst {
 
-// Writes `checkpoint` as <dir>/ckpt-<version>.bin, creating `dir` if needed,
-// then deletes all but the newest `keep` checkpoints. Returns the path. A
-// failed write (Unavailable: disk full, I/O error) leaves no file behind.
+// Writes `checkpoint` as <dir>/ckpt-<version>.bin (a delta:
+// ckpt-<version>.delta-<parent>.bin), creating `dir` if needed, then
+// deletes the other file of its version if any, and every file but the
+// newest `keep` checkpoints, this one and the links their chains go back
+// through. Returns the path. A failed write (Unavailable: disk full, I/O
+// error) leaves no file behind.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
                                             const ShardCheckpoint& checkpoint, int keep);
 
-// Reads and verifies one file. DataLoss naming the file when it is torn,
-// corrupted or not a regular file (a FIFO in its place is refused at once,
-// never waited on).
+// Reads and verifies one file (a delta as it is: ReadNewestValidCheckpoint
+// applies chains). DataLoss naming the file when it is torn, corrupted or
+// not a regular file (a FIFO in its place is refused at once, never
+// waited on).
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
 
 // The CRC-32 of a checkpoint's payload, fed to zlib in pieces of at most
@@ -42,11 +56,23 @@ uint32_t PayloadCrc32(std::string_view payload, size_t max_piece_bytes = kCrc32P
 // Deletes the temporary files a crash mid-write left in `dir`; returns how many.
 int RemoveTemporaryFiles(const std::string& dir);
 
-// Checkpoint files in `dir`, newest first.
+// Checkpoint files in `dir`, full and delta, newest first.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
 
-// The newest checkpoint in `dir` that verifies; each one skipped as invalid
-// is reported in `rejected` with the reason. NotFound when there is none.
+// What a checkpoint file's name says: its version and, of a delta, its
+// parent's. nullopt for a name not written by WriteCheckpoint.
+struct CheckpointName {
+  int64_t version = 0;
+  bool delta = false;
+  int64_t parent_version = -1;
+};
+std::optional<CheckpointName> ParseCheckpointName(std::string_view file_name);
+
+// The newest checkpoint in `dir` that restores: a full one that
+// verifies, or a delta whose whole chain does, applied (so never a
+// delta). Each one skipped is reported in `rejected` with the reason (for
+// a delta, the link of its chain that failed). NotFound when there is
+// none.
 absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir,
                                                           std::vector<std::string>* rejected);
 

@@ -223,7 +223,7 @@ absl::StatusOr<Checkpointer::Written> Checkpointer::CheckpointNow() {
   // Done only goes from false to true: when every worker is done before the
   // snapshot, the snapshot is the final state.
   const bool finished = AllWorkersDone();
-  ShardCheckpoint checkpoint = shard_->Snapshot();
+  ShardCheckpoint checkpoint = shard_->CheckpointSnapshot();
   checkpoint.set_finished(finished);
   return Write(std::move(checkpoint));
 }
@@ -270,11 +270,16 @@ absl::StatusOr<Checkpointer::Written> Checkpointer::Write(ShardCheckpoint checkp
       stats_.clear_last_error();
       stats_.set_version(checkpoint.version());
       PublishStats();
-    } else if (CountFailure(path.status())) {
-      give_up = absl::UnavailableError(absl::StrCat(
-          "checkpoint at version ", checkpoint.version(), " in ", dir_, " failed ",
-          stats_.consecutive_failures(), " times in a row (", path.status().message(),
-          "); stopping rather than training on with nothing recent on disk"));
+    } else {
+      // This link of the chain is lost (unless a retry writes it): the
+      // next one starts a chain, since a delta over it would not restore.
+      shard_->RestartCheckpointChain();
+      if (CountFailure(path.status())) {
+        give_up = absl::UnavailableError(absl::StrCat(
+            "checkpoint at version ", checkpoint.version(), " in ", dir_, " failed ",
+            stats_.consecutive_failures(), " times in a row (", path.status().message(),
+            "); stopping rather than training on with nothing recent on disk"));
+      }
     }
   }
   if (!give_up.ok()) {

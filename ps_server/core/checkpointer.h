@@ -8,6 +8,11 @@
 // falls more than every_steps versions behind; after
 // CheckpointConfig.max_failures consecutive failures the writer gives up
 // and the PS must stop.
+//
+// With CheckpointConfig.full_every > 1 the files form chains (a full one,
+// then deltas: checkpoint.h); the shard decides at each capture which
+// (ParameterShard::CheckpointSnapshot), and a write that fails makes the
+// next one full.
 #ifndef PST_PS_SERVER_CORE_CHECKPOINTER_H_
 #define PST_PS_SERVER_CORE_CHECKPOINTER_H_
 
@@ -62,7 +67,8 @@ class Checkpointer {
     std::string path;
     int64_t version;
   };
-  // Writes a checkpoint of the current state now (one attempt, counted).
+  // Writes a checkpoint of the current state now (one attempt, counted):
+  // the next link of the shard's chain.
   absl::StatusOr<Written> CheckpointNow();
 
   // Stops the thread and writes a final checkpoint if the state moved since

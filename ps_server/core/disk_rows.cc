@@ -313,6 +313,23 @@ DiskRows::Snapshot::~Snapshot() {
   if (db_ != nullptr) db_->db->ReleaseSnapshot(static_cast<const rocksdb::Snapshot*>(snapshot_));
 }
 
+absl::StatusOr<bool> DiskRows::Snapshot::Get(uint64_t id, DiskRow* row) const {
+  rocksdb::ReadOptions read;
+  read.snapshot = static_cast<const rocksdb::Snapshot*>(snapshot_);
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->db->Get(read, db_->db->DefaultColumnFamily(), Key(id), &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) {
+    return absl::InternalError(
+        absl::StrCat(db_->name, ": cannot read row ", id, " from its disk tier: ", s.ToString()));
+  }
+  if (!ParseValue(value, db_->record_floats, row)) {
+    return absl::InternalError(
+        absl::StrCat(db_->name, ": row ", id, " in its disk tier is not a row of this table"));
+  }
+  return true;
+}
+
 absl::Status DiskRows::Snapshot::ForEach(Visit visit) const {
   return Iterate(db_->db, static_cast<const rocksdb::Snapshot*>(snapshot_), db_->record_floats,
                  db_->name, visit);

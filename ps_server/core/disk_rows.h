@@ -123,6 +123,9 @@ class DiskRows {
     ~Snapshot();
     int64_t size() const { return size_; }
     absl::Status ForEach(Visit visit) const;
+    // `id`'s row as it was when taken, as DiskRows::Get (a delta
+    // checkpoint reads the rows it names this way).
+    absl::StatusOr<bool> Get(uint64_t id, DiskRow* row) const;
 
    private:
     friend class DiskRows;

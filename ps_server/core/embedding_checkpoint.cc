@@ -1,9 +1,11 @@
 // EmbeddingTable's checkpoint: every table's spec, counters and rows out,
 // and back in only once all of it has been checked.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -55,15 +57,8 @@ TableHeader HeaderOf(const Table& table, int num_shards) {
           .slot_floats = table.slot_floats()};
 }
 
-// The table's rows in RAM (`rows`), then those of its disk tier (`disk`, a
-// DiskRows or a snapshot of one; null without a tier).
-template <typename Rows, typename Disk>
-void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
-                ShardCheckpoint* checkpoint) {
-  const int64_t in_memory = rows.size();
-  const int64_t n = in_memory + (disk != nullptr ? disk->size() : 0);
-  const size_t dim = header.config.dim();
-  const size_t slots = header.slot_floats;
+// The table's part of `checkpoint`, with its header written in.
+ShardCheckpoint::Embedding* AddTable(const TableHeader& header, ShardCheckpoint* checkpoint) {
   ShardCheckpoint::Embedding* out = checkpoint->add_embeddings();
   *out->mutable_config() = header.config;
   out->set_seed(header.seed);
@@ -75,6 +70,30 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
   out->set_rows_demoted(header.rows_demoted);
   out->set_rows_promoted(header.rows_promoted);
   out->set_rows_expired(header.rows_expired);
+  return out;
+}
+
+// Marks `checkpoint` as not holding the whole table (`why`), so that no
+// one writes or restores it as if it did.
+void MarkIncomplete(const TableHeader& header, const absl::Status& why,
+                    ShardCheckpoint* checkpoint) {
+  const std::string message =
+      absl::StrCat("embedding table \"", header.config.name(),
+                   "\": the rows of its disk tier cannot be read: ", why.message());
+  spdlog::error("{}", message);
+  checkpoint->set_incomplete(message);
+}
+
+// The table's rows in RAM (`rows`), then those of its disk tier (`disk`, a
+// DiskRows or a snapshot of one; null without a tier).
+template <typename Rows, typename Disk>
+void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
+                ShardCheckpoint* checkpoint) {
+  const int64_t in_memory = rows.size();
+  const int64_t n = in_memory + (disk != nullptr ? disk->size() : 0);
+  const size_t dim = header.config.dim();
+  const size_t slots = header.slot_floats;
+  ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
   std::string* ids = out->mutable_ids();
   std::string* values = out->mutable_values();
   std::string* state = out->mutable_slots();
@@ -105,14 +124,58 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
     read = absl::InternalError(absl::StrCat("its disk tier holds ", row - in_memory,
                                             " rows, not the ", n - in_memory, " counted"));
   }
-  if (!read.ok()) {
-    // The checkpoint cannot hold the whole table: it is marked, so that
-    // no one writes or restores it as if it did.
-    const std::string why =
-        absl::StrCat("embedding table \"", header.config.name(),
-                     "\": the rows of its disk tier cannot be read: ", read.message());
-    spdlog::error("{}", why);
-    checkpoint->set_incomplete(why);
+  if (!read.ok()) MarkIncomplete(header, read, checkpoint);
+}
+
+// A delta's part of the table: its header, the ids in `removed`, and the
+// rows of the ids in `changed`, which are each in the frozen RAM rows or
+// else in the disk snapshot (both taken with the sets). RAM's rows are
+// scanned rather than looked up (a frozen view has no index), and the
+// scan stops once every changed id is found.
+void WriteDelta(const TableHeader& header, const RowStore::Frozen& rows,
+                const DiskRows::Snapshot* disk, IdSet changed, const IdSet& removed,
+                ShardCheckpoint* checkpoint) {
+  const size_t dim = header.config.dim();
+  const size_t slots = header.slot_floats;
+  ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
+  const std::vector<uint64_t> gone = removed.Sorted();  // the same file for the same changes
+  out->mutable_removed_ids()->assign(reinterpret_cast<const char*>(gone.data()),
+                                     gone.size() * sizeof(uint64_t));
+  std::string* ids = out->mutable_ids();
+  std::string* values = out->mutable_values();
+  std::string* state = out->mutable_slots();
+  std::string* updates = out->mutable_row_updates();
+  ids->reserve(changed.size() * sizeof(uint64_t));
+  values->reserve(changed.size() * dim * sizeof(float));
+  state->reserve(changed.size() * slots * sizeof(float));
+  updates->reserve(changed.size() * sizeof(int64_t));
+  auto append = [&](uint64_t id, int64_t row_updates, const float* row_values,
+                    const float* row_slots) {
+    ids->append(reinterpret_cast<const char*>(&id), sizeof(id));
+    updates->append(reinterpret_cast<const char*>(&row_updates), sizeof(row_updates));
+    values->append(reinterpret_cast<const char*>(row_values), dim * sizeof(float));
+    state->append(reinterpret_cast<const char*>(row_slots), slots * sizeof(float));
+  };
+  size_t left = changed.size();
+  for (int64_t row = 0; row < rows.size() && left > 0; ++row) {
+    if (!changed.erase(rows.id(row))) continue;
+    --left;
+    append(rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
+  }
+  const std::vector<uint64_t> cold = changed.Sorted();  // RocksDB reads in key order
+  DiskRow row;
+  for (uint64_t id : cold) {
+    absl::StatusOr<bool> found =
+        disk != nullptr ? disk->Get(id, &row)
+                        : absl::StatusOr<bool>(absl::InternalError("the table has no disk tier"));
+    if (found.ok() && !*found) {
+      found = absl::InternalError(absl::StrCat("row ", id, " changed, and is in neither tier"));
+    }
+    if (!found.ok()) {
+      MarkIncomplete(header, found.status(), checkpoint);
+      return;
+    }
+    append(id, row.updates, row.record.data(), row.record.data() + dim);
   }
 }
 
@@ -128,23 +191,49 @@ void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
   // Each table's header and a frozen view of its rows now; the rows are
   // copied out when the snapshot is finished, outside the shard's lock.
   // A tiered table's disk rows: a RocksDB snapshot taken with the frozen
-  // RAM rows, so each row is in exactly one of the two.
+  // RAM rows, so each row is in exactly one of the two. A chain's capture
+  // takes the sets of changed ids along (their memory is freed outside
+  // the lock too) and starts them anew.
   struct Frozen {
     TableHeader header;
     RowStore::Frozen rows;
     std::optional<DiskRows::Snapshot> disk;
+    IdSet changed;
+    IdSet removed;
   };
+  const CaptureKind kind = snapshot->kind;
   std::vector<Frozen> frozen;
   frozen.reserve(tables_.size());
   for (const auto& t : tables_) {
-    frozen.push_back({HeaderOf(*t, options_.num_shards), t->rows.Freeze(),
-                      t->tiered() ? std::optional(t->disk->TakeSnapshot()) : std::nullopt});
+    frozen.push_back(
+        {.header = HeaderOf(*t, options_.num_shards),
+         .rows = t->rows.Freeze(),
+         .disk = t->tiered() ? std::optional(t->disk->TakeSnapshot()) : std::nullopt,
+         .changed = {},
+         .removed = {}});
+    if (kind == CaptureKind::kWhole) continue;
+    frozen.back().changed = std::exchange(t->changed_ids, {});
+    frozen.back().removed = std::exchange(t->removed_ids, {});
+    t->track_changes = true;
   }
-  snapshot->later.push_back([frozen = std::move(frozen)](ShardCheckpoint* checkpoint) {
-    for (const Frozen& table : frozen) {
-      WriteTable(table.header, table.rows, table.disk ? &*table.disk : nullptr, checkpoint);
-    }
-  });
+  snapshot->later.push_back(
+      [kind, frozen = std::move(frozen)](ShardCheckpoint* checkpoint) mutable {
+        for (Frozen& table : frozen) {
+          const DiskRows::Snapshot* disk = table.disk ? &*table.disk : nullptr;
+          if (kind == CaptureKind::kChainDelta) {
+            WriteDelta(table.header, table.rows, disk, std::move(table.changed), table.removed,
+                       checkpoint);
+          } else {
+            WriteTable(table.header, table.rows, disk, checkpoint);
+          }
+        }
+      });
+}
+
+bool EmbeddingTable::TracksChanges() const {
+  // Without tables a delta would be a full checkpoint by another name.
+  return !tables_.empty() && std::all_of(tables_.begin(), tables_.end(),
+                                         [](const auto& t) { return t->track_changes; });
 }
 
 absl::Status EmbeddingTable::SpillRestored(Embedding& table,

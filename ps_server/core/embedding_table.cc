@@ -377,6 +377,7 @@ void EmbeddingTable::Commit() {
       if (row < 0) continue;
       const float* record = table.staged_records.data() + i * width;
       table.rows.Update(row, {record, dim}, {record + dim, width - dim}, table.staged_updates[i]);
+      table.NoteChanged(table.staged_ids[i]);
     }
     int64_t admitted = 0;
     int64_t refused = table.staged_refused;
@@ -390,6 +391,7 @@ void EmbeddingTable::Commit() {
       const float* record = table.staged_records.data() + i * width;
       table.rows.Add(table.staged_ids[i], {record, dim}, {record + dim, width - dim},
                      table.staged_updates[i]);
+      table.NoteChanged(table.staged_ids[i]);
       ++admitted;
     }
     table.rows_admitted += admitted;
@@ -438,6 +440,7 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
     }
   }
   if (victim < 0) return false;
+  table.NoteRemoved(table.rows.id(victim));
   table.rows.Remove(victim);
   ++table.rows_evicted;
   return true;

@@ -63,7 +63,11 @@
 // the disk tier's in id order), state and counters (Capture: from a
 // copy-on-write view of RAM and a RocksDB snapshot of the disk, taken
 // under the shard's lock and read after it); a restored tiered table
-// takes the first row-limit rows into RAM and the rest to disk.
+// takes the first row-limit rows into RAM and the rest to disk. A delta
+// (a checkpoint chain's capture, shard_snapshot.h) writes only the rows
+// committed and the ids removed since the chain's previous capture, which
+// each table notes from the chain's first capture on (never a row that
+// only moved between the tiers: its contents are the same).
 // Restore takes them back whole or not at all. A checkpoint restores only
 // onto the shard count that wrote it: rows are placed by hash modulo the
 // shard count, so with another count most rows would belong to other
@@ -159,7 +163,15 @@ class EmbeddingTable final : public Table {
   // snapshot is finished: the caller's lock is held for a pointer per
   // block of rows, and updates after the capture copy the blocks they
   // write while the snapshot is alive.
+  // With snapshot->kind kChainDelta, a table's rows are only those
+  // committed since the previous chain capture (read from the frozen
+  // view, then from the disk snapshot, outside the lock) and its removed
+  // ids; under the lock, the sets of changed and removed ids are swapped
+  // out whole.
   void Capture(ShardSnapshot* snapshot) override;
+  // Whether there are tables and every one has tracked its changes since
+  // the last chain capture: false after Initialize or Restore until one.
+  bool TracksChanges() const;
   // Replaces every table with checkpoint.embeddings(); InvalidArgument,
   // and no change, for one written for another shard count, a row of
   // another shard, sizes that disagree, a repeated id or table, a

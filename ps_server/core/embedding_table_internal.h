@@ -18,6 +18,7 @@
 #include "ps_server/core/disk_rows.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table.h"
+#include "ps_server/core/id_set.h"
 #include "ps_server/core/row_prefetch.h"
 
 namespace pst {
@@ -110,6 +111,26 @@ struct EmbeddingTable::Embedding {
   // reproducible.
   uint64_t eviction_draws = 0;
   int64_t eviction_tick = -1;
+
+  // What changed since the last capture of a checkpoint chain (the
+  // shard's checkpoints with full_every > 1), for the next delta: the ids
+  // of rows committed (trained or created) and of rows removed (expired,
+  // evicted). Kept only while `track_changes`, which the first capture of
+  // a chain sets; a capture swaps the sets out whole. Moving a row
+  // between the tiers changes none of its contents, so it is not noted.
+  bool track_changes = false;
+  IdSet changed_ids;
+  IdSet removed_ids;
+  void NoteChanged(uint64_t id) {
+    if (!track_changes) return;
+    changed_ids.insert(id);
+    removed_ids.erase(id);
+  }
+  void NoteRemoved(uint64_t id) {
+    if (!track_changes) return;
+    removed_ids.insert(id);
+    changed_ids.erase(id);
+  }
 
   // The staged update: per staged id, its row (-1: a new one), the row's
   // update count once committed, and its next values and state

@@ -216,15 +216,21 @@ absl::Status EmbeddingTable::Expire(Embedding& table) {
   const int64_t oldest_kept = tick - table.ttl();  // touched before it: untouched for ttl updates
   if (table.tiered()) {
     DiskRows::Batch batch;
+    std::vector<uint64_t> expired;
     PST_RETURN_IF_ERROR(table.disk->ForEach([&](uint64_t id, const DiskRow& row) {
-      if (row.touched < oldest_kept) batch.Delete(id);
+      if (row.touched < oldest_kept) {
+        batch.Delete(id);
+        if (table.track_changes) expired.push_back(id);
+      }
     }));
     PST_RETURN_IF_ERROR(table.WriteDisk(batch));
+    for (uint64_t id : expired) table.NoteRemoved(id);
     table.rows_expired += static_cast<int64_t>(batch.deletes());
   }
   // Highest first, as in Admit.
   for (int64_t row = table.rows.size() - 1; row >= 0; --row) {
     if (table.rows.touched(row) < oldest_kept) {
+      table.NoteRemoved(table.rows.id(row));
       table.rows.Remove(row);
       ++table.rows_expired;
     }

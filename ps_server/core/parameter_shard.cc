@@ -278,7 +278,11 @@ void ParameterShard::CommitApplied(PushResponse* response) {
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
-  if (snapshots_.Due(version_)) snapshots_.Schedule(SnapshotLocked());
+  // A link of the checkpoint chain only while a writer takes it: a delta
+  // over a snapshot no one wrote would not restore.
+  if (snapshots_.Due(version_)) {
+    snapshots_.Schedule(snapshots_.writer_attached() ? ChainSnapshotLocked() : SnapshotLocked());
+  }
   Changed();
 }
 

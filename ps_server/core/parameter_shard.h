@@ -201,6 +201,19 @@ class ParameterShard {
 
   // The shard's whole state, for a checkpoint.
   ShardCheckpoint Snapshot() const;
+  // The shard's state for its checkpoint writer, which writes every one
+  // it takes (a scheduled snapshot is one too). With checkpoint_full_every
+  // > 1 each is a link of a chain: a full one, then deltas
+  // (ShardCheckpoint.delta) over the one before, up to full_every links;
+  // a delta only where the version moved since the previous link and the
+  // embedding tables tracked their changes since (not after an Init or a
+  // Restore). Otherwise as Snapshot.
+  ShardCheckpoint CheckpointSnapshot();
+  // The next link is full: the writer lost one (a write failed), so a
+  // delta over it would not restore. (A delta captured over it meanwhile,
+  // by a scheduled snapshot, is written all the same; a restore skips it
+  // for the newest whole chain.) Detaching the writer does the same.
+  void RestartCheckpointChain();
   // Loads a checkpoint into a shard that has not been initialized yet (a
   // restarted PS). FailedPrecondition if it already holds variables;
   // InvalidArgument if the checkpoint belongs to another shard or job.
@@ -293,13 +306,24 @@ class ParameterShard {
     return shutting_down_ || !(snapshots_.holds_updates() || staging_.held());
   }
   friend class StreamedUpdate;
-  ShardSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardSnapshot SnapshotLocked(CaptureKind kind = CaptureKind::kWhole) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next link of the checkpoint chain (CheckpointSnapshot).
+  ShardSnapshot ChainSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
   SnapshotSchedule snapshots_ ABSL_GUARDED_BY(mu_);
+  // The checkpoint chain so far: the version of its last link (-1: none;
+  // the next link is full), of its full link, and its links.
+  struct CheckpointChain {
+    int64_t parent = -1;
+    int64_t base = -1;
+    int64_t links = 0;
+  };
+  CheckpointChain chain_ ABSL_GUARDED_BY(mu_);
   // Keeps a waiting pull's worker in flight (ledger_ is declared later:
   // used only once both exist, and the destructor stops the timer first).
   ShardWaiters waiters_{&mu_, [this](int worker, bool begins) ABSL_NO_THREAD_SAFETY_ANALYSIS {

@@ -20,6 +20,40 @@ ShardCheckpoint ParameterShard::Snapshot() const {
   return std::move(snapshot).Finish();  // the tables' views, outside the lock
 }
 
+ShardCheckpoint ParameterShard::CheckpointSnapshot() {
+  ShardSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot = ChainSnapshotLocked();
+  }
+  return std::move(snapshot).Finish();
+}
+
+void ParameterShard::RestartCheckpointChain() {
+  absl::MutexLock lock(&mu_);
+  chain_ = CheckpointChain();
+}
+
+ShardSnapshot ParameterShard::ChainSnapshotLocked() {
+  if (options_.checkpoint_full_every <= 1) return SnapshotLocked();
+  // A delta needs a link before it at an older version, a chain not yet
+  // full_every links long, and every change since that link tracked.
+  const bool delta = chain_.parent >= 0 && chain_.parent < version_ &&
+                     chain_.links < options_.checkpoint_full_every &&
+                     tables_.embeddings().TracksChanges();
+  if (!delta) {
+    chain_ = {.parent = version_, .base = version_, .links = 1};
+    return SnapshotLocked(CaptureKind::kChainStart);
+  }
+  ShardSnapshot snapshot = SnapshotLocked(CaptureKind::kChainDelta);
+  snapshot.checkpoint.set_delta(true);
+  snapshot.checkpoint.set_parent_version(chain_.parent);
+  snapshot.checkpoint.set_base_version(chain_.base);
+  chain_.parent = version_;
+  ++chain_.links;
+  return snapshot;
+}
+
 void ParameterShard::AttachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
   snapshots_.AttachWriter();
@@ -28,6 +62,9 @@ void ParameterShard::AttachCheckpointWriter() {
 void ParameterShard::DetachCheckpointWriter() {
   absl::MutexLock lock(&mu_);
   snapshots_.DetachWriter();
+  // A link scheduled but not taken is never written: the next checkpoint
+  // (the final one) starts a chain.
+  chain_ = CheckpointChain();
   Changed();
 }
 
@@ -49,8 +86,9 @@ std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time 
   return std::move(*snapshot).Finish();
 }
 
-ShardSnapshot ParameterShard::SnapshotLocked() const {
+ShardSnapshot ParameterShard::SnapshotLocked(CaptureKind kind) const {
   ShardSnapshot snapshot;
+  snapshot.kind = kind;
   snapshot.checkpoint.set_shard(options_.shard);
   snapshot.checkpoint.set_version(version_);
   tables_.Capture(&snapshot);
@@ -66,6 +104,7 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   PST_RETURN_IF_ERROR(tables_.Restore(checkpoint));
   reads_ahead_.store(tables_.embeddings().ReadsAhead());
   version_ = checkpoint.version();
+  chain_ = CheckpointChain();  // the restored tables tracked nothing: a full link first
   ledger_.RestoreClocks(checkpoint);
   Changed();
   return absl::OkStatus();

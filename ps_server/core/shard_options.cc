@@ -19,6 +19,7 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   options.model = ConfigModelOf(config);
   if (!training.checkpoint().dir().empty()) {
     options.snapshot_every_steps = training.checkpoint().every_steps();
+    options.checkpoint_full_every = training.checkpoint().full_every();
   }
   return options;
 }

@@ -30,6 +30,9 @@ struct ShardOptions : ConsistencyOptions {
   // Copy the state each time the version reaches a multiple of this, for a
   // checkpoint that lands exactly there (0 = never).
   int64_t snapshot_every_steps = 0;
+  // CheckpointConfig.full_every: every Nth checkpoint capture is full, the
+  // others deltas of a chain (0 or 1: every one full).
+  int64_t checkpoint_full_every = 0;
   int shard = 0;
   int num_shards = 1;
   OptimizerConfig optimizer;

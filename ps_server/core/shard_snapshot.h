@@ -17,7 +17,22 @@
 
 namespace pst {
 
+// What a capture holds (the tables read it as they capture).
+enum class CaptureKind {
+  // Every row; what the tables track of their changes stays as it was.
+  kWhole,
+  // Every row, and a checkpoint chain starts here: the embedding tables
+  // track their changes from now on.
+  kChainStart,
+  // Of each embedding table, only the rows changed and the ids removed
+  // since the chain's previous capture (ShardCheckpoint.delta); tracked
+  // anew from now on. Only when every table tracks its changes
+  // (ShardTables::TracksChanges).
+  kChainDelta,
+};
+
 struct ShardSnapshot {
+  CaptureKind kind = CaptureKind::kWhole;
   // What was copied while captured.
   ShardCheckpoint checkpoint;
   // What is written in later, each from its own view.

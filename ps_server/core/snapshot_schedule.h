@@ -43,6 +43,8 @@ class SnapshotSchedule {
   // The writer's side. Detaching, and a write, release the updates held;
   // the owner then wakes them.
   void AttachWriter() { writer_attached_ = true; }
+  // Whether a writer takes the snapshots scheduled (so each is written).
+  bool writer_attached() const { return writer_attached_; }
   void DetachWriter();
   void Written() { unwritten_ = false; }
   // Waits up to `deadline`, or until `stop()`, for the next snapshot and
