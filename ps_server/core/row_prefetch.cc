@@ -127,8 +127,9 @@ void RowPrefetch::Run() {
 
 void RowPrefetch::DropOld() {
   swept_tick_ = newest_tick_;
-  absl::erase_if(entries_, [&](const auto& entry) {
-    return entry.second.ready && entry.second.tick < newest_tick_ - max_age_;
+  const int64_t oldest_kept = newest_tick_ - max_age_;
+  absl::erase_if(entries_, [oldest_kept](const auto& entry) {
+    return entry.second.ready && entry.second.tick < oldest_kept;
   });
 }
 
