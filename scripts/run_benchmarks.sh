@@ -280,13 +280,23 @@ table_bench() {
 }
 
 row_step_bench() {
-  run_to "$BENCH_DIR/row_step_bench.json" build/bin/row_step_bench --rounds="$(rounds 3)" --json
+  local steps=(--rounds="$(rounds 3)" --warm_steps=300 --steps=50)
+  local tiers=(--memory_bytes=37000000 --disk=$WORK/tiers --worker_us=5000)
+  run_to $WORK/row_step_bench.ram.json build/bin/row_step_bench "${steps[@]}" --json
+  run_to $WORK/row_step_bench.noahead.json build/bin/row_step_bench "${steps[@]}" "${tiers[@]}" \
+    --prefetch_rows=0 --json
+  run_to $WORK/row_step_bench.ahead.json build/bin/row_step_bench "${steps[@]}" "${tiers[@]}" --json
+  run_to "$BENCH_DIR/row_step_bench.json" cat $WORK/row_step_bench.{ram,noahead,ahead}.json
 }
 
 ctr_scale() {
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 3)" --json=$WORK/ctr_scale.8.json
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --json=$WORK/ctr_scale.16.json
-  run_to "$BENCH_DIR/ctr_scale.json" cat $WORK/ctr_scale.{8,16}.json
+  # At dim 16 again, then with RAM for a quarter of the rows and the rest on disk, back to back.
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --json=$WORK/ctr_scale.ram16.json
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --memory_mib=512 \
+    --json=$WORK/ctr_scale.tier16.json
+  run_to "$BENCH_DIR/ctr_scale.json" cat $WORK/ctr_scale.{8,16,ram16,tier16}.json
 }
 
 for kind in ${ONLY//,/ }; do

@@ -74,7 +74,8 @@ RowPrefetch::Answer RowPrefetch::Serve(uint64_t id, DiskRow* row, bool take) {
   Entry& entry = it->second;
   answer.found = entry.found;
   answer.status = entry.status;
-  if (take) {
+  // A failed read is answered once: the next call reads the disk itself.
+  if (take || !entry.status.ok()) {
     *row = std::move(entry.row);
     entries_.erase(it);
   } else {

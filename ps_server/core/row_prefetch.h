@@ -69,7 +69,8 @@ class RowPrefetch {
     bool found = false;
     absl::Status status;
   };
-  // `id`'s row into *row, keeping it here for a later Take.
+  // `id`'s row into *row, keeping it here for a later Take (unless its
+  // read failed: a failed read is answered once).
   Answer Read(uint64_t id, DiskRow* row);
   // `id`'s row into *row, removing it from here.
   Answer Take(uint64_t id, DiskRow* row);
