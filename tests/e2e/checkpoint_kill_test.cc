@@ -16,7 +16,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -115,12 +114,7 @@ class CheckpointKillTest : public ::testing::Test {
     return ps;
   }
 
-  std::string Log(const std::string& name) {
-    std::ifstream in(dir_ + "/" + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string Log(const std::string& name) { return ReadFile(dir_ + "/" + name); }
 
   int64_t Version() {
     auto client = PsClient::Connect({address_}, 0, absl::Seconds(5));

@@ -18,6 +18,7 @@
 #include "ps_server/core/checkpointer.h"
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/core/shard_calls.h"
+#include "tests/ps_server/core/checkpoint_testing.h"
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 
 namespace pst {
@@ -27,11 +28,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+using checkpoint_testing::FreshDir;
 
 TEST(CheckpointChainTest, FileNamesSayTheVersionAndADeltasParent) {
   struct Case {

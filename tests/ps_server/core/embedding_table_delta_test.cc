@@ -3,16 +3,12 @@
 // gives exactly what a full checkpoint at its last version holds, for a
 // table all in RAM that evicts and expires rows and for one over a disk
 // tier; a restored chain trains on as the table itself.
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
-#include <map>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -26,30 +22,6 @@ namespace pst {
 namespace {
 
 using namespace embedding_testing;  // NOLINT(build/namespaces)
-
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-// A table's rows by id, as bytes: values, slots, update count.
-using RowMap = std::map<uint64_t, std::tuple<std::string, std::string, int64_t>>;
-
-RowMap RowsOf(const ShardCheckpoint::Embedding& e) {
-  RowMap rows;
-  const size_t n = e.ids().size() / 8;
-  const size_t values = n ? e.values().size() / n : 0;
-  const size_t slots = n ? e.slots().size() / n : 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t id;
-    int64_t updates;
-    std::memcpy(&id, e.ids().data() + i * 8, 8);
-    std::memcpy(&updates, e.row_updates().data() + i * 8, 8);
-    rows[id] = {e.values().substr(i * values, values), e.slots().substr(i * slots, slots), updates};
-  }
-  return rows;
-}
 
 // The header of a table's part: everything but its rows.
 std::string HeaderOf(ShardCheckpoint::Embedding e) {

@@ -2,16 +2,21 @@
 #ifndef PST_TESTS_PS_SERVER_CORE_EMBEDDING_TABLE_TESTING_H_
 #define PST_TESTS_PS_SERVER_CORE_EMBEDDING_TABLE_TESTING_H_
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <latch>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -164,6 +169,36 @@ inline std::vector<uint64_t> IdsOfShard(int shard, int num_shards, int count, ui
   }
   return ids;
 }
+
+// A fresh directory under the test's temporary directory, named for `name`
+// and this process.
+inline std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// A table's rows by id, as bytes: values, slots, update count.
+using RowMap = std::map<uint64_t, std::tuple<std::string, std::string, int64_t>>;
+
+inline RowMap RowsOf(const ShardCheckpoint::Embedding& e) {
+  RowMap rows;
+  const size_t n = e.ids().size() / 8;
+  const size_t values = n ? e.values().size() / n : 0;
+  const size_t slots = n ? e.slots().size() / n : 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t id;
+    int64_t updates;
+    std::memcpy(&id, e.ids().data() + i * 8, 8);
+    std::memcpy(&updates, e.row_updates().data() + i * 8, 8);
+    rows[id] = {e.values().substr(i * values, values), e.slots().substr(i * slots, slots),
+                updates};
+  }
+  return rows;
+}
+
+// The rows of `table`'s first table, as Export writes them.
+inline RowMap RowsOf(const EmbeddingTable& table) { return RowsOf(Exported(table).embeddings(0)); }
 
 }  // namespace pst::embedding_testing
 

@@ -29,12 +29,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace embedding_testing;  // NOLINT(build/namespaces)
 
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
 // The memory rule (TableStorage.memory_bytes): a row's record (values,
 // slots, update count and tick), its id, and twice its index entry.
 int64_t RowBytes(int dim, int slots_per_value) {
@@ -49,27 +43,6 @@ EmbeddingTableConfig Tiered(EmbeddingTableConfig spec, int64_t rows, const std::
   spec.mutable_storage()->set_ttl_steps(ttl);
   return spec;
 }
-
-// A table's rows by id, as bytes: values, slots, update count.
-using RowMap = std::map<uint64_t, std::tuple<std::string, std::string, int64_t>>;
-
-RowMap RowsOf(const ShardCheckpoint::Embedding& e) {
-  RowMap rows;
-  const size_t n = e.ids().size() / 8;
-  const size_t values = n ? e.values().size() / n : 0;
-  const size_t slots = n ? e.slots().size() / n : 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t id;
-    int64_t updates;
-    std::memcpy(&id, e.ids().data() + i * 8, 8);
-    std::memcpy(&updates, e.row_updates().data() + i * 8, 8);
-    rows[id] = {e.values().substr(i * values, values), e.slots().substr(i * slots, slots),
-                updates};
-  }
-  return rows;
-}
-
-RowMap RowsOf(const EmbeddingTable& table) { return RowsOf(Exported(table).embeddings(0)); }
 
 std::vector<uint64_t> Range(uint64_t n) {
   std::vector<uint64_t> ids(n);
