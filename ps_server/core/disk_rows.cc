@@ -42,14 +42,6 @@ uint64_t IdOf(const rocksdb::Slice& key) {
   return id;
 }
 
-std::string Value(std::span<const float> record, int64_t updates, int64_t touched) {
-  std::string value(kHeaderBytes + record.size_bytes(), '\0');
-  std::memcpy(value.data(), &updates, sizeof(updates));
-  std::memcpy(value.data() + sizeof(updates), &touched, sizeof(touched));
-  std::memcpy(value.data() + kHeaderBytes, record.data(), record.size_bytes());
-  return value;
-}
-
 bool ParseValue(const rocksdb::Slice& value, size_t record_floats, DiskRow* row) {
   if (value.size() != kHeaderBytes + record_floats * sizeof(float)) return false;
   std::memcpy(&row->updates, value.data(), sizeof(row->updates));
@@ -225,13 +217,16 @@ absl::Status DiskRows::GetSorted(std::span<const uint64_t> ids, std::span<DiskRo
 
 void DiskRows::Batch::Put(uint64_t id, std::span<const float> record, int64_t updates,
                           int64_t touched) {
-  puts_.emplace_back(Key(id), Value(record, updates, touched));
   ids_.push_back(id);
+  put_of_.push_back(static_cast<int64_t>(puts_.size()));
+  puts_.push_back(
+      {.updates = updates, .touched = touched, .at = records_.size(), .floats = record.size()});
+  records_.insert(records_.end(), record.begin(), record.end());
 }
 
 void DiskRows::Batch::Delete(uint64_t id) {
-  deletes_.push_back(Key(id));
   ids_.push_back(id);
+  put_of_.push_back(-1);
 }
 
 absl::Status DiskRows::Write(const Batch& batch) {
@@ -241,22 +236,32 @@ absl::Status DiskRows::Write(const Batch& batch) {
     // cause is still there, the write below fails again and says so.
     db_->db->Resume().PermitUncheckedError();
   }
-  // In key order: the memtable's skip list then finds each insert's place
-  // next to the last one's, where random order costs a search from the top
-  // per key (most of a demotion's time, measured).
-  std::vector<std::pair<const std::string*, const std::string*>> order;  // key, value or null
-  order.reserve(batch.puts_.size() + batch.deletes_.size());
-  for (const auto& [key, value] : batch.puts_) order.emplace_back(&key, &value);
-  for (const std::string& key : batch.deletes_) order.emplace_back(&key, nullptr);
+  // In key order (a big-endian key sorts as its id): the memtable's skip
+  // list then finds each insert's place next to the last one's, where
+  // random order costs a search from the top per key (most of a
+  // demotion's time, measured).
+  std::vector<uint32_t> order(batch.ids_.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return *a.first < *b.first; });
-  rocksdb::WriteBatch rows;
-  for (const auto& [key, value] : order) {
-    if (value != nullptr) {
-      rows.Put(*key, *value);
-    } else {
-      rows.Delete(*key);
+            [&](uint32_t a, uint32_t b) { return batch.ids_[a] < batch.ids_[b]; });
+  rocksdb::WriteBatch rows(batch.ids_.size() * 24 + batch.records_.size() * sizeof(float) +
+                           batch.puts_.size() * kHeaderBytes);
+  for (uint32_t i : order) {
+    const std::string key = Key(batch.ids_[i]);  // 8 bytes: no allocation
+    const int64_t put = batch.put_of_[i];
+    if (put < 0) {
+      rows.Delete(key);
+      continue;
     }
+    const Batch::Stored& stored = batch.puts_[put];
+    // The value: the counts, then the record (ParseValue's layout).
+    const rocksdb::Slice parts[3] = {
+        {reinterpret_cast<const char*>(&stored.updates), sizeof(stored.updates)},
+        {reinterpret_cast<const char*>(&stored.touched), sizeof(stored.touched)},
+        {reinterpret_cast<const char*>(batch.records_.data() + stored.at),
+         stored.floats * sizeof(float)}};
+    const rocksdb::Slice key_slice(key);
+    rows.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 3));
   }
   rocksdb::Status s = db_->db->Write(rocksdb::WriteOptions(), &rows);
   if (!s.ok()) {

@@ -87,24 +87,34 @@ class DiskRows {
   absl::Status GetSorted(std::span<const uint64_t> ids, std::span<DiskRow> rows,
                          std::span<bool> found) const;
 
-  // Rows to write at once.
+  // Rows to write at once. A row's contents are copied in, side by side
+  // with the others', and go to RocksDB as slices of that copy: no string
+  // a row, no allocation a row.
   class Batch {
    public:
     // Stores `id`'s row, which the tier does not hold.
     void Put(uint64_t id, std::span<const float> record, int64_t updates, int64_t touched);
     // Drops `id`'s row, which the tier holds.
     void Delete(uint64_t id);
-    bool empty() const { return puts_.empty() && deletes_.empty(); }
+    bool empty() const { return ids_.empty(); }
     size_t puts() const { return puts_.size(); }
-    size_t deletes() const { return deletes_.size(); }
+    size_t deletes() const { return ids_.size() - puts_.size(); }
     // Every id the batch stores or drops.
     std::span<const uint64_t> ids() const { return ids_; }
 
    private:
     friend class DiskRows;
-    std::vector<std::pair<std::string, std::string>> puts_;
-    std::vector<std::string> deletes_;
+    struct Stored {
+      int64_t updates;
+      int64_t touched;
+      size_t at;  // of the record in records_
+      size_t floats;
+    };
     std::vector<uint64_t> ids_;
+    // Per id of ids_: its Stored's index in puts_, or -1 for a drop.
+    std::vector<int64_t> put_of_;
+    std::vector<Stored> puts_;
+    std::vector<float> records_;
   };
   // Applies `batch` all at once, or nothing of it (see Errors above).
   absl::Status Write(const Batch& batch);
