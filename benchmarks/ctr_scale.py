@@ -14,7 +14,8 @@ enough for the table to grow toward --rows), and reports per run:
   PS peak RSS     each ps_server's VmHWM (/proc/PID/status), summed over the shards
   test AUC        the chief's, beside the planted model's own on the same file
 
-With --memory_mib, both tables get a disk tier (storage { memory_bytes disk }):
+With --memory_mib, both tables get a disk tier (storage { memory_bytes disk
+hot_set }, --hot_set choosing which rows RAM keeps: lru or lfu):
 the budget is the RAM of both tables' rows over both shards (each shard half,
 split between the tables so that each holds the same number of rows), the
 rest of the rows live in RocksDB under --work_dir/tiers, and the row also
@@ -174,9 +175,10 @@ def run_job(args):
             "ps_peak_rss_mib": sum(peaks.values()) / 2**20}
 
 
-def with_tiers(text, memory_mib, disk):
-    """`text` with every embedding table given a disk tier under `disk` and a share of
-    `memory_mib` (both shards, both tables) that gives each table the same rows in RAM."""
+def with_tiers(text, memory_mib, disk, hot_set):
+    """`text` with every embedding table given a disk tier under `disk`, the hot-set
+    policy `hot_set` (TableStorage.HotSet) and a share of `memory_mib` (both shards, both
+    tables) that gives each table the same rows in RAM."""
     tables = re.findall(r'name: "(\w+)" dim: (\d+)', text)
     # A row's RAM (the memory rule, TableStorage.memory_bytes): values and
     # Adagrad's accumulator, then 50 bytes of count, tick, id and index.
@@ -185,7 +187,8 @@ def with_tiers(text, memory_mib, disk):
     rows = per_shard // sum(row_bytes.values())
     for name, _ in tables:
         text = text.replace(f'name: "{name}"',
-                            f'storage {{ memory_bytes: {rows * row_bytes[name]} disk: "{disk}" }} '
+                            f'storage {{ memory_bytes: {rows * row_bytes[name]} disk: "{disk}" '
+                            f'hot_set: {hot_set} }} '
                             f'name: "{name}"', 1)
     return text
 
@@ -206,6 +209,8 @@ def main():
     parser.add_argument("--memory_mib", type=int, default=0,
                         help="RAM for both tables' rows over both shards; the rest on disk "
                              "(0: all in RAM)")
+    parser.add_argument("--hot_set", default="lru", choices=["lru", "lfu"],
+                        help="with --memory_mib: which rows RAM keeps (storage.hot_set)")
     args = parser.parse_args()
     if not os.path.exists(os.path.join(args.bin_dir, "pslaunch")):
         print(f"{PROGRAM}: error: no pslaunch in {args.bin_dir}; build first (scripts/build.sh)",
@@ -233,8 +238,9 @@ def main():
     if args.dim > 0:
         text = re.sub(r'(name: "%s" dim: )\d+' % TABLE, r"\g<1>%d" % args.dim, text)
     if args.memory_mib > 0:
-        text = with_tiers(text, args.memory_mib, os.path.join(os.path.abspath(args.work_dir),
-                                                              "tiers"))
+        policy = {"lru": "LEAST_RECENTLY_USED", "lfu": "LEAST_FREQUENTLY_USED"}[args.hot_set]
+        text = with_tiers(text, args.memory_mib,
+                          os.path.join(os.path.abspath(args.work_dir), "tiers"), policy)
     batch_size = int(re.search(r"batch_size: (\d+)", text).group(1))
     dim = int(re.search(r'name: "%s" dim: (\d+)' % TABLE, text).group(1))
     args.job = os.path.join(args.work_dir, "job.textproto")
@@ -252,6 +258,7 @@ def main():
     row = {"benchmark": "ctr_scale", "rows": args.rows, "distinct_per_field": per_field,
            "train_examples": args.train_examples, "workers": 2, "shards": 2, "mode": "SYNC",
            "batch_size": batch_size, "dim": dim, "memory_mib": args.memory_mib,
+           "hot_set": args.hot_set if args.memory_mib > 0 else "",
            "runs": len(runs),
            "planted_auc": runs[-1]["planted_auc"]}
     for figure in ["samples_per_sec", "rows_created", "rows_refused", "ps_peak_rss_mib",

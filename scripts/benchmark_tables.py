@@ -445,13 +445,16 @@ def ctr_scale(rows):
     def tiers(r, figure, digits):
         return spread(r, figure, digits) if r.get("memory_mib") else "-"
     return {"": table(
-        ["id range", "table dim", "RAM for the tables' rows MiB (both shards)", "rows created",
+        ["id range", "table dim", "RAM for the tables' rows MiB (both shards; hot set)",
+         "rows created",
          "rows refused", "training examples", "job", "samples/s",
          "PS peak RSS MiB (both shards)", "RAM hit rate", "disk waits per miss", "test AUC",
          "planted model's test AUC", "load average (1 min)", "runs"],
         ["---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",
          "---:", "---:", "---:", "---:"],
-        [(r["rows"], r["dim"], r.get("memory_mib") or "all", f"{r['rows_created']:.0f}",
+        [(r["rows"], r["dim"],
+          f"{r['memory_mib']} ({r.get('hot_set') or 'lru'})" if r.get("memory_mib") else "all",
+          f"{r['rows_created']:.0f}",
           f"{r['rows_refused']:.0f}", r["train_examples"],
           f"{r['mode']}, {r['workers']} workers x {r['batch_size']}, {r['shards']} shards",
           spread(r, "samples_per_sec", 0), spread(r, "ps_peak_rss_mib", 0),
