@@ -224,6 +224,12 @@ void DiskRows::Batch::Put(uint64_t id, std::span<const float> record, int64_t up
   records_.insert(records_.end(), record.begin(), record.end());
 }
 
+void DiskRows::Batch::Replace(uint64_t id, std::span<const float> record, int64_t updates,
+                              int64_t touched) {
+  Put(id, record, updates, touched);
+  ++replaces_;
+}
+
 void DiskRows::Batch::Delete(uint64_t id) {
   ids_.push_back(id);
   put_of_.push_back(-1);
@@ -275,7 +281,8 @@ absl::Status DiskRows::Write(const Batch& batch) {
     return full ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
   }
   write_failed_ = false;
-  size_ += static_cast<int64_t>(batch.puts()) - static_cast<int64_t>(batch.deletes());
+  size_ +=
+      static_cast<int64_t>(batch.puts() - batch.replaces()) - static_cast<int64_t>(batch.deletes());
   return absl::OkStatus();
 }
 

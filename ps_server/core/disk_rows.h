@@ -10,8 +10,10 @@
 // process left, and checkpoints read the rows through a Snapshot.
 //
 // Counting. size() is exact without asking RocksDB, because the owner
-// keeps one rule: it Puts only an id the store does not hold, and Deletes
-// only one it does (a row lives in exactly one tier).
+// says what it writes: a Put of an id the tier does not hold, a Replace of
+// one it holds, a Delete of one it holds. (A tiered table keeps a promoted
+// row's disk copy until the row goes down again, which then Replaces it:
+// one write a move instead of two.)
 //
 // Errors. Write is atomic (one RocksDB WriteBatch): on failure nothing of
 // the batch is stored, and the status (RESOURCE_EXHAUSTED for a full disk,
@@ -94,11 +96,15 @@ class DiskRows {
    public:
     // Stores `id`'s row, which the tier does not hold.
     void Put(uint64_t id, std::span<const float> record, int64_t updates, int64_t touched);
+    // Stores `id`'s row over the one the tier holds.
+    void Replace(uint64_t id, std::span<const float> record, int64_t updates, int64_t touched);
     // Drops `id`'s row, which the tier holds.
     void Delete(uint64_t id);
     bool empty() const { return ids_.empty(); }
     size_t puts() const { return puts_.size(); }
     size_t deletes() const { return ids_.size() - puts_.size(); }
+    // Of puts(), those that Replace a row.
+    size_t replaces() const { return replaces_; }
     // Every id the batch stores or drops.
     std::span<const uint64_t> ids() const { return ids_; }
 
@@ -115,6 +121,7 @@ class DiskRows {
     std::vector<int64_t> put_of_;
     std::vector<Stored> puts_;
     std::vector<float> records_;
+    size_t replaces_ = 0;
   };
   // Applies `batch` all at once, or nothing of it (see Errors above).
   absl::Status Write(const Batch& batch);

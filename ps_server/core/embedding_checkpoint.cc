@@ -39,6 +39,8 @@ struct TableHeader {
   int64_t rows_promoted;
   int64_t rows_expired;
   size_t slot_floats;
+  // RAM rows whose disk copy the tier holds too (the RAM row is the row).
+  int64_t disk_copies;
 };
 
 // (A template: EmbeddingTable::Embedding is not to be named here.)
@@ -54,7 +56,8 @@ TableHeader HeaderOf(const Table& table, int num_shards) {
           .rows_demoted = table.rows_demoted,
           .rows_promoted = table.rows_promoted,
           .rows_expired = table.rows_expired,
-          .slot_floats = table.slot_floats()};
+          .slot_floats = table.slot_floats(),
+          .disk_copies = table.disk_copies};
 }
 
 // The table's part of `checkpoint`, with its header written in.
@@ -85,12 +88,13 @@ void MarkIncomplete(const TableHeader& header, const absl::Status& why,
 }
 
 // The table's rows in RAM (`rows`), then those of its disk tier (`disk`, a
-// DiskRows or a snapshot of one; null without a tier).
+// DiskRows or a snapshot of one; null without a tier) but the disk copies
+// of rows in RAM.
 template <typename Rows, typename Disk>
 void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
                 ShardCheckpoint* checkpoint) {
   const int64_t in_memory = rows.size();
-  const int64_t n = in_memory + (disk != nullptr ? disk->size() : 0);
+  const int64_t n = in_memory + (disk != nullptr ? disk->size() - header.disk_copies : 0);
   const size_t dim = header.config.dim();
   const size_t slots = header.slot_floats;
   ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
@@ -115,8 +119,14 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
     write(row, rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
   }
   if (disk == nullptr) return;
+  absl::flat_hash_set<uint64_t> copies;
+  copies.reserve(header.disk_copies);
+  for (int64_t row = 0; row < in_memory && header.disk_copies > 0; ++row) {
+    if (rows.has_copy(row)) copies.insert(rows.id(row));
+  }
   int64_t row = in_memory;
   absl::Status read = disk->ForEach([&](uint64_t id, const DiskRow& cold) {
+    if (copies.contains(id)) return;
     if (row < n) write(row, id, cold.updates, cold.record.data(), cold.record.data() + dim);
     ++row;
   });
@@ -191,7 +201,8 @@ void EmbeddingTable::Capture(ShardSnapshot* snapshot) {
   // Each table's header and a frozen view of its rows now; the rows are
   // copied out when the snapshot is finished, outside the shard's lock.
   // A tiered table's disk rows: a RocksDB snapshot taken with the frozen
-  // RAM rows, so each row is in exactly one of the two. A chain's capture
+  // RAM rows, so each row is in one of the two, or in both where RAM's is
+  // the row and the disk's a stale copy (has_copy). A chain's capture
   // takes the sets of changed ids along (their memory is freed outside
   // the lock too) and starts them anew.
   struct Frozen {

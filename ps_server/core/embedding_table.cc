@@ -465,7 +465,7 @@ void EmbeddingTable::AddStats(StatsResponse* response) const {
     EmbeddingTableStats* stats = response->add_embeddings();
     stats->set_table(t->config.name());
     stats->set_dim(t->dim());
-    const int64_t on_disk = t->tiered() ? t->disk->size() : 0;
+    const int64_t on_disk = t->rows_on_disk();
     stats->set_rows(t->rows.size() + on_disk);
     stats->set_bytes(t->rows.bytes());
     stats->set_rows_admitted(t->rows_admitted);

@@ -90,6 +90,11 @@ struct EmbeddingTable::Embedding {
     if (prefetch != nullptr) prefetch->Forget(batch.ids());
     return disk->Write(batch);
   }
+  // Rows in RAM whose disk copy the tier still holds (RowStore::has_copy:
+  // promoted, not gone down again); the tier's rows are disk->size() -
+  // disk_copies.
+  int64_t disk_copies = 0;
+  int64_t rows_on_disk() const { return disk != nullptr ? disk->size() - disk_copies : 0; }
   int64_t updates = 0;
   int64_t rows_admitted = 0;
   int64_t rows_refused = 0;

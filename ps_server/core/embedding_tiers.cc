@@ -168,18 +168,26 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
     }
   }
   if (victims.empty() && promoted.empty()) return absl::OkStatus();
+  // A promoted row's disk copy stays (it is replaced when the row goes
+  // down again), so a move costs one write, the demotion's.
   DiskRows::Batch batch;
   std::vector<float> record(table.record_floats());
+  int64_t replaced = 0;
   for (int64_t row : victims) {
     std::span<const float> values = table.rows.values(row);
     std::span<const float> slots = table.rows.slots(row);
     std::copy(values.begin(), values.end(), record.begin());
     std::copy(slots.begin(), slots.end(), record.begin() + table.dim());
-    batch.Put(table.rows.id(row), record, table.rows.updates(row), table.rows.touched(row));
+    if (table.rows.has_copy(row)) {
+      batch.Replace(table.rows.id(row), record, table.rows.updates(row), table.rows.touched(row));
+      ++replaced;
+    } else {
+      batch.Put(table.rows.id(row), record, table.rows.updates(row), table.rows.touched(row));
+    }
   }
-  for (uint64_t id : promoted_ids) batch.Delete(id);
   // One atomic write: if it fails, RAM and disk are as they were.
   PST_RETURN_IF_ERROR(table.WriteDisk(batch));
+  table.disk_copies -= replaced;
   // Highest first: Remove moves the last row into the hole, and the last
   // row is then never a victim still to remove.
   std::sort(victims.begin(), victims.end(), std::greater<>());
@@ -195,10 +203,12 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   for (size_t i = 0; i < promoted.size(); ++i) {
     const std::vector<float>& r = promoted[i].record;
     table.rows.set_tick(promoted[i].touched);
-    table.rows.Add(promoted_ids[i], {r.data(), dim}, {r.data() + dim, r.size() - dim},
-                   promoted[i].updates);
+    const int64_t row = table.rows.Add(promoted_ids[i], {r.data(), dim},
+                                       {r.data() + dim, r.size() - dim}, promoted[i].updates);
+    table.rows.set_has_copy(row, true);
   }
   table.rows.set_tick(tick);
+  table.disk_copies += static_cast<int64_t>(promoted.size());
   table.rows_promoted += static_cast<int64_t>(promoted.size());
   return absl::OkStatus();
 }
@@ -214,26 +224,38 @@ absl::Status EmbeddingTable::Expire(Embedding& table) {
   const int64_t period = std::max<int64_t>(1, table.ttl() / 8);
   if (tick % period != 0) return absl::OkStatus();
   const int64_t oldest_kept = tick - table.ttl();  // touched before it: untouched for ttl updates
+  std::vector<int64_t> expired_rows;               // in RAM, highest first (as Admit removes)
+  for (int64_t row = table.rows.size() - 1; row >= 0; --row) {
+    if (table.rows.touched(row) < oldest_kept) expired_rows.push_back(row);
+  }
   if (table.tiered()) {
+    // The rows only the disk holds, and the disk copies of the rows RAM
+    // expires; a disk copy of a row RAM keeps is that row's, not expired.
     DiskRows::Batch batch;
     std::vector<uint64_t> expired;
     PST_RETURN_IF_ERROR(table.disk->ForEach([&](uint64_t id, const DiskRow& row) {
-      if (row.touched < oldest_kept) {
+      if (row.touched < oldest_kept && table.rows.Find(id) < 0) {
         batch.Delete(id);
         if (table.track_changes) expired.push_back(id);
       }
     }));
-    PST_RETURN_IF_ERROR(table.WriteDisk(batch));
-    for (uint64_t id : expired) table.NoteRemoved(id);
-    table.rows_expired += static_cast<int64_t>(batch.deletes());
-  }
-  // Highest first, as in Admit.
-  for (int64_t row = table.rows.size() - 1; row >= 0; --row) {
-    if (table.rows.touched(row) < oldest_kept) {
-      table.NoteRemoved(table.rows.id(row));
-      table.rows.Remove(row);
-      ++table.rows_expired;
+    const int64_t disk_only = static_cast<int64_t>(batch.deletes());
+    int64_t copies = 0;
+    for (int64_t row : expired_rows) {
+      if (table.rows.has_copy(row)) {
+        batch.Delete(table.rows.id(row));
+        ++copies;
+      }
     }
+    PST_RETURN_IF_ERROR(table.WriteDisk(batch));
+    table.disk_copies -= copies;
+    for (uint64_t id : expired) table.NoteRemoved(id);
+    table.rows_expired += disk_only;
+  }
+  for (int64_t row : expired_rows) {
+    table.NoteRemoved(table.rows.id(row));
+    table.rows.Remove(row);
+    ++table.rows_expired;
   }
   return absl::OkStatus();
 }

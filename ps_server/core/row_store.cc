@@ -69,7 +69,7 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
   ++size_;
   MakeWritable(row);
   blocks_[row / kRowsPerBlock]->ids[row % kRowsPerBlock] = id;
-  Write(row, values, slots, updates);
+  Write(row, values, slots, updates, /*keep_copy=*/false);
   index_[IndexPart(id)].emplace(id, static_cast<uint32_t>(row));
   return row;
 }
@@ -77,7 +77,17 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
 void RowStore::Update(int64_t row, std::span<const float> values, std::span<const float> slots,
                       int64_t updates) {
   MakeWritable(row);
-  Write(row, values, slots, updates);
+  Write(row, values, slots, updates, /*keep_copy=*/true);
+}
+
+void RowStore::set_has_copy(int64_t row, bool copy) {
+  MakeWritable(row);
+  float* at =
+      records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride() + width() + kCountFloats;
+  int64_t tick;
+  std::memcpy(&tick, at, sizeof(tick));
+  tick = copy ? (tick | kCopyBit) : (tick & ~kCopyBit);
+  std::memcpy(at, &tick, sizeof(tick));
 }
 
 void RowStore::Remove(int64_t row) {
@@ -103,12 +113,14 @@ void RowStore::Remove(int64_t row) {
 }
 
 void RowStore::Write(int64_t row, std::span<const float> values, std::span<const float> slots,
-                     int64_t updates) {
+                     int64_t updates, bool keep_copy) {
   float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
+  int64_t tick = tick_;
+  if (keep_copy) tick |= CountIn(record, width() + kCountFloats) & kCopyBit;
   std::copy(values.begin(), values.end(), record);
   std::copy(slots.begin(), slots.end(), record + dim_);
   std::memcpy(record + width(), &updates, sizeof(updates));
-  std::memcpy(record + width() + kCountFloats, &tick_, sizeof(tick_));
+  std::memcpy(record + width() + kCountFloats, &tick, sizeof(tick));
 }
 
 RowStore::Frozen RowStore::Freeze() {

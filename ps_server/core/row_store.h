@@ -82,7 +82,18 @@ class RowStore {
   // row's contents a view or a checkpoint reads.
   void set_tick(int64_t tick) { tick_ = tick; }
   int64_t tick() const { return tick_; }
-  int64_t touched(int64_t row) const { return CountIn(record(row), width() + kCountFloats); }
+  int64_t touched(int64_t row) const {
+    return CountIn(record(row), width() + kCountFloats) & ~kCopyBit;
+  }
+
+  // Whether the owner keeps a copy of row `row` elsewhere too (a tiered
+  // table: its disk tier still holds the row as it was promoted). In the
+  // tick's highest bit, so the mark costs no byte; Add clears it, Update
+  // keeps it, and it moves with the row.
+  bool has_copy(int64_t row) const {
+    return (CountIn(record(row), width() + kCountFloats) & kCopyBit) != 0;
+  }
+  void set_has_copy(int64_t row, bool copy);
 
   uint64_t id(int64_t row) const { return block(row).ids[row % kRowsPerBlock]; }
   std::span<const float> values(int64_t row) const { return {record(row), size_t(dim_)}; }
@@ -103,6 +114,9 @@ class RowStore {
       return {record(row) + dim_, width_ - dim_};
     }
     int64_t updates(int64_t row) const { return CountIn(record(row), width_); }
+    bool has_copy(int64_t row) const {
+      return (CountIn(record(row), width_ + kCountFloats) & kCopyBit) != 0;
+    }
 
    private:
     friend class RowStore;
@@ -128,6 +142,8 @@ class RowStore {
   // or two of one page. `epoch`: the store's epoch when the block was made;
   // a view frozen since shares it.
   static constexpr size_t kCountFloats = sizeof(int64_t) / sizeof(float);
+  // has_copy's bit of the tick (ticks count updates: far below it).
+  static constexpr int64_t kCopyBit = int64_t{1} << 62;
   struct Block {
     // A block whose records are a piece of `arena`, made at `epoch`.
     Block(std::shared_ptr<RecordArena> arena, int64_t epoch);
@@ -158,9 +174,10 @@ class RowStore {
   }
   // Copies row `row`'s block first if a live view may share it.
   void MakeWritable(int64_t row);
-  // Writes row `row`'s contents, its block writable.
+  // Writes row `row`'s contents, its block writable; `keep_copy` keeps
+  // its has_copy mark (else cleared).
   void Write(int64_t row, std::span<const float> values, std::span<const float> slots,
-             int64_t updates);
+             int64_t updates, bool keep_copy);
   static size_t IndexPart(uint64_t id);
 
   const int dim_;

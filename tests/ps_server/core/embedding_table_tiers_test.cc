@@ -205,6 +205,51 @@ TEST(EmbeddingTiersTest, RowsUntouchedForTtlUpdatesExpireFromBothTiers) {
   EXPECT_EQ(Lookup(*table, "t", {1, 2}), Lookup(*fresh, "t", {1, 2}));  // initial again
 }
 
+// A promoted row's disk copy stays until the row goes down again: the
+// counts, a checkpoint and expiry see each row once, as RAM holds it.
+TEST(EmbeddingTiersTest, APromotedRowsDiskCopyIsNeverTakenForTheRow) {
+  const std::string dir = FreshDir("tiers_copies");
+  std::unique_ptr<EmbeddingTable> tiered =
+      Make({Tiered(Spec("t", 2, Adagrad(0.1f, 0.1f)), 2, dir, 1, /*ttl=*/4)});
+  std::unique_ptr<EmbeddingTable> ram = Make({Spec("t", 2, Adagrad(0.1f, 0.1f))});
+  std::unique_ptr<EmbeddingTable> fresh = Make({Spec("t", 2, Adagrad(0.1f, 0.1f))});
+  auto train = [&](const std::vector<uint64_t>& ids, int update) {
+    for (EmbeddingTable* table : {tiered.get(), ram.get()}) {
+      ASSERT_TRUE(Apply(*table, Push({Rows("t", ids, Gradients(ids, 2, update))})).ok());
+    }
+  };
+  train({1, 2}, 1);
+  train({3, 4}, 2);  // 1 and 2 go down
+  train({1, 2}, 3);  // and come up, their disk copies kept; 3 and 4 go down
+  EmbeddingTableStats stats = StatsOf(*tiered, "t");
+  EXPECT_EQ(stats.rows_promoted(), 2);
+  EXPECT_EQ(stats.rows_in_memory(), 2);
+  EXPECT_EQ(stats.rows_on_disk(), 2);
+  EXPECT_EQ(stats.rows(), 4);
+  // The checkpoint holds each row once, RAM's where both tiers have it.
+  EXPECT_EQ(RowsOf(Exported(*tiered).embeddings(0)), RowsOf(*ram));
+  ShardSnapshot snapshot;
+  tiered->Capture(&snapshot);
+  EXPECT_EQ(RowsOf(std::move(snapshot).Finish().embeddings(0)), RowsOf(*ram));
+  EXPECT_EQ(Lookup(*tiered, "t", Range(5)), Lookup(*ram, "t", Range(5)));
+
+  // Expiry (ttl 4, a sweep each update): 3 and 4 (last trained at update
+  // 2) at update 7, 2 (at 3) at update 8, with its disk copy, though the
+  // copy's own tick is older; 1 stays.
+  for (int update = 4; update <= 6; ++update) train({1}, update);
+  EXPECT_EQ(StatsOf(*tiered, "t").rows_expired(), 0);
+  train({1}, 7);
+  EXPECT_EQ(StatsOf(*tiered, "t").rows_expired(), 2);
+  train({1}, 8);
+  stats = StatsOf(*tiered, "t");
+  EXPECT_EQ(stats.rows_expired(), 3);
+  EXPECT_EQ(stats.rows(), 1);
+  EXPECT_EQ(stats.rows_on_disk(), 0);
+  EXPECT_EQ(Lookup(*tiered, "t", {2, 3, 4}), Lookup(*fresh, "t", {2, 3, 4}));
+  EXPECT_EQ(Lookup(*tiered, "t", {1}), Lookup(*ram, "t", {1}));
+  EXPECT_EQ(RowsOf(Exported(*tiered).embeddings(0)).size(), 1u);
+}
+
 // Skewed ids (a few often, most rarely): LFU keeps the often-updated rows
 // in RAM where LRU lets one-off rows push them out; both train bitwise as
 // the table all in RAM.
