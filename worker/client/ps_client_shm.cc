@@ -268,8 +268,8 @@ grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, Open
     if (exchange.pull) pull = *exchange.pull;
     const int64_t answer_bytes =
         pulls_rows ? exchange.rows->pull_answer_bytes(exchange.shard, exchange.rows_part) : 0;
-    if (PlaceRowsInRegion(exchange.shard, rows, answer_bytes, &header,
-                          pulls_rows ? &pull : nullptr, &transfer)) {
+    if (PlaceRowsInRegion(exchange.shard, rows, answer_bytes, &header, pulls_rows ? &pull : nullptr,
+                          &transfer)) {
       open->rows_in_region = pulls_rows;
       open->rows_answer_offset = transfer.rows_answer_offset();
       if (names_slices) {

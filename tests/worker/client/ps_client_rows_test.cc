@@ -211,7 +211,8 @@ TEST_P(RowsRoundTripTest, ManyRowsMoveInOneExchange) {
   ASSERT_NE(client, nullptr);
   absl::flat_hash_set<uint64_t> held;
   int64_t version = 0;
-  for (const auto& [count, salt] : std::vector<std::pair<int, uint64_t>>{{200000, 9}, {450000, 10}}) {
+  for (const auto& [count, salt] :
+       std::vector<std::pair<int, uint64_t>>{{200000, 9}, {450000, 10}}) {
     SCOPED_TRACE(count);
     const std::vector<uint64_t> ids = MixedIds(count, salt);
     const std::vector<float> before = Pull(client.get(), ids);
