@@ -7,19 +7,26 @@
 // service runs them (ps_server/service/exchange_shm_path.cc): the push read whole and
 // then applied, or (control bit 64, where the shard can stream it) staged
 // straight out of the region, with the answer written as it is staged
-// where it pulls and bit 128 is set. Whatever they say:
+// where it pulls and bit 128 is set. Embedding rows the shm part places in
+// the region (ShmTransfer.push_rows, pull_rows) are copied out of it first
+// (ReadShmRows), the answer's room for rows checked, and the rows answered
+// written back into it, as the call does (ps_server/service/exchange_call.cc).
+// Whatever they say:
 //  - nothing outside the region is read or written (ASan watches the
 //    shard's buffers; the shard's mapping of the region is touched only
 //    through OpenedRegion, which checks every range against it), and a
 //    region shrunk under the shard is refused, not a crash;
 //  - the model stays finite, its embedding rows too;
 //  - the version moves only with a push the shard reports as applied, and
-//    a refused exchange (no push outcome) leaves it where it was;
+//    a refused exchange (no push outcome) leaves it where it was: rows
+//    placed outside the region, lists that do not match the header's, more
+//    than the limits allow, an answer without room for its rows;
 //  - a push that did not move the version (refused rows: unknown tables,
 //    ids twice or cut short, rows of the wrong width, non-finite values)
 //    left every table as it was, rows, optimizer state and counters.
 // The shard (fuzz/small_shard.h) holds embedding tables, so the rows a
-// header carries inline and the rows a pull names reach them.
+// header carries inline or places in the region, and the rows a pull
+// names, reach them.
 // A broken promise is reported on stderr and ends the run with a trap.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -104,7 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::unique_ptr<ParameterShard> shard = fuzz::MakeSmallShard();
   static PullPayloadPool payloads;
   static PushRequest buffer;
-  static const RpcLimits limits{.max_names_per_request = 8};
+  // Small bounds, for the rows' checks against them to be reached.
+  static const RpcLimits limits{
+      .max_request_bytes = 8192, .max_names_per_request = 8, .max_rows_per_pull = 64};
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t region_bytes = page * (1 + (control & 3));
   // Named, so that a hostile owner can shrink it (a sealed one cannot).
@@ -132,8 +141,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t before = shard->version();
   const std::string tables_before = pushes ? fuzz::Tables(shard.get()) : std::string();
   PushResponse pushed;
-  absl::Status status = absl::OkStatus();
-  if (pushes) {
+  // The rows in the region, copied out before anything is applied, and the
+  // room for the answer's rows checked.
+  absl::Status status =
+      ReadShmRows(request.shm(), **opened, limits, &header, pulls ? &pull : nullptr);
+  if (status.ok() && pulls && RowsAnswerInRegion(request.shm())) {
+    status = CheckPullRows(pull, limits);
+    if (status.ok()) {
+      status = CheckShmRowsAnswer(request.shm(), shard->RowsAnswerBytes(pull), **opened);
+    }
+  }
+  if (status.ok() && pushes) {
     const DType dtype = pull.dtype();
     const DType* answer_dtype = pulls ? &dtype : nullptr;
     absl::StatusOr<ParameterShard::StreamedPush> begun = shard->BeginStreamedPush(header);
@@ -174,6 +192,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t written = 0;
     if (status.ok()) {
       status = WriteShmAnswer(payload.get(), **opened, request.shm().answer_offset(), &written);
+    }
+    if (status.ok() && RowsAnswerInRegion(request.shm())) {
+      status = WriteShmRowsAnswer(request.shm(), **opened, &payload->header, &written);
+      for (const EmbeddingRows& rows : payload->header.rows()) {
+        FUZZ_INVARIANT(!status.ok() || rows.data().empty());  // the values went to the region
+      }
     }
     payload->values.clear();
   }

@@ -6,13 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "ps_server/core/pull_reply.h"
 #include "ps_server/service/exchange_path.h"
 #include "ps_server/service/exchange_phase.h"
 #include "ps_server/service/exchange_rpc.h"
 #include "ps_server/service/exchange_shm_path.h"
 #include "ps_server/service/exchange_tcp_path.h"
 #include "ps_server/service/ps_metrics.h"
-#include "ps_server/core/pull_reply.h"
+#include "ps_server/service/shm_exchange.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/worker_session.h"
 
@@ -59,6 +60,13 @@ class ExchangeCall final : public ExchangeRpc {
   // The first message: what the exchange asks, checked, and its path.
   absl::Status TakeHeader();
   absl::Status Refuse(absl::Status status);  // a malformed request, counted as a rejected push
+  // Bounds the rows the pull names from the request's sizes, before any
+  // is looked up and before the pull waits, and starts reading cold ones.
+  absl::Status CheckRowsOfThePull();
+  // Hands the claimed region to the path, and copies the rows that lie in
+  // it into asks_, where a TCP exchange carries them, checking the room
+  // for the rows it answers: all before anything is applied.
+  absl::Status TakeRegion(ShmRegions::Claimed region);
 
   // Once the request is whole: the region claimed, the push applied, then
   // the pull, from the phase the call is in to the answer or to a wait. It
@@ -187,20 +195,8 @@ absl::Status ExchangeCall::TakeHeader() {
     } else if (absl::Status s = CheckPullNames(asks_.pull, *r_.limits); !s.ok()) {
       return s;
     }
-    // Rows are bounded from the request's sizes before any is looked up,
-    // and before the pull waits.
-    PST_RETURN_IF_ERROR(CheckPullRows(asks_.pull, *r_.limits));
-    if (asks_.pull.rows_size() > 0) {
-      const int64_t bytes = r_.shard->RowsAnswerBytes(asks_.pull);
-      if (bytes > r_.limits->max_reply_bytes) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the rows this pull names take about ", bytes, " bytes, more than the ",
-            r_.limits->max_reply_bytes,
-            " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer rows per "
-            "call"));
-      }
-      r_.shard->PrefetchRows(asks_.pull);
-    }
+    // Ids in a shared region are checked once they are read out of it.
+    if (!RowsAnswerInRegion(asks_.transfer)) PST_RETURN_IF_ERROR(CheckRowsOfThePull());
   }
   const PathContext context{.asks = &asks_,
                             .shard = r_.shard,
@@ -216,6 +212,41 @@ absl::Status ExchangeCall::TakeHeader() {
     path_ = &paths_.emplace<TcpPath>(context);
   }
   return path_->Begin();
+}
+
+absl::Status ExchangeCall::CheckRowsOfThePull() {
+  PST_RETURN_IF_ERROR(CheckPullRows(asks_.pull, *r_.limits));
+  if (asks_.pull.rows_size() > 0) {
+    const int64_t bytes = r_.shard->RowsAnswerBytes(asks_.pull);
+    if (bytes > r_.limits->max_reply_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the rows this pull names take about ", bytes, " bytes, more than the ",
+          r_.limits->max_reply_bytes,
+          " bytes this PS encodes for one answer (--max_reply_bytes); pull fewer rows per "
+          "call"));
+    }
+    r_.shard->PrefetchRows(asks_.pull);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExchangeCall::TakeRegion(ShmRegions::Claimed region) {
+  PST_RETURN_IF_ERROR(shm_->TakeRegion(std::move(region)));
+  const ShmTransfer& transfer = asks_.transfer;
+  if (transfer.push_rows().empty() && transfer.pull_rows().empty()) return absl::OkStatus();
+  // A copy, checked by the shard as rows from a socket are: what the
+  // worker writes into the region from now on changes nothing.
+  absl::Status rows = ReadShmRows(transfer, shm_->region(), *r_.limits, &asks_.header,
+                                  asks_.pulls ? &asks_.pull : nullptr);
+  // Bytes that came through the region rather than in the message.
+  if (rows.ok() && !transfer.push_rows().empty()) traffic_.in += RowBytes(asks_.header.rows());
+  if (rows.ok() && !transfer.pull_rows().empty()) traffic_.in += RowBytes(asks_.pull.rows());
+  if (rows.ok() && RowsAnswerInRegion(transfer)) {
+    rows = CheckRowsOfThePull();
+    if (!rows.ok()) return rows;  // as over TCP: a pull's refusal, not a push's
+    rows = CheckShmRowsAnswer(transfer, r_.shard->RowsAnswerBytes(asks_.pull), shm_->region());
+  }
+  return rows.ok() || !asks_.pushes ? rows : Refuse(rows);
 }
 
 void ExchangeCall::Advance() {
@@ -280,11 +311,11 @@ std::optional<absl::Status> ExchangeCall::ClaimRegion() {
   if (parking != Parking::kNoWait) return std::nullopt;
   Unref();
   if (!claim.ok()) return claim.status();
-  return shm_->TakeRegion(std::move(claim->region));
+  return TakeRegion(std::move(claim->region));
 }
 
 void ExchangeCall::RegionClaimed(absl::StatusOr<ShmRegions::Claimed> region) {
-  const absl::Status taken = region.ok() ? shm_->TakeRegion(*std::move(region)) : region.status();
+  const absl::Status taken = region.ok() ? TakeRegion(*std::move(region)) : region.status();
   if (!taken.ok()) return End(taken);
   Enter(asks_.pushes ? Phase::kApplying : Phase::kPulling);
   Advance();

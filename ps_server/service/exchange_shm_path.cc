@@ -111,12 +111,17 @@ std::optional<grpc::ByteBuffer> ShmPath::AnswerOfThePush(ExchangeDone* done) {
 
 absl::Status ShmPath::SendPulled(const std::shared_ptr<PullPayload>& payload,
                                  const ExchangeDone& done, Write write) {
+  const ShmTransfer& transfer = context_.asks->transfer;
   int64_t written = 0;
-  absl::Status status =
-      WriteShmAnswer(payload.get(), *region_, context_.asks->transfer.answer_offset(), &written);
+  absl::Status status = WriteShmAnswer(payload.get(), *region_, transfer.answer_offset(), &written);
+  int64_t rows_written = 0;
+  if (status.ok() && RowsAnswerInRegion(transfer)) {
+    // The header keeps the tables and dtype; their values go to the region.
+    status = WriteShmRowsAnswer(transfer, *region_, &payload->header, &rows_written);
+  }
   region_.reset();  // the worker's next exchange may claim it
   if (!status.ok()) return status;
-  context_.traffic->out += written;
+  context_.traffic->out += written + rows_written;
   ChunkBuilder builder;
   builder.SetHeader(payload->header);
   builder.SetExtra(done);

@@ -2,8 +2,10 @@
 // ps_server/service/shm_exchange.h): the push is staged straight out of the region
 // when the shard can stream it, else read whole into the push buffer; the
 // answer is written into the region, as the push is staged where the
-// consistency policy lets it, else once pulled. The messages carry headers
-// only. The region is claimed by the call (ShmRegions::TryClaim) and handed
+// consistency policy lets it, else once pulled; embedding rows named in
+// the region are read out of it by the call (ReadShmRows) before the push
+// is applied, and the rows answered are written into it. The messages
+// carry headers only. The region is claimed by the call (ShmRegions::TryClaim) and handed
 // over with TakeRegion before the push is applied or the pull answered.
 #ifndef PST_PS_SERVER_SERVICE_EXCHANGE_SHM_PATH_H_
 #define PST_PS_SERVER_SERVICE_EXCHANGE_SHM_PATH_H_
@@ -24,6 +26,8 @@ class ShmPath final : public ExchangePath {
   // the exchange is answered, then given back for the worker's next one.
   uint64_t region_handle() const { return context_.asks->transfer.region(); }
   absl::Status TakeRegion(ShmRegions::Claimed region);
+  // The claimed region (after TakeRegion, until the exchange is answered).
+  const OpenedRegion& region() const { return *region_; }
 
   absl::Status Begin() override;
   absl::Status TakePieces(const ReceivedChunk& chunk, Write write) override;

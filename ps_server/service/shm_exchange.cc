@@ -90,7 +90,8 @@ absl::Status ReadPush(const PushRequest& push, const std::vector<StagePlace>& pl
                       bool* finite) {
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
-  // Rows and rates travel inline in the header, not in the region.
+  // Rows are in the header by now (inline, or read out of the region by
+  // ReadShmRows); rates travel inline.
   *buffer->mutable_rows() = push.rows();
   CopyRates(push, buffer);
   // Reuses the buffer's tensors (and their payloads' memory) in place.
@@ -158,7 +159,125 @@ absl::Status WriteAnswerBytes(PullPayload* payload, const OpenedRegion& region, 
   return absl::OkStatus();
 }
 
+// Where one table's rows lie, checked against the region and the budget
+// `left` (bytes still allowed); InvalidArgument naming the table otherwise.
+absl::Status CheckRowsRange(const OpenedRegion& region, absl::string_view what,
+                            absl::string_view table, int64_t offset, int64_t bytes, int64_t* left) {
+  if (absl::Status in = region.CheckRange(offset, bytes); !in.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of embedding table \"", table, "\": ", in.message()));
+  }
+  if (bytes > *left) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of embedding table \"", table, "\" take ", bytes,
+                     " bytes, more than this PS takes in one request (--max_message_bytes)"));
+  }
+  *left -= bytes;
+  return absl::OkStatus();
+}
+
+// Copies region bytes [offset, offset + bytes) into `out` (checked to lie
+// within the region).
+absl::Status CopyOut(const OpenedRegion& region, int64_t offset, int64_t bytes, std::string* out) {
+  out->resize(static_cast<size_t>(bytes));
+  return region.Read(offset, {out->data(), out->size()});
+}
+
 }  // namespace
+
+absl::Status ReadShmRows(const ShmTransfer& transfer, const OpenedRegion& region,
+                         const RpcLimits& limits, PushRequest* push, PullRequest* pull) {
+  if (transfer.push_rows().empty() && transfer.pull_rows().empty()) return absl::OkStatus();
+  PST_RETURN_IF_ERROR(region.CheckNotShrunk());
+  // Every list and range is checked before a byte is copied.
+  if (!transfer.push_rows().empty()) {
+    if (transfer.push_rows_size() != push->rows_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the shared region holds ", transfer.push_rows_size(),
+                       " tables' pushed rows; the header names ", push->rows_size()));
+    }
+    int64_t left = limits.max_request_bytes;
+    for (int i = 0; i < push->rows_size(); ++i) {
+      const EmbeddingRows& rows = push->rows(i);
+      const ShmRows& place = transfer.push_rows(i);
+      if (!rows.ids().empty() || !rows.data().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the pushed rows of embedding table \"", rows.table(),
+                         "\" are both in the header and in the shared region"));
+      }
+      PST_RETURN_IF_ERROR(CheckRowsRange(region, "the pushed ids", rows.table(), place.ids_offset(),
+                                         place.ids_bytes(), &left));
+      PST_RETURN_IF_ERROR(CheckRowsRange(region, "the pushed rows", rows.table(),
+                                         place.data_offset(), place.data_bytes(), &left));
+    }
+  }
+  if (!transfer.pull_rows().empty()) {
+    const int asked = pull == nullptr ? 0 : pull->rows_size();
+    if (transfer.pull_rows_size() != asked) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the shared region holds ", transfer.pull_rows_size(),
+                       " tables' pulled ids; the pull names ", asked));
+    }
+    int64_t left = limits.max_request_bytes;
+    int64_t rows = 0;  // as CheckPullRows counts them, from the sizes alone
+    for (int i = 0; i < asked; ++i) {
+      const EmbeddingRows& named = pull->rows(i);
+      const ShmRows& place = transfer.pull_rows(i);
+      if (!named.ids().empty() || !named.data().empty() || place.data_offset() != 0 ||
+          place.data_bytes() != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the pulled ids of embedding table \"", named.table(),
+                         "\" must lie in the shared region alone, with no data"));
+      }
+      PST_RETURN_IF_ERROR(CheckRowsRange(region, "the pulled ids", named.table(),
+                                         place.ids_offset(), place.ids_bytes(), &left));
+      rows += place.ids_bytes() / static_cast<int64_t>(sizeof(uint64_t));
+    }
+    if (rows > limits.max_rows_per_pull) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a pull names ", rows, " embedding rows, more than the ", limits.max_rows_per_pull,
+          " this PS answers in one call (--max_rows_per_pull); pull them in parts"));
+    }
+  }
+  for (int i = 0; i < transfer.push_rows_size(); ++i) {
+    const ShmRows& place = transfer.push_rows(i);
+    EmbeddingRows* rows = push->mutable_rows(i);
+    PST_RETURN_IF_ERROR(
+        CopyOut(region, place.ids_offset(), place.ids_bytes(), rows->mutable_ids()));
+    PST_RETURN_IF_ERROR(
+        CopyOut(region, place.data_offset(), place.data_bytes(), rows->mutable_data()));
+  }
+  for (int i = 0; i < transfer.pull_rows_size(); ++i) {
+    const ShmRows& place = transfer.pull_rows(i);
+    PST_RETURN_IF_ERROR(CopyOut(region, place.ids_offset(), place.ids_bytes(),
+                                pull->mutable_rows(i)->mutable_ids()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShmRowsAnswer(const ShmTransfer& transfer, int64_t answer_bytes,
+                                const OpenedRegion& region) {
+  if (absl::Status in = region.CheckRange(transfer.rows_answer_offset(), answer_bytes); !in.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the answer's rows: ", in.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteShmRowsAnswer(const ShmTransfer& transfer, const OpenedRegion& region,
+                                PullResponse* header, int64_t* bytes) {
+  int64_t total = 0;
+  for (const EmbeddingRows& rows : header->rows())
+    total += static_cast<int64_t>(rows.data().size());
+  PST_RETURN_IF_ERROR(CheckShmRowsAnswer(transfer, total, region));
+  int64_t offset = transfer.rows_answer_offset();
+  for (EmbeddingRows& rows : *header->mutable_rows()) {
+    PST_RETURN_IF_ERROR(region.Write(offset, {rows.data().data(), rows.data().size()}));
+    offset += static_cast<int64_t>(rows.data().size());
+    rows.clear_data();
+  }
+  *bytes = total;
+  return absl::OkStatus();
+}
 
 absl::Status WriteShmAnswer(PullPayload* payload, const OpenedRegion& region, int64_t offset,
                             int64_t* bytes) {

@@ -20,7 +20,8 @@ namespace pst {
 
 // Copies the gradients `push` announces out of `region`, from
 // transfer.push_offset, into `buffer` (its memory reused from an earlier
-// call), with the embedding rows `push` carries inline, so that they are
+// call), with the embedding rows `push` carries (inline, or already read
+// out of the region by ReadShmRows), so that they are
 // checked there, as bytes from a socket are, before anything is applied:
 // what the worker writes to the region afterwards changes nothing.
 // Gradient i is gradient_bytes[i] bytes, the size the shard expects
@@ -68,6 +69,43 @@ absl::Status StageShmPush(const PushRequest& push, std::span<const int64_t> grad
 // its size. InvalidArgument if it does not fit there.
 absl::Status WriteShmAnswer(PullPayload* payload, const OpenedRegion& region, int64_t offset,
                             int64_t* bytes);
+
+// Copies the embedding rows `transfer` places in `region` (push_rows,
+// pull_rows) into `push`'s rows and `pull`'s (null: the exchange pulls
+// nothing), the very fields a TCP exchange carries them in, so that the
+// shard checks and applies them as it does rows from a socket (ids of
+// another shard, rows of the wrong width, non-finite values): the shard's
+// code is the same for both paths, and what the worker writes to the
+// region afterwards changes nothing. Nothing is read before every range
+// is checked against the region and the region's size is checked again.
+// InvalidArgument for a range outside the region, a region that has
+// shrunk, lists that do not match the header's or the pull's tables, rows
+// both inline and in the region, ids or data in a pull's list, more row
+// bytes in a push than limits.max_request_bytes (as its header would be
+// over TCP) or more ids in a pull than limits.max_rows_per_pull. A request
+// without these lists is left as it is (its rows are inline).
+absl::Status ReadShmRows(const ShmTransfer& transfer, const OpenedRegion& region,
+                         const RpcLimits& limits, PushRequest* push, PullRequest* pull);
+
+// Whether the answer's rows go into the region (the pull named its ids
+// there, ShmTransfer.pull_rows).
+inline bool RowsAnswerInRegion(const ShmTransfer& transfer) {
+  return transfer.pull_rows_size() > 0;
+}
+
+// InvalidArgument unless `answer_bytes` bytes of rows (ParameterShard::
+// RowsAnswerBytes of the pull) fit in `region` from
+// transfer.rows_answer_offset: checked before a push is applied, so that
+// a bad offset never leaves a push applied and its answer lost.
+absl::Status CheckShmRowsAnswer(const ShmTransfer& transfer, int64_t answer_bytes,
+                                const OpenedRegion& region);
+
+// Writes the rows of a captured answer (`header`'s rows' data) into
+// `region` from transfer.rows_answer_offset, table after table, and
+// empties their data in `header`, which keeps their tables and dtype;
+// `bytes` gets their size. InvalidArgument if they do not fit there.
+absl::Status WriteShmRowsAnswer(const ShmTransfer& transfer, const OpenedRegion& region,
+                                PullResponse* header, int64_t* bytes);
 
 }  // namespace pst
 

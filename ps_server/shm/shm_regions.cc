@@ -60,6 +60,8 @@ absl::Status ShmRegions::CheckAttach(const ShmAttachRequest& request) const {
 absl::Status ShmRegions::Attach(const ShmAttachRequest& request, ShmAttachResponse* response) {
   PST_RETURN_IF_ERROR(CheckAttach(request));
   const int worker = request.worker();
+  // The exchange reads rows out of the region (ReadShmRows).
+  response->set_rows_in_region(true);
   if (request.sealed()) {
     if (inbox_ == nullptr) return absl::OkStatus();  // no socket: named regions only
     const std::string nonce = RandomBytes(kHandoffNonceBytes);

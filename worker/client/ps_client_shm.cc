@@ -1,6 +1,7 @@
 // ShardChannel's same-host path: an exchange whose tensors move through a
 // shared region (common/shared_memory.h), gRPC carrying only names, shapes,
 // offsets and versions.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -32,8 +33,12 @@ bool IsRefusal(const grpc::Status& status) {
 
 absl::StatusOr<bool> ShardChannel::UseSharedMemory(int s) {
   Shard& shard = shards_[s];
-  // Rows travel in the headers: a shard holding only rows has no use for a region.
-  if (transport_ == Transport::kTcp || shard.shm_refused || shard.slices.empty()) return false;
+  // A shard holding only rows shares a region for them; one holding
+  // neither slices nor rows (a model without tables) has no use for one.
+  if (transport_ == Transport::kTcp || shard.shm_refused ||
+      (shard.slices.empty() && tables_.empty())) {
+    return false;
+  }
   if (shard.tensors_in_region && wire_dtype_ != FLOAT32) {
     // The gradients would be encoded over themselves.
     return absl::FailedPreconditionError(
@@ -63,13 +68,24 @@ absl::StatusOr<bool> ShardChannel::UseSharedMemory(int s) {
     return false;
   };
   if (shard.region == nullptr) {
-    // A push and its answer, each room for float32 whatever the wire type.
+    // A push and its answer, each room for float32 whatever the wire type,
+    // and room for rows, within the largest region the shard takes.
     int64_t elements = 0;
     for (size_t i : shard.slices) elements += slices_[i].count;
+    const int64_t dense_room = elements * static_cast<int64_t>(sizeof(float));
+    int64_t rows_room = tables_.empty() ? 0 : kRowsRoomBytes;
+    if (shard.max_request_bytes > 0 && shard.max_reply_bytes > 0) {
+      rows_room = std::clamp<int64_t>(
+          shard.max_request_bytes + shard.max_reply_bytes - 2 * dense_room, 0, rows_room);
+    }
+    // Nothing of this worker's would lie there (the shard's limits leave
+    // no room for rows): its rows stay inline, and no region is made.
+    if (dense_room + rows_room == 0) return false;
     absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-        SharedRegion::Create(2 * elements * static_cast<int64_t>(sizeof(float)));
+        SharedRegion::Create(2 * dense_room + rows_room);
     if (!region.ok()) return refuse(region.status().message());
     shard.region = std::move(*region);
+    shard.dense_room = dense_room;
   } else if (!shard.region->fresh()) {
     // The shard has (or may have) the old object: only a new one can be
     // offered.
@@ -80,6 +96,7 @@ absl::StatusOr<bool> ShardChannel::UseSharedMemory(int s) {
   absl::StatusOr<std::string> boot_id = HostBootId();
   if (!boot_id.ok()) return refuse(boot_id.status().message());
   uint64_t handle = 0;
+  shard.rows_in_region = false;
   grpc::Status rpc = OfferRegion(s, *boot_id, &handle);
   if (!rpc.ok()) {
     if (IsRefusal(rpc)) return refuse(rpc.error_message());
@@ -119,6 +136,7 @@ grpc::Status ShardChannel::OfferRegion(int s, const std::string& boot_id, uint64
     region.MarkOffered();
     if (handed.ok()) {
       *handle = *handed;
+      shard.rows_in_region = response.rows_in_region();
       return grpc::Status::OK;
     }
     spdlog::info("ps:{} ({}): the sealed region was not taken ({}); offering a named one", s,
@@ -139,6 +157,7 @@ grpc::Status ShardChannel::OfferRegion(int s, const std::string& boot_id, uint64
   // (and unlinked it too), or never will.
   region.MarkOffered();
   *handle = response.region();
+  shard.rows_in_region = response.rows_in_region();
   return rpc;
 }
 
@@ -173,10 +192,10 @@ absl::StatusOr<ShardChannel::Tensors> ShardChannel::AllocateTensors() {
     if (!shared.ok()) return shared.status();
     if (!*shared) continue;
     // Where SharedRequest puts each gradient and the shard each value: the
-    // shard's slices packed in order, the answer from the region's middle.
+    // shard's slices packed in order, the answer after them.
     Shard& shard = shards_[s];
     char* push = shard.region->bytes().data();
-    char* answer = push + shard.region->bytes().size() / 2;
+    char* answer = push + shard.dense_room;
     int64_t offset = 0;
     for (size_t i : shard.slices) {
       const VariableSlice& slice = slices_[i];
@@ -207,7 +226,7 @@ grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, Open
   ShmTransfer transfer;
   transfer.set_region(shard.region_handle);
   transfer.set_push_offset(0);
-  transfer.set_answer_offset(static_cast<int64_t>(region.size() / 2));
+  transfer.set_answer_offset(shard.dense_room);
   open->answer_offset = transfer.answer_offset();
   PushRequest header;
   header.set_worker(worker_);
@@ -235,16 +254,38 @@ grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, Open
       exchange.rows != nullptr && exchange.rows->pushes() && exchange.rows_part == 0
           ? exchange.rows->push_rows(exchange.shard)
           : nullptr;
-  if (rows != nullptr) {
-    header.set_computed_at_version(exchange.computed_at);
-    header.mutable_rows()->Swap(rows);  // lent while the header is serialized
+  if (rows != nullptr) header.set_computed_at_version(exchange.computed_at);
+  // Named, so that the values come back in the order of the slices, where
+  // AllocateTensors placed them (a push's answer keeps the push's order).
+  const bool names_slices = exchange.pull && exchange.gradients == nullptr &&
+                            exchange.pull->names().empty() && !exchange.pull->rows_only();
+  const bool pulls_rows =
+      exchange.pull && exchange.pull->rows_size() > 0 && exchange.rows != nullptr;
+  if (shard.rows_in_region && (rows != nullptr || pulls_rows)) {
+    // A copy of the pull whose ids move into the region (the exchange is
+    // started again, from the same request, after a lost region).
+    PullRequest pull;
+    if (exchange.pull) pull = *exchange.pull;
+    const int64_t answer_bytes =
+        pulls_rows ? exchange.rows->pull_answer_bytes(exchange.shard, exchange.rows_part) : 0;
+    if (PlaceRowsInRegion(exchange.shard, rows, answer_bytes, &header, pulls_rows ? &pull : nullptr,
+                          &transfer)) {
+      open->rows_in_region = pulls_rows;
+      open->rows_answer_offset = transfer.rows_answer_offset();
+      if (names_slices) {
+        for (size_t i : shard.slices) pull.add_names(slices_[i].name);
+      }
+      builder.SetHeader(header);
+      if (exchange.pull) builder.SetExtra(pull);
+      builder.SetShm(transfer);
+      return builder.Finish();
+    }
   }
+  // The rows inline, lent to the header while it is serialized.
+  if (rows != nullptr) header.mutable_rows()->Swap(rows);
   builder.SetHeader(header);
   if (rows != nullptr) header.mutable_rows()->Swap(rows);
-  if (exchange.pull && exchange.gradients == nullptr && exchange.pull->names().empty() &&
-      !exchange.pull->rows_only()) {
-    // Named, so that the values come back in the order of the slices, where
-    // AllocateTensors placed them (a push's answer keeps the push's order).
+  if (names_slices) {
     PullRequest pull = *exchange.pull;
     for (size_t i : shard.slices) pull.add_names(slices_[i].name);
     builder.SetExtra(pull);
@@ -253,6 +294,55 @@ grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, Open
   }
   builder.SetShm(transfer);
   return builder.Finish();
+}
+
+bool ShardChannel::PlaceRowsInRegion(int s, const EmbeddingRowsList* push, int64_t answer_bytes,
+                                     PushRequest* header, PullRequest* pull,
+                                     ShmTransfer* transfer) {
+  Shard& shard = shards_[s];
+  const std::span<char> region = shard.region->bytes();
+  const int64_t begin = 2 * shard.dense_room;
+  const int64_t room = static_cast<int64_t>(region.size()) - begin;
+  int64_t needed = answer_bytes;
+  if (push != nullptr) {
+    for (const EmbeddingRows& rows : *push) {
+      needed += static_cast<int64_t>(rows.ids().size() + rows.data().size());
+    }
+  }
+  if (pull != nullptr) {
+    for (const EmbeddingRows& rows : pull->rows())
+      needed += static_cast<int64_t>(rows.ids().size());
+  }
+  if (needed > room) return false;
+  int64_t next = begin;
+  auto put = [&](const std::string& bytes) {
+    const int64_t at = next;
+    if (!bytes.empty()) std::memcpy(region.data() + at, bytes.data(), bytes.size());
+    next += static_cast<int64_t>(bytes.size());
+    return at;
+  };
+  if (push != nullptr) {
+    for (const EmbeddingRows& rows : *push) {
+      ShmRows* place = transfer->add_push_rows();
+      place->set_ids_offset(put(rows.ids()));
+      place->set_ids_bytes(static_cast<int64_t>(rows.ids().size()));
+      place->set_data_offset(put(rows.data()));
+      place->set_data_bytes(static_cast<int64_t>(rows.data().size()));
+      EmbeddingRows* named = header->add_rows();
+      named->set_table(rows.table());
+      named->set_dtype(rows.dtype());
+    }
+  }
+  if (pull != nullptr) {
+    for (EmbeddingRows& rows : *pull->mutable_rows()) {
+      ShmRows* place = transfer->add_pull_rows();
+      place->set_ids_offset(put(rows.ids()));
+      place->set_ids_bytes(static_cast<int64_t>(rows.ids().size()));
+      rows.clear_ids();
+    }
+  }
+  transfer->set_rows_answer_offset(next);
+  return true;
 }
 
 absl::Status ShardChannel::TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open) {

@@ -345,7 +345,14 @@ absl::Status ShardChannel::FinishExchange(const ShardExchange& exchange, OpenExc
     return absl::InternalError(absl::StrCat("ps:", s, " exchange: ", finished.message()));
   }
   if (exchange.rows != nullptr && exchange.rows->pulls()) {
-    if (absl::Status taken = exchange.rows->TakeAnswer(s, exchange.rows_part, answer.header);
+    // Rows the shard wrote into the region lie in its rows room, from
+    // where SharedRequest asked for them.
+    std::optional<std::span<const char>> in_region;
+    if (open->rows_in_region) {
+      in_region = shards_[s].region->bytes().subspan(open->rows_answer_offset);
+    }
+    if (absl::Status taken =
+            exchange.rows->TakeAnswer(s, exchange.rows_part, answer.header, in_region);
         !taken.ok()) {
       return ShardError(s, taken);
     }

@@ -255,13 +255,27 @@ void RowSplit::MovePullRows(int shard, int part, PullRequest* request) {
   if (static_cast<size_t>(part) < pulls.size()) request->mutable_rows()->Swap(&pulls[part].rows);
 }
 
-absl::Status RowSplit::TakeAnswer(int s, int part, const PullResponse& answer) const {
+int64_t RowSplit::pull_answer_bytes(int s, int part) const {
+  const std::vector<PullPart>& pulls = shards_[s].pulls;
+  if (static_cast<size_t>(part) >= pulls.size()) return 0;
+  const PullPart& asked = pulls[part];
+  int64_t bytes = 0;
+  for (size_t k = 0; k < asked.pull_of.size(); ++k) {
+    bytes += static_cast<int64_t>(asked.positions[k].size()) *
+             (*tables_)[pull_[asked.pull_of[k]].table].dim() * DTypeBytes(wire_dtype_);
+  }
+  return bytes;
+}
+
+absl::Status RowSplit::TakeAnswer(int s, int part, const PullResponse& answer,
+                                  std::optional<std::span<const char>> in_region) const {
   const PullPart& asked_part = shards_[s].pulls[part];
   if (answer.rows_size() != static_cast<int>(asked_part.pull_of.size())) {
     return absl::InternalError(absl::StrCat("answered ", answer.rows_size(),
                                             " tables' rows, expected ", asked_part.pull_of.size()));
   }
   const int element_bytes = DTypeBytes(wire_dtype_);
+  size_t region_offset = 0;  // of table k's values in `in_region`
   for (int k = 0; k < answer.rows_size(); ++k) {
     const EmbeddingRows& rows = answer.rows(k);
     const RowValues& asked = pull_[asked_part.pull_of[k]];
@@ -270,14 +284,24 @@ absl::Status RowSplit::TakeAnswer(int s, int part, const PullResponse& answer) c
     const size_t dim = static_cast<size_t>(config.dim());
     const size_t row_bytes = dim * element_bytes;
     const DType dtype = rows.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : rows.dtype();
-    if (rows.table() != config.name() || dtype != wire_dtype_ ||
-        rows.data().size() != positions.size() * row_bytes) {
-      return absl::InternalError(absl::StrCat(
-          "answered rows of \"", rows.table(), "\" (", rows.data().size(), " bytes of ",
-          DType_Name(dtype), ") for the ", positions.size(), " rows of \"", config.name(),
-          "\" asked (", positions.size() * row_bytes, " bytes of ", DType_Name(wire_dtype_), ")"));
+    const size_t expected = positions.size() * row_bytes;
+    // Where the values lie: inline, or next in the region.
+    absl::string_view values = rows.data();
+    if (in_region.has_value()) {
+      if (!rows.data().empty() || in_region->size() - region_offset < expected) {
+        return absl::InternalError(absl::StrCat("answered rows of \"", rows.table(),
+                                                "\" outside the shared region's room for them"));
+      }
+      values = absl::string_view(in_region->data() + region_offset, expected);
+      region_offset += expected;
     }
-    const char* data = rows.data().data();
+    if (rows.table() != config.name() || dtype != wire_dtype_ || values.size() != expected) {
+      return absl::InternalError(absl::StrCat(
+          "answered rows of \"", rows.table(), "\" (", values.size(), " bytes of ",
+          DType_Name(dtype), ") for the ", positions.size(), " rows of \"", config.name(),
+          "\" asked (", expected, " bytes of ", DType_Name(wire_dtype_), ")"));
+    }
+    const char* data = values.data();
     for (size_t i = 0; i < positions.size(); ++i) {
       std::span<float> out = asked.values.subspan(positions[i] * dim, dim);
       if (element_bytes == sizeof(float)) {

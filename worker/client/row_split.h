@@ -18,6 +18,7 @@
 #define PST_WORKER_CLIENT_ROW_SPLIT_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -88,11 +89,17 @@ class RowSplit {
   // Moves part `part` of shard s's ids to fetch into `request` (once per
   // exchange).
   void MovePullRows(int shard, int part, PullRequest* request);
+  // Bytes of the values shard s answers for part `part` (ids x dim x wire
+  // bytes, over its tables).
+  int64_t pull_answer_bytes(int shard, int part) const;
 
   // Takes shard s's answer to part `part` (its rows, one per table asked,
-  // in order) into the caller's values. Internal if the answer does not
-  // match the ask.
-  absl::Status TakeAnswer(int shard, int part, const PullResponse& answer) const;
+  // in order) into the caller's values: from the answer's rows, or, where
+  // the shard wrote them into a shared region, from `in_region` (the
+  // tables' values one after another; the answer's rows then name the
+  // tables with empty data). Internal if the answer does not match the ask.
+  absl::Status TakeAnswer(int shard, int part, const PullResponse& answer,
+                          std::optional<std::span<const char>> in_region = std::nullopt) const;
 
   // Bytes of rows pushed and answered, for the traffic counters.
   int64_t push_bytes() const { return push_bytes_; }

@@ -23,10 +23,14 @@
 // rows spread over every shard by placement/row_placement.h. A worker
 // names per exchange, per table, the unique ids its batch touches
 // (worker/client/row_split.h: RowGradients, RowValues); the client sends each
-// shard its own ids, and the gradient rows for a push, inline in the
-// headers of the same Exchange call that carries the dense tensors (over
-// TCP and with a shared region alike), and scatters the rows the shards
-// answer back into the caller's order. A shard's pulled rows that one call
+// shard its own ids, and the gradient rows for a push, in the same
+// Exchange call that carries the dense tensors: inline in its headers over
+// TCP, through the shard's region where it has one (and the shard reads
+// rows there: ShmAttachResponse.rows_in_region), the answered rows coming
+// back the same way; and it scatters the rows the shards answer back into
+// the caller's order. A region keeps room for rows (kRowsRoomBytes) after
+// its dense tensors; an exchange whose rows need more carries them inline,
+// as over TCP. A shard's pulled rows that one call
 // cannot carry (past the shard's --max_message_bytes or --max_reply_bytes,
 // which Register learns) are pieced: what fits goes with the exchange, and
 // the rest follows in pulls of rows alone, at the version the exchange
@@ -260,6 +264,12 @@ class ShardChannel {
     // for the client's life, renewed when the shard has lost it.
     std::unique_ptr<SharedRegion> region;
     uint64_t region_handle = 0;
+    // The region's layout: the gradients from 0 and the answer's values
+    // from dense_room, each dense_room bytes; the rest, from 2 x
+    // dense_room, is room for embedding rows, used where the shard reads
+    // them there (rows_in_region, said by its ShmAttach answer).
+    int64_t dense_room = 0;
+    bool rows_in_region = false;
     bool region_attached = false;
     bool tensors_in_region = false;
     bool shm_refused = false;
@@ -276,6 +286,12 @@ class ShardChannel {
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
+  // A region's room for embedding rows (a model with tables): an exchange's
+  // pushed ids and rows, pulled ids and answered rows. Every page of a
+  // region is allocated as it is made, so the room is bounded; rows past it
+  // travel inline, as over TCP. Bounded too by what the shard takes
+  // (max_request_bytes + max_reply_bytes, its largest region) once known.
+  static constexpr int64_t kRowsRoomBytes = int64_t{8} << 20;
   // How long a push waits, after the call, for gRPC to drop its references
   // to the caller's gradients (at once, unless a failed call left bytes
   // queued on a stuck connection).
@@ -332,6 +348,10 @@ class ShardChannel {
   struct OpenExchange {
     bool shared = false;
     int64_t answer_offset = 0;
+    // The rows went through the region, and the answer's rows lie there
+    // from rows_answer_offset.
+    bool rows_in_region = false;
+    int64_t rows_answer_offset = 0;
     StreamedAnswer answer;
     // Counts gRPC's references to the pushed bytes (the caller's memory or
     // shard.encoded).
@@ -409,8 +429,14 @@ class ShardChannel {
   absl::Status LeaveRegionAfterFailure(int shard, absl::Status failure);
   // The request of a shared exchange: the gradients encoded into shard s's
   // region (unless they lie there already), their names, shapes and
-  // offsets in the message.
+  // offsets in the message; the rows, in the region where they fit its
+  // room and the shard reads them there, else inline.
   grpc::ByteBuffer SharedRequest(const ShardExchange& exchange, OpenExchange* open);
+  // Writes the exchange's rows (`push`, and `pull`'s ids) into shard s's
+  // rows room and says where in `transfer`, leaving in `header` and `pull`
+  // their tables only; false, with nothing changed, where they do not fit.
+  bool PlaceRowsInRegion(int shard, const EmbeddingRowsList* push, int64_t answer_bytes,
+                         PushRequest* header, PullRequest* pull, ShmTransfer* transfer);
   // Decodes a shared answer out of shard s's region into `out` (nothing to
   // copy for a span that lies where its values are).
   absl::Status TakeSharedAnswer(const ShardExchange& exchange, const OpenExchange& open);
