@@ -172,6 +172,12 @@ class GrpcEtcdClient final : public EtcdClient {
       if (status.ok()) return absl::OkStatus();
       const absl::Status error =
           FromGrpc(status, absl::StrCat("etcd ", endpoint.address, " ", method));
+      if (status.error_code() == grpc::StatusCode::UNKNOWN && absl::Now() >= deadline) {
+        // etcd ends a call whose (propagated) deadline passed on its side
+        // with its context's error, which gRPC-Go sends as UNKNOWN; it can
+        // come before our own timer's DEADLINE_EXCEEDED.
+        return absl::DeadlineExceededError(error.message());
+      }
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return error;
       // The next call starts at the next endpoint too, unless another call
       // has moved on already.
@@ -183,12 +189,16 @@ class GrpcEtcdClient final : public EtcdClient {
             absl::StrCat("etcd unreachable until the deadline; last: ", error.message()));
       }
       spdlog::debug("{}; retrying within {}", error.ToString(), absl::FormatDuration(backoff));
-      // Waiting on the channel, not sleeping: a synchronous client's
-      // connection attempt advances only while a thread polls the channel
-      // (else gRPC's backup poller finds it seconds later), so the next
-      // endpoint's channel is polled until it connects or the backoff ends.
-      endpoints_[(index + 1) % endpoints_.size()].channel->WaitForConnected(
-          ToChrono(absl::Now() + std::min(backoff, left)));
+      const absl::Time retry_at = absl::Now() + std::min(backoff, left);
+      grpc::Channel& next = *endpoints_[(index + 1) % endpoints_.size()].channel;
+      if (next.GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+        absl::SleepFor(retry_at - absl::Now());  // etcd itself said UNAVAILABLE (no leader)
+      } else {
+        // Waiting on the channel, not sleeping: a synchronous client's
+        // connection attempt advances only while a thread polls its channel
+        // (else gRPC's backup poller finds it seconds later).
+        next.WaitForConnected(ToChrono(retry_at));
+      }
       backoff = std::min(2 * backoff, kMaxBackoff);
     }
   }

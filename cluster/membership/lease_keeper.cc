@@ -50,10 +50,7 @@ absl::Status LeaseKeeper::status() const {
   absl::MutexLock lock(&mu_);
   // The thread marks the loss when it wakes at sure_until_; a reader asking
   // in between is told already.
-  if (status_.ok() && absl::Now() >= sure_until_) {
-    return absl::UnavailableError(
-        absl::StrCat("etcd lease ", id_, ": no renewal answered within its TTL"));
-  }
+  if (status_.ok() && absl::Now() >= sure_until_) return LapsedError();
   return status_;
 }
 
@@ -79,6 +76,12 @@ absl::Status LeaseKeeper::Revoke(absl::Time deadline) {
   return absl::IsNotFound(status) ? absl::OkStatus() : status;
 }
 
+absl::Status LeaseKeeper::LapsedError() const {
+  return absl::UnavailableError(
+      absl::StrCat("etcd lease ", id_, ": no renewal answered within its TTL of ",
+                   absl::FormatDuration(ttl_), "; it may have expired, and its keys with it"));
+}
+
 bool LeaseKeeper::Lose(const absl::Status& why) {
   if (!status_.ok()) return false;
   status_ = why;
@@ -95,9 +98,7 @@ void LeaseKeeper::Run() {
       mu_.AwaitWithDeadline(absl::Condition(&stopping_), std::min(next, sure_until_));
       if (stopping_) return;
       if (absl::Now() >= sure_until_) {
-        lost = absl::UnavailableError(absl::StrCat(
-            "etcd lease ", id_, ": no renewal answered within its TTL of ",
-            absl::FormatDuration(ttl_), "; it may have expired, and its keys with it"));
+        lost = LapsedError();
         Lose(lost);
         break;
       }
@@ -108,6 +109,13 @@ void LeaseKeeper::Run() {
         id_, std::min({sure_until, sent + ttl_ / 3, sent + kMaxRenewalWait}));
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    if (absl::Now() >= sure_until_) {
+      // A renewal answered too late still counts as a loss: status() may
+      // have reported it already, and a loss is final.
+      lost = LapsedError();
+      Lose(lost);
+      break;
+    }
     if (renewed.ok()) {
       sure_until_ = std::max(sure_until_, sent + *renewed);
       next = sent + ttl_ / 3;

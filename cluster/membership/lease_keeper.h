@@ -19,7 +19,9 @@ namespace pst {
 
 class LeaseKeeper {
  public:
-  // Called once, on the keeper's thread, when the lease is lost.
+  // Called once, on the keeper's thread, when the lease is lost (after
+  // status() and AwaitLost see the loss); not when Stop or Revoke end it. It
+  // must not Stop, Revoke or destroy the keeper.
   using LostCallback = std::function<void(const absl::Status&)>;
 
   // Grants a lease of `ttl` (whole seconds; etcd may raise it) and renews it
@@ -59,6 +61,8 @@ class LeaseKeeper {
   LeaseKeeper(EtcdClient* client, const EtcdClient::Lease& lease, absl::Time sure_until,
               LostCallback on_lost);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // UNAVAILABLE: the lease outlived what this process knows of it.
+  absl::Status LapsedError() const;
   // Records the loss (the first reason stays); true if this call lost it.
   bool Lose(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -58,8 +58,10 @@ class ShardMembership {
  public:
   // `job`: non-empty, no '/' or whitespace; `shard` >= 0. `*client` must
   // outlive the object. `on_lease_lost`, if set, is called (on the lease's
-  // thread; it must not call back into this object) when an elected
-  // primary's lease is lost: from then on it may no longer be primary.
+  // thread; it must not call back into this object) when the lease of an
+  // office, or of a campaign in flight, is lost (not when Resign, Abandon
+  // or a lost campaign ends it): from then on this process may no longer
+  // be primary.
   static absl::StatusOr<std::unique_ptr<ShardMembership>> Create(
       EtcdClient* client, absl::string_view job, int shard,
       LeaseKeeper::LostCallback on_lease_lost = nullptr);
