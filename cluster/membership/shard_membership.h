@@ -4,7 +4,8 @@
 // Keys, for job J and shard I:
 //   /pstrain/J/shard/I/primary  "<epoch> <address>", attached to the
 //                               primary's lease: it goes when the lease does
-//   /pstrain/J/shard/I/epoch    "<epoch>", the last epoch handed out; no lease
+//   /pstrain/J/shard/I/epoch    "<epoch>", the last epoch handed out; no
+//                               lease, never deleted (epochs would restart)
 //   /pstrain/J/shard/I/chain    "<epoch> <address>,<address>,...", written by
 //                               the primary of that epoch; no lease
 // A campaign creates the primary key only where none exists and raises the
@@ -75,6 +76,9 @@ class ShardMembership {
   // renewed on a thread until Resign, loss or destruction. Elected: the new
   // epoch (the previous one + 1). Not elected: the primary in office, and
   // no lease is kept. FAILED_PRECONDITION while this object holds office.
+  // On an error the campaign's lease is revoked where etcd can be reached;
+  // else an office it may have taken (a Txn applied whose answer was lost)
+  // lapses within the TTL, as a crashed primary's would.
   absl::StatusOr<CampaignResult> Campaign(absl::string_view my_address, absl::Duration lease_ttl,
                                           absl::Time deadline);
   // Campaigns whenever the shard has no primary, waiting for the office to
