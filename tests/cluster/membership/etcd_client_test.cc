@@ -2,8 +2,6 @@
 // failing over to a second endpoint.
 #include "cluster/membership/etcd_client.h"
 
-#include <unistd.h>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,21 +26,16 @@ TEST(EtcdClientEndpointsTest, MalformedEndpointsAreRefused) {
   EXPECT_TRUE(EtcdClient::Connect({"http://127.0.0.1:2379/", "10.0.0.1:2379"}).ok());
 }
 
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public EtcdTest {
  protected:
   void SetUp() override {
-    if (access(kEtcdBinary, X_OK) != 0) {
-      GTEST_SKIP() << kEtcdBinary << " is not installed (Debian's etcd-server package)";
-    }
-    absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
+    EtcdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect({etcd_->endpoint()});
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }
 
-  std::unique_ptr<EtcdServer> etcd_;
   std::unique_ptr<EtcdClient> client_;
 };
 

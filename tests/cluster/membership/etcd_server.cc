@@ -108,4 +108,13 @@ absl::Status EtcdServer::Launch() {
       absl::StrCat("etcd did not answer within 30 s (", last.ToString(), "); see ", log));
 }
 
+void EtcdTest::SetUp() {
+  if (access(kEtcdBinary, X_OK) != 0) {
+    GTEST_SKIP() << kEtcdBinary << " is not installed (Debian's etcd-server package)";
+  }
+  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  etcd_ = *std::move(etcd);
+}
+
 }  // namespace pst

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 #include "tests/support/commands.h"
 
 namespace pst {
@@ -42,6 +43,15 @@ class EtcdServer {
   const std::string endpoint_;
   int launches_ = 0;
   std::unique_ptr<ChildProcess> process_;
+};
+
+// A suite whose every test has an etcd of its own (`etcd_`), started in
+// SetUp; skipped, saying why, where /usr/bin/etcd is not installed.
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+
+  std::unique_ptr<EtcdServer> etcd_;
 };
 
 }  // namespace pst

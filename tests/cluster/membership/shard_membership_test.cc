@@ -3,8 +3,6 @@
 // and an etcd that goes away and comes back.
 #include "cluster/membership/shard_membership.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -36,17 +34,8 @@ constexpr absl::Duration kFailoverBound = absl::Milliseconds(1500);
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
-class ShardMembershipTest : public ::testing::Test {
+class ShardMembershipTest : public EtcdTest {
  protected:
-  void SetUp() override {
-    if (access(kEtcdBinary, X_OK) != 0) {
-      GTEST_SKIP() << kEtcdBinary << " is not installed (Debian's etcd-server package)";
-    }
-    absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
-  }
-
   // A client of its own per member, as each would be in its own process.
   std::unique_ptr<ShardMembership> Member(int shard = 0,
                                           LeaseKeeper::LostCallback on_lost = nullptr) {
@@ -60,7 +49,6 @@ class ShardMembershipTest : public ::testing::Test {
     return member.ok() ? *std::move(member) : nullptr;
   }
 
-  std::unique_ptr<EtcdServer> etcd_;
   std::vector<std::unique_ptr<EtcdClient>> clients_;  // outlive the members below them
 };
 
