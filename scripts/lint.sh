@@ -20,7 +20,7 @@ CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debu
 # The generated protobuf and gRPC headers that the sources include.
 generated=()
 for stem in config event ps result; do generated+=("proto/$stem.pb.h"); done
-generated+=(proto/ps.grpc.pb.h)
+generated+=(proto/ps.grpc.pb.h proto/etcd/kv.pb.h proto/etcd/rpc.pb.h proto/etcd/rpc.grpc.pb.h)
 cmake --build "$BUILD_DIR" --target "${generated[@]}" >/dev/null
 
 /usr/bin/python3 - "$BUILD_DIR" "${JOBS:-2}" <<'PY'

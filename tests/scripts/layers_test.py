@@ -16,6 +16,7 @@ import sys
 BASE = {"common", "proto"}
 LAYERS = {
     "consistency": set(),
+    "cluster/membership": set(),
     "ps_server/optimizers": set(),
     "ps_server/core": {"ps_server/optimizers", "consistency", "placement"},
     "ps_server/shm": set(),

@@ -1,0 +1,120 @@
+#include "tests/cluster/membership/etcd_server.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cluster/membership/etcd_client.h"
+
+namespace pst {
+namespace {
+
+// Ports the kernel hands out for port 0, held open together so that the two
+// differ, then released for etcd to bind. Another process could take one in
+// between; etcd would then fail to start, and Start says so.
+absl::StatusOr<std::vector<int>> FreePorts(int count) {
+  std::vector<int> fds, ports;
+  absl::Status status;
+  for (int i = 0; i < count && status.ok(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      status = absl::InternalError("no free loopback port");
+    } else {
+      ports.push_back(ntohs(address.sin_port));
+    }
+    if (fd >= 0) fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  if (!status.ok()) return status;
+  return ports;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
+  static std::atomic<int> started{0};
+  absl::Status status;
+  // A port taken between FreePorts and etcd's bind makes etcd exit: new
+  // ports, a few times.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<std::vector<int>> ports = FreePorts(2);
+    if (!ports.ok()) return ports.status();
+    const std::string dir = absl::StrCat(ScratchDir(), "/etcd.", ++started);
+    std::filesystem::create_directories(dir);
+    std::unique_ptr<EtcdServer> server(new EtcdServer(dir, (*ports)[0], (*ports)[1]));
+    status = server->Launch();
+    if (status.ok()) return server;
+    if (!absl::IsInternal(status)) break;  // it runs but does not answer
+  }
+  return status;
+}
+
+EtcdServer::EtcdServer(std::string data_dir, int client_port, int peer_port)
+    : data_dir_(std::move(data_dir)),
+      client_port_(client_port),
+      peer_port_(peer_port),
+      endpoint_(absl::StrCat("127.0.0.1:", client_port)) {}
+
+void EtcdServer::Kill() { process_.reset(); }
+
+absl::Status EtcdServer::Restart() {
+  Kill();
+  return Launch();
+}
+
+absl::Status EtcdServer::Launch() {
+  const std::string client_url = absl::StrCat("http://", endpoint_);
+  const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port_);
+  const std::string log = absl::StrCat(data_dir_, ".log");
+  process_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{kEtcdBinary, "--name=test",
+                               absl::StrCat("--data-dir=", data_dir_, "/data"),
+                               absl::StrCat("--listen-client-urls=", client_url),
+                               absl::StrCat("--advertise-client-urls=", client_url),
+                               absl::StrCat("--listen-peer-urls=", peer_url),
+                               absl::StrCat("--initial-advertise-peer-urls=", peer_url),
+                               absl::StrCat("--initial-cluster=test=", peer_url),
+                               // etcd's minimum lease TTL is 1.5 election timeouts, rounded up
+                               // to whole seconds: 1 s here, 2 s with the defaults.
+                               "--heartbeat-interval=50", "--election-timeout=500"},
+      log);
+  ++launches_;
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect({endpoint_});
+  if (!client.ok()) return client.status();
+  // Ready once a read succeeds: etcd answers reads only with a leader.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::Status last;
+  while (absl::Now() < deadline) {
+    if (AwaitProcessEnd(process_->pid(), absl::ZeroDuration())) {
+      return absl::InternalError(
+          absl::StrCat("etcd exited at start ", launches_, "; see ", log, ":\n", ReadFile(log)));
+    }
+    // Each try bounded: EtcdClient retries an unreachable etcd until then.
+    last = (*client)->Get("/ready", absl::Now() + absl::Milliseconds(200)).status();
+    if (last.ok()) return absl::OkStatus();
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("etcd did not answer within 30 s (", last.ToString(), "); see ", log));
+}
+
+void EtcdTest::SetUp() {
+  if (access(kEtcdBinary, X_OK) != 0) {
+    GTEST_SKIP() << kEtcdBinary << " is not installed (Debian's etcd-server package)";
+  }
+  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  etcd_ = *std::move(etcd);
+}
+
+}  // namespace pst
