@@ -295,8 +295,10 @@ ctr_scale() {
   # At dim 16 again, then with RAM for a quarter of the rows and the rest on disk, back to back.
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --json=$WORK/ctr_scale.ram16.json
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --memory_mib=512 \
-    --json=$WORK/ctr_scale.tier16.json
-  run_to "$BENCH_DIR/ctr_scale.json" cat $WORK/ctr_scale.{8,16,ram16,tier16}.json
+    --hot_set=lru --json=$WORK/ctr_scale.tier16.json
+  run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --memory_mib=512 \
+    --hot_set=lfu --json=$WORK/ctr_scale.tier16lfu.json
+  run_to "$BENCH_DIR/ctr_scale.json" cat $WORK/ctr_scale.{8,16,ram16,tier16,tier16lfu}.json
 }
 
 for kind in ${ONLY//,/ }; do
