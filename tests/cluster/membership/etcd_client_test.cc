@@ -30,7 +30,7 @@ class EtcdClientTest : public EtcdTest {
  protected:
   void SetUp() override {
     EtcdTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
+    if (HasFatalFailure()) return;
     absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect({etcd_->endpoint()});
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);

@@ -46,7 +46,7 @@ class EtcdServer {
 };
 
 // A suite whose every test has an etcd of its own (`etcd_`), started in
-// SetUp; skipped, saying why, where /usr/bin/etcd is not installed.
+// SetUp; a failure naming the package where /usr/bin/etcd is not installed.
 class EtcdTest : public ::testing::Test {
  protected:
   void SetUp() override;
