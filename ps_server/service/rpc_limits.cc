@@ -39,6 +39,10 @@ absl::Status CheckPullRows(const PullRequest& request, const RpcLimits& limits) 
   for (const EmbeddingRows& part : request.rows()) {
     rows += static_cast<int64_t>(part.ids().size() / sizeof(uint64_t));
   }
+  return CheckPulledRowCount(rows, limits);
+}
+
+absl::Status CheckPulledRowCount(int64_t rows, const RpcLimits& limits) {
   if (rows > limits.max_rows_per_pull) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a pull names ", rows, " embedding rows, more than the ", limits.max_rows_per_pull,

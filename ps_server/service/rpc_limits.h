@@ -28,6 +28,8 @@ absl::Status CheckPullNames(const PullRequest& request, const RpcLimits& limits)
 // InvalidArgument for a pull naming more than max_rows_per_pull embedding
 // rows in all, from the sizes of its ids alone.
 absl::Status CheckPullRows(const PullRequest& request, const RpcLimits& limits);
+// The same for `rows` rows counted elsewhere (ids still in a shared region).
+absl::Status CheckPulledRowCount(int64_t rows, const RpcLimits& limits);
 // InvalidArgument for a push carrying more than max_names_per_request
 // gradients (the shard refuses repeated ones).
 absl::Status CheckPushSize(const PushRequest& request, const RpcLimits& limits);

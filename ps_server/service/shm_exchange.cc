@@ -233,11 +233,7 @@ absl::Status ReadShmRows(const ShmTransfer& transfer, const OpenedRegion& region
                                          place.ids_offset(), place.ids_bytes(), &left));
       rows += place.ids_bytes() / static_cast<int64_t>(sizeof(uint64_t));
     }
-    if (rows > limits.max_rows_per_pull) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a pull names ", rows, " embedding rows, more than the ", limits.max_rows_per_pull,
-          " this PS answers in one call (--max_rows_per_pull); pull them in parts"));
-    }
+    PST_RETURN_IF_ERROR(CheckPulledRowCount(rows, limits));
   }
   for (int i = 0; i < transfer.push_rows_size(); ++i) {
     const ShmRows& place = transfer.push_rows(i);
