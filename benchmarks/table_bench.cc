@@ -22,12 +22,14 @@
 //                 filled, pushes of 256 rows back to back while an admin
 //                 Checkpoint runs; the longest and median push latency
 //                 during the checkpoint, and the checkpoint's time.
-//                 --stall_variants picks among table, dense and delta: (c)
-//                 the table of (a) checkpointed whole once, then
-//                 --delta_rows of its rows trained, then a delta
-//                 checkpoint (CheckpointConfig.full_every) timed as (a).
-//                 The delta of a 10^7-row table beside the dense model:
-//                 --stall_variants=delta,dense --rows=10000000.
+//                 --stall_variants picks among table, dense, delta and
+//                 model: (c) the table of (a) checkpointed whole once,
+//                 then --delta_rows of its rows trained, then a delta
+//                 checkpoint (CheckpointConfig.full_every) timed as (a);
+//                 (d) as (b) with the dense variables of the default job's
+//                 model (the embedded default config's MLP). The delta of
+//                 a 10^7-row table beside the dense checkpoints:
+//                 --stall_variants=delta,dense,model --rows=10000000.
 //
 //   table_bench --measure=scale|bound|stall [--rows=10000000] [--dim=16]
 //               [--shards=2] [--max_rows=1000000] [--json]
@@ -49,9 +51,11 @@
 #include "benchmarks/median.h"
 #include "benchmarks/process_cpu.h"
 #include "benchmarks/ps_server_processes.h"
+#include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
 #include "common/mutex_checks.h"
+#include "psctl/plan.h"
 #include "spdlog/spdlog.h"
 #include "worker/client/ps_client.h"
 
@@ -66,7 +70,7 @@ ABSL_FLAG(int, rounds, 3, "Rounds: timed-step periods (scale) or variant pairs (
 ABSL_FLAG(double, seconds, 3.0, "Seconds per timed-step round (scale).");
 ABSL_FLAG(bool, json, false, "JSON rows instead of text.");
 ABSL_FLAG(std::vector<std::string>, stall_variants, std::vector<std::string>({"table", "dense"}),
-          "Stall: the checkpoints timed, of table, dense and delta.");
+          "Stall: the checkpoints timed, of table, dense, delta and model.");
 ABSL_FLAG(int64_t, delta_rows, 0,
           "Stall, delta: rows trained between the full checkpoint and the delta (0 = rows / 100).");
 
@@ -385,8 +389,29 @@ Stall MeasureStall(TableClient& client) {
   return stall;
 }
 
-// A fresh shard filled for `variant` (table, dense or delta), ready for
-// the checkpoint MeasureStall times.
+// The floats of the default job's dense variables (its model's kernels
+// and biases).
+int64_t DefaultModelFloats() {
+  absl::StatusOr<JobConfig> config = ParseConfig(EmbeddedDefaultConfig(), "the default config");
+  Check(config);
+  ApplyDefaults(&*config);
+  absl::StatusOr<std::vector<VariableSpec>> variables = ModelVariables(config->training());
+  Check(variables);
+  int64_t floats = 0;
+  for (const VariableSpec& variable : *variables) floats += variable.size();
+  return floats;
+}
+
+// The floats of `variant`'s dense variable: `rows` x `dim` for dense, the
+// default model's for model, a probe's for the table variants.
+int64_t StallDenseFloats(const std::string& variant, int64_t rows, int dim) {
+  if (variant == "dense") return rows * dim;
+  if (variant == "model") return DefaultModelFloats();
+  return kDenseProbe;
+}
+
+// A fresh shard filled for `variant` (table, dense, delta or model), ready
+// for the checkpoint MeasureStall times.
 std::unique_ptr<PsServerProcesses> PrepareStall(const std::string& variant, int64_t rows, int dim,
                                                 std::unique_ptr<TableClient>* client) {
   const bool delta = variant == "delta";
@@ -398,11 +423,11 @@ std::unique_ptr<PsServerProcesses> PrepareStall(const std::string& variant, int6
                                 .full_every = delta ? 1 << 30 : 0});
   Check(started);
   std::unique_ptr<PsServerProcesses> processes = std::move(*started);
-  // The table variants hold `rows` rows; the dense one a variable of as
-  // many values, and only the rows the pushes touch.
-  const bool dense = variant == "dense";
-  *client =
-      std::make_unique<TableClient>(*processes, dense ? rows * dim : kDenseProbe, dim, rows + 1024);
+  // The table variants hold `rows` rows; the dense ones a dense variable,
+  // and only the rows the pushes touch.
+  const bool dense = variant == "dense" || variant == "model";
+  *client = std::make_unique<TableClient>(*processes, StallDenseFloats(variant, rows, dim), dim,
+                                          rows + 1024);
   PushRange(**client, 0, dense ? 4096 : rows, absl::GetFlag(FLAGS_fill_batch), [](int64_t) {});
   if (delta) {
     // The chain's full checkpoint, then some training: rows spread over
@@ -431,9 +456,9 @@ int RunStall() {
   const bool json = absl::GetFlag(FLAGS_json);
   const std::vector<std::string> variants = absl::GetFlag(FLAGS_stall_variants);
   for (const std::string& variant : variants) {
-    if (variant != "table" && variant != "dense" && variant != "delta") {
+    if (variant != "table" && variant != "dense" && variant != "delta" && variant != "model") {
       ExitWithError(kProgram, absl::InvalidArgumentError(absl::StrCat(
-                                  "--stall_variants: table, dense or delta, not ", variant)));
+                                  "--stall_variants: table, dense, delta or model, not ", variant)));
     }
   }
   std::map<std::string, std::vector<Stall>> stalls_of;
@@ -466,18 +491,20 @@ int RunStall() {
     const auto median = figure(&Stall::median_ms);
     const auto quiet = figure(&Stall::quiet_median_ms);
     const auto seconds = figure(&Stall::checkpoint_s);
-    const bool dense = variant == "dense";
+    const bool dense = variant == "dense" || variant == "model";
+    const int64_t dense_floats = dense ? StallDenseFloats(variant, rows, dim) : 0;
     if (json) {
       std::printf(
           "{\"benchmark\":\"table_bench\",\"part\":\"stall\",\"variant\":\"%s\","
-          "\"rows\":%lld,\"dim\":%d,"
+          "\"rows\":%lld,\"dim\":%d,\"dense_floats\":%lld,"
           "\"optimizer\":\"adagrad\",\"push_rows\":%d,\"rounds\":%zu,"
           "\"longest_ms\":%.1f,\"longest_ms_min\":%.1f,\"longest_ms_max\":%.1f,"
           "\"median_ms\":%.2f,\"median_ms_min\":%.2f,\"median_ms_max\":%.2f,"
           "\"quiet_median_ms\":%.2f,\"quiet_median_ms_min\":%.2f,\"quiet_median_ms_max\":%.2f,"
           "\"checkpoint_s\":%.2f,\"checkpoint_s_min\":%.2f,\"checkpoint_s_max\":%.2f,"
           "\"load\":%s}\n",
-          variant.c_str(), static_cast<long long>(rows), dim, kStallPushRows, stalls.size(),
+          variant.c_str(), static_cast<long long>(rows), dim,
+          static_cast<long long>(dense_floats), kStallPushRows, stalls.size(),
           longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], quiet[1],
           quiet[2], seconds[0], seconds[1], seconds[2], LoadAverage().c_str());
     } else {
@@ -485,7 +512,7 @@ int RunStall() {
           "%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
           "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
           variant.c_str(),
-          dense ? absl::StrCat(rows * dim, " floats").c_str()
+          dense ? absl::StrCat(dense_floats, " floats").c_str()
                 : absl::StrCat(rows, " rows x ", dim).c_str(),
           longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], seconds[0],
           seconds[1], seconds[2]);

@@ -377,6 +377,17 @@ def python_client(rows):
          for r in rows])}
 
 
+def stall_size(r):
+    """What a stall variant checkpoints: a table, its delta, or dense floats."""
+    if r["variant"] == "table":
+        return f"{r['rows']} rows x {r['dim']}"
+    if r["variant"] == "delta":
+        return f"a delta of {r['rows']} rows x {r['dim']}"
+    if r["variant"] == "model":
+        return f"{r['dense_floats']} floats (the default model)"
+    return f"{r.get('dense_floats', r['rows'] * r['dim'])} floats"
+
+
 def table_bench(rows):
     mib = 2 ** 20
     scale = table(
@@ -406,8 +417,7 @@ def table_bench(rows):
          "median push before it ms", "checkpoint s", "rounds", "load"],
         ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
         [(r["variant"],
-          f"{r['rows']} rows x {r['dim']}" if r["variant"] == "table"
-          else f"{r['rows'] * r['dim']} floats",
+          stall_size(r),
           spread(r, "longest_ms", 1), spread(r, "median_ms", 2), spread(r, "quiet_median_ms", 2),
           spread(r, "checkpoint_s", 2), r["rounds"], f"{r['load']:.1f}")
          for r in rows if r.get("part") == "stall"])
