@@ -237,7 +237,9 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
     table.lookups_in_memory += std::count_if(found_scratch_.begin(), found_scratch_.end(),
                                              [](int64_t row) { return row >= 0; });
   }
-  table.staged_records.reserve(table.staged_records.size() + ids.size() * width);
+  const size_t saved = table.rows.saved_floats();
+  // Rows updated in place are marked as Commit marks new ones.
+  table.rows.set_tick(table.updates + 1);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i + kAhead < ids.size() && found_scratch_[i + kAhead] >= 0) {
       table.rows.PrefetchRow(found_scratch_[i + kAhead]);
@@ -248,18 +250,23 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
       ++table.staged_refused;
       continue;
     }
-    const size_t at = table.staged_records.size();
-    table.staged_records.resize(at + width);
-    float* next = table.staged_records.data() + at;
-    const float* values = next;
+    float* next;
     const float* state = initial_slots.data();
     if (row < 0) {
-      // The row starts from its initial value, in place.
+      // The row starts from its initial value, where Commit will find it.
+      const size_t at = table.staged_records.size();
+      table.staged_records.resize(at + width);
+      next = table.staged_records.data() + at;
       InitialRow(table.key, id, table.config.init_scale(), {next, dim});
     } else {
-      values = table.rows.values(row).data();
-      state = table.rows.slots(row).data();
+      // Updated in place: the row's lines are read and written once, here.
+      const size_t at = table.undo_records.size();
+      table.undo_records.resize(at + saved);
+      table.undo_ids.push_back(id);
+      next = table.rows.BeginUpdate(row, table.undo_records.data() + at);
+      state = next + dim;
     }
+    const float* values = next;
     const int64_t step = (row < 0 ? 0 : table.rows.updates(row)) + 1;
     row_step.t = step;
     const float* grad = gradients.data() + i * dim;
@@ -281,6 +288,7 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
                                   " is not finite (the gradient is too large for the ",
                                   rule.Name(), " optimizer); nothing was applied"));
     }
+    if (row >= 0) table.rows.EndUpdate(row, step);
     table.staged_ids.push_back(id);
     table.staged_rows.push_back(row);
     table.staged_updates.push_back(step);
@@ -365,31 +373,27 @@ void EmbeddingTable::Commit() {
     if (!table.staged) continue;
     const size_t dim = table.dim();
     const size_t width = table.record_floats();
-    // The update counts were read (and their rows reached) when staging:
-    // Commit writes them without reading a row's count again.
     const size_t n = table.staged_ids.size();
     const int64_t tick = table.updates + 1;
     table.rows.set_tick(tick);
-    // The rows this update trains first: an eviction moves a row, so the
-    // staged indices hold only until the first one.
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t row = table.staged_rows[i];
-      if (row < 0) continue;
-      const float* record = table.staged_records.data() + i * width;
-      table.rows.Update(row, {record, dim}, {record + dim, width - dim}, table.staged_updates[i]);
-      table.NoteChanged(table.staged_ids[i]);
-    }
+    // The rows RAM held are written already (and marked with the tick, so
+    // that no eviction below takes them); the new ones are added.
     int64_t admitted = 0;
     int64_t refused = table.staged_refused;
+    const float* record = table.staged_records.data();
     for (size_t i = 0; i < n; ++i) {
-      if (table.staged_rows[i] >= 0) continue;
+      if (table.staged_rows[i] >= 0) {
+        table.NoteChanged(table.staged_ids[i]);
+        continue;
+      }
+      const float* next = record;
+      record += width;
       // A tiered table made room when it admitted the update.
       if (!table.tiered() && table.rows.size() >= table.row_limit && !EvictOne(table, tick)) {
         ++refused;  // every row left was trained by this update
         continue;
       }
-      const float* record = table.staged_records.data() + i * width;
-      table.rows.Add(table.staged_ids[i], {record, dim}, {record + dim, width - dim},
+      table.rows.Add(table.staged_ids[i], {next, dim}, {next + dim, width - dim},
                      table.staged_updates[i]);
       table.NoteChanged(table.staged_ids[i]);
       ++admitted;
@@ -397,6 +401,8 @@ void EmbeddingTable::Commit() {
     table.rows_admitted += admitted;
     table.rows_refused += refused;
     ++table.updates;
+    table.undo_ids.clear();  // committed: nothing for Discard below to put back
+    table.undo_records.clear();
   }
   Discard();
 }
@@ -449,6 +455,14 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
 void EmbeddingTable::Discard() {
   for (const auto& t : tables_) {
     Embedding& table = *t;
+    // Rows updated in place get their records back, wherever a tier's
+    // moves have put them since.
+    const size_t saved = table.rows.saved_floats();
+    for (size_t k = 0; k < table.undo_ids.size(); ++k) {
+      table.rows.Restore(table.rows.Find(table.undo_ids[k]), table.undo_records.data() + k * saved);
+    }
+    table.undo_ids.clear();
+    table.undo_records.clear();
     table.staged = false;
     table.staged_ids.clear();
     table.staged_rows.clear();

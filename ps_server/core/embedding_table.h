@@ -50,9 +50,13 @@
 // row's own updates. Learning-rate decay counts the table's updates (those
 // that carried rows of it).
 //
-// Updates. ASYNC: CheckPush, then Stage, then Commit or Discard; staged
-// rows (new ones too) are visible only after Commit, and Discard leaves
-// the table as it was, counters included. SYNC: each rank's push Lands;
+// Updates. ASYNC: CheckPush, then Stage, then Commit or Discard. Stage
+// updates the rows RAM holds in place, keeping their records as they
+// were, and stages new rows aside; Commit adds the new rows, and Discard
+// puts the old records back, leaving the table as it was, counters
+// included. Nothing else may come between (Table's contract). In place,
+// an update reads and writes each row's cache lines once: staged apart,
+// Commit's copy missed every line again. SYNC: each rank's push Lands;
 // StageStep stages, per id, 0 + g_0 + g_1 + ... (ranks in order, those
 // without the id adding nothing) times 1/N for the N ranks that landed,
 // bitwise the same whatever the arrival order (ps_server/core/row_step.h). A

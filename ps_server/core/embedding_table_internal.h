@@ -137,14 +137,20 @@ struct EmbeddingTable::Embedding {
     changed_ids.erase(id);
   }
 
-  // The staged update: per staged id, its row (-1: a new one), the row's
-  // update count once committed, and its next values and state
-  // (record_floats() each).
+  // The staged update: per staged id, its row (-1: a new one) and the
+  // row's update count once committed. A row RAM holds is updated in
+  // place (RowStore::BeginUpdate), its record as it was kept in
+  // undo_records (saved_floats() each, for the ids of undo_ids) until
+  // Commit drops it or Discard puts it back; a new row's values and state
+  // wait in staged_records (record_floats() each, in order) for Commit to
+  // add it.
   bool staged = false;
   std::vector<uint64_t> staged_ids;
   std::vector<int64_t> staged_rows;
   std::vector<int64_t> staged_updates;
   std::vector<float> staged_records;
+  std::vector<uint64_t> undo_ids;
+  std::vector<float> undo_records;
   int64_t staged_new = 0;
   int64_t staged_refused = 0;
 };

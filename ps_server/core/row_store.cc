@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "placement/row_placement.h"
 
@@ -22,6 +23,45 @@ RowStore::RowStore(int dim, int slots_per_value)
       slots_per_value_(slots_per_value),
       arena_(std::make_shared<RecordArena>(kRowsPerBlock * stride() * sizeof(float))) {}
 
+RowStore::~RowStore() {
+  for (const Block* block : blocks_) graveyard_->Retire(block, epoch_);
+}
+
+void RowStore::Graveyard::AddView(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  views_.push_back(epoch);
+  live_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RowStore::Graveyard::DropView(int64_t epoch) {
+  std::vector<const Block*> freed;
+  {
+    absl::MutexLock lock(&mu_);
+    views_.erase(std::find(views_.begin(), views_.end(), epoch));
+    live_.fetch_sub(1, std::memory_order_release);
+    // A block retired at epoch e may be shared by views frozen at e or
+    // before; those left were frozen at `oldest` or later.
+    const int64_t oldest = views_.empty() ? std::numeric_limits<int64_t>::max()
+                                          : *std::min_element(views_.begin(), views_.end());
+    auto kept = std::partition(retired_.begin(), retired_.end(),
+                               [oldest](const auto& r) { return r.first >= oldest; });
+    for (auto it = kept; it != retired_.end(); ++it) freed.push_back(it->second);
+    retired_.erase(kept, retired_.end());
+  }
+  for (const Block* block : freed) delete block;  // outside the lock
+}
+
+void RowStore::Graveyard::Retire(const Block* block, int64_t epoch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::any_of(views_.begin(), views_.end(), [epoch](int64_t v) { return v <= epoch; })) {
+      retired_.emplace_back(epoch, block);
+      return;
+    }
+  }
+  delete block;
+}
+
 size_t RowStore::IndexPart(uint64_t id) {
   // The hash's top bits: its low bits chose the shard (ShardOfRow), so on
   // one shard of a power-of-two count they are the same for every row.
@@ -29,7 +69,7 @@ size_t RowStore::IndexPart(uint64_t id) {
 }
 
 int64_t RowStore::bytes() const {
-  const int64_t per_block = sizeof(Block) + sizeof(std::shared_ptr<Block>) + sizeof(float*) +
+  const int64_t per_block = sizeof(Block) + sizeof(Block*) + sizeof(float*) +
                             kRowsPerBlock * static_cast<int64_t>(stride() * sizeof(float));
   int64_t bytes = static_cast<int64_t>(blocks_.size()) * per_block;
   for (const Index& part : index_) {
@@ -50,21 +90,21 @@ void RowStore::MakeWritable(int64_t row) {
   // alive; the views never see a write, so it is copied first. The count
   // of views first: it is nearly always 0, and the block's epoch lies in
   // its header.
-  if (live_views_->load(std::memory_order_acquire) == 0) return;
-  std::shared_ptr<Block>& block = blocks_[row / kRowsPerBlock];
+  if (graveyard_->live() == 0) return;
+  Block*& block = blocks_[row / kRowsPerBlock];
   if (block->epoch >= epoch_) return;
-  auto copy = std::make_shared<Block>(*block, epoch_);
+  Block* copy = new Block(*block, epoch_);
+  graveyard_->Retire(block, epoch_);
   records_[row / kRowsPerBlock] = copy->records;
-  block = std::move(copy);
+  block = copy;
 }
 
 int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
                       int64_t updates) {
   const int64_t row = size_;
   if (row % kRowsPerBlock == 0) {
-    auto block = std::make_shared<Block>(arena_, epoch_);
-    records_.push_back(block->records);
-    blocks_.push_back(std::move(block));
+    blocks_.push_back(new Block(arena_, epoch_));
+    records_.push_back(blocks_.back()->records);
   }
   ++size_;
   MakeWritable(row);
@@ -78,6 +118,26 @@ void RowStore::Update(int64_t row, std::span<const float> values, std::span<cons
                       int64_t updates) {
   MakeWritable(row);
   Write(row, values, slots, updates, /*keep_copy=*/true);
+}
+
+float* RowStore::BeginUpdate(int64_t row, float* saved) {
+  MakeWritable(row);
+  float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
+  std::memcpy(saved, record, stride() * sizeof(float));
+  return record;
+}
+
+void RowStore::EndUpdate(int64_t row, int64_t updates) {
+  float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
+  const int64_t tick = tick_ | (CountIn(record, width() + kCountFloats) & kCopyBit);
+  std::memcpy(record + width(), &updates, sizeof(updates));
+  std::memcpy(record + width() + kCountFloats, &tick, sizeof(tick));
+}
+
+void RowStore::Restore(int64_t row, const float* saved) {
+  MakeWritable(row);
+  std::memcpy(records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride(), saved,
+              stride() * sizeof(float));
 }
 
 void RowStore::set_has_copy(int64_t row, bool copy) {
@@ -107,6 +167,7 @@ void RowStore::Remove(int64_t row) {
   --size_;
   if (size_ % kRowsPerBlock == 0) {
     // A view that shares the block keeps it.
+    graveyard_->Retire(blocks_.back(), epoch_);
     blocks_.pop_back();
     records_.pop_back();
   }
@@ -132,14 +193,15 @@ RowStore::Frozen::Frozen(const RowStore& store)
     : dim_(store.dim_),
       width_(store.width()),
       size_(store.size_),
+      epoch_(store.epoch_),
       blocks_(store.blocks_.begin(), store.blocks_.end()),
-      live_(store.live_views_) {
-  live_->fetch_add(1, std::memory_order_relaxed);
+      graveyard_(store.graveyard_) {
+  graveyard_->AddView(epoch_);
 }
 
 RowStore::Frozen::~Frozen() {
   // A moved-from view holds nothing.
-  if (live_ != nullptr) live_->fetch_sub(1, std::memory_order_release);
+  if (graveyard_ != nullptr) graveyard_->DropView(epoch_);
 }
 
 }  // namespace pst

@@ -50,7 +50,10 @@ class Table {
                                  TablePush* plan) const = 0;
 
   // An update is a set of staged changes made visible all at once by
-  // Commit or dropped by Discard. Stage adds `push`'s part (checked into
+  // Commit or dropped by Discard. A table may write its part in place at
+  // Stage and undo it at Discard: between Stage (or StageStep) and Commit
+  // or Discard the shard calls nothing else of the table (its lock spans
+  // them). Stage adds `push`'s part (checked into
   // `plan`) with `settings` (update_settings.h); InvalidArgument, naming
   // the entry, if the result would not be finite.
   virtual absl::Status Stage(const PushRequest& push, const TablePush& plan,

@@ -245,6 +245,39 @@ TEST(EmbeddingTableTest, StagedRowsAppearOnlyAtCommitAndDiscardLeavesNoTrace) {
   EXPECT_EQ(table->parameter_bytes(), 2 * 2 * int64_t{sizeof(float)});
 }
 
+// Rows RAM holds are updated in place at Stage; Discard puts back every
+// bit of them (values, Adagrad's accumulators, update counts), after a
+// clean stage and after one that failed half way through.
+TEST(EmbeddingTableTest, DiscardPutsBackTheRowsAnUpdateWroteInPlace) {
+  std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 2, Adagrad(0.5f, 0.1f))});
+  ASSERT_TRUE(Apply(*table, Push({Rows("a", {1, 2, 3}, {1, 2, 3, 4, 5, 6})})).ok());
+  ASSERT_TRUE(Apply(*table, Push({Rows("a", {2, 3}, {1, 1, 1, 1})})).ok());
+  const std::string before = Snapshot(*table);
+
+  const PushRequest clean = Push({Rows("a", {3, 1, 9}, {1, -1, 2, 2, 1, 1})});
+  TablePush plan;
+  ASSERT_TRUE(table->CheckPush(clean, false, true, &plan).ok());
+  ASSERT_TRUE(table->Stage(clean, plan, {}).ok());
+  table->Discard();
+  EXPECT_EQ(Snapshot(*table), before);
+
+  // Id 2's accumulator overflows once ids 1 and 3 are written.
+  const PushRequest failing = Push({Rows("a", {1, 3, 2}, {1, 1, 1, 1, 3e38f, 1})});
+  ASSERT_TRUE(table->CheckPush(failing, false, true, &plan).ok());
+  absl::Status staged = table->Stage(failing, plan, {});
+  EXPECT_EQ(staged.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(staged.message(), HasSubstr("id 2 "));
+  table->Discard();
+  EXPECT_EQ(Snapshot(*table), before);
+
+  // The same clean update, committed, then changes them.
+  ASSERT_TRUE(table->CheckPush(clean, false, true, &plan).ok());
+  ASSERT_TRUE(table->Stage(clean, plan, {}).ok());
+  table->Commit();
+  EXPECT_NE(Snapshot(*table), before);
+  EXPECT_EQ(StatsOf(*table, "a").rows(), 4);
+}
+
 TEST(EmbeddingTableTest, LrScaleScalesTheStep) {
   std::unique_ptr<EmbeddingTable> table = Make({Spec("a", 1, Sgd(0.5f))});
   ASSERT_TRUE(Apply(*table, Push({Rows("a", {1}, {4})}), 0.25f).ok());
