@@ -276,7 +276,10 @@ table_bench() {
     --max_rows=1000000 --json
   run_to $WORK/table_bench_stall.json build/bin/table_bench --measure=stall --rows=5000000 \
     --rounds="$(rounds 3)" --json
-  [[ -n $DRY_RUN ]] || cat $WORK/table_bench_{scale,bound,stall}.json >"$BENCH_DIR/table_bench.json"
+  run_to $WORK/table_bench_delta.json build/bin/table_bench --measure=stall \
+    --stall_variants=delta,model --rows=10000000 --rounds="$(rounds 5)" --json
+  [[ -n $DRY_RUN ]] ||
+    cat $WORK/table_bench_{scale,bound,stall,delta}.json >"$BENCH_DIR/table_bench.json"
 }
 
 row_step_bench() {
