@@ -128,8 +128,13 @@ float* RowStore::BeginUpdate(int64_t row, float* saved) {
 }
 
 void RowStore::EndUpdate(int64_t row, int64_t updates) {
-  float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
-  const int64_t tick = tick_ | (CountIn(record, width() + kCountFloats) & kCopyBit);
+  Mark(records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride(), updates,
+       /*keep_copy=*/true);
+}
+
+void RowStore::Mark(float* record, int64_t updates, bool keep_copy) const {
+  int64_t tick = tick_;
+  if (keep_copy) tick |= CountIn(record, width() + kCountFloats) & kCopyBit;
   std::memcpy(record + width(), &updates, sizeof(updates));
   std::memcpy(record + width() + kCountFloats, &tick, sizeof(tick));
 }
@@ -176,12 +181,9 @@ void RowStore::Remove(int64_t row) {
 void RowStore::Write(int64_t row, std::span<const float> values, std::span<const float> slots,
                      int64_t updates, bool keep_copy) {
   float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
-  int64_t tick = tick_;
-  if (keep_copy) tick |= CountIn(record, width() + kCountFloats) & kCopyBit;
+  Mark(record, updates, keep_copy);
   std::copy(values.begin(), values.end(), record);
   std::copy(slots.begin(), slots.end(), record + dim_);
-  std::memcpy(record + width(), &updates, sizeof(updates));
-  std::memcpy(record + width() + kCountFloats, &tick, sizeof(tick));
 }
 
 RowStore::Frozen RowStore::Freeze() {

@@ -21,7 +21,7 @@
 // its views share (the graveyard), and freed once every view frozen
 // before that is gone. (Counting references per block, a freeze touched a
 // line of every block's header: 10 ms under the shard's lock for a table
-// of 10^7 rows, against 0.2 ms for the array.)
+// of 10^7 rows, against 0.05 ms warm and 3 ms cold for the array.)
 //
 // Not thread-safe: the owner serializes access, Freeze included. A frozen
 // view is immutable and may be read on any thread and outlive the store.
@@ -129,7 +129,7 @@ class RowStore {
   // The rows as they were at Freeze, read as the store's.
   class Frozen {
    public:
-    Frozen(Frozen&& other) = default;
+    Frozen(Frozen&&) = default;
     Frozen& operator=(Frozen&&) = delete;
     ~Frozen();
 
@@ -224,6 +224,9 @@ class RowStore {
   }
   // Copies row `row`'s block first if a live view may share it.
   void MakeWritable(int64_t row);
+  // Sets the update count of `record` and marks it with the tick;
+  // `keep_copy` keeps its has_copy mark (else cleared).
+  void Mark(float* record, int64_t updates, bool keep_copy) const;
   // Writes row `row`'s contents, its block writable; `keep_copy` keeps
   // its has_copy mark (else cleared).
   void Write(int64_t row, std::span<const float> values, std::span<const float> slots,
