@@ -398,6 +398,14 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
       checked.mutable_cluster()->set_ps(i, absl::StrCat("port-0-of-ps-", i, ":1"));
     }
   }
+  for (int i = 0; ps_ports == PsPorts::kMayBeZero && i < checked.cluster().ps_backups_size(); ++i) {
+    PsBackups* backups = checked.mutable_cluster()->mutable_ps_backups(i);
+    for (int k = 0; k < backups->address_size(); ++k) {
+      if (HasPortZero(backups->address(k))) {
+        backups->set_address(k, absl::StrCat("port-0-of-ps-", i, "-replica-", k + 1, ":1"));
+      }
+    }
+  }
   if (absl::Status s = ValidateConfig(checked); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path.empty() ? "built-in config" : path, ": ", s.message()));

@@ -55,6 +55,40 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
                                              "]; every shard needs its own address"));
     }
   }
+  if (cluster.ps_backups_size() > 0) {
+    if (cluster.ps_backups_size() != cluster.ps_size()) {
+      return InvalidConfigField(
+          "cluster.ps_backups",
+          absl::StrCat("has ", cluster.ps_backups_size(), " entries for ", cluster.ps_size(),
+                       " shards; give every shard its backups, or none"));
+    }
+    const int count = cluster.ps_backups(0).address_size();
+    for (int i = 0; i < cluster.ps_backups_size(); ++i) {
+      const PsBackups& backups = cluster.ps_backups(i);
+      if (backups.address_size() != count || count == 0) {
+        return InvalidConfigField(absl::StrCat("cluster.ps_backups[", i, "]"),
+                                  absl::StrCat("lists ", backups.address_size(),
+                                               " addresses; every shard needs the same ",
+                                               "number of backups, at least one"));
+      }
+      for (int k = 0; k < count; ++k) {
+        const std::string field = absl::StrCat("cluster.ps_backups[", i, "].address[", k, "]");
+        const std::string& address = backups.address(k);
+        const size_t colon = address.rfind(':');
+        int port = 0;
+        if (colon == std::string::npos || colon == 0 ||
+            !absl::SimpleAtoi(address.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+          return InvalidConfigField(field, absl::StrCat("\"", address, "\" is not \"host:port\""));
+        }
+        auto [first, inserted] = first_index.emplace(address, i);
+        if (!inserted) {
+          return InvalidConfigField(
+              field, absl::StrCat("\"", address, "\" is taken already (by ", "shard ",
+                                  first->second, "); every replica needs its own address"));
+        }
+      }
+    }
+  }
   if (cluster.workers() < 1) return InvalidConfigField("cluster.workers", "must be at least 1");
   if (cluster.workers() > kMaxWorkers) {
     return InvalidConfigField(

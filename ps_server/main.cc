@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <cstdio>
-#include <csignal>
-#include <cstdlib>
 #include <thread>
 
 #include "absl/flags/declare.h"
@@ -28,16 +28,23 @@
 #include "common/mutex_checks.h"
 #include "common/process_memory.h"
 #include "common/tf_config.h"
-#include "rpc/grpc_experiments.h"
+#include "grpcpp/create_channel.h"
 #include "ps_server/core/checkpointer.h"
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/service/ps_metrics.h"
 #include "ps_server/service/ps_service.h"
+#include "ps_server/service/replica_sender.h"
 #include "ps_server/service/rpc_limits.h"
+#include "rpc/grpc_credentials.h"
+#include "rpc/grpc_experiments.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, task, "",
           "Which shard this is: ps:<index> into cluster.ps (default: TF_CONFIG's task, else ps:0).");
+ABSL_FLAG(int, replica, 0,
+          "Which replica of the shard this is: 0, the primary, at cluster.ps[index]; k >= 1, a "
+          "backup, at cluster.ps_backups[index].address[k-1], following the primary's updates "
+          "(it takes none from workers).");
 ABSL_FLAG(std::string, listen, "",
           "Address to bind instead of cluster.ps[index]: host:port (e.g. 0.0.0.0:50051 behind "
           "NAT), or unix:PATH, a socket file only this user can reach, for the relay of "
@@ -154,6 +161,36 @@ void StartSignalWaiter(SignalWaiter* waiter, std::function<void()> on_signal) {
   });
 }
 
+// Where replica `replica` of shard `shard` listens.
+std::string ReplicaAddress(const pst::ClusterConfig& cluster, int shard, int replica) {
+  return replica == 0 ? cluster.ps(shard) : cluster.ps_backups(shard).address(replica - 1);
+}
+
+// One sender to each other replica of the shard: each forwards while this
+// process is primary (ps_server/service/replica_sender.h).
+absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSenders(
+    const pst::JobConfig& config, pst::ParameterShard* shard) {
+  std::vector<std::unique_ptr<pst::ReplicaSender>> senders;
+  if (shard->replicas() <= 1) return senders;
+  absl::StatusOr<pst::ClusterSecurity> security =
+      pst::ClusterSecurity::FromConfig(config.cluster(), pst::ClusterSecurity::Role::kClient);
+  if (!security.ok()) return security.status();
+  for (int r = 0; r < shard->replicas(); ++r) {
+    if (r == shard->replica()) continue;
+    const std::string address = ReplicaAddress(config.cluster(), shard->shard(), r);
+    grpc::ChannelArguments args;
+    pst::ConfigureChannel(*security, &args);
+    args.SetMaxSendMessageSize(-1);
+    args.SetMaxReceiveMessageSize(-1);
+    senders.push_back(std::make_unique<pst::ReplicaSender>(
+        shard,
+        pst::ParameterServer::NewStub(
+            grpc::CreateCustomChannel(address, pst::ChannelCredentials(*security), args)),
+        pst::ReplicaSender::Options{.replica = r, .address = address}));
+  }
+  return senders;
+}
+
 // Ends the waiter once the PS has stopped (or failed to start).
 void JoinSignalWaiter(SignalWaiter* waiter) {
   waiter->finished.Notify();
@@ -204,6 +241,18 @@ int main(int argc, char** argv) {
   // Before any metric registers: every series carries them.
   pst::metrics::SetProcessLabels({{"task", task->ToString()}, {"shard", std::to_string(task->index)}});
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
+  options.replica = absl::GetFlag(FLAGS_replica);
+  if (options.replica < 0 || options.replica >= options.replicas) {
+    pst::ExitWithError(
+        kProgram, absl::InvalidArgumentError(absl::StrCat(
+                      "--replica=", options.replica, ": shard ", task->index, " has ",
+                      options.replicas, " replica(s) in cluster.ps and cluster.ps_backups; give ",
+                      options.replicas > 1 ? absl::StrCat("0 to ", options.replicas - 1)
+                                           : std::string("0"))));
+  }
+  const std::string task_name = options.replica == 0
+                                    ? task->ToString()
+                                    : absl::StrCat(task->ToString(), " replica ", options.replica);
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
   absl::Notification stop;
@@ -216,14 +265,14 @@ int main(int argc, char** argv) {
   // After the waiter: the metrics server's threads inherit SIGINT/SIGTERM
   // blocked, so that a signal reaches the waiter, not the default action.
   absl::StatusOr<std::unique_ptr<pst::metrics::MetricsServer>> metrics_server =
-      pst::metrics::StartMetricsServerFromFlags(task->ToString());
+      pst::metrics::StartMetricsServerFromFlags(task_name);
   if (!metrics_server.ok()) {
     JoinSignalWaiter(&signal_waiter);
     pst::ExitWithError(kProgram, metrics_server.status());
   }
 
   std::string address = absl::GetFlag(FLAGS_listen);
-  if (address.empty()) address = config->cluster().ps(task->index);
+  if (address.empty()) address = ReplicaAddress(config->cluster(), task->index, options.replica);
   absl::StatusOr<pst::ClusterSecurity> security =
       pst::ClusterSecurity::FromConfig(config->cluster(), pst::ClusterSecurity::Role::kServer);
   absl::Status secure_enough =
@@ -234,7 +283,14 @@ int main(int argc, char** argv) {
     pst::ExitWithError(kProgram, secure_enough);
   }
   // Restore before serving, so no worker ever sees the fresh state.
-  const pst::CheckpointConfig& checkpoints = config->training().checkpoint();
+  // A backup's state comes from its primary: it restores nothing, and its
+  // checkpoints (the final one) go to a folder of their own.
+  pst::CheckpointConfig checkpoints = config->training().checkpoint();
+  if (options.replica > 0 && !checkpoints.dir().empty()) {
+    checkpoints.set_dir(
+        (std::filesystem::path(checkpoints.dir()) / absl::StrCat("replica-", options.replica))
+            .string());
+  }
   pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index,
                                  {checkpoints.run_id(), pst::TrainingConfigHash(*config)});
   absl::Mutex gave_up_mu;
@@ -248,15 +304,16 @@ int main(int argc, char** argv) {
   });
   pst::AdminHooks hooks;
   hooks.shutdown = request_stop;
-  absl::StatusOr<int64_t> restored = checkpointer.Prepare(*checkpoint_start);
+  absl::StatusOr<int64_t> restored =
+      checkpointer.Prepare(options.replica > 0 ? pst::CheckpointStart::kFresh : *checkpoint_start);
   if (!restored.ok()) {
     JoinSignalWaiter(&signal_waiter);
-    pst::ExitWithError(kProgram, absl::Status(restored.status().code(),
-                                              absl::StrCat(task->ToString(), ": ",
-                                                           restored.status().message())));
+    pst::ExitWithError(kProgram,
+                       absl::Status(restored.status().code(),
+                                    absl::StrCat(task_name, ": ", restored.status().message())));
   }
   if (*restored >= 0) {
-    spdlog::info("{} restored its checkpoint at version {}", task->ToString(), *restored);
+    spdlog::info("{} restored its checkpoint at version {}", task_name, *restored);
   }
   if (!checkpoints.dir().empty()) {
     hooks.checkpoint = [&checkpointer]() -> absl::StatusOr<pst::CheckpointResponse> {
@@ -292,13 +349,22 @@ int main(int argc, char** argv) {
     service->FillStats(&stats);
     return stats;
   });
-  spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task->ToString(),
+  spdlog::info("{} serving {} ({} mode, {} worker(s), optimizer {}, {})", task_name,
                BoundAddress(address, server->port), pst::ModeName(options.mode),
                options.num_workers, (*shard)->optimizer_name(),
-               !security->tls()         ? "plaintext"
+               !security->tls()        ? "plaintext"
                : security->has_token() ? "TLS + token"
-                                        : "TLS");
+                                       : "TLS");
 
+  absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> senders =
+      StartReplicaSenders(*config, shard->get());
+  if (!senders.ok()) {
+    {
+      absl::MutexLock lock(&gave_up_mu);
+      gave_up = senders.status();
+    }
+    request_stop();
+  }
   checkpointer.Start();
   signal_waiter.serving.store(true);
   // Last, so that whoever reads the port finds the PS serving, with SIGTERM
@@ -334,6 +400,7 @@ int main(int argc, char** argv) {
   // No update lands after this, so the final checkpoint is the final state,
   // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();
+  if (senders.ok()) senders->clear();
   checkpointer.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   JoinSignalWaiter(&signal_waiter);
@@ -356,7 +423,7 @@ int main(int argc, char** argv) {
   absl::MutexLock lock(&gave_up_mu);
   if (!gave_up.ok()) {
     // Not 2: the disk may recover, and a restarted PS loses at most every_steps.
-    std::fprintf(stderr, "%s: error: %s: %s\n", kProgram, task->ToString().c_str(),
+    std::fprintf(stderr, "%s: error: %s: %s\n", kProgram, task_name.c_str(),
                  std::string(gave_up.message()).c_str());
     return 1;
   }

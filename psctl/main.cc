@@ -95,6 +95,9 @@ int Status(const JobConfig& config) {
   if (const std::string tiers = TableTierReport(shards); !tiers.empty()) {
     std::printf("\ntiers\n%s", tiers.c_str());
   }
+  if (const std::string replicas = ReplicationReport(shards); !replicas.empty()) {
+    std::printf("\nreplicas\n%s", replicas.c_str());
+  }
   std::printf("\nrefused\n%s", RefusalReport(shards).c_str());
   if (!config.training().checkpoint().dir().empty()) {
     std::printf("\n%-6s %11s %8s %8s %9s %s\n", "shard", "checkpoint", "written", "failed",

@@ -61,4 +61,24 @@ std::string RefusalReport(const std::vector<StatsResponse>& shards) {
   return report;
 }
 
+std::string ReplicationReport(const std::vector<StatsResponse>& shards) {
+  std::string report;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    if (!shards[s].has_replication()) continue;
+    const ReplicationStats& r = shards[s].replication();
+    if (report.empty()) {
+      report = absl::StrFormat("%-6s %7s %8s %11s %7s %5s %9s %8s %12s %9s\n", "shard", "primary",
+                               "epoch", "replicated", "backup", "live", "acked", "lag", "lag_bytes",
+                               "failovers");
+    }
+    for (const ReplicationStats::Backup& b : r.backups()) {
+      absl::StrAppendFormat(&report, "%-6s %7d %8d %11d %7d %5s %9d %8d %12d %9d\n",
+                            absl::StrCat("ps:", s), r.replica(), r.epoch(), r.replicated_version(),
+                            b.replica(), b.live() ? "yes" : "NO", b.acked_version(),
+                            b.lag_versions(), b.lag_bytes(), r.became_primary());
+    }
+  }
+  return report;
+}
+
 }  // namespace pst

@@ -23,6 +23,13 @@ std::string EmbeddingTableReport(const std::vector<StatsResponse>& shards);
 // demoted, promoted and expired; "" when no table has either.
 std::string TableTierReport(const std::vector<StatsResponse>& shards);
 
+// The replicas' lines, a header line first, one line per backup of each
+// shard as its primary sees it: the shard's epoch and the version every
+// live backup holds, then the backup's place, whether it counts (live),
+// the version it acknowledged and how far, in versions and bytes, it
+// lags; and the failovers to the primary. "" when no shard has backups.
+std::string ReplicationReport(const std::vector<StatsResponse>& shards);
+
 // The refusals' lines, a header line first, one line per shard: exchanges
 // refused for load, calls refused for a worker another process holds, TCP
 // connections reset at the per-source cap, and shared-memory region

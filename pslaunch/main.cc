@@ -373,7 +373,9 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
     const bool script_verdict = !is_server && !config.cluster().worker_command().empty() &&
                                 outcome.exit_code > 0 && outcome.exit_code < 128;
     const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode || script_verdict;
-    const bool forgets = is_ps && config.training().checkpoint().dir().empty();
+    // A backup (ps:<i>:<k>) takes its state from its primary again.
+    const bool backup = is_ps && std::count(name.begin(), name.end(), ':') == 2;
+    const bool forgets = is_ps && !backup && config.training().checkpoint().dir().empty();
     if (!bad_input && !forgets && restarts[name] < config.cluster().max_restarts()) {
       int attempt = ++restarts[name];
       spdlog::warn("task {} exited with code {}; restarting it ({} of {})", name,
@@ -516,7 +518,30 @@ int main(int argc, char** argv) {
       remove_dirs();
       pst::ExitWithError(kProgram, tasks.status());
     }
+    // A primary reads its backups' addresses when it starts, so the backups
+    // with port 0 report theirs first; the workers need the primaries'.
+    pst::PendingPorts backup_ports{.dir = pending_ports->dir, .files = {}};
+    for (auto it = pending_ports->files.begin(); it != pending_ports->files.end();) {
+      if (std::count(it->first.begin(), it->first.end(), ':') == 2) {
+        backup_ports.files.insert(*it);
+        it = pending_ports->files.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (const pst::ChildSpec& task : *tasks) {
+      if (!backup_ports.files.empty() && absl::StartsWith(task.name, "ps:") &&
+          std::count(task.name.begin(), task.name.end(), ':') == 1) {
+        std::optional<pst::PortFailure> failed = pst::ResolvePorts(
+            backup_ports, absl::GetFlag(FLAGS_port_timeout_seconds), &supervisor, &*config, *dir);
+        backup_ports.files.clear();
+        if (failed) {
+          supervisor.StopAll(grace);
+          remove_dirs();
+          std::fprintf(stderr, "%s\n", failed->line.c_str());
+          return failed->exit_code;
+        }
+      }
       // The workers need the ports that the PS tasks with port 0 got.
       if (!pending_ports->files.empty() && absl::StartsWith(task.name, "worker:")) {
         std::optional<pst::PortFailure> failed =

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
@@ -44,10 +46,14 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const JobConfig& config,
   return path;
 }
 
+std::string PsTaskName(int shard, int replica) {
+  return replica == 0 ? absl::StrCat("ps:", shard) : absl::StrCat("ps:", shard, ":", replica);
+}
+
 absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config) {
   PendingPorts pending;
-  for (int i = 0; i < config.cluster().ps_size(); ++i) {
-    if (!HasPortZero(config.cluster().ps(i))) continue;
+  const ClusterConfig& cluster = config.cluster();
+  auto add = [&pending](int shard, int replica) -> absl::Status {
     if (pending.dir.empty()) {
       std::string pattern = "/tmp/pslaunch-ports.XXXXXX";
       if (mkdtemp(pattern.data()) == nullptr) {
@@ -55,7 +61,19 @@ absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config) {
       }
       pending.dir = pattern;
     }
-    pending.files[i] = absl::StrCat(pending.dir, "/ps-", i, ".port");
+    const std::string task = PsTaskName(shard, replica);
+    std::string file = absl::StrCat(pending.dir, "/", task, ".port");
+    std::replace(file.begin() + static_cast<std::ptrdiff_t>(pending.dir.size()), file.end(), ':',
+                 '-');
+    pending.files[task] = file;
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < cluster.ps_size(); ++i) {
+    if (HasPortZero(cluster.ps(i))) PST_RETURN_IF_ERROR(add(i, 0));
+    for (int k = 0; i < cluster.ps_backups_size() && k < cluster.ps_backups(i).address_size();
+         ++k) {
+      if (HasPortZero(cluster.ps_backups(i).address(k))) PST_RETURN_IF_ERROR(add(i, k + 1));
+    }
   }
   return pending;
 }
@@ -63,11 +81,11 @@ absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config) {
 std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, int timeout_seconds,
                                         Supervisor* supervisor, JobConfig* config,
                                         const std::string& dir) {
-  std::map<int, int> ports;
+  std::map<std::string, int> ports;
   auto all_reported = [&] {
-    for (const auto& [shard, file] : pending.files) {
-      if (ports.count(shard) > 0) continue;
-      if (int port = ReadPort(file); port > 0) ports[shard] = port;
+    for (const auto& [task, file] : pending.files) {
+      if (ports.count(task) > 0) continue;
+      if (int port = ReadPort(file); port > 0) ports[task] = port;
     }
     return ports.size() == pending.files.size();
   };
@@ -87,26 +105,39 @@ std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, int timeout
                        "above); stopped the other tasks")};
     case RunOutcome::Kind::kTimedOut:
     default: {
-      int late = 0;
-      for (const auto& [shard, file] : pending.files) {
-        if (ports.count(shard) == 0) {
-          late = shard;
+      std::string late;
+      for (const auto& [task, file] : pending.files) {
+        if (ports.count(task) == 0) {
+          late = task;
           break;
         }
       }
       return PortFailure{
-          1, absl::StrCat("pslaunch", ": error: ps:", late, " did not report the port it got "
-                          "within ", timeout, " s; stopped every task: see its output above, or "
+          1, absl::StrCat("pslaunch", ": error: ", late,
+                          " did not report the port it got "
+                          "within ",
+                          timeout,
+                          " s; stopped every task: see its output above, or "
                           "raise --port_timeout_seconds if it takes longer to start (restoring a "
                           "large checkpoint)")};
     }
   }
   std::vector<std::string> resolved;
   ClusterConfig* cluster = config->mutable_cluster();
-  for (const auto& [shard, port] : ports) {
-    const std::string& address = cluster->ps(shard);
-    cluster->set_ps(shard, absl::StrCat(address.substr(0, address.rfind(':') + 1), port));
-    resolved.push_back(absl::StrCat("ps:", shard, "=", cluster->ps(shard)));
+  for (const auto& [task, port] : ports) {
+    // "ps:<i>" or "ps:<i>:<k>", as PortFiles named it.
+    const std::vector<std::string> parts = absl::StrSplit(task, ':');
+    int shard = 0;
+    int replica = 0;
+    if (parts.size() < 2 || !absl::SimpleAtoi(parts[1], &shard) ||
+        (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &replica))) {
+      continue;
+    }
+    std::string* address = replica == 0
+                               ? cluster->mutable_ps(shard)
+                               : cluster->mutable_ps_backups(shard)->mutable_address(replica - 1);
+    *address = absl::StrCat(address->substr(0, address->rfind(':') + 1), port);
+    resolved.push_back(absl::StrCat(task, "=", *address));
   }
   if (absl::StatusOr<std::string> written = WriteEffectiveConfig(*config, dir); !written.ok()) {
     return PortFailure{1, absl::StrCat("pslaunch", ": error: ", written.status().message(),

@@ -26,7 +26,10 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const JobConfig& config,
 // has port 0).
 struct PendingPorts {
   std::string dir;
-  std::map<int, std::string> files;  // shard index -> its --port_file
+  // Task name -> its --port_file: "ps:<i>" for shard i's primary
+  // (cluster.ps[i]), "ps:<i>:<k>" for its backup k
+  // (cluster.ps_backups[i].address[k-1]).
+  std::map<std::string, std::string> files;
 };
 absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config);
 
@@ -36,6 +39,10 @@ struct PortFailure {
   int exit_code;
   std::string line;
 };
+
+// The name of replica `replica` of shard `shard` as a task: "ps:<shard>"
+// for the primary, "ps:<shard>:<replica>" for a backup.
+std::string PsTaskName(int shard, int replica);
 
 // Waits until every PS in `pending` has reported the port it got, then
 // gives those addresses their ports in `config` and rewrites the effective

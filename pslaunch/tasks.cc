@@ -11,6 +11,7 @@
 #include "common/overrides.h"
 #include "common/security.h"
 #include "pslaunch/ports.h"
+#include "pslaunch/run_config.h"
 #include "pslaunch/worker_command.h"
 #include "spdlog/spdlog.h"
 
@@ -102,17 +103,27 @@ absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
   }
   const bool relayed = !paths.relay_binary.empty() && !paths.relay_conf.empty();
   std::vector<ChildSpec> tasks;
-  for (int i = 0; i < config.cluster().ps_size(); ++i) {
-    const std::string task = absl::StrCat("ps:", i);
-    ChildSpec spec{task,
+  auto ps_task = [&](int shard, int replica) {
+    const std::string name = PsTaskName(shard, replica);
+    ChildSpec spec{name,
                    {paths.bin_dir + "/ps_server", "--config=" + paths.config_path,
-                    "--task=" + task},
+                    absl::StrCat("--task=ps:", shard)},
                    /*must_finish=*/false};
+    if (replica > 0) spec.argv.push_back(absl::StrCat("--replica=", replica));
     Append(ForwardedFlags(kPsServer, Forwarding::kEveryStart), &spec.argv);
     Append(ForwardedFlags(kPsServer, Forwarding::kFirstStart), &spec.first_start_args);
-    if (auto file = paths.port_files.find(i); file != paths.port_files.end()) {
+    if (auto file = paths.port_files.find(name); file != paths.port_files.end()) {
       spec.first_start_args.push_back("--port_file=" + file->second);
     }
+    return spec;
+  };
+  for (int i = 0; i < config.cluster().ps_backups_size(); ++i) {
+    for (int k = 1; k <= config.cluster().ps_backups(i).address_size(); ++k) {
+      tasks.push_back(ps_task(i, k));
+    }
+  }
+  for (int i = 0; i < config.cluster().ps_size(); ++i) {
+    ChildSpec spec = ps_task(i, 0);
     if (relayed) spec.argv.push_back("--listen=unix:" + RelaySocketPath(paths.result_dir, i));
     tasks.push_back(std::move(spec));
     if (relayed) {

@@ -19,10 +19,10 @@ struct TaskPaths {
   std::string bin_dir;      // holds ps_server and worker
   std::string config_path;  // the effective config every task reads
   std::string result_dir;   // each worker writes WorkerResultPath(result_dir, i)
-  // Shard index -> its --port_file, for the shards whose address has port
-  // 0: given on their first start only, since a restart reads the rewritten
-  // config, which names the port the shard got.
-  std::map<int, std::string> port_files;
+  // Task name (PsTaskName) -> its --port_file, for the shards' replicas
+  // whose address has port 0: given on their first start only, since a
+  // restart reads the rewritten config, which names the port it got.
+  std::map<std::string, std::string> port_files;
   // With both set, each shard sits behind the HTTP/2 relay: nghttpx at
   // `relay_binary` with the configuration file `relay_conf`.
   std::string relay_binary;
@@ -37,15 +37,16 @@ std::string WorkerResultPath(const std::string& dir, int index);
 // in front of it, with cluster.tls's files on both of its sides.
 std::string RelaySocketPath(const std::string& dir, int shard);
 
-// The tasks of `config`, PS shards first (each followed by its relay, if
-// any), then workers. Every override
+// The tasks of `config`: the shards' backups (ps:<i>:<k>, for
+// cluster.ps_backups), then the PS shards (each followed by its relay, if
+// any), then workers; so a primary starts once its backups listen, and
+// the workers once the primaries do. Every override
 // pslaunch was given goes to each task that takes it (ForwardedFlags,
 // common/overrides.h); --metrics_port=P gives the tasks P, P+1, ... in
-// that order (a relay serves no metrics and takes none); with cluster.auth each worker carries its own task token in
-// its environment; with cluster.worker_command the workers run that
-// command instead of the worker binary. An error when the cluster token
-// cannot be read, or (InvalidArgument) a relay is asked for a shard whose
-// address has no fixed port.
+// that order (a relay serves no metrics and takes none); with cluster.auth each worker carries its
+// own task token in its environment; with cluster.worker_command the workers run that command
+// instead of the worker binary. An error when the cluster token cannot be read, or
+// (InvalidArgument) a relay is asked for a shard whose address has no fixed port.
 absl::StatusOr<std::vector<ChildSpec>> ClusterTasks(const JobConfig& config,
                                                     const TaskPaths& paths);
 

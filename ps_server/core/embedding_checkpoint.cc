@@ -375,4 +375,160 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
   return absl::OkStatus();
 }
 
+absl::Status EmbeddingTable::ExportChanges(ShardCheckpoint* checkpoint) {
+  for (const auto& t : tables_) {
+    const TableHeader header = HeaderOf(*t, options_.num_shards);
+    ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
+    const std::vector<uint64_t> gone = std::exchange(t->forward_removed, {}).Sorted();
+    out->mutable_removed_ids()->assign(reinterpret_cast<const char*>(gone.data()),
+                                       gone.size() * sizeof(uint64_t));
+    const std::vector<uint64_t> changed = std::exchange(t->forward_changed, {}).Sorted();
+    const size_t dim = t->dim();
+    const size_t slots = t->slot_floats();
+    std::string* ids = out->mutable_ids();
+    std::string* values = out->mutable_values();
+    std::string* state = out->mutable_slots();
+    std::string* updates = out->mutable_row_updates();
+    ids->resize(changed.size() * sizeof(uint64_t));
+    values->resize(changed.size() * dim * sizeof(float));
+    state->resize(changed.size() * slots * sizeof(float));
+    updates->resize(changed.size() * sizeof(int64_t));
+    DiskRow cold;
+    for (size_t i = 0; i < changed.size(); ++i) {
+      const uint64_t id = changed[i];
+      const float* record;
+      int64_t row_updates;
+      if (const int64_t row = t->rows.Find(id); row >= 0) {
+        record = t->rows.values(row).data();
+        row_updates = t->rows.updates(row);
+      } else {
+        absl::StatusOr<bool> found =
+            t->tiered() ? t->disk->Get(id, &cold)
+                        : absl::StatusOr<bool>(absl::InternalError("the table has no disk tier"));
+        if (found.ok() && !*found) found = absl::InternalError("it is in neither tier");
+        if (!found.ok()) {
+          return absl::InternalError(
+              absl::StrCat("embedding table \"", t->config.name(), "\": row ", id,
+                           " changed and cannot be read: ", found.status().message()));
+        }
+        record = cold.record.data();
+        row_updates = cold.updates;
+      }
+      std::memcpy(ids->data() + i * sizeof(uint64_t), &id, sizeof(id));
+      std::memcpy(updates->data() + i * sizeof(int64_t), &row_updates, sizeof(row_updates));
+      std::memcpy(values->data() + i * dim * sizeof(float), record, dim * sizeof(float));
+      if (slots > 0) {
+        std::memcpy(state->data() + i * slots * sizeof(float), record + dim, slots * sizeof(float));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::ForgetChanges() {
+  for (const auto& t : tables_) {
+    t->forward_changed = {};
+    t->forward_removed = {};
+  }
+}
+
+absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
+  // Everything is checked before anything changes.
+  if (delta.embeddings_size() != static_cast<int>(tables_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("the update holds ", delta.embeddings_size(),
+                                                   " embedding tables, this shard ",
+                                                   tables_.size()));
+  }
+  std::vector<Embedding*> order;
+  for (const ShardCheckpoint::Embedding& in : delta.embeddings()) {
+    const int t = Find(in.config().name());
+    if (t < 0) return Invalid(in.config().name(), "the update names a table this shard lacks");
+    Embedding& table = *tables_[t];
+    const int64_t n = IdCount(in.ids());
+    const size_t dim = table.dim();
+    const size_t slots = table.slot_floats();
+    if (in.config().dim() != table.dim() || in.ids().size() != n * sizeof(uint64_t) ||
+        in.values().size() != n * dim * sizeof(float) ||
+        in.slots().size() != n * slots * sizeof(float) ||
+        in.row_updates().size() != n * sizeof(int64_t) ||
+        in.removed_ids().size() % sizeof(uint64_t) != 0) {
+      return Invalid(in.config().name(), "the update's sizes disagree with the table's");
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      PST_RETURN_IF_ERROR(CheckShard(table, RowId(in.ids(), i), "the update's"));
+    }
+    order.push_back(&table);
+  }
+  std::vector<float> record;
+  for (int t = 0; t < delta.embeddings_size(); ++t) {
+    const ShardCheckpoint::Embedding& in = delta.embeddings(t);
+    Embedding& table = *order[t];
+    const size_t dim = table.dim();
+    const size_t slots = table.slot_floats();
+    record.resize(dim + slots);
+    DiskRows::Batch batch;
+    DiskRow cold;
+    auto on_disk = [&](uint64_t id) -> absl::StatusOr<bool> {
+      if (!table.tiered()) return false;
+      return table.disk->Get(id, &cold);
+    };
+    for (int64_t i = 0, n = IdCount(in.removed_ids()); i < n; ++i) {
+      const uint64_t id = RowId(in.removed_ids(), i);
+      const int64_t row = table.rows.Find(id);
+      bool copy = false;
+      if (row >= 0) {
+        copy = table.rows.has_copy(row);
+        if (copy) --table.disk_copies;
+        table.rows.Remove(row);
+      }
+      table.NoteRemoved(id);
+      if (!copy) {
+        PST_ASSIGN_OR_RETURN(bool held, on_disk(id));
+        copy = held;
+      }
+      if (copy) batch.Delete(id);
+    }
+    // As the primary marked them: updated at the table's update count.
+    table.rows.set_tick(in.updates());
+    for (int64_t i = 0, n = IdCount(in.ids()); i < n; ++i) {
+      const uint64_t id = RowId(in.ids(), i);
+      int64_t row_updates;
+      std::memcpy(&row_updates, in.row_updates().data() + i * sizeof(int64_t), sizeof(row_updates));
+      std::memcpy(record.data(), in.values().data() + i * dim * sizeof(float), dim * sizeof(float));
+      if (slots > 0) {
+        std::memcpy(record.data() + dim, in.slots().data() + i * slots * sizeof(float),
+                    slots * sizeof(float));
+      }
+      const std::span<const float> values(record.data(), dim);
+      const std::span<const float> state(record.data() + dim, slots);
+      table.NoteChanged(id);
+      if (const int64_t row = table.rows.Find(id); row >= 0) {
+        table.rows.Update(row, values, state, row_updates);
+        continue;
+      }
+      PST_ASSIGN_OR_RETURN(bool held, on_disk(id));
+      if (!held && table.rows.size() < table.row_limit) {
+        table.rows.Add(id, values, state, row_updates);
+        continue;
+      }
+      if (!table.tiered()) {
+        return Invalid(table.config.name(), absl::StrCat("row ", id, " does not fit the backup's ",
+                                                         table.row_limit, " rows"));
+      }
+      if (held) {
+        batch.Replace(id, record, row_updates, in.updates());
+      } else {
+        batch.Put(id, record, row_updates, in.updates());
+      }
+    }
+    if (!batch.empty()) PST_RETURN_IF_ERROR(table.WriteDisk(batch));
+    table.updates = in.updates();
+    table.rows_admitted = in.rows_admitted();
+    table.rows_refused = in.rows_refused();
+    table.rows_evicted = in.rows_evicted();
+    table.rows_expired = in.rows_expired();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pst

@@ -54,6 +54,7 @@ void EmbeddingTable::Adopt(std::vector<std::unique_ptr<Embedding>> tables) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     index_.emplace(tables_[t]->config.name(), static_cast<int>(t));
     dims_.push_back(tables_[t]->dim());
+    tables_[t]->forward_changes = options_.forward_changes;
   }
   step_.Clear();
   initialized_ = true;

@@ -127,6 +127,13 @@ struct EmbeddingTableOptions {
   // Rows a tiered table reads ahead at most (row_prefetch.h); 0: none, so
   // every cold row is read by the call that needs it.
   int64_t prefetch_rows = kDefaultPrefetchRows;
+  // This process's place in the shard's replica chain (0: the first): a
+  // disk tier's directory is <disk>/<table>-shard<i>, with -replica<k>
+  // after it for k > 0, so replicas of a shard on one host never share one.
+  int replica = 0;
+  // Whether the tables note what each update changes for ExportChanges
+  // (the shard forwards its updates to backups).
+  bool forward_changes = false;
 };
 
 class EmbeddingTable final : public Table {
@@ -176,6 +183,26 @@ class EmbeddingTable final : public Table {
   // Whether there are tables and every one has tracked its changes since
   // the last chain capture: false after Initialize or Restore until one.
   bool TracksChanges() const;
+  // Replicas. ExportChanges writes, per table, its header and what every
+  // update committed since the last ExportChanges changed (the rows
+  // trained or created, read from RAM or the disk tier, in id order, and
+  // the ids removed), in a ShardCheckpoint delta's form, and starts
+  // noting anew (with forward_changes; else only headers). INTERNAL when a
+  // changed row cannot be read from the disk tier. ForgetChanges starts
+  // anew without writing (the state went whole).
+  absl::Status ExportChanges(ShardCheckpoint* checkpoint);
+  void ForgetChanges();
+  // A backup's side: makes the tables hold what `delta` (ExportChanges's,
+  // of a primary whose tables were equal to these) says: its rows, with
+  // their optimizer state and update counts, marked as updated at the
+  // table's update count (as the primary marked them), the removed ids
+  // gone from both tiers, and the counters of the contents (updates,
+  // rows admitted, refused, evicted, expired; the tier moves are this
+  // table's own). A row the backup's RAM has no room for goes to its disk
+  // tier. InvalidArgument, and no change, when the delta names other
+  // tables or its sizes disagree; INTERNAL when the disk tier fails (the
+  // tables are then part applied: the caller must take the state whole).
+  absl::Status ApplyChanges(const ShardCheckpoint& delta);
   // Replaces every table with checkpoint.embeddings(); InvalidArgument,
   // and no change, for one written for another shard count, a row of
   // another shard, sizes that disagree, a repeated id or table, a

@@ -126,15 +126,30 @@ struct EmbeddingTable::Embedding {
   bool track_changes = false;
   IdSet changed_ids;
   IdSet removed_ids;
+  // The same, since the last update a primary forwarded to its backups
+  // (ExportChanges), kept while `forward_changes` (the shard has backups).
+  bool forward_changes = false;
+  IdSet forward_changed;
+  IdSet forward_removed;
   void NoteChanged(uint64_t id) {
-    if (!track_changes) return;
-    changed_ids.insert(id);
-    removed_ids.erase(id);
+    if (track_changes) {
+      changed_ids.insert(id);
+      removed_ids.erase(id);
+    }
+    if (forward_changes) {
+      forward_changed.insert(id);
+      forward_removed.erase(id);
+    }
   }
   void NoteRemoved(uint64_t id) {
-    if (!track_changes) return;
-    removed_ids.insert(id);
-    changed_ids.erase(id);
+    if (track_changes) {
+      removed_ids.insert(id);
+      changed_ids.erase(id);
+    }
+    if (forward_changes) {
+      forward_removed.insert(id);
+      forward_changed.erase(id);
+    }
   }
 
   // The staged update: per staged id, its row (-1: a new one) and the

@@ -23,12 +23,15 @@ absl::Status EmbeddingTable::OpenDisk(Embedding& table) const {
       absl::StrCat("embedding table \"", table.config.name(), "\" shard ", options_.shard);
   PST_ASSIGN_OR_RETURN(
       table.disk,
-      DiskRows::Open({.dir = (std::filesystem::path(disk) /
-                              absl::StrCat(table.config.name(), "-shard", options_.shard))
-                                 .string(),
-                      .record_floats = table.record_floats(),
-                      .name = name,
-                      .fail_writes = options_.disk_fail_writes}));
+      DiskRows::Open(
+          {.dir = (std::filesystem::path(disk) /
+                   absl::StrCat(
+                       table.config.name(), "-shard", options_.shard,
+                       options_.replica > 0 ? absl::StrCat("-replica", options_.replica) : ""))
+                      .string(),
+           .record_floats = table.record_floats(),
+           .name = name,
+           .fail_writes = options_.disk_fail_writes}));
   if (options_.prefetch_rows > 0) {
     // Rows read ahead and never trained (an evaluation's pulls) go after
     // a few updates.

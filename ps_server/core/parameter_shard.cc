@@ -24,6 +24,9 @@ ParameterShard::ParameterShard(const ShardOptions& options,
       optimizer_name_(optimizer->Name()),
       snapshots_(options.snapshot_every_steps, &mu_),
       tables_(options, std::move(optimizer)),
+      primary_(options.replica == 0),
+      applied_for_(options.num_workers, 0),
+      backups_(options.replicas),
       ledger_(
           options.num_workers, options.shard, options.lease, &mu_,
           [this] {
@@ -58,7 +61,8 @@ void ParameterShard::Changed() {
 }
 
 bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
-  return tables_.initialized() && policy_->PullMayProceed(View(), worker, min_version);
+  return tables_.initialized() && policy_->PullMayProceed(View(), worker, min_version) &&
+         Replicated(worker, min_version);
 }
 
 absl::Status ParameterShard::Register(const RegisterRequest& request,
@@ -83,12 +87,14 @@ absl::Status ParameterShard::Init(const InitRequest& request, InitResponse* resp
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   response->set_version(version_);
+  PST_RETURN_IF_ERROR(CheckPrimary());
   if (tables_.initialized()) {
     response->set_accepted(false);
     return absl::OkStatus();
   }
   if (absl::Status s = tables_.Initialize(request); !s.ok()) return Refuse(s);
   reads_ahead_.store(tables_.embeddings().ReadsAhead());
+  RestartForwarding();
   response->set_accepted(true);
   Changed();
   return absl::OkStatus();
@@ -175,6 +181,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   if (!UpdateMayStage()) return std::nullopt;
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (absl::Status s = CheckWorker(request.worker()); !s.ok()) return Refuse(s);
+  if (absl::Status s = CheckPrimary(); !s.ok()) return Refuse(s);
   Touch(request.worker());
   if (!tables_.initialized()) return Refuse(PushBeforeInit());
   if (absl::Status s = CheckPushClaims(request, options_.shard, version_); !s.ok()) {
@@ -224,7 +231,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
           ClipNorm(request.has_rates() ? &request.rates() : nullptr,
                    options_.optimizer.clip_norm()));
       if (status.ok()) {
-        CommitApplied(response);
+        CommitApplied(request.worker(), response);
       } else {
         ++pushes_.rejected;
       }
@@ -268,16 +275,18 @@ PushResponse::Outcome ParameterShard::CompleteStep(const absl::Status& staged) {
   return staged.ok() ? PushResponse::APPLIED : PushResponse::SKIPPED;
 }
 
-void ParameterShard::CommitApplied(PushResponse* response) {
+void ParameterShard::CommitApplied(int worker, PushResponse* response) {
   tables_.Commit();
   ++pushes_.applied;
   AdvanceVersion();
+  applied_for_[worker] = version_;
   response->set_outcome(PushResponse::APPLIED);
   response->set_version(version_);
 }
 
 void ParameterShard::AdvanceVersion() {
   ++version_;
+  if (Forwards()) ForwardVersion();
   // A link of the checkpoint chain only while a writer takes it: a delta
   // over a snapshot no one wrote would not restore.
   if (snapshots_.Due(version_)) {
@@ -339,6 +348,7 @@ void ParameterShard::FillStats(StatsResponse* response) const {
   response->set_mode(options_.mode);
   ledger_.FillStats(response);
   *response->mutable_checkpoint() = snapshots_.stats();
+  if (options_.replicas > 1) FillReplicationStats(response->mutable_replication());
 }
 
 int64_t ParameterShard::parameter_bytes() const {

@@ -43,6 +43,22 @@
 // the fuzzers alike; ps_server/core/shard_calls.h wraps them for a caller that
 // may block a thread. Stats is a pure read.
 //
+// Replicas. With options.replicas > 1 the shard is held by that many
+// processes: one primary, the rest its backups. The primary forwards the
+// state each version leaves (ReplicaUpdate: every dense variable, the rows
+// changed and removed, the worker clocks; the state whole to a backup
+// that has none, or is too far behind) and counts a version replicated
+// once every live backup acknowledges it. The commit rule: a pull waits
+// until what it would show, and the worker's own last applied push, are
+// replicated; so no worker sees, or is told of, an update a backup lacks,
+// and an update can be lost with its primary only while no worker has
+// been answered after it. A backup (ApplyReplicaUpdate) copies each
+// update, so it holds bitwise what the primary held at that version, and
+// refuses an update from an epoch older than one it has seen (fencing).
+// While no live backup lags, the primary runs as an unreplicated shard; it
+// holds updates back while a live backup is kMaxUnreplicated versions
+// behind.
+//
 // Invalid requests (unknown variable or table, wrong shape or dtype,
 // non-finite value, future version, a push with neither gradients nor rows,
 // a pull naming a variable twice, a row id of another shard, push before
@@ -53,6 +69,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -65,8 +82,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "ps.pb.h"
 #include "consistency/consistency_policy.h"
+#include "ps.pb.h"
 #include "ps_server/core/pulled_rows.h"
 #include "ps_server/core/push_counters.h"
 #include "ps_server/core/shard_options.h"
@@ -91,6 +108,10 @@ class ParameterShard {
 
   Mode mode() const { return options_.mode; }
   int num_workers() const { return options_.num_workers; }
+  int shard() const { return options_.shard; }
+  // This process's place among the shard's replicas (Replicas below).
+  int replica() const { return options_.replica; }
+  int replicas() const { return options_.replicas; }
   // This shard's share of the config's model; nullopt when the workers bring their own.
   // Fixed when the shard is made, so read without the lock.
   const std::optional<ConfigModel>& model_share() const {
@@ -254,6 +275,42 @@ class ParameterShard {
 
   const std::string& optimizer_name() const { return optimizer_name_; }
 
+  // Replicas (above). Indexes are the replicas' places, 0 to
+  // options.replicas - 1; this process's own is options.replica.
+  static constexpr int64_t kMaxUnreplicated = 16;
+  bool primary() const;
+  int64_t epoch() const;
+  // The primary's side. Makes this process the primary at `epoch` (its
+  // office: membership), forwarding from its version on; every backup
+  // starts with the state whole. FailedPrecondition for an epoch not above
+  // every one it has seen.
+  absl::Status BecomePrimary(int64_t epoch);
+  // What backup `replica` needs next, in version order: the updates after
+  // the last version sent to it, or the state whole (not sent anything
+  // since it went live or was resynced past the log). Waits until there is
+  // something, or `deadline` passes (an empty list). Unavailable once
+  // shutting down; FailedPrecondition when not primary or for a bad index.
+  absl::StatusOr<std::vector<ReplicaUpdate>> TakeReplicaUpdates(int replica, absl::Time deadline);
+  // Backup `replica` acknowledged `version` (ReplicaAck.version).
+  void ReplicaAcked(int replica, int64_t version);
+  // Backup `replica` holds `version` (-1: nothing of this state) and
+  // nothing sent after it (it refused or lost them): it is sent what
+  // follows `version`, or the state whole.
+  void ReplicaResync(int replica, int64_t version);
+  // Whether backup `replica` counts in the commit rule; one that comes
+  // back is sent the state whole. Every backup starts live.
+  void SetReplicaLive(int replica, bool live);
+  // The version every live backup holds (version() when none is live).
+  int64_t replicated_version() const;
+  // The backup's side: applies `update` and acknowledges it in `ack`
+  // (also on refusal: what the backup holds). FailedPrecondition for an
+  // epoch older than one seen, an update over another version than the
+  // backup's (ack says which), or on the primary of the same epoch; a
+  // primary told of a newer epoch becomes a backup. InvalidArgument for an
+  // update the tables refuse; an update that fails half applied leaves the
+  // backup needing the state whole.
+  absl::Status ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack);
+
  private:
   ParameterShard(const ShardOptions& options, std::unique_ptr<ConsistencyPolicy> policy,
                  std::unique_ptr<Optimizer> optimizer);
@@ -298,13 +355,32 @@ class ParameterShard {
   void AdvanceVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the staged update visible as the next version and answers
   // APPLIED.
-  void CommitApplied(PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommitApplied(int worker, PushResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets the next update stage (a StreamedUpdate is done with the staging).
   void ReleaseStaging() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseStagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool UpdateMayStage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || !(snapshots_.holds_updates() || staging_.held());
+    return shutting_down_ || !(snapshots_.holds_updates() || staging_.held() ||
+                               version_ - ReplicatedLocked() >= kMaxUnreplicated);
   }
+  // Replicas (parameter_shard_replica.cc).
+  bool Forwards() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return options_.replicas > 1 && primary_;
+  }
+  int64_t ReplicatedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether what a pull of `worker` at `min_version` shows is replicated.
+  bool Replicated(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs the update that made version_ for the backups.
+  void ForwardVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state went whole (Init, Restore, a new office): every backup is
+  // sent it whole next, and the log starts again.
+  void RestartForwarding() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the log's updates every live backup has acknowledged.
+  void TrimReplicaLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReplicationStats, for a shard with backups.
+  void FillReplicationStats(ReplicationStats* stats) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition for a worker's update on a backup.
+  absl::Status CheckPrimary() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
   ShardSnapshot SnapshotLocked(CaptureKind kind = CaptureKind::kWhole) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -353,6 +429,27 @@ class ParameterShard {
   // arrival order.
   std::optional<UpdateRates> step_rates_ ABSL_GUARDED_BY(mu_);
   int step_rates_rank_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int>::max();
+
+  // Replicas: this process's role and the newest epoch it has seen; the
+  // version after each worker's last applied push; per replica, whether
+  // it is live, what it acknowledged and what it was sent (-1: nothing;
+  // it is sent the state whole); and the updates after log_base_ not yet
+  // acknowledged by every live backup. holds_state_: a backup's tables
+  // hold a state of its primary's (not part of a failed update's).
+  struct Backup {
+    bool live = true;
+    int64_t acked = -1;
+    int64_t sent = -1;
+  };
+  bool primary_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> applied_for_ ABSL_GUARDED_BY(mu_);
+  std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
+  std::deque<ReplicaUpdate> replica_log_ ABSL_GUARDED_BY(mu_);
+  // What Stats reports of the replicas (ReplicationStats' counters).
+  ReplicationStats replica_counts_ ABSL_GUARDED_BY(mu_);
+  int64_t log_base_ ABSL_GUARDED_BY(mu_) = 0;
+  bool holds_state_ ABSL_GUARDED_BY(mu_) = false;
 
   PushCounters pushes_ ABSL_GUARDED_BY(mu_);
   StreamedStaging staging_ ABSL_GUARDED_BY(mu_);

@@ -101,11 +101,13 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   if (tables_.initialized()) {
     return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
   }
+  PST_RETURN_IF_ERROR(CheckPrimary());
   PST_RETURN_IF_ERROR(tables_.Restore(checkpoint));
   reads_ahead_.store(tables_.embeddings().ReadsAhead());
   version_ = checkpoint.version();
   chain_ = CheckpointChain();  // the restored tables tracked nothing: a full link first
   ledger_.RestoreClocks(checkpoint);
+  RestartForwarding();
   Changed();
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
     const PushRequest& header) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return Refuse(s);
+  if (absl::Status s = CheckPrimary(); !s.ok()) return Refuse(s);
   if (!tables_.initialized()) return Refuse(PushBeforeInit());
   if (absl::Status s = CheckPushClaims(header, options_.shard, version_); !s.ok()) {
     return Refuse(s);
@@ -108,12 +109,14 @@ absl::Status ParameterShard::CommitStreamedPush(std::unique_ptr<StreamedUpdate> 
     return Refuse(finished);
   }
   ledger_.RecordPush(update->worker_, update->computed_at_, update->staleness_);
-  CommitApplied(response);
+  CommitApplied(update->worker_, response);
   return absl::OkStatus();
 }
 
 bool ParameterShard::AnswerMayStreamDuringPush(const StreamedUpdate& update,
                                                int64_t min_version) const {
+  // A replicated shard answers only with what its backups hold.
+  if (options_.replicas > 1) return false;
   // The step's result is this push: committed, it is the next version.
   if (update.whole_step_) return min_version <= update.computed_at_ + 1;
   return policy_->AnswerMayStreamDuringPush(min_version, update.computed_at_);

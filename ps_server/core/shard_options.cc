@@ -14,6 +14,9 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   }
   options.shard = shard;
   options.num_shards = config.cluster().ps_size();
+  if (shard < config.cluster().ps_backups_size()) {
+    options.replicas = 1 + config.cluster().ps_backups(shard).address_size();
+  }
   options.optimizer = training.optimizer();
   options.seed = training.seed();
   options.model = ConfigModelOf(config);

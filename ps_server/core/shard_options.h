@@ -35,6 +35,10 @@ struct ShardOptions : ConsistencyOptions {
   int64_t checkpoint_full_every = 0;
   int shard = 0;
   int num_shards = 1;
+  // The processes that hold this shard (its primary and its backups:
+  // parameter_shard.h, "Replicas"), and this one's place among them.
+  int replicas = 1;
+  int replica = 0;
   OptimizerConfig optimizer;
   // training.seed: the embedding rows' initial values.
   uint64_t seed = 0;

@@ -19,7 +19,9 @@ ShardTables::ShardTables(const ShardOptions& options, std::unique_ptr<Optimizer>
                                       .num_workers = options.num_workers,
                                       .seed = options.seed,
                                       .optimizer = options.optimizer,
-                                      .disk_fail_writes = nullptr})),
+                                      .disk_fail_writes = nullptr,
+                                      .replica = options.replica,
+                                      .forward_changes = options.replicas > 1})),
       dense_(new DenseTable(std::move(optimizer), options.num_workers)) {
   tables_.push_back(std::unique_ptr<Table>(embeddings_));
   tables_.push_back(std::unique_ptr<Table>(dense_));
@@ -139,6 +141,24 @@ void ShardTables::AddStats(StatsResponse* response) const {
 
 void ShardTables::RefreshParameterBytes() {
   parameter_bytes_.store(dense_bytes_ + embeddings_->parameter_bytes(), std::memory_order_relaxed);
+}
+
+absl::Status ShardTables::ExportChanges(ShardCheckpoint* checkpoint) {
+  dense_->Export(checkpoint);
+  return embeddings_->ExportChanges(checkpoint);
+}
+
+absl::Status ShardTables::ApplyChanges(const ShardCheckpoint& delta) {
+  if (delta.shard() != shard_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update is of shard ", delta.shard(), ", this is shard ", shard_));
+  }
+  // The embedding tables check all of their part before changing any.
+  PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
+  PST_RETURN_IF_ERROR(dense_->Restore(delta));
+  dense_bytes_ = dense_->parameter_bytes();
+  RefreshParameterBytes();
+  return absl::OkStatus();
 }
 
 }  // namespace pst

@@ -73,6 +73,15 @@ class ShardTables {
   void Discard();
 
   void Export(ShardCheckpoint* checkpoint) const;
+  // Replicas (EmbeddingTable::ExportChanges, ApplyChanges): what the
+  // updates since the last ExportChanges changed (every dense variable,
+  // the embedding rows changed and removed), and a backup's side of it.
+  // ApplyChanges: InvalidArgument for an update of another shard or one
+  // that does not fit the tables, INTERNAL for a disk tier's failure; after
+  // an error the tables may be part applied, and the backup needs the
+  // state whole.
+  absl::Status ExportChanges(ShardCheckpoint* checkpoint);
+  absl::Status ApplyChanges(const ShardCheckpoint& delta);
   // Each table's Capture (Table::Capture): what Finish writes outside the lock.
   void Capture(ShardSnapshot* snapshot) const;
   void AddStats(StatsResponse* response) const;

@@ -1,5 +1,8 @@
 #include "ps_server/service/ps_metrics.h"
 
+#include <algorithm>
+#include <span>
+
 #include "common/metrics.h"
 #include "common/push_outcome.h"
 #include "prometheus/client_metric.h"
@@ -136,6 +139,48 @@ constexpr Read kShardReads[] = {
      [](const StatsResponse& s) { return double(s.descriptor_shortages()); }},
 };
 
+// A shard with backups: series only where Stats has its replication.
+constexpr Read kReplicaReads[] = {
+    {"pst_ps_replica_primary", "1 while this process is its shard's primary, 0 while a backup.",
+     kGauge, [](const StatsResponse& s) { return s.replication().primary() ? 1.0 : 0.0; }},
+    {"pst_ps_replica_epoch", "The newest epoch of its shard this replica has seen.", kGauge,
+     [](const StatsResponse& s) { return double(s.replication().epoch()); }},
+    {"pst_ps_replicated_version", "The primary's version that every live backup holds.", kGauge,
+     [](const StatsResponse& s) { return double(s.replication().replicated_version()); }},
+    {"pst_ps_replication_lag_versions",
+     "Versions the furthest live backup lags behind the primary.", kGauge,
+     [](const StatsResponse& s) {
+       int64_t lag = 0;
+       for (const auto& b : s.replication().backups()) {
+         if (b.live()) lag = std::max(lag, b.lag_versions());
+       }
+       return double(lag);
+     }},
+    {"pst_ps_replication_lag_bytes",
+     "Bytes of the updates the furthest live backup has not acknowledged.", kGauge,
+     [](const StatsResponse& s) {
+       int64_t lag = 0;
+       for (const auto& b : s.replication().backups()) {
+         if (b.live()) lag = std::max(lag, b.lag_bytes());
+       }
+       return double(lag);
+     }},
+    {"pst_ps_replica_backups_live", "Backups the primary counts in its commit rule.", kGauge,
+     [](const StatsResponse& s) {
+       int live = 0;
+       for (const auto& b : s.replication().backups()) live += b.live() ? 1 : 0;
+       return double(live);
+     }},
+    {"pst_ps_replication_forwarded_bytes_total",
+     "Bytes of updates the primary logged for its "
+     "backups.",
+     kCounter, [](const StatsResponse& s) { return double(s.replication().bytes_forwarded()); }},
+    {"pst_ps_replication_applied_bytes_total", "Bytes of its primary's updates a backup applied.",
+     kCounter, [](const StatsResponse& s) { return double(s.replication().bytes_applied()); }},
+    {"pst_ps_failovers_total", "Times this process became its shard's primary after it started.",
+     kCounter, [](const StatsResponse& s) { return double(s.replication().became_primary()); }},
+};
+
 struct WorkerRead {
   const char* name;
   const char* help;
@@ -239,6 +284,11 @@ class ShardStatsCollector : public prometheus::Collectable {
     const StatsResponse snapshot = stats_();
     std::vector<prometheus::MetricFamily> families;
     for (const Read& read : kShardReads) {
+      families.push_back({read.name, read.help, read.type, {}});
+      families.back().metric.push_back(Sample(read.type, read.value(snapshot), labels_));
+    }
+    for (const Read& read : snapshot.has_replication() ? std::span<const Read>(kReplicaReads)
+                                                       : std::span<const Read>()) {
       families.push_back({read.name, read.help, read.type, {}});
       families.back().metric.push_back(Sample(read.type, read.value(snapshot), labels_));
     }

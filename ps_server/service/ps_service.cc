@@ -13,15 +13,16 @@
 #include "common/transient_refusal.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
-#include "ps_server/service/chunk_streams.h"
 #include "ps_server/core/model_share.h"
 #include "ps_server/core/shard_requests.h"
+#include "ps_server/service/chunk_streams.h"
 #include "ps_server/service/ps_metrics.h"
 #include "rpc/connection_gate.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
 #include "rpc/peek_field.h"
 #include "rpc/worker_session.h"
+#include "spdlog/spdlog.h"
 
 namespace pst {
 
@@ -132,6 +133,9 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
                  .serve = [this](Call<CheckpointRequest, CheckpointResponse>* call) {
                    ServeCheckpoint(call);
                  }};
+  replicate_ = {.service = this,
+                .request = &Service::RequestReplicate,
+                .serve = [this](Call<ReplicaUpdate, ReplicaAck>* call) { ServeReplicate(call); }};
 }
 
 template <typename Request, typename Response>
@@ -187,6 +191,7 @@ void ParameterServerService::RequestCalls(grpc::ServerCompletionQueue* queue) {
   Call<AwaitWorkersDoneRequest, StatsResponse>::Await(&await_workers_done_, queue);
   Call<CheckpointRequest, CheckpointResponse>::Await(&checkpoint_, queue);
   Call<ShutdownRequest, ShutdownResponse>::Await(&shutdown_, queue);
+  Call<ReplicaUpdate, ReplicaAck>::Await(&replicate_, queue);
 }
 
 void ParameterServerService::ServeInit(Call<grpc::ByteBuffer, grpc::ByteBuffer>* call) {
@@ -287,6 +292,23 @@ void ParameterServerService::ServeCheckpoint(Call<CheckpointRequest, CheckpointR
     checkpointing_.store(false);
     if (written.ok()) *call->response() = *std::move(written);
     call->Finish(ToGrpcStatus(written.status()));
+  });
+}
+
+void ParameterServerService::ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* call) {
+  if (absl::Status s = CheckClusterToken(*call->context(), "replicate a shard"); !s.ok()) {
+    call->Finish(ToGrpcStatus(s));
+    return;
+  }
+  // Applying copies a version's rows (or the state whole): never on a
+  // queue thread.
+  replica_thread_.Post([this, call] {
+    absl::Status applied = server_->ApplyReplicaUpdate(call->request(), call->response());
+    if (applied.code() == absl::StatusCode::kFailedPrecondition) {
+      spdlog::info("shard {}: {}", server_->shard(), std::string(applied.message()));
+      applied = absl::OkStatus();
+    }
+    call->Finish(ToGrpcStatus(applied));
   });
 }
 

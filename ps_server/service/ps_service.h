@@ -119,6 +119,11 @@ class ParameterServerService final : public AsyncParameterServer {
   // max_pull_wait and the call's deadline, and ended when the caller goes.
   // A call that names a worker is checked as every call acting as one.
   void ServeAwaitWorkersDone(Call<AwaitWorkersDoneRequest, StatsResponse>* call);
+  // A primary's update, for the cluster token only, applied on
+  // replica_thread_ in the order updates arrive. A refusal the primary acts
+  // on (ParameterShard::ApplyReplicaUpdate's FailedPrecondition) is
+  // answered OK with ReplicaAck.applied false.
+  void ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* call);
 
   pst::ParameterShard* server_;
   AdminHooks hooks_;
@@ -152,6 +157,7 @@ class ParameterServerService final : public AsyncParameterServer {
   Call<AwaitWorkersDoneRequest, StatsResponse>::Method await_workers_done_;
   Call<CheckpointRequest, CheckpointResponse>::Method checkpoint_;
   Call<ShutdownRequest, ShutdownResponse>::Method shutdown_;
+  Call<ReplicaUpdate, ReplicaAck>::Method replicate_;
   // Its watchdog may end calls until it is destroyed.
   OpenStreams streams_;
   ExchangeResources exchange_;
@@ -168,6 +174,8 @@ class ParameterServerService final : public AsyncParameterServer {
   // Checkpoint writes, one at a time: another asked for meanwhile is
   // refused at once.
   ThreadPool checkpoint_thread_{1};
+  // A backup's updates from its primary, one at a time.
+  ThreadPool replica_thread_{1};
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server

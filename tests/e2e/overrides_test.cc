@@ -80,9 +80,9 @@ TEST(OverridesE2eTest, EachTaskRefusesTheOverridesItDoesNotTakeInOneLine) {
 TEST(OverridesE2eTest, PslaunchTakesEveryFlagOfItsTasksButThePerTaskOnes) {
   // What pslaunch sets for each task itself (or, --listen and --exit_when_done, a task
   // started by hand: pslaunch stops its shards itself once the workers end).
-  const std::set<std::string> per_task = {"config",       "check_config",    "task",
-                                          "listen",       "port_file",       "result_file",
-                                          "metrics_port", "metrics_address", "exit_when_done"};
+  const std::set<std::string> per_task = {
+      "config",    "check_config", "task",         "replica",         "listen",
+      "port_file", "result_file",  "metrics_port", "metrics_address", "exit_when_done"};
   const std::set<std::string> launcher = HelpFlags("pslaunch");
   for (const Binary& binary : kTasks) {
     for (const std::string& flag : HelpFlags(binary.name)) {

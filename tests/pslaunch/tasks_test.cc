@@ -54,7 +54,8 @@ TEST(ClusterTasksTest, EveryOverrideReachesTheTasksThatTakeIt) {
     const std::string forwarded = absl::StrCat("--", entry.name(), "=", entry.flag->CurrentValue());
 
     absl::StatusOr<std::vector<ChildSpec>> tasks = ClusterTasks(
-        TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {{1, "/run/ps-1.port"}}, "", ""});
+        TwoShardsTwoWorkers(),
+        {"/bin", "/run/cluster.textproto", "/run", {{"ps:1", "/run/ps-1.port"}}, "", ""});
     ASSERT_TRUE(tasks.ok()) << tasks.status();
     ASSERT_EQ(tasks->size(), 4u);
     for (const ChildSpec& task : *tasks) {
@@ -83,11 +84,34 @@ TEST(ClusterTasksTest, AnOverrideLeftAtItsDefaultIsNotPassedOn) {
 
 TEST(ClusterTasksTest, APortFileGoesToItsShardsFirstStartOnly) {
   absl::StatusOr<std::vector<ChildSpec>> tasks = ClusterTasks(
-      TwoShardsTwoWorkers(), {"/bin", "/run/cluster.textproto", "/run", {{1, "/run/ps-1.port"}}, "", ""});
+      TwoShardsTwoWorkers(),
+      {"/bin", "/run/cluster.textproto", "/run", {{"ps:1", "/run/ps-1.port"}}, "", ""});
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   EXPECT_THAT((*tasks)[0].first_start_args, ::testing::IsEmpty());
   EXPECT_THAT((*tasks)[1].first_start_args, ::testing::ElementsAre("--port_file=/run/ps-1.port"));
   EXPECT_EQ(Count((*tasks)[1].argv, "--port_file=/run/ps-1.port"), 0);
+}
+
+// cluster.ps_backups: each backup is a ps_server of its own, started before
+// the primaries (which read their backups' addresses as they start), with
+// its port file keyed by its task name.
+TEST(ClusterTasksTest, BackupsStartFirstAsReplicasOfTheirShards) {
+  JobConfig config = TwoShardsTwoWorkers();
+  config.mutable_cluster()->add_ps_backups()->add_address("127.0.0.1:0");
+  config.mutable_cluster()->add_ps_backups()->add_address("127.0.0.1:0");
+  absl::StatusOr<std::vector<ChildSpec>> tasks = ClusterTasks(
+      config, {"/bin", "/run/cluster.textproto", "/run", {{"ps:1:1", "/run/ps-1-1.port"}}, "", ""});
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 6u);
+  std::vector<std::string> names;
+  for (const ChildSpec& task : *tasks) names.push_back(task.name);
+  EXPECT_THAT(names,
+              ::testing::ElementsAre("ps:0:1", "ps:1:1", "ps:0", "ps:1", "worker:0", "worker:1"));
+  EXPECT_THAT((*tasks)[1].argv,
+              ::testing::ElementsAre("/bin/ps_server", "--config=/run/cluster.textproto",
+                                     "--task=ps:1", "--replica=1"));
+  EXPECT_THAT((*tasks)[1].first_start_args, ::testing::ElementsAre("--port_file=/run/ps-1-1.port"));
+  EXPECT_THAT((*tasks)[3].first_start_args, ::testing::IsEmpty());
 }
 
 // --relay: each shard at its socket file, and nghttpx at its address in

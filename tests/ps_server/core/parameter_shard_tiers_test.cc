@@ -14,6 +14,7 @@
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/core/shard_calls.h"
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
+#include "tests/ps_server/core/parameter_shard_replica_testing.h"
 
 namespace pst {
 namespace {
@@ -113,6 +114,28 @@ TEST(ParameterShardTiersTest, ATieredShardsCheckpointRestoresAndTrainsOn) {
   Train(restored.get(), 30, 20);
   Train(ram.get(), 30, 20);
   EXPECT_EQ(PullAll(restored.get(), AllIds()).rows, PullAll(ram.get(), AllIds()).rows);
+}
+
+// A primary and its backup, both with the table's disk tier in one
+// directory (each replica has its own under it) and 4 rows of RAM: the
+// backup holds the primary's rows, bit for bit, after every step, though
+// each keeps its own rows in RAM.
+TEST(ParameterShardTiersTest, ATieredBackupHoldsThePrimarysRowsAtEveryStep) {
+  const std::string dir = FreshDir("shard_tiers_replica");
+  auto primary = MakeShard(replica_testing::AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(replica_testing::AsReplica(Options(SYNC, 2), 1));
+  InitTiered(primary.get(), dir);
+  replica_testing::Forward(*primary, *backup);
+  replica_testing::ExpectSameState(*primary, *backup);
+  for (int step = 0; step < 12; ++step) {
+    Train(primary.get(), step, 1);
+    ASSERT_EQ(replica_testing::Forward(*primary, *backup), 1);
+    replica_testing::ExpectSameState(*primary, *backup);
+  }
+  EXPECT_GT(TableStats(primary.get()).rows_on_disk(), 0);
+  EXPECT_GT(TableStats(backup.get()).rows_on_disk(), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/emb-shard0-replica1"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

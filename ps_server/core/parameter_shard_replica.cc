@@ -1,0 +1,261 @@
+// ParameterShard's replicas (parameter_shard.h, "Replicas"): the primary's
+// log of updates for its backups and the commit rule, and a backup's side.
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "ps_server/core/parameter_shard.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+
+bool ParameterShard::primary() const {
+  absl::MutexLock lock(&mu_);
+  return primary_;
+}
+
+int64_t ParameterShard::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+absl::Status ParameterShard::CheckPrimary() const {
+  if (primary_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this process is a backup of shard ", options_.shard, " (replica ",
+                   options_.replica, ", epoch ", epoch_, "); send updates to the shard's primary"));
+}
+
+int64_t ParameterShard::ReplicatedLocked() const {
+  if (!Forwards()) return version_;
+  int64_t replicated = version_;
+  for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
+    if (r == options_.replica || !backups_[r].live) continue;
+    replicated = std::min(replicated, backups_[r].acked);
+  }
+  return replicated;
+}
+
+int64_t ParameterShard::replicated_version() const {
+  absl::MutexLock lock(&mu_);
+  return ReplicatedLocked();
+}
+
+bool ParameterShard::Replicated(int worker, int64_t min_version) const {
+  if (!Forwards()) return true;
+  // What the pull shows is at least min_version (the policy saw to it) and
+  // at most version_; the worker's own push must be replicated before the
+  // pull answers, since the answer acknowledges it.
+  return ReplicatedLocked() >= std::max(std::min(min_version, version_), applied_for_[worker]);
+}
+
+absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (epoch <= epoch_ && !(primary_ && epoch == epoch_)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard, ": epoch ", epoch,
+                     " is not above the newest this replica has seen, ", epoch_));
+  }
+  epoch_ = epoch;
+  primary_ = true;
+  replica_counts_.set_became_primary(replica_counts_.became_primary() + 1);
+  // Workers' pushes before this office were acknowledged by another
+  // primary, whose backups hold them.
+  std::fill(applied_for_.begin(), applied_for_.end(), 0);
+  RestartForwarding();
+  Changed();
+  return absl::OkStatus();
+}
+
+void ParameterShard::RestartForwarding() {
+  replica_log_.clear();
+  log_base_ = version_;
+  for (Backup& backup : backups_) backup = {.live = backup.live, .acked = -1, .sent = -1};
+  tables_.embeddings().ForgetChanges();
+}
+
+void ParameterShard::ForwardVersion() {
+  ReplicaUpdate update;
+  update.set_epoch(epoch_);
+  ShardCheckpoint* state = update.mutable_state();
+  state->set_shard(options_.shard);
+  state->set_version(version_);
+  state->set_delta(true);
+  state->set_parent_version(version_ - 1);
+  state->set_base_version(log_base_);
+  ledger_.ExportClocks(state);
+  if (absl::Status s = tables_.ExportChanges(state); !s.ok()) {
+    // The changes are lost to the log: every backup takes the state whole.
+    spdlog::error(
+        "shard {}: version {} cannot be forwarded to the backups ({}); they are sent "
+        "the state whole",
+        options_.shard, version_, std::string(s.message()));
+    RestartForwarding();
+    return;
+  }
+  replica_counts_.set_updates_forwarded(replica_counts_.updates_forwarded() + 1);
+  replica_counts_.set_bytes_forwarded(replica_counts_.bytes_forwarded() +
+                                      static_cast<int64_t>(update.ByteSizeLong()));
+  replica_log_.push_back(std::move(update));
+}
+
+void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
+  *stats = replica_counts_;
+  stats->set_replica(options_.replica);
+  stats->set_replicas(options_.replicas);
+  stats->set_primary(primary_);
+  stats->set_epoch(epoch_);
+  if (!primary_) return;
+  stats->set_replicated_version(ReplicatedLocked());
+  for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
+    if (r == options_.replica) continue;
+    const Backup& backup = backups_[r];
+    ReplicationStats::Backup* out = stats->add_backups();
+    out->set_replica(r);
+    out->set_live(backup.live);
+    out->set_acked_version(backup.acked);
+    out->set_lag_versions(version_ - std::max<int64_t>(backup.acked, 0));
+    int64_t bytes = 0;
+    for (const ReplicaUpdate& logged : replica_log_) {
+      if (logged.state().version() > backup.acked) {
+        bytes += static_cast<int64_t>(logged.ByteSizeLong());
+      }
+    }
+    out->set_lag_bytes(bytes);
+  }
+}
+
+void ParameterShard::TrimReplicaLog() {
+  int64_t held = version_;
+  for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
+    if (r != options_.replica && backups_[r].live) held = std::min(held, backups_[r].acked);
+  }
+  while (!replica_log_.empty() && replica_log_.front().state().version() <= held) {
+    log_base_ = replica_log_.front().state().version();
+    replica_log_.pop_front();
+  }
+}
+
+absl::StatusOr<std::vector<ReplicaUpdate>> ParameterShard::TakeReplicaUpdates(int replica,
+                                                                              absl::Time deadline) {
+  if (replica < 0 || replica >= options_.replicas || replica == options_.replica) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard, " has no backup ", replica));
+  }
+  std::vector<ReplicaUpdate> updates;
+  std::optional<ShardSnapshot> whole;
+  {
+    absl::MutexLock lock(&mu_);
+    Backup& backup = backups_[replica];
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutting_down_ || !primary_ ||
+             (tables_.initialized() && (backup.sent < log_base_ || backup.sent < version_));
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+    PST_RETURN_IF_ERROR(CheckPrimary());
+    if (!ready()) return updates;
+    if (backup.sent < log_base_) {
+      whole = SnapshotLocked();
+      updates.emplace_back().set_epoch(epoch_);
+    } else {
+      for (const ReplicaUpdate& logged : replica_log_) {
+        if (logged.state().version() > backup.sent) updates.push_back(logged);
+      }
+    }
+    backup.sent = version_;
+  }
+  // The state whole is written outside the lock, from the tables' views.
+  if (whole) *updates.front().mutable_state() = std::move(*whole).Finish();
+  return updates;
+}
+
+void ParameterShard::ReplicaAcked(int replica, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
+  Backup& backup = backups_[replica];
+  backup.acked = std::max(backup.acked, std::min(version, backup.sent));
+  TrimReplicaLog();
+  Changed();
+}
+
+void ParameterShard::ReplicaResync(int replica, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
+  Backup& backup = backups_[replica];
+  // A version the log no longer reaches, or one this office never sent,
+  // takes the state whole.
+  const bool follows = version >= log_base_ && version <= backup.sent;
+  backup.sent = follows ? version : -1;
+  backup.acked = follows ? std::max(backup.acked, version) : -1;
+  TrimReplicaLog();
+  Changed();
+}
+
+void ParameterShard::SetReplicaLive(int replica, bool live) {
+  absl::MutexLock lock(&mu_);
+  if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
+  Backup& backup = backups_[replica];
+  if (backup.live == live) return;
+  backup = {.live = live, .acked = -1, .sent = -1};
+  TrimReplicaLog();
+  Changed();  // pulls and updates may wait on it no more
+}
+
+absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack) {
+  absl::MutexLock lock(&mu_);
+  auto answer = [&] {
+    ack->set_version(holds_state_ ? version_ : -1);
+    ack->set_epoch(epoch_);
+  };
+  answer();
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  if (update.epoch() < epoch_ || (primary_ && update.epoch() == epoch_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options_.shard, " replica ", options_.replica, " refuses an update of epoch ",
+        update.epoch(), ": it has seen epoch ", epoch_, primary_ ? " as primary" : ""));
+  }
+  if (primary_) {
+    spdlog::warn(
+        "shard {}: replica {} was primary at epoch {}; epoch {} has another, so it is "
+        "now a backup",
+        options_.shard, options_.replica, epoch_, update.epoch());
+    primary_ = false;
+  }
+  epoch_ = update.epoch();
+  const ShardCheckpoint& state = update.state();
+  if (state.delta()) {
+    if (!holds_state_ || state.parent_version() != version_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", options_.shard, " replica ", options_.replica, " holds ",
+                       holds_state_ ? absl::StrCat("version ", version_) : std::string("no state"),
+                       ", not version ", state.parent_version(), " that the update follows"));
+    }
+    if (absl::Status s = tables_.ApplyChanges(state); !s.ok()) {
+      holds_state_ = false;
+      answer();
+      return s;
+    }
+  } else {
+    // The state whole, replacing whatever the tables held.
+    holds_state_ = false;
+    PST_RETURN_IF_ERROR(tables_.Restore(state));
+    reads_ahead_.store(tables_.embeddings().ReadsAhead());
+    chain_ = CheckpointChain();  // the tables tracked nothing: a full link first
+  }
+  holds_state_ = true;
+  replica_counts_.set_updates_applied(replica_counts_.updates_applied() + 1);
+  if (!state.delta()) replica_counts_.set_states_applied(replica_counts_.states_applied() + 1);
+  replica_counts_.set_bytes_applied(replica_counts_.bytes_applied() +
+                                    static_cast<int64_t>(update.ByteSizeLong()));
+  version_ = state.version();
+  ledger_.RestoreClocks(state);
+  answer();
+  ack->set_applied(true);
+  Changed();
+  return absl::OkStatus();
+}
+
+}  // namespace pst

@@ -1,0 +1,88 @@
+#include "ps_server/service/replica_sender.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+
+ReplicaSender::ReplicaSender(ParameterShard* shard,
+                             std::unique_ptr<ParameterServer::StubInterface> stub, Options options)
+    : shard_(shard), stub_(std::move(stub)), options_(std::move(options)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ReplicaSender::~ReplicaSender() {
+  stop_.Notify();
+  thread_.join();
+}
+
+void ReplicaSender::Run() {
+  // The wait for updates is cut short, so that a stop is seen soon.
+  constexpr absl::Duration kPoll = absl::Milliseconds(100);
+  while (!stop_.HasBeenNotified()) {
+    absl::StatusOr<std::vector<ReplicaUpdate>> updates =
+        shard_->TakeReplicaUpdates(options_.replica, absl::Now() + kPoll);
+    if (!updates.ok()) {
+      if (updates.status().code() == absl::StatusCode::kUnavailable) return;  // shutting down
+      // Not primary (any more): nothing to forward until this process is again.
+      stop_.WaitForNotificationWithTimeout(options_.retry);
+      continue;
+    }
+    for (const ReplicaUpdate& update : *updates) {
+      if (stop_.HasBeenNotified() || !Send(update)) break;
+    }
+  }
+}
+
+bool ReplicaSender::Send(const ReplicaUpdate& update) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  ReplicaAck ack;
+  const grpc::Status status = stub_->Replicate(&context, update, &ack);
+  const int shard = shard_->shard();
+  if (!status.ok()) {
+    if (live_) {
+      spdlog::warn(
+          "shard {}: backup {} at {} did not take version {} ({}: {}); the shard goes "
+          "on without it until it answers again",
+          shard, options_.replica, options_.address, update.state().version(),
+          static_cast<int>(status.error_code()), status.error_message());
+      shard_->SetReplicaLive(options_.replica, false);
+      live_ = false;
+    }
+    stop_.WaitForNotificationWithTimeout(options_.retry);
+    return false;
+  }
+  if (!live_) {
+    spdlog::info(
+        "shard {}: backup {} at {} answers again (at version {}); it is sent the state "
+        "whole",
+        shard, options_.replica, options_.address, ack.version());
+    shard_->SetReplicaLive(options_.replica, true);
+    live_ = true;
+    return false;
+  }
+  if (ack.applied()) {
+    shard_->ReplicaAcked(options_.replica, ack.version());
+    return true;
+  }
+  if (ack.epoch() > update.epoch()) {
+    if (!deposed_) {
+      spdlog::error(
+          "shard {}: backup {} at {} has seen epoch {}, newer than this primary's {}: "
+          "another replica is primary, so this one acknowledges nothing more",
+          shard, options_.replica, options_.address, ack.epoch(), update.epoch());
+      deposed_ = true;
+    }
+    stop_.WaitForNotificationWithTimeout(options_.retry);
+    return false;
+  }
+  shard_->ReplicaResync(options_.replica, ack.version());
+  return false;
+}
+
+}  // namespace pst

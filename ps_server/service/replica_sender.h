@@ -1,0 +1,63 @@
+// Forwards a primary shard's updates to one of its backups
+// (ps_server/core/parameter_shard.h, "Replicas") over gRPC: one Replicate
+// call at a time, in version order, on a thread of its own.
+//
+// An answer that the update was applied acknowledges it to the shard
+// (ReplicaAcked). A refusal of an update that does not follow what the
+// backup holds sends again from there (ReplicaResync). A refusal from a
+// newer epoch means another replica is primary now: the sender stops
+// forwarding and says so, and the shard, whose pulls wait for this
+// backup, acknowledges nothing more (fencing). A call that fails (the
+// backup is down, or slower than `timeout`) takes the backup out of the
+// commit rule (SetReplicaLive false), so that the workers wait for it no
+// longer; the sender goes on trying, each `retry`, and the first answer
+// brings it back in, sent the state whole.
+#ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
+#define PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "ps.grpc.pb.h"
+#include "ps_server/core/parameter_shard.h"
+
+namespace pst {
+
+class ReplicaSender {
+ public:
+  struct Options {
+    int replica = 1;
+    // For the log: where the backup listens.
+    std::string address;
+    absl::Duration timeout = absl::Seconds(2);
+    absl::Duration retry = absl::Milliseconds(100);
+  };
+  // Starts forwarding at once. `*shard` must outlive the sender.
+  ReplicaSender(ParameterShard* shard, std::unique_ptr<ParameterServer::StubInterface> stub,
+                Options options);
+  // Stops (a call in flight ends by its deadline) and joins.
+  ~ReplicaSender();
+  ReplicaSender(const ReplicaSender&) = delete;
+  ReplicaSender& operator=(const ReplicaSender&) = delete;
+
+ private:
+  void Run();
+  // Sends one update; false when the rest of its batch must not follow
+  // (the backup missed it, or it is taken whole next).
+  bool Send(const ReplicaUpdate& update);
+
+  ParameterShard* const shard_;
+  const std::unique_ptr<ParameterServer::StubInterface> stub_;
+  const Options options_;
+  bool live_ = true;
+  bool deposed_ = false;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_

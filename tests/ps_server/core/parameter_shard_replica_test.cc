@@ -1,0 +1,241 @@
+// A shard's primary and its backup (parameter_shard.h, "Replicas"): the
+// backup holds bitwise what the primary held at every version it
+// acknowledged, pulls wait for the backups (the commit rule), a backup
+// fences off older epochs and updates out of order, and one that comes
+// back takes the state whole.
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
+#include "tests/ps_server/core/parameter_shard_embedding_testing.h"
+#include "tests/ps_server/core/parameter_shard_replica_testing.h"
+
+namespace pst {
+namespace {
+
+using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
+using replica_testing::AsReplica;
+using replica_testing::ExpectSameState;
+using replica_testing::Forward;
+
+// "b" and the table "emb" under Adagrad: at most 8 rows, evicting, and
+// rows untouched for 6 of its updates expire; so updates remove rows too.
+void InitEvicting(ParameterShard* shard) {
+  InitRequest init;
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, init.add_variables());
+  EmbeddingTableConfig* table = init.add_embeddings();
+  table->set_name("emb");
+  table->set_dim(kDim);
+  table->set_max_rows_per_shard(8);
+  table->mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.1f);
+  table->mutable_optimizer()->mutable_adagrad()->set_initial_accumulator(0.1f);
+  table->mutable_storage()->set_ttl_steps(6);
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(init, &response).ok());
+  ASSERT_TRUE(response.accepted());
+}
+
+// A SYNC step of two workers, each pushing a draw of ids of [0, 20).
+void SyncStep(ParameterShard& shard, std::mt19937_64& draw) {
+  const int64_t version = shard.version();
+  for (int w = 0; w < 2; ++w) {
+    std::vector<uint64_t> ids;
+    for (uint64_t id = 0; id < 20; ++id) {
+      if (draw() % 5 == 0) ids.push_back(id);
+    }
+    PushResponse response;
+    ASSERT_TRUE(Push(shard, RowPush(w, version, ids, Gradients(w, ids)), &response).ok());
+  }
+  ASSERT_EQ(shard.version(), version + 1);
+}
+
+PushRequest DensePush(int worker, int64_t version) {
+  PushRequest push;
+  push.set_worker(worker);
+  push.set_computed_at_version(version);
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{1, -1}, push.add_gradients());
+  return push;
+}
+
+TEST(ParameterShardReplicaTest, ABackupHoldsBitwiseWhatItsPrimaryHeldAtEveryVersion) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  ASSERT_TRUE(primary->primary());
+  ASSERT_FALSE(backup->primary());
+  InitEvicting(primary.get());
+  int whole = 0;
+  EXPECT_EQ(Forward(*primary, *backup, &whole), 1);
+  EXPECT_EQ(whole, 1);  // the Init's state, whole
+  ExpectSameState(*primary, *backup);
+  std::mt19937_64 draw(5);
+  for (int step = 0; step < 30; ++step) {
+    SyncStep(*primary, draw);
+    EXPECT_EQ(Forward(*primary, *backup, &whole), 1);
+    ExpectSameState(*primary, *backup);
+    // The step is replicated: its pull is answered.
+    EXPECT_EQ(PullAll(primary.get(), {1, 2}, step % 2).version, step + 1);
+  }
+  EXPECT_EQ(whole, 1);
+  // The updates removed rows as well as trained them.
+  StatsResponse stats;
+  primary->Stats(&stats);
+  ASSERT_EQ(stats.embeddings_size(), 1);
+  EXPECT_GT(stats.embeddings(0).rows_evicted() + stats.embeddings(0).rows_expired(), 0);
+}
+
+TEST(ParameterShardReplicaTest, APullWaitsUntilEveryLiveBackupHoldsWhatItShows) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  PullRequest pull;
+  pull.add_names("b");
+  int woken = 0;
+  auto pull_or_wait = [&] {
+    absl::StatusOr<ParameterShard::WaitId> id = primary->PullVisitOrWait(
+        pull, absl::InfiniteFuture(), [](int64_t, const auto&, const PulledRows&) {},
+        [&woken] { ++woken; });
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : ParameterShard::WaitId{0};
+  };
+  // Not even the Init is replicated yet.
+  EXPECT_NE(pull_or_wait(), 0);
+  Forward(*primary, *backup);
+  EXPECT_EQ(woken, 1);
+  EXPECT_EQ(pull_or_wait(), 0);
+
+  PushResponse response;
+  ASSERT_TRUE(Push(*primary, DensePush(0, 0), &response).ok());
+  ASSERT_EQ(response.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(primary->replicated_version(), 0);
+  // The worker's answer would acknowledge its push, which the backup lacks.
+  EXPECT_NE(pull_or_wait(), 0);
+  EXPECT_EQ(Forward(*primary, *backup), 1);
+  EXPECT_EQ(woken, 2);
+  EXPECT_EQ(primary->replicated_version(), 1);
+  EXPECT_EQ(pull_or_wait(), 0);
+
+  // A backup that is not live holds nothing back.
+  ASSERT_TRUE(Push(*primary, DensePush(0, 1), &response).ok());
+  EXPECT_NE(pull_or_wait(), 0);
+  primary->SetReplicaLive(1, false);
+  EXPECT_EQ(woken, 3);
+  EXPECT_EQ(primary->replicated_version(), 2);
+  EXPECT_EQ(pull_or_wait(), 0);
+}
+
+TEST(ParameterShardReplicaTest, UpdatesWaitWhileALiveBackupLagsTooFar) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  PushResponse response;
+  for (int64_t v = 0; v < ParameterShard::kMaxUnreplicated; ++v) {
+    std::optional<absl::Status> pushed = primary->TryPush(DensePush(0, v), &response);
+    ASSERT_TRUE(pushed.has_value());
+    ASSERT_TRUE(pushed->ok()) << *pushed;
+  }
+  EXPECT_FALSE(primary->TryPush(DensePush(0, primary->version()), &response).has_value());
+  EXPECT_EQ(Forward(*primary, *backup), ParameterShard::kMaxUnreplicated);
+  ExpectSameState(*primary, *backup);
+  std::optional<absl::Status> pushed =
+      primary->TryPush(DensePush(0, primary->version()), &response);
+  ASSERT_TRUE(pushed.has_value());
+  EXPECT_TRUE(pushed->ok()) << *pushed;
+}
+
+TEST(ParameterShardReplicaTest, ABackupRefusesAnOlderEpochAndAnUpdateOutOfOrder) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  ASSERT_TRUE(primary->BecomePrimary(3).ok());
+  EXPECT_EQ(primary->BecomePrimary(2).code(), absl::StatusCode::kFailedPrecondition);
+  InitEvicting(primary.get());
+  Forward(*primary, *backup);
+  EXPECT_EQ(backup->epoch(), 3);
+  std::mt19937_64 draw(9);
+  SyncStep(*primary, draw);
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<ReplicaUpdate>> updates = primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(updates.ok()) << updates.status();
+  ASSERT_EQ(updates->size(), 2u);
+
+  // The second before the first: refused, and the answer says where the
+  // backup stands.
+  ReplicaAck ack;
+  EXPECT_EQ(backup->ApplyReplicaUpdate((*updates)[1], &ack).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ack.version(), 0);
+  EXPECT_EQ(backup->version(), 0);
+  // From an older epoch: refused whatever it holds.
+  ReplicaUpdate stale = (*updates)[0];
+  stale.set_epoch(2);
+  EXPECT_EQ(backup->ApplyReplicaUpdate(stale, &ack).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ack.epoch(), 3);
+  EXPECT_EQ(backup->version(), 0);
+
+  // The primary sends again from what the backup holds.
+  primary->ReplicaResync(1, ack.version());
+  int whole = 0;
+  EXPECT_EQ(Forward(*primary, *backup, &whole), 2);
+  EXPECT_EQ(whole, 0);
+  ExpectSameState(*primary, *backup);
+}
+
+TEST(ParameterShardReplicaTest, ABackupThatComesBackTakesTheStateWhole) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  InitEvicting(primary.get());
+  Forward(*primary, *backup);
+  std::mt19937_64 draw(13);
+  SyncStep(*primary, draw);
+  Forward(*primary, *backup);
+  primary->SetReplicaLive(1, false);
+  for (int step = 0; step < 5; ++step) {
+    SyncStep(*primary, draw);
+    EXPECT_EQ(PullAll(primary.get(), {3}).version, step + 2);  // nothing waits for it
+  }
+  primary->SetReplicaLive(1, true);
+  int whole = 0;
+  EXPECT_EQ(Forward(*primary, *backup, &whole), 1);
+  EXPECT_EQ(whole, 1);
+  ExpectSameState(*primary, *backup);
+  SyncStep(*primary, draw);
+  EXPECT_EQ(Forward(*primary, *backup, &whole), 1);
+  EXPECT_EQ(whole, 1);
+  ExpectSameState(*primary, *backup);
+}
+
+TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDeposesTheOld) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  PushResponse response;
+  std::optional<absl::Status> refused = backup->TryPush(DensePush(0, 0), &response);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backup->version(), 0);
+
+  // The backup takes over at epoch 1; the old primary, told by its update,
+  // becomes its backup and follows it.
+  ASSERT_TRUE(backup->BecomePrimary(1).ok());
+  ASSERT_TRUE(Push(*backup, DensePush(0, 0), &response).ok());
+  absl::StatusOr<std::vector<ReplicaUpdate>> updates = backup->TakeReplicaUpdates(0, absl::Now());
+  ASSERT_TRUE(updates.ok()) << updates.status();
+  ASSERT_EQ(updates->size(), 1u);
+  ReplicaAck ack;
+  ASSERT_TRUE(primary->ApplyReplicaUpdate(updates->front(), &ack).ok());
+  EXPECT_FALSE(primary->primary());
+  EXPECT_EQ(primary->epoch(), 1);
+  EXPECT_EQ(ack.version(), 1);
+  ExpectSameState(*primary, *backup);
+  refused = primary->TryPush(DensePush(0, 1), &response);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace pst

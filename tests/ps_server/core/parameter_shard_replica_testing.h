@@ -1,0 +1,68 @@
+// What the replica tests share: a primary and a backup of one shard, the
+// forwarding between them, and the check that both hold the same state.
+#ifndef PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
+#define PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
+
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ps_server/core/parameter_shard.h"
+#include "tests/ps_server/core/embedding_table_testing.h"
+
+namespace pst::replica_testing {
+
+// `options` as replica `replica` of 2.
+inline ShardOptions AsReplica(ShardOptions options, int replica) {
+  options.replicas = 2;
+  options.replica = replica;
+  return options;
+}
+
+// Hands what `primary` has for backup 1 to `backup` and its answers back;
+// returns how many updates went, of which `*whole` held the state whole.
+inline int Forward(ParameterShard& primary, ParameterShard& backup, int* whole = nullptr) {
+  absl::StatusOr<std::vector<ReplicaUpdate>> updates = primary.TakeReplicaUpdates(1, absl::Now());
+  EXPECT_TRUE(updates.ok()) << updates.status();
+  if (!updates.ok()) return 0;
+  for (const ReplicaUpdate& update : *updates) {
+    if (whole != nullptr && !update.state().delta()) ++*whole;
+    ReplicaAck ack;
+    const absl::Status applied = backup.ApplyReplicaUpdate(update, &ack);
+    EXPECT_TRUE(applied.ok()) << applied;
+    primary.ReplicaAcked(1, ack.version());
+  }
+  return static_cast<int>(updates->size());
+}
+
+// Both shards hold the same version, variables, optimizer state, worker
+// clocks and rows, bit for bit (rows compared by id: the replicas keep
+// them in their own order and tiers).
+inline void ExpectSameState(ParameterShard& a, ParameterShard& b) {
+  const ShardCheckpoint x = a.Snapshot();
+  const ShardCheckpoint y = b.Snapshot();
+  EXPECT_EQ(x.version(), y.version());
+  EXPECT_THAT(x.worker_clocks(), ::testing::ElementsAreArray(y.worker_clocks()));
+  ASSERT_EQ(x.variables_size(), y.variables_size());
+  for (int v = 0; v < x.variables_size(); ++v) {
+    EXPECT_EQ(x.variables(v).SerializeAsString(), y.variables(v).SerializeAsString())
+        << x.variables(v).name();
+  }
+  ASSERT_EQ(x.embeddings_size(), y.embeddings_size());
+  for (int t = 0; t < x.embeddings_size(); ++t) {
+    const ShardCheckpoint::Embedding& p = x.embeddings(t);
+    const ShardCheckpoint::Embedding& q = y.embeddings(t);
+    EXPECT_EQ(p.config().name(), q.config().name());
+    EXPECT_TRUE(embedding_testing::RowsOf(p) == embedding_testing::RowsOf(q)) << p.config().name();
+    EXPECT_EQ(p.updates(), q.updates());
+    EXPECT_EQ(p.rows_admitted(), q.rows_admitted());
+    EXPECT_EQ(p.rows_refused(), q.rows_refused());
+    EXPECT_EQ(p.rows_evicted(), q.rows_evicted());
+    EXPECT_EQ(p.rows_expired(), q.rows_expired());
+  }
+}
+
+}  // namespace pst::replica_testing
+
+#endif  // PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
