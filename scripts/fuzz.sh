@@ -13,7 +13,8 @@ scripts/install_deps.sh
 
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-FUZZERS=(config_fuzzer shard_fuzzer chunk_wire_fuzzer rpc_limits_fuzzer shm_exchange_fuzzer)
+FUZZERS=(config_fuzzer shard_fuzzer chunk_wire_fuzzer rpc_limits_fuzzer shm_exchange_fuzzer
+         replica_fuzzer)
 
 for tool in clang clang++; do
   command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (scripts/install_deps.sh)" >&2; exit 2; }

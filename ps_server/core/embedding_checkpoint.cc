@@ -432,18 +432,19 @@ void EmbeddingTable::ForgetChanges() {
   }
 }
 
-absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
-  // Everything is checked before anything changes.
+absl::Status EmbeddingTable::CheckChanges(const ShardCheckpoint& delta) const {
   if (delta.embeddings_size() != static_cast<int>(tables_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("the update holds ", delta.embeddings_size(),
                                                    " embedding tables, this shard ",
                                                    tables_.size()));
   }
-  std::vector<Embedding*> order;
-  for (const ShardCheckpoint::Embedding& in : delta.embeddings()) {
-    const int t = Find(in.config().name());
-    if (t < 0) return Invalid(in.config().name(), "the update names a table this shard lacks");
-    Embedding& table = *tables_[t];
+  for (int t = 0; t < delta.embeddings_size(); ++t) {
+    const ShardCheckpoint::Embedding& in = delta.embeddings(t);
+    // In the tables' order: ApplyChanges reads them so.
+    if (in.config().name() != tables_[t]->config.name()) {
+      return Invalid(in.config().name(), "the update names another table in this place");
+    }
+    const Embedding& table = *tables_[t];
     const int64_t n = IdCount(in.ids());
     const size_t dim = table.dim();
     const size_t slots = table.slot_floats();
@@ -454,15 +455,38 @@ absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
         in.removed_ids().size() % sizeof(uint64_t) != 0) {
       return Invalid(in.config().name(), "the update's sizes disagree with the table's");
     }
-    for (int64_t i = 0; i < n; ++i) {
-      PST_RETURN_IF_ERROR(CheckShard(table, RowId(in.ids(), i), "the update's"));
+    if (in.updates() < 0 || in.rows_admitted() < 0 || in.rows_refused() < 0 ||
+        in.rows_evicted() < 0 || in.rows_expired() < 0) {
+      return Invalid(in.config().name(), "the update holds a negative counter");
     }
-    order.push_back(&table);
+    std::vector<float> record(dim + slots);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t id = RowId(in.ids(), i);
+      PST_RETURN_IF_ERROR(CheckShard(table, id, "the update's"));
+      int64_t row_updates;
+      std::memcpy(&row_updates, in.row_updates().data() + i * sizeof(int64_t), sizeof(row_updates));
+      std::memcpy(record.data(), in.values().data() + i * dim * sizeof(float), dim * sizeof(float));
+      if (slots > 0) {
+        std::memcpy(record.data() + dim, in.slots().data() + i * slots * sizeof(float),
+                    slots * sizeof(float));
+      }
+      // The shard never commits a non-finite value: one here was not
+      // written by a primary.
+      if (!AllFinite(record) || row_updates < 0) {
+        return Invalid(in.config().name(),
+                       absl::StrCat("the update's row of id ", id,
+                                    " holds a non-finite value or a negative update count"));
+      }
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
   std::vector<float> record;
   for (int t = 0; t < delta.embeddings_size(); ++t) {
     const ShardCheckpoint::Embedding& in = delta.embeddings(t);
-    Embedding& table = *order[t];
+    Embedding& table = *tables_[t];
     const size_t dim = table.dim();
     const size_t slots = table.slot_floats();
     record.resize(dim + slots);
@@ -512,8 +536,11 @@ absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
         continue;
       }
       if (!table.tiered()) {
-        return Invalid(table.config.name(), absl::StrCat("row ", id, " does not fit the backup's ",
-                                                         table.row_limit, " rows"));
+        // The primary made room by removing rows: these tables are not the
+        // primary's.
+        return absl::DataLossError(absl::StrCat("embedding table \"", table.config.name(),
+                                                "\": row ", id, " does not fit the backup's ",
+                                                table.row_limit, " rows"));
       }
       if (held) {
         batch.Replace(id, record, row_updates, in.updates());

@@ -192,16 +192,21 @@ class EmbeddingTable final : public Table {
   // anew without writing (the state went whole).
   absl::Status ExportChanges(ShardCheckpoint* checkpoint);
   void ForgetChanges();
-  // A backup's side: makes the tables hold what `delta` (ExportChanges's,
-  // of a primary whose tables were equal to these) says: its rows, with
+  // A backup's side. CheckChanges: InvalidArgument unless `delta` fits
+  // these tables (the same tables in the same order, sizes that agree with
+  // their dims and optimizers, ids of this shard, finite values,
+  // non-negative counts). ApplyChanges, for a delta CheckChanges passed:
+  // makes the tables hold what `delta` (ExportChanges's, of a primary
+  // whose tables were equal to these) says: its rows, with
   // their optimizer state and update counts, marked as updated at the
   // table's update count (as the primary marked them), the removed ids
   // gone from both tiers, and the counters of the contents (updates,
   // rows admitted, refused, evicted, expired; the tier moves are this
   // table's own). A row the backup's RAM has no room for goes to its disk
-  // tier. InvalidArgument, and no change, when the delta names other
-  // tables or its sizes disagree; INTERNAL when the disk tier fails (the
-  // tables are then part applied: the caller must take the state whole).
+  // tier. INTERNAL when the disk tier fails, DATA_LOSS when a row does not
+  // fit a table without one (these tables were not the primary's); the
+  // tables are then part applied, and the caller must take the state whole.
+  absl::Status CheckChanges(const ShardCheckpoint& delta) const;
   absl::Status ApplyChanges(const ShardCheckpoint& delta);
   // Replaces every table with checkpoint.embeddings(); InvalidArgument,
   // and no change, for one written for another shard count, a row of

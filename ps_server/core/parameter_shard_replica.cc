@@ -217,15 +217,17 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
         "shard ", options_.shard, " replica ", options_.replica, " refuses an update of epoch ",
         update.epoch(), ": it has seen epoch ", epoch_, primary_ ? " as primary" : ""));
   }
-  if (primary_) {
-    spdlog::warn(
-        "shard {}: replica {} was primary at epoch {}; epoch {} has another, so it is "
-        "now a backup",
-        options_.shard, options_.replica, epoch_, update.epoch());
-    primary_ = false;
-  }
-  epoch_ = update.epoch();
   const ShardCheckpoint& state = update.state();
+  if (state.version() < 0 || (state.delta() && state.version() <= state.parent_version())) {
+    return absl::InvalidArgumentError(absl::StrCat("an update to version ", state.version(),
+                                                   " over version ", state.parent_version()));
+  }
+  if (primary_ && (landing_ > 0 || staging_.held())) {
+    // Pushes land outside the lock: the state is not replaced under them.
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard, " replica ", options_.replica,
+                     " is primary with an update under way; send the state again"));
+  }
   if (state.delta()) {
     if (!holds_state_ || state.parent_version() != version_) {
       return absl::FailedPreconditionError(
@@ -234,17 +236,29 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
                        ", not version ", state.parent_version(), " that the update follows"));
     }
     if (absl::Status s = tables_.ApplyChanges(state); !s.ok()) {
-      holds_state_ = false;
+      if (s.code() != absl::StatusCode::kInvalidArgument) holds_state_ = false;
       answer();
       return s;
     }
   } else {
     // The state whole, replacing whatever the tables held.
-    holds_state_ = false;
-    PST_RETURN_IF_ERROR(tables_.Restore(state));
+    if (absl::Status s = tables_.Restore(state); !s.ok()) {
+      holds_state_ = false;
+      answer();
+      return s;
+    }
     reads_ahead_.store(tables_.embeddings().ReadsAhead());
     chain_ = CheckpointChain();  // the tables tracked nothing: a full link first
   }
+  // Only an update applied changes what this replica knows of the epochs.
+  if (primary_) {
+    spdlog::warn(
+        "shard {}: replica {} was primary at epoch {}; epoch {} has another, so it is "
+        "now a backup",
+        options_.shard, options_.replica, epoch_, update.epoch());
+    primary_ = false;
+  }
+  epoch_ = update.epoch();
   holds_state_ = true;
   replica_counts_.set_updates_applied(replica_counts_.updates_applied() + 1);
   if (!state.delta()) replica_counts_.set_states_applied(replica_counts_.states_applied() + 1);

@@ -153,9 +153,11 @@ absl::Status ShardTables::ApplyChanges(const ShardCheckpoint& delta) {
     return absl::InvalidArgumentError(
         absl::StrCat("the update is of shard ", delta.shard(), ", this is shard ", shard_));
   }
-  // The embedding tables check all of their part before changing any.
-  PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
+  // Everything is checked before anything changes: the dense table's
+  // Restore checks all before it replaces its variables.
+  PST_RETURN_IF_ERROR(embeddings_->CheckChanges(delta));
   PST_RETURN_IF_ERROR(dense_->Restore(delta));
+  PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
   dense_bytes_ = dense_->parameter_bytes();
   RefreshParameterBytes();
   return absl::OkStatus();

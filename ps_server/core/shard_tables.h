@@ -76,10 +76,10 @@ class ShardTables {
   // Replicas (EmbeddingTable::ExportChanges, ApplyChanges): what the
   // updates since the last ExportChanges changed (every dense variable,
   // the embedding rows changed and removed), and a backup's side of it.
-  // ApplyChanges: InvalidArgument for an update of another shard or one
-  // that does not fit the tables, INTERNAL for a disk tier's failure; after
-  // an error the tables may be part applied, and the backup needs the
-  // state whole.
+  // ApplyChanges: InvalidArgument, and no change, for an update of another
+  // shard or one that does not fit the tables; any other error (a disk
+  // tier's failure, tables that were not the primary's) leaves the tables
+  // part applied, and the backup needs the state whole.
   absl::Status ExportChanges(ShardCheckpoint* checkpoint);
   absl::Status ApplyChanges(const ShardCheckpoint& delta);
   // Each table's Capture (Table::Capture): what Finish writes outside the lock.
