@@ -410,6 +410,13 @@ int main(int argc, char** argv) {
   spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",
                stats.version(), stats.pushes_applied(), stats.pushes_aggregated(),
                stats.pushes_dropped(), stats.pushes_rejected());
+  if (stats.has_replication()) {
+    const pst::ReplicationStats& r = stats.replication();
+    spdlog::info("replication at epoch {}: forwarded {} updates ({} bytes) to its backups; "
+                 "applied {} updates ({} whole states, {} bytes) from its primary",
+                 r.epoch(), r.updates_forwarded(), r.bytes_forwarded(), r.updates_applied(),
+                 r.states_applied(), r.bytes_applied());
+  }
   for (const pst::EmbeddingTableStats& table : stats.embeddings()) {
     if (table.rows_on_disk() == 0 && table.disk_reads() == 0) continue;  // all in RAM
     const int64_t reads = table.lookups_in_memory() + table.disk_reads();

@@ -474,6 +474,22 @@ def ctr_scale(rows):
          for r in rows])}
 
 
+def replication_cost(rows):
+    def metric(r, side):
+        return "n/a" if r[f"{side}_metric"] is None else f"{r[side + '_metric']:.4f}"
+    return {"": table(
+        ["job", "mode", "samples/s without backups", "samples/s with a backup per shard",
+         "with / without", "test metric without", "with", "forwarded KiB a version",
+         "forwarded MiB/s", "load average (1 min)", "rounds"],
+        ["---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:"],
+        [(r["job"], r["mode"], spread(r, "without_samples_per_sec", 0),
+          spread(r, "with_samples_per_sec", 0), spread(r, "ratio", 2),
+          f"{r['metric']} {metric(r, 'without')}", metric(r, "with"),
+          f"{r['forwarded_bytes_per_version'] / 1024:.0f}", f"{r['forwarded_mib_per_sec']:.1f}",
+          f"{r['load_1min']:.2f}", r["runs"])
+         for r in rows])}
+
+
 def cnn_vs_ddp(rows):
     def three(values, digits):
         return f"{values[0]:.{digits}f} ({values[1]:.{digits}f}-{values[2]:.{digits}f})"
@@ -508,6 +524,7 @@ TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": 
           "netns_cluster": netns_cluster, "cost_model": cost_model,
           "python_client": python_client, "table_bench": table_bench,
           "row_step_bench": row_step_bench, "ctr_scale": ctr_scale,
+          "replication_cost": replication_cost,
           "cnn_vs_ddp": cnn_vs_ddp, "cnn_time_to_accuracy": cnn_time_to_accuracy}
 
 

@@ -13,7 +13,8 @@
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
 # ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
-# python_client table_bench row_step_bench ctr_scale cnn_vs_ddp. ONLY without machine keeps machine.json
+# python_client table_bench row_step_bench ctr_scale replication_cost cnn_vs_ddp. ONLY without
+# machine keeps machine.json
 # as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
 # cost_model redraws from its constants. Run it on a quiet machine, on a
@@ -40,7 +41,7 @@ DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
        ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
-       python_client table_bench row_step_bench ctr_scale cnn_vs_ddp)
+       python_client table_bench row_step_bench ctr_scale replication_cost cnn_vs_ddp)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -302,6 +303,14 @@ ctr_scale() {
   run "$PY" benchmarks/ctr_scale.py --rounds="$(rounds 1)" --dim=16 --memory_mib=512 \
     --hot_set=lfu --json=$WORK/ctr_scale.tier16lfu.json
   run_to "$BENCH_DIR/ctr_scale.json" cat $WORK/ctr_scale.{8,16,ram16,tier16,tier16lfu}.json
+}
+
+replication_cost() {
+  run "$PY" benchmarks/replication_cost.py --job=ctr --rounds="$(rounds 3)" \
+    --json=$WORK/replication_cost.ctr.json
+  run "$PY" benchmarks/replication_cost.py --job=default --rounds="$(rounds 3)" \
+    --json=$WORK/replication_cost.default.json
+  run_to "$BENCH_DIR/replication_cost.json" cat $WORK/replication_cost.{ctr,default}.json
 }
 
 for kind in ${ONLY//,/ }; do

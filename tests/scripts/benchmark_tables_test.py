@@ -151,6 +151,13 @@ ROWS = {
                                         ("ps_peak_rss_mib", 1900.4),
                                         ("test_auc", 0.6801), ("load_1min", 7.5))
             for end in ("", "_min", "_max")}}],
+    "replication_cost": [
+        {"job": "ctr", "mode": "sync", "runs": 3, "load_1min": 1.02, "metric": "test AUC",
+         "without_metric": 0.7758, "with_metric": 0.7758,
+         "forwarded_bytes_per_version": 437348, "forwarded_mib_per_sec": 21.8,
+         **{f"{f}{end}": v for f, v in (("without_samples_per_sec", 71367.0),
+                                        ("with_samples_per_sec", 33047.0), ("ratio", 0.46))
+            for end in ("", "_min", "_max")}}],
 }
 
 ROWS["netns_link"] = [
@@ -207,6 +214,8 @@ EXPECTED = {
     "netns_link": "| 2gbit | 64MiB | 0.450 (0.450-0.450) | 0.470 (0.470-0.470) | 0.95 (0.95-0.95) "
                   "| 0.68 (0.68-0.68) | 0.61 (0.61-0.61) | 0.82 (0.82-0.82) | 0.57 (0.57-0.57) | 3 |\n"
                   "| 10gbit | 4MiB |",
+    "replication_cost": "| ctr | sync | 71367 (71367-71367) | 33047 (33047-33047) "
+                        "| 0.46 (0.46-0.46) | test AUC 0.7758 | 0.7758 | 427 | 21.8 | 1.02 | 3 |",
     "cnn_vs_ddp": "| 64 | 200 | 3858 (3677-3951) | 3590 (3495-3642) | 1.07 (1.05-1.13) | 5 |",
     "cnn_time_to_accuracy": "| 0.91 | 15 | 11 (200.4 s) | not reached | 0.9150 | 0.9032 |",
 }
