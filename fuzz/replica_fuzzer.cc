@@ -68,11 +68,12 @@ std::vector<ReplicaUpdate> TrainPrimary() {
   REPLICA_INVARIANT(primary->Init(init, &inited).ok());
   std::vector<ReplicaUpdate> updates;
   auto take = [&] {
-    absl::StatusOr<std::vector<ReplicaUpdate>> taken = primary->TakeReplicaUpdates(1, absl::Now());
+    absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> taken =
+        primary->TakeReplicaUpdates(1, absl::Now());
     REPLICA_INVARIANT(taken.ok());
-    for (ReplicaUpdate& update : *taken) {
-      primary->ReplicaAcked(1, update.state().version());
-      updates.push_back(std::move(update));
+    for (const auto& update : *taken) {
+      primary->ReplicaAcked(1, update->state().version());
+      updates.push_back(*update);
     }
   };
   take();

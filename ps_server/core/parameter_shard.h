@@ -290,7 +290,10 @@ class ParameterShard {
   // since it went live or was resynced past the log). Waits until there is
   // something, or `deadline` passes (an empty list). Unavailable once
   // shutting down; FailedPrecondition when not primary or for a bad index.
-  absl::StatusOr<std::vector<ReplicaUpdate>> TakeReplicaUpdates(int replica, absl::Time deadline);
+  // The log holds each update once, shared with the senders: one of a large
+  // dense model is megabytes.
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> TakeReplicaUpdates(
+      int replica, absl::Time deadline);
   // Backup `replica` acknowledged `version` (ReplicaAck.version).
   void ReplicaAcked(int replica, int64_t version);
   // Backup `replica` holds `version` (-1: nothing of this state) and
@@ -445,7 +448,7 @@ class ParameterShard {
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> applied_for_ ABSL_GUARDED_BY(mu_);
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
-  std::deque<ReplicaUpdate> replica_log_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const ReplicaUpdate>> replica_log_ ABSL_GUARDED_BY(mu_);
   // What Stats reports of the replicas (ReplicationStats' counters).
   ReplicationStats replica_counts_ ABSL_GUARDED_BY(mu_);
   int64_t log_base_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,7 @@
 // ParameterShard's replicas (parameter_shard.h, "Replicas"): the primary's
 // log of updates for its backups and the commit rule, and a backup's side.
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -77,9 +78,9 @@ void ParameterShard::RestartForwarding() {
 }
 
 void ParameterShard::ForwardVersion() {
-  ReplicaUpdate update;
-  update.set_epoch(epoch_);
-  ShardCheckpoint* state = update.mutable_state();
+  auto update = std::make_shared<ReplicaUpdate>();
+  update->set_epoch(epoch_);
+  ShardCheckpoint* state = update->mutable_state();
   state->set_shard(options_.shard);
   state->set_version(version_);
   state->set_delta(true);
@@ -97,7 +98,7 @@ void ParameterShard::ForwardVersion() {
   }
   replica_counts_.set_updates_forwarded(replica_counts_.updates_forwarded() + 1);
   replica_counts_.set_bytes_forwarded(replica_counts_.bytes_forwarded() +
-                                      static_cast<int64_t>(update.ByteSizeLong()));
+                                      static_cast<int64_t>(update->ByteSizeLong()));
   replica_log_.push_back(std::move(update));
 }
 
@@ -118,9 +119,9 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
     out->set_acked_version(backup.acked);
     out->set_lag_versions(version_ - std::max<int64_t>(backup.acked, 0));
     int64_t bytes = 0;
-    for (const ReplicaUpdate& logged : replica_log_) {
-      if (logged.state().version() > backup.acked) {
-        bytes += static_cast<int64_t>(logged.ByteSizeLong());
+    for (const auto& logged : replica_log_) {
+      if (logged->state().version() > backup.acked) {
+        bytes += static_cast<int64_t>(logged->ByteSizeLong());
       }
     }
     out->set_lag_bytes(bytes);
@@ -132,20 +133,21 @@ void ParameterShard::TrimReplicaLog() {
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
     if (r != options_.replica && backups_[r].live) held = std::min(held, backups_[r].acked);
   }
-  while (!replica_log_.empty() && replica_log_.front().state().version() <= held) {
-    log_base_ = replica_log_.front().state().version();
+  while (!replica_log_.empty() && replica_log_.front()->state().version() <= held) {
+    log_base_ = replica_log_.front()->state().version();
     replica_log_.pop_front();
   }
 }
 
-absl::StatusOr<std::vector<ReplicaUpdate>> ParameterShard::TakeReplicaUpdates(int replica,
-                                                                              absl::Time deadline) {
+absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>>
+ParameterShard::TakeReplicaUpdates(int replica, absl::Time deadline) {
   if (replica < 0 || replica >= options_.replicas || replica == options_.replica) {
     return absl::FailedPreconditionError(
         absl::StrCat("shard ", options_.shard, " has no backup ", replica));
   }
-  std::vector<ReplicaUpdate> updates;
+  std::vector<std::shared_ptr<const ReplicaUpdate>> updates;
   std::optional<ShardSnapshot> whole;
+  int64_t whole_epoch = 0;
   {
     absl::MutexLock lock(&mu_);
     Backup& backup = backups_[replica];
@@ -159,16 +161,21 @@ absl::StatusOr<std::vector<ReplicaUpdate>> ParameterShard::TakeReplicaUpdates(in
     if (!ready()) return updates;
     if (backup.sent < log_base_) {
       whole = SnapshotLocked();
-      updates.emplace_back().set_epoch(epoch_);
+      whole_epoch = epoch_;
     } else {
-      for (const ReplicaUpdate& logged : replica_log_) {
-        if (logged.state().version() > backup.sent) updates.push_back(logged);
+      for (const auto& logged : replica_log_) {
+        if (logged->state().version() > backup.sent) updates.push_back(logged);
       }
     }
     backup.sent = version_;
   }
   // The state whole is written outside the lock, from the tables' views.
-  if (whole) *updates.front().mutable_state() = std::move(*whole).Finish();
+  if (whole) {
+    auto update = std::make_shared<ReplicaUpdate>();
+    update->set_epoch(whole_epoch);
+    *update->mutable_state() = std::move(*whole).Finish();
+    updates.push_back(std::move(update));
+  }
   return updates;
 }
 

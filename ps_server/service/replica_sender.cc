@@ -24,7 +24,7 @@ void ReplicaSender::Run() {
   // The wait for updates is cut short, so that a stop is seen soon.
   constexpr absl::Duration kPoll = absl::Milliseconds(100);
   while (!stop_.HasBeenNotified()) {
-    absl::StatusOr<std::vector<ReplicaUpdate>> updates =
+    absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
         shard_->TakeReplicaUpdates(options_.replica, absl::Now() + kPoll);
     if (!updates.ok()) {
       if (updates.status().code() == absl::StatusCode::kUnavailable) return;  // shutting down
@@ -32,8 +32,8 @@ void ReplicaSender::Run() {
       stop_.WaitForNotificationWithTimeout(options_.retry);
       continue;
     }
-    for (const ReplicaUpdate& update : *updates) {
-      if (stop_.HasBeenNotified() || !Send(update)) break;
+    for (const auto& update : *updates) {
+      if (stop_.HasBeenNotified() || !Send(*update)) break;
     }
   }
 }

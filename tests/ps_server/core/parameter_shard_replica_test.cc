@@ -158,19 +158,20 @@ TEST(ParameterShardReplicaTest, ABackupRefusesAnOlderEpochAndAnUpdateOutOfOrder)
   std::mt19937_64 draw(9);
   SyncStep(*primary, draw);
   SyncStep(*primary, draw);
-  absl::StatusOr<std::vector<ReplicaUpdate>> updates = primary->TakeReplicaUpdates(1, absl::Now());
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
+      primary->TakeReplicaUpdates(1, absl::Now());
   ASSERT_TRUE(updates.ok()) << updates.status();
   ASSERT_EQ(updates->size(), 2u);
 
   // The second before the first: refused, and the answer says where the
   // backup stands.
   ReplicaAck ack;
-  EXPECT_EQ(backup->ApplyReplicaUpdate((*updates)[1], &ack).code(),
+  EXPECT_EQ(backup->ApplyReplicaUpdate(*(*updates)[1], &ack).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ack.version(), 0);
   EXPECT_EQ(backup->version(), 0);
   // From an older epoch: refused whatever it holds.
-  ReplicaUpdate stale = (*updates)[0];
+  ReplicaUpdate stale = *(*updates)[0];
   stale.set_epoch(2);
   EXPECT_EQ(backup->ApplyReplicaUpdate(stale, &ack).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ack.epoch(), 3);
@@ -223,11 +224,12 @@ TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDep
   // becomes its backup and follows it.
   ASSERT_TRUE(backup->BecomePrimary(1).ok());
   ASSERT_TRUE(Push(*backup, DensePush(0, 0), &response).ok());
-  absl::StatusOr<std::vector<ReplicaUpdate>> updates = backup->TakeReplicaUpdates(0, absl::Now());
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
+      backup->TakeReplicaUpdates(0, absl::Now());
   ASSERT_TRUE(updates.ok()) << updates.status();
   ASSERT_EQ(updates->size(), 1u);
   ReplicaAck ack;
-  ASSERT_TRUE(primary->ApplyReplicaUpdate(updates->front(), &ack).ok());
+  ASSERT_TRUE(primary->ApplyReplicaUpdate(*updates->front(), &ack).ok());
   EXPECT_FALSE(primary->primary());
   EXPECT_EQ(primary->epoch(), 1);
   EXPECT_EQ(ack.version(), 1);

@@ -3,6 +3,7 @@
 #ifndef PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
 #define PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
 
+#include <memory>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -23,10 +24,12 @@ inline ShardOptions AsReplica(ShardOptions options, int replica) {
 // Hands what `primary` has for backup 1 to `backup` and its answers back;
 // returns how many updates went, of which `*whole` held the state whole.
 inline int Forward(ParameterShard& primary, ParameterShard& backup, int* whole = nullptr) {
-  absl::StatusOr<std::vector<ReplicaUpdate>> updates = primary.TakeReplicaUpdates(1, absl::Now());
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
+      primary.TakeReplicaUpdates(1, absl::Now());
   EXPECT_TRUE(updates.ok()) << updates.status();
   if (!updates.ok()) return 0;
-  for (const ReplicaUpdate& update : *updates) {
+  for (const auto& shared : *updates) {
+    const ReplicaUpdate& update = *shared;
     if (whole != nullptr && !update.state().delta()) ++*whole;
     ReplicaAck ack;
     const absl::Status applied = backup.ApplyReplicaUpdate(update, &ack);
