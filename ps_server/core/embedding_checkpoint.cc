@@ -425,10 +425,11 @@ absl::Status EmbeddingTable::ExportChanges(ShardCheckpoint* checkpoint) {
   return absl::OkStatus();
 }
 
-void EmbeddingTable::ForgetChanges() {
+void EmbeddingTable::ForgetChanges(bool forward) {
   for (const auto& t : tables_) {
     t->forward_changed = {};
     t->forward_removed = {};
+    t->forward_changes = forward;
   }
 }
 
@@ -487,6 +488,9 @@ absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
   for (int t = 0; t < delta.embeddings_size(); ++t) {
     const ShardCheckpoint::Embedding& in = delta.embeddings(t);
     Embedding& table = *tables_[t];
+    // A backup notes its changes for its own checkpoint chain only: what
+    // it would forward starts anew when it becomes primary.
+    table.forward_changes = false;
     const size_t dim = table.dim();
     const size_t slots = table.slot_floats();
     record.resize(dim + slots);

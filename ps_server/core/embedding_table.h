@@ -189,9 +189,11 @@ class EmbeddingTable final : public Table {
   // the ids removed), in a ShardCheckpoint delta's form, and starts
   // noting anew (with forward_changes; else only headers). INTERNAL when a
   // changed row cannot be read from the disk tier. ForgetChanges starts
-  // anew without writing (the state went whole).
+  // anew without writing (the state went whole), noting from now on only
+  // with `forward` (a primary with backups; ApplyChanges stops a backup's
+  // noting).
   absl::Status ExportChanges(ShardCheckpoint* checkpoint);
-  void ForgetChanges();
+  void ForgetChanges(bool forward);
   // A backup's side. CheckChanges: InvalidArgument unless `delta` fits
   // these tables (the same tables in the same order, sizes that agree with
   // their dims and optimizers, ids of this shard, finite values,

@@ -74,7 +74,7 @@ void ParameterShard::RestartForwarding() {
   replica_log_.clear();
   log_base_ = version_;
   for (Backup& backup : backups_) backup = {.live = backup.live, .acked = -1, .sent = -1};
-  tables_.embeddings().ForgetChanges();
+  tables_.embeddings().ForgetChanges(/*forward=*/options_.replicas > 1);
 }
 
 void ParameterShard::ForwardVersion() {
