@@ -49,10 +49,12 @@
 // changed and removed, the worker clocks; the state whole to a backup
 // that has none, or is too far behind) and counts a version replicated
 // once every live backup acknowledges it. The commit rule: a pull waits
-// until what it would show, and the worker's own last applied push, are
-// replicated; so no worker sees, or is told of, an update a backup lacks,
-// and an update can be lost with its primary only while no worker has
-// been answered after it. A backup (ApplyReplicaUpdate) copies each
+// until the version it asks for (min_version) and the worker's own last
+// applied push are replicated; so no worker is told of an update a
+// backup lacks, and in SYNC, where a pull shows exactly the step it
+// waited for, none reads one either. (An ASYNC pull may show other
+// workers' updates still on their way to the backups, as it may show
+// updates that land after it.) A backup (ApplyReplicaUpdate) copies each
 // update, so it holds bitwise what the primary held at that version, and
 // refuses an update from an epoch older than one it has seen (fencing).
 // While no live backup lags, the primary runs as an unreplicated shard; it
