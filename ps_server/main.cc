@@ -238,8 +238,6 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) makes a checkpoint write fail, not the PS die.
   std::signal(SIGXFSZ, SIG_IGN);
 
-  // Before any metric registers: every series carries them.
-  pst::metrics::SetProcessLabels({{"task", task->ToString()}, {"shard", std::to_string(task->index)}});
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
   options.replica = absl::GetFlag(FLAGS_replica);
   if (options.replica < 0 || options.replica >= options.replicas) {
@@ -253,6 +251,12 @@ int main(int argc, char** argv) {
   const std::string task_name = options.replica == 0
                                     ? task->ToString()
                                     : absl::StrCat(task->ToString(), " replica ", options.replica);
+  // Before any metric registers: every series carries them. The task as
+  // pslaunch names it, so a backup's series are told from its primary's.
+  pst::metrics::SetProcessLabels(
+      {{"task", options.replica == 0 ? task->ToString()
+                                     : absl::StrCat(task->ToString(), ":", options.replica)},
+       {"shard", std::to_string(task->index)}});
   absl::StatusOr<std::unique_ptr<pst::ParameterShard>> shard = pst::ParameterShard::Create(options);
   if (!shard.ok()) pst::ExitWithError(kProgram, shard.status());
   absl::Notification stop;
