@@ -374,7 +374,7 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
                                 outcome.exit_code > 0 && outcome.exit_code < 128;
     const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode || script_verdict;
     // A backup (ps:<i>:<k>) takes its state from its primary again.
-    const bool backup = is_ps && std::count(name.begin(), name.end(), ':') == 2;
+    const bool backup = pst::IsPsBackupTask(name);
     const bool forgets = is_ps && !backup && config.training().checkpoint().dir().empty();
     if (!bad_input && !forgets && restarts[name] < config.cluster().max_restarts()) {
       int attempt = ++restarts[name];
@@ -522,7 +522,7 @@ int main(int argc, char** argv) {
     // with port 0 report theirs first; the workers need the primaries'.
     pst::PendingPorts backup_ports{.dir = pending_ports->dir, .files = {}};
     for (auto it = pending_ports->files.begin(); it != pending_ports->files.end();) {
-      if (std::count(it->first.begin(), it->first.end(), ':') == 2) {
+      if (pst::IsPsBackupTask(it->first)) {
         backup_ports.files.insert(*it);
         it = pending_ports->files.erase(it);
       } else {
@@ -531,7 +531,7 @@ int main(int argc, char** argv) {
     }
     for (const pst::ChildSpec& task : *tasks) {
       if (!backup_ports.files.empty() && absl::StartsWith(task.name, "ps:") &&
-          std::count(task.name.begin(), task.name.end(), ':') == 1) {
+          !pst::IsPsBackupTask(task.name)) {
         std::optional<pst::PortFailure> failed = pst::ResolvePorts(
             backup_ports, absl::GetFlag(FLAGS_port_timeout_seconds), &supervisor, &*config, *dir);
         backup_ports.files.clear();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +49,10 @@ absl::StatusOr<std::string> WriteEffectiveConfig(const JobConfig& config,
 
 std::string PsTaskName(int shard, int replica) {
   return replica == 0 ? absl::StrCat("ps:", shard) : absl::StrCat("ps:", shard, ":", replica);
+}
+
+bool IsPsBackupTask(const std::string& task) {
+  return absl::StartsWith(task, "ps:") && std::count(task.begin(), task.end(), ':') == 2;
 }
 
 absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config) {

@@ -43,6 +43,8 @@ struct PortFailure {
 // The name of replica `replica` of shard `shard` as a task: "ps:<shard>"
 // for the primary, "ps:<shard>:<replica>" for a backup.
 std::string PsTaskName(int shard, int replica);
+// Whether `task` names a shard's backup ("ps:<i>:<k>").
+bool IsPsBackupTask(const std::string& task);
 
 // Waits until every PS in `pending` has reported the port it got, then
 // gives those addresses their ports in `config` and rewrites the effective

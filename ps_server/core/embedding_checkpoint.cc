@@ -87,6 +87,20 @@ void MarkIncomplete(const TableHeader& header, const absl::Status& why,
   checkpoint->set_incomplete(message);
 }
 
+// Row `row` of `in` (dim values, then `slots` floats of state) into
+// `record`, which holds dim + slots floats; returns its update count.
+int64_t RowOfCheckpoint(const ShardCheckpoint::Embedding& in, int64_t row, size_t dim, size_t slots,
+                        float* record) {
+  int64_t updates;
+  std::memcpy(&updates, in.row_updates().data() + row * sizeof(int64_t), sizeof(updates));
+  std::memcpy(record, in.values().data() + row * dim * sizeof(float), dim * sizeof(float));
+  if (slots > 0) {
+    std::memcpy(record + dim, in.slots().data() + row * slots * sizeof(float),
+                slots * sizeof(float));
+  }
+  return updates;
+}
+
 // The table's rows in RAM (`rows`), then those of its disk tier (`disk`, a
 // DiskRows or a snapshot of one; null without a tier) but the disk copies
 // of rows in RAM.
@@ -137,40 +151,50 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
   if (!read.ok()) MarkIncomplete(header, read, checkpoint);
 }
 
-// A delta's part of the table: its header, the ids in `removed`, and the
-// rows of the ids in `changed`, which are each in the frozen RAM rows or
-// else in the disk snapshot (both taken with the sets). RAM's rows are
-// scanned rather than looked up (a frozen view has no index), and the
-// scan stops once every changed id is found.
+// A delta's part of one table (ShardCheckpoint.delta): its header and
+// the ids in `removed` written at once, in id order (the same file for the
+// same changes), then its rows appended one by one, `rows` of them at most.
+class DeltaPart {
+ public:
+  DeltaPart(const TableHeader& header, const std::vector<uint64_t>& removed, size_t rows,
+            ShardCheckpoint* checkpoint)
+      : dim_(header.config.dim()), slots_(header.slot_floats), out_(AddTable(header, checkpoint)) {
+    out_->mutable_removed_ids()->assign(reinterpret_cast<const char*>(removed.data()),
+                                        removed.size() * sizeof(uint64_t));
+    out_->mutable_ids()->reserve(rows * sizeof(uint64_t));
+    out_->mutable_values()->reserve(rows * dim_ * sizeof(float));
+    out_->mutable_slots()->reserve(rows * slots_ * sizeof(float));
+    out_->mutable_row_updates()->reserve(rows * sizeof(int64_t));
+  }
+
+  void Append(uint64_t id, int64_t updates, const float* values, const float* slots) {
+    out_->mutable_ids()->append(reinterpret_cast<const char*>(&id), sizeof(id));
+    out_->mutable_row_updates()->append(reinterpret_cast<const char*>(&updates), sizeof(updates));
+    out_->mutable_values()->append(reinterpret_cast<const char*>(values), dim_ * sizeof(float));
+    out_->mutable_slots()->append(reinterpret_cast<const char*>(slots), slots_ * sizeof(float));
+  }
+
+ private:
+  const size_t dim_;
+  const size_t slots_;
+  ShardCheckpoint::Embedding* const out_;
+};
+
+// A checkpoint chain's delta of the table: its header, the ids in
+// `removed`, and the rows of the ids in `changed`, which are each in the
+// frozen RAM rows or else in the disk snapshot (both taken with the sets).
+// RAM's rows are scanned rather than looked up (a frozen view has no
+// index), and the scan stops once every changed id is found.
 void WriteDelta(const TableHeader& header, const RowStore::Frozen& rows,
                 const DiskRows::Snapshot* disk, IdSet changed, const IdSet& removed,
                 ShardCheckpoint* checkpoint) {
   const size_t dim = header.config.dim();
-  const size_t slots = header.slot_floats;
-  ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
-  const std::vector<uint64_t> gone = removed.Sorted();  // the same file for the same changes
-  out->mutable_removed_ids()->assign(reinterpret_cast<const char*>(gone.data()),
-                                     gone.size() * sizeof(uint64_t));
-  std::string* ids = out->mutable_ids();
-  std::string* values = out->mutable_values();
-  std::string* state = out->mutable_slots();
-  std::string* updates = out->mutable_row_updates();
-  ids->reserve(changed.size() * sizeof(uint64_t));
-  values->reserve(changed.size() * dim * sizeof(float));
-  state->reserve(changed.size() * slots * sizeof(float));
-  updates->reserve(changed.size() * sizeof(int64_t));
-  auto append = [&](uint64_t id, int64_t row_updates, const float* row_values,
-                    const float* row_slots) {
-    ids->append(reinterpret_cast<const char*>(&id), sizeof(id));
-    updates->append(reinterpret_cast<const char*>(&row_updates), sizeof(row_updates));
-    values->append(reinterpret_cast<const char*>(row_values), dim * sizeof(float));
-    state->append(reinterpret_cast<const char*>(row_slots), slots * sizeof(float));
-  };
+  DeltaPart part(header, removed.Sorted(), changed.size(), checkpoint);
   size_t left = changed.size();
   for (int64_t row = 0; row < rows.size() && left > 0; ++row) {
     if (!changed.erase(rows.id(row))) continue;
     --left;
-    append(rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
+    part.Append(rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
   }
   const std::vector<uint64_t> cold = changed.Sorted();  // RocksDB reads in key order
   DiskRow row;
@@ -185,7 +209,7 @@ void WriteDelta(const TableHeader& header, const RowStore::Frozen& rows,
       MarkIncomplete(header, found.status(), checkpoint);
       return;
     }
-    append(id, row.updates, row.record.data(), row.record.data() + dim);
+    part.Append(id, row.updates, row.record.data(), row.record.data() + dim);
   }
 }
 
@@ -257,15 +281,7 @@ absl::Status EmbeddingTable::SpillRestored(Embedding& table,
   std::vector<float> record(table.record_floats());
   DiskRows::Batch batch;
   for (int64_t row = table.row_limit; row < n; ++row) {
-    int64_t row_updates;
-    std::memcpy(&row_updates, in.row_updates().data() + row * sizeof(int64_t),
-                sizeof(row_updates));
-    std::memcpy(record.data(), in.values().data() + row * dim * sizeof(float),
-                dim * sizeof(float));
-    if (slot_floats > 0) {
-      std::memcpy(record.data() + dim, in.slots().data() + row * slot_floats * sizeof(float),
-                  slot_floats * sizeof(float));
-    }
+    const int64_t row_updates = RowOfCheckpoint(in, row, dim, slot_floats, record.data());
     // As RAM's restored rows: as recent as the checkpoint.
     batch.Put(RowId(in.ids(), row), record, row_updates, in.updates());
     if (static_cast<int64_t>(batch.puts()) == kBatchRows) {
@@ -377,49 +393,27 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
 
 absl::Status EmbeddingTable::ExportChanges(ShardCheckpoint* checkpoint) {
   for (const auto& t : tables_) {
-    const TableHeader header = HeaderOf(*t, options_.num_shards);
-    ShardCheckpoint::Embedding* out = AddTable(header, checkpoint);
-    const std::vector<uint64_t> gone = std::exchange(t->forward_removed, {}).Sorted();
-    out->mutable_removed_ids()->assign(reinterpret_cast<const char*>(gone.data()),
-                                       gone.size() * sizeof(uint64_t));
     const std::vector<uint64_t> changed = std::exchange(t->forward_changed, {}).Sorted();
+    DeltaPart part(HeaderOf(*t, options_.num_shards),
+                   std::exchange(t->forward_removed, {}).Sorted(), changed.size(), checkpoint);
     const size_t dim = t->dim();
-    const size_t slots = t->slot_floats();
-    std::string* ids = out->mutable_ids();
-    std::string* values = out->mutable_values();
-    std::string* state = out->mutable_slots();
-    std::string* updates = out->mutable_row_updates();
-    ids->resize(changed.size() * sizeof(uint64_t));
-    values->resize(changed.size() * dim * sizeof(float));
-    state->resize(changed.size() * slots * sizeof(float));
-    updates->resize(changed.size() * sizeof(int64_t));
     DiskRow cold;
-    for (size_t i = 0; i < changed.size(); ++i) {
-      const uint64_t id = changed[i];
-      const float* record;
-      int64_t row_updates;
+    for (const uint64_t id : changed) {
       if (const int64_t row = t->rows.Find(id); row >= 0) {
-        record = t->rows.values(row).data();
-        row_updates = t->rows.updates(row);
-      } else {
-        absl::StatusOr<bool> found =
-            t->tiered() ? t->disk->Get(id, &cold)
-                        : absl::StatusOr<bool>(absl::InternalError("the table has no disk tier"));
-        if (found.ok() && !*found) found = absl::InternalError("it is in neither tier");
-        if (!found.ok()) {
-          return absl::InternalError(
-              absl::StrCat("embedding table \"", t->config.name(), "\": row ", id,
-                           " changed and cannot be read: ", found.status().message()));
-        }
-        record = cold.record.data();
-        row_updates = cold.updates;
+        part.Append(id, t->rows.updates(row), t->rows.values(row).data(),
+                    t->rows.slots(row).data());
+        continue;
       }
-      std::memcpy(ids->data() + i * sizeof(uint64_t), &id, sizeof(id));
-      std::memcpy(updates->data() + i * sizeof(int64_t), &row_updates, sizeof(row_updates));
-      std::memcpy(values->data() + i * dim * sizeof(float), record, dim * sizeof(float));
-      if (slots > 0) {
-        std::memcpy(state->data() + i * slots * sizeof(float), record + dim, slots * sizeof(float));
+      absl::StatusOr<bool> found =
+          t->tiered() ? t->disk->Get(id, &cold)
+                      : absl::StatusOr<bool>(absl::InternalError("the table has no disk tier"));
+      if (found.ok() && !*found) found = absl::InternalError("it is in neither tier");
+      if (!found.ok()) {
+        return absl::InternalError(
+            absl::StrCat("embedding table \"", t->config.name(), "\": row ", id,
+                         " changed and cannot be read: ", found.status().message()));
       }
+      part.Append(id, cold.updates, cold.record.data(), cold.record.data() + dim);
     }
   }
   return absl::OkStatus();
@@ -464,13 +458,7 @@ absl::Status EmbeddingTable::CheckChanges(const ShardCheckpoint& delta) const {
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t id = RowId(in.ids(), i);
       PST_RETURN_IF_ERROR(CheckShard(table, id, "the update's"));
-      int64_t row_updates;
-      std::memcpy(&row_updates, in.row_updates().data() + i * sizeof(int64_t), sizeof(row_updates));
-      std::memcpy(record.data(), in.values().data() + i * dim * sizeof(float), dim * sizeof(float));
-      if (slots > 0) {
-        std::memcpy(record.data() + dim, in.slots().data() + i * slots * sizeof(float),
-                    slots * sizeof(float));
-      }
+      const int64_t row_updates = RowOfCheckpoint(in, i, dim, slots, record.data());
       // The shard never commits a non-finite value: one here was not
       // written by a primary.
       if (!AllFinite(record) || row_updates < 0) {
@@ -520,13 +508,7 @@ absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
     table.rows.set_tick(in.updates());
     for (int64_t i = 0, n = IdCount(in.ids()); i < n; ++i) {
       const uint64_t id = RowId(in.ids(), i);
-      int64_t row_updates;
-      std::memcpy(&row_updates, in.row_updates().data() + i * sizeof(int64_t), sizeof(row_updates));
-      std::memcpy(record.data(), in.values().data() + i * dim * sizeof(float), dim * sizeof(float));
-      if (slots > 0) {
-        std::memcpy(record.data() + dim, in.slots().data() + i * slots * sizeof(float),
-                    slots * sizeof(float));
-      }
+      const int64_t row_updates = RowOfCheckpoint(in, i, dim, slots, record.data());
       const std::span<const float> values(record.data(), dim);
       const std::span<const float> state(record.data() + dim, slots);
       table.NoteChanged(id);

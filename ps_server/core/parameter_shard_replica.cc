@@ -152,8 +152,7 @@ ParameterShard::TakeReplicaUpdates(int replica, absl::Time deadline) {
     absl::MutexLock lock(&mu_);
     Backup& backup = backups_[replica];
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutting_down_ || !primary_ ||
-             (tables_.initialized() && (backup.sent < log_base_ || backup.sent < version_));
+      return shutting_down_ || !primary_ || (tables_.initialized() && backup.sent < version_);
     };
     mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
     if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
