@@ -382,6 +382,8 @@ class ParameterShard {
   void RestartForwarding() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the log's updates every live backup has acknowledged.
   void TrimReplicaLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a backup answers its primary: the version it holds (-1: none) and its epoch.
+  void AnswerReplica(ReplicaAck* ack) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReplicationStats, for a shard with backups.
   void FillReplicationStats(ReplicationStats* stats) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition for a worker's update on a backup.

@@ -210,13 +210,14 @@ void ParameterShard::SetReplicaLive(int replica, bool live) {
   Changed();  // pulls and updates may wait on it no more
 }
 
+void ParameterShard::AnswerReplica(ReplicaAck* ack) const {
+  ack->set_version(holds_state_ ? version_ : -1);
+  ack->set_epoch(epoch_);
+}
+
 absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack) {
   absl::MutexLock lock(&mu_);
-  auto answer = [&] {
-    ack->set_version(holds_state_ ? version_ : -1);
-    ack->set_epoch(epoch_);
-  };
-  answer();
+  AnswerReplica(ack);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   if (update.epoch() < epoch_ || (primary_ && update.epoch() == epoch_)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -243,14 +244,14 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
     }
     if (absl::Status s = tables_.ApplyChanges(state); !s.ok()) {
       if (s.code() != absl::StatusCode::kInvalidArgument) holds_state_ = false;
-      answer();
+      AnswerReplica(ack);
       return s;
     }
   } else {
     // The state whole, replacing whatever the tables held.
     if (absl::Status s = tables_.Restore(state); !s.ok()) {
       holds_state_ = false;
-      answer();
+      AnswerReplica(ack);
       return s;
     }
     reads_ahead_.store(tables_.embeddings().ReadsAhead());
@@ -272,7 +273,7 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
                                     static_cast<int64_t>(update.ByteSizeLong()));
   version_ = state.version();
   ledger_.RestoreClocks(state);
-  answer();
+  AnswerReplica(ack);
   ack->set_applied(true);
   Changed();
   return absl::OkStatus();
