@@ -89,6 +89,33 @@ absl::Status ValidateCluster(const ClusterConfig& cluster) {
       }
     }
   }
+  const Membership& membership = cluster.membership();
+  for (int i = 0; i < membership.etcd_endpoints_size(); ++i) {
+    const std::string& endpoint = membership.etcd_endpoints(i);
+    const size_t colon = endpoint.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+      return InvalidConfigField(
+          absl::StrCat("cluster.membership.etcd_endpoints[", i, "]"),
+          absl::StrCat("\"", endpoint, "\" is not \"host:port\" (etcd's client endpoint)"));
+    }
+  }
+  if (membership.etcd_endpoints_size() > 0 && cluster.ps_backups_size() == 0) {
+    return InvalidConfigField("cluster.membership",
+                              "names etcd, but no shard has backups (cluster.ps_backups) to "
+                              "take over; list them, or leave membership out");
+  }
+  for (char c : membership.job()) {
+    if (c == '/' || absl::ascii_isspace(static_cast<unsigned char>(c))) {
+      return InvalidConfigField(
+          "cluster.membership.job",
+          absl::StrCat("\"", membership.job(), "\" has a '/' or a space; it names etcd keys"));
+    }
+  }
+  if (membership.has_lease_seconds() && membership.lease_seconds() < 1) {
+    return InvalidConfigField("cluster.membership.lease_seconds", "must be at least 1");
+  }
   if (cluster.workers() < 1) return InvalidConfigField("cluster.workers", "must be at least 1");
   if (cluster.workers() > kMaxWorkers) {
     return InvalidConfigField(

@@ -8,9 +8,9 @@
 namespace pst {
 namespace {
 
-constexpr TransientRefusal kClasses[] = {TransientRefusal::kOverloaded,
-                                         TransientRefusal::kRegionLost,
-                                         TransientRefusal::kRestarting};
+constexpr TransientRefusal kClasses[] = {
+    TransientRefusal::kOverloaded, TransientRefusal::kRegionLost, TransientRefusal::kRestarting,
+    TransientRefusal::kNotPrimary};
 
 }  // namespace
 
@@ -22,6 +22,8 @@ absl::string_view TransientRefusalName(TransientRefusal why) {
       return "region lost";
     case TransientRefusal::kRestarting:
       return "restarting";
+    case TransientRefusal::kNotPrimary:
+      return "not primary";
   }
   return "restarting";
 }

@@ -21,6 +21,7 @@ enum class TransientRefusal {
   kOverloaded,  // busy: too many calls, bytes or waits open; try again later
   kRegionLost,  // the worker's shared region is not (or no longer) known here
   kRestarting,  // stopping, starting, or away: rejoin once it is back
+  kNotPrimary,  // a backup of the shard (or a deposed primary): find its primary
 };
 
 // The payload's type URL (the value: the class's name).
@@ -36,7 +37,7 @@ std::optional<TransientRefusal> MarkedTransient(const absl::Status& status);
 // (a transient refusal's mark among them), for a caller that adds context.
 absl::Status Reworded(const absl::Status& status, absl::string_view message);
 
-// "overloaded", "region lost", "restarting".
+// "overloaded", "region lost", "restarting", "not primary".
 absl::string_view TransientRefusalName(TransientRefusal why);
 
 }  // namespace pst

@@ -35,6 +35,7 @@
 #include "ps_server/service/ps_service.h"
 #include "ps_server/service/replica_sender.h"
 #include "ps_server/service/rpc_limits.h"
+#include "ps_server/service/shard_office.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_experiments.h"
 #include "spdlog/spdlog.h"
@@ -169,7 +170,7 @@ std::string ReplicaAddress(const pst::ClusterConfig& cluster, int shard, int rep
 // One sender to each other replica of the shard: each forwards while this
 // process is primary (ps_server/service/replica_sender.h).
 absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSenders(
-    const pst::JobConfig& config, pst::ParameterShard* shard) {
+    const pst::JobConfig& config, pst::ParameterShard* shard, pst::ShardOffice* office) {
   std::vector<std::unique_ptr<pst::ReplicaSender>> senders;
   if (shard->replicas() <= 1) return senders;
   absl::StatusOr<pst::ClusterSecurity> security =
@@ -186,9 +187,32 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSen
         shard,
         pst::ParameterServer::NewStub(
             grpc::CreateCustomChannel(address, pst::ChannelCredentials(*security), args)),
-        pst::ReplicaSender::Options{.replica = r, .address = address}));
+        pst::ReplicaSender::Options{
+            .replica = r,
+            .address = address,
+            .drop = office == nullptr ? std::function<absl::Status(int)>() : [office](int replica) {
+              return office->Drop(replica, absl::Now() + absl::Seconds(1));
+            }}));
   }
   return senders;
+}
+
+// The shard's membership in etcd, where the config names one for a
+// replicated shard (ps_server/service/shard_office.h); null otherwise.
+absl::StatusOr<std::unique_ptr<pst::ShardOffice>> StartShardOffice(const pst::JobConfig& config,
+                                                                   pst::ParameterShard* shard,
+                                                                   const std::string& address,
+                                                                   bool restored) {
+  if (!shard->elected()) return nullptr;
+  const pst::Membership& membership = config.cluster().membership();
+  pst::ShardOffice::Options options;
+  options.etcd_endpoints.assign(membership.etcd_endpoints().begin(),
+                                membership.etcd_endpoints().end());
+  if (!membership.job().empty()) options.job = membership.job();
+  options.address = address;
+  options.lease = pst::MembershipLease(config);
+  options.restored = restored;
+  return pst::ShardOffice::Start(shard, std::move(options));
 }
 
 // Ends the waiter once the PS has stopped (or failed to start).
@@ -360,8 +384,12 @@ int main(int argc, char** argv) {
                : security->has_token() ? "TLS + token"
                                        : "TLS");
 
+  absl::StatusOr<std::unique_ptr<pst::ShardOffice>> office =
+      StartShardOffice(*config, shard->get(), BoundAddress(address, server->port), *restored >= 0);
   absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> senders =
-      StartReplicaSenders(*config, shard->get());
+      office.ok()
+          ? StartReplicaSenders(*config, shard->get(), office->get())
+          : absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>>(office.status());
   if (!senders.ok()) {
     {
       absl::MutexLock lock(&gave_up_mu);
@@ -405,15 +433,18 @@ int main(int argc, char** argv) {
   // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();
   if (senders.ok()) senders->clear();
+  if (office.ok()) office->reset();  // resigns: a backup takes over at once
   checkpointer.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   JoinSignalWaiter(&signal_waiter);
   metrics_server->reset();  // no scrape may read the shard from here on
   pst::StatsResponse stats;
   (*shard)->Stats(&stats);
-  spdlog::info("stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected",
-               stats.version(), stats.pushes_applied(), stats.pushes_aggregated(),
-               stats.pushes_dropped(), stats.pushes_rejected());
+  spdlog::info(
+      "stopped at version {}: {} pushes applied, {} aggregated, {} dropped, {} rejected, {} "
+      "repeated",
+      stats.version(), stats.pushes_applied(), stats.pushes_aggregated(), stats.pushes_dropped(),
+      stats.pushes_rejected(), stats.pushes_repeated());
   if (stats.has_replication()) {
     const pst::ReplicationStats& r = stats.replication();
     spdlog::info("replication at epoch {}: forwarded {} updates ({} bytes) to its backups; "

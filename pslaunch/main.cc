@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -18,22 +18,23 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cluster/membership/local_etcd.h"
 #include "common/config.h"
 #include "common/exit.h"
+#include "common/flags.h"
+#include "common/metrics_http.h"
 #include "common/security.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
-#include "common/flags.h"
-#include "common/metrics_http.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "pslaunch/ports.h"
@@ -486,6 +487,25 @@ int main(int argc, char** argv) {
   for (int i = 0; i < config->cluster().workers(); ++i) {
     std::filesystem::remove(pst::WorkerResultPath(*dir, i));  // no stale results from a former run
   }
+  if (absl::Status s = pst::PickReplicaPorts(&*config); !s.ok()) {
+    if (remove_dir) RemoveDir(*dir);
+    pst::ExitWithError(kProgram, s);
+  }
+  // A job with backups keeps its shards' membership in etcd: one of the
+  // job's own, unless the config names one. It dies with pslaunch.
+  std::unique_ptr<pst::LocalEtcd> etcd;
+  if (config->cluster().ps_backups_size() > 0 &&
+      config->cluster().membership().etcd_endpoints().empty()) {
+    absl::StatusOr<std::unique_ptr<pst::LocalEtcd>> started =
+        pst::LocalEtcd::Start((std::filesystem::path(*dir) / "etcd").string(), absl::Seconds(30));
+    if (!started.ok()) {
+      if (remove_dir) RemoveDir(*dir);
+      pst::ExitWithError(kProgram, started.status());
+    }
+    etcd = *std::move(started);
+    config->mutable_cluster()->mutable_membership()->add_etcd_endpoints(etcd->endpoint());
+    spdlog::info("the shards' membership is in etcd at {} (pid {})", etcd->endpoint(), etcd->pid());
+  }
   absl::StatusOr<std::string> config_path = pst::WriteEffectiveConfig(*config, *dir);
   if (!config_path.ok()) {
     if (remove_dir) RemoveDir(*dir);
@@ -499,6 +519,7 @@ int main(int argc, char** argv) {
   // On every way out from here: the run's directory if pslaunch made it,
   // and the port files' directory.
   auto remove_dirs = [&] {
+    etcd.reset();  // it writes under the run's directory
     if (remove_dir) RemoveDir(*dir);
     if (!pending_ports->dir.empty()) RemoveDir(pending_ports->dir);
   };

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cluster/membership/local_etcd.h"
 #include "common/config.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
@@ -81,6 +82,27 @@ absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config) {
     }
   }
   return pending;
+}
+
+absl::Status PickReplicaPorts(JobConfig* config) {
+  ClusterConfig* cluster = config->mutable_cluster();
+  if (cluster->ps_backups_size() == 0) return absl::OkStatus();
+  std::vector<std::string*> zeros;
+  for (std::string& address : *cluster->mutable_ps()) {
+    if (HasPortZero(address)) zeros.push_back(&address);
+  }
+  for (PsBackups& backups : *cluster->mutable_ps_backups()) {
+    for (std::string& address : *backups.mutable_address()) {
+      if (HasPortZero(address)) zeros.push_back(&address);
+    }
+  }
+  if (zeros.empty()) return absl::OkStatus();
+  PST_ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(static_cast<int>(zeros.size())));
+  for (size_t i = 0; i < zeros.size(); ++i) {
+    std::string& address = *zeros[i];
+    address = absl::StrCat(address.substr(0, address.rfind(':') + 1), ports[i]);
+  }
+  return absl::OkStatus();
 }
 
 std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, int timeout_seconds,

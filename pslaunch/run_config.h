@@ -33,6 +33,13 @@ struct PendingPorts {
 };
 absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config);
 
+// In a job with backups every replica must know the others' addresses from
+// its start (a backup that takes over forwards to the replica it replaced,
+// restarted), so each PS address with port 0 gets a free port of this host
+// now, before any task starts; the tasks then bind those. Does nothing for
+// a job without backups, whose tasks report the ports they got.
+absl::Status PickReplicaPorts(JobConfig* config);
+
 // Why the PS tasks' ports could not be resolved: pslaunch's exit code and
 // the line to print once every task is stopped.
 struct PortFailure {

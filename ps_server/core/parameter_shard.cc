@@ -24,7 +24,7 @@ ParameterShard::ParameterShard(const ShardOptions& options,
       optimizer_name_(optimizer->Name()),
       snapshots_(options.snapshot_every_steps, &mu_),
       tables_(options, std::move(optimizer)),
-      primary_(options.replica == 0),
+      primary_(options.replica == 0 && !options.elected),
       applied_for_(options.num_workers, 0),
       backups_(options.replicas),
       ledger_(
@@ -61,6 +61,7 @@ void ParameterShard::Changed() {
 }
 
 bool ParameterShard::PullMayProceed(int worker, int64_t min_version) const {
+  if (!primary_) return true;  // VisitLocked refuses it: the primary answers
   return tables_.initialized() && policy_->PullMayProceed(View(), worker, min_version) &&
          Replicated(worker, min_version);
 }
@@ -70,6 +71,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   PST_RETURN_IF_ERROR(CheckWorker(request.worker()));
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  PST_RETURN_IF_ERROR(CheckPrimary());
   Touch(request.worker());
   if (ledger_.Rejoin(request.worker())) Changed();
   response->set_mode(options_.mode);
@@ -79,6 +81,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   response->set_shard(options_.shard);
   response->set_num_shards(options_.num_shards);
   response->set_worker_clock(ledger_.clock(request.worker()));
+  response->set_epoch(epoch_);
   return absl::OkStatus();
 }
 
@@ -135,6 +138,7 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::PullVisitOrWait(
 
 absl::Status ParameterShard::VisitLocked(const PullRequest& request, const PullVisitor& visit) {
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  PST_RETURN_IF_ERROR(CheckPrimary());
   if (!PullMayProceed(request.worker(), request.min_version())) {
     return PullTimedOut(request, options_.shard, tables_.initialized(), version_,
                         options_.staleness);
@@ -186,6 +190,12 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   if (!tables_.initialized()) return Refuse(PushBeforeInit());
   if (absl::Status s = CheckPushClaims(request, options_.shard, version_); !s.ok()) {
     return Refuse(s);
+  }
+  if (RepeatedPush(request)) {
+    ++pushes_.repeated;
+    response->set_outcome(PushResponse::DUPLICATE);
+    response->set_version(version_);
+    return absl::OkStatus();
   }
   if (absl::Status s =
           tables_.CheckPush(request, policy_->PushCarriesEveryVariable(), checked, plans);

@@ -84,6 +84,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/replication_limits.h"
 #include "consistency/consistency_policy.h"
 #include "ps.pb.h"
 #include "ps_server/core/pulled_rows.h"
@@ -114,6 +115,8 @@ class ParameterShard {
   // This process's place among the shard's replicas (Replicas below).
   int replica() const { return options_.replica; }
   int replicas() const { return options_.replicas; }
+  // Whether the primary is elected (ShardOptions.elected).
+  bool elected() const { return options_.elected; }
   // This shard's share of the config's model; nullopt when the workers bring their own.
   // Fixed when the shard is made, so read without the lock.
   const std::optional<ConfigModel>& model_share() const {
@@ -279,7 +282,7 @@ class ParameterShard {
 
   // Replicas (above). Indexes are the replicas' places, 0 to
   // options.replicas - 1; this process's own is options.replica.
-  static constexpr int64_t kMaxUnreplicated = 16;
+  static constexpr int64_t kMaxUnreplicated = kMaxUnreplicatedVersions;
   bool primary() const;
   int64_t epoch() const;
   // The primary's side. Makes this process the primary at `epoch` (its
@@ -287,6 +290,17 @@ class ParameterShard {
   // starts with the state whole. FailedPrecondition for an epoch not above
   // every one it has seen.
   absl::Status BecomePrimary(int64_t epoch);
+  // Leaves office (its lease lapsed, or another replica holds it): workers
+  // are refused from now on, pulls waiting included, and the next primary's
+  // state replaces what this process holds.
+  void StepDown();
+  // The primary's backups that count in the commit rule and have
+  // acknowledged a state of this office: with the primary, the chain its
+  // membership publishes, the replicas that may take over from it.
+  std::vector<int> CaughtUpBackups() const;
+  // Whether this process holds a state its primary sent it, whole or
+  // updated since.
+  bool holds_state() const;
   // What backup `replica` needs next, in version order: the updates after
   // the last version sent to it, or the state whole (not sent anything
   // since it went live or was resynced past the log). Waits until there is
@@ -388,6 +402,9 @@ class ParameterShard {
   void FillReplicationStats(ReplicationStats* stats) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition for a worker's update on a backup.
   absl::Status CheckPrimary() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `request` repeats a push this shard took from its worker
+  // (PushRequest.sequence below the worker's clock).
+  bool RepeatedPush(const PushRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
   ShardSnapshot SnapshotLocked(CaptureKind kind = CaptureKind::kWhole) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

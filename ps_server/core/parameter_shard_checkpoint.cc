@@ -101,7 +101,8 @@ absl::Status ParameterShard::Restore(const ShardCheckpoint& checkpoint) {
   if (tables_.initialized()) {
     return absl::FailedPreconditionError("the shard already holds variables; restore only at start");
   }
-  PST_RETURN_IF_ERROR(CheckPrimary());
+  // An elected shard restores before any office, as every replica starts.
+  if (!(options_.elected && epoch_ == 0)) PST_RETURN_IF_ERROR(CheckPrimary());
   PST_RETURN_IF_ERROR(tables_.Restore(checkpoint));
   reads_ahead_.store(tables_.embeddings().ReadsAhead());
   version_ = checkpoint.version();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/transient_refusal.h"
 #include "ps_server/core/parameter_shard.h"
 #include "spdlog/spdlog.h"
 
@@ -24,9 +25,16 @@ int64_t ParameterShard::epoch() const {
 
 absl::Status ParameterShard::CheckPrimary() const {
   if (primary_) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("this process is a backup of shard ", options_.shard, " (replica ",
-                   options_.replica, ", epoch ", epoch_, "); send updates to the shard's primary"));
+  // Marked, so a worker looks for the primary among the shard's replicas.
+  return MarkTransient(
+      absl::FailedPreconditionError(absl::StrCat(
+          "this process is a backup of shard ", options_.shard, " (replica ", options_.replica,
+          ", epoch ", epoch_, "); send updates to the shard's primary")),
+      TransientRefusal::kNotPrimary);
+}
+
+bool ParameterShard::RepeatedPush(const PushRequest& request) const {
+  return request.has_sequence() && request.sequence() < ledger_.clock(request.worker());
 }
 
 int64_t ParameterShard::ReplicatedLocked() const {
@@ -68,6 +76,30 @@ absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
   RestartForwarding();
   Changed();
   return absl::OkStatus();
+}
+
+void ParameterShard::StepDown() {
+  absl::MutexLock lock(&mu_);
+  if (!primary_) return;
+  primary_ = false;
+  spdlog::warn("shard {}: replica {} leaves office at epoch {}, version {}", options_.shard,
+               options_.replica, epoch_, version_);
+  Changed();  // waiting pulls and held updates are refused now
+}
+
+std::vector<int> ParameterShard::CaughtUpBackups() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> backups;
+  if (!primary_) return backups;
+  for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
+    if (r != options_.replica && backups_[r].live && backups_[r].acked >= 0) backups.push_back(r);
+  }
+  return backups;
+}
+
+bool ParameterShard::holds_state() const {
+  absl::MutexLock lock(&mu_);
+  return holds_state_;
 }
 
 void ParameterShard::RestartForwarding() {

@@ -31,6 +31,9 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
       !s.ok()) {
     return Refuse(s);
   }
+  // Read like any push (its sizes are known), and answered by Push, which
+  // applies nothing of a repeat.
+  if (RepeatedPush(header)) return push;
   absl::StatusOr<Admission> admission =
       policy_->AdmitPush(View(), header.worker(), header.computed_at_version());
   // Rows are applied by Push only, with the dense part of their push.
@@ -45,8 +48,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   // A clipped update needs its whole gradient's norm before it applies any.
   const UpdateRates* rates = header.has_rates() ? &header.rates() : nullptr;
   const bool clipped = ClipNorm(rates, options_.optimizer.clip_norm()) > 0.0f;
-  if (has_rows || clipped || !(applies || whole_step) || staging_.held() ||
-      snapshots_.holds_updates() || shutting_down_) {
+  if (has_rows || clipped || !(applies || whole_step) || !UpdateMayStage() || shutting_down_) {
     push.awaits_turn = !has_rows && !clipped && (applies || whole_step) && !shutting_down_;
     return push;  // Push decides, once the gradient is in
   }
@@ -70,10 +72,12 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
 ParameterShard::WaitId ParameterShard::AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake) {
   absl::MutexLock lock(&mu_);
   if (UpdateMayStage()) return 0;
+  // Held by a snapshot or by backups behind, updates wait to be woken
+  // (Changed); held by a stream, they also check that it still moves.
   const absl::Duration recheck =
-            snapshots_.holds_updates()
-          ? absl::InfiniteDuration()
-          : staging_.CancelIfStalled(options_.stalled_stream_timeout, options_.shard);
+      staging_.held() && !snapshots_.holds_updates()
+          ? staging_.CancelIfStalled(options_.stalled_stream_timeout, options_.shard)
+          : absl::InfiniteDuration();
   return waiters_.Add(
       {.ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return UpdateMayStage(); },
        .deadline = absl::Now() + recheck,

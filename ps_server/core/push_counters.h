@@ -18,12 +18,15 @@ struct PushCounters {
   // Refused: invalid, or an update that would have made the model
   // non-finite.
   int64_t rejected = 0;
+  // Repeats of pushes already taken (PushResponse::DUPLICATE).
+  int64_t repeated = 0;
 
   void AddStats(StatsResponse* response) const {
     response->set_pushes_applied(applied);
     response->set_pushes_aggregated(aggregated);
     response->set_pushes_dropped(dropped);
     response->set_pushes_rejected(rejected);
+    response->set_pushes_repeated(repeated);
   }
 };
 

@@ -1,5 +1,7 @@
 #include "ps_server/core/shard_options.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "ps_server/core/model_share.h"
 
@@ -17,6 +19,7 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
   if (shard < config.cluster().ps_backups_size()) {
     options.replicas = 1 + config.cluster().ps_backups(shard).address_size();
   }
+  options.elected = options.replicas > 1 && !config.cluster().membership().etcd_endpoints().empty();
   options.optimizer = training.optimizer();
   options.seed = training.seed();
   options.model = ConfigModelOf(config);
@@ -25,6 +28,13 @@ ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard) {
     options.checkpoint_full_every = training.checkpoint().full_every();
   }
   return options;
+}
+
+absl::Duration MembershipLease(const JobConfig& config) {
+  const Membership& membership = config.cluster().membership();
+  if (membership.has_lease_seconds()) return absl::Seconds(std::max(1, membership.lease_seconds()));
+  const absl::Duration lease = ShardOptionsFromConfig(config, 0).lease;
+  return std::max(absl::Seconds(1), absl::Ceil(lease, absl::Seconds(1)));
 }
 
 absl::Status CheckShardOptions(const ShardOptions& options) {

@@ -39,6 +39,9 @@ struct ShardOptions : ConsistencyOptions {
   // parameter_shard.h, "Replicas"), and this one's place among them.
   int replicas = 1;
   int replica = 0;
+  // Whether the primary is elected (a membership: ps_server/service/shard_office.h):
+  // then no replica starts as primary. Otherwise replica 0 is primary for good.
+  bool elected = false;
   OptimizerConfig optimizer;
   // training.seed: the embedding rows' initial values.
   uint64_t seed = 0;
@@ -50,6 +53,9 @@ struct ShardOptions : ConsistencyOptions {
 
 // The options of shard `shard` of the job `config` describes.
 ShardOptions ShardOptionsFromConfig(const JobConfig& config, int shard);
+// A primary's lease in the membership (Membership.lease_seconds, else the
+// workers' lease), in whole seconds, at least one.
+absl::Duration MembershipLease(const JobConfig& config);
 // InvalidArgument for fewer than one worker, or a shard outside the job
 // whose model it must check Init against.
 absl::Status CheckShardOptions(const ShardOptions& options);

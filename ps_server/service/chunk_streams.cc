@@ -30,6 +30,11 @@ PieceSequence BeginPush(const PushRequest& header, std::vector<int64_t> bytes,
                         PushRequest* request) {
   request->set_worker(header.worker());
   request->set_computed_at_version(header.computed_at_version());
+  if (header.has_sequence()) {
+    request->set_sequence(header.sequence());
+  } else {
+    request->clear_sequence();
+  }
   // Rows and rates travel inline in the header.
   *request->mutable_rows() = header.rows();
   CopyRates(header, request);

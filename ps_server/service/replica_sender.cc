@@ -46,13 +46,23 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
   const int shard = shard_->shard();
   if (!status.ok()) {
     if (live_) {
-      spdlog::warn(
-          "shard {}: backup {} at {} did not take version {} ({}: {}); the shard goes "
-          "on without it until it answers again",
-          shard, options_.replica, options_.address, update.state().version(),
-          static_cast<int>(status.error_code()), status.error_message());
-      shard_->SetReplicaLive(options_.replica, false);
-      live_ = false;
+      if (!drop_pending_) {
+        spdlog::warn(
+            "shard {}: backup {} at {} did not take version {} ({}: {}); the shard goes "
+            "on without it until it answers again",
+            shard, options_.replica, options_.address, update.state().version(),
+            static_cast<int>(status.error_code()), status.error_message());
+      }
+      absl::Status dropped = absl::OkStatus();
+      if (options_.drop) {
+        dropped = options_.drop(options_.replica);
+      } else {
+        shard_->SetReplicaLive(options_.replica, false);
+      }
+      // Not dropped (the office could not publish the chain without it):
+      // it stays in the commit rule, and the next failed call tries again.
+      drop_pending_ = !dropped.ok();
+      live_ = drop_pending_;
     }
     stop_.WaitForNotificationWithTimeout(options_.retry);
     return false;

@@ -9,12 +9,13 @@
 // forwarding and says so, and the shard, whose pulls wait for this
 // backup, acknowledges nothing more (fencing). A call that fails (the
 // backup is down, or slower than `timeout`) takes the backup out of the
-// commit rule (SetReplicaLive false), so that the workers wait for it no
-// longer; the sender goes on trying, each `retry`, and the first answer
-// brings it back in, sent the state whole.
+// commit rule (Options.drop), so that the workers wait for it no longer;
+// the sender goes on trying, each `retry`, and the first answer brings it
+// back in, sent the state whole.
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 #define PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -34,6 +35,10 @@ class ReplicaSender {
     std::string address;
     absl::Duration timeout = absl::Seconds(2);
     absl::Duration retry = absl::Milliseconds(100);
+    // Takes the backup out of the commit rule (ShardOffice::Drop: the chain
+    // without it first); an error keeps it in, and the next failed call
+    // tries again. Unset: ParameterShard::SetReplicaLive(replica, false).
+    std::function<absl::Status(int replica)> drop;
   };
   // Starts forwarding at once. `*shard` must outlive the sender.
   ReplicaSender(ParameterShard* shard, std::unique_ptr<ParameterServer::StubInterface> stub,
@@ -53,6 +58,7 @@ class ReplicaSender {
   const std::unique_ptr<ParameterServer::StubInterface> stub_;
   const Options options_;
   bool live_ = true;
+  bool drop_pending_ = false;
   bool deposed_ = false;
   absl::Notification stop_;
   std::thread thread_;

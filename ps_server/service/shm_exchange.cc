@@ -90,6 +90,11 @@ absl::Status ReadPush(const PushRequest& push, const std::vector<StagePlace>& pl
                       bool* finite) {
   buffer->set_worker(push.worker());
   buffer->set_computed_at_version(push.computed_at_version());
+  if (push.has_sequence()) {
+    buffer->set_sequence(push.sequence());
+  } else {
+    buffer->clear_sequence();
+  }
   // Rows are in the header by now (inline, or read out of the region by
   // ReadShmRows); rates travel inline.
   *buffer->mutable_rows() = push.rows();

@@ -1,21 +1,31 @@
 // Replicated shards under pslaunch: configs/ctr.textproto, scaled down,
-// with a backup per shard (cluster.ps_backups, ports the system picks).
-// SYNC trains as without backups, to the last digit of the summary, and
-// each backup's final checkpoint holds bitwise its primary's variables,
-// rows and optimizer state.
+// with a backup per shard (cluster.ps_backups, ports the system picks;
+// pslaunch runs the membership's etcd). SYNC trains as without backups, to
+// the last digit of the summary, and each backup's final checkpoint holds
+// bitwise its primary's variables, rows and optimizer state; so it does
+// when a primary is killed with SIGKILL mid-run and its backup takes over.
+// In ASYNC, every push a worker made is applied exactly once across the
+// failover.
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "ps.grpc.pb.h"
 #include "ps_server/core/checkpoint.h"
 #include "result.pb.h"
 #include "tests/support/commands.h"
@@ -30,7 +40,7 @@ std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/",
 // The shipped CTR config with ports the system picks, its data and
 // checkpoints in `dir`, fewer examples, and `cluster_extra` in its cluster.
 std::string CtrConfig(const std::string& dir, const std::string& name,
-                      const std::string& cluster_extra) {
+                      const std::string& cluster_extra, int train_examples = 30000) {
   std::string text = ReadFile(absl::StrCat(PST_SOURCE_DIR, "/configs/ctr.textproto"));
   const int replaced = absl::StrReplaceAll(
       {{"127.0.0.1:50061", "127.0.0.1:0"},
@@ -39,7 +49,7 @@ std::string CtrConfig(const std::string& dir, const std::string& name,
        {"  seed: 1\n",
         absl::StrCat("  seed: 1\n  checkpoint { dir: \"", dir, "/", name, "-checkpoints\" }\n")},
        {"/tmp/pstrain-ctr", dir},
-       {"train_examples: 500000", "train_examples: 30000"},
+       {"train_examples: 500000", absl::StrCat("train_examples: ", train_examples)},
        {"test_examples: 50000", "test_examples: 5000"},
        {"distinct: 100000", "distinct: 20000"}},
       &text);
@@ -127,6 +137,164 @@ TEST(ReplicationTest, SyncWithABackupPerShardTrainsAsWithoutAndTheBackupsEndAsTh
           << primary.embeddings(t).config().name();
       EXPECT_EQ(backup.embeddings(t).updates(), primary.embeddings(t).updates());
     }
+  }
+}
+
+constexpr char kBackups[] =
+    "  ps_backups { address: \"127.0.0.1:0\" }\n  ps_backups { address: \"127.0.0.1:0\" }\n";
+
+// `run`'s summary: the last line of its output that is one.
+std::string SummaryIn(const std::string& output) {
+  std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line) {
+    if (absl::StartsWith(*line, "{\"mode\""))
+      return Summary({.exit_code = 0, .out = *line, .err = ""});
+  }
+  return "";
+}
+
+// pslaunch in the background, its output in a log; stopped (SIGTERM, then
+// SIGKILL) if a test ends before it does, so no task outlives the test.
+class Launch {
+ public:
+  Launch(const std::string& config, const std::string& mode, const std::string& log)
+      : log_(log),
+        process_(
+            {Bin("pslaunch"), absl::StrCat("--config=", config), absl::StrCat("--mode=", mode)},
+            log) {}
+  ~Launch() {
+    if (exit_code_ >= 0) return;
+    process_.Signal(SIGTERM);
+    if (process_.Wait(absl::Seconds(30)) < 0) process_.Kill();
+  }
+  std::string Output() const { return ReadFile(log_); }
+  // The first match of `pattern`'s group 1 in the log, waited for up to `timeout`.
+  std::string AwaitInLog(const std::string& pattern, absl::Duration timeout) const {
+    const std::regex re(pattern);
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      std::smatch match;
+      const std::string text = Output();
+      if (std::regex_search(text, match, re)) return match[1];
+      if (AwaitProcessEnd(process_.pid(), absl::Milliseconds(50))) return "";
+    }
+    return "";
+  }
+  int Wait(absl::Duration timeout) {
+    exit_code_ = process_.Wait(timeout);
+    return exit_code_;
+  }
+
+ private:
+  const std::string log_;
+  ChildProcess process_;
+  int exit_code_ = -1;
+};
+
+// Shard `address`'s version, -1 while it does not answer.
+int64_t VersionAt(const std::string& address) {
+  auto stub =
+      ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  StatsResponse stats;
+  if (!stub->Stats(&context, StatsRequest(), &stats).ok()) return -1;
+  return stats.version();
+}
+
+// Runs `config` under pslaunch and kills shard 0's primary with SIGKILL
+// once its version reaches `kill_at`; the run's output.
+std::string RunKillingShardZerosPrimary(const std::string& config, const std::string& mode,
+                                        const std::string& log, int64_t kill_at) {
+  Launch launch(config, mode, log);
+  const std::string address = launch.AwaitInLog(R"(info ps:0 serving (\S+))", absl::Seconds(60));
+  const std::string pid_text = launch.AwaitInLog(R"(ps:0 \(pid (\d+)\))", absl::Seconds(60));
+  int pid = 0;
+  EXPECT_FALSE(address.empty()) << launch.Output();
+  EXPECT_TRUE(absl::SimpleAtoi(pid_text, &pid)) << launch.Output();
+  if (address.empty() || pid <= 0) return launch.Output();
+  // Mid-run: once the shard has taken `kill_at` updates (polled: the
+  // shard's version is the event).
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  int64_t version = -1;
+  while ((version = VersionAt(address)) < kill_at && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(version, kill_at) << "the run did not reach version " << kill_at;
+  EXPECT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
+  return launch.Output();
+}
+
+// The variables of shard `shard`'s newest checkpoint under `dir`, and its
+// rows and their optimizer state, as bytes.
+std::string StateOf(const std::string& dir) {
+  const ShardCheckpoint checkpoint = Newest(dir);
+  std::string state = absl::StrCat(checkpoint.version(), "\n");
+  for (const auto& variable : checkpoint.variables()) state += variable.SerializeAsString();
+  for (const auto& table : checkpoint.embeddings()) {
+    for (const auto& [id, row] : RowsOf(table)) {
+      absl::StrAppend(&state, id, std::get<0>(row), std::get<1>(row), std::get<2>(row));
+    }
+  }
+  return state;
+}
+
+TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
+  const std::string dir = absl::StrCat(ScratchDir(), "/failover-sync");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  struct RemoveAtEnd {
+    std::string dir;
+    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
+  } remove_at_end{dir};
+  const std::string plain = CtrConfig(dir, "plain", "", 90000);
+  const std::string replicated = CtrConfig(dir, "replicated", kBackups, 90000);
+
+  const CommandResult without =
+      RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", plain, " --mode=sync"), 500);
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const std::string output =
+      RunKillingShardZerosPrimary(replicated, "sync", absl::StrCat(dir, "/replicated.log"), 60);
+  EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
+  EXPECT_EQ(SummaryIn(output), Summary(without)) << output;
+
+  // Whichever replica ended as primary, both hold bitwise the failure-free
+  // run's final state: variables, rows, optimizer state, update counts.
+  for (int shard = 0; shard < 2; ++shard) {
+    SCOPED_TRACE(absl::StrCat("shard ", shard));
+    const std::string expected = StateOf(absl::StrCat(dir, "/plain-checkpoints/shard-", shard));
+    EXPECT_TRUE(StateOf(absl::StrCat(dir, "/replicated-checkpoints/shard-", shard)) == expected);
+    EXPECT_TRUE(StateOf(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard)) ==
+                expected);
+  }
+}
+
+TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {
+  const std::string dir = absl::StrCat(ScratchDir(), "/failover-async");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  struct RemoveAtEnd {
+    std::string dir;
+    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
+  } remove_at_end{dir};
+  const std::string replicated = CtrConfig(dir, "replicated", kBackups, 90000);
+  const std::string output =
+      RunKillingShardZerosPrimary(replicated, "async", absl::StrCat(dir, "/replicated.log"), 60);
+  EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
+  // Every push of every worker carries the dense gradients, so each one
+  // applied moves the version by one: the final version counts the pushes
+  // each shard applied, and the workers' steps the pushes they made.
+  const std::string steps = JsonField(output.substr(output.rfind("{\"mode\"")), "steps");
+  int64_t steps_made = 0;  // the summary counts every worker's steps
+  ASSERT_TRUE(absl::SimpleAtoi(steps, &steps_made)) << output;
+  for (int shard = 0; shard < 2; ++shard) {
+    SCOPED_TRACE(absl::StrCat("shard ", shard));
+    const int64_t primary =
+        Newest(absl::StrCat(dir, "/replicated-checkpoints/shard-", shard)).version();
+    const int64_t backup =
+        Newest(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard)).version();
+    EXPECT_EQ(std::max(primary, backup), steps_made);
   }
 }
 

@@ -21,7 +21,7 @@ LAYERS = {
     "ps_server/core": {"ps_server/optimizers", "consistency", "placement"},
     "ps_server/shm": set(),
     "ps_server/service": {"ps_server/core", "ps_server/optimizers", "ps_server/shm",
-                          "consistency", "placement", "rpc"},
+                          "consistency", "placement", "rpc", "cluster/membership"},
     "worker/client": {"placement", "rpc"},
     "worker/report": {"worker/client"},
     "worker/session": {"worker/client", "consistency", "placement"},

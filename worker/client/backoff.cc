@@ -23,7 +23,7 @@ absl::Status BackOff(const absl::Status& last, Retry* retry) {
   }
   absl::SleepFor(retry->backoff *
                  (0.5 + 0.5 * static_cast<double>(retry->jitter() >> 11) * 0x1.0p-53));
-  retry->backoff = std::min(retry->backoff * 2, absl::Seconds(5));
+  retry->backoff = std::min(retry->backoff * 2, retry->max_backoff);
   return absl::OkStatus();
 }
 

@@ -19,6 +19,8 @@ struct Retry {
   absl::Time deadline;
   absl::Duration budget;
   absl::Duration backoff = absl::Milliseconds(100);
+  // The backoff doubles up to this.
+  absl::Duration max_backoff = absl::Seconds(5);
   std::mt19937_64 jitter;
 };
 // A budget of `budget` from now, jittered by `rank` and the clock.

@@ -1,10 +1,9 @@
-#include "worker/client/shard_channel.h"
-
 #include <algorithm>
 #include <chrono>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
@@ -15,6 +14,7 @@
 #include "rpc/worker_session.h"
 #include "spdlog/spdlog.h"
 #include "worker/client/backoff.h"
+#include "worker/client/shard_channel.h"
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
@@ -38,7 +38,7 @@ void ShardChannel::PrepareContext(grpc::ClientContext* context, absl::Duration f
 
 absl::StatusOr<std::unique_ptr<ShardChannel>> ShardChannel::Connect(
     const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
-    const ClusterSecurity& security) {
+    const ClusterSecurity& security, const std::vector<std::vector<std::string>>& backups) {
   std::unique_ptr<ShardChannel> client(new ShardChannel(worker));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -52,33 +52,70 @@ absl::StatusOr<std::unique_ptr<ShardChannel>> ShardChannel::Connect(
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + connect_timeout;
   for (size_t s = 0; s < addresses.size(); ++s) {
-    auto channel = grpc::CreateCustomChannel(addresses[s], ChannelCredentials(security), args);
-    // A wait says so at once and every few seconds: nothing else shows a
-    // worker is waiting rather than stuck.
+    Shard shard;
+    std::vector<std::string> replicas = {addresses[s]};
+    if (s < backups.size()) replicas.insert(replicas.end(), backups[s].begin(), backups[s].end());
+    for (const std::string& address : replicas) {
+      auto endpoint = std::make_unique<Endpoint>();
+      endpoint->address = address;
+      endpoint->channel = grpc::CreateCustomChannel(address, ChannelCredentials(security), args);
+      endpoint->stub = ParameterServer::NewStub(endpoint->channel);
+      endpoint->generic = std::make_unique<grpc::GenericStub>(endpoint->channel);
+      shard.endpoints.push_back(std::move(endpoint));
+    }
+    // Any replica will do: Register finds the primary. A wait says so at
+    // once and every few seconds: nothing else shows a worker is waiting
+    // rather than stuck.
     constexpr absl::Duration kSayEvery = absl::Seconds(5);
-    bool connected = channel->WaitForConnected(
-        absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(200))));
-    while (!connected && absl::Now() < deadline) {
-      spdlog::info("waiting for ps:{} at {} ({} s so far, up to {} s)", s, addresses[s],
-                   absl::ToInt64Seconds(absl::Now() - start),
-                   absl::ToInt64Seconds(connect_timeout));
-      connected =
-          channel->WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + kSayEvery)));
+    constexpr absl::Duration kTry = absl::Milliseconds(200);
+    absl::Time say_at = start;
+    bool connected = false;
+    while (!connected) {
+      for (size_t r = 0; r < shard.endpoints.size() && !connected; ++r) {
+        connected = shard.endpoints[r]->channel->WaitForConnected(
+            absl::ToChronoTime(std::min(deadline, absl::Now() + kTry)));
+        if (connected) shard.at = static_cast<int>(r);
+      }
+      if (connected || absl::Now() >= deadline) break;
+      if (absl::Now() >= say_at) {
+        spdlog::info("waiting for ps:{} at {} ({} s so far, up to {} s)", s,
+                     absl::StrJoin(replicas, " or "), absl::ToInt64Seconds(absl::Now() - start),
+                     absl::ToInt64Seconds(connect_timeout));
+        say_at = absl::Now() + kSayEvery;
+      }
     }
     if (!connected) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot reach ps:", s, " at ", addresses[s], " within ",
-          absl::FormatDuration(connect_timeout), "; is ps_server running there?",
-          security.ConnectFailureHint()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach ps:", s, " at ", absl::StrJoin(replicas, " or "), " within ",
+                       absl::FormatDuration(connect_timeout), "; is ps_server running there?",
+                       security.ConnectFailureHint()));
     }
-    Shard shard;
-    shard.address = addresses[s];
-    shard.channel = channel;
-    shard.stub = ParameterServer::NewStub(channel);
-    shard.generic = std::make_unique<grpc::GenericStub>(channel);
     client->shards_.push_back(std::move(shard));
   }
   return client;
+}
+
+ShardChannel::Endpoint& ShardChannel::endpoint(int shard) const {
+  absl::MutexLock lock(&endpoint_mu_);
+  const Shard& at = shards_[shard];
+  return *at.endpoints[at.at];
+}
+
+const std::string& ShardChannel::address(int shard) const { return endpoint(shard).address; }
+
+absl::Status ShardChannel::PushesAnswered(absl::Status exchange) {
+  // Only a whole exchange counts: one that failed after a shard took its
+  // push is sent again with the same sequence, and answered DUPLICATE.
+  if (!exchange.ok()) return exchange;
+  for (Shard& shard : shards_) {
+    if (shard.pushes >= 0) ++shard.pushes;
+  }
+  return exchange;
+}
+
+void ShardChannel::TagPush(int s, int64_t computed_at, PushRequest* header) const {
+  header->set_computed_at_version(computed_at);
+  if (shards_[s].pushes >= 0) header->set_sequence(shards_[s].pushes);
 }
 
 void ShardChannel::SetVariables(const std::vector<VariableSpec>& variables) {
@@ -109,7 +146,7 @@ absl::StatusOr<std::optional<RowSplit>> ShardChannel::SplitRows(std::span<const 
     const int64_t push_bytes = split.push_rows_bytes(s);
     if (push_bytes > max_request) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "ps:", s, " (", shard.address, "): the rows this push carries to it (", push_bytes,
+          "ps:", s, " (", address(s), "): the rows this push carries to it (", push_bytes,
           " bytes) are more than it takes in one request (", shard.max_request_bytes,
           " bytes, ps_server --max_message_bytes); a push is one update and is not pieced: "
           "use a smaller batch or more PS shards, or raise --max_message_bytes"));
@@ -134,8 +171,8 @@ absl::StatusOr<std::optional<RowSplit>> ShardChannel::SplitRows(std::span<const 
         .request_bytes = std::min(max_ids_bytes, max_request - kMessageFraming),
         .reply_bytes = max_reply - kMessageFraming};
     if (absl::Status pieced = split.PieceOutPull(s, first, rest); !pieced.ok()) {
-      return absl::Status(pieced.code(), absl::StrCat("ps:", s, " (", shard.address, "): ",
-                                                      pieced.message()));
+      return absl::Status(pieced.code(),
+                          absl::StrCat("ps:", s, " (", address(s), "): ", pieced.message()));
     }
   }
   return split;
@@ -198,8 +235,8 @@ std::optional<TransientRefusal> TransientRefusalOf(const absl::Status& status) {
 }
 
 absl::Status ShardChannel::ShardError(int shard, const absl::Status& status) const {
-  absl::Status answer = Reworded(
-      status, absl::StrCat("ps:", shard, " (", shards_[shard].address, "): ", status.message()));
+  absl::Status answer =
+      Reworded(status, absl::StrCat("ps:", shard, " (", address(shard), "): ", status.message()));
   answer.SetPayload(kShardAnswerPayload, absl::Cord(absl::StrCat(shard)));
   return answer;
 }
@@ -233,17 +270,61 @@ absl::Status ShardChannel::ForEachShard(Call call) {
   return absl::OkStatus();
 }
 
+absl::Status ShardChannel::RegisterAt(int s, int place, absl::Duration deadline,
+                                      RegisterResponse* response) {
+  grpc::ClientContext context;
+  PrepareContext(&context, deadline);
+  RegisterRequest request;
+  request.set_worker(worker_);
+  grpc::Status rpc;
+  {
+    Endpoint* endpoint;
+    {
+      absl::MutexLock lock(&endpoint_mu_);
+      endpoint = shards_[s].endpoints[place].get();
+    }
+    rpc = endpoint->stub->Register(&context, request, response);
+  }
+  return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
+}
+
+absl::Status ShardChannel::RegisterFollowing(int s, RegisterResponse* response) {
+  Shard& shard = shards_[s];
+  const int replicas = static_cast<int>(shard.endpoints.size());
+  // A replicated shard's answer is quick or its replica is away: a short
+  // wait, so that a worker finds a new primary within its lease.
+  const absl::Duration deadline = replicas > 1 ? absl::Seconds(2) : kRpcDeadline;
+  int at;
+  {
+    absl::MutexLock lock(&endpoint_mu_);
+    at = shard.at;
+  }
+  absl::Status status = RegisterAt(s, at, deadline, response);
+  if (status.ok() || replicas == 1 || !IsTransientShardError(status)) return status;
+  for (int k = 1; k < replicas; ++k) {
+    const int place = (at + k) % replicas;
+    if (!RegisterAt(s, place, deadline, response).ok()) continue;
+    {
+      absl::MutexLock lock(&endpoint_mu_);
+      shard.at = place;
+    }
+    // Another process: it knows nothing of this worker's region.
+    shard.region_attached = false;
+    shard.region_handle = 0;
+    spdlog::info("ps:{}: its primary is now {} (replica {}, epoch {})", s,
+                 shard.endpoints[place]->address, place, response->epoch());
+    return absl::OkStatus();
+  }
+  return status;
+}
+
 absl::StatusOr<RegisterResponse> ShardChannel::Register() {
   std::vector<RegisterResponse> responses(shards_.size());
-  PST_RETURN_IF_ERROR(ForEachShard([&](int s) {
-    grpc::ClientContext context;
-    PrepareContext(&context, kRpcDeadline);
-    RegisterRequest request;
-    request.set_worker(worker_);
-    grpc::Status rpc = shards_[s].stub->Register(&context, request, &responses[s]);
-    return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
-  }));
+  PST_RETURN_IF_ERROR(ForEachShard([&](int s) { return RegisterFollowing(s, &responses[s]); }));
   for (size_t s = 0; s < shards_.size(); ++s) {
+    // The shard's count, the first time: a worker that restarted resumes
+    // it. After that this worker's own, which a failover does not move.
+    if (shards_[s].pushes < 0) shards_[s].pushes = responses[s].worker_clock();
     if (responses[s].max_request_bytes() > 0) {
       shards_[s].max_request_bytes = responses[s].max_request_bytes();
     }
@@ -280,7 +361,7 @@ absl::StatusOr<bool> ShardChannel::Init(const std::vector<std::span<const float>
     return Patiently([&]() -> absl::Status {
       grpc::ClientContext context;
       PrepareContext(&context, kRpcDeadline);
-      grpc::Status rpc = shards_[s].stub->Init(&context, request, &responses[s]);
+      grpc::Status rpc = endpoint(s).stub->Init(&context, request, &responses[s]);
       // Init is the one call that carries a shard's whole share at once, so
       // a RESOURCE_EXHAUSTED the shard did not mark as an overload
       // (common/transient_refusal.h) is gRPC's refusal of a message over
@@ -289,8 +370,8 @@ absl::StatusOr<bool> ShardChannel::Init(const std::vector<std::span<const float>
       if (rpc.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
           !MarkedTransient(FromGrpcStatus(rpc)).has_value()) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "ps:", s, " (", shards_[s].address, "): its share of the model (",
-            request.ByteSizeLong(), " bytes) is more than it accepts in one request; raise "
+            "ps:", s, " (", address(s), "): its share of the model (", request.ByteSizeLong(),
+            " bytes) is more than it accepts in one request; raise "
             "ps_server --max_message_bytes or spread the model over more PS shards (",
             rpc.error_message(), ")"));
       }
@@ -368,7 +449,7 @@ absl::Status ShardChannel::Push(const std::vector<int64_t>& computed_at,
     exchange.response = &(*responses)[s];
   }
   AttachRows(split, &exchanges);
-  return RunExchanges(exchanges);
+  return PushesAnswered(RunExchanges(exchanges));
 }
 
 absl::Status ShardChannel::PushRows(const std::vector<int64_t>& computed_at,
@@ -387,7 +468,7 @@ absl::Status ShardChannel::PushRows(const std::vector<int64_t>& computed_at,
     exchange.response = &(*responses)[s];
   }
   AttachRows(split, &exchanges);
-  return RunExchanges(exchanges);
+  return PushesAnswered(RunExchanges(exchanges));
 }
 
 absl::Status ShardChannel::PushPull(const std::vector<int64_t>& computed_at,
@@ -414,7 +495,7 @@ absl::Status ShardChannel::PushPull(const std::vector<int64_t>& computed_at,
   }
   AttachRows(split, &exchanges);
   PST_RETURN_IF_ERROR(RunExchanges(exchanges));
-  return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
+  return PushesAnswered(split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus());
 }
 
 absl::Status ShardChannel::Heartbeat() {
@@ -427,7 +508,7 @@ absl::Status ShardChannel::Heartbeat(int s) {
   HeartbeatResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = shards_[s].stub->Heartbeat(&context, request, &response);
+  grpc::Status rpc = endpoint(s).stub->Heartbeat(&context, request, &response);
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
@@ -439,7 +520,7 @@ absl::Status ShardChannel::Done() {
       DoneResponse response;
       grpc::ClientContext context;
       PrepareContext(&context, kRpcDeadline);
-      grpc::Status rpc = shards_[s].stub->Done(&context, request, &response);
+      grpc::Status rpc = endpoint(s).stub->Done(&context, request, &response);
       return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
     });
   });
@@ -449,7 +530,7 @@ absl::StatusOr<StatsResponse> ShardChannel::Stats(int shard) {
   StatsResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = shards_[shard].stub->Stats(&context, StatsRequest(), &response);
+  grpc::Status rpc = endpoint(shard).stub->Stats(&context, StatsRequest(), &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
 }
@@ -467,7 +548,7 @@ absl::StatusOr<StatsResponse> ShardChannel::AwaitWorkersDone(int shard, int64_t 
   PST_RETURN_IF_ERROR(Patiently([&] {
     grpc::ClientContext context;
     PrepareContext(&context, timeout + kRpcDeadline);
-    grpc::Status rpc = shards_[shard].stub->AwaitWorkersDone(&context, request, &response);
+    grpc::Status rpc = endpoint(shard).stub->AwaitWorkersDone(&context, request, &response);
     return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
   }));
   return response;
@@ -477,7 +558,7 @@ absl::StatusOr<CheckpointResponse> ShardChannel::Checkpoint(int shard) {
   CheckpointResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = shards_[shard].stub->Checkpoint(&context, CheckpointRequest(), &response);
+  grpc::Status rpc = endpoint(shard).stub->Checkpoint(&context, CheckpointRequest(), &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
 }
@@ -486,7 +567,7 @@ absl::Status ShardChannel::Shutdown(int shard) {
   ShutdownResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = shards_[shard].stub->Shutdown(&context, ShutdownRequest(), &response);
+  grpc::Status rpc = endpoint(shard).stub->Shutdown(&context, ShutdownRequest(), &response);
   return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
 }
 

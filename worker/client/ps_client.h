@@ -64,14 +64,20 @@ struct ExchangeRequest {
   std::vector<std::span<float>> values = {};
   std::span<const RowValues> pull_rows = {};
 };
+// Each shard's backups' addresses (cluster.ps_backups); empty lists where none.
+std::vector<std::vector<std::string>> ShardBackups(const ClusterConfig& cluster);
+
 class ShardChannel;  // the transport: worker/client/shard_channel.h
 
 class PsClient {
  public:
   // Connects to every shard within `connect_timeout` (else Unavailable).
+  // `backups[s]` (ShardBackups) lists shard s's backups: it is reached at
+  // any replica, and Register (so every rejoin) finds its primary.
   static absl::StatusOr<std::unique_ptr<PsClient>> Connect(
       const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
-      const ClusterSecurity& security = ClusterSecurity::Plaintext());
+      const ClusterSecurity& security = ClusterSecurity::Plaintext(),
+      const std::vector<std::vector<std::string>>& backups = {});
   ~PsClient();
 
   // kAuto: shared memory with every shard that can share it, TCP to the

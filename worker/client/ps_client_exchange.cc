@@ -111,7 +111,8 @@ void LayerwiseExchange::Start() {
     if (rows_) rows_->MovePullRows(static_cast<int>(s), /*part=*/0, &call.pull);
     const int shard_index = static_cast<int>(s);
     call.call = std::make_unique<ShardCall>(
-        shard.generic.get(), &client_->driver_, timeout_ + ShardChannel::kRpcDeadline,
+        client_->endpoint(shard_index).generic.get(), &client_->driver_,
+        timeout_ + ShardChannel::kRpcDeadline,
         [this, shard_index](grpc::ByteBuffer* message) { return TakeAnswer(shard_index, message); },
         [this, shard_index](const absl::Status& status) { Ended(shard_index, status); });
     call.call->Start();
@@ -278,8 +279,8 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
       first_problem = status;
     }
   }
-  if (!first_problem.ok() || !rows_) return first_problem;
-  return client_->PullRemainingRows(&*rows_, *versions, timeout_);
+  if (!first_problem.ok() || !rows_) return client_->PushesAnswered(first_problem);
+  return client_->PushesAnswered(client_->PullRemainingRows(&*rows_, *versions, timeout_));
 }
 
 void LayerwiseExchange::Cancel() {

@@ -7,11 +7,21 @@
 
 namespace pst {
 
+std::vector<std::vector<std::string>> ShardBackups(const ClusterConfig& cluster) {
+  std::vector<std::vector<std::string>> backups(cluster.ps_size());
+  for (int s = 0; s < cluster.ps_size() && s < cluster.ps_backups_size(); ++s) {
+    backups[s].assign(cluster.ps_backups(s).address().begin(),
+                      cluster.ps_backups(s).address().end());
+  }
+  return backups;
+}
+
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(
     const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
-    const ClusterSecurity& security) {
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<ShardChannel> channel,
-                       ShardChannel::Connect(addresses, worker, connect_timeout, security));
+    const ClusterSecurity& security, const std::vector<std::vector<std::string>>& backups) {
+  PST_ASSIGN_OR_RETURN(
+      std::unique_ptr<ShardChannel> channel,
+      ShardChannel::Connect(addresses, worker, connect_timeout, security, backups));
   return std::unique_ptr<PsClient>(new PsClient(std::move(channel)));
 }
 

@@ -53,18 +53,18 @@ absl::StatusOr<bool> ShardChannel::UseSharedMemory(int s) {
     } else if (absl::Status detached = shard.region->Detach(); !detached.ok()) {
       // The tensors stay, at their addresses, in memory no other process
       // can map; without that the worker must not go on computing there.
-      return absl::Status(detached.code(),
-                          absl::StrCat("ps:", s, " (", shard.address, "): ", why,
-                                       "; and the tensors could not leave its region: ",
-                                       detached.message()));
+      return absl::Status(
+          detached.code(),
+          absl::StrCat("ps:", s, " (", address(s), "): ", why,
+                       "; and the tensors could not leave its region: ", detached.message()));
     }
     if (transport_ == Transport::kShm) {
       return absl::FailedPreconditionError(
-          absl::StrCat("ps:", s, " (", shard.address, "): no shared memory (", why,
+          absl::StrCat("ps:", s, " (", address(s), "): no shared memory (", why,
                        "); run the worker on the shard's host, in its IPC namespace, or use TCP"));
     }
     shard.shm_refused = true;
-    spdlog::info("ps:{} ({}): tensors travel over TCP ({})", s, shard.address, std::string(why));
+    spdlog::info("ps:{} ({}): tensors travel over TCP ({})", s, address(s), std::string(why));
     return false;
   };
   if (shard.region == nullptr) {
@@ -106,7 +106,7 @@ absl::StatusOr<bool> ShardChannel::UseSharedMemory(int s) {
   shard.region_attached = true;
   if (!shard.shm_logged) {
     shard.shm_logged = true;
-    spdlog::info("ps:{} ({}): tensors travel through shared memory ({} bytes)", s, shard.address,
+    spdlog::info("ps:{} ({}): tensors travel through shared memory ({} bytes)", s, address(s),
                  shard.region->bytes().size());
   }
   return true;
@@ -124,7 +124,7 @@ grpc::Status ShardChannel::OfferRegion(int s, const std::string& boot_id, uint64
     ShmAttachResponse response;
     grpc::ClientContext context;
     PrepareContext(&context, kRpcDeadline);
-    grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
+    grpc::Status rpc = endpoint(s).stub->ShmAttach(&context, request, &response);
     // Refused for what a named region would be refused for too.
     if (!rpc.ok()) return rpc;
     absl::StatusOr<uint64_t> handed =
@@ -140,7 +140,7 @@ grpc::Status ShardChannel::OfferRegion(int s, const std::string& boot_id, uint64
       return grpc::Status::OK;
     }
     spdlog::info("ps:{} ({}): the sealed region was not taken ({}); offering a named one", s,
-                 shard.address, std::string(handed.status().message()));
+                 address(s), std::string(handed.status().message()));
     if (absl::Status renewed = region.Renew(SharedRegion::Kind::kNamed); !renewed.ok()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           std::string(renewed.message()));
@@ -152,7 +152,7 @@ grpc::Status ShardChannel::OfferRegion(int s, const std::string& boot_id, uint64
   ShmAttachResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = shard.stub->ShmAttach(&context, request, &response);
+  grpc::Status rpc = endpoint(s).stub->ShmAttach(&context, request, &response);
   // Whatever the answer, the name goes: the shard has opened the region
   // (and unlinked it too), or never will.
   region.MarkOffered();
@@ -232,7 +232,7 @@ grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, Open
   header.set_worker(worker_);
   if (shard.rates.has_value()) *header.mutable_rates() = *shard.rates;
   if (exchange.gradients != nullptr) {
-    header.set_computed_at_version(exchange.computed_at);
+    TagPush(exchange.shard, exchange.computed_at, &header);
     char* next = region.data();
     for (size_t i : shard.slices) {
       const VariableSlice& slice = slices_[i];
@@ -254,7 +254,7 @@ grpc::ByteBuffer ShardChannel::SharedRequest(const ShardExchange& exchange, Open
       exchange.rows != nullptr && exchange.rows->pushes() && exchange.rows_part == 0
           ? exchange.rows->push_rows(exchange.shard)
           : nullptr;
-  if (rows != nullptr) header.set_computed_at_version(exchange.computed_at);
+  if (rows != nullptr) TagPush(exchange.shard, exchange.computed_at, &header);
   // Named, so that the values come back in the order of the slices, where
   // AllocateTensors placed them (a push's answer keeps the push's order).
   const bool names_slices = exchange.pull && exchange.gradients == nullptr &&

@@ -143,7 +143,7 @@ bool ShardChannel::WritePushChunks(int s, int64_t computed_at,
     if (opens_stream) {
       PushRequest header;
       header.set_worker(worker_);
-      header.set_computed_at_version(computed_at);
+      TagPush(s, computed_at, &header);
       if (shards_[s].rates.has_value()) *header.mutable_rates() = *shards_[s].rates;
       for (size_t i : header_order) {
         Tensor* tensor = header.add_gradients();
@@ -180,7 +180,7 @@ void ShardChannel::AwaitPushReleased(int s, const PayloadPin& sent) {
     // Only bytes of a call that has ended can be left: nothing reads them
     // into a model, whatever the caller writes there now.
     spdlog::warn("ps:{} ({}): gRPC still held a push's gradients {} after the call ended", s,
-                 shards_[s].address, absl::FormatDuration(kReleaseTimeout));
+                 address(s), absl::FormatDuration(kReleaseTimeout));
   }
 }
 
@@ -261,7 +261,7 @@ std::unique_ptr<ShardChannel::OpenExchange> ShardChannel::StartExchange(const Sh
                                      ? ShardCall::Shape::kOneEachWay
                                      : ShardCall::Shape::kStreams;
   open->call = std::make_unique<ShardCall>(
-      shard.generic.get(), &driver_, wait + kRpcDeadline,
+      endpoint(s).generic.get(), &driver_, wait + kRpcDeadline,
       [this, s, taking, out = exchange.out](grpc::ByteBuffer* message) {
         absl::Status taken = TakeAnswer(s, message, taking->shared, out, &taking->answer);
         if (taken.ok() && taking->answer.done) taking->call->AnswerComplete();
@@ -284,7 +284,7 @@ std::unique_ptr<ShardChannel::OpenExchange> ShardChannel::StartExchange(const Sh
     header.set_worker(worker_);
     ChunkBuilder builder;
     if (rows != nullptr) {
-      header.set_computed_at_version(exchange.computed_at);
+      TagPush(exchange.shard, exchange.computed_at, &header);
       if (shard.rates.has_value()) *header.mutable_rates() = *shard.rates;
       header.mutable_rows()->Swap(rows);
       builder.SetHeader(header);
@@ -318,7 +318,7 @@ absl::Status ShardChannel::FinishExchange(const ShardExchange& exchange, OpenExc
     if (!shared.ok()) return shared.status();
     if (!*shared) {
       return absl::UnavailableError(
-          absl::StrCat("ps:", s, " (", shards_[s].address, "): lost its shared region"));
+          absl::StrCat("ps:", s, " (", address(s), "): lost its shared region"));
     }
     std::unique_ptr<OpenExchange> again = StartExchange(exchange, /*shared=*/true);
     return FinishExchange(exchange, again.get(), /*may_attach_again=*/false);

@@ -54,6 +54,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "common/shared_memory.h"
@@ -79,10 +80,13 @@ class ShardChannel {
   // Opens channels to `addresses` (cluster.ps) and waits up to
   // `connect_timeout` for every shard to accept a connection, over the
   // channels `security` describes. Unavailable, naming the shard, if one
-  // cannot be reached.
+  // cannot be reached. `backups[s]`, if given, lists shard s's backups
+  // (cluster.ps_backups): a shard is reached at any of its replicas, and
+  // Register finds the one that is primary.
   static absl::StatusOr<std::unique_ptr<ShardChannel>> Connect(
       const std::vector<std::string>& addresses, int worker, absl::Duration connect_timeout,
-      const ClusterSecurity& security = ClusterSecurity::Plaintext());
+      const ClusterSecurity& security = ClusterSecurity::Plaintext(),
+      const std::vector<std::vector<std::string>>& backups = {});
 
   // How gradients and pulled parameters travel (default FLOAT32). Set it
   // before AllocateTensors.
@@ -240,16 +244,30 @@ class ShardChannel {
   // Admin calls, one shard at a time.
   absl::StatusOr<CheckpointResponse> Checkpoint(int shard);
   absl::Status Shutdown(int shard);
-  const std::string& address(int shard) const { return shards_[shard].address; }
+  // Where shard `shard` is called now: its primary as last found.
+  const std::string& address(int shard) const;
 
  private:
-  struct Shard {
+  struct Endpoint {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<ParameterServer::Stub> stub;
     // Exchange, called with byte-buffer messages (rpc/chunk_wire.h)
     // instead of through the stub.
     std::unique_ptr<grpc::GenericStub> generic;
+  };
+  struct Shard {
+    // One per replica (0: cluster.ps), made at Connect and kept for the
+    // client's life, so a call in flight never outlives its stub; `at`
+    // (guarded by endpoint_mu_) is the one calls go to, the primary as
+    // Register last found it.
+    std::vector<std::unique_ptr<Endpoint>> endpoints;
+    int at = 0;
+    // This worker's pushes the shard has taken (RegisterResponse.worker_clock,
+    // then one more for each push it answered): the next push's sequence,
+    // by which a push sent again after a failover is not applied twice.
+    // -1 until the first Register.
+    int64_t pushes = -1;
     std::vector<size_t> slices;  // indices into slices_, in order
     // The last exchange's call, which gRPC may still be finishing after
     // its answer arrived; replaced (and so waited for) by the next one.
@@ -283,6 +301,18 @@ class ShardChannel {
     std::optional<UpdateRates> rates;
   };
   explicit ShardChannel(int worker) : worker_(worker) {}
+
+  Endpoint& endpoint(int shard) const;
+  // Register with shard s at its current endpoint; where that one is away
+  // or not primary, with its other replicas in turn, moving to the first
+  // that takes it.
+  absl::Status RegisterFollowing(int s, RegisterResponse* response);
+  absl::Status RegisterAt(int s, int place, absl::Duration deadline, RegisterResponse* response);
+  // A push's header for shard s: computed_at and the push's sequence.
+  void TagPush(int s, int64_t computed_at, PushRequest* header) const;
+  // `exchange`, the status of an exchange that pushed to every shard;
+  // counts its pushes where it succeeded.
+  absl::Status PushesAnswered(absl::Status exchange);
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
@@ -454,6 +484,7 @@ class ShardChannel {
   // as they are destroyed.
   CompletionDriver driver_;
   std::vector<Shard> shards_;
+  mutable absl::Mutex endpoint_mu_;  // Shard::at: heartbeats and Stats may run beside a Register
   std::vector<VariableSlice> slices_;
   std::vector<std::string> variable_names_;  // of SetVariables, by index
   std::vector<EmbeddingTableConfig> tables_;

@@ -183,8 +183,8 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
   }
   std::vector<std::string> addresses(config->cluster().ps().begin(), config->cluster().ps().end());
   absl::StatusOr<std::unique_ptr<pst::PsClient>> client = pst::PsClient::Connect(
-      addresses, task->index, absl::Seconds(connect_seconds > 0 ? connect_seconds : 60),
-      *security);
+      addresses, task->index, absl::Seconds(connect_seconds > 0 ? connect_seconds : 60), *security,
+      pst::ShardBackups(config->cluster()));
   // A shard that stayed unreachable for the whole connect timeout is most
   // likely a wrong address or a PS that never started: exit 2, as for any
   // mistake in the config (README, "Errors"), not a restart that waits as

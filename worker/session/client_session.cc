@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   for (const std::string& warning : security.warnings()) spdlog::warn("{}", warning);
   std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
   PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
-                       PsClient::Connect(addresses, task.index, connect_timeout, security));
+                       PsClient::Connect(addresses, task.index, connect_timeout, security,
+                                         ShardBackups(config.cluster())));
   const auto& tables = config.training().model().embeddings();
   client->SetEmbeddingTables({tables.begin(), tables.end()});
   std::unique_ptr<ClientSession> opened(new ClientSession(std::move(config), std::move(client)));

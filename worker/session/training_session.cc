@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/replication_limits.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
@@ -107,18 +108,22 @@ absl::Status TrainingSession::Exchange(const StepRequest& request) {
     if (request.values == nullptr) {
       // Rows alone (an evaluation's lookups): the versions stay the last read's.
       std::vector<int64_t> versions;
-      PST_RETURN_IF_ERROR(client_->Exchange(
-          {.min_versions = next_min_, .timeout = timeout, .pull_rows = request.pull_rows},
-          &versions, nullptr));
+      PST_RETURN_IF_ERROR(FollowingFailovers([&] {
+        return client_->Exchange(
+            {.min_versions = next_min_, .timeout = timeout, .pull_rows = request.pull_rows},
+            &versions, nullptr);
+      }));
       GetWorkerMetrics().pull_seconds.Observe(SecondsSince(start));
       return absl::OkStatus();
     }
     parameters_current_ = false;  // a failed read may have written part of them
-    PST_RETURN_IF_ERROR(client_->Exchange({.min_versions = next_min_,
-                                           .timeout = timeout,
-                                           .values = *request.values,
-                                           .pull_rows = request.pull_rows},
-                                          &versions_, nullptr));
+    PST_RETURN_IF_ERROR(FollowingFailovers([&] {
+      return client_->Exchange({.min_versions = next_min_,
+                                .timeout = timeout,
+                                .values = *request.values,
+                                .pull_rows = request.pull_rows},
+                               &versions_, nullptr);
+    }));
     TookValues(start);
     parameters_current_ = true;
     return absl::OkStatus();
@@ -127,7 +132,8 @@ absl::Status TrainingSession::Exchange(const StepRequest& request) {
   if (!reads) {
     ExchangeRequest push{.computed_at = computed_at, .push_rows = request.push_rows};
     if (request.gradients != nullptr) push.gradients = *request.gradients;
-    PST_RETURN_IF_ERROR(client_->Exchange(push, nullptr, &responses_));
+    PST_RETURN_IF_ERROR(
+        FollowingFailovers([&] { return client_->Exchange(push, nullptr, &responses_); }));
     Pushed(computed_at, start);
     // The next read sees this push's step (SYNC waits for the other workers').
     next_min_ = MinVersionsAfter(computed_at);
@@ -146,7 +152,8 @@ absl::Status TrainingSession::Exchange(const StepRequest& request) {
                        .timeout = timeout,
                        .pull_rows = request.pull_rows};
   if (request.values != nullptr) step.values = *request.values;
-  PST_RETURN_IF_ERROR(client_->Exchange(step, &versions_, &responses_));
+  PST_RETURN_IF_ERROR(
+      FollowingFailovers([&] { return client_->Exchange(step, &versions_, &responses_); }));
   next_min_ = versions_;
   RecordVersions(versions_);
   Pushed(computed_at, start);
@@ -158,6 +165,8 @@ absl::StatusOr<std::unique_ptr<StepExchange>> TrainingSession::BeginExchange(
     const std::vector<std::span<const float>>& gradients, const std::vector<int>& push_order,
     const std::vector<std::span<float>>& values) {
   exchange_computed_at_ = versions_;
+  exchange_gradients_ = gradients;
+  exchange_values_ = values;
   exchange_start_ = absl::Now();
   parameters_current_ = false;  // until the exchange has brought them all
   return client_->BeginExchange({.computed_at = exchange_computed_at_,
@@ -169,7 +178,19 @@ absl::StatusOr<std::unique_ptr<StepExchange>> TrainingSession::BeginExchange(
 }
 
 absl::Status TrainingSession::FinishExchange(std::unique_ptr<StepExchange> exchange) {
-  PST_RETURN_IF_ERROR(exchange->Finish(&versions_, &responses_));
+  absl::Status finished = exchange->Finish(&versions_, &responses_);
+  exchange.reset();
+  if (!finished.ok() && follows_failovers() && IsTransientShardError(finished)) {
+    // Every gradient is final by now: the exchange is sent again whole.
+    const ExchangeRequest again{.computed_at = exchange_computed_at_,
+                                .gradients = exchange_gradients_,
+                                .min_versions = MinVersionsAfter(exchange_computed_at_),
+                                .timeout = patience(),
+                                .values = exchange_values_};
+    finished = SendAgainAfterFailovers(
+        finished, [&] { return client_->Exchange(again, &versions_, &responses_); });
+  }
+  PST_RETURN_IF_ERROR(finished);
   next_min_ = versions_;
   RecordVersions(versions_);
   Pushed(exchange_computed_at_, exchange_start_);
@@ -185,6 +206,36 @@ void TrainingSession::CountStep(absl::Time start, int examples) {
 }
 
 int64_t TrainingSession::TakeStaleness() { return std::exchange(staleness_, 0); }
+
+bool TrainingSession::follows_failovers() const { return config_.cluster().ps_backups_size() > 0; }
+
+absl::Status TrainingSession::FollowingFailovers(absl::FunctionRef<absl::Status()> exchange) {
+  return SendAgainAfterFailovers(exchange(), exchange);
+}
+
+absl::Status TrainingSession::SendAgainAfterFailovers(absl::Status status,
+                                                      absl::FunctionRef<absl::Status()> exchange) {
+  if (status.ok() || !follows_failovers() || !IsTransientShardError(status)) return status;
+  Retry retry = NewRetry(patience(), rank_);
+  // A new primary is elected within the lease: look often.
+  retry.max_backoff = absl::Milliseconds(200);
+  while (!status.ok() && IsTransientShardError(status)) {
+    spdlog::warn("{}; finding the shards' primaries to send the exchange again",
+                 std::string(status.message()));
+    PST_ASSIGN_OR_RETURN(RegisterResponse view, RegisterPatiently(client_, status, &retry));
+    // A primary may have shown this worker updates it had not yet
+    // replicated (an ASYNC read shows other workers' pushes as they land),
+    // at most a backup's allowed lag. Further behind, no replica held the
+    // state: the step is run again on what the shards hold (Redo), whose
+    // rejoin ends the run if that lost more than a checkpoint interval.
+    if (!view.initialized() || versions_[0] - view.version() > kMaxUnreplicatedVersions) {
+      return status;
+    }
+    ++resent_exchanges_;
+    status = exchange();
+  }
+  return status;
+}
 
 absl::Status TrainingSession::Redo(absl::FunctionRef<absl::Status()> step) {
   absl::Status status = step();

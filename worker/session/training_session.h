@@ -14,6 +14,12 @@
 //     TransientRefusalOf) is backed off, the shards rejoined, and the whole
 //     step run again on what they then hold, within one budget of
 //     training.pull_timeout_seconds for the refusals in a row;
+//   - failovers, where the job has backups (cluster.ps_backups): an
+//     exchange that finds a shard's primary gone, or a backup where it
+//     called, registers again (the client finds each shard's primary) and
+//     sends the same exchange again: the same gradients, versions and
+//     sequences, so a shard that took the push before answers DUPLICATE
+//     and nothing is applied twice, and nothing is recomputed;
 //   - the lost-updates check on a rejoin: a shard that came back further
 //     behind than a checkpoint interval ends the run (FailedPrecondition);
 //   - the worker's metrics (worker/client/worker_metrics.h).
@@ -121,6 +127,8 @@ class TrainingSession {
   int64_t TakeStaleness();
   // Steps run again after a refusal for now.
   int64_t redone_steps() const { return redone_steps_; }
+  // Exchanges sent again after a failover.
+  int64_t resent_exchanges() const { return resent_exchanges_; }
 
   // Each shard's version at the last read.
   const std::vector<int64_t>& versions() const { return versions_; }
@@ -138,6 +146,16 @@ class TrainingSession {
   absl::Duration patience() const;
   // The versions each shard must reach after a push computed at `computed_at`.
   std::vector<int64_t> MinVersionsAfter(const std::vector<int64_t>& computed_at) const;
+  // Runs `exchange` (the same one each time) until it ends in anything but
+  // a shard's failover (Exchange, above), within one budget of patience.
+  // A shard that came back behind what this worker read (no replica held
+  // its state) ends it with the exchange's error: Redo runs the step again.
+  absl::Status FollowingFailovers(absl::FunctionRef<absl::Status()> exchange);
+  // The same, after a first try that ended in `status`.
+  absl::Status SendAgainAfterFailovers(absl::Status status,
+                                       absl::FunctionRef<absl::Status()> exchange);
+  // Whether the job's shards have backups to fail over to.
+  bool follows_failovers() const;
   // After a read at versions_: metrics, and what the next read waits for.
   void TookValues(absl::Time start);
   // After a push computed at `computed_at`, begun at `start`.
@@ -160,9 +178,12 @@ class TrainingSession {
   bool parameters_current_ = false;
   // The layer-wise exchange in flight: what it pushed at, and since when.
   std::vector<int64_t> exchange_computed_at_;
+  std::vector<std::span<const float>> exchange_gradients_;
+  std::vector<std::span<float>> exchange_values_;
   absl::Time exchange_start_;
   int64_t staleness_ = 0;
   int64_t redone_steps_ = 0;
+  int64_t resent_exchanges_ = 0;
   std::unique_ptr<absl::Notification> stop_heartbeats_;
   std::thread heartbeats_;
 };

@@ -2,11 +2,13 @@
 // backup holds bitwise what the primary held at every version it
 // acknowledged, pulls wait for the backups (the commit rule), a backup
 // fences off older epochs and updates out of order, and one that comes
-// back takes the state whole.
+// back takes the state whole; a push repeated after a failover is applied
+// once, and a primary that steps down answers no worker.
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "common/transient_refusal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps_server/core/parameter_shard.h"
@@ -237,6 +239,98 @@ TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDep
   refused = primary->TryPush(DensePush(0, 1), &response);
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->code(), absl::StatusCode::kFailedPrecondition);
+}
+
+PushRequest Sequenced(PushRequest push, int64_t sequence) {
+  push.set_sequence(sequence);
+  return push;
+}
+
+TEST(ParameterShardReplicaTest, APushSentAgainAfterAFailoverIsAppliedOnce) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  PushResponse response;
+  ASSERT_TRUE(Push(*primary, Sequenced(DensePush(0, 0), 0), &response).ok());
+  ASSERT_EQ(response.outcome(), PushResponse::APPLIED);
+  // The backup holds the push (its clocks came with it), but the primary
+  // died before its worker heard: the worker sends it to the new primary.
+  Forward(*primary, *backup);
+  ASSERT_TRUE(backup->BecomePrimary(2).ok());
+  ASSERT_TRUE(Push(*backup, Sequenced(DensePush(0, 0), 0), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::DUPLICATE);
+  EXPECT_EQ(response.version(), 1);
+  EXPECT_EQ(backup->version(), 1);
+  // So is a push streamed in: read, answered by Push, applied nothing.
+  absl::StatusOr<ParameterShard::StreamedPush> streamed =
+      backup->BeginStreamedPush(Sequenced(DensePush(0, 0), 0));
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(streamed->update, nullptr);
+  EXPECT_EQ(streamed->bytes.size(), 1u);
+  // The next one is new; one without a sequence is never taken for a repeat.
+  ASSERT_TRUE(Push(*backup, Sequenced(DensePush(0, 1), 1), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  ASSERT_TRUE(Push(*backup, DensePush(0, 2), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  StatsResponse stats;
+  backup->Stats(&stats);
+  EXPECT_EQ(stats.pushes_repeated(), 1);
+  EXPECT_EQ(stats.version(), 3);
+}
+
+TEST(ParameterShardReplicaTest, APrimaryThatStepsDownRefusesThePullsItHeld) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  PushResponse response;
+  ASSERT_TRUE(Push(*primary, DensePush(0, 0), &response).ok());
+  PullRequest pull;
+  pull.add_names("b");
+  int woken = 0;
+  auto pull_or_wait = [&] {
+    return primary->PullVisitOrWait(
+        pull, absl::InfiniteFuture(), [](int64_t, const auto&, const PulledRows&) {},
+        [&woken] { ++woken; });
+  };
+  // Waiting for the backup to hold the push; then the lease is lost.
+  absl::StatusOr<ParameterShard::WaitId> waiting = pull_or_wait();
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_NE(*waiting, 0);
+  primary->StepDown();
+  EXPECT_FALSE(primary->primary());
+  EXPECT_EQ(woken, 1);
+  // Not an answer that would acknowledge what no backup holds: a refusal
+  // that sends the worker to look for the primary.
+  absl::StatusOr<ParameterShard::WaitId> refused = pull_or_wait();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MarkedTransient(refused.status()), TransientRefusal::kNotPrimary);
+  RegisterRequest again;
+  again.set_worker(0);
+  RegisterResponse view;
+  EXPECT_EQ(MarkedTransient(primary->Register(again, &view)), TransientRefusal::kNotPrimary);
+}
+
+TEST(ParameterShardReplicaTest, AStreamedPushAwaitsItsTurnWhileABackupLagsTooFar) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  PushResponse response;
+  for (int64_t v = 0; v < ParameterShard::kMaxUnreplicated; ++v) {
+    ASSERT_TRUE(Push(*primary, DensePush(0, v), &response).ok());
+  }
+  absl::StatusOr<ParameterShard::StreamedPush> streamed =
+      primary->BeginStreamedPush(DensePush(0, primary->version()));
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(streamed->update, nullptr);
+  EXPECT_TRUE(streamed->awaits_turn);
+  // No stream holds the staging: the wait ends when the backup catches up.
+  int woken = 0;
+  EXPECT_NE(primary->AwaitUpdateTurnOrWait([&woken] { ++woken; }), 0);
+  EXPECT_EQ(Forward(*primary, *backup), ParameterShard::kMaxUnreplicated);
+  EXPECT_EQ(woken, 1);
+  EXPECT_EQ(primary->AwaitUpdateTurnOrWait([] {}), 0);
 }
 
 }  // namespace

@@ -1,0 +1,140 @@
+#include "cluster/membership/local_etcd.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cluster/membership/etcd_client.h"
+
+namespace pst {
+
+absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count) {
+  // Held open together, so that they differ, then released.
+  std::vector<int> fds, ports;
+  absl::Status status;
+  for (int i = 0; i < count && status.ok(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      status = absl::InternalError(absl::StrCat("no free loopback port: ", std::strerror(errno)));
+    } else {
+      ports.push_back(ntohs(address.sin_port));
+    }
+    if (fd >= 0) fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  if (!status.ok()) return status;
+  return ports;
+}
+
+namespace {
+
+void KillAndReap(pid_t pid) {
+  kill(pid, SIGKILL);
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Whether `pid` has exited (reaping it).
+bool Exited(pid_t pid) {
+  int status = 0;
+  return waitpid(pid, &status, WNOHANG) == pid;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& dir,
+                                                            absl::Duration timeout) {
+  if (access(kEtcdProgram, X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kEtcdProgram, " is not installed; a job with backups keeps its shards' ",
+                     "membership in etcd: apt-get install etcd-server (scripts/install_deps.sh "
+                     "does), or name an etcd in cluster.membership.etcd_endpoints"));
+  }
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make ", dir, " for etcd: ", error.message()));
+  }
+  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2);
+  if (!ports.ok()) return ports.status();
+  const std::string endpoint = absl::StrCat("127.0.0.1:", (*ports)[0]);
+  const std::string client_url = absl::StrCat("http://", endpoint);
+  const std::string peer_url = absl::StrCat("http://127.0.0.1:", (*ports)[1]);
+  const std::string log = absl::StrCat(dir, "/etcd.log");
+  std::vector<std::string> args = {kEtcdProgram, "--name=pstrain",
+                                   absl::StrCat("--data-dir=", dir, "/data"),
+                                   absl::StrCat("--listen-client-urls=", client_url),
+                                   absl::StrCat("--advertise-client-urls=", client_url),
+                                   absl::StrCat("--listen-peer-urls=", peer_url),
+                                   absl::StrCat("--initial-advertise-peer-urls=", peer_url),
+                                   absl::StrCat("--initial-cluster=pstrain=", peer_url),
+                                   // etcd's minimum lease is 1.5 election timeouts, rounded up
+                                   // to whole seconds: 1 s here, 2 s with its defaults.
+                                   "--heartbeat-interval=50", "--election-timeout=500"};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", log, ": ", std::strerror(errno)));
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start etcd: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    // Dies with whoever started it, however that one ends.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(log_fd);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect({endpoint});
+  if (!client.ok()) {
+    KillAndReap(pid);
+    return client.status();
+  }
+  // Ready once a read succeeds: etcd answers reads only with a leader.
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status last;
+  while (absl::Now() < deadline) {
+    if (Exited(pid)) {
+      return absl::UnavailableError(
+          absl::StrCat("etcd exited as it started (a port taken?); see ", log));
+    }
+    last = (*client)->Get("/ready", absl::Now() + absl::Milliseconds(200)).status();
+    if (last.ok()) return std::unique_ptr<LocalEtcd>(new LocalEtcd(pid, endpoint));
+  }
+  KillAndReap(pid);
+  return absl::UnavailableError(absl::StrCat("etcd did not answer within ",
+                                             absl::FormatDuration(timeout), " (", last.ToString(),
+                                             "); see ", log));
+}
+
+LocalEtcd::~LocalEtcd() { KillAndReap(pid_); }
+
+}  // namespace pst

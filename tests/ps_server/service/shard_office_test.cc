@@ -1,0 +1,142 @@
+// A shard's membership in a real etcd (ShardOffice): a new job's replica 0
+// takes office and publishes its chain, a caught-up backup joins it, a
+// backup of the chain takes over from a primary that leaves, and a backup
+// dropped from the chain (published first) never does.
+#include "ps_server/service/shard_office.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster/membership/etcd_server.h"
+#include "tests/ps_server/core/parameter_shard_embedding_testing.h"
+#include "tests/ps_server/core/parameter_shard_replica_testing.h"
+
+namespace pst {
+namespace {
+
+using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
+using replica_testing::AsReplica;
+using replica_testing::Forward;
+using ::testing::ElementsAre;
+
+constexpr char kJob[] = "office-test";
+
+class ShardOfficeTest : public EtcdTest {
+ protected:
+  void SetUp() override {
+    EtcdTest::SetUp();
+    for (int replica = 0; replica < 2; ++replica) {
+      ShardOptions options = AsReplica(Options(ASYNC, 1), replica);
+      options.elected = true;
+      shards_.push_back(MakeShard(options));
+    }
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect({etcd_->endpoint()});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    absl::StatusOr<std::unique_ptr<ShardMembership>> membership =
+        ShardMembership::Create(client_.get(), kJob, 0);
+    ASSERT_TRUE(membership.ok()) << membership.status();
+    membership_ = *std::move(membership);
+  }
+
+  std::unique_ptr<ShardOffice> StartOffice(int replica) {
+    absl::StatusOr<std::unique_ptr<ShardOffice>> office = ShardOffice::Start(
+        shards_[replica].get(), {.etcd_endpoints = {etcd_->endpoint()},
+                                 .job = kJob,
+                                 .address = absl::StrCat("127.0.0.1:", 7000 + replica),
+                                 .lease = absl::Seconds(1)});
+    EXPECT_TRUE(office.ok()) << office.status();
+    return office.ok() ? *std::move(office) : nullptr;
+  }
+
+  // Whether replica `replica` is primary within `timeout`: its shard is
+  // the event (it takes office on the office's thread).
+  bool AwaitPrimary(int replica, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!shards_[replica]->primary()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  }
+
+  // The chain as etcd holds it once it has `size` replicas (or after `timeout`).
+  std::vector<std::string> AwaitChain(size_t size, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::vector<std::string> replicas;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<ReplicaChain> chain = membership_->ReadChain(absl::Now() + absl::Seconds(1));
+      if (chain.ok()) replicas = chain->replicas;
+      if (replicas.size() == size) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return replicas;
+  }
+
+  std::vector<std::unique_ptr<ParameterShard>> shards_;
+  std::unique_ptr<EtcdClient> client_;
+  std::unique_ptr<ShardMembership> membership_;
+};
+
+TEST_F(ShardOfficeTest, ANewJobsReplicaZeroTakesOfficeAndACaughtUpBackupJoinsItsChain) {
+  std::unique_ptr<ShardOffice> backup = StartOffice(1);
+  std::unique_ptr<ShardOffice> primary = StartOffice(0);
+  ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(10)));
+  EXPECT_FALSE(shards_[1]->primary());
+  EXPECT_EQ(shards_[0]->epoch(), 1);
+  EXPECT_THAT(AwaitChain(1, absl::Seconds(5)), ElementsAre("0"));
+  // The backup holds the primary's state once it has acknowledged it.
+  Init(shards_[0].get());
+  Forward(*shards_[0], *shards_[1]);
+  EXPECT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+}
+
+TEST_F(ShardOfficeTest, ABackupOfTheChainTakesOverFromAPrimaryThatLeaves) {
+  std::unique_ptr<ShardOffice> backup = StartOffice(1);
+  std::unique_ptr<ShardOffice> primary = StartOffice(0);
+  ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(10)));
+  Init(shards_[0].get());
+  Forward(*shards_[0], *shards_[1]);
+  ASSERT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+  const absl::Time left = absl::Now();
+  primary.reset();  // resigns
+  EXPECT_FALSE(shards_[0]->primary());
+  ASSERT_TRUE(AwaitPrimary(1, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - left, absl::Seconds(2));
+  EXPECT_EQ(shards_[1]->epoch(), 2);
+  EXPECT_THAT(AwaitChain(1, absl::Seconds(5)), ElementsAre("1"));
+}
+
+TEST_F(ShardOfficeTest, ABackupDroppedFromTheChainNeverTakesOver) {
+  std::unique_ptr<ShardOffice> backup = StartOffice(1);
+  std::unique_ptr<ShardOffice> primary = StartOffice(0);
+  ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(10)));
+  Init(shards_[0].get());
+  Forward(*shards_[0], *shards_[1]);
+  ASSERT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+  // Published before the backup leaves the commit rule.
+  ASSERT_TRUE(primary->Drop(1, absl::Now() + absl::Seconds(5)).ok());
+  absl::StatusOr<ReplicaChain> chain = membership_->ReadChain(absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_THAT(chain->replicas, ElementsAre("0"));
+  EXPECT_TRUE(shards_[0]->CaughtUpBackups().empty());
+
+  absl::StatusOr<PrimaryView> office = membership_->Current(absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(office.ok()) << office.status();
+  primary.reset();
+  // The office falls vacant and stays so: the watch's deadline is the clock.
+  absl::StatusOr<PrimaryView> vacant =
+      membership_->AwaitChange(*office, absl::Now() + absl::Seconds(2));
+  ASSERT_TRUE(vacant.ok()) << vacant.status();
+  EXPECT_FALSE(vacant->primary.has_value());
+  EXPECT_EQ(membership_->AwaitChange(*vacant, absl::Now() + absl::Seconds(3)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(shards_[1]->primary());
+}
+
+}  // namespace
+}  // namespace pst
