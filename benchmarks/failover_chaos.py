@@ -226,7 +226,8 @@ def run_chaos(args, path, mode, shards, work):
             shard = 0
             while process.poll() is None:
                 time.sleep(rng.uniform(args.min_gap, args.max_gap))
-                # Shard `shard`'s primary, once its backup holds the state again.
+                # Shard `shard`'s primary, once its backup holds the state again
+                # (counted in the commit rule: it acknowledged a state of this office).
                 primary = None
                 deadline = time.time() + 60
                 while process.poll() is None and time.time() < deadline:
@@ -307,7 +308,10 @@ def main():
             row["pushes_applied_once"] = all(v == chaos["steps"] for v in chaos_versions)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        shutil.rmtree(work, ignore_errors=True)
+        if row.get("model_equal", True) and row.get("pushes_applied_once", True):
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"{PROGRAM}: the runs' logs are kept in {work}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             for row in rows:

@@ -48,7 +48,9 @@
 // state each version leaves (ReplicaUpdate: every dense variable, the rows
 // changed and removed, the worker clocks; the state whole to a backup
 // that has none, or is too far behind) and counts a version replicated
-// once every live backup acknowledges it. The commit rule: a pull waits
+// once every live backup that has caught up acknowledges it (a backup
+// that is new or came back is sent the state whole and joins once it
+// acknowledges it, while training goes on). The commit rule: a pull waits
 // until the version it asks for (min_version) and the worker's own last
 // applied push are replicated; so no worker is told of an update a
 // backup lacks, and in SYNC, where a pull shows exactly the step it
@@ -283,6 +285,9 @@ class ParameterShard {
   // Replicas (above). Indexes are the replicas' places, 0 to
   // options.replicas - 1; this process's own is options.replica.
   static constexpr int64_t kMaxUnreplicated = kMaxUnreplicatedVersions;
+  // The versions the log keeps for a backup catching up (sent the state
+  // whole, not yet acknowledged it); past them it is sent a newer state.
+  static constexpr int64_t kMaxCatchUpLog = 4 * kMaxUnreplicated;
   bool primary() const;
   int64_t epoch() const;
   // The primary's side. Makes this process the primary at `epoch` (its
@@ -465,6 +470,9 @@ class ParameterShard {
     int64_t acked = -1;
     int64_t sent = -1;
   };
+  // A live backup counts once it has acknowledged a state of this office:
+  // one catching up (sent the state whole) holds nothing back meanwhile.
+  static bool CountsInCommitRule(const Backup& backup) { return backup.live && backup.acked >= 0; }
   bool primary_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> applied_for_ ABSL_GUARDED_BY(mu_);

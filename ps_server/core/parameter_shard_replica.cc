@@ -41,8 +41,9 @@ int64_t ParameterShard::ReplicatedLocked() const {
   if (!Forwards()) return version_;
   int64_t replicated = version_;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
-    if (r == options_.replica || !backups_[r].live) continue;
-    replicated = std::min(replicated, backups_[r].acked);
+    if (r != options_.replica && CountsInCommitRule(backups_[r])) {
+      replicated = std::min(replicated, backups_[r].acked);
+    }
   }
   return replicated;
 }
@@ -92,7 +93,7 @@ std::vector<int> ParameterShard::CaughtUpBackups() const {
   std::vector<int> backups;
   if (!primary_) return backups;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
-    if (r != options_.replica && backups_[r].live && backups_[r].acked >= 0) backups.push_back(r);
+    if (r != options_.replica && CountsInCommitRule(backups_[r])) backups.push_back(r);
   }
   return backups;
 }
@@ -161,9 +162,20 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
 }
 
 void ParameterShard::TrimReplicaLog() {
+  // The log keeps what a caught-up backup has not acknowledged, and what
+  // follows the state a catching-up one is being sent.
   int64_t held = version_;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
-    if (r != options_.replica && backups_[r].live) held = std::min(held, backups_[r].acked);
+    Backup& backup = backups_[r];
+    if (r == options_.replica || !backup.live) continue;
+    if (backup.acked >= 0) {
+      held = std::min(held, backup.acked);
+    } else if (backup.sent >= 0 && version_ - backup.sent > kMaxCatchUpLog) {
+      // Its state whole has been on the way too long: it is sent a newer one.
+      backup.sent = -1;
+    } else if (backup.sent >= 0) {
+      held = std::min(held, backup.sent);
+    }
   }
   while (!replica_log_.empty() && replica_log_.front()->state().version() <= held) {
     log_base_ = replica_log_.front()->state().version();

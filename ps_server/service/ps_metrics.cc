@@ -170,7 +170,9 @@ constexpr Read kReplicaReads[] = {
     {"pst_ps_replica_backups_live", "Backups the primary counts in its commit rule.", kGauge,
      [](const StatsResponse& s) {
        int live = 0;
-       for (const auto& b : s.replication().backups()) live += b.live() ? 1 : 0;
+       for (const auto& b : s.replication().backups()) {
+         live += b.live() && b.acked_version() >= 0 ? 1 : 0;
+       }
        return double(live);
      }},
     {"pst_ps_replication_forwarded_bytes_total",

@@ -114,18 +114,24 @@ bool ShardOffice::MayTakeOver(absl::Time vacant_since) {
   const bool in_chain =
       std::find(chain->replicas.begin(), chain->replicas.end(), me) != chain->replicas.end();
   if (in_chain && shard_->holds_state() && shard_->epoch() >= chain->epoch) return true;
-  if (shard_->replica() == 0 && absl::Now() - vacant_since >= kFallbackPatience * options_.lease) {
+  if (shard_->replica() == 0 && options_.restored &&
+      absl::Now() - vacant_since >= kFallbackPatience * options_.lease) {
     // Every replica that held the state is gone: the shard goes on from
-    // what replica 0 holds, and the workers, who know what they read, end
-    // the run if that loses more than a checkpoint interval.
+    // replica 0's checkpoint, and the workers, who know what they read,
+    // end the run if that loses more than a checkpoint interval.
     spdlog::warn(
         "{}: the office has been vacant for {} and no replica of the chain ({}, epoch {}) took "
-        "it: campaigning with {}; the updates after it are lost",
+        "it: campaigning with the checkpoint restored at version {}; the updates after it are "
+        "lost",
         name_, absl::FormatDuration(absl::Now() - vacant_since),
-        absl::StrJoin(chain->replicas, ","), chain->epoch,
-        options_.restored ? absl::StrCat("the checkpoint restored at version ", shard_->version())
-                          : std::string("no state"));
+        absl::StrJoin(chain->replicas, ","), chain->epoch, shard_->version());
     return true;
+  }
+  if (absl::Now() - vacant_since >= kFallbackPatience * options_.lease) {
+    Complain("find a replica to take the vacant office (every replica of the chain is gone)",
+             absl::UnavailableError(absl::StrCat(
+                 "chain ", absl::StrJoin(chain->replicas, ","), " of epoch ", chain->epoch,
+                 "; restart a replica of it, or replica 0 with a checkpoint to restore")));
   }
   return false;
 }

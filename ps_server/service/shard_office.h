@@ -9,11 +9,12 @@
 // Who may take over a vacant office: while no chain was ever published,
 // replica 0 (a new job); after that, a replica in the last published chain
 // that holds a state of that chain's epoch or newer (not a process that
-// restarted since, nor a backup the primary dropped). Replica 0 takes it
-// too once it has stayed vacant for kFallbackPatience leases: every replica
-// that held the state is gone, and training goes on from replica 0's
-// checkpoint, if it restored one (the workers end the run if that loses
-// more than a checkpoint interval).
+// restarted since, nor a backup the primary dropped). Replica 0, if it
+// restored a checkpoint at start, takes it too once it has stayed vacant
+// for kFallbackPatience leases: every replica that held the state is gone,
+// and training goes on from the checkpoint (the workers end the run if
+// that loses more than a checkpoint interval). Without one the office
+// stays vacant, said in the log: a shard never starts over from nothing.
 //
 // The chain is published before a backup leaves the commit rule (Drop), so
 // a backup that stopped receiving updates never takes over. With etcd
@@ -50,7 +51,7 @@ class ShardOffice {
     // restart keeps where a port the system picked may change.
     std::string address;
     absl::Duration lease = absl::Seconds(1);
-    // The shard's state came from a checkpoint at start (for the log).
+    // The shard's state came from a checkpoint at start.
     bool restored = false;
   };
   static constexpr int kFallbackPatience = 3;
