@@ -226,15 +226,15 @@ def run_chaos(args, path, mode, shards, work):
             shard = 0
             while process.poll() is None:
                 time.sleep(rng.uniform(args.min_gap, args.max_gap))
-                # Shard `shard`'s primary, once its backup holds the state again
-                # (counted in the commit rule: it acknowledged a state of this office).
+                # Shard `shard`'s primary, once its backup is back in the chain
+                # (it holds every update acknowledged to a worker).
                 primary = None
                 deadline = time.time() + 60
                 while process.poll() is None and time.time() < deadline:
                     for k, port in enumerate(replicas[shard]):
                         m = metrics(port)
                         if (m.get("pst_ps_replica_primary") == 1 and
-                                m.get("pst_ps_replica_backups_live", 0) >= 1 and
+                                m.get("pst_ps_replica_chain_backups", 0) >= 1 and
                                 m.get("pst_ps_replicated_version", -1) >= 0 and
                                 m.get("pst_ps_version", 0) > 0):
                             primary = (k, m["pst_ps_version"])

@@ -67,15 +67,15 @@ std::string ReplicationReport(const std::vector<StatsResponse>& shards) {
     if (!shards[s].has_replication()) continue;
     const ReplicationStats& r = shards[s].replication();
     if (report.empty()) {
-      report = absl::StrFormat("%-6s %7s %8s %11s %7s %5s %9s %8s %12s %9s\n", "shard", "primary",
-                               "epoch", "replicated", "backup", "live", "acked", "lag", "lag_bytes",
-                               "failovers");
+      report = absl::StrFormat("%-6s %7s %8s %11s %7s %5s %6s %9s %8s %12s %9s\n", "shard",
+                               "primary", "epoch", "replicated", "backup", "live", "chain", "acked",
+                               "lag", "lag_bytes", "failovers");
     }
     for (const ReplicationStats::Backup& b : r.backups()) {
-      absl::StrAppendFormat(&report, "%-6s %7d %8d %11d %7d %5s %9d %8d %12d %9d\n",
+      absl::StrAppendFormat(&report, "%-6s %7d %8d %11d %7d %5s %6s %9d %8d %12d %9d\n",
                             absl::StrCat("ps:", s), r.replica(), r.epoch(), r.replicated_version(),
-                            b.replica(), b.live() ? "yes" : "NO", b.acked_version(),
-                            b.lag_versions(), b.lag_bytes(), r.became_primary());
+                            b.replica(), b.live() ? "yes" : "NO", b.in_chain() ? "yes" : "no",
+                            b.acked_version(), b.lag_versions(), b.lag_bytes(), r.became_primary());
     }
   }
   return report;

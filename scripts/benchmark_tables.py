@@ -490,6 +490,24 @@ def replication_cost(rows):
          for r in rows])}
 
 
+def failover_chaos(rows):
+    def outcome(r):
+        if r["mode"] == "sync":
+            return (f"model {'bitwise equal' if r['model_equal'] else 'DIFFERENT'}, "
+                    f"{r['metric']} {r['chaos_metric']:.4f} "
+                    f"({'equal' if r['metric_equal'] else 'failure-free ' + format(r['quiet_metric'], '.4f')})")
+        versions = ", ".join(str(v) for v in r["versions"])
+        return (f"final versions {versions} for {r['steps']} pushes: "
+                f"{'each applied once' if r['pushes_applied_once'] else 'NOT each once'}")
+    return {"": table(
+        ["job", "mode", "lease (s)", "kills (shards)", "kill to next step p50 (s)", "max (s)",
+         "outcome", "load average (1 min)"],
+        ["---", "---", "---:", "---:", "---:", "---:", "---", "---:"],
+        [(r["job"], r["mode"], r["lease_seconds"], f"{r['kills']} ({r['shards']})",
+          f"{r['failover_p50_s']:.2f}", f"{r['failover_max_s']:.2f}", outcome(r),
+          f"{r['load_1min']:.2f}") for r in rows])}
+
+
 def cnn_vs_ddp(rows):
     def three(values, digits):
         return f"{values[0]:.{digits}f} ({values[1]:.{digits}f}-{values[2]:.{digits}f})"
@@ -524,7 +542,7 @@ TABLES = {"machine": machine, "train_vs_torch": train_vs_torch, "ctr_vs_torch": 
           "netns_cluster": netns_cluster, "cost_model": cost_model,
           "python_client": python_client, "table_bench": table_bench,
           "row_step_bench": row_step_bench, "ctr_scale": ctr_scale,
-          "replication_cost": replication_cost,
+          "replication_cost": replication_cost, "failover_chaos": failover_chaos,
           "cnn_vs_ddp": cnn_vs_ddp, "cnn_time_to_accuracy": cnn_time_to_accuracy}
 
 

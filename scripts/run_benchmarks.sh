@@ -13,7 +13,8 @@
 # Kinds, in order: machine train_vs_torch ctr_vs_torch time_to_accuracy
 # train_bench main_job ps_bench ps_bench_shards ps_bench_wire_dtype
 # ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
-# python_client table_bench row_step_bench ctr_scale replication_cost cnn_vs_ddp. ONLY without
+# python_client table_bench row_step_bench ctr_scale replication_cost failover_chaos cnn_vs_ddp.
+# ONLY without
 # machine keeps machine.json
 # as it is.
 # netns_cluster needs root (skipped otherwise) and takes about an hour;
@@ -41,7 +42,8 @@ DOC=${DOC:-docs/benchmarks.md}
 WORK=build/bench  # intermediate files
 KINDS=(machine train_vs_torch ctr_vs_torch time_to_accuracy train_bench main_job ps_bench
        ps_bench_shards ps_bench_wire_dtype ps_bench_sizes gpu_bench metrics_bench netns_link netns_cluster cost_model
-       python_client table_bench row_step_bench ctr_scale replication_cost cnn_vs_ddp)
+       python_client table_bench row_step_bench ctr_scale replication_cost failover_chaos
+       cnn_vs_ddp)
 DRY_RUN=${DRY_RUN:-}
 
 say() { echo "run_benchmarks.sh: $*" >&2; }
@@ -311,6 +313,12 @@ replication_cost() {
   run "$PY" benchmarks/replication_cost.py --job=default --rounds="$(rounds 3)" \
     --json=$WORK/replication_cost.default.json
   run_to "$BENCH_DIR/replication_cost.json" cat $WORK/replication_cost.{ctr,default}.json
+}
+
+failover_chaos() {
+  run "$PY" benchmarks/failover_chaos.py --job=ctr --modes=sync,async --kills=10 \
+    --json=$WORK/failover_chaos.json
+  run_to "$BENCH_DIR/failover_chaos.json" cat $WORK/failover_chaos.json
 }
 
 for kind in ${ONLY//,/ }; do

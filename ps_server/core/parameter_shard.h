@@ -48,9 +48,9 @@
 // state each version leaves (ReplicaUpdate: every dense variable, the rows
 // changed and removed, the worker clocks; the state whole to a backup
 // that has none, or is too far behind) and counts a version replicated
-// once every live backup that has caught up acknowledges it (a backup
-// that is new or came back is sent the state whole and joins once it
-// acknowledges it, while training goes on). The commit rule: a pull waits
+// once every live backup acknowledges it (a backup that is new or came
+// back is sent the state whole, and updates wait for it meanwhile). The
+// commit rule: a pull waits
 // until the version it asks for (min_version) and the worker's own last
 // applied push are replicated; so no worker is told of an update a
 // backup lacks, and in SYNC, where a pull shows exactly the step it
@@ -285,9 +285,6 @@ class ParameterShard {
   // Replicas (above). Indexes are the replicas' places, 0 to
   // options.replicas - 1; this process's own is options.replica.
   static constexpr int64_t kMaxUnreplicated = kMaxUnreplicatedVersions;
-  // The versions the log keeps for a backup catching up (sent the state
-  // whole, not yet acknowledged it); past them it is sent a newer state.
-  static constexpr int64_t kMaxCatchUpLog = 4 * kMaxUnreplicated;
   bool primary() const;
   int64_t epoch() const;
   // The primary's side. Makes this process the primary at `epoch` (its
@@ -299,9 +296,10 @@ class ParameterShard {
   // are refused from now on, pulls waiting included, and the next primary's
   // state replaces what this process holds.
   void StepDown();
-  // The primary's backups that count in the commit rule and have
-  // acknowledged a state of this office: with the primary, the chain its
-  // membership publishes, the replicas that may take over from it.
+  // The primary's backups that count in the commit rule and hold every
+  // update acknowledged to a worker (what the primary held when they joined
+  // the rule, and since): with the primary, the chain its membership
+  // publishes, the replicas that may take over from it.
   std::vector<int> CaughtUpBackups() const;
   // Whether this process holds a state its primary sent it, whole or
   // updated since.
@@ -469,10 +467,17 @@ class ParameterShard {
     bool live = true;
     int64_t acked = -1;
     int64_t sent = -1;
+    // The primary's version when the backup joined the commit rule: until
+    // it has acknowledged that, a worker may have been told of an update it
+    // lacks, so it is not in the chain (CaughtUpBackups).
+    int64_t holds_acknowledged_from = std::numeric_limits<int64_t>::max();
   };
-  // A live backup counts once it has acknowledged a state of this office:
-  // one catching up (sent the state whole) holds nothing back meanwhile.
-  static bool CountsInCommitRule(const Backup& backup) { return backup.live && backup.acked >= 0; }
+  // Every live backup counts, one catching up too: training waits while it
+  // takes the state whole (a backup that fails is dropped by its sender).
+  static bool CountsInCommitRule(const Backup& backup) { return backup.live; }
+  static bool InChain(const Backup& backup) {
+    return backup.live && backup.acked >= 0 && backup.acked >= backup.holds_acknowledged_from;
+  }
   bool primary_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> applied_for_ ABSL_GUARDED_BY(mu_);

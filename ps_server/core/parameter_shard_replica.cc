@@ -93,7 +93,8 @@ std::vector<int> ParameterShard::CaughtUpBackups() const {
   std::vector<int> backups;
   if (!primary_) return backups;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
-    if (r != options_.replica && CountsInCommitRule(backups_[r])) backups.push_back(r);
+    const Backup& backup = backups_[r];
+    if (r != options_.replica && InChain(backup)) backups.push_back(r);
   }
   return backups;
 }
@@ -106,7 +107,7 @@ bool ParameterShard::holds_state() const {
 void ParameterShard::RestartForwarding() {
   replica_log_.clear();
   log_base_ = version_;
-  for (Backup& backup : backups_) backup = {.live = backup.live, .acked = -1, .sent = -1};
+  for (Backup& backup : backups_) backup = {.live = backup.live};
   tables_.embeddings().ForgetChanges(/*forward=*/options_.replicas > 1);
 }
 
@@ -150,6 +151,7 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
     out->set_replica(r);
     out->set_live(backup.live);
     out->set_acked_version(backup.acked);
+    out->set_in_chain(InChain(backup));
     out->set_lag_versions(version_ - std::max<int64_t>(backup.acked, 0));
     int64_t bytes = 0;
     for (const auto& logged : replica_log_) {
@@ -162,20 +164,9 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
 }
 
 void ParameterShard::TrimReplicaLog() {
-  // The log keeps what a caught-up backup has not acknowledged, and what
-  // follows the state a catching-up one is being sent.
   int64_t held = version_;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
-    Backup& backup = backups_[r];
-    if (r == options_.replica || !backup.live) continue;
-    if (backup.acked >= 0) {
-      held = std::min(held, backup.acked);
-    } else if (backup.sent >= 0 && version_ - backup.sent > kMaxCatchUpLog) {
-      // Its state whole has been on the way too long: it is sent a newer one.
-      backup.sent = -1;
-    } else if (backup.sent >= 0) {
-      held = std::min(held, backup.sent);
-    }
+    if (r != options_.replica && backups_[r].live) held = std::min(held, backups_[r].acked);
   }
   while (!replica_log_.empty() && replica_log_.front()->state().version() <= held) {
     log_base_ = replica_log_.front()->state().version();
@@ -226,7 +217,11 @@ void ParameterShard::ReplicaAcked(int replica, int64_t version) {
   absl::MutexLock lock(&mu_);
   if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
   Backup& backup = backups_[replica];
-  backup.acked = std::max(backup.acked, std::min(version, backup.sent));
+  const int64_t acked = std::max(backup.acked, std::min(version, backup.sent));
+  // Joining the commit rule: what was acknowledged before, up to version_,
+  // it must hold too before it may take over.
+  if (backup.acked < 0 && acked >= 0) backup.holds_acknowledged_from = version_;
+  backup.acked = acked;
   TrimReplicaLog();
   Changed();
 }
@@ -239,7 +234,9 @@ void ParameterShard::ReplicaResync(int replica, int64_t version) {
   // takes the state whole.
   const bool follows = version >= log_base_ && version <= backup.sent;
   backup.sent = follows ? version : -1;
-  backup.acked = follows ? std::max(backup.acked, version) : -1;
+  const int64_t acked = follows ? std::max(backup.acked, version) : -1;
+  if (backup.acked < 0 && acked >= 0) backup.holds_acknowledged_from = version_;
+  backup.acked = acked;
   TrimReplicaLog();
   Changed();
 }
@@ -249,7 +246,7 @@ void ParameterShard::SetReplicaLive(int replica, bool live) {
   if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
   Backup& backup = backups_[replica];
   if (backup.live == live) return;
-  backup = {.live = live, .acked = -1, .sent = -1};
+  backup = {.live = live};
   TrimReplicaLog();
   Changed();  // pulls and updates may wait on it no more
 }

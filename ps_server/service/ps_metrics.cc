@@ -170,10 +170,16 @@ constexpr Read kReplicaReads[] = {
     {"pst_ps_replica_backups_live", "Backups the primary counts in its commit rule.", kGauge,
      [](const StatsResponse& s) {
        int live = 0;
-       for (const auto& b : s.replication().backups()) {
-         live += b.live() && b.acked_version() >= 0 ? 1 : 0;
-       }
+       for (const auto& b : s.replication().backups()) live += b.live() ? 1 : 0;
        return double(live);
+     }},
+    {"pst_ps_replica_chain_backups",
+     "Backups in the primary's chain: they hold every acknowledged update and may take over.",
+     kGauge,
+     [](const StatsResponse& s) {
+       int in_chain = 0;
+       for (const auto& b : s.replication().backups()) in_chain += b.in_chain() ? 1 : 0;
+       return double(in_chain);
      }},
     {"pst_ps_replication_forwarded_bytes_total",
      "Bytes of updates the primary logged for its "

@@ -158,6 +158,11 @@ ROWS = {
          **{f"{f}{end}": v for f, v in (("without_samples_per_sec", 71367.0),
                                         ("with_samples_per_sec", 33047.0), ("ratio", 0.46))
             for end in ("", "_min", "_max")}}],
+    "failover_chaos": [
+        {"job": "ctr", "mode": "sync", "lease_seconds": 1, "kills": 10, "shards": 2,
+         "failover_p50_s": 1.12, "failover_max_s": 1.41, "metric": "test_auc",
+         "quiet_metric": 0.8014, "chaos_metric": 0.8014, "steps": 3906, "load_1min": 3.1,
+         "model_equal": True, "metric_equal": True}],
 }
 
 ROWS["netns_link"] = [
@@ -216,6 +221,8 @@ EXPECTED = {
                   "| 10gbit | 4MiB |",
     "replication_cost": "| ctr | sync | 71367 (71367-71367) | 33047 (33047-33047) "
                         "| 0.46 (0.46-0.46) | test AUC 0.7758 | 0.7758 | 427 | 21.8 | 1.02 | 3 |",
+    "failover_chaos": "| ctr | sync | 1 | 10 (2) | 1.12 | 1.41 | model bitwise equal, test_auc 0.8014 "
+                      "(equal) | 3.10 |",
     "cnn_vs_ddp": "| 64 | 200 | 3858 (3677-3951) | 3590 (3495-3642) | 1.07 (1.05-1.13) | 5 |",
     "cnn_time_to_accuracy": "| 0.91 | 15 | 11 (200.4 s) | not reached | 0.9150 | 0.9032 |",
 }

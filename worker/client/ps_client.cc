@@ -109,12 +109,14 @@ absl::Status ShardChannel::PushesAnswered(absl::Status exchange) {
   if (!exchange.ok()) return exchange;
   for (Shard& shard : shards_) {
     if (shard.pushes >= 0) ++shard.pushes;
+    shard.version_after_failover = -1;
   }
   return exchange;
 }
 
 void ShardChannel::TagPush(int s, int64_t computed_at, PushRequest* header) const {
-  header->set_computed_at_version(computed_at);
+  const int64_t held = shards_[s].version_after_failover;
+  header->set_computed_at_version(held >= 0 ? std::min(computed_at, held) : computed_at);
   if (shards_[s].pushes >= 0) header->set_sequence(shards_[s].pushes);
 }
 
@@ -308,6 +310,7 @@ absl::Status ShardChannel::RegisterFollowing(int s, RegisterResponse* response) 
       absl::MutexLock lock(&endpoint_mu_);
       shard.at = place;
     }
+    shard.version_after_failover = response->version();
     // Another process: it knows nothing of this worker's region.
     shard.region_attached = false;
     shard.region_handle = 0;

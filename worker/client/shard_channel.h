@@ -268,6 +268,11 @@ class ShardChannel {
     // by which a push sent again after a failover is not applied twice.
     // -1 until the first Register.
     int64_t pushes = -1;
+    // The version the shard's new primary held when Register found it
+    // (-1: no failover since the last whole exchange). A read of the old
+    // primary may have shown updates it had not yet replicated (ASYNC), so
+    // a push sent again claims at most this version.
+    int64_t version_after_failover = -1;
     std::vector<size_t> slices;  // indices into slices_, in order
     // The last exchange's call, which gRPC may still be finishing after
     // its answer arrived; replaced (and so waited for) by the next one.
