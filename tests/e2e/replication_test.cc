@@ -59,6 +59,16 @@ std::string CtrConfig(const std::string& dir, const std::string& name,
   return path;
 }
 
+// A folder of the test's own, empty at the start and removed at the end.
+struct ScratchFolder {
+  explicit ScratchFolder(const std::string& name) : path(absl::StrCat(ScratchDir(), "/", name)) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchFolder() { std::filesystem::remove_all(path); }
+  const std::string path;
+};
+
 // The newest checkpoint that restores in `dir`.
 ShardCheckpoint Newest(const std::string& dir) {
   std::vector<std::string> rejected;
@@ -94,13 +104,8 @@ std::string Summary(const CommandResult& run) {
 }
 
 TEST(ReplicationTest, SyncWithABackupPerShardTrainsAsWithoutAndTheBackupsEndAsTheirPrimaries) {
-  const std::string dir = absl::StrCat(ScratchDir(), "/replication");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  struct RemoveAtEnd {
-    std::string dir;
-    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
-  } remove_at_end{dir};
+  const ScratchFolder scratch("replication");
+  const std::string& dir = scratch.path;
   const std::string plain = CtrConfig(dir, "plain", "");
   const std::string replicated = CtrConfig(
       dir, "replicated",
@@ -241,13 +246,8 @@ std::string StateOf(const std::string& dir) {
 }
 
 TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
-  const std::string dir = absl::StrCat(ScratchDir(), "/failover-sync");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  struct RemoveAtEnd {
-    std::string dir;
-    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
-  } remove_at_end{dir};
+  const ScratchFolder scratch("failover-sync");
+  const std::string& dir = scratch.path;
   const std::string plain = CtrConfig(dir, "plain", "", 90000);
   const std::string replicated = CtrConfig(dir, "replicated", kBackups, 90000);
 
@@ -271,13 +271,8 @@ TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
 }
 
 TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {
-  const std::string dir = absl::StrCat(ScratchDir(), "/failover-async");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  struct RemoveAtEnd {
-    std::string dir;
-    ~RemoveAtEnd() { std::filesystem::remove_all(dir); }
-  } remove_at_end{dir};
+  const ScratchFolder scratch("failover-async");
+  const std::string& dir = scratch.path;
   const std::string replicated = CtrConfig(dir, "replicated", kBackups, 90000);
   const std::string output =
       RunKillingShardZerosPrimary(replicated, "async", absl::StrCat(dir, "/replicated.log"), 60);

@@ -1,7 +1,5 @@
 #include "tests/cluster/membership/etcd_server.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,44 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cluster/membership/etcd_client.h"
+#include "cluster/membership/local_etcd.h"
 
 namespace pst {
-namespace {
-
-// Ports the kernel hands out for port 0, held open together so that the two
-// differ, then released for etcd to bind. Another process could take one in
-// between; etcd would then fail to start, and Start says so.
-absl::StatusOr<std::vector<int>> FreePorts(int count) {
-  std::vector<int> fds, ports;
-  absl::Status status;
-  for (int i = 0; i < count && status.ok(); ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      status = absl::InternalError("no free loopback port");
-    } else {
-      ports.push_back(ntohs(address.sin_port));
-    }
-    if (fd >= 0) fds.push_back(fd);
-  }
-  for (int fd : fds) close(fd);
-  if (!status.ok()) return status;
-  return ports;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
   static std::atomic<int> started{0};
   absl::Status status;
-  // A port taken between FreePorts and etcd's bind makes etcd exit: new
+  // A port taken between FreeLoopbackPorts and etcd's bind makes etcd exit: new
   // ports, a few times.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    absl::StatusOr<std::vector<int>> ports = FreePorts(2);
+    absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2);
     if (!ports.ok()) return ports.status();
     const std::string dir = absl::StrCat(ScratchDir(), "/etcd.", ++started);
     std::filesystem::create_directories(dir);

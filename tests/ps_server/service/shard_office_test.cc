@@ -77,6 +77,14 @@ class ShardOfficeTest : public EtcdTest {
     return replicas;
   }
 
+  // Replica 0 in office and replica 1 caught up: both in the chain.
+  void AwaitChainOfBoth() {
+    ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(10)));
+    Init(shards_[0].get());
+    Forward(*shards_[0], *shards_[1]);
+    ASSERT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+  }
+
   std::vector<std::unique_ptr<ParameterShard>> shards_;
   std::unique_ptr<EtcdClient> client_;
   std::unique_ptr<ShardMembership> membership_;
@@ -98,10 +106,7 @@ TEST_F(ShardOfficeTest, ANewJobsReplicaZeroTakesOfficeAndACaughtUpBackupJoinsIts
 TEST_F(ShardOfficeTest, ABackupOfTheChainTakesOverFromAPrimaryThatLeaves) {
   std::unique_ptr<ShardOffice> backup = StartOffice(1);
   std::unique_ptr<ShardOffice> primary = StartOffice(0);
-  ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(10)));
-  Init(shards_[0].get());
-  Forward(*shards_[0], *shards_[1]);
-  ASSERT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+  ASSERT_NO_FATAL_FAILURE(AwaitChainOfBoth());
   const absl::Time left = absl::Now();
   primary.reset();  // resigns
   EXPECT_FALSE(shards_[0]->primary());
@@ -114,10 +119,7 @@ TEST_F(ShardOfficeTest, ABackupOfTheChainTakesOverFromAPrimaryThatLeaves) {
 TEST_F(ShardOfficeTest, ABackupDroppedFromTheChainNeverTakesOver) {
   std::unique_ptr<ShardOffice> backup = StartOffice(1);
   std::unique_ptr<ShardOffice> primary = StartOffice(0);
-  ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(10)));
-  Init(shards_[0].get());
-  Forward(*shards_[0], *shards_[1]);
-  ASSERT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+  ASSERT_NO_FATAL_FAILURE(AwaitChainOfBoth());
   // Published before the backup leaves the commit rule.
   ASSERT_TRUE(primary->Drop(1, absl::Now() + absl::Seconds(5)).ok());
   absl::StatusOr<ReplicaChain> chain = membership_->ReadChain(absl::Now() + absl::Seconds(1));
