@@ -27,7 +27,6 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "cluster/membership/local_etcd.h"
 #include "common/config.h"
 #include "common/exit.h"
 #include "common/flags.h"
@@ -491,20 +490,10 @@ int main(int argc, char** argv) {
     if (remove_dir) RemoveDir(*dir);
     pst::ExitWithError(kProgram, s);
   }
-  // A job with backups keeps its shards' membership in etcd: one of the
-  // job's own, unless the config names one. It dies with pslaunch.
-  std::unique_ptr<pst::LocalEtcd> etcd;
-  if (config->cluster().ps_backups_size() > 0 &&
-      config->cluster().membership().etcd_endpoints().empty()) {
-    absl::StatusOr<std::unique_ptr<pst::LocalEtcd>> started =
-        pst::LocalEtcd::Start((std::filesystem::path(*dir) / "etcd").string(), absl::Seconds(30));
-    if (!started.ok()) {
-      if (remove_dir) RemoveDir(*dir);
-      pst::ExitWithError(kProgram, started.status());
-    }
-    etcd = *std::move(started);
-    config->mutable_cluster()->mutable_membership()->add_etcd_endpoints(etcd->endpoint());
-    spdlog::info("the shards' membership is in etcd at {} (pid {})", etcd->endpoint(), etcd->pid());
+  absl::StatusOr<std::unique_ptr<pst::LocalEtcd>> etcd = pst::StartJobEtcd(&*config, *dir);
+  if (!etcd.ok()) {
+    if (remove_dir) RemoveDir(*dir);
+    pst::ExitWithError(kProgram, etcd.status());
   }
   absl::StatusOr<std::string> config_path = pst::WriteEffectiveConfig(*config, *dir);
   if (!config_path.ok()) {
@@ -519,7 +508,7 @@ int main(int argc, char** argv) {
   // On every way out from here: the run's directory if pslaunch made it,
   // and the port files' directory.
   auto remove_dirs = [&] {
-    etcd.reset();  // it writes under the run's directory
+    etcd->reset();  // it writes under the run's directory
     if (remove_dir) RemoveDir(*dir);
     if (!pending_ports->dir.empty()) RemoveDir(pending_ports->dir);
   };

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "cluster/membership/local_etcd.h"
 #include "common/config.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
@@ -103,6 +102,18 @@ absl::Status PickReplicaPorts(JobConfig* config) {
     address = absl::StrCat(address.substr(0, address.rfind(':') + 1), ports[i]);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LocalEtcd>> StartJobEtcd(JobConfig* config, const std::string& dir) {
+  ClusterConfig* cluster = config->mutable_cluster();
+  if (cluster->ps_backups_size() == 0 || !cluster->membership().etcd_endpoints().empty()) {
+    return nullptr;
+  }
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<LocalEtcd> etcd,
+                       LocalEtcd::Start(dir + "/etcd", absl::Seconds(30)));
+  cluster->mutable_membership()->add_etcd_endpoints(etcd->endpoint());
+  spdlog::info("the shards' membership is in etcd at {} (pid {})", etcd->endpoint(), etcd->pid());
+  return etcd;
 }
 
 std::optional<PortFailure> ResolvePorts(const PendingPorts& pending, int timeout_seconds,

@@ -5,10 +5,12 @@
 #define PST_PSLAUNCH_RUN_CONFIG_H_
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cluster/membership/local_etcd.h"
 #include "config.pb.h"
 #include "pslaunch/supervisor.h"
 
@@ -39,6 +41,12 @@ absl::StatusOr<PendingPorts> PortFiles(const JobConfig& config);
 // now, before any task starts; the tasks then bind those. Does nothing for
 // a job without backups, whose tasks report the ports they got.
 absl::Status PickReplicaPorts(JobConfig* config);
+
+// A job with backups keeps its shards' membership in etcd: where the config
+// names none, an etcd of the job's own (data and log under `dir`/etcd),
+// whose endpoint goes into the config; it dies with pslaunch. Null where
+// none is needed.
+absl::StatusOr<std::unique_ptr<LocalEtcd>> StartJobEtcd(JobConfig* config, const std::string& dir);
 
 // Why the PS tasks' ports could not be resolved: pslaunch's exit code and
 // the line to print once every task is stopped.
