@@ -44,8 +44,9 @@ CHECK_PACKAGES=(
   # The HTTP/2 relay deploy/relay/nghttpx.conf configures (nghttpx), which
   # ends the floods gRPC 1.51 does not bound; tests/scripts/relay_test.sh.
   nghttp2-proxy
-  # Tests only: etcd (its server and etcdctl), which holds replicated
-  # shards' membership; the tests of cluster/membership/ start their own.
+  # etcd (its server and etcdctl), which holds replicated shards'
+  # membership: pslaunch runs one for a job with backups, and the tests of
+  # cluster/membership/ start their own. The main job needs none.
   etcd-server etcd-client
   # Benchmarks only: ps_bench's loopback TCP baseline.
   iperf3
