@@ -58,11 +58,13 @@ def parse_args():
     parser.add_argument("--max_gap", type=float, default=5.0)
     parser.add_argument("--lease_seconds", type=int, default=1)
     parser.add_argument("--train_examples", type=int, default=2000000)
-    parser.add_argument("--epochs", type=int, default=6, help="the default job's epochs")
+    parser.add_argument("--epochs", type=int, default=30, help="the default job's epochs")
     parser.add_argument("--seed", type=int, default=1, help="of the kills' timing")
     parser.add_argument("--metrics_port", type=int, default=19300)
     parser.add_argument("--bin_dir", default="build/bin")
     parser.add_argument("--work_dir", default="build/bench/failover_chaos")
+    parser.add_argument("--keep_logs", action="store_true",
+                        help="keep the runs' logs (kept anyway when a check fails)")
     parser.add_argument("--timeout", type=int, default=3600)
     parser.add_argument("--json", default="", help="write the rows here (one JSON object a line)")
     args = parser.parse_args()
@@ -258,7 +260,8 @@ def run_chaos(args, path, mode, shards, work):
                     if time.time() - killed > 120:
                         raise RuntimeError(f"shard {shard} made no step for 120 s after a kill")
                     time.sleep(0.01)
-                print(f"{PROGRAM}: killed shard {shard} replica {k} (pid {pid}) at version "
+                at = time.strftime("%H:%M:%S", time.localtime(killed)) + f".{int(killed % 1 * 1000):03d}"
+                print(f"{PROGRAM}: killed shard {shard} replica {k} (pid {pid}) at {at}, version "
                       f"{before:.0f}; next step after {failovers[-1] if failovers else -1:.2f} s",
                       file=sys.stderr)
                 shard = (shard + 1) % shards
@@ -308,7 +311,8 @@ def main():
             row["pushes_applied_once"] = all(v == chaos["steps"] for v in chaos_versions)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        if row.get("model_equal", True) and row.get("pushes_applied_once", True):
+        if (not args.keep_logs and row.get("model_equal", True) and
+                row.get("pushes_applied_once", True)):
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"{PROGRAM}: the runs' logs are kept in {work}", file=sys.stderr)

@@ -197,6 +197,30 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSen
   return senders;
 }
 
+// The shard's office once it runs, for the service's hook: the office
+// starts after the server serves, and goes before it stops.
+struct OfficeLink {
+  absl::Mutex mu;
+  pst::ShardOffice* office ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+// Whether `primary` answers its Stats, within a fraction of a lease, as the
+// shard's primary at its epoch (a replica restarted at a dead primary's
+// address answers as a backup).
+bool AnswersAsPrimary(const pst::ClusterSecurity& security, const pst::ShardPrimary& primary) {
+  constexpr absl::Duration kWithin = absl::Milliseconds(300);
+  grpc::ChannelArguments args;
+  pst::ConfigureChannel(security, &args);
+  auto stub = pst::ParameterServer::NewStub(
+      grpc::CreateCustomChannel(primary.address, pst::ChannelCredentials(security), args));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWithin));
+  pst::StatsResponse stats;
+  const grpc::Status status = stub->Stats(&context, pst::StatsRequest(), &stats);
+  return status.ok() && stats.replication().primary() &&
+         stats.replication().epoch() == primary.epoch;
+}
+
 // The shard's membership in etcd, where the config names one for a
 // replicated shard (ps_server/service/shard_office.h); null otherwise.
 absl::StatusOr<std::unique_ptr<pst::ShardOffice>> StartShardOffice(const pst::JobConfig& config,
@@ -204,6 +228,9 @@ absl::StatusOr<std::unique_ptr<pst::ShardOffice>> StartShardOffice(const pst::Jo
                                                                    const std::string& address,
                                                                    bool restored) {
   if (!shard->elected()) return nullptr;
+  absl::StatusOr<pst::ClusterSecurity> security =
+      pst::ClusterSecurity::FromConfig(config.cluster(), pst::ClusterSecurity::Role::kClient);
+  if (!security.ok()) return security.status();
   const pst::Membership& membership = config.cluster().membership();
   pst::ShardOffice::Options options;
   options.etcd_endpoints.assign(membership.etcd_endpoints().begin(),
@@ -212,6 +239,9 @@ absl::StatusOr<std::unique_ptr<pst::ShardOffice>> StartShardOffice(const pst::Jo
   options.address = address;
   options.lease = pst::MembershipLease(config);
   options.restored = restored;
+  options.primary_answers = [security = *std::move(security)](const pst::ShardPrimary& primary) {
+    return AnswersAsPrimary(security, primary);
+  };
   return pst::ShardOffice::Start(shard, std::move(options));
 }
 
@@ -332,6 +362,11 @@ int main(int argc, char** argv) {
   });
   pst::AdminHooks hooks;
   hooks.shutdown = request_stop;
+  auto office_link = std::make_shared<OfficeLink>();
+  hooks.primary_sought = [office_link] {
+    absl::MutexLock lock(&office_link->mu);
+    if (office_link->office != nullptr) office_link->office->PrimarySought();
+  };
   absl::StatusOr<int64_t> restored =
       checkpointer.Prepare(options.replica > 0 ? pst::CheckpointStart::kFresh : *checkpoint_start);
   if (!restored.ok()) {
@@ -386,6 +421,10 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<pst::ShardOffice>> office =
       StartShardOffice(*config, shard->get(), BoundAddress(address, server->port), *restored >= 0);
+  if (office.ok()) {
+    absl::MutexLock lock(&office_link->mu);
+    office_link->office = office->get();
+  }
   absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> senders =
       office.ok()
           ? StartReplicaSenders(*config, shard->get(), office->get())
@@ -433,7 +472,13 @@ int main(int argc, char** argv) {
   // and none lands unsaved after the checkpoint writer gave up.
   (*shard)->BeginShutdown();
   if (senders.ok()) senders->clear();
-  if (office.ok()) office->reset();  // resigns: a backup takes over at once
+  if (office.ok()) {
+    {
+      absl::MutexLock lock(&office_link->mu);
+      office_link->office = nullptr;
+    }
+    office->reset();  // resigns: a backup takes over at once
+  }
   checkpointer.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   JoinSignalWaiter(&signal_waiter);

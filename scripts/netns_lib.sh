@@ -10,9 +10,11 @@
 # Callers set NETNS_TAG (unique per run, e.g. pst$$), call netns_switch_up,
 # netns_node_up per task, start processes with netns_spawn (their PIDs are
 # kept in NETNS_PIDS), and call netns_down on exit (it is safe to call twice).
+# netns_link takes a node's cable out and puts it back (a partition).
 
 NETNS_NODES=()
 NETNS_PIDS=()
+declare -gA NETNS_DEV=()  # node name -> its end of the veth, for netns_link
 
 netns_require_root() {
   if [[ $(id -u) != 0 ]]; then
@@ -63,6 +65,7 @@ netns_node_up() {
   local node_dev=n${index}_$$ port_dev=s${index}_$$
   ip netns add "$ns"
   NETNS_NODES+=("$ns")
+  NETNS_DEV[$name]=$node_dev
   ip link add "$node_dev" netns "$ns" type veth peer name "$port_dev" netns "$sw"
   ip -n "$ns" addr add "10.77.0.$((index + 1))/24" dev "$node_dev"
   ip -n "$ns" link set lo up
@@ -74,6 +77,14 @@ netns_node_up() {
 }
 
 netns_address() { echo "10.77.0.$(($1 + 1))"; }
+
+# netns_link NAME down|up: the node's own end of its veth set down or up,
+# as its cable pulled or plugged back in: meanwhile nothing reaches the node
+# or leaves it, its processes run on (and reach each other over its
+# loopback), and both ends keep their shaping.
+netns_link() {
+  ip -n "${NETNS_TAG}_$1" link set "${NETNS_DEV[$1]}" "$2"
+}
 
 # netns_spawn NAME LOG COMMAND...: runs COMMAND in ${NETNS_TAG}_NAME in the
 # background, output to LOG; its PID (ip netns exec execs the command) is

@@ -317,8 +317,10 @@ replication_cost() {
 
 failover_chaos() {
   run "$PY" benchmarks/failover_chaos.py --job=ctr --modes=sync,async --kills=10 \
-    --json=$WORK/failover_chaos.json
-  run_to "$BENCH_DIR/failover_chaos.json" cat $WORK/failover_chaos.json
+    --json=$WORK/failover_chaos.ctr.json
+  run "$PY" benchmarks/failover_chaos.py --job=default --epochs=30 --modes=sync,async --kills=10 \
+    --json=$WORK/failover_chaos.default.json
+  run_to "$BENCH_DIR/failover_chaos.json" cat $WORK/failover_chaos.{ctr,default}.json
 }
 
 for kind in ${ONLY//,/ }; do

@@ -139,7 +139,7 @@ run_suite() {
   local skipped=$SKIPPED
   if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS"; fi
   if [ "$name" = asan ]; then skipped+="|$ASAN_SKIPPED"; fi
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|_fuzzer_corpus\$|^bundle_test\$|^k8s_manifests_test\$|^kubeflow_manifest_test\$|^deb_package_test\$|^netns_cluster_test\$|^relay_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|_fuzzer_corpus\$|^bundle_test\$|^k8s_manifests_test\$|^kubeflow_manifest_test\$|^deb_package_test\$|^netns_cluster_test\$|^netns_partition_test\$|^relay_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 

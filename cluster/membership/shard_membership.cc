@@ -210,6 +210,19 @@ absl::Time ShardMembership::Abandon() {
   return sure_until;
 }
 
+absl::StatusOr<bool> ShardMembership::Depose(const ShardPrimary& suspect,
+                                             absl::Time deadline) const {
+  etcdserverpb::TxnRequest txn;
+  AddCompare(&txn, primary_key_, etcdserverpb::Compare::VALUE)->set_value(PrimaryValue(suspect));
+  txn.mutable_success()->Add()->mutable_request_delete_range()->set_key(primary_key_);
+  absl::StatusOr<etcdserverpb::TxnResponse> answer = client_->Txn(txn, deadline);
+  if (!answer.ok()) return answer.status();
+  if (answer->succeeded()) {
+    spdlog::warn("{}: {} deposed at epoch {}", primary_key_, suspect.address, suspect.epoch);
+  }
+  return answer->succeeded();
+}
+
 absl::StatusOr<PrimaryView> ShardMembership::Current(absl::Time deadline) {
   absl::StatusOr<etcdserverpb::RangeResponse> range = client_->Get(primary_key_, deadline);
   if (!range.ok()) return range.status();

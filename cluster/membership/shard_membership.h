@@ -98,6 +98,13 @@ class ShardMembership {
   // InfinitePast if this object held no office.
   absl::Time Abandon();
 
+  // Ends `suspect`'s office, if etcd still holds it, without waiting for
+  // its lease: for a replica that found the primary gone before its lease
+  // ran out (a dead process answers no call). True if the key was deleted;
+  // false if another office holds it or it was vacant. The deposed primary,
+  // if it still runs, is fenced by its successor's epoch; its own chain
+  // writes fail from now on. Touches only etcd: safe beside any other call.
+  absl::StatusOr<bool> Depose(const ShardPrimary& suspect, absl::Time deadline) const;
   // The office as etcd holds it now.
   absl::StatusOr<PrimaryView> Current(absl::Time deadline);
   // Waits for the primary key to change after `seen` (a campaign won, the

@@ -121,6 +121,21 @@ LeaseTracker::Heard LeaseTracker::Touch(int worker) {
   return heard;
 }
 
+std::vector<int> LeaseTracker::RenewAll() {
+  mu_->AssertHeld();
+  std::vector<int> back;
+  const absl::Time now = clock_.Now();
+  for (int worker = 0; worker < static_cast<int>(leases_.size()); ++worker) {
+    Lease& lease = leases_[worker];
+    if (!lease.ever_seen) continue;
+    if (!lease.live) back.push_back(worker);
+    lease.live = true;
+    lease.last_seen = now;
+  }
+  WakeBy(now + lease_);
+  return back;
+}
+
 void LeaseTracker::BeginCall(int worker) {
   mu_->AssertHeld();
   ++leases_[worker].calls_in_flight;

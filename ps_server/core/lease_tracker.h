@@ -98,6 +98,9 @@ class LeaseTracker {
   // the worker stays live while any is in flight. `worker` must be live.
   void BeginCall(int worker);
   void EndCall(int worker);
+  // Every worker heard from before starts a whole lease now, back in the
+  // live set if it had left it; the workers back, in rank order.
+  std::vector<int> RenewAll();
 
   bool live(int worker) const;
   // How long since `worker` was last heard from; nullopt if never.

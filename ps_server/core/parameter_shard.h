@@ -48,10 +48,12 @@
 // state each version leaves (ReplicaUpdate: every dense variable, the rows
 // changed and removed, the worker clocks; the state whole to a backup
 // that has none, or is too far behind) and counts a version replicated
-// once every live backup acknowledges it (a backup that is new or came
-// back is sent the state whole, and updates wait for it meanwhile). The
-// commit rule: a pull waits
-// until the version it asks for (min_version) and the worker's own last
+// once every backup in the commit rule acknowledges it. A backup that is
+// new or came back is sent the state whole and the updates after it while
+// training goes on, and joins the rule once it is fewer than
+// kMaxUnreplicated versions behind; it joins the chain (may take over)
+// once it also holds every version acknowledged before it joined. The
+// commit rule: a pull waits until the version it asks for (min_version) and the worker's own last
 // applied push are replicated; so no worker is told of an update a
 // backup lacks, and in SYNC, where a pull shows exactly the step it
 // waited for, none reads one either. (An ASYNC pull may show other
@@ -60,8 +62,8 @@
 // update, so it holds bitwise what the primary held at that version, and
 // refuses an update from an epoch older than one it has seen (fencing).
 // While no live backup lags, the primary runs as an unreplicated shard; it
-// holds updates back while a live backup is kMaxUnreplicated versions
-// behind.
+// holds updates back while a backup in the rule is kMaxUnreplicated
+// versions behind.
 //
 // Invalid requests (unknown variable or table, wrong shape or dtype,
 // non-finite value, future version, a push with neither gradients nor rows,
@@ -285,6 +287,7 @@ class ParameterShard {
   // Replicas (above). Indexes are the replicas' places, 0 to
   // options.replicas - 1; this process's own is options.replica.
   static constexpr int64_t kMaxUnreplicated = kMaxUnreplicatedVersions;
+  static constexpr int64_t kMinCatchUpLogBytes = int64_t{64} << 20;
   bool primary() const;
   int64_t epoch() const;
   // The primary's side. Makes this process the primary at `epoch` (its
@@ -301,6 +304,10 @@ class ParameterShard {
   // the rule, and since): with the primary, the chain its membership
   // publishes, the replicas that may take over from it.
   std::vector<int> CaughtUpBackups() const;
+  // The backups of the chain its membership has published (a subset of
+  // CaughtUpBackups a moment ago): those that may take over, as Stats
+  // reports them. Until the first call, Stats reports CaughtUpBackups.
+  void ChainPublished(const std::vector<int>& backups);
   // Whether this process holds a state its primary sent it, whole or
   // updated since.
   bool holds_state() const;
@@ -395,9 +402,13 @@ class ParameterShard {
   // Logs the update that made version_ for the backups.
   void ForwardVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state went whole (Init, Restore, a new office): every backup is
-  // sent it whole next, and the log starts again.
-  void RestartForwarding() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the log's updates every live backup has acknowledged.
+  // sent it whole next, and the log starts again. A backup that counts in
+  // the commit rule keeps counting (updates wait for it to take the state)
+  // unless a new office begins, whose chain starts without backups.
+  void RestartForwarding(bool new_office = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the log's updates no live backup needs: those every backup in the
+  // commit rule acknowledged, unless one catching up needs them; a backup
+  // catching up whose log would outgrow the state is sent it whole again.
   void TrimReplicaLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a backup answers its primary: the version it holds (-1: none) and its epoch.
   void AnswerReplica(ReplicaAck* ack) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -465,24 +476,38 @@ class ParameterShard {
   // hold a state of its primary's (not part of a failed update's).
   struct Backup {
     bool live = true;
+    // Whether it counts in the commit rule. Every backup does from the
+    // shard's start; one that comes back, or every one when an office
+    // begins (BecomePrimary), joins at the first acknowledgement that leaves
+    // it fewer than kMaxUnreplicated versions behind, so training goes on
+    // while it takes the state whole and the log after it. It leaves only
+    // through SetReplicaLive (its office publishes the chain without it
+    // first) or with the office.
+    bool counts = true;
     int64_t acked = -1;
     int64_t sent = -1;
     // The primary's version when the backup joined the commit rule: until
     // it has acknowledged that, a worker may have been told of an update it
     // lacks, so it is not in the chain (CaughtUpBackups).
-    int64_t holds_acknowledged_from = std::numeric_limits<int64_t>::max();
+    int64_t holds_acknowledged_from = 0;
   };
-  // Every live backup counts, one catching up too: training waits while it
-  // takes the state whole (a backup that fails is dropped by its sender).
-  static bool CountsInCommitRule(const Backup& backup) { return backup.live; }
+  static bool CountsInCommitRule(const Backup& backup) { return backup.live && backup.counts; }
   static bool InChain(const Backup& backup) {
-    return backup.live && backup.acked >= 0 && backup.acked >= backup.holds_acknowledged_from;
+    return CountsInCommitRule(backup) && backup.acked >= backup.holds_acknowledged_from;
   }
+  // Joins `backup` to the commit rule once it is close enough behind.
+  void MaybeJoin(Backup& backup) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool primary_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> applied_for_ ABSL_GUARDED_BY(mu_);
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const ReplicaUpdate>> replica_log_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<int>> published_chain_ ABSL_GUARDED_BY(mu_);
+  // The bytes of replica_log_, and of the last state sent whole: a backup
+  // catching up is sent a newer state whole once the log it would need
+  // outgrows twice that (and kMinCatchUpLogBytes).
+  int64_t log_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t whole_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // What Stats reports of the replicas (ReplicationStats' counters).
   ReplicationStats replica_counts_ ABSL_GUARDED_BY(mu_);
   int64_t log_base_ ABSL_GUARDED_BY(mu_) = 0;

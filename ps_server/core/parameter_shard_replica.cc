@@ -74,7 +74,12 @@ absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
   // Workers' pushes before this office were acknowledged by another
   // primary, whose backups hold them.
   std::fill(applied_for_.begin(), applied_for_.end(), 0);
-  RestartForwarding();
+  // The workers called the predecessor, not this replica (which may have
+  // dropped them from its live set meanwhile): each gets a whole lease
+  // from now to find it, so a SYNC step does not complete without a worker
+  // that is following the failover.
+  ledger_.RenewAll();
+  RestartForwarding(/*new_office=*/true);
   Changed();
   return absl::OkStatus();
 }
@@ -99,15 +104,25 @@ std::vector<int> ParameterShard::CaughtUpBackups() const {
   return backups;
 }
 
+void ParameterShard::ChainPublished(const std::vector<int>& backups) {
+  absl::MutexLock lock(&mu_);
+  published_chain_ = backups;
+}
+
 bool ParameterShard::holds_state() const {
   absl::MutexLock lock(&mu_);
   return holds_state_;
 }
 
-void ParameterShard::RestartForwarding() {
+void ParameterShard::RestartForwarding(bool new_office) {
   replica_log_.clear();
+  log_bytes_ = 0;
   log_base_ = version_;
-  for (Backup& backup : backups_) backup = {.live = backup.live};
+  for (Backup& backup : backups_) {
+    backup = {.live = backup.live,
+              .counts = backup.counts && !new_office,
+              .holds_acknowledged_from = version_};
+  }
   tables_.embeddings().ForgetChanges(/*forward=*/options_.replicas > 1);
 }
 
@@ -131,8 +146,9 @@ void ParameterShard::ForwardVersion() {
     return;
   }
   replica_counts_.set_updates_forwarded(replica_counts_.updates_forwarded() + 1);
-  replica_counts_.set_bytes_forwarded(replica_counts_.bytes_forwarded() +
-                                      static_cast<int64_t>(update->ByteSizeLong()));
+  const auto bytes = static_cast<int64_t>(update->ByteSizeLong());
+  replica_counts_.set_bytes_forwarded(replica_counts_.bytes_forwarded() + bytes);
+  log_bytes_ += bytes;
   replica_log_.push_back(std::move(update));
 }
 
@@ -150,8 +166,12 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
     ReplicationStats::Backup* out = stats->add_backups();
     out->set_replica(r);
     out->set_live(backup.live);
+    out->set_in_commit_rule(CountsInCommitRule(backup));
     out->set_acked_version(backup.acked);
-    out->set_in_chain(InChain(backup));
+    out->set_in_chain(published_chain_.has_value()
+                          ? std::find(published_chain_->begin(), published_chain_->end(), r) !=
+                                published_chain_->end()
+                          : InChain(backup));
     out->set_lag_versions(version_ - std::max<int64_t>(backup.acked, 0));
     int64_t bytes = 0;
     for (const auto& logged : replica_log_) {
@@ -164,14 +184,40 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
 }
 
 void ParameterShard::TrimReplicaLog() {
+  const int64_t max_catch_up_bytes = std::max(kMinCatchUpLogBytes, 2 * whole_bytes_);
   int64_t held = version_;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
-    if (r != options_.replica && backups_[r].live) held = std::min(held, backups_[r].acked);
+    Backup& backup = backups_[r];
+    if (r == options_.replica || !backup.live) continue;
+    if (CountsInCommitRule(backup)) {
+      held = std::min(held, backup.acked);
+      continue;
+    }
+    // Catching up: the log keeps what follows what it holds, or the state
+    // on its way to it, unless a newer state whole is cheaper.
+    const int64_t needs = backup.acked >= 0 ? backup.acked : backup.sent;
+    if (needs < 0) continue;  // it is sent the state whole next
+    if (needs <= log_base_ && log_bytes_ > max_catch_up_bytes) {
+      backup.sent = -1;
+      backup.acked = -1;
+      continue;
+    }
+    held = std::min(held, needs);
   }
   while (!replica_log_.empty() && replica_log_.front()->state().version() <= held) {
     log_base_ = replica_log_.front()->state().version();
+    log_bytes_ -= static_cast<int64_t>(replica_log_.front()->ByteSizeLong());
     replica_log_.pop_front();
   }
+}
+
+void ParameterShard::MaybeJoin(Backup& backup) {
+  if (!backup.live || backup.counts || backup.acked < 0) return;
+  if (version_ - backup.acked >= kMaxUnreplicated) return;
+  backup.counts = true;
+  // What was acknowledged before, up to version_, it must hold too before
+  // it may take over.
+  backup.holds_acknowledged_from = version_;
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>>
@@ -208,6 +254,11 @@ ParameterShard::TakeReplicaUpdates(int replica, absl::Time deadline) {
     auto update = std::make_shared<ReplicaUpdate>();
     update->set_epoch(whole_epoch);
     *update->mutable_state() = std::move(*whole).Finish();
+    const auto bytes = static_cast<int64_t>(update->ByteSizeLong());
+    {
+      absl::MutexLock lock(&mu_);
+      whole_bytes_ = bytes;
+    }
     updates.push_back(std::move(update));
   }
   return updates;
@@ -217,11 +268,8 @@ void ParameterShard::ReplicaAcked(int replica, int64_t version) {
   absl::MutexLock lock(&mu_);
   if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
   Backup& backup = backups_[replica];
-  const int64_t acked = std::max(backup.acked, std::min(version, backup.sent));
-  // Joining the commit rule: what was acknowledged before, up to version_,
-  // it must hold too before it may take over.
-  if (backup.acked < 0 && acked >= 0) backup.holds_acknowledged_from = version_;
-  backup.acked = acked;
+  backup.acked = std::max(backup.acked, std::min(version, backup.sent));
+  MaybeJoin(backup);
   TrimReplicaLog();
   Changed();
 }
@@ -234,9 +282,8 @@ void ParameterShard::ReplicaResync(int replica, int64_t version) {
   // takes the state whole.
   const bool follows = version >= log_base_ && version <= backup.sent;
   backup.sent = follows ? version : -1;
-  const int64_t acked = follows ? std::max(backup.acked, version) : -1;
-  if (backup.acked < 0 && acked >= 0) backup.holds_acknowledged_from = version_;
-  backup.acked = acked;
+  backup.acked = follows ? std::max(backup.acked, version) : -1;
+  MaybeJoin(backup);
   TrimReplicaLog();
   Changed();
 }
@@ -246,7 +293,7 @@ void ParameterShard::SetReplicaLive(int replica, bool live) {
   if (replica < 0 || replica >= static_cast<int>(backups_.size())) return;
   Backup& backup = backups_[replica];
   if (backup.live == live) return;
-  backup = {.live = live};
+  backup = {.live = live, .counts = false};
   TrimReplicaLog();
   Changed();  // pulls and updates may wait on it no more
 }

@@ -38,6 +38,16 @@ bool WorkerLedger::Heard(int worker) {
   return true;
 }
 
+void WorkerLedger::RenewAll() {
+  const std::vector<int> back = lease_.RenewAll();
+  for (int worker : back) progress_[worker].live = true;
+  if (!back.empty()) {
+    spdlog::info("shard {}: {} worker(s) back in the live set for a whole lease from now", shard_,
+                 back.size());
+    ++changes_;
+  }
+}
+
 void WorkerLedger::LeasesExpired(const std::vector<int>& workers) {
   for (int worker : workers) {
     progress_[worker].live = false;

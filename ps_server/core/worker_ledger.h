@@ -52,6 +52,10 @@ class WorkerLedger {
   void BeginCall(int worker) { lease_.BeginCall(worker); }
   void EndCall(int worker) { lease_.EndCall(worker); }
   bool live(int worker) const { return lease_.live(worker); }
+  // Every worker's lease starts again now, as if each had just been heard
+  // from: a shard that takes office (ParameterShard::BecomePrimary) heard
+  // nothing of the workers while they called its predecessor.
+  void RenewAll();
 
   // `worker` reported Done; true if it had not before.
   bool Finish(int worker);

@@ -167,7 +167,7 @@ constexpr Read kReplicaReads[] = {
        }
        return double(lag);
      }},
-    {"pst_ps_replica_backups_live", "Backups the primary counts in its commit rule.", kGauge,
+    {"pst_ps_replica_backups_live", "Backups that answer the primary.", kGauge,
      [](const StatsResponse& s) {
        int live = 0;
        for (const auto& b : s.replication().backups()) live += b.live() ? 1 : 0;

@@ -91,7 +91,11 @@ ParameterServerService::ParameterServerService(pst::ParameterShard* server, Admi
         response->set_max_request_bytes(limits_.max_request_bytes);
         response->set_max_reply_bytes(limits_.max_reply_bytes);
         response->set_max_rows_per_pull(limits_.max_rows_per_pull);
-        return server_->Register(request, response);
+        absl::Status status = server_->Register(request, response);
+        if (hooks_.primary_sought && MarkedTransient(status) == TransientRefusal::kNotPrimary) {
+          hooks_.primary_sought();
+        }
+        return status;
       });
   init_ = {.service = this,
            .request = &Service::RequestInit,
@@ -377,6 +381,11 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& address,
   // gRPC's default is no bound: calls a client opens on one connection
   // would cost the PS memory without end. A worker has a handful open.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxCallsPerConnection);
+  // Workers of a replicated shard ping every second while a call is open
+  // (ShardChannel), to find a primary cut off by the network: such pings
+  // are no abuse, and gRPC's default would end their connections after two.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(
       GRPC_ARG_MAX_CONNECTION_IDLE_MS,
       static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(limits.connection_idle_timeout),

@@ -50,6 +50,9 @@ namespace pst {
 struct AdminHooks {
   std::function<void()> shutdown;                             // Shutdown
   std::function<absl::StatusOr<CheckpointResponse>()> checkpoint;  // Checkpoint
+  // A worker's Register was refused because this process is a backup: the
+  // worker looks for the shard's primary (ShardOffice::PrimarySought).
+  std::function<void()> primary_sought;
 };
 
 class ParameterServerService final : public AsyncParameterServer {

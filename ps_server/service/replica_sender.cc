@@ -77,6 +77,7 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
     return false;
   }
   if (ack.applied()) {
+    deposed_ = false;
     shard_->ReplicaAcked(options_.replica, ack.version());
     return true;
   }
@@ -84,10 +85,13 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
     if (!deposed_) {
       spdlog::error(
           "shard {}: backup {} at {} has seen epoch {}, newer than this primary's {}: "
-          "another replica is primary, so this one acknowledges nothing more",
+          "another replica is primary, so this one steps down",
           shard, options_.replica, options_.address, ack.epoch(), update.epoch());
       deposed_ = true;
     }
+    // It could acknowledge nothing more: its workers are sent on to look
+    // for the new primary rather than wait.
+    shard_->StepDown();
     stop_.WaitForNotificationWithTimeout(options_.retry);
     return false;
   }

@@ -30,11 +30,24 @@ absl::StatusOr<std::unique_ptr<ShardOffice>> ShardOffice::Start(ParameterShard* 
       new ShardOffice(shard, std::move(options), *std::move(client)));
   absl::StatusOr<std::unique_ptr<ShardMembership>> membership =
       ShardMembership::Create(office->client_.get(), office->options_.job, shard->shard(),
-                              [shard](const absl::Status&) { shard->StepDown(); });
+                              [shard](const absl::Status& lost) {
+                                // etcd unreachable: nobody can take over
+                                // meanwhile, and a rival elected where
+                                // etcd is reachable fences this primary
+                                // through the backups (shard_office.h).
+                                if (!absl::IsUnavailable(lost)) shard->StepDown();
+                              });
   if (!membership.ok()) return membership.status();
   {
     absl::MutexLock lock(&office->mu_);
     office->membership_ = *std::move(membership);
+  }
+  if (office->options_.primary_answers) {
+    absl::StatusOr<std::unique_ptr<ShardMembership>> prober =
+        ShardMembership::Create(office->client_.get(), office->options_.job, shard->shard());
+    if (!prober.ok()) return prober.status();
+    office->probe_membership_ = *std::move(prober);
+    office->prober_ = std::thread([office = office.get()] { office->Probe(); });
   }
   office->thread_ = std::thread([office = office.get()] { office->Run(); });
   return office;
@@ -48,6 +61,11 @@ ShardOffice::ShardOffice(ParameterShard* shard, Options options, std::unique_ptr
 
 ShardOffice::~ShardOffice() {
   stop_.Notify();
+  {
+    absl::MutexLock lock(&probe_mu_);
+    probe_stop_ = true;
+  }
+  if (prober_.joinable()) prober_.join();
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
   membership_.reset();  // after the thread: it abandons what Serve did not resign
@@ -110,10 +128,7 @@ bool ShardOffice::MayTakeOver(absl::Time vacant_since) {
     Complain("read the chain", chain.status());
     return false;
   }
-  const std::string me = std::to_string(shard_->replica());
-  const bool in_chain =
-      std::find(chain->replicas.begin(), chain->replicas.end(), me) != chain->replicas.end();
-  if (in_chain && shard_->holds_state() && shard_->epoch() >= chain->epoch) return true;
+  if (MayFollowInOffice(*chain)) return true;
   if (shard_->replica() == 0 && options_.restored &&
       absl::Now() - vacant_since >= kFallbackPatience * options_.lease) {
     // Every replica that held the state is gone: the shard goes on from
@@ -136,34 +151,87 @@ bool ShardOffice::MayTakeOver(absl::Time vacant_since) {
   return false;
 }
 
-void ShardOffice::Serve(int64_t epoch) {
-  if (absl::Status s = shard_->BecomePrimary(epoch); !s.ok()) {
-    spdlog::error("{}: won epoch {} but cannot take office: {}", name_, epoch,
-                  std::string(s.message()));
-    absl::MutexLock lock(&mu_);
-    (void)membership_->Resign(absl::Now() + kCall);
-    return;
-  }
-  spdlog::info("{} is primary at epoch {}, version {}", name_, epoch, shard_->version());
-  {
-    absl::MutexLock lock(&mu_);
-    in_office_ = true;
-    if (absl::Status s = PublishLocked({}, absl::Now() + kCall); !s.ok()) {
-      Complain("publish the chain", s);
+bool ShardOffice::MayFollowInOffice(const ReplicaChain& chain) const {
+  const std::string me = std::to_string(shard_->replica());
+  const bool in_chain =
+      std::find(chain.replicas.begin(), chain.replicas.end(), me) != chain.replicas.end();
+  return in_chain && shard_->holds_state() && shard_->epoch() >= chain.epoch;
+}
+
+void ShardOffice::PrimarySought() {
+  absl::MutexLock lock(&probe_mu_);
+  sought_ = true;
+}
+
+void ShardOffice::Probe() {
+  // A primary that answered is not asked again for this long: workers ask
+  // the backups many times while they look.
+  constexpr absl::Duration kQuiet = absl::Milliseconds(200);
+  for (;;) {
+    {
+      absl::MutexLock lock(&probe_mu_);
+      probe_mu_.Await(absl::Condition(this, &ShardOffice::ProbeWanted));
+      if (probe_stop_) return;
+      sought_ = false;
+    }
+    if (shard_->primary()) continue;
+    const absl::Time deadline = absl::Now() + kCall;
+    absl::StatusOr<PrimaryView> view = probe_membership_->Current(deadline);
+    if (!view.ok() || !view->primary.has_value() || view->primary->address == options_.address) {
+      continue;  // etcd down (the office says so), or vacant: the office campaigns
+    }
+    absl::StatusOr<ReplicaChain> chain = probe_membership_->ReadChain(deadline);
+    if (!chain.ok() || chain->epoch != view->primary->epoch || !MayFollowInOffice(*chain)) {
+      continue;  // another replica's to take, or nobody's
+    }
+    if (options_.primary_answers(*view->primary)) {
+      absl::MutexLock lock(&probe_mu_);
+      probe_mu_.AwaitWithTimeout(absl::Condition(&probe_stop_), kQuiet);
+      continue;
+    }
+    spdlog::warn("{}: a worker looks for the primary, and {} (epoch {}) does not answer as one",
+                 name_, view->primary->address, view->primary->epoch);
+    absl::StatusOr<bool> deposed = probe_membership_->Depose(*view->primary, deadline);
+    if (!deposed.ok()) {
+      spdlog::warn("{}: could not depose {} in etcd: {}", name_, view->primary->address,
+                   deposed.status().ToString());
     }
   }
-  bool lost = false;
-  while (!stop_.HasBeenNotified() && !lost) {
+}
+
+void ShardOffice::Serve(int64_t epoch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!TakeOfficeLocked(epoch)) return;
+  }
+  bool deposed = false;
+  while (!stop_.HasBeenNotified() && !deposed) {
     {
       absl::MutexLock lock(&mu_);
-      lost = !membership_->office_status().ok();
-      if (!lost) {
+      const absl::Status office = membership_->office_status();
+      if (!shard_->primary()) {
+        // Fenced: a backup has seen a newer epoch (ReplicaSender).
+        spdlog::warn("{} left office at epoch {}: another replica holds a newer one", name_, epoch);
+        deposed = true;
+      } else if (office.ok()) {
         const std::vector<int> backups = shard_->CaughtUpBackups();
         if (backups != published_) {
-          if (absl::Status s = PublishLocked(backups, absl::Now() + kCall); !s.ok()) {
+          absl::Status s = PublishLocked(backups, absl::Now() + kCall);
+          if (absl::IsFailedPrecondition(s)) {
+            // Deposed: another replica took the office without waiting
+            // for this one's lease.
+            spdlog::warn("{} left office at epoch {}: {}", name_, epoch, std::string(s.message()));
+            deposed = true;
+          } else if (!s.ok()) {
             Complain("publish the chain", s);
           }
         }
+      } else if (absl::IsUnavailable(office)) {
+        deposed = !RegainLocked(office, &epoch);
+      } else {
+        spdlog::error("{} lost its office at epoch {}: {}", name_, epoch,
+                      std::string(office.message()));
+        deposed = true;
       }
     }
     stop_.WaitForNotificationWithTimeout(kChainPoll);
@@ -171,12 +239,63 @@ void ShardOffice::Serve(int64_t epoch) {
   absl::MutexLock lock(&mu_);
   in_office_ = false;
   shard_->StepDown();
-  if (lost) {
-    spdlog::error("{} lost its office at epoch {}: its lease in etcd may have lapsed", name_,
-                  epoch);
-  } else {
-    (void)membership_->Resign(absl::Now() + kCall);  // a backup takes over at once
+  // Stopping: a backup takes over at once. Deposed: the lease, if etcd
+  // still keeps it, ends now rather than after its TTL.
+  (void)membership_->Resign(absl::Now() + kCall);
+}
+
+bool ShardOffice::TakeOfficeLocked(int64_t epoch) {
+  // The chain starts as this replica alone before it serves: a replica of
+  // the last chain must not take over once this one has acknowledged an
+  // update it may lack.
+  if (absl::Status s = PublishLocked({}, absl::Now() + kCall); !s.ok()) {
+    Complain("publish the chain of a new office", s);
+    (void)membership_->Resign(absl::Now() + kCall);
+    return false;
   }
+  if (absl::Status s = shard_->BecomePrimary(epoch); !s.ok()) {
+    spdlog::error("{}: won epoch {} but cannot take office: {}", name_, epoch,
+                  std::string(s.message()));
+    (void)membership_->Resign(absl::Now() + kCall);
+    return false;
+  }
+  spdlog::info("{} is primary at epoch {}, version {}", name_, epoch, shard_->version());
+  in_office_ = true;
+  return true;
+}
+
+bool ShardOffice::RegainLocked(const absl::Status& lapsed, int64_t* epoch) {
+  absl::StatusOr<PrimaryView> view = membership_->Current(absl::Now() + kCall);
+  if (!view.ok()) {
+    Complain(absl::StrCat("renew the lease of the office (serving on as primary at epoch ", *epoch,
+                          ": nothing is acknowledged that the chain's backups lack, "
+                          "and no replica can take over meanwhile)"),
+             lapsed);
+    return true;
+  }
+  if (view->primary.has_value() &&
+      !(view->primary->address == options_.address && view->primary->epoch == *epoch)) {
+    spdlog::warn("{}: etcd answers again, and {} holds the office at epoch {}", name_,
+                 view->primary->address, view->primary->epoch);
+    return false;
+  }
+  // The office is vacant, or still this replica's under the lapsed lease:
+  // it is taken anew, under a new lease and epoch. A backup of the chain
+  // may win it first; then this replica follows it.
+  (void)membership_->Resign(absl::Now() + kCall);
+  in_office_ = false;
+  absl::StatusOr<CampaignResult> result =
+      membership_->Campaign(options_.address, options_.lease, absl::Now() + kCall);
+  if (!result.ok() || !result->elected) {
+    spdlog::warn("{}: etcd answers again, but the office went to {}", name_,
+                 result.ok() ? result->primary.address : result.status().ToString());
+    return false;
+  }
+  spdlog::info("{}: etcd answers again; office taken anew at epoch {}", name_,
+               result->primary.epoch);
+  if (!TakeOfficeLocked(result->primary.epoch)) return false;
+  *epoch = result->primary.epoch;
+  return true;
 }
 
 absl::Status ShardOffice::PublishLocked(const std::vector<int>& backups, absl::Time deadline) {
@@ -184,6 +303,7 @@ absl::Status ShardOffice::PublishLocked(const std::vector<int>& backups, absl::T
   for (int replica : backups) chain.push_back(std::to_string(replica));
   if (absl::Status s = membership_->PublishChain(chain, deadline); !s.ok()) return s;
   published_ = backups;
+  shard_->ChainPublished(backups);
   spdlog::info("{}: chain of replicas {}", name_, absl::StrJoin(chain, ","));
   return absl::OkStatus();
 }

@@ -3,8 +3,7 @@
 // it may take over, makes the shard primary at the epoch it wins
 // (ParameterShard::BecomePrimary), publishes the chain of replicas that hold
 // the office's state, and steps the shard down the moment its lease may
-// have lapsed, so that a primary cut off from etcd acknowledges nothing
-// once a successor may be elected.
+// have lapsed where etcd says so (the lease is gone).
 //
 // Who may take over a vacant office: while no chain was ever published,
 // replica 0 (a new job); after that, a replica in the last published chain
@@ -18,13 +17,29 @@
 //
 // The chain is published before a backup leaves the commit rule (Drop), so
 // a backup that stopped receiving updates never takes over. With etcd
-// unreachable, training goes on while nothing changes; a backup that
+// unreachable, training goes on while nothing changes: the primary serves
+// on past its lease, since it acknowledges nothing the chain's backups
+// lack, and a backup of the chain that took over where etcd is reachable
+// fences its updates (their epoch is older), so a primary cut off from
+// etcd cannot acknowledge what its successor lacks. Meanwhile a backup that
 // fails stays in the commit rule, holding updates back, and a vacant office
-// stays vacant, each said in the log every few seconds, until etcd answers.
+// stays vacant, each said in the log every few seconds, until etcd answers;
+// then the primary takes the office anew (a new lease and epoch; the
+// backups take the state whole again while training goes on) unless
+// another replica holds it.
+//
+// A dead primary is found faster than its lease where workers look for
+// it: a worker whose call failed asks the other replicas, and a backup so
+// asked (PrimarySought) asks the primary itself; if it does not answer as
+// primary and the backup may take over, the backup deposes it in etcd and
+// the office falls vacant at once. Deposing a primary that is alive after
+// all (slow, or cut off) costs a failover, never an update: it is fenced
+// by its successor's epoch as after a partition.
 #ifndef PST_PS_SERVER_SERVICE_SHARD_OFFICE_H_
 #define PST_PS_SERVER_SERVICE_SHARD_OFFICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -53,6 +68,10 @@ class ShardOffice {
     absl::Duration lease = absl::Seconds(1);
     // The shard's state came from a checkpoint at start.
     bool restored = false;
+    // Whether `primary` answers, within a fraction of a lease, as the
+    // shard's primary at its epoch (ps_server's: its Stats over the
+    // cluster's channel). Unset: a dead primary is found by its lease alone.
+    std::function<bool(const ShardPrimary& primary)> primary_answers;
   };
   static constexpr int kFallbackPatience = 3;
 
@@ -70,6 +89,14 @@ class ShardOffice {
   // unreachable, the office lost) leaves it in the commit rule.
   absl::Status Drop(int replica, absl::Time deadline);
 
+  // A worker looked for the primary here (this replica refused it as a
+  // backup): it may have found the primary gone. Wakes the office's
+  // prober, which asks the primary (Options.primary_answers) and, if it
+  // does not answer as primary and this replica may take over, deposes it
+  // in etcd without waiting for its lease; the office then campaigns as
+  // for any vacancy. Never blocks.
+  void PrimarySought();
+
  private:
   ShardOffice(ParameterShard* shard, Options options, std::unique_ptr<EtcdClient> client);
   void Run();
@@ -77,8 +104,24 @@ class ShardOffice {
   bool MayTakeOver(absl::Time vacant_since) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Holds the office won at `epoch` until it is lost or the office stops.
   void Serve(int64_t epoch);
+  // Publishes the chain as this replica alone, then makes the shard primary
+  // at `epoch`; false (resigned) if either fails.
+  bool TakeOfficeLocked(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The office's lease lapsed (`lapsed`: etcd did not answer its renewals):
+  // true while this replica goes on as primary, waiting for etcd, or once
+  // it has taken the office anew at a new `*epoch`; false once another
+  // holds it (or won it in between).
+  bool RegainLocked(const absl::Status& lapsed, int64_t* epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PublishLocked(const std::vector<int>& backups, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prober's loop (PrimarySought).
+  void Probe();
+  bool ProbeWanted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(probe_mu_) {
+    return sought_ || probe_stop_;
+  }
+  // Whether this replica may take over from the chain's primary: in the
+  // chain, holding a state of its epoch or newer.
+  bool MayFollowInOffice(const ReplicaChain& chain) const;
   // Says `status` of etcd at most every few seconds.
   void Complain(absl::string_view doing, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -94,6 +137,13 @@ class ShardOffice {
   absl::Time complained_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Notification stop_;
   std::thread thread_;
+  // The prober's: its own membership object (it only reads and deposes),
+  // and whether a worker sought the primary since it last looked.
+  std::unique_ptr<ShardMembership> probe_membership_;
+  mutable absl::Mutex probe_mu_;
+  bool sought_ ABSL_GUARDED_BY(probe_mu_) = false;
+  bool probe_stop_ ABSL_GUARDED_BY(probe_mu_) = false;
+  std::thread prober_;
 };
 
 }  // namespace pst

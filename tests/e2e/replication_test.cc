@@ -5,7 +5,8 @@
 // bitwise its primary's variables, rows and optimizer state; so it does
 // when a primary is killed with SIGKILL mid-run and its backup takes over.
 // In ASYNC, every push a worker made is applied exactly once across the
-// failover.
+// failover. With the job's etcd killed mid-run, training goes on, and when
+// etcd is back the run ends as without the outage.
 #include <signal.h>
 
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "ps.grpc.pb.h"
 #include "ps_server/core/checkpoint.h"
 #include "result.pb.h"
+#include "tests/cluster/membership/etcd_server.h"
 #include "tests/support/commands.h"
 
 namespace pst {
@@ -291,6 +293,54 @@ TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {
         Newest(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard)).version();
     EXPECT_EQ(std::max(primary, backup), steps_made);
   }
+}
+
+// Polls shard `address` until its version reaches `version` or `timeout`
+// passes; the version it reached.
+int64_t AwaitVersion(const std::string& address, int64_t version, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int64_t reached = -1;
+  while ((reached = VersionAt(address)) < version && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return reached;
+}
+
+TEST(ReplicationTest, TrainingGoesOnWhileEtcdIsDownAndEndsAsWithoutTheOutage) {
+  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const ScratchFolder scratch("etcd-down");
+  const std::string& dir = scratch.path;
+  // Long enough for the outage: about 780 steps, some 15 s on 2 cores.
+  const std::string plain = CtrConfig(dir, "plain", "", 400000);
+  const std::string replicated =
+      CtrConfig(dir, "replicated",
+                absl::StrCat(kBackups, "  membership { etcd_endpoints: \"", (*etcd)->endpoint(),
+                             "\" lease_seconds: 1 }\n"),
+                400000);
+  const CommandResult without =
+      RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", plain, " --mode=sync"), 500);
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+
+  Launch launch(replicated, "sync", absl::StrCat(dir, "/replicated.log"));
+  const std::string address = launch.AwaitInLog(R"(info ps:0 serving (\S+))", absl::Seconds(60));
+  ASSERT_FALSE(address.empty()) << launch.Output();
+  ASSERT_GE(AwaitVersion(address, 30, absl::Seconds(120)), 30) << launch.Output();
+  (*etcd)->Kill();
+  // The primaries' leases lapse, and they serve on.
+  ASSERT_FALSE(
+      launch.AwaitInLog(R"((cannot renew the lease of the office))", absl::Seconds(30)).empty())
+      << launch.Output();
+  const int64_t lapsed_at = VersionAt(address);
+  ASSERT_GE(lapsed_at, 30) << launch.Output();
+  EXPECT_GE(AwaitVersion(address, lapsed_at + 20, absl::Seconds(30)), lapsed_at + 20)
+      << "training stopped while etcd was down\n"
+      << launch.Output();
+  ASSERT_TRUE((*etcd)->Restart().ok());
+  EXPECT_FALSE(launch.AwaitInLog(R"((etcd answers again))", absl::Seconds(30)).empty())
+      << launch.Output();
+  ASSERT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
+  EXPECT_EQ(SummaryIn(launch.Output()), Summary(without)) << launch.Output();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/create_channel.h"
 #include "rpc/chunk_wire.h"
 #include "rpc/grpc_credentials.h"
@@ -48,6 +49,17 @@ absl::StatusOr<std::unique_ptr<ShardChannel>> ShardChannel::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  const bool replicated = std::any_of(backups.begin(), backups.end(),
+                                      [](const std::vector<std::string>& b) { return !b.empty(); });
+  if (replicated) {
+    // A primary cut off by the network answers nothing and closes nothing:
+    // without pings a call to it waits for its deadline (minutes), while
+    // its backup takes over within a lease. The PS accepts pings this often
+    // (StartGrpcServer).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   ConfigureChannel(security, &args);
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + connect_timeout;
@@ -294,8 +306,10 @@ absl::Status ShardChannel::RegisterFollowing(int s, RegisterResponse* response) 
   Shard& shard = shards_[s];
   const int replicas = static_cast<int>(shard.endpoints.size());
   // A replicated shard's answer is quick or its replica is away: a short
-  // wait, so that a worker finds a new primary within its lease.
-  const absl::Duration deadline = replicas > 1 ? absl::Seconds(2) : kRpcDeadline;
+  // wait, so that a worker finds a new primary within a fraction of a
+  // second. (A killed replica's restart binds its port a second or two
+  // before it serves: a connection there is taken and left unanswered.)
+  const absl::Duration deadline = replicas > 1 ? absl::Milliseconds(300) : kRpcDeadline;
   int at;
   {
     absl::MutexLock lock(&endpoint_mu_);
@@ -305,6 +319,10 @@ absl::Status ShardChannel::RegisterFollowing(int s, RegisterResponse* response) 
   if (status.ok() || replicas == 1 || !IsTransientShardError(status)) return status;
   for (int k = 1; k < replicas; ++k) {
     const int place = (at + k) % replicas;
+    // A replica that was away (killed, restarted) may have come back as
+    // the new primary: its channel connects now, not when gRPC's reconnect
+    // backoff (up to a second) would have it try again.
+    grpc::experimental::ChannelResetConnectionBackoff(shard.endpoints[place]->channel.get());
     if (!RegisterAt(s, place, deadline, response).ok()) continue;
     {
       absl::MutexLock lock(&endpoint_mu_);

@@ -16,6 +16,16 @@
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
+namespace {
+
+// A backup takes over within a fraction of a second once workers ask it
+// (ShardOffice::PrimarySought): a worker looking for it looks often.
+void LookOften(Retry* retry) {
+  retry->backoff = absl::Milliseconds(20);
+  retry->max_backoff = absl::Milliseconds(100);
+}
+
+}  // namespace
 absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(const JobConfig& config,
                                                                          int rank,
                                                                          PsClient* client) {
@@ -217,8 +227,7 @@ absl::Status TrainingSession::SendAgainAfterFailovers(absl::Status status,
                                                       absl::FunctionRef<absl::Status()> exchange) {
   if (status.ok() || !follows_failovers() || !IsTransientShardError(status)) return status;
   Retry retry = NewRetry(patience(), rank_);
-  // A new primary is elected within the lease: look often.
-  retry.max_backoff = absl::Milliseconds(200);
+  LookOften(&retry);
   while (!status.ok() && IsTransientShardError(status)) {
     spdlog::warn("{}; finding the shards' primaries to send the exchange again",
                  std::string(status.message()));
@@ -243,6 +252,10 @@ absl::Status TrainingSession::Redo(absl::FunctionRef<absl::Status()> step) {
   // One budget for the refusals in a row: a shard that keeps refusing ends
   // the run once it is spent.
   Retry retry = NewRetry(patience(), rank_);
+  // A shard away is most likely failing over (an overloaded one is given room).
+  if (follows_failovers() && TransientRefusalOf(status) != TransientRefusal::kOverloaded) {
+    LookOften(&retry);
+  }
   while (!status.ok() && IsTransientShardError(status)) {
     PST_RETURN_IF_ERROR(Rejoin(status, &retry));
     ++redone_steps_;

@@ -2,8 +2,9 @@
 // backup holds bitwise what the primary held at every version it
 // acknowledged, pulls wait for the backups (the commit rule), a backup
 // fences off older epochs and updates out of order, and one that comes
-// back takes the state whole; a push repeated after a failover is applied
-// once, and a primary that steps down answers no worker.
+// back takes the state whole and the log after it while training goes
+// on, joining the chain once it holds everything acknowledged; a push repeated after a failover is
+// applied once, and a primary that steps down answers no worker.
 #include <memory>
 #include <random>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "ps_server/core/shard_calls.h"
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 #include "tests/ps_server/core/parameter_shard_replica_testing.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 namespace {
@@ -211,6 +213,83 @@ TEST(ParameterShardReplicaTest, ABackupThatComesBackTakesTheStateWhole) {
   ExpectSameState(*primary, *backup);
 }
 
+TEST(ParameterShardReplicaTest, ABackupThatComesBackCatchesUpWhileTrainingGoesOn) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  InitEvicting(primary.get());
+  Forward(*primary, *backup);
+  ASSERT_THAT(primary->CaughtUpBackups(), ::testing::ElementsAre(1));
+  primary->SetReplicaLive(1, false);
+  primary->SetReplicaLive(1, true);
+  EXPECT_THAT(primary->CaughtUpBackups(), ::testing::IsEmpty());
+  // The state whole is on its way while the workers train on: nothing
+  // waits for it, past the bound a backup in the commit rule may lag.
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> whole =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->size(), 1u);
+  std::mt19937_64 draw(17);
+  const int64_t steps = ParameterShard::kMaxUnreplicated + 4;
+  for (int64_t step = 1; step <= steps; ++step) {
+    SyncStep(*primary, draw);
+    EXPECT_EQ(PullAll(primary.get(), {1}).version, step);
+  }
+  ReplicaAck ack;
+  ASSERT_TRUE(backup->ApplyReplicaUpdate(*whole->front(), &ack).ok());
+  primary->ReplicaAcked(1, ack.version());
+  EXPECT_EQ(primary->replicated_version(), steps);  // still too far behind to count
+  EXPECT_THAT(primary->CaughtUpBackups(), ::testing::IsEmpty());
+  // The log since the state brings it up to date, and into the chain.
+  int wholes = 0;
+  EXPECT_EQ(Forward(*primary, *backup, &wholes), steps);
+  EXPECT_EQ(wholes, 0);
+  ExpectSameState(*primary, *backup);
+  EXPECT_THAT(primary->CaughtUpBackups(), ::testing::ElementsAre(1));
+  // Back in the commit rule: a step's pull waits for it again.
+  SyncStep(*primary, draw);
+  EXPECT_EQ(primary->replicated_version(), steps);
+  EXPECT_EQ(Forward(*primary, *backup), 1);
+  EXPECT_EQ(PullAll(primary.get(), {1}).version, steps + 1);
+}
+
+TEST(ParameterShardReplicaTest, ABackupJoinsTheChainOnlyOnceItHoldsWhatWasAcknowledged) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  // A new office: no backup counts until it holds a state of this office.
+  ASSERT_TRUE(primary->BecomePrimary(1).ok());
+  InitEvicting(primary.get());
+  std::mt19937_64 draw(19);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> whole =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->size(), 1u);
+  for (int step = 1; step <= 3; ++step) {
+    SyncStep(*primary, draw);
+    EXPECT_EQ(PullAll(primary.get(), {2}).version, step);  // acknowledged without it
+  }
+  // It holds version 0, close enough to join the commit rule: from now on
+  // it holds back pulls, but versions 1-3 were acknowledged without it, so
+  // it may take over only once it holds them.
+  ReplicaAck ack;
+  ASSERT_TRUE(backup->ApplyReplicaUpdate(*whole->front(), &ack).ok());
+  primary->ReplicaAcked(1, ack.version());
+  EXPECT_EQ(primary->replicated_version(), 0);
+  EXPECT_THAT(primary->CaughtUpBackups(), ::testing::IsEmpty());
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(backup->ApplyReplicaUpdate(*(*next)[i], &ack).ok());
+    primary->ReplicaAcked(1, ack.version());
+    EXPECT_THAT(primary->CaughtUpBackups(), ::testing::IsEmpty());
+  }
+  ASSERT_TRUE(backup->ApplyReplicaUpdate(*(*next)[2], &ack).ok());
+  primary->ReplicaAcked(1, ack.version());
+  EXPECT_THAT(primary->CaughtUpBackups(), ::testing::ElementsAre(1));
+  ExpectSameState(*primary, *backup);
+}
+
 TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDeposesTheOld) {
   auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
   auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
@@ -239,6 +318,41 @@ TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDep
   refused = primary->TryPush(DensePush(0, 1), &response);
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ParameterShardReplicaTest, ANewPrimaryWaitsAWholeLeaseForEveryWorkerBeforeAStepGoesOnWithout) {
+  ManualLeaseClock clock;
+  ShardOptions options = Options(SYNC, 2);
+  options.lease = absl::Seconds(5);
+  options.lease_clock = &clock;
+  auto primary = MakeShard(AsReplica(options, 0));
+  auto backup = MakeShard(AsReplica(options, 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  // A worker's heartbeats reached the backup once (a replica restarted at
+  // its predecessor's address), then went to the primary: the backup lets
+  // the leases run out.
+  for (int worker = 0; worker < 2; ++worker) {
+    HeartbeatRequest heartbeat;
+    heartbeat.set_worker(worker);
+    HeartbeatResponse answer;
+    ASSERT_TRUE(backup->Heartbeat(heartbeat, &answer).ok());
+  }
+  clock.Advance(absl::Seconds(5));
+  ASSERT_TRUE(Eventually([&] {
+    StatsResponse stats;
+    backup->Stats(&stats);
+    return !stats.workers(0).live() && !stats.workers(1).live();
+  }));
+  // It takes office: worker 0, first to find it, does not make the step
+  // alone; worker 1 has a whole lease to follow.
+  ASSERT_TRUE(backup->BecomePrimary(1).ok());
+  PushResponse response;
+  ASSERT_TRUE(Push(*backup, DensePush(0, 0), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
+  ASSERT_TRUE(Push(*backup, DensePush(1, 0), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::APPLIED);
+  EXPECT_EQ(backup->version(), 1);
 }
 
 PushRequest Sequenced(PushRequest push, int64_t sequence) {

@@ -1,9 +1,12 @@
 // A shard's membership in a real etcd (ShardOffice): a new job's replica 0
 // takes office and publishes its chain, a caught-up backup joins it, a
 // backup of the chain takes over from a primary that leaves, and a backup
-// dropped from the chain (published first) never does.
+// dropped from the chain (published first) never does; a backup that a
+// worker asked for the primary deposes one that does not answer.
 #include "ps_server/service/shard_office.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,12 +46,16 @@ class ShardOfficeTest : public EtcdTest {
     membership_ = *std::move(membership);
   }
 
-  std::unique_ptr<ShardOffice> StartOffice(int replica) {
+  std::unique_ptr<ShardOffice> StartOffice(
+      int replica, absl::Duration lease = absl::Seconds(1),
+      std::function<bool(const ShardPrimary&)> primary_answers = nullptr) {
     absl::StatusOr<std::unique_ptr<ShardOffice>> office = ShardOffice::Start(
         shards_[replica].get(), {.etcd_endpoints = {etcd_->endpoint()},
                                  .job = kJob,
                                  .address = absl::StrCat("127.0.0.1:", 7000 + replica),
-                                 .lease = absl::Seconds(1)});
+                                 .lease = lease,
+                                 .restored = false,
+                                 .primary_answers = std::move(primary_answers)});
     EXPECT_TRUE(office.ok()) << office.status();
     return office.ok() ? *std::move(office) : nullptr;
   }
@@ -137,6 +144,51 @@ TEST_F(ShardOfficeTest, ABackupDroppedFromTheChainNeverTakesOver) {
   EXPECT_FALSE(vacant->primary.has_value());
   EXPECT_EQ(membership_->AwaitChange(*vacant, absl::Now() + absl::Seconds(3)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(shards_[1]->primary());
+}
+
+// A worker asked the backup for the primary's work; the primary does not
+// answer as one (dead): the backup deposes it and takes office long before
+// its lease of 30 s could run out.
+TEST_F(ShardOfficeTest, ABackupAskedForThePrimaryDeposesOneThatDoesNotAnswer) {
+  std::atomic<int> asked{0};
+  std::unique_ptr<ShardOffice> backup =
+      StartOffice(1, absl::Seconds(30), [&asked](const ShardPrimary& primary) {
+        EXPECT_EQ(primary.address, "127.0.0.1:7000");
+        EXPECT_EQ(primary.epoch, 1);
+        ++asked;
+        return false;
+      });
+  std::unique_ptr<ShardOffice> primary = StartOffice(0, absl::Seconds(30));
+  ASSERT_NO_FATAL_FAILURE(AwaitChainOfBoth());
+  const absl::Time sought = absl::Now();
+  backup->PrimarySought();
+  ASSERT_TRUE(AwaitPrimary(1, absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - sought, absl::Seconds(5));
+  EXPECT_EQ(asked.load(), 1);
+  EXPECT_EQ(shards_[1]->epoch(), 2);
+  EXPECT_THAT(AwaitChain(1, absl::Seconds(5)), ElementsAre("1"));
+}
+
+// The same, but the primary answers: nothing changes.
+TEST_F(ShardOfficeTest, ABackupAskedForThePrimaryLeavesOneThatAnswers) {
+  std::atomic<int> asked{0};
+  std::unique_ptr<ShardOffice> backup =
+      StartOffice(1, absl::Seconds(30), [&asked](const ShardPrimary&) {
+        ++asked;
+        return true;
+      });
+  std::unique_ptr<ShardOffice> primary = StartOffice(0, absl::Seconds(30));
+  ASSERT_NO_FATAL_FAILURE(AwaitChainOfBoth());
+  backup->PrimarySought();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (asked.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(asked.load(), 1);
+  absl::StatusOr<PrimaryView> office = membership_->Current(absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(office.ok()) << office.status();
+  ASSERT_TRUE(office->primary.has_value());
+  EXPECT_EQ(office->primary->epoch, 1);
+  EXPECT_TRUE(shards_[0]->primary());
   EXPECT_FALSE(shards_[1]->primary());
 }
 
