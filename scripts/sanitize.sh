@@ -47,7 +47,7 @@ JOBS=${JOBS:-2}
 ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core_test ps_server_test consistency_policy_test chunk_streams_test rpc_limits_test step_exchange_test ps_client_shm_test training_test load_test connection_gate_test ps_tiers_test)
 # And the membership client (its lease thread, watch and keep-alive streams)
 # against the etcd each of its tests starts: only etcd runs outside.
-ASAN_TESTS+=(membership_test)
+ASAN_TESTS+=(membership_test shard_office_test)
 # Under TSan only the tests that run no gRPC thread: the concurrent
 # ParameterShard tests (pushers, pullers, stoppers on plain threads against
 # one shard), the Checkpointer's thread, kernels, codecs, configs. gRPC and
