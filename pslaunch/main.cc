@@ -37,6 +37,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "pslaunch/ports.h"
+#include "pslaunch/relay_files.h"
 #include "pslaunch/report.h"
 #include "pslaunch/run_config.h"
 #include "pslaunch/summary.h"
@@ -168,52 +169,6 @@ std::string DefaultBinDir() {
   std::error_code error;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   return error ? "." : self.parent_path().string();
-}
-
-// --relay's program and configuration file, from the flags or the places
-// they default to; FailedPrecondition naming what to install or pass.
-absl::StatusOr<std::pair<std::string, std::string>> FindRelay(const std::string& bin_dir) {
-  std::string binary = absl::GetFlag(FLAGS_relay_binary);
-  if (binary.empty()) {
-    std::vector<std::string> folders = absl::StrSplit(
-        getenv("PATH") == nullptr ? "" : getenv("PATH"), ':', absl::SkipEmpty());
-    folders.insert(folders.end(), {"/usr/sbin", "/usr/local/sbin"});
-    for (const std::string& folder : folders) {
-      const std::string candidate = folder + "/nghttpx";
-      if (access(candidate.c_str(), X_OK) == 0) {
-        binary = candidate;
-        break;
-      }
-    }
-    if (binary.empty()) {
-      return absl::FailedPreconditionError(
-          "--relay: no nghttpx on PATH, in /usr/sbin or in /usr/local/sbin; install "
-          "nghttp2-proxy or pass --relay_binary");
-    }
-  } else if (access(binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--relay_binary=", binary, " is not an executable file"));
-  }
-  std::string conf = absl::GetFlag(FLAGS_relay_conf);
-  if (conf.empty()) {
-    for (const std::string& candidate :
-         {bin_dir + "/../share/pstrain/deploy/relay/nghttpx.conf",
-          bin_dir + "/../../deploy/relay/nghttpx.conf",
-          std::string("/etc/pstrain/relay/nghttpx.conf")}) {
-      if (std::filesystem::is_regular_file(candidate)) {
-        conf = std::filesystem::weakly_canonical(candidate).string();
-        break;
-      }
-    }
-    if (conf.empty()) {
-      return absl::FailedPreconditionError(
-          "--relay: no nghttpx.conf beside --bin_dir or in /etc/pstrain/relay; pass "
-          "--relay_conf (the repository's deploy/relay/nghttpx.conf)");
-    }
-  } else if (!std::filesystem::is_regular_file(conf)) {
-    return absl::FailedPreconditionError(absl::StrCat("--relay_conf=", conf, " is not a file"));
-  }
-  return std::make_pair(binary, conf);
 }
 
 // The run's directory; `*remove_at_end` tells whether pslaunch created it.
@@ -473,7 +428,8 @@ int main(int argc, char** argv) {
   if (bin_dir.empty()) bin_dir = DefaultBinDir();
   std::pair<std::string, std::string> relay;
   if (startable.ok() && absl::GetFlag(FLAGS_relay)) {
-    absl::StatusOr<std::pair<std::string, std::string>> found = FindRelay(bin_dir);
+    absl::StatusOr<std::pair<std::string, std::string>> found =
+        pst::FindRelay(absl::GetFlag(FLAGS_relay_binary), absl::GetFlag(FLAGS_relay_conf), bin_dir);
     if (found.ok()) relay = *std::move(found);
     startable = found.status();
   }

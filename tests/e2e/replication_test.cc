@@ -209,6 +209,18 @@ int64_t VersionAt(const std::string& address) {
   return stats.version();
 }
 
+// Polls shard `address` (another process: its Stats is where its version
+// shows) until its version reaches `version` or `timeout`
+// passes; the version it reached.
+int64_t AwaitVersion(const std::string& address, int64_t version, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int64_t reached = -1;
+  while ((reached = VersionAt(address)) < version && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return reached;
+}
+
 // Runs `config` under pslaunch and kills shard 0's primary with SIGKILL
 // once its version reaches `kill_at`; the run's output.
 std::string RunKillingShardZerosPrimary(const std::string& config, const std::string& mode,
@@ -222,12 +234,8 @@ std::string RunKillingShardZerosPrimary(const std::string& config, const std::st
   if (address.empty() || pid <= 0) return launch.Output();
   // Mid-run: once the shard has taken `kill_at` updates (polled: the
   // shard's version is the event).
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  int64_t version = -1;
-  while ((version = VersionAt(address)) < kill_at && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_GE(version, kill_at) << "the run did not reach version " << kill_at;
+  EXPECT_GE(AwaitVersion(address, kill_at, absl::Seconds(120)), kill_at)
+      << "the run did not reach version " << kill_at;
   EXPECT_EQ(kill(pid, SIGKILL), 0);
   EXPECT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
   return launch.Output();
@@ -293,17 +301,6 @@ TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {
         Newest(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard)).version();
     EXPECT_EQ(std::max(primary, backup), steps_made);
   }
-}
-
-// Polls shard `address` until its version reaches `version` or `timeout`
-// passes; the version it reached.
-int64_t AwaitVersion(const std::string& address, int64_t version, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  int64_t reached = -1;
-  while ((reached = VersionAt(address)) < version && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return reached;
 }
 
 TEST(ReplicationTest, TrainingGoesOnWhileEtcdIsDownAndEndsAsWithoutTheOutage) {

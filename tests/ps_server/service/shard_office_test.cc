@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -173,16 +174,16 @@ TEST_F(ShardOfficeTest, ABackupAskedForThePrimaryDeposesOneThatDoesNotAnswer) {
 // The same, but the primary answers: nothing changes.
 TEST_F(ShardOfficeTest, ABackupAskedForThePrimaryLeavesOneThatAnswers) {
   std::atomic<int> asked{0};
+  absl::Notification answered;  // the prober's one question, answered
   std::unique_ptr<ShardOffice> backup =
-      StartOffice(1, absl::Seconds(30), [&asked](const ShardPrimary&) {
-        ++asked;
+      StartOffice(1, absl::Seconds(30), [&asked, &answered](const ShardPrimary&) {
+        if (++asked == 1) answered.Notify();
         return true;
       });
   std::unique_ptr<ShardOffice> primary = StartOffice(0, absl::Seconds(30));
   ASSERT_NO_FATAL_FAILURE(AwaitChainOfBoth());
   backup->PrimarySought();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (asked.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_EQ(asked.load(), 1);
   absl::StatusOr<PrimaryView> office = membership_->Current(absl::Now() + absl::Seconds(1));
   ASSERT_TRUE(office.ok()) << office.status();
