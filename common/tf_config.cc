@@ -26,6 +26,8 @@ constexpr size_t kMaxTfConfigBytes = 1 << 20;
 // TF_CONFIG nests three levels ({"cluster": {"ps": [...]}}); protobuf's
 // parser recurses per level, so deeper text is refused before it sees it.
 constexpr int kMaxTfConfigDepth = 8;
+// A primary and its backups; each backup applies every update again.
+constexpr int kMaxReplicasPerShard = 16;
 
 absl::Status Malformed(absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(
@@ -116,9 +118,66 @@ absl::StatusOr<TaskId> ParseTaskObject(const Value& task_value, const TfConfig& 
   return task;
 }
 
+// PSTRAIN_PS_REPLICAS: replicas per shard, primary included; 1 when unset.
+absl::StatusOr<int> ReplicasPerShard(const std::function<const char*(const char*)>& getenv) {
+  const char* text = getenv(kPsReplicasVariable);
+  if (text == nullptr || *text == '\0') return 1;
+  int replicas = 0;
+  if (!absl::SimpleAtoi(text, &replicas) || replicas < 1 || replicas > kMaxReplicasPerShard) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kPsReplicasVariable, "=", text, " is not a whole number in [1, ", kMaxReplicasPerShard,
+        "]; it is how many replicas each shard has, its primary included"));
+  }
+  return replicas;
+}
+
+// PSTRAIN_ETCD: the etcd endpoints, host:port each, comma-separated.
+absl::StatusOr<std::vector<std::string>> EtcdEndpoints(
+    const std::function<const char*(const char*)>& getenv) {
+  std::vector<std::string> endpoints;
+  const char* text = getenv(kEtcdVariable);
+  if (text == nullptr || *text == '\0') return endpoints;
+  for (absl::string_view endpoint : absl::StrSplit(text, ',')) {
+    endpoints.emplace_back(absl::StripAsciiWhitespace(endpoint));
+    if (!IsHostPort(endpoints.back())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kEtcdVariable, "=", text, " has \"", endpoints.back(),
+          "\", which is not host:port; list etcd's client endpoints as host:port,host:port"));
+    }
+  }
+  return endpoints;
+}
+
+// Splits `config->ps`, replica-major (see the header), into the shards'
+// primaries and their backups, and places a ps task among them.
+absl::Status SplitReplicas(int replicas, absl::string_view listed, TfConfig* config) {
+  const int listed_count = static_cast<int>(config->ps.size());
+  if (listed_count % replicas != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        listed, " lists ", listed_count, " ps address(es), not a multiple of ", kPsReplicasVariable,
+        "=", replicas, "; list every shard's primary, then every shard's first backup, and so on"));
+  }
+  const int shards = listed_count / replicas;
+  if (shards > kMaxPsShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(listed, " lists more than ", kMaxPsShards, " shards"));
+  }
+  if (replicas > 1) {
+    config->ps_backups.assign(shards, {});
+    for (int j = shards; j < listed_count; ++j)
+      config->ps_backups[j % shards].push_back(config->ps[j]);
+    config->ps.resize(shards);
+  }
+  if (config->task && config->task->kind == TaskId::Kind::kPs) {
+    config->replica = config->task->index / shards;
+    config->task->index %= shards;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
+absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json, int replicas) {
   if (json.size() > kMaxTfConfigBytes) {
     return Malformed(absl::StrCat("is ", json.size(), " bytes, more than the ", kMaxTfConfigBytes,
                                   " a cluster description needs"));
@@ -164,21 +223,26 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
   const int chiefs = static_cast<int>(chief.size() + master.size());
   config.workers = chiefs + static_cast<int>(workers.size());
   if (config.workers == 0) return Malformed("lists no chief or worker task");
-  if (config.workers > kMaxWorkers || static_cast<int>(config.ps.size()) > kMaxPsShards) {
-    return Malformed(absl::StrCat("lists more than ", kMaxWorkers, " workers or ", kMaxPsShards,
-                                  " ps tasks"));
+  if (config.workers > kMaxWorkers ||
+      static_cast<int>(config.ps.size()) > kMaxPsShards * replicas) {
+    return Malformed(
+        absl::StrCat("lists more than ", kMaxWorkers, " workers or ", kMaxPsShards, " ps shards"));
   }
   if (auto task_it = root.fields().find("task"); task_it != root.fields().end()) {
     PST_ASSIGN_OR_RETURN(config.task, ParseTaskObject(task_it->second, config, chiefs,
                                                       static_cast<int>(workers.size())));
   }
+  PST_RETURN_IF_ERROR(SplitReplicas(replicas, kTfConfigVariable, &config));
   return config;
 }
 
 absl::StatusOr<std::optional<TfConfig>> TfConfigFromEnvironment() {
   const char* value = std::getenv(kTfConfigVariable);
   if (value == nullptr || *value == '\0') return std::optional<TfConfig>();
-  PST_ASSIGN_OR_RETURN(TfConfig config, ParseTfConfig(value));
+  const auto getenv = [](const char* name) { return std::getenv(name); };
+  PST_ASSIGN_OR_RETURN(int replicas, ReplicasPerShard(getenv));
+  PST_ASSIGN_OR_RETURN(TfConfig config, ParseTfConfig(value, replicas));
+  PST_ASSIGN_OR_RETURN(config.etcd_endpoints, EtcdEndpoints(getenv));
   return std::optional<TfConfig>(std::move(config));
 }
 
@@ -206,6 +270,8 @@ absl::StatusOr<std::optional<TfConfig>> ParseTorchEnvironment(
   };
   TfConfig torch;
   torch.source = "torchrun's environment (WORLD_SIZE, RANK, MASTER_ADDR, PSTRAIN_PS)";
+  PST_ASSIGN_OR_RETURN(const int replicas, ReplicasPerShard(getenv));
+  PST_ASSIGN_OR_RETURN(torch.etcd_endpoints, EtcdEndpoints(getenv));
   PST_ASSIGN_OR_RETURN(torch.workers, number("WORLD_SIZE", *world, 1, kMaxWorkers));
   if (const std::optional<std::string> rank = value("RANK")) {
     PST_ASSIGN_OR_RETURN(int index, number("RANK", *rank, 0, torch.workers - 1));
@@ -220,10 +286,7 @@ absl::StatusOr<std::optional<TfConfig>> ParseTorchEnvironment(
             "\", which is not host:port; list the shards as host:port,host:port"));
       }
     }
-    if (static_cast<int>(torch.ps.size()) > kMaxPsShards) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PSTRAIN_PS lists more than ", kMaxPsShards, " shards"));
-    }
+    PST_RETURN_IF_ERROR(SplitReplicas(replicas, "PSTRAIN_PS", &torch));
     return std::optional<TfConfig>(std::move(torch));
   }
   const std::optional<std::string> port_text = value("MASTER_PORT");
@@ -236,8 +299,11 @@ absl::StatusOr<std::optional<TfConfig>> ParseTorchEnvironment(
   if (const std::optional<std::string> n = value("PSTRAIN_NUM_PS")) {
     PST_ASSIGN_OR_RETURN(shards, number("PSTRAIN_NUM_PS", *n, 1, kMaxPsShards));
   }
-  PST_ASSIGN_OR_RETURN(int port, number("MASTER_PORT", *port_text, 1, 65535 - shards));
-  for (int i = 0; i < shards; ++i) torch.ps.push_back(absl::StrCat(*master, ":", port + 1 + i));
+  const int listed_count = shards * replicas;
+  PST_ASSIGN_OR_RETURN(int port, number("MASTER_PORT", *port_text, 1, 65535 - listed_count));
+  for (int j = 0; j < listed_count; ++j)
+    torch.ps.push_back(absl::StrCat(*master, ":", port + 1 + j));
+  PST_RETURN_IF_ERROR(SplitReplicas(replicas, "MASTER_PORT+1, ...", &torch));
   return std::optional<TfConfig>(std::move(torch));
 }
 
@@ -256,6 +322,34 @@ absl::Status ApplyTfConfig(const TfConfig& tf, absl::string_view origin, JobConf
         tf.source, " lists ps [", absl::StrJoin(tf.ps, ", "), "] but ", origin,
         " has cluster.ps [", absl::StrJoin(cluster->ps(), ", "),
         "]; remove cluster.ps from the config to take ", tf.source, "'s, or make them agree"));
+  }
+  if (!tf.ps_backups.empty()) {
+    std::vector<std::vector<std::string>> configured;
+    for (const PsBackups& backups : cluster->ps_backups()) {
+      configured.emplace_back(backups.address().begin(), backups.address().end());
+    }
+    if (configured.empty()) {
+      for (const std::vector<std::string>& backups : tf.ps_backups) {
+        cluster->add_ps_backups()->mutable_address()->Assign(backups.begin(), backups.end());
+      }
+    } else if (configured != tf.ps_backups) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          tf.source, " with ", kPsReplicasVariable, " lists other backups than ", origin,
+          "'s cluster.ps_backups; remove cluster.ps_backups from the config to take ", tf.source,
+          "'s, or make them agree"));
+    }
+  }
+  Membership* membership = cluster->mutable_membership();
+  if (membership->etcd_endpoints().empty()) {
+    membership->mutable_etcd_endpoints()->Assign(tf.etcd_endpoints.begin(),
+                                                 tf.etcd_endpoints.end());
+  } else if (!tf.etcd_endpoints.empty() &&
+             std::vector<std::string>(membership->etcd_endpoints().begin(),
+                                      membership->etcd_endpoints().end()) != tf.etcd_endpoints) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kEtcdVariable, " lists [", absl::StrJoin(tf.etcd_endpoints, ", "), "] but ", origin,
+        " has cluster.membership.etcd_endpoints [",
+        absl::StrJoin(membership->etcd_endpoints(), ", "), "]; unset one, or make them agree"));
   }
   if (cluster->workers() == 0) {
     cluster->set_workers(tf.workers);
@@ -299,6 +393,24 @@ absl::StatusOr<TaskId> ResolveTaskFromEnvironment(absl::string_view task_flag, T
   // torchrun's RANK is a worker's rank, never a shard's.
   if (tf && tf->source != kTfConfigVariable && runs != TaskId::Kind::kWorker) tf->task.reset();
   return ResolveTask(task_flag, tf, runs, program);
+}
+
+absl::StatusOr<int> ResolveReplica(std::optional<int> replica_flag,
+                                   const std::optional<TfConfig>& tf) {
+  const bool from_tf = tf.has_value() && tf->task && tf->task->kind == TaskId::Kind::kPs;
+  if (replica_flag && from_tf && *replica_flag != tf->replica) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replica=", *replica_flag, " but ", tf->source, "'s task is replica ", tf->replica,
+        " of shard ", tf->task->index, " (", kPsReplicasVariable,
+        " lists the primaries first, then each shard's first backup, ...); drop --replica or "
+        "make them agree"));
+  }
+  return replica_flag ? *replica_flag : from_tf ? tf->replica : 0;
+}
+
+absl::StatusOr<int> ResolveReplicaFromEnvironment(std::optional<int> replica_flag) {
+  PST_ASSIGN_OR_RETURN(std::optional<TfConfig> tf, ClusterFromEnvironment());
+  return ResolveReplica(replica_flag, tf);
 }
 
 absl::Status CheckTfConfigUnset(absl::string_view launcher) {

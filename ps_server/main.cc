@@ -42,10 +42,11 @@
 
 ABSL_FLAG(std::string, task, "",
           "Which shard this is: ps:<index> into cluster.ps (default: TF_CONFIG's task, else ps:0).");
-ABSL_FLAG(int, replica, 0,
+ABSL_FLAG(std::optional<int>, replica, std::nullopt,
           "Which replica of the shard this is: 0, the primary, at cluster.ps[index]; k >= 1, a "
           "backup, at cluster.ps_backups[index].address[k-1], following the primary's updates "
-          "(it takes none from workers).");
+          "(it takes none from workers). Default: TF_CONFIG's task with PSTRAIN_PS_REPLICAS "
+          "(docs/deploy.md), else 0.");
 ABSL_FLAG(std::string, listen, "",
           "Address to bind instead of cluster.ps[index]: host:port (e.g. 0.0.0.0:50051 behind "
           "NAT), or unix:PATH, a socket file only this user can reach, for the relay of "
@@ -293,7 +294,9 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
 
   pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
-  options.replica = absl::GetFlag(FLAGS_replica);
+  absl::StatusOr<int> replica = pst::ResolveReplicaFromEnvironment(absl::GetFlag(FLAGS_replica));
+  if (!replica.ok()) pst::ExitWithError(kProgram, replica.status());
+  options.replica = *replica;
   if (options.replica < 0 || options.replica >= options.replicas) {
     pst::ExitWithError(
         kProgram, absl::InvalidArgumentError(absl::StrCat(

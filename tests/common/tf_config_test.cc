@@ -256,12 +256,90 @@ TEST(TorchEnvironmentTest, RefusesEachBadVariableNamingIt) {
   }
 }
 
+// PSTRAIN_PS_REPLICAS=R: the ps list is N*R addresses, the primaries first,
+// then each shard's first backup, ...; ps task j is replica j / N of shard j % N.
+TEST(ReplicatedShardsTest, TfConfigsPsListIsThePrimariesThenEachBackupRow) {
+  constexpr char kSixPs[] =
+      R"({"cluster": {"ps": ["p0:1", "p1:1", "b0:1", "b1:1", "c0:1", "c1:1"], "worker": ["w:1"]},
+          "task": {"type": "ps", "index": 5}})";
+  absl::StatusOr<TfConfig> parsed = ParseTfConfig(kSixPs, /*replicas=*/3);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->ps, ::testing::ElementsAre("p0:1", "p1:1"));
+  ASSERT_EQ(parsed->ps_backups.size(), 2u);
+  EXPECT_THAT(parsed->ps_backups[0], ::testing::ElementsAre("b0:1", "c0:1"));
+  EXPECT_THAT(parsed->ps_backups[1], ::testing::ElementsAre("b1:1", "c1:1"));
+  EXPECT_EQ(parsed->task, (TaskId{TaskId::Kind::kPs, 1}));
+  EXPECT_EQ(parsed->replica, 2);
+  absl::StatusOr<int> replica = ResolveReplica(std::nullopt, *parsed);
+  ASSERT_TRUE(replica.ok());
+  EXPECT_EQ(*replica, 2);
+  EXPECT_EQ(*ResolveReplica(2, *parsed), 2);
+  EXPECT_THAT(ResolveReplica(1, *parsed).status().message(),
+              HasSubstr("--replica=1 but TF_CONFIG's task is replica 2 of shard 1"));
+  EXPECT_EQ(*ResolveReplica(std::nullopt, std::nullopt), 0);
+
+  // Unreplicated, a ps task is its shard's primary.
+  parsed = ParseTfConfig(kSixPs);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->ps.size(), 6u);
+  EXPECT_TRUE(parsed->ps_backups.empty());
+  EXPECT_EQ(parsed->replica, 0);
+
+  parsed = ParseTfConfig(kSixPs, /*replicas=*/4);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(
+      parsed.status().message(),
+      HasSubstr("TF_CONFIG lists 6 ps address(es), not a multiple of PSTRAIN_PS_REPLICAS=4"));
+}
+
+TEST(ReplicatedShardsTest, TorchrunsShardsAreReplicatedTheSameWay) {
+  absl::StatusOr<std::optional<TfConfig>> listed =
+      ParseTorchEnvironment(Env({{"WORLD_SIZE", "2"},
+                                 {"PSTRAIN_PS", "a:1,b:1,c:1,d:1"},
+                                 {"PSTRAIN_PS_REPLICAS", "2"},
+                                 {"PSTRAIN_ETCD", "e:2379"}}));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE(listed->has_value());
+  EXPECT_THAT((*listed)->ps, ::testing::ElementsAre("a:1", "b:1"));
+  ASSERT_EQ((*listed)->ps_backups.size(), 2u);
+  EXPECT_THAT((*listed)->ps_backups[0], ::testing::ElementsAre("c:1"));
+  EXPECT_THAT((*listed)->ps_backups[1], ::testing::ElementsAre("d:1"));
+  EXPECT_THAT((*listed)->etcd_endpoints, ::testing::ElementsAre("e:2379"));
+
+  absl::StatusOr<std::optional<TfConfig>> master =
+      ParseTorchEnvironment(Env({{"WORLD_SIZE", "1"},
+                                 {"MASTER_ADDR", "m"},
+                                 {"MASTER_PORT", "100"},
+                                 {"PSTRAIN_NUM_PS", "2"},
+                                 {"PSTRAIN_PS_REPLICAS", "2"}}));
+  ASSERT_TRUE(master.ok()) << master.status();
+  EXPECT_THAT((*master)->ps, ::testing::ElementsAre("m:101", "m:102"));
+  EXPECT_THAT((*master)->ps_backups[0], ::testing::ElementsAre("m:103"));
+  EXPECT_THAT((*master)->ps_backups[1], ::testing::ElementsAre("m:104"));
+
+  for (const auto& [vars, error] :
+       std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"WORLD_SIZE", "1"}, {"PSTRAIN_PS", "a:1"}, {"PSTRAIN_PS_REPLICAS", "0"}},
+            "PSTRAIN_PS_REPLICAS=0 is not a whole number in [1, 16]"},
+           {{{"WORLD_SIZE", "1"}, {"PSTRAIN_PS", "a:1,b:1,c:1"}, {"PSTRAIN_PS_REPLICAS", "2"}},
+            "PSTRAIN_PS lists 3 ps address(es), not a multiple of PSTRAIN_PS_REPLICAS=2"},
+           {{{"WORLD_SIZE", "1"}, {"PSTRAIN_PS", "a:1"}, {"PSTRAIN_ETCD", "e"}},
+            "PSTRAIN_ETCD=e has \"e\", which is not host:port"},
+       }) {
+    absl::StatusOr<std::optional<TfConfig>> parsed = ParseTorchEnvironment(Env(vars));
+    ASSERT_FALSE(parsed.ok()) << error;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(parsed.status().message(), HasSubstr(error));
+  }
+}
+
 // The hook in LoadJobConfig: a config file carrying only the job takes its
 // cluster from the environment, and a file that disagrees is refused.
 class LoadWithTfConfigTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* name : {kTfConfigVariable, "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    for (const char* name : {kTfConfigVariable, "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT",
+                             kPsReplicasVariable, kEtcdVariable}) {
       unsetenv(name);
     }
   }
@@ -281,6 +359,43 @@ TEST_F(LoadWithTfConfigTest, TakesTheClusterFromTheEnvironment) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_THAT(config->cluster().ps(), ::testing::ElementsAre("p0:2222", "p1:2222"));
   EXPECT_EQ(config->cluster().workers(), 3);
+}
+
+TEST_F(LoadWithTfConfigTest, TakesTheBackupsAndEtcdFromTheEnvironment) {
+  setenv(kTfConfigVariable,
+         R"({"cluster": {"ps": ["p0:1", "p1:1", "b0:1", "b1:1"], "worker": ["w:1"]},
+             "task": {"type": "ps", "index": 2}})",
+         1);
+  setenv(kPsReplicasVariable, "2", 1);
+  setenv(kEtcdVariable, "etcd:2379", 1);
+  absl::StatusOr<JobConfig> config = LoadJobConfig(WriteConfig("job.textproto", ""), {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->cluster().ps(), ::testing::ElementsAre("p0:1", "p1:1"));
+  ASSERT_EQ(config->cluster().ps_backups_size(), 2);
+  EXPECT_THAT(config->cluster().ps_backups(0).address(), ::testing::ElementsAre("b0:1"));
+  EXPECT_THAT(config->cluster().ps_backups(1).address(), ::testing::ElementsAre("b1:1"));
+  EXPECT_THAT(config->cluster().membership().etcd_endpoints(), ::testing::ElementsAre("etcd:2379"));
+  absl::StatusOr<TaskId> task = ResolveTaskFromEnvironment("", TaskId::Kind::kPs, "ps_server");
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_EQ(*task, (TaskId{TaskId::Kind::kPs, 0}));
+  absl::StatusOr<int> replica = ResolveReplicaFromEnvironment(std::nullopt);
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  EXPECT_EQ(*replica, 1);
+
+  // A file with other backups, or another etcd, is refused, naming both.
+  const std::string other =
+      WriteConfig("other_backups.textproto",
+                  "cluster { ps_backups { address: \"x:1\" } ps_backups { address: "
+                  "\"y:1\" } membership { etcd_endpoints: \"etcd:2379\" } }\n");
+  config = LoadJobConfig(other, {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("lists other backups than " + other + "'s cluster.ps_backups"));
+  const std::string other_etcd = WriteConfig(
+      "other_etcd.textproto", "cluster { membership { etcd_endpoints: \"elsewhere:2379\" } }\n");
+  config = LoadJobConfig(other_etcd, {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("PSTRAIN_ETCD lists [etcd:2379] but"));
 }
 
 TEST_F(LoadWithTfConfigTest, RefusesAFileOrFlagThatDisagrees) {

@@ -24,13 +24,12 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
-#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "ps.grpc.pb.h"
 #include "ps_server/core/checkpoint.h"
 #include "result.pb.h"
 #include "tests/cluster/membership/etcd_server.h"
 #include "tests/support/commands.h"
+#include "tests/support/shard_stats.h"
 
 namespace pst {
 namespace {
@@ -197,29 +196,6 @@ class Launch {
   ChildProcess process_;
   int exit_code_ = -1;
 };
-
-// Shard `address`'s version, -1 while it does not answer.
-int64_t VersionAt(const std::string& address) {
-  auto stub =
-      ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  StatsResponse stats;
-  if (!stub->Stats(&context, StatsRequest(), &stats).ok()) return -1;
-  return stats.version();
-}
-
-// Polls shard `address` (another process: its Stats is where its version
-// shows) until its version reaches `version` or `timeout`
-// passes; the version it reached.
-int64_t AwaitVersion(const std::string& address, int64_t version, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  int64_t reached = -1;
-  while ((reached = VersionAt(address)) < version && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return reached;
-}
 
 // Runs `config` under pslaunch and kills shard 0's primary with SIGKILL
 // once its version reaches `kill_at`; the run's output.

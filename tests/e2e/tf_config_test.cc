@@ -2,7 +2,10 @@
 // given the same job file (no cluster in it) and its own TF_CONFIG, no
 // --task, no pslaunch. 1 PS + a chief + a worker on loopback; the PS binds
 // port 0 (its TF_CONFIG names port 0) and reports the port it got, which the
-// workers' TF_CONFIG then names. Every process is killed at the end by PID.
+// workers' TF_CONFIG then names. With PSTRAIN_PS_REPLICAS and PSTRAIN_ETCD,
+// TF_CONFIG's ps tasks are a shard's primary and backup, and the backup
+// takes over when the primary is killed. Every process is killed at the end
+// by PID.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,11 +20,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cluster/membership/local_etcd.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "result.pb.h"
+#include "tests/cluster/membership/etcd_server.h"
 #include "tests/support/commands.h"
+#include "tests/support/shard_stats.h"
 
 namespace pst {
 namespace {
@@ -30,11 +37,14 @@ using ::testing::HasSubstr;
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
-// The cluster as the launcher sees it; `ps` is the PS's address.
-std::string TfConfig(const std::string& ps, const std::string& type) {
-  return absl::StrCat(R"({"cluster": {"ps": [")", ps,
+// The cluster as the launcher sees it; `ps` lists the PS tasks' addresses.
+std::string TfConfig(const std::vector<std::string>& ps, const std::string& type, int index = 0) {
+  return absl::StrCat(R"({"cluster": {"ps": [")", absl::StrJoin(ps, R"(", ")"),
                       R"("], "chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},)",
-                      R"( "task": {"type": ")", type, R"(", "index": 0}})");
+                      R"( "task": {"type": ")", type, R"(", "index": )", index, "}}");
+}
+std::string TfConfig(const std::string& ps, const std::string& type) {
+  return TfConfig(std::vector<std::string>{ps}, type);
 }
 
 class TfConfigTest : public ::testing::Test {
@@ -93,6 +103,82 @@ TEST_F(TfConfigTest, OnePsAChiefAndAWorkerTrainFromTfConfigAlone) {
   ps.Signal(SIGTERM);
   EXPECT_EQ(ps.Wait(absl::Seconds(30)), 0) << ReadFile(dir_ + "/ps.log");
   EXPECT_THAT(ReadFile(dir_ + "/ps.log"), HasSubstr("ps:0 serving"));
+}
+
+// A TFJob with two PS replicas and PSTRAIN_PS_REPLICAS=2: ps:0 is the
+// shard's primary, ps:1 its backup, their membership in the etcd that
+// PSTRAIN_ETCD names. The primary is killed with SIGKILL mid-run; the backup
+// takes office, and the job ends as a run of one unreplicated PS does: the
+// same steps, version and losses, to the last bit.
+TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
+  std::ofstream(job_)
+      << "cluster { membership { lease_seconds: 1 } }\n"
+         "training { mode: SYNC optimizer { sgd { learning_rate: 0.05 } }\n"
+         "  batch_size: 16 epochs: 40\n"
+         "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } } }\n";
+  const auto train = [&](const std::vector<std::string>& ps, const std::string& name,
+                         const std::vector<std::pair<std::string, std::string>>& env) {
+    std::vector<std::unique_ptr<ChildProcess>> workers;
+    for (const std::string type : {"chief", "worker"}) {
+      auto with_task = env;
+      with_task.emplace_back("TF_CONFIG", TfConfig(ps, type));
+      workers.push_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{
+              Bin("worker"), "--config=" + job_,
+              absl::StrCat("--result_file=", dir_, "/", name, "-", type, ".json")},
+          absl::StrCat(dir_, "/", name, "-", type, ".log"), with_task));
+    }
+    return workers;
+  };
+
+  // Without replicas, and without a kill.
+  const std::string port_file = dir_ + "/plain.port";
+  ChildProcess plain_ps({Bin("ps_server"), "--config=" + job_, "--port_file=" + port_file},
+                        dir_ + "/plain-ps.log", {{"TF_CONFIG", TfConfig("127.0.0.1:0", "ps")}});
+  const int port = AwaitPortFile(port_file, plain_ps.pid());
+  ASSERT_GT(port, 0) << ReadFile(dir_ + "/plain-ps.log");
+  for (auto& worker : train({absl::StrCat("127.0.0.1:", port)}, "plain", {})) {
+    ASSERT_EQ(worker->Wait(absl::Seconds(120)), 0) << ReadFile(dir_ + "/plain-chief.log");
+  }
+
+  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2);
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  const std::vector<std::string> replicas = {absl::StrCat("127.0.0.1:", (*ports)[0]),
+                                             absl::StrCat("127.0.0.1:", (*ports)[1])};
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"PSTRAIN_PS_REPLICAS", "2"}, {"PSTRAIN_ETCD", (*etcd)->endpoint()}};
+  std::vector<std::unique_ptr<ChildProcess>> ps;
+  for (int index = 0; index < 2; ++index) {
+    auto with_task = env;
+    with_task.emplace_back("TF_CONFIG", TfConfig(replicas, "ps", index));
+    ps.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{Bin("ps_server"), "--config=" + job_},
+        absl::StrCat(dir_, "/replica-", index, ".log"), with_task));
+  }
+  // The workers' TF_CONFIG lists both replicas too: the backup is where
+  // they go when the primary is gone.
+  std::vector<std::unique_ptr<ChildProcess>> workers = train(replicas, "replicated", env);
+  // 40 epochs of 8 steps: killed a quarter of the way.
+  ASSERT_GE(AwaitVersion(replicas[0], 80, absl::Seconds(120)), 80)
+      << ReadFile(dir_ + "/replica-0.log");
+  ps[0]->Signal(SIGKILL);
+  for (auto& worker : workers) {
+    ASSERT_EQ(worker->Wait(absl::Seconds(120)), 0) << ReadFile(dir_ + "/replicated-chief.log");
+  }
+  EXPECT_THAT(ReadFile(dir_ + "/replica-1.log"), HasSubstr("is primary at epoch 2"));
+
+  for (const std::string type : {"chief", "worker"}) {
+    SCOPED_TRACE(type);
+    const WorkerResult plain = Result("plain-" + type + ".json");
+    const WorkerResult replicated = Result("replicated-" + type + ".json");
+    EXPECT_EQ(replicated.steps(), 320);
+    EXPECT_EQ(replicated.steps(), plain.steps());
+    EXPECT_EQ(replicated.final_version(), plain.final_version());
+    EXPECT_EQ(replicated.final_loss(), plain.final_loss());
+    EXPECT_EQ(replicated.test_loss(), plain.test_loss());
+  }
 }
 
 TEST_F(TfConfigTest, AConflictIsOneLineAndExitCodeTwo) {
