@@ -256,6 +256,39 @@ TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
   }
 }
 
+// Every replica of shard 0 killed at once: pslaunch restarts them, replica
+// 0 restores its newest checkpoint and takes the office, the backup catches
+// up from it, and training ends; the two replicas end bitwise equal.
+TEST(ReplicationTest, AShardThatLostEveryReplicaGoesOnFromItsCheckpoint) {
+  const ScratchFolder scratch("restore-replicated");
+  const std::string& dir = scratch.path;
+  const std::string replicated = CtrConfig(dir, "replicated", kBackups);
+  std::string text = ReadFile(replicated);
+  ASSERT_EQ(absl::StrReplaceAll({{"-checkpoints\" }", "-checkpoints\" every_steps: 10 }"}}, &text),
+            1);
+  std::ofstream(replicated) << text;
+
+  Launch launch(replicated, "sync", absl::StrCat(dir, "/replicated.log"));
+  const std::string address = launch.AwaitInLog(R"(info ps:0 serving (\S+))", absl::Seconds(60));
+  ASSERT_FALSE(address.empty()) << launch.Output();
+  int pids[2] = {0, 0};
+  ASSERT_TRUE(
+      absl::SimpleAtoi(launch.AwaitInLog(R"(ps:0 \(pid (\d+)\))", absl::Seconds(60)), &pids[0]))
+      << launch.Output();
+  ASSERT_TRUE(
+      absl::SimpleAtoi(launch.AwaitInLog(R"(ps:0:1 \(pid (\d+)\))", absl::Seconds(60)), &pids[1]))
+      << launch.Output();
+  ASSERT_GE(AwaitVersion(address, 45, absl::Seconds(120)), 45) << launch.Output();
+  for (const int pid : pids) EXPECT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
+  const std::string output = launch.Output();
+  EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
+  EXPECT_THAT(output, HasSubstr("task ps:0:1 exited with code 137"));
+  EXPECT_THAT(output, ::testing::ContainsRegex("ps:0 restored its checkpoint at version [1-9]"));
+  EXPECT_EQ(StateOf(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-0")),
+            StateOf(absl::StrCat(dir, "/replicated-checkpoints/shard-0")));
+}
+
 TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {
   const ScratchFolder scratch("failover-async");
   const std::string& dir = scratch.path;

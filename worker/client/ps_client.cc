@@ -206,7 +206,7 @@ absl::Status ShardChannel::PullRemainingRows(RowSplit* split, const std::vector<
       exchange.shard = s;
       exchange.rows_part = part;
       exchange.rows = split;
-      exchange.pull = MakePullRequest(versions[s], timeout);
+      exchange.pull = MakePullRequest(s, versions[s], timeout);
       exchange.pull->set_rows_only(true);
       split->MovePullRows(s, part, &*exchange.pull);
       exchange.out = &kNoVariables;
@@ -316,6 +316,14 @@ absl::Status ShardChannel::RegisterFollowing(int s, RegisterResponse* response) 
     at = shard.at;
   }
   absl::Status status = RegisterAt(s, at, deadline, response);
+  if (status.ok() && replicas > 1) {
+    if (shard.epoch >= 0 && response->epoch() != shard.epoch) {
+      shard.version_after_failover = response->version();
+      spdlog::info("ps:{}: {} (replica {}) is its primary again, at epoch {}", s,
+                   shard.endpoints[at]->address, at, response->epoch());
+    }
+    shard.epoch = response->epoch();
+  }
   if (status.ok() || replicas == 1 || !IsTransientShardError(status)) return status;
   for (int k = 1; k < replicas; ++k) {
     const int place = (at + k) % replicas;
@@ -329,6 +337,7 @@ absl::Status ShardChannel::RegisterFollowing(int s, RegisterResponse* response) 
       shard.at = place;
     }
     shard.version_after_failover = response->version();
+    shard.epoch = response->epoch();
     // Another process: it knows nothing of this worker's region.
     shard.region_attached = false;
     shard.region_handle = 0;
@@ -417,7 +426,7 @@ absl::Status ShardChannel::Pull(const std::vector<int64_t>& min_versions, absl::
   for (size_t s = 0; s < shards_.size(); ++s) {
     ShardExchange& exchange = exchanges[s];
     exchange.shard = static_cast<int>(s);
-    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.pull = MakePullRequest(s, min_versions[s], timeout);
     for (size_t i : shards_[s].slices) exchange.pull->add_names(slices_[i].name);
     exchange.out = &out;
     exchange.version = &(*versions)[s];
@@ -436,7 +445,7 @@ absl::Status ShardChannel::PullRows(const std::vector<int64_t>& min_versions, ab
   for (size_t s = 0; s < shards_.size(); ++s) {
     ShardExchange& exchange = exchanges[s];
     exchange.shard = static_cast<int>(s);
-    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.pull = MakePullRequest(s, min_versions[s], timeout);
     exchange.pull->set_rows_only(true);
     exchange.out = &kNoVariables;
     exchange.version = &(*versions)[s];
@@ -446,10 +455,15 @@ absl::Status ShardChannel::PullRows(const std::vector<int64_t>& min_versions, ab
   return split ? PullRemainingRows(&*split, *versions, timeout) : absl::OkStatus();
 }
 
-PullRequest ShardChannel::MakePullRequest(int64_t min_version, absl::Duration timeout) const {
+PullRequest ShardChannel::MakePullRequest(int s, int64_t min_version,
+                                          absl::Duration timeout) const {
   PullRequest request;
   request.set_worker(worker_);
-  request.set_min_version(min_version);
+  // After a failover the read waits for no more than the step the new
+  // primary makes next: a primary that went on from its checkpoint holds
+  // less than this worker saw, and the versions it lost do not come back.
+  const int64_t held = shards_[s].version_after_failover;
+  request.set_min_version(held >= 0 ? std::min(min_version, held + 1) : min_version);
   request.set_timeout_ms(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
   request.set_dtype(wire_dtype_);
   return request;
@@ -509,7 +523,7 @@ absl::Status ShardChannel::PushPull(const std::vector<int64_t>& computed_at,
     exchange.computed_at = computed_at[s];
     exchange.gradients = &gradients;
     // No names: an exchange that pushes answers with the pushed variables.
-    exchange.pull = MakePullRequest(min_versions[s], timeout);
+    exchange.pull = MakePullRequest(s, min_versions[s], timeout);
     exchange.out = &out;
     exchange.version = &(*versions)[s];
     exchange.response = &(*responses)[s];

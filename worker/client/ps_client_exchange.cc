@@ -106,7 +106,7 @@ void LayerwiseExchange::Start() {
     Call& call = calls_[s];
     ShardChannel::Shard& shard = client_->shards_[s];
     // The answer in the shard's own slice order: the model's, first layer first.
-    call.pull = client_->MakePullRequest(min_versions_[s], timeout_);
+    call.pull = client_->MakePullRequest(s, min_versions_[s], timeout_);
     for (size_t i : shard.slices) call.pull.add_names(client_->slices_[i].name);
     if (rows_) rows_->MovePullRows(static_cast<int>(s), /*part=*/0, &call.pull);
     const int shard_index = static_cast<int>(s);

@@ -273,6 +273,10 @@ class ShardChannel {
     // primary may have shown updates it had not yet replicated (ASYNC), so
     // a push sent again claims at most this version.
     int64_t version_after_failover = -1;
+    // The epoch of the primary this worker last registered with (-1: none
+    // yet). A new one at the same place is a failover too: the replica
+    // restarted there took the office, perhaps from its checkpoint.
+    int64_t epoch = -1;
     std::vector<size_t> slices;  // indices into slices_, in order
     // The last exchange's call, which gRPC may still be finishing after
     // its answer arrived; replaced (and so waited for) by the next one.
@@ -417,7 +421,9 @@ class ShardChannel {
                               bool may_attach_again = true);
   // A pull of this worker's at least `min_version`, waiting up to `timeout`,
   // in the wire dtype; the caller adds the variables' names if it wants them.
-  PullRequest MakePullRequest(int64_t min_version, absl::Duration timeout) const;
+  // A read of shard s from min_version (at most the step after a new
+  // primary's version, until the next whole exchange).
+  PullRequest MakePullRequest(int s, int64_t min_version, absl::Duration timeout) const;
   // Checks a pull's header against what shard s should hold: its slices,
   // in any order, which `order` gets; none for a pull of rows only.
   absl::Status CheckPullHeader(int shard, const PullResponse& header, bool rows_only,

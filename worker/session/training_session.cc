@@ -234,9 +234,11 @@ absl::Status TrainingSession::SendAgainAfterFailovers(absl::Status status,
     PST_ASSIGN_OR_RETURN(RegisterResponse view, RegisterPatiently(client_, status, &retry));
     // A primary may have shown this worker updates it had not yet
     // replicated (an ASYNC read shows other workers' pushes as they land),
-    // at most a backup's allowed lag. Further behind, no replica held the
-    // state: the step is run again on what the shards hold (Redo), whose
-    // rejoin ends the run if that lost more than a checkpoint interval.
+    // at most a backup's allowed lag; so far behind is a primary that went
+    // on from its checkpoint allowed to be too, and the exchange is sent
+    // again at its version (ShardChannel::TagPush). Further behind, the
+    // step is run again on what the shards hold (Redo), whose rejoin ends
+    // the run if that lost more than a checkpoint interval.
     if (!view.initialized() || versions_[0] - view.version() > kMaxUnreplicatedVersions) {
       return status;
     }

@@ -290,6 +290,70 @@ TEST(ParameterShardReplicaTest, ABackupJoinsTheChainOnlyOnceItHoldsWhatWasAcknow
   ExpectSameState(*primary, *backup);
 }
 
+// Three replicas; the third comes back and is taking the state whole when
+// the primary dies. The second takes over, sends it its own state whole,
+// and it catches up from there: what the old primary sent it late is
+// fenced off once it follows the new one.
+TEST(ParameterShardReplicaTest, AFailoverDuringACatchUpStartsItAgainFromTheNewPrimary) {
+  auto first = MakeShard(AsReplica(Options(SYNC, 2), 0, 3));
+  auto second = MakeShard(AsReplica(Options(SYNC, 2), 1, 3));
+  auto third = MakeShard(AsReplica(Options(SYNC, 2), 2, 3));
+  ASSERT_TRUE(first->BecomePrimary(1).ok());
+  InitEvicting(first.get());
+  std::mt19937_64 draw(23);
+  const auto step_forwarding_to_second = [&] {
+    SyncStep(*first, draw);
+    EXPECT_EQ(Forward(*first, *second), 1);
+  };
+  Forward(*first, *second);
+  Forward(*first, *third, nullptr, 2);
+  step_forwarding_to_second();
+  Forward(*first, *third, nullptr, 2);
+  ASSERT_THAT(first->CaughtUpBackups(), ::testing::ElementsAre(1, 2));
+
+  // The third goes away and comes back: its state whole is on its way, and
+  // a step after it in the log, when the first dies.
+  first->SetReplicaLive(2, false);
+  step_forwarding_to_second();
+  first->SetReplicaLive(2, true);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> late =
+      first->TakeReplicaUpdates(2, absl::Now());
+  ASSERT_TRUE(late.ok()) << late.status();
+  ASSERT_EQ(late->size(), 1u);
+  step_forwarding_to_second();
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> later =
+      first->TakeReplicaUpdates(2, absl::Now());
+  ASSERT_TRUE(later.ok()) << later.status();
+  ASSERT_EQ(later->size(), 1u);
+  const int64_t acknowledged = first->version();
+  first.reset();
+
+  // The second, in the chain, takes over; nothing of the new office waits
+  // for the third until it holds the new primary's state.
+  ASSERT_TRUE(second->BecomePrimary(2).ok());
+  second->SetReplicaLive(0, false);
+  EXPECT_EQ(second->version(), acknowledged);
+  EXPECT_THAT(second->CaughtUpBackups(), ::testing::IsEmpty());
+  ReplicaAck ack;
+  ASSERT_TRUE(third->ApplyReplicaUpdate(*late->front(), &ack).ok());  // still at epoch 1
+  SyncStep(*second, draw);
+  EXPECT_EQ(PullAll(second.get(), {1}).version, acknowledged + 1);
+  int whole = 0;
+  EXPECT_EQ(Forward(*second, *third, &whole, 2), 1);  // its state whole, step included
+  EXPECT_EQ(whole, 1);
+  ExpectSameState(*second, *third);
+  EXPECT_THAT(second->CaughtUpBackups(), ::testing::ElementsAre(2));
+  EXPECT_EQ(third->epoch(), 2);
+
+  // The old primary's last update, arriving now, is fenced off.
+  EXPECT_EQ(third->ApplyReplicaUpdate(*later->front(), &ack).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ExpectSameState(*second, *third);
+  SyncStep(*second, draw);
+  EXPECT_EQ(Forward(*second, *third, nullptr, 2), 1);
+  ExpectSameState(*second, *third);
+}
+
 TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDeposesTheOld) {
   auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
   auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));

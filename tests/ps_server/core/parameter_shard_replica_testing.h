@@ -14,18 +14,20 @@
 
 namespace pst::replica_testing {
 
-// `options` as replica `replica` of 2.
-inline ShardOptions AsReplica(ShardOptions options, int replica) {
-  options.replicas = 2;
+// `options` as replica `replica` of `replicas`.
+inline ShardOptions AsReplica(ShardOptions options, int replica, int replicas = 2) {
+  options.replicas = replicas;
   options.replica = replica;
   return options;
 }
 
-// Hands what `primary` has for backup 1 to `backup` and its answers back;
-// returns how many updates went, of which `*whole` held the state whole.
-inline int Forward(ParameterShard& primary, ParameterShard& backup, int* whole = nullptr) {
+// Hands what `primary` has for its backup `to` (1 unless given) to
+// `backup` and its answers back; returns how many updates went, of which
+// `*whole` held the state whole.
+inline int Forward(ParameterShard& primary, ParameterShard& backup, int* whole = nullptr,
+                   int to = 1) {
   absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
-      primary.TakeReplicaUpdates(1, absl::Now());
+      primary.TakeReplicaUpdates(to, absl::Now());
   EXPECT_TRUE(updates.ok()) << updates.status();
   if (!updates.ok()) return 0;
   for (const auto& shared : *updates) {
@@ -34,7 +36,7 @@ inline int Forward(ParameterShard& primary, ParameterShard& backup, int* whole =
     ReplicaAck ack;
     const absl::Status applied = backup.ApplyReplicaUpdate(update, &ack);
     EXPECT_TRUE(applied.ok()) << applied;
-    primary.ReplicaAcked(1, ack.version());
+    primary.ReplicaAcked(to, ack.version());
   }
   return static_cast<int>(updates->size());
 }
