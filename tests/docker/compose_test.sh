@@ -5,7 +5,10 @@
 # the image of docker/Dockerfile (its runtime stage with the programs of the
 # packaged CPU build; COMPOSE_FROM_SOURCE=1: the whole Dockerfile) and runs
 # docker/docker-compose.yml to completion twice:
-# SYNC with 2 workers, ASYNC with --scale worker=3. Before the image, the
+# SYNC with 2 workers, ASYNC with --scale worker=3; then the replicated
+# cluster (docker/docker-compose.replicated.yml over it: etcd and a backup of
+# the shard), SYNC with 2 workers, whose primary it kills mid-run: the backup
+# must take over and the run end as without the kill. Before the image, the
 # .deb of the build in $BUILD_DIR (default build/; for a CUDA build, that of
 # scripts/package_deb.sh) is installed in a clean container, where Python
 # workers train through its module (tests/packaging/deb_install_test.sh). Asserts every worker's
@@ -22,6 +25,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${COMPOSE_TEST_DIR:-$ROOT/build/docker-ci}
 DOCKER=/usr/bin/docker  # Debian's docker.io; another docker may come first on PATH
 COMPOSE=(docker-compose -f "$ROOT/docker/docker-compose.yml")
+COMPOSE_REPLICATED=("${COMPOSE[@]}" -f "$ROOT/docker/docker-compose.replicated.yml")
 IMAGE=pstrain:compose-test
 MIN_ACCURACY=0.60  # 4000 training images; guessing gives 0.10
 START=$(date +%s)
@@ -35,8 +39,9 @@ elapsed() { echo $(($(date +%s) - $1)); }
 
 cleanup() {
   set +e
+  # The replicated files name every service and volume of either cluster.
   for project in "${PROJECTS[@]}"; do
-    "${COMPOSE[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1
+    "${COMPOSE_REPLICATED[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1
   done
   if [ -n "$STARTED_DOCKERD" ]; then
     kill "$STARTED_DOCKERD" 2>/dev/null
@@ -189,9 +194,78 @@ run_cluster() {
   say "$mode with $workers workers: all exited 0, PS healthy, test_accuracy $accuracy, tensors $transport ($(elapsed "$phase") s)"
 }
 
+# The replicated cluster, SYNC with 2 workers: once psctl status shows the
+# primary at version kill_at or past it, its container is killed (SIGKILL;
+# docker does not restart a container it killed). The backup must take over
+# (its log), both workers follow it and exit 0, and the run must end at the
+# version of a run without the kill (no step lost or repeated) with the
+# chief's accuracy. 8000 images, batch 64: 62 steps an epoch, 620 in all,
+# which take 8-10 s on a 2-core VM; compose up returns once the workers
+# start, and the first psctl status sees version 100-150 there.
+run_replicated() {
+  local workers=2 epochs=10 train_limit=8000 project="pstrain-ci-replicated"
+  local steps=$((epochs * (train_limit / workers / 64))) kill_at=50
+  local config=/etc/pstrain/compose-replicated.textproto
+  PROJECTS+=("$project")
+  local phase
+  phase=$(date +%s)
+  export PSTRAIN_IMAGE=$IMAGE MODE=sync WORKERS=$workers TRAIN_LIMIT=$train_limit EPOCHS=$epochs \
+    WORKER_IPC=service:ps
+  "${COMPOSE_REPLICATED[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1 || true
+  # Returns once the workers started, which wait for the primary's health check.
+  "${COMPOSE_REPLICATED[@]}" -p "$project" up -d --no-build --scale "worker=$workers" \
+    >"$WORK/$project.up.log" 2>&1 ||
+    { cat "$WORK/$project.up.log" >&2; fail "replicated: compose up failed"; }
+  local ids ps
+  ids=$("${COMPOSE_REPLICATED[@]}" -p "$project" ps -q worker)
+  [ "$(echo "$ids" | wc -w)" -eq "$workers" ] || fail "replicated: expected $workers worker containers, got: $ids"
+  ps=$("${COMPOSE_REPLICATED[@]}" -p "$project" ps -q ps)
+  local version="" deadline=$(($(date +%s) + 120))
+  while :; do
+    version=$("$DOCKER" exec "$ps" psctl status --config="$config" --connect_timeout_seconds=2 2>/dev/null |
+      awk '$1 == "ps:0" { print $3; exit }') || true
+    [ -n "$version" ] && [ "$version" -ge "$kill_at" ] && break
+    [ "$(date +%s)" -lt "$deadline" ] ||
+      fail "replicated: the primary did not reach version $kill_at within 120 s (last seen: ${version:-none})"
+    sleep 0.2
+  done
+  [ "$version" -lt "$steps" ] || fail "replicated: the run had ended (version $version) before the kill"
+  "$DOCKER" kill -s KILL "$ps" >/dev/null || fail "replicated: docker kill of the primary failed"
+  say "replicated: killed the primary at version $version or later ($(elapsed "$phase") s)"
+  local codes
+  codes=$(timeout 600 "$DOCKER" wait $ids) || fail "replicated: workers did not finish within 600 s"
+  "${COMPOSE_REPLICATED[@]}" -p "$project" logs --no-color >"$WORK/$project.log" 2>&1
+  for code in $codes; do
+    [ "$code" -eq 0 ] || { tail -40 "$WORK/$project.log" >&2; fail "replicated: a worker exited $code (log: $WORK/$project.log)"; }
+  done
+  # ps_server/service/shard_office.cc: "<office> is primary at epoch E, version V".
+  local took
+  took=$(sed -n 's/^ps-backup[-_0-9]* *| .*shard 0 replica 1 is primary at epoch \([0-9]*\), version \([0-9]*\).*/\1 \2/p' \
+    "$WORK/$project.log" | head -1)
+  [ -n "$took" ] ||
+    fail "replicated: the backup never says 'shard 0 replica 1 is primary at epoch' (log: $WORK/$project.log)"
+  local followed
+  followed=$(grep "ps:0: its primary is now ps-backup:50051" "$WORK/$project.log" | awk '{ print $1 }' | sort -u | wc -l)
+  [ "$followed" -eq "$workers" ] ||
+    fail "replicated: $followed of $workers workers say they follow the backup (log: $WORK/$project.log)"
+  local final accuracy
+  final=$(sed -n 's/.*final: version \([0-9]*\) test_accuracy \([0-9.]*\).*/\1 \2/p' "$WORK/$project.log" | tail -1)
+  [ -n "$final" ] || fail "replicated: no 'final: ... test_accuracy' line from the chief (log: $WORK/$project.log)"
+  accuracy=${final#* }
+  [ "${final%% *}" -eq "$steps" ] ||
+    fail "replicated: the run ended at version ${final%% *}, not $steps: steps were lost or repeated (log: $WORK/$project.log)"
+  [ "${took#* }" -lt "$steps" ] ||
+    fail "replicated: the backup took over at version ${took#* }, after the run's last step: the kill came too late"
+  awk -v a="$accuracy" -v min="$MIN_ACCURACY" 'BEGIN { exit !(a >= min) }' ||
+    fail "replicated: test accuracy $accuracy is below $MIN_ACCURACY"
+  "${COMPOSE_REPLICATED[@]}" -p "$project" down -v --remove-orphans >/dev/null 2>&1
+  say "replicated: the backup took over at epoch ${took% *}, version ${took#* }; both workers followed it and exited 0; $steps steps, test_accuracy $accuracy ($(elapsed "$phase") s)"
+}
+
 run_cluster sync 2 service:ps 1
 # ASYNC scales each gradient's step by 1 / (1 + staleness), and on a loaded
 # 2-core machine three workers interleave more: one epoch (60 updates) ends
 # between 0.60 and 0.67 there, two epochs between 0.75 and 0.79.
 run_cluster async 3 private 2
+run_replicated
 say "PASS in $(elapsed "$START") s"
