@@ -19,7 +19,14 @@ the Fashion-MNIST MLP) for --epochs epochs. On one host the backups share the
 cores with the primaries and workers: their apply and the forwarding are the
 cost measured.
 
+--cluster=netns (root) runs each job instead on the namespace cluster
+(scripts/netns_cluster.sh train): every task in a network namespace of its
+own behind a link shaped to --rate, 2 shards, tensors over TCP, one epoch
+(the CTR job on its shipped 500 000 examples). The forwarded bytes are not
+counted there; the shards' CPU (cores, primaries and backups together) is.
+
     /usr/bin/python3 benchmarks/replication_cost.py --job=ctr --rounds=3 --json=docs/bench/replication_cost.json
+    sudo /usr/bin/python3 benchmarks/replication_cost.py --cluster=netns --job=ctr --modes=sync --rounds=3
 
 Needs a build in build/.
 """
@@ -49,6 +56,9 @@ def parse_args():
     parser.add_argument("--work_dir", default="build/bench/replication_cost")
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--json", default="", help="write the rows here (one JSON object a line)")
+    parser.add_argument("--cluster", choices=["loopback", "netns"], default="loopback",
+                        help="pslaunch on loopback, or the namespace cluster (root)")
+    parser.add_argument("--rate", default="10gbit", help="--cluster=netns: each link's rate")
     args = parser.parse_args()
     if args.rounds < 1 or args.train_examples < 1000 or args.epochs < 1:
         parser.error("--rounds, --epochs must be at least 1 and --train_examples at least 1000")
@@ -95,6 +105,23 @@ def run(args, config, mode):
             "updates": sum(n for n, _ in forwarded), "bytes": sum(b for _, b in forwarded)}
 
 
+def run_netns(args, mode, backups):
+    """One epoch on the namespace cluster; its row, as run() gives one."""
+    command = ["scripts/netns_cluster.sh", "train", "--shards=2", "--workers=2",
+               f"--rate={args.rate}", f"--mode={mode}", "--epochs=1", f"--backups={backups}"]
+    if args.job == "ctr":
+        command.append("--config=configs/ctr.textproto")
+    out = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {out.returncode}: {out.stderr[-2000:]}")
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    if backups and not row.get("replicas_agree"):
+        raise RuntimeError(f"{' '.join(command)}: the replicas ended with different models")
+    return {"samples_per_sec": row["samples_per_s"],
+            "metric": row.get("test_auc", row.get("test_accuracy")),
+            "model": row["model_sha256"], "ps_cores": row["cpu_cores_ps"]}
+
+
 def spread(values, name):
     return {name: statistics.median(values), f"{name}_min": min(values),
             f"{name}_max": max(values)}
@@ -102,7 +129,15 @@ def spread(values, name):
 
 def main():
     args = parse_args()
-    without, with_backups = configs(args)
+    if args.cluster == "netns":
+        if os.geteuid() != 0:
+            raise RuntimeError("--cluster=netns makes network namespaces: run it as root")
+        variants = {"without": lambda mode: run_netns(args, mode, 0),
+                    "with": lambda mode: run_netns(args, mode, 1)}
+    else:
+        paths = dict(zip(("without", "with"), configs(args)))
+        variants = {name: (lambda mode, path=path: run(args, path, mode))
+                    for name, path in paths.items()}
     rows = []
     for mode in args.modes:
         runs = {"without": [], "with": []}
@@ -111,16 +146,17 @@ def main():
             load.append(os.getloadavg()[0])
             # Alternated, the order swapped each round: neither variant always
             # runs on a warmer (or busier) machine.
-            order = [("without", without), ("with", with_backups)]
-            for name, config in order if round_ % 2 == 0 else order[::-1]:
-                runs[name].append(run(args, config, mode))
+            order = ["without", "with"]
+            for name in order if round_ % 2 == 0 else order[::-1]:
+                runs[name].append(variants[name](mode))
                 r = runs[name][-1]
                 print(f"{PROGRAM}: {args.job} {mode} {name} backups: "
                       f"{r['samples_per_sec']:.0f} samples/s, metric {r['metric']}",
                       file=sys.stderr)
         replicated = runs["with"]
-        rows.append({
+        row = {
             "benchmark": "replication_cost", "job": args.job, "mode": mode,
+            "cluster": "loopback" if args.cluster == "loopback" else f"netns {args.rate}",
             "runs": args.rounds, "load_1min": statistics.median(load),
             **spread([r["samples_per_sec"] for r in runs["without"]], "without_samples_per_sec"),
             **spread([r["samples_per_sec"] for r in replicated], "with_samples_per_sec"),
@@ -128,11 +164,21 @@ def main():
                       for w, o in zip(replicated, runs["without"])], "ratio"),
             "without_metric": statistics.median(r["metric"] for r in runs["without"]),
             "with_metric": statistics.median(r["metric"] for r in replicated),
-            "metric": "test AUC" if args.job == "ctr" else "test accuracy",
-            "forwarded_bytes_per_version": statistics.median(
-                r["bytes"] / max(1, r["updates"]) for r in replicated),
-            "forwarded_mib_per_sec": statistics.median(
-                r["bytes"] / 2**20 / r["wall_seconds"] for r in replicated)})
+            "metric": "test AUC" if args.job == "ctr" else "test accuracy"}
+        if args.cluster == "netns":
+            row.update({
+                "without_ps_cores": statistics.median(r["ps_cores"] for r in runs["without"]),
+                "with_ps_cores": statistics.median(r["ps_cores"] for r in replicated),
+                # SYNC trains bitwise as without backups, in every round.
+                "same_model": all(w["model"] == o["model"]
+                                  for w, o in zip(replicated, runs["without"]))})
+        else:
+            row.update({
+                "forwarded_bytes_per_version": statistics.median(
+                    r["bytes"] / max(1, r["updates"]) for r in replicated),
+                "forwarded_mib_per_sec": statistics.median(
+                    r["bytes"] / 2**20 / r["wall_seconds"] for r in replicated)})
+        rows.append(row)
     for row in rows:
         print(json.dumps(row))
     if args.json:

@@ -477,15 +477,31 @@ def ctr_scale(rows):
 def replication_cost(rows):
     def metric(r, side):
         return "n/a" if r[f"{side}_metric"] is None else f"{r[side + '_metric']:.4f}"
+
+    def cluster(r):
+        where = r.get("cluster", "loopback")
+        return "one host, loopback" if where == "loopback" else \
+            f"namespaces, {where.split()[1]} links"
+
+    def forwarded(r):
+        if "forwarded_bytes_per_version" not in r:
+            return ("n/a", "n/a")
+        return (f"{r['forwarded_bytes_per_version'] / 1024:.0f}",
+                f"{r['forwarded_mib_per_sec']:.1f}")
+
+    def ps_cores(r):
+        if "with_ps_cores" not in r:
+            return "n/a"
+        return f"{r['without_ps_cores']:.2f} / {r['with_ps_cores']:.2f}"
     return {"": table(
-        ["job", "mode", "samples/s without backups", "samples/s with a backup per shard",
+        ["job", "mode", "cluster", "samples/s without backups", "samples/s with a backup per shard",
          "with / without", "test metric without", "with", "forwarded KiB a version",
-         "forwarded MiB/s", "load average (1 min)", "rounds"],
-        ["---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:"],
-        [(r["job"], r["mode"], spread(r, "without_samples_per_sec", 0),
+         "forwarded MiB/s", "shards' CPU cores without / with", "load average (1 min)", "rounds"],
+        ["---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:",
+         "---:"],
+        [(r["job"], r["mode"], cluster(r), spread(r, "without_samples_per_sec", 0),
           spread(r, "with_samples_per_sec", 0), spread(r, "ratio", 2),
-          f"{r['metric']} {metric(r, 'without')}", metric(r, "with"),
-          f"{r['forwarded_bytes_per_version'] / 1024:.0f}", f"{r['forwarded_mib_per_sec']:.1f}",
+          f"{r['metric']} {metric(r, 'without')}", metric(r, "with"), *forwarded(r), ps_cores(r),
           f"{r['load_1min']:.2f}", r["runs"])
          for r in rows])}
 
