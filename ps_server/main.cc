@@ -277,6 +277,18 @@ int main(int argc, char** argv) {
   if (!checkpoint_start.ok()) pst::ExitWithError(kProgram, checkpoint_start.status());
   const pst::RpcLimits limits = pst::RpcLimitsFromFlags();
   if (absl::Status s = pst::ValidateRpcLimits(limits); !s.ok()) pst::ExitWithError(kProgram, s);
+  pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
+  absl::StatusOr<int> replica = pst::ResolveReplicaFromEnvironment(absl::GetFlag(FLAGS_replica));
+  if (!replica.ok()) pst::ExitWithError(kProgram, replica.status());
+  options.replica = *replica;
+  if (options.replica < 0 || options.replica >= options.replicas) {
+    pst::ExitWithError(
+        kProgram, absl::InvalidArgumentError(absl::StrCat(
+                      "--replica=", options.replica, ": shard ", task->index, " has ",
+                      options.replicas, " replica(s) in cluster.ps and cluster.ps_backups; give ",
+                      options.replicas > 1 ? absl::StrCat("0 to ", options.replicas - 1)
+                                           : std::string("0"))));
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (absl::GetFlag(FLAGS_check_config)) {
     absl::Status files = pst::CheckTaskFiles(*config, /*ps=*/true, /*workers=*/false);
@@ -293,18 +305,6 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) makes a checkpoint write fail, not the PS die.
   std::signal(SIGXFSZ, SIG_IGN);
 
-  pst::ShardOptions options = pst::ShardOptionsFromConfig(*config, task->index);
-  absl::StatusOr<int> replica = pst::ResolveReplicaFromEnvironment(absl::GetFlag(FLAGS_replica));
-  if (!replica.ok()) pst::ExitWithError(kProgram, replica.status());
-  options.replica = *replica;
-  if (options.replica < 0 || options.replica >= options.replicas) {
-    pst::ExitWithError(
-        kProgram, absl::InvalidArgumentError(absl::StrCat(
-                      "--replica=", options.replica, ": shard ", task->index, " has ",
-                      options.replicas, " replica(s) in cluster.ps and cluster.ps_backups; give ",
-                      options.replicas > 1 ? absl::StrCat("0 to ", options.replicas - 1)
-                                           : std::string("0"))));
-  }
   const std::string task_name = options.replica == 0
                                     ? task->ToString()
                                     : absl::StrCat(task->ToString(), " replica ", options.replica);
@@ -422,8 +422,15 @@ int main(int argc, char** argv) {
                : security->has_token() ? "TLS + token"
                                        : "TLS");
 
-  absl::StatusOr<std::unique_ptr<pst::ShardOffice>> office =
-      StartShardOffice(*config, shard->get(), BoundAddress(address, server->port), *restored >= 0);
+  // The office names where workers and the other replicas reach this one:
+  // its config address (behind a relay, --listen is only the relay's
+  // backend), or where it bound when the config leaves the port to the
+  // system.
+  const std::string configured = ReplicaAddress(config->cluster(), task->index, options.replica);
+  absl::StatusOr<std::unique_ptr<pst::ShardOffice>> office = StartShardOffice(
+      *config, shard->get(),
+      pst::HasPortZero(configured) ? BoundAddress(address, server->port) : configured,
+      *restored >= 0);
   if (office.ok()) {
     absl::MutexLock lock(&office_link->mu);
     office_link->office = office->get();

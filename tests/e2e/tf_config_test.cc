@@ -203,6 +203,8 @@ TEST_F(TfConfigTest, AConflictIsOneLineAndExitCodeTwo) {
        "psctl: error: TF_CONFIG lists 2 worker(s) (chief included) but"},
       {"pslaunch", Bin("pslaunch") + " --config=" + job_,
        "pslaunch: error: TF_CONFIG is set, which gives each process one task"},
+      {"--replica", Bin("ps_server") + " --check_config --config=" + job_ + " --replica=1",
+       "ps_server: error: --replica=1 but TF_CONFIG's task is replica 0 of shard 0"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -212,6 +214,13 @@ TEST_F(TfConfigTest, AConflictIsOneLineAndExitCodeTwo) {
     EXPECT_THAT(result.err, HasSubstr(c.error));
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
   }
+  // A replica the config does not have fails the check too.
+  const CommandResult no_such_replica = RunCommand(
+      absl::StrCat(Bin("ps_server"), " --check_config --config=", own_cluster, " --replica=2"), 60);
+  EXPECT_EQ(no_such_replica.exit_code, 2) << no_such_replica.err;
+  EXPECT_THAT(no_such_replica.err,
+              HasSubstr("--replica=2: shard 0 has 1 replica(s) in cluster.ps and "
+                        "cluster.ps_backups; give 0"));
   // The same TF_CONFIG and job file pass the check as the PS's own.
   const CommandResult ok = RunCommand(
       absl::StrCat("env TF_CONFIG='", tf_config, "' ", Bin("ps_server"), " --check_config --config=", job_),

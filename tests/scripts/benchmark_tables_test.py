@@ -157,6 +157,12 @@ ROWS = {
          "forwarded_bytes_per_version": 437348, "forwarded_mib_per_sec": 21.8,
          **{f"{f}{end}": v for f, v in (("without_samples_per_sec", 71367.0),
                                         ("with_samples_per_sec", 33047.0), ("ratio", 0.46))
+            for end in ("", "_min", "_max")}},
+        {"job": "default", "mode": "sync", "cluster": "netns 10gbit", "runs": 3, "load_1min": 2.5,
+         "metric": "test accuracy", "without_metric": 0.8432, "with_metric": 0.8432,
+         "without_ps_cores": 0.6, "with_ps_cores": 0.93, "same_model": True,
+         **{f"{f}{end}": v for f, v in (("without_samples_per_sec", 23970.0),
+                                        ("with_samples_per_sec", 13245.0), ("ratio", 0.57))
             for end in ("", "_min", "_max")}}],
     "failover_chaos": [
         {"job": "ctr", "mode": "sync", "lease_seconds": 1, "kills": 10, "shards": 2,
@@ -219,8 +225,11 @@ EXPECTED = {
     "netns_link": "| 2gbit | 64MiB | 0.450 (0.450-0.450) | 0.470 (0.470-0.470) | 0.95 (0.95-0.95) "
                   "| 0.68 (0.68-0.68) | 0.61 (0.61-0.61) | 0.82 (0.82-0.82) | 0.57 (0.57-0.57) | 3 |\n"
                   "| 10gbit | 4MiB |",
-    "replication_cost": "| ctr | sync | 71367 (71367-71367) | 33047 (33047-33047) "
-                        "| 0.46 (0.46-0.46) | test AUC 0.7758 | 0.7758 | 427 | 21.8 | 1.02 | 3 |",
+    "replication_cost": "| ctr | sync | one host, loopback | 71367 (71367-71367) "
+                        "| 33047 (33047-33047) | 0.46 (0.46-0.46) | test AUC 0.7758 | 0.7758 | 427 "
+                        "| 21.8 | n/a | 1.02 | 3 |\n| default | sync | namespaces, 10gbit links "
+                        "| 23970 (23970-23970) | 13245 (13245-13245) | 0.57 (0.57-0.57) "
+                        "| test accuracy 0.8432 | 0.8432 | n/a | n/a | 0.60 / 0.93 | 2.50 | 3 |",
     "failover_chaos": "| ctr | sync | 1 | 10 (2) | 1.12 | 1.41 | model bitwise equal, test_auc 0.8014 "
                       "(equal) | 3.10 |",
     "cnn_vs_ddp": "| 64 | 200 | 3858 (3677-3951) | 3590 (3495-3642) | 1.07 (1.05-1.13) | 5 |",
