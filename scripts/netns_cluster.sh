@@ -195,6 +195,7 @@ fi
 # each one's version.
 METRICS_PORT=9100
 PS_FLAGS=()
+if [[ $KIND == train ]]; then PS_FLAGS+=(--mode="$MODE"); fi
 if ((BACKUPS > 0)); then PS_FLAGS+=(--metrics_port="$METRICS_PORT"); fi
 SHARD_PIDS=()
 declare -A PS_PID=() PS_TASK=()

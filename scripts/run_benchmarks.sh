@@ -312,7 +312,17 @@ replication_cost() {
     --json=$WORK/replication_cost.ctr.json
   run "$PY" benchmarks/replication_cost.py --job=default --rounds="$(rounds 3)" \
     --json=$WORK/replication_cost.default.json
-  run_to "$BENCH_DIR/replication_cost.json" cat $WORK/replication_cost.{ctr,default}.json
+  local netns=()
+  if [[ -n $DRY_RUN || $(id -u) == 0 ]]; then
+    run "$PY" benchmarks/replication_cost.py --cluster=netns --job=ctr --rounds="$(rounds 3)" \
+      --json=$WORK/replication_cost.netns_ctr.json
+    run "$PY" benchmarks/replication_cost.py --cluster=netns --job=default --rounds="$(rounds 5)" \
+      --json=$WORK/replication_cost.netns_default.json
+    netns=($WORK/replication_cost.netns_{ctr,default}.json)
+  else
+    say "replication_cost: skipping the namespace cluster's rows: needs root (network namespaces)"
+  fi
+  run_to "$BENCH_DIR/replication_cost.json" cat $WORK/replication_cost.{ctr,default}.json "${netns[@]}"
 }
 
 failover_chaos() {
