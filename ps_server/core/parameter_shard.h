@@ -180,6 +180,16 @@ class ParameterShard {
   // long enough to be cancelled. It counts in waiting_updates().
   WaitId AwaitUpdateTurnOrWait(absl::AnyInvocable<void()> wake);
 
+  // For a push answered alone (an exchange that does not read), once
+  // applied: 0 when every backup in the commit rule holds the versions this
+  // worker's pushes made (at once on a shard without backups), else a waiter
+  // whose wake runs when they do. The answer acknowledges the push, as a
+  // pull's does (Replicas, above). Unavailable shutting down, and the
+  // kNotPrimary refusal for a primary that stepped down meanwhile: the
+  // worker sends the push again to its successor, which applies it at most
+  // once (its sequence).
+  absl::StatusOr<WaitId> AwaitPushReplicatedOrWait(int worker, absl::AnyInvocable<void()> wake);
+
   // For a push that arrives as a stream (an exchange), given its header:
   // the payload bytes each gradient must carry, taken from the shard's own
   // shapes so that a header cannot make the receiver allocate more than the

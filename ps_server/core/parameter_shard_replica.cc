@@ -61,6 +61,21 @@ bool ParameterShard::Replicated(int worker, int64_t min_version) const {
   return ReplicatedLocked() >= std::max(std::min(min_version, version_), applied_for_[worker]);
 }
 
+absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitPushReplicatedOrWait(
+    int worker, absl::AnyInvocable<void()> wake) {
+  PST_RETURN_IF_ERROR(CheckWorker(worker));
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
+  PST_RETURN_IF_ERROR(CheckPrimary());
+  if (Replicated(worker, 0)) return WaitId{0};
+  return waiters_.Add(
+      {.ready = [this, worker]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                    mu_) { return shutting_down_ || !primary_ || Replicated(worker, 0); },
+       .wake = std::move(wake),
+       .worker = worker,
+       .waiting = &waiting_pulls_});
+}
+
 absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
   absl::MutexLock lock(&mu_);
   if (epoch <= epoch_ && !(primary_ && epoch == epoch_)) {

@@ -79,7 +79,8 @@ class ExchangeCall final : public ExchangeRpc {
   // once the call has ended.
   std::optional<absl::Status> ClaimRegion();
   void RegionClaimed(absl::StatusOr<ShmRegions::Claimed> region);
-  // Leaves a waiter for the update's turn; TurnWoken runs once woken.
+  // Leaves a waiter for the update's turn (or, applied and answered alone,
+  // for its replication); TurnWoken runs once woken.
   void AwaitTurn();
   void TurnWoken();
   void Pull();
@@ -98,6 +99,8 @@ class ExchangeCall final : public ExchangeRpc {
   ExchangePath* path_ = nullptr;  // the one in paths_
   ShmPath* shm_ = nullptr;        // the same, if shared
   PushResponse push_response_;
+  // The push is applied: a wake in kApplying goes on to its answer.
+  bool push_applied_ = false;
   ExchangeTraffic traffic_;
   absl::Time pull_start_;
 };
@@ -266,9 +269,27 @@ void ExchangeCall::Advance() {
         break;
       }
       case Phase::kApplying: {
-        std::optional<absl::Status> applied = path_->ApplyPush(&push_response_);
-        if (!applied) return AwaitTurn();  // its turn comes behind another update
-        if (!applied->ok()) return End(*applied);
+        if (!push_applied_) {
+          std::optional<absl::Status> applied = path_->ApplyPush(&push_response_);
+          if (!applied) return AwaitTurn();  // its turn comes behind another update
+          if (!applied->ok()) return End(*applied);
+          push_applied_ = true;
+        }
+        // Answered alone, the push is acknowledged once the shard's backups
+        // hold it; with a pull, the pull waits for that.
+        if (!asks_.pulls) {
+          absl::StatusOr<ParameterShard::WaitId> waited;
+          const Parking parking = Park(Wait::kShard, [&]() -> uint64_t {
+            waited = r_.shard->AwaitPushReplicatedOrWait(
+                asks_.header.worker(), [this] { r_.work->Post([this] { TurnWoken(); }); });
+            if (!waited.ok() || *waited == 0) return 0;
+            Enter(Phase::kAwaitingTurn);
+            return *waited;
+          });
+          if (parking != Parking::kNoWait) return;
+          Unref();
+          if (!waited.ok()) return End(waited.status());
+        }
         ExchangeDone done;
         *done.mutable_push() = push_response_;
         std::optional<grpc::ByteBuffer> answer = path_->AnswerOfThePush(&done);

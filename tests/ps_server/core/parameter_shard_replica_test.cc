@@ -489,6 +489,43 @@ TEST(ParameterShardReplicaTest, APrimaryThatStepsDownRefusesThePullsItHeld) {
   EXPECT_EQ(MarkedTransient(primary->Register(again, &view)), TransientRefusal::kNotPrimary);
 }
 
+// A push answered alone (an exchange that does not read) is acknowledged
+// only once its backup holds it, as a pull's answer is; a primary that
+// steps down meanwhile refuses it instead.
+TEST(ParameterShardReplicaTest, APushAnsweredAloneWaitsUntilItsBackupHoldsIt) {
+  auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
+  auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  int woken = 0;
+  auto replicated_or_wait = [&] {
+    return primary->AwaitPushReplicatedOrWait(0, [&woken] { ++woken; });
+  };
+  absl::StatusOr<ParameterShard::WaitId> waiting = replicated_or_wait();
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(*waiting, 0);  // nothing of this worker's to wait for
+  PushResponse response;
+  ASSERT_TRUE(Push(*primary, DensePush(0, 0), &response).ok());
+  waiting = replicated_or_wait();
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_NE(*waiting, 0);
+  EXPECT_EQ(woken, 0);
+  EXPECT_EQ(Forward(*primary, *backup), 1);
+  EXPECT_EQ(woken, 1);
+  waiting = replicated_or_wait();
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(*waiting, 0);
+
+  ASSERT_TRUE(Push(*primary, DensePush(0, 1), &response).ok());
+  waiting = replicated_or_wait();
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_NE(*waiting, 0);
+  primary->StepDown();
+  EXPECT_EQ(woken, 2);
+  absl::StatusOr<ParameterShard::WaitId> refused = replicated_or_wait();
+  EXPECT_EQ(MarkedTransient(refused.status()), TransientRefusal::kNotPrimary);
+}
+
 TEST(ParameterShardReplicaTest, AStreamedPushAwaitsItsTurnWhileABackupLagsTooFar) {
   auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
   auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
