@@ -68,12 +68,11 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitPushReplicatedOrWait
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   PST_RETURN_IF_ERROR(CheckPrimary());
   if (Replicated(worker, 0)) return WaitId{0};
+  const auto answerable = [this, worker]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || !primary_ || Replicated(worker, 0);
+  };
   return waiters_.Add(
-      {.ready = [this, worker]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                    mu_) { return shutting_down_ || !primary_ || Replicated(worker, 0); },
-       .wake = std::move(wake),
-       .worker = worker,
-       .waiting = &waiting_pulls_});
+      {.ready = answerable, .wake = std::move(wake), .worker = worker, .waiting = &waiting_pulls_});
 }
 
 absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
