@@ -36,6 +36,18 @@ say() { echo "compose_test: $*"; }
 fail() { echo "compose_test: FAIL: $*" >&2; exit 1; }
 skip() { say "SKIP: $*"; exit 0; }
 elapsed() { echo $(($(date +%s) - $1)); }
+# await_workers LABEL PROJECT IDS COMPOSE...: waits for the worker
+# containers IDS, keeps the project's log in $WORK/PROJECT.log, and fails
+# unless each exited 0.
+await_workers() {
+  local label=$1 project=$2 ids=$3 codes code
+  shift 3
+  codes=$(timeout 600 "$DOCKER" wait $ids) || fail "$label: workers did not finish within 600 s"
+  "$@" -p "$project" logs --no-color >"$WORK/$project.log" 2>&1
+  for code in $codes; do
+    [ "$code" -eq 0 ] || { tail -40 "$WORK/$project.log" >&2; fail "$label: a worker exited $code (log: $WORK/$project.log)"; }
+  done
+}
 
 cleanup() {
   set +e
@@ -166,12 +178,7 @@ run_cluster() {
   local ids
   ids=$("${COMPOSE[@]}" -p "$project" ps -q worker)
   [ "$(echo "$ids" | wc -w)" -eq "$workers" ] || fail "$mode: expected $workers worker containers, got: $ids"
-  local codes
-  codes=$(timeout 600 "$DOCKER" wait $ids) || fail "$mode: workers did not finish within 600 s"
-  "${COMPOSE[@]}" -p "$project" logs --no-color >"$WORK/$project.log" 2>&1
-  for code in $codes; do
-    [ "$code" -eq 0 ] || { tail -40 "$WORK/$project.log" >&2; fail "$mode: a worker exited $code (log: $WORK/$project.log)"; }
-  done
+  await_workers "$mode" "$project" "$ids" "${COMPOSE[@]}"
   local health
   health=$("$DOCKER" inspect -f '{{.State.Health.Status}}' "$("${COMPOSE[@]}" -p "$project" ps -q ps)")
   [ "$health" = healthy ] || fail "$mode: the PS health check says $health"
@@ -232,12 +239,7 @@ run_replicated() {
   [ "$version" -lt "$steps" ] || fail "replicated: the run had ended (version $version) before the kill"
   "$DOCKER" kill -s KILL "$ps" >/dev/null || fail "replicated: docker kill of the primary failed"
   say "replicated: killed the primary at version $version or later ($(elapsed "$phase") s)"
-  local codes
-  codes=$(timeout 600 "$DOCKER" wait $ids) || fail "replicated: workers did not finish within 600 s"
-  "${COMPOSE_REPLICATED[@]}" -p "$project" logs --no-color >"$WORK/$project.log" 2>&1
-  for code in $codes; do
-    [ "$code" -eq 0 ] || { tail -40 "$WORK/$project.log" >&2; fail "replicated: a worker exited $code (log: $WORK/$project.log)"; }
-  done
+  await_workers replicated "$project" "$ids" "${COMPOSE_REPLICATED[@]}"
   # ps_server/service/shard_office.cc: "<office> is primary at epoch E, version V".
   local took
   took=$(sed -n 's/^ps-backup[-_0-9]* *| .*shard 0 replica 1 is primary at epoch \([0-9]*\), version \([0-9]*\).*/\1 \2/p' \
