@@ -194,7 +194,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   if (RepeatedPush(request)) {
     ++pushes_.repeated;
     response->set_outcome(PushResponse::DUPLICATE);
-    response->set_version(version_);
+    response->set_version(RepeatTakesEffectAt(request.worker()));
     return absl::OkStatus();
   }
   if (absl::Status s =
@@ -265,7 +265,19 @@ PushResponse::Outcome ParameterShard::MaybeCompleteStep() {
                                         ClipNorm(rates, options_.optimizer.clip_norm())));
 }
 
+int64_t ParameterShard::RepeatTakesEffectAt(int worker) const {
+  if (View().workers[worker].pushed) return version_ + 1;  // its step waits for others
+  // Unknown (0) where another replica, or another life of this one, took it.
+  const int64_t applied = applied_for_[worker];
+  return applied > 0 ? std::min(applied, version_) : version_;
+}
+
 PushResponse::Outcome ParameterShard::CompleteStep(const absl::Status& staged) {
+  // Each gradient of the step takes effect at the version the step makes.
+  const ShardView view = View();
+  for (size_t w = 0; w < view.workers.size(); ++w) {
+    if (view.workers[w].pushed) applied_for_[w] = version_ + 1;
+  }
   ledger_.StepCompleted();
   step_rates_.reset();
   step_rates_rank_ = std::numeric_limits<int>::max();

@@ -407,6 +407,10 @@ class ParameterShard {
     return options_.replicas > 1 && primary_;
   }
   int64_t ReplicatedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The version the last push of `worker` this shard took takes effect at
+  // (PushResponse.DUPLICATE's version): its SYNC step's, the next version
+  // while that step waits, else its own; the shard's version where unknown.
+  int64_t RepeatTakesEffectAt(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether what a pull of `worker` at `min_version` shows is replicated.
   bool Replicated(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs the update that made version_ for the backups.

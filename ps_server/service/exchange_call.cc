@@ -1,5 +1,6 @@
 #include "ps_server/service/exchange_call.h"
 
+#include <algorithm>
 #include <optional>
 #include <variant>
 
@@ -289,6 +290,12 @@ void ExchangeCall::Advance() {
           if (parking != Parking::kNoWait) return;
           Unref();
           if (!waited.ok()) return End(waited.status());
+        }
+        // A repeat of a push the shard took before (the worker ran its step
+        // again after an exchange that failed elsewhere) is answered with
+        // what its first sending made: its read waits for no later version.
+        if (push_response_.outcome() == PushResponse::DUPLICATE && asks_.pulls) {
+          asks_.pull.set_min_version(std::min(asks_.pull.min_version(), push_response_.version()));
         }
         ExchangeDone done;
         *done.mutable_push() = push_response_;

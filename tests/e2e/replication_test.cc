@@ -6,7 +6,8 @@
 // when a primary is killed with SIGKILL mid-run and its backup takes over.
 // In ASYNC, every push a worker made is applied exactly once across the
 // failover. With the job's etcd killed mid-run, training goes on, and when
-// etcd is back the run ends as without the outage.
+// etcd is back the run ends as without the outage. Without backups, a
+// shard killed and restarted from its checkpoint stalls no worker.
 #include <signal.h>
 
 #include <filesystem>
@@ -287,6 +288,29 @@ TEST(ReplicationTest, AShardThatLostEveryReplicaGoesOnFromItsCheckpoint) {
   EXPECT_THAT(output, ::testing::ContainsRegex("ps:0 restored its checkpoint at version [1-9]"));
   EXPECT_EQ(StateOf(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-0")),
             StateOf(absl::StrCat(dir, "/replicated-checkpoints/shard-0")));
+}
+
+// For comparison, the same job without backups: shard 0 killed mid-run
+// and restarted from its checkpoint. The workers run their step again, and
+// shard 1, which took the failed exchange's push already, answers the
+// repeat at the version it made: no worker waits out its patience for a
+// version that would never come (it did, for 120 s, and was restarted).
+TEST(ReplicationTest, AShardWithoutBackupsRestartedMidRunStallsNoWorker) {
+  const ScratchFolder scratch("restore-plain");
+  const std::string& dir = scratch.path;
+  const std::string plain = CtrConfig(dir, "plain", "");
+  std::string text = ReadFile(plain);
+  ASSERT_EQ(absl::StrReplaceAll({{"-checkpoints\" }", "-checkpoints\" every_steps: 10 }"}}, &text),
+            1);
+  std::ofstream(plain) << text;
+  const absl::Time start = absl::Now();
+  const std::string output =
+      RunKillingShardZerosPrimary(plain, "sync", absl::StrCat(dir, "/plain.log"), 45);
+  EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
+  EXPECT_THAT(output, HasSubstr("reconnected; shard 0 is at version 40"));
+  EXPECT_THAT(output, ::testing::Not(HasSubstr("did not arrive in time"))) << output;
+  EXPECT_THAT(output, ::testing::Not(HasSubstr("task worker"))) << output;  // none restarted
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << output;
 }
 
 TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {

@@ -1,5 +1,6 @@
 #include "worker/client/worker_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/push_outcome.h"
@@ -54,7 +55,8 @@ WorkerMetrics& GetWorkerMetrics() {
 int64_t StalenessOf(int64_t computed_at, const PushResponse& response) {
   const int64_t arrival_version =
       response.version() - (AdvancedTheVersion(response.outcome()) ? 1 : 0);
-  return arrival_version - computed_at;
+  // A repeat's version is its first sending's, which may precede this one.
+  return std::max<int64_t>(0, arrival_version - computed_at);
 }
 
 int64_t RecordPushes(const std::vector<int64_t>& computed_at,

@@ -456,6 +456,30 @@ TEST(ParameterShardReplicaTest, APushSentAgainAfterAFailoverIsAppliedOnce) {
   EXPECT_EQ(stats.version(), 3);
 }
 
+// A worker whose exchange failed at another shard runs its step again, and
+// sends this shard a push it took already: the repeat is answered with the
+// version its first sending takes effect at, so the exchange's read waits
+// for no later one (one that may never come).
+TEST(ParameterShardReplicaTest, ARepeatIsAnsweredWithTheVersionItsFirstSendingMade) {
+  auto shard = MakeShard(Options(SYNC, 2));
+  Init(shard.get());
+  PushResponse response;
+  ASSERT_TRUE(Push(*shard, Sequenced(DensePush(0, 0), 0), &response).ok());
+  ASSERT_EQ(response.outcome(), PushResponse::AGGREGATED);
+  // Its step waits for worker 1: the repeat takes effect at the next version.
+  ASSERT_TRUE(Push(*shard, Sequenced(DensePush(0, 0), 0), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::DUPLICATE);
+  EXPECT_EQ(response.version(), 1);
+  ASSERT_TRUE(Push(*shard, Sequenced(DensePush(1, 0), 0), &response).ok());
+  ASSERT_EQ(response.outcome(), PushResponse::APPLIED);
+  ASSERT_EQ(shard->version(), 1);
+  // The step made version 1; the step run again pushes at version 1.
+  ASSERT_TRUE(Push(*shard, Sequenced(DensePush(0, 1), 0), &response).ok());
+  EXPECT_EQ(response.outcome(), PushResponse::DUPLICATE);
+  EXPECT_EQ(response.version(), 1);
+  EXPECT_EQ(shard->version(), 1);
+}
+
 TEST(ParameterShardReplicaTest, APrimaryThatStepsDownRefusesThePullsItHeld) {
   auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
   auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
