@@ -269,8 +269,7 @@ absl::Status ShardChannel::Patiently(Call call) {
   return status;
 }
 
-template <typename Call>
-absl::Status ShardChannel::ForEachShard(Call call) {
+absl::Status ShardChannel::ForEachShard(absl::FunctionRef<absl::Status(int)> call) {
   std::vector<absl::Status> results(shards_.size());
   std::vector<ThreadPool::Task> tasks;
   for (size_t s = 1; s < shards_.size(); ++s) {

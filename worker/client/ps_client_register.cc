@@ -2,6 +2,7 @@
 // primary there: Register asks the replica last found, then the others
 // (ShardChannel, "Replicas").
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "grpcpp/channel.h"
 #include "spdlog/spdlog.h"
 #include "worker/client/ps_client.h"

@@ -341,8 +341,7 @@ class ShardChannel {
 
   // Runs call(s) for every shard s concurrently and waits for all; the first
   // failure, prefixed with the shard's name, is returned.
-  template <typename Call>
-  absl::Status ForEachShard(Call call);
+  absl::Status ForEachShard(absl::FunctionRef<absl::Status(int)> call);
   // Runs `call` (one try of one shard's unary call) until it does not fail
   // with a transient refusal, within call_patience_.
   template <typename Call>
