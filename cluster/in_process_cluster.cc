@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
     config.mutable_cluster()->add_ps(absl::StrCat("127.0.0.1:", server->port));
     cluster->shards_.push_back(std::move(*shard));
     cluster->servers_.push_back(std::move(*server));
+    cluster->stopped_.push_back(false);
   }
   cluster->config_ = std::move(config);
   return cluster;
@@ -31,7 +32,16 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
 
 InProcessCluster::~InProcessCluster() {
   for (auto& shard : shards_) shard->BeginShutdown();
-  for (auto& server : servers_) server.Shutdown();
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (!stopped_[s]) servers_[s].Shutdown();
+  }
+}
+
+void InProcessCluster::StopShard(int s) {
+  if (stopped_[s]) return;
+  stopped_[s] = true;
+  shards_[s]->BeginShutdown();
+  servers_[s].Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 void InProcessCluster::set_before_push(int rank, std::function<void()> hook) {

@@ -39,6 +39,14 @@ class InProcessCluster {
   absl::StatusOr<ClusterRun> Train(const TrainingData& data,
                                    const std::vector<absl::Duration>& step_delays = {});
 
+  // Shard s, as it serves now.
+  const ParameterShard& shard(int s) const { return *shards_[s]; }
+
+  // Stops shard s as ps_server stops on SIGTERM: the calls waiting there
+  // end with an error, and its server takes no more (its model stays until
+  // the cluster goes).
+  void StopShard(int s);
+
   // Runs `hook` on worker `rank`'s thread before each of its pushes (after
   // its step delay, if any), in the next Train.
   void set_before_push(int rank, std::function<void()> hook);
@@ -48,6 +56,7 @@ class InProcessCluster {
   JobConfig config_;
   std::vector<std::unique_ptr<ParameterShard>> shards_;
   std::vector<RunningServer> servers_;
+  std::vector<bool> stopped_;                       // by shard: StopShard ended its server
   std::vector<std::function<void()>> before_push_;  // by rank
 };
 

@@ -7,7 +7,10 @@
 // AllocateTensors put them in a shared region), rows split by shard and
 // scattered back in the caller's order.
 // A call returns OK once every shard answered, or its first shard's error,
-// named ("ps:S (address): ...") and classified (TransientRefusalOf). It
+// named ("ps:S (address): ...") and classified (TransientRefusalOf); an
+// exchange whose part at one shard failed cancels its other parts rather
+// than await their answers (a SYNC read there may wait on a step the
+// failed shard holds up). It
 // retries nothing but Init, Done and AwaitWorkersDone (refusals for now,
 // within set_call_patience) and an exchange whose shard lost the worker's
 // region (once, with a new one). It never changes versions or decides what

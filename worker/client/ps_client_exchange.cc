@@ -240,7 +240,25 @@ absl::Status LayerwiseExchange::Finish(std::vector<int64_t>* versions,
       call.call->Cancel();  // never completed
     }
   }
-  absl::Status first_problem;
+  // As ShardChannel::RunExchanges: once one shard's part has failed, the
+  // others' are cancelled, not awaited, and the failed part says why.
+  client_->driver_.WaitUntil([this] {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return true;
+    return std::all_of(calls_.begin(), calls_.end(),
+                       [](Call& call) { return call.call == nullptr || call.call->Answered(); });
+  });
+  absl::Status failed;
+  {
+    absl::MutexLock lock(&mu_);
+    failed = failure_;
+  }
+  if (!failed.ok()) {
+    for (Call& call : calls_) {
+      if (call.call != nullptr && !call.call->Answered()) call.call->Cancel();
+    }
+  }
+  absl::Status first_problem = failed;
   versions->resize(calls_.size());
   responses->resize(calls_.size());
   for (size_t s = 0; s < calls_.size(); ++s) {

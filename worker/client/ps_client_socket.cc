@@ -1,11 +1,13 @@
 // ShardChannel's exchanges (Pull, Push and PushPull, one Exchange call per
 // shard): starting them all, reading their answers, and the messages of an
 // exchange over the socket.
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_stream.h"
+#include "common/transient_refusal.h"
 #include "rpc/chunk_wire.h"
 #include "spdlog/spdlog.h"
 #include "worker/client/shard_channel.h"
@@ -222,9 +224,18 @@ absl::Status ShardChannel::RunExchanges(const std::vector<ShardExchange>& exchan
     }
     open[i] = StartExchange(exchanges[i], *shared);
   }
+  // A failed part fails the whole exchange, which is sent again whole. The
+  // other parts are not awaited: a read at another shard may wait for a
+  // step that other workers complete only with their next push, while they
+  // wait for this worker at the failed shard (a shard restarted from its
+  // checkpoint waits for every worker's push of the step it is at). Their
+  // pushes, where they landed, are answered as repeats when sent again.
+  const std::optional<size_t> failed = CancelOnFirstFailure(open, results);
   for (size_t i = 0; i < exchanges.size(); ++i) {
     if (open[i] != nullptr) results[i] = FinishExchange(exchanges[i], open[i].get());
   }
+  // The part that failed says why, not a part cancelled for it.
+  if (failed.has_value() && !results[*failed].ok()) return results[*failed];
   for (size_t i = 0; i < exchanges.size(); ++i) {
     if (!results[i].ok()) return results[i];
     const int64_t bytes = WireBytes(exchanges[i].shard);
@@ -239,6 +250,39 @@ absl::Status ShardChannel::RunExchanges(const std::vector<ShardExchange>& exchan
     GetWorkerMetrics().bytes_in.Increment(exchanges[0].rows->pull_bytes());
   }
   return absl::OkStatus();
+}
+
+std::optional<size_t> ShardChannel::CancelOnFirstFailure(
+    const std::vector<std::unique_ptr<OpenExchange>>& open,
+    const std::vector<absl::Status>& results) {
+  auto failed = [](const absl::Status& status) {
+    return !status.ok() && MarkedTransient(status) != TransientRefusal::kRegionLost;
+  };
+  std::optional<size_t> first;
+  for (size_t i = 0; i < results.size() && !first.has_value(); ++i) {
+    if (failed(results[i])) first = i;
+  }
+  if (!first.has_value()) {
+    driver_.WaitUntil([&] {
+      bool all_answered = true;
+      for (size_t i = 0; i < open.size(); ++i) {
+        if (open[i] == nullptr) continue;
+        const std::optional<absl::Status> outcome = open[i]->call->Outcome();
+        if (!outcome.has_value()) {
+          all_answered = false;
+        } else if (failed(*outcome)) {
+          first = i;
+          return true;
+        }
+      }
+      return all_answered;
+    });
+  }
+  if (!first.has_value()) return std::nullopt;
+  for (const std::unique_ptr<OpenExchange>& part : open) {
+    if (part != nullptr && !part->call->Answered()) part->call->Cancel();
+  }
+  return first;
 }
 
 std::unique_ptr<ShardChannel::OpenExchange> ShardChannel::StartExchange(const ShardExchange& exchange,

@@ -198,6 +198,16 @@ void ShardCall::Cancel() {
   MaybeFinish();
 }
 
+std::optional<absl::Status> ShardCall::Outcome() {
+  absl::MutexLock lock(&mu_);
+  if (!issued_) {
+    return problem_.ok() ? absl::CancelledError("the exchange ended before it was sent") : problem_;
+  }
+  if (answered_ && problem_.ok()) return absl::OkStatus();
+  if (!done_) return std::nullopt;
+  return status_;
+}
+
 absl::Status ShardCall::Wait() {
   {
     absl::MutexLock lock(&mu_);

@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -69,6 +70,8 @@ class ShardCall {
   absl::Status Wait();
   // Whether the answer is whole or the call over (Wait would not wait).
   bool Answered();
+  // What Wait would return, once Answered(); nullopt before. Never waits.
+  std::optional<absl::Status> Outcome();
   // Whether gRPC has taken every message written so far, or will take no
   // more (the request is whole, or the call failed).
   bool Sent();

@@ -397,8 +397,16 @@ class ShardChannel {
     std::unique_ptr<ShardCall> call;
   };
   // Runs `exchanges` (one per shard at most) at once and waits for all;
-  // the first failure is returned.
+  // the first failure is returned. Once one shard's part has failed, the
+  // others' are cancelled rather than awaited (CancelOnFirstFailure).
   absl::Status RunExchanges(const std::vector<ShardExchange>& exchanges);
+  // Waits until every call of `open` is answered or one has failed (as has
+  // any part whose `results` entry is an error already); then cancels
+  // those still unanswered. A part that failed because the shard no longer
+  // knows the region is not a failure here: FinishExchange sends it again.
+  // Returns the part that failed first, if one did.
+  std::optional<size_t> CancelOnFirstFailure(const std::vector<std::unique_ptr<OpenExchange>>& open,
+                                             const std::vector<absl::Status>& results);
   // The exchange's rows split by shard; nullopt where it has none (and, for
   // a push, the model no table). `pushes`: the exchange pushes.
   absl::StatusOr<std::optional<RowSplit>> SplitRows(std::span<const RowGradients> push,
