@@ -26,6 +26,7 @@ ParameterShard::ParameterShard(const ShardOptions& options,
       tables_(options, std::move(optimizer)),
       primary_(options.replica == 0 && !options.elected),
       applied_for_(options.num_workers, 0),
+      registered_(options.num_workers, false),
       backups_(options.replicas),
       ledger_(
           options.num_workers, options.shard, options.lease, &mu_,
@@ -73,6 +74,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
   PST_RETURN_IF_ERROR(CheckPrimary());
   Touch(request.worker());
+  registered_[request.worker()] = true;
   if (ledger_.Rejoin(request.worker())) Changed();
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
@@ -188,7 +190,7 @@ std::optional<absl::Status> ParameterShard::DecidePush(const PushRequest& reques
   if (absl::Status s = CheckPrimary(); !s.ok()) return Refuse(s);
   Touch(request.worker());
   if (!tables_.initialized()) return Refuse(PushBeforeInit());
-  if (absl::Status s = CheckPushClaims(request, options_.shard, version_); !s.ok()) {
+  if (absl::Status s = CheckClaims(request); !s.ok()) {
     return Refuse(s);
   }
   if (RepeatedPush(request)) {
@@ -263,6 +265,13 @@ PushResponse::Outcome ParameterShard::MaybeCompleteStep() {
   const UpdateRates* rates = step_rates_.has_value() ? &*step_rates_ : nullptr;
   return CompleteStep(tables_.StageStep(UpdateSettings(1.0f, rates),
                                         ClipNorm(rates, options_.optimizer.clip_norm())));
+}
+
+absl::Status ParameterShard::CheckClaims(const PushRequest& push) const {
+  if (push.computed_at_version() > version_ && !registered_[push.worker()]) {
+    return PushAheadOfARestartedShard(options_.shard, push.computed_at_version(), version_);
+  }
+  return CheckPushClaims(push, options_.shard, version_);
 }
 
 int64_t ParameterShard::RepeatTakesEffectAt(int worker) const {

@@ -411,6 +411,11 @@ class ParameterShard {
   // (PushResponse.DUPLICATE's version): its SYNC step's, the next version
   // while that step waits, else its own; the shard's version where unknown.
   int64_t RepeatTakesEffectAt(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The version a push claims to be computed at (CheckPushClaims), for a
+  // worker already checked: one past this shard's from a worker not yet
+  // registered with this process is a restart it has not seen
+  // (PushAheadOfARestartedShard).
+  absl::Status CheckClaims(const PushRequest& push) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether what a pull of `worker` at `min_version` shows is replicated.
   bool Replicated(int worker, int64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs the update that made version_ for the backups.
@@ -514,6 +519,10 @@ class ParameterShard {
   bool primary_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> applied_for_ ABSL_GUARDED_BY(mu_);
+  // By worker: registered with this process (not kept in checkpoints). A
+  // push claiming a version past the shard's from one that has not is a
+  // restart's symptom, not bad input (PushAheadOfARestartedShard).
+  std::vector<bool> registered_ ABSL_GUARDED_BY(mu_);
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const ReplicaUpdate>> replica_log_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<int>> published_chain_ ABSL_GUARDED_BY(mu_);

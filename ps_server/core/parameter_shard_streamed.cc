@@ -17,7 +17,7 @@ absl::StatusOr<ParameterShard::StreamedPush> ParameterShard::BeginStreamedPush(
   if (absl::Status s = CheckWorker(header.worker()); !s.ok()) return Refuse(s);
   if (absl::Status s = CheckPrimary(); !s.ok()) return Refuse(s);
   if (!tables_.initialized()) return Refuse(PushBeforeInit());
-  if (absl::Status s = CheckPushClaims(header, options_.shard, version_); !s.ok()) {
+  if (absl::Status s = CheckClaims(header); !s.ok()) {
     return Refuse(s);
   }
   if (header.has_rates()) {

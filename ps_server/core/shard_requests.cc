@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
+#include "common/transient_refusal.h"
 #include "ps_server/core/update_settings.h"
 
 namespace pst {
@@ -29,6 +30,15 @@ absl::Status CheckPullFields(const PullRequest& pull, int num_workers) {
 absl::Status PushBeforeInit() {
   return absl::FailedPreconditionError(
       "push before Init: the variables of this shard have not been initialized yet");
+}
+
+absl::Status PushAheadOfARestartedShard(int shard, int64_t claimed, int64_t version) {
+  return MarkTransient(
+      absl::UnavailableError(absl::StrCat(
+          "gradient claims version ", claimed, " but shard ", shard, " is at version ", version,
+          ": the shard went back to its checkpoint since this worker last registered; register "
+          "again and run the step anew")),
+      TransientRefusal::kRestarting);
 }
 
 absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version) {

@@ -20,6 +20,11 @@ absl::Status PushBeforeInit();
 // it claims to be computed at is 0..version, and it carries gradients or
 // rows (an empty one would still move the version).
 absl::Status CheckPushClaims(const PushRequest& push, int shard, int64_t version);
+// Unavailable, marked kRestarting: a push claiming `claimed`, a version
+// past this shard's, from a worker that has not registered with this
+// process. The shard went back to its checkpoint (restarted while the
+// worker computed): the worker registers again and runs its step anew.
+absl::Status PushAheadOfARestartedShard(int shard, int64_t claimed, int64_t version);
 // Whether a push carries anything to apply: a gradient, or a row id. One
 // that names tables with no ids is a worker's part of a SYNC step, and
 // changes nothing in ASYNC and SSP (PushResponse::UNCHANGED).

@@ -308,6 +308,33 @@ TEST_F(FaultTest, PsKilledAndRestartedResumesFromItsCheckpoint) {
               Result(0).test_accuracy());
 }
 
+// A PS killed and restarted while its worker computes a long step: the
+// worker's next push claims a version the restored PS has not reached. The
+// PS refuses it as a restart the worker has not seen (the worker registers
+// again and runs the step anew), not as bad input, which once ended the run
+// with exit 2. The slowed worker (tests/support/slow_worker.cc) sleeps
+// 1.5 s before each push: the kill and the restart fall inside one sleep.
+TEST_F(FaultTest, AWorkerInALongStepGoesOnAtAPsRestartedMeanwhile) {
+  const std::string config = Remember(
+      dir_ + "/slow.textproto",
+      absl::StrCat("  workers: 1 }\n",
+                   "training { optimizer { sgd { learning_rate: 0.05 } } batch_size: 16\n",
+                   "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 128 } }\n",
+                   "  checkpoint { dir: \"", dir_, "/ckpt\" every_steps: 2 }\n}\n"));
+  auto ps = StartPs(config);
+  auto worker = std::make_unique<ChildProcess>(
+      std::vector<std::string>{PST_SLOW_WORKER, "--config=" + config, "--task=worker:0",
+                               "--step_delay_ms=1500"},
+      dir_ + "/worker-0.log");
+  ASSERT_GE(WaitForVersion(3, absl::Seconds(60)), 3) << Log("worker-0.log");
+  ps->Kill();
+  ps = StartPs(config);
+  EXPECT_EQ(worker->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
+  EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("went back to its checkpoint"))
+      << "the push never reached the restarted PS (it restarted too slowly?)\n"
+      << Log("worker-0.log") << Log("ps.log");
+}
+
 // Second hostile pass: a PS that came back without its checkpoints (its
 // folder changed under it) was initialized again from the seed, and the
 // workers trained on as if nothing was lost. More than a checkpoint

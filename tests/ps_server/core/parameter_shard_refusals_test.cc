@@ -1,15 +1,12 @@
 // What one PS shard refuses (bad pushes, pulls and inits), and that a refusal
 // leaves the model as it was.
-#include "ps_server/core/parameter_shard.h"
-#include "ps_server/core/shard_calls.h"
-
 #include <algorithm>
 #include <atomic>
-#include <functional>
-#include <numeric>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 #include <span>
@@ -21,8 +18,11 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/tensor_codec.h"
+#include "common/transient_refusal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
 #include "ps_server/core/streamed_update.h"
 #include "tests/ps_server/core/parameter_shard_testing.h"
 #include "tests/support/eventually.h"
@@ -234,6 +234,31 @@ TEST(ParameterShardTest, PushBeforeInitIsAFailedPrecondition) {
   absl::Status status = Push(*shard, Gradient(0, 0, {1, 1, 1, 1}, {1, 1}), &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("before Init"));
+}
+
+// A gradient computed at a version the shard has not reached: from a
+// worker that has not registered with this process, the shard went back
+// to its checkpoint while the worker computed (a transient refusal: the
+// worker registers again and runs its step anew); from one that has, it is
+// bad input. Neither touches the model.
+TEST(ParameterShardTest, AGradientAheadOfTheShardIsARestartUntilItsWorkerRegisters) {
+  auto shard = MakeShard(SYNC, 2);
+  InitTwoVariables(shard.get());
+  PushResponse response;
+  const absl::Status unregistered = Push(*shard, Gradient(1, 5, {1, 1, 1, 1}, {1, 1}), &response);
+  EXPECT_EQ(unregistered.code(), absl::StatusCode::kUnavailable) << unregistered;
+  EXPECT_EQ(MarkedTransient(unregistered), TransientRefusal::kRestarting);
+  EXPECT_THAT(std::string(unregistered.message()), HasSubstr("register again"));
+  RegisterRequest join;
+  join.set_worker(1);
+  RegisterResponse joined;
+  ASSERT_TRUE(shard->Register(join, &joined).ok());
+  const absl::Status registered = Push(*shard, Gradient(1, 5, {1, 1, 1, 1}, {1, 1}), &response);
+  EXPECT_EQ(registered.code(), absl::StatusCode::kInvalidArgument) << registered;
+  EXPECT_FALSE(MarkedTransient(registered).has_value());
+  EXPECT_EQ(shard->version(), 0);
+  EXPECT_THAT(PullValues(shard.get(), "w"), ::testing::ElementsAre(1, 2, 3, 4));
+  EXPECT_EQ(StatsOf(shard.get()).pushes_rejected(), 2);
 }
 
 TEST(ParameterShardTest, SecondPushForTheSameSyncStepIsRefused) {
