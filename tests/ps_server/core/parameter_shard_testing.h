@@ -58,6 +58,14 @@ inline void InitTwoVariables(ParameterShard* shard) {
   ASSERT_TRUE(response.accepted());
 }
 
+// Registers `worker` with the shard, as a worker's client does first.
+inline void RegisterWorker(ParameterShard* shard, int worker) {
+  RegisterRequest request;
+  request.set_worker(worker);
+  RegisterResponse response;
+  ASSERT_TRUE(shard->Register(request, &response).ok());
+}
+
 inline PushRequest Gradient(int worker, int64_t version, std::vector<float> w, std::vector<float> b) {
   PushRequest push;
   push.set_worker(worker);
