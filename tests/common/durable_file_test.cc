@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst {
 namespace {
@@ -19,8 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string FreshDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
+  std::string dir = FreshScratchDir(name);
   std::filesystem::create_directories(dir);
   return dir;
 }

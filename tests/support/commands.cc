@@ -50,13 +50,24 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::string ScratchDir() {
-  static const std::string dir = [] {
-    const std::string d = absl::StrCat(std::filesystem::temp_directory_path().string(), "/pst_test.", getpid());
-    std::filesystem::remove_all(d);
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  // Removed when the process that made it exits normally (not by a forked
+  // child's exit; a process killed leaves it, to be looked at).
+  struct Scratch {
+    pid_t owner = getpid();
+    std::string dir =
+        absl::StrCat(std::filesystem::temp_directory_path().string(), "/pst_test.", owner);
+    Scratch() {
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+    }
+    ~Scratch() {
+      if (getpid() != owner) return;
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.dir;
 }
 
 bool AwaitProcessEnd(pid_t pid, absl::Duration timeout) {

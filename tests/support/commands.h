@@ -35,7 +35,8 @@ std::string JsonField(const std::string& line, const std::string& key);
 // The whole file, or "" if it cannot be read.
 std::string ReadFile(const std::string& path);
 
-// A fresh directory of this test process's own, made on the first call.
+// A fresh directory of this test process's own, made on the first call and
+// removed when the process exits normally.
 std::string ScratchDir();
 
 // Waits up to `timeout` for process `pid` to end, without reaping it: true

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/core/shard_calls.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst::checkpoint_testing {
 
@@ -46,11 +47,7 @@ inline void PushOnes(ParameterShard* shard) {
   ASSERT_TRUE(Push(*shard, push, &response).ok());
 }
 
-inline std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+inline std::string FreshDir(const std::string& name) { return FreshScratchDir(name); }
 
 }  // namespace pst::checkpoint_testing
 

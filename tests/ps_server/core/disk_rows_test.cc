@@ -18,17 +18,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string FreshDir(const std::string& name) { return FreshScratchDir(name); }
 
 std::unique_ptr<DiskRows> OpenRows(const std::string& dir, size_t record_floats,
                                    std::shared_ptr<std::atomic<bool>> fail = nullptr) {

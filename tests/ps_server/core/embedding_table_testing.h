@@ -28,6 +28,7 @@
 #include "placement/row_placement.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst::embedding_testing {
 
@@ -172,11 +173,7 @@ inline std::vector<uint64_t> IdsOfShard(int shard, int num_shards, int count, ui
 
 // A fresh directory under the test's temporary directory, named for `name`
 // and this process.
-inline std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+inline std::string FreshDir(const std::string& name) { return FreshScratchDir(name); }
 
 // A table's rows by id, as bytes: values, slots, update count.
 using RowMap = std::map<uint64_t, std::tuple<std::string, std::string, int64_t>>;

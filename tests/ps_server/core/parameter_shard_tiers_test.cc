@@ -15,17 +15,14 @@
 #include "ps_server/core/shard_calls.h"
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 #include "tests/ps_server/core/parameter_shard_replica_testing.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst {
 namespace {
 
 using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+std::string FreshDir(const std::string& name) { return FreshScratchDir(name); }
 
 // "b" and the table "emb" under Adam; with `dir`, 4 rows of it in RAM
 // (Adam: two slots a value) and the rest on disk there.

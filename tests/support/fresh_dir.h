@@ -1,0 +1,40 @@
+// A scratch directory of one test process: <TempDir>/<name>.<pid>, emptied
+// if it exists (not created), and removed with everything in it when the
+// process exits normally, so that a test run leaves nothing in /tmp. (A
+// process that crashes leaves it, to be looked at.)
+#ifndef PST_TESTS_SUPPORT_FRESH_DIR_H_
+#define PST_TESTS_SUPPORT_FRESH_DIR_H_
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pst {
+
+inline std::string FreshScratchDir(const std::string& name) {
+  // Only by the process that made them: a forked child that exits runs
+  // this too.
+  struct RemovedAtExit {
+    pid_t owner = getpid();
+    std::vector<std::string> dirs;
+    ~RemovedAtExit() {
+      if (getpid() != owner) return;
+      std::error_code ignored;
+      for (const std::string& dir : dirs) std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static RemovedAtExit removed;
+  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  removed.dirs.push_back(dir);
+  return dir;
+}
+
+}  // namespace pst
+
+#endif  // PST_TESTS_SUPPORT_FRESH_DIR_H_
