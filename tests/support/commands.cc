@@ -10,15 +10,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <regex>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/support/eventually.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst {
 
@@ -50,24 +51,12 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::string ScratchDir() {
-  // Removed when the process that made it exits normally (not by a forked
-  // child's exit; a process killed leaves it, to be looked at).
-  struct Scratch {
-    pid_t owner = getpid();
-    std::string dir =
-        absl::StrCat(std::filesystem::temp_directory_path().string(), "/pst_test.", owner);
-    Scratch() {
-      std::filesystem::remove_all(dir);
-      std::filesystem::create_directories(dir);
-    }
-    ~Scratch() {
-      if (getpid() != owner) return;
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-    }
-  };
-  static const Scratch scratch;
-  return scratch.dir;
+  static const std::string dir = [] {
+    std::string d = FreshScratchDir("pst_test");
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
 }
 
 bool AwaitProcessEnd(pid_t pid, absl::Duration timeout) {

@@ -1,4 +1,4 @@
-// A scratch directory of one test process: <TempDir>/<name>.<pid>, emptied
+// A scratch directory of one test process: <temp dir>/<name>.<pid>, emptied
 // if it exists (not created), and removed with everything in it when the
 // process exits normally, so that a test run leaves nothing in /tmp. (A
 // process that crashes leaves it, to be looked at.)
@@ -11,8 +11,6 @@
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include "gtest/gtest.h"
 
 namespace pst {
 
@@ -29,7 +27,8 @@ inline std::string FreshScratchDir(const std::string& name) {
     }
   };
   static RemovedAtExit removed;
-  std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
+  std::string dir =
+      (std::filesystem::temp_directory_path() / name).string() + "." + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   removed.dirs.push_back(dir);
   return dir;

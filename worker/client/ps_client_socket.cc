@@ -211,6 +211,16 @@ absl::Status ShardChannel::TakeAnswer(int s, grpc::ByteBuffer* message, bool sha
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether a part's outcome fails the whole exchange: any error but a
+// region-lost refusal, which FinishExchange answers by sending it again.
+bool FailsTheExchange(const absl::Status& status) {
+  return !status.ok() && MarkedTransient(status) != TransientRefusal::kRegionLost;
+}
+
+}  // namespace
+
 absl::Status ShardChannel::RunExchanges(const std::vector<ShardExchange>& exchanges) {
   std::vector<std::unique_ptr<OpenExchange>> open(exchanges.size());
   std::vector<absl::Status> results(exchanges.size());
@@ -230,9 +240,28 @@ absl::Status ShardChannel::RunExchanges(const std::vector<ShardExchange>& exchan
   // wait for this worker at the failed shard (a shard restarted from its
   // checkpoint waits for every worker's push of the step it is at). Their
   // pushes, where they landed, are answered as repeats when sent again.
-  const std::optional<size_t> failed = CancelOnFirstFailure(open, results);
+  // Each part is taken as soon as it is answered, while the others are
+  // still on their way.
+  std::optional<size_t> failed;
+  for (size_t i = 0; i < results.size() && !failed.has_value(); ++i) {
+    if (FailsTheExchange(results[i])) failed = i;
+  }
+  bool cancelled = false;
   for (size_t i = 0; i < exchanges.size(); ++i) {
-    if (open[i] != nullptr) results[i] = FinishExchange(exchanges[i], open[i].get());
+    if (open[i] == nullptr) continue;
+    if (!failed.has_value()) failed = AwaitPartOrFailure(open, i);
+    if (failed.has_value() && !cancelled) {
+      for (const std::unique_ptr<OpenExchange>& part : open) {
+        // (FinishExchange moved a taken part's call to the shard's `finishing`.)
+        if (part != nullptr && part->call != nullptr && !part->call->Answered()) {
+          part->call->Cancel();
+        }
+      }
+      cancelled = true;
+    }
+    results[i] = FinishExchange(exchanges[i], open[i].get());
+    // Taking the answer can fail too (or sending again after a lost region).
+    if (!failed.has_value() && !results[i].ok()) failed = i;
   }
   // The part that failed says why, not a part cancelled for it.
   if (failed.has_value() && !results[*failed].ok()) return results[*failed];
@@ -252,37 +281,22 @@ absl::Status ShardChannel::RunExchanges(const std::vector<ShardExchange>& exchan
   return absl::OkStatus();
 }
 
-std::optional<size_t> ShardChannel::CancelOnFirstFailure(
-    const std::vector<std::unique_ptr<OpenExchange>>& open,
-    const std::vector<absl::Status>& results) {
-  auto failed = [](const absl::Status& status) {
-    return !status.ok() && MarkedTransient(status) != TransientRefusal::kRegionLost;
-  };
-  std::optional<size_t> first;
-  for (size_t i = 0; i < results.size() && !first.has_value(); ++i) {
-    if (failed(results[i])) first = i;
-  }
-  if (!first.has_value()) {
-    driver_.WaitUntil([&] {
-      bool all_answered = true;
-      for (size_t i = 0; i < open.size(); ++i) {
-        if (open[i] == nullptr) continue;
-        const std::optional<absl::Status> outcome = open[i]->call->Outcome();
-        if (!outcome.has_value()) {
-          all_answered = false;
-        } else if (failed(*outcome)) {
-          first = i;
-          return true;
-        }
+std::optional<size_t> ShardChannel::AwaitPartOrFailure(
+    const std::vector<std::unique_ptr<OpenExchange>>& open, size_t part) {
+  std::optional<size_t> failed;
+  driver_.WaitUntil([&] {
+    for (size_t i = 0; i < open.size(); ++i) {
+      // A part FinishExchange took has no call here any more.
+      if (open[i] == nullptr || open[i]->call == nullptr) continue;
+      const std::optional<absl::Status> outcome = open[i]->call->Outcome();
+      if (outcome.has_value() && FailsTheExchange(*outcome)) {
+        failed = i;
+        return true;
       }
-      return all_answered;
-    });
-  }
-  if (!first.has_value()) return std::nullopt;
-  for (const std::unique_ptr<OpenExchange>& part : open) {
-    if (part != nullptr && !part->call->Answered()) part->call->Cancel();
-  }
-  return first;
+    }
+    return open[part]->call->Answered();
+  });
+  return failed;
 }
 
 std::unique_ptr<ShardChannel::OpenExchange> ShardChannel::StartExchange(const ShardExchange& exchange,

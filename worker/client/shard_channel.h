@@ -398,15 +398,13 @@ class ShardChannel {
   };
   // Runs `exchanges` (one per shard at most) at once and waits for all;
   // the first failure is returned. Once one shard's part has failed, the
-  // others' are cancelled rather than awaited (CancelOnFirstFailure).
+  // others' are cancelled rather than awaited.
   absl::Status RunExchanges(const std::vector<ShardExchange>& exchanges);
-  // Waits until every call of `open` is answered or one has failed (as has
-  // any part whose `results` entry is an error already); then cancels
-  // those still unanswered. A part that failed because the shard no longer
-  // knows the region is not a failure here: FinishExchange sends it again.
-  // Returns the part that failed first, if one did.
-  std::optional<size_t> CancelOnFirstFailure(const std::vector<std::unique_ptr<OpenExchange>>& open,
-                                             const std::vector<absl::Status>& results);
+  // Waits until `open[part]` is answered or any part of `open` has failed
+  // (a region-lost refusal aside: FinishExchange sends that part again);
+  // returns the part that failed, if one did.
+  std::optional<size_t> AwaitPartOrFailure(const std::vector<std::unique_ptr<OpenExchange>>& open,
+                                           size_t part);
   // The exchange's rows split by shard; nullopt where it has none (and, for
   // a push, the model no table). `pushes`: the exchange pushes.
   absl::StatusOr<std::optional<RowSplit>> SplitRows(std::span<const RowGradients> push,
