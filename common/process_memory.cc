@@ -17,7 +17,7 @@ void KeepLargeBuffersWarm() {
   // 64 MiB mappings that glibc unmaps whenever one falls empty, whatever the
   // trim threshold, and gRPC's receive buffers come and go on its poller
   // threads: a 64 MiB push+pull took about 3 900 page faults (16 MB of fresh
-  // pages) per round trip that way, and 13% more CPU (docs/benchmarks.md).
+  // pages) per round trip that way, and 13% more CPU (ps_bench).
   // Must run before the process starts its second thread.
   mallopt(M_ARENA_MAX, 1);
 }

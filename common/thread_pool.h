@@ -6,8 +6,7 @@
 // answers a pull once its wait is over, or applies a push that waited for
 // its turn, off gRPC's completion-queue threads. Creating and joining a thread for
 // each costs about as much as a small round trip itself, while a kept
-// thread is woken in a few microseconds (docs/benchmarks.md, "Threads kept
-// for reuse").
+// thread is woken in a few microseconds.
 //
 // The pool grows to the most tasks that ever ran at once (or to its bound,
 // if it has one) and keeps those threads until it is destroyed.

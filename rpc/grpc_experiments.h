@@ -8,8 +8,7 @@
 //   tcp_read_chunks        reads into fixed 8 or 64 KiB chunks, which the
 //                          allocator recycles, not blocks of any size;
 //   tcp_rcv_lowat          SO_RCVLOWAT, so a reader is not woken per packet.
-// ps_bench measures them against the defaults (docs/benchmarks.md, "Data
-// plane"): they take less CPU per byte over TCP. Every binary that moves
+// Beside the defaults in ps_bench they take less CPU per byte over TCP. Every binary that moves
 // tensors over gRPC turns them on first thing in main, beside
 // KeepLargeBuffersWarm (common/process_memory.h); the list is the build's
 // (PST_GRPC_EXPERIMENTS in CMakeLists.txt), which the tests run with too.
