@@ -230,10 +230,7 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
   // row is a cache miss, and this lets them overlap.
   constexpr size_t kAhead = 8;
   found_scratch_.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kAhead < ids.size()) table.rows.PrefetchIndex(ids[i + kAhead]);
-    found_scratch_[i] = table.rows.Find(ids[i]);
-  }
+  table.rows.FindEach(ids, found_scratch_);
   if (!table.tiered()) {  // Admit counted a tiered table's reads
     table.lookups_in_memory += std::count_if(found_scratch_.begin(), found_scratch_.end(),
                                              [](int64_t row) { return row >= 0; });

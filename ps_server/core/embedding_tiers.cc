@@ -86,17 +86,23 @@ bool EmbeddingTable::ReadsAhead() const {
 }
 
 void EmbeddingTable::Prefetch(const PullRequest& pull) const {
+  std::vector<uint64_t> ours;
+  std::vector<int64_t> found;
   std::vector<uint64_t> cold;
   for (const EmbeddingRows& rows : pull.rows()) {
     const int t = Find(rows.table());
     if (t < 0 || tables_[t]->prefetch == nullptr) continue;
     const Embedding& table = *tables_[t];
-    cold.clear();
+    ours.clear();
     for (int64_t i = 0; i < IdCount(rows.ids()); ++i) {
       const uint64_t id = RowId(rows.ids(), i);
-      if (ShardOfRow(id, options_.num_shards) == options_.shard && table.rows.Find(id) < 0) {
-        cold.push_back(id);
-      }
+      if (ShardOfRow(id, options_.num_shards) == options_.shard) ours.push_back(id);
+    }
+    found.resize(ours.size());
+    table.rows.FindEach(ours, found);
+    cold.clear();
+    for (size_t i = 0; i < ours.size(); ++i) {
+      if (found[i] < 0) cold.push_back(ours[i]);
     }
     table.prefetch->Request(cold, table.updates);
   }
@@ -108,14 +114,18 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   // The rows this update trains that RAM holds stay; of the others, those
   // on disk come up whole, the rest are new.
   absl::flat_hash_set<int64_t> trained;
+  trained.reserve(table.staged_ids.size() + ids.size());
   for (size_t i = 0; i < table.staged_ids.size(); ++i) {  // an earlier part of the update
     if (table.staged_rows[i] >= 0) trained.insert(table.staged_rows[i]);
   }
+  std::vector<int64_t> found(ids.size());
+  table.rows.FindEach(ids, found);
   std::vector<uint64_t> promoted_ids;
   std::vector<DiskRow> promoted;
   int64_t fresh = 0;
-  for (uint64_t id : ids) {
-    if (const int64_t row = table.rows.Find(id); row >= 0) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint64_t id = ids[i];
+    if (const int64_t row = found[i]; row >= 0) {
       ++table.lookups_in_memory;
       trained.insert(row);
       continue;

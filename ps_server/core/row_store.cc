@@ -85,6 +85,14 @@ int64_t RowStore::Find(uint64_t id) const {
   return it == part.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
+void RowStore::FindEach(std::span<const uint64_t> ids, std::span<int64_t> rows) const {
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kAhead < ids.size()) PrefetchIndex(ids[i + kAhead]);
+    rows[i] = Find(ids[i]);
+  }
+}
+
 void RowStore::MakeWritable(int64_t row) {
   // A block made before the last freeze may be in a view while any is
   // alive; the views never see a write, so it is copied first. The count

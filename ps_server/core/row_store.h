@@ -66,6 +66,10 @@ class RowStore {
 
   // The index of `id`'s row, or -1.
   int64_t Find(uint64_t id) const;
+  // rows[i] = Find(ids[i]) for each i, hinting the index a few ids ahead:
+  // in a large table nearly every lookup is a cache miss, and this lets
+  // them overlap.
+  void FindEach(std::span<const uint64_t> ids, std::span<int64_t> rows) const;
   // Cache hints: `id` will be looked up soon; row `row` will be read soon.
   // Rows of a large table are scattered over memory, so a caller about to
   // visit many of them hints a few ahead, and the misses overlap.

@@ -3,6 +3,7 @@
 // keep their rows while the store is written.
 #include "ps_server/core/row_store.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -44,6 +45,25 @@ TEST(RowStoreTest, RowsAreFoundByIdAndHoldWhatWasPutAcrossBlocks) {
   EXPECT_EQ(store.slots(7)[0], 4);
   EXPECT_EQ(store.values(6)[1], -6);
   EXPECT_EQ(store.updates(7), 9);
+}
+
+// FindEach answers as Find does for each id, held or not, in the ids' order
+// (with more ids than it hints ahead, and fewer).
+TEST(RowStoreTest, FindEachAnswersAsFindForEveryId) {
+  RowStore store(/*dim=*/1, /*slots_per_value=*/0);
+  for (int64_t r = 0; r < 40; ++r) {
+    store.Add(static_cast<uint64_t>(r) * 7, std::vector<float>{0}, {}, 1);
+  }
+  for (const size_t count : {size_t{3}, size_t{100}}) {
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < count; ++i) ids.push_back((count - i) * 5);  // some held, some not
+    std::vector<int64_t> rows(ids.size(), -2);
+    store.FindEach(ids, rows);
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], store.Find(ids[i])) << ids[i];
+    if (count == 100) {  // 35, 70, ..., 245 held; the rest not
+      EXPECT_EQ(std::count_if(rows.begin(), rows.end(), [](int64_t row) { return row >= 0; }), 7);
+    }
+  }
 }
 
 // Removing a row moves the last row into its place: every other row keeps
