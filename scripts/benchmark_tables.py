@@ -454,20 +454,24 @@ def row_step_bench(rows):
 def ctr_scale(rows):
     def tiers(r, figure, digits):
         return spread(r, figure, digits) if r.get("memory_mib") else "-"
+
+    def of_ram(r):
+        return spread(r, "of_all_in_ram", 2) if "of_all_in_ram" in r else "-"
     return {"": table(
-        ["id range", "table dim", "RAM for the tables' rows MiB (both shards; hot set)",
-         "rows created",
+        ["id range", "Zipf exponent", "table dim",
+         "RAM for the tables' rows MiB (both shards; hot set)", "rows created",
          "rows refused", "training examples", "job", "samples/s",
-         "PS peak RSS MiB (both shards)", "RAM hit rate", "disk waits per miss", "test AUC",
-         "planted model's test AUC", "load average (1 min)", "runs"],
-        ["---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",
-         "---:", "---:", "---:", "---:"],
-        [(r["rows"], r["dim"],
+         "of the all-in-RAM run beside it", "PS peak RSS MiB (both shards)", "RAM hit rate",
+         "disk waits per miss", "test AUC", "planted model's test AUC", "load average (1 min)",
+         "runs"],
+        ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:",
+         "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["rows"], r.get("zipf_exponent", 0.5), r["dim"],
           f"{r['memory_mib']} ({r.get('hot_set') or 'lru'})" if r.get("memory_mib") else "all",
           f"{r['rows_created']:.0f}",
           f"{r['rows_refused']:.0f}", r["train_examples"],
           f"{r['mode']}, {r['workers']} workers x {r['batch_size']}, {r['shards']} shards",
-          spread(r, "samples_per_sec", 0), spread(r, "ps_peak_rss_mib", 0),
+          spread(r, "samples_per_sec", 0), of_ram(r), spread(r, "ps_peak_rss_mib", 0),
           tiers(r, "hit_rate", 3), tiers(r, "disk_waits", 3),
           spread(r, "test_auc", 4), "n/a" if r.get("planted_auc") is None
           else f"{r['planted_auc']:.4f}", spread(r, "load_1min", 2), r["runs"])
