@@ -2,12 +2,11 @@
 // mistake.
 #include "common/config.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "common/overrides.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst {
 namespace {
@@ -45,8 +45,14 @@ training {
 )";
 
 std::string WriteTemp(const std::string& name, const std::string& contents) {
-  // Per process: ctest runs the tests of this file in parallel.
-  std::string path = absl::StrCat(::testing::TempDir(), "/", getpid(), ".", name);
+  // Per process (ctest runs the tests of this file in parallel), removed
+  // when it exits.
+  static const std::string dir = [] {
+    std::string made = FreshScratchDir("config_test");
+    std::filesystem::create_directories(made);
+    return made;
+  }();
+  std::string path = absl::StrCat(dir, "/", name);
   std::ofstream(path) << contents;
   return path;
 }

@@ -132,10 +132,9 @@ void ExpectChainGivesTheFullCheckpoint(const Case& c) {
 
   // Restored from the chain and from the full checkpoint: the same rows
   // and counters, and they train on alike.
-  const std::string disk = c.spec.storage().disk();
   EmbeddingTable from_chain(Options()), from_full(Options());
-  ASSERT_TRUE(from_chain.Restore(DiskElsewhere(*now, disk + ".chain")).ok());
-  ASSERT_TRUE(from_full.Restore(DiskElsewhere(full, disk + ".full")).ok());
+  ASSERT_TRUE(from_chain.Restore(DiskElsewhere(*now, FreshDir("delta_tiers_chain"))).ok());
+  ASSERT_TRUE(from_full.Restore(DiskElsewhere(full, FreshDir("delta_tiers_full"))).ok());
   EXPECT_EQ(RowsOf(Exported(from_chain).embeddings(0)), RowsOf(full.embeddings(0)));
   if (c.evicts) return;
   std::mt19937 same(11), again(11);
