@@ -24,6 +24,18 @@ void ReplicaSender::Run() {
   // The wait for updates is cut short, so that a stop is seen soon.
   constexpr absl::Duration kPoll = absl::Milliseconds(100);
   while (!stop_.HasBeenNotified()) {
+    // A backup out of the commit rule is asked whether it answers before
+    // anything is taken for it: the updates taken while it was away are
+    // not offered again, so a shard with nothing new to forward (between
+    // runs, or at the end of one) would never try it again, and a backup
+    // that came up meanwhile would stay out of the chain for good.
+    if (!live_ && !drop_pending_) {
+      if (!Answers()) {
+        stop_.WaitForNotificationWithTimeout(options_.retry);
+        continue;
+      }
+      Rejoined();
+    }
     absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
         shard_->TakeReplicaUpdates(options_.replica, absl::Now() + kPoll);
     if (!updates.ok()) {
@@ -36,6 +48,21 @@ void ReplicaSender::Run() {
       if (stop_.HasBeenNotified() || !Send(*update)) break;
     }
   }
+}
+
+bool ReplicaSender::Answers() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  StatsResponse stats;
+  return stub_->Stats(&context, StatsRequest(), &stats).ok();
+}
+
+void ReplicaSender::Rejoined() {
+  spdlog::info("shard {}: backup {} at {} answers again; it is sent the state whole",
+               shard_->shard(), options_.replica, options_.address);
+  // Back in: its next take is the state whole (sent nothing yet).
+  shard_->SetReplicaLive(options_.replica, true);
+  live_ = true;
 }
 
 bool ReplicaSender::Send(const ReplicaUpdate& update) {
@@ -68,12 +95,7 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
     return false;
   }
   if (!live_) {
-    spdlog::info(
-        "shard {}: backup {} at {} answers again (at version {}); it is sent the state "
-        "whole",
-        shard, options_.replica, options_.address, ack.version());
-    shard_->SetReplicaLive(options_.replica, true);
-    live_ = true;
+    Rejoined();
     return false;
   }
   if (ack.applied()) {

@@ -10,8 +10,9 @@
 // backup, acknowledges nothing more (fencing). A call that fails (the
 // backup is down, or slower than `timeout`) takes the backup out of the
 // commit rule (Options.drop), so that the workers wait for it no longer;
-// the sender goes on trying, each `retry`, and the first answer brings it
-// back in, sent the state whole.
+// the sender asks it, each `retry`, whether it answers (its Stats), with or
+// without updates to forward, and the first answer brings it back in, sent
+// the state whole.
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 #define PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 
@@ -53,6 +54,10 @@ class ReplicaSender {
   // Sends one update; false when the rest of its batch must not follow
   // (the backup missed it, or it is taken whole next).
   bool Send(const ReplicaUpdate& update);
+  // Whether the backup answers a call (its Stats) within the timeout.
+  bool Answers();
+  // The backup answers again: back in the commit rule, sent the state whole.
+  void Rejoined();
 
   ParameterShard* const shard_;
   const std::unique_ptr<ParameterServer::StubInterface> stub_;

@@ -213,6 +213,11 @@ std::string RunKillingShardZerosPrimary(const std::string& config, const std::st
   // shard's version is the event).
   EXPECT_GE(AwaitVersion(address, kill_at, absl::Seconds(120)), kill_at)
       << "the run did not reach version " << kill_at;
+  // A backup still catching up may not take the office: with backups, the
+  // kill waits for them to be in the chain.
+  if (ReadFile(config).find("ps_backups") != std::string::npos) {
+    EXPECT_TRUE(AwaitBackupsInChain(address, absl::Seconds(120))) << launch.Output();
+  }
   EXPECT_EQ(kill(pid, SIGKILL), 0);
   EXPECT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
   return launch.Output();

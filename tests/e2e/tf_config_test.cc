@@ -160,7 +160,11 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
   // The workers' TF_CONFIG lists both replicas too: the backup is where
   // they go when the primary is gone.
   std::vector<std::unique_ptr<ChildProcess>> workers = train(replicas, "replicated", env);
-  // 40 epochs of 8 steps: killed a quarter of the way.
+  // 40 epochs of 8 steps: killed a quarter of the way, once the backup is
+  // in the chain (on a loaded machine its catch-up can outlast 80 steps,
+  // and a backup outside the chain rightly does not take the office).
+  ASSERT_TRUE(AwaitBackupsInChain(replicas[0], absl::Seconds(120)))
+      << ReadFile(dir_ + "/replica-0.log");
   ASSERT_GE(AwaitVersion(replicas[0], 80, absl::Seconds(120)), 80)
       << ReadFile(dir_ + "/replica-0.log");
   ps[0]->Signal(SIGKILL);
@@ -178,6 +182,46 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
     EXPECT_EQ(replicated.final_version(), plain.final_version());
     EXPECT_EQ(replicated.final_loss(), plain.final_loss());
     EXPECT_EQ(replicated.test_loss(), plain.test_loss());
+  }
+}
+
+// A backup that starts after its primary's first update joins the chain
+// (the primary's sender asks it again while it is out, with or without
+// updates to forward), and its workers finish: the shard has a replica
+// that may take over again.
+TEST_F(TfConfigTest, ABackupStartedAfterTrainingBeganJoinsTheChain) {
+  std::ofstream(job_)
+      << "cluster { membership { lease_seconds: 1 } }\n"
+         "training { mode: SYNC optimizer { sgd { learning_rate: 0.05 } }\n"
+         "  batch_size: 16 epochs: 40\n"
+         "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } } }\n";
+  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2);
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  const std::vector<std::string> replicas = {absl::StrCat("127.0.0.1:", (*ports)[0]),
+                                             absl::StrCat("127.0.0.1:", (*ports)[1])};
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"PSTRAIN_PS_REPLICAS", "2"}, {"PSTRAIN_ETCD", (*etcd)->endpoint()}};
+  const auto start = [&](const std::string& type, int index, const std::string& name) {
+    auto with_task = env;
+    with_task.emplace_back("TF_CONFIG", TfConfig(replicas, type, index));
+    std::vector<std::string> argv = {Bin(type == "ps" ? "ps_server" : "worker"),
+                                     "--config=" + job_};
+    if (type != "ps") argv.push_back(absl::StrCat("--result_file=", dir_, "/", name, ".json"));
+    return std::make_unique<ChildProcess>(argv, absl::StrCat(dir_, "/", name, ".log"), with_task);
+  };
+  std::unique_ptr<ChildProcess> primary = start("ps", 0, "replica-0");
+  std::unique_ptr<ChildProcess> chief = start("chief", 0, "chief");
+  std::unique_ptr<ChildProcess> worker = start("worker", 0, "worker");
+  ASSERT_GE(AwaitVersion(replicas[0], 2, absl::Seconds(60)), 2)
+      << ReadFile(dir_ + "/replica-0.log");
+  std::unique_ptr<ChildProcess> backup = start("ps", 1, "replica-1");
+  EXPECT_TRUE(AwaitBackupsInChain(replicas[0], absl::Seconds(30)))
+      << ReadFile(dir_ + "/replica-0.log");
+  EXPECT_THAT(ReadFile(dir_ + "/replica-0.log"), HasSubstr("backup 1 at"));
+  for (ChildProcess* process : {chief.get(), worker.get()}) {
+    ASSERT_EQ(process->Wait(absl::Seconds(120)), 0) << ReadFile(dir_ + "/chief.log");
   }
 }
 

@@ -1,16 +1,20 @@
 // A scratch directory of one test process: <temp dir>/<name>.<pid>, emptied
 // if it exists (not created), and removed with everything in it when the
-// process exits normally, so that a test run leaves nothing in /tmp. (A
-// process that crashes leaves it, to be looked at.)
+// process exits normally, so that a test run leaves nothing in /tmp. A
+// process where a test failed, or that crashed, leaves it (the logs of the
+// processes a test started are there), and a failure says where.
 #ifndef PST_TESTS_SUPPORT_FRESH_DIR_H_
 #define PST_TESTS_SUPPORT_FRESH_DIR_H_
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include "gtest/gtest.h"
 
 namespace pst {
 
@@ -22,6 +26,12 @@ inline std::string FreshScratchDir(const std::string& name) {
     std::vector<std::string> dirs;
     ~RemovedAtExit() {
       if (getpid() != owner) return;
+      if (::testing::UnitTest::GetInstance()->Failed()) {
+        for (const std::string& dir : dirs) {
+          std::fprintf(stderr, "kept %s: a test failed\n", dir.c_str());
+        }
+        return;
+      }
       std::error_code ignored;
       for (const std::string& dir : dirs) std::filesystem::remove_all(dir, ignored);
     }

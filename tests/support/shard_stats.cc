@@ -1,5 +1,6 @@
 #include "tests/support/shard_stats.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/time/clock.h"
@@ -8,14 +9,35 @@
 
 namespace pst {
 
-int64_t VersionAt(const std::string& address) {
+namespace {
+
+bool StatsAt(const std::string& address, StatsResponse* stats) {
   auto stub =
       ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return stub->Stats(&context, StatsRequest(), stats).ok();
+}
+
+}  // namespace
+
+int64_t VersionAt(const std::string& address) {
   StatsResponse stats;
-  if (!stub->Stats(&context, StatsRequest(), &stats).ok()) return -1;
-  return stats.version();
+  return StatsAt(address, &stats) ? stats.version() : -1;
+}
+
+bool AwaitBackupsInChain(const std::string& address, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    StatsResponse stats;
+    if (StatsAt(address, &stats) && stats.replication().backups_size() > 0 &&
+        std::all_of(stats.replication().backups().begin(), stats.replication().backups().end(),
+                    [](const ReplicationStats::Backup& b) { return b.in_chain(); })) {
+      return true;
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 int64_t AwaitVersion(const std::string& address, int64_t version, absl::Duration timeout) {
