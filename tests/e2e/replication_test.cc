@@ -61,13 +61,16 @@ std::string CtrConfig(const std::string& dir, const std::string& name,
   return path;
 }
 
-// A folder of the test's own, empty at the start and removed at the end.
+// A folder of the test's own, empty at the start and removed at the end
+// unless the test failed (ScratchDir then keeps it, to be looked at).
 struct ScratchFolder {
   explicit ScratchFolder(const std::string& name) : path(absl::StrCat(ScratchDir(), "/", name)) {
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }
-  ~ScratchFolder() { std::filesystem::remove_all(path); }
+  ~ScratchFolder() {
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(path);
+  }
   const std::string path;
 };
 
