@@ -28,13 +28,15 @@ void ReplicaSender::Run() {
     // anything is taken for it: the updates taken while it was away are
     // not offered again, so a shard with nothing new to forward (between
     // runs, or at the end of one) would never try it again, and a backup
-    // that came up meanwhile would stay out of the chain for good.
+    // that came up meanwhile would stay out of the chain for good. Once it
+    // answers, it is offered the state whole; the answer to that (Send)
+    // brings it back in.
     if (!live_ && !drop_pending_) {
       if (!Answers()) {
         stop_.WaitForNotificationWithTimeout(options_.retry);
         continue;
       }
-      Rejoined();
+      shard_->ReplicaResync(options_.replica, -1);
     }
     absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
         shard_->TakeReplicaUpdates(options_.replica, absl::Now() + kPoll);
@@ -55,14 +57,6 @@ bool ReplicaSender::Answers() {
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
   StatsResponse stats;
   return stub_->Stats(&context, StatsRequest(), &stats).ok();
-}
-
-void ReplicaSender::Rejoined() {
-  spdlog::info("shard {}: backup {} at {} answers again; it is sent the state whole",
-               shard_->shard(), options_.replica, options_.address);
-  // Back in: its next take is the state whole (sent nothing yet).
-  shard_->SetReplicaLive(options_.replica, true);
-  live_ = true;
 }
 
 bool ReplicaSender::Send(const ReplicaUpdate& update) {
@@ -95,7 +89,12 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
     return false;
   }
   if (!live_) {
-    Rejoined();
+    spdlog::info(
+        "shard {}: backup {} at {} answers again (at version {}); it is sent the state "
+        "whole",
+        shard, options_.replica, options_.address, ack.version());
+    shard_->SetReplicaLive(options_.replica, true);
+    live_ = true;
     return false;
   }
   if (ack.applied()) {

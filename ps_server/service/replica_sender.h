@@ -11,8 +11,9 @@
 // backup is down, or slower than `timeout`) takes the backup out of the
 // commit rule (Options.drop), so that the workers wait for it no longer;
 // the sender asks it, each `retry`, whether it answers (its Stats), with or
-// without updates to forward, and the first answer brings it back in, sent
-// the state whole.
+// without updates to forward; once it does, it is offered the state whole,
+// and the first answer to that brings it back in (and sends it the state
+// whole again, from the version it is then at).
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 #define PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 
@@ -56,8 +57,6 @@ class ReplicaSender {
   bool Send(const ReplicaUpdate& update);
   // Whether the backup answers a call (its Stats) within the timeout.
   bool Answers();
-  // The backup answers again: back in the commit rule, sent the state whole.
-  void Rejoined();
 
   ParameterShard* const shard_;
   const std::unique_ptr<ParameterServer::StubInterface> stub_;
