@@ -171,6 +171,13 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
   for (auto& worker : workers) {
     ASSERT_EQ(worker->Wait(absl::Seconds(120)), 0) << ReadFile(dir_ + "/replicated-chief.log");
   }
+  // The backup takes the office once the lease runs out, which may come
+  // after the workers ended (a kill near the run's end).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (ReadFile(dir_ + "/replica-1.log").find("is primary at epoch 2") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_THAT(ReadFile(dir_ + "/replica-1.log"), HasSubstr("is primary at epoch 2"));
 
   for (const std::string type : {"chief", "worker"}) {
