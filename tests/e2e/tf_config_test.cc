@@ -17,11 +17,14 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cluster/membership/local_etcd.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -63,6 +66,31 @@ class TfConfigTest : public ::testing::Test {
     WorkerResult result;
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &result).ok()) << name;
     return result;
+  }
+
+  // A job of 40 epochs, with leases of 1 s.
+  void WriteReplicatedJob() {
+    std::ofstream(job_)
+        << "cluster { membership { lease_seconds: 1 } }\n"
+           "training { mode: SYNC optimizer { sgd { learning_rate: 0.05 } }\n"
+           "  batch_size: 16 epochs: 40\n"
+           "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } } }\n";
+  }
+
+  // An etcd of the test's own, and two free loopback addresses for a
+  // shard's replicas, with the environment that names them.
+  struct TwoReplicas {
+    std::unique_ptr<EtcdServer> etcd;
+    std::vector<std::string> replicas;
+    std::vector<std::pair<std::string, std::string>> env;
+  };
+  static absl::StatusOr<TwoReplicas> StartEtcdForTwoReplicas() {
+    TwoReplicas cluster;
+    PST_ASSIGN_OR_RETURN(cluster.etcd, EtcdServer::Start());
+    PST_ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(2));
+    cluster.replicas = {absl::StrCat("127.0.0.1:", ports[0]), absl::StrCat("127.0.0.1:", ports[1])};
+    cluster.env = {{"PSTRAIN_PS_REPLICAS", "2"}, {"PSTRAIN_ETCD", cluster.etcd->endpoint()}};
+    return cluster;
   }
 
   std::string dir_;
@@ -111,11 +139,7 @@ TEST_F(TfConfigTest, OnePsAChiefAndAWorkerTrainFromTfConfigAlone) {
 // takes office, and the job ends as a run of one unreplicated PS does: the
 // same steps, version and losses, to the last bit.
 TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
-  std::ofstream(job_)
-      << "cluster { membership { lease_seconds: 1 } }\n"
-         "training { mode: SYNC optimizer { sgd { learning_rate: 0.05 } }\n"
-         "  batch_size: 16 epochs: 40\n"
-         "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } } }\n";
+  WriteReplicatedJob();
   const auto train = [&](const std::vector<std::string>& ps, const std::string& name,
                          const std::vector<std::pair<std::string, std::string>>& env) {
     std::vector<std::unique_ptr<ChildProcess>> workers;
@@ -141,14 +165,10 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
     ASSERT_EQ(worker->Wait(absl::Seconds(120)), 0) << ReadFile(dir_ + "/plain-chief.log");
   }
 
-  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2);
-  ASSERT_TRUE(ports.ok()) << ports.status();
-  const std::vector<std::string> replicas = {absl::StrCat("127.0.0.1:", (*ports)[0]),
-                                             absl::StrCat("127.0.0.1:", (*ports)[1])};
-  const std::vector<std::pair<std::string, std::string>> env = {
-      {"PSTRAIN_PS_REPLICAS", "2"}, {"PSTRAIN_ETCD", (*etcd)->endpoint()}};
+  absl::StatusOr<TwoReplicas> cluster = StartEtcdForTwoReplicas();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<std::string>& replicas = cluster->replicas;
+  const std::vector<std::pair<std::string, std::string>>& env = cluster->env;
   std::vector<std::unique_ptr<ChildProcess>> ps;
   for (int index = 0; index < 2; ++index) {
     auto with_task = env;
@@ -197,19 +217,11 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
 // updates to forward), and its workers finish: the shard has a replica
 // that may take over again.
 TEST_F(TfConfigTest, ABackupStartedAfterTrainingBeganJoinsTheChain) {
-  std::ofstream(job_)
-      << "cluster { membership { lease_seconds: 1 } }\n"
-         "training { mode: SYNC optimizer { sgd { learning_rate: 0.05 } }\n"
-         "  batch_size: 16 epochs: 40\n"
-         "  model { mlp { hidden: 8 } } dataset { quadratic { examples: 256 } } }\n";
-  absl::StatusOr<std::unique_ptr<EtcdServer>> etcd = EtcdServer::Start();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2);
-  ASSERT_TRUE(ports.ok()) << ports.status();
-  const std::vector<std::string> replicas = {absl::StrCat("127.0.0.1:", (*ports)[0]),
-                                             absl::StrCat("127.0.0.1:", (*ports)[1])};
-  const std::vector<std::pair<std::string, std::string>> env = {
-      {"PSTRAIN_PS_REPLICAS", "2"}, {"PSTRAIN_ETCD", (*etcd)->endpoint()}};
+  WriteReplicatedJob();
+  absl::StatusOr<TwoReplicas> cluster = StartEtcdForTwoReplicas();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<std::string>& replicas = cluster->replicas;
+  const std::vector<std::pair<std::string, std::string>>& env = cluster->env;
   const auto start = [&](const std::string& type, int index, const std::string& name) {
     auto with_task = env;
     with_task.emplace_back("TF_CONFIG", TfConfig(replicas, type, index));
