@@ -31,6 +31,7 @@
 #include "result.pb.h"
 #include "tests/cluster/membership/etcd_server.h"
 #include "tests/support/commands.h"
+#include "tests/support/eventually.h"
 #include "tests/support/shard_stats.h"
 
 namespace pst {
@@ -193,11 +194,11 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
   }
   // The backup takes the office once the lease runs out, which may come
   // after the workers ended (a kill near the run's end).
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (ReadFile(dir_ + "/replica-1.log").find("is primary at epoch 2") == std::string::npos &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  Eventually(
+      [&] {
+        return ReadFile(dir_ + "/replica-1.log").find("is primary at epoch 2") != std::string::npos;
+      },
+      absl::Seconds(30), absl::Milliseconds(20));
   EXPECT_THAT(ReadFile(dir_ + "/replica-1.log"), HasSubstr("is primary at epoch 2"));
 
   for (const std::string type : {"chief", "worker"}) {

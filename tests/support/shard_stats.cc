@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "ps.grpc.pb.h"
+#include "tests/support/eventually.h"
 
 namespace pst {
 
@@ -27,17 +28,15 @@ int64_t VersionAt(const std::string& address) {
 }
 
 bool AwaitBackupsInChain(const std::string& address, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    StatsResponse stats;
-    if (StatsAt(address, &stats) && stats.replication().backups_size() > 0 &&
-        std::all_of(stats.replication().backups().begin(), stats.replication().backups().end(),
-                    [](const ReplicationStats::Backup& b) { return b.in_chain(); })) {
-      return true;
-    }
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  return Eventually(
+      [&] {
+        StatsResponse stats;
+        return StatsAt(address, &stats) && stats.replication().backups_size() > 0 &&
+               std::all_of(stats.replication().backups().begin(),
+                           stats.replication().backups().end(),
+                           [](const ReplicationStats::Backup& b) { return b.in_chain(); });
+      },
+      timeout, absl::Milliseconds(20));
 }
 
 int64_t AwaitVersion(const std::string& address, int64_t version, absl::Duration timeout) {
