@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -20,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/server_ports.h"
 #include "common/status_macros.h"
 
 namespace pst {
@@ -28,6 +31,9 @@ namespace {
 // Connections waiting to be accepted that each listening socket holds
 // (the kernel caps it at net.core.somaxconn).
 constexpr int kBacklog = 1024;
+
+// Ports tried for an address with port 0 before the kernel picks one.
+constexpr size_t kPortZeroTries = 64;
 
 void SetInt(int fd, int level, int option, int value) {
   setsockopt(fd, level, option, &value, sizeof(value));
@@ -167,6 +173,16 @@ int PortOf(int fd) {
   return 0;
 }
 
+int PortOf(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
+  }
+  if (address.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port);
+  }
+  return 0;
+}
+
 void SetPort(sockaddr_storage* address, int port) {
   if (address->ss_family == AF_INET) {
     reinterpret_cast<sockaddr_in*>(address)->sin_port = htons(static_cast<uint16_t>(port));
@@ -249,11 +265,68 @@ absl::StatusOr<std::vector<Endpoint>> Resolve(const std::string& address) {
   return endpoints;
 }
 
+// The sockets listening on every endpoint at one port, or why not.
+struct Bound {
+  Bound() = default;
+  Bound(Bound&& other) noexcept { *this = std::move(other); }
+  Bound& operator=(Bound&& other) noexcept {
+    Close();
+    fds = std::exchange(other.fds, {});
+    port = other.port;
+    errors = std::move(other.errors);
+    in_use = other.in_use;
+    return *this;
+  }
+  ~Bound() { Close(); }
+  void Close() {
+    for (int fd : fds) close(fd);
+    fds.clear();
+  }
+  bool ok() const { return !fds.empty() && port != 0 && !in_use; }
+
+  std::vector<int> fds;
+  int port = 0;
+  std::vector<std::string> errors;
+  bool in_use = false;  // another socket has the port on one of them
+};
+
+// Listens on every endpoint at `port`; with 0, at the endpoints' own port,
+// or where that is 0 too, at the one the kernel gives the first (as gRPC
+// does for port 0). Like gRPC, some of a name's addresses suffice (where
+// the host has no IPv6, say); unlike it, not if another server has the
+// port on another: the two would split the connections between them. What
+// was bound is closed again when it does not suffice.
+Bound BindEndpoints(std::vector<Endpoint> endpoints, int port) {
+  Bound bound;
+  const bool wildcard = endpoints.front().dual_stack;
+  for (Endpoint& endpoint : endpoints) {
+    if (port != 0) SetPort(&endpoint.address, port);
+    if (bound.port != 0) SetPort(&endpoint.address, bound.port);
+    const Listening listening = ListenOn(reinterpret_cast<const sockaddr*>(&endpoint.address),
+                                         endpoint.length, endpoint.dual_stack);
+    if (listening.fd >= 0) {
+      bound.fds.push_back(listening.fd);
+      if (bound.port == 0) bound.port = PortOf(listening.fd);
+      // A dual-stack [::] takes IPv4 too: 0.0.0.0 is its fallback only.
+      if (wildcard) break;
+      continue;
+    }
+    bound.errors.push_back(ErrnoText(listening.call, listening.error));
+    // The wildcard falls back to IPv4 for want of IPv6, not for a port in use.
+    if (listening.error == EADDRINUSE) {
+      bound.in_use = true;
+      break;
+    }
+  }
+  if (!bound.ok()) bound.Close();
+  return bound;
+}
+
 }  // namespace
 
 absl::StatusOr<ListeningSockets> ListeningSockets::Open(const std::string& address) {
-  ListeningSockets sockets;
   if (absl::StartsWith(address, "unix:")) {
+    ListeningSockets sockets;
     const std::string path = address.substr(5);
     absl::StatusOr<int> listener = ListenOnPath(path);
     if (!listener.ok()) return listener.status();
@@ -268,36 +341,24 @@ absl::StatusOr<ListeningSockets> ListeningSockets::Open(const std::string& addre
   }
   absl::StatusOr<std::vector<Endpoint>> endpoints = Resolve(address);
   if (!endpoints.ok()) return endpoints.status();
-
-  std::vector<std::string> errors;
-  bool in_use = false;
-  const bool wildcard = endpoints->front().dual_stack;
-  for (Endpoint& endpoint : *endpoints) {
-    // Every address on the port the first got, as gRPC does for port 0.
-    if (sockets.port_ != 0) SetPort(&endpoint.address, sockets.port_);
-    const Listening listening = ListenOn(reinterpret_cast<const sockaddr*>(&endpoint.address),
-                                         endpoint.length, endpoint.dual_stack);
-    if (listening.fd >= 0) {
-      sockets.fds_.push_back(listening.fd);
-      if (sockets.port_ == 0) sockets.port_ = PortOf(listening.fd);
-      // A dual-stack [::] takes IPv4 too: 0.0.0.0 is its fallback only.
-      if (wildcard) break;
-      continue;
+  Bound bound;
+  if (PortOf(endpoints->front().address) != 0) {
+    bound = BindEndpoints(*endpoints, 0);
+  } else {
+    // Port 0: a port outside the ephemeral range (common/server_ports.h),
+    // so that a restart finds it free; the kernel's own pick only where
+    // the first tries are all taken.
+    const std::vector<int> candidates = ServerPortCandidates();
+    for (size_t i = 0; i < std::min(candidates.size(), kPortZeroTries) && !bound.ok(); ++i) {
+      bound = BindEndpoints(*endpoints, candidates[i]);
+      if (!bound.ok() && !bound.in_use) break;
     }
-    errors.push_back(ErrnoText(listening.call, listening.error));
-    // The wildcard falls back to IPv4 for want of IPv6, not for a port in use.
-    if (listening.error == EADDRINUSE) {
-      in_use = true;
-      break;
-    }
+    if (!bound.ok() && bound.in_use) bound = BindEndpoints(*endpoints, 0);
   }
-  // Like gRPC, some of a name's addresses suffice (where the host has no
-  // IPv6, say); unlike it, not if another server has the port on another:
-  // the two would split the connections between them. (The sockets made
-  // are closed with `sockets`.)
-  if (sockets.fds_.empty() || sockets.port_ == 0 || in_use) {
-    return absl::UnavailableError(absl::StrJoin(errors, "; "));
-  }
+  if (!bound.ok()) return absl::UnavailableError(absl::StrJoin(bound.errors, "; "));
+  ListeningSockets sockets;
+  sockets.fds_ = std::exchange(bound.fds, {});
+  sockets.port_ = bound.port;
   return sockets;
 }
 

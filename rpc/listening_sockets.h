@@ -1,6 +1,8 @@
 // The listening sockets a server address names, made by the server itself
 // (rpc/connection_gate.h hands what they accept to gRPC):
-// - "host:port", "[v6]:port", "localhost:port", a name (port 0 picks one):
+// - "host:port", "[v6]:port", "localhost:port", a name (port 0 picks one
+//   outside the host's ephemeral range, common/server_ports.h, so that a
+//   restarted server finds it free):
 //   every address the host resolves to, on one port, as gRPC's own
 //   AddListeningPort would ("0.0.0.0" and "[::]" both listen on IPv4 and
 //   IPv6 where the host has IPv6); with SO_REUSEADDR but not SO_REUSEPORT,

@@ -15,29 +15,40 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cluster/membership/etcd_client.h"
+#include "common/server_ports.h"
 
 namespace pst {
 
 absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count) {
   // Held open together, so that they differ, then released.
   std::vector<int> fds, ports;
-  absl::Status status;
-  for (int i = 0; i < count && status.ok(); ++i) {
+  const std::vector<int> candidates = ServerPortCandidates();
+  int error = 0;
+  for (auto port = candidates.begin(); port != candidates.end() && std::ssize(ports) < count;
+       ++port) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      error = errno;
+      break;
+    }
+    fds.push_back(fd);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      status = absl::InternalError(absl::StrCat("no free loopback port: ", std::strerror(errno)));
-    } else {
-      ports.push_back(ntohs(address.sin_port));
+    address.sin_port = htons(static_cast<uint16_t>(*port));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      ports.push_back(*port);
+    } else if (errno != EADDRINUSE) {
+      error = errno;
+      break;
     }
-    if (fd >= 0) fds.push_back(fd);
   }
   for (int fd : fds) close(fd);
-  if (!status.ok()) return status;
+  if (std::ssize(ports) < count) {
+    return absl::InternalError(absl::StrCat("no ", count,
+                                            " free loopback ports outside the ephemeral range: ",
+                                            error != 0 ? std::strerror(error) : "all are taken"));
+  }
   return ports;
 }
 

@@ -23,8 +23,9 @@ namespace pst {
 
 inline constexpr char kEtcdProgram[] = "/usr/bin/etcd";
 
-// `count` distinct free loopback ports, released for the caller to bind
-// (another process may take one in between; a bind then fails).
+// `count` distinct free loopback ports outside the ephemeral range
+// (common/server_ports.h), released for the caller to bind (another
+// process may take one in between; a bind then fails).
 absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count);
 
 class LocalEtcd {

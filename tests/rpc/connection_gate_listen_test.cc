@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/server_ports.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -224,7 +225,11 @@ TEST(ConnectionGateListenTest, TakesTheAddressesGrpcTakes) {
     const absl::StatusOr<int> port =
         (*gate)->Listen(c.address, grpc::InsecureServerCredentials(), &builder);
     ASSERT_TRUE(port.ok()) << port.status();
-    EXPECT_GT(*port, 0);
+    EXPECT_GE(*port, kFirstServerPort);
+    // Outside the range outgoing connections take their ports from, so
+    // that a restart on it finds it free.
+    const auto [low, high] = EphemeralPortRange();
+    EXPECT_TRUE(*port < low || *port > high) << *port;
     // Set up by the kernel, in the backlog: nothing serves them.
     for (const char* host : c.reachable_on) EXPECT_TRUE(Reachable(host, *port)) << host;
   }

@@ -3,14 +3,12 @@
 // the room and age bounds hold.
 #include "ps_server/core/row_prefetch.h"
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/fresh_dir.h"
 
 namespace pst {
 namespace {
@@ -18,8 +16,7 @@ namespace {
 using Outcome = RowPrefetch::Outcome;
 
 std::unique_ptr<DiskRows> OpenRows(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = FreshScratchDir(name);
   absl::StatusOr<std::unique_ptr<DiskRows>> rows = DiskRows::Open(
       {.dir = dir, .record_floats = 2, .name = "table \"t\" shard 0", .fail_writes = nullptr});
   EXPECT_TRUE(rows.ok()) << rows.status();
