@@ -53,16 +53,18 @@ namespace {
 
 constexpr char kProgram[] = "psctl";
 
-// Every shard in the config; connects as worker 0, which only names the
-// caller in the shard's logs (admin calls do not count as a worker's).
+// Every shard in the config, each at any of its replicas (the calls find
+// the primary); connects as worker 0, which only names the caller in the
+// shard's logs (admin calls do not count as a worker's).
 std::unique_ptr<PsClient> Connect(const JobConfig& config) {
   absl::StatusOr<ClusterSecurity> security =
       ClusterSecurity::FromConfig(config.cluster(), ClusterSecurity::Role::kClient);
   if (!security.ok()) ExitWithError(kProgram, security.status());
   std::vector<std::string> addresses(config.cluster().ps().begin(), config.cluster().ps().end());
   const int seconds = absl::GetFlag(FLAGS_connect_timeout_seconds);
-  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
-      addresses, 0, absl::Seconds(seconds > 0 ? seconds : 5), *security);
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect(addresses, 0, absl::Seconds(seconds > 0 ? seconds : 5), *security,
+                        ShardBackups(config.cluster()));
   if (!client.ok()) ExitWithError(kProgram, client.status());
   return std::move(*client);
 }
@@ -70,8 +72,9 @@ std::unique_ptr<PsClient> Connect(const JobConfig& config) {
 int Status(const JobConfig& config) {
   std::unique_ptr<PsClient> client = Connect(config);
   std::vector<StatsResponse> shards;
+  std::vector<std::string> addresses(client->num_shards());
   for (int s = 0; s < client->num_shards(); ++s) {
-    absl::StatusOr<StatsResponse> stats = client->Stats(s);
+    absl::StatusOr<StatsResponse> stats = client->Stats(s, &addresses[s]);
     if (!stats.ok()) ExitWithError(kProgram, stats.status());
     shards.push_back(*stats);
   }
@@ -81,13 +84,12 @@ int Status(const JobConfig& config) {
               "variables", "bytes", "applied", "dropped", "rejected", "live");
   for (int s = 0; s < client->num_shards(); ++s) {
     const StatsResponse& st = shards[s];
-    std::printf("%-6s %-22s %9lld %9d %12lld %9lld %9lld %9lld %3d/%-2d\n",
-                absl::StrCat("ps:", s).c_str(), client->address(s).c_str(),
-                static_cast<long long>(st.version()), st.variables(),
-                static_cast<long long>(st.parameter_bytes()),
-                static_cast<long long>(st.pushes_applied()),
-                static_cast<long long>(st.pushes_dropped()),
-                static_cast<long long>(st.pushes_rejected()), st.live_workers(), st.workers_size());
+    std::printf(
+        "%-6s %-22s %9lld %9d %12lld %9lld %9lld %9lld %3d/%-2d\n", absl::StrCat("ps:", s).c_str(),
+        addresses[s].c_str(), static_cast<long long>(st.version()), st.variables(),
+        static_cast<long long>(st.parameter_bytes()), static_cast<long long>(st.pushes_applied()),
+        static_cast<long long>(st.pushes_dropped()), static_cast<long long>(st.pushes_rejected()),
+        st.live_workers(), st.workers_size());
   }
   if (const std::string tables = EmbeddingTableReport(shards); !tables.empty()) {
     std::printf("\n%s", tables.c_str());

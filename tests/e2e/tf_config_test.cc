@@ -201,6 +201,18 @@ TEST_F(TfConfigTest, AReplicatedShardTakesOverAndTheJobEndsAsWithoutTheKill) {
       absl::Seconds(30), absl::Milliseconds(20));
   EXPECT_THAT(ReadFile(dir_ + "/replica-1.log"), HasSubstr("is primary at epoch 2"));
 
+  // psctl, given the same TF_CONFIG as the workers, finds the shard at its
+  // new primary: replica 1 at epoch 2, replica 0 gone.
+  const CommandResult status = RunCommand(
+      absl::StrCat("env TF_CONFIG='", TfConfig(replicas, "chief"), "' PSTRAIN_PS_REPLICAS=2 ",
+                   "PSTRAIN_ETCD=", cluster->etcd->endpoint(), " ", Bin("psctl"),
+                   " status --config=", job_),
+      60);
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, ::testing::ContainsRegex(absl::StrCat("ps:0 +", replicas[1], " ")))
+      << status.out;
+  EXPECT_THAT(status.out, ::testing::ContainsRegex("ps:0 +1 +2 +[0-9]+ +0 +NO ")) << status.out;
+
   for (const std::string type : {"chief", "worker"}) {
     SCOPED_TRACE(type);
     const WorkerResult plain = Result("plain-" + type + ".json");

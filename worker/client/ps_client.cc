@@ -476,13 +476,57 @@ absl::Status ShardChannel::Done() {
   });
 }
 
-absl::StatusOr<StatsResponse> ShardChannel::Stats(int shard) {
+absl::StatusOr<StatsResponse> ShardChannel::StatsAt(int shard, int place,
+                                                    absl::Duration deadline) const {
   StatsResponse response;
   grpc::ClientContext context;
-  PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = endpoint(shard).stub->Stats(&context, StatsRequest(), &response);
+  PrepareContext(&context, deadline);
+  grpc::Status rpc =
+      shards_[shard].endpoints[place]->stub->Stats(&context, StatsRequest(), &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
+}
+
+absl::StatusOr<ShardChannel::PrimaryStats> ShardChannel::StatsOfPrimary(int shard) const {
+  const Shard& at_shard = shards_[shard];
+  int first;
+  {
+    absl::MutexLock lock(&endpoint_mu_);
+    first = at_shard.at;
+  }
+  absl::StatusOr<StatsResponse> stats = StatsAt(shard, first, kRpcDeadline);
+  if (at_shard.endpoints.size() == 1 || (stats.ok() && stats->replication().primary())) {
+    if (!stats.ok()) return stats.status();
+    return PrimaryStats{.place = first, .stats = *std::move(stats)};
+  }
+  // The replica last found is not the primary (any more): ask them all. A
+  // primary cut off from etcd may still say it is one, at an older epoch.
+  std::optional<PrimaryStats> best;
+  absl::Status failure = stats.status();
+  const auto better = [](const StatsResponse& a, const StatsResponse& b) {
+    return std::make_pair(a.replication().primary(), a.replication().epoch()) >
+           std::make_pair(b.replication().primary(), b.replication().epoch());
+  };
+  if (stats.ok()) best = PrimaryStats{.place = first, .stats = *std::move(stats)};
+  for (int place = 0; place < static_cast<int>(at_shard.endpoints.size()); ++place) {
+    if (place == first) continue;
+    absl::StatusOr<StatsResponse> answer = StatsAt(shard, place, kReplicaStatsDeadline);
+    if (!answer.ok()) {
+      if (failure.ok()) failure = answer.status();
+      continue;
+    }
+    if (!best || better(*answer, best->stats)) {
+      best = PrimaryStats{.place = place, .stats = *std::move(answer)};
+    }
+  }
+  if (!best) return failure;
+  return *std::move(best);
+}
+
+absl::StatusOr<StatsResponse> ShardChannel::Stats(int shard, std::string* answered_by) {
+  PST_ASSIGN_OR_RETURN(PrimaryStats primary, StatsOfPrimary(shard));
+  if (answered_by != nullptr) *answered_by = shards_[shard].endpoints[primary.place]->address;
+  return std::move(primary.stats);
 }
 
 absl::StatusOr<StatsResponse> ShardChannel::AwaitWorkersDone(int shard, int64_t known_changes,
@@ -505,20 +549,33 @@ absl::StatusOr<StatsResponse> ShardChannel::AwaitWorkersDone(int shard, int64_t 
 }
 
 absl::StatusOr<CheckpointResponse> ShardChannel::Checkpoint(int shard) {
+  // At the primary: the checkpoint a restore of the shard reads first.
+  PST_ASSIGN_OR_RETURN(PrimaryStats primary, StatsOfPrimary(shard));
   CheckpointResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = endpoint(shard).stub->Checkpoint(&context, CheckpointRequest(), &response);
+  grpc::Status rpc = shards_[shard].endpoints[primary.place]->stub->Checkpoint(
+      &context, CheckpointRequest(), &response);
   if (!rpc.ok()) return ShardError(shard, rpc);
   return response;
 }
 
 absl::Status ShardChannel::Shutdown(int shard) {
-  ShutdownResponse response;
-  grpc::ClientContext context;
-  PrepareContext(&context, kRpcDeadline);
-  grpc::Status rpc = endpoint(shard).stub->Shutdown(&context, ShutdownRequest(), &response);
-  return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
+  // Every replica: a backup left running would take the office over.
+  absl::Status first_failure;
+  int stopped = 0;
+  for (const std::unique_ptr<Endpoint>& endpoint : shards_[shard].endpoints) {
+    ShutdownResponse response;
+    grpc::ClientContext context;
+    PrepareContext(&context, kRpcDeadline);
+    grpc::Status rpc = endpoint->stub->Shutdown(&context, ShutdownRequest(), &response);
+    if (rpc.ok()) {
+      ++stopped;
+    } else if (first_failure.ok()) {
+      first_failure = ShardError(shard, rpc);
+    }
+  }
+  return stopped > 0 ? absl::OkStatus() : first_failure;
 }
 
 }  // namespace pst

@@ -136,11 +136,13 @@ class PsClient {
   absl::StatusOr<std::unique_ptr<StepExchange>> BeginExchange(const ExchangeRequest& request,
                                                               const std::vector<int>& push_order);
 
-  // Control and admin calls.
+  // Control and admin calls. Stats, Checkpoint and Shutdown of a
+  // replicated shard find its primary, whichever replica that is now
+  // (`answered_by`, if set, gets its address); Shutdown stops every replica.
   absl::Status Heartbeat();
   absl::Status Heartbeat(int shard);
   absl::Status Done();
-  absl::StatusOr<StatsResponse> Stats(int shard);
+  absl::StatusOr<StatsResponse> Stats(int shard, std::string* answered_by = nullptr);
   // Stats once every worker is done or `known_changes` is past, or at `timeout`.
   absl::StatusOr<StatsResponse> AwaitWorkersDone(int shard, int64_t known_changes,
                                                  absl::Duration timeout);

@@ -111,7 +111,9 @@ absl::StatusOr<std::unique_ptr<StepExchange>> PsClient::BeginExchange(
 absl::Status PsClient::Heartbeat() { return channel_->Heartbeat(); }
 absl::Status PsClient::Heartbeat(int shard) { return channel_->Heartbeat(shard); }
 absl::Status PsClient::Done() { return channel_->Done(); }
-absl::StatusOr<StatsResponse> PsClient::Stats(int shard) { return channel_->Stats(shard); }
+absl::StatusOr<StatsResponse> PsClient::Stats(int shard, std::string* answered_by) {
+  return channel_->Stats(shard, answered_by);
+}
 absl::StatusOr<StatsResponse> PsClient::AwaitWorkersDone(int shard, int64_t known_changes,
                                                          absl::Duration timeout) {
   return channel_->AwaitWorkersDone(shard, known_changes, timeout);

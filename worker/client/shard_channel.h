@@ -233,7 +233,11 @@ class ShardChannel {
   // Tells every shard this worker has finished.
   absl::Status Done();
 
-  absl::StatusOr<StatsResponse> Stats(int shard);
+  // The Stats of shard `shard`'s primary: the replica last found if it
+  // answers as one, else whichever replica answers as primary at the
+  // highest epoch (while none does, during a failover, the one at the
+  // highest epoch answers). `answered_by` (if set) gets its address.
+  absl::StatusOr<StatsResponse> Stats(int shard, std::string* answered_by = nullptr);
   // Shard `shard`'s Stats once every worker is done, or the workers'
   // standing differs from `known_changes` (the worker_changes of the last
   // answer; -1 for none), or `timeout` has passed: a long-poll, so the
@@ -241,7 +245,8 @@ class ShardChannel {
   absl::StatusOr<StatsResponse> AwaitWorkersDone(int shard, int64_t known_changes,
                                                  absl::Duration timeout);
 
-  // Admin calls, one shard at a time.
+  // Admin calls, one shard at a time: a checkpoint at its primary (as
+  // Stats finds it); a shutdown of every replica (OK if any took it).
   absl::StatusOr<CheckpointResponse> Checkpoint(int shard);
   absl::Status Shutdown(int shard);
   // Where shard `shard` is called now: its primary as last found.
@@ -312,6 +317,13 @@ class ShardChannel {
   explicit ShardChannel(int worker) : worker_(worker) {}
 
   Endpoint& endpoint(int shard) const;
+  // One replica's Stats; Stats' search for the primary.
+  absl::StatusOr<StatsResponse> StatsAt(int shard, int place, absl::Duration deadline) const;
+  struct PrimaryStats {
+    int place;  // in Shard::endpoints
+    StatsResponse stats;
+  };
+  absl::StatusOr<PrimaryStats> StatsOfPrimary(int shard) const;
   // Register with shard s at its current endpoint; where that one is away
   // or not primary, with its other replicas in turn, moving to the first
   // that takes it.
@@ -325,6 +337,9 @@ class ShardChannel {
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
+  // Asking the other replicas which is primary: a replica cut off answers
+  // nothing, and the others may.
+  static constexpr absl::Duration kReplicaStatsDeadline = absl::Seconds(5);
   // A region's room for embedding rows (a model with tables): an exchange's
   // pushed ids and rows, pulled ids and answered rows. Every page of a
   // region is allocated as it is made, so the room is bounded; rows past it
