@@ -4,7 +4,8 @@
 // Adagrad table, 12 ASYNC pushes, each update it forwards kept. Then each
 // input picks updates and what to break in them (epoch, versions, sizes,
 // a byte of the payload, a value made NaN, a table renamed or dropped,
-// a whole state made a delta and back). After every call the backup must
+// a whole state made a delta and back, a worker named done that the job
+// has or has not). After every call the backup must
 // keep its promises:
 //  - applied: it is at the update's version and every value it holds is
 //    finite;
@@ -119,7 +120,7 @@ void Corrupt(uint8_t how, uint8_t value, ReplicaUpdate* update) {
         return e->mutable_removed_ids();
     }
   };
-  switch (how % 12) {
+  switch (how % 13) {
     case 0:
       return;  // intact
     case 1:
@@ -167,6 +168,9 @@ void Corrupt(uint8_t how, uint8_t value, ReplicaUpdate* update) {
       return;
     case 10:
       if (state->embeddings_size() > 0) state->mutable_embeddings()->RemoveLast();
+      return;
+    case 11:
+      update->add_workers_done(value % 3 - 1);  // the job has worker 0 only
       return;
     default:
       state->set_shard(value % 3);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -150,6 +151,7 @@ void ParameterShard::ForwardVersion() {
   state->set_parent_version(version_ - 1);
   state->set_base_version(log_base_);
   ledger_.ExportClocks(state);
+  for (int worker : ledger_.DoneWorkers()) update->add_workers_done(worker);
   if (absl::Status s = tables_.ExportChanges(state); !s.ok()) {
     // The changes are lost to the log: every backup takes the state whole.
     spdlog::error(
@@ -243,6 +245,7 @@ ParameterShard::TakeReplicaUpdates(int replica, absl::Time deadline) {
   std::vector<std::shared_ptr<const ReplicaUpdate>> updates;
   std::optional<ShardSnapshot> whole;
   int64_t whole_epoch = 0;
+  std::vector<int> whole_done;
   {
     absl::MutexLock lock(&mu_);
     Backup& backup = backups_[replica];
@@ -256,6 +259,7 @@ ParameterShard::TakeReplicaUpdates(int replica, absl::Time deadline) {
     if (backup.sent < log_base_) {
       whole = SnapshotLocked();
       whole_epoch = epoch_;
+      whole_done = ledger_.DoneWorkers();
     } else {
       for (const auto& logged : replica_log_) {
         if (logged->state().version() > backup.sent) updates.push_back(logged);
@@ -268,6 +272,7 @@ ParameterShard::TakeReplicaUpdates(int replica, absl::Time deadline) {
     auto update = std::make_shared<ReplicaUpdate>();
     update->set_epoch(whole_epoch);
     *update->mutable_state() = std::move(*whole).Finish();
+    for (int worker : whole_done) update->add_workers_done(worker);
     const auto bytes = static_cast<int64_t>(update->ByteSizeLong());
     {
       absl::MutexLock lock(&mu_);
@@ -331,6 +336,13 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
     return absl::InvalidArgumentError(absl::StrCat("an update to version ", state.version(),
                                                    " over version ", state.parent_version()));
   }
+  for (int worker : update.workers_done()) {
+    if (worker < 0 || worker >= options_.num_workers) {
+      return absl::InvalidArgumentError(absl::StrCat("an update names worker ", worker,
+                                                     " done; the job has ", options_.num_workers,
+                                                     " worker(s)"));
+    }
+  }
   if (primary_ && (landing_ > 0 || staging_.held())) {
     // Pushes land outside the lock: the state is not replaced under them.
     return absl::FailedPreconditionError(
@@ -375,6 +387,12 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
                                     static_cast<int64_t>(update.ByteSizeLong()));
   version_ = state.version();
   ledger_.RestoreClocks(state);
+  // Exactly the primary's: a worker that registered again there is not
+  // done. (A Done it was told directly and the update did not know of yet
+  // is cleared until the next update; at worst a new primary then waits a
+  // lease for that worker.)
+  ledger_.SetDoneWorkers(
+      std::span<const int>(update.workers_done().data(), update.workers_done().size()));
   AnswerReplica(ack);
   ack->set_applied(true);
   Changed();

@@ -72,6 +72,26 @@ bool WorkerLedger::Rejoin(int worker) {
   return true;
 }
 
+std::vector<int> WorkerLedger::DoneWorkers() const {
+  std::vector<int> done;
+  for (int w = 0; w < static_cast<int>(progress_.size()); ++w) {
+    if (progress_[w].done) done.push_back(w);
+  }
+  return done;
+}
+
+void WorkerLedger::SetDoneWorkers(std::span<const int> workers) {
+  std::vector<bool> done(progress_.size(), false);
+  for (int w : workers) done[w] = true;
+  for (int w = 0; w < static_cast<int>(progress_.size()); ++w) {
+    if (done[w]) {
+      Finish(w);
+    } else {
+      Rejoin(w);
+    }
+  }
+}
+
 bool WorkerLedger::AllDone() const {
   return std::all_of(progress_.begin(), progress_.end(),
                      [](const WorkerProgress& w) { return w.done; });

@@ -63,6 +63,10 @@ class WorkerLedger {
   bool Rejoin(int worker);
   bool AllDone() const;
   int done_count() const;
+  // The workers done now, by rank; and made exactly those (the ranks must
+  // be in range): what a primary forwards, and its backup takes.
+  std::vector<int> DoneWorkers() const;
+  void SetDoneWorkers(std::span<const int> workers);
 
   // An accepted push of `worker`, computed at `computed_at` and `staleness`
   // versions behind: advances its clock and staleness figures. The mark

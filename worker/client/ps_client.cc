@@ -462,17 +462,33 @@ absl::Status ShardChannel::Heartbeat(int s) {
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
+absl::Status ShardChannel::DoneAt(int shard, int place, absl::Duration deadline) const {
+  DoneRequest request;
+  request.set_worker(worker_);
+  DoneResponse response;
+  grpc::ClientContext context;
+  PrepareContext(&context, deadline);
+  grpc::Status rpc = shards_[shard].endpoints[place]->stub->Done(&context, request, &response);
+  return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
+}
+
 absl::Status ShardChannel::Done() {
   return ForEachShard([&](int s) {
-    return Patiently([&] {
-      DoneRequest request;
-      request.set_worker(worker_);
-      DoneResponse response;
-      grpc::ClientContext context;
-      PrepareContext(&context, kRpcDeadline);
-      grpc::Status rpc = endpoint(s).stub->Done(&context, request, &response);
-      return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
-    });
+    int at;
+    {
+      absl::MutexLock lock(&endpoint_mu_);
+      at = shards_[s].at;
+    }
+    const absl::Status status = Patiently([&] { return DoneAt(s, at, kRpcDeadline); });
+    // The backups are told too, after the primary: one that takes over
+    // then does not wait for this worker, even where no update of the
+    // primary's follows this Done to say so. One replica that took it
+    // suffices (the primary may have died just now).
+    bool taken = status.ok();
+    for (int place = 0; place < static_cast<int>(shards_[s].endpoints.size()); ++place) {
+      if (place != at && DoneAt(s, place, kReplicaStatsDeadline).ok()) taken = true;
+    }
+    return taken ? absl::OkStatus() : status;
   });
 }
 

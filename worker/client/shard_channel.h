@@ -230,7 +230,8 @@ class ShardChannel {
   // One shard's heartbeat: also the stack's smallest round trip.
   absl::Status Heartbeat(int shard);
 
-  // Tells every shard this worker has finished.
+  // Tells every shard this worker has finished: its primary, then each
+  // backup (OK where any replica took it).
   absl::Status Done();
 
   // The Stats of shard `shard`'s primary: the replica last found if it
@@ -317,6 +318,8 @@ class ShardChannel {
   explicit ShardChannel(int worker) : worker_(worker) {}
 
   Endpoint& endpoint(int shard) const;
+  // One replica's Done.
+  absl::Status DoneAt(int shard, int place, absl::Duration deadline) const;
   // One replica's Stats; Stats' search for the primary.
   absl::StatusOr<StatsResponse> StatsAt(int shard, int place, absl::Duration deadline) const;
   struct PrimaryStats {
@@ -337,8 +340,9 @@ class ShardChannel {
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
-  // Asking the other replicas which is primary: a replica cut off answers
-  // nothing, and the others may.
+  // Calls to the replicas other than the one last found (which is primary
+  // now, Stats; a Done each is told): a replica cut off answers nothing,
+  // and the others may.
   static constexpr absl::Duration kReplicaStatsDeadline = absl::Seconds(5);
   // A region's room for embedding rows (a model with tables): an exchange's
   // pushed ids and rows, pulled ids and answered rows. Every page of a

@@ -419,6 +419,91 @@ TEST(ParameterShardReplicaTest, ANewPrimaryWaitsAWholeLeaseForEveryWorkerBeforeA
   EXPECT_EQ(backup->version(), 1);
 }
 
+void Finish(ParameterShard& shard, int worker) {
+  DoneRequest done;
+  done.set_worker(worker);
+  DoneResponse answer;
+  ASSERT_TRUE(shard.Done(done, &answer).ok());
+}
+
+int WorkersDone(ParameterShard& shard) {
+  StatsResponse stats;
+  shard.Stats(&stats);
+  return stats.workers_done();
+}
+
+// A worker that finished early is known done to the backup, through the
+// primary's next update or its own Done: a backup that takes over makes
+// the remaining worker's steps without waiting for it.
+TEST(ParameterShardReplicaTest, ANewPrimaryDoesNotWaitForAWorkerThatWasDone) {
+  ManualLeaseClock clock;
+  ShardOptions options = Options(SYNC, 2);
+  options.lease = absl::Seconds(5);
+  options.lease_clock = &clock;
+  for (const bool told_directly : {false, true}) {
+    SCOPED_TRACE(told_directly ? "the backup told by the worker" : "through the update");
+    auto primary = MakeShard(AsReplica(options, 0));
+    auto backup = MakeShard(AsReplica(options, 1));
+    Init(primary.get());
+    Forward(*primary, *backup);
+    Finish(*primary, 1);
+    if (told_directly) {
+      Finish(*backup, 1);
+    } else {
+      // Worker 0 steps alone at the primary; the update names worker 1 done.
+      PushResponse response;
+      ASSERT_TRUE(Push(*primary, DensePush(0, 0), &response).ok());
+      ASSERT_EQ(response.outcome(), PushResponse::APPLIED);
+      EXPECT_EQ(Forward(*primary, *backup), 1);
+    }
+    EXPECT_EQ(WorkersDone(*backup), 1);
+    ASSERT_TRUE(backup->BecomePrimary(2).ok());
+    const int64_t version = backup->version();
+    PushResponse response;
+    ASSERT_TRUE(Push(*backup, DensePush(0, version), &response).ok());
+    EXPECT_EQ(response.outcome(), PushResponse::APPLIED);  // not AGGREGATED, waiting a lease
+    EXPECT_EQ(backup->version(), version + 1);
+  }
+}
+
+// The backup holds exactly the primary's done workers: one that registered
+// again at the primary is not done at the backup after the next update.
+TEST(ParameterShardReplicaTest, AWorkerRegisteredAgainIsNotDoneAtTheBackup) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  Finish(*primary, 1);
+  Finish(*backup, 1);
+  RegisterRequest again;
+  again.set_worker(1);
+  RegisterResponse registered;
+  ASSERT_TRUE(primary->Register(again, &registered).ok());
+  PushResponse response;
+  for (int worker = 0; worker < 2; ++worker) {
+    ASSERT_TRUE(Push(*primary, DensePush(worker, 0), &response).ok());
+  }
+  ASSERT_EQ(primary->version(), 1);
+  EXPECT_EQ(Forward(*primary, *backup), 1);
+  EXPECT_EQ(WorkersDone(*backup), 0);
+  // An update naming a worker the job does not have is refused whole.
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> none =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  ASSERT_TRUE(Push(*primary, DensePush(0, 1), &response).ok());
+  ASSERT_TRUE(Push(*primary, DensePush(1, 1), &response).ok());
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->size(), 1u);
+  ReplicaUpdate bad = *next->front();
+  bad.add_workers_done(2);
+  ReplicaAck ack;
+  EXPECT_EQ(backup->ApplyReplicaUpdate(bad, &ack).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backup->version(), 1);
+}
+
 PushRequest Sequenced(PushRequest push, int64_t sequence) {
   push.set_sequence(sequence);
   return push;
