@@ -5,7 +5,10 @@
 // input picks updates and what to break in them (epoch, versions, sizes,
 // a byte of the payload, a value made NaN, a table renamed or dropped,
 // a whole state made a delta and back, a worker named done that the job
-// has or has not). After every call the backup must
+// has or has not), or cuts it into pieces (ps_server/service/
+// replica_pieces.h) and breaks the sequence (a piece dropped, repeated or
+// moved, a total or offset changed), which a backup's assembly takes
+// before the backup applies what comes out. After every call the backup must
 // keep its promises:
 //  - applied: it is at the update's version and every value it holds is
 //    finite;
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +29,7 @@
 #include "common/tensor_codec.h"
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/core/shard_calls.h"
+#include "ps_server/service/replica_pieces.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::fuzz {
@@ -120,7 +125,7 @@ void Corrupt(uint8_t how, uint8_t value, ReplicaUpdate* update) {
         return e->mutable_removed_ids();
     }
   };
-  switch (how % 13) {
+  switch (how % 14) {
     case 0:
       return;  // intact
     case 1:
@@ -210,14 +215,59 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+namespace pst::fuzz {
+namespace {
+
+// `update` in pieces of 16 to 1024 bytes, the sequence broken as `value`
+// says, through `assembly`: the update that comes out, if any.
+std::optional<ReplicaUpdate> ThroughPieces(const ReplicaUpdate& update, uint8_t value,
+                                           ReplicaAssembly* assembly) {
+  absl::StatusOr<std::vector<ReplicaUpdate>> pieces =
+      SplitReplicaUpdate(update, 16 * (1 + value % 64));
+  REPLICA_INVARIANT(pieces.ok());
+  const size_t n = pieces->size();
+  const size_t k = value % n;
+  switch ((value >> 6) % 4) {
+    case 0:
+      break;  // whole
+    case 1:
+      pieces->erase(pieces->begin() + static_cast<std::ptrdiff_t>(k));
+      break;
+    case 2:
+      pieces->insert(pieces->begin() + static_cast<std::ptrdiff_t>(k), (*pieces)[n - 1 - k]);
+      break;
+    default:
+      (*pieces)[k].mutable_piece()->set_total((*pieces)[k].piece().total() + (value & 1 ? 1 : -1));
+      (*pieces)[n - 1 - k].mutable_piece()->set_offset((*pieces)[n - 1 - k].piece().offset() ^ 1);
+      break;
+  }
+  std::optional<ReplicaUpdate> out;
+  for (const ReplicaUpdate& piece : *pieces) {
+    absl::StatusOr<std::optional<ReplicaUpdate>> taken = assembly->Take(piece);
+    REPLICA_INVARIANT(assembly->held_bytes() <= piece.piece().total() || !taken.ok());
+    if (taken.ok() && taken->has_value()) out = std::move(**taken);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace pst::fuzz
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pst;        // NOLINT(build/namespaces)
   using namespace pst::fuzz;  // NOLINT(build/namespaces)
   std::unique_ptr<ParameterShard> backup = *ParameterShard::Create(Options(1));
+  ReplicaAssembly assembly;
   // Each call: which update (by 3 bytes), what to break in it, and with what.
   for (size_t at = 0; at + 3 <= size && at < 3 * 64; at += 3) {
     ReplicaUpdate update = (*updates)[data[at] % updates->size()];
-    Corrupt(data[at + 1], data[at + 2], &update);
+    if (data[at + 1] % 14 == 12) {
+      std::optional<ReplicaUpdate> whole = ThroughPieces(update, data[at + 2], &assembly);
+      if (!whole) continue;
+      update = *std::move(whole);
+    } else {
+      Corrupt(data[at + 1], data[at + 2], &update);
+    }
     const ShardCheckpoint before = backup->Snapshot();
     const int64_t version = backup->version();
     ReplicaAck ack;

@@ -171,7 +171,13 @@ std::string ReplicaAddress(const pst::ClusterConfig& cluster, int shard, int rep
 // One sender to each other replica of the shard: each forwards while this
 // process is primary (ps_server/service/replica_sender.h).
 absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSenders(
-    const pst::JobConfig& config, pst::ParameterShard* shard, pst::ShardOffice* office) {
+    const pst::JobConfig& config, pst::ParameterShard* shard, pst::ShardOffice* office,
+    const pst::RpcLimits& limits) {
+  // A piece's bytes, within the backups' message limit (the same flags as
+  // this process's) with room for the message around them.
+  constexpr int64_t kPieceFraming = 64 << 10;
+  const int64_t limit = limits.max_request_bytes;
+  const int64_t max_message_bytes = limit > 2 * kPieceFraming ? limit - kPieceFraming : limit / 2;
   std::vector<std::unique_ptr<pst::ReplicaSender>> senders;
   if (shard->replicas() <= 1) return senders;
   absl::StatusOr<pst::ClusterSecurity> security =
@@ -191,6 +197,7 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSen
         pst::ReplicaSender::Options{
             .replica = r,
             .address = address,
+            .max_message_bytes = max_message_bytes,
             .drop = office == nullptr ? std::function<absl::Status(int)>() : [office](int replica) {
               return office->Drop(replica, absl::Now() + absl::Seconds(1));
             }}));
@@ -437,7 +444,7 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> senders =
       office.ok()
-          ? StartReplicaSenders(*config, shard->get(), office->get())
+          ? StartReplicaSenders(*config, shard->get(), office->get(), limits)
           : absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>>(office.status());
   if (!senders.ok()) {
     {

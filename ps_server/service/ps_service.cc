@@ -307,7 +307,26 @@ void ParameterServerService::ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* cal
   // Applying copies a version's rows (or the state whole): never on a
   // queue thread.
   replica_thread_.Post([this, call] {
-    absl::Status applied = server_->ApplyReplicaUpdate(call->request(), call->response());
+    const ReplicaUpdate* update = &call->request();
+    std::optional<ReplicaUpdate> assembled;
+    if (update->has_piece()) {
+      absl::StatusOr<std::optional<ReplicaUpdate>> taken = replica_pieces_.Take(*update);
+      if (!taken.ok()) {
+        call->Finish(ToGrpcStatus(taken.status()));
+        return;
+      }
+      if (!taken->has_value()) {
+        // Taken; the update's answer comes with its last piece.
+        call->response()->set_version(server_->version());
+        call->response()->set_epoch(server_->epoch());
+        call->response()->set_applied(true);
+        call->Finish(grpc::Status::OK);
+        return;
+      }
+      assembled = std::move(*taken);
+      update = &*assembled;
+    }
+    absl::Status applied = server_->ApplyReplicaUpdate(*update, call->response());
     if (applied.code() == absl::StatusCode::kFailedPrecondition) {
       spdlog::info("shard {}: {}", server_->shard(), std::string(applied.message()));
       applied = absl::OkStatus();

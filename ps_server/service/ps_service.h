@@ -29,18 +29,19 @@
 #include "common/thread_pool.h"
 #include "grpcpp/server.h"
 #include "ps.grpc.pb.h"
+#include "ps_server/core/parameter_shard.h"
 #include "ps_server/service/async_service.h"
 #include "ps_server/service/chunk_streams.h"
 #include "ps_server/service/done_waits.h"
 #include "ps_server/service/exchange_call.h"
 #include "ps_server/service/message_pool.h"
 #include "ps_server/service/open_streams.h"
-#include "ps_server/core/parameter_shard.h"
+#include "ps_server/service/replica_pieces.h"
 #include "ps_server/service/rpc_limits.h"
-#include "ps_server/shm/shm_regions.h"
-#include "ps_server/service/worker_sessions.h"
-#include "rpc/connection_gate.h"
 #include "ps_server/service/unary_call.h"
+#include "ps_server/service/worker_sessions.h"
+#include "ps_server/shm/shm_regions.h"
+#include "rpc/connection_gate.h"
 #include "rpc/queue_server.h"
 
 namespace pst {
@@ -123,9 +124,10 @@ class ParameterServerService final : public AsyncParameterServer {
   // A call that names a worker is checked as every call acting as one.
   void ServeAwaitWorkersDone(Call<AwaitWorkersDoneRequest, StatsResponse>* call);
   // A primary's update, for the cluster token only, applied on
-  // replica_thread_ in the order updates arrive. A refusal the primary acts
-  // on (ParameterShard::ApplyReplicaUpdate's FailedPrecondition) is
-  // answered OK with ReplicaAck.applied false.
+  // replica_thread_ in the order updates arrive; one in pieces once its
+  // last piece is in (each piece before is answered applied). A refusal
+  // the primary acts on (ParameterShard::ApplyReplicaUpdate's
+  // FailedPrecondition) is answered OK with ReplicaAck.applied false.
   void ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* call);
 
   pst::ParameterShard* server_;
@@ -177,8 +179,10 @@ class ParameterServerService final : public AsyncParameterServer {
   // Checkpoint writes, one at a time: another asked for meanwhile is
   // refused at once.
   ThreadPool checkpoint_thread_{1};
-  // A backup's updates from its primary, one at a time.
+  // A backup's updates from its primary, one at a time, and the one that
+  // arrives in pieces (used on replica_thread_ only).
   ThreadPool replica_thread_{1};
+  ReplicaAssembly replica_pieces_;
 };
 
 // Largest request a shard accepts unless told otherwise (ps_server

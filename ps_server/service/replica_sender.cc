@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
+#include "ps_server/service/replica_pieces.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
@@ -60,10 +61,40 @@ bool ReplicaSender::Answers() {
 }
 
 bool ReplicaSender::Send(const ReplicaUpdate& update) {
+  const int64_t version = update.state().version();
+  const auto bytes = static_cast<int64_t>(update.ByteSizeLong());
+  if (options_.max_message_bytes <= 0 || bytes <= options_.max_message_bytes) {
+    return SendMessage(update, version, /*last=*/true, bytes);
+  }
+  absl::StatusOr<std::vector<ReplicaUpdate>> pieces =
+      SplitReplicaUpdate(update, options_.max_message_bytes);
+  if (!pieces.ok()) {
+    // Past what a backup can parse (as a checkpoint would be): tried again
+    // seldom, since each try captures the state whole.
+    constexpr absl::Duration kTooLargeRetry = absl::Seconds(30);
+    spdlog::error("shard {}: version {} cannot be sent to backup {} at {}: {}; tried again in {} s",
+                  shard_->shard(), version, options_.replica, options_.address,
+                  std::string(pieces.status().message()), absl::ToInt64Seconds(kTooLargeRetry));
+    stop_.WaitForNotificationWithTimeout(kTooLargeRetry);
+    return false;
+  }
+  for (size_t i = 0; i < pieces->size(); ++i) {
+    const bool last = i + 1 == pieces->size();
+    const ReplicaUpdate& piece = (*pieces)[i];
+    const auto piece_bytes = static_cast<int64_t>(piece.piece().bytes().size());
+    if (!SendMessage(piece, version, last, last ? bytes : piece_bytes)) return false;
+  }
+  return true;
+}
+
+bool ReplicaSender::SendMessage(const ReplicaUpdate& message, int64_t version, bool last,
+                                int64_t apply_bytes) {
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + options_.timeout +
+      absl::Seconds(static_cast<double>(apply_bytes) / options_.bytes_per_second)));
   ReplicaAck ack;
-  const grpc::Status status = stub_->Replicate(&context, update, &ack);
+  const grpc::Status status = stub_->Replicate(&context, message, &ack);
   const int shard = shard_->shard();
   if (!status.ok()) {
     if (live_) {
@@ -71,7 +102,7 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
         spdlog::warn(
             "shard {}: backup {} at {} did not take version {} ({}: {}); the shard goes "
             "on without it until it answers again",
-            shard, options_.replica, options_.address, update.state().version(),
+            shard, options_.replica, options_.address, version,
             static_cast<int>(status.error_code()), status.error_message());
       }
       absl::Status dropped = absl::OkStatus();
@@ -88,6 +119,9 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
     stop_.WaitForNotificationWithTimeout(options_.retry);
     return false;
   }
+  // A piece taken: the next follows (the update's answer comes with its
+  // last piece).
+  if (!last && live_ && ack.applied()) return true;
   if (!live_) {
     spdlog::info(
         "shard {}: backup {} at {} answers again (at version {}); it is sent the state "
@@ -102,12 +136,12 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
     shard_->ReplicaAcked(options_.replica, ack.version());
     return true;
   }
-  if (ack.epoch() > update.epoch()) {
+  if (ack.epoch() > message.epoch()) {
     if (!deposed_) {
       spdlog::error(
           "shard {}: backup {} at {} has seen epoch {}, newer than this primary's {}: "
           "another replica is primary, so this one steps down",
-          shard, options_.replica, options_.address, ack.epoch(), update.epoch());
+          shard, options_.replica, options_.address, ack.epoch(), message.epoch());
       deposed_ = true;
     }
     // It could acknowledge nothing more: its workers are sent on to look

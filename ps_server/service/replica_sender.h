@@ -13,7 +13,9 @@
 // the sender asks it, each `retry`, whether it answers (its Stats), with or
 // without updates to forward; once it does, it is offered the state whole,
 // and the first answer to that brings it back in (and sends it the state
-// whole again, from the version it is then at).
+// whole again, from the version it is then at). An update larger than a
+// message goes in pieces (replica_pieces.h), each call's deadline grown
+// with its bytes.
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 #define PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 
@@ -35,7 +37,14 @@ class ReplicaSender {
     int replica = 1;
     // For the log: where the backup listens.
     std::string address;
+    // A call's deadline: `timeout`, plus the time its bytes take at
+    // `bytes_per_second` (a backup applying a large state whole).
     absl::Duration timeout = absl::Seconds(2);
+    double bytes_per_second = 64e6;
+    // An update that serializes to more goes in pieces of at most this
+    // many bytes (replica_pieces.h): at most the backup's message limit
+    // (--max_message_bytes), less room for the message's framing. 0: none.
+    int64_t max_message_bytes = 0;
     absl::Duration retry = absl::Milliseconds(100);
     // Takes the backup out of the commit rule (ShardOffice::Drop: the chain
     // without it first); an error keeps it in, and the next failed call
@@ -52,9 +61,14 @@ class ReplicaSender {
 
  private:
   void Run();
-  // Sends one update; false when the rest of its batch must not follow
-  // (the backup missed it, or it is taken whole next).
+  // Sends one update, in pieces where it is too large for one message;
+  // false when the rest of its batch must not follow (the backup missed
+  // it, or it is taken whole next).
   bool Send(const ReplicaUpdate& update);
+  // Sends one message: an update, or a piece of one (`version`, for the
+  // log, is the update's; `last`: the update's last piece, or itself).
+  // `apply_bytes`: what the backup takes in on the answer's way.
+  bool SendMessage(const ReplicaUpdate& message, int64_t version, bool last, int64_t apply_bytes);
   // Whether the backup answers a call (its Stats) within the timeout.
   bool Answers();
 

@@ -108,6 +108,33 @@ std::string Summary(const CommandResult& run) {
   return absl::StrCat(summary.test_auc(), " ", summary.test_logloss(), " ", summary.steps());
 }
 
+// Each backup's final checkpoint under `dir`/`name`-checkpoints holds
+// bitwise its primary's variables, rows and optimizer state.
+void ExpectBackupsEndAsTheirPrimaries(const std::string& dir, const std::string& name) {
+  for (int shard = 0; shard < 2; ++shard) {
+    SCOPED_TRACE(absl::StrCat("shard ", shard));
+    const ShardCheckpoint primary =
+        Newest(absl::StrCat(dir, "/", name, "-checkpoints/shard-", shard));
+    const ShardCheckpoint backup =
+        Newest(absl::StrCat(dir, "/", name, "-checkpoints/replica-1/shard-", shard));
+    EXPECT_GT(primary.version(), 0);
+    EXPECT_EQ(backup.version(), primary.version());
+    ASSERT_EQ(backup.variables_size(), primary.variables_size());
+    for (int v = 0; v < primary.variables_size(); ++v) {
+      EXPECT_EQ(backup.variables(v).SerializeAsString(), primary.variables(v).SerializeAsString())
+          << primary.variables(v).name();
+    }
+    ASSERT_EQ(backup.embeddings_size(), 2);
+    ASSERT_EQ(primary.embeddings_size(), 2);
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_GT(primary.embeddings(t).ids().size(), 0u);
+      EXPECT_TRUE(RowsOf(backup.embeddings(t)) == RowsOf(primary.embeddings(t)))
+          << primary.embeddings(t).config().name();
+      EXPECT_EQ(backup.embeddings(t).updates(), primary.embeddings(t).updates());
+    }
+  }
+}
+
 TEST(ReplicationTest, SyncWithABackupPerShardTrainsAsWithoutAndTheBackupsEndAsTheirPrimaries) {
   const ScratchFolder scratch("replication");
   const std::string& dir = scratch.path;
@@ -125,29 +152,25 @@ TEST(ReplicationTest, SyncWithABackupPerShardTrainsAsWithoutAndTheBackupsEndAsTh
   EXPECT_THAT(with.err, HasSubstr("ps:0:1"));
   EXPECT_THAT(with.err, HasSubstr("ps:1:1"));
   EXPECT_EQ(Summary(with), Summary(without));
+  ExpectBackupsEndAsTheirPrimaries(dir, "replicated");
+}
 
-  for (int shard = 0; shard < 2; ++shard) {
-    SCOPED_TRACE(absl::StrCat("shard ", shard));
-    const ShardCheckpoint primary =
-        Newest(absl::StrCat(dir, "/replicated-checkpoints/shard-", shard));
-    const ShardCheckpoint backup =
-        Newest(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard));
-    EXPECT_GT(primary.version(), 0);
-    EXPECT_EQ(backup.version(), primary.version());
-    ASSERT_EQ(backup.variables_size(), primary.variables_size());
-    for (int v = 0; v < primary.variables_size(); ++v) {
-      EXPECT_EQ(backup.variables(v).SerializeAsString(), primary.variables(v).SerializeAsString())
-          << primary.variables(v).name();
-    }
-    ASSERT_EQ(backup.embeddings_size(), 2);
-    ASSERT_EQ(primary.embeddings_size(), 2);
-    for (int t = 0; t < 2; ++t) {
-      EXPECT_GT(primary.embeddings(t).ids().size(), 0u);
-      EXPECT_TRUE(RowsOf(backup.embeddings(t)) == RowsOf(primary.embeddings(t)))
-          << primary.embeddings(t).config().name();
-      EXPECT_EQ(backup.embeddings(t).updates(), primary.embeddings(t).updates());
-    }
-  }
+// With a message limit far below a shard's state (about 7 MB a shard) and
+// below a version's update (the dense variables and the rows it changed,
+// about 360 KB), both travel in pieces: the backups catch up and end as
+// their primaries.
+TEST(ReplicationTest, UpdatesLargerThanAMessageReachTheBackupsInPieces) {
+  const ScratchFolder scratch("replication-pieces");
+  const std::string& dir = scratch.path;
+  const std::string replicated = CtrConfig(
+      dir, "replicated",
+      "  ps_backups { address: \"127.0.0.1:0\" }\n  ps_backups { address: \"127.0.0.1:0\" }\n");
+  const CommandResult with = RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", replicated,
+                                                     " --mode=sync --max_message_bytes=262144"),
+                                        500);
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_THAT(with.err, ::testing::Not(HasSubstr("did not take version"))) << with.err;
+  ExpectBackupsEndAsTheirPrimaries(dir, "replicated");
 }
 
 constexpr char kBackups[] =

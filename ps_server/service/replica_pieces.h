@@ -1,0 +1,54 @@
+// A primary's update too large for one message to its backup (a shard's
+// state whole, or a version of a large dense model) travels in pieces: the
+// sender serializes the ReplicaUpdate and cuts the bytes into messages of
+// their own (ReplicaUpdate.piece), sent in order; the backup puts them
+// back together and applies the update once its last piece is in. So a
+// backup catches up with a state of any size up to what protobuf parses
+// (2 GiB), whatever the servers' message limit (--max_message_bytes).
+#ifndef PST_PS_SERVER_SERVICE_REPLICA_PIECES_H_
+#define PST_PS_SERVER_SERVICE_REPLICA_PIECES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps.pb.h"
+
+namespace pst {
+
+// The most bytes a serialized update may have: what protobuf parses.
+inline constexpr int64_t kMaxReplicaUpdateBytes = (int64_t{1} << 31) - 1;
+
+// `update`, serialized, in pieces of at most `max_piece_bytes` bytes each
+// (at least 1), each message carrying `update`'s epoch. An update that
+// serializes to more than kMaxReplicaUpdateBytes is InvalidArgument.
+absl::StatusOr<std::vector<ReplicaUpdate>> SplitReplicaUpdate(const ReplicaUpdate& update,
+                                                              int64_t max_piece_bytes);
+
+// A backup's side: one update being put back together at a time.
+class ReplicaAssembly {
+ public:
+  // Takes the next piece: nullopt while more are to come, the update once
+  // the last is in. A piece at offset 0 starts an update over (a sender
+  // that was cut off sends it again from there). InvalidArgument, and the
+  // pieces so far dropped, for a piece that does not follow them (another
+  // offset or total), a total of 0 or past kMaxReplicaUpdateBytes, an
+  // empty piece or one past the total, or bytes that do not parse as an
+  // update without pieces. Memory grows with the bytes that arrive, never
+  // with what a piece claims.
+  absl::StatusOr<std::optional<ReplicaUpdate>> Take(const ReplicaUpdate& piece);
+  // Bytes held of the update under way.
+  int64_t held_bytes() const { return static_cast<int64_t>(bytes_.size()); }
+
+ private:
+  void Drop();
+
+  std::string bytes_;
+  int64_t total_ = 0;
+};
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_SERVICE_REPLICA_PIECES_H_
