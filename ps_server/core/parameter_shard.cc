@@ -27,6 +27,7 @@ ParameterShard::ParameterShard(const ShardOptions& options,
       primary_(options.replica == 0 && !options.elected),
       applied_for_(options.num_workers, 0),
       registered_(options.num_workers, false),
+      done_told_at_(options.num_workers, kNotToldDone),
       backups_(options.replicas),
       ledger_(
           options.num_workers, options.shard, options.lease, &mu_,
@@ -75,6 +76,7 @@ absl::Status ParameterShard::Register(const RegisterRequest& request,
   PST_RETURN_IF_ERROR(CheckPrimary());
   Touch(request.worker());
   registered_[request.worker()] = true;
+  done_told_at_[request.worker()] = kNotToldDone;
   if (ledger_.Rejoin(request.worker())) Changed();
   response->set_mode(options_.mode);
   response->set_workers(options_.num_workers);
@@ -340,10 +342,18 @@ absl::Status ParameterShard::Done(const DoneRequest& request, DoneResponse* resp
   absl::MutexLock lock(&mu_);
   Touch(request.worker());
   ledger_.Finish(request.worker());
+  if (!primary_) {
+    // Without the primary's version (it did not answer), this replica's
+    // own: every update it applies later is newer, and says.
+    done_told_at_[request.worker()] =
+        request.has_primary_version() ? request.primary_version() : version_;
+  }
   // A finished worker no longer holds back pulls or steps.
   MaybeCompleteStep();
   Changed();
   response->set_workers_done(ledger_.done_count());
+  response->set_version(version_);
+  response->set_primary(primary_);
   return absl::OkStatus();
 }
 

@@ -523,6 +523,12 @@ class ParameterShard {
   // push claiming a version past the shard's from one that has not is a
   // restart's symptom, not bad input (PushAheadOfARestartedShard).
   std::vector<bool> registered_ ABSL_GUARDED_BY(mu_);
+  // By worker, at a backup: the primary's version when the worker's Done,
+  // told this replica directly, took effect there (kNotToldDone: none, or
+  // it registered since). An update of that version or older was captured
+  // before the Done and does not undo it (ApplyReplicaUpdate).
+  static constexpr int64_t kNotToldDone = -1;
+  std::vector<int64_t> done_told_at_ ABSL_GUARDED_BY(mu_);
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const ReplicaUpdate>> replica_log_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<int>> published_chain_ ABSL_GUARDED_BY(mu_);

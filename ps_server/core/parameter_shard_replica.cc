@@ -387,12 +387,22 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
                                     static_cast<int64_t>(update.ByteSizeLong()));
   version_ = state.version();
   ledger_.RestoreClocks(state);
-  // Exactly the primary's: a worker that registered again there is not
-  // done. (A Done it was told directly and the update did not know of yet
-  // is cleared until the next update; at worst a new primary then waits a
-  // lease for that worker.)
-  ledger_.SetDoneWorkers(
-      std::span<const int>(update.workers_done().data(), update.workers_done().size()));
+  // The primary's, and the Dones this replica was told directly that the
+  // update, captured before them, cannot know of. A newer update that does
+  // not name such a worker says it registered again there.
+  std::vector<int> done(update.workers_done().begin(), update.workers_done().end());
+  std::vector<bool> named(done_told_at_.size(), false);
+  for (int worker : done) named[worker] = true;
+  for (size_t worker = 0; worker < done_told_at_.size(); ++worker) {
+    int64_t& told_at = done_told_at_[worker];
+    if (told_at == kNotToldDone) continue;
+    if (named[worker] || told_at < state.version()) {
+      told_at = kNotToldDone;
+    } else {
+      done.push_back(static_cast<int>(worker));
+    }
+  }
+  ledger_.SetDoneWorkers(done);
   AnswerReplica(ack);
   ack->set_applied(true);
   Changed();

@@ -462,14 +462,18 @@ absl::Status ShardChannel::Heartbeat(int s) {
   return rpc.ok() ? absl::OkStatus() : ShardError(s, rpc);
 }
 
-absl::Status ShardChannel::DoneAt(int shard, int place, absl::Duration deadline) const {
+absl::StatusOr<DoneResponse> ShardChannel::DoneAt(int shard, int place,
+                                                  std::optional<int64_t> primary_version,
+                                                  absl::Duration deadline) const {
   DoneRequest request;
   request.set_worker(worker_);
+  if (primary_version) request.set_primary_version(*primary_version);
   DoneResponse response;
   grpc::ClientContext context;
   PrepareContext(&context, deadline);
   grpc::Status rpc = shards_[shard].endpoints[place]->stub->Done(&context, request, &response);
-  return rpc.ok() ? absl::OkStatus() : ShardError(shard, rpc);
+  if (!rpc.ok()) return ShardError(shard, rpc);
+  return response;
 }
 
 absl::Status ShardChannel::Done() {
@@ -479,14 +483,22 @@ absl::Status ShardChannel::Done() {
       absl::MutexLock lock(&endpoint_mu_);
       at = shards_[s].at;
     }
-    const absl::Status status = Patiently([&] { return DoneAt(s, at, kRpcDeadline); });
-    // The backups are told too, after the primary: one that takes over
-    // then does not wait for this worker, even where no update of the
-    // primary's follows this Done to say so. One replica that took it
+    std::optional<int64_t> primary_version;
+    const absl::Status status = Patiently([&]() -> absl::Status {
+      absl::StatusOr<DoneResponse> response = DoneAt(s, at, std::nullopt, kRpcDeadline);
+      if (response.ok() && response->primary()) primary_version = response->version();
+      return response.status();
+    });
+    // The backups are told too, after the primary, with the primary's
+    // version then: one that takes over then does not wait for this
+    // worker, even where no update of the primary's follows this Done to
+    // say so, or an older one arrives after it. One replica that took it
     // suffices (the primary may have died just now).
     bool taken = status.ok();
     for (int place = 0; place < static_cast<int>(shards_[s].endpoints.size()); ++place) {
-      if (place != at && DoneAt(s, place, kReplicaStatsDeadline).ok()) taken = true;
+      if (place != at && DoneAt(s, place, primary_version, kReplicaStatsDeadline).ok()) {
+        taken = true;
+      }
     }
     return taken ? absl::OkStatus() : status;
   });

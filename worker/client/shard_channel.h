@@ -318,8 +318,10 @@ class ShardChannel {
   explicit ShardChannel(int worker) : worker_(worker) {}
 
   Endpoint& endpoint(int shard) const;
-  // One replica's Done.
-  absl::Status DoneAt(int shard, int place, absl::Duration deadline) const;
+  // One replica's Done; `primary_version` for a backup, as
+  // DoneRequest.primary_version.
+  absl::StatusOr<DoneResponse> DoneAt(int shard, int place, std::optional<int64_t> primary_version,
+                                      absl::Duration deadline) const;
   // One replica's Stats; Stats' search for the primary.
   absl::StatusOr<StatsResponse> StatsAt(int shard, int place, absl::Duration deadline) const;
   struct PrimaryStats {

@@ -504,6 +504,52 @@ TEST(ParameterShardReplicaTest, AWorkerRegisteredAgainIsNotDoneAtTheBackup) {
   EXPECT_EQ(backup->version(), 1);
 }
 
+// A backup told a worker's Done directly (after the primary, with the
+// primary's version then) keeps it through an update of the primary's
+// captured before the Done and applied after it; a newer update that does
+// not name the worker (it registered again at the primary) clears it.
+TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArrivesAfterIt) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  PushResponse response;
+  for (int worker = 0; worker < 2; ++worker) {
+    ASSERT_TRUE(Push(*primary, DensePush(worker, 0), &response).ok());
+  }
+  ASSERT_EQ(primary->version(), 1);
+  // Version 1's update is on its way to the backup when worker 1 is done.
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> in_flight =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(in_flight.ok());
+  ASSERT_EQ(in_flight->size(), 1u);
+  DoneRequest done;
+  done.set_worker(1);
+  DoneResponse at_primary;
+  ASSERT_TRUE(primary->Done(done, &at_primary).ok());
+  EXPECT_TRUE(at_primary.primary());
+  EXPECT_EQ(at_primary.version(), 1);
+  done.set_primary_version(at_primary.version());
+  DoneResponse at_backup;
+  ASSERT_TRUE(backup->Done(done, &at_backup).ok());
+  EXPECT_FALSE(at_backup.primary());
+  ReplicaAck ack;
+  ASSERT_TRUE(backup->ApplyReplicaUpdate(*in_flight->front(), &ack).ok());
+  ASSERT_EQ(backup->version(), 1);
+  EXPECT_EQ(WorkersDone(*backup), 1);
+
+  RegisterRequest again;
+  again.set_worker(1);
+  RegisterResponse registered;
+  ASSERT_TRUE(primary->Register(again, &registered).ok());
+  for (int worker = 0; worker < 2; ++worker) {
+    ASSERT_TRUE(Push(*primary, DensePush(worker, 1), &response).ok());
+  }
+  ASSERT_EQ(primary->version(), 2);
+  EXPECT_EQ(Forward(*primary, *backup), 1);
+  EXPECT_EQ(WorkersDone(*backup), 0);
+}
+
 PushRequest Sequenced(PushRequest push, int64_t sequence) {
   push.set_sequence(sequence);
   return push;
