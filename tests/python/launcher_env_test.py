@@ -30,7 +30,7 @@ except ImportError:
     sys.exit(77)
 
 # A plain torch script: the client comes from the environment alone.
-SCRIPT = f"""import json, sys, torch, pstrain.torch
+SCRIPT = f"""import json, os, sys, torch, pstrain.torch
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
 opt = pstrain.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
@@ -41,8 +41,13 @@ for _ in range({STEPS}):
     model(x).pow(2).mean().backward()
     opt.step()
 opt.finish()
-print(json.dumps({{"task": opt.client.task, "workers": opt.client.num_workers,
-                  "weight": model.weight.detach().flatten().tolist()}}))
+result = json.dumps({{"task": opt.client.task, "workers": opt.client.num_workers,
+                     "weight": model.weight.detach().flatten().tolist()}})
+print(result)
+# Beside the script too: processes that share one stdout (torchrun's
+# ranks) may interleave what they print.
+with open(os.path.join(os.path.dirname(__file__), f"result-{{rank}}.json"), "w") as out:
+    out.write(result)
 """
 
 
@@ -130,8 +135,11 @@ class LauncherEnvironmentTest(unittest.TestCase):
                  f"--master_port={master_port}", f"--log_dir={scratch}/torchrun", script],
                 env=clean, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
             self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
-            results = sorted((json.loads(line[line.index("{"):]) for line in run.stdout.splitlines()
-                              if '"task"' in line), key=lambda r: r["task"])
+            results = []
+            for rank in (0, 1):
+                with open(os.path.join(scratch, f"result-{rank}.json")) as f:
+                    results.append(json.load(f))
+            results.sort(key=lambda r: r["task"])
             self.check_one_sync_job(results)
             self.assertEqual(shard.wait(timeout=30), 0)
 
