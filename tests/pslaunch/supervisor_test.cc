@@ -161,6 +161,7 @@ TEST(SupervisorTest, RunUntilWaitsForAConditionOnServersAlone) {
   EXPECT_EQ(outcome.exit_code, 3);
   failing.StopAll(absl::Seconds(1));
   ExpectAllGone(failing);
+  std::filesystem::remove(port);
 }
 
 TEST(SupervisorTest, FailureNamesTheChildAndItsExitCode) {

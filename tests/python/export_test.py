@@ -114,6 +114,8 @@ class ExportTest(unittest.TestCase):
     def test_bad_input_fails_with_one_line(self):
         empty = tempfile.mkdtemp(prefix="pstrain-empty-")
         partial = tempfile.mkdtemp(prefix="pstrain-partial-")
+        self.addCleanup(shutil.rmtree, empty, ignore_errors=True)
+        self.addCleanup(shutil.rmtree, partial, ignore_errors=True)
         os.symlink(os.path.join(self.ckpt, "shard-1"), os.path.join(partial, "shard-1"))
         cases = [
             (["--checkpoint=" + empty], "no checkpoint in"),
