@@ -86,6 +86,7 @@ TEST(PsBenchTest, WithAReadyFileItSaysSoThenWaitsForTheStartSignal) {
   EXPECT_NE(run.exit_code, 0);
   EXPECT_THAT(run.err, HasSubstr("standard input closed before the start signal"));
   EXPECT_EQ(run.out, "");
+  std::remove(ready.c_str());
 }
 
 TEST(PsBenchTest, BadExchangeOrSeveralSizesForRunningShardsAreOneLine) {
