@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,9 +22,28 @@ namespace pst {
 // The most bytes a serialized update may have: what protobuf parses.
 inline constexpr int64_t kMaxReplicaUpdateBytes = (int64_t{1} << 31) - 1;
 
-// `update`, serialized, in pieces of at most `max_piece_bytes` bytes each
-// (at least 1), each message carrying `update`'s epoch. An update that
-// serializes to more than kMaxReplicaUpdateBytes is InvalidArgument.
+// An update, serialized once, and its pieces made one at a time: a sender
+// holds the serialized bytes and the piece it sends, not every piece at
+// once (a state whole may be most of 2 GiB).
+class ReplicaPieces {
+ public:
+  // `update` in pieces of at most `max_piece_bytes` bytes each (at least
+  // 1). An update that serializes to more than kMaxReplicaUpdateBytes is
+  // InvalidArgument.
+  static absl::StatusOr<ReplicaPieces> Of(const ReplicaUpdate& update, int64_t max_piece_bytes);
+  size_t size() const;
+  // Piece `i` (< size()): the update's epoch and its bytes' i-th part.
+  ReplicaUpdate Piece(size_t i) const;
+
+ private:
+  ReplicaPieces(std::string bytes, int64_t step, int64_t epoch)
+      : bytes_(std::move(bytes)), step_(step), epoch_(epoch) {}
+  std::string bytes_;
+  int64_t step_;
+  int64_t epoch_;
+};
+
+// Every piece of ReplicaPieces::Of(update, max_piece_bytes), at once.
 absl::StatusOr<std::vector<ReplicaUpdate>> SplitReplicaUpdate(const ReplicaUpdate& update,
                                                               int64_t max_piece_bytes);
 

@@ -66,8 +66,7 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
   if (options_.max_message_bytes <= 0 || bytes <= options_.max_message_bytes) {
     return SendMessage(update, version, /*last=*/true, bytes);
   }
-  absl::StatusOr<std::vector<ReplicaUpdate>> pieces =
-      SplitReplicaUpdate(update, options_.max_message_bytes);
+  absl::StatusOr<ReplicaPieces> pieces = ReplicaPieces::Of(update, options_.max_message_bytes);
   if (!pieces.ok()) {
     // Past what a backup can parse (as a checkpoint would be): tried again
     // seldom, since each try captures the state whole.
@@ -80,7 +79,7 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
   }
   for (size_t i = 0; i < pieces->size(); ++i) {
     const bool last = i + 1 == pieces->size();
-    const ReplicaUpdate& piece = (*pieces)[i];
+    const ReplicaUpdate piece = pieces->Piece(i);
     const auto piece_bytes = static_cast<int64_t>(piece.piece().bytes().size());
     if (!SendMessage(piece, version, last, last ? bytes : piece_bytes)) return false;
   }

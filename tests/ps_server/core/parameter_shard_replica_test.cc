@@ -426,6 +426,23 @@ void Finish(ParameterShard& shard, int worker) {
   ASSERT_TRUE(shard.Done(done, &answer).ok());
 }
 
+void RegisterAgain(ParameterShard& shard, int worker) {
+  RegisterRequest again;
+  again.set_worker(worker);
+  RegisterResponse registered;
+  ASSERT_TRUE(shard.Register(again, &registered).ok());
+}
+
+// A SYNC step of both workers' dense pushes, at the shard's version.
+void DenseSyncStep(ParameterShard& shard) {
+  const int64_t version = shard.version();
+  PushResponse response;
+  for (int worker = 0; worker < 2; ++worker) {
+    ASSERT_TRUE(Push(shard, DensePush(worker, version), &response).ok());
+  }
+  ASSERT_EQ(shard.version(), version + 1);
+}
+
 int WorkersDone(ParameterShard& shard) {
   StatsResponse stats;
   shard.Stats(&stats);
@@ -475,14 +492,8 @@ TEST(ParameterShardReplicaTest, AWorkerRegisteredAgainIsNotDoneAtTheBackup) {
   Forward(*primary, *backup);
   Finish(*primary, 1);
   Finish(*backup, 1);
-  RegisterRequest again;
-  again.set_worker(1);
-  RegisterResponse registered;
-  ASSERT_TRUE(primary->Register(again, &registered).ok());
-  PushResponse response;
-  for (int worker = 0; worker < 2; ++worker) {
-    ASSERT_TRUE(Push(*primary, DensePush(worker, 0), &response).ok());
-  }
+  RegisterAgain(*primary, 1);
+  DenseSyncStep(*primary);
   ASSERT_EQ(primary->version(), 1);
   EXPECT_EQ(Forward(*primary, *backup), 1);
   EXPECT_EQ(WorkersDone(*backup), 0);
@@ -491,8 +502,7 @@ TEST(ParameterShardReplicaTest, AWorkerRegisteredAgainIsNotDoneAtTheBackup) {
       primary->TakeReplicaUpdates(1, absl::Now());
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
-  ASSERT_TRUE(Push(*primary, DensePush(0, 1), &response).ok());
-  ASSERT_TRUE(Push(*primary, DensePush(1, 1), &response).ok());
+  DenseSyncStep(*primary);
   absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
       primary->TakeReplicaUpdates(1, absl::Now());
   ASSERT_TRUE(next.ok());
@@ -513,10 +523,7 @@ TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArriv
   auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
   Init(primary.get());
   Forward(*primary, *backup);
-  PushResponse response;
-  for (int worker = 0; worker < 2; ++worker) {
-    ASSERT_TRUE(Push(*primary, DensePush(worker, 0), &response).ok());
-  }
+  DenseSyncStep(*primary);
   ASSERT_EQ(primary->version(), 1);
   // Version 1's update is on its way to the backup when worker 1 is done.
   absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> in_flight =
@@ -538,13 +545,8 @@ TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArriv
   ASSERT_EQ(backup->version(), 1);
   EXPECT_EQ(WorkersDone(*backup), 1);
 
-  RegisterRequest again;
-  again.set_worker(1);
-  RegisterResponse registered;
-  ASSERT_TRUE(primary->Register(again, &registered).ok());
-  for (int worker = 0; worker < 2; ++worker) {
-    ASSERT_TRUE(Push(*primary, DensePush(worker, 1), &response).ok());
-  }
+  RegisterAgain(*primary, 1);
+  DenseSyncStep(*primary);
   ASSERT_EQ(primary->version(), 2);
   EXPECT_EQ(Forward(*primary, *backup), 1);
   EXPECT_EQ(WorkersDone(*backup), 0);
