@@ -255,8 +255,7 @@ absl::Status ShardChannel::ShardError(int shard, const absl::Status& status) con
   return answer;
 }
 
-template <typename Call>
-absl::Status ShardChannel::Patiently(Call call) {
+absl::Status ShardChannel::Patiently(absl::FunctionRef<absl::Status()> call) {
   absl::Status status = call();
   if (status.ok() || !IsTransientShardError(status) || call_patience_ <= absl::ZeroDuration()) {
     return status;

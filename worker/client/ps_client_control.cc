@@ -4,6 +4,7 @@
 // shutdown).
 #include <optional>
 
+#include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "worker/client/shard_channel.h"
 

@@ -365,8 +365,7 @@ class ShardChannel {
   absl::Status ForEachShard(absl::FunctionRef<absl::Status(int)> call);
   // Runs `call` (one try of one shard's unary call) until it does not fail
   // with a transient refusal, within call_patience_.
-  template <typename Call>
-  absl::Status Patiently(Call call);
+  absl::Status Patiently(absl::FunctionRef<absl::Status()> call);
   // `status` as a shard's answer: its message prefixed with the shard's
   // name, and marked for NamesItsShard and IsTransientShardError.
   absl::Status ShardError(int shard, const grpc::Status& status) const;
