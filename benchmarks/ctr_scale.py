@@ -323,7 +323,8 @@ def main():
         tier_runs.append(result)
     base = {"benchmark": "ctr_scale", "rows": args.rows, "distinct_per_field": per_field,
             "zipf_exponent": args.zipf_exponent, "train_examples": args.train_examples,
-            "workers": 2, "shards": 2, "mode": "SYNC", "batch_size": batch_size, "dim": dim}
+            "workers": 2, "shards": 2, "mode": "SYNC", "batch_size": batch_size, "dim": dim,
+            "cpus": os.cpu_count()}
     rows = []
     if ram_runs:
         rows.append(summarize(ram_runs, dict(base, memory_mib=0, hot_set="")))

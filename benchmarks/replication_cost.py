@@ -157,7 +157,7 @@ def main():
         row = {
             "benchmark": "replication_cost", "job": args.job, "mode": mode,
             "cluster": "loopback" if args.cluster == "loopback" else f"netns {args.rate}",
-            "runs": args.rounds, "load_1min": statistics.median(load),
+            "runs": args.rounds, "cpus": os.cpu_count(), "load_1min": statistics.median(load),
             **spread([r["samples_per_sec"] for r in runs["without"]], "without_samples_per_sec"),
             **spread([r["samples_per_sec"] for r in replicated], "with_samples_per_sec"),
             **spread([w["samples_per_sec"] / o["samples_per_sec"]

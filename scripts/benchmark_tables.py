@@ -458,15 +458,15 @@ def ctr_scale(rows):
     def of_ram(r):
         return spread(r, "of_all_in_ram", 2) if "of_all_in_ram" in r else "-"
     return {"": table(
-        ["id range", "Zipf exponent", "table dim",
+        ["cores", "id range", "Zipf exponent", "table dim",
          "RAM for the tables' rows MiB (both shards; hot set)", "rows created",
          "rows refused", "training examples", "job", "samples/s",
          "of the all-in-RAM run beside it", "PS peak RSS MiB (both shards)", "RAM hit rate",
          "disk waits per miss", "test AUC", "planted model's test AUC", "load average (1 min)",
          "runs"],
-        ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:",
-         "---:", "---:", "---:", "---:", "---:", "---:"],
-        [(r["rows"], r.get("zipf_exponent", 0.5), r["dim"],
+        ["---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:",
+         "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
+        [(r["cpus"], r["rows"], r.get("zipf_exponent", 0.5), r["dim"],
           f"{r['memory_mib']} ({r.get('hot_set') or 'lru'})" if r.get("memory_mib") else "all",
           f"{r['rows_created']:.0f}",
           f"{r['rows_refused']:.0f}", r["train_examples"],
@@ -498,12 +498,12 @@ def replication_cost(rows):
             return "n/a"
         return f"{r['without_ps_cores']:.2f} / {r['with_ps_cores']:.2f}"
     return {"": table(
-        ["job", "mode", "cluster", "samples/s without backups", "samples/s with a backup per shard",
+        ["job", "mode", "cluster", "cores", "samples/s without backups", "samples/s with a backup per shard",
          "with / without", "test metric without", "with", "forwarded KiB a version",
          "forwarded MiB/s", "shards' CPU cores without / with", "load average (1 min)", "rounds"],
-        ["---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:",
-         "---:"],
-        [(r["job"], r["mode"], cluster(r), spread(r, "without_samples_per_sec", 0),
+        ["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",
+         "---:", "---:"],
+        [(r["job"], r["mode"], cluster(r), r["cpus"], spread(r, "without_samples_per_sec", 0),
           spread(r, "with_samples_per_sec", 0), spread(r, "ratio", 2),
           f"{r['metric']} {metric(r, 'without')}", metric(r, "with"), *forwarded(r), ps_cores(r),
           f"{r['load_1min']:.2f}", r["runs"])
