@@ -271,13 +271,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ShardCheckpoint before = backup->Snapshot();
     const int64_t version = backup->version();
     ReplicaAck ack;
-    const absl::Status applied = backup->ApplyReplicaUpdate(update, &ack);
+    int acknowledged = 0;
+    const absl::Status applied =
+        backup->ApplyReplicaUpdate(update, &ack, [&acknowledged] { ++acknowledged; });
     const ShardCheckpoint after = backup->Snapshot();
+    REPLICA_INVARIANT(acknowledged <= 1);
     if (applied.ok()) {
+      REPLICA_INVARIANT(acknowledged == 1);
       REPLICA_INVARIANT(ack.applied());
       REPLICA_INVARIANT(backup->version() == update.state().version());
       REPLICA_INVARIANT(ack.version() == backup->version());
       REPLICA_INVARIANT(AllFinite(after));
+    } else if (acknowledged == 1) {
+      // Acknowledged once checked, then failed while its rows were
+      // written: the backup must ask for the state whole.
+      REPLICA_INVARIANT(!backup->holds_state());
     } else {
       REPLICA_INVARIANT(!ack.applied());
       if (ack.version() != -1) {

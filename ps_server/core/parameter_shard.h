@@ -84,6 +84,7 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -348,6 +349,17 @@ class ParameterShard {
   // primary told of a newer epoch becomes a backup. InvalidArgument for an
   // update the tables refuse; an update that fails half applied leaves the
   // backup needing the state whole.
+  //
+  // `acknowledge` runs once an update is known to apply, with `*ack`
+  // saying it is applied, under the shard's lock: for a version's update
+  // once it is checked and before its rows are written (the backup's
+  // answer then travels while it writes them), else once applied. It does
+  // not run for a refusal. An error after it (a disk tier failing) leaves
+  // the backup holding no state: it refuses what follows, and the primary
+  // sends it the state whole; nothing acknowledged is lost while the
+  // primary lives, and a backup holding no state never takes over.
+  absl::Status ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack,
+                                  absl::FunctionRef<void()> acknowledge);
   absl::Status ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack);
 
  private:

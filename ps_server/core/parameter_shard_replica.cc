@@ -323,6 +323,11 @@ void ParameterShard::AnswerReplica(ReplicaAck* ack) const {
 }
 
 absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack) {
+  return ApplyReplicaUpdate(update, ack, [] {});
+}
+
+absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, ReplicaAck* ack,
+                                                absl::FunctionRef<void()> acknowledge) {
   absl::MutexLock lock(&mu_);
   AnswerReplica(ack);
   if (shutting_down_) return absl::UnavailableError("the parameter server is shutting down");
@@ -349,6 +354,7 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
         absl::StrCat("shard ", options_.shard, " replica ", options_.replica,
                      " is primary with an update under way; send the state again"));
   }
+  bool acknowledged = false;
   if (state.delta()) {
     if (!holds_state_ || state.parent_version() != version_) {
       return absl::FailedPreconditionError(
@@ -356,9 +362,17 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
                        holds_state_ ? absl::StrCat("version ", version_) : std::string("no state"),
                        ", not version ", state.parent_version(), " that the update follows"));
     }
-    if (absl::Status s = tables_.ApplyChanges(state); !s.ok()) {
-      if (s.code() != absl::StatusCode::kInvalidArgument) holds_state_ = false;
-      AnswerReplica(ack);
+    const auto checked = [&] {
+      ack->set_version(state.version());
+      ack->set_epoch(update.epoch());
+      ack->set_applied(true);
+      acknowledged = true;
+      acknowledge();
+    };
+    if (absl::Status s = tables_.ApplyChanges(state, checked); !s.ok()) {
+      // Refused before its acknowledgement, an update changed nothing.
+      if (acknowledged || s.code() != absl::StatusCode::kInvalidArgument) holds_state_ = false;
+      if (!acknowledged) AnswerReplica(ack);
       return s;
     }
   } else {
@@ -405,6 +419,7 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
   ledger_.SetDoneWorkers(done);
   AnswerReplica(ack);
   ack->set_applied(true);
+  if (!acknowledged) acknowledge();
   Changed();
   return absl::OkStatus();
 }

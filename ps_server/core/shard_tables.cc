@@ -148,7 +148,8 @@ absl::Status ShardTables::ExportChanges(ShardCheckpoint* checkpoint) {
   return embeddings_->ExportChanges(checkpoint);
 }
 
-absl::Status ShardTables::ApplyChanges(const ShardCheckpoint& delta) {
+absl::Status ShardTables::ApplyChanges(const ShardCheckpoint& delta,
+                                       absl::FunctionRef<void()> checked) {
   if (delta.shard() != shard_) {
     return absl::InvalidArgumentError(
         absl::StrCat("the update is of shard ", delta.shard(), ", this is shard ", shard_));
@@ -157,6 +158,7 @@ absl::Status ShardTables::ApplyChanges(const ShardCheckpoint& delta) {
   // Restore checks all before it replaces its variables.
   PST_RETURN_IF_ERROR(embeddings_->CheckChanges(delta));
   PST_RETURN_IF_ERROR(dense_->Restore(delta));
+  checked();
   PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
   dense_bytes_ = dense_->parameter_bytes();
   RefreshParameterBytes();

@@ -79,9 +79,11 @@ class ShardTables {
   // ApplyChanges: InvalidArgument, and no change, for an update of another
   // shard or one that does not fit the tables; any other error (a disk
   // tier's failure, tables that were not the primary's) leaves the tables
-  // part applied, and the backup needs the state whole.
+  // part applied, and the backup needs the state whole. `checked` runs
+  // once everything is checked and the dense variables are in, before any
+  // row is written.
   absl::Status ExportChanges(ShardCheckpoint* checkpoint);
-  absl::Status ApplyChanges(const ShardCheckpoint& delta);
+  absl::Status ApplyChanges(const ShardCheckpoint& delta, absl::FunctionRef<void()> checked);
   // Each table's Capture (Table::Capture): what Finish writes outside the lock.
   void Capture(ShardSnapshot* snapshot) const;
   void AddStats(StatsResponse* response) const;

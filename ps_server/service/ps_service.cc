@@ -307,7 +307,10 @@ void ParameterServerService::ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* cal
   // Applying copies a version's rows (or the state whole): never on a
   // queue thread.
   replica_thread_.Post([this, call] {
-    const ReplicaUpdate* update = &call->request();
+    // The answer may go before the update is applied, and the call (its
+    // request with it) is freed once the answer is out.
+    const ReplicaUpdate request = call->TakeRequest();
+    const ReplicaUpdate* update = &request;
     std::optional<ReplicaUpdate> assembled;
     if (update->has_piece()) {
       absl::StatusOr<std::optional<ReplicaUpdate>> taken = replica_pieces_.Take(*update);
@@ -326,11 +329,27 @@ void ParameterServerService::ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* cal
       assembled = std::move(*taken);
       update = &*assembled;
     }
-    absl::Status applied = server_->ApplyReplicaUpdate(*update, call->response());
+    ReplicaAck ack;
+    bool answered = false;
+    absl::Status applied = server_->ApplyReplicaUpdate(*update, &ack, [&] {
+      *call->response() = ack;
+      call->Finish(grpc::Status::OK);
+      answered = true;
+    });
+    if (answered) {
+      if (!applied.ok()) {
+        spdlog::error(
+            "shard {}: version {} was acknowledged and then could not be applied ({}); this "
+            "replica holds no state until the primary sends it whole",
+            server_->shard(), update->state().version(), std::string(applied.message()));
+      }
+      return;
+    }
     if (applied.code() == absl::StatusCode::kFailedPrecondition) {
       spdlog::info("shard {}: {}", server_->shard(), std::string(applied.message()));
       applied = absl::OkStatus();
     }
+    *call->response() = ack;
     call->Finish(ToGrpcStatus(applied));
   });
 }

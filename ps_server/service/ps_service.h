@@ -127,7 +127,9 @@ class ParameterServerService final : public AsyncParameterServer {
   // replica_thread_ in the order updates arrive; one in pieces once its
   // last piece is in (each piece before is answered applied). A refusal
   // the primary acts on (ParameterShard::ApplyReplicaUpdate's
-  // FailedPrecondition) is answered OK with ReplicaAck.applied false.
+  // FailedPrecondition) is answered OK with ReplicaAck.applied false. A
+  // version's update is answered as soon as it is checked, while its rows
+  // are written (ApplyReplicaUpdate's `acknowledge`).
   void ServeReplicate(Call<ReplicaUpdate, ReplicaAck>* call);
 
   pst::ParameterShard* server_;

@@ -46,6 +46,9 @@ class UnaryCall final : public CompletionTag {
   }
 
   const Request& request() const { return request_; }
+  // The request, moved out: for work that outlasts the answer (the call,
+  // request included, is freed once the answer is sent).
+  Request TakeRequest() { return std::move(request_); }
   Response* response() { return &response_; }
   grpc::ServerContext* context() { return &context_; }
 

@@ -189,6 +189,108 @@ TEST(ParameterShardReplicaTest, ABackupRefusesAnOlderEpochAndAnUpdateOutOfOrder)
   ExpectSameState(*primary, *backup);
 }
 
+// Applies `update` to `backup`, counting the acknowledgements and keeping
+// what the first one said.
+absl::Status ApplyCounting(ParameterShard& backup, const ReplicaUpdate& update, int* acknowledged,
+                           ReplicaAck* said) {
+  ReplicaAck ack;
+  return backup.ApplyReplicaUpdate(update, &ack, [&] {
+    if ((*acknowledged)++ == 0) *said = ack;
+  });
+}
+
+TEST(ParameterShardReplicaTest, ABackupAcknowledgesAnUpdateOnceAndNeverARefusedOne) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  InitEvicting(primary.get());
+  std::mt19937_64 draw(9);
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(updates.ok()) << updates.status();
+  ASSERT_EQ(updates->size(), 1u);  // the state whole, at version 1
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->size(), 1u);  // version 2's rows
+
+  int acknowledged = 0;
+  ReplicaAck said;
+  // Out of order: refused, and not acknowledged.
+  EXPECT_EQ(ApplyCounting(*backup, *next->front(), &acknowledged, &said).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(acknowledged, 0);
+  // The state whole, then the version: each acknowledged once, as applied
+  // at its version and the primary's epoch.
+  ASSERT_TRUE(ApplyCounting(*backup, *updates->front(), &acknowledged, &said).ok());
+  EXPECT_EQ(acknowledged, 1);
+  EXPECT_TRUE(said.applied());
+  EXPECT_EQ(said.version(), 1);
+  acknowledged = 0;
+  ASSERT_TRUE(ApplyCounting(*backup, *next->front(), &acknowledged, &said).ok());
+  EXPECT_EQ(acknowledged, 1);
+  EXPECT_TRUE(said.applied());
+  EXPECT_EQ(said.version(), 2);
+  EXPECT_EQ(said.epoch(), primary->epoch());
+  primary->ReplicaAcked(1, said.version());
+  ExpectSameState(*primary, *backup);
+}
+
+TEST(ParameterShardReplicaTest,
+     AnUpdateThatFailsAfterItsAcknowledgementLeavesTheBackupAskingForTheState) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  InitEvicting(primary.get());  // at most 8 rows
+  Forward(*primary, *backup);
+  std::mt19937_64 draw(9);
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(updates.ok()) << updates.status();
+  ASSERT_EQ(updates->size(), 1u);
+  // Rows the backup's table has no room for: the update passes every check
+  // (sizes, ids, finite values), so it is acknowledged, and then fails to
+  // apply; only tables that are not the primary's can get there, or a
+  // failing disk tier.
+  ReplicaUpdate crowded = *updates->front();
+  ShardCheckpoint::Embedding* table = crowded.mutable_state()->mutable_embeddings(0);
+  for (uint64_t id = 100; id < 110; ++id) {
+    const float values[kDim] = {0.5f, 0.5f, 0.5f, 0.5f};
+    const float slots[kDim] = {1, 1, 1, 1};
+    const int64_t updates_of_row = 1;
+    table->mutable_ids()->append(reinterpret_cast<const char*>(&id), sizeof(id));
+    table->mutable_values()->append(reinterpret_cast<const char*>(values), sizeof(values));
+    table->mutable_slots()->append(reinterpret_cast<const char*>(slots), sizeof(slots));
+    table->mutable_row_updates()->append(reinterpret_cast<const char*>(&updates_of_row),
+                                         sizeof(updates_of_row));
+  }
+  int acknowledged = 0;
+  ReplicaAck said;
+  EXPECT_EQ(ApplyCounting(*backup, crowded, &acknowledged, &said).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(acknowledged, 1);
+  EXPECT_EQ(said.version(), 1);
+  primary->ReplicaAcked(1, said.version());
+
+  // It holds no state now: it refuses the next version and says so, and
+  // the primary sends it the state whole.
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->size(), 1u);
+  ReplicaAck ack;
+  EXPECT_EQ(backup->ApplyReplicaUpdate(*next->front(), &ack).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ack.version(), -1);
+  primary->ReplicaResync(1, ack.version());
+  int whole = 0;
+  EXPECT_EQ(Forward(*primary, *backup, &whole), 1);
+  EXPECT_EQ(whole, 1);
+  ExpectSameState(*primary, *backup);
+}
+
 TEST(ParameterShardReplicaTest, ABackupThatComesBackTakesTheStateWhole) {
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
   auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
