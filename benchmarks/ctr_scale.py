@@ -79,8 +79,22 @@ def free_ports(count):
     raise RuntimeError(f"no {count} consecutive free ports")
 
 
+def program_of(pid, comm):
+    """The program a process runs: its comm, or under a relocatable bundle's
+    loader (scripts/make_bundle.sh: ld-linux... --library-path L PROGRAM) the
+    program the loader was given."""
+    if not comm.startswith("ld-linux"):
+        return comm
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return comm
+    return os.path.basename(argv[3]) if len(argv) > 3 and argv[1] == "--library-path" else comm
+
+
 def descendants_named(root, name):
-    """PIDs of the processes called `name` below `root`."""
+    """PIDs of the processes running program `name` below `root`."""
     parent = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -98,7 +112,7 @@ def descendants_named(root, name):
         up = pid
         while up in parent and up != root:
             up = parent[up][0]
-        if up == root and comm == name:
+        if up == root and program_of(pid, comm) == name:
             found.append(pid)
     return found
 
