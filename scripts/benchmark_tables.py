@@ -498,7 +498,8 @@ def replication_cost(rows):
             return "n/a"
         return f"{r['without_ps_cores']:.2f} / {r['with_ps_cores']:.2f}"
     return {"": table(
-        ["job", "mode", "cluster", "cores", "samples/s without backups", "samples/s with a backup per shard",
+        ["job", "mode", "cluster", "cores", "samples/s without backups",
+         "samples/s with a backup per shard",
          "with / without", "test metric without", "with", "forwarded KiB a version",
          "forwarded MiB/s", "shards' CPU cores without / with", "load average (1 min)", "rounds"],
         ["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",

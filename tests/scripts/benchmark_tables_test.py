@@ -145,6 +145,7 @@ ROWS = {
     "ctr_scale": [
         {"rows": 10000000, "distinct_per_field": 384616, "train_examples": 1500000,
          "workers": 2, "shards": 2, "mode": "SYNC", "batch_size": 256, "dim": 8, "runs": 1,
+         "cpus": 2,
          "planted_auc": 0.7012,
          **{f"{f}{end}": v for f, v in (("samples_per_sec", 21000.0),
                                         ("rows_created", 9300000), ("rows_refused", 0),
@@ -152,13 +153,15 @@ ROWS = {
                                         ("test_auc", 0.6801), ("load_1min", 7.5))
             for end in ("", "_min", "_max")}}],
     "replication_cost": [
-        {"job": "ctr", "mode": "sync", "runs": 3, "load_1min": 1.02, "metric": "test AUC",
+        {"job": "ctr", "mode": "sync", "runs": 3, "cpus": 2, "load_1min": 1.02,
+         "metric": "test AUC",
          "without_metric": 0.7758, "with_metric": 0.7758,
          "forwarded_bytes_per_version": 437348, "forwarded_mib_per_sec": 21.8,
          **{f"{f}{end}": v for f, v in (("without_samples_per_sec", 71367.0),
                                         ("with_samples_per_sec", 33047.0), ("ratio", 0.46))
             for end in ("", "_min", "_max")}},
-        {"job": "default", "mode": "sync", "cluster": "netns 10gbit", "runs": 3, "load_1min": 2.5,
+        {"job": "default", "mode": "sync", "cluster": "netns 10gbit", "runs": 3, "cpus": 16,
+         "load_1min": 2.5,
          "metric": "test accuracy", "without_metric": 0.8432, "with_metric": 0.8432,
          "without_ps_cores": 0.6, "with_ps_cores": 0.93, "same_model": True,
          **{f"{f}{end}": v for f, v in (("without_samples_per_sec", 23970.0),
@@ -219,16 +222,17 @@ EXPECTED = {
                       "| 300 (300-300) "
                       "| 2600 (2600-2600) | 800 (800-800) | 1700 (1700-1700) "
                       "| 5400 (5400-5400) | 3481481 | 3 | 2.2 |",
-    "ctr_scale": "| 10000000 | 0.5 | 8 | all | 9300000 | 0 | 1500000 "
+    "ctr_scale": "| 2 | 10000000 | 0.5 | 8 | all | 9300000 | 0 | 1500000 "
                  "| SYNC, 2 workers x 256, 2 shards | 21000 (21000-21000) | - | 1900 (1900-1900) "
                  "| - | - | 0.6801 (0.6801-0.6801) "
                  "| 0.7012 |",
     "netns_link": "| 2gbit | 64MiB | 0.450 (0.450-0.450) | 0.470 (0.470-0.470) | 0.95 (0.95-0.95) "
                   "| 0.68 (0.68-0.68) | 0.61 (0.61-0.61) | 0.82 (0.82-0.82) | 0.57 (0.57-0.57) | 3 |\n"
                   "| 10gbit | 4MiB |",
-    "replication_cost": "| ctr | sync | one host, loopback | 71367 (71367-71367) "
+    "replication_cost": "| ctr | sync | one host, loopback | 2 | 71367 (71367-71367) "
                         "| 33047 (33047-33047) | 0.46 (0.46-0.46) | test AUC 0.7758 | 0.7758 | 427 "
-                        "| 21.8 | n/a | 1.02 | 3 |\n| default | sync | namespaces, 10gbit links "
+                        "| 21.8 | n/a | 1.02 | 3 |\n"
+                        "| default | sync | namespaces, 10gbit links | 16 "
                         "| 23970 (23970-23970) | 13245 (13245-13245) | 0.57 (0.57-0.57) "
                         "| test accuracy 0.8432 | 0.8432 | n/a | n/a | 0.60 / 0.93 | 2.50 | 3 |",
     "failover_chaos": "| ctr | sync | 1 | 10 (2) | 1.12 | 1.41 | model bitwise equal, test_auc 0.8014 "
