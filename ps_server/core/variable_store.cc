@@ -171,9 +171,8 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
     if (slots > 0) std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
     // The shard never writes a non-finite value (it refuses such pushes and
     // skips such steps), so one here was not written by a PS.
-    const auto finite = [](float x) { return std::isfinite(x); };
-    if (!std::all_of(v.values->begin(), v.values->end(), finite) ||
-        !std::all_of(v.slots.begin(), v.slots.end(), finite)) {
+    if ((NonFiniteBits(v.values->data(), v.values->size()) |
+         NonFiniteBits(v.slots.data(), v.slots.size())) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "checkpoint variable \"", in.name(), "\" holds a non-finite value, which no PS writes"));
     }
