@@ -10,16 +10,16 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "common/embedding_config.h"
 #include "common/status_macros.h"
 #include "ps_server/core/embedding_table.h"
 #include "ps_server/core/embedding_table_internal.h"
 #include "ps_server/core/row_step.h"
+#include "ps_server/core/variable_store.h"
+#include "spdlog/spdlog.h"
 
 namespace pst {
 
-using embedding_internal::AllFinite;
 using embedding_internal::IdCount;
 using embedding_internal::Invalid;
 

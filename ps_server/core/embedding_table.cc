@@ -12,10 +12,10 @@
 #include "placement/row_placement.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table_internal.h"
+#include "ps_server/core/variable_store.h"
 
 namespace pst {
 
-using embedding_internal::AllFinite;
 using embedding_internal::CheckIdBytes;
 using embedding_internal::IdCount;
 using embedding_internal::Invalid;

@@ -31,6 +31,10 @@ uint32_t NonFiniteBits(const float* values, size_t n) {
 
 }  // namespace
 
+bool AllFinite(std::span<const float> values) {
+  return NonFiniteBits(values.data(), values.size()) == 0;
+}
+
 absl::Status CheckFinite(std::span<const float> values, const std::string& what) {
   // The fast pass decides; a second scan only names the culprit.
   if (NonFiniteBits(values.data(), values.size()) == 0) return absl::OkStatus();
@@ -171,8 +175,7 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
     if (slots > 0) std::memcpy(v.slots.data(), in.slots().data(), in.slots().size());
     // The shard never writes a non-finite value (it refuses such pushes and
     // skips such steps), so one here was not written by a PS.
-    if ((NonFiniteBits(v.values->data(), v.values->size()) |
-         NonFiniteBits(v.slots.data(), v.slots.size())) != 0) {
+    if (!AllFinite(*v.values) || !AllFinite(v.slots)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "checkpoint variable \"", in.name(), "\" holds a non-finite value, which no PS writes"));
     }

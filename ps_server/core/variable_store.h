@@ -160,6 +160,9 @@ class VariableStore {
 
 // InvalidArgument naming `what` unless every value is finite.
 absl::Status CheckFinite(std::span<const float> values, const std::string& what);
+// Whether every value is finite: a branch-free pass the compiler
+// vectorizes, for the hot paths (pushes, restored and replicated state).
+bool AllFinite(std::span<const float> values);
 
 }  // namespace pst
 
