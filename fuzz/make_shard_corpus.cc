@@ -4,7 +4,7 @@
 // embedding rows, liveness and snapshots, so fuzzing starts from the deep
 // paths.
 //
-//   build-fuzz/bin/make_shard_corpus fuzz/corpus/shard
+//   build-asan/bin/make_shard_corpus fuzz/corpus/shard
 #include <cstdint>
 #include <cstdio>
 #include <fstream>

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Bounded libFuzzer runs: builds the fuzz/ targets with clang in build-fuzz/
-# (ASan + UBSan + coverage) and runs each for FUZZ_SECONDS (default 60) on a
-# copy of its corpus, so the repository's corpus does not grow. Fails on the
-# first crash, leak, timeout or broken invariant and prints the reproducer;
-# replay one with: build-fuzz/bin/<fuzzer> <reproducer>. FUZZ_MERGE=1 grows
+# Bounded libFuzzer runs: builds the fuzz/ targets with clang in build-asan/
+# (ASan + UBSan + coverage; the tree scripts/sanitize.sh's ASan tests use,
+# configured by scripts/configure_asan.sh, so CI compiles the instrumented
+# libraries once) and runs each for FUZZ_SECONDS (default 60) on a copy of
+# its corpus, so the repository's corpus does not grow. Fails on the first
+# crash, leak, timeout or broken invariant and prints the reproducer;
+# replay one with: build-asan/bin/<fuzzer> <reproducer>. FUZZ_MERGE=1 grows
 # the repository's corpus instead (see the end of this file).
 # Needs clang, libclang-rt-14-dev (libFuzzer) and llvm (llvm-symbolizer),
 # which scripts/install_deps.sh lists and installs where missing.
@@ -11,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 
-BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZERS=(config_fuzzer shard_fuzzer chunk_wire_fuzzer rpc_limits_fuzzer shm_exchange_fuzzer
          replica_fuzzer)
@@ -21,10 +23,7 @@ for tool in clang clang++; do
 done
 
 started=$SECONDS
-# Unity batches, as every build but the lint's: scripts/lint.sh is where
-# clang sees each source alone.
-CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPST_FUZZ=ON -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
+scripts/configure_asan.sh "$BUILD_DIR"
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target "${FUZZERS[@]}"
 echo "== fuzz: built in $((SECONDS - started)) s" >&2
 

@@ -13,14 +13,19 @@ BUILD_DIR=${LINT_BUILD_DIR:-build-lint}
 command -v clang++ >/dev/null || { echo "lint.sh: clang++ not found (scripts/install_deps.sh)" >&2; exit 2; }
 
 started=$SECONDS
-# One file per compile command (no unity batches): every source is checked
-# alone, so one that compiles only inside its batch fails here.
+# In unity batches, as every build compiles the sources: the headers of
+# gRPC and protobuf, most of a syntax check's time, are parsed once a batch,
+# not once a file (359 s on 2 cores one file at a time, 120 s batched).
+# LINT_UNITY=OFF checks each source alone, which also shows one that
+# compiles only inside its batch.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_UNITY_BUILD=OFF >/dev/null
+  -DPS_WITH_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_UNITY_BUILD="${LINT_UNITY:-ON}" >/dev/null
 # The generated protobuf and gRPC headers that the sources include.
 generated=()
 for stem in config event ps result; do generated+=("proto/$stem.pb.h"); done
 generated+=(proto/ps.grpc.pb.h proto/etcd/kv.pb.h proto/etcd/rpc.pb.h proto/etcd/rpc.grpc.pb.h)
+# And the generated source that a unity batch of common/ includes.
+generated+=(common/embedded_config.cc)
 cmake --build "$BUILD_DIR" --target "${generated[@]}" >/dev/null
 
 /usr/bin/python3 - "$BUILD_DIR" "${JOBS:-2}" <<'PY'
@@ -35,7 +40,11 @@ checks = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
 sources = []
 for entry in commands:
     source = os.path.relpath(entry["file"], root)
-    if source.startswith(("..", "tests/", "fuzz/", "build")) or not source.endswith(".cc"):
+    # A unity batch (build-lint/<dir>/CMakeFiles/<target>.dir/Unity/unity_N_cxx.cxx)
+    # stands for the sources of its target's folder.
+    batch = "/Unity/unity_" in source and source.endswith(".cxx")
+    folder = os.path.relpath(source, build).split("/CMakeFiles/")[0] + "/" if batch else source
+    if folder.startswith(("..", "tests/", "fuzz/", "build")) or not (batch or source.endswith(".cc")):
         continue
     argv = shlex.split(entry["command"])
     # Drop the output: syntax only.
@@ -50,14 +59,14 @@ def check(item):
     return source, run.returncode, run.stderr
 
 if not sources:
-    sys.exit("lint.sh: compile_commands.json names no source of ours; is the build a unity build?")
+    sys.exit("lint.sh: compile_commands.json names no source of ours")
 failed = []
 with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
     for source, code, errors in pool.map(check, sorted(sources)):
         if code != 0:
             failed.append(source)
             sys.stderr.write(errors)
-print(f"== lint: {len(sources)} sources checked for -Wthread-safety, {len(failed)} with findings",
+print(f"== lint: {len(sources)} compile commands checked for -Wthread-safety, {len(failed)} with findings",
       file=sys.stderr)
 sys.exit(1 if failed else 0)
 PY

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The unit and concurrency tests under AddressSanitizer + UndefinedBehavior-
-# Sanitizer (build-asan/) and under ThreadSanitizer (build-tsan/). Any report
-# fails the run. Usage: scripts/sanitize.sh [asan|tsan]... (default: both).
-# CI runs it after the main tests; it needs only the packages of
-# scripts/install_deps.sh, which it installs where missing (g++ ships libasan,
-# libubsan and libtsan).
+# Sanitizer (build-asan/, clang: the tree scripts/fuzz.sh builds its targets
+# in, configured by scripts/configure_asan.sh) and under ThreadSanitizer
+# (build-tsan/, g++). Any report fails the run. Usage:
+# scripts/sanitize.sh [asan|tsan]... (default: both). CI runs it after the
+# main tests; it needs only the packages of scripts/install_deps.sh, which it
+# installs where missing (clang and g++ ship their sanitizer runtimes).
 #
 # Only the tests' own binaries are built (-O1, line tables only, to keep the
 # build short), so ctest lists every other test as <name>_NOT_BUILT; those are
@@ -17,9 +18,9 @@
 # and worker across network namespaces (not built); relay_test, which runs
 # the shipped ps_server, worker and pslaunch behind nghttpx (not built);
 # rounds_test and benchmark_tables_test, Python tests of the benchmark
-# scripts (rounds_test runs metrics_bench, which is not built here); the
-# fuzzers' corpus replays (<name>_fuzzer_corpus), not built here either:
-# scripts/fuzz.sh starts every fuzzer from that corpus under ASan + UBSan.
+# scripts (rounds_test runs metrics_bench, which is not built here). The
+# fuzzers' corpus replays (<name>_fuzzer_corpus) run under ASan + UBSan
+# only; scripts/fuzz.sh then searches from that corpus in the same tree.
 #
 # ThreadSanitizer and Debian's uninstrumented libabsl: absl::Mutex blocks on
 # futexes inside libabsl_synchronization.so, so TSan would see none of our
@@ -48,6 +49,11 @@ ASAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core
 # And the membership client (its lease thread, watch and keep-alive streams)
 # against the etcd each of its tests starts: only etcd runs outside.
 ASAN_TESTS+=(membership_test shard_office_test)
+# And every fuzzer's seed corpus through its entry point (ctest's
+# <name>_fuzzer_corpus): the regressions the fuzzers found, under ASan + UBSan.
+for fuzzer in config shard chunk_wire rpc_limits shm_exchange replica; do
+  ASAN_TESTS+=("${fuzzer}_fuzzer_replay")
+done
 # Under TSan only the tests that run no gRPC thread: the concurrent
 # ParameterShard tests (pushers, pullers, stoppers on plain threads against
 # one shard), the Checkpointer's thread, kernels, codecs, configs. gRPC and
@@ -130,16 +136,20 @@ run_suite() {
   local started=$SECONDS
   echo "== $name: configuring and building ${tests[*]} in $dir" >&2
   if [ "$name" = tsan ]; then check_tsan_wrappers "$dir"; fi
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DPS_WITH_CUDA=OFF \
-    -DPST_SANITIZE="$sanitize" >/dev/null
+  if [ "$name" = asan ]; then
+    scripts/configure_asan.sh "$dir"
+  else
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DPS_WITH_CUDA=OFF \
+      -DPST_SANITIZE="$sanitize" >/dev/null
+  fi
   cmake --build "$dir" -j "$JOBS" --target "${tests[@]}"
   echo "== $name: built in $((SECONDS - started)) s; running ctest" >&2
   started=$SECONDS
   local skipped=$SKIPPED
-  if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS"; fi
+  if [ "$name" = tsan ]; then skipped+="|$TSAN_GRPC_TESTS|_fuzzer_corpus\$"; fi
   if [ "$name" = asan ]; then skipped+="|$ASAN_SKIPPED"; fi
-  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|_fuzzer_corpus\$|^bundle_test\$|^k8s_manifests_test\$|^kubeflow_manifest_test\$|^deb_package_test\$|^netns_cluster_test\$|^netns_partition_test\$|^relay_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j "$JOBS" -E "_NOT_BUILT\$|^bundle_test\$|^k8s_manifests_test\$|^kubeflow_manifest_test\$|^deb_package_test\$|^netns_cluster_test\$|^netns_partition_test\$|^relay_test\$|^rounds_test\$|^benchmark_tables_test\$|$skipped")
   echo "== $name: tests passed in $((SECONDS - started)) s" >&2
 }
 
@@ -154,7 +164,7 @@ suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(asan tsan)
 for suite in "${suites[@]}"; do
   case $suite in
-    asan) run_suite asan address,undefined "${ASAN_BUILD_DIR:-build-asan}" "${ASAN_TESTS[@]}" ;;
+    asan) run_suite asan "" "${ASAN_BUILD_DIR:-build-asan}" "${ASAN_TESTS[@]}" ;;
     tsan) run_suite tsan thread "${TSAN_BUILD_DIR:-build-tsan}" "${TSAN_TESTS[@]}" ;;
     *) echo "sanitize.sh: unknown suite '$suite' (asan or tsan)" >&2; exit 2 ;;
   esac

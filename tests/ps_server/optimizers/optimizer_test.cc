@@ -213,11 +213,20 @@ TEST(OptimizerTest, ALongRangeIsBitwiseOneElementAtATime) {
                      .slots = in_place_state.data(), .param_out = in_place_param.data(),
                      .slots_out = in_place_state.data(), .slot_stride = kCount});
     std::vector<float> one_param(kCount), one_state(state.size());
+    // Plain SGD has no slots: its empty vectors' data() may be null, and
+    // null plus an offset is undefined (clang's UBSan reports it).
+    auto slot_at = [&](std::vector<float>& slots_of, size_t i) {
+      return slots > 0 ? slots_of.data() + i : nullptr;
+    };
     for (size_t i = 0; i < kCount; ++i) {
       opt->ApplyRange(3, 1.0f,
-                      {.count = 1, .param = &param[i], .grad = &grad[i],
-                       .slots = state.data() + i, .param_out = &one_param[i],
-                       .slots_out = one_state.data() + i, .slot_stride = kCount});
+                      {.count = 1,
+                       .param = &param[i],
+                       .grad = &grad[i],
+                       .slots = slot_at(state, i),
+                       .param_out = &one_param[i],
+                       .slots_out = slot_at(one_state, i),
+                       .slot_stride = kCount});
     }
     EXPECT_EQ(whole_param, one_param);
     EXPECT_EQ(whole_state, one_state);
