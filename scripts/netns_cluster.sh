@@ -104,9 +104,15 @@ print(int(v)*{'B':1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[u])" 2>/dev/null) ||
 MAX_MESSAGE=$((SIZE_BYTES + (8 << 20) > (256 << 20) ? SIZE_BYTES + (8 << 20) : (256 << 20)))
 NETNS_TAG=pst$$
 SCRATCH=$(mktemp -d)
+# etcd's data in memory where the host has a tmpfs, as pslaunch keeps its
+# etcd's (cluster/membership/local_etcd.h): a disk sync that other processes
+# slow can outlast the 1 s lease and depose a healthy primary.
+ETCD_DATA=$SCRATCH/etcd
+if ((BACKUPS > 0)) && [[ -w /dev/shm ]]; then ETCD_DATA=$(mktemp -d /dev/shm/pstrain-etcd-netns.XXXXXX); fi
 cleanup() {
   netns_down
   rm -rf "$SCRATCH"
+  if [[ $ETCD_DATA == /dev/shm/* ]]; then rm -rf "$ETCD_DATA"; fi
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
@@ -147,7 +153,7 @@ if ((BACKUPS > 0)); then
   netns_node_up etcd "$ETCD_INDEX" "$RATE" "$DELAY"
   ETCD_URL=http://$(netns_address "$ETCD_INDEX"):2379
   PEER_URL=http://127.0.0.1:2380
-  netns_spawn etcd "$SCRATCH/etcd.log" "$ETCD" --name=pstrain --data-dir="$SCRATCH/etcd" \
+  netns_spawn etcd "$SCRATCH/etcd.log" "$ETCD" --name=pstrain --data-dir="$ETCD_DATA" \
     --listen-client-urls="$ETCD_URL" --advertise-client-urls="$ETCD_URL" \
     --listen-peer-urls="$PEER_URL" --initial-advertise-peer-urls="$PEER_URL" \
     --initial-cluster="pstrain=$PEER_URL" --heartbeat-interval=50 --election-timeout=500

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -54,6 +56,24 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count) {
 
 namespace {
 
+constexpr char kMemoryRoot[] = "/dev/shm";
+constexpr char kOwnedPrefix[] = "pstrain-etcd.";
+constexpr char kLockFile[] = "owner.lock";
+
+// Removes the directories of owners that died: a lock nobody holds. A
+// directory is named kOwnedPrefix only once its owner holds the lock.
+void RemoveOrphanedDataDirs() {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(kMemoryRoot, error)) {
+    if (!entry.path().filename().string().starts_with(kOwnedPrefix)) continue;
+    const std::string lock = (entry.path() / kLockFile).string();
+    const int fd = open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(entry.path(), error);
+    close(fd);
+  }
+}
+
 void KillAndReap(pid_t pid) {
   kill(pid, SIGKILL);
   while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
@@ -67,6 +87,41 @@ bool Exited(pid_t pid) {
 }
 
 }  // namespace
+
+EtcdDataDir EtcdDataDir::Make(const std::string& fallback) {
+  if (access(kMemoryRoot, W_OK | X_OK) != 0) return EtcdDataDir(fallback, -1);
+  RemoveOrphanedDataDirs();
+  // Made under another name, locked, then renamed: a directory under
+  // kOwnedPrefix always has a holder until its owner dies.
+  std::string staging = absl::StrCat(kMemoryRoot, "/pstrain-etcd-new.XXXXXX");
+  if (mkdtemp(staging.data()) == nullptr) return EtcdDataDir(fallback, -1);
+  const std::string lock = absl::StrCat(staging, "/", kLockFile);
+  const int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  std::error_code error;
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (fd >= 0) close(fd);
+    std::filesystem::remove_all(staging, error);
+    return EtcdDataDir(fallback, -1);
+  }
+  std::string owned = staging;
+  owned.replace(owned.find("pstrain-etcd-new."), std::strlen("pstrain-etcd-new."), kOwnedPrefix);
+  if (rename(staging.c_str(), owned.c_str()) != 0) {
+    close(fd);
+    std::filesystem::remove_all(staging, error);
+    return EtcdDataDir(fallback, -1);
+  }
+  return EtcdDataDir(std::move(owned), fd);
+}
+
+EtcdDataDir::EtcdDataDir(EtcdDataDir&& other) noexcept
+    : path_(std::move(other.path_)), lock_fd_(std::exchange(other.lock_fd_, -1)) {}
+
+EtcdDataDir::~EtcdDataDir() {
+  if (lock_fd_ < 0) return;
+  std::error_code error;
+  std::filesystem::remove_all(path_, error);
+  close(lock_fd_);
+}
 
 absl::StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& dir,
                                                             absl::Duration timeout) {
@@ -88,8 +143,9 @@ absl::StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& d
   const std::string client_url = absl::StrCat("http://", endpoint);
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", (*ports)[1]);
   const std::string log = absl::StrCat(dir, "/etcd.log");
+  EtcdDataDir data = EtcdDataDir::Make(dir);
   std::vector<std::string> args = {kEtcdProgram, "--name=pstrain",
-                                   absl::StrCat("--data-dir=", dir, "/data"),
+                                   absl::StrCat("--data-dir=", data.path(), "/data"),
                                    absl::StrCat("--listen-client-urls=", client_url),
                                    absl::StrCat("--advertise-client-urls=", client_url),
                                    absl::StrCat("--listen-peer-urls=", peer_url),
@@ -138,7 +194,9 @@ absl::StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& d
           absl::StrCat("etcd exited as it started (a port taken?); see ", log));
     }
     last = (*client)->Get("/ready", absl::Now() + absl::Milliseconds(200)).status();
-    if (last.ok()) return std::unique_ptr<LocalEtcd>(new LocalEtcd(pid, endpoint));
+    if (last.ok()) {
+      return std::unique_ptr<LocalEtcd>(new LocalEtcd(pid, endpoint, std::move(data)));
+    }
   }
   KillAndReap(pid);
   return absl::UnavailableError(absl::StrCat("etcd did not answer within ",

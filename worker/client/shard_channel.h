@@ -283,6 +283,10 @@ class ShardChannel {
     // yet). A new one at the same place is a failover too: the replica
     // restarted there took the office, perhaps from its checkpoint.
     int64_t epoch = -1;
+    // How long Register waits for one replica of a replicated shard: short,
+    // so that a new primary is found within a fraction of a second; doubled
+    // each time a replica lets it run out, back to the shortest on an answer.
+    absl::Duration register_wait = kShortestRegisterWait;
     std::vector<size_t> slices;  // indices into slices_, in order
     // The last exchange's call, which gRPC may still be finishing after
     // its answer arrived; replaced (and so waited for) by the next one.
@@ -342,6 +346,7 @@ class ShardChannel {
 
   // Deadline for calls that should answer at once; long-polls add their wait.
   static constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
+  static constexpr absl::Duration kShortestRegisterWait = absl::Milliseconds(300);
   // Calls to the replicas other than the one last found (which is primary
   // now, Stats; a Done each is told): a replica cut off answers nothing,
   // and the others may.

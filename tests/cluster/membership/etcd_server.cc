@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,8 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
     if (!ports.ok()) return ports.status();
     const std::string dir = absl::StrCat(ScratchDir(), "/etcd.", ++started);
     std::filesystem::create_directories(dir);
-    std::unique_ptr<EtcdServer> server(new EtcdServer(dir, (*ports)[0], (*ports)[1]));
+    std::unique_ptr<EtcdServer> server(
+        new EtcdServer(dir, EtcdDataDir::Make(dir), (*ports)[0], (*ports)[1]));
     status = server->Launch();
     if (status.ok()) return server;
     if (!absl::IsInternal(status)) break;  // it runs but does not answer
@@ -31,8 +33,9 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
   return status;
 }
 
-EtcdServer::EtcdServer(std::string data_dir, int client_port, int peer_port)
-    : data_dir_(std::move(data_dir)),
+EtcdServer::EtcdServer(std::string log_dir, EtcdDataDir data, int client_port, int peer_port)
+    : log_dir_(std::move(log_dir)),
+      data_(std::move(data)),
       client_port_(client_port),
       peer_port_(peer_port),
       endpoint_(absl::StrCat("127.0.0.1:", client_port)) {}
@@ -47,10 +50,10 @@ absl::Status EtcdServer::Restart() {
 absl::Status EtcdServer::Launch() {
   const std::string client_url = absl::StrCat("http://", endpoint_);
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port_);
-  const std::string log = absl::StrCat(data_dir_, ".log");
+  const std::string log = absl::StrCat(log_dir_, ".log");
   process_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{kEtcdBinary, "--name=test",
-                               absl::StrCat("--data-dir=", data_dir_, "/data"),
+                               absl::StrCat("--data-dir=", data_.path(), "/data"),
                                absl::StrCat("--listen-client-urls=", client_url),
                                absl::StrCat("--advertise-client-urls=", client_url),
                                absl::StrCat("--listen-peer-urls=", peer_url),

@@ -1,6 +1,7 @@
 // A real etcd (Debian's /usr/bin/etcd) for one test: a single member on free
-// loopback ports with a data directory of its own, killed by PID when the
-// object goes (a test that fails midway leaves no etcd behind).
+// loopback ports with a data directory of its own (in memory where the host
+// has it, as pslaunch's: EtcdDataDir), killed by PID when the object goes (a
+// test that fails midway leaves no etcd behind).
 #ifndef PST_TESTS_CLUSTER_MEMBERSHIP_ETCD_SERVER_H_
 #define PST_TESTS_CLUSTER_MEMBERSHIP_ETCD_SERVER_H_
 
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cluster/membership/local_etcd.h"
 #include "gtest/gtest.h"
 #include "tests/support/commands.h"
 
@@ -25,7 +27,6 @@ class EtcdServer {
 
   // "127.0.0.1:<port>", its client endpoint.
   const std::string& endpoint() const { return endpoint_; }
-  const std::string& data_dir() const { return data_dir_; }
 
   // Kills it (SIGKILL: no goodbye to its clients) and reaps it.
   void Kill();
@@ -34,10 +35,11 @@ class EtcdServer {
   absl::Status Restart();
 
  private:
-  EtcdServer(std::string data_dir, int client_port, int peer_port);
+  EtcdServer(std::string log_dir, EtcdDataDir data, int client_port, int peer_port);
   absl::Status Launch();
 
-  const std::string data_dir_;
+  const std::string log_dir_;
+  const EtcdDataDir data_;  // declared before process_: removed after etcd is killed
   const int client_port_;
   const int peer_port_;
   const std::string endpoint_;

@@ -3,15 +3,19 @@
 // message. Each class once as a shard's answer over real gRPC, and the
 // ones a real shard gives: an exchange past the worker's limit
 // (overloaded), a shared region it does not hold (region lost), a shard
-// that is not there (restarting).
+// that is not there (restarting), a replicated shard's primary that does
+// not answer Register within the wait (away).
+#include "common/transient_refusal.h"
+
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
-#include "common/transient_refusal.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
@@ -182,6 +186,58 @@ TEST(TransientRefusalTest, AShardThatIsNotThereIsRestarting) {
   const absl::Status answered = (*client)->Heartbeat(0);
   EXPECT_TRUE(absl::IsUnavailable(answered)) << answered;
   EXPECT_EQ(TransientRefusalOf(answered), TransientRefusal::kRestarting);
+}
+
+// A replicated shard's primary whose Register answer comes after the
+// client's wait on the first call, and at once on the next.
+class SlowFirstRegister : public ParameterServer::Service {
+ public:
+  grpc::Status Register(grpc::ServerContext*, const RegisterRequest*,
+                        RegisterResponse* response) override {
+    if (calls_.fetch_add(1) == 0) release_.WaitForNotificationWithTimeout(absl::Seconds(30));
+    response->set_epoch(1);
+    return grpc::Status::OK;
+  }
+  absl::Notification release_;
+
+ private:
+  std::atomic<int> calls_{0};
+};
+
+// A backup: no primary here.
+class NotPrimary : public ParameterServer::Service {
+ public:
+  grpc::Status Register(grpc::ServerContext*, const RegisterRequest*, RegisterResponse*) override {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "a backup");
+  }
+};
+
+TEST(TransientRefusalTest, APrimaryThatAnswersRegisterTooLateIsAwayForNowNotFailed) {
+  SlowFirstRegister primary;
+  NotPrimary backup;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<std::string> addresses;
+  for (ParameterServer::Service* service : {static_cast<ParameterServer::Service*>(&primary),
+                                            static_cast<ParameterServer::Service*>(&backup)}) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service);
+    servers.push_back(builder.BuildAndStart());
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Connect(
+      {addresses[0]}, 0, absl::Seconds(10), ClusterSecurity::Plaintext(), {{addresses[1]}});
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::StatusOr<RegisterResponse> late = (*client)->Register();
+  primary.release_.Notify();
+  ASSERT_FALSE(late.ok());
+  EXPECT_TRUE(absl::IsUnavailable(late.status())) << late.status();
+  EXPECT_TRUE(IsTransientShardError(late.status())) << late.status();
+  EXPECT_TRUE(NamesItsShard(late.status()));
+  const absl::StatusOr<RegisterResponse> again = (*client)->Register();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->epoch(), 1);
 }
 
 }  // namespace
