@@ -43,8 +43,23 @@ uint32_t PayloadCrc32(std::string_view payload, size_t max_piece_bytes) {
 
 namespace {
 
+// The former form: one payload.
 constexpr char kMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
+// Pieces: the count after the magic, then a length and a CRC-32 before each.
+constexpr char kPiecesMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '2'};
+constexpr size_t kPiecesHeaderBytes = sizeof(kPiecesMagic) + 8;
+constexpr size_t kPieceHeaderBytes = 8 + 4;
+// protobuf parses no message of 2 GiB or more.
+constexpr uint64_t kMaxMessageBytes = std::numeric_limits<int32_t>::max();
+
+// The fields of a table's rows, each with its bytes per row, where they
+// divide into `rows`.
+struct RowFields {
+  const std::string* field;
+  size_t row_bytes;
+};
+constexpr size_t kIdBytes = sizeof(uint64_t);
 
 void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -61,6 +76,132 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 }
 
 }  // namespace
+
+absl::Status ForEachCheckpointPiece(const ShardCheckpoint& checkpoint, size_t max_piece_bytes,
+                                    absl::FunctionRef<absl::Status(const ShardCheckpoint&)> write) {
+  max_piece_bytes = std::max<size_t>(max_piece_bytes, 1);
+  {
+    ShardCheckpoint first = checkpoint;
+    for (ShardCheckpoint::Embedding& table : *first.mutable_embeddings()) {
+      table.clear_ids();
+      table.clear_values();
+      table.clear_slots();
+      table.clear_row_updates();
+      table.clear_removed_ids();
+    }
+    PST_RETURN_IF_ERROR(write(first));
+  }
+  ShardCheckpoint piece;
+  size_t piece_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (piece.embeddings_size() == 0) return absl::OkStatus();
+    absl::Status status = write(piece);
+    piece.Clear();
+    piece_bytes = 0;
+    return status;
+  };
+  // Table t of the piece, with empty ones before it.
+  auto table_in_piece = [&](int t) {
+    while (piece.embeddings_size() <= t) piece.add_embeddings();
+    return piece.mutable_embeddings(t);
+  };
+  // Appends rows [from, from + count) of `fields` to the piece's table t.
+  auto take = [&](int t, const std::vector<RowFields>& fields,
+                  const std::vector<std::string* (*)(ShardCheckpoint::Embedding*)>& into,
+                  size_t from, size_t count) {
+    ShardCheckpoint::Embedding* table = table_in_piece(t);
+    for (size_t f = 0; f < fields.size(); ++f) {
+      if (fields[f].row_bytes == 0) continue;
+      into[f](table)->append(*fields[f].field, from * fields[f].row_bytes,
+                             count * fields[f].row_bytes);
+    }
+  };
+  // Runs of rows: each fills the piece up to max_piece_bytes.
+  auto split = [&](int t, const std::vector<RowFields>& fields,
+                   const std::vector<std::string* (*)(ShardCheckpoint::Embedding*)>& into,
+                   size_t rows) -> absl::Status {
+    size_t row_bytes = 0;
+    for (const RowFields& f : fields) row_bytes += f.row_bytes;
+    for (size_t done = 0; done < rows;) {
+      if (piece_bytes >= max_piece_bytes) PST_RETURN_IF_ERROR(flush());
+      const size_t room = std::max<size_t>((max_piece_bytes - piece_bytes) / row_bytes, 1);
+      const size_t count = std::min(rows - done, room);
+      take(t, fields, into, done, count);
+      piece_bytes += count * row_bytes;
+      done += count;
+    }
+    return absl::OkStatus();
+  };
+  const std::vector<std::string* (*)(ShardCheckpoint::Embedding*)> row_fields = {
+      [](ShardCheckpoint::Embedding* e) { return e->mutable_ids(); },
+      [](ShardCheckpoint::Embedding* e) { return e->mutable_values(); },
+      [](ShardCheckpoint::Embedding* e) { return e->mutable_slots(); },
+      [](ShardCheckpoint::Embedding* e) { return e->mutable_row_updates(); }};
+  const std::vector<std::string* (*)(ShardCheckpoint::Embedding*)> removed_field = {
+      [](ShardCheckpoint::Embedding* e) { return e->mutable_removed_ids(); }};
+  for (int t = 0; t < checkpoint.embeddings_size(); ++t) {
+    const ShardCheckpoint::Embedding& table = checkpoint.embeddings(t);
+    const size_t rows = table.ids().size() / kIdBytes;
+    const std::vector<const std::string*> fields = {&table.ids(), &table.values(), &table.slots(),
+                                                    &table.row_updates()};
+    std::vector<RowFields> per_row;
+    bool divides = table.ids().size() % kIdBytes == 0;
+    for (const std::string* field : fields) {
+      divides = divides && (rows == 0 ? field->empty() : field->size() % rows == 0);
+      per_row.push_back({field, rows == 0 ? 0 : field->size() / rows});
+    }
+    if (!divides) {
+      // Not rows as a shard writes them: whole, for Restore to refuse.
+      per_row = {{&table.ids(), table.ids().size()},
+                 {&table.values(), table.values().size()},
+                 {&table.slots(), table.slots().size()},
+                 {&table.row_updates(), table.row_updates().size()}};
+      PST_RETURN_IF_ERROR(split(t, per_row, row_fields, 1));
+    } else if (rows > 0) {
+      PST_RETURN_IF_ERROR(split(t, per_row, row_fields, rows));
+    }
+    const std::string& removed = table.removed_ids();
+    if (removed.size() % kIdBytes != 0) {
+      PST_RETURN_IF_ERROR(split(t, {{&removed, removed.size()}}, removed_field, 1));
+    } else if (!removed.empty()) {
+      PST_RETURN_IF_ERROR(
+          split(t, {{&removed, kIdBytes}}, removed_field, removed.size() / kIdBytes));
+    }
+  }
+  return flush();
+}
+
+absl::Status MergeCheckpointPiece(ShardCheckpoint* whole, const ShardCheckpoint& piece) {
+  if (piece.embeddings_size() > whole->embeddings_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("a piece holds rows of ",
+                                                   piece.embeddings_size(), " tables; there are ",
+                                                   whole->embeddings_size()));
+  }
+  for (int t = 0; t < piece.embeddings_size(); ++t) {
+    ShardCheckpoint::Embedding rows = piece.embeddings(t);
+    rows.clear_ids();
+    rows.clear_values();
+    rows.clear_slots();
+    rows.clear_row_updates();
+    rows.clear_removed_ids();
+    if (rows.ByteSizeLong() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("a piece holds more than rows of table ", t));
+    }
+    const ShardCheckpoint::Embedding& from = piece.embeddings(t);
+    ShardCheckpoint::Embedding* to = whole->mutable_embeddings(t);
+    to->mutable_ids()->append(from.ids());
+    to->mutable_values()->append(from.values());
+    to->mutable_slots()->append(from.slots());
+    to->mutable_row_updates()->append(from.row_updates());
+    to->mutable_removed_ids()->append(from.removed_ids());
+  }
+  ShardCheckpoint rest = piece;
+  rest.clear_embeddings();
+  if (rest.ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError("a piece holds more than embedding rows");
+  }
+  return absl::OkStatus();
+}
 
 std::vector<std::string> ListCheckpoints(const std::string& dir) {
   std::vector<std::string> files;
@@ -162,25 +303,40 @@ void PruneCheckpoints(const std::string& dir, const std::string& written, int64_
 }  // namespace
 
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
-                                            const ShardCheckpoint& checkpoint, int keep) {
+                                            const ShardCheckpoint& checkpoint, int keep,
+                                            size_t max_piece_bytes) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
     return absl::UnavailableError(
         absl::StrCat("cannot create checkpoint directory ", dir, ": ", error.message()));
   }
-  // The payload is serialized straight behind the header, whose length
-  // and checksum are filled in after: one copy of a shard's state in
-  // memory, not two.
-  std::string contents(kHeaderBytes, '\0');
-  if (!checkpoint.AppendToString(&contents)) {
-    return absl::InternalError("cannot serialize the shard checkpoint");
-  }
-  const std::string_view payload = std::string_view(contents).substr(kHeaderBytes);
-  std::string header(kMagic, sizeof(kMagic));
-  PutLittleEndian(payload.size(), 8, &header);
-  PutLittleEndian(PayloadCrc32(payload), 4, &header);
-  std::memcpy(contents.data(), header.data(), kHeaderBytes);
+  // Each piece is serialized straight behind its header, whose length and
+  // checksum are filled in after: one copy of a shard's state in memory,
+  // not two.
+  std::string contents(kPiecesMagic, sizeof(kPiecesMagic));
+  contents.append(8, '\0');  // the count, filled in after
+  uint64_t pieces = 0;
+  PST_RETURN_IF_ERROR(
+      ForEachCheckpointPiece(checkpoint, max_piece_bytes, [&](const ShardCheckpoint& piece) {
+        const size_t start = contents.size();
+        contents.append(kPieceHeaderBytes, '\0');
+        if (!piece.AppendToString(&contents)) {
+          return absl::InternalError(
+              absl::StrCat("cannot serialize piece ", pieces, " of the shard checkpoint (",
+                           piece.ByteSizeLong(), " bytes; protobuf's limit is 2 GiB)"));
+        }
+        const std::string_view bytes = std::string_view(contents).substr(start + kPieceHeaderBytes);
+        std::string header;
+        PutLittleEndian(bytes.size(), 8, &header);
+        PutLittleEndian(PayloadCrc32(bytes), 4, &header);
+        std::memcpy(contents.data() + start, header.data(), kPieceHeaderBytes);
+        ++pieces;
+        return absl::OkStatus();
+      }));
+  std::string count;
+  PutLittleEndian(pieces, 8, &count);
+  std::memcpy(contents.data() + sizeof(kPiecesMagic), count.data(), 8);
   const std::string path = CheckpointPath(dir, checkpoint);
   // The model is the job's, not every local user's: owner-only, whatever
   // the umask lets a new file be.
@@ -188,6 +344,83 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   PruneCheckpoints(dir, path, checkpoint.version(), keep);
   return path;
 }
+
+namespace {
+
+// Reads exactly `bytes` at `offset`; false on a short read (a file that
+// shrank) or an error (errno set).
+bool ReadAt(int fd, uint64_t offset, size_t bytes, char* into) {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = pread(fd, into + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A file of pieces, `size` bytes long, its magic checked. Every length is
+// checked against what the file holds before anything is allocated for
+// it, so a forged length costs nothing.
+absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::string& path) {
+  char header[kPiecesHeaderBytes];
+  if (size < kPiecesHeaderBytes || !ReadAt(fd, 0, kPiecesHeaderBytes, header)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: no piece count"));
+  }
+  const uint64_t count = GetLittleEndian(header + sizeof(kPiecesMagic), 8);
+  if (count == 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " holds no piece"));
+  }
+  ShardCheckpoint checkpoint;
+  std::string bytes;
+  uint64_t at = kPiecesHeaderBytes;
+  for (uint64_t i = 0; i < count; ++i) {
+    char piece_header[kPieceHeaderBytes];
+    if (size - at < kPieceHeaderBytes || !ReadAt(fd, at, kPieceHeaderBytes, piece_header)) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " is torn: piece ", i, " of ", count, " is missing"));
+    }
+    at += kPieceHeaderBytes;
+    const uint64_t length = GetLittleEndian(piece_header, 8);
+    const uint32_t crc = static_cast<uint32_t>(GetLittleEndian(piece_header + 8, 4));
+    if (length > kMaxMessageBytes) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": piece ", i, " claims ",
+                                              length, " bytes, more than a checkpoint holds"));
+    }
+    if (length > size - at) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: piece ", i, " of ",
+                                              count, " has ", size - at, " of ", length, " bytes"));
+    }
+    bytes.resize(length);
+    errno = 0;
+    if (!ReadAt(fd, at, length, bytes.data())) {
+      if (errno != 0) return Errno("cannot read checkpoint", path);
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: it shrank"));
+    }
+    at += length;
+    if (PayloadCrc32(bytes) != crc) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " fails its checksum (piece ", i, ")"));
+    }
+    ShardCheckpoint piece;
+    if (!(i == 0 ? checkpoint : piece).ParseFromString(bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " does not parse (piece ", i, ")"));
+    }
+    if (i == 0) continue;
+    if (absl::Status merged = MergeCheckpointPiece(&checkpoint, piece); !merged.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", merged.message()));
+    }
+  }
+  if (at != size) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has ", size - at, " bytes past its last piece"));
+  }
+  return checkpoint;
+}
+
+}  // namespace
 
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   // O_NONBLOCK: opening a FIFO put in a checkpoint's place must not wait
@@ -201,7 +434,13 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is not a regular file"));
   }
-  // The header first: a file whose header is not a checkpoint's, or that
+  char magic[sizeof(kPiecesMagic)];
+  if (static_cast<size_t>(status.st_size) >= sizeof(magic) &&
+      pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+      std::memcmp(magic, kPiecesMagic, sizeof(magic)) == 0) {
+    return ReadPieces(fd, static_cast<uint64_t>(status.st_size), path);
+  }
+  // The former form. The header first: a file whose header is not a checkpoint's, or that
   // claims more than a checkpoint can hold (protobuf parses at most 2 GiB),
   // is refused before its size is allocated (a sparse file of any size
   // costs nothing to make).

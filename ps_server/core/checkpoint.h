@@ -1,11 +1,18 @@
 // Checkpoint files of one PS shard.
 //
-// A file is "PSTCKPT1", the payload's length (uint64, little-endian), its
-// CRC-32 (uint32, little-endian) and the payload, a serialized
-// ShardCheckpoint. Files are written to a temporary name, fsync'd, renamed
-// into place and the directory fsync'd, so a crash leaves either the old
-// file set or the new one, never a torn file under a checkpoint's name; the
-// checksum catches what the disk itself corrupts.
+// A file is "PSTCKPT2", its number of pieces (uint64, little-endian), then
+// each piece: its length (uint64, little-endian), its CRC-32 (uint32,
+// little-endian) and its bytes, a serialized ShardCheckpoint. The first
+// piece is the checkpoint without its embedding tables' rows, each next one
+// a run of rows (ForEachCheckpointPiece), appended in order on reading
+// (MergeCheckpointPiece): protobuf parses no message past 2 GiB, so a
+// shard's rows could not be one message, and a reader holds one piece
+// beside what it has put together, not the file twice. Files of the former
+// form ("PSTCKPT1", the payload's length, its CRC-32, one payload) still
+// read. Files are written to a temporary name, fsync'd, renamed into place
+// and the directory fsync'd, so a crash leaves either the old file set or
+// the new one, never a torn file under a checkpoint's name; the checksums
+// catch what the disk itself corrupts.
 //
 // Chains. A full checkpoint is ckpt-<version>.bin; a delta
 // (ShardCheckpoint.delta: the embedding tables' rows changed since its
@@ -25,10 +32,28 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ps.pb.h"
 
 namespace pst {
+
+// How many bytes of rows a piece holds at most (a row is never split).
+inline constexpr size_t kCheckpointPieceBytes = size_t{64} << 20;
+
+// Hands `checkpoint` to `write` in pieces, in order: first everything but
+// the embedding tables' rows and removed ids, then runs of those of at most
+// `max_piece_bytes` each (at least one row a piece), the runs of a table in
+// its order. A table whose fields do not divide into rows goes whole into
+// one piece. Stops at, and returns, the first error `write` returns.
+absl::Status ForEachCheckpointPiece(const ShardCheckpoint& checkpoint, size_t max_piece_bytes,
+                                    absl::FunctionRef<absl::Status(const ShardCheckpoint&)> write);
+
+// Appends a later piece's rows and removed ids to `whole`'s tables, table
+// i to table i. InvalidArgument where the piece has more tables than
+// `whole` or holds anything but rows.
+absl::Status MergeCheckpointPiece(ShardCheckpoint* whole, const ShardCheckpoint& piece);
 
 // Writes `checkpoint` as <dir>/ckpt-<version>.bin (a delta:
 // ckpt-<version>.delta-<parent>.bin), creating `dir` if needed, then
@@ -37,7 +62,8 @@ namespace pst {
 // through. Returns the path. A failed write (Unavailable: disk full, I/O
 // error) leaves no file behind.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
-                                            const ShardCheckpoint& checkpoint, int keep);
+                                            const ShardCheckpoint& checkpoint, int keep,
+                                            size_t max_piece_bytes = kCheckpointPieceBytes);
 
 // Reads and verifies one file (a delta as it is: ReadNewestValidCheckpoint
 // applies chains). DataLoss naming the file when it is torn, corrupted or

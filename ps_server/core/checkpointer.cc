@@ -71,7 +71,10 @@ Checkpointer::Checkpointer(ParameterShard* shard, const CheckpointConfig& config
       dir_(absl::StrCat(config.dir(), "/shard-", index)),
       task_(absl::StrCat("ps:", index)),
       identity_(std::move(identity)),
-      writer_(writer ? std::move(writer) : FileWriter(WriteCheckpoint)) {
+      writer_(writer
+                  ? std::move(writer)
+                  : FileWriter([](const std::string& dir, const ShardCheckpoint& checkpoint,
+                                  int keep) { return WriteCheckpoint(dir, checkpoint, keep); })) {
   absl::MutexLock lock(&mu_);
   stats_.set_version(-1);
   stats_.set_restored_version(-1);

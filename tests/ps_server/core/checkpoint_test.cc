@@ -10,17 +10,19 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <thread>
+#include <tuple>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/synchronization/notification.h"
 #include "ps_server/core/parameter_shard.h"
 #include "ps_server/core/shard_calls.h"
 #include "tests/ps_server/core/checkpoint_testing.h"
@@ -161,6 +163,128 @@ TEST(CheckpointTest, ThePayloadChecksumIsTheSameWhateverItsPieces) {
   }
   payload[77777] ^= 1;
   EXPECT_NE(PayloadCrc32(payload, 4096), whole);
+}
+
+// A shard's state as a checkpoint file holds it, forged: two tables with
+// rows, optimizer state, row counts and removed ids, and a dense variable.
+ShardCheckpoint ForgedWithRows() {
+  ShardCheckpoint checkpoint;
+  checkpoint.set_version(7);
+  checkpoint.set_run_id("run");
+  ShardCheckpoint::Variable* w = checkpoint.add_variables();
+  w->set_name("w");
+  w->add_shape(3);
+  w->set_values(std::string(12, '\1'));
+  uint32_t state = 1;
+  auto bytes = [&](size_t n) {
+    std::string out(n, '\0');
+    for (char& c : out) c = static_cast<char>((state = state * 1664525u + 1013904223u) >> 24);
+    return out;
+  };
+  for (const auto& [rows, dim, removed] : {std::tuple{1000, 4, 0}, std::tuple{10, 2, 300}}) {
+    ShardCheckpoint::Embedding* table = checkpoint.add_embeddings();
+    table->mutable_config()->set_name(absl::StrCat("table", dim));
+    table->mutable_config()->set_dim(dim);
+    table->set_rows_admitted(rows);
+    table->set_ids(bytes(8 * rows));
+    table->set_values(bytes(4 * dim * rows));
+    table->set_slots(bytes(4 * dim * rows));
+    table->set_row_updates(bytes(8 * rows));
+    table->set_removed_ids(bytes(8 * removed));
+  }
+  return checkpoint;
+}
+
+// The serialized pieces ForEachCheckpointPiece hands out.
+std::vector<std::string> Pieces(const ShardCheckpoint& checkpoint, size_t max_piece_bytes) {
+  std::vector<std::string> pieces;
+  EXPECT_TRUE(
+      ForEachCheckpointPiece(checkpoint, max_piece_bytes, [&](const ShardCheckpoint& piece) {
+        pieces.push_back(piece.SerializeAsString());
+        return absl::OkStatus();
+      }).ok());
+  return pieces;
+}
+
+// protobuf parses no message of 2 GiB or more, so a shard's rows are
+// written as runs in pieces of their own and put back together in order.
+TEST(CheckpointTest, RowsWrittenInPiecesReadBackAsTheyWere) {
+  const ShardCheckpoint forged = ForgedWithRows();
+  const std::string dir = FreshDir("ckpt_pieces");
+  for (size_t max_piece_bytes : {size_t{1}, size_t{1000}, size_t{7777}, kCheckpointPieceBytes}) {
+    SCOPED_TRACE(max_piece_bytes);
+    const std::vector<std::string> pieces = Pieces(forged, max_piece_bytes);
+    // The state but its rows, then the rows: at least one row a piece.
+    if (max_piece_bytes == 1) {
+      EXPECT_EQ(pieces.size(), 1 + 1000 + 10 + 300);  // a row or an id each
+    } else if (max_piece_bytes == kCheckpointPieceBytes) {
+      EXPECT_EQ(pieces.size(), 2u);
+    } else {
+      EXPECT_GT(pieces.size(), 3u);
+      // Rows up to the bound, and a few bytes of framing per field.
+      for (size_t i = 1; i < pieces.size(); ++i) {
+        EXPECT_LE(pieces[i].size(), max_piece_bytes + 64) << "piece " << i;
+      }
+    }
+    absl::StatusOr<std::string> path = WriteCheckpoint(dir, forged, 1, max_piece_bytes);
+    ASSERT_TRUE(path.ok()) << path.status();
+    absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(*path);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->SerializeAsString(), forged.SerializeAsString());
+  }
+}
+
+TEST(CheckpointTest, AFileCutAtAPieceBoundaryIsTornAndAForgedLengthAllocatesNothing) {
+  const ShardCheckpoint forged = ForgedWithRows();
+  const std::string dir = FreshDir("ckpt_piece_cut");
+  absl::StatusOr<std::string> path = WriteCheckpoint(dir, forged, 1, 4096);
+  ASSERT_TRUE(path.ok()) << path.status();
+  const std::vector<std::string> pieces = Pieces(forged, 4096);
+  ASSERT_GT(pieces.size(), 3u);
+  std::filesystem::resize_file(*path,
+                               std::filesystem::file_size(*path) - 12 - pieces.back().size());
+  absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(*path);
+  EXPECT_TRUE(absl::IsDataLoss(read.status())) << read.status();
+  EXPECT_THAT(read.status().message(),
+              HasSubstr(absl::StrCat("is torn: piece ", pieces.size() - 1, " of ", pieces.size(),
+                                     " is missing")));
+
+  // One piece whose length claims 1 GiB, then 2^40 bytes, in a file of a
+  // few bytes (sparse: 64 GiB long, no disk used, for the second).
+  for (const auto& [claimed, file_bytes, expected] :
+       {std::tuple{uint64_t{1} << 30, uint64_t{100}, "is torn: piece 0 of 1 has"},
+        std::tuple{uint64_t{1} << 40, uint64_t{64} << 30, "more than a checkpoint holds"}}) {
+    const std::string forged_file = dir + "/ckpt-000000000000999.bin";
+    std::string header = "PSTCKPT2";
+    for (uint64_t value : {uint64_t{1}, claimed}) {
+      for (int i = 0; i < 8; ++i) header.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+    }
+    header.append(4, '\0');  // the piece's checksum
+    std::ofstream(forged_file, std::ios::binary | std::ios::trunc) << header;
+    std::filesystem::resize_file(forged_file, file_bytes);
+    read = ReadCheckpoint(forged_file);
+    EXPECT_TRUE(absl::IsDataLoss(read.status())) << read.status();
+    EXPECT_THAT(read.status().message(), HasSubstr(expected));
+  }
+}
+
+// Checkpoints written before pieces: one payload after "PSTCKPT1".
+TEST(CheckpointTest, ACheckpointOfTheFormerFormStillReads) {
+  const ShardCheckpoint forged = ForgedWithRows();
+  const std::string payload = forged.SerializeAsString();
+  std::string file = "PSTCKPT1";
+  const uint64_t length = payload.size();
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((length >> (8 * i)) & 0xff));
+  const uint32_t crc = PayloadCrc32(payload);
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  file += payload;
+  const std::string dir = FreshDir("ckpt_former");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/ckpt-000000000000007.bin";
+  std::ofstream(path, std::ios::binary) << file;
+  absl::StatusOr<ShardCheckpoint> read = ReadCheckpoint(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->SerializeAsString(), payload);
 }
 
 TEST(CheckpointTest, AFifoNamedLikeACheckpointIsRefusedWithoutWaiting) {
