@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/durable_file.h"
+#include "common/proto_fields.h"
 #include "common/status_macros.h"
 #include "ps_server/core/checkpoint_delta.h"
 
@@ -60,6 +62,11 @@ struct RowFields {
   size_t row_bytes;
 };
 constexpr size_t kIdBytes = sizeof(uint64_t);
+// An embedding table's fields that hold its rows and removed ids, and a
+// checkpoint's that holds its tables.
+constexpr std::array<std::string_view, 5> kRowFields = {"ids", "values", "slots", "row_updates",
+                                                        "removed_ids"};
+constexpr std::array<std::string_view, 1> kTablesField = {"embeddings"};
 
 void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -81,13 +88,12 @@ absl::Status ForEachCheckpointPiece(const ShardCheckpoint& checkpoint, size_t ma
                                     absl::FunctionRef<absl::Status(const ShardCheckpoint&)> write) {
   max_piece_bytes = std::max<size_t>(max_piece_bytes, 1);
   {
-    ShardCheckpoint first = checkpoint;
-    for (ShardCheckpoint::Embedding& table : *first.mutable_embeddings()) {
-      table.clear_ids();
-      table.clear_values();
-      table.clear_slots();
-      table.clear_row_updates();
-      table.clear_removed_ids();
+    // Copied field by field: a copy whole, then cleared, would hold every
+    // row twice for a moment.
+    ShardCheckpoint first;
+    CopyAllFieldsBut(checkpoint, kTablesField, &first);
+    for (const ShardCheckpoint::Embedding& table : checkpoint.embeddings()) {
+      CopyAllFieldsBut(table, kRowFields, first.add_embeddings());
     }
     PST_RETURN_IF_ERROR(write(first));
   }
@@ -178,13 +184,9 @@ absl::Status MergeCheckpointPiece(ShardCheckpoint* whole, const ShardCheckpoint&
                                                    whole->embeddings_size()));
   }
   for (int t = 0; t < piece.embeddings_size(); ++t) {
-    ShardCheckpoint::Embedding rows = piece.embeddings(t);
-    rows.clear_ids();
-    rows.clear_values();
-    rows.clear_slots();
-    rows.clear_row_updates();
-    rows.clear_removed_ids();
-    if (rows.ByteSizeLong() != 0) {
+    ShardCheckpoint::Embedding rest;
+    CopyAllFieldsBut(piece.embeddings(t), kRowFields, &rest);
+    if (rest.ByteSizeLong() != 0) {
       return absl::InvalidArgumentError(absl::StrCat("a piece holds more than rows of table ", t));
     }
     const ShardCheckpoint::Embedding& from = piece.embeddings(t);
@@ -195,8 +197,8 @@ absl::Status MergeCheckpointPiece(ShardCheckpoint* whole, const ShardCheckpoint&
     to->mutable_row_updates()->append(from.row_updates());
     to->mutable_removed_ids()->append(from.removed_ids());
   }
-  ShardCheckpoint rest = piece;
-  rest.clear_embeddings();
+  ShardCheckpoint rest;
+  CopyAllFieldsBut(piece, kTablesField, &rest);
   if (rest.ByteSizeLong() != 0) {
     return absl::InvalidArgumentError("a piece holds more than embedding rows");
   }
@@ -314,7 +316,12 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   // Each piece is serialized straight behind its header, whose length and
   // checksum are filled in after: one copy of a shard's state in memory,
   // not two.
-  std::string contents(kPiecesMagic, sizeof(kPiecesMagic));
+  std::string contents;
+  // Room for every piece with its framing, so that the string never
+  // grows by copying (which would hold the state twice more).
+  const size_t state_bytes = checkpoint.ByteSizeLong();
+  contents.reserve(state_bytes + state_bytes / 1024 + 4096);
+  contents.append(kPiecesMagic, sizeof(kPiecesMagic));
   contents.append(8, '\0');  // the count, filled in after
   uint64_t pieces = 0;
   PST_RETURN_IF_ERROR(

@@ -1,24 +1,95 @@
 #include "ps_server/service/replica_pieces.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_fields.h"
+#include "ps_server/core/checkpoint.h"
 
 namespace pst {
 
+namespace {
+
+constexpr size_t kLengthBytes = 8;
+constexpr std::array<std::string_view, 1> kStateField = {"state"};
+
+void AppendPart(const google::protobuf::MessageLite& part, std::string* bytes) {
+  const size_t length = part.ByteSizeLong();
+  for (size_t i = 0; i < kLengthBytes; ++i) bytes->push_back(static_cast<char>(length >> (8 * i)));
+  const size_t at = bytes->size();
+  bytes->resize(at + length);
+  // The size ByteSizeLong cached: one walk of the part, not two.
+  part.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(bytes->data() + at));
+}
+
+// The update the parts of `bytes` make; false where they make none.
+bool ParseParts(std::string_view bytes, ReplicaUpdate* update) {
+  for (bool first = true; !bytes.empty(); first = false) {
+    if (bytes.size() < kLengthBytes) return false;
+    uint64_t length = 0;
+    for (size_t i = 0; i < kLengthBytes; ++i) {
+      length |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+    }
+    bytes.remove_prefix(kLengthBytes);
+    if (length > bytes.size() || length > uint64_t{std::numeric_limits<int32_t>::max()}) {
+      return false;
+    }
+    const auto size = static_cast<int>(length);
+    if (first) {
+      if (!update->ParseFromArray(bytes.data(), size)) return false;
+    } else {
+      ShardCheckpoint rows;
+      if (!rows.ParseFromArray(bytes.data(), size) ||
+          !MergeCheckpointPiece(update->mutable_state(), rows).ok()) {
+        return false;
+      }
+    }
+    bytes.remove_prefix(length);
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<ReplicaPieces> ReplicaPieces::Of(const ReplicaUpdate& update,
                                                 int64_t max_piece_bytes) {
+  max_piece_bytes = std::max<int64_t>(1, max_piece_bytes);
   const auto total = static_cast<int64_t>(update.ByteSizeLong());
-  if (total > kMaxReplicaUpdateBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the update is ", total,
+  std::string bytes;
+  // Room for every part with its framing, so that the string never grows
+  // by copying.
+  bytes.reserve(static_cast<size_t>(total + total / 1024 + 4096));
+  const size_t rows_piece_bytes =
+      std::min(kCheckpointPieceBytes, static_cast<size_t>(max_piece_bytes));
+  absl::Status parts = ForEachCheckpointPiece(
+      update.state(), rows_piece_bytes, [&](const ShardCheckpoint& piece) -> absl::Status {
+        if (!bytes.empty()) {
+          AppendPart(piece, &bytes);
+          return absl::OkStatus();
+        }
+        ReplicaUpdate head;
+        CopyAllFieldsBut(update, kStateField, &head);
+        *head.mutable_state() = piece;
+        if (head.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the update but its rows is ", head.ByteSizeLong(),
+              " bytes, more than a backup can parse (2 GiB): the dense variables of one shard"));
+        }
+        AppendPart(head, &bytes);
+        return absl::OkStatus();
+      });
+  if (!parts.ok()) return parts;
+  if (static_cast<int64_t>(bytes.size()) > kMaxReplicaUpdateBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the update is ", bytes.size(),
                                                    " bytes, more than the ", kMaxReplicaUpdateBytes,
-                                                   " a backup can parse"));
+                                                   " a backup takes"));
   }
-  std::string bytes(static_cast<size_t>(total), '\0');
-  // The sizes ByteSizeLong cached: one walk of the update, not two.
-  update.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(bytes.data()));
-  return ReplicaPieces(std::move(bytes), std::max<int64_t>(1, max_piece_bytes), update.epoch());
+  return ReplicaPieces(std::move(bytes), max_piece_bytes, update.epoch());
 }
 
 size_t ReplicaPieces::size() const {
@@ -75,7 +146,7 @@ absl::StatusOr<std::optional<ReplicaUpdate>> ReplicaAssembly::Take(const Replica
   bytes_.append(part.bytes());
   if (held_bytes() < total_) return std::nullopt;
   ReplicaUpdate update;
-  const bool parsed = update.ParseFromString(bytes_);
+  const bool parsed = ParseParts(bytes_, &update);
   Drop();
   if (!parsed) return refuse("its bytes are not an update");
   if (update.has_piece()) return refuse("a piece's update has pieces itself");

@@ -3,8 +3,15 @@
 // sender serializes the ReplicaUpdate and cuts the bytes into messages of
 // their own (ReplicaUpdate.piece), sent in order; the backup puts them
 // back together and applies the update once its last piece is in. So a
-// backup catches up with a state of any size up to what protobuf parses
-// (2 GiB), whatever the servers' message limit (--max_message_bytes).
+// backup catches up with a state of any size, whatever the servers'
+// message limit (--max_message_bytes).
+//
+// The bytes are parts, each its length (uint64, little-endian) and a
+// serialized message: the update with its state but the state's embedding
+// rows, then runs of those rows as checkpoint pieces
+// (ps_server/core/checkpoint.h: ForEachCheckpointPiece), each no larger
+// than a message piece or a checkpoint's. protobuf parses no message of
+// 2 GiB or more; a shard's rows may be far more.
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_PIECES_H_
 #define PST_PS_SERVER_SERVICE_REPLICA_PIECES_H_
 
@@ -19,8 +26,9 @@
 
 namespace pst {
 
-// The most bytes a serialized update may have: what protobuf parses.
-inline constexpr int64_t kMaxReplicaUpdateBytes = (int64_t{1} << 31) - 1;
+// The most bytes of an update in parts a backup takes (1 TiB): a bound on
+// what a claim of a total may make it expect, far past a shard's state.
+inline constexpr int64_t kMaxReplicaUpdateBytes = int64_t{1} << 40;
 
 // An update, serialized once, and its pieces made one at a time: a sender
 // holds the serialized bytes and the piece it sends, not every piece at
@@ -28,8 +36,8 @@ inline constexpr int64_t kMaxReplicaUpdateBytes = (int64_t{1} << 31) - 1;
 class ReplicaPieces {
  public:
   // `update` in pieces of at most `max_piece_bytes` bytes each (at least
-  // 1). An update that serializes to more than kMaxReplicaUpdateBytes is
-  // InvalidArgument.
+  // 1). InvalidArgument for an update whose parts come to more than
+  // kMaxReplicaUpdateBytes, or whose state but its rows is 2 GiB or more.
   static absl::StatusOr<ReplicaPieces> Of(const ReplicaUpdate& update, int64_t max_piece_bytes);
   size_t size() const;
   // Piece `i` (< size()): the update's epoch and its bytes' i-th part.
@@ -55,8 +63,8 @@ class ReplicaAssembly {
   // that was cut off sends it again from there). InvalidArgument, and the
   // pieces so far dropped, for a piece that does not follow them (another
   // offset or total), a total of 0 or past kMaxReplicaUpdateBytes, an
-  // empty piece or one past the total, or bytes that do not parse as an
-  // update without pieces. Memory grows with the bytes that arrive, never
+  // empty piece or one past the total, or bytes that are not an update
+  // without pieces in parts. Memory grows with the bytes that arrive, never
   // with what a piece claims.
   absl::StatusOr<std::optional<ReplicaUpdate>> Take(const ReplicaUpdate& piece);
   // Bytes held of the update under way.

@@ -68,7 +68,7 @@ bool ReplicaSender::Send(const ReplicaUpdate& update) {
   }
   absl::StatusOr<ReplicaPieces> pieces = ReplicaPieces::Of(update, options_.max_message_bytes);
   if (!pieces.ok()) {
-    // Past what a backup can parse (as a checkpoint would be): tried again
+    // Dense variables past what a backup can parse (2 GiB): tried again
     // seldom, since each try captures the state whole.
     constexpr absl::Duration kTooLargeRetry = absl::Seconds(30);
     spdlog::error("shard {}: version {} cannot be sent to backup {} at {}: {}; tried again in {} s",

@@ -1,5 +1,6 @@
 // An update in pieces: cut by the sender, put back together by the backup
-// in order, bit for bit; what does not follow is refused and dropped.
+// in order, bit for bit, its rows in parts of their own; what does not
+// follow is refused and dropped.
 #include "ps_server/service/replica_pieces.h"
 
 #include <string>
@@ -13,6 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// An update with about `bytes` bytes of rows (ids and values of dim 2).
 ReplicaUpdate AnUpdate(size_t bytes) {
   ReplicaUpdate update;
   update.set_epoch(3);
@@ -21,10 +23,21 @@ ReplicaUpdate AnUpdate(size_t bytes) {
   state->set_version(7);
   ShardCheckpoint::Embedding* table = state->add_embeddings();
   table->mutable_config()->set_name("emb");
-  std::string values(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) values[i] = static_cast<char>(i * 31 + 7);
+  const size_t rows = bytes / 16;
+  std::string ids(8 * rows, '\0'), values(8 * rows, '\0');
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<char>(i * 13 + 1);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<char>(i * 31 + 7);
+  table->set_ids(ids);
   table->set_values(values);
   return update;
+}
+
+// `update` as the one part of an update's bytes: its length, then it.
+std::string AsOnePart(const ReplicaUpdate& update) {
+  const std::string serialized = update.SerializeAsString();
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>(serialized.size() >> (8 * i)));
+  return bytes + serialized;
 }
 
 TEST(ReplicaPiecesTest, AnUpdateCutIntoPiecesComesBackBitForBit) {
@@ -33,7 +46,10 @@ TEST(ReplicaPiecesTest, AnUpdateCutIntoPiecesComesBackBitForBit) {
     SCOPED_TRACE(max_piece);
     absl::StatusOr<std::vector<ReplicaUpdate>> pieces = SplitReplicaUpdate(update, max_piece);
     ASSERT_TRUE(pieces.ok()) << pieces.status();
-    const int64_t total = static_cast<int64_t>(update.ByteSizeLong());
+    // The rows' parts are no larger than a piece: past 20 of them at 333.
+    const int64_t total = (*pieces)[0].piece().total();
+    EXPECT_GE(total, static_cast<int64_t>(update.ByteSizeLong()));
+    EXPECT_LT(total, static_cast<int64_t>(update.ByteSizeLong()) + (max_piece == 333 ? 600 : 100));
     EXPECT_EQ(static_cast<int64_t>(pieces->size()), (total + max_piece - 1) / max_piece);
     ReplicaAssembly assembly;
     for (size_t i = 0; i < pieces->size(); ++i) {
@@ -100,7 +116,7 @@ TEST(ReplicaPiecesTest, WhatDoesNotFollowIsRefusedAndDropped) {
   cases.push_back({"empty", false, empty, "does not lie within it"});
   ReplicaUpdate huge = first;
   huge.mutable_piece()->set_total(kMaxReplicaUpdateBytes + 1);
-  cases.push_back({"past what protobuf parses", false, huge, "an update has 1 to"});
+  cases.push_back({"past the bound", false, huge, "an update has 1 to"});
   ReplicaUpdate negative = second;
   negative.mutable_piece()->set_offset(-1000);
   cases.push_back({"a negative offset", true, negative, "does not lie within it"});
@@ -108,10 +124,14 @@ TEST(ReplicaPiecesTest, WhatDoesNotFollowIsRefusedAndDropped) {
   garbage.mutable_piece()->set_total(4);
   garbage.mutable_piece()->set_bytes("\xff\xff\xff\xff");
   cases.push_back({"bytes that are no update", false, garbage, "its bytes are not an update"});
+  ReplicaUpdate unframed = first;
+  unframed.mutable_piece()->set_bytes(AnUpdate(100).SerializeAsString());
+  unframed.mutable_piece()->set_total(static_cast<int64_t>(unframed.piece().bytes().size()));
+  cases.push_back({"an update not in parts", false, unframed, "its bytes are not an update"});
   ReplicaUpdate nested_inner;
   nested_inner.mutable_piece()->set_total(1);
   ReplicaUpdate nested = first;
-  nested.mutable_piece()->set_bytes(nested_inner.SerializeAsString());
+  nested.mutable_piece()->set_bytes(AsOnePart(nested_inner));
   nested.mutable_piece()->set_total(static_cast<int64_t>(nested.piece().bytes().size()));
   cases.push_back({"pieces in a piece", false, nested, "has pieces itself"});
   for (const Case& c : cases) {
