@@ -206,11 +206,14 @@ run_cluster() {
 # docker does not restart a container it killed). The backup must take over
 # (its log), both workers follow it and exit 0, and the run must end at the
 # version of a run without the kill (no step lost or repeated) with the
-# chief's accuracy. 8000 images, batch 64: 62 steps an epoch, 620 in all,
-# which take 8-10 s on a 2-core VM; compose up returns once the workers
-# start, and the first psctl status sees version 100-150 there.
+# chief's accuracy. 8000 images, batch 64: 62 steps an epoch, 1860 in all;
+# 620 took 8-10 s on a 2-core VM, where compose up returns once the workers
+# start and the first psctl status sees version 100-150. The run is three
+# times that long so that the poll cannot miss it: a docker exec of psctl
+# takes seconds on a loaded host, and 620 steps were once over before its
+# first answer came.
 run_replicated() {
-  local workers=2 epochs=10 train_limit=8000 project="pstrain-ci-replicated"
+  local workers=2 epochs=30 train_limit=8000 project="pstrain-ci-replicated"
   local steps=$((epochs * (train_limit / workers / 64))) kill_at=50
   local config=/etc/pstrain/compose-replicated.textproto
   PROJECTS+=("$project")
