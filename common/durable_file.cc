@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -19,7 +20,39 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 
 }  // namespace
 
+absl::Status DurableFileWriter::Append(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot write", temp_);
+    if (n == 0) {
+      errno = ENOSPC;
+      return Errno("cannot write", temp_);
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DurableFileWriter::WriteAt(uint64_t offset, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Errno("cannot write", temp_);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileDurably(const std::string& path, const std::string& contents,
+                              mode_t mode) {
+  return WriteFileDurably(
+      path, [&](DurableFileWriter& file) { return file.Append(contents); }, mode);
+}
+
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::FunctionRef<absl::Status(DurableFileWriter&)> write,
                               mode_t mode) {
   const std::string temp = path + ".tmp";
   // A new file, made here (O_EXCL): whatever was left or put in the
@@ -34,24 +67,14 @@ absl::Status WriteFileDurably(const std::string& path, const std::string& conten
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot write ", temp, ": not a regular file"));
   }
-  auto fail = [&](absl::string_view what) {
-    absl::Status status = Errno(what, temp);
+  auto fail = [&](absl::Status status) {
     close(fd);
     unlink(temp.c_str());
     return status;
   };
-  size_t written = 0;
-  while (written < contents.size()) {
-    ssize_t n = write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot write");
-    if (n == 0) {
-      errno = ENOSPC;
-      return fail("cannot write");
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) return fail("cannot fsync");
+  DurableFileWriter file(fd, temp);
+  if (absl::Status written = write(file); !written.ok()) return fail(std::move(written));
+  if (fsync(fd) != 0) return fail(Errno("cannot fsync", temp));
   if (close(fd) != 0) {
     absl::Status status = Errno("cannot close", temp);
     unlink(temp.c_str());

@@ -8,8 +8,11 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -22,6 +25,30 @@ namespace pst {
 // created with permission bits `mode` (less the umask): 0600 for what
 // only its owner may read, such as a checkpoint of the model.
 absl::Status WriteFileDurably(const std::string& path, const std::string& contents,
+                              mode_t mode = 0644);
+
+// The temporary file of the streaming form below, as its writer sees it.
+class DurableFileWriter {
+ public:
+  // Appends `bytes`. Unavailable, naming the file, on failure.
+  absl::Status Append(std::string_view bytes);
+  // Overwrites bytes already appended from `offset` on (a header whose
+  // figures are known only at the end).
+  absl::Status WriteAt(uint64_t offset, std::string_view bytes);
+
+ private:
+  friend absl::Status WriteFileDurably(const std::string&,
+                                       absl::FunctionRef<absl::Status(DurableFileWriter&)>, mode_t);
+  DurableFileWriter(int fd, const std::string& temp) : fd_(fd), temp_(temp) {}
+  const int fd_;
+  const std::string& temp_;
+};
+
+// The same, with contents that `write` streams into the temporary file, so
+// that they need not be in memory whole. An error `write` returns fails the
+// write as a failed append would (the temporary file removed).
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::FunctionRef<absl::Status(DurableFileWriter&)> write,
                               mode_t mode = 0644);
 
 // Opens `path` for appending, creating it (mode 0644) if missing; refuses

@@ -313,41 +313,42 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
     return absl::UnavailableError(
         absl::StrCat("cannot create checkpoint directory ", dir, ": ", error.message()));
   }
-  // Each piece is serialized straight behind its header, whose length and
-  // checksum are filled in after: one copy of a shard's state in memory,
-  // not two.
-  std::string contents;
-  // Room for every piece with its framing, so that the string never
-  // grows by copying (which would hold the state twice more).
-  const size_t state_bytes = checkpoint.ByteSizeLong();
-  contents.reserve(state_bytes + state_bytes / 1024 + 4096);
-  contents.append(kPiecesMagic, sizeof(kPiecesMagic));
-  contents.append(8, '\0');  // the count, filled in after
-  uint64_t pieces = 0;
-  PST_RETURN_IF_ERROR(
-      ForEachCheckpointPiece(checkpoint, max_piece_bytes, [&](const ShardCheckpoint& piece) {
-        const size_t start = contents.size();
-        contents.append(kPieceHeaderBytes, '\0');
-        if (!piece.AppendToString(&contents)) {
-          return absl::InternalError(
-              absl::StrCat("cannot serialize piece ", pieces, " of the shard checkpoint (",
-                           piece.ByteSizeLong(), " bytes; protobuf's limit is 2 GiB)"));
-        }
-        const std::string_view bytes = std::string_view(contents).substr(start + kPieceHeaderBytes);
-        std::string header;
-        PutLittleEndian(bytes.size(), 8, &header);
-        PutLittleEndian(PayloadCrc32(bytes), 4, &header);
-        std::memcpy(contents.data() + start, header.data(), kPieceHeaderBytes);
-        ++pieces;
-        return absl::OkStatus();
-      }));
-  std::string count;
-  PutLittleEndian(pieces, 8, &count);
-  std::memcpy(contents.data() + sizeof(kPiecesMagic), count.data(), 8);
   const std::string path = CheckpointPath(dir, checkpoint);
+  // Streamed into the file a piece at a time: the file's bytes are never
+  // in memory whole beside the state.
+  std::string buffer;
   // The model is the job's, not every local user's: owner-only, whatever
   // the umask lets a new file be.
-  PST_RETURN_IF_ERROR(WriteFileDurably(path, contents, 0600));
+  PST_RETURN_IF_ERROR(WriteFileDurably(
+      path,
+      [&](DurableFileWriter& file) -> absl::Status {
+        std::string header(kPiecesMagic, sizeof(kPiecesMagic));
+        header.append(8, '\0');  // the count, written in at the end
+        PST_RETURN_IF_ERROR(file.Append(header));
+        uint64_t pieces = 0;
+        PST_RETURN_IF_ERROR(ForEachCheckpointPiece(
+            checkpoint, max_piece_bytes, [&](const ShardCheckpoint& piece) -> absl::Status {
+              // Serialized straight behind its header, whose length and
+              // checksum are filled in after.
+              buffer.assign(kPieceHeaderBytes, '\0');
+              if (!piece.AppendToString(&buffer)) {
+                return absl::InternalError(
+                    absl::StrCat("cannot serialize piece ", pieces, " of the shard checkpoint (",
+                                 piece.ByteSizeLong(), " bytes; protobuf's limit is 2 GiB)"));
+              }
+              const std::string_view bytes = std::string_view(buffer).substr(kPieceHeaderBytes);
+              std::string piece_header;
+              PutLittleEndian(bytes.size(), 8, &piece_header);
+              PutLittleEndian(PayloadCrc32(bytes), 4, &piece_header);
+              std::memcpy(buffer.data(), piece_header.data(), kPieceHeaderBytes);
+              ++pieces;
+              return file.Append(buffer);
+            }));
+        std::string count;
+        PutLittleEndian(pieces, 8, &count);
+        return file.WriteAt(sizeof(kPiecesMagic), count);
+      },
+      0600));
   PruneCheckpoints(dir, path, checkpoint.version(), keep);
   return path;
 }

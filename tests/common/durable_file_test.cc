@@ -1,5 +1,6 @@
-// Files written whole and never through a link: a folder another user can
-// write to (a shared --logdir or --result_dir) cannot redirect a write.
+// Files written whole (from one string or streamed in parts) and never
+// through a link: a folder another user can write to (a shared --logdir or
+// --result_dir) cannot redirect a write.
 #include "common/durable_file.h"
 
 #include <sys/stat.h>
@@ -38,6 +39,30 @@ TEST(DurableFileTest, WritesWholeAndReplacesTheOldContents) {
   ASSERT_TRUE(WriteFileDurably(dir + "/report.json", "second").ok());
   EXPECT_EQ(Contents(dir + "/report.json"), "second");
   EXPECT_FALSE(std::filesystem::exists(dir + "/report.json.tmp"));
+}
+
+// Streamed: appended in parts, a header written in at the end; a writer
+// that fails leaves neither the file nor its temporary one.
+TEST(DurableFileTest, StreamedContentsLandWholeOrNotAtAll) {
+  const std::string dir = FreshDir("durable_stream");
+  const std::string path = dir + "/ckpt.bin";
+  ASSERT_TRUE(WriteFileDurably(path, [](DurableFileWriter& file) -> absl::Status {
+                if (absl::Status s = file.Append("count=?;"); !s.ok()) return s;
+                for (const char* part : {"one;", "two;"}) {
+                  if (absl::Status s = file.Append(part); !s.ok()) return s;
+                }
+                return file.WriteAt(6, "2");
+              }).ok());
+  EXPECT_EQ(Contents(path), "count=2;one;two;");
+
+  const absl::Status failed = WriteFileDurably(dir + "/other.bin", [](DurableFileWriter& file) {
+    file.Append("half of it").IgnoreError();
+    return absl::InternalError("cannot serialize");
+  });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/other.bin"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/other.bin.tmp"));
+  EXPECT_EQ(Contents(path), "count=2;one;two;");
 }
 
 // Second hostile pass: another user's link named like the report (or like
