@@ -27,33 +27,6 @@ void AppendPart(const google::protobuf::MessageLite& part, std::string* bytes) {
   part.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(bytes->data() + at));
 }
 
-// The update the parts of `bytes` make; false where they make none.
-bool ParseParts(std::string_view bytes, ReplicaUpdate* update) {
-  for (bool first = true; !bytes.empty(); first = false) {
-    if (bytes.size() < kLengthBytes) return false;
-    uint64_t length = 0;
-    for (size_t i = 0; i < kLengthBytes; ++i) {
-      length |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
-    }
-    bytes.remove_prefix(kLengthBytes);
-    if (length > bytes.size() || length > uint64_t{std::numeric_limits<int32_t>::max()}) {
-      return false;
-    }
-    const auto size = static_cast<int>(length);
-    if (first) {
-      if (!update->ParseFromArray(bytes.data(), size)) return false;
-    } else {
-      ShardCheckpoint rows;
-      if (!rows.ParseFromArray(bytes.data(), size) ||
-          !MergeCheckpointPiece(update->mutable_state(), rows).ok()) {
-        return false;
-      }
-    }
-    bytes.remove_prefix(length);
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::StatusOr<ReplicaPieces> ReplicaPieces::Of(const ReplicaUpdate& update,
@@ -120,7 +93,36 @@ absl::StatusOr<std::vector<ReplicaUpdate>> SplitReplicaUpdate(const ReplicaUpdat
 
 void ReplicaAssembly::Drop() {
   std::string().swap(bytes_);
+  update_.reset();
+  taken_ = 0;
   total_ = 0;
+}
+
+bool ReplicaAssembly::ParseWholeParts() {
+  size_t at = 0;
+  while (bytes_.size() - at >= kLengthBytes) {
+    uint64_t length = 0;
+    for (size_t i = 0; i < kLengthBytes; ++i) {
+      length |= uint64_t{static_cast<unsigned char>(bytes_[at + i])} << (8 * i);
+    }
+    if (length > uint64_t{std::numeric_limits<int32_t>::max()}) return false;
+    if (length > bytes_.size() - at - kLengthBytes) break;  // the rest is to come
+    const char* part = bytes_.data() + at + kLengthBytes;
+    const auto size = static_cast<int>(length);
+    if (!update_.has_value()) {
+      update_.emplace();
+      if (!update_->ParseFromArray(part, size)) return false;
+    } else {
+      ShardCheckpoint rows;
+      if (!rows.ParseFromArray(part, size) ||
+          !MergeCheckpointPiece(update_->mutable_state(), rows).ok()) {
+        return false;
+      }
+    }
+    at += kLengthBytes + length;
+  }
+  bytes_.erase(0, at);
+  return true;
 }
 
 absl::StatusOr<std::optional<ReplicaUpdate>> ReplicaAssembly::Take(const ReplicaUpdate& piece) {
@@ -138,17 +140,19 @@ absl::StatusOr<std::optional<ReplicaUpdate>> ReplicaAssembly::Take(const Replica
   if (size == 0 || part.offset() < 0 || size > part.total() - part.offset()) {
     return refuse(absl::StrCat("a piece of ", size, " bytes does not lie within it"));
   }
-  if (part.offset() != held_bytes() || (total_ != 0 && part.total() != total_)) {
-    return refuse(absl::StrCat("it does not follow the ", held_bytes(), " bytes of ", total_,
+  if (part.offset() != taken_ || (total_ != 0 && part.total() != total_)) {
+    return refuse(absl::StrCat("it does not follow the ", taken_, " bytes of ", total_,
                                " taken; the update is sent again from offset 0"));
   }
   total_ = part.total();
   bytes_.append(part.bytes());
-  if (held_bytes() < total_) return std::nullopt;
-  ReplicaUpdate update;
-  const bool parsed = ParseParts(bytes_, &update);
+  taken_ += size;
+  if (!ParseWholeParts()) return refuse("its bytes are not an update");
+  if (taken_ < total_) return std::nullopt;
+  // Every byte in: a part cut short, or none, is no update.
+  if (!bytes_.empty() || !update_.has_value()) return refuse("its bytes are not an update");
+  ReplicaUpdate update = *std::move(update_);
   Drop();
-  if (!parsed) return refuse("its bytes are not an update");
   if (update.has_piece()) return refuse("a piece's update has pieces itself");
   return update;
 }

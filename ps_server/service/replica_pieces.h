@@ -65,15 +65,21 @@ class ReplicaAssembly {
   // offset or total), a total of 0 or past kMaxReplicaUpdateBytes, an
   // empty piece or one past the total, or bytes that are not an update
   // without pieces in parts. Memory grows with the bytes that arrive, never
-  // with what a piece claims.
+  // with what a piece claims: each part is parsed once it is whole, so the
+  // update's state is held once and beside it one part at most.
   absl::StatusOr<std::optional<ReplicaUpdate>> Take(const ReplicaUpdate& piece);
-  // Bytes held of the update under way.
+  // Bytes held of the update under way that no whole part has taken yet.
   int64_t held_bytes() const { return static_cast<int64_t>(bytes_.size()); }
 
  private:
   void Drop();
+  // Parses the whole parts at the front of bytes_ into update_ and lets
+  // their bytes go; false for a part that is no part of an update.
+  bool ParseWholeParts();
 
   std::string bytes_;
+  std::optional<ReplicaUpdate> update_;  // its parts parsed so far
+  int64_t taken_ = 0;                    // bytes taken of the update under way
   int64_t total_ = 0;
 };
 

@@ -59,6 +59,9 @@ TEST(ReplicaPiecesTest, AnUpdateCutIntoPiecesComesBackBitForBit) {
       EXPECT_LE(static_cast<int64_t>(piece.piece().bytes().size()), max_piece);
       absl::StatusOr<std::optional<ReplicaUpdate>> taken = assembly.Take(piece);
       ASSERT_TRUE(taken.ok()) << taken.status();
+      // Each part is parsed once whole: what waits is part of one part and
+      // the piece that brought it.
+      EXPECT_LE(assembly.held_bytes(), 2 * max_piece + 64);
       if (i + 1 < pieces->size()) {
         EXPECT_FALSE(taken->has_value());
       } else {
