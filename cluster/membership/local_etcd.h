@@ -33,8 +33,8 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count);
 // in memory (a fresh directory under /dev/shm) where this host has it, else
 // `fallback` itself. Why: etcd syncs its log to disk on every write, and on
 // a disk that other processes keep busy one sync can outlast a 1 s lease,
-// which deposes a healthy primary (failovers of 2-4 s measured beside a
-// writer that syncs, against a few milliseconds in memory). An etcd of one
+// which deposes a healthy primary (failovers of 0.7-4.3 s measured beside
+// writers that sync, against milliseconds to 0.5 s in memory). An etcd of one
 // job's own holds nothing that must outlive the host's memory.
 //
 // The directory is removed with the object. One whose owner died without
@@ -61,9 +61,10 @@ class EtcdDataDir {
 class LocalEtcd {
  public:
   // Starts etcd with its log (etcd.log) under `dir` and its data in
-  // EtcdDataDir::Make(dir) and waits up to `timeout` until it answers a read. FailedPrecondition,
-  // naming the package, where etcd is not installed; Unavailable if it does not answer in time (its
-  // log's path said).
+  // EtcdDataDir::Make(dir), and waits up to `timeout` until it answers a
+  // read. FailedPrecondition, naming the package, where etcd is not
+  // installed; Unavailable if it does not answer in time (its log's path
+  // said).
   static absl::StatusOr<std::unique_ptr<LocalEtcd>> Start(const std::string& dir,
                                                           absl::Duration timeout);
   ~LocalEtcd();  // kills it (SIGKILL) and reaps it
