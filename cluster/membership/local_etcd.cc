@@ -56,15 +56,14 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count) {
 
 namespace {
 
-constexpr char kMemoryRoot[] = "/dev/shm";
 constexpr char kOwnedPrefix[] = "pstrain-etcd.";
 constexpr char kLockFile[] = "owner.lock";
 
 // Removes the directories of owners that died: a lock nobody holds. A
 // directory is named kOwnedPrefix only once its owner holds the lock.
-void RemoveOrphanedDataDirs() {
+void RemoveOrphanedDataDirs(const std::string& root) {
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(kMemoryRoot, error)) {
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
     if (!entry.path().filename().string().starts_with(kOwnedPrefix)) continue;
     const std::string lock = (entry.path() / kLockFile).string();
     const int fd = open(lock.c_str(), O_RDONLY | O_CLOEXEC);
@@ -88,12 +87,12 @@ bool Exited(pid_t pid) {
 
 }  // namespace
 
-EtcdDataDir EtcdDataDir::Make(const std::string& fallback) {
-  if (access(kMemoryRoot, W_OK | X_OK) != 0) return EtcdDataDir(fallback, -1);
-  RemoveOrphanedDataDirs();
+EtcdDataDir EtcdDataDir::Make(const std::string& fallback, const std::string& memory_root) {
+  if (access(memory_root.c_str(), W_OK | X_OK) != 0) return EtcdDataDir(fallback, -1);
+  RemoveOrphanedDataDirs(memory_root);
   // Made under another name, locked, then renamed: a directory under
   // kOwnedPrefix always has a holder until its owner dies.
-  std::string staging = absl::StrCat(kMemoryRoot, "/pstrain-etcd-new.XXXXXX");
+  std::string staging = absl::StrCat(memory_root, "/pstrain-etcd-new.XXXXXX");
   if (mkdtemp(staging.data()) == nullptr) return EtcdDataDir(fallback, -1);
   const std::string lock = absl::StrCat(staging, "/", kLockFile);
   const int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -103,8 +102,8 @@ EtcdDataDir EtcdDataDir::Make(const std::string& fallback) {
     std::filesystem::remove_all(staging, error);
     return EtcdDataDir(fallback, -1);
   }
-  std::string owned = staging;
-  owned.replace(owned.find("pstrain-etcd-new."), std::strlen("pstrain-etcd-new."), kOwnedPrefix);
+  const std::string owned =
+      absl::StrCat(memory_root, "/", kOwnedPrefix, staging.substr(staging.size() - 6));
   if (rename(staging.c_str(), owned.c_str()) != 0) {
     close(fd);
     std::filesystem::remove_all(staging, error);

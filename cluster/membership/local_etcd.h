@@ -43,7 +43,9 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int count);
 // kernel releases when the owner dies, whatever its PID namespace.
 class EtcdDataDir {
  public:
-  static EtcdDataDir Make(const std::string& fallback);
+  // `memory_root`: where the in-memory directories go (tests name a
+  // scratch directory of their own).
+  static EtcdDataDir Make(const std::string& fallback, const std::string& memory_root = "/dev/shm");
   EtcdDataDir(EtcdDataDir&& other) noexcept;
   EtcdDataDir& operator=(EtcdDataDir&&) = delete;
   ~EtcdDataDir();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/durable_file.h"
+#include "common/little_endian.h"
 #include "common/proto_fields.h"
 #include "common/status_macros.h"
 #include "ps_server/core/checkpoint_delta.h"
@@ -55,8 +56,8 @@ constexpr size_t kPieceHeaderBytes = 8 + 4;
 // protobuf parses no message of 2 GiB or more.
 constexpr uint64_t kMaxMessageBytes = std::numeric_limits<int32_t>::max();
 
-// The fields of a table's rows, each with its bytes per row, where they
-// divide into `rows`.
+// A field of a table's rows (or its removed ids) and its bytes per unit:
+// per row, or the field whole where it does not divide into rows.
 struct RowFields {
   const std::string* field;
   size_t row_bytes;
@@ -67,16 +68,6 @@ constexpr size_t kIdBytes = sizeof(uint64_t);
 constexpr std::array<std::string_view, 5> kRowFields = {"ids", "values", "slots", "row_updates",
                                                         "removed_ids"};
 constexpr std::array<std::string_view, 1> kTablesField = {"embeddings"};
-
-void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-uint64_t GetLittleEndian(const char* in, int bytes) {
-  uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) value |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
-  return value;
-}
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
@@ -145,34 +136,31 @@ absl::Status ForEachCheckpointPiece(const ShardCheckpoint& checkpoint, size_t ma
       [](ShardCheckpoint::Embedding* e) { return e->mutable_row_updates(); }};
   const std::vector<std::string* (*)(ShardCheckpoint::Embedding*)> removed_field = {
       [](ShardCheckpoint::Embedding* e) { return e->mutable_removed_ids(); }};
+  // A table's fields (or its removed ids) in `units` runs of equal bytes:
+  // its rows, or one unit where they do not divide into rows as a shard
+  // writes them (whole, for Restore to refuse).
+  auto split_fields = [&](int t, const std::vector<const std::string*>& fields,
+                          const std::vector<std::string* (*)(ShardCheckpoint::Embedding*)>& into,
+                          size_t rows, bool divides) -> absl::Status {
+    const size_t units = divides ? rows : 1;
+    if (units == 0) return absl::OkStatus();
+    std::vector<RowFields> per_unit;
+    for (const std::string* field : fields) per_unit.push_back({field, field->size() / units});
+    return split(t, per_unit, into, units);
+  };
   for (int t = 0; t < checkpoint.embeddings_size(); ++t) {
     const ShardCheckpoint::Embedding& table = checkpoint.embeddings(t);
     const size_t rows = table.ids().size() / kIdBytes;
     const std::vector<const std::string*> fields = {&table.ids(), &table.values(), &table.slots(),
                                                     &table.row_updates()};
-    std::vector<RowFields> per_row;
     bool divides = table.ids().size() % kIdBytes == 0;
     for (const std::string* field : fields) {
       divides = divides && (rows == 0 ? field->empty() : field->size() % rows == 0);
-      per_row.push_back({field, rows == 0 ? 0 : field->size() / rows});
     }
-    if (!divides) {
-      // Not rows as a shard writes them: whole, for Restore to refuse.
-      per_row = {{&table.ids(), table.ids().size()},
-                 {&table.values(), table.values().size()},
-                 {&table.slots(), table.slots().size()},
-                 {&table.row_updates(), table.row_updates().size()}};
-      PST_RETURN_IF_ERROR(split(t, per_row, row_fields, 1));
-    } else if (rows > 0) {
-      PST_RETURN_IF_ERROR(split(t, per_row, row_fields, rows));
-    }
+    PST_RETURN_IF_ERROR(split_fields(t, fields, row_fields, rows, divides));
     const std::string& removed = table.removed_ids();
-    if (removed.size() % kIdBytes != 0) {
-      PST_RETURN_IF_ERROR(split(t, {{&removed, removed.size()}}, removed_field, 1));
-    } else if (!removed.empty()) {
-      PST_RETURN_IF_ERROR(
-          split(t, {{&removed, kIdBytes}}, removed_field, removed.size() / kIdBytes));
-    }
+    PST_RETURN_IF_ERROR(split_fields(t, {&removed}, removed_field, removed.size() / kIdBytes,
+                                     removed.size() % kIdBytes == 0));
   }
   return flush();
 }
@@ -338,14 +326,14 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
               }
               const std::string_view bytes = std::string_view(buffer).substr(kPieceHeaderBytes);
               std::string piece_header;
-              PutLittleEndian(bytes.size(), 8, &piece_header);
-              PutLittleEndian(PayloadCrc32(bytes), 4, &piece_header);
+              AppendLittleEndian(bytes.size(), 8, &piece_header);
+              AppendLittleEndian(PayloadCrc32(bytes), 4, &piece_header);
               std::memcpy(buffer.data(), piece_header.data(), kPieceHeaderBytes);
               ++pieces;
               return file.Append(buffer);
             }));
         std::string count;
-        PutLittleEndian(pieces, 8, &count);
+        AppendLittleEndian(pieces, 8, &count);
         return file.WriteAt(sizeof(kPiecesMagic), count);
       },
       0600));
@@ -376,7 +364,7 @@ absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::str
   if (size < kPiecesHeaderBytes || !ReadAt(fd, 0, kPiecesHeaderBytes, header)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: no piece count"));
   }
-  const uint64_t count = GetLittleEndian(header + sizeof(kPiecesMagic), 8);
+  const uint64_t count = ReadLittleEndian(header + sizeof(kPiecesMagic), 8);
   if (count == 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " holds no piece"));
   }
@@ -390,8 +378,8 @@ absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::str
           absl::StrCat("checkpoint ", path, " is torn: piece ", i, " of ", count, " is missing"));
     }
     at += kPieceHeaderBytes;
-    const uint64_t length = GetLittleEndian(piece_header, 8);
-    const uint32_t crc = static_cast<uint32_t>(GetLittleEndian(piece_header + 8, 4));
+    const uint64_t length = ReadLittleEndian(piece_header, 8);
+    const uint32_t crc = static_cast<uint32_t>(ReadLittleEndian(piece_header + 8, 4));
     if (length > kMaxMessageBytes) {
       return absl::DataLossError(absl::StrCat("checkpoint ", path, ": piece ", i, " claims ",
                                               length, " bytes, more than a checkpoint holds"));
@@ -458,7 +446,7 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
       std::memcmp(header, kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
   }
-  const uint64_t claimed = GetLittleEndian(header + sizeof(kMagic), 8);
+  const uint64_t claimed = ReadLittleEndian(header + sizeof(kMagic), 8);
   if (claimed > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " claims ", claimed,
                                             " payload bytes, more than a checkpoint holds"));
@@ -482,8 +470,9 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   if (contents.size() < kHeaderBytes || std::memcmp(contents.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no valid header"));
   }
-  const uint64_t length = GetLittleEndian(contents.data() + sizeof(kMagic), 8);
-  const uint32_t crc = static_cast<uint32_t>(GetLittleEndian(contents.data() + sizeof(kMagic) + 8, 4));
+  const uint64_t length = ReadLittleEndian(contents.data() + sizeof(kMagic), 8);
+  const uint32_t crc =
+      static_cast<uint32_t>(ReadLittleEndian(contents.data() + sizeof(kMagic) + 8, 4));
   if (contents.size() - kHeaderBytes != length) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: ",
                                             contents.size() - kHeaderBytes, " of ", length,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/little_endian.h"
 #include "common/proto_fields.h"
 #include "ps_server/core/checkpoint.h"
 
@@ -20,7 +21,7 @@ constexpr std::array<std::string_view, 1> kStateField = {"state"};
 
 void AppendPart(const google::protobuf::MessageLite& part, std::string* bytes) {
   const size_t length = part.ByteSizeLong();
-  for (size_t i = 0; i < kLengthBytes; ++i) bytes->push_back(static_cast<char>(length >> (8 * i)));
+  AppendLittleEndian(length, static_cast<int>(kLengthBytes), bytes);
   const size_t at = bytes->size();
   bytes->resize(at + length);
   // The size ByteSizeLong cached: one walk of the part, not two.
@@ -101,10 +102,7 @@ void ReplicaAssembly::Drop() {
 bool ReplicaAssembly::ParseWholeParts() {
   size_t at = 0;
   while (bytes_.size() - at >= kLengthBytes) {
-    uint64_t length = 0;
-    for (size_t i = 0; i < kLengthBytes; ++i) {
-      length |= uint64_t{static_cast<unsigned char>(bytes_[at + i])} << (8 * i);
-    }
+    const uint64_t length = ReadLittleEndian(bytes_.data() + at, static_cast<int>(kLengthBytes));
     if (length > uint64_t{std::numeric_limits<int32_t>::max()}) return false;
     if (length > bytes_.size() - at - kLengthBytes) break;  // the rest is to come
     const char* part = bytes_.data() + at + kLengthBytes;

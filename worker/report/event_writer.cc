@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/durable_file.h"
+#include "common/little_endian.h"
 #include "common/status_macros.h"
 #include "event.pb.h"
 
@@ -25,10 +26,6 @@ std::array<uint32_t, 256> MakeCrcTable() {
     table[i] = crc;
   }
   return table;
-}
-
-void AppendLittleEndian(uint64_t value, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
 std::string HostName() {
