@@ -125,7 +125,7 @@ void Corrupt(uint8_t how, uint8_t value, ReplicaUpdate* update) {
         return e->mutable_removed_ids();
     }
   };
-  switch (how % 14) {
+  switch (how % 16) {
     case 0:
       return;  // intact
     case 1:
@@ -176,6 +176,46 @@ void Corrupt(uint8_t how, uint8_t value, ReplicaUpdate* update) {
       return;
     case 11:
       update->add_workers_done(value % 3 - 1);  // the job has worker 0 only
+      return;
+    case 12: {  // the dense variable's optimizer step
+      if (update->dense_steps().steps_size() == 0) return;
+      DenseStep* step = update->mutable_dense_steps()->mutable_steps(0);
+      const float odd[] = {std::nanf(""), -1.0f, 3e38f, 0.0f};
+      switch ((value >> 2) % 7) {
+        case 0:
+          step->set_name(value % 2 ? "emb" : "c");
+          break;
+        case 1:
+          step->set_update(step->update() + (value % 3) - 1);
+          break;
+        case 2:
+          step->mutable_gradient()->resize(value % 16);
+          break;
+        case 3:
+          std::memcpy(step->mutable_gradient()->data(), &odd[value % 4], sizeof(float));
+          break;
+        case 4:
+          step->set_lr_scale(odd[value % 4]);
+          break;
+        case 5:
+          step->set_learning_rate(odd[value % 4]);
+          break;
+        default:
+          *update->mutable_dense_steps()->add_steps() = *step;  // twice
+          break;
+      }
+      return;
+    }
+    case 13:  // the dense variables whole and as steps, or neither
+      if (value % 2) {
+        const float values[] = {1, 2, 3};
+        ShardCheckpoint::Variable* variable = state->add_variables();
+        variable->set_name("b");
+        variable->add_shape(3);
+        variable->set_values(Bytes(values, sizeof(values)));
+      } else {
+        update->clear_dense_steps();
+      }
       return;
     default:
       state->set_shard(value % 3);

@@ -1,8 +1,13 @@
 #include "ps_server/core/dense_table.h"
 
+#include <cstring>
+#include <span>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "ps_server/core/sync_reduce.h"
 
 namespace pst {
 
@@ -54,6 +59,52 @@ absl::Status DenseTable::StageStep(const UpdateSettings& settings) {
 absl::Status DenseTable::Restore(const ShardCheckpoint& checkpoint) {
   PST_RETURN_IF_ERROR(store_.Restore(checkpoint));
   ResetStep();
+  return absl::OkStatus();
+}
+
+absl::Status DenseTable::ApplySteps(const DenseSteps& steps) {
+  std::vector<bool> seen(store_.size(), false);
+  std::vector<float> gradient;
+  for (const DenseStep& step : steps.steps()) {
+    absl::StatusOr<std::pair<int, VariableStore::StageTarget>> begun =
+        store_.BeginReplayed(step, &seen);
+    if (!begun.ok()) {
+      store_.Discard();
+      return begun.status();
+    }
+    auto& [index, target] = *begun;
+    gradient.resize(step.gradient().size() / sizeof(float));
+    std::memcpy(gradient.data(), step.gradient().data(), step.gradient().size());
+    if (!AllFinite(gradient)) {
+      store_.Discard();
+      return absl::InvalidArgumentError(
+          absl::StrCat("the update's gradient of \"", step.name(), "\" holds a non-finite value"));
+    }
+    // Each element's result depends only on its own inputs
+    // (Optimizer::ApplyRange), so the split does not change a bit.
+    const size_t n = gradient.size();
+    const int parts = n < kParallelElements ? 1 : parts_;
+    const size_t per_part = (n + parts - 1) / parts;
+    std::vector<VariableStore::StageTarget> part_targets(parts - 1, target);
+    {
+      std::vector<ThreadPool::Task> tasks;
+      for (int p = 1; p < parts; ++p) {
+        const size_t begin = std::min(n, p * per_part);
+        const size_t end = std::min(n, begin + per_part);
+        tasks.push_back(threads_.Start([&, p, begin, end] {
+          part_targets[p - 1].Apply(begin,
+                                    std::span<const float>(gradient).subspan(begin, end - begin));
+        }));
+      }
+      target.Apply(0, std::span<const float>(gradient).first(std::min(n, per_part)));
+    }  // the tasks' destructors wait for them
+    for (const VariableStore::StageTarget& part : part_targets) target.Merge(part);
+    if (absl::Status finished = store_.FinishStage(index, target); !finished.ok()) {
+      store_.Discard();
+      return finished;
+    }
+  }
+  store_.Commit();
   return absl::OkStatus();
 }
 

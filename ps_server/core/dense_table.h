@@ -44,6 +44,17 @@ class DenseTable final : public Table {
   absl::Status Restore(const ShardCheckpoint& checkpoint) override;
   void AddStats(StatsResponse* response) const override;
 
+  // Replicas (VariableStore::RecordSteps, TakeSteps): a primary keeps
+  // each update's optimizer steps for its backups, and a backup applies
+  // them (all or nothing, a large variable split over the table's
+  // threads) and commits, bitwise as the primary did. ApplySteps:
+  // InvalidArgument, and no change, for steps that do not fit the
+  // variables (BeginReplayed), a gradient with a non-finite value, or a
+  // result that is not finite.
+  void RecordSteps(bool record) { store_.RecordSteps(record); }
+  bool TakeSteps(DenseSteps* steps) { return store_.TakeSteps(steps); }
+  absl::Status ApplySteps(const DenseSteps& steps);
+
   // The variables a pull names, each once, in its order (every variable,
   // in the store's order, if it names none; none for a pull of rows only).
   // InvalidArgument for an unknown or repeated name; `shard` names the shard.

@@ -44,9 +44,10 @@
 // may block a thread. Stats is a pure read.
 //
 // Replicas. With options.replicas > 1 the shard is held by that many
-// processes: one primary, the rest its backups. The primary forwards the
-// state each version leaves (ReplicaUpdate: every dense variable, the rows
-// changed and removed, the worker clocks; the state whole to a backup
+// processes: one primary, the rest its backups. The primary forwards what
+// each version changes (ReplicaUpdate: the dense variables' optimizer
+// steps, the rows changed and removed with their state, the worker
+// clocks; the state whole to a backup
 // that has none, or is too far behind) and counts a version replicated
 // once every backup in the commit rule acknowledges it. A backup that is
 // new or came back is sent the state whole and the updates after it while
@@ -58,8 +59,9 @@
 // backup lacks, and in SYNC, where a pull shows exactly the step it
 // waited for, none reads one either. (An ASYNC pull may show other
 // workers' updates still on their way to the backups, as it may show
-// updates that land after it.) A backup (ApplyReplicaUpdate) copies each
-// update, so it holds bitwise what the primary held at that version, and
+// updates that land after it.) A backup (ApplyReplicaUpdate) applies the
+// same dense steps and copies the rows, so it holds bitwise what the
+// primary held at that version, and
 // refuses an update from an epoch older than one it has seen (fencing).
 // While no live backup lags, the primary runs as an unreplicated shard; it
 // holds updates back while a backup in the rule is kMaxUnreplicated

@@ -138,7 +138,7 @@ void ParameterShard::RestartForwarding(bool new_office) {
               .counts = backup.counts && !new_office,
               .holds_acknowledged_from = version_};
   }
-  tables_.embeddings().ForgetChanges(/*forward=*/options_.replicas > 1);
+  tables_.RecordChanges(/*record=*/options_.replicas > 1);
 }
 
 void ParameterShard::ForwardVersion() {
@@ -152,7 +152,7 @@ void ParameterShard::ForwardVersion() {
   state->set_base_version(log_base_);
   ledger_.ExportClocks(state);
   for (int worker : ledger_.DoneWorkers()) update->add_workers_done(worker);
-  if (absl::Status s = tables_.ExportChanges(state); !s.ok()) {
+  if (absl::Status s = tables_.ExportChanges(update.get()); !s.ok()) {
     // The changes are lost to the log: every backup takes the state whole.
     spdlog::error(
         "shard {}: version {} cannot be forwarded to the backups ({}); they are sent "
@@ -369,7 +369,7 @@ absl::Status ParameterShard::ApplyReplicaUpdate(const ReplicaUpdate& update, Rep
       acknowledged = true;
       acknowledge();
     };
-    if (absl::Status s = tables_.ApplyChanges(state, checked); !s.ok()) {
+    if (absl::Status s = tables_.ApplyChanges(update, checked); !s.ok()) {
       // Refused before its acknowledgement, an update changed nothing.
       if (acknowledged || s.code() != absl::StatusCode::kInvalidArgument) holds_state_ = false;
       if (!acknowledged) AnswerReplica(ack);

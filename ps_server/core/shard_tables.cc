@@ -143,21 +143,42 @@ void ShardTables::RefreshParameterBytes() {
   parameter_bytes_.store(dense_bytes_ + embeddings_->parameter_bytes(), std::memory_order_relaxed);
 }
 
-absl::Status ShardTables::ExportChanges(ShardCheckpoint* checkpoint) {
-  dense_->Export(checkpoint);
+void ShardTables::RecordChanges(bool record) {
+  dense_->RecordSteps(record);
+  embeddings_->ForgetChanges(/*forward=*/record);
+}
+
+absl::Status ShardTables::ExportChanges(ReplicaUpdate* update) {
+  ShardCheckpoint* checkpoint = update->mutable_state();
+  // An update's gradients: a third of the bytes of the values and the
+  // optimizer state they leave with Adam, half with Adagrad.
+  if (!dense_->TakeSteps(update->mutable_dense_steps())) {
+    update->clear_dense_steps();
+    dense_->Export(checkpoint);
+  }
   return embeddings_->ExportChanges(checkpoint);
 }
 
-absl::Status ShardTables::ApplyChanges(const ShardCheckpoint& delta,
+absl::Status ShardTables::ApplyChanges(const ReplicaUpdate& update,
                                        absl::FunctionRef<void()> checked) {
+  const ShardCheckpoint& delta = update.state();
   if (delta.shard() != shard_) {
     return absl::InvalidArgumentError(
         absl::StrCat("the update is of shard ", delta.shard(), ", this is shard ", shard_));
   }
   // Everything is checked before anything changes: the dense table's
-  // Restore checks all before it replaces its variables.
+  // ApplySteps and Restore check all before they change a variable.
   PST_RETURN_IF_ERROR(embeddings_->CheckChanges(delta));
-  PST_RETURN_IF_ERROR(dense_->Restore(delta));
+  dense_->RecordSteps(false);  // a backup's own updates are its primary's
+  if (update.has_dense_steps()) {
+    if (!delta.variables().empty()) {
+      return absl::InvalidArgumentError(
+          "an update carries its dense variables both whole and as steps");
+    }
+    PST_RETURN_IF_ERROR(dense_->ApplySteps(update.dense_steps()));
+  } else {
+    PST_RETURN_IF_ERROR(dense_->Restore(delta));
+  }
   checked();
   PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
   dense_bytes_ = dense_->parameter_bytes();

@@ -74,16 +74,20 @@ class ShardTables {
 
   void Export(ShardCheckpoint* checkpoint) const;
   // Replicas (EmbeddingTable::ExportChanges, ApplyChanges): what the
-  // updates since the last ExportChanges changed (every dense variable,
-  // the embedding rows changed and removed), and a backup's side of it.
+  // updates since the last ExportChanges changed, into `update`'s delta
+  // state (the embedding rows changed and removed) and its dense steps
+  // (DenseTable::TakeSteps; every dense variable whole in the state where
+  // the steps do not tell the change), and a backup's side of it.
+  // RecordChanges starts (or stops) keeping them and forgets what was kept.
   // ApplyChanges: InvalidArgument, and no change, for an update of another
   // shard or one that does not fit the tables; any other error (a disk
   // tier's failure, tables that were not the primary's) leaves the tables
   // part applied, and the backup needs the state whole. `checked` runs
   // once everything is checked and the dense variables are in, before any
   // row is written.
-  absl::Status ExportChanges(ShardCheckpoint* checkpoint);
-  absl::Status ApplyChanges(const ShardCheckpoint& delta, absl::FunctionRef<void()> checked);
+  void RecordChanges(bool record);
+  absl::Status ExportChanges(ReplicaUpdate* update);
+  absl::Status ApplyChanges(const ReplicaUpdate& update, absl::FunctionRef<void()> checked);
   // Each table's Capture (Table::Capture): what Finish writes outside the lock.
   void Capture(ShardSnapshot* snapshot) const;
   void AddStats(StatsResponse* response) const;

@@ -117,6 +117,7 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
   variables_ = std::move(variables);
   index_ = std::move(index);
   initialized_ = true;
+  DropSteps(/*lost=*/true);
   return absl::OkStatus();
 }
 
@@ -193,6 +194,7 @@ absl::Status VariableStore::Restore(const ShardCheckpoint& checkpoint) {
   variables_ = std::move(variables);
   index_ = std::move(index);
   initialized_ = true;
+  DropSteps(/*lost=*/true);
   return absl::OkStatus();
 }
 
@@ -269,8 +271,66 @@ absl::Status VariableStore::Stage(int index, std::span<const float> gradient,
 absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(
     int index, const UpdateSettings& settings) {
   const Variable& v = variables_[index];
+  const Optimizer::Step step = settings.StepOf(*optimizer_, v.name, v.updates + 1);
+  StageTarget target = BeginStageWith(index, step, settings.gradient_scale);
+  if (recording_) {
+    DenseStep& record = staged_[index].step;
+    record.set_name(v.name);
+    record.mutable_gradient()->resize(v.size() * sizeof(float));
+    record.set_gradient_scale(settings.gradient_scale);
+    record.set_lr_scale(step.lr_scale);
+    if (step.learning_rate.has_value()) {
+      record.set_learning_rate(*step.learning_rate);
+    } else {
+      record.clear_learning_rate();
+    }
+    if (step.weight_decay.has_value()) {
+      record.set_weight_decay(*step.weight_decay);
+    } else {
+      record.clear_weight_decay();
+    }
+    record.set_update(step.t);
+    target.record_ = record.mutable_gradient()->data();
+  }
+  return target;
+}
+
+absl::StatusOr<std::pair<int, VariableStore::StageTarget>> VariableStore::BeginReplayed(
+    const DenseStep& step, std::vector<bool>* seen) {
+  const int index = Find(step.name());
+  if (index < 0 || (*seen)[index]) {
+    return absl::InvalidArgumentError(absl::StrCat("the update steps ",
+                                                   index < 0 ? "an unknown" : "a repeated",
+                                                   " variable \"", step.name(), "\""));
+  }
+  (*seen)[index] = true;
+  const Variable& v = variables_[index];
+  if (step.gradient().size() != v.size() * sizeof(float) || step.update() != v.updates + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update's step of \"", v.name, "\" (", step.gradient().size(),
+                     " bytes, update ", step.update(), ") does not follow the variable (",
+                     v.size() * sizeof(float), " bytes, update ", v.updates, ")"));
+  }
+  const auto usable = [](float x) { return std::isfinite(x) && x >= 0.0f; };
+  if (!std::isfinite(step.gradient_scale()) || !usable(step.lr_scale()) ||
+      (step.has_learning_rate() && !usable(step.learning_rate())) ||
+      (step.has_weight_decay() && !usable(step.weight_decay()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update's step of \"", v.name, "\" has a non-finite or negative rate"));
+  }
+  Optimizer::Step settings{
+      .t = step.update(), .lr_scale = step.lr_scale(), .learning_rate = {}, .weight_decay = {}};
+  if (step.has_learning_rate()) settings.learning_rate = step.learning_rate();
+  if (step.has_weight_decay()) settings.weight_decay = step.weight_decay();
+  return std::pair(index, BeginStageWith(index, settings, step.gradient_scale()));
+}
+
+VariableStore::StageTarget VariableStore::BeginStageWith(int index, const Optimizer::Step& step,
+                                                         float gradient_scale) {
+  const Variable& v = variables_[index];
   if (staged_.size() != variables_.size()) staged_.resize(variables_.size());
   Staged& next = staged_[index];
+  next.step.clear_name();  // recorded: BeginStage names it
   const int slots = optimizer_->SlotsPerParameter();
   if (next.values == nullptr || next.values.use_count() > 1) {
     // A pull is still sending this buffer (it held the values before the
@@ -284,8 +344,8 @@ absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(
   next.slots.resize(v.slots.size());
   StageTarget target;
   target.optimizer_ = optimizer_.get();
-  target.step_ = settings.StepOf(*optimizer_, v.name, v.updates + 1);
-  target.gradient_scale_ = settings.gradient_scale;
+  target.step_ = step;
+  target.gradient_scale_ = gradient_scale;
   target.slots_ = slots;
   target.values_ = *v.values;
   target.state_ = v.slots;
@@ -301,6 +361,9 @@ void VariableStore::StageTarget::Apply(size_t first, std::span<const float> grad
   // non-finite results while it is still in cache.
   // Without state (SGD) there is no slot memory to point into.
   const bool has_state = slots_ > 0;
+  if (record_ != nullptr) {
+    std::memcpy(record_ + first * sizeof(float), gradient.data(), gradient.size_bytes());
+  }
   // A clipped gradient is scaled block by block, as it is applied.
   std::array<float, kStageBlock> scaled;
   for (size_t done = 0; done < gradient.size(); done += kStageBlock) {
@@ -345,15 +408,49 @@ absl::Status VariableStore::FinishStage(int index, const StageTarget& target) {
 }
 
 void VariableStore::Commit() {
+  // Recorded only if every variable staged was recorded (not a backup's
+  // replayed step, BeginReplayed).
+  bool recorded = recording_ && !staged_indices_.empty();
+  for (int index : staged_indices_) {
+    recorded = recorded && !staged_[index].step.name().empty();
+  }
+  if (recording_ && !staged_indices_.empty() && (!recorded || updates_recorded_++ > 0)) {
+    DropSteps(/*lost=*/true);
+  }
   for (int index : staged_indices_) {
     Variable& v = variables_[index];
-    v.values.swap(staged_[index].values);
-    v.slots.swap(staged_[index].slots);
+    Staged& staged = staged_[index];
+    v.values.swap(staged.values);
+    v.slots.swap(staged.slots);
     ++v.updates;
+    if (recorded && !steps_lost_) recorded_.add_steps()->Swap(&staged.step);
+    staged.step.Clear();
   }
   staged_indices_.clear();
 }
 
-void VariableStore::Discard() { staged_indices_.clear(); }
+void VariableStore::Discard() {
+  for (int index : staged_indices_) staged_[index].step.Clear();
+  staged_indices_.clear();
+}
+
+void VariableStore::RecordSteps(bool record) {
+  recording_ = record;
+  DropSteps(/*lost=*/false);
+}
+
+bool VariableStore::TakeSteps(DenseSteps* steps) {
+  const bool told = recording_ && !steps_lost_;
+  steps->Clear();
+  if (told) steps->Swap(&recorded_);
+  DropSteps(/*lost=*/false);
+  return told;
+}
+
+void VariableStore::DropSteps(bool lost) {
+  recorded_.Clear();
+  updates_recorded_ = 0;
+  steps_lost_ = lost;
+}
 
 }  // namespace pst

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -129,10 +130,31 @@ class VariableStore {
     int slots_ = 0;  // per parameter
     std::span<const float> values_, state_;  // published
     std::span<float> next_values_, next_state_;
+    char* record_ = nullptr;  // the gradient's copy while recording, or null
     uint32_t non_finite_ = 0;
   };
   absl::StatusOr<StageTarget> BeginStage(int index, const UpdateSettings& settings);
   absl::Status FinishStage(int index, const StageTarget& target);
+  // Forwarding to backups. While recording, each update committed keeps,
+  // per variable it staged, the gradient given to its target and the
+  // optimizer step (DenseStep), until TakeSteps; RecordSteps drops what
+  // is kept. TakeSteps moves the steps of the update committed since the
+  // last call (none if none was) into `steps` and returns true; false,
+  // with `steps` empty, where they do not tell the change: not recording,
+  // more than one update committed, or the variables replaced
+  // (Initialize, Restore) since.
+  void RecordSteps(bool record);
+  bool TakeSteps(DenseSteps* steps);
+  // A backup's side: stages `step` (a primary's, of the variable it names,
+  // not in `seen`, which this sets) as BeginStage does, with the step's
+  // optimizer settings. The variable's index and its target, which the
+  // caller applies the step's gradient to and finishes (FinishStage).
+  // InvalidArgument for an unknown or repeated variable, a gradient of
+  // another size, an update count that does not follow the variable's, or
+  // settings no primary uses (non-finite, negative rates).
+  absl::StatusOr<std::pair<int, StageTarget>> BeginReplayed(const DenseStep& step,
+                                                            std::vector<bool>* seen);
+
   // The buffer BeginStage(index) stages the new values into: the values
   // the variable has once the update is committed, for a caller that sends
   // them on as they are staged. Holding it past the update makes the next
@@ -146,7 +168,13 @@ class VariableStore {
   struct Staged {
     Values values;
     std::vector<float> slots;
+    DenseStep step;  // while recording: the step staged
   };
+
+  StageTarget BeginStageWith(int index, const Optimizer::Step& step, float gradient_scale);
+  // Drops what is recorded; a change since the last TakeSteps that the
+  // steps will not tell (`lost`) makes the next TakeSteps false.
+  void DropSteps(bool lost);
 
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Optimizer> job_optimizer_;  // the job's, while named_optimizer_ replaces it
@@ -156,6 +184,10 @@ class VariableStore {
   std::vector<int> staged_indices_;   // staged in the current update
   std::map<std::string, int, std::less<>> index_;
   bool initialized_ = false;
+  bool recording_ = false;
+  DenseSteps recorded_;       // the steps committed since TakeSteps
+  int updates_recorded_ = 0;  // updates committed since TakeSteps
+  bool steps_lost_ = false;
 };
 
 // InvalidArgument naming `what` unless every value is finite.

@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -189,6 +191,122 @@ TEST(DenseTableTest, ACheckpointRestoresIntoAFreshTableAndAnotherOptimizersIsRef
   DenseTable other(std::move(*MakeOptimizer(adam)), 1);
   EXPECT_EQ(other.Restore(checkpoint).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(other.initialized());
+}
+
+// A primary's and a backup's tables for the replica tests: Adam (two
+// slots a value), `a` large enough to be split over threads.
+constexpr size_t kLargeVariable = (size_t{1} << 16) + 4099;
+
+std::unique_ptr<DenseTable> AdamTable(int workers) {
+  OptimizerConfig config;
+  config.mutable_adam()->set_learning_rate(0.01f);
+  return std::make_unique<DenseTable>(std::move(*MakeOptimizer(config)), workers);
+}
+
+std::vector<float> Ramp(size_t n, float from, float step) {
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = from + step * static_cast<float>(i % 977);
+  return values;
+}
+
+// A SYNC step of two workers on `table`, with `settings`.
+void SyncStep(DenseTable* table, int step, const UpdateSettings& settings) {
+  for (int rank : {1, 0}) {
+    const float at = 0.01f * static_cast<float>(step + 1) * (rank == 0 ? 1.0f : -0.3f);
+    const PushRequest push = PushOf(rank, Ramp(kLargeVariable, at, 1e-4f), Ramp(3, -at, 0.5f));
+    TablePush plan;
+    ASSERT_TRUE(table->CheckPush(push, true, true, &plan).ok());
+    table->Land(rank, push, plan);
+  }
+  ASSERT_TRUE(table->StageStep(settings).ok());
+  table->Commit();
+}
+
+std::string ExportOf(const Table& table) {
+  ShardCheckpoint checkpoint;
+  table.Export(&checkpoint);
+  return checkpoint.SerializeAsString();
+}
+
+TEST(DenseTableTest, ABackupThatAppliesThePrimarysStepsHoldsBitwiseItsValuesAndState) {
+  std::unique_ptr<DenseTable> primary = AdamTable(2), backup = AdamTable(2);
+  const InitRequest init = InitOf(Ramp(kLargeVariable, 0.5f, -1e-3f), {1, 2, 3});
+  ASSERT_TRUE(primary->Initialize(init).ok());
+  ASSERT_TRUE(backup->Initialize(init).ok());
+  primary->RecordSteps(true);
+  UpdateRates rates;
+  (*rates.mutable_learning_rates())["b"] = 0.25f;
+  for (int step = 0; step < 5; ++step) {
+    UpdateSettings settings(step % 2 == 0 ? 1.0f : 0.5f, step == 3 ? &rates : nullptr);
+    settings.gradient_scale = step == 2 ? 0.3f : 1.0f;  // clipped
+    SyncStep(primary.get(), step, settings);
+    DenseSteps steps;
+    ASSERT_TRUE(primary->TakeSteps(&steps));
+    ASSERT_EQ(steps.steps_size(), 2);
+    EXPECT_EQ(steps.steps(0).gradient().size(), kLargeVariable * sizeof(float));
+    ASSERT_TRUE(backup->ApplySteps(steps).ok()) << step;
+    // Values and both of Adam's slots, bit for bit.
+    ASSERT_EQ(ExportOf(*backup), ExportOf(*primary)) << step;
+  }
+  EXPECT_EQ(backup->store().variable(0).updates, 5);
+}
+
+TEST(DenseTableTest, StepsTellAChangeOnlyWhenTheyAreOneWholeUpdate) {
+  std::unique_ptr<DenseTable> table = AdamTable(2);
+  ASSERT_TRUE(table->Initialize(InitOf(Ramp(kLargeVariable, 0, 1e-3f), {1, 2, 3})).ok());
+  DenseSteps steps;
+  SyncStep(table.get(), 0, {});
+  EXPECT_FALSE(table->TakeSteps(&steps));  // not recording
+  table->RecordSteps(true);
+  EXPECT_TRUE(table->TakeSteps(&steps));  // no update since: no step
+  EXPECT_EQ(steps.steps_size(), 0);
+  SyncStep(table.get(), 1, {});
+  SyncStep(table.get(), 2, {});
+  EXPECT_FALSE(table->TakeSteps(&steps));  // two updates
+  EXPECT_EQ(steps.steps_size(), 0);
+  SyncStep(table.get(), 3, {});
+  EXPECT_TRUE(table->TakeSteps(&steps));
+  EXPECT_EQ(steps.steps_size(), 2);
+  ShardCheckpoint checkpoint;
+  table->Export(&checkpoint);
+  ASSERT_TRUE(table->Restore(checkpoint).ok());
+  EXPECT_FALSE(table->TakeSteps(&steps));  // replaced whole
+}
+
+TEST(DenseTableTest, StepsThatDoNotFitTheVariablesChangeNothing) {
+  std::unique_ptr<DenseTable> primary = AdamTable(2), backup = AdamTable(2);
+  const InitRequest init = InitOf(Ramp(kLargeVariable, 0.5f, -1e-3f), {1, 2, 3});
+  ASSERT_TRUE(primary->Initialize(init).ok());
+  ASSERT_TRUE(backup->Initialize(init).ok());
+  primary->RecordSteps(true);
+  SyncStep(primary.get(), 0, {});
+  DenseSteps steps;
+  ASSERT_TRUE(primary->TakeSteps(&steps));
+  const std::string before = ExportOf(*backup);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::function<void(DenseSteps*)>> breaks = {
+      [](DenseSteps* s) { s->mutable_steps(1)->set_name("c"); },
+      [](DenseSteps* s) { s->mutable_steps(1)->set_name("a"); },
+      [](DenseSteps* s) { s->mutable_steps(1)->mutable_gradient()->resize(8); },
+      [](DenseSteps* s) { s->mutable_steps(1)->set_update(2); },
+      [](DenseSteps* s) { s->mutable_steps(0)->set_lr_scale(-1.0f); },
+      [nan](DenseSteps* s) { s->mutable_steps(1)->set_learning_rate(nan); },
+      [nan](DenseSteps* s) {
+        std::memcpy(s->mutable_steps(1)->mutable_gradient()->data() + 4, &nan, sizeof(nan));
+      },
+      [](DenseSteps* s) {  // a gradient too large for Adam's squared gradient
+        const float huge = 3e38f;
+        std::memcpy(s->mutable_steps(1)->mutable_gradient()->data(), &huge, sizeof(huge));
+      },
+  };
+  for (size_t i = 0; i < breaks.size(); ++i) {
+    DenseSteps broken = steps;
+    breaks[i](&broken);
+    EXPECT_EQ(backup->ApplySteps(broken).code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_EQ(ExportOf(*backup), before) << i;
+  }
+  ASSERT_TRUE(backup->ApplySteps(steps).ok());
+  EXPECT_EQ(ExportOf(*backup), ExportOf(*primary));
 }
 
 }  // namespace
