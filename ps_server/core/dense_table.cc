@@ -1,8 +1,8 @@
 #include "ps_server/core/dense_table.h"
 
+#include <cstdint>
 #include <cstring>
 #include <span>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -62,27 +62,31 @@ absl::Status DenseTable::Restore(const ShardCheckpoint& checkpoint) {
   return absl::OkStatus();
 }
 
-absl::Status DenseTable::ApplySteps(const DenseSteps& steps) {
+absl::Status DenseTable::CheckSteps(const DenseSteps& steps) const {
   std::vector<bool> seen(store_.size(), false);
-  std::vector<float> gradient;
   for (const DenseStep& step : steps.steps()) {
-    absl::StatusOr<std::pair<int, VariableStore::StageTarget>> begun =
-        store_.BeginReplayed(step, &seen);
-    if (!begun.ok()) {
-      store_.Discard();
-      return begun.status();
+    PST_RETURN_IF_ERROR(store_.CheckReplayed(step, &seen).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DenseTable::ApplySteps(const DenseSteps& steps) {
+  std::vector<float> copy;
+  for (const DenseStep& step : steps.steps()) {
+    const int index = store_.Find(step.name());
+    VariableStore::StageTarget target = store_.BeginReplayed(index, step);
+    // The gradient's bytes where they lie (a parsed string's buffer is
+    // aligned), copied only where they are not.
+    const size_t n = step.gradient().size() / sizeof(float);
+    const float* data = reinterpret_cast<const float*>(step.gradient().data());
+    if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
+      copy.resize(n);
+      std::memcpy(copy.data(), step.gradient().data(), step.gradient().size());
+      data = copy.data();
     }
-    auto& [index, target] = *begun;
-    gradient.resize(step.gradient().size() / sizeof(float));
-    std::memcpy(gradient.data(), step.gradient().data(), step.gradient().size());
-    if (!AllFinite(gradient)) {
-      store_.Discard();
-      return absl::InvalidArgumentError(
-          absl::StrCat("the update's gradient of \"", step.name(), "\" holds a non-finite value"));
-    }
+    const std::span<const float> gradient(data, n);
     // Each element's result depends only on its own inputs
     // (Optimizer::ApplyRange), so the split does not change a bit.
-    const size_t n = gradient.size();
     const int parts = n < kParallelElements ? 1 : parts_;
     const size_t per_part = (n + parts - 1) / parts;
     std::vector<VariableStore::StageTarget> part_targets(parts - 1, target);
@@ -92,11 +96,10 @@ absl::Status DenseTable::ApplySteps(const DenseSteps& steps) {
         const size_t begin = std::min(n, p * per_part);
         const size_t end = std::min(n, begin + per_part);
         tasks.push_back(threads_.Start([&, p, begin, end] {
-          part_targets[p - 1].Apply(begin,
-                                    std::span<const float>(gradient).subspan(begin, end - begin));
+          part_targets[p - 1].Apply(begin, gradient.subspan(begin, end - begin));
         }));
       }
-      target.Apply(0, std::span<const float>(gradient).first(std::min(n, per_part)));
+      target.Apply(0, gradient.first(std::min(n, per_part)));
     }  // the tasks' destructors wait for them
     for (const VariableStore::StageTarget& part : part_targets) target.Merge(part);
     if (absl::Status finished = store_.FinishStage(index, target); !finished.ok()) {

@@ -45,14 +45,16 @@ class DenseTable final : public Table {
   void AddStats(StatsResponse* response) const override;
 
   // Replicas (VariableStore::RecordSteps, TakeSteps): a primary keeps
-  // each update's optimizer steps for its backups, and a backup applies
-  // them (all or nothing, a large variable split over the table's
-  // threads) and commits, bitwise as the primary did. ApplySteps:
-  // InvalidArgument, and no change, for steps that do not fit the
-  // variables (BeginReplayed), a gradient with a non-finite value, or a
-  // result that is not finite.
+  // each update's optimizer steps for its backups. A backup checks them
+  // (CheckSteps: InvalidArgument for steps that do not fit the variables,
+  // VariableStore::CheckReplayed), then applies them all or nothing (a
+  // large variable split over the table's threads) and commits, bitwise
+  // as the primary did. ApplySteps, for steps CheckSteps passed, fails
+  // (InvalidArgument, no change) only where a result is not finite, which
+  // the same step on the primary's variables never gives.
   void RecordSteps(bool record) { store_.RecordSteps(record); }
   bool TakeSteps(DenseSteps* steps) { return store_.TakeSteps(steps); }
+  absl::Status CheckSteps(const DenseSteps& steps) const;
   absl::Status ApplySteps(const DenseSteps& steps);
 
   // The variables a pull names, each once, in its order (every variable,

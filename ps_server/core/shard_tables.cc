@@ -167,7 +167,7 @@ absl::Status ShardTables::ApplyChanges(const ReplicaUpdate& update,
         absl::StrCat("the update is of shard ", delta.shard(), ", this is shard ", shard_));
   }
   // Everything is checked before anything changes: the dense table's
-  // ApplySteps and Restore check all before they change a variable.
+  // Restore checks all before it replaces its variables.
   PST_RETURN_IF_ERROR(embeddings_->CheckChanges(delta));
   dense_->RecordSteps(false);  // a backup's own updates are its primary's
   if (update.has_dense_steps()) {
@@ -175,11 +175,18 @@ absl::Status ShardTables::ApplyChanges(const ReplicaUpdate& update,
       return absl::InvalidArgumentError(
           "an update carries its dense variables both whole and as steps");
     }
-    PST_RETURN_IF_ERROR(dense_->ApplySteps(update.dense_steps()));
+    PST_RETURN_IF_ERROR(dense_->CheckSteps(update.dense_steps()));
+    // The steps are applied after the answer, as the rows are written.
+    checked();
+    if (absl::Status s = dense_->ApplySteps(update.dense_steps()); !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("the update's dense steps do not apply here as on the primary (",
+                       s.message(), "): these variables are not the primary's"));
+    }
   } else {
     PST_RETURN_IF_ERROR(dense_->Restore(delta));
+    checked();
   }
-  checked();
   PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
   dense_bytes_ = dense_->parameter_bytes();
   RefreshParameterBytes();

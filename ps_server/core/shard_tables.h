@@ -83,8 +83,8 @@ class ShardTables {
   // shard or one that does not fit the tables; any other error (a disk
   // tier's failure, tables that were not the primary's) leaves the tables
   // part applied, and the backup needs the state whole. `checked` runs
-  // once everything is checked and the dense variables are in, before any
-  // row is written.
+  // once everything is checked, before any dense step is applied or row
+  // written (a whole dense variable is in by then).
   void RecordChanges(bool record);
   absl::Status ExportChanges(ReplicaUpdate* update);
   absl::Status ApplyChanges(const ReplicaUpdate& update, absl::FunctionRef<void()> checked);

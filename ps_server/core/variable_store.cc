@@ -295,8 +295,8 @@ absl::StatusOr<VariableStore::StageTarget> VariableStore::BeginStage(
   return target;
 }
 
-absl::StatusOr<std::pair<int, VariableStore::StageTarget>> VariableStore::BeginReplayed(
-    const DenseStep& step, std::vector<bool>* seen) {
+absl::StatusOr<int> VariableStore::CheckReplayed(const DenseStep& step,
+                                                 std::vector<bool>* seen) const {
   const int index = Find(step.name());
   if (index < 0 || (*seen)[index]) {
     return absl::InvalidArgumentError(absl::StrCat("the update steps ",
@@ -318,11 +318,19 @@ absl::StatusOr<std::pair<int, VariableStore::StageTarget>> VariableStore::BeginR
     return absl::InvalidArgumentError(
         absl::StrCat("the update's step of \"", v.name, "\" has a non-finite or negative rate"));
   }
+  if (!EncodedFinite(step.gradient(), FLOAT32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update's gradient of \"", v.name, "\" holds a non-finite value"));
+  }
+  return index;
+}
+
+VariableStore::StageTarget VariableStore::BeginReplayed(int index, const DenseStep& step) {
   Optimizer::Step settings{
       .t = step.update(), .lr_scale = step.lr_scale(), .learning_rate = {}, .weight_decay = {}};
   if (step.has_learning_rate()) settings.learning_rate = step.learning_rate();
   if (step.has_weight_decay()) settings.weight_decay = step.weight_decay();
-  return std::pair(index, BeginStageWith(index, settings, step.gradient_scale()));
+  return BeginStageWith(index, settings, step.gradient_scale());
 }
 
 VariableStore::StageTarget VariableStore::BeginStageWith(int index, const Optimizer::Step& step,

@@ -12,7 +12,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -145,15 +144,16 @@ class VariableStore {
   // (Initialize, Restore) since.
   void RecordSteps(bool record);
   bool TakeSteps(DenseSteps* steps);
-  // A backup's side: stages `step` (a primary's, of the variable it names,
-  // not in `seen`, which this sets) as BeginStage does, with the step's
-  // optimizer settings. The variable's index and its target, which the
-  // caller applies the step's gradient to and finishes (FinishStage).
-  // InvalidArgument for an unknown or repeated variable, a gradient of
-  // another size, an update count that does not follow the variable's, or
-  // settings no primary uses (non-finite, negative rates).
-  absl::StatusOr<std::pair<int, StageTarget>> BeginReplayed(const DenseStep& step,
-                                                            std::vector<bool>* seen);
+  // A backup's side. CheckReplayed: the index of the variable `step` (a
+  // primary's) names, which it marks in `seen`; InvalidArgument for an
+  // unknown variable or one in `seen`, a gradient of another size or with
+  // a non-finite value, an update count that does not follow the
+  // variable's, or settings no primary uses (non-finite, negative rates).
+  // BeginReplayed, for a step CheckReplayed passed: stages it as
+  // BeginStage does, with the step's optimizer settings; the caller
+  // applies the step's gradient to the target and finishes (FinishStage).
+  absl::StatusOr<int> CheckReplayed(const DenseStep& step, std::vector<bool>* seen) const;
+  StageTarget BeginReplayed(int index, const DenseStep& step);
 
   // The buffer BeginStage(index) stages the new values into: the values
   // the variable has once the update is committed, for a caller that sends

@@ -244,6 +244,7 @@ TEST(DenseTableTest, ABackupThatAppliesThePrimarysStepsHoldsBitwiseItsValuesAndS
     ASSERT_TRUE(primary->TakeSteps(&steps));
     ASSERT_EQ(steps.steps_size(), 2);
     EXPECT_EQ(steps.steps(0).gradient().size(), kLargeVariable * sizeof(float));
+    ASSERT_TRUE(backup->CheckSteps(steps).ok()) << step;
     ASSERT_TRUE(backup->ApplySteps(steps).ok()) << step;
     // Values and both of Adam's slots, bit for bit.
     ASSERT_EQ(ExportOf(*backup), ExportOf(*primary)) << step;
@@ -299,13 +300,18 @@ TEST(DenseTableTest, StepsThatDoNotFitTheVariablesChangeNothing) {
         std::memcpy(s->mutable_steps(1)->mutable_gradient()->data(), &huge, sizeof(huge));
       },
   };
+  // Refused by the check, or (a result that is not finite) by the apply.
+  const auto check_and_apply = [&](const DenseSteps& s) {
+    const absl::Status checked = backup->CheckSteps(s);
+    return checked.ok() ? backup->ApplySteps(s) : checked;
+  };
   for (size_t i = 0; i < breaks.size(); ++i) {
     DenseSteps broken = steps;
     breaks[i](&broken);
-    EXPECT_EQ(backup->ApplySteps(broken).code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_EQ(check_and_apply(broken).code(), absl::StatusCode::kInvalidArgument) << i;
     EXPECT_EQ(ExportOf(*backup), before) << i;
   }
-  ASSERT_TRUE(backup->ApplySteps(steps).ok());
+  ASSERT_TRUE(check_and_apply(steps).ok());
   EXPECT_EQ(ExportOf(*backup), ExportOf(*primary));
 }
 
