@@ -169,23 +169,25 @@ absl::Status ShardTables::ApplyChanges(const ReplicaUpdate& update,
   // Everything is checked before anything changes: the dense table's
   // Restore checks all before it replaces its variables.
   PST_RETURN_IF_ERROR(embeddings_->CheckChanges(delta));
-  dense_->RecordSteps(false);  // a backup's own updates are its primary's
-  if (update.has_dense_steps()) {
+  const bool as_steps = update.has_dense_steps();
+  if (as_steps) {
     if (!delta.variables().empty()) {
       return absl::InvalidArgumentError(
           "an update carries its dense variables both whole and as steps");
     }
     PST_RETURN_IF_ERROR(dense_->CheckSteps(update.dense_steps()));
-    // The steps are applied after the answer, as the rows are written.
-    checked();
+  } else {
+    PST_RETURN_IF_ERROR(dense_->Restore(delta));
+  }
+  dense_->RecordSteps(false);  // a backup's own updates are its primary's
+  checked();
+  // The steps are applied after the answer, as the rows are written.
+  if (as_steps) {
     if (absl::Status s = dense_->ApplySteps(update.dense_steps()); !s.ok()) {
       return absl::DataLossError(
           absl::StrCat("the update's dense steps do not apply here as on the primary (",
                        s.message(), "): these variables are not the primary's"));
     }
-  } else {
-    PST_RETURN_IF_ERROR(dense_->Restore(delta));
-    checked();
   }
   PST_RETURN_IF_ERROR(embeddings_->ApplyChanges(delta));
   dense_bytes_ = dense_->parameter_bytes();
