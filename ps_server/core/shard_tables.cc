@@ -177,6 +177,16 @@ absl::Status ShardTables::ApplyChanges(const ReplicaUpdate& update,
     }
     PST_RETURN_IF_ERROR(dense_->CheckSteps(update.dense_steps()));
   } else {
+    // Every dense variable travels whole (DenseTable::Export): another set
+    // would replace the backup's variables with it.
+    const VariableStore& store = dense_->store();
+    if (delta.variables_size() != static_cast<int>(store.size()) ||
+        std::any_of(delta.variables().begin(), delta.variables().end(),
+                    [&](const ShardCheckpoint::Variable& v) { return store.Find(v.name()) < 0; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the update carries ", delta.variables_size(),
+                       " dense variable(s) whole that are not the shard's ", store.size()));
+    }
     PST_RETURN_IF_ERROR(dense_->Restore(delta));
   }
   dense_->RecordSteps(false);  // a backup's own updates are its primary's

@@ -5,8 +5,10 @@
 // back takes the state whole and the log after it while training goes
 // on, joining the chain once it holds everything acknowledged; a push repeated after a failover is
 // applied once, and a primary that steps down answers no worker.
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/transient_refusal.h"
@@ -234,6 +236,63 @@ TEST(ParameterShardReplicaTest, ABackupAcknowledgesAnUpdateOnceAndNeverARefusedO
   EXPECT_EQ(said.version(), 2);
   EXPECT_EQ(said.epoch(), primary->epoch());
   primary->ReplicaAcked(1, said.version());
+  ExpectSameState(*primary, *backup);
+}
+
+TEST(ParameterShardReplicaTest, AnUpdateWhoseDenseVariablesDoNotFitIsRefusedAndChangesNothing) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  InitEvicting(primary.get());
+  std::mt19937_64 draw(4);
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> whole =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  SyncStep(*primary, draw);
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
+      primary->TakeReplicaUpdates(1, absl::Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->size(), 1u);
+  const ReplicaUpdate& update = *next->front();
+  // The version's dense update travels as its optimizer step, not whole.
+  ASSERT_EQ(update.dense_steps().steps_size(), 1);
+  EXPECT_EQ(update.dense_steps().steps(0).gradient().size(), 2 * sizeof(float));
+  EXPECT_EQ(update.state().variables_size(), 0);
+
+  int acknowledged = 0;
+  ReplicaAck said;
+  ASSERT_TRUE(ApplyCounting(*backup, *whole->front(), &acknowledged, &said).ok());
+  // The whole form names the dense optimizer, as a delta's would.
+  const std::string optimizer = whole->front()->state().optimizer();
+  ASSERT_FALSE(optimizer.empty());
+  const std::vector<std::function<void(ReplicaUpdate*)>> breaks = {
+      [&](ReplicaUpdate* u) {  // neither steps nor variables
+        u->clear_dense_steps();
+        u->mutable_state()->set_optimizer(optimizer);
+      },
+      [&](ReplicaUpdate* u) {  // another variable whole
+        u->clear_dense_steps();
+        u->mutable_state()->set_optimizer(optimizer);
+        ShardCheckpoint::Variable* v = u->mutable_state()->add_variables();
+        v->set_name("other");
+        v->add_shape(2);
+        v->set_values(std::string(2 * sizeof(float), '\0'));
+      },
+      [](ReplicaUpdate* u) {  // a step over another update count
+        u->mutable_dense_steps()->mutable_steps(0)->set_update(7);
+      },
+  };
+  for (size_t i = 0; i < breaks.size(); ++i) {
+    ReplicaUpdate broken = update;
+    breaks[i](&broken);
+    acknowledged = 0;
+    EXPECT_EQ(ApplyCounting(*backup, broken, &acknowledged, &said).code(),
+              absl::StatusCode::kInvalidArgument)
+        << i;
+    EXPECT_EQ(acknowledged, 0) << i;
+    EXPECT_EQ(said.version(), 1) << i;  // still holds version 1, unchanged
+  }
+  ASSERT_TRUE(ApplyCounting(*backup, update, &acknowledged, &said).ok());
   ExpectSameState(*primary, *backup);
 }
 
