@@ -87,21 +87,10 @@ absl::Status DenseTable::ApplySteps(const DenseSteps& steps) {
     const std::span<const float> gradient(data, n);
     // Each element's result depends only on its own inputs
     // (Optimizer::ApplyRange), so the split does not change a bit.
-    const int parts = n < kParallelElements ? 1 : parts_;
-    const size_t per_part = (n + parts - 1) / parts;
-    std::vector<VariableStore::StageTarget> part_targets(parts - 1, target);
-    {
-      std::vector<ThreadPool::Task> tasks;
-      for (int p = 1; p < parts; ++p) {
-        const size_t begin = std::min(n, p * per_part);
-        const size_t end = std::min(n, begin + per_part);
-        tasks.push_back(threads_.Start([&, p, begin, end] {
-          part_targets[p - 1].Apply(begin, gradient.subspan(begin, end - begin));
-        }));
-      }
-      target.Apply(0, gradient.first(std::min(n, per_part)));
-    }  // the tasks' destructors wait for them
-    for (const VariableStore::StageTarget& part : part_targets) target.Merge(part);
+    StageInParts(&target, n, /*block=*/1, &threads_, parts_,
+                 [&](VariableStore::StageTarget* part, size_t begin, size_t end) {
+                   part->Apply(begin, gradient.subspan(begin, end - begin));
+                 });
     if (absl::Status finished = store_.FinishStage(index, target); !finished.ok()) {
       store_.Discard();
       return finished;

@@ -49,29 +49,36 @@ double SquaredNormOfScaledSum(const std::vector<std::span<const float>>& gradien
   return norm;
 }
 
+void StageInParts(VariableStore::StageTarget* target, size_t n, size_t block, ThreadPool* threads,
+                  int parts,
+                  absl::FunctionRef<void(VariableStore::StageTarget*, size_t, size_t)> stage) {
+  parts = n < kParallelElements ? 1 : std::max(1, parts);
+  // Whole blocks per part, so that the split does not change the blocks.
+  const size_t blocks = (n + block - 1) / block;
+  const size_t per_part = (blocks + parts - 1) / parts * block;
+  std::vector<VariableStore::StageTarget> part_targets(parts - 1, *target);
+  {
+    std::vector<ThreadPool::Task> tasks;
+    for (int p = 1; p < parts; ++p) {
+      const size_t begin = std::min(n, p * per_part);
+      const size_t end = std::min(n, (p + 1) * per_part);
+      tasks.push_back(
+          threads->Start([&, p, begin, end] { stage(&part_targets[p - 1], begin, end); }));
+    }
+    stage(target, 0, std::min(n, per_part));
+  }  // the tasks' destructors wait for them
+  for (const VariableStore::StageTarget& part : part_targets) target->Merge(part);
+}
+
 absl::Status StageMean(VariableStore* store, int index,
                        const std::vector<std::span<const float>>& gradients, float scale,
                        const UpdateSettings& settings, ThreadPool* threads, int parts) {
   absl::StatusOr<VariableStore::StageTarget> target = store->BeginStage(index, settings);
   if (!target.ok()) return target.status();
-  const size_t n = store->variable(index).size();
-  parts = n < kParallelElements ? 1 : std::max(1, parts);
-  // Whole blocks per part, so that the split does not change the blocks.
-  const size_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
-  const size_t blocks_per_part = (blocks + parts - 1) / parts;
-  std::vector<VariableStore::StageTarget> part_targets(parts - 1, *target);
-  {
-    std::vector<ThreadPool::Task> tasks;
-    for (int p = 1; p < parts; ++p) {
-      const size_t begin = std::min(n, p * blocks_per_part * kReduceBlock);
-      const size_t end = std::min(n, (p + 1) * blocks_per_part * kReduceBlock);
-      tasks.push_back(threads->Start([&, p, begin, end] {
-        StageRange(&part_targets[p - 1], gradients, scale, begin, end);
-      }));
-    }
-    StageRange(&*target, gradients, scale, 0, std::min(n, blocks_per_part * kReduceBlock));
-  }  // the tasks' destructors wait for them
-  for (const VariableStore::StageTarget& part : part_targets) target->Merge(part);
+  StageInParts(&*target, store->variable(index).size(), kReduceBlock, threads, parts,
+               [&](VariableStore::StageTarget* part, size_t begin, size_t end) {
+                 StageRange(part, gradients, scale, begin, end);
+               });
   return store->FinishStage(index, *target);
 }
 

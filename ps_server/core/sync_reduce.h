@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/thread_pool.h"
 #include "ps_server/core/variable_store.h"
@@ -28,6 +29,15 @@ inline constexpr size_t kParallelElements = size_t{1} << 16;
 absl::Status StageMean(VariableStore* store, int index,
                        const std::vector<std::span<const float>>& gradients, float scale,
                        const UpdateSettings& settings, ThreadPool* threads, int parts);
+
+// Runs `stage` over elements [0, n) of `target`'s variable: below
+// kParallelElements in one share, else in up to `parts` shares of whole
+// `block`s, each but the first on `threads` with a copy of `target`, whose
+// findings (StageTarget::Merge) `target` then takes in. Returns once every
+// share is staged.
+void StageInParts(VariableStore::StageTarget* target, size_t n, size_t block, ThreadPool* threads,
+                  int parts,
+                  absl::FunctionRef<void(VariableStore::StageTarget*, size_t, size_t)> stage);
 
 // The squared 2-norm of the mean StageMean stages: the same sums of the
 // first `size` elements of `gradients`, times `scale`.

@@ -201,36 +201,41 @@ absl::Status ApplyCounting(ParameterShard& backup, const ReplicaUpdate& update, 
   });
 }
 
+// What `primary` has for its backup 1 (none, with a failure, where it fails).
+std::vector<std::shared_ptr<const ReplicaUpdate>> TakeForBackup(ParameterShard& primary) {
+  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
+      primary.TakeReplicaUpdates(1, absl::Now());
+  EXPECT_TRUE(updates.ok()) << updates.status();
+  if (!updates.ok()) return {};
+  return *std::move(updates);
+}
+
 TEST(ParameterShardReplicaTest, ABackupAcknowledgesAnUpdateOnceAndNeverARefusedOne) {
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
   auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
   InitEvicting(primary.get());
   std::mt19937_64 draw(9);
   SyncStep(*primary, draw);
-  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
-      primary->TakeReplicaUpdates(1, absl::Now());
-  ASSERT_TRUE(updates.ok()) << updates.status();
-  ASSERT_EQ(updates->size(), 1u);  // the state whole, at version 1
+  const auto updates = TakeForBackup(*primary);
+  ASSERT_EQ(updates.size(), 1u);  // the state whole, at version 1
   SyncStep(*primary, draw);
-  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
-      primary->TakeReplicaUpdates(1, absl::Now());
-  ASSERT_TRUE(next.ok()) << next.status();
-  ASSERT_EQ(next->size(), 1u);  // version 2's rows
+  const auto next = TakeForBackup(*primary);
+  ASSERT_EQ(next.size(), 1u);  // version 2's rows
 
   int acknowledged = 0;
   ReplicaAck said;
   // Out of order: refused, and not acknowledged.
-  EXPECT_EQ(ApplyCounting(*backup, *next->front(), &acknowledged, &said).code(),
+  EXPECT_EQ(ApplyCounting(*backup, *next.front(), &acknowledged, &said).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(acknowledged, 0);
   // The state whole, then the version: each acknowledged once, as applied
   // at its version and the primary's epoch.
-  ASSERT_TRUE(ApplyCounting(*backup, *updates->front(), &acknowledged, &said).ok());
+  ASSERT_TRUE(ApplyCounting(*backup, *updates.front(), &acknowledged, &said).ok());
   EXPECT_EQ(acknowledged, 1);
   EXPECT_TRUE(said.applied());
   EXPECT_EQ(said.version(), 1);
   acknowledged = 0;
-  ASSERT_TRUE(ApplyCounting(*backup, *next->front(), &acknowledged, &said).ok());
+  ASSERT_TRUE(ApplyCounting(*backup, *next.front(), &acknowledged, &said).ok());
   EXPECT_EQ(acknowledged, 1);
   EXPECT_TRUE(said.applied());
   EXPECT_EQ(said.version(), 2);
@@ -245,15 +250,12 @@ TEST(ParameterShardReplicaTest, AnUpdateWhoseDenseVariablesDoNotFitIsRefusedAndC
   InitEvicting(primary.get());
   std::mt19937_64 draw(4);
   SyncStep(*primary, draw);
-  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> whole =
-      primary->TakeReplicaUpdates(1, absl::Now());
-  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto whole = TakeForBackup(*primary);
+  ASSERT_EQ(whole.size(), 1u);
   SyncStep(*primary, draw);
-  absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> next =
-      primary->TakeReplicaUpdates(1, absl::Now());
-  ASSERT_TRUE(next.ok()) << next.status();
-  ASSERT_EQ(next->size(), 1u);
-  const ReplicaUpdate& update = *next->front();
+  const auto next = TakeForBackup(*primary);
+  ASSERT_EQ(next.size(), 1u);
+  const ReplicaUpdate& update = *next.front();
   // The version's dense update travels as its optimizer step, not whole.
   ASSERT_EQ(update.dense_steps().steps_size(), 1);
   EXPECT_EQ(update.dense_steps().steps(0).gradient().size(), 2 * sizeof(float));
@@ -261,9 +263,9 @@ TEST(ParameterShardReplicaTest, AnUpdateWhoseDenseVariablesDoNotFitIsRefusedAndC
 
   int acknowledged = 0;
   ReplicaAck said;
-  ASSERT_TRUE(ApplyCounting(*backup, *whole->front(), &acknowledged, &said).ok());
+  ASSERT_TRUE(ApplyCounting(*backup, *whole.front(), &acknowledged, &said).ok());
   // The whole form names the dense optimizer, as a delta's would.
-  const std::string optimizer = whole->front()->state().optimizer();
+  const std::string optimizer = whole.front()->state().optimizer();
   ASSERT_FALSE(optimizer.empty());
   const std::vector<std::function<void(ReplicaUpdate*)>> breaks = {
       [&](ReplicaUpdate* u) {  // neither steps nor variables
