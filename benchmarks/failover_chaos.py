@@ -149,23 +149,17 @@ def newest(directory):
     return best
 
 
-def final_state(checkpoints, shards, work):
-    """A checkpoint directory holding, for each shard, the newest final
-    checkpoint of any of its replicas: (its path, each shard's version)."""
-    merged = os.path.join(work, "merged")
-    shutil.rmtree(merged, ignore_errors=True)
+def final_versions(checkpoints, shards):
+    """Each shard's newest version in any of its replicas' folders."""
     versions = []
     for shard in range(shards):
-        found = [(newest(d), d) for d in (os.path.join(checkpoints, f"shard-{shard}"),
-                                            os.path.join(checkpoints, "replica-1", f"shard-{shard}"))]
-        found = [(n, d) for n, d in found if n]
+        found = [newest(d) for d in (os.path.join(checkpoints, f"shard-{shard}"),
+                                     os.path.join(checkpoints, "replica-1", f"shard-{shard}"))]
+        found = [n for n in found if n]
         if not found:
             raise RuntimeError(f"no checkpoint of shard {shard} under {checkpoints}")
-        (version, name), directory = max(found)
-        os.makedirs(os.path.join(merged, f"shard-{shard}"))
-        shutil.copy(os.path.join(directory, name), os.path.join(merged, f"shard-{shard}", name))
-        versions.append(version)
-    return merged, versions
+        versions.append(max(found)[0])
+    return versions
 
 
 def export(args, checkpoints, out):
@@ -296,13 +290,13 @@ def main():
                "metric": metric, "quiet_metric": quiet.get(metric),
                "chaos_metric": chaos.get(metric), "steps": chaos["steps"],
                "load_1min": os.getloadavg()[0]}
-        chaos_final, chaos_versions = final_state(chaos_checkpoints, shards,
-                                                  os.path.join(work, "chaos"))
+        chaos_versions = final_versions(chaos_checkpoints, shards)
         if mode == "sync":
-            quiet_final, _ = final_state(quiet_checkpoints, shards, os.path.join(work, "quiet"))
+            # psctl export takes each shard's final state from whichever
+            # replica holds it.
             row["model_equal"] = (
-                export(args, quiet_final, os.path.join(work, "quiet.npz")) ==
-                export(args, chaos_final, os.path.join(work, "chaos.npz")))
+                export(args, quiet_checkpoints, os.path.join(work, "quiet.npz")) ==
+                export(args, chaos_checkpoints, os.path.join(work, "chaos.npz")))
             row["metric_equal"] = row["quiet_metric"] == row["chaos_metric"]
         else:
             # Every push carries the dense gradients: each applied moves its

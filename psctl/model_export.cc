@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "ps_server/core/checkpoint.h"
@@ -64,6 +66,24 @@ absl::StatusOr<NpzArray> JoinSlices(const std::string& name, const Slices& slice
   return NpzArray{name, NpzArray::DType::kFloat32, std::move(shape), std::move(data)};
 }
 
+// The number that follows `prefix` in `name` ("shard-3" -> 3); -1 for any
+// other name.
+int IndexAfter(const std::string& name, std::string_view prefix) {
+  if (name.rfind(prefix, 0) != 0) return -1;
+  int index = -1;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  auto [end, e] = std::from_chars(first, last, index);
+  return e == std::errc() && end == last && first != last ? index : -1;
+}
+
+// Of two checkpoints of one shard and run, whether `b` holds more of the
+// run than `a`: the final state first, then the later version.
+bool NewerOfARun(const ShardCheckpoint& a, const ShardCheckpoint& b) {
+  if (a.finished() != b.finished()) return b.finished();
+  return b.version() > a.version();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::string& dir) {
@@ -73,13 +93,20 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
         "no checkpoint in ", dir, ": not a directory; give --checkpoint=training.checkpoint.dir "
         "of the job"));
   }
-  int highest = -1;
+  // Replica 0 writes <dir>/shard-<i>/, a backup k <dir>/replica-<k>/shard-<i>/.
+  std::vector<std::string> replica_dirs = {dir};
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    int index = -1;
-    if (name.rfind("shard-", 0) == 0 && entry.is_directory(error)) {
-      auto [end, e] = std::from_chars(name.data() + 6, name.data() + name.size(), index);
-      if (e == std::errc() && end == name.data() + name.size()) highest = std::max(highest, index);
+    if (IndexAfter(entry.path().filename().string(), "replica-") > 0 && entry.is_directory(error)) {
+      replica_dirs.push_back(entry.path().string());
+    }
+  }
+  std::sort(replica_dirs.begin() + 1, replica_dirs.end());
+  int highest = -1;
+  for (const std::string& replica_dir : replica_dirs) {
+    for (const auto& entry : std::filesystem::directory_iterator(replica_dir, error)) {
+      if (entry.is_directory(error)) {
+        highest = std::max(highest, IndexAfter(entry.path().filename().string(), "shard-"));
+      }
     }
   }
   if (highest < 0) {
@@ -90,22 +117,48 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
   std::vector<ShardCheckpoint> shards;
   for (int i = 0; i <= highest; ++i) {
     const std::string shard_dir = absl::StrCat(dir, "/shard-", i);
+    // Each replica's newest; the one chosen is the newest of this run,
+    // since a replica away or catching up when the run ended holds an
+    // older version than the one that ended it as primary.
+    std::vector<ShardCheckpoint> newest;
     std::vector<std::string> rejected;
-    absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(shard_dir, &rejected);
-    if (!checkpoint.ok()) {
+    bool in_replica_zeros = false;
+    for (const std::string& replica_dir : replica_dirs) {
+      const std::string folder = absl::StrCat(replica_dir, "/shard-", i);
+      if (!std::filesystem::is_directory(folder, error)) continue;
+      absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(folder, &rejected);
+      if (!checkpoint.ok()) continue;
+      in_replica_zeros = in_replica_zeros || replica_dir == dir;
+      newest.push_back(*std::move(checkpoint));
+    }
+    if (newest.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "shard ", i, " has no valid checkpoint in ", shard_dir, " (",
+          "shard ", i, " has no valid checkpoint in ", shard_dir,
+          replica_dirs.size() > 1 ? " or its replicas' folders" : "", " (",
           rejected.empty() ? "no ckpt-*.bin file" : rejected.front(),
           "); every shard's is needed: copy that shard's checkpoints there, or export another "
           "directory"));
     }
-    if (!shards.empty() && (checkpoint->run_id() != shards[0].run_id() ||
-                            checkpoint->config_hash() != shards[0].config_hash())) {
+    // The run is replica 0's, which moves another run's checkpoints aside
+    // when it starts one (a backup's folder is of the run only if a replica
+    // of its number took part).
+    const ShardCheckpoint& run = !shards.empty() ? shards[0]
+                                 : in_replica_zeros
+                                     ? newest[0]
+                                     : *std::max_element(newest.begin(), newest.end(), NewerOfARun);
+    ShardCheckpoint* chosen = nullptr;
+    for (ShardCheckpoint& checkpoint : newest) {
+      if (checkpoint.run_id() != run.run_id() || checkpoint.config_hash() != run.config_hash()) {
+        continue;
+      }
+      if (chosen == nullptr || NewerOfARun(*chosen, checkpoint)) chosen = &checkpoint;
+    }
+    if (chosen == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the newest checkpoints in ", dir, "/shard-0 and ", shard_dir,
           " come from different runs or configs; export a directory holding one run's"));
     }
-    shards.push_back(*std::move(checkpoint));
+    shards.push_back(std::move(*chosen));
   }
   for (const ShardCheckpoint& s : shards) {
     for (const ShardCheckpoint::Embedding& e : s.embeddings()) {

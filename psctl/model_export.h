@@ -1,9 +1,13 @@
 // The trained model out of a job's checkpoints, as arrays a user loads
 // without pstrain (psctl export).
 //
-// Each shard's newest valid checkpoint (<dir>/shard-<i>/, as a PS restore
-// finds it: ReadNewestValidCheckpoint, a delta with its chain applied)
-// gives its share; together they give
+// Each shard's newest valid checkpoint gives its share: of the newest each
+// of its replicas wrote (replica 0 in <dir>/shard-<i>/, a backup k in
+// <dir>/replica-<k>/shard-<i>/; each read as a PS restore reads it:
+// ReadNewestValidCheckpoint, a delta with its chain applied), the final
+// one of the run, else the latest version. A replica that was away, or
+// still catching up, when the run ended holds less than the one that
+// ended it as primary. Together they give
 //  - every dense variable whole, float32 of the variable's shape: the
 //    slices placement cut over the shards ("<name>/part-<p>") joined back
 //    in row order under "<name>";
@@ -35,11 +39,11 @@ namespace pst {
 inline constexpr int64_t kDenseTableMaxIds = int64_t{1} << 24;
 inline constexpr int64_t kDenseTableMaxRatio = 4;
 
-// Every shard's newest valid checkpoint in `dir`, shard i at [i].
-// InvalidArgument, naming the folder and what to do, when `dir` holds no
-// shard-<i> folder, a shard in 0 .. the highest found (or the shard count
-// a table was placed for) has no valid checkpoint, or the shards' newest
-// checkpoints come from different runs.
+// Every shard's newest valid checkpoint in `dir` (across its replicas'
+// folders, of shard 0's run), shard i at [i]. InvalidArgument, naming the
+// folder and what to do, when `dir` holds no shard-<i> folder, a shard in
+// 0 .. the highest found (or the shard count a table was placed for) has
+// no valid checkpoint, or none of shard 0's run.
 absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::string& dir);
 
 // The model the shards' checkpoints hold, as the arrays above.

@@ -27,6 +27,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "ps_server/core/checkpoint.h"
+#include "psctl/model_export.h"
 #include "result.pb.h"
 #include "tests/cluster/membership/etcd_server.h"
 #include "tests/support/commands.h"
@@ -249,10 +250,9 @@ std::string RunKillingShardZerosPrimary(const std::string& config, const std::st
   return launch.Output();
 }
 
-// The variables of shard `shard`'s newest checkpoint under `dir`, and its
-// rows and their optimizer state, as bytes.
-std::string StateOf(const std::string& dir) {
-  const ShardCheckpoint checkpoint = Newest(dir);
+// A checkpoint's version and variables, and its rows and their optimizer
+// state, as bytes.
+std::string StateOf(const ShardCheckpoint& checkpoint) {
   std::string state = absl::StrCat(checkpoint.version(), "\n");
   for (const auto& variable : checkpoint.variables()) state += variable.SerializeAsString();
   for (const auto& table : checkpoint.embeddings()) {
@@ -261,6 +261,22 @@ std::string StateOf(const std::string& dir) {
     }
   }
   return state;
+}
+
+// The state of the newest checkpoint in `dir`.
+std::string StateOf(const std::string& dir) { return StateOf(Newest(dir)); }
+
+// Where a replica restarted mid-run was still catching up when the run
+// ended, its folder holds an older version than the final one, or nothing;
+// what it holds at the final version is the final state.
+void ExpectFinalOrBehind(const std::string& dir, const ShardCheckpoint& final_state) {
+  std::vector<std::string> rejected;
+  absl::StatusOr<ShardCheckpoint> newest = ReadNewestValidCheckpoint(dir, &rejected);
+  if (!newest.ok()) return;
+  EXPECT_LE(newest->version(), final_state.version()) << dir;
+  if (newest->version() == final_state.version()) {
+    EXPECT_TRUE(StateOf(*newest) == StateOf(final_state)) << dir;
+  }
 }
 
 TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
@@ -277,15 +293,24 @@ TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
   EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
   EXPECT_EQ(SummaryIn(output), Summary(without)) << output;
 
-  // Whichever replica ended as primary, both hold bitwise the failure-free
-  // run's final state: variables, rows, optimizer state, update counts.
+  // The replicas that ended the run hold bitwise the failure-free run's
+  // final state (variables, rows, optimizer state, update counts), and it
+  // is what the model is exported from: shard 0's backup, which took over,
+  // and both of shard 1's. Shard 0's killed primary came back as a backup;
+  // caught up before the run ended, it holds the final state too.
+  const std::string replicated_dir = absl::StrCat(dir, "/replicated-checkpoints");
+  absl::StatusOr<std::vector<ShardCheckpoint>> exported = ReadShardCheckpoints(replicated_dir);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ASSERT_EQ(exported->size(), 2u);
   for (int shard = 0; shard < 2; ++shard) {
     SCOPED_TRACE(absl::StrCat("shard ", shard));
     const std::string expected = StateOf(absl::StrCat(dir, "/plain-checkpoints/shard-", shard));
-    EXPECT_TRUE(StateOf(absl::StrCat(dir, "/replicated-checkpoints/shard-", shard)) == expected);
-    EXPECT_TRUE(StateOf(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard)) ==
-                expected);
+    EXPECT_TRUE(StateOf((*exported)[shard]) == expected);
+    EXPECT_TRUE(StateOf(absl::StrCat(replicated_dir, "/replica-1/shard-", shard)) == expected);
   }
+  EXPECT_TRUE(StateOf(absl::StrCat(replicated_dir, "/shard-1")) ==
+              StateOf(absl::StrCat(dir, "/plain-checkpoints/shard-1")));
+  ExpectFinalOrBehind(absl::StrCat(replicated_dir, "/shard-0"), (*exported)[0]);
 }
 
 // Every replica of shard 0 killed at once: pslaunch restarts them, replica
@@ -317,8 +342,11 @@ TEST(ReplicationTest, AShardThatLostEveryReplicaGoesOnFromItsCheckpoint) {
   EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
   EXPECT_THAT(output, HasSubstr("task ps:0:1 exited with code 137"));
   EXPECT_THAT(output, ::testing::ContainsRegex("ps:0 restored its checkpoint at version [1-9]"));
-  EXPECT_EQ(StateOf(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-0")),
-            StateOf(absl::StrCat(dir, "/replicated-checkpoints/shard-0")));
+  // Replica 0 ended the run as primary; the backup, back empty, holds its
+  // final state if it caught up before the end.
+  const ShardCheckpoint final_state = Newest(absl::StrCat(dir, "/replicated-checkpoints/shard-0"));
+  EXPECT_TRUE(final_state.finished());
+  ExpectFinalOrBehind(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-0"), final_state);
 }
 
 // For comparison, the same job without backups: shard 0 killed mid-run
@@ -359,13 +387,16 @@ TEST(ReplicationTest, AsyncAppliesEveryPushExactlyOnceAcrossAFailover) {
   const std::string steps = JsonField(output.substr(output.rfind("{\"mode\"")), "steps");
   int64_t steps_made = 0;  // the summary counts every worker's steps
   ASSERT_TRUE(absl::SimpleAtoi(steps, &steps_made)) << output;
-  for (int shard = 0; shard < 2; ++shard) {
-    SCOPED_TRACE(absl::StrCat("shard ", shard));
-    const int64_t primary =
-        Newest(absl::StrCat(dir, "/replicated-checkpoints/shard-", shard)).version();
-    const int64_t backup =
-        Newest(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-", shard)).version();
-    EXPECT_EQ(std::max(primary, backup), steps_made);
+  // Each shard's final state, from whichever replica ended the run as
+  // primary (as psctl export takes it).
+  absl::StatusOr<std::vector<ShardCheckpoint>> final_states =
+      ReadShardCheckpoints(absl::StrCat(dir, "/replicated-checkpoints"));
+  ASSERT_TRUE(final_states.ok()) << final_states.status();
+  ASSERT_EQ(final_states->size(), 2u);
+  for (const ShardCheckpoint& final_state : *final_states) {
+    SCOPED_TRACE(absl::StrCat("shard ", final_state.shard()));
+    EXPECT_TRUE(final_state.finished());
+    EXPECT_EQ(final_state.version(), steps_made);
   }
 }
 

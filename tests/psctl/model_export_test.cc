@@ -148,6 +148,45 @@ TEST(ReadShardCheckpointsTest, ReadsTheNewestOfEveryShard) {
   EXPECT_EQ((*read)[1].shard(), 1);
 }
 
+// Replica 0 lagged when the run ended (restarted, catching up): the backup
+// that ended it as primary holds the final state; a replica folder of
+// another run is no candidate, whatever its version.
+TEST(ReadShardCheckpointsTest, TakesEachShardsFinalStateFromWhicheverReplicaHoldsIt) {
+  const std::string dir = absl::StrCat(ScratchDir(), "/replicas");
+  const auto write = [&](const std::string& folder, int shard, int64_t version, bool finished,
+                         const std::string& run) {
+    ShardCheckpoint c;
+    c.set_shard(shard);
+    c.set_version(version);
+    c.set_finished(finished);
+    c.set_run_id(run);
+    ASSERT_TRUE(WriteCheckpoint(absl::StrCat(dir, folder, "/shard-", shard), c, 3).ok());
+  };
+  write("", 0, 60, false, "run");            // replica 0 before it was killed
+  write("", 0, 120, true, "run");            // ... and once back, still behind at the end
+  write("/replica-1", 0, 175, true, "run");  // the backup that took over
+  write("/replica-1", 1, 175, true, "run");  // shard 1's backup, as its primary
+  write("", 1, 175, true, "run");
+  write("/replica-2", 0, 900, true, "old");  // a third replica's folders of an earlier run
+  write("/replica-2", 1, 900, true, "old");
+  write("/replica-3", 1, 400, false, "run");  // one that died mid-run, never finished
+
+  absl::StatusOr<std::vector<ShardCheckpoint>> read = ReadShardCheckpoints(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_EQ((*read)[0].version(), 175);
+  EXPECT_EQ((*read)[1].version(), 175);
+  EXPECT_TRUE((*read)[1].finished());
+
+  // With no replica 0 folder at all (it never wrote one), the backups' still
+  // do: the newest of them is the run's.
+  std::filesystem::remove_all(absl::StrCat(dir, "/shard-0"));
+  std::filesystem::remove_all(absl::StrCat(dir, "/replica-2"));
+  read = ReadShardCheckpoints(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ((*read)[0].version(), 175);
+}
+
 TEST(ReadShardCheckpointsTest, RefusesWhatIsNotEveryShardOfOneRun) {
   const std::string root = absl::StrCat(ScratchDir(), "/refused");
   const auto write = [&](const std::string& dir, int shard, const std::string& run) {
