@@ -7,7 +7,6 @@
 #include <map>
 #include <numeric>
 #include <set>
-#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,22 +65,20 @@ absl::StatusOr<NpzArray> JoinSlices(const std::string& name, const Slices& slice
   return NpzArray{name, NpzArray::DType::kFloat32, std::move(shape), std::move(data)};
 }
 
-// The number that follows `prefix` in `name` ("shard-3" -> 3); -1 for any
-// other name.
-int IndexAfter(const std::string& name, std::string_view prefix) {
+// The number that follows `prefix` in `name` as ps_server names its
+// folders ("shard-3" -> 3); -1 for any other name ("shard-03" too).
+int IndexAfter(const std::string& name, const std::string& prefix) {
   if (name.rfind(prefix, 0) != 0) return -1;
   int index = -1;
   const char* first = name.data() + prefix.size();
   const char* last = name.data() + name.size();
   auto [end, e] = std::from_chars(first, last, index);
-  return e == std::errc() && end == last && first != last ? index : -1;
+  const bool ok = e == std::errc() && end == last && index >= 0;
+  return ok && absl::StrCat(prefix, index) == name ? index : -1;
 }
 
-// Of two checkpoints of one shard and run, whether `b` holds more of the
-// run than `a`: the final state first, then the later version.
-bool NewerOfARun(const ShardCheckpoint& a, const ShardCheckpoint& b) {
-  if (a.finished() != b.finished()) return b.finished();
-  return b.version() > a.version();
+bool OlderVersion(const ShardCheckpoint& a, const ShardCheckpoint& b) {
+  return a.version() < b.version();
 }
 
 }  // namespace
@@ -94,21 +91,18 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
         "of the job"));
   }
   // Replica 0 writes <dir>/shard-<i>/, a backup k <dir>/replica-<k>/shard-<i>/.
-  std::vector<std::string> replica_dirs = {dir};
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    if (IndexAfter(entry.path().filename().string(), "replica-") > 0 && entry.is_directory(error)) {
-      replica_dirs.push_back(entry.path().string());
-    }
-  }
-  std::sort(replica_dirs.begin() + 1, replica_dirs.end());
   int highest = -1;
-  for (const std::string& replica_dir : replica_dirs) {
-    for (const auto& entry : std::filesystem::directory_iterator(replica_dir, error)) {
-      if (entry.is_directory(error)) {
-        highest = std::max(highest, IndexAfter(entry.path().filename().string(), "shard-"));
-      }
+  std::vector<std::filesystem::path> backup_roots;
+  const auto scan = [&](const std::filesystem::path& root, bool backups_here) {
+    for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+      if (!entry.is_directory(error)) continue;
+      const std::string name = entry.path().filename().string();
+      highest = std::max(highest, IndexAfter(name, "shard-"));
+      if (backups_here && IndexAfter(name, "replica-") > 0) backup_roots.push_back(entry.path());
     }
-  }
+  };
+  scan(dir, /*backups_here=*/true);
+  for (const std::filesystem::path& root : backup_roots) scan(root, /*backups_here=*/false);
   if (highest < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no checkpoint in ", dir, ": it holds no shard-<i> folder; give --checkpoint=the job's "
@@ -116,25 +110,22 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
   }
   std::vector<ShardCheckpoint> shards;
   for (int i = 0; i <= highest; ++i) {
-    const std::string shard_dir = absl::StrCat(dir, "/shard-", i);
-    // Each replica's newest; the one chosen is the newest of this run,
-    // since a replica away or catching up when the run ended holds an
-    // older version than the one that ended it as primary.
+    // Each replica's newest: the latest version of the run holds the most
+    // of it (ReplicaCheckpointDirs).
+    const std::vector<std::string> folders = ReplicaCheckpointDirs(dir, i);
     std::vector<ShardCheckpoint> newest;
     std::vector<std::string> rejected;
-    bool in_replica_zeros = false;
-    for (const std::string& replica_dir : replica_dirs) {
-      const std::string folder = absl::StrCat(replica_dir, "/shard-", i);
-      if (!std::filesystem::is_directory(folder, error)) continue;
+    bool from_replica_zero = false;
+    for (const std::string& folder : folders) {
       absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(folder, &rejected);
       if (!checkpoint.ok()) continue;
-      in_replica_zeros = in_replica_zeros || replica_dir == dir;
+      from_replica_zero = from_replica_zero || folder == folders[0];
       newest.push_back(*std::move(checkpoint));
     }
     if (newest.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "shard ", i, " has no valid checkpoint in ", shard_dir,
-          replica_dirs.size() > 1 ? " or its replicas' folders" : "", " (",
+          "shard ", i, " has no valid checkpoint in ", folders[0],
+          folders.size() > 1 ? " or its backups' folders" : "", " (",
           rejected.empty() ? "no ckpt-*.bin file" : rejected.front(),
           "); every shard's is needed: copy that shard's checkpoints there, or export another "
           "directory"));
@@ -142,20 +133,20 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
     // The run is replica 0's, which moves another run's checkpoints aside
     // when it starts one (a backup's folder is of the run only if a replica
     // of its number took part).
-    const ShardCheckpoint& run = !shards.empty() ? shards[0]
-                                 : in_replica_zeros
-                                     ? newest[0]
-                                     : *std::max_element(newest.begin(), newest.end(), NewerOfARun);
+    const ShardCheckpoint& run =
+        !shards.empty()     ? shards[0]
+        : from_replica_zero ? newest[0]
+                            : *std::max_element(newest.begin(), newest.end(), OlderVersion);
     ShardCheckpoint* chosen = nullptr;
     for (ShardCheckpoint& checkpoint : newest) {
       if (checkpoint.run_id() != run.run_id() || checkpoint.config_hash() != run.config_hash()) {
         continue;
       }
-      if (chosen == nullptr || NewerOfARun(*chosen, checkpoint)) chosen = &checkpoint;
+      if (chosen == nullptr || OlderVersion(*chosen, checkpoint)) chosen = &checkpoint;
     }
     if (chosen == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the newest checkpoints in ", dir, "/shard-0 and ", shard_dir,
+          "the newest checkpoints in ", dir, "/shard-0 and ", folders[0],
           " come from different runs or configs; export a directory holding one run's"));
     }
     shards.push_back(std::move(*chosen));

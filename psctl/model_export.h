@@ -4,10 +4,10 @@
 // Each shard's newest valid checkpoint gives its share: of the newest each
 // of its replicas wrote (replica 0 in <dir>/shard-<i>/, a backup k in
 // <dir>/replica-<k>/shard-<i>/; each read as a PS restore reads it:
-// ReadNewestValidCheckpoint, a delta with its chain applied), the final
-// one of the run, else the latest version. A replica that was away, or
-// still catching up, when the run ended holds less than the one that
-// ended it as primary. Together they give
+// ReadNewestValidCheckpoint, a delta with its chain applied), the latest
+// version of the run. A replica that was away, or still catching up, when
+// the run ended holds an older one than the replica that ended it as
+// primary. Together they give
 //  - every dense variable whole, float32 of the variable's shape: the
 //    slices placement cut over the shards ("<name>/part-<p>") joined back
 //    in row order under "<name>";

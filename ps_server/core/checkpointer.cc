@@ -68,6 +68,7 @@ Checkpointer::Checkpointer(ParameterShard* shard, const CheckpointConfig& config
                            RunIdentity identity, FileWriter writer)
     : shard_(shard),
       config_(config),
+      index_(index),
       dir_(absl::StrCat(config.dir(), "/shard-", index)),
       task_(absl::StrCat("ps:", index)),
       identity_(std::move(identity)),
@@ -108,6 +109,37 @@ absl::Status Checkpointer::MoveAside(const std::vector<std::string>& files) {
   return absl::OkStatus();
 }
 
+std::optional<Checkpointer::BackupCheckpoint> Checkpointer::NewestOfBackups(
+    const ShardCheckpoint* own) const {
+  std::optional<BackupCheckpoint> newest;
+  const std::vector<std::string> dirs = ReplicaCheckpointDirs(config_.dir(), index_);
+  for (size_t k = 1; k < dirs.size(); ++k) {
+    // Held to what this folder is held to: another user's could hold
+    // checkpoints put there for this PS to restore.
+    absl::Status own_enough = CheckOwnDirectory(
+        std::filesystem::path(dirs[k]).parent_path().string(), /*made_here=*/false);
+    if (own_enough.ok()) own_enough = CheckOwnDirectory(dirs[k], /*made_here=*/true);
+    if (!own_enough.ok()) {
+      spdlog::warn("{} leaves the checkpoints in {} alone: {}", task_, dirs[k],
+                   std::string(own_enough.message()));
+      continue;
+    }
+    std::vector<std::string> rejected;
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(dirs[k], &rejected);
+    if (!checkpoint.ok()) continue;
+    const bool of_the_run = own != nullptr ? checkpoint->run_id() == own->run_id() &&
+                                                 checkpoint->config_hash() == own->config_hash()
+                                           : !identity_.run_id.empty() &&
+                                                 checkpoint->run_id() == identity_.run_id &&
+                                                 checkpoint->config_hash() == identity_.config_hash;
+    const ShardCheckpoint* latest = newest ? &newest->checkpoint : own;
+    if (of_the_run && (latest == nullptr || checkpoint->version() > latest->version())) {
+      newest = BackupCheckpoint{*std::move(checkpoint), dirs[k]};
+    }
+  }
+  return newest;
+}
+
 absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   const bool other_model_allowed = start == CheckpointStart::kRestoreOtherModel;
   if (other_model_allowed) start = CheckpointStart::kRestore;
@@ -144,40 +176,54 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
     }
     return -1;
   }
-  if (files.empty()) {
-    if (start == CheckpointStart::kRestore) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--checkpoint_start=restore, but ", dir_, " holds no checkpoint to restore"));
-    }
-    return -1;
-  }
   std::vector<std::string> rejected;
-  absl::StatusOr<ShardCheckpoint> checkpoint = ReadNewestValidCheckpoint(dir_, &rejected);
+  absl::StatusOr<ShardCheckpoint> checkpoint =
+      files.empty() ? absl::StatusOr<ShardCheckpoint>(absl::NotFoundError("no checkpoint"))
+                    : ReadNewestValidCheckpoint(dir_, &rejected);
   for (const std::string& reason : rejected) spdlog::error("{}; trying an older one", reason);
-  if (!checkpoint.ok()) {
+  if (!files.empty() && !checkpoint.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         dir_, " holds ", files.size(), " checkpoint file(s) and none restores (newest: ",
         rejected.empty() ? checkpoint.status().message() : rejected.front(),
         "); repair or remove them, or start over with --checkpoint_start=fresh"));
+  }
+  // A backup that took the office wrote the shard's later checkpoints to a
+  // folder of its own: restoring this folder's would lose them.
+  std::string from = dir_;
+  if (std::optional<BackupCheckpoint> newer =
+          NewestOfBackups(checkpoint.ok() ? &*checkpoint : nullptr)) {
+    spdlog::warn("{} restores {} from {}, a backup's folder, later than its own ({})", task_,
+                 Describe(newer->checkpoint), newer->dir,
+                 checkpoint.ok() ? absl::StrCat(dir_, " holds ", Describe(*checkpoint))
+                                 : absl::StrCat(dir_, " holds none"));
+    checkpoint = std::move(newer->checkpoint);
+    from = std::move(newer->dir);
+  }
+  if (!checkpoint.ok()) {
+    if (start == CheckpointStart::kRestore) {
+      return absl::FailedPreconditionError(absl::StrCat("--checkpoint_start=restore, but ", dir_,
+                                                        " holds no checkpoint to restore"));
+    }
+    return -1;
   }
   const std::string other_choices =
       "resume it with --checkpoint_start=restore, or start over with --checkpoint_start=fresh "
       "(which moves these checkpoints aside)";
   if (start == CheckpointStart::kAuto) {
     if (checkpoint->config_hash() != identity_.config_hash) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir_, " holds the checkpoints of another job (", Describe(*checkpoint),
-          "; its training config differs from this one); ", other_choices));
+      return absl::FailedPreconditionError(
+          absl::StrCat(from, " holds the checkpoints of another job (", Describe(*checkpoint),
+                       "; its training config differs from this one); ", other_choices));
     }
     if (checkpoint->run_id() != identity_.run_id) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir_, " holds the checkpoints of another run (", Describe(*checkpoint),
+          from, " holds the checkpoints of another run (", Describe(*checkpoint),
           identity_.run_id.empty() ? "" : absl::StrCat("; this is run ", identity_.run_id), "); ",
           other_choices));
     }
     if (checkpoint->finished() && identity_.run_id.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir_, " holds the final checkpoint of a finished run (", Describe(*checkpoint),
+          from, " holds the final checkpoint of a finished run (", Describe(*checkpoint),
           "); train again with --checkpoint_start=fresh (which moves it aside), or load it "
           "with --checkpoint_start=restore"));
     }
@@ -185,14 +231,14 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   if (start == CheckpointStart::kRestore && !other_model_allowed && shard_->model_share()) {
     if (absl::Status s = CheckCheckpointIsShare(*checkpoint, *shard_->model_share()); !s.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the checkpoint in ", dir_, " (", Describe(*checkpoint),
+          "the checkpoint in ", from, " (", Describe(*checkpoint),
           ") holds another model than the config's: ", s.message(),
           "; restore it all the same with --checkpoint_start=restore_other_model, or start over "
           "with --checkpoint_start=fresh"));
     }
   }
   if (absl::Status s = shard_->Restore(*checkpoint); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("cannot restore the checkpoint in ", dir_, " (",
+    return absl::Status(s.code(), absl::StrCat("cannot restore the checkpoint in ", from, " (",
                                                Describe(*checkpoint), "): ", s.message()));
   }
   {
@@ -208,8 +254,13 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
                         checkpoint->config_hash() != identity_.config_hash || checkpoint->finished());
   if (adopted) {
     spdlog::warn("{} restores {} from {} as asked (--checkpoint_start={})", task_,
-                 Describe(*checkpoint), dir_, other_model_allowed ? "restore_other_model" : "restore");
-    // Stamped with this run, so that a restart of this run finds its own.
+                 Describe(*checkpoint), from,
+                 other_model_allowed ? "restore_other_model" : "restore");
+  }
+  // Stamped with this run, so that a restart of this run finds its own;
+  // and written here, since a backup restarted moves its folder's
+  // checkpoints aside.
+  if (adopted || from != dir_) {
     absl::StatusOr<Written> stamped = Write(shard_->Snapshot());
     if (!stamped.ok()) return stamped.status();
   }

@@ -17,6 +17,7 @@
 #define PST_PS_SERVER_CORE_CHECKPOINTER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -86,9 +87,19 @@ class Checkpointer {
   void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllWorkersDone();
   absl::Status MoveAside(const std::vector<std::string>& files);
+  struct BackupCheckpoint {
+    ShardCheckpoint checkpoint;
+    std::string dir;
+  };
+  // The newest checkpoint a backup of this shard wrote in its folder
+  // (ReplicaCheckpointDirs) of the run of `own` (this folder's newest),
+  // or, where this folder holds none, of this run; only where it is a
+  // later version than `own`.
+  std::optional<BackupCheckpoint> NewestOfBackups(const ShardCheckpoint* own) const;
 
   ParameterShard* shard_;
   const CheckpointConfig config_;
+  const int index_;
   const std::string dir_;
   const std::string task_;
   const RunIdentity identity_;

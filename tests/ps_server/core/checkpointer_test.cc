@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -150,6 +151,56 @@ TEST_F(CheckpointerTest, RestoresOnlyItsOwnUnfinishedRunUnlessAsked) {
     auto restarted = MomentumShard();
     Checkpointer again(restarted.get(), config_, 0, c.starting);
     EXPECT_EQ(*again.Prepare(CheckpointStart::kAuto), 1);
+  }
+}
+
+// A replicated shard whose backup took the office checkpointed on in the
+// backup's folder; every replica lost, replica 0 restarts: it restores that
+// later state, not its own older one (which would lose the versions
+// between), and writes it to its own folder, since a backup restarted moves
+// its folder's checkpoints aside. A backup folder of another run, or one
+// any user can write to, is left alone.
+TEST_F(CheckpointerTest, ReplicaZeroRestoresTheLaterStateItsBackupCheckpointed) {
+  const RunIdentity run = {"run-a", "job"};
+  const auto write_backup = [&](int replica, const RunIdentity& identity, int pushes) {
+    auto shard = MomentumShard();
+    Init(shard.get());
+    for (int i = 0; i < pushes; ++i) PushOnes(shard.get());
+    CheckpointConfig backup = config_;
+    backup.set_dir(absl::StrCat(config_.dir(), "/replica-", replica));
+    Checkpointer checkpointer(shard.get(), backup, 0, identity);
+    ASSERT_TRUE(checkpointer.CheckpointNow().ok());
+  };
+  WriteRun(run, /*finished=*/false);  // version 1
+  write_backup(1, run, 3);
+  write_backup(2, {"run-b", "job"}, 5);  // a replica of an earlier run's
+  write_backup(3, run, 4);
+  std::filesystem::permissions(config_.dir() + "/replica-3/shard-0", std::filesystem::perms::all);
+  {
+    auto shard = MomentumShard();
+    Checkpointer checkpointer(shard.get(), config_, 0, run);
+    EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), 3);
+    EXPECT_EQ(shard->version(), 3);
+  }
+  std::filesystem::remove_all(config_.dir() + "/replica-1");
+  {
+    auto shard = MomentumShard();
+    Checkpointer checkpointer(shard.get(), config_, 0, run);
+    EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), 3) << "its own folder holds it now";
+  }
+  // Its own folder empty: a backup's checkpoint of this run is this run's.
+  write_backup(1, run, 3);
+  std::filesystem::remove_all(ShardDir());
+  {
+    auto shard = MomentumShard();
+    Checkpointer checkpointer(shard.get(), config_, 0, run);
+    EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), 3);
+  }
+  std::filesystem::remove_all(ShardDir());
+  {
+    auto shard = MomentumShard();
+    Checkpointer checkpointer(shard.get(), config_, 0, {"run-c", "job"});
+    EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), -1) << "another run starts fresh";
   }
 }
 
