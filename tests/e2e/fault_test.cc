@@ -6,8 +6,8 @@
 // whatever happens. The PS binds port 0 and reports the port it got
 // (--port_file); the configs then name that port, and a restarted PS binds
 // it again.
-#include <fcntl.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -16,21 +16,23 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/shared_memory.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "result.pb.h"
 #include "tests/support/commands.h"
 #include "tests/support/eventually.h"
-#include "result.pb.h"
-#include "common/shared_memory.h"
 #include "worker/client/ps_client.h"
 
 namespace pst {
@@ -440,12 +442,21 @@ TEST_F(FaultTest, ANewRunInAFinishedRunsDirectoryIsRefused) {
 // accuracy and names the missing worker, and exits 0
 // (training.require_all_workers is off).
 // Idle TCP connections to `port` on 127.0.0.1 from `source` (another
-// loopback address), as many as `count`; their descriptors, to close.
-std::vector<int> OpenIdleConnections(int port, const char* source, int count) {
+// loopback address), as many as `count`; their descriptors, to close. The
+// first call that failed, with its errno, in `error`.
+std::vector<int> OpenIdleConnections(int port, const char* source, int count, std::string* error) {
   std::vector<int> sockets;
   for (int i = 0; i < count; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
+    if (fd < 0) {
+      *error = absl::StrCat("socket: ", strerror(errno));
+      break;
+    }
+    // The source port is chosen at connect(), knowing the peer: one chosen
+    // at bind() may be a pair still in TIME_WAIT from an earlier test's
+    // connection to a server on the same port (EADDRNOTAVAIL).
+    const int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
     sockaddr_in from{};
     from.sin_family = AF_INET;
     inet_pton(AF_INET, source, &from.sin_addr);
@@ -455,6 +466,7 @@ std::vector<int> OpenIdleConnections(int port, const char* source, int count) {
     inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
     if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
         connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      *error = absl::StrCat("connection ", i + 1, ": ", strerror(errno));
       close(fd);
       break;
     }
@@ -481,8 +493,9 @@ TEST_F(FaultTest, IdleConnectionsCannotTakeThePsDescriptors) {
   auto ps = StartPs(config, {"/usr/bin/prlimit", "--nofile=256:256", "--"});
   ASSERT_TRUE(TryStats(absl::Seconds(30)).ok()) << Log("ps.log");
   const int port = std::stoi(address_.substr(address_.rfind(':') + 1));
-  std::vector<int> held = OpenIdleConnections(port, "127.0.0.2", 1100);
-  EXPECT_EQ(held.size(), 1100u);
+  std::string error;
+  std::vector<int> held = OpenIdleConnections(port, "127.0.0.2", 1100, &error);
+  EXPECT_EQ(held.size(), 1100u) << error;
   auto w0 = StartWorker(config, 0), w1 = StartWorker(config, 1);
   EXPECT_EQ(w0->Wait(absl::Seconds(120)), 0) << Log("worker-0.log");
   EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << Log("worker-1.log");

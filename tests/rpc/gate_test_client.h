@@ -98,6 +98,11 @@ inline ino_t InodeOf(int fd) {
 inline Socket Dial(int port, const char* source, bool nonblocking, int* error) {
   Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0));
   EXPECT_GE(socket.fd(), 0) << strerror(errno);
+  // The source port is chosen at connect(), knowing the peer: one chosen
+  // at bind() may be a pair still in TIME_WAIT from an earlier connection
+  // to a server on the same port (EADDRNOTAVAIL).
+  const int one = 1;
+  setsockopt(socket.fd(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
   sockaddr_in from{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {}, .sin_zero = {}};
   inet_pton(AF_INET, source, &from.sin_addr);
   EXPECT_EQ(bind(socket.fd(), reinterpret_cast<const sockaddr*>(&from), sizeof(from)), 0)
