@@ -352,7 +352,8 @@ int main(int argc, char** argv) {
   }
   // Restore before serving, so no worker ever sees the fresh state.
   // A backup's state comes from its primary: it restores nothing, and its
-  // checkpoints (the final one) go to a folder of their own.
+  // checkpoints (the final one, and those it writes once it holds the
+  // office) go to a folder of their own, which replica 0 reads too.
   pst::CheckpointConfig checkpoints = config->training().checkpoint();
   if (options.replica > 0 && !checkpoints.dir().empty()) {
     checkpoints.set_dir(
@@ -377,8 +378,12 @@ int main(int argc, char** argv) {
     absl::MutexLock lock(&office_link->mu);
     if (office_link->office != nullptr) office_link->office->PrimarySought();
   };
-  absl::StatusOr<int64_t> restored =
-      checkpointer.Prepare(options.replica > 0 ? pst::CheckpointStart::kFresh : *checkpoint_start);
+  absl::StatusOr<int64_t> restored = -1;
+  if (options.replica > 0) {
+    if (absl::Status s = checkpointer.PrepareBackup(); !s.ok()) restored = s;
+  } else {
+    restored = checkpointer.Prepare(*checkpoint_start);
+  }
   if (!restored.ok()) {
     JoinSignalWaiter(&signal_waiter);
     pst::ExitWithError(kProgram,

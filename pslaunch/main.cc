@@ -340,6 +340,7 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
         spdlog::error("cannot restart {}: {}", name, std::string(s.message()));
         return outcome;
       }
+      spdlog::info("task {} restarted (pid {})", name, supervisor->pids().back());
     } else if (!is_server && !bad_input && name != "worker:0" &&
                !config.training().require_all_workers()) {
       spdlog::warn("task {} exited with code {} and is not restarted again; the run goes on "

@@ -383,7 +383,10 @@ bool ReadAt(int fd, uint64_t offset, size_t bytes, char* into) {
 // A file of pieces, `size` bytes long, its magic checked. Every length is
 // checked against what the file holds before anything is allocated for
 // it, so a forged length costs nothing.
-absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::string& path) {
+// `head_only`: piece 0 alone (the checkpoint without its rows), the
+// rest of the file neither read nor verified.
+absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::string& path,
+                                           bool head_only) {
   char header[kPiecesHeaderBytes];
   if (size < kPiecesHeaderBytes || !ReadAt(fd, 0, kPiecesHeaderBytes, header)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is torn: no piece count"));
@@ -428,6 +431,7 @@ absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::str
       return absl::DataLossError(
           absl::StrCat("checkpoint ", path, " does not parse (piece ", i, ")"));
     }
+    if (i == 0 && head_only) return checkpoint;
     if (i == 0) continue;
     if (absl::Status merged = MergeCheckpointPiece(&checkpoint, piece); !merged.ok()) {
       return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", merged.message()));
@@ -440,9 +444,7 @@ absl::StatusOr<ShardCheckpoint> ReadPieces(int fd, uint64_t size, const std::str
   return checkpoint;
 }
 
-}  // namespace
-
-absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
+absl::StatusOr<ShardCheckpoint> ReadCheckpointFile(const std::string& path, bool head_only) {
   // O_NONBLOCK: opening a FIFO put in a checkpoint's place must not wait
   // for a writer; the type check below refuses it. It changes nothing for
   // a regular file.
@@ -458,7 +460,7 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
   if (static_cast<size_t>(status.st_size) >= sizeof(magic) &&
       pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
       std::memcmp(magic, kPiecesMagic, sizeof(magic)) == 0) {
-    return ReadPieces(fd, static_cast<uint64_t>(status.st_size), path);
+    return ReadPieces(fd, static_cast<uint64_t>(status.st_size), path, head_only);
   }
   // The former form. The header first: a file whose header is not a checkpoint's, or that
   // claims more than a checkpoint can hold (protobuf parses at most 2 GiB),
@@ -511,6 +513,16 @@ absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " does not parse"));
   }
   return checkpoint;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
+  return ReadCheckpointFile(path, /*head_only=*/false);
+}
+
+absl::StatusOr<ShardCheckpoint> ReadCheckpointHead(const std::string& path) {
+  return ReadCheckpointFile(path, /*head_only=*/true);
 }
 
 namespace {

@@ -71,6 +71,12 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
 // waited on).
 absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
 
+// A file's checkpoint without its embedding tables' rows (its version, run
+// and config, dense variables), from its first piece alone: the rest of
+// the file is neither read nor verified. A file of the former one-message
+// form is read whole.
+absl::StatusOr<ShardCheckpoint> ReadCheckpointHead(const std::string& path);
+
 // The CRC-32 of a checkpoint's payload, fed to zlib in pieces of at most
 // `max_piece_bytes` (at least 1): zlib counts a piece's length in 32 bits,
 // so a payload of 4 GiB or more given whole would be summed wrongly. Files

@@ -140,16 +140,7 @@ std::optional<Checkpointer::BackupCheckpoint> Checkpointer::NewestOfBackups(
   return newest;
 }
 
-absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
-  const bool other_model_allowed = start == CheckpointStart::kRestoreOtherModel;
-  if (other_model_allowed) start = CheckpointStart::kRestore;
-  if (config_.dir().empty()) {
-    if (start == CheckpointStart::kRestore) {
-      return absl::FailedPreconditionError(
-          "--checkpoint_start=restore needs training.checkpoint.dir in the config");
-    }
-    return -1;
-  }
+absl::Status Checkpointer::MakeDirectory() {
   if (absl::Status s = CheckWritableDirectory(config_.dir(), "training.checkpoint.dir"); !s.ok()) {
     return s;
   }
@@ -169,6 +160,35 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   if (int removed = RemoveTemporaryFiles(dir_); removed > 0) {
     spdlog::warn("{} removed {} unfinished checkpoint file(s) from {}", task_, removed, dir_);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::PrepareBackup() {
+  if (config_.dir().empty()) return absl::OkStatus();
+  PST_RETURN_IF_ERROR(MakeDirectory());
+  const std::vector<std::string> files = ListCheckpoints(dir_);
+  if (files.empty()) return absl::OkStatus();
+  absl::StatusOr<ShardCheckpoint> newest = ReadCheckpointHead(files.front());
+  if (newest.ok() && !identity_.run_id.empty() && newest->run_id() == identity_.run_id &&
+      newest->config_hash() == identity_.config_hash) {
+    spdlog::info("{} keeps the {} checkpoint(s) of this run in {} (newest: {})", task_,
+                 files.size(), dir_, Describe(*newest));
+    return absl::OkStatus();
+  }
+  return MoveAside(files);
+}
+
+absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
+  const bool other_model_allowed = start == CheckpointStart::kRestoreOtherModel;
+  if (other_model_allowed) start = CheckpointStart::kRestore;
+  if (config_.dir().empty()) {
+    if (start == CheckpointStart::kRestore) {
+      return absl::FailedPreconditionError(
+          "--checkpoint_start=restore needs training.checkpoint.dir in the config");
+    }
+    return -1;
+  }
+  PST_RETURN_IF_ERROR(MakeDirectory());
   const std::vector<std::string> files = ListCheckpoints(dir_);
   if (start == CheckpointStart::kFresh) {
     if (!files.empty()) {
@@ -258,8 +278,8 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
                  other_model_allowed ? "restore_other_model" : "restore");
   }
   // Stamped with this run, so that a restart of this run finds its own;
-  // and written here, since a backup restarted moves its folder's
-  // checkpoints aside.
+  // and written here, so that this folder holds the shard's newest
+  // whatever becomes of the backup's (another run moves it aside).
   if (adopted || from != dir_) {
     absl::StatusOr<Written> stamped = Write(shard_->Snapshot());
     if (!stamped.ok()) return stamped.status();

@@ -55,6 +55,14 @@ class Checkpointer {
   // and what to do, when the PS must not start.
   absl::StatusOr<int64_t> Prepare(CheckpointStart start);
 
+  // Prepare for a backup, which restores nothing (its state comes from its
+  // primary): creates the directory and removes temporary files; keeps the
+  // checkpoints there where the newest is of this run (written in an
+  // earlier life of this process's replica, as primary perhaps: replica 0
+  // restores them when the shard lost every replica, NewestOfBackups), and
+  // moves them aside otherwise, or where the run has no id to tell.
+  absl::Status PrepareBackup();
+
   // Runs once, on the checkpoint thread, when max_failures consecutive
   // writes have failed; the PS must then stop. Set before Start().
   void set_on_give_up(std::function<void(const absl::Status&)> on_give_up) {
@@ -87,6 +95,9 @@ class Checkpointer {
   void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllWorkersDone();
   absl::Status MoveAside(const std::vector<std::string>& files);
+  // Checks training.checkpoint.dir, makes this shard's folder in it (this
+  // user's alone) and removes the temporary files a crash left there.
+  absl::Status MakeDirectory();
   struct BackupCheckpoint {
     ShardCheckpoint checkpoint;
     std::string dir;

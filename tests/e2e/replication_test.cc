@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <tuple>
@@ -31,6 +32,7 @@
 #include "result.pb.h"
 #include "tests/cluster/membership/etcd_server.h"
 #include "tests/support/commands.h"
+#include "tests/support/eventually.h"
 #include "tests/support/shard_stats.h"
 
 namespace pst {
@@ -313,6 +315,23 @@ TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
   ExpectFinalOrBehind(absl::StrCat(replicated_dir, "/shard-0"), (*exported)[0]);
 }
 
+// `config` with a checkpoint every 10 versions.
+void CheckpointEveryTenVersions(const std::string& config) {
+  std::string text = ReadFile(config);
+  ASSERT_EQ(absl::StrReplaceAll({{"-checkpoints\" }", "-checkpoints\" every_steps: 10 }"}}, &text),
+            1);
+  std::ofstream(config) << text;
+}
+
+// The version of the newest checkpoint file in `dir`; -1 if none.
+int64_t NewestFileVersion(const std::string& dir) {
+  const std::vector<std::string> files = ListCheckpoints(dir);
+  if (files.empty()) return -1;
+  const std::optional<CheckpointName> name =
+      ParseCheckpointName(std::filesystem::path(files.front()).filename().string());
+  return name ? name->version : -1;
+}
+
 // Every replica of shard 0 killed at once: pslaunch restarts them, replica
 // 0 restores its newest checkpoint and takes the office, the backup catches
 // up from it, and training ends; the two replicas end bitwise equal.
@@ -320,10 +339,7 @@ TEST(ReplicationTest, AShardThatLostEveryReplicaGoesOnFromItsCheckpoint) {
   const ScratchFolder scratch("restore-replicated");
   const std::string& dir = scratch.path;
   const std::string replicated = CtrConfig(dir, "replicated", kBackups);
-  std::string text = ReadFile(replicated);
-  ASSERT_EQ(absl::StrReplaceAll({{"-checkpoints\" }", "-checkpoints\" every_steps: 10 }"}}, &text),
-            1);
-  std::ofstream(replicated) << text;
+  CheckpointEveryTenVersions(replicated);
 
   Launch launch(replicated, "sync", absl::StrCat(dir, "/replicated.log"));
   const std::string address = launch.AwaitInLog(R"(info ps:0 serving (\S+))", absl::Seconds(60));
@@ -347,6 +363,62 @@ TEST(ReplicationTest, AShardThatLostEveryReplicaGoesOnFromItsCheckpoint) {
   const ShardCheckpoint final_state = Newest(absl::StrCat(dir, "/replicated-checkpoints/shard-0"));
   EXPECT_TRUE(final_state.finished());
   ExpectFinalOrBehind(absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-0"), final_state);
+}
+
+// Shard 0's primary killed, its backup takes the office and checkpoints on
+// in its own folder; then every replica is killed. Replica 0 restores the
+// backup's later checkpoint, not its own older one: the versions between
+// are not lost.
+TEST(ReplicationTest, AShardThatLostEveryReplicaAfterAFailoverGoesOnFromItsBackupsCheckpoint) {
+  const ScratchFolder scratch("restore-after-failover");
+  const std::string& dir = scratch.path;
+  const std::string replicated = CtrConfig(dir, "replicated", kBackups, 300000);
+  CheckpointEveryTenVersions(replicated);
+  const std::string replica_zeros = absl::StrCat(dir, "/replicated-checkpoints/shard-0");
+  const std::string backups = absl::StrCat(dir, "/replicated-checkpoints/replica-1/shard-0");
+
+  Launch launch(replicated, "sync", absl::StrCat(dir, "/replicated.log"));
+  const std::string address = launch.AwaitInLog(R"(info ps:0 serving (\S+))", absl::Seconds(60));
+  ASSERT_FALSE(address.empty()) << launch.Output();
+  int primary = 0;
+  int backup = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(launch.AwaitInLog(R"(ps:0 \(pid (\d+)\))", absl::Seconds(60)), &primary))
+      << launch.Output();
+  ASSERT_TRUE(
+      absl::SimpleAtoi(launch.AwaitInLog(R"(ps:0:1 \(pid (\d+)\))", absl::Seconds(60)), &backup))
+      << launch.Output();
+  ASSERT_GE(AwaitVersion(address, 20, absl::Seconds(120)), 20) << launch.Output();
+  ASSERT_TRUE(AwaitBackupsInChain(address, absl::Seconds(120))) << launch.Output();
+  ASSERT_EQ(kill(primary, SIGKILL), 0);
+  int restarted = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      launch.AwaitInLog(R"(task ps:0 restarted \(pid (\d+)\))", absl::Seconds(60)), &restarted))
+      << launch.Output();
+  // The backup, primary now, checkpoints 30 versions past replica 0's last.
+  const int64_t replica_zeros_last = NewestFileVersion(replica_zeros);
+  ASSERT_TRUE(Eventually([&] { return NewestFileVersion(backups) >= replica_zeros_last + 30; },
+                         absl::Seconds(120)))
+      << launch.Output();
+  const int64_t backups_checkpoint = NewestFileVersion(backups);
+  EXPECT_EQ(kill(backup, SIGKILL), 0);
+  EXPECT_EQ(kill(restarted, SIGKILL), 0);
+  ASSERT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
+
+  const std::string output = launch.Output();
+  EXPECT_THAT(output, HasSubstr("task ps:0:1 exited with code 137"));
+  // The last restore, once every replica was gone.
+  const std::regex restored_at(R"(ps:0 restored its checkpoint at version (\d+))");
+  int64_t restored = -1;
+  for (auto match = std::sregex_iterator(output.begin(), output.end(), restored_at);
+       match != std::sregex_iterator(); ++match) {
+    ASSERT_TRUE(absl::SimpleAtoi((*match)[1].str(), &restored));
+  }
+  EXPECT_GE(restored, backups_checkpoint) << output;
+  EXPECT_THAT(output, HasSubstr("a backup's folder"));
+  const ShardCheckpoint final_state = Newest(replica_zeros);
+  EXPECT_TRUE(final_state.finished());
+  ExpectFinalOrBehind(backups, final_state);
 }
 
 // For comparison, the same job without backups: shard 0 killed mid-run

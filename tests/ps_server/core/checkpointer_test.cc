@@ -157,9 +157,8 @@ TEST_F(CheckpointerTest, RestoresOnlyItsOwnUnfinishedRunUnlessAsked) {
 // A replicated shard whose backup took the office checkpointed on in the
 // backup's folder; every replica lost, replica 0 restarts: it restores that
 // later state, not its own older one (which would lose the versions
-// between), and writes it to its own folder, since a backup restarted moves
-// its folder's checkpoints aside. A backup folder of another run, or one
-// any user can write to, is left alone.
+// between), and writes it to its own folder. A backup folder of another
+// run, or one any user can write to, is left alone.
 TEST_F(CheckpointerTest, ReplicaZeroRestoresTheLaterStateItsBackupCheckpointed) {
   const RunIdentity run = {"run-a", "job"};
   const auto write_backup = [&](int replica, const RunIdentity& identity, int pushes) {
@@ -201,6 +200,42 @@ TEST_F(CheckpointerTest, ReplicaZeroRestoresTheLaterStateItsBackupCheckpointed) 
     auto shard = MomentumShard();
     Checkpointer checkpointer(shard.get(), config_, 0, {"run-c", "job"});
     EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), -1) << "another run starts fresh";
+  }
+}
+
+// A backup restarted keeps what it checkpointed earlier in this run (as
+// primary perhaps), for replica 0 to restore; another run's checkpoints, or
+// those of a run without an id to tell it by, it moves aside.
+TEST_F(CheckpointerTest, ABackupKeepsOnlyThisRunsCheckpoints) {
+  CheckpointConfig backup = config_;
+  backup.set_dir(config_.dir() + "/replica-1");
+  const std::string folder = backup.dir() + "/shard-0";
+  const struct {
+    std::string name;
+    RunIdentity written, starting;
+    bool kept;
+  } cases[] = {
+      {"this run", {"run-a", "job"}, {"run-a", "job"}, true},
+      {"another run", {"run-a", "job"}, {"run-b", "job"}, false},
+      {"another job", {"run-a", "job-1"}, {"run-a", "job-2"}, false},
+      {"no run id", {"", "job"}, {"", "job"}, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::filesystem::remove_all(backup.dir());
+    {
+      auto shard = MomentumShard();
+      Init(shard.get());
+      PushOnes(shard.get());
+      Checkpointer checkpointer(shard.get(), backup, 0, c.written);
+      ASSERT_TRUE(checkpointer.CheckpointNow().ok());
+    }
+    auto shard = MomentumShard();
+    Checkpointer checkpointer(shard.get(), backup, 0, c.starting);
+    ASSERT_TRUE(checkpointer.PrepareBackup().ok());
+    EXPECT_EQ(shard->version(), 0) << "a backup restores nothing";
+    EXPECT_EQ(ListCheckpoints(folder).size(), c.kept ? 1u : 0u);
+    EXPECT_EQ(ListCheckpoints(folder + "/previous").size(), c.kept ? 0u : 1u);
   }
 }
 
