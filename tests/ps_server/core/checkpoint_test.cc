@@ -268,6 +268,28 @@ TEST(CheckpointTest, AFileCutAtAPieceBoundaryIsTornAndAForgedLengthAllocatesNoth
   }
 }
 
+// A file's head is its first piece: the checkpoint without its rows, read
+// even where a rows piece is cut off; a damaged first piece is refused.
+TEST(CheckpointTest, TheHeadOfAFileIsItsFirstPieceAlone) {
+  const ShardCheckpoint forged = ForgedWithRows();
+  const std::string dir = FreshDir("ckpt_head");
+  absl::StatusOr<std::string> path = WriteCheckpoint(dir, forged, 1, 4096);
+  ASSERT_TRUE(path.ok()) << path.status();
+  const std::vector<std::string> pieces = Pieces(forged, 4096);
+  ASSERT_GT(pieces.size(), 2u);
+  ShardCheckpoint expected;
+  ASSERT_TRUE(expected.ParseFromString(pieces.front()));
+  std::filesystem::resize_file(*path, std::filesystem::file_size(*path) - 1);
+  absl::StatusOr<ShardCheckpoint> head = ReadCheckpointHead(*path);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->SerializeAsString(), expected.SerializeAsString());
+  EXPECT_EQ(head->version(), forged.version());
+  EXPECT_TRUE(absl::IsDataLoss(ReadCheckpoint(*path).status()));
+
+  std::filesystem::resize_file(*path, 8 + 8 + 12 + pieces.front().size() - 1);
+  EXPECT_TRUE(absl::IsDataLoss(ReadCheckpointHead(*path).status()));
+}
+
 // Checkpoints written before pieces: one payload after "PSTCKPT1".
 TEST(CheckpointTest, ACheckpointOfTheFormerFormStillReads) {
   const ShardCheckpoint forged = ForgedWithRows();
