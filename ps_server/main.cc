@@ -31,6 +31,7 @@
 #include "grpcpp/create_channel.h"
 #include "ps_server/core/checkpointer.h"
 #include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/replica_checkpoint_dirs.h"
 #include "ps_server/service/ps_metrics.h"
 #include "ps_server/service/ps_service.h"
 #include "ps_server/service/replica_sender.h"
@@ -355,10 +356,8 @@ int main(int argc, char** argv) {
   // checkpoints (the final one, and those it writes once it holds the
   // office) go to a folder of their own, which replica 0 reads too.
   pst::CheckpointConfig checkpoints = config->training().checkpoint();
-  if (options.replica > 0 && !checkpoints.dir().empty()) {
-    checkpoints.set_dir(
-        (std::filesystem::path(checkpoints.dir()) / absl::StrCat("replica-", options.replica))
-            .string());
+  if (!checkpoints.dir().empty()) {
+    checkpoints.set_dir(pst::ReplicaCheckpointRoot(checkpoints.dir(), options.replica));
   }
   pst::Checkpointer checkpointer(shard->get(), checkpoints, task->index,
                                  {checkpoints.run_id(), pst::TrainingConfigHash(*config)});

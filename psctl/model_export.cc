@@ -7,11 +7,13 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "ps_server/core/checkpoint.h"
 #include "ps_server/core/embedding_init.h"
+#include "ps_server/core/replica_checkpoint_dirs.h"
 
 namespace pst {
 namespace {
@@ -65,16 +67,17 @@ absl::StatusOr<NpzArray> JoinSlices(const std::string& name, const Slices& slice
   return NpzArray{name, NpzArray::DType::kFloat32, std::move(shape), std::move(data)};
 }
 
-// The number that follows `prefix` in `name` as ps_server names its
-// folders ("shard-3" -> 3); -1 for any other name ("shard-03" too).
-int IndexAfter(const std::string& name, const std::string& prefix) {
-  if (name.rfind(prefix, 0) != 0) return -1;
-  int index = -1;
-  const char* first = name.data() + prefix.size();
+// The shard a folder named "shard-<i>" is of, as ps_server names it; -1
+// for any other name ("shard-03" too).
+int ShardOfFolder(const std::string& name) {
+  constexpr std::string_view kPrefix = "shard-";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  int shard = -1;
+  const char* first = name.data() + kPrefix.size();
   const char* last = name.data() + name.size();
-  auto [end, e] = std::from_chars(first, last, index);
-  const bool ok = e == std::errc() && end == last && index >= 0;
-  return ok && absl::StrCat(prefix, index) == name ? index : -1;
+  auto [end, e] = std::from_chars(first, last, shard);
+  const bool ok = e == std::errc() && end == last && shard >= 0;
+  return ok && absl::StrCat("shard-", shard) == name ? shard : -1;
 }
 
 bool OlderVersion(const ShardCheckpoint& a, const ShardCheckpoint& b) {
@@ -90,19 +93,17 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
         "no checkpoint in ", dir, ": not a directory; give --checkpoint=training.checkpoint.dir "
         "of the job"));
   }
-  // Replica 0 writes <dir>/shard-<i>/, a backup k <dir>/replica-<k>/shard-<i>/.
+  // The shards any replica wrote checkpoints of (replica_checkpoint_dirs.h).
   int highest = -1;
-  std::vector<std::filesystem::path> backup_roots;
-  const auto scan = [&](const std::filesystem::path& root, bool backups_here) {
+  std::vector<std::string> roots = BackupCheckpointRoots(dir);
+  roots.push_back(dir);
+  for (const std::string& root : roots) {
     for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
-      if (!entry.is_directory(error)) continue;
-      const std::string name = entry.path().filename().string();
-      highest = std::max(highest, IndexAfter(name, "shard-"));
-      if (backups_here && IndexAfter(name, "replica-") > 0) backup_roots.push_back(entry.path());
+      if (entry.is_directory(error)) {
+        highest = std::max(highest, ShardOfFolder(entry.path().filename().string()));
+      }
     }
-  };
-  scan(dir, /*backups_here=*/true);
-  for (const std::filesystem::path& root : backup_roots) scan(root, /*backups_here=*/false);
+  }
   if (highest < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no checkpoint in ", dir, ": it holds no shard-<i> folder; give --checkpoint=the job's "
@@ -111,7 +112,7 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
   std::vector<ShardCheckpoint> shards;
   for (int i = 0; i <= highest; ++i) {
     // Each replica's newest: the latest version of the run holds the most
-    // of it (ReplicaCheckpointDirs).
+    // of it.
     const std::vector<std::string> folders = ReplicaCheckpointDirs(dir, i);
     std::vector<ShardCheckpoint> newest;
     std::vector<std::string> rejected;

@@ -15,7 +15,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
@@ -210,29 +209,6 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
   // Versions are zero-padded, so the names sort like the versions.
   std::sort(files.rbegin(), files.rend());
   return files;
-}
-
-std::vector<std::string> ReplicaCheckpointDirs(const std::string& root, int shard) {
-  const std::string shard_folder = absl::StrCat("shard-", shard);
-  std::vector<std::pair<int, std::string>> backups;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
-    const std::string name = entry.path().filename().string();
-    absl::string_view number = name;
-    int replica = 0;
-    // Only the names ps_server gives: "replica-<k>", k >= 1, no padding.
-    if (!absl::ConsumePrefix(&number, "replica-") || !absl::SimpleAtoi(number, &replica) ||
-        replica < 1 || absl::StrCat("replica-", replica) != name) {
-      continue;
-    }
-    const std::filesystem::path folder = entry.path() / shard_folder;
-    if (std::filesystem::is_directory(folder, error))
-      backups.emplace_back(replica, folder.string());
-  }
-  std::sort(backups.begin(), backups.end());
-  std::vector<std::string> dirs = {(std::filesystem::path(root) / shard_folder).string()};
-  for (auto& [replica, folder] : backups) dirs.push_back(std::move(folder));
-  return dirs;
 }
 
 int RemoveTemporaryFiles(const std::string& dir) {

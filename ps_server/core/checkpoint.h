@@ -108,17 +108,6 @@ std::optional<CheckpointName> ParseCheckpointName(std::string_view file_name);
 absl::StatusOr<ShardCheckpoint> ReadNewestValidCheckpoint(const std::string& dir,
                                                           std::vector<std::string>* rejected);
 
-// The folders the replicas of shard `shard` write their checkpoints to
-// under a job's training.checkpoint.dir `root`: replica 0's
-// <root>/shard-<shard> first (whether or not it exists), then each
-// backup k's <root>/replica-<k>/shard-<shard> that exists, by k. A
-// backup that took the office wrote the shard's later checkpoints to its
-// own. Within a run a shard's versions only grow, across failovers too (a
-// replica restores the newest of these folders), so of their checkpoints
-// of one run the latest version holds the most of it; a replica away or
-// still catching up when the run ended holds an older one.
-std::vector<std::string> ReplicaCheckpointDirs(const std::string& root, int shard);
-
 }  // namespace pst
 
 #endif  // PST_PS_SERVER_CORE_CHECKPOINT_H_

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "ps_server/core/checkpoint.h"
 #include "ps_server/core/model_share.h"
+#include "ps_server/core/replica_checkpoint_dirs.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {

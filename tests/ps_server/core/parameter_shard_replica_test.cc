@@ -210,17 +210,37 @@ std::vector<std::shared_ptr<const ReplicaUpdate>> TakeForBackup(ParameterShard& 
   return *std::move(updates);
 }
 
+// A SYNC primary (InitEvicting) and its backup 1, two steps taken: what
+// the backup is sent after the first (the state whole, at version 1) and
+// after the second (version 2's update).
+struct TwoVersions {
+  std::unique_ptr<ParameterShard> primary;
+  std::unique_ptr<ParameterShard> backup;
+  std::vector<std::shared_ptr<const ReplicaUpdate>> whole;
+  std::vector<std::shared_ptr<const ReplicaUpdate>> next;
+};
+TwoVersions TakeTwoVersions(uint64_t seed) {
+  TwoVersions taken{.primary = MakeShard(AsReplica(Options(SYNC, 2), 0)),
+                    .backup = MakeShard(AsReplica(Options(SYNC, 2), 1)),
+                    .whole = {},
+                    .next = {}};
+  InitEvicting(taken.primary.get());
+  std::mt19937_64 draw(seed);
+  SyncStep(*taken.primary, draw);
+  taken.whole = TakeForBackup(*taken.primary);
+  SyncStep(*taken.primary, draw);
+  taken.next = TakeForBackup(*taken.primary);
+  return taken;
+}
+
 TEST(ParameterShardReplicaTest, ABackupAcknowledgesAnUpdateOnceAndNeverARefusedOne) {
-  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
-  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
-  InitEvicting(primary.get());
-  std::mt19937_64 draw(9);
-  SyncStep(*primary, draw);
-  const auto updates = TakeForBackup(*primary);
+  const TwoVersions taken = TakeTwoVersions(9);
+  ParameterShard* primary = taken.primary.get();
+  ParameterShard* backup = taken.backup.get();
+  const auto& updates = taken.whole;
+  const auto& next = taken.next;
   ASSERT_EQ(updates.size(), 1u);  // the state whole, at version 1
-  SyncStep(*primary, draw);
-  const auto next = TakeForBackup(*primary);
-  ASSERT_EQ(next.size(), 1u);  // version 2's rows
+  ASSERT_EQ(next.size(), 1u);     // version 2's rows
 
   int acknowledged = 0;
   ReplicaAck said;
@@ -245,15 +265,12 @@ TEST(ParameterShardReplicaTest, ABackupAcknowledgesAnUpdateOnceAndNeverARefusedO
 }
 
 TEST(ParameterShardReplicaTest, AnUpdateWhoseDenseVariablesDoNotFitIsRefusedAndChangesNothing) {
-  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
-  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
-  InitEvicting(primary.get());
-  std::mt19937_64 draw(4);
-  SyncStep(*primary, draw);
-  const auto whole = TakeForBackup(*primary);
+  const TwoVersions taken = TakeTwoVersions(4);
+  ParameterShard* primary = taken.primary.get();
+  ParameterShard* backup = taken.backup.get();
+  const auto& whole = taken.whole;
+  const auto& next = taken.next;
   ASSERT_EQ(whole.size(), 1u);
-  SyncStep(*primary, draw);
-  const auto next = TakeForBackup(*primary);
   ASSERT_EQ(next.size(), 1u);
   const ReplicaUpdate& update = *next.front();
   // The version's dense update travels as its optimizer step, not whole.

@@ -1,0 +1,32 @@
+// Where a replicated shard's replicas keep their checkpoints under a job's
+// training.checkpoint.dir `root`: replica 0 in <root>/shard-<i>/, as an
+// unreplicated shard does, and a backup k in <root>/replica-<k>/shard-<i>/
+// (its final checkpoint, and those it writes once it holds the office).
+//
+// Within a run a shard's versions only grow, across failovers too (replica
+// 0 restores the newest of these folders), so of their checkpoints of one
+// run the latest version holds the most of it; a replica away or still
+// catching up when the run ended holds an older one.
+#ifndef PST_PS_SERVER_CORE_REPLICA_CHECKPOINT_DIRS_H_
+#define PST_PS_SERVER_CORE_REPLICA_CHECKPOINT_DIRS_H_
+
+#include <string>
+#include <vector>
+
+namespace pst {
+
+// The training.checkpoint.dir replica `replica` writes under: `root` for
+// replica 0, <root>/replica-<replica> for a backup.
+std::string ReplicaCheckpointRoot(const std::string& root, int replica);
+
+// The backups' roots that exist under `root` (<root>/replica-<k>, k >= 1,
+// named as ReplicaCheckpointRoot names them), by k.
+std::vector<std::string> BackupCheckpointRoots(const std::string& root);
+
+// The folders of shard `shard`'s replicas: replica 0's <root>/shard-<shard>
+// first (whether or not it exists), then each backup's that exists, by k.
+std::vector<std::string> ReplicaCheckpointDirs(const std::string& root, int shard);
+
+}  // namespace pst
+
+#endif  // PST_PS_SERVER_CORE_REPLICA_CHECKPOINT_DIRS_H_
