@@ -13,7 +13,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -105,5 +105,5 @@ TEST(PsBenchTest, ABadSizeIsOneLineAndExitCodeTwo) {
   EXPECT_EQ(run.out, "");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

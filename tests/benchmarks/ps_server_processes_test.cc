@@ -13,7 +13,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(PsServerProcessesTest, ShardsServeAndAreGoneOnceDestroyed) {
   absl::StatusOr<std::unique_ptr<PsServerProcesses>> processes =
@@ -50,5 +50,5 @@ TEST(PsServerProcessesTest, ShardsServeAndAreGoneOnceDestroyed) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

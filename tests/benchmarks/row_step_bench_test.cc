@@ -12,7 +12,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -58,5 +58,5 @@ TEST(RowStepBenchTest, BadFlagsAreOneLineAndExitCodeTwo) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -13,7 +13,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -70,5 +70,5 @@ TEST(SocketBenchTest, BadFlagsAreOneLineAndExitCodeTwo) {
   EXPECT_THAT(run.err, HasSubstr("--block must be a positive multiple of 4 bytes"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

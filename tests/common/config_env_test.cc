@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -108,5 +108,5 @@ TEST(SecurityConfigTest, TlsAndAuthMistakesAreNamed) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

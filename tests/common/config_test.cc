@@ -17,7 +17,7 @@
 #include "tests/support/fresh_dir.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -319,5 +319,5 @@ TEST(ConfigTest, TasksParseAndMustExist) {
   EXPECT_THAT(std::string(missing.message()), HasSubstr("task ps:1 does not exist"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

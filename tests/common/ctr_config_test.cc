@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -79,5 +79,5 @@ TEST(CtrConfigTest, MistakesAreNamedByTheirField) {
               HasSubstr("training.model must be ctr { ... } for ctr data"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

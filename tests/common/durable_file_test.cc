@@ -16,7 +16,7 @@
 #include "tests/support/fresh_dir.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -108,5 +108,5 @@ TEST(DurableFileTest, AppendingRefusesALinkAndAppendsToItsOwnFile) {
   EXPECT_EQ(Contents(events), "ab");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

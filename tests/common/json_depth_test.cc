@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(JsonDepthTest, FindsTheLineWhereNestingFirstPassesTheBound) {
   struct Case {
@@ -28,5 +28,5 @@ TEST(JsonDepthTest, FindsTheLineWhereNestingFirstPassesTheBound) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

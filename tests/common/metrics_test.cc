@@ -17,7 +17,7 @@
 #include "tests/support/http.h"
 
 namespace pst::metrics {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -227,5 +227,5 @@ TEST(ExposureWarningTest, WarnsOnlyForAReachableEndpointOfASecureCluster) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst::metrics

@@ -9,7 +9,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -68,5 +68,5 @@ TEST(WriteNpzTest, NumpyLoadsTheArrays) {
             "[-1, 5, 1099511627776] int64 (0, 4)\n");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

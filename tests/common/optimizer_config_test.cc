@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using Rule = OptimizerSettings::Rule;
@@ -100,5 +100,5 @@ TEST(OptimizerConfigTest, OutOfRangeIsInvalidArgumentNamingTheField) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

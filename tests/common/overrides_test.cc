@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -109,5 +109,5 @@ TEST(OverridesTest, HelpListsWhatTheProgramTakes) {
   EXPECT_THAT(launcher, HasSubstr("Limits of the PS (passed on to every ps_server):"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

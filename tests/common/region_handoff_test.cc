@@ -4,7 +4,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(RegionHandoffTest, AHandleAndARefusalRoundTrip) {
   absl::StatusOr<uint64_t> handle = DecodeHandoffReply(EncodeHandoffReply(0x1234567890abcdefu));
@@ -32,5 +32,5 @@ TEST(RegionHandoffTest, NoncesAreRandom) {
   EXPECT_NE(RandomBytes(kHandoffNonceBytes), RandomBytes(kHandoffNonceBytes));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

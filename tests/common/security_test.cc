@@ -16,7 +16,7 @@
 #include "tests/support/secure_cluster_test.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -172,5 +172,5 @@ TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
   EXPECT_FALSE(ConstantTimeEquals(std::string("a\0", 2), "a"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

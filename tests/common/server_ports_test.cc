@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(ServerPortsTest, TheCandidatesAreEveryServerPortOutsideTheEphemeralRangeOnce) {
   const auto [low, high] = EphemeralPortRange();
@@ -33,5 +33,5 @@ TEST(ServerPortsTest, TwoPicksRarelyTryTheSamePortFirst) {
   EXPECT_LE(same, 2);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -179,5 +179,5 @@ TEST(SealedRegionTest, ADetachedRegionKeepsItsBytesAwayFromTheShard) {
   EXPECT_EQ(std::string(seen, 6), "before");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

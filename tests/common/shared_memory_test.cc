@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -365,5 +365,5 @@ TEST(SharedMemoryTest, AFileSizeLimitDoesNotStopAnswers) {
   EXPECT_EQ((*region)->bytes()[(1 << 20) - 1], 'a');
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

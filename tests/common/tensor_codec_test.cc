@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(TensorCodecTest, HalfConversionsMatchKnownValues) {
   struct Case {
@@ -95,5 +95,5 @@ TEST(TensorCodecTest, PayloadSizeIsCheckedPerDtype) {
   EXPECT_THAT(std::string(CheckTensorPayload(tensor, 3).message()), ::testing::HasSubstr("unknown dtype"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

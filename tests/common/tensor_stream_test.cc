@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -132,5 +132,5 @@ TEST(TensorStreamTest, AnnouncedBytesFollowShapeAndDtype) {
   EXPECT_EQ(AnnouncedBytes(tensor).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

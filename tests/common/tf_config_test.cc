@@ -16,7 +16,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -454,5 +454,5 @@ TEST_F(LoadWithTfConfigTest, AnEmptyTfConfigIsUnset) {
               HasSubstr("TF_CONFIG is set, which gives each process one task, but pslaunch"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(ThreadPoolTest, RunsTheTaskOnAnotherThreadBeforeWaitReturns) {
   ThreadPool pool;
@@ -116,5 +116,5 @@ TEST_F(TaskWaitTest, AssigningATaskWaitsForTheOneItHeld) {
   ExpectWaits([&] { task = pool_.Start([] {}); });
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using Action = Admission::Action;
 
@@ -57,5 +57,5 @@ TEST(AsyncPolicyTest, AnswersStreamWhenTheCommittedPushIsEnough) {
   EXPECT_FALSE(policy.AnswerMayStreamDuringPush(5, 3));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -3,7 +3,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(ConsistencyPolicyTest, MakesThePolicyOfEachMode) {
   for (Mode mode : {SYNC, ASYNC, SSP}) {
@@ -45,5 +45,5 @@ TEST(ConsistencyPolicyTest, OptionsComeFromTheJobConfig) {
   EXPECT_EQ(options.max_staleness, 6);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using Action = Admission::Action;
 
@@ -52,5 +52,5 @@ TEST(SspPolicyTest, AnswersNeverStreamDuringAPush) {
   EXPECT_FALSE(policy.AnswerMayStreamDuringPush(0, 3));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using Action = Admission::Action;
 
@@ -79,5 +79,5 @@ TEST(SyncPolicyTest, PullsWaitForTheStepTheyPushedFor) {
   EXPECT_FALSE(policy.AnswerMayStreamDuringPush(0, 4));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

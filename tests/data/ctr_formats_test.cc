@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -79,5 +79,5 @@ TEST(CriteoLineTest, MissingColumnsAreEmptyAndAWrongColumnCountIsNamed) {
   EXPECT_EQ(batch.size(), 1);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -106,5 +106,5 @@ TEST(AucTest, CountsPairsAndTiesHalf) {
               1e-9);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -271,5 +271,5 @@ TEST_F(CtrReaderTest, MalformedLibsvmLinesAreNamed) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -29,7 +29,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
@@ -216,5 +216,5 @@ TEST_F(CheckpointKillTest, EveryRestartRestoresTheNewestWholeChainAndTrainingGoe
               std::size(kills), static_cast<long long>(highest_restored), deltas_seen.size());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -17,7 +17,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -146,5 +146,5 @@ TEST(CtrTiersTest, ADiskTierTrainsAsAllInRamAndReadsAhead) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

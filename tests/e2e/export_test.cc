@@ -12,7 +12,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -68,5 +68,5 @@ TEST(ExportModelTest, ACtrModelIsExportedFromItsCheckpoints) {
   EXPECT_THAT(run.err, HasSubstr("psctl export"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

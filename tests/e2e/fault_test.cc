@@ -36,7 +36,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::string Bin(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
 
@@ -524,5 +524,5 @@ TEST_F(FaultTest, ChiefReportsTheModelWhenAWorkerIsGoneForGood) {
   EXPECT_THAT(Log("worker-0.log"), ::testing::HasSubstr("(without worker:1: gone for good"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

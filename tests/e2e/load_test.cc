@@ -21,7 +21,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr int kWorkers = 32;
 constexpr int64_t kElements = 16384;  // 64 KiB per variable
@@ -157,5 +157,5 @@ TEST(LoadTest, ThirtyTwoAsyncWorkersLoseAndDoubleNothing) {
   server->grpc_server->Shutdown();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -29,7 +29,7 @@
 #include "tests/support/http.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -345,5 +345,5 @@ TEST(ObservabilityErrorsTest, BadFlagsGiveOneLineAndExitCodeTwo) {
   close(listener);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -20,7 +20,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -128,5 +128,5 @@ TEST(OverridesE2eTest, CheckConfigRefusesADataSetThatIsNotThereInOneLine) {
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -25,7 +25,7 @@
 #include "result.pb.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -510,5 +510,5 @@ TEST(PslaunchSignalTest, SigtermWhileStartingTasksStopsWithinTheGracePeriod) {
   EXPECT_LT(took, absl::Seconds(10));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

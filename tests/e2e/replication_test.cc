@@ -36,7 +36,7 @@
 #include "tests/support/shard_stats.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -509,5 +509,5 @@ TEST(ReplicationTest, TrainingGoesOnWhileEtcdIsDownAndEndsAsWithoutTheOutage) {
   EXPECT_EQ(SummaryIn(launch.Output()), Summary(without)) << launch.Output();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -21,7 +21,7 @@
 #include "tests/support/test_certificates.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -103,5 +103,5 @@ TEST(SecureTrainingTest, AWorkerWithoutTheCaFileSaysWhichFile) {
                                  "/absent-ca.pem; check the path and its permissions"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

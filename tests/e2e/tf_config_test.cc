@@ -35,7 +35,7 @@
 #include "tests/support/shard_stats.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -319,5 +319,5 @@ TEST_F(TfConfigTest, TextThatIsNotJsonIsOneLineAndExitCodeTwo) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -18,7 +18,7 @@
 #include "rpc/worker_session.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 JobConfig BaseConfig(Mode mode, int workers, int batch, int epochs) {
   JobConfig config;
@@ -441,5 +441,5 @@ TEST_P(ConvergenceTest, LinearRegressionFitsANoiselessTarget) {
 INSTANTIATE_TEST_SUITE_P(EveryMode, ConvergenceTest, ::testing::Values(SYNC, ASYNC, SSP),
                          [](const auto& info) { return ModeName(info.param); });
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

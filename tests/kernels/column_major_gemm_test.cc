@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(ColumnMajorGemmTest, SwapsTheOperandsAndDimensionsForEveryLayout) {
   struct Case {
@@ -48,5 +48,5 @@ TEST(ColumnMajorGemmTest, StridesMustCoverTheWidthOfEachMatrixAsStored) {
   EXPECT_FALSE(StridesCoverWidths(false, false, 2, 3, 5, 5, 3, 2));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

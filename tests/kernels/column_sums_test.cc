@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 struct Shape {
   int rows, cols;
@@ -112,5 +112,5 @@ TEST(ColumnSumsReferenceTest, FollowsThePlansOrderNotTheRowOrder) {
   EXPECT_EQ(out, 1e8f + 56.0f);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

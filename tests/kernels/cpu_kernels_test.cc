@@ -10,7 +10,7 @@
 #include "kernels/kernels.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::vector<float> RandomVector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -265,5 +265,5 @@ TEST(CpuKernelsTest, MeanSquaredErrorMatchesHandValues) {
   EXPECT_THAT(d, ::testing::ElementsAre(0, 1, 0, -2));  // 2 (pred - target) / 4
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -16,7 +16,7 @@
 #include "tests/support/gpu_check.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr double kTolerance = 1e-5;
 
@@ -446,5 +446,5 @@ TEST_F(CudaKernelsTest, AnImpossibleAllocationIsAnErrorNamingTheCall) {
   EXPECT_EQ(Download(c, 1)[0], 1.0f);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -20,7 +20,7 @@
 #include "tests/support/gpu_check.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -255,5 +255,5 @@ TEST(GpuBenchTest, WithoutAGpuExitsWithCode2AndOneLine) {
   EXPECT_EQ(lines.size(), 1u) << r.err;
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -9,7 +9,7 @@
 #include "kernels/kernels.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
@@ -105,5 +105,5 @@ TEST(SigmoidCrossEntropyTest, MatchesHandValuesAndCountsSigns) {
   EXPECT_FALSE(kernels->SigmoidCrossEntropy(0, logits.data(), labels.data(), d.data()).ok());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(PartitionerTest, OneShardTakesEverything) {
   EXPECT_EQ(PlaceVariables({5, 1, 9}, 1), (std::vector<int>{0, 0, 0}));
@@ -27,5 +27,5 @@ TEST(PartitionerTest, EqualSizesSpreadRoundRobin) {
   EXPECT_EQ(PlaceVariables({4, 4, 4, 4, 4, 4}, 3), (std::vector<int>{0, 1, 2, 0, 1, 2}));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 const std::vector<VariableSpec> kModel = {{"dense_0/kernel", {784, 256}}, {"dense_0/bias", {256}},
                                           {"dense_1/kernel", {256, 128}}, {"dense_1/bias", {128}},
@@ -77,5 +77,5 @@ TEST(PlacementTest, IsTheSameOnEveryCall) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(RowPlacementTest, TheHashIsSplitMix64AndStaysSo) {
   struct Case {
@@ -76,5 +76,5 @@ TEST(RowPlacementTest, NearbyIdsLandOnUnrelatedShards) {
   EXPECT_NEAR(changes, 5000, 300);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -19,7 +19,7 @@
 #include "tests/support/memory_cgroup.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr int64_t kCgroupLimit = 96 << 20;
 constexpr int64_t kRegionBytes = 256 << 20;
@@ -90,5 +90,5 @@ TEST(RegionMemoryTest, AttachingRegionsNobodyWroteCostsAPsInAMemoryCgroupNothing
   processes->reset();  // the cgroup goes once its process has
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

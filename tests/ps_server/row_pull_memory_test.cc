@@ -16,7 +16,7 @@
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // Third hostile pass: one pull of 33 M ids took the PS from 37 MB to
 // 914 MB, four at once to 1.4 GB, never given back.
@@ -66,5 +66,5 @@ TEST(RowPullMemoryTest, TheMemoryOfLargePullsIsGivenBackOnceAnswered) {
   EXPECT_LT(grown_mb, 40) << "a large pull's buffers stayed in the PS's heap";
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -14,7 +14,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -228,5 +228,5 @@ TEST(ReadShardCheckpointsTest, RefusesWhatIsNotEveryShardOfOneRun) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -15,7 +15,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -217,5 +217,5 @@ TEST(PsctlPlanTest, BadInputIsOneLineAndExitCodeTwo) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

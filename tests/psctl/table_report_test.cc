@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -78,5 +78,5 @@ TEST(RefusalReportTest, ShowsEachShardsRefusals) {
   EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 3);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -128,5 +128,5 @@ TEST(CheckTaskPortsTest, AMetricsAddressMustBeAnIpAddress) {
   EXPECT_THAT(status.message(), HasSubstr("--metrics_address=localhost is not an IP address"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

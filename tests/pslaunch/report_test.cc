@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -178,5 +178,5 @@ TEST(ReportTest, AMissingOrForeignRecordIsNamed) {
   std::filesystem::remove(path);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

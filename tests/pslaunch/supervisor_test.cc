@@ -25,7 +25,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -420,5 +420,5 @@ TEST(SupervisorTest, ChildrenGetTheirOwnProcessGroupAndNoStdin) {
   EXPECT_EQ(output.Out(), absl::StrCat("[w] ", supervisor.pids()[0], "\n[w] eof\n"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

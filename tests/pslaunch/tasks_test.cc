@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // A value of `flag`'s type other than its default.
 std::string OtherValue(const absl::CommandLineFlag& flag) {
@@ -162,5 +162,5 @@ TEST(ClusterTasksTest, ARelayStandsInFrontOfEachShard) {
               ::testing::HasSubstr("the relay needs a fixed port"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

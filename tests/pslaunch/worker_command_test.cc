@@ -9,7 +9,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::UnorderedElementsAre;
@@ -42,5 +42,5 @@ TEST(WorkerCommandTest, TheSupervisorRunsTheCommandWithItsEnvironment) {
   EXPECT_EQ(ReadFile(out), "worker:0\n");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

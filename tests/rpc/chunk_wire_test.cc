@@ -13,7 +13,7 @@
 #include "ps.pb.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::string Bytes(size_t n, char seed) {
   std::string s(n, '\0');
@@ -245,5 +245,5 @@ TEST(ReceivedChunkTest, RefusesMalformedFraming) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

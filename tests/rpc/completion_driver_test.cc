@@ -10,7 +10,7 @@
 #include "rpc/completion_tag.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // An event that records where it ran.
 class Event final : public CompletionTag {
@@ -69,5 +69,5 @@ TEST(CompletionDriverTest, EveryWaiterReturnsOnceItsEventHasRunWhoeverDrives) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

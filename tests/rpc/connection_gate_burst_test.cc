@@ -31,7 +31,7 @@
 extern char** environ;
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using gate_test::Call;
 using gate_test::ChannelTo;
@@ -290,5 +290,5 @@ TEST(ConnectionGateBurstTest, RunningOutOfDescriptorsLeavesTheListenerListening)
   EXPECT_EQ(stats.over_source + stats.over_total, 0);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

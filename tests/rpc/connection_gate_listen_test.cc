@@ -26,7 +26,7 @@
 #include "tests/rpc/gate_test_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using gate_test::Call;
 using gate_test::kNoHandshakeTimeout;
@@ -248,5 +248,5 @@ TEST(ConnectionGateListenTest, TakesTheAddressesGrpcTakes) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

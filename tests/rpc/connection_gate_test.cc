@@ -20,7 +20,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using gate_test::Await;
 using gate_test::Call;
@@ -63,7 +63,7 @@ class ConnectionGateTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
   }
 
-  Socket Connect(const char* source = "127.0.0.1") { return pst::Connect(port_, source); }
+  Socket Connect(const char* source = "127.0.0.1") { return gate_test::Connect(port_, source); }
 
   std::vector<Socket> ConnectMany(int count, const char* source = "127.0.0.1") {
     std::vector<Socket> sockets;
@@ -346,5 +346,5 @@ TEST(MaxConnectionsTest, LeavesTheReserveBelowTheRaisedSoftLimit) {
             kMinMaxConnections);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 sockaddr_storage Peer(const std::string& address) {
   sockaddr_storage peer{};
@@ -51,5 +51,5 @@ TEST(ConnectionSourceTest, AnIpv4AddressOrAnIpv6SlashSixtyFourIsOneSource) {
   EXPECT_EQ(ConnectionSource(unix_peer), "");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

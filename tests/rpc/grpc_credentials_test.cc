@@ -20,7 +20,7 @@
 #include "tests/support/secure_cluster_test.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -186,5 +186,5 @@ TEST_F(GrpcCredentialsTest, MutualTlsRejectsClientCertificatesOfAnotherCa) {
   EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAVAILABLE) << none.error_message();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(GrpcStatusTest, CodeMessageAndPayloadsSurviveTheRoundTrip) {
   absl::Status status = absl::ResourceExhaustedError("busy; try again");
@@ -43,5 +43,5 @@ TEST(GrpcStatusTest, ATransientMarkCrossesTheWire) {
   EXPECT_FALSE(MarkedTransient(FromGrpcStatus(ToGrpcStatus(absl::ResourceExhaustedError("x")))));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -71,5 +71,5 @@ TEST(GpuCheckTest, TheObservedFactsAreConsistent) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

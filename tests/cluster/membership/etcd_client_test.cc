@@ -13,7 +13,7 @@
 #include "tests/cluster/membership/etcd_server.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
@@ -92,5 +92,5 @@ TEST_F(EtcdClientTest, ADeadEndpointIsPassedOverForTheNextOne) {
   EXPECT_TRUE(read.ok()) << read.status();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -16,7 +16,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr absl::Duration kTtl = absl::Milliseconds(300);
 
@@ -154,5 +154,5 @@ TEST(LeaseKeeperTest, StoppingOrRevokingIsNoLoss) {
   EXPECT_TRUE(log.losses.empty());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

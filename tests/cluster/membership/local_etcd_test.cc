@@ -13,7 +13,7 @@
 #include "tests/support/commands.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 bool HasMemoryRoot() { return access("/dev/shm", W_OK | X_OK) == 0; }
 
@@ -61,5 +61,5 @@ TEST(EtcdDataDirTest, TheDirectoryOfAnOwnerThatDiedGoesAndALiveOnesStays) {
   EXPECT_TRUE(std::filesystem::is_directory(live.path()));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -21,7 +21,7 @@
 #include "tests/cluster/membership/etcd_server.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 
@@ -306,5 +306,5 @@ TEST(ShardMembershipArgumentsTest, BadNamesAreRefusedBeforeAnyCall) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -22,7 +22,7 @@
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -298,5 +298,5 @@ TEST_F(CheckpointChainShardTest, AShardWithoutEmbeddingTablesWritesFullCheckpoin
   EXPECT_THAT(Files(), ElementsAre(File(2), File(3)));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -135,5 +135,5 @@ TEST(CheckpointDeltaTest, ADeltaThatDoesNotFitItsParentIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

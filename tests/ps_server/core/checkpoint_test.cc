@@ -29,7 +29,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace checkpoint_testing;  // NOLINT(build/namespaces)
@@ -454,5 +454,5 @@ TEST(CheckpointTest, MissingDirectoryHasNothingToRestore) {
             absl::StatusCode::kNotFound);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -20,7 +20,7 @@
 #include "tests/ps_server/core/checkpoint_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace checkpoint_testing;  // NOLINT(build/namespaces)
@@ -376,5 +376,5 @@ TEST_F(CheckpointerTest, GivesUpAfterMaxFailuresInARow) {
   checkpointer.Stop();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

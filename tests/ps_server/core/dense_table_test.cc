@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr float kLearningRate = 0.5f;
 
@@ -315,5 +315,5 @@ TEST(DenseTableTest, StepsThatDoNotFitTheVariablesChangeNothing) {
   EXPECT_EQ(ExportOf(*backup), ExportOf(*primary));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

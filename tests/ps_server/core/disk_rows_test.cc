@@ -21,7 +21,7 @@
 #include "tests/support/fresh_dir.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -146,5 +146,5 @@ TEST(DiskRowsTest, OpenSaysWhichDirectoryItCannotUse) {
   std::filesystem::remove(file);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

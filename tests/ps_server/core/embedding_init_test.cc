@@ -11,7 +11,7 @@
 #include "placement/row_placement.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 float Documented(uint64_t seed, const std::string& table, uint64_t id, uint64_t element,
                  float scale) {
@@ -44,5 +44,5 @@ TEST(EmbeddingInitTest, ScaleZeroGivesPositiveZeros) {
   for (float v : row) EXPECT_EQ(std::bit_cast<uint32_t>(v), 0u);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

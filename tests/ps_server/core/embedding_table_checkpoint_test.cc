@@ -24,7 +24,7 @@
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace embedding_testing;  // NOLINT(build/namespaces)
@@ -175,5 +175,5 @@ TEST(EmbeddingTableTest, ACheckpointWithoutEmbeddingsRestoresAnEmptyTable) {
   EXPECT_EQ(table.dim("a"), 0);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -19,7 +19,7 @@
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace embedding_testing;  // NOLINT(build/namespaces)
 
@@ -199,5 +199,5 @@ TEST(EmbeddingTableDeltaTest, ARestoredTableTracksNothingUntilItsChainStarts) {
   EXPECT_FALSE(table->TracksChanges());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -25,7 +25,7 @@
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace embedding_testing;  // NOLINT(build/namespaces)
@@ -297,5 +297,5 @@ TEST(EmbeddingTableTest, RowsSpanningManyBlocksKeepTheirOwnValuesAndState) {
   EXPECT_EQ(Snapshot(restored), Snapshot(*table));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -29,7 +29,7 @@
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace embedding_testing;  // NOLINT(build/namespaces)
 
@@ -524,5 +524,5 @@ TEST(EmbeddingTableTest, EachShardTakesExactlyTheRowsThatHashToIt) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -24,7 +24,7 @@
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace embedding_testing;  // NOLINT(build/namespaces)
@@ -546,5 +546,5 @@ TEST(EmbeddingTiersTest, TheStorageConfigIsChecked) {
   std::filesystem::remove(file);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

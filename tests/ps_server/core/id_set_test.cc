@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 
@@ -34,5 +34,5 @@ TEST(IdSetTest, MovedOutItLeavesAnEmptySet) {
   EXPECT_FALSE(taken.contains(3));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -10,7 +10,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -119,5 +119,5 @@ TEST_F(LeaseTrackerTest, AnExpiredWorkerThatCallsInIsBack) {
   EXPECT_THAT(Expired(), ElementsAre(0, 0));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -18,7 +18,7 @@
 #include "ps_server/core/parameter_shard.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -320,5 +320,5 @@ TEST(InitPoisoningTest, AnMlpJobsShardRefusesTablesBesideItsModel) {
   EXPECT_THAT(refused.message(), HasSubstr("it declares 1 embedding tables, the model has 0"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -20,7 +20,7 @@
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -126,5 +126,5 @@ TEST(ParameterShardEmbeddingTest, APushWithRowsIsNeverStreamedIntoTheUpdate) {
   EXPECT_FALSE(shard->streamed_update_staged());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -21,7 +21,7 @@
 #include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 
@@ -556,5 +556,5 @@ TEST(ShardOfRowsOnlyTest, ARowsOnlyPullOfAShardWithVariablesAnswersRowsAlone) {
   EXPECT_EQ(answer.rows(0).data().size(), 3 * kDim * sizeof(float));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

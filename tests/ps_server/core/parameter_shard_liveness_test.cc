@@ -13,7 +13,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace shard_testing;  // NOLINT(build/namespaces)
@@ -247,5 +247,5 @@ TEST(AwaitWorkersDoneTest, EndsWhenItsWaiterIsCancelledOrTheShardShutsDown) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

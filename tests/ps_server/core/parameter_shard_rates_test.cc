@@ -8,7 +8,7 @@
 #include "parameter_shard_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using shard_testing::Gradient;
 using shard_testing::InitTwoVariables;
@@ -126,5 +126,5 @@ TEST(ParameterShardRatesTest, TheOptimizerAnInitNamesTrainsTheVariablesAndTravel
   EXPECT_EQ(PullValues(restored.get(), "w"), PullValues(shard.get(), "w"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -28,7 +28,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace shard_testing;  // NOLINT(build/namespaces)
@@ -308,5 +308,5 @@ TEST(ParameterShardTest, BadInitsAreRefused) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -21,7 +21,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 using replica_testing::AsReplica;
@@ -885,5 +885,5 @@ TEST(ParameterShardReplicaTest, AStreamedPushAwaitsItsTurnWhileABackupLagsTooFar
   EXPECT_EQ(primary->AwaitUpdateTurnOrWait([] {}), 0);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -19,7 +19,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace shard_testing;  // NOLINT(build/namespaces)
@@ -438,5 +438,5 @@ TEST(StreamedUpdateTest, AStreamThatKeepsDeliveringIsNotCancelled) {
   EXPECT_EQ(pushed.version(), 2);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

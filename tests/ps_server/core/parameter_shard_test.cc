@@ -27,7 +27,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -458,5 +458,5 @@ TEST(ParameterShardTest, AsyncDropsGradientsPastMaxStalenessAndScalesTheRest) {
   EXPECT_EQ(StatsOf(shard.get()).pushes_dropped(), 1);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

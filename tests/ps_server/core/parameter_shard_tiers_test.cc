@@ -18,7 +18,7 @@
 #include "tests/support/fresh_dir.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 
@@ -135,5 +135,5 @@ TEST(ParameterShardTiersTest, ATieredBackupHoldsThePrimarysRowsAtEveryStep) {
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

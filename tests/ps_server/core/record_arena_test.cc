@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(RecordArenaTest, PiecesAreAlignedAndApartAcrossChunks) {
   // 100 000 bytes a piece: 20 to a 2 MiB chunk, so 50 pieces span 3 chunks.
@@ -71,5 +71,5 @@ TEST(RecordArenaTest, PiecesComeBackFromAnotherThread) {
   for (int i = 0; i < 1000; ++i) EXPECT_TRUE(taken.insert(arena->Take()).second);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -11,7 +11,7 @@
 #include "tests/support/fresh_dir.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using Outcome = RowPrefetch::Outcome;
 
@@ -128,5 +128,5 @@ TEST(RowPrefetchTest, IdsPastTheRoomAreSkippedAndOldRowsDropped) {
   EXPECT_EQ(prefetch.prefetched(), 3);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 PushRequest PushOf(int table, const std::vector<uint64_t>& ids, const std::vector<float>& rows) {
   PushRequest push;
@@ -62,5 +62,5 @@ TEST(RowStepTest, RowIdReadsLittleEndianUint64) {
   EXPECT_EQ(RowId(ids, 1), 0x7fffffffffffffffu);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

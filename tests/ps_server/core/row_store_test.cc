@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(RowStoreTest, RowsAreFoundByIdAndHoldWhatWasPutAcrossBlocks) {
   RowStore store(/*dim=*/2, /*slots_per_value=*/2);
@@ -253,5 +253,5 @@ TEST(RowStoreTest, AViewReadOnAnotherThreadSeesNoWriteAfterTheFreeze) {
   EXPECT_EQ(store.values(rows - 1)[0], -1.0f);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 ShardOptions SgdOptions(int workers) {
   ShardOptions options;
@@ -148,5 +148,5 @@ TEST(ShardTablesTest, AStepAppliesTheMeanOfTheRanksThatLanded) {
   EXPECT_EQ(ValuesOf(tables), (std::vector<float>{0.5f, 1.5f, 1}));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 ShardSnapshot At(int64_t version) {
   ShardSnapshot snapshot;
@@ -98,5 +98,5 @@ TEST(SnapshotScheduleTest, TheWriterStatsAreKept) {
   EXPECT_EQ(schedule.stats().written(), 3);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -14,7 +14,7 @@
 #include "ps_server/core/sync_reduce.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // Two variables: one small, one split over reduce threads with a ragged end.
 const std::vector<size_t> kSizes = {37, 2 * kParallelElements + 5};
@@ -178,5 +178,5 @@ TEST(StepAggregateTest, NonFiniteMeanIsRefusedAndTheNextStepStartsEmpty) {
   EXPECT_EQ(step.Stage(store.get(), {}, &threads, 1).code(), absl::StatusCode::kInternal);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

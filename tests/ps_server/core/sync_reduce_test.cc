@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr size_t kLarge = 3 * kParallelElements + 123;  // split, with a ragged end
 
@@ -72,5 +72,5 @@ TEST(SyncReduceTest, AMeanThatOverflowsIsRefusedInAnyPart) {
   EXPECT_EQ(*store->variable(0).values, initial);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

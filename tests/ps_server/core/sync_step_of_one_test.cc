@@ -16,7 +16,7 @@
 #include "ps_server/core/streamed_update.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr int64_t kBig = 3 * 4099;  // past one staging block
 constexpr int64_t kSmall = 5;
@@ -224,5 +224,5 @@ TEST(SyncStepOfOneTest, AStreamThatLeavesOutAVariableIsRefusedAsAPushIsAndChange
   EXPECT_EQ(s.pushes_rejected(), 1);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

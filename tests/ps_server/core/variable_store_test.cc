@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::unique_ptr<VariableStore> StoreWith(std::vector<float> initial) {
   OptimizerConfig config;
@@ -58,5 +58,5 @@ TEST(VariableStoreTest, AnUpdateThatWouldOverflowLeavesTheValuesAsTheyWere) {
   EXPECT_EQ(store->variable(0).updates, 0);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

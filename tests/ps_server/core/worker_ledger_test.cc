@@ -7,7 +7,7 @@
 #include "tests/support/eventually.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr absl::Duration kLease = absl::Seconds(5);
 
@@ -158,5 +158,5 @@ TEST_F(WorkerLedgerTest, AWorkerNeverHeardFromIsNotLiveInStats) {
   EXPECT_EQ(stats.clock_spread(), 1);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 std::unique_ptr<Optimizer> Make(const std::string& text_kind, float lr, float momentum = 0,
                                 bool nesterov = false) {
@@ -273,5 +273,5 @@ TEST(OptimizerTest, BadConfigsAreInvalidArguments) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

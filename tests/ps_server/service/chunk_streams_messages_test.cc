@@ -26,7 +26,7 @@
 #include "tests/ps_server/service/chunk_streams_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace chunk_streams_testing;  // NOLINT(build/namespaces)
@@ -323,5 +323,5 @@ TEST_F(MalformedPushTest, NonFiniteStreamedGradientIsRefused) {
   EXPECT_EQ(stats.pushes_rejected(), 2);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -28,7 +28,7 @@
 #include "tests/ps_server/service/chunk_streams_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace chunk_streams_testing;  // NOLINT(build/namespaces)
 
@@ -412,5 +412,5 @@ TEST(ChunkStreamsTest, AnInitOverThePsLimitSaysWhatToRaise) {
   server->grpc_server->Shutdown();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -31,7 +31,7 @@
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::Each;
 using ::testing::Eq;
@@ -412,6 +412,5 @@ TEST_F(ExchangeCallTest, AFailureInEachPathEndsTheCallWithItsStatus) {
   ExpectServes();
 }
 
-
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -23,7 +23,7 @@
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -192,5 +192,5 @@ TEST_F(ExchangeRowsTest, HostileRowsAreRefusedWithTheirCodeAndTheModelUntouched)
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

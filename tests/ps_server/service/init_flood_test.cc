@@ -17,7 +17,7 @@
 #include "ps_server/service/ps_service.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -85,5 +85,5 @@ TEST(InitFloodTest, AnInitLargerThanTheConfigsShareIsRefusedUnparsed) {
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

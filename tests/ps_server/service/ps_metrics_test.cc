@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -144,5 +144,5 @@ TEST(ShardMetricsTest, ATablesTiersAreSeries) {
   EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_table_rows_demoted_total counter\n"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

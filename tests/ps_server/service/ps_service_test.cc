@@ -15,7 +15,7 @@
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 struct SizeCase {
   std::string name;
@@ -116,5 +116,5 @@ INSTANTIATE_TEST_SUITE_P(
         SizeCase{"DefaultLimitAcceptsLargeModels", kDefaultMaxRequestBytes, 1536 << 10, true}),
     [](const ::testing::TestParamInfo<SizeCase>& info) { return info.param.name; });
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

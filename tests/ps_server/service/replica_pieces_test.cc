@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -147,5 +147,5 @@ TEST(ReplicaPiecesTest, WhatDoesNotFollowIsRefusedAndDropped) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -16,7 +16,7 @@
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -97,5 +97,5 @@ TEST_F(RowPullBoundsTest, APullIsBoundedInIdsAndAnswerBytesBeforeAnyRowIsLookedA
   EXPECT_TRUE(outcome.status.ok()) << outcome.status.error_message();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

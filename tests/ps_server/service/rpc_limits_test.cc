@@ -31,7 +31,7 @@
 #include "tests/ps_server/service/rpc_limits_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace rpc_limits_testing;  // NOLINT(build/namespaces)
 
@@ -356,5 +356,5 @@ TEST(RpcLimitsTest, AnIdleConnectionIsClosedAndItsClientConnectsAgain) {
   EXPECT_TRUE(served.Alive()) << "the client did not connect again";
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

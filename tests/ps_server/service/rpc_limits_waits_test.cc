@@ -33,7 +33,7 @@
 #include "tests/ps_server/service/rpc_limits_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 using namespace rpc_limits_testing;  // NOLINT(build/namespaces)
@@ -375,5 +375,5 @@ TEST(RpcLimitsTest, ACheckpointWhileOneIsWrittenIsRefusedAtOnceAndAddsNoThread) 
   EXPECT_TRUE(first.status.ok()) << first.status.error_message();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

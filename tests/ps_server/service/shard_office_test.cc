@@ -20,7 +20,7 @@
 #include "tests/ps_server/core/parameter_shard_replica_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 using replica_testing::AsReplica;
@@ -193,5 +193,5 @@ TEST_F(ShardOfficeTest, ABackupAskedForThePrimaryLeavesOneThatAnswers) {
   EXPECT_FALSE(shards_[1]->primary());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -27,7 +27,7 @@
 #include "tests/ps_server/service/shm_exchange_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::Each;
 using ::testing::Eq;
@@ -205,5 +205,5 @@ TEST_F(ShmExchangeTest, APsWithSharedMemoryOffRefusesToAttach) {
   EXPECT_EQ(Attach(*region, 0, &handle).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -20,7 +20,7 @@
 #include "tests/support/exchange_calls.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using rows_testing::ExchangeRowsTest;
 using ::testing::HasSubstr;
@@ -305,5 +305,5 @@ TEST_F(ShmExchangeRowsTest, TheShardAppliesTheRowsItCopiedOut) {
   EXPECT_EQ(answered, after);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

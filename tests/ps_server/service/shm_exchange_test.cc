@@ -28,7 +28,7 @@
 #include "tests/ps_server/service/shm_exchange_testing.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using namespace shm_testing;  // NOLINT(build/namespaces)
 
@@ -472,5 +472,5 @@ TEST_F(ShmExchangeTest, NaNsWrittenDuringTheExchangeNeverReachTheModel) {
   EXPECT_EQ(applied + refused, 200);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -23,7 +23,7 @@
 #include "ps_server/service/ps_service.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(ShutdownUnderAttackTest, AClientResettingStreamsDoesNotHoldUpTheShutdown) {
   ShardOptions options;
@@ -73,5 +73,5 @@ TEST(ShutdownUnderAttackTest, AClientResettingStreamsDoesNotHoldUpTheShutdown) {
   close(out[0]);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

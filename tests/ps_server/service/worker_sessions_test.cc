@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(WorkerSessionsTest, OneSessionPerLiveWorkerAndATakeoverOnceItsLeaseRunsOut) {
   std::vector<bool> live = {true, true};
@@ -43,5 +43,5 @@ TEST(WorkerSessionsTest, OneSessionPerLiveWorkerAndATakeoverOnceItsLeaseRunsOut)
   EXPECT_EQ(sessions.refused(), refused);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

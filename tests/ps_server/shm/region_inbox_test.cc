@@ -21,7 +21,7 @@
 #include "tests/support/thread_count.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -235,5 +235,5 @@ TEST_F(RegionInboxTest, AConnectionThatSendsNothingIsDroppedAtItsDeadline) {
   EXPECT_EQ(inbox_->refused(), 1);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

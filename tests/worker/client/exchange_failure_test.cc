@@ -20,7 +20,7 @@
 #include "worker/client/step_exchange.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -132,5 +132,5 @@ TEST_F(ExchangeFailureTest, ALayerwiseExchangeEndsWithTheFailedShardAlone) {
   ExpectEndedByShardZeroAlone(exchange);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

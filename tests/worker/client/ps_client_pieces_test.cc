@@ -19,7 +19,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -273,5 +273,5 @@ TEST(PushPiecesTest, APushPastOneRequestIsRefusedBeforeItIsSent) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -19,7 +19,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::HasSubstr;
 
@@ -622,5 +622,5 @@ TEST_F(RowsTest, ALayerwiseExchangeCarriesRows) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -27,7 +27,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::Each;
 using ::testing::HasSubstr;
@@ -401,5 +401,5 @@ TEST(PsClientShmFallbackTest, ARefusedReattachMovesTheTensorsOutOfTheRegion) {
   tcp_only->Shutdown();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -15,7 +15,7 @@
 #include "rpc/grpc_status.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // Connect needs only channels that connect: one gRPC server per shard
 // serving the generated (unimplemented) service is enough.
@@ -178,5 +178,5 @@ TEST(PsClientTest, UnreachableShardIsUnavailableAndNamed) {
   EXPECT_THAT(std::string(client.status().message()), ::testing::HasSubstr("ps:0 at 127.0.0.1:1"));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

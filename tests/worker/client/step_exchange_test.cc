@@ -11,7 +11,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 const std::vector<VariableSpec> kModel = {{"dense_0/kernel", {300, 200}}, {"dense_0/bias", {200}},
                                           {"dense_1/kernel", {200, 10}}, {"dense_1/bias", {10}}};
@@ -164,5 +164,5 @@ INSTANTIATE_TEST_SUITE_P(SyncAndAsync, StepExchangeTest, ::testing::Values(SYNC,
                            return std::string(Mode_Name(info.param));
                          });
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -27,7 +27,7 @@
 #include "worker/client/ps_client.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // A shard whose Heartbeat answers `answer`.
 class Answers : public ParameterServer::Service {
@@ -240,5 +240,5 @@ TEST(TransientRefusalTest, APrimaryThatAnswersRegisterTooLateIsAwayForNowNotFail
   EXPECT_EQ(again->epoch(), 1);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

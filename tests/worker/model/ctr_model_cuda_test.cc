@@ -18,7 +18,7 @@
 #include "worker/model/ctr_model.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr double kTolerance = 1e-5;
 
@@ -136,5 +136,5 @@ TEST(CtrModelCudaTest, ForwardAndBackwardMatchTheCpu) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

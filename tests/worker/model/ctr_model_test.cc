@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::ElementsAre;
 
@@ -154,5 +154,5 @@ TEST(CtrModelTest, RefusesMismatchedShapes) {
   EXPECT_FALSE(CtrModel::Create(CtrModelSpec{}, kernels.get(), 8).ok());
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

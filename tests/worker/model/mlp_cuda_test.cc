@@ -12,7 +12,7 @@
 #include "worker/model/mlp.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr double kTolerance = 1e-5;
 
@@ -98,5 +98,5 @@ TEST(MlpCudaTest, ForwardAndBackwardMatchTheCpu) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

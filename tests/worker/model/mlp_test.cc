@@ -12,7 +12,7 @@
 #include "tests/support/deferred_kernels.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 struct Problem {
   std::string name;
@@ -296,5 +296,5 @@ TEST(MlpQueueingTest, RewritingWithoutPreparingCorruptsTheQueuedUpload) {
   EXPECT_NE(loss->loss, CpuLoss(0.1f, batch));
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

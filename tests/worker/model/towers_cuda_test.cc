@@ -12,7 +12,7 @@
 #include "worker/model/towers.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 double RelativeError(std::span<const float> a, std::span<const float> b) {
   double diff = 0, norm = 0;
@@ -74,5 +74,5 @@ TEST(TowersCudaTest, TwoGpuTowersGiveTheGradientOfOneCpuWithTheWholeBatch) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

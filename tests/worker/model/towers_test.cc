@@ -11,7 +11,7 @@
 #include "tests/support/deferred_kernels.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 MlpSpec SmallClassifier() {
   MlpSpec spec;
@@ -440,5 +440,5 @@ TEST(TowersTest, RefusesABatchThatDoesNotSplitEvenly) {
   EXPECT_NE(towers.status().message().find("divisible"), std::string::npos) << towers.status();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::StartsWith;
 
@@ -113,5 +113,5 @@ TEST(EventWriterTest, AnUnwritableLogdirIsAnErrorNamingIt) {
       << writer.status();
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -20,7 +20,7 @@
 #include "worker/client/worker_metrics.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 const std::vector<VariableSpec> kModel = {{"w", {4}}};
 
@@ -279,5 +279,5 @@ TEST_F(TrainingSessionTest, TheWorkersMetricsCountItsExchangesAndSteps) {
   EXPECT_EQ(metrics.version[0].Value(), 3);
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -21,7 +21,7 @@
 #include "worker/training/ctr_trainer.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 constexpr int kBatch = 16;
 constexpr int kSteps = 12;
@@ -155,5 +155,5 @@ TEST(CtrTrainerRedoTest, AStepRefusedForNowIsRedoneAndTheRunEndsAsOneNeverRefuse
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

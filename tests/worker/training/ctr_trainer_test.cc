@@ -23,7 +23,7 @@
 #include "worker/training/ctr_data.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 // 20 steps of a combined batch of 32.
 constexpr int kCombinedBatch = 32;
@@ -228,5 +228,5 @@ TEST(CtrTrainerModelTest, TheShardsExpectTheModelTheWorkerDeclares) {
   EXPECT_EQ(expected->embeddings[1].name(), "wide");
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

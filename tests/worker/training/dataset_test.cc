@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 using ::testing::AllOf;
 using ::testing::Each;
@@ -558,5 +558,5 @@ TEST(FashionMnistFilesTest, MissingFilesAreNotFoundNamingThePathAndTheFix) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst

@@ -3,7 +3,7 @@
 #include "gtest/gtest.h"
 
 namespace pst {
-namespace {
+namespace PST_FILE_ID {
 
 TEST(ProgressTest, EtaReadsLikeAClock) {
   struct Case {
@@ -17,5 +17,5 @@ TEST(ProgressTest, EtaReadsLikeAClock) {
   }
 }
 
-}  // namespace
+}  // namespace PST_FILE_ID
 }  // namespace pst
