@@ -21,7 +21,10 @@
 //                 of --rounds rounds, each variant in turn: a fresh shard,
 //                 filled, pushes of 256 rows back to back while an admin
 //                 Checkpoint runs; the longest and median push latency
-//                 during the checkpoint, and the checkpoint's time.
+//                 during the checkpoint, the longest in as long a window
+//                 just before it (the machine's own jitter), how long the
+//                 capture held the shard's lock (Stats), and the
+//                 checkpoint's time.
 //                 --stall_variants picks among table, dense, delta and
 //                 model: (c) the table of (a) checkpointed whole once,
 //                 then --delta_rows of its rows trained, then a delta
@@ -334,6 +337,10 @@ struct Stall {
   double longest_ms = 0;
   double median_ms = 0;
   double quiet_median_ms = 0;  // before the checkpoint
+  // The longest push in a window as long as the checkpoint just before it:
+  // what the machine's own jitter gives without one.
+  double quiet_longest_ms = 0;
+  double capture_ms = 0;  // the shard's lock held for the capture (its Stats)
   double checkpoint_s = 0;
   double longest_at_s = 0;  // when the longest push started, from the checkpoint's start
   int pushes = 0;
@@ -362,12 +369,15 @@ Stall MeasureStall(TableClient& client) {
   absl::StatusOr<CheckpointResponse> written = client.client().Checkpoint(0);
   Check(written);
   const absl::Time end = absl::Now();
+  absl::StatusOr<StatsResponse> stats = client.client().Stats(0);
+  Check(stats);
   absl::SleepFor(absl::Milliseconds(200));
   stop = true;
   pusher.join();
   Stall stall;
   stall.checkpoint_s = absl::ToDoubleSeconds(end - start);
   stall.file = written->path().substr(written->path().rfind('/') + 1);
+  stall.capture_ms = stats->checkpoint().capture_micros() / 1000.0;
   std::vector<double> during, quiet;
   for (const Push& p : pushes) {
     const double ms = absl::ToDoubleMilliseconds(p.end - p.start);
@@ -378,6 +388,9 @@ Stall MeasureStall(TableClient& client) {
       during.push_back(ms);
     } else if (p.end <= start) {
       quiet.push_back(ms);
+      if (p.start >= start - (end - start)) {
+        stall.quiet_longest_ms = std::max(stall.quiet_longest_ms, ms);
+      }
     }
   }
   stall.pushes = static_cast<int>(during.size());
@@ -470,11 +483,12 @@ int RunStall() {
       stalls_of[variant].push_back(stall);
       // Each round as it ends (on stderr beside JSON).
       std::fprintf(json ? stderr : stdout,
-                   "round %d %-5s: checkpoint %.2f s; %d pushes during it: longest %.1f ms "
-                   "(from %+.2f s), median %.1f ms (%.1f ms before it); %s; load %s\n",
-                   round, variant.c_str(), stall.checkpoint_s, stall.pushes, stall.longest_ms,
-                   stall.longest_at_s, stall.median_ms, stall.quiet_median_ms, stall.file.c_str(),
-                   LoadAverage().c_str());
+                   "round %d %-5s: checkpoint %.2f s, the shard's lock held %.2f ms for the "
+                   "capture; %d pushes during it: longest %.1f ms (from %+.2f s), median %.1f "
+                   "ms; before it: longest %.1f ms, median %.1f ms; %s; load %s\n",
+                   round, variant.c_str(), stall.checkpoint_s, stall.capture_ms, stall.pushes,
+                   stall.longest_ms, stall.longest_at_s, stall.median_ms, stall.quiet_longest_ms,
+                   stall.quiet_median_ms, stall.file.c_str(), LoadAverage().c_str());
       std::fflush(json ? stderr : stdout);
       client.reset();  // before its shard goes
     }
@@ -490,6 +504,8 @@ int RunStall() {
     const auto longest = figure(&Stall::longest_ms);
     const auto median = figure(&Stall::median_ms);
     const auto quiet = figure(&Stall::quiet_median_ms);
+    const auto quiet_longest = figure(&Stall::quiet_longest_ms);
+    const auto capture = figure(&Stall::capture_ms);
     const auto seconds = figure(&Stall::checkpoint_s);
     const bool dense = variant == "dense" || variant == "model";
     const int64_t dense_floats = dense ? StallDenseFloats(variant, rows, dim) : 0;
@@ -501,21 +517,25 @@ int RunStall() {
           "\"longest_ms\":%.1f,\"longest_ms_min\":%.1f,\"longest_ms_max\":%.1f,"
           "\"median_ms\":%.2f,\"median_ms_min\":%.2f,\"median_ms_max\":%.2f,"
           "\"quiet_median_ms\":%.2f,\"quiet_median_ms_min\":%.2f,\"quiet_median_ms_max\":%.2f,"
+          "\"quiet_longest_ms\":%.1f,\"quiet_longest_ms_min\":%.1f,\"quiet_longest_ms_max\":%.1f,"
+          "\"capture_ms\":%.2f,\"capture_ms_min\":%.2f,\"capture_ms_max\":%.2f,"
           "\"checkpoint_s\":%.2f,\"checkpoint_s_min\":%.2f,\"checkpoint_s_max\":%.2f,"
           "\"load\":%s}\n",
-          variant.c_str(), static_cast<long long>(rows), dim,
-          static_cast<long long>(dense_floats), kStallPushRows, stalls.size(),
-          longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], quiet[1],
-          quiet[2], seconds[0], seconds[1], seconds[2], LoadAverage().c_str());
+          variant.c_str(), static_cast<long long>(rows), dim, static_cast<long long>(dense_floats),
+          kStallPushRows, stalls.size(), longest[0], longest[1], longest[2], median[0], median[1],
+          median[2], quiet[0], quiet[1], quiet[2], quiet_longest[0], quiet_longest[1],
+          quiet_longest[2], capture[0], capture[1], capture[2], seconds[0], seconds[1], seconds[2],
+          LoadAverage().c_str());
     } else {
       std::printf(
           "%s (%s): longest push during the checkpoint %.1f ms (%.1f-%.1f), median %.1f ms "
-          "(%.1f-%.1f), median before it %.1f ms; checkpoint %.2f s (%.2f-%.2f)\n",
+          "(%.1f-%.1f); before it: longest %.1f ms, median %.1f ms; the shard's lock held "
+          "%.2f ms (%.2f-%.2f) for the capture; checkpoint %.2f s (%.2f-%.2f)\n",
           variant.c_str(),
           dense ? absl::StrCat(dense_floats, " floats").c_str()
                 : absl::StrCat(rows, " rows x ", dim).c_str(),
-          longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet[0], seconds[0],
-          seconds[1], seconds[2]);
+          longest[0], longest[1], longest[2], median[0], median[1], median[2], quiet_longest[0],
+          quiet[0], capture[0], capture[1], capture[2], seconds[0], seconds[1], seconds[2]);
     }
   }
   if (!json) std::printf("load average: %s\n", LoadAverage().c_str());

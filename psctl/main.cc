@@ -102,14 +102,15 @@ int Status(const JobConfig& config) {
   }
   std::printf("\nrefused\n%s", RefusalReport(shards).c_str());
   if (!config.training().checkpoint().dir().empty()) {
-    std::printf("\n%-6s %11s %8s %8s %9s %s\n", "shard", "checkpoint", "written", "failed",
-                "in_a_row", "last_error");
+    std::printf("\n%-6s %11s %8s %8s %9s %10s %s\n", "shard", "checkpoint", "written", "failed",
+                "in_a_row", "capture_ms", "last_error");
     for (int s = 0; s < client->num_shards(); ++s) {
       const CheckpointStats& c = shards[s].checkpoint();
-      std::printf("%-6s %11s %8lld %8lld %9d %s\n", absl::StrCat("ps:", s).c_str(),
+      std::printf("%-6s %11s %8lld %8lld %9d %10.2f %s\n", absl::StrCat("ps:", s).c_str(),
                   c.version() < 0 ? "none" : absl::StrCat(c.version()).c_str(),
                   static_cast<long long>(c.written()), static_cast<long long>(c.failures()),
-                  c.consecutive_failures(), c.last_error().empty() ? "-" : c.last_error().c_str());
+                  c.consecutive_failures(), c.capture_micros() / 1000.0,
+                  c.last_error().empty() ? "-" : c.last_error().c_str());
     }
   }
   // Workers as shard 0 sees them; lag is how many versions behind shard 0's

@@ -414,11 +414,14 @@ def table_bench(rows):
          for r in rows if r.get("part") == "bound"])
     stall = table(
         ["variant", "size", "longest push during the checkpoint ms", "median push during it ms",
-         "median push before it ms", "checkpoint s", "rounds", "load"],
-        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:"],
+         "median push before it ms", "longest push in as long a window before it ms",
+         "shard's lock held for the capture ms", "checkpoint s", "rounds", "load"],
+        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"],
         [(r["variant"],
           stall_size(r),
           spread(r, "longest_ms", 1), spread(r, "median_ms", 2), spread(r, "quiet_median_ms", 2),
+          spread(r, "quiet_longest_ms", 1) if "quiet_longest_ms" in r else "-",
+          spread(r, "capture_ms", 2) if "capture_ms" in r else "-",
           spread(r, "checkpoint_s", 2), r["rounds"], f"{r['load']:.1f}")
          for r in rows if r.get("part") == "stall"])
     return {"scale": scale, "bound": bound, "stall": stall}

@@ -389,6 +389,7 @@ void ParameterShard::FillStats(StatsResponse* response) const {
   response->set_mode(options_.mode);
   ledger_.FillStats(response);
   *response->mutable_checkpoint() = snapshots_.stats();
+  response->mutable_checkpoint()->set_capture_micros(absl::ToInt64Microseconds(last_capture_));
   if (options_.replicas > 1) FillReplicationStats(response->mutable_replication());
 }
 

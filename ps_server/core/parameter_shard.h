@@ -453,16 +453,26 @@ class ParameterShard {
   // (PushRequest.sequence below the worker's clock).
   bool RepeatedPush(const PushRequest& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class StreamedUpdate;
-  ShardSnapshot SnapshotLocked(CaptureKind kind = CaptureKind::kWhole) const
+  // The state now, its dense variables copied into `presized`'s
+  // (PresizedCheckpoint) where it has them; notes the time it took in
+  // last_capture_.
+  ShardSnapshot SnapshotLocked(CaptureKind kind = CaptureKind::kWhole,
+                               ShardCheckpoint presized = {}) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next link of the checkpoint chain (CheckpointSnapshot).
-  ShardSnapshot ChainSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardSnapshot ChainSnapshotLocked(ShardCheckpoint presized = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A checkpoint holding the dense variables' bytes, sized and written
+  // outside the lock (VariableStore::PresizeExport) for SnapshotLocked.
+  ShardCheckpoint PresizedCheckpoint() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const ShardOptions options_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   const std::string optimizer_name_;
   mutable absl::Mutex mu_;
   SnapshotSchedule snapshots_ ABSL_GUARDED_BY(mu_);
+  // How long the last SnapshotLocked took (CheckpointStats.capture_micros).
+  mutable absl::Duration last_capture_ ABSL_GUARDED_BY(mu_);
   // The checkpoint chain so far: the version of its last link (-1: none;
   // the next link is full), of its full link, and its links.
   struct CheckpointChain {

@@ -11,20 +11,33 @@ void ParameterShard::SetCheckpointStats(const CheckpointStats& stats) {
   snapshots_.set_stats(stats);
 }
 
+ShardCheckpoint ParameterShard::PresizedCheckpoint() const {
+  std::vector<std::pair<size_t, size_t>> bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    bytes = tables_.dense().store().ExportBytes();
+  }
+  ShardCheckpoint presized;
+  VariableStore::PresizeExport(bytes, &presized);
+  return presized;
+}
+
 ShardCheckpoint ParameterShard::Snapshot() const {
+  ShardCheckpoint presized = PresizedCheckpoint();
   ShardSnapshot snapshot;
   {
     absl::MutexLock lock(&mu_);
-    snapshot = SnapshotLocked();
+    snapshot = SnapshotLocked(CaptureKind::kWhole, std::move(presized));
   }
   return std::move(snapshot).Finish();  // the tables' views, outside the lock
 }
 
 ShardCheckpoint ParameterShard::CheckpointSnapshot() {
+  ShardCheckpoint presized = PresizedCheckpoint();
   ShardSnapshot snapshot;
   {
     absl::MutexLock lock(&mu_);
-    snapshot = ChainSnapshotLocked();
+    snapshot = ChainSnapshotLocked(std::move(presized));
   }
   return std::move(snapshot).Finish();
 }
@@ -34,8 +47,10 @@ void ParameterShard::RestartCheckpointChain() {
   chain_ = CheckpointChain();
 }
 
-ShardSnapshot ParameterShard::ChainSnapshotLocked() {
-  if (options_.checkpoint_full_every <= 1) return SnapshotLocked();
+ShardSnapshot ParameterShard::ChainSnapshotLocked(ShardCheckpoint presized) {
+  if (options_.checkpoint_full_every <= 1) {
+    return SnapshotLocked(CaptureKind::kWhole, std::move(presized));
+  }
   // A delta needs a link before it at an older version, a chain not yet
   // full_every links long, and every change since that link tracked.
   const bool delta = chain_.parent >= 0 && chain_.parent < version_ &&
@@ -43,9 +58,9 @@ ShardSnapshot ParameterShard::ChainSnapshotLocked() {
                      tables_.embeddings().TracksChanges();
   if (!delta) {
     chain_ = {.parent = version_, .base = version_, .links = 1};
-    return SnapshotLocked(CaptureKind::kChainStart);
+    return SnapshotLocked(CaptureKind::kChainStart, std::move(presized));
   }
-  ShardSnapshot snapshot = SnapshotLocked(CaptureKind::kChainDelta);
+  ShardSnapshot snapshot = SnapshotLocked(CaptureKind::kChainDelta, std::move(presized));
   snapshot.checkpoint.set_delta(true);
   snapshot.checkpoint.set_parent_version(chain_.parent);
   snapshot.checkpoint.set_base_version(chain_.base);
@@ -86,13 +101,16 @@ std::optional<ShardCheckpoint> ParameterShard::TakeScheduledSnapshot(absl::Time 
   return std::move(*snapshot).Finish();
 }
 
-ShardSnapshot ParameterShard::SnapshotLocked(CaptureKind kind) const {
+ShardSnapshot ParameterShard::SnapshotLocked(CaptureKind kind, ShardCheckpoint presized) const {
+  const absl::Time start = absl::Now();
   ShardSnapshot snapshot;
   snapshot.kind = kind;
+  snapshot.checkpoint = std::move(presized);
   snapshot.checkpoint.set_shard(options_.shard);
   snapshot.checkpoint.set_version(version_);
   tables_.Capture(&snapshot);
   ledger_.ExportClocks(&snapshot.checkpoint);
+  last_capture_ = absl::Now() - start;
   return snapshot;
 }
 

@@ -124,13 +124,42 @@ absl::Status VariableStore::Initialize(const google::protobuf::RepeatedPtrField<
 void VariableStore::Export(ShardCheckpoint* checkpoint) const {
   checkpoint->set_optimizer(optimizer_->Name());
   if (named_optimizer_.has_value()) *checkpoint->mutable_dense_optimizer() = *named_optimizer_;
-  for (const Variable& v : variables_) {
-    ShardCheckpoint::Variable* out = checkpoint->add_variables();
+  const int presized = checkpoint->variables_size();
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    const Variable& v = variables_[i];
+    ShardCheckpoint::Variable* out = static_cast<int>(i) < presized
+                                         ? checkpoint->mutable_variables(static_cast<int>(i))
+                                         : checkpoint->add_variables();
     out->set_name(v.name);
     out->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
-    out->set_values(reinterpret_cast<const char*>(v.values->data()), v.size() * sizeof(float));
-    out->set_slots(reinterpret_cast<const char*>(v.slots.data()), v.slots.size() * sizeof(float));
+    // assign, not set_values: a presized string keeps its memory.
+    out->mutable_values()->assign(reinterpret_cast<const char*>(v.values->data()),
+                                  v.size() * sizeof(float));
+    out->mutable_slots()->assign(reinterpret_cast<const char*>(v.slots.data()),
+                                 v.slots.size() * sizeof(float));
     out->set_updates(v.updates);
+  }
+  if (presized > static_cast<int>(variables_.size())) {
+    const int first = static_cast<int>(variables_.size());
+    checkpoint->mutable_variables()->DeleteSubrange(first, presized - first);
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> VariableStore::ExportBytes() const {
+  std::vector<std::pair<size_t, size_t>> bytes;
+  bytes.reserve(variables_.size());
+  for (const Variable& v : variables_) {
+    bytes.emplace_back(v.size() * sizeof(float), v.slots.size() * sizeof(float));
+  }
+  return bytes;
+}
+
+void VariableStore::PresizeExport(const std::vector<std::pair<size_t, size_t>>& bytes,
+                                  ShardCheckpoint* checkpoint) {
+  for (const auto& [values, slots] : bytes) {
+    ShardCheckpoint::Variable* out = checkpoint->add_variables();
+    out->mutable_values()->resize(values);  // zero-filled: every page written
+    out->mutable_slots()->resize(slots);
   }
 }
 

@@ -117,6 +117,9 @@ constexpr Read kShardReads[] = {
      kGauge, [](const StatsResponse& s) { return double(s.checkpoint().consecutive_failures()); }},
     {"pst_ps_checkpoint_version", "Version of the newest checkpoint on disk (-1: none).", kGauge,
      [](const StatsResponse& s) { return double(s.checkpoint().version()); }},
+    {"pst_ps_checkpoint_capture_seconds",
+     "How long the last capture of the shard's state held its lock (updates waited as long).",
+     kGauge, [](const StatsResponse& s) { return s.checkpoint().capture_micros() / 1e6; }},
     {"pst_ps_exchanges_refused_total",
      "Exchanges refused for load (--max_streams, --max_streams_per_worker, "
      "--max_push_buffer_bytes); the worker backs off and tries again.",

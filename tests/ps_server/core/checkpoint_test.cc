@@ -96,6 +96,26 @@ TEST(CheckpointTest, RestoredShardContinuesBitwiseLikeTheOriginal) {
 
 // Plain SGD keeps no optimizer slots. Found by shard_fuzzer: restoring them
 // passed a null pointer to memcpy, which UBSan reports (scripts/sanitize.sh).
+// Stats says how long the last capture held the shard's lock, the longest an
+// update waited on it: nothing before the first. (A million floats and their
+// momentum take far more than the microsecond the figure counts in.)
+TEST(CheckpointTest, StatsSayHowLongTheLastCaptureHeldTheShard) {
+  auto shard = MomentumShard();
+  InitRequest init;
+  EncodeTensor("w", std::vector<int64_t>{1 << 20}, std::vector<float>(1 << 20, 1.0f),
+               init.add_variables());
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(init, &response).ok());
+  StatsResponse before;
+  shard->Stats(&before);
+  EXPECT_EQ(before.checkpoint().capture_micros(), 0);
+  const ShardCheckpoint taken = shard->CheckpointSnapshot();
+  EXPECT_EQ(taken.variables(0).values().size(), (1u << 20) * sizeof(float));
+  StatsResponse after;
+  shard->Stats(&after);
+  EXPECT_GT(after.checkpoint().capture_micros(), 0);
+}
+
 TEST(CheckpointTest, PlainSgdShardWithoutSlotsRoundTrips) {
   ShardOptions options;
   options.mode = ASYNC;

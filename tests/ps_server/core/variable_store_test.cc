@@ -47,6 +47,47 @@ TEST(VariableStoreTest, UnheldBuffersAreReusedFromUpdateToUpdate) {
   EXPECT_EQ((*store->variable(0).values)[999], -0.5f);
 }
 
+// A checkpoint's capture copies the variables into memory sized before the
+// shard's lock was taken (PresizeExport), and writes what a plain Export does.
+TEST(VariableStoreTest, AnExportIntoPresizedVariablesCopiesIntoTheirMemory) {
+  OptimizerConfig momentum;
+  momentum.mutable_sgd()->set_learning_rate(0.5f);
+  momentum.mutable_sgd()->set_momentum(0.9f);
+  VariableStore store(std::move(*MakeOptimizer(momentum)));
+  google::protobuf::RepeatedPtrField<Tensor> tensors;
+  EncodeTensor("w", std::vector<int64_t>{1000}, std::vector<float>(1000, 2.0f), tensors.Add());
+  ASSERT_TRUE(store.Initialize(tensors).ok());
+  ASSERT_TRUE(store.Stage(0, std::vector<float>(1000, 1.0f), {}).ok());
+  store.Commit();
+  ShardCheckpoint presized;
+  VariableStore::PresizeExport(store.ExportBytes(), &presized);
+  ASSERT_EQ(presized.variables_size(), 1);
+  const char* values = presized.variables(0).values().data();
+  const char* slots = presized.variables(0).slots().data();
+  store.Export(&presized);
+  EXPECT_EQ(presized.variables(0).values().data(), values);
+  EXPECT_EQ(presized.variables(0).slots().data(), slots);
+  ShardCheckpoint plain;
+  store.Export(&plain);
+  EXPECT_EQ(presized.SerializeAsString(), plain.SerializeAsString());
+}
+
+// Presized for another set of variables (an Init came between), the export
+// still holds the store's variables alone.
+TEST(VariableStoreTest, AnExportFitsPresizedVariablesOfAnotherCountToTheStore) {
+  auto store = StoreWith({1, 2, 3});
+  ShardCheckpoint plain;
+  store->Export(&plain);
+  ShardCheckpoint more;
+  VariableStore::PresizeExport({{4, 0}, {8, 0}, {16, 4}}, &more);
+  store->Export(&more);
+  EXPECT_EQ(more.SerializeAsString(), plain.SerializeAsString());
+  ShardCheckpoint none;
+  VariableStore::PresizeExport({}, &none);
+  store->Export(&none);
+  EXPECT_EQ(none.SerializeAsString(), plain.SerializeAsString());
+}
+
 TEST(VariableStoreTest, AnUpdateThatWouldOverflowLeavesTheValuesAsTheyWere) {
   auto store = StoreWith({3e38f, 2});
   absl::Status staged = store->Stage(0, std::vector<float>{-3e38f, 1}, {});  // 6e38: Inf

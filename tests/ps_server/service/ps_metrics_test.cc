@@ -28,6 +28,7 @@ TEST(ShardMetricsTest, AScrapeReadsOneStatsSnapshot) {
     stats.set_live_workers(reads);
     stats.set_workers_done(2);
     stats.mutable_checkpoint()->set_version(-1);
+    stats.mutable_checkpoint()->set_capture_micros(2500);
     return stats;
   }));
   std::string text = exposition.Render();
@@ -38,6 +39,7 @@ TEST(ShardMetricsTest, AScrapeReadsOneStatsSnapshot) {
   EXPECT_THAT(text, HasSubstr("\npst_ps_live_workers" + labels + " 1\n"));
   EXPECT_THAT(text, HasSubstr("\npst_ps_workers_done" + labels + " 2\n"));
   EXPECT_THAT(text, HasSubstr("\npst_ps_checkpoint_version" + labels + " -1\n"));
+  EXPECT_THAT(text, HasSubstr("\npst_ps_checkpoint_capture_seconds" + labels + " 0.0025\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE pst_ps_pushes_applied_total counter\n"));
   text = exposition.Render();
   EXPECT_EQ(reads, 2);
