@@ -22,9 +22,9 @@
 //                 filled, pushes of 256 rows back to back while an admin
 //                 Checkpoint runs; the longest and median push latency
 //                 during the checkpoint, the longest in as long a window
-//                 just before it (the machine's own jitter), how long the
-//                 capture held the shard's lock (Stats), and the
-//                 checkpoint's time.
+//                 just before it (at most 500 ms: the shard's own jitter),
+//                 how long the capture held the shard's lock (Stats), and
+//                 the checkpoint's time.
 //                 --stall_variants picks among table, dense, delta and
 //                 model: (c) the table of (a) checkpointed whole once,
 //                 then --delta_rows of its rows trained, then a delta
@@ -337,8 +337,8 @@ struct Stall {
   double longest_ms = 0;
   double median_ms = 0;
   double quiet_median_ms = 0;  // before the checkpoint
-  // The longest push in a window as long as the checkpoint just before it:
-  // what the machine's own jitter gives without one.
+  // The longest push in a window as long as the checkpoint just before it
+  // (at most the 500 ms of pushes before it): the shard's jitter without one.
   double quiet_longest_ms = 0;
   double capture_ms = 0;  // the shard's lock held for the capture (its Stats)
   double checkpoint_s = 0;
