@@ -7,7 +7,6 @@
 #include <map>
 #include <numeric>
 #include <set>
-#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,19 +66,6 @@ absl::StatusOr<NpzArray> JoinSlices(const std::string& name, const Slices& slice
   return NpzArray{name, NpzArray::DType::kFloat32, std::move(shape), std::move(data)};
 }
 
-// The shard a folder named "shard-<i>" is of, as ps_server names it; -1
-// for any other name ("shard-03" too).
-int ShardOfFolder(const std::string& name) {
-  constexpr std::string_view kPrefix = "shard-";
-  if (name.rfind(kPrefix, 0) != 0) return -1;
-  int shard = -1;
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  auto [end, e] = std::from_chars(first, last, shard);
-  const bool ok = e == std::errc() && end == last && shard >= 0;
-  return ok && absl::StrCat("shard-", shard) == name ? shard : -1;
-}
-
 bool OlderVersion(const ShardCheckpoint& a, const ShardCheckpoint& b) {
   return a.version() < b.version();
 }
@@ -100,7 +86,7 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
   for (const std::string& root : roots) {
     for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
       if (entry.is_directory(error)) {
-        highest = std::max(highest, ShardOfFolder(entry.path().filename().string()));
+        highest = std::max(highest, ShardOfCheckpointFolder(entry.path().filename().string()));
       }
     }
   }

@@ -23,6 +23,10 @@ std::string ReplicaCheckpointRoot(const std::string& root, int replica);
 // named as ReplicaCheckpointRoot names them), by k.
 std::vector<std::string> BackupCheckpointRoots(const std::string& root);
 
+// The shard a folder named shard-<i> under a root holds checkpoints of, as
+// ReplicaCheckpointDirs names it; -1 for any other name ("shard-03" too).
+int ShardOfCheckpointFolder(const std::string& name);
+
 // The folders of shard `shard`'s replicas: replica 0's <root>/shard-<shard>
 // first (whether or not it exists), then each backup's that exists, by k.
 std::vector<std::string> ReplicaCheckpointDirs(const std::string& root, int shard);
