@@ -11,7 +11,16 @@
 //   lock (returns holding mu)   -> __tsan_acquire(mu) after the call
 //   unlock                      -> __tsan_release(mu) before the call
 //   wait (gives mu up, retakes) -> __tsan_release(mu) before, acquire after
+//   a wait condition, evaluated -> acquire(mu) before, release(mu) after
 //   Notify / WaitForNotification* -> release / acquire on the Notification.
+// The last because absl evaluates a condition inside the library, with mu
+// held: in the waiter as it wakes, before the wrapper's acquire, and in
+// whichever thread unlocks mu, after that thread's release. The condition
+// reads guarded state and the waiter's stack (its lambda's captures), which
+// the waiter writes again once it returns. Every evaluation ends before the
+// waiter returns (the library dequeues it first), so an acquire and a
+// release around each evaluation and the waiter's acquire on return order
+// those reads; without them TSan reports them.
 // Calls from inside the uninstrumented libraries are not redirected; TSan
 // sees neither their accesses nor their locks, so they need nothing.
 //
@@ -46,6 +55,20 @@ using absl::Time;
 
 void Acquire(const void* addr) { __tsan_acquire(const_cast<void*>(addr)); }
 void Release(const void* addr) { __tsan_release(const_cast<void*>(addr)); }
+
+// A wait condition evaluated as if it took mu for the evaluation. It lives on the
+// waiter's stack for the whole wait, and is set before the wait gives mu up.
+struct AnnotatedCondition {
+  const Condition* condition;
+  const Mutex* mu;
+};
+
+bool EvalAndRelease(AnnotatedCondition* annotated) {
+  Acquire(annotated->mu);
+  const bool holds = annotated->condition->Eval();
+  Release(annotated->mu);
+  return holds;
+}
 
 }  // namespace
 
@@ -82,14 +105,30 @@ void Release(const void* addr) { __tsan_release(const_cast<void*>(addr)); }
     } reacquire{obj};                         \
     return __real_##sym args;                 \
   }
+// Calls that wait for a condition, which the library evaluates through an
+// AnnotatedCondition (real_args pass &annotated for it), and return holding
+// the lock. holding: whether the caller holds mu already (Await*), which
+// it gives up while it waits, or not (LockWhen*).
+#define PST_WAIT_FOR(sym, Ret, params, real_args, mu, c, holding) \
+  extern "C" Ret __real_##sym params;                             \
+  extern "C" Ret __wrap_##sym params {                            \
+    AnnotatedCondition context{c, mu};                            \
+    const Condition annotated(&EvalAndRelease, &context);         \
+    if (holding) Release(mu);                                     \
+    struct Reacquire {                                            \
+      const void* obj;                                            \
+      ~Reacquire() { Acquire(obj); }                              \
+    } reacquire{mu};                                              \
+    return __real_##sym real_args;                                \
+  }
 
 // wrap: _ZN4absl7debian35Mutex4LockEv
 PST_ACQUIRE_AFTER(_ZN4absl7debian35Mutex4LockEv, (Mutex * mu), (mu), mu)
 // wrap: _ZN4absl7debian35Mutex10ReaderLockEv
 PST_ACQUIRE_AFTER(_ZN4absl7debian35Mutex10ReaderLockEv, (Mutex * mu), (mu), mu)
 // wrap: _ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE
-PST_ACQUIRE_AFTER(_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE,
-                  (Mutex * mu, const Condition* c), (mu, c), mu)
+PST_WAIT_FOR(_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE, void,
+             (Mutex * mu, const Condition* c), (mu, &annotated), mu, c, false)
 // wrap: _ZN4absl7debian35Mutex7TryLockEv
 PST_ACQUIRE_IF_TRUE(_ZN4absl7debian35Mutex7TryLockEv, (Mutex * mu), (mu), mu)
 // wrap: _ZN4absl7debian35Mutex13ReaderTryLockEv
@@ -99,22 +138,22 @@ PST_RELEASE_BEFORE(_ZN4absl7debian35Mutex6UnlockEv, (Mutex * mu), (mu), mu)
 // wrap: _ZN4absl7debian35Mutex12ReaderUnlockEv
 PST_RELEASE_BEFORE(_ZN4absl7debian35Mutex12ReaderUnlockEv, (Mutex * mu), (mu), mu)
 
-// LockWhenWith* and Await* hold the lock on return, whatever they return.
+// LockWhen* and Await* hold the lock on return, whatever they return.
 // wrap: _ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE
-PST_WAIT(_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE, bool,
-         (Mutex * mu, const Condition* c, Duration d), (mu, c, d), mu)
+PST_WAIT_FOR(_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE, bool,
+             (Mutex * mu, const Condition* c, Duration d), (mu, &annotated, d), mu, c, false)
 // wrap: _ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE
-PST_WAIT(_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE, bool,
-         (Mutex * mu, const Condition* c, Time t), (mu, c, t), mu)
+PST_WAIT_FOR(_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE, bool,
+             (Mutex * mu, const Condition* c, Time t), (mu, &annotated, t), mu, c, false)
 // wrap: _ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE
-PST_WAIT(_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE, void,
-         (Mutex * mu, const Condition* c), (mu, c), mu)
+PST_WAIT_FOR(_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE, void, (Mutex * mu, const Condition* c),
+             (mu, &annotated), mu, c, true)
 // wrap: _ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE
-PST_WAIT(_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE, bool,
-         (Mutex * mu, const Condition* c, Duration d), (mu, c, d), mu)
+PST_WAIT_FOR(_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE, bool,
+             (Mutex * mu, const Condition* c, Duration d), (mu, &annotated, d), mu, c, true)
 // wrap: _ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE
-PST_WAIT(_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE, bool,
-         (Mutex * mu, const Condition* c, Time t), (mu, c, t), mu)
+PST_WAIT_FOR(_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE, bool,
+             (Mutex * mu, const Condition* c, Time t), (mu, &annotated, t), mu, c, true)
 // wrap: _ZN4absl7debian37CondVar4WaitEPNS0_5MutexE
 PST_WAIT(_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE, void, (CondVar * cv, Mutex* mu), (cv, mu),
          mu)

@@ -1,7 +1,10 @@
 // Self-check of scripts/tsan_absl_mutex.cc, run by scripts/sanitize.sh before
 // the TSan tests: with the wrappers linked in, TSan must stay silent about
-// state handed over through absl::Mutex, CondVar and Notification ("locked"),
-// and must still report the same counter bumped without the lock ("racy").
+// state handed over through absl::Mutex, CondVar and Notification, and about
+// a wait condition that another thread evaluates inside the library as it
+// unlocks, reading the waiter's stack, which the waiter writes again once it
+// returns ("locked"); it must still report the same counter bumped without
+// the lock ("racy").
 // If the wrappers stopped taking effect (an absl that inlines Lock, a
 // changed symbol), the first fails; if they hid real races, the second does.
 #include <atomic>
@@ -52,5 +55,34 @@ int main(int argc, char** argv) {
     while (!done) done_cv.Wait(&mu);
   }
   other.join();
-  return 0;
+
+  // The waiter's condition reads threshold, on its stack; the waker makes
+  // the condition true only after it has evaluated it once itself (inside
+  // absl's Unlock), and the waiter then writes threshold again.
+  bool ready = false;  // guarded by mu
+  int threshold = 1;
+  std::atomic<bool> evaluated_by_waker{false};  // no synchronization to TSan
+  const std::thread::id waiter = std::this_thread::get_id();
+  const auto holds = [&] {
+    if (std::this_thread::get_id() != waiter) {
+      evaluated_by_waker.store(true, std::memory_order_relaxed);
+    }
+    return ready && threshold == 1;
+  };
+  std::thread waker([&] {
+    for (;;) {
+      absl::MutexLock lock(&mu);
+      if (evaluated_by_waker.load(std::memory_order_relaxed)) {
+        ready = true;
+        return;
+      }
+    }
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&holds));
+  }
+  threshold = 2;
+  waker.join();
+  return threshold == 2 ? 0 : 1;
 }
