@@ -24,7 +24,8 @@ RowStore::RowStore(int dim, int slots_per_value)
       arena_(std::make_shared<RecordArena>(kRowsPerBlock * stride() * sizeof(float))) {}
 
 RowStore::~RowStore() {
-  for (const Block* block : blocks_) graveyard_->Retire(block, epoch_);
+  for (int64_t b = 0; b < blocks_; ++b) graveyard_->Retire(BlockOf(chunks_, b), epoch_);
+  for (const Chunk* chunk : chunks_) graveyard_->Retire(chunk, epoch_);
 }
 
 void RowStore::Graveyard::AddView(int64_t epoch) {
@@ -35,20 +36,27 @@ void RowStore::Graveyard::AddView(int64_t epoch) {
 
 void RowStore::Graveyard::DropView(int64_t epoch) {
   std::vector<const Block*> freed;
+  std::vector<const Chunk*> freed_chunks;
   {
     absl::MutexLock lock(&mu_);
     views_.erase(std::find(views_.begin(), views_.end(), epoch));
     live_.fetch_sub(1, std::memory_order_release);
-    // A block retired at epoch e may be shared by views frozen at e or
-    // before; those left were frozen at `oldest` or later.
+    // A block or chunk retired at epoch e may be shared by views frozen at
+    // e or before; those left were frozen at `oldest` or later.
     const int64_t oldest = views_.empty() ? std::numeric_limits<int64_t>::max()
                                           : *std::min_element(views_.begin(), views_.end());
-    auto kept = std::partition(retired_.begin(), retired_.end(),
-                               [oldest](const auto& r) { return r.first >= oldest; });
-    for (auto it = kept; it != retired_.end(); ++it) freed.push_back(it->second);
-    retired_.erase(kept, retired_.end());
+    const auto take_freed = [oldest](auto& retired, auto& out) {
+      auto kept = std::partition(retired.begin(), retired.end(),
+                                 [oldest](const auto& r) { return r.first >= oldest; });
+      for (auto it = kept; it != retired.end(); ++it) out.push_back(it->second);
+      retired.erase(kept, retired.end());
+    };
+    take_freed(retired_, freed);
+    take_freed(retired_chunks_, freed_chunks);
   }
-  for (const Block* block : freed) delete block;  // outside the lock
+  // Outside the lock.
+  for (const Block* block : freed) delete block;
+  for (const Chunk* chunk : freed_chunks) delete chunk;
 }
 
 void RowStore::Graveyard::Retire(const Block* block, int64_t epoch) {
@@ -62,6 +70,17 @@ void RowStore::Graveyard::Retire(const Block* block, int64_t epoch) {
   delete block;
 }
 
+void RowStore::Graveyard::Retire(const Chunk* chunk, int64_t epoch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::any_of(views_.begin(), views_.end(), [epoch](int64_t v) { return v <= epoch; })) {
+      retired_chunks_.emplace_back(epoch, chunk);
+      return;
+    }
+  }
+  delete chunk;
+}
+
 size_t RowStore::IndexPart(uint64_t id) {
   // The hash's top bits: its low bits chose the shard (ShardOfRow), so on
   // one shard of a power-of-two count they are the same for every row.
@@ -69,9 +88,10 @@ size_t RowStore::IndexPart(uint64_t id) {
 }
 
 int64_t RowStore::bytes() const {
-  const int64_t per_block = sizeof(Block) + sizeof(Block*) + sizeof(float*) +
+  // A block's pointer lies in its chunk.
+  const int64_t per_block = sizeof(Block) + sizeof(float*) +
                             kRowsPerBlock * static_cast<int64_t>(stride() * sizeof(float));
-  int64_t bytes = static_cast<int64_t>(blocks_.size()) * per_block;
+  int64_t bytes = blocks_ * per_block + static_cast<int64_t>(chunks_.size() * sizeof(Chunk));
   for (const Index& part : index_) {
     // A slot per entry plus a control byte per slot (Abseil's Swiss table).
     bytes += static_cast<int64_t>(part.capacity() * (sizeof(Index::value_type) + 1));
@@ -99,24 +119,36 @@ void RowStore::MakeWritable(int64_t row) {
   // of views first: it is nearly always 0, and the block's epoch lies in
   // its header.
   if (graveyard_->live() == 0) return;
-  Block*& block = blocks_[row / kRowsPerBlock];
+  const Block* block = BlockOf(chunks_, row / kRowsPerBlock);
   if (block->epoch >= epoch_) return;
   Block* copy = new Block(*block, epoch_);
   graveyard_->Retire(block, epoch_);
   records_[row / kRowsPerBlock] = copy->records;
-  block = copy;
+  WritableSlot(row / kRowsPerBlock) = copy;
+}
+
+RowStore::Block*& RowStore::WritableSlot(int64_t block) {
+  Chunk*& chunk = chunks_[block / kBlocksPerChunk];
+  if (graveyard_->live() > 0 && chunk->epoch < epoch_) {
+    Chunk* copy = new Chunk(*chunk, epoch_);
+    graveyard_->Retire(chunk, epoch_);
+    chunk = copy;
+  }
+  return chunk->blocks[block % kBlocksPerChunk];
 }
 
 int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
                       int64_t updates) {
   const int64_t row = size_;
   if (row % kRowsPerBlock == 0) {
-    blocks_.push_back(new Block(arena_, epoch_));
-    records_.push_back(blocks_.back()->records);
+    if (blocks_ % kBlocksPerChunk == 0) chunks_.push_back(new Chunk(epoch_));
+    Block* block = new Block(arena_, epoch_);
+    WritableSlot(blocks_++) = block;
+    records_.push_back(block->records);
   }
   ++size_;
   MakeWritable(row);
-  blocks_[row / kRowsPerBlock]->ids[row % kRowsPerBlock] = id;
+  mutable_block(row).ids[row % kRowsPerBlock] = id;
   Write(row, values, slots, updates, /*keep_copy=*/false);
   index_[IndexPart(id)].emplace(id, static_cast<uint32_t>(row));
   return row;
@@ -174,15 +206,19 @@ void RowStore::Remove(int64_t row) {
     const uint64_t moved = id(last);
     float* to = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
     std::memcpy(to, record(last), stride() * sizeof(float));
-    blocks_[row / kRowsPerBlock]->ids[row % kRowsPerBlock] = moved;
+    mutable_block(row).ids[row % kRowsPerBlock] = moved;
     index_[IndexPart(moved)][moved] = static_cast<uint32_t>(row);
   }
   --size_;
   if (size_ % kRowsPerBlock == 0) {
-    // A view that shares the block keeps it.
-    graveyard_->Retire(blocks_.back(), epoch_);
-    blocks_.pop_back();
+    // A view that shares the block (or its chunk) keeps it. The chunk's
+    // slot is left as it is: past the last block, no one reads it.
+    graveyard_->Retire(BlockOf(chunks_, --blocks_), epoch_);
     records_.pop_back();
+    if (blocks_ % kBlocksPerChunk == 0) {
+      graveyard_->Retire(chunks_.back(), epoch_);
+      chunks_.pop_back();
+    }
   }
 }
 
@@ -204,7 +240,7 @@ RowStore::Frozen::Frozen(const RowStore& store)
       width_(store.width()),
       size_(store.size_),
       epoch_(store.epoch_),
-      blocks_(store.blocks_.begin(), store.blocks_.end()),
+      chunks_(store.chunks_.begin(), store.chunks_.end()),
       graveyard_(store.graveyard_) {
   graveyard_->AddView(epoch_);
 }

@@ -106,16 +106,18 @@ TEST(RowStoreTest, ARemovedRowIsFilledByTheLastAndViewsKeepTheirRows) {
 TEST(RowStoreTest, MemoryGrowsABlockAtATime) {
   RowStore store(/*dim=*/4, /*slots_per_value=*/0);
   EXPECT_EQ(store.bytes(), 0);
-  // Values, id, update count and tick.
+  // Values, id, update count and tick; and the first chunk of block
+  // pointers.
   const int64_t block = RowStore::kRowsPerBlock * (4 * 4 + 8 + 8 + 8);
+  const int64_t chunk = RowStore::kBlocksPerChunk * static_cast<int64_t>(sizeof(void*));
   store.Add(1, std::vector<float>(4), {}, 1);
-  EXPECT_GE(store.bytes(), block);
-  EXPECT_LT(store.bytes(), block + 4096);
+  EXPECT_GE(store.bytes(), block + chunk);
+  EXPECT_LT(store.bytes(), block + chunk + 4096);
   for (uint64_t id = 2; id <= static_cast<uint64_t>(RowStore::kRowsPerBlock); ++id) {
     store.Add(id, std::vector<float>(4), {}, 1);
   }
   const int64_t one_block = store.bytes();
-  EXPECT_LT(one_block, 2 * block);
+  EXPECT_LT(one_block, 2 * block + chunk);
   store.Add(0, std::vector<float>(4), {}, 1);
   EXPECT_GE(store.bytes(), one_block + block);
 }
@@ -147,6 +149,47 @@ TEST(RowStoreTest, AFrozenViewKeepsItsRowsWhileTheStoreIsWritten) {
     EXPECT_EQ(Of(view.slots(r)), (std::vector<float>{v, v}));
     EXPECT_EQ(view.updates(r), 1);
   }
+}
+
+TEST(RowStoreTest, AViewKeepsItsRowsAcrossChunksWhileTheStoreShrinksAndGrowsPastThem) {
+  // The block pointers lie in chunks a view shares: rows in every chunk
+  // updated, the last chunk emptied and dropped, then a new one filled.
+  RowStore store(/*dim=*/1, /*slots_per_value=*/0);
+  const int64_t rows_per_chunk = RowStore::kRowsPerBlock * RowStore::kBlocksPerChunk;
+  const int64_t rows = 2 * rows_per_chunk + 5;  // a third chunk of one block
+  for (int64_t r = 0; r < rows; ++r) store.Add(r, std::vector<float>{float(r)}, {}, 1);
+  const RowStore::Frozen view = store.Freeze();
+  for (int64_t r = 0; r < rows; r += rows_per_chunk / 2) {
+    store.Update(r, std::vector<float>{-1}, {}, 2);
+  }
+  for (int64_t r = 0; r < 6; ++r) store.Remove(store.size() - 1);  // past the third chunk
+  ASSERT_EQ(store.size(), 2 * rows_per_chunk - 1);
+  std::optional<RowStore::Frozen> middle(store.Freeze());
+  for (int64_t r = 0; r < RowStore::kRowsPerBlock + 1; ++r) {
+    store.Add(1000000 + r, std::vector<float>{7}, {}, 3);  // a third chunk again
+  }
+  store.Remove(0);  // the last row, id 1000064, moves to row 0
+
+  ASSERT_EQ(view.size(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (view.id(r) != static_cast<uint64_t>(r) || view.values(r)[0] != float(r) ||
+        view.updates(r) != 1) {
+      FAIL() << "the first view's row " << r << " changed";
+    }
+  }
+  ASSERT_EQ(middle->size(), 2 * rows_per_chunk - 1);
+  EXPECT_EQ(middle->values(0)[0], -1);
+  EXPECT_EQ(middle->values(rows_per_chunk)[0], -1);
+  EXPECT_EQ(middle->id(2 * rows_per_chunk - 2), 2 * rows_per_chunk - 2);
+  middle.reset();
+
+  ASSERT_EQ(store.size(), 2 * rows_per_chunk + RowStore::kRowsPerBlock - 1);
+  EXPECT_EQ(store.id(0), 1000000u + RowStore::kRowsPerBlock);
+  EXPECT_EQ(store.Find(1000000 + RowStore::kRowsPerBlock), 0);
+  EXPECT_EQ(store.values(0)[0], 7);
+  EXPECT_EQ(store.values(rows_per_chunk)[0], -1);
+  EXPECT_EQ(store.id(2 * rows_per_chunk), 1000001u);
+  EXPECT_EQ(store.Find(5), 5);
 }
 
 TEST(RowStoreTest, ABlockIsCopiedOnceWhileAViewLivesAndWrittenInPlaceOtherwise) {
