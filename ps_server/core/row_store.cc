@@ -59,26 +59,25 @@ void RowStore::Graveyard::DropView(int64_t epoch) {
   for (const Chunk* chunk : freed_chunks) delete chunk;
 }
 
-void RowStore::Graveyard::Retire(const Block* block, int64_t epoch) {
+template <typename Piece>
+void RowStore::Graveyard::RetireTo(Retired<Piece> Graveyard::*retired, const Piece* piece,
+                                   int64_t epoch) {
   {
     absl::MutexLock lock(&mu_);
     if (std::any_of(views_.begin(), views_.end(), [epoch](int64_t v) { return v <= epoch; })) {
-      retired_.emplace_back(epoch, block);
+      (this->*retired).emplace_back(epoch, piece);
       return;
     }
   }
-  delete block;
+  delete piece;
+}
+
+void RowStore::Graveyard::Retire(const Block* block, int64_t epoch) {
+  RetireTo(&Graveyard::retired_, block, epoch);
 }
 
 void RowStore::Graveyard::Retire(const Chunk* chunk, int64_t epoch) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (std::any_of(views_.begin(), views_.end(), [epoch](int64_t v) { return v <= epoch; })) {
-      retired_chunks_.emplace_back(epoch, chunk);
-      return;
-    }
-  }
-  delete chunk;
+  RetireTo(&Graveyard::retired_chunks_, chunk, epoch);
 }
 
 size_t RowStore::IndexPart(uint64_t id) {

@@ -199,11 +199,17 @@ class RowStore {
     int live() const { return live_.load(std::memory_order_acquire); }
 
    private:
+    // Pieces retired, each with the epoch it was retired at.
+    template <typename Piece>
+    using Retired = std::vector<std::pair<int64_t, const Piece*>>;
+    template <typename Piece>
+    void RetireTo(Retired<Piece> Graveyard::*retired, const Piece* piece, int64_t epoch);
+
     absl::Mutex mu_;
     // Live views by the epoch they were frozen at (a few at a time).
     std::vector<int64_t> views_ ABSL_GUARDED_BY(mu_);
-    std::vector<std::pair<int64_t, const Block*>> retired_ ABSL_GUARDED_BY(mu_);
-    std::vector<std::pair<int64_t, const Chunk*>> retired_chunks_ ABSL_GUARDED_BY(mu_);
+    Retired<Block> retired_ ABSL_GUARDED_BY(mu_);
+    Retired<Chunk> retired_chunks_ ABSL_GUARDED_BY(mu_);
     std::atomic<int> live_{0};
   };
 
