@@ -63,7 +63,7 @@ struct AnnotatedCondition {
   const Mutex* mu;
 };
 
-bool EvalAndRelease(AnnotatedCondition* annotated) {
+bool EvalUnderMu(AnnotatedCondition* annotated) {
   Acquire(annotated->mu);
   const bool holds = annotated->condition->Eval();
   Release(annotated->mu);
@@ -113,7 +113,7 @@ bool EvalAndRelease(AnnotatedCondition* annotated) {
   extern "C" Ret __real_##sym params;                             \
   extern "C" Ret __wrap_##sym params {                            \
     AnnotatedCondition context{c, mu};                            \
-    const Condition annotated(&EvalAndRelease, &context);         \
+    const Condition annotated(&EvalUnderMu, &context);            \
     if (holding) Release(mu);                                     \
     struct Reacquire {                                            \
       const void* obj;                                            \

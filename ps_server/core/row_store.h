@@ -237,7 +237,7 @@ class RowStore {
     std::array<Block*, kBlocksPerChunk> blocks{};
   };
   template <typename ChunkPtr>
-  static const Block* BlockOf(const std::vector<ChunkPtr>& chunks, int64_t block) {
+  static Block* BlockOf(const std::vector<ChunkPtr>& chunks, int64_t block) {
     return chunks[block / kBlocksPerChunk]->blocks[block % kBlocksPerChunk];
   }
   static int64_t CountIn(const float* record, size_t width) {
@@ -252,10 +252,7 @@ class RowStore {
   size_t stride() const { return width() + 2 * kCountFloats; }
   const Block& block(int64_t row) const { return *BlockOf(chunks_, row / kRowsPerBlock); }
   // Row `row`'s block, to write after MakeWritable(row).
-  Block& mutable_block(int64_t row) {
-    const int64_t block = row / kRowsPerBlock;
-    return *chunks_[block / kBlocksPerChunk]->blocks[block % kBlocksPerChunk];
-  }
+  Block& mutable_block(int64_t row) { return *BlockOf(chunks_, row / kRowsPerBlock); }
   // Block `block`'s place in its chunk, the chunk copied first if a live
   // view may share it.
   Block*& WritableSlot(int64_t block);
