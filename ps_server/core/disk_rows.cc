@@ -131,8 +131,9 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
   rocks.error_if_exists = true;
   // Floats compress little; the CPU is the training's.
   rocks.compression = rocksdb::kNoCompression;
-  // RAM outside the table's budget: two memtables of 8 MiB and a block
-  // cache of 8 MiB, so that a tiny budget stays small.
+  // RAM outside the table's budget: two memtables of 8 MiB (and their
+  // hash buckets, below) and a block cache of 8 MiB, so that a tiny budget
+  // stays small.
   rocks.write_buffer_size = 8 << 20;
   rocks.max_write_buffer_number = 2;
   rocks.keep_log_file_num = 2;
