@@ -17,9 +17,10 @@
 namespace pst {
 
 using embedding_internal::CheckIdBytes;
+using embedding_internal::DrawRound;
 using embedding_internal::IdCount;
 using embedding_internal::Invalid;
-using embedding_internal::NextDraw;
+using embedding_internal::kEvictionRounds;
 
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
     : options_(std::move(options)), step_(options_.num_workers) {}
@@ -424,8 +425,6 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
   // stay put for frozen views); the oldest of 8 is on average older than
   // 8 in 9 of the table's rows. A row this update trains (touched at
   // `tick`) is never one.
-  constexpr int kSamples = 8;
-  constexpr int kRounds = 4;
   const int64_t size = table.rows.size();
   if (size == 0) return false;
   // The draws of an update follow from the table and its update count: a
@@ -435,10 +434,8 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
     table.eviction_draws = table.key ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
   }
   int64_t victim = -1;
-  for (int round = 0; round < kRounds && victim < 0; ++round) {
-    for (int i = 0; i < kSamples; ++i) {
-      const auto row =
-          static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
+  for (int round = 0; round < kEvictionRounds && victim < 0; ++round) {
+    for (const int64_t row : DrawRound(&table.eviction_draws, size, table.rows)) {
       const int64_t touched = table.rows.touched(row);
       if (touched < tick && (victim < 0 || table.Colder(row, victim))) victim = row;
     }

@@ -5,6 +5,7 @@
 #define PST_PS_SERVER_CORE_EMBEDDING_TABLE_INTERNAL_H_
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -195,6 +196,24 @@ inline uint64_t NextDraw(uint64_t* state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// Sampled eviction looks for the coldest of a round of kEvictionSamples
+// rows drawn at random, for up to kEvictionRounds rounds.
+inline constexpr int kEvictionSamples = 8;
+inline constexpr int kEvictionRounds = 4;
+
+// One round's rows, drawn from [0, size), their records hinted together:
+// in a large table each is a cache miss, which comparing them one after
+// the other paid in turn.
+inline std::array<int64_t, kEvictionSamples> DrawRound(uint64_t* draws, int64_t size,
+                                                       const RowStore& rows) {
+  std::array<int64_t, kEvictionSamples> drawn;
+  for (int64_t& row : drawn) {
+    row = static_cast<int64_t>(NextDraw(draws) % static_cast<uint64_t>(size));
+    rows.PrefetchRow(row);
+  }
+  return drawn;
 }
 
 }  // namespace embedding_internal

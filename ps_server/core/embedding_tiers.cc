@@ -13,7 +13,9 @@
 
 namespace pst {
 
+using embedding_internal::DrawRound;
 using embedding_internal::IdCount;
+using embedding_internal::kEvictionRounds;
 using embedding_internal::NextDraw;
 
 absl::Status EmbeddingTable::OpenDisk(Embedding& table) const {
@@ -158,14 +160,10 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
     }
     absl::flat_hash_set<int64_t> chosen;
     auto eligible = [&](int64_t row) { return !trained.contains(row) && !chosen.contains(row); };
-    constexpr int kSamples = 8;
-    constexpr int kRounds = 4;
     while (static_cast<int64_t>(victims.size()) < excess) {
       int64_t victim = -1;
-      for (int round = 0; round < kRounds && victim < 0; ++round) {
-        for (int i = 0; i < kSamples; ++i) {
-          const auto row =
-              static_cast<int64_t>(NextDraw(&table.eviction_draws) % static_cast<uint64_t>(size));
+      for (int round = 0; round < kEvictionRounds && victim < 0; ++round) {
+        for (const int64_t row : DrawRound(&table.eviction_draws, size, table.rows)) {
           if (eligible(row) && (victim < 0 || table.Colder(row, victim))) victim = row;
         }
       }
