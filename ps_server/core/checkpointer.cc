@@ -288,11 +288,7 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   return checkpoint->version();
 }
 
-bool Checkpointer::AllWorkersDone() {
-  StatsResponse stats;
-  shard_->Stats(&stats);
-  return stats.workers_size() > 0 && stats.workers_done() >= stats.workers_size();
-}
+bool Checkpointer::AllWorkersDone() { return shard_->holds_final_state(); }
 
 absl::StatusOr<Checkpointer::Written> Checkpointer::CheckpointNow() {
   // Done only goes from false to true: when every worker is done before the

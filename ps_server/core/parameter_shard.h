@@ -324,6 +324,11 @@ class ParameterShard {
   // Whether this process holds a state its primary sent it, whole or
   // updated since.
   bool holds_state() const;
+  // Every worker is done and this replica holds the state they left: a
+  // backup told a worker's Done directly, at the primary's version then,
+  // holds it once it has applied that version. What a checkpoint marks
+  // `finished`.
+  bool holds_final_state() const;
   // What backup `replica` needs next, in version order: the updates after
   // the last version sent to it, or the state whole (not sent anything
   // since it went live or was resynced past the log). Waits until there is

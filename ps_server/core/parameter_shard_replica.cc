@@ -129,6 +129,15 @@ bool ParameterShard::holds_state() const {
   return holds_state_;
 }
 
+bool ParameterShard::holds_final_state() const {
+  absl::MutexLock lock(&mu_);
+  if (options_.num_workers == 0 || !ledger_.AllDone()) return false;
+  return std::all_of(done_told_at_.begin(), done_told_at_.end(),
+                     [this](int64_t told_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                       return told_at == kNotToldDone || told_at <= version_;
+                     });
+}
+
 void ParameterShard::RestartForwarding(bool new_office) {
   replica_log_.clear();
   log_bytes_ = 0;

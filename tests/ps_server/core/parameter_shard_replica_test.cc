@@ -732,6 +732,36 @@ TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArriv
   EXPECT_EQ(WorkersDone(*backup), 0);
 }
 
+// A backup told every worker's Done directly, at the primary's version
+// then, holds the run's final state (what its checkpoint marks finished)
+// only once it has applied that version; the primary holds it at once.
+TEST(ParameterShardReplicaTest,
+     ABackupHoldsTheFinalStateOnlyOnceItHoldsThePrimarysVersionAtTheDones) {
+  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
+  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
+  Init(primary.get());
+  Forward(*primary, *backup);
+  DenseSyncStep(*primary);
+  ASSERT_EQ(primary->version(), 1);
+  ASSERT_EQ(backup->version(), 0);
+  EXPECT_FALSE(primary->holds_final_state());
+  for (int worker : {0, 1}) {
+    DoneRequest done;
+    done.set_worker(worker);
+    DoneResponse at_primary;
+    ASSERT_TRUE(primary->Done(done, &at_primary).ok());
+    done.set_primary_version(at_primary.version());
+    DoneResponse at_backup;
+    ASSERT_TRUE(backup->Done(done, &at_backup).ok());
+  }
+  EXPECT_TRUE(primary->holds_final_state());
+  EXPECT_EQ(WorkersDone(*backup), 2);
+  EXPECT_FALSE(backup->holds_final_state());
+  EXPECT_EQ(Forward(*primary, *backup), 1);
+  ASSERT_EQ(backup->version(), 1);
+  EXPECT_TRUE(backup->holds_final_state());
+}
+
 PushRequest Sequenced(PushRequest push, int64_t sequence) {
   push.set_sequence(sequence);
   return push;
