@@ -694,16 +694,25 @@ TEST(ParameterShardReplicaTest, AWorkerRegisteredAgainIsNotDoneAtTheBackup) {
   EXPECT_EQ(backup->version(), 1);
 }
 
-// A backup told a worker's Done directly (after the primary, with the
-// primary's version then) keeps it through an update of the primary's
-// captured before the Done and applied after it; a newer update that does
-// not name the worker (it registered again at the primary) clears it.
-TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArrivesAfterIt) {
+// A SYNC shard of 2 workers and its backup, both holding the initial
+// state, the primary a dense step ahead (version 1) that it has not
+// forwarded yet.
+std::pair<std::unique_ptr<ParameterShard>, std::unique_ptr<ParameterShard>>
+PrimaryAStepAheadOfItsBackup() {
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
   auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
   Init(primary.get());
   Forward(*primary, *backup);
   DenseSyncStep(*primary);
+  return {std::move(primary), std::move(backup)};
+}
+
+// A backup told a worker's Done directly (after the primary, with the
+// primary's version then) keeps it through an update of the primary's
+// captured before the Done and applied after it; a newer update that does
+// not name the worker (it registered again at the primary) clears it.
+TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArrivesAfterIt) {
+  auto [primary, backup] = PrimaryAStepAheadOfItsBackup();
   ASSERT_EQ(primary->version(), 1);
   // Version 1's update is on its way to the backup when worker 1 is done.
   absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> in_flight =
@@ -737,11 +746,7 @@ TEST(ParameterShardReplicaTest, ADoneToldTheBackupOutlivesAnOlderUpdateThatArriv
 // only once it has applied that version; the primary holds it at once.
 TEST(ParameterShardReplicaTest,
      ABackupHoldsTheFinalStateOnlyOnceItHoldsThePrimarysVersionAtTheDones) {
-  auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
-  auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
-  Init(primary.get());
-  Forward(*primary, *backup);
-  DenseSyncStep(*primary);
+  auto [primary, backup] = PrimaryAStepAheadOfItsBackup();
   ASSERT_EQ(primary->version(), 1);
   ASSERT_EQ(backup->version(), 0);
   EXPECT_FALSE(primary->holds_final_state());
