@@ -66,10 +66,6 @@ absl::StatusOr<NpzArray> JoinSlices(const std::string& name, const Slices& slice
   return NpzArray{name, NpzArray::DType::kFloat32, std::move(shape), std::move(data)};
 }
 
-bool OlderVersion(const ShardCheckpoint& a, const ShardCheckpoint& b) {
-  return a.version() < b.version();
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::string& dir) {
@@ -98,7 +94,7 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
   std::vector<ShardCheckpoint> shards;
   for (int i = 0; i <= highest; ++i) {
     // Each replica's newest: the latest version of the run holds the most
-    // of it.
+    // of it, and of one version the latest epoch's (HoldsMoreOfTheRun).
     const std::vector<std::string> folders = ReplicaCheckpointDirs(dir, i);
     std::vector<ShardCheckpoint> newest;
     std::vector<std::string> rejected;
@@ -123,13 +119,13 @@ absl::StatusOr<std::vector<ShardCheckpoint>> ReadShardCheckpoints(const std::str
     const ShardCheckpoint& run =
         !shards.empty()     ? shards[0]
         : from_replica_zero ? newest[0]
-                            : *std::max_element(newest.begin(), newest.end(), OlderVersion);
+                            : *std::max_element(newest.begin(), newest.end(), HoldsMoreOfTheRun);
     ShardCheckpoint* chosen = nullptr;
     for (ShardCheckpoint& checkpoint : newest) {
       if (checkpoint.run_id() != run.run_id() || checkpoint.config_hash() != run.config_hash()) {
         continue;
       }
-      if (chosen == nullptr || OlderVersion(*chosen, checkpoint)) chosen = &checkpoint;
+      if (chosen == nullptr || HoldsMoreOfTheRun(*chosen, checkpoint)) chosen = &checkpoint;
     }
     if (chosen == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(

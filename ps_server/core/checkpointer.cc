@@ -134,7 +134,7 @@ std::optional<Checkpointer::BackupCheckpoint> Checkpointer::NewestOfBackups(
                                                  checkpoint->run_id() == identity_.run_id &&
                                                  checkpoint->config_hash() == identity_.config_hash;
     const ShardCheckpoint* latest = newest ? &newest->checkpoint : own;
-    if (of_the_run && (latest == nullptr || checkpoint->version() > latest->version())) {
+    if (of_the_run && (latest == nullptr || HoldsMoreOfTheRun(*latest, *checkpoint))) {
       newest = BackupCheckpoint{*std::move(checkpoint), dirs[k]};
     }
   }

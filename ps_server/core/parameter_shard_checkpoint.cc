@@ -108,6 +108,7 @@ ShardSnapshot ParameterShard::SnapshotLocked(CaptureKind kind, ShardCheckpoint p
   snapshot.checkpoint = std::move(presized);
   snapshot.checkpoint.set_shard(options_.shard);
   snapshot.checkpoint.set_version(version_);
+  snapshot.checkpoint.set_epoch(epoch_);
   tables_.Capture(&snapshot);
   ledger_.ExportClocks(&snapshot.checkpoint);
   last_capture_ = absl::Now() - start;

@@ -60,4 +60,8 @@ std::vector<std::string> ReplicaCheckpointDirs(const std::string& root, int shar
   return dirs;
 }
 
+bool HoldsMoreOfTheRun(const ShardCheckpoint& a, const ShardCheckpoint& b) {
+  return a.version() != b.version() ? a.version() < b.version() : a.epoch() < b.epoch();
+}
+
 }  // namespace pst

@@ -6,12 +6,17 @@
 // Within a run a shard's versions only grow, across failovers too (replica
 // 0 restores the newest of these folders), so of their checkpoints of one
 // run the latest version holds the most of it; a replica away or still
-// catching up when the run ended holds an older one.
+// catching up when the run ended holds an older one. One version number
+// can be written twice: by a primary that died before its backups held
+// that version, and by the backup that took over at a higher epoch and
+// made the version again, which is the run's.
 #ifndef PST_PS_SERVER_CORE_REPLICA_CHECKPOINT_DIRS_H_
 #define PST_PS_SERVER_CORE_REPLICA_CHECKPOINT_DIRS_H_
 
 #include <string>
 #include <vector>
+
+#include "ps.pb.h"
 
 namespace pst {
 
@@ -30,6 +35,10 @@ int ShardOfCheckpointFolder(const std::string& name);
 // The folders of shard `shard`'s replicas: replica 0's <root>/shard-<shard>
 // first (whether or not it exists), then each backup's that exists, by k.
 std::vector<std::string> ReplicaCheckpointDirs(const std::string& root, int shard);
+
+// Whether `b` holds more of a run than `a`, both checkpoints of one shard
+// of it: a later version, or the same version at a later epoch.
+bool HoldsMoreOfTheRun(const ShardCheckpoint& a, const ShardCheckpoint& b);
 
 }  // namespace pst
 

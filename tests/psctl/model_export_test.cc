@@ -186,6 +186,32 @@ TEST(ReadShardCheckpointsTest, TakesEachShardsFinalStateFromWhicheverReplicaHold
   EXPECT_EQ((*read)[0].version(), 175);
 }
 
+// A primary killed before its backup held its last version left that
+// version's checkpoint; the backup, which took over at a higher epoch,
+// made the version again: that one is the run's, in whichever folder.
+TEST(ReadShardCheckpointsTest, OfOneVersionTakesTheLaterEpochs) {
+  for (const bool later_in_replica_zero : {false, true}) {
+    SCOPED_TRACE(later_in_replica_zero ? "the later in replica 0's folder" : "in the backup's");
+    const std::string dir =
+        absl::StrCat(ScratchDir(), "/epochs", later_in_replica_zero ? "_zero" : "_backup");
+    const auto write = [&](const std::string& folder, int64_t epoch) {
+      ShardCheckpoint c;
+      c.set_shard(0);
+      c.set_version(40);
+      c.set_epoch(epoch);
+      c.set_run_id("run");
+      ASSERT_TRUE(WriteCheckpoint(absl::StrCat(dir, folder, "/shard-0"), c, 3).ok());
+    };
+    write("", later_in_replica_zero ? 3 : 1);
+    write("/replica-1", 2);
+    absl::StatusOr<std::vector<ShardCheckpoint>> read = ReadShardCheckpoints(dir);
+    ASSERT_TRUE(read.ok()) << read.status();
+    ASSERT_EQ(read->size(), 1u);
+    EXPECT_EQ((*read)[0].version(), 40);
+    EXPECT_EQ((*read)[0].epoch(), later_in_replica_zero ? 3 : 2);
+  }
+}
+
 TEST(ReadShardCheckpointsTest, RefusesWhatIsNotEveryShardOfOneRun) {
   const std::string root = absl::StrCat(ScratchDir(), "/refused");
   const auto write = [&](const std::string& dir, int shard, const std::string& run) {

@@ -203,6 +203,32 @@ TEST_F(CheckpointerTest, ReplicaZeroRestoresTheLaterStateItsBackupCheckpointed) 
   }
 }
 
+// Replica 0, primary at epoch 1, checkpointed a version its backup never
+// held and died; the backup took over at epoch 2, made that version again
+// and checkpointed it. Every replica lost, replica 0 restores the backup's
+// of that version, the run's, not its own.
+TEST_F(CheckpointerTest, ReplicaZeroRestoresTheLaterEpochsOfOneVersion) {
+  const RunIdentity run = {"run-a", "job"};
+  const auto write = [&](const std::string& dir, int pushes, int64_t epoch) {
+    auto shard = MomentumShard();
+    Init(shard.get());
+    for (int i = 0; i < pushes; ++i) PushOnes(shard.get());
+    ShardCheckpoint checkpoint = shard->CheckpointSnapshot();
+    checkpoint.set_version(1);
+    checkpoint.set_epoch(epoch);
+    checkpoint.set_run_id(run.run_id);
+    checkpoint.set_config_hash(run.config_hash);
+    EXPECT_TRUE(WriteCheckpoint(dir, checkpoint, 3).ok());
+    return checkpoint;
+  };
+  write(ShardDir(), /*pushes=*/1, /*epoch=*/1);
+  const ShardCheckpoint taken_over = write(config_.dir() + "/replica-1/shard-0", 2, 2);
+  auto shard = MomentumShard();
+  Checkpointer checkpointer(shard.get(), config_, 0, run);
+  EXPECT_EQ(*checkpointer.Prepare(CheckpointStart::kAuto), 1);
+  EXPECT_EQ(shard->CheckpointSnapshot().variables(0).values(), taken_over.variables(0).values());
+}
+
 // A backup restarted keeps what it checkpointed earlier in this run (as
 // primary perhaps), for replica 0 to restore; another run's checkpoints, or
 // those of a run without an id to tell it by, it moves aside.
