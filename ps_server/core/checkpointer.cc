@@ -288,12 +288,10 @@ absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
   return checkpoint->version();
 }
 
-bool Checkpointer::AllWorkersDone() { return shard_->holds_final_state(); }
-
 absl::StatusOr<Checkpointer::Written> Checkpointer::CheckpointNow() {
   // Done only goes from false to true: when every worker is done before the
   // snapshot, the snapshot is the final state.
-  const bool finished = AllWorkersDone();
+  const bool finished = shard_->holds_final_state();
   ShardCheckpoint checkpoint = shard_->CheckpointSnapshot();
   checkpoint.set_finished(finished);
   return Write(std::move(checkpoint));
@@ -429,7 +427,7 @@ void Checkpointer::Stop() {
     last_finished = last_finished_;
   }
   // Also when only the workers finished since: the final file says so.
-  if (shard_->version() != last_version || (!last_finished && AllWorkersDone())) {
+  if (shard_->version() != last_version || (!last_finished && shard_->holds_final_state())) {
     CheckpointNow().IgnoreError();
   }
 }

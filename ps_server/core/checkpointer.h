@@ -93,7 +93,6 @@ class Checkpointer {
   // Counts a failed attempt; gives up at max_failures. True if it gave up.
   bool CountFailure(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllWorkersDone();
   absl::Status MoveAside(const std::vector<std::string>& files);
   // Checks training.checkpoint.dir, makes this shard's folder in it (this
   // user's alone) and removes the temporary files a crash left there.

@@ -1,6 +1,5 @@
 #include "ps_server/core/disk_rows.h"
 
-#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -150,9 +149,9 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
   rocks.paranoid_checks = false;
   // Demoted rows go into a memtable hashed by the whole key, not a skip
   // list: a demotion's insert, in the shard's update, is then one bucket's,
-  // where the skip list searched ~17 levels of cache misses a row (a fifth
-  // of a tiered shard's CPU); the memtable is sorted once, when it is
-  // flushed in the background. Lookups are by whole key; the scans ask for
+  // where the skip list searched its levels, a cache miss each (a fifth of
+  // a tiered shard's CPU); the memtable is sorted once, when it is flushed
+  // in the background. Lookups are by whole key; the scans ask for
   // total order (Iterate).
   rocks.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
   rocks.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(

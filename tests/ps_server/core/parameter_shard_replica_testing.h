@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps_server/core/parameter_shard.h"
@@ -19,6 +20,16 @@ inline ShardOptions AsReplica(ShardOptions options, int replica, int replicas = 
   options.replicas = replicas;
   options.replica = replica;
   return options;
+}
+
+// A push of worker `worker`'s gradient of the dense variable "b" (the
+// shards of parameter_shard_embedding_testing.h), computed at `version`.
+inline PushRequest DensePush(int worker, int64_t version) {
+  PushRequest push;
+  push.set_worker(worker);
+  push.set_computed_at_version(version);
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{1, -1}, push.add_gradients());
+  return push;
 }
 
 // Hands what `primary` has for its backup `to` (1 unless given) to
