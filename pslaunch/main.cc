@@ -87,11 +87,18 @@ ABSL_FLAG(std::string, relay_binary, "",
 ABSL_FLAG(int, ps, 0,
           "Run this many PS shards, each at a free loopback port (127.0.0.1:0), in place of "
           "cluster.ps (0: the config's). With a worker command after -- and no --config, 1.");
+ABSL_FLAG(int, ps_backups, 0,
+          "Give every shard this many backups, each at a free loopback port "
+          "(cluster.ps_backups), in place of the config's (0: the config's): with --ps, a "
+          "script's job survives the loss of a PS, pslaunch running the job's etcd and "
+          "restarting dead replicas.");
 ABSL_DECLARE_FLAG(std::string, checkpoint_start);
 
 namespace {
 
 constexpr char kProgram[] = "pslaunch";
+// --ps_backups: a chain longer than this buys no safety on one host.
+constexpr int kMaxBackupsPerShard = 8;
 
 constexpr char kUsage[] =
     "Runs a whole parameter-server training job on this host: starts one ps_server per "
@@ -104,7 +111,8 @@ constexpr char kUsage[] =
     "Their output is copied with a \"[task] \" prefix. When every worker has finished, the PS "
     "tasks are stopped and a one-line JSON summary is printed as the last line of stdout:\n"
     "  {\"mode\":\"sync\",\"workers\":2,\"epochs\":1,\"steps\":468,\"test_accuracy\":0.8412,"
-    "\"final_loss\":0.41,\"train_samples_per_sec\":9000.0,\"wall_seconds\":12.34,\"devices\":\"cpu\"}\n"
+    "\"final_loss\":0.41,\"train_samples_per_sec\":9000.0,\"wall_seconds\":12.34,"
+    "\"devices\":\"cpu\"}\n"
     "If a task fails, the others are stopped and pslaunch exits with that task's exit code; "
     "on Ctrl-C (SIGINT) or SIGTERM it stops every task and exits 130; a bad config or flag "
     "exits 2.\n"
@@ -120,6 +128,7 @@ constexpr char kUsage[] =
     "Python exception) ends the run with that code, unrestarted.\n\n"
     "  pslaunch                                   # the built-in default job\n"
     "  pslaunch --config=configs/local.textproto --mode=async --epochs=3 --workers=4\n"
+    "  pslaunch --ps=2 --ps_backups=1 --workers=2 -- python3 train.py   # a backup per shard\n"
     "  pslaunch --report=run.html --logdir=runs/sync --metrics_port=9100   # curves page, "
     "TensorBoard, Prometheus";
 
@@ -148,6 +157,22 @@ pst::ConfigOverrides LaunchOverrides(const std::vector<std::string>& command) {
                            config->mutable_cluster()->clear_ps();
                            for (int i = 0; i < shards; ++i) {
                              config->mutable_cluster()->add_ps("127.0.0.1:0");
+                           }
+                           return absl::OkStatus();
+                         }});
+  }
+  if (const int backups = absl::GetFlag(FLAGS_ps_backups); backups != 0) {
+    overrides.push_back({"ps_backups", absl::StrCat(backups),
+                         [backups](absl::string_view, pst::JobConfig* config) -> absl::Status {
+                           if (backups < 1 || backups > kMaxBackupsPerShard) {
+                             return absl::InvalidArgumentError(
+                                 absl::StrCat("give 1 to ", kMaxBackupsPerShard,
+                                              " backups a shard, or 0 for the config's"));
+                           }
+                           config->mutable_cluster()->clear_ps_backups();
+                           for (int i = 0; i < config->cluster().ps_size(); ++i) {
+                             pst::PsBackups* shard = config->mutable_cluster()->add_ps_backups();
+                             for (int k = 0; k < backups; ++k) shard->add_address("127.0.0.1:0");
                            }
                            return absl::OkStatus();
                          }});
@@ -307,8 +332,12 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
 // its checkpoint and a restarted worker resumes, so the run goes on. A PS
 // that exits 0 was shut down on purpose (psctl shutdown), and a task that
 // exits 2 refused its input (config, flags, data, device): neither is
-// restarted, since a restart would fail the same way; nor is a PS without
-// checkpoints, which would start over from the initial weights. A worker
+// restarted, since a restart would fail the same way; nor is an
+// unreplicated PS without checkpoints, which would start over from the
+// initial weights. A replica of a shard with backups is restarted either
+// way: it takes its state from the replica that holds the office (where
+// none is left and no checkpoint either, the workers, which saw later
+// versions, end the run naming the loss). A worker
 // command (the user's own script) that exits by itself with a code below
 // 128 (a Python exception: 1) has given its verdict: the run ends with that
 // code, once, and only one killed by a signal (128 + N: kill -9, the OOM
@@ -328,9 +357,8 @@ pst::RunOutcome RunWithRestarts(const pst::JobConfig& config, pst::Supervisor* s
     const bool script_verdict = !is_server && !config.cluster().worker_command().empty() &&
                                 outcome.exit_code > 0 && outcome.exit_code < 128;
     const bool bad_input = outcome.exit_code == pst::kUsageErrorExitCode || script_verdict;
-    // A backup (ps:<i>:<k>) takes its state from its primary again.
-    const bool backup = pst::IsPsBackupTask(name);
-    const bool forgets = is_ps && !backup && config.training().checkpoint().dir().empty();
+    const bool replicated = config.cluster().ps_backups_size() > 0;
+    const bool forgets = is_ps && !replicated && config.training().checkpoint().dir().empty();
     if (!bad_input && !forgets && restarts[name] < config.cluster().max_restarts()) {
       int attempt = ++restarts[name];
       spdlog::warn("task {} exited with code {}; restarting it ({} of {})", name,

@@ -233,13 +233,13 @@ std::string SummaryTable(const std::vector<RunRecord>& runs) {
       "<th>final loss*</th><th>samples/s</th><th>wall s</th></tr>\n";
   for (const RunRecord& run : runs) {
     const RunSummary& s = run.summary();
-    absl::StrAppendFormat(&out,
-                          "<tr><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.4g</td>"
-                          "<td>%.0f</td><td>%.1f</td></tr>\n",
-                          Escape(run.label()), s.steps(), s.epochs(),
-                          std::isfinite(s.test_accuracy()) ? absl::StrFormat("%.4f", s.test_accuracy())
-                                                           : "n/a",
-                          s.final_loss(), s.train_samples_per_sec(), s.wall_seconds());
+    absl::StrAppendFormat(
+        &out,
+        "<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%.4g</td>"
+        "<td>%.0f</td><td>%.1f</td></tr>\n",
+        Escape(run.label()), s.steps(), s.epochs() > 0 ? absl::StrCat(s.epochs()) : "n/a",
+        std::isfinite(s.test_accuracy()) ? absl::StrFormat("%.4f", s.test_accuracy()) : "n/a",
+        s.final_loss(), s.train_samples_per_sec(), s.wall_seconds());
   }
   return out + "</table>\n<p>* final loss: " + std::string(kFinalLoss) + ".</p>\n";
 }

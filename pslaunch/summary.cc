@@ -46,7 +46,10 @@ absl::StatusOr<RunSummary> Summarize(const JobConfig& config, const std::string&
   RunSummary summary;
   summary.set_mode(ModeName(config.training().mode()));
   summary.set_workers(config.cluster().workers());
-  summary.set_epochs(config.training().epochs());
+  // A script's own loop decides its epochs: the chief's result says them,
+  // or they are unknown.
+  const bool script = !config.cluster().worker_command().empty();
+  summary.set_epochs(script ? 0 : config.training().epochs());
   std::set<int> missing = abandoned;
   int64_t samples = 0;
   double longest = 0.0;
@@ -59,6 +62,7 @@ absl::StatusOr<RunSummary> Summarize(const JobConfig& config, const std::string&
     longest = std::max(longest, result->train_seconds());
     if (i == 0) {  // the chief
       summary.set_steps(result->final_version());
+      if (result->epochs() > 0) summary.set_epochs(result->epochs());
       // Regression jobs have no accuracy: NaN prints as null.
       summary.set_test_accuracy(result->has_test_accuracy()
                                     ? result->test_accuracy()
@@ -92,9 +96,10 @@ std::string SummaryLine(const RunSummary& summary) {
                          ",\"test_logloss\":", JsonNumber(summary.test_logloss(), "%.4f"))
           : "";
   return absl::StrFormat(
-      "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%d,\"steps\":%d,\"test_accuracy\":%s%s,"
+      "{\"mode\":\"%s\",\"workers\":%d,\"epochs\":%s,\"steps\":%d,\"test_accuracy\":%s%s,"
       "\"final_loss\":%s,\"train_samples_per_sec\":%s,\"wall_seconds\":%s,\"devices\":\"%s\"%s}",
-      summary.mode(), summary.workers(), summary.epochs(), summary.steps(),
+      summary.mode(), summary.workers(),
+      summary.epochs() > 0 ? absl::StrCat(summary.epochs()) : "null", summary.steps(),
       JsonNumber(summary.test_accuracy(), "%.4f"), auc, JsonNumber(summary.final_loss(), "%.6g"),
       JsonNumber(summary.train_samples_per_sec(), "%.1f"),
       JsonNumber(summary.wall_seconds(), "%.2f"), summary.devices(), missing);

@@ -69,9 +69,9 @@ def prepare(*objects, client=None):
     after a forward pass exchanges for all), and each ``DataLoader`` over
     this worker's part of its data set (``DistributedSampler``, shuffled if
     the loader was, a new order each pass; the batch size stays per worker,
-    as with DDP). Under pslaunch the job ends for this worker at exit
-    (``finish()``, unless the script called it or ended with an
-    exception)."""
+    as with DDP). Under a launcher (pslaunch, torchrun, TF_CONFIG) the job
+    ends for this worker at exit (``finish()``, unless the script called it
+    or ended with an exception)."""
     models = [o for o in objects if isinstance(o, nn.Module)]
     optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
     if len(models) != 1 or not optimizers:
@@ -152,11 +152,20 @@ def _note_failure(kind, value, traceback):
     _excepthook(kind, value, traceback)
 
 
+def _started_by_a_launcher():
+    # pslaunch names the task; torchrun and a PyTorchJob set RANK and
+    # WORLD_SIZE; a TFJob, TF_CONFIG.
+    env = os.environ
+    return bool(env.get(pstrain.TASK_ENV) or env.get("TF_CONFIG")
+                or ("RANK" in env and "WORLD_SIZE" in env))
+
+
 def _finish_at_exit(optimizer):
-    # Under a launcher only (pslaunch names the task): a script there ends
-    # its part of the job by exiting, while a notebook or a test whose
-    # shards are gone would wait out the connect budget.
-    if not os.environ.get(pstrain.TASK_ENV):
+    # Under a launcher only: a script there ends its part of the job by
+    # exiting (a shard started with --exit_when_done waits for that), while
+    # a notebook or a test whose shards are gone would wait out the connect
+    # budget.
+    if not _started_by_a_launcher():
         return
     if not _open_optimizers:
         sys.excepthook = _note_failure
@@ -569,6 +578,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             seen = {}
             if self._samplers:
                 seen["samples"] = sum(s.samples_dealt for s in self._samplers)
+                seen["epochs"] = max(s.passes for s in self._samplers)
             if self.final_loss is not None:
                 seen["final_loss"] = self.final_loss
             self.client.report(**seen)

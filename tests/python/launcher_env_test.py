@@ -29,7 +29,9 @@ except ImportError:
     print("skipped: torch is not installed for", sys.executable)
     sys.exit(77)
 
-# A plain torch script: the client comes from the environment alone.
+# A plain torch script: the client comes from the environment alone. Its
+# job ends at its exit (as the README's script's), or at an explicit
+# finish() in the place of {finish}.
 SCRIPT = f"""import json, os, sys, torch, pstrain.torch
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
@@ -40,7 +42,7 @@ for _ in range({STEPS}):
     opt.zero_grad()
     model(x).pow(2).mean().backward()
     opt.step()
-opt.finish()
+{{finish}}
 result = json.dumps({{"task": opt.client.task, "workers": opt.client.num_workers,
                      "weight": model.weight.detach().flatten().tolist()}})
 print(result)
@@ -52,10 +54,15 @@ with open(os.path.join(os.path.dirname(__file__), f"result-{{rank}}.json"), "w")
 
 
 class LauncherEnvironmentTest(unittest.TestCase):
-    def run_workers(self, scratch, environments):
+    @staticmethod
+    def write_script(scratch, finish):
         script = os.path.join(scratch, "train.py")
         with open(script, "w") as f:
-            f.write(SCRIPT)
+            f.write(SCRIPT.replace("{finish}", "opt.finish()" if finish else ""))
+        return script
+
+    def run_workers(self, scratch, environments, finish=True):
+        script = self.write_script(scratch, finish)
         base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
         workers = [subprocess.Popen([sys.executable, script], env={**base, **env},
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -113,7 +120,8 @@ class LauncherEnvironmentTest(unittest.TestCase):
             shard = self.start_shard_beside_the_master(env)
             torchrun = [{**env, "RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}
                         for r in (0, 1)]
-            self.check_one_sync_job(self.run_workers(scratch, torchrun))
+            # No finish() in the script: its exit ends its part of the job.
+            self.check_one_sync_job(self.run_workers(scratch, torchrun, finish=False))
             # The job's workers are done and gone: so is its shard.
             self.assertEqual(shard.wait(timeout=30), 0)
 
@@ -126,9 +134,7 @@ class LauncherEnvironmentTest(unittest.TestCase):
         env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)}
         with tempfile.TemporaryDirectory(prefix="pstrain-torchrun-") as scratch:
             shard = self.start_shard_beside_the_master(env)
-            script = os.path.join(scratch, "train.py")
-            with open(script, "w") as f:
-                f.write(SCRIPT)
+            script = self.write_script(scratch, finish=False)
             clean = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
             run = subprocess.run(
                 ["torchrun", "--redirects=2", "--tee=2", "--nproc_per_node=2",

@@ -42,6 +42,8 @@ class NoReportTest(unittest.TestCase):
             self.assertEqual(run.returncode, 0, run.stderr[-4000:])
             summary = json.loads(run.stdout.strip().splitlines()[-1])
             self.assertEqual(summary["steps"], STEPS)
+            # Its own loop, no loader of pstrain's: the epochs are unknown.
+            self.assertIsNone(summary["epochs"])
             for worker in (0, 1):
                 with open(os.path.join(scratch, "run", f"worker-{worker}.json")) as f:
                     self.assertEqual(json.load(f)["steps"], STEPS)

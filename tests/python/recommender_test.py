@@ -99,6 +99,7 @@ class RecommenderTest(unittest.TestCase):
                     result = json.load(f)
                 self.assertEqual(result["samples"], 8192 // WORKERS)
                 self.assertEqual(result["steps"], 8192 // WORKERS // BATCH)
+                self.assertEqual(result["epochs"], EPOCHS)  # its loader's passes
                 # The mean loss of its last epoch's steps, from their backward().
                 self.assertGreater(result["final_loss"], 0.1)
                 self.assertLess(result["final_loss"], 0.75)
@@ -106,6 +107,7 @@ class RecommenderTest(unittest.TestCase):
                     chief_loss = result["final_loss"]
             summary = json.loads(run.stdout.strip().splitlines()[-1])
             self.assertAlmostEqual(summary["final_loss"], chief_loss, places=5)
+            self.assertEqual(summary["epochs"], EPOCHS)  # the script's, not the config's
             self.assertGreater(summary["train_samples_per_sec"], 0)
 
         fresh = example.Recommender()
