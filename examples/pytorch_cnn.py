@@ -158,7 +158,7 @@ def main():
     train_seconds = time.monotonic() - start
     missing = opt.finish()
     result = {"samples": samples, "train_seconds": train_seconds, "final_loss": final_loss,
-              "devices": opt.devices}
+              "devices": opt.devices, "epochs": epochs}
     if client.is_chief:
         test_loss, accuracy = evaluate(model, test_x, test_y)
         print(f"final: version {client.versions[0]} test_accuracy {accuracy:.4f} "

@@ -52,6 +52,7 @@ class PytorchCnnTest(unittest.TestCase):
             self.assertEqual(summary["workers"], 2)
             # 8000 images, 2 workers of 32: 125 steps per epoch, each a SYNC step.
             self.assertEqual(summary["steps"], 250)
+            self.assertEqual(summary["epochs"], 2)  # the script says the epochs it ran
             self.assertGreaterEqual(summary["test_accuracy"], 0.80)
             self.assertGreater(summary["train_samples_per_sec"], 0)
             self.assertEqual(summary["devices"], "cpu")
