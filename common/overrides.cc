@@ -180,6 +180,22 @@ PST_CONFIG_OVERRIDE(std::string, shm, "",
                       config->mutable_cluster()->set_shm(shm);
                       return absl::OkStatus();
                     });
+PST_CONFIG_OVERRIDE(std::string, checkpoint_dir, "",
+                    "Override training.checkpoint.dir: where each shard writes its checkpoints "
+                    "(<dir>/shard-<i>/; at shutdown, and every --checkpoint_every_steps), which a "
+                    "restarted PS restores and psctl export --checkpoint=<dir> reads. Empty = keep "
+                    "the config's.",
+                    [](const std::string& dir, pst::JobConfig* config) {
+                      config->mutable_training()->mutable_checkpoint()->set_dir(dir);
+                      return absl::OkStatus();
+                    });
+PST_CONFIG_OVERRIDE(int, checkpoint_every_steps, 0,
+                    "Override training.checkpoint.every_steps: a checkpoint each time the version "
+                    "has advanced this much (0 = keep the config's).",
+                    [](const int& steps, pst::JobConfig* config) {
+                      config->mutable_training()->mutable_checkpoint()->set_every_steps(steps);
+                      return absl::OkStatus();
+                    });
 
 // ---- The PS's limits ----
 

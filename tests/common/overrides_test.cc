@@ -85,6 +85,19 @@ TEST(OverridesTest, OnlyGivenConfigOverridesApplyInTheTablesOrder) {
   EXPECT_EQ(config.cluster().shm(), SHM_OFF);
 }
 
+TEST(OverridesTest, CheckpointsAreSetWithoutAConfigFile) {
+  absl::FlagSaver restore;
+  ASSERT_TRUE(
+      Parse({"pslaunch", "--checkpoint_dir=/tmp/ckpt", "--checkpoint_every_steps=50"}, kPslaunch)
+          .ok());
+  JobConfig config;
+  config.mutable_training()->mutable_checkpoint()->set_every_seconds(30);
+  ASSERT_TRUE(ApplyOverrides(OverridesFromFlags(), &config).ok());
+  EXPECT_EQ(config.training().checkpoint().dir(), "/tmp/ckpt");
+  EXPECT_EQ(config.training().checkpoint().every_steps(), 50);
+  EXPECT_EQ(config.training().checkpoint().every_seconds(), 30);  // the config's, kept
+}
+
 TEST(OverridesTest, ARefusedValueIsOneLineNamingItsFlag) {
   JobConfig config;
   absl::Status refused = ApplyOverrides({*ConfigOverrideOf("shm", "maybe")}, &config);

@@ -13,6 +13,8 @@ import tempfile
 import threading
 import unittest
 
+import numpy as np
+
 BIN_DIR = os.environ["PSTRAIN_BIN_DIR"]
 STEPS = 3
 
@@ -135,6 +137,28 @@ class LaunchCommandTest(unittest.TestCase):
             self.assertEqual(final, [line.split("] ", 1)[1] for line in whole.splitlines()
                                      if line.startswith("[worker:") and "] w [" in line])
             self.assertEqual(json.loads(killed.strip().splitlines()[-1])["steps"], STEPS * 10)
+
+    def test_a_scripts_checkpoints_export_its_model_without_a_config(self):
+        with tempfile.TemporaryDirectory(prefix="pstrain-launch-") as scratch:
+            script = os.path.join(scratch, "train.py")
+            with open(script, "w") as f:
+                f.write(HALTING_SCRIPT)
+            checkpoints = os.path.join(scratch, "ckpt")
+            run = self.run_pslaunch("--ps=2", "--workers=2", f"--checkpoint_dir={checkpoints}",
+                                    "--checkpoint_every_steps=4", "--", sys.executable, script,
+                                    str(STEPS * 3), os.path.join(scratch, "unused"), "-1")
+            self.assertEqual(run.returncode, 0, run.stderr[-4000:])
+            final = [line.split("] w ", 1)[1] for line in run.stdout.splitlines()
+                     if line.startswith("[worker:0] w ")]
+            self.assertEqual(len(final), 1, run.stdout[-3000:])
+            model = os.path.join(scratch, "model.npz")
+            export = subprocess.run(
+                [os.path.join(BIN_DIR, "psctl"), "export", f"--checkpoint={checkpoints}",
+                 "--format=npz", f"--out={model}"],
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            self.assertEqual(export.returncode, 0, export.stderr[-3000:])
+            with np.load(model) as saved:
+                self.assertEqual(json.dumps(saved["w"].tolist()), final[0])
 
     def test_too_many_backups_are_a_mistake(self):
         run = self.run_pslaunch("--ps=1", "--ps_backups=9", "--", sys.executable, "-c", "pass")
