@@ -29,13 +29,22 @@ client.done()
 """
 
 
-# SYNC steps of a fixed gradient; worker 0 halts at step HALT_AT until the
-# file argv[2] exists, so that a shard can be killed between two steps.
+# SYNC steps of a fixed gradient; worker 0 halts at step argv[3] until the
+# file argv[2] exists, so that a shard can be killed between two steps: once
+# shard 0's backups, if any, are in its chain (a backup still catching up
+# may not take the office).
 HALTING_SCRIPT = """import os, sys, time, numpy as np, pstrain
 client = pstrain.Client()
 client.init({"w": np.zeros(4, np.float32)})
+
+def backups_in_chain():
+    backups = client.stats(0).get("replication", {}).get("backups", [{}])
+    return all(b.get("in_chain") for b in backups)
+
 for step in range(int(sys.argv[1])):
     if step == int(sys.argv[3]) and client.worker == 0:
+        while client.config["cluster"].get("ps_backups") and not backups_in_chain():
+            time.sleep(0.01)
         print("halted", flush=True)
         while not os.path.exists(sys.argv[2]):
             time.sleep(0.01)
@@ -43,7 +52,7 @@ for step in range(int(sys.argv[1])):
 print("w", values["w"].tolist(), flush=True)
 client.done()
 """
-HALT_AT = 10
+HALT_AT = 5
 
 
 class LaunchCommandTest(unittest.TestCase):
