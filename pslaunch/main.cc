@@ -335,9 +335,10 @@ int Finish(const pst::RunOutcome& outcome, const pst::JobConfig& config, const s
 // restarted, since a restart would fail the same way; nor is an
 // unreplicated PS without checkpoints, which would start over from the
 // initial weights. A replica of a shard with backups is restarted either
-// way: it takes its state from the replica that holds the office (where
-// none is left and no checkpoint either, the workers, which saw later
-// versions, end the run naming the loss). A worker
+// way: it takes its state from the replica that holds the office (where no
+// replica of the published chain is left and there is no checkpoint, none
+// takes the office, and the workers' calls fail after
+// training.pull_timeout_seconds). A worker
 // command (the user's own script) that exits by itself with a code below
 // 128 (a Python exception: 1) has given its verdict: the run ends with that
 // code, once, and only one killed by a signal (128 + N: kill -9, the OOM
