@@ -56,15 +56,20 @@ HALT_AT = 5
 
 
 class LaunchCommandTest(unittest.TestCase):
+    @staticmethod
+    def write_script(scratch, text):
+        script = os.path.join(scratch, "train.py")
+        with open(script, "w") as f:
+            f.write(text)
+        return script
+
     def run_pslaunch(self, *args):
         return subprocess.run([os.path.join(BIN_DIR, "pslaunch"), *args], capture_output=True,
                               text=True, timeout=120, stdin=subprocess.DEVNULL)
 
     def test_a_script_runs_as_the_workers_without_a_config(self):
         with tempfile.TemporaryDirectory(prefix="pstrain-launch-") as scratch:
-            script = os.path.join(scratch, "train.py")
-            with open(script, "w") as f:
-                f.write(SCRIPT)
+            script = self.write_script(scratch, SCRIPT)
             run = self.run_pslaunch(f"--result_dir={scratch}/run", "--workers=2", "--mode=async",
                                     "--", sys.executable, script, str(STEPS), "two words")
             self.assertEqual(run.returncode, 0, run.stderr[-4000:])
@@ -82,9 +87,7 @@ class LaunchCommandTest(unittest.TestCase):
                          "no /usr/bin/etcd (Debian's etcd-server), which a job with backups runs")
     def test_a_scripts_shards_get_backups_without_a_config(self):
         with tempfile.TemporaryDirectory(prefix="pstrain-launch-") as scratch:
-            script = os.path.join(scratch, "train.py")
-            with open(script, "w") as f:
-                f.write(SCRIPT)
+            script = self.write_script(scratch, SCRIPT)
             run = self.run_pslaunch(f"--result_dir={scratch}/run", "--ps=2", "--ps_backups=1",
                                     "--workers=2", "--", sys.executable, script, str(STEPS))
             self.assertEqual(run.returncode, 0, run.stderr[-4000:])
@@ -104,9 +107,7 @@ class LaunchCommandTest(unittest.TestCase):
         and takes its state from the one that took the office; the run ends
         as one without the kill does."""
         with tempfile.TemporaryDirectory(prefix="pstrain-launch-") as scratch:
-            script = os.path.join(scratch, "train.py")
-            with open(script, "w") as f:
-                f.write(HALTING_SCRIPT)
+            script = self.write_script(scratch, HALTING_SCRIPT)
             go_on = os.path.join(scratch, "go-on")
 
             def run(kill):
@@ -149,9 +150,7 @@ class LaunchCommandTest(unittest.TestCase):
 
     def test_a_scripts_checkpoints_export_its_model_without_a_config(self):
         with tempfile.TemporaryDirectory(prefix="pstrain-launch-") as scratch:
-            script = os.path.join(scratch, "train.py")
-            with open(script, "w") as f:
-                f.write(HALTING_SCRIPT)
+            script = self.write_script(scratch, HALTING_SCRIPT)
             checkpoints = os.path.join(scratch, "ckpt")
             run = self.run_pslaunch("--ps=2", "--workers=2", f"--checkpoint_dir={checkpoints}",
                                     "--checkpoint_every_steps=4", "--", sys.executable, script,
