@@ -30,9 +30,10 @@ client.done()
 
 
 # SYNC steps of a fixed gradient; worker 0 halts at step argv[3] until the
-# file argv[2] exists, so that a shard can be killed between two steps: once
-# shard 0's backups, if any, are in its chain (a backup still catching up
-# may not take the office).
+# test opens the FIFO argv[2] to write, so that a shard can be killed between
+# two steps: once shard 0's backups, if any, are in its chain (a backup still
+# catching up may not take the office; the shard's Stats tell it, polled,
+# since no call waits for it).
 HALTING_SCRIPT = """import os, sys, time, numpy as np, pstrain
 client = pstrain.Client()
 client.init({"w": np.zeros(4, np.float32)})
@@ -46,8 +47,8 @@ for step in range(int(sys.argv[1])):
         while client.config["cluster"].get("ps_backups") and not backups_in_chain():
             time.sleep(0.01)
         print("halted", flush=True)
-        while not os.path.exists(sys.argv[2]):
-            time.sleep(0.01)
+        with open(sys.argv[2]) as go_on:  # blocks until the test opens it
+            go_on.read()
     values = client.push_pull({"w": np.full(4, 0.01, np.float32)})
 print("w", values["w"].tolist(), flush=True)
 client.done()
@@ -109,6 +110,7 @@ class LaunchCommandTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="pstrain-launch-") as scratch:
             script = self.write_script(scratch, HALTING_SCRIPT)
             go_on = os.path.join(scratch, "go-on")
+            os.mkfifo(go_on)
 
             def run(kill):
                 launch = subprocess.Popen(
@@ -128,12 +130,11 @@ class LaunchCommandTest(unittest.TestCase):
                             self.assertIsNotNone(pid, "".join(seen))
                             if kill:
                                 os.kill(int(pid.group(1)), signal.SIGKILL)
-                            open(go_on, "w").close()
+                            with open(go_on, "w") as release:  # worker 0 waits to read it
+                                release.write("go\n")
                     launch.wait()
                 finally:
                     timer.cancel()
-                    if os.path.exists(go_on):
-                        os.remove(go_on)
                 out = "".join(seen)
                 self.assertEqual(launch.returncode, 0, out[-4000:])
                 return out

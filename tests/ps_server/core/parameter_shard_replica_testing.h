@@ -1,9 +1,12 @@
 // What the replica tests share: a primary and a backup of one shard, the
-// forwarding between them, and the check that both hold the same state.
+// shard's model and SYNC steps that change its rows, the forwarding between
+// them, and the check that both hold the same state.
 #ifndef PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
 #define PST_TESTS_PS_SERVER_CORE_PARAMETER_SHARD_REPLICA_TESTING_H_
 
+#include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -11,7 +14,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps_server/core/parameter_shard.h"
+#include "ps_server/core/shard_calls.h"
 #include "tests/ps_server/core/embedding_table_testing.h"
+#include "tests/ps_server/core/parameter_shard_embedding_testing.h"
 
 namespace pst::replica_testing {
 
@@ -30,6 +35,41 @@ inline PushRequest DensePush(int worker, int64_t version) {
   push.set_computed_at_version(version);
   EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{1, -1}, push.add_gradients());
   return push;
+}
+
+// "b" and the table "emb" under Adagrad: at most 8 rows, evicting, and
+// rows untouched for 6 of its updates expire; so updates remove rows too.
+inline void InitEvicting(ParameterShard* shard) {
+  InitRequest init;
+  EncodeTensor("b", std::vector<int64_t>{2}, std::vector<float>{0, 0}, init.add_variables());
+  EmbeddingTableConfig* table = init.add_embeddings();
+  table->set_name("emb");
+  table->set_dim(shard_embedding_testing::kDim);
+  table->set_max_rows_per_shard(8);
+  table->mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.1f);
+  table->mutable_optimizer()->mutable_adagrad()->set_initial_accumulator(0.1f);
+  table->mutable_storage()->set_ttl_steps(6);
+  InitResponse response;
+  ASSERT_TRUE(shard->Init(init, &response).ok());
+  ASSERT_TRUE(response.accepted());
+}
+
+// A SYNC step of two workers, each pushing a draw of ids of [0, 20).
+inline void SyncStep(ParameterShard& shard, std::mt19937_64& draw) {
+  const int64_t version = shard.version();
+  for (int w = 0; w < 2; ++w) {
+    std::vector<uint64_t> ids;
+    for (uint64_t id = 0; id < 20; ++id) {
+      if (draw() % 5 == 0) ids.push_back(id);
+    }
+    PushResponse response;
+    ASSERT_TRUE(Push(shard,
+                     shard_embedding_testing::RowPush(w, version, ids,
+                                                      shard_embedding_testing::Gradients(w, ids)),
+                     &response)
+                    .ok());
+  }
+  ASSERT_EQ(shard.version(), version + 1);
 }
 
 // Hands what `primary` has for its backup `to` (1 unless given) to
