@@ -117,6 +117,9 @@ struct EmbeddingTable::Embedding {
   // reproducible.
   uint64_t eviction_draws = 0;
   int64_t eviction_tick = -1;
+  // A bit per RAM row, all clear between calls: the rows an update's
+  // admission keeps or has chosen (EmbeddingTable::Admit).
+  std::vector<uint64_t> admit_marks;
 
   // What changed since the last capture of a checkpoint chain (the
   // shard's checkpoints with full_every > 1), for the next delta: the ids
@@ -203,7 +206,7 @@ inline uint64_t NextDraw(uint64_t* state) {
 inline constexpr int kEvictionSamples = 8;
 inline constexpr int kEvictionRounds = 4;
 
-// One round's rows, drawn from [0, size), their records hinted together:
+// One round's rows, drawn from [0, size), their counts hinted together:
 // in a large table each is a cache miss, which comparing them one after
 // the other paid in turn.
 inline std::array<int64_t, kEvictionSamples> DrawRound(uint64_t* draws, int64_t size,
@@ -211,7 +214,7 @@ inline std::array<int64_t, kEvictionSamples> DrawRound(uint64_t* draws, int64_t 
   std::array<int64_t, kEvictionSamples> drawn;
   for (int64_t& row : drawn) {
     row = static_cast<int64_t>(NextDraw(draws) % static_cast<uint64_t>(size));
-    rows.PrefetchRow(row);
+    rows.PrefetchCounts(row);
   }
   return drawn;
 }

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "placement/row_placement.h"
@@ -114,11 +114,26 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   if (table.ttl() > 0) PST_RETURN_IF_ERROR(Expire(table));
   if (!table.tiered()) return absl::OkStatus();
   // The rows this update trains that RAM holds stay; of the others, those
-  // on disk come up whole, the rest are new.
-  absl::flat_hash_set<int64_t> trained;
-  trained.reserve(table.staged_ids.size() + ids.size());
+  // on disk come up whole, the rest are new. Rows are marked in the
+  // table's bitmap by row number (a hash set's probes were a tenth of a
+  // tiered step), and their bits cleared again on the way out.
+  const int64_t size = table.rows.size();
+  std::vector<uint64_t>& marks = table.admit_marks;
+  if (marks.size() * 64 < static_cast<size_t>(size)) marks.resize((size + 63) / 64);
+  std::vector<int64_t> marked;
+  absl::Cleanup unmark = [&] {
+    for (const int64_t row : marked) marks[row >> 6] = 0;
+  };
+  auto is_marked = [&](int64_t row) { return (marks[row >> 6] >> (row & 63)) & 1; };
+  int64_t trained = 0;
+  auto mark = [&](int64_t row) {
+    if (is_marked(row)) return false;
+    marks[row >> 6] |= uint64_t{1} << (row & 63);
+    marked.push_back(row);
+    return true;
+  };
   for (size_t i = 0; i < table.staged_ids.size(); ++i) {  // an earlier part of the update
-    if (table.staged_rows[i] >= 0) trained.insert(table.staged_rows[i]);
+    if (table.staged_rows[i] >= 0) trained += mark(table.staged_rows[i]);
   }
   std::vector<int64_t> found(ids.size());
   table.rows.FindEach(ids, found);
@@ -129,7 +144,7 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
     const uint64_t id = ids[i];
     if (const int64_t row = found[i]; row >= 0) {
       ++table.lookups_in_memory;
-      trained.insert(row);
+      trained += mark(row);
       continue;
     }
     DiskRow cold;
@@ -146,11 +161,10 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   // chosen as the eviction's (the coldest of a few drawn, by hot_set, with
   // draws fixed by the table and the update, so a run demotes the same
   // rows every time). When the update's own rows are more than the limit,
-  // every other row goes and RAM holds the update's.
-  const int64_t size = table.rows.size();
+  // every other row goes and RAM holds the update's. A chosen row is
+  // marked as the trained ones are: neither is drawn again.
   const int64_t incoming = static_cast<int64_t>(promoted.size()) + fresh + table.staged_new;
-  const int64_t excess = std::min<int64_t>(size + incoming - table.row_limit,
-                                           size - static_cast<int64_t>(trained.size()));
+  const int64_t excess = std::min<int64_t>(size + incoming - table.row_limit, size - trained);
   std::vector<int64_t> victims;
   if (excess > 0) {
     const int64_t tick = table.updates + 1;
@@ -158,13 +172,11 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
       table.eviction_tick = tick;
       table.eviction_draws = table.key ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
     }
-    absl::flat_hash_set<int64_t> chosen;
-    auto eligible = [&](int64_t row) { return !trained.contains(row) && !chosen.contains(row); };
     while (static_cast<int64_t>(victims.size()) < excess) {
       int64_t victim = -1;
       for (int round = 0; round < kEvictionRounds && victim < 0; ++round) {
         for (const int64_t row : DrawRound(&table.eviction_draws, size, table.rows)) {
-          if (eligible(row) && (victim < 0 || table.Colder(row, victim))) victim = row;
+          if (!is_marked(row) && (victim < 0 || table.Colder(row, victim))) victim = row;
         }
       }
       // Draws that keep hitting trained or chosen rows (a table nearly all
@@ -172,9 +184,9 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
       for (int64_t k = 0, start = static_cast<int64_t>(NextDraw(&table.eviction_draws) %
                                                       static_cast<uint64_t>(size));
            victim < 0 && k < size; ++k) {
-        if (eligible((start + k) % size)) victim = (start + k) % size;
+        if (!is_marked((start + k) % size)) victim = (start + k) % size;
       }
-      chosen.insert(victim);
+      mark(victim);
       victims.push_back(victim);
     }
   }

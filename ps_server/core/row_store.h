@@ -89,6 +89,13 @@ class RowStore {
     // The record's last bytes, where it crosses into another line.
     __builtin_prefetch(at + stride() * sizeof(float) - 1);
   }
+  // Row `row`'s update count and tick alone will be read soon (a sampled
+  // eviction compares only them): a line or two, not the whole record.
+  void PrefetchCounts(int64_t row) const {
+    const char* counts = reinterpret_cast<const char*>(record(row) + width());
+    __builtin_prefetch(counts);
+    __builtin_prefetch(counts + 2 * kCountFloats * sizeof(float) - 1);
+  }
   // Adds a row for `id`, which has none, with the given contents (dim
   // values, slots_per_value * dim slots); returns its index.
   int64_t Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
