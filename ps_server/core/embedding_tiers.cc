@@ -115,8 +115,9 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   if (!table.tiered()) return absl::OkStatus();
   // The rows this update trains that RAM holds stay; of the others, those
   // on disk come up whole, the rest are new. Rows are marked in the
-  // table's bitmap by row number (a hash set's probes were a tenth of a
-  // tiered step), and their bits cleared again on the way out.
+  // table's bitmap by row number, and their bits cleared again on the way
+  // out (two hash sets built a call took about a fifteenth of a tiered
+  // step's staging).
   const int64_t size = table.rows.size();
   std::vector<uint64_t>& marks = table.admit_marks;
   if (marks.size() * 64 < static_cast<size_t>(size)) marks.resize((size + 63) / 64);
