@@ -261,8 +261,7 @@ absl::Status WriteReport(const pst::RunSummary& summary, const pst::JobConfig& c
     absl::StatusOr<pst::WorkerResult> result = pst::ReadWorkerResult(pst::WorkerResultPath(dir, i));
     if (result.ok()) workers.push_back(*std::move(result));
   }
-  pst::RunRecord record = pst::MakeRunRecord(summary, std::move(workers),
-                                                pst::DescribeTraining(config.training()));
+  pst::RunRecord record = pst::MakeRunRecord(summary, std::move(workers), pst::DescribeJob(config));
   const std::string record_path = pst::RecordPathFor(path);
   absl::Status written = pst::WriteRunRecord(record, record_path);
   if (written.ok()) written = pst::WriteTextFile(path, pst::RenderReport({record}));

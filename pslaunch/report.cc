@@ -184,6 +184,13 @@ std::string DescribeTraining(const TrainingConfig& training) {
                          training.batch_size());
 }
 
+std::string DescribeJob(const JobConfig& config) {
+  const std::string& command = config.cluster().worker_command();
+  if (command.empty()) return DescribeTraining(config.training());
+  if (command.size() <= kMaxCommandInLabel) return command;
+  return absl::StrCat(command.substr(0, kMaxCommandInLabel - 3), "...");
+}
+
 RunRecord MakeRunRecord(const RunSummary& summary, std::vector<WorkerResult> workers,
                         const std::string& training) {
   RunRecord record;
@@ -236,10 +243,14 @@ std::string SummaryTable(const std::vector<RunRecord>& runs) {
     absl::StrAppendFormat(
         &out,
         "<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%.4g</td>"
-        "<td>%.0f</td><td>%.1f</td></tr>\n",
+        "<td>%s</td><td>%.1f</td></tr>\n",
         Escape(run.label()), s.steps(), s.epochs() > 0 ? absl::StrCat(s.epochs()) : "n/a",
         std::isfinite(s.test_accuracy()) ? absl::StrFormat("%.4f", s.test_accuracy()) : "n/a",
-        s.final_loss(), s.train_samples_per_sec(), s.wall_seconds());
+        s.final_loss(),
+        std::isfinite(s.train_samples_per_sec())
+            ? absl::StrFormat("%.0f", s.train_samples_per_sec())
+            : "n/a",
+        s.wall_seconds());
   }
   return out + "</table>\n<p>* final loss: " + std::string(kFinalLoss) + ".</p>\n";
 }

@@ -6,6 +6,7 @@
 #ifndef PST_PSLAUNCH_REPORT_H_
 #define PST_PSLAUNCH_REPORT_H_
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,12 @@ inline constexpr char kFinalLoss[] =
 
 // The training settings a run's label names: "adam lr 0.001, batch 64".
 std::string DescribeTraining(const TrainingConfig& training);
+
+// What a job's label names: a script's command (cluster.worker_command:
+// its optimizer and batch are the script's own, not the config's), cut to
+// kMaxCommandInLabel characters; else DescribeTraining's.
+inline constexpr size_t kMaxCommandInLabel = 60;
+std::string DescribeJob(const JobConfig& config);
 
 // A run's record from its summary and its workers' results, labelled
 // "<mode>, <N> worker(s)[, <training>]" (training: DescribeTraining's).

@@ -76,7 +76,10 @@ absl::StatusOr<RunSummary> Summarize(const JobConfig& config, const std::string&
       }
     }
   }
-  summary.set_train_samples_per_sec(longest > 0 ? samples / longest : 0.0);
+  // No worker counted its samples (a script whose data comes from no
+  // prepared loader): the speed is unknown, printed as null, not 0.
+  summary.set_train_samples_per_sec(
+      samples > 0 && longest > 0 ? samples / longest : std::numeric_limits<double>::quiet_NaN());
   summary.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   summary.mutable_missing_workers()->Add(missing.begin(), missing.end());
   return summary;

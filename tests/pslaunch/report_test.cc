@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -154,6 +156,30 @@ TEST(ReportTest, ThePageShowsTheTrainingSettingsAndDefinesTheFinalLoss) {
   EXPECT_THAT(page, HasSubstr("<td>sync, 2 workers, adam lr 0.001, batch 64</td>"));
   EXPECT_THAT(page, HasSubstr("final loss*"));
   EXPECT_THAT(page, HasSubstr(kFinalLoss));
+}
+
+TEST(ReportTest, AScriptsRunIsLabelledByItsCommandNotTheConfigsOptimizer) {
+  JobConfig config;
+  config.mutable_training()->mutable_optimizer()->mutable_adam()->set_learning_rate(0.001f);
+  config.mutable_training()->set_batch_size(64);
+  EXPECT_EQ(DescribeJob(config), "adam lr 0.001, batch 64");
+  config.mutable_cluster()->set_worker_command("python3 train.py --lr=0.1");
+  EXPECT_EQ(DescribeJob(config), "python3 train.py --lr=0.1");
+  config.mutable_cluster()->set_worker_command("python3 " + std::string(100, 'x') + ".py");
+  const std::string cut = DescribeJob(config);
+  EXPECT_EQ(cut.size(), kMaxCommandInLabel);
+  EXPECT_EQ(cut.substr(0, 10), "python3 xx");
+  EXPECT_EQ(cut.substr(cut.size() - 3), "...");
+}
+
+TEST(ReportTest, ASpeedNoWorkerCountedIsNotAvailableNotZero) {
+  RunSummary summary;
+  summary.set_mode("sync");
+  summary.set_workers(1);
+  summary.set_steps(5);
+  summary.set_train_samples_per_sec(std::numeric_limits<double>::quiet_NaN());
+  const std::string page = RenderReport({MakeRunRecord(summary, {})});
+  EXPECT_THAT(page, HasSubstr("<td>5</td><td>n/a</td><td>0.0000</td><td>0</td><td>n/a</td>"));
 }
 
 TEST(ReportTest, TwoRunsOfOneLabelAreToldApart) {

@@ -32,15 +32,15 @@ class SummaryTest : public ::testing::Test {
     std::ofstream(WorkerResultPath(dir_, worker)) << json;
   }
 
-  void WriteResults(int chief_epochs) {
+  void WriteResults(int chief_epochs, int64_t samples_each = 100) {
     WorkerResult chief;
-    chief.set_samples(100);
+    chief.set_samples(samples_each);
     chief.set_train_seconds(1.0);
     chief.set_final_version(8);
     chief.set_epochs(chief_epochs);
     WriteResult(0, chief);
     WorkerResult other;
-    other.set_samples(100);
+    other.set_samples(samples_each);
     other.set_train_seconds(2.0);
     WriteResult(1, other);
   }
@@ -74,6 +74,12 @@ TEST_F(SummaryTest, AScriptThatSaysNoEpochsHasThemUnknown) {
   config_.mutable_cluster()->set_worker_command("python3 train.py");
   WriteResults(/*chief_epochs=*/0);
   EXPECT_THAT(SummaryLine(Summary()), HasSubstr("\"epochs\":null,\"steps\":8,"));
+}
+
+TEST_F(SummaryTest, AScriptThatCountsNoSamplesHasItsSpeedUnknown) {
+  config_.mutable_cluster()->set_worker_command("python3 train.py");
+  WriteResults(/*chief_epochs=*/0, /*samples_each=*/0);
+  EXPECT_THAT(SummaryLine(Summary()), HasSubstr("\"train_samples_per_sec\":null,"));
 }
 
 }  // namespace PST_FILE_ID
