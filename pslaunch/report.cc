@@ -234,23 +234,24 @@ std::vector<Series> EvalSeries(const std::vector<RunRecord>& runs, bool accuracy
   return series;
 }
 
+// `value` in `format`, or "n/a" where the run did not tell it (NaN).
+std::string OrNotAvailable(double value, const absl::FormatSpec<double>& format) {
+  return std::isfinite(value) ? absl::StrFormat(format, value) : "n/a";
+}
+
 std::string SummaryTable(const std::vector<RunRecord>& runs) {
   std::string out =
       "<table><tr><th>run</th><th>steps</th><th>epochs</th><th>test accuracy</th>"
       "<th>final loss*</th><th>samples/s</th><th>wall s</th></tr>\n";
   for (const RunRecord& run : runs) {
     const RunSummary& s = run.summary();
-    absl::StrAppendFormat(
-        &out,
-        "<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%.4g</td>"
-        "<td>%s</td><td>%.1f</td></tr>\n",
-        Escape(run.label()), s.steps(), s.epochs() > 0 ? absl::StrCat(s.epochs()) : "n/a",
-        std::isfinite(s.test_accuracy()) ? absl::StrFormat("%.4f", s.test_accuracy()) : "n/a",
-        s.final_loss(),
-        std::isfinite(s.train_samples_per_sec())
-            ? absl::StrFormat("%.0f", s.train_samples_per_sec())
-            : "n/a",
-        s.wall_seconds());
+    absl::StrAppendFormat(&out,
+                          "<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%.4g</td>"
+                          "<td>%s</td><td>%.1f</td></tr>\n",
+                          Escape(run.label()), s.steps(),
+                          s.epochs() > 0 ? absl::StrCat(s.epochs()) : "n/a",
+                          OrNotAvailable(s.test_accuracy(), "%.4f"), s.final_loss(),
+                          OrNotAvailable(s.train_samples_per_sec(), "%.0f"), s.wall_seconds());
   }
   return out + "</table>\n<p>* final loss: " + std::string(kFinalLoss) + ".</p>\n";
 }

@@ -32,7 +32,7 @@ inline constexpr size_t kMaxCommandInLabel = 60;
 std::string DescribeJob(const JobConfig& config);
 
 // A run's record from its summary and its workers' results, labelled
-// "<mode>, <N> worker(s)[, <training>]" (training: DescribeTraining's).
+// "<mode>, <N> worker(s)[, <training>]" (training: DescribeJob's).
 RunRecord MakeRunRecord(const RunSummary& summary, std::vector<WorkerResult> workers,
                         const std::string& training = "");
 
