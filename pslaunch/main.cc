@@ -471,14 +471,18 @@ int main(int argc, char** argv) {
   for (int i = 0; i < config->cluster().workers(); ++i) {
     std::filesystem::remove(pst::WorkerResultPath(*dir, i));  // no stale results from a former run
   }
-  if (absl::Status s = pst::PickReplicaPorts(&*config); !s.ok()) {
-    if (remove_dir) RemoveDir(*dir);
-    pst::ExitWithError(kProgram, s);
-  }
+  // etcd first: it listens on its ports before the replicas' are picked,
+  // so that no replica is given one of them (each pick only finds ports
+  // free now, and a port picked but not yet bound is free).
   absl::StatusOr<std::unique_ptr<pst::LocalEtcd>> etcd = pst::StartJobEtcd(&*config, *dir);
   if (!etcd.ok()) {
     if (remove_dir) RemoveDir(*dir);
     pst::ExitWithError(kProgram, etcd.status());
+  }
+  if (absl::Status s = pst::PickReplicaPorts(&*config); !s.ok()) {
+    etcd->reset();  // it writes under the run's directory
+    if (remove_dir) RemoveDir(*dir);
+    pst::ExitWithError(kProgram, s);
   }
   absl::StatusOr<std::string> config_path = pst::WriteEffectiveConfig(*config, *dir);
   if (!config_path.ok()) {
