@@ -4,6 +4,7 @@
 // An address with port 0 binds a port the system picks; --port_file reports it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -181,6 +182,11 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSen
   const int64_t max_message_bytes = limit > 2 * kPieceFraming ? limit - kPieceFraming : limit / 2;
   std::vector<std::unique_ptr<pst::ReplicaSender>> senders;
   if (shard->replicas() <= 1) return senders;
+  // Backups started beside a new job's primary are waited for (the workers'
+  // first reads wait with them), well within the workers' patience.
+  constexpr absl::Duration kMaxStartPatience = absl::Seconds(30);
+  const absl::Duration start_patience =
+      std::min(kMaxStartPatience, absl::Seconds(config.training().pull_timeout_seconds()) / 2);
   absl::StatusOr<pst::ClusterSecurity> security =
       pst::ClusterSecurity::FromConfig(config.cluster(), pst::ClusterSecurity::Role::kClient);
   if (!security.ok()) return security.status();
@@ -199,6 +205,7 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::ReplicaSender>>> StartReplicaSen
             .replica = r,
             .address = address,
             .max_message_bytes = max_message_bytes,
+            .start_patience = start_patience,
             .drop = office == nullptr ? std::function<absl::Status(int)>() : [office](int replica) {
               return office->Drop(replica, absl::Now() + absl::Seconds(1));
             }}));

@@ -303,11 +303,20 @@ class ParameterShard {
   static constexpr int64_t kMinCatchUpLogBytes = int64_t{64} << 20;
   bool primary() const;
   int64_t epoch() const;
+  // How an office begins. A job's first (no chain was ever published, so
+  // no backup may take over yet): every live backup counts in the commit
+  // rule from the start, and nothing is acknowledged to a worker until the
+  // office has published its first chain (ChainToPublish), so a primary
+  // lost before then has told no worker of anything, and replica 0 starts
+  // the job again. A later one (a chain exists): the office publishes
+  // itself alone at once, and the backups join the rule as they catch up,
+  // while training goes on.
+  enum class Office { kFirstOfJob, kAfterAChain };
   // The primary's side. Makes this process the primary at `epoch` (its
   // office: membership), forwarding from its version on; every backup
   // starts with the state whole. FailedPrecondition for an epoch not above
   // every one it has seen.
-  absl::Status BecomePrimary(int64_t epoch);
+  absl::Status BecomePrimary(int64_t epoch, Office office);
   // Leaves office (its lease lapsed, or another replica holds it): workers
   // are refused from now on, pulls waiting included, and the next primary's
   // state replaces what this process holds.
@@ -317,10 +326,17 @@ class ParameterShard {
   // the rule, and since): with the primary, the chain its membership
   // publishes, the replicas that may take over from it.
   std::vector<int> CaughtUpBackups() const;
+  // The backups of the chain the office publishes now: CaughtUpBackups;
+  // in a job's first office, nullopt until every backup that counts in the
+  // commit rule is among them (a backup dropped no longer counts).
+  std::optional<std::vector<int>> ChainToPublish() const;
   // The backups of the chain its membership has published (a subset of
   // CaughtUpBackups a moment ago): those that may take over, as Stats
-  // reports them. Until the first call, Stats reports CaughtUpBackups.
+  // reports them. Until the first call, Stats reports CaughtUpBackups. The
+  // first call in a job's first office lets the office acknowledge updates.
   void ChainPublished(const std::vector<int>& backups);
+  // A job's first office that has not published its first chain yet.
+  bool awaits_first_chain() const;
   // Whether this process holds a state its primary sent it, whole or
   // updated since.
   bool holds_state() const;
@@ -442,8 +458,10 @@ class ParameterShard {
   // The state went whole (Init, Restore, a new office): every backup is
   // sent it whole next, and the log starts again. A backup that counts in
   // the commit rule keeps counting (updates wait for it to take the state)
-  // unless a new office begins, whose chain starts without backups.
-  void RestartForwarding(bool new_office = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // unless an office after a chain begins, whose chain starts without
+  // backups; in a job's first office every live backup counts.
+  void RestartForwarding(std::optional<Office> new_office = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the log's updates no live backup needs: those every backup in the
   // commit rule acknowledged, unless one catching up needs them; a backup
   // catching up whose log would outgrow the state is sent it whole again.
@@ -525,8 +543,9 @@ class ParameterShard {
   struct Backup {
     bool live = true;
     // Whether it counts in the commit rule. Every backup does from the
-    // shard's start; one that comes back, or every one when an office
-    // begins (BecomePrimary), joins at the first acknowledgement that leaves
+    // shard's start and in a job's first office; one that comes back, or
+    // every one when a later office begins (BecomePrimary), joins at the
+    // first acknowledgement that leaves
     // it fewer than kMaxUnreplicated versions behind, so training goes on
     // while it takes the state whole and the log after it. It leaves only
     // through SetReplicaLive (its office publishes the chain without it
@@ -543,6 +562,7 @@ class ParameterShard {
   static bool InChain(const Backup& backup) {
     return CountsInCommitRule(backup) && backup.acked >= backup.holds_acknowledged_from;
   }
+  std::vector<int> CaughtUpBackupsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins `backup` to the commit rule once it is close enough behind.
   void MaybeJoin(Backup& backup) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool primary_ ABSL_GUARDED_BY(mu_);
@@ -561,6 +581,9 @@ class ParameterShard {
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const ReplicaUpdate>> replica_log_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<int>> published_chain_ ABSL_GUARDED_BY(mu_);
+  // A job's first office that has not published its first chain yet: it
+  // acknowledges nothing (Replicated).
+  bool first_chain_pending_ ABSL_GUARDED_BY(mu_) = false;
   // The bytes of replica_log_, and of the last state sent whole: a backup
   // catching up is sent a newer state whole once the log it would need
   // outgrows twice that (and kMinCatchUpLogBytes).

@@ -56,6 +56,7 @@ int64_t ParameterShard::replicated_version() const {
 
 bool ParameterShard::Replicated(int worker, int64_t min_version) const {
   if (!Forwards()) return true;
+  if (first_chain_pending_) return false;
   // What the pull shows is at least min_version (the policy saw to it) and
   // at most version_; the worker's own push must be replicated before the
   // pull answers, since the answer acknowledges it.
@@ -76,7 +77,7 @@ absl::StatusOr<ParameterShard::WaitId> ParameterShard::AwaitPushReplicatedOrWait
       {.ready = answerable, .wake = std::move(wake), .worker = worker, .waiting = &waiting_pulls_});
 }
 
-absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
+absl::Status ParameterShard::BecomePrimary(int64_t epoch, Office office) {
   absl::MutexLock lock(&mu_);
   if (epoch <= epoch_ && !(primary_ && epoch == epoch_)) {
     return absl::FailedPreconditionError(
@@ -94,7 +95,7 @@ absl::Status ParameterShard::BecomePrimary(int64_t epoch) {
   // from now to find it, so a SYNC step does not complete without a worker
   // that is following the failover.
   ledger_.RenewAll();
-  RestartForwarding(/*new_office=*/true);
+  RestartForwarding(office);
   Changed();
   return absl::OkStatus();
 }
@@ -110,6 +111,10 @@ void ParameterShard::StepDown() {
 
 std::vector<int> ParameterShard::CaughtUpBackups() const {
   absl::MutexLock lock(&mu_);
+  return CaughtUpBackupsLocked();
+}
+
+std::vector<int> ParameterShard::CaughtUpBackupsLocked() const {
   std::vector<int> backups;
   if (!primary_) return backups;
   for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
@@ -119,9 +124,31 @@ std::vector<int> ParameterShard::CaughtUpBackups() const {
   return backups;
 }
 
+std::optional<std::vector<int>> ParameterShard::ChainToPublish() const {
+  absl::MutexLock lock(&mu_);
+  if (!primary_) return std::nullopt;
+  if (first_chain_pending_) {
+    for (int r = 0; r < static_cast<int>(backups_.size()); ++r) {
+      if (r != options_.replica && CountsInCommitRule(backups_[r]) && !InChain(backups_[r])) {
+        return std::nullopt;
+      }
+    }
+  }
+  return CaughtUpBackupsLocked();
+}
+
 void ParameterShard::ChainPublished(const std::vector<int>& backups) {
   absl::MutexLock lock(&mu_);
   published_chain_ = backups;
+  if (first_chain_pending_) {
+    first_chain_pending_ = false;
+    Changed();  // pulls and pushes waiting for it are acknowledged
+  }
+}
+
+bool ParameterShard::awaits_first_chain() const {
+  absl::MutexLock lock(&mu_);
+  return primary_ && first_chain_pending_;
 }
 
 bool ParameterShard::holds_state() const {
@@ -138,14 +165,16 @@ bool ParameterShard::holds_final_state() const {
                      });
 }
 
-void ParameterShard::RestartForwarding(bool new_office) {
+void ParameterShard::RestartForwarding(std::optional<Office> new_office) {
   replica_log_.clear();
   log_bytes_ = 0;
   log_base_ = version_;
+  if (new_office.has_value()) first_chain_pending_ = *new_office == Office::kFirstOfJob;
   for (Backup& backup : backups_) {
-    backup = {.live = backup.live,
-              .counts = backup.counts && !new_office,
-              .holds_acknowledged_from = version_};
+    const bool counts = !new_office.has_value()              ? backup.counts
+                        : *new_office == Office::kFirstOfJob ? backup.live
+                                                             : false;
+    backup = {.live = backup.live, .counts = counts, .holds_acknowledged_from = version_};
   }
   tables_.RecordChanges(/*record=*/options_.replicas > 1);
 }

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
 #include "ps_server/service/replica_pieces.h"
@@ -31,11 +32,22 @@ void ReplicaSender::Run() {
     // runs, or at the end of one) would never try it again, and a backup
     // that came up meanwhile would stay out of the chain for good. Once it
     // answers, it is offered the state whole; the answer to that (Send)
-    // brings it back in.
-    if (!live_ && !drop_pending_) {
+    // brings it back in. A backup not up yet at the start is asked the
+    // same way, in the commit rule, until its patience runs out.
+    if (awaiting_start_ || (!live_ && !drop_pending_)) {
       if (!Answers()) {
+        if (awaiting_start_ && !WaitsForStart()) {
+          awaiting_start_ = false;
+          GoOnWithout(absl::StrCat("did not come up within ",
+                                   absl::FormatDuration(options_.start_patience)));
+        }
         stop_.WaitForNotificationWithTimeout(options_.retry);
         continue;
+      }
+      if (awaiting_start_) {
+        spdlog::info("shard {}: backup {} at {} is up; it is sent the state whole", shard_->shard(),
+                     options_.replica, options_.address);
+        awaiting_start_ = false;
       }
       shard_->ReplicaResync(options_.replica, -1);
     }
@@ -57,7 +69,32 @@ bool ReplicaSender::Answers() {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
   StatsResponse stats;
-  return stub_->Stats(&context, StatsRequest(), &stats).ok();
+  if (!stub_->Stats(&context, StatsRequest(), &stats).ok()) return false;
+  answered_ = true;
+  return true;
+}
+
+bool ReplicaSender::WaitsForStart() const {
+  return shard_->awaits_first_chain() && absl::Now() - started_ < options_.start_patience;
+}
+
+void ReplicaSender::GoOnWithout(const std::string& failed) {
+  if (!live_) return;
+  if (!drop_pending_) {
+    spdlog::warn(
+        "shard {}: backup {} at {} {}; the shard goes on without it until it answers again",
+        shard_->shard(), options_.replica, options_.address, failed);
+  }
+  absl::Status dropped = absl::OkStatus();
+  if (options_.drop) {
+    dropped = options_.drop(options_.replica);
+  } else {
+    shard_->SetReplicaLive(options_.replica, false);
+  }
+  // Not dropped (the office could not publish the chain without it): it
+  // stays in the commit rule, and the next failed call tries again.
+  drop_pending_ = !dropped.ok();
+  live_ = drop_pending_;
 }
 
 bool ReplicaSender::Send(const ReplicaUpdate& update) {
@@ -96,28 +133,24 @@ bool ReplicaSender::SendMessage(const ReplicaUpdate& message, int64_t version, b
   const grpc::Status status = stub_->Replicate(&context, message, &ack);
   const int shard = shard_->shard();
   if (!status.ok()) {
-    if (live_) {
-      if (!drop_pending_) {
-        spdlog::warn(
-            "shard {}: backup {} at {} did not take version {} ({}: {}); the shard goes "
-            "on without it until it answers again",
-            shard, options_.replica, options_.address, version,
-            static_cast<int>(status.error_code()), status.error_message());
+    if (live_ && !answered_ && WaitsForStart()) {
+      if (!awaiting_start_) {
+        spdlog::info(
+            "shard {}: backup {} at {} does not answer yet ({}: {}); updates wait for it "
+            "to come up, for up to {}",
+            shard, options_.replica, options_.address, static_cast<int>(status.error_code()),
+            status.error_message(), absl::FormatDuration(options_.start_patience));
       }
-      absl::Status dropped = absl::OkStatus();
-      if (options_.drop) {
-        dropped = options_.drop(options_.replica);
-      } else {
-        shard_->SetReplicaLive(options_.replica, false);
-      }
-      // Not dropped (the office could not publish the chain without it):
-      // it stays in the commit rule, and the next failed call tries again.
-      drop_pending_ = !dropped.ok();
-      live_ = drop_pending_;
+      awaiting_start_ = true;
+    } else {
+      GoOnWithout(absl::StrCat("did not take version ", version, " (",
+                               static_cast<int>(status.error_code()), ": ", status.error_message(),
+                               ")"));
     }
     stop_.WaitForNotificationWithTimeout(options_.retry);
     return false;
   }
+  answered_ = true;
   // A piece taken: the next follows (the update's answer comes with its
   // last piece).
   if (!last && live_ && ack.applied()) return true;

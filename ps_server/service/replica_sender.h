@@ -13,7 +13,13 @@
 // the sender asks it, each `retry`, whether it answers (its Stats), with or
 // without updates to forward; once it does, it is offered the state whole,
 // and the first answer to that brings it back in (and sends it the state
-// whole again, from the version it is then at). An update larger than a
+// whole again, from the version it is then at). In a job's first office,
+// which acknowledges nothing before its first chain
+// (ParameterShard::Office::kFirstOfJob), a backup that has not answered
+// once since the sender started is given up to `start_patience` from then
+// to come up (asked each `retry`) before it is taken out, so that the
+// backups started beside a new job's primary hold its state from its first
+// step on. An update larger than a
 // message goes in pieces (replica_pieces.h), each call's deadline grown
 // with its bytes.
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
@@ -46,6 +52,7 @@ class ReplicaSender {
     // (--max_message_bytes), less room for the message's framing. 0: none.
     int64_t max_message_bytes = 0;
     absl::Duration retry = absl::Milliseconds(100);
+    absl::Duration start_patience = absl::Seconds(30);
     // Takes the backup out of the commit rule (ShardOffice::Drop: the chain
     // without it first); an error keeps it in, and the next failed call
     // tries again. Unset: ParameterShard::SetReplicaLive(replica, false).
@@ -71,10 +78,18 @@ class ReplicaSender {
   bool SendMessage(const ReplicaUpdate& message, int64_t version, bool last, int64_t apply_bytes);
   // Whether the backup answers a call (its Stats) within the timeout.
   bool Answers();
+  // Whether a backup not up yet is still waited for (the start patience).
+  bool WaitsForStart() const;
+  // Takes the backup out of the commit rule (Options.drop), saying that it
+  // `failed` (what it did not do, and why).
+  void GoOnWithout(const std::string& failed);
 
   ParameterShard* const shard_;
   const std::unique_ptr<ParameterServer::StubInterface> stub_;
   const Options options_;
+  const absl::Time started_ = absl::Now();
+  bool answered_ = false;  // once, since started_
+  bool awaiting_start_ = false;
   bool live_ = true;
   bool drop_pending_ = false;
   bool deposed_ = false;

@@ -86,6 +86,7 @@ void ShardOffice::Run() {
   absl::Time vacant_since = absl::InfiniteFuture();
   while (!stop_.HasBeenNotified()) {
     std::optional<int64_t> won;
+    ParameterShard::Office office = ParameterShard::Office::kAfterAChain;
     {
       absl::MutexLock lock(&mu_);
       absl::StatusOr<PrimaryView> view = membership_->Current(absl::Now() + kCall);
@@ -98,7 +99,8 @@ void ShardOffice::Run() {
         continue;
       } else {
         vacant_since = std::min(vacant_since, absl::Now());
-        if (MayTakeOver(vacant_since)) {
+        if (std::optional<ParameterShard::Office> may = MayTakeOver(vacant_since)) {
+          office = *may;
           absl::StatusOr<CampaignResult> result =
               membership_->Campaign(options_.address, options_.lease, absl::Now() + kCall);
           if (!result.ok()) {
@@ -113,7 +115,7 @@ void ShardOffice::Run() {
       }
     }
     if (won.has_value()) {
-      Serve(*won);
+      Serve(*won, office);
       vacant_since = absl::InfiniteFuture();
     } else {
       stop_.WaitForNotificationWithTimeout(kWatch);
@@ -121,14 +123,18 @@ void ShardOffice::Run() {
   }
 }
 
-bool ShardOffice::MayTakeOver(absl::Time vacant_since) {
+std::optional<ParameterShard::Office> ShardOffice::MayTakeOver(absl::Time vacant_since) {
+  using Office = ParameterShard::Office;
   absl::StatusOr<ReplicaChain> chain = membership_->ReadChain(absl::Now() + kCall);
-  if (absl::IsNotFound(chain.status())) return shard_->replica() == 0;  // a new job
+  if (absl::IsNotFound(chain.status())) {
+    if (shard_->replica() == 0) return Office::kFirstOfJob;
+    return std::nullopt;
+  }
   if (!chain.ok()) {
     Complain("read the chain", chain.status());
-    return false;
+    return std::nullopt;
   }
-  if (MayFollowInOffice(*chain)) return true;
+  if (MayFollowInOffice(*chain)) return Office::kAfterAChain;
   if (shard_->replica() == 0 && options_.restored &&
       absl::Now() - vacant_since >= kFallbackPatience * options_.lease) {
     // Every replica that held the state is gone: the shard goes on from
@@ -140,7 +146,7 @@ bool ShardOffice::MayTakeOver(absl::Time vacant_since) {
         "lost",
         name_, absl::FormatDuration(absl::Now() - vacant_since),
         absl::StrJoin(chain->replicas, ","), chain->epoch, shard_->version());
-    return true;
+    return Office::kAfterAChain;
   }
   if (absl::Now() - vacant_since >= kFallbackPatience * options_.lease) {
     Complain("find a replica to take the vacant office (every replica of the chain is gone)",
@@ -148,7 +154,7 @@ bool ShardOffice::MayTakeOver(absl::Time vacant_since) {
                  "chain ", absl::StrJoin(chain->replicas, ","), " of epoch ", chain->epoch,
                  "; restart a replica of it, or replica 0 with a checkpoint to restore")));
   }
-  return false;
+  return std::nullopt;
 }
 
 bool ShardOffice::MayFollowInOffice(const ReplicaChain& chain) const {
@@ -199,24 +205,24 @@ void ShardOffice::Probe() {
   }
 }
 
-void ShardOffice::Serve(int64_t epoch) {
+void ShardOffice::Serve(int64_t epoch, ParameterShard::Office office) {
   {
     absl::MutexLock lock(&mu_);
-    if (!TakeOfficeLocked(epoch)) return;
+    if (!TakeOfficeLocked(epoch, office)) return;
   }
   bool deposed = false;
   while (!stop_.HasBeenNotified() && !deposed) {
     {
       absl::MutexLock lock(&mu_);
-      const absl::Status office = membership_->office_status();
+      const absl::Status held = membership_->office_status();
       if (!shard_->primary()) {
         // Fenced: a backup has seen a newer epoch (ReplicaSender).
         spdlog::warn("{} left office at epoch {}: another replica holds a newer one", name_, epoch);
         deposed = true;
-      } else if (office.ok()) {
-        const std::vector<int> backups = shard_->CaughtUpBackups();
-        if (backups != published_) {
-          absl::Status s = PublishLocked(backups, absl::Now() + kCall);
+      } else if (held.ok()) {
+        const std::optional<std::vector<int>> backups = shard_->ChainToPublish();
+        if (backups.has_value() && backups != published_) {
+          absl::Status s = PublishLocked(*backups, absl::Now() + kCall);
           if (absl::IsFailedPrecondition(s)) {
             // Deposed: another replica took the office without waiting
             // for this one's lease.
@@ -226,11 +232,11 @@ void ShardOffice::Serve(int64_t epoch) {
             Complain("publish the chain", s);
           }
         }
-      } else if (absl::IsUnavailable(office)) {
-        deposed = !RegainLocked(office, &epoch);
+      } else if (absl::IsUnavailable(held)) {
+        deposed = !RegainLocked(held, &epoch);
       } else {
         spdlog::error("{} lost its office at epoch {}: {}", name_, epoch,
-                      std::string(office.message()));
+                      std::string(held.message()));
         deposed = true;
       }
     }
@@ -244,22 +250,30 @@ void ShardOffice::Serve(int64_t epoch) {
   (void)membership_->Resign(absl::Now() + kCall);
 }
 
-bool ShardOffice::TakeOfficeLocked(int64_t epoch) {
-  // The chain starts as this replica alone before it serves: a replica of
-  // the last chain must not take over once this one has acknowledged an
-  // update it may lack.
-  if (absl::Status s = PublishLocked({}, absl::Now() + kCall); !s.ok()) {
-    Complain("publish the chain of a new office", s);
-    (void)membership_->Resign(absl::Now() + kCall);
-    return false;
+bool ShardOffice::TakeOfficeLocked(int64_t epoch, ParameterShard::Office office) {
+  // After a chain, this office's starts as this replica alone before it
+  // serves: a replica of the last chain must not take over once this one
+  // has acknowledged an update it may lack. A job's first chain waits for
+  // the backups (ParameterShard::Office), and nothing is acknowledged
+  // before it.
+  published_.reset();
+  if (office == ParameterShard::Office::kAfterAChain) {
+    if (absl::Status s = PublishLocked({}, absl::Now() + kCall); !s.ok()) {
+      Complain("publish the chain of a new office", s);
+      (void)membership_->Resign(absl::Now() + kCall);
+      return false;
+    }
   }
-  if (absl::Status s = shard_->BecomePrimary(epoch); !s.ok()) {
+  if (absl::Status s = shard_->BecomePrimary(epoch, office); !s.ok()) {
     spdlog::error("{}: won epoch {} but cannot take office: {}", name_, epoch,
                   std::string(s.message()));
     (void)membership_->Resign(absl::Now() + kCall);
     return false;
   }
-  spdlog::info("{} is primary at epoch {}, version {}", name_, epoch, shard_->version());
+  spdlog::info("{} is primary at epoch {}, version {}{}", name_, epoch, shard_->version(),
+               office == ParameterShard::Office::kFirstOfJob
+                   ? "; a new job: it acknowledges nothing until its backups hold its state"
+                   : "");
   in_office_ = true;
   return true;
 }
@@ -281,7 +295,11 @@ bool ShardOffice::RegainLocked(const absl::Status& lapsed, int64_t* epoch) {
   }
   // The office is vacant, or still this replica's under the lapsed lease:
   // it is taken anew, under a new lease and epoch. A backup of the chain
-  // may win it first; then this replica follows it.
+  // may win it first; then this replica follows it. A job's first office
+  // that published no chain yet is still one.
+  const ParameterShard::Office office = published_.has_value()
+                                            ? ParameterShard::Office::kAfterAChain
+                                            : ParameterShard::Office::kFirstOfJob;
   (void)membership_->Resign(absl::Now() + kCall);
   in_office_ = false;
   absl::StatusOr<CampaignResult> result =
@@ -293,7 +311,7 @@ bool ShardOffice::RegainLocked(const absl::Status& lapsed, int64_t* epoch) {
   }
   spdlog::info("{}: etcd answers again; office taken anew at epoch {}", name_,
                result->primary.epoch);
-  if (!TakeOfficeLocked(result->primary.epoch)) return false;
+  if (!TakeOfficeLocked(result->primary.epoch, office)) return false;
   *epoch = result->primary.epoch;
   return true;
 }
@@ -310,10 +328,10 @@ absl::Status ShardOffice::PublishLocked(const std::vector<int>& backups, absl::T
 
 absl::Status ShardOffice::Drop(int replica, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  if (in_office_) {
-    std::vector<int> backups = published_;
+  if (in_office_ && published_.has_value()) {
+    std::vector<int> backups = *published_;
     backups.erase(std::remove(backups.begin(), backups.end(), replica), backups.end());
-    if (backups != published_) {
+    if (backups != *published_) {
       if (absl::Status s = PublishLocked(backups, deadline); !s.ok()) {
         Complain("publish the chain without a failed backup", s);
         return s;

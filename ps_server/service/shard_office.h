@@ -6,7 +6,13 @@
 // have lapsed where etcd says so (the lease is gone).
 //
 // Who may take over a vacant office: while no chain was ever published,
-// replica 0 (a new job); after that, a replica in the last published chain
+// replica 0 (a new job). A new job's office publishes its first chain once
+// every backup it waits for holds its state (a backup that does not come
+// up within the sender's patience is dropped), and acknowledges nothing
+// to a worker before then: a primary lost before it has told no worker of
+// anything, and replica 0, restarted, starts the job again (the workers
+// give a shard that comes back without the model its initial values
+// again). After that, a replica in the last published chain
 // that holds a state of that chain's epoch or newer (not a process that
 // restarted since, nor a backup the primary dropped). Replica 0, if it
 // restored a checkpoint at start, takes it too once it has stayed vacant
@@ -41,6 +47,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,13 +107,17 @@ class ShardOffice {
  private:
   ShardOffice(ParameterShard* shard, Options options, std::unique_ptr<EtcdClient> client);
   void Run();
-  // Whether this replica may campaign for the office, vacant since `vacant_since`.
-  bool MayTakeOver(absl::Time vacant_since) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Which office this replica may campaign for, vacant since
+  // `vacant_since` (a job's first, where no chain was ever published);
+  // nullopt if none.
+  std::optional<ParameterShard::Office> MayTakeOver(absl::Time vacant_since)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Holds the office won at `epoch` until it is lost or the office stops.
-  void Serve(int64_t epoch);
-  // Publishes the chain as this replica alone, then makes the shard primary
-  // at `epoch`; false (resigned) if either fails.
-  bool TakeOfficeLocked(int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Serve(int64_t epoch, ParameterShard::Office office);
+  // Publishes the chain as this replica alone (after a chain), then makes
+  // the shard primary at `epoch`; false (resigned) if either fails.
+  bool TakeOfficeLocked(int64_t epoch, ParameterShard::Office office)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The office's lease lapsed (`lapsed`: etcd did not answer its renewals):
   // true while this replica goes on as primary, waiting for etcd, or once
   // it has taken the office anew at a new `*epoch`; false once another
@@ -133,7 +144,9 @@ class ShardOffice {
   absl::Mutex mu_;  // one membership call at a time, and the chain as published
   std::unique_ptr<ShardMembership> membership_ ABSL_GUARDED_BY(mu_);
   bool in_office_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<int> published_ ABSL_GUARDED_BY(mu_);  // the backups in the chain
+  // The backups in the chain this office published; none yet in a job's
+  // first office before its first chain.
+  std::optional<std::vector<int>> published_ ABSL_GUARDED_BY(mu_);
   absl::Time complained_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Notification stop_;
   std::thread thread_;

@@ -3,7 +3,8 @@
 // pslaunch runs the membership's etcd). SYNC trains as without backups, to
 // the last digit of the summary, and each backup's final checkpoint holds
 // bitwise its primary's variables, rows and optimizer state; so it does
-// when a primary is killed with SIGKILL mid-run and its backup takes over.
+// when a primary is killed with SIGKILL mid-run and its backup takes over,
+// and the summary is the same when a primary is killed as the job starts.
 // In ASYNC, every push a worker made is applied exactly once across the
 // failover. With the job's etcd killed mid-run, training goes on, and when
 // etcd is back the run ends as without the outage. Without backups, a
@@ -313,6 +314,36 @@ TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledMidRun) {
   EXPECT_TRUE(StateOf(absl::StrCat(replicated_dir, "/shard-1")) ==
               StateOf(absl::StrCat(dir, "/plain-checkpoints/shard-1")));
   ExpectFinalOrBehind(absl::StrCat(replicated_dir, "/shard-0"), (*exported)[0]);
+}
+
+// Shard 0's primary killed as the job starts, the moment it holds the
+// shard's first office (before its backup can hold the Init's state): it
+// has told no worker of anything, so pslaunch restarts it, it takes the
+// office again as for a new job, and the run ends as without the kill.
+TEST(ReplicationTest, SyncLosesNothingWhenAPrimaryIsKilledAsTheJobStarts) {
+  const ScratchFolder scratch("failover-at-start");
+  const std::string& dir = scratch.path;
+  const std::string plain = CtrConfig(dir, "plain", "");
+  const std::string replicated = CtrConfig(dir, "replicated", kBackups);
+
+  const CommandResult without =
+      RunCommand(absl::StrCat(Bin("pslaunch"), " --config=", plain, " --mode=sync"), 500);
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  Launch launch(replicated, "sync", absl::StrCat(dir, "/replicated.log"));
+  const std::string pid_text = launch.AwaitInLog(R"(ps:0 \(pid (\d+)\))", absl::Seconds(60));
+  int pid = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(pid_text, &pid)) << launch.Output();
+  ASSERT_EQ(launch.AwaitInLog(R"(shard 0 replica 0 is primary at epoch (\d+))", absl::Seconds(60)),
+            "1")
+      << launch.Output();
+  EXPECT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(launch.Wait(absl::Seconds(400)), 0) << launch.Output();
+  const std::string output = launch.Output();
+  EXPECT_THAT(output, HasSubstr("task ps:0 exited with code 137"));
+  // Replica 0 again, or the backup where the first chain was out before the kill.
+  EXPECT_TRUE(std::regex_search(output, std::regex("shard 0 replica [01] is primary at epoch 2")))
+      << output;
+  EXPECT_EQ(SummaryIn(output), Summary(without)) << output;
 }
 
 // `config` with a checkpoint every 10 versions.

@@ -21,6 +21,7 @@ using replica_testing::AsReplica;
 using replica_testing::ExpectSameState;
 using replica_testing::Forward;
 using replica_testing::InitEvicting;
+using replica_testing::kAfterAChain;
 using replica_testing::SyncStep;
 
 TEST(ParameterShardReplicaTest, ABackupThatComesBackTakesTheStateWhole) {
@@ -90,7 +91,7 @@ TEST(ParameterShardReplicaTest, ABackupJoinsTheChainOnlyOnceItHoldsWhatWasAcknow
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
   auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
   // A new office: no backup counts until it holds a state of this office.
-  ASSERT_TRUE(primary->BecomePrimary(1).ok());
+  ASSERT_TRUE(primary->BecomePrimary(1, kAfterAChain).ok());
   InitEvicting(primary.get());
   std::mt19937_64 draw(19);
   absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> whole =
@@ -132,7 +133,7 @@ TEST(ParameterShardReplicaTest, AFailoverDuringACatchUpStartsItAgainFromTheNewPr
   auto first = MakeShard(AsReplica(Options(SYNC, 2), 0, 3));
   auto second = MakeShard(AsReplica(Options(SYNC, 2), 1, 3));
   auto third = MakeShard(AsReplica(Options(SYNC, 2), 2, 3));
-  ASSERT_TRUE(first->BecomePrimary(1).ok());
+  ASSERT_TRUE(first->BecomePrimary(1, kAfterAChain).ok());
   InitEvicting(first.get());
   std::mt19937_64 draw(23);
   const auto step_forwarding_to_second = [&] {
@@ -164,7 +165,7 @@ TEST(ParameterShardReplicaTest, AFailoverDuringACatchUpStartsItAgainFromTheNewPr
 
   // The second, in the chain, takes over; nothing of the new office waits
   // for the third until it holds the new primary's state.
-  ASSERT_TRUE(second->BecomePrimary(2).ok());
+  ASSERT_TRUE(second->BecomePrimary(2, kAfterAChain).ok());
   second->SetReplicaLive(0, false);
   EXPECT_EQ(second->version(), acknowledged);
   EXPECT_THAT(second->CaughtUpBackups(), ::testing::IsEmpty());

@@ -21,6 +21,7 @@ using namespace shard_embedding_testing;  // NOLINT(build/namespaces)
 using replica_testing::AsReplica;
 using replica_testing::DensePush;
 using replica_testing::Forward;
+using replica_testing::kAfterAChain;
 
 void Finish(ParameterShard& shard, int worker) {
   DoneRequest done;
@@ -77,7 +78,7 @@ TEST(ParameterShardReplicaTest, ANewPrimaryDoesNotWaitForAWorkerThatWasDone) {
       EXPECT_EQ(Forward(*primary, *backup), 1);
     }
     EXPECT_EQ(WorkersDone(*backup), 1);
-    ASSERT_TRUE(backup->BecomePrimary(2).ok());
+    ASSERT_TRUE(backup->BecomePrimary(2, kAfterAChain).ok());
     const int64_t version = backup->version();
     PushResponse response;
     ASSERT_TRUE(Push(*backup, DensePush(0, version), &response).ok());

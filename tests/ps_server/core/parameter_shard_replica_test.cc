@@ -3,7 +3,8 @@
 // acknowledged, pulls wait for the backups (the commit rule), a backup
 // fences off older epochs and updates out of order, a push repeated after
 // a failover is applied once, and a primary that steps down answers no
-// worker. A backup that comes back: parameter_shard_replica_catch_up_test.cc.
+// worker. A job's first office acknowledges nothing before its first chain. A backup that comes
+// back: parameter_shard_replica_catch_up_test.cc.
 #include <functional>
 #include <memory>
 #include <random>
@@ -28,7 +29,11 @@ using replica_testing::DensePush;
 using replica_testing::ExpectSameState;
 using replica_testing::Forward;
 using replica_testing::InitEvicting;
+using replica_testing::kAfterAChain;
 using replica_testing::SyncStep;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Optional;
 
 TEST(ParameterShardReplicaTest, ABackupHoldsBitwiseWhatItsPrimaryHeldAtEveryVersion) {
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
@@ -96,6 +101,70 @@ TEST(ParameterShardReplicaTest, APullWaitsUntilEveryLiveBackupHoldsWhatItShows) 
   EXPECT_EQ(pull_or_wait(), 0);
 }
 
+// Replica `replica` of `replicas` whose primary is elected (a membership).
+ShardOptions ElectedReplica(int replica, int replicas) {
+  ShardOptions options = AsReplica(Options(ASYNC, 1), replica, replicas);
+  options.elected = true;
+  return options;
+}
+
+// A pull of worker 0 at the primary: 0 if answered now, else the id of its
+// wait (counted in `*waits`; `*woken` counts those woken).
+ParameterShard::WaitId PullOrWait(ParameterShard& primary, int* waits, int* woken) {
+  PullRequest pull;
+  pull.add_names("b");
+  absl::StatusOr<ParameterShard::WaitId> id = primary.PullVisitOrWait(
+      pull, absl::InfiniteFuture(), [](int64_t, const auto&, const PulledRows&) {},
+      [woken] { ++*woken; });
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return ParameterShard::WaitId{0};
+  if (*id != 0) ++*waits;
+  return *id;
+}
+
+// A job's first office: its backups count in the commit rule from the
+// start, and nothing is acknowledged before the office has published its
+// first chain, which waits for every backup that counts; one taken out of
+// the rule (its sender gave up on it) is no longer waited for.
+TEST(ParameterShardReplicaTest, AJobsFirstOfficeAcknowledgesNothingBeforeItsFirstChain) {
+  auto primary = MakeShard(ElectedReplica(0, 3));
+  auto backup = MakeShard(ElectedReplica(1, 3));
+  ASSERT_TRUE(primary->BecomePrimary(1, ParameterShard::Office::kFirstOfJob).ok());
+  Init(primary.get());
+  int waits = 0;
+  int woken = 0;
+  EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
+  EXPECT_EQ(primary->ChainToPublish(), std::nullopt);
+
+  Forward(*primary, *backup);
+  EXPECT_THAT(primary->CaughtUpBackups(), ElementsAre(1));
+  // Replica 2 counts too, and holds nothing yet.
+  EXPECT_EQ(primary->ChainToPublish(), std::nullopt);
+  EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
+
+  primary->SetReplicaLive(2, false);
+  EXPECT_THAT(primary->ChainToPublish(), Optional(ElementsAre(1)));
+  // The chain is not in the membership yet: a backup could not take over.
+  EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
+  EXPECT_EQ(woken, 0);
+
+  primary->ChainPublished({1});
+  EXPECT_EQ(woken, waits);
+  EXPECT_EQ(PullOrWait(*primary, &waits, &woken), 0);
+}
+
+// An office after a chain answers at once, alone: its backups join the
+// commit rule as they catch up, while training goes on.
+TEST(ParameterShardReplicaTest, AnOfficeAfterAChainAcknowledgesAloneWhileItsBackupsCatchUp) {
+  auto primary = MakeShard(ElectedReplica(0, 3));
+  ASSERT_TRUE(primary->BecomePrimary(1, kAfterAChain).ok());
+  Init(primary.get());
+  int waits = 0;
+  int woken = 0;
+  EXPECT_EQ(PullOrWait(*primary, &waits, &woken), 0);
+  EXPECT_THAT(primary->ChainToPublish(), Optional(IsEmpty()));
+}
+
 TEST(ParameterShardReplicaTest, UpdatesWaitWhileALiveBackupLagsTooFar) {
   auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
   auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
@@ -119,8 +188,8 @@ TEST(ParameterShardReplicaTest, UpdatesWaitWhileALiveBackupLagsTooFar) {
 TEST(ParameterShardReplicaTest, ABackupRefusesAnOlderEpochAndAnUpdateOutOfOrder) {
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
   auto backup = MakeShard(AsReplica(Options(SYNC, 2), 1));
-  ASSERT_TRUE(primary->BecomePrimary(3).ok());
-  EXPECT_EQ(primary->BecomePrimary(2).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(primary->BecomePrimary(3, kAfterAChain).ok());
+  EXPECT_EQ(primary->BecomePrimary(2, kAfterAChain).code(), absl::StatusCode::kFailedPrecondition);
   InitEvicting(primary.get());
   Forward(*primary, *backup);
   EXPECT_EQ(backup->epoch(), 3);
@@ -345,7 +414,7 @@ TEST(ParameterShardReplicaTest, ABackupRefusesWorkersAndAPrimaryOfANewerEpochDep
 
   // The backup takes over at epoch 1; the old primary, told by its update,
   // becomes its backup and follows it.
-  ASSERT_TRUE(backup->BecomePrimary(1).ok());
+  ASSERT_TRUE(backup->BecomePrimary(1, kAfterAChain).ok());
   ASSERT_TRUE(Push(*backup, DensePush(0, 0), &response).ok());
   absl::StatusOr<std::vector<std::shared_ptr<const ReplicaUpdate>>> updates =
       backup->TakeReplicaUpdates(0, absl::Now());
@@ -388,7 +457,7 @@ TEST(ParameterShardReplicaTest, ANewPrimaryWaitsAWholeLeaseForEveryWorkerBeforeA
   }));
   // It takes office: worker 0, first to find it, does not make the step
   // alone; worker 1 has a whole lease to follow.
-  ASSERT_TRUE(backup->BecomePrimary(1).ok());
+  ASSERT_TRUE(backup->BecomePrimary(1, kAfterAChain).ok());
   PushResponse response;
   ASSERT_TRUE(Push(*backup, DensePush(0, 0), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::AGGREGATED);
@@ -412,7 +481,7 @@ TEST(ParameterShardReplicaTest, APushSentAgainAfterAFailoverIsAppliedOnce) {
   // The backup holds the push (its clocks came with it), but the primary
   // died before its worker heard: the worker sends it to the new primary.
   Forward(*primary, *backup);
-  ASSERT_TRUE(backup->BecomePrimary(2).ok());
+  ASSERT_TRUE(backup->BecomePrimary(2, kAfterAChain).ok());
   ASSERT_TRUE(Push(*backup, Sequenced(DensePush(0, 0), 0), &response).ok());
   EXPECT_EQ(response.outcome(), PushResponse::DUPLICATE);
   EXPECT_EQ(response.version(), 1);

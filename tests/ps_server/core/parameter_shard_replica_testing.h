@@ -20,6 +20,9 @@
 
 namespace pst::replica_testing {
 
+// An office after a chain: the backups join the commit rule as they catch up.
+constexpr ParameterShard::Office kAfterAChain = ParameterShard::Office::kAfterAChain;
+
 // `options` as replica `replica` of `replicas`.
 inline ShardOptions AsReplica(ShardOptions options, int replica, int replicas = 2) {
   options.replicas = replicas;
