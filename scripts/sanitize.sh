@@ -72,7 +72,7 @@ TSAN_TESTS=(kernels_test worker_test common_test placement_test rpc_test ps_core
 # load_test happen to be built still skips them. CompletionDriverTest drives
 # a gRPC completion queue with gRPC alarms: its one report was in Abseil's
 # lock-order graph, which gRPC's own mutexes feed (uninstrumented).
-TSAN_GRPC_TESTS='^PsClientTest\.|^PsClientShmTest\.|MaxRequestBytesTest\.|StartGrpcServerTest\.|ShmExchangeTest\.|^TrainingTest\.|ConvergenceTest\.|^LoadTest\.|^CompletionDriverTest\.'
+TSAN_GRPC_TESTS='^PsClientTest\.|^PsClientShmTest\.|MaxRequestBytesTest\.|StartGrpcServerTest\.|ShmExchangeTest\.|^ReplicaSenderTest\.|^TrainingTest\.|ConvergenceTest\.|^LoadTest\.|^CompletionDriverTest\.'
 # Not run under the sanitizers: the full Fashion-MNIST convergence run (about
 # 4 minutes under ASan on 2 cores, most of this script's test time). Its
 # concurrent paths are those of the small SYNC/ASYNC/SSP convergence runs and

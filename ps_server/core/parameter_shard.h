@@ -545,9 +545,9 @@ class ParameterShard {
     // Whether it counts in the commit rule. Every backup does from the
     // shard's start and in a job's first office; one that comes back, or
     // every one when a later office begins (BecomePrimary), joins at the
-    // first acknowledgement that leaves
-    // it fewer than kMaxUnreplicated versions behind, so training goes on
-    // while it takes the state whole and the log after it. It leaves only
+    // first acknowledgement that leaves it fewer than kMaxUnreplicated
+    // versions behind, so training goes on while it takes the state whole
+    // and the log after it. It leaves only
     // through SetReplicaLive (its office publishes the chain without it
     // first) or with the office.
     bool counts = true;

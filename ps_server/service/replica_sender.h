@@ -19,9 +19,8 @@
 // once since the sender started is given up to `start_patience` from then
 // to come up (asked each `retry`) before it is taken out, so that the
 // backups started beside a new job's primary hold its state from its first
-// step on. An update larger than a
-// message goes in pieces (replica_pieces.h), each call's deadline grown
-// with its bytes.
+// step on. An update larger than a message goes in pieces
+// (replica_pieces.h), each call's deadline grown with its bytes.
 #ifndef PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 #define PST_PS_SERVER_SERVICE_REPLICA_SENDER_H_
 

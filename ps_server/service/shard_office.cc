@@ -94,6 +94,21 @@ void ShardOffice::Run() {
         Complain("read who is primary", view.status());
       } else if (view->primary.has_value()) {
         vacant_since = absl::InfiniteFuture();
+        if (view->primary->address == options_.address) {
+          // Held at this replica's own address, not by this process (it
+          // serves the office elsewhere, in Serve): by the process it
+          // replaced, which died. Deposed now rather than after its lease,
+          // the office goes to whoever may take it (this replica too, at
+          // a new job's start). Alive after all, that process is fenced
+          // by its successor's epoch, as after a partition.
+          spdlog::warn(
+              "{}: the office is held at this replica's address ({}, epoch {}) by the "
+              "process this one replaced: deposing it",
+              name_, view->primary->address, view->primary->epoch);
+          absl::StatusOr<bool> deposed = membership_->Depose(*view->primary, absl::Now() + kCall);
+          if (!deposed.ok()) Complain("depose the replaced process's office", deposed.status());
+          if (deposed.ok() && *deposed) continue;
+        }
         // Returns once the office changes hands or falls vacant.
         (void)membership_->AwaitChange(*view, absl::Now() + kWatch);
         continue;

@@ -38,9 +38,11 @@
 // it: a worker whose call failed asks the other replicas, and a backup so
 // asked (PrimarySought) asks the primary itself; if it does not answer as
 // primary and the backup may take over, the backup deposes it in etcd and
-// the office falls vacant at once. Deposing a primary that is alive after
-// all (slow, or cut off) costs a failover, never an update: it is fenced
-// by its successor's epoch as after a partition.
+// the office falls vacant at once. A replica that finds the office held at
+// its own address (by the process it replaced, which died) deposes it as
+// well. Deposing a primary that is alive after all (slow, or cut off)
+// costs a failover, never an update: it is fenced by its successor's epoch
+// as after a partition.
 #ifndef PST_PS_SERVER_SERVICE_SHARD_OFFICE_H_
 #define PST_PS_SERVER_SERVICE_SHARD_OFFICE_H_
 

@@ -3,7 +3,8 @@
 // state (lost before that, replica 0 takes the office again), a
 // backup of the chain takes over from a primary that leaves, and a backup
 // dropped from the chain (published first) never does; a backup that a
-// worker asked for the primary deposes one that does not answer.
+// worker asked for the primary deposes one that does not answer, and a
+// replica restarted at its address deposes the office its dead process held.
 #include "ps_server/service/shard_office.h"
 
 #include <atomic>
@@ -135,6 +136,26 @@ TEST_F(ShardOfficeTest, ANewJobsPrimaryLostBeforeItsFirstChainLeavesTheJobToRepl
   Init(shards_[0].get());
   Forward(*shards_[0], *shards_[1]);
   EXPECT_THAT(AwaitChain(2, absl::Seconds(5)), ElementsAre("0", "1"));
+}
+
+// A new job's primary died without resigning (its lease of 30 s runs on)
+// and was restarted at its address: the new process deposes the office its
+// dead one held and takes it, long before the lease would lapse.
+TEST_F(ShardOfficeTest, AReplicaRestartedAtItsAddressDeposesTheOfficeItsDeadProcessHeld) {
+  {
+    absl::StatusOr<std::unique_ptr<ShardMembership>> dead =
+        ShardMembership::Create(client_.get(), kJob, 0);
+    ASSERT_TRUE(dead.ok()) << dead.status();
+    absl::StatusOr<CampaignResult> won =
+        (*dead)->Campaign("127.0.0.1:7000", absl::Seconds(30), absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(won.ok()) << won.status();
+    ASSERT_TRUE(won->elected);
+  }  // abandoned, as by a crash: etcd keeps the office for the lease's 30 s
+  const absl::Time restarted = absl::Now();
+  std::unique_ptr<ShardOffice> primary = StartOffice(0, absl::Seconds(30));
+  ASSERT_TRUE(AwaitPrimary(0, absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - restarted, absl::Seconds(10));
+  EXPECT_EQ(shards_[0]->epoch(), 2);
 }
 
 TEST_F(ShardOfficeTest, ABackupOfTheChainTakesOverFromAPrimaryThatLeaves) {
