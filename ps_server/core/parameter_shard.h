@@ -332,8 +332,9 @@ class ParameterShard {
   std::optional<std::vector<int>> ChainToPublish() const;
   // The backups of the chain its membership has published (a subset of
   // CaughtUpBackups a moment ago): those that may take over, as Stats
-  // reports them. Until the first call, Stats reports CaughtUpBackups. The
-  // first call in a job's first office lets the office acknowledge updates.
+  // reports them. Until the first call, Stats reports CaughtUpBackups (in
+  // a job's first office, none). The first call in a job's first office
+  // lets the office acknowledge updates.
   void ChainPublished(const std::vector<int>& backups);
   // A job's first office that has not published its first chain yet.
   bool awaits_first_chain() const;

@@ -222,10 +222,11 @@ void ParameterShard::FillReplicationStats(ReplicationStats* stats) const {
     out->set_live(backup.live);
     out->set_in_commit_rule(CountsInCommitRule(backup));
     out->set_acked_version(backup.acked);
+    // A job's first office has published nothing yet: no backup may take over.
     out->set_in_chain(published_chain_.has_value()
                           ? std::find(published_chain_->begin(), published_chain_->end(), r) !=
                                 published_chain_->end()
-                          : InChain(backup));
+                          : !first_chain_pending_ && InChain(backup));
     out->set_lag_versions(version_ - std::max<int64_t>(backup.acked, 0));
     int64_t bytes = 0;
     for (const auto& logged : replica_log_) {

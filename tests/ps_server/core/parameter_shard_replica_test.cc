@@ -122,6 +122,16 @@ ParameterShard::WaitId PullOrWait(ParameterShard& primary, int* waits, int* woke
   return *id;
 }
 
+// Whether the primary's Stats show backup `replica` in the published chain.
+bool BackupInChain(ParameterShard& primary, int replica) {
+  StatsResponse stats;
+  primary.Stats(&stats);
+  for (const auto& backup : stats.replication().backups()) {
+    if (backup.replica() == replica) return backup.in_chain();
+  }
+  return false;
+}
+
 // A job's first office: its backups count in the commit rule from the
 // start, and nothing is acknowledged before the office has published its
 // first chain, which waits for every backup that counts; one taken out of
@@ -144,13 +154,16 @@ TEST(ParameterShardReplicaTest, AJobsFirstOfficeAcknowledgesNothingBeforeItsFirs
 
   primary->SetReplicaLive(2, false);
   EXPECT_THAT(primary->ChainToPublish(), Optional(ElementsAre(1)));
-  // The chain is not in the membership yet: a backup could not take over.
+  // The chain is not in the membership yet: a backup could not take over,
+  // and Stats says so.
   EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
   EXPECT_EQ(woken, 0);
+  EXPECT_FALSE(BackupInChain(*primary, 1));
 
   primary->ChainPublished({1});
   EXPECT_EQ(woken, waits);
   EXPECT_EQ(PullOrWait(*primary, &waits, &woken), 0);
+  EXPECT_TRUE(BackupInChain(*primary, 1));
 }
 
 // An office after a chain answers at once, alone: its backups join the
