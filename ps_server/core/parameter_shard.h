@@ -303,14 +303,10 @@ class ParameterShard {
   static constexpr int64_t kMinCatchUpLogBytes = int64_t{64} << 20;
   bool primary() const;
   int64_t epoch() const;
-  // How an office begins. A job's first (no chain was ever published, so
-  // no backup may take over yet): every live backup counts in the commit
-  // rule from the start, and nothing is acknowledged to a worker until the
-  // office has published its first chain (ChainToPublish), so a primary
-  // lost before then has told no worker of anything, and replica 0 starts
-  // the job again. A later one (a chain exists): the office publishes
-  // itself alone at once, and the backups join the rule as they catch up,
-  // while training goes on.
+  // How an office begins. A job's first (no chain yet): every live backup
+  // counts in the commit rule, and nothing is acknowledged until its first
+  // chain (ChainToPublish) is published. After a chain: the backups join
+  // the rule as they catch up, while training goes on.
   enum class Office { kFirstOfJob, kAfterAChain };
   // The primary's side. Makes this process the primary at `epoch` (its
   // office: membership), forwarding from its version on; every backup
@@ -332,9 +328,8 @@ class ParameterShard {
   std::optional<std::vector<int>> ChainToPublish() const;
   // The backups of the chain its membership has published (a subset of
   // CaughtUpBackups a moment ago): those that may take over, as Stats
-  // reports them. Until the first call, Stats reports CaughtUpBackups (in
-  // a job's first office, none). The first call in a job's first office
-  // lets the office acknowledge updates.
+  // reports them (before the first call, CaughtUpBackups; none in a job's
+  // first office, which then starts acknowledging).
   void ChainPublished(const std::vector<int>& backups);
   // A job's first office that has not published its first chain yet.
   bool awaits_first_chain() const;
@@ -459,8 +454,7 @@ class ParameterShard {
   // The state went whole (Init, Restore, a new office): every backup is
   // sent it whole next, and the log starts again. A backup that counts in
   // the commit rule keeps counting (updates wait for it to take the state)
-  // unless an office after a chain begins, whose chain starts without
-  // backups; in a job's first office every live backup counts.
+  // unless a new office begins (then as Office says).
   void RestartForwarding(std::optional<Office> new_office = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the log's updates no live backup needs: those every backup in the
@@ -582,8 +576,7 @@ class ParameterShard {
   std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const ReplicaUpdate>> replica_log_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<int>> published_chain_ ABSL_GUARDED_BY(mu_);
-  // A job's first office that has not published its first chain yet: it
-  // acknowledges nothing (Replicated).
+  // awaits_first_chain: nothing is acknowledged (Replicated).
   bool first_chain_pending_ ABSL_GUARDED_BY(mu_) = false;
   // The bytes of replica_log_, and of the last state sent whole: a backup
   // catching up is sent a newer state whole once the log it would need

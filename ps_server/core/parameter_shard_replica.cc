@@ -169,11 +169,11 @@ void ParameterShard::RestartForwarding(std::optional<Office> new_office) {
   replica_log_.clear();
   log_bytes_ = 0;
   log_base_ = version_;
-  if (new_office.has_value()) first_chain_pending_ = *new_office == Office::kFirstOfJob;
+  if (new_office.has_value()) first_chain_pending_ = new_office == Office::kFirstOfJob;
   for (Backup& backup : backups_) {
-    const bool counts = !new_office.has_value()              ? backup.counts
-                        : *new_office == Office::kFirstOfJob ? backup.live
-                                                             : false;
+    bool counts = backup.counts;
+    if (new_office == Office::kFirstOfJob) counts = backup.live;
+    if (new_office == Office::kAfterAChain) counts = false;
     backup = {.live = backup.live, .counts = counts, .holds_acknowledged_from = version_};
   }
   tables_.RecordChanges(/*record=*/options_.replicas > 1);

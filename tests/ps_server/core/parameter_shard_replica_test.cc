@@ -3,7 +3,7 @@
 // acknowledged, pulls wait for the backups (the commit rule), a backup
 // fences off older epochs and updates out of order, a push repeated after
 // a failover is applied once, and a primary that steps down answers no
-// worker. A job's first office acknowledges nothing before its first chain. A backup that comes
+// worker. A job's first office: parameter_shard_replica_office_test.cc. A backup that comes
 // back: parameter_shard_replica_catch_up_test.cc.
 #include <functional>
 #include <memory>
@@ -30,10 +30,8 @@ using replica_testing::ExpectSameState;
 using replica_testing::Forward;
 using replica_testing::InitEvicting;
 using replica_testing::kAfterAChain;
+using replica_testing::PullOrWait;
 using replica_testing::SyncStep;
-using ::testing::ElementsAre;
-using ::testing::IsEmpty;
-using ::testing::Optional;
 
 TEST(ParameterShardReplicaTest, ABackupHoldsBitwiseWhatItsPrimaryHeldAtEveryVersion) {
   auto primary = MakeShard(AsReplica(Options(SYNC, 2), 0));
@@ -65,16 +63,9 @@ TEST(ParameterShardReplicaTest, APullWaitsUntilEveryLiveBackupHoldsWhatItShows) 
   auto primary = MakeShard(AsReplica(Options(ASYNC, 1), 0));
   auto backup = MakeShard(AsReplica(Options(ASYNC, 1), 1));
   Init(primary.get());
-  PullRequest pull;
-  pull.add_names("b");
+  int waits = 0;
   int woken = 0;
-  auto pull_or_wait = [&] {
-    absl::StatusOr<ParameterShard::WaitId> id = primary->PullVisitOrWait(
-        pull, absl::InfiniteFuture(), [](int64_t, const auto&, const PulledRows&) {},
-        [&woken] { ++woken; });
-    EXPECT_TRUE(id.ok()) << id.status();
-    return id.ok() ? *id : ParameterShard::WaitId{0};
-  };
+  auto pull_or_wait = [&] { return PullOrWait(*primary, &waits, &woken); };
   // Not even the Init is replicated yet.
   EXPECT_NE(pull_or_wait(), 0);
   Forward(*primary, *backup);
@@ -99,83 +90,6 @@ TEST(ParameterShardReplicaTest, APullWaitsUntilEveryLiveBackupHoldsWhatItShows) 
   EXPECT_EQ(woken, 3);
   EXPECT_EQ(primary->replicated_version(), 2);
   EXPECT_EQ(pull_or_wait(), 0);
-}
-
-// Replica `replica` of `replicas` whose primary is elected (a membership).
-ShardOptions ElectedReplica(int replica, int replicas) {
-  ShardOptions options = AsReplica(Options(ASYNC, 1), replica, replicas);
-  options.elected = true;
-  return options;
-}
-
-// A pull of worker 0 at the primary: 0 if answered now, else the id of its
-// wait (counted in `*waits`; `*woken` counts those woken).
-ParameterShard::WaitId PullOrWait(ParameterShard& primary, int* waits, int* woken) {
-  PullRequest pull;
-  pull.add_names("b");
-  absl::StatusOr<ParameterShard::WaitId> id = primary.PullVisitOrWait(
-      pull, absl::InfiniteFuture(), [](int64_t, const auto&, const PulledRows&) {},
-      [woken] { ++*woken; });
-  EXPECT_TRUE(id.ok()) << id.status();
-  if (!id.ok()) return ParameterShard::WaitId{0};
-  if (*id != 0) ++*waits;
-  return *id;
-}
-
-// Whether the primary's Stats show backup `replica` in the published chain.
-bool BackupInChain(ParameterShard& primary, int replica) {
-  StatsResponse stats;
-  primary.Stats(&stats);
-  for (const auto& backup : stats.replication().backups()) {
-    if (backup.replica() == replica) return backup.in_chain();
-  }
-  return false;
-}
-
-// A job's first office: its backups count in the commit rule from the
-// start, and nothing is acknowledged before the office has published its
-// first chain, which waits for every backup that counts; one taken out of
-// the rule (its sender gave up on it) is no longer waited for.
-TEST(ParameterShardReplicaTest, AJobsFirstOfficeAcknowledgesNothingBeforeItsFirstChain) {
-  auto primary = MakeShard(ElectedReplica(0, 3));
-  auto backup = MakeShard(ElectedReplica(1, 3));
-  ASSERT_TRUE(primary->BecomePrimary(1, ParameterShard::Office::kFirstOfJob).ok());
-  Init(primary.get());
-  int waits = 0;
-  int woken = 0;
-  EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
-  EXPECT_EQ(primary->ChainToPublish(), std::nullopt);
-
-  Forward(*primary, *backup);
-  EXPECT_THAT(primary->CaughtUpBackups(), ElementsAre(1));
-  // Replica 2 counts too, and holds nothing yet.
-  EXPECT_EQ(primary->ChainToPublish(), std::nullopt);
-  EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
-
-  primary->SetReplicaLive(2, false);
-  EXPECT_THAT(primary->ChainToPublish(), Optional(ElementsAre(1)));
-  // The chain is not in the membership yet: a backup could not take over,
-  // and Stats says so.
-  EXPECT_NE(PullOrWait(*primary, &waits, &woken), 0);
-  EXPECT_EQ(woken, 0);
-  EXPECT_FALSE(BackupInChain(*primary, 1));
-
-  primary->ChainPublished({1});
-  EXPECT_EQ(woken, waits);
-  EXPECT_EQ(PullOrWait(*primary, &waits, &woken), 0);
-  EXPECT_TRUE(BackupInChain(*primary, 1));
-}
-
-// An office after a chain answers at once, alone: its backups join the
-// commit rule as they catch up, while training goes on.
-TEST(ParameterShardReplicaTest, AnOfficeAfterAChainAcknowledgesAloneWhileItsBackupsCatchUp) {
-  auto primary = MakeShard(ElectedReplica(0, 3));
-  ASSERT_TRUE(primary->BecomePrimary(1, kAfterAChain).ok());
-  Init(primary.get());
-  int waits = 0;
-  int woken = 0;
-  EXPECT_EQ(PullOrWait(*primary, &waits, &woken), 0);
-  EXPECT_THAT(primary->ChainToPublish(), Optional(IsEmpty()));
 }
 
 TEST(ParameterShardReplicaTest, UpdatesWaitWhileALiveBackupLagsTooFar) {

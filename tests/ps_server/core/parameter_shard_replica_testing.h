@@ -30,6 +30,20 @@ inline ShardOptions AsReplica(ShardOptions options, int replica, int replicas = 
   return options;
 }
 
+// A pull of worker 0 at the primary: 0 if answered now, else the id of its
+// wait (counted in `*waits`; `*woken` counts those woken).
+inline ParameterShard::WaitId PullOrWait(ParameterShard& primary, int* waits, int* woken) {
+  PullRequest pull;
+  pull.add_names("b");
+  absl::StatusOr<ParameterShard::WaitId> id = primary.PullVisitOrWait(
+      pull, absl::InfiniteFuture(), [](int64_t, const auto&, const PulledRows&) {},
+      [woken] { ++*woken; });
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return ParameterShard::WaitId{0};
+  if (*id != 0) ++*waits;
+  return *id;
+}
+
 // A push of worker `worker`'s gradient of the dense variable "b" (the
 // shards of parameter_shard_embedding_testing.h), computed at `version`.
 inline PushRequest DensePush(int worker, int64_t version) {
