@@ -158,6 +158,12 @@ absl::Status Checkpointer::MakeDirectory() {
   }
   PST_RETURN_IF_ERROR(CheckOwnDirectory(config_.dir(), /*made_here=*/false));
   PST_RETURN_IF_ERROR(CheckOwnDirectory(dir_, /*made_here=*/true));
+  if (!dir_lock_.has_value()) {
+    // Before anything in the folder is removed or moved aside: it may be a
+    // live PS's, given the same folder by mistake.
+    PST_ASSIGN_OR_RETURN(DirectoryLock lock, DirectoryLock::Acquire(dir_, "the checkpoint folder"));
+    dir_lock_.emplace(std::move(lock));
+  }
   if (int removed = RemoveTemporaryFiles(dir_); removed > 0) {
     spdlog::warn("{} removed {} unfinished checkpoint file(s) from {}", task_, removed, dir_);
   }
@@ -165,6 +171,12 @@ absl::Status Checkpointer::MakeDirectory() {
 }
 
 absl::Status Checkpointer::PrepareBackup() {
+  absl::Status prepared = PrepareBackupHeld();
+  if (!prepared.ok()) dir_lock_.reset();  // a PS that may not start holds no folder
+  return prepared;
+}
+
+absl::Status Checkpointer::PrepareBackupHeld() {
   if (config_.dir().empty()) return absl::OkStatus();
   PST_RETURN_IF_ERROR(MakeDirectory());
   const std::vector<std::string> files = ListCheckpoints(dir_);
@@ -180,6 +192,12 @@ absl::Status Checkpointer::PrepareBackup() {
 }
 
 absl::StatusOr<int64_t> Checkpointer::Prepare(CheckpointStart start) {
+  absl::StatusOr<int64_t> prepared = PrepareHeld(start);
+  if (!prepared.ok()) dir_lock_.reset();  // a PS that may not start holds no folder
+  return prepared;
+}
+
+absl::StatusOr<int64_t> Checkpointer::PrepareHeld(CheckpointStart start) {
   const bool other_model_allowed = start == CheckpointStart::kRestoreOtherModel;
   if (other_model_allowed) start = CheckpointStart::kRestore;
   if (config_.dir().empty()) {

@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/directory_lock.h"
 #include "config.pb.h"
 #include "ps_server/core/parameter_shard.h"
 
@@ -48,15 +49,18 @@ class Checkpointer {
                RunIdentity identity, FileWriter writer = nullptr);
   ~Checkpointer();
 
-  // Before serving: creates the directory, removes temporary files a crash
-  // left, and per `start` restores a checkpoint into the shard or starts
-  // fresh (see CheckpointStart). Returns the restored version, or -1 for a
+  // Before serving: creates the directory and holds it (DirectoryLock)
+  // while the Checkpointer lives, removes temporary files a crash left,
+  // and per `start` restores a checkpoint into the shard or starts fresh
+  // (see CheckpointStart). Returns the restored version, or -1 for a
   // fresh start. FailedPrecondition, naming the directory, what is wrong
-  // and what to do, when the PS must not start.
+  // and what to do, when the PS must not start (another live process
+  // holds the directory, among others); the directory is then let go.
   absl::StatusOr<int64_t> Prepare(CheckpointStart start);
 
   // Prepare for a backup, which restores nothing (its state comes from its
-  // primary): creates the directory and removes temporary files; keeps the
+  // primary): creates and holds the directory as Prepare does, and removes
+  // temporary files; keeps the
   // checkpoints there where the newest is of this run (written in an
   // earlier life of this process's replica, as primary perhaps: replica 0
   // restores them when the shard lost every replica, NewestOfBackups), and
@@ -85,6 +89,9 @@ class Checkpointer {
   void Stop();
 
  private:
+  // Prepare and PrepareBackup, holding the directory from MakeDirectory on.
+  absl::StatusOr<int64_t> PrepareHeld(CheckpointStart start);
+  absl::Status PrepareBackupHeld();
   void Loop();
   // Writes the scheduled snapshot, retrying with backoff until it lands, the
   // writer gives up, or Stop().
@@ -112,6 +119,9 @@ class Checkpointer {
   const int index_;
   const std::string dir_;
   const std::string task_;
+  // This PS's hold on dir_ (MakeDirectory): no other process writes,
+  // empties or moves aside the checkpoints there while it lives.
+  std::optional<DirectoryLock> dir_lock_;
   const RunIdentity identity_;
   const FileWriter writer_;
   std::function<void(const absl::Status&)> on_give_up_;

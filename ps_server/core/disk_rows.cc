@@ -3,9 +3,11 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "common/directory_lock.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
@@ -97,7 +99,8 @@ class FailingFileSystem : public rocksdb::FileSystemWrapper {
 }  // namespace
 
 struct DiskRows::Db {
-  ~Db() { delete db; }  // before the env it writes through
+  ~Db() { delete db; }  // before the env it writes through, and the lock
+  std::optional<DirectoryLock> lock;
   std::unique_ptr<rocksdb::Env> env;  // only with injected faults
   rocksdb::DB* db = nullptr;
   size_t record_floats = 0;
@@ -114,15 +117,24 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
     return absl::InternalError(absl::StrCat(options.name, ": cannot open its disk tier in ",
                                             options.dir, ": ", what));
   };
-  // The tier caches rows of this process only; what an earlier process
-  // left is stale (a restore refills the tier from the checkpoint).
   std::error_code error;
-  std::filesystem::remove_all(options.dir, error);
-  if (error) return failed(absl::StrCat("removing its old files: ", error.message()));
   std::filesystem::create_directories(options.dir, error);
   if (error) return failed(error.message());
+  // Held for the tier's life: a live process's tier is never emptied under
+  // it by another pointed at the same folder.
+  absl::StatusOr<DirectoryLock> lock =
+      DirectoryLock::Acquire(options.dir, absl::StrCat(options.name, "'s disk tier"));
+  if (!lock.ok()) return lock.status();
+  // The tier caches rows of this process only; what an earlier process
+  // left is stale (a restore refills the tier from the checkpoint).
+  for (const auto& entry : std::filesystem::directory_iterator(options.dir, error)) {
+    std::filesystem::remove_all(entry.path(), error);
+    if (error) return failed(absl::StrCat("removing its old files: ", error.message()));
+  }
+  if (error) return failed(absl::StrCat("listing its old files: ", error.message()));
 
   auto db = std::make_shared<Db>();
+  db->lock.emplace(*std::move(lock));
   db->record_floats = options.record_floats;
   db->name = options.name;
   rocksdb::Options rocks;

@@ -7,7 +7,9 @@
 // optimizer slots), every number little-endian and bit exact, so a row
 // that goes to disk and back is the row it was. The tier is a cache of the
 // table, not its checkpoint: Open empties the directory a previous
-// process left, and checkpoints read the rows through a Snapshot.
+// process left, and checkpoints read the rows through a Snapshot. The tier
+// holds its directory (DirectoryLock) while it lives, so a second process
+// given the same folder is refused rather than emptying a live tier.
 //
 // Counting. size() is exact without asking RocksDB, because the owner
 // says what it writes: a Put of an id the tier does not hold, a Replace of
@@ -65,8 +67,10 @@ class DiskRows {
   struct Db;
 
  public:
-  // Removes whatever options.dir holds, creates it, and opens an empty
-  // database there. INTERNAL naming the directory if that fails.
+  // Creates options.dir, takes hold of it, removes whatever it holds, and
+  // opens an empty database there. FailedPrecondition where another tier
+  // (in this process or another) holds the directory; INTERNAL naming the
+  // directory if anything else fails.
   static absl::StatusOr<std::unique_ptr<DiskRows>> Open(DiskRowsOptions options);
   ~DiskRows();
   DiskRows(const DiskRows&) = delete;

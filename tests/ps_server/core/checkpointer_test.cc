@@ -68,6 +68,33 @@ TEST_F(CheckpointerTest, RefusesToStartWhenNoCheckpointRestores) {
   EXPECT_EQ(ListCheckpoints(ShardDir() + "/previous").size(), 1u);
 }
 
+// A second PS given a live PS's folder (another job's config, or the
+// shard started twice): started fresh it would move the live PS's
+// checkpoints aside, and both would write and prune the same files. It is
+// refused, and the live PS's checkpoints stay where they are.
+TEST_F(CheckpointerTest, RefusesAFolderALivePsHolds) {
+  auto live = MomentumShard();
+  Checkpointer holder(live.get(), config_, 0, {"run-a", "job"});
+  ASSERT_EQ(*holder.Prepare(CheckpointStart::kAuto), -1);
+  Init(live.get());
+  PushOnes(live.get());
+  ASSERT_TRUE(holder.CheckpointNow().ok());
+
+  {
+    auto other = MomentumShard();
+    Checkpointer intruder(other.get(), config_, 0, {"run-b", "job"});
+    absl::StatusOr<int64_t> start = intruder.Prepare(CheckpointStart::kFresh);
+    EXPECT_EQ(start.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(start.status().message()),
+                HasSubstr(ShardDir() + " is in use by another live process"));
+    EXPECT_EQ(intruder.PrepareBackup().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(ListCheckpoints(ShardDir()).size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(ShardDir() + "/previous"));
+  PushOnes(live.get());
+  EXPECT_TRUE(holder.CheckpointNow().ok()) << "the live PS writes on";
+}
+
 // Second hostile pass: a checkpoint folder another user made beforehand
 // was trusted (their forged checkpoint restored NaN into the model; a
 // link sent the PS's writes and deletions into another folder). The
@@ -141,8 +168,10 @@ TEST_F(CheckpointerTest, RestoresOnlyItsOwnUnfinishedRunUnlessAsked) {
     EXPECT_THAT(std::string(start.status().message()), HasSubstr(c.refusal));
     EXPECT_EQ(shard->version(), 0);
 
-    Checkpointer resume(shard.get(), config_, 0, c.starting);
-    EXPECT_EQ(*resume.Prepare(CheckpointStart::kRestore), 1);
+    {
+      Checkpointer resume(shard.get(), config_, 0, c.starting);
+      EXPECT_EQ(*resume.Prepare(CheckpointStart::kRestore), 1);
+    }  // that PS ends; the next restarts
     absl::StatusOr<ShardCheckpoint> stamped = ReadCheckpoint(ListCheckpoints(ShardDir()).front());
     ASSERT_TRUE(stamped.ok());
     EXPECT_EQ(stamped->run_id(), c.starting.run_id);

@@ -1,6 +1,7 @@
 // The disk tier's contract: rows back bit for bit, atomic batches, a
-// snapshot that later writes do not change, a fresh start, and a full
-// disk that fails the write and keeps what was stored.
+// snapshot that later writes do not change, a fresh start, one tier a
+// directory, and a full disk that fails the write and keeps what was
+// stored.
 #include "ps_server/core/disk_rows.h"
 
 #include <unistd.h>
@@ -103,6 +104,26 @@ TEST(DiskRowsTest, OpenStartsEmptyWhateverTheDirectoryHeld) {
   DiskRow row;
   EXPECT_EQ(rows->Get(1, &row).value(), false);
   EXPECT_FALSE(std::filesystem::exists(dir + "/stray"));
+}
+
+TEST(DiskRowsTest, ASecondTierOnALiveTiersDirectoryIsRefusedAndEmptiesNothing) {
+  const std::string dir = FreshDir("disk_rows_twice");
+  std::unique_ptr<DiskRows> first = OpenRows(dir, 1);
+  ASSERT_NE(first, nullptr);
+  DiskRows::Batch batch;
+  batch.Put(1, std::vector<float>{1}, 0, 0);
+  ASSERT_TRUE(first->Write(batch).ok());
+
+  absl::StatusOr<std::unique_ptr<DiskRows>> second = DiskRows::Open(
+      {.dir = dir, .record_floats = 1, .name = "table \"t\" shard 0", .fail_writes = nullptr});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_THAT(second.status().message(), HasSubstr(dir));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/CURRENT"));  // the first's database, untouched
+  DiskRow row;
+  EXPECT_EQ(first->Get(1, &row).value(), true);
+
+  first.reset();  // the directory is free again
+  EXPECT_NE(OpenRows(dir, 1), nullptr);
 }
 
 TEST(DiskRowsTest, AFullDiskFailsTheWholeBatchAndKeepsTheRowsStored) {
