@@ -60,11 +60,11 @@ class Checkpointer {
 
   // Prepare for a backup, which restores nothing (its state comes from its
   // primary): creates and holds the directory as Prepare does, and removes
-  // temporary files; keeps the
-  // checkpoints there where the newest is of this run (written in an
-  // earlier life of this process's replica, as primary perhaps: replica 0
-  // restores them when the shard lost every replica, NewestOfBackups), and
-  // moves them aside otherwise, or where the run has no id to tell.
+  // temporary files; keeps the checkpoints there where the newest is of
+  // this run (written in an earlier life of this process's replica, as
+  // primary perhaps: replica 0 restores them when the shard lost every
+  // replica, NewestOfBackups), and moves them aside otherwise, or where the
+  // run has no id to tell.
   absl::Status PrepareBackup();
 
   // Runs once, on the checkpoint thread, when max_failures consecutive
