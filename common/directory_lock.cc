@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace pst {
 
@@ -32,6 +33,14 @@ absl::StatusOr<DirectoryLock> DirectoryLock::Acquire(const std::string& dir,
           what, " ", dir,
           " is in use by another live process (another job's PS given the same folder, or this "
           "shard started twice): give each PS a folder of its own, or stop the other process"));
+    }
+    if (error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS || error == EINVAL) {
+      // A filesystem without locks (some network and FUSE mounts): the
+      // lock guards against a mistake, and refusing to start there would
+      // turn a folder that works into one that does not.
+      spdlog::warn("{} {} cannot be locked ({}): used without the guard against a second process",
+                   std::string(what), dir, std::strerror(error));
+      return DirectoryLock(-1);
     }
     return absl::InvalidArgumentError(
         absl::StrCat("cannot lock ", what, " ", dir, ": ", std::strerror(error)));

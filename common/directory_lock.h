@@ -23,7 +23,9 @@ class DirectoryLock {
  public:
   // Locks `dir`, which must exist. FailedPrecondition naming `what` and
   // `dir` when another holder has it; InvalidArgument when it cannot be
-  // opened as a directory.
+  // opened as a directory. On a filesystem that cannot lock (ENOLCK,
+  // EOPNOTSUPP: some network and FUSE mounts) the lock holds nothing, and
+  // a warning names the directory.
   static absl::StatusOr<DirectoryLock> Acquire(const std::string& dir, absl::string_view what);
 
   DirectoryLock(DirectoryLock&& other) noexcept;
