@@ -3,11 +3,17 @@
 #include "common/directory_lock.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstddef>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -82,6 +88,37 @@ TEST(DirectoryLockTest, AnotherProcessHoldsItUntilItIsKilled) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(DirectoryLock::Acquire(dir, "a folder").ok());
+}
+
+// As on a filesystem without locks: flock(2) fails with EOPNOTSUPP (a
+// seccomp filter in a child process, so that the test's own process keeps
+// its locks). The folder is then used, unguarded, rather than refused.
+TEST(DirectoryLockTest, AFilesystemThatCannotLockLeavesTheFolderUsable) {
+  const std::string dir = FreshDir("directory_lock_unsupported");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_flock, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program = {.len = sizeof(filter) / sizeof(filter[0]), .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+      _exit(3);
+    }
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EOPNOTSUPP) _exit(4);  // the filter holds
+    const bool first = DirectoryLock::Acquire(dir, "a folder").ok();
+    const bool second = DirectoryLock::Acquire(dir, "a folder").ok();
+    _exit(first && second ? 0 : 5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no seccomp filter; 4: flock not refused; 5: refused";
 }
 
 TEST(DirectoryLockTest, AMissingDirectoryIsNamed) {
