@@ -127,8 +127,9 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
   if (!lock.ok()) return lock.status();
   // The tier caches rows of this process only; what an earlier process
   // left is stale (a restore refills the tier from the checkpoint).
-  for (const auto& entry : std::filesystem::directory_iterator(options.dir, error)) {
-    std::filesystem::remove_all(entry.path(), error);
+  for (std::filesystem::directory_iterator entry(options.dir, error), end; !error && entry != end;
+       entry.increment(error)) {
+    std::filesystem::remove_all(entry->path(), error);
     if (error) return failed(absl::StrCat("removing its old files: ", error.message()));
   }
   if (error) return failed(absl::StrCat("listing its old files: ", error.message()));
