@@ -161,7 +161,7 @@ absl::Status Checkpointer::MakeDirectory() {
   if (!dir_lock_.has_value()) {
     // Before anything in the folder is removed or moved aside: it may be a
     // live PS's, given the same folder by mistake.
-    PST_ASSIGN_OR_RETURN(DirectoryLock lock, DirectoryLock::Acquire(dir_, "the checkpoint folder"));
+    PST_ASSIGN_OR_RETURN(FileLock lock, FileLock::HoldDirectory(dir_, "the checkpoint folder"));
     dir_lock_.emplace(std::move(lock));
   }
   if (int removed = RemoveTemporaryFiles(dir_); removed > 0) {

@@ -25,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
-#include "common/directory_lock.h"
+#include "common/file_lock.h"
 #include "config.pb.h"
 #include "ps_server/core/parameter_shard.h"
 
@@ -49,7 +49,7 @@ class Checkpointer {
                RunIdentity identity, FileWriter writer = nullptr);
   ~Checkpointer();
 
-  // Before serving: creates the directory and holds it (DirectoryLock)
+  // Before serving: creates the directory and holds it (FileLock::HoldDirectory)
   // while the Checkpointer lives, removes temporary files a crash left,
   // and per `start` restores a checkpoint into the shard or starts fresh
   // (see CheckpointStart). Returns the restored version, or -1 for a
@@ -121,7 +121,7 @@ class Checkpointer {
   const std::string task_;
   // This PS's hold on dir_ (MakeDirectory): no other process writes,
   // empties or moves aside the checkpoints there while it lives.
-  std::optional<DirectoryLock> dir_lock_;
+  std::optional<FileLock> dir_lock_;
   const RunIdentity identity_;
   const FileWriter writer_;
   std::function<void(const absl::Status&)> on_give_up_;

@@ -7,7 +7,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "common/directory_lock.h"
+#include "common/file_lock.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
@@ -100,7 +100,7 @@ class FailingFileSystem : public rocksdb::FileSystemWrapper {
 
 struct DiskRows::Db {
   ~Db() { delete db; }  // before the env it writes through, and the lock
-  std::optional<DirectoryLock> lock;
+  std::optional<FileLock> lock;
   std::unique_ptr<rocksdb::Env> env;  // only with injected faults
   rocksdb::DB* db = nullptr;
   size_t record_floats = 0;
@@ -122,8 +122,8 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
   if (error) return failed(error.message());
   // Held for the tier's life: a live process's tier is never emptied under
   // it by another pointed at the same folder.
-  absl::StatusOr<DirectoryLock> lock =
-      DirectoryLock::Acquire(options.dir, absl::StrCat(options.name, "'s disk tier"));
+  absl::StatusOr<FileLock> lock =
+      FileLock::HoldDirectory(options.dir, absl::StrCat(options.name, "'s disk tier"));
   if (!lock.ok()) return lock.status();
   // The tier caches rows of this process only; what an earlier process
   // left is stale (a restore refills the tier from the checkpoint).

@@ -8,7 +8,7 @@
 // that goes to disk and back is the row it was. The tier is a cache of the
 // table, not its checkpoint: Open empties the directory a previous
 // process left, and checkpoints read the rows through a Snapshot. The tier
-// holds its directory (DirectoryLock) while it lives, so a second process
+// holds its directory (FileLock) while it lives, so a second process
 // given the same folder is refused rather than emptying a live tier.
 //
 // Counting. size() is exact without asking RocksDB, because the owner

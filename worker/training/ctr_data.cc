@@ -1,49 +1,14 @@
 #include "worker/training/ctr_data.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_lock.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace pst {
 namespace {
-
-// An exclusive flock on a file, released (and the descriptor closed) when
-// this goes away.
-class FileLock {
- public:
-  static absl::StatusOr<FileLock> Acquire(const std::string& path) {
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot open the lock file ", path, ": ", std::strerror(errno)));
-    }
-    while (flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        const int error = errno;
-        close(fd);
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot lock ", path, ": ", std::strerror(error)));
-      }
-    }
-    return FileLock(fd);
-  }
-  FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ~FileLock() {
-    if (fd_ >= 0) close(fd_);  // closing releases the lock
-  }
-
- private:
-  explicit FileLock(int fd) : fd_(fd) {}
-  int fd_;
-};
 
 bool Exists(const std::string& path) {
   std::error_code ignored;
@@ -96,7 +61,7 @@ absl::StatusOr<std::optional<PlantedModel>> PrepareCtrFiles(const TrainingConfig
           absl::StrCat("cannot create ", dir.string(), " for ", path, ": ", error.message()));
     }
   }
-  absl::StatusOr<FileLock> lock = FileLock::Acquire(absl::StrCat(data.test_file(), ".lock"));
+  absl::StatusOr<FileLock> lock = FileLock::Wait(absl::StrCat(data.test_file(), ".lock"));
   if (!lock.ok()) return lock.status();
   if (std::optional<PlantedModel> planted = ReadPlantedRecord(data.test_file(), options);
       planted.has_value() && Exists(data.train_file()) && Exists(data.test_file())) {

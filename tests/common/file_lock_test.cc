@@ -1,6 +1,6 @@
-// One holder of a directory at a time, across processes and within one;
-// the kernel lets go of a killed holder's directory.
-#include "common/directory_lock.h"
+// One holder of a directory at a time (HoldDirectory), across processes
+// and within one; the kernel lets go of a killed holder's directory.
+#include "common/file_lock.h"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -34,35 +34,35 @@ std::string FreshDir(const std::string& name) {
   return dir;
 }
 
-TEST(DirectoryLockTest, ASecondHolderIsRefusedUntilTheFirstLetsGo) {
+TEST(FileLockTest, ASecondHolderIsRefusedUntilTheFirstLetsGo) {
   const std::string dir = FreshDir("directory_lock_second");
-  std::optional<absl::StatusOr<DirectoryLock>> first =
-      DirectoryLock::Acquire(dir, "the disk tier's folder");
+  std::optional<absl::StatusOr<FileLock>> first =
+      FileLock::HoldDirectory(dir, "the disk tier's folder");
   ASSERT_TRUE(first->ok()) << first->status();
 
-  absl::StatusOr<DirectoryLock> second = DirectoryLock::Acquire(dir, "the disk tier's folder");
+  absl::StatusOr<FileLock> second = FileLock::HoldDirectory(dir, "the disk tier's folder");
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(),
               AllOf(HasSubstr("the disk tier's folder " + dir), HasSubstr("another live process")));
 
   first.reset();
-  EXPECT_TRUE(DirectoryLock::Acquire(dir, "the disk tier's folder").ok());
+  EXPECT_TRUE(FileLock::HoldDirectory(dir, "the disk tier's folder").ok());
 }
 
-TEST(DirectoryLockTest, AMovedLockStillHoldsTheDirectory) {
+TEST(FileLockTest, AMovedLockStillHoldsTheDirectory) {
   const std::string dir = FreshDir("directory_lock_moved");
-  absl::StatusOr<DirectoryLock> acquired = DirectoryLock::Acquire(dir, "a folder");
+  absl::StatusOr<FileLock> acquired = FileLock::HoldDirectory(dir, "a folder");
   ASSERT_TRUE(acquired.ok()) << acquired.status();
-  std::optional<DirectoryLock> moved(std::move(*acquired));
+  std::optional<FileLock> moved(std::move(*acquired));
   acquired = absl::UnknownError("the moved-from lock is gone");  // destroys it: must not unlock
 
-  EXPECT_EQ(DirectoryLock::Acquire(dir, "a folder").status().code(),
+  EXPECT_EQ(FileLock::HoldDirectory(dir, "a folder").status().code(),
             absl::StatusCode::kFailedPrecondition);
   moved.reset();
-  EXPECT_TRUE(DirectoryLock::Acquire(dir, "a folder").ok());
+  EXPECT_TRUE(FileLock::HoldDirectory(dir, "a folder").ok());
 }
 
-TEST(DirectoryLockTest, AnotherProcessHoldsItUntilItIsKilled) {
+TEST(FileLockTest, AnotherProcessHoldsItUntilItIsKilled) {
   const std::string dir = FreshDir("directory_lock_process");
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
@@ -81,19 +81,19 @@ TEST(DirectoryLockTest, AnotherProcessHoldsItUntilItIsKilled) {
   close(ready[0]);
   ASSERT_EQ(held, 'y');
 
-  EXPECT_EQ(DirectoryLock::Acquire(dir, "a folder").status().code(),
+  EXPECT_EQ(FileLock::HoldDirectory(dir, "a folder").status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(DirectoryLock::Acquire(dir, "a folder").ok());
+  EXPECT_TRUE(FileLock::HoldDirectory(dir, "a folder").ok());
 }
 
 // As on a filesystem without locks: flock(2) fails with EOPNOTSUPP (a
 // seccomp filter in a child process, so that the test's own process keeps
 // its locks). The folder is then used, unguarded, rather than refused.
-TEST(DirectoryLockTest, AFilesystemThatCannotLockLeavesTheFolderUsable) {
+TEST(FileLockTest, AFilesystemThatCannotLockLeavesTheFolderUsable) {
   const std::string dir = FreshDir("directory_lock_unsupported");
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -111,8 +111,8 @@ TEST(DirectoryLockTest, AFilesystemThatCannotLockLeavesTheFolderUsable) {
     }
     const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
     if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EOPNOTSUPP) _exit(4);  // the filter holds
-    const bool first = DirectoryLock::Acquire(dir, "a folder").ok();
-    const bool second = DirectoryLock::Acquire(dir, "a folder").ok();
+    const bool first = FileLock::HoldDirectory(dir, "a folder").ok();
+    const bool second = FileLock::HoldDirectory(dir, "a folder").ok();
     _exit(first && second ? 0 : 5);
   }
   int status = 0;
@@ -121,9 +121,9 @@ TEST(DirectoryLockTest, AFilesystemThatCannotLockLeavesTheFolderUsable) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no seccomp filter; 4: flock not refused; 5: refused";
 }
 
-TEST(DirectoryLockTest, AMissingDirectoryIsNamed) {
+TEST(FileLockTest, AMissingDirectoryIsNamed) {
   const std::string dir = FreshDir("directory_lock_missing") + "/absent";
-  absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(dir, "a folder");
+  absl::StatusOr<FileLock> lock = FileLock::HoldDirectory(dir, "a folder");
   EXPECT_EQ(lock.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(lock.status().message(), HasSubstr(dir));
 }
