@@ -81,14 +81,7 @@ class RowStore {
   // Rows of a large table are scattered over memory, so a caller about to
   // visit many of them hints a few ahead, and the misses overlap.
   void PrefetchIndex(uint64_t id) const { index_[IndexPart(id)].prefetch(id); }
-  void PrefetchRow(int64_t row) const {
-    const char* at = reinterpret_cast<const char*>(record(row));
-    for (size_t line = 0; line < stride() * sizeof(float); line += 64) {
-      __builtin_prefetch(at + line);
-    }
-    // The record's last bytes, where it crosses into another line.
-    __builtin_prefetch(at + stride() * sizeof(float) - 1);
-  }
+  void PrefetchRow(int64_t row) const { PrefetchRecord(record(row), stride()); }
   // Row `row`'s update count and tick alone will be read soon (a sampled
   // eviction compares only them): a line or two, not the whole record.
   void PrefetchCounts(int64_t row) const {
@@ -158,6 +151,8 @@ class RowStore {
       return {record(row) + dim_, width_ - dim_};
     }
     int64_t updates(int64_t row) const { return CountIn(record(row), width_); }
+    // Row `row` will be read soon (RowStore::PrefetchRow).
+    void PrefetchRow(int64_t row) const { PrefetchRecord(record(row), width_ + 2 * kCountFloats); }
     bool has_copy(int64_t row) const {
       return (CountIn(record(row), width_ + kCountFloats) & kCopyBit) != 0;
     }
@@ -246,6 +241,12 @@ class RowStore {
   template <typename ChunkPtr>
   static Block* BlockOf(const std::vector<ChunkPtr>& chunks, int64_t block) {
     return chunks[block / kBlocksPerChunk]->blocks[block % kBlocksPerChunk];
+  }
+  static void PrefetchRecord(const float* record, size_t floats) {
+    const char* at = reinterpret_cast<const char*>(record);
+    for (size_t line = 0; line < floats * sizeof(float); line += 64) __builtin_prefetch(at + line);
+    // The record's last bytes, where it crosses into another line.
+    __builtin_prefetch(at + floats * sizeof(float) - 1);
   }
   static int64_t CountIn(const float* record, size_t width) {
     int64_t count;
