@@ -188,29 +188,38 @@ class DeltaPart {
 // frozen RAM rows or else in the disk snapshot (both taken with the sets).
 // RAM's rows are scanned rather than looked up (a frozen view has no
 // index), until every changed id is found. Each row's id goes through the
-// set's Bloom filter (IdSieve) before the set is asked, and the rows found
-// are then read with hints a few ahead: asking the set for every row, a
-// delta of 10^5 of 10^7 rows took 0.26 s (median of 6; 0.21 s this way).
+// set's Bloom filter (IdSieve) before the set is asked: asking the set for
+// every row, a delta of 10^5 of 10^7 rows took 0.27 s (median of 6; 0.18 s
+// this way).
 void WriteDelta(const TableHeader& header, const RowStore::Frozen& rows,
                 const DiskRows::Snapshot* disk, IdSet changed, const IdSet& removed,
                 ShardCheckpoint* checkpoint) {
   const size_t dim = header.config.dim();
   DeltaPart part(header, removed.Sorted(), changed.size(), checkpoint);
   const IdSieve sieve(changed);
-  std::vector<int64_t> in_ram;
-  in_ram.reserve(changed.size());
-  const size_t total = changed.size();
-  for (int64_t row = 0; row < rows.size() && in_ram.size() < total; ++row) {
-    const uint64_t id = rows.id(row);
-    if (sieve.MayHold(id) && changed.erase(id)) in_ram.push_back(row);
-  }
-  // Rows hinted a few ahead, so their cache misses overlap.
+  // The rows found are copied out a batch at a time, each hinted a few
+  // ahead so that their cache misses overlap.
+  constexpr size_t kBatch = 256;
   constexpr size_t kAhead = 8;
-  for (size_t i = 0; i < in_ram.size(); ++i) {
-    if (i + kAhead < in_ram.size()) rows.PrefetchRow(in_ram[i + kAhead]);
-    const int64_t row = in_ram[i];
-    part.Append(rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
+  std::vector<int64_t> found;
+  found.reserve(kBatch);
+  auto append_found = [&] {
+    for (size_t i = 0; i < found.size(); ++i) {
+      if (i + kAhead < found.size()) rows.PrefetchRow(found[i + kAhead]);
+      const int64_t row = found[i];
+      part.Append(rows.id(row), rows.updates(row), rows.values(row).data(), rows.slots(row).data());
+    }
+    found.clear();
+  };
+  size_t left = changed.size();
+  for (int64_t row = 0; row < rows.size() && left > 0; ++row) {
+    const uint64_t id = rows.id(row);
+    if (!sieve.MayHold(id) || !changed.erase(id)) continue;
+    --left;
+    found.push_back(row);
+    if (found.size() == kBatch) append_found();
   }
+  append_found();
   const std::vector<uint64_t> cold = changed.Sorted();  // RocksDB reads in key order
   DiskRow row;
   for (uint64_t id : cold) {

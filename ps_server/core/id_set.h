@@ -63,15 +63,17 @@ class IdSet {
   std::array<absl::flat_hash_set<uint64_t>, kParts> parts_;
 };
 
-// A Bloom filter of one IdSet: 32 bits an id, two set by each id, at
-// places its hash picks. An id the set holds is always answered yes; of
-// the ids it does not hold, about one in 250. A delta checkpoint scans
-// every row of a table for the few changed ones: the filter of 10^5 ids
-// (512 KiB) stays in cache, where the set's probes miss it, a row each.
+// A Bloom filter of one IdSet: 32 bits an id (at most 8 MiB in all), two
+// set by each id, at places its hash picks. An id the set holds is always
+// answered yes; of the ids it does not hold, about one in 250 (one in 15
+// for a set of 10^7, past the cap). A delta checkpoint scans every row of
+// a table for the few changed ones: the filter of 10^5 ids (512 KiB) stays
+// in cache, where the set's probes miss it, a row each.
 class IdSieve {
  public:
   explicit IdSieve(const IdSet& ids)
-      : bits_log2_(std::bit_width(std::max<size_t>(64, std::bit_ceil(32 * ids.size())) - 1)),
+      : bits_log2_(std::min(kMaxBitsLog2, static_cast<int>(std::bit_width(
+                                              std::max<size_t>(64, 32 * ids.size()) - 1)))),
         words_((uint64_t{1} << bits_log2_) / 64) {
     ids.ForEach([this](uint64_t id) {
       const auto [first, second] = BitsOf(id);
@@ -84,15 +86,16 @@ class IdSieve {
     return ((words_[first / 64] >> (first % 64)) & 1) != 0 &&
            ((words_[second / 64] >> (second % 64)) & 1) != 0;
   }
+  size_t bytes() const { return words_.size() * sizeof(uint64_t); }
 
  private:
+  static constexpr int kMaxBitsLog2 = 26;
   // Two fields of the hash's top bits, as the set's: its low bits chose
-  // the shard. (Past 2^27 ids the fields overlap: more answers of yes,
-  // never a wrong no.)
+  // the shard.
   std::pair<uint64_t, uint64_t> BitsOf(uint64_t id) const {
     const uint64_t hash = RowHash(id);
     const uint64_t mask = (uint64_t{1} << bits_log2_) - 1;
-    return {hash >> (64 - bits_log2_), (hash >> std::max(0, 64 - 2 * bits_log2_)) & mask};
+    return {hash >> (64 - bits_log2_), (hash >> (64 - 2 * bits_log2_)) & mask};
   }
 
   const int bits_log2_;

@@ -60,6 +60,15 @@ TEST(IdSieveTest, HoldsEveryIdOfItsSetAndFewOthers) {
   EXPECT_LT(yes, others.size() / 100);
 }
 
+TEST(IdSieveTest, TakesAtMost8MiBWhateverTheSetsSize) {
+  IdSet changed;
+  for (uint64_t id : ShardIds(3000000, 3)) changed.insert(id);
+  const IdSieve sieve(changed);
+  EXPECT_EQ(sieve.bytes(), size_t{8} << 20);
+  changed.ForEach([&](uint64_t id) { ASSERT_TRUE(sieve.MayHold(id)) << id; });
+  EXPECT_EQ(IdSieve(IdSet()).bytes(), 8u);
+}
+
 TEST(IdSieveTest, OfAnEmptySetHoldsNothing) {
   const IdSieve sieve{IdSet()};
   for (uint64_t id : ShardIds(1000, 7)) EXPECT_FALSE(sieve.MayHold(id));
