@@ -126,14 +126,27 @@ void RowStore::MakeWritable(int64_t row) {
   WritableSlot(row / kRowsPerBlock) = copy;
 }
 
-RowStore::Block*& RowStore::WritableSlot(int64_t block) {
+RowStore::Chunk& RowStore::WritableChunk(int64_t block) {
   Chunk*& chunk = chunks_[block / kBlocksPerChunk];
   if (graveyard_->live() > 0 && chunk->epoch < epoch_) {
     Chunk* copy = new Chunk(*chunk, epoch_);
     graveyard_->Retire(chunk, epoch_);
     chunk = copy;
   }
-  return chunk->blocks[block % kBlocksPerChunk];
+  return *chunk;
+}
+
+void RowStore::MarkChanged(int64_t row) {
+  if (!tracks_changes_) return;
+  const int64_t block = row / kRowsPerBlock;
+  const uint64_t bit = uint64_t{1} << (row % kRowsPerBlock);
+  // Read first: a row trained again is marked already, and its chunk then
+  // need not be made writable.
+  const RowMarks& now = marks_of(block);
+  if (now.mark == change_mark_ && (now.rows & bit) != 0) return;
+  RowMarks& marks = WritableChunk(block).marks[block % kBlocksPerChunk];
+  if (marks.mark != change_mark_) marks = {.mark = change_mark_, .rows = 0};
+  marks.rows |= bit;
 }
 
 int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<const float> slots,
@@ -149,6 +162,7 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
   MakeWritable(row);
   mutable_block(row).ids[row % kRowsPerBlock] = id;
   Write(row, values, slots, updates, /*keep_copy=*/false);
+  MarkChanged(row);
   index_[IndexPart(id)].emplace(id, static_cast<uint32_t>(row));
   return row;
 }
@@ -156,6 +170,7 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
 void RowStore::Update(int64_t row, std::span<const float> values, std::span<const float> slots,
                       int64_t updates) {
   MakeWritable(row);
+  if (tracks_changes_) MarkWritten(row, CountIn(record(row), width() + kCountFloats));
   Write(row, values, slots, updates, /*keep_copy=*/true);
 }
 
@@ -163,6 +178,7 @@ float* RowStore::BeginUpdate(int64_t row, float* saved) {
   MakeWritable(row);
   float* record = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
   std::memcpy(saved, record, stride() * sizeof(float));
+  if (tracks_changes_) MarkWritten(row, CountIn(saved, width() + kCountFloats));
   return record;
 }
 
@@ -182,6 +198,7 @@ void RowStore::Restore(int64_t row, const float* saved) {
   MakeWritable(row);
   std::memcpy(records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride(), saved,
               stride() * sizeof(float));
+  MarkChanged(row);
 }
 
 void RowStore::set_has_copy(int64_t row, bool copy) {
@@ -206,6 +223,7 @@ void RowStore::Remove(int64_t row) {
     float* to = records_[row / kRowsPerBlock] + (row % kRowsPerBlock) * stride();
     std::memcpy(to, record(last), stride() * sizeof(float));
     mutable_block(row).ids[row % kRowsPerBlock] = moved;
+    MarkChanged(row);
     index_[IndexPart(moved)][moved] = static_cast<uint32_t>(row);
   }
   --size_;

@@ -1,6 +1,7 @@
 // RowStore: rows found by id, across blocks, their contents where they
-// were put, memory that grows a block at a time, and frozen views that
-// keep their rows while the store is written.
+// were put, memory that grows a block at a time, frozen views that keep
+// their rows while the store is written, and the rows written under each
+// change mark.
 #include "ps_server/core/row_store.h"
 
 #include <algorithm>
@@ -107,9 +108,9 @@ TEST(RowStoreTest, MemoryGrowsABlockAtATime) {
   RowStore store(/*dim=*/4, /*slots_per_value=*/0);
   EXPECT_EQ(store.bytes(), 0);
   // Values, id, update count and tick; and the first chunk of block
-  // pointers.
+  // pointers and their change marks (a mark and a bit per row).
   const int64_t block = RowStore::kRowsPerBlock * (4 * 4 + 8 + 8 + 8);
-  const int64_t chunk = RowStore::kBlocksPerChunk * static_cast<int64_t>(sizeof(void*));
+  const int64_t chunk = RowStore::kBlocksPerChunk * static_cast<int64_t>(sizeof(void*) + 8 + 8);
   store.Add(1, std::vector<float>(4), {}, 1);
   EXPECT_GE(store.bytes(), block + chunk);
   EXPECT_LT(store.bytes(), block + chunk + 4096);
@@ -294,6 +295,100 @@ TEST(RowStoreTest, AViewReadOnAnotherThreadSeesNoWriteAfterTheFreeze) {
   EXPECT_TRUE(same);
   EXPECT_EQ(store.updates(rows - 1), 3);
   EXPECT_EQ(store.values(rows - 1)[0], -1.0f);
+}
+
+std::vector<uint64_t> MarkedIds(const RowStore::Frozen& view, int64_t mark) {
+  std::vector<uint64_t> ids;
+  view.ForEachMarked(mark, [&](int64_t row) { ids.push_back(view.id(row)); });
+  return ids;
+}
+
+// What a delta checkpoint finds: the rows written under the mark a
+// capture ended, wherever they are at the freeze, across blocks and
+// chunks; the rows written after it are the next mark's.
+TEST(RowStoreTest, AViewListsTheRowsWrittenUnderAMarkWhereverTheyMoved) {
+  RowStore store(/*dim=*/1, /*slots_per_value=*/1);
+  store.EndChanges();  // the marks start
+  const int64_t rows = (RowStore::kBlocksPerChunk + 1) * RowStore::kRowsPerBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    store.Add(static_cast<uint64_t>(r), std::vector<float>{0}, std::vector<float>{0}, 0);
+  }
+  const int64_t adds = store.EndChanges();
+  std::vector<float> saved(store.saved_floats());
+  store.Update(3, std::vector<float>{1}, std::vector<float>{1}, 1);
+  store.BeginUpdate(rows - 2, saved.data())[0] = 1;
+  store.EndUpdate(rows - 2, 1);
+  // The last row was written; removing row 5 moves it there.
+  store.Update(rows - 1, std::vector<float>{1}, std::vector<float>{1}, 1);
+  store.Remove(5);
+  store.Add(1000000, std::vector<float>{1}, std::vector<float>{1}, 1);
+  const RowStore::Frozen view = store.Freeze();
+  const int64_t mark = store.EndChanges();
+  EXPECT_EQ(mark, adds + 1);
+  store.Update(7, std::vector<float>{2}, std::vector<float>{2}, 2);  // the next mark's
+  EXPECT_EQ(MarkedIds(view, mark),
+            (std::vector<uint64_t>{3, static_cast<uint64_t>(rows - 1),
+                                   static_cast<uint64_t>(rows - 2), 1000000}));
+  // Of the mark before, the blocks written since keep nothing: all rows
+  // but those of the first block and the last.
+  EXPECT_EQ(MarkedIds(view, adds).size(), static_cast<size_t>(rows - 2 * RowStore::kRowsPerBlock));
+  const RowStore::Frozen next = store.Freeze();
+  EXPECT_EQ(MarkedIds(next, store.EndChanges()), std::vector<uint64_t>{7});
+}
+
+// Until a delta first asks, writes mark nothing.
+TEST(RowStoreTest, AStoreMarksNoRowBeforeTheFirstEndOfChanges) {
+  RowStore store(/*dim=*/1, /*slots_per_value=*/0);
+  store.Add(9, std::vector<float>{1}, {}, 1);
+  store.Update(0, std::vector<float>{2}, {}, 2);
+  const RowStore::Frozen view = store.Freeze();
+  EXPECT_EQ(MarkedIds(view, store.EndChanges()), std::vector<uint64_t>{});
+  store.Update(0, std::vector<float>{3}, {}, 3);
+  const RowStore::Frozen next = store.Freeze();
+  EXPECT_EQ(MarkedIds(next, store.EndChanges()), std::vector<uint64_t>{9});
+}
+
+// A row written again under the same mark is not marked again (its tick
+// says so), and one written under the next mark is, whichever way the
+// ticks have gone.
+TEST(RowStoreTest, ARowsTickTellsWhetherItsWriteIsMarkedAlready) {
+  RowStore store(/*dim=*/1, /*slots_per_value=*/0);
+  store.set_tick(1);
+  for (uint64_t id = 0; id < 4; ++id) store.Add(id, std::vector<float>{1}, {}, 1);
+  store.EndChanges();
+  std::vector<float> saved(store.saved_floats());
+  store.set_tick(2);
+  store.BeginUpdate(1, saved.data())[0] = 2;
+  store.EndUpdate(1, 2);
+  store.set_tick(3);
+  store.Update(1, std::vector<float>{3}, {}, 3);
+  store.Update(2, std::vector<float>{3}, {}, 2);
+  const RowStore::Frozen first = store.Freeze();
+  EXPECT_EQ(MarkedIds(first, store.EndChanges()), (std::vector<uint64_t>{1, 2}));
+  store.Update(1, std::vector<float>{4}, {}, 4);  // at tick 3 still
+  store.set_tick(10);
+  store.Update(3, std::vector<float>{4}, {}, 2);
+  const RowStore::Frozen second = store.Freeze();
+  EXPECT_EQ(MarkedIds(second, store.EndChanges()), (std::vector<uint64_t>{1, 3}));
+  store.set_tick(5);  // back: rows written at 10 are marked again all the same
+  store.Update(3, std::vector<float>{5}, {}, 3);
+  store.Update(0, std::vector<float>{5}, {}, 2);
+  const RowStore::Frozen third = store.Freeze();
+  EXPECT_EQ(MarkedIds(third, store.EndChanges()), (std::vector<uint64_t>{0, 3}));
+}
+
+// A row written and put back (a discarded update) is listed too: its
+// place was written, and a set of changed ids tells the rest.
+TEST(RowStoreTest, ARowPutBackIsListedUnderTheMarkOfItsWrite) {
+  RowStore store(/*dim=*/1, /*slots_per_value=*/0);
+  store.Add(9, std::vector<float>{1}, {}, 1);
+  store.Add(10, std::vector<float>{1}, {}, 1);
+  store.EndChanges();  // the marks start
+  std::vector<float> saved(store.saved_floats());
+  store.BeginUpdate(1, saved.data())[0] = 5;
+  store.Restore(1, saved.data());
+  const RowStore::Frozen view = store.Freeze();
+  EXPECT_EQ(MarkedIds(view, store.EndChanges()), std::vector<uint64_t>{10});
 }
 
 }  // namespace PST_FILE_ID
