@@ -37,7 +37,8 @@
 // above every tick set before the mark began was written, and marked,
 // under it already: an update in place reads its row's tick anyway, so
 // only a row's first write under a mark reads the marks (reading them on
-// every write made a SYNC row step's staging about a fifth slower).
+// every write made a SYNC row step's staging a fifth or more slower in
+// alternated runs).
 //
 // Not thread-safe: the owner serializes access, Freeze included. A frozen
 // view is immutable and may be read on any thread and outlive the store.
