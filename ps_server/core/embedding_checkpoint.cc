@@ -1,5 +1,6 @@
-// EmbeddingTable's checkpoint: every table's spec, counters and rows out,
-// and back in only once all of it has been checked.
+// EmbeddingTable's checkpoint: every table's spec, counters and rows out
+// (whole, or a chain's delta), and back in only once all of it has been
+// checked. What a primary forwards to its backups: embedding_changes.cc.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/embedding_config.h"
 #include "common/status_macros.h"
+#include "ps_server/core/embedding_checkpoint_parts.h"
 #include "ps_server/core/embedding_table.h"
 #include "ps_server/core/embedding_table_internal.h"
 #include "ps_server/core/row_step.h"
@@ -20,48 +22,7 @@
 
 namespace pst {
 
-using embedding_internal::IdCount;
-using embedding_internal::Invalid;
-
-namespace {
-
-// How far ahead a walk over many rows hints the next ones' cache lines.
-constexpr size_t kRowsAhead = 8;
-
-// One table's part of a checkpoint: what it is, its counters, and its
-// rows from `Rows` (a RowStore, or a view of one frozen earlier).
-struct TableHeader {
-  EmbeddingTableConfig config;
-  uint64_t seed;
-  int num_shards;
-  int64_t updates;
-  int64_t rows_admitted;
-  int64_t rows_refused;
-  int64_t rows_evicted;
-  int64_t rows_demoted;
-  int64_t rows_promoted;
-  int64_t rows_expired;
-  size_t slot_floats;
-  // RAM rows whose disk copy the tier holds too (the RAM row is the row).
-  int64_t disk_copies;
-};
-
-// (A template: EmbeddingTable::Embedding is not to be named here.)
-template <typename Table>
-TableHeader HeaderOf(const Table& table, int num_shards) {
-  return {.config = table.config,
-          .seed = table.seed,
-          .num_shards = num_shards,
-          .updates = table.updates,
-          .rows_admitted = table.rows_admitted,
-          .rows_refused = table.rows_refused,
-          .rows_evicted = table.rows_evicted,
-          .rows_demoted = table.rows_demoted,
-          .rows_promoted = table.rows_promoted,
-          .rows_expired = table.rows_expired,
-          .slot_floats = table.slot_floats(),
-          .disk_copies = table.disk_copies};
-}
+namespace embedding_internal {
 
 // The table's part of `checkpoint`, with its header written in.
 ShardCheckpoint::Embedding* AddTable(const TableHeader& header, ShardCheckpoint* checkpoint) {
@@ -79,19 +40,6 @@ ShardCheckpoint::Embedding* AddTable(const TableHeader& header, ShardCheckpoint*
   return out;
 }
 
-// Marks `checkpoint` as not holding the whole table (`why`), so that no
-// one writes or restores it as if it did.
-void MarkIncomplete(const TableHeader& header, const absl::Status& why,
-                    ShardCheckpoint* checkpoint) {
-  const std::string message =
-      absl::StrCat("embedding table \"", header.config.name(),
-                   "\": the rows of its disk tier cannot be read: ", why.message());
-  spdlog::error("{}", message);
-  checkpoint->set_incomplete(message);
-}
-
-// Row `row` of `in` (dim values, then `slots` floats of state) into
-// `record`, which holds dim + slots floats; returns its update count.
 int64_t RowOfCheckpoint(const ShardCheckpoint::Embedding& in, int64_t row, size_t dim, size_t slots,
                         float* record) {
   int64_t updates;
@@ -102,6 +50,48 @@ int64_t RowOfCheckpoint(const ShardCheckpoint::Embedding& in, int64_t row, size_
                 slots * sizeof(float));
   }
   return updates;
+}
+
+DeltaPart::DeltaPart(const TableHeader& header, const std::vector<uint64_t>& removed, size_t rows,
+                     ShardCheckpoint* checkpoint)
+    : dim_(header.config.dim()), slots_(header.slot_floats), out_(AddTable(header, checkpoint)) {
+  out_->mutable_removed_ids()->assign(reinterpret_cast<const char*>(removed.data()),
+                                      removed.size() * sizeof(uint64_t));
+  out_->mutable_ids()->reserve(rows * sizeof(uint64_t));
+  out_->mutable_values()->reserve(rows * dim_ * sizeof(float));
+  out_->mutable_slots()->reserve(rows * slots_ * sizeof(float));
+  out_->mutable_row_updates()->reserve(rows * sizeof(int64_t));
+}
+
+void DeltaPart::Append(uint64_t id, int64_t updates, const float* values, const float* slots) {
+  out_->mutable_ids()->append(reinterpret_cast<const char*>(&id), sizeof(id));
+  out_->mutable_row_updates()->append(reinterpret_cast<const char*>(&updates), sizeof(updates));
+  out_->mutable_values()->append(reinterpret_cast<const char*>(values), dim_ * sizeof(float));
+  out_->mutable_slots()->append(reinterpret_cast<const char*>(slots), slots_ * sizeof(float));
+}
+
+}  // namespace embedding_internal
+
+using embedding_internal::AddTable;
+using embedding_internal::DeltaPart;
+using embedding_internal::HeaderOf;
+using embedding_internal::IdCount;
+using embedding_internal::Invalid;
+using embedding_internal::kRowsAhead;
+using embedding_internal::RowOfCheckpoint;
+using embedding_internal::TableHeader;
+
+namespace {
+
+// Marks `checkpoint` as not holding the whole table (`why`), so that no
+// one writes or restores it as if it did.
+void MarkIncomplete(const TableHeader& header, const absl::Status& why,
+                    ShardCheckpoint* checkpoint) {
+  const std::string message =
+      absl::StrCat("embedding table \"", header.config.name(),
+                   "\": the rows of its disk tier cannot be read: ", why.message());
+  spdlog::error("{}", message);
+  checkpoint->set_incomplete(message);
 }
 
 // The table's rows in RAM (`rows`), then those of its disk tier (`disk`, a
@@ -153,35 +143,6 @@ void WriteTable(const TableHeader& header, const Rows& rows, const Disk* disk,
   }
   if (!read.ok()) MarkIncomplete(header, read, checkpoint);
 }
-
-// A delta's part of one table (ShardCheckpoint.delta): its header and
-// the ids in `removed` written at once, in id order (the same file for the
-// same changes), then its rows appended one by one, `rows` of them at most.
-class DeltaPart {
- public:
-  DeltaPart(const TableHeader& header, const std::vector<uint64_t>& removed, size_t rows,
-            ShardCheckpoint* checkpoint)
-      : dim_(header.config.dim()), slots_(header.slot_floats), out_(AddTable(header, checkpoint)) {
-    out_->mutable_removed_ids()->assign(reinterpret_cast<const char*>(removed.data()),
-                                        removed.size() * sizeof(uint64_t));
-    out_->mutable_ids()->reserve(rows * sizeof(uint64_t));
-    out_->mutable_values()->reserve(rows * dim_ * sizeof(float));
-    out_->mutable_slots()->reserve(rows * slots_ * sizeof(float));
-    out_->mutable_row_updates()->reserve(rows * sizeof(int64_t));
-  }
-
-  void Append(uint64_t id, int64_t updates, const float* values, const float* slots) {
-    out_->mutable_ids()->append(reinterpret_cast<const char*>(&id), sizeof(id));
-    out_->mutable_row_updates()->append(reinterpret_cast<const char*>(&updates), sizeof(updates));
-    out_->mutable_values()->append(reinterpret_cast<const char*>(values), dim_ * sizeof(float));
-    out_->mutable_slots()->append(reinterpret_cast<const char*>(slots), slots_ * sizeof(float));
-  }
-
- private:
-  const size_t dim_;
-  const size_t slots_;
-  ShardCheckpoint::Embedding* const out_;
-};
 
 // A checkpoint chain's delta of the table: its header, the ids in
 // `removed`, and the rows of the ids in `changed`, which are each in the
@@ -425,179 +386,6 @@ absl::Status EmbeddingTable::Restore(const ShardCheckpoint& checkpoint) {
     PST_RETURN_IF_ERROR(SpillRestored(table, checkpoint.embeddings(static_cast<int>(t))));
   }
   Adopt(std::move(tables));
-  return absl::OkStatus();
-}
-
-absl::Status EmbeddingTable::ExportChanges(ShardCheckpoint* checkpoint) {
-  for (const auto& t : tables_) {
-    const std::vector<uint64_t> changed = std::exchange(t->forward_changed, {}).Sorted();
-    DeltaPart part(HeaderOf(*t, options_.num_shards),
-                   std::exchange(t->forward_removed, {}).Sorted(), changed.size(), checkpoint);
-    const size_t dim = t->dim();
-    // Every changed row is a cache miss in a large table, twice (index,
-    // record): found first and then read, each hinted ahead, the misses
-    // overlap (this runs under the shard's lock, on every version).
-    std::vector<int64_t> found(changed.size());
-    t->rows.FindEach(changed, found);
-    DiskRow cold;
-    for (size_t i = 0; i < changed.size(); ++i) {
-      if (i + kRowsAhead < changed.size() && found[i + kRowsAhead] >= 0) {
-        t->rows.PrefetchRow(found[i + kRowsAhead]);
-      }
-      const uint64_t id = changed[i];
-      if (const int64_t row = found[i]; row >= 0) {
-        part.Append(id, t->rows.updates(row), t->rows.values(row).data(),
-                    t->rows.slots(row).data());
-        continue;
-      }
-      absl::StatusOr<bool> found =
-          t->tiered() ? t->disk->Get(id, &cold)
-                      : absl::StatusOr<bool>(absl::InternalError("the table has no disk tier"));
-      if (found.ok() && !*found) found = absl::InternalError("it is in neither tier");
-      if (!found.ok()) {
-        return absl::InternalError(
-            absl::StrCat("embedding table \"", t->config.name(), "\": row ", id,
-                         " changed and cannot be read: ", found.status().message()));
-      }
-      part.Append(id, cold.updates, cold.record.data(), cold.record.data() + dim);
-    }
-  }
-  return absl::OkStatus();
-}
-
-void EmbeddingTable::ForgetChanges(bool forward) {
-  for (const auto& t : tables_) {
-    t->forward_changed = {};
-    t->forward_removed = {};
-    t->forward_changes = forward;
-  }
-}
-
-absl::Status EmbeddingTable::CheckChanges(const ShardCheckpoint& delta) const {
-  if (delta.embeddings_size() != static_cast<int>(tables_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("the update holds ", delta.embeddings_size(),
-                                                   " embedding tables, this shard ",
-                                                   tables_.size()));
-  }
-  for (int t = 0; t < delta.embeddings_size(); ++t) {
-    const ShardCheckpoint::Embedding& in = delta.embeddings(t);
-    // In the tables' order: ApplyChanges reads them so.
-    if (in.config().name() != tables_[t]->config.name()) {
-      return Invalid(in.config().name(), "the update names another table in this place");
-    }
-    const Embedding& table = *tables_[t];
-    const int64_t n = IdCount(in.ids());
-    const size_t dim = table.dim();
-    const size_t slots = table.slot_floats();
-    if (in.config().dim() != table.dim() || in.ids().size() != n * sizeof(uint64_t) ||
-        in.values().size() != n * dim * sizeof(float) ||
-        in.slots().size() != n * slots * sizeof(float) ||
-        in.row_updates().size() != n * sizeof(int64_t) ||
-        in.removed_ids().size() % sizeof(uint64_t) != 0) {
-      return Invalid(in.config().name(), "the update's sizes disagree with the table's");
-    }
-    if (in.updates() < 0 || in.rows_admitted() < 0 || in.rows_refused() < 0 ||
-        in.rows_evicted() < 0 || in.rows_expired() < 0) {
-      return Invalid(in.config().name(), "the update holds a negative counter");
-    }
-    std::vector<float> record(dim + slots);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t id = RowId(in.ids(), i);
-      PST_RETURN_IF_ERROR(CheckShard(table, id, "the update's"));
-      const int64_t row_updates = RowOfCheckpoint(in, i, dim, slots, record.data());
-      // The shard never commits a non-finite value: one here was not
-      // written by a primary.
-      if (!AllFinite(record) || row_updates < 0) {
-        return Invalid(in.config().name(),
-                       absl::StrCat("the update's row of id ", id,
-                                    " holds a non-finite value or a negative update count"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
-  std::vector<float> record;
-  for (int t = 0; t < delta.embeddings_size(); ++t) {
-    const ShardCheckpoint::Embedding& in = delta.embeddings(t);
-    Embedding& table = *tables_[t];
-    // A backup notes its changes for its own checkpoint chain only: what
-    // it would forward starts anew when it becomes primary.
-    table.forward_changes = false;
-    const size_t dim = table.dim();
-    const size_t slots = table.slot_floats();
-    record.resize(dim + slots);
-    DiskRows::Batch batch;
-    DiskRow cold;
-    auto on_disk = [&](uint64_t id) -> absl::StatusOr<bool> {
-      if (!table.tiered()) return false;
-      return table.disk->Get(id, &cold);
-    };
-    for (int64_t i = 0, n = IdCount(in.removed_ids()); i < n; ++i) {
-      const uint64_t id = RowId(in.removed_ids(), i);
-      const int64_t row = table.rows.Find(id);
-      bool copy = false;
-      if (row >= 0) {
-        copy = table.rows.has_copy(row);
-        if (copy) --table.disk_copies;
-        table.rows.Remove(row);
-      }
-      table.NoteRemoved(id);
-      if (!copy) {
-        PST_ASSIGN_OR_RETURN(bool held, on_disk(id));
-        copy = held;
-      }
-      if (copy) batch.Delete(id);
-    }
-    // As the primary marked them: updated at the table's update count.
-    table.rows.set_tick(in.updates());
-    // Found first and then written, hinted ahead, as ExportChanges reads
-    // them; after the removals, which move rows, and before any Add, which
-    // moves none.
-    const int64_t n = IdCount(in.ids());
-    std::vector<uint64_t> ids(n);
-    if (n > 0) std::memcpy(ids.data(), in.ids().data(), n * sizeof(uint64_t));
-    std::vector<int64_t> found(n);
-    table.rows.FindEach(ids, found);
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + static_cast<int64_t>(kRowsAhead) < n && found[i + kRowsAhead] >= 0) {
-        table.rows.PrefetchRow(found[i + kRowsAhead]);
-      }
-      const uint64_t id = ids[i];
-      const int64_t row_updates = RowOfCheckpoint(in, i, dim, slots, record.data());
-      const std::span<const float> values(record.data(), dim);
-      const std::span<const float> state(record.data() + dim, slots);
-      table.NoteChanged(id);
-      if (const int64_t row = found[i]; row >= 0) {
-        table.rows.Update(row, values, state, row_updates);
-        continue;
-      }
-      PST_ASSIGN_OR_RETURN(bool held, on_disk(id));
-      if (!held && table.rows.size() < table.row_limit) {
-        table.rows.Add(id, values, state, row_updates);
-        continue;
-      }
-      if (!table.tiered()) {
-        // The primary made room by removing rows: these tables are not the
-        // primary's.
-        return absl::DataLossError(absl::StrCat("embedding table \"", table.config.name(),
-                                                "\": row ", id, " does not fit the backup's ",
-                                                table.row_limit, " rows"));
-      }
-      if (held) {
-        batch.Replace(id, record, row_updates, in.updates());
-      } else {
-        batch.Put(id, record, row_updates, in.updates());
-      }
-    }
-    if (!batch.empty()) PST_RETURN_IF_ERROR(table.WriteDisk(batch));
-    table.updates = in.updates();
-    table.rows_admitted = in.rows_admitted();
-    table.rows_refused = in.rows_refused();
-    table.rows_evicted = in.rows_evicted();
-    table.rows_expired = in.rows_expired();
-  }
   return absl::OkStatus();
 }
 
