@@ -23,45 +23,25 @@ using embedding_internal::RowOfCheckpoint;
 
 absl::Status EmbeddingTable::ExportChanges(ShardCheckpoint* checkpoint) {
   for (const auto& t : tables_) {
-    const std::vector<uint64_t> changed = std::exchange(t->forward_changed, {}).Sorted();
-    DeltaPart part(HeaderOf(*t, options_.num_shards),
-                   std::exchange(t->forward_removed, {}).Sorted(), changed.size(), checkpoint);
-    const size_t dim = t->dim();
-    // Every changed row is a cache miss in a large table, twice (index,
-    // record): found first and then read, each hinted ahead, the misses
-    // overlap (this runs under the shard's lock, on every version).
-    std::vector<int64_t> found(changed.size());
-    t->rows.FindEach(changed, found);
-    DiskRow cold;
-    for (size_t i = 0; i < changed.size(); ++i) {
-      if (i + kRowsAhead < changed.size() && found[i + kRowsAhead] >= 0) {
-        t->rows.PrefetchRow(found[i + kRowsAhead]);
-      }
-      const uint64_t id = changed[i];
-      if (const int64_t row = found[i]; row >= 0) {
-        part.Append(id, t->rows.updates(row), t->rows.values(row).data(),
-                    t->rows.slots(row).data());
-        continue;
-      }
-      absl::StatusOr<bool> found =
-          t->tiered() ? t->disk->Get(id, &cold)
-                      : absl::StatusOr<bool>(absl::InternalError("the table has no disk tier"));
-      if (found.ok() && !*found) found = absl::InternalError("it is in neither tier");
-      if (!found.ok()) {
-        return absl::InternalError(
-            absl::StrCat("embedding table \"", t->config.name(), "\": row ", id,
-                         " changed and cannot be read: ", found.status().message()));
-      }
-      part.Append(id, cold.updates, cold.record.data(), cold.record.data() + dim);
+    if (t->forwarded.irregular) {
+      return absl::InternalError(absl::StrCat(
+          "embedding table \"", t->config.name(),
+          "\": an update was staged or a row removed after a commit whose changes were not yet "
+          "forwarded"));
     }
+  }
+  for (const auto& t : tables_) {
+    Embedding::ForwardedRows& rows = t->forwarded;
+    DeltaPart part(HeaderOf(*t, options_.num_shards), t->forward_removed.Sorted(), 0, checkpoint);
+    part.AssignRows(rows.ids, rows.updates, rows.values, rows.slots);
+    t->ForgetForwarded();
   }
   return absl::OkStatus();
 }
 
 void EmbeddingTable::ForgetChanges(bool forward) {
   for (const auto& t : tables_) {
-    t->forward_changed = {};
-    t->forward_removed = {};
+    t->ForgetForwarded();
     t->forward_changes = forward;
   }
 }

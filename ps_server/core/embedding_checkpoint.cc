@@ -70,6 +70,17 @@ void DeltaPart::Append(uint64_t id, int64_t updates, const float* values, const 
   out_->mutable_slots()->append(reinterpret_cast<const char*>(slots), slots_ * sizeof(float));
 }
 
+void DeltaPart::AssignRows(std::span<const uint64_t> ids, std::span<const int64_t> updates,
+                           std::span<const float> values, std::span<const float> slots) {
+  auto assign = [](auto column, std::string* out) {
+    out->assign(reinterpret_cast<const char*>(column.data()), column.size_bytes());
+  };
+  assign(ids, out_->mutable_ids());
+  assign(updates, out_->mutable_row_updates());
+  assign(values, out_->mutable_values());
+  assign(slots, out_->mutable_slots());
+}
+
 }  // namespace embedding_internal
 
 using embedding_internal::AddTable;

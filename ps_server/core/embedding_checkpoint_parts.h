@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "ps.pb.h"
@@ -68,6 +69,10 @@ class DeltaPart {
   DeltaPart(const TableHeader& header, const std::vector<uint64_t>& removed, size_t rows,
             ShardCheckpoint* checkpoint);
   void Append(uint64_t id, int64_t updates, const float* values, const float* slots);
+  // The rows whole, in columns (`values` dim floats a row, `slots` the
+  // optimizer's), for a part constructed for none.
+  void AssignRows(std::span<const uint64_t> ids, std::span<const int64_t> updates,
+                  std::span<const float> values, std::span<const float> slots);
 
  private:
   const size_t dim_;

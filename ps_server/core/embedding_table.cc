@@ -287,7 +287,10 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
                                   " is not finite (the gradient is too large for the ",
                                   rule.Name(), " optimizer); nothing was applied"));
     }
-    if (row >= 0) table.rows.EndUpdate(row, step);
+    if (row >= 0) {
+      table.rows.EndUpdate(row, step);
+      table.ForwardRow(id, step, next);
+    }
     table.staged_ids.push_back(id);
     table.staged_rows.push_back(row);
     table.staged_updates.push_back(step);
@@ -395,8 +398,10 @@ void EmbeddingTable::Commit() {
       table.rows.Add(table.staged_ids[i], {next, dim}, {next + dim, width - dim},
                      table.staged_updates[i]);
       table.NoteChanged(table.staged_ids[i]);
+      table.ForwardRow(table.staged_ids[i], table.staged_updates[i], next);
       ++admitted;
     }
+    table.ForwardCommitted();
     table.rows_admitted += admitted;
     table.rows_refused += refused;
     ++table.updates;
@@ -458,6 +463,7 @@ void EmbeddingTable::Discard() {
     }
     table.undo_ids.clear();
     table.undo_records.clear();
+    table.ForwardNoneStaged();
     table.staged = false;
     table.staged_ids.clear();
     table.staged_rows.clear();

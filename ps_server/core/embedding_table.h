@@ -183,12 +183,13 @@ class EmbeddingTable final : public Table {
   // Whether there are tables and every one has tracked its changes since
   // the last chain capture: false after Initialize or Restore until one.
   bool TracksChanges() const;
-  // Replicas. ExportChanges writes, per table, its header and what every
+  // Replicas. ExportChanges writes, per table, its header and what the
   // update committed since the last ExportChanges changed (the rows
-  // trained or created, read from RAM or the disk tier, in id order, and
-  // the ids removed), in a ShardCheckpoint delta's form, and starts
-  // noting anew (with forward_changes; else only headers). INTERNAL when a
-  // changed row cannot be read from the disk tier. ForgetChanges starts
+  // trained or created, as and in the order the update wrote them, and
+  // the ids removed, in id order), in a ShardCheckpoint delta's form, and
+  // starts noting anew (with forward_changes; else only headers). A
+  // commit must be exported before the next update is staged or a row
+  // removed: INTERNAL, writing nothing, where it was not. ForgetChanges starts
   // anew without writing (the state went whole), noting from now on only
   // with `forward` (a primary with backups; ApplyChanges stops a backup's
   // noting).

@@ -132,19 +132,53 @@ struct EmbeddingTable::Embedding {
   IdSet changed_ids;
   IdSet removed_ids;
   // The same, since the last update a primary forwarded to its backups
-  // (ExportChanges), kept while `forward_changes` (the shard has backups).
+  // (ExportChanges), kept while `forward_changes` (the shard has backups):
+  // the ids removed, and the rows the update wrote, in the update's
+  // columns, copied where they are written (a row updated in place as it
+  // is staged, a new one as it is added), while in cache: read back at the
+  // export, every row would be an index lookup and a cache miss in a large
+  // table. Rows staged past `committed_rows` go when the update is
+  // discarded. A version commits once and is forwarded before anything
+  // else changes the table; were a staging or a removal to follow a
+  // commit before the export, the copies could hold a row twice or one
+  // since removed: `irregular` notes it, and the export refuses.
   bool forward_changes = false;
-  IdSet forward_changed;
   IdSet forward_removed;
+  struct ForwardedRows {
+    std::vector<uint64_t> ids;
+    std::vector<int64_t> updates;
+    std::vector<float> values;
+    std::vector<float> slots;
+    size_t committed_rows = 0;
+    bool committed = false;
+    bool irregular = false;
+  } forwarded;
   void NoteChanged(uint64_t id) {
     if (track_changes) {
       changed_ids.insert(id);
       removed_ids.erase(id);
     }
-    if (forward_changes) {
-      forward_changed.insert(id);
-      forward_removed.erase(id);
-    }
+    if (forward_changes && !forward_removed.empty()) forward_removed.erase(id);
+  }
+  // A row an update writes: `record` its values, then its slots.
+  void ForwardRow(uint64_t id, int64_t row_updates, const float* record) {
+    if (!forward_changes) return;
+    if (forwarded.committed) forwarded.irregular = true;
+    forwarded.ids.push_back(id);
+    forwarded.updates.push_back(row_updates);
+    forwarded.values.insert(forwarded.values.end(), record, record + dim());
+    forwarded.slots.insert(forwarded.slots.end(), record + dim(), record + record_floats());
+  }
+  void ForwardCommitted() {
+    forwarded.committed_rows = forwarded.ids.size();
+    forwarded.committed = forward_changes;
+  }
+  void ForwardNoneStaged() {
+    const size_t n = forwarded.committed_rows;
+    forwarded.ids.resize(n);
+    forwarded.updates.resize(n);
+    forwarded.values.resize(n * dim());
+    forwarded.slots.resize(n * slot_floats());
   }
   void NoteRemoved(uint64_t id) {
     if (track_changes) {
@@ -152,9 +186,19 @@ struct EmbeddingTable::Embedding {
       changed_ids.erase(id);
     }
     if (forward_changes) {
+      if (forwarded.committed) forwarded.irregular = true;
       forward_removed.insert(id);
-      forward_changed.erase(id);
     }
+  }
+  void ForgetForwarded() {
+    forward_removed = {};
+    forwarded.ids.clear();
+    forwarded.updates.clear();
+    forwarded.values.clear();
+    forwarded.slots.clear();
+    forwarded.committed_rows = 0;
+    forwarded.committed = false;
+    forwarded.irregular = false;
   }
 
   // The staged update: per staged id, its row (-1: a new one) and the
