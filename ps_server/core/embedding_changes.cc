@@ -3,7 +3,6 @@
 // a backup's check and application of them (CheckChanges, ApplyChanges).
 #include <cstring>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -125,9 +124,9 @@ absl::Status EmbeddingTable::ApplyChanges(const ShardCheckpoint& delta) {
     }
     // As the primary marked them: updated at the table's update count.
     table.rows.set_tick(in.updates());
-    // Found first and then written, hinted ahead, as ExportChanges reads
-    // them; after the removals, which move rows, and before any Add, which
-    // moves none.
+    // Found first and then written, hinted ahead, as StageRows finds and
+    // writes an update's rows; after the removals, which move rows, and
+    // before any Add, which moves none.
     const int64_t n = IdCount(in.ids());
     std::vector<uint64_t> ids(n);
     if (n > 0) std::memcpy(ids.data(), in.ids().data(), n * sizeof(uint64_t));
