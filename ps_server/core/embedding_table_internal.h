@@ -158,7 +158,7 @@ struct EmbeddingTable::Embedding {
       changed_ids.insert(id);
       removed_ids.erase(id);
     }
-    if (forward_changes && !forward_removed.empty()) forward_removed.erase(id);
+    if (forward_changes) forward_removed.erase(id);
   }
   // A row an update writes: `record` its values, then its slots.
   void ForwardRow(uint64_t id, int64_t row_updates, const float* record) {

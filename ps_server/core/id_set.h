@@ -33,9 +33,6 @@ class IdSet {
   bool contains(uint64_t id) const { return parts_[PartOf(id)].contains(id); }
   // Cache hint: `id` will be looked up soon.
   void Prefetch(uint64_t id) const { parts_[PartOf(id)].prefetch(id); }
-  bool empty() const {
-    return std::all_of(parts_.begin(), parts_.end(), [](const auto& part) { return part.empty(); });
-  }
   size_t size() const {
     size_t n = 0;
     for (const auto& part : parts_) n += part.size();
