@@ -5,7 +5,7 @@ policy, simulated over Criteo-format click data (the CTR generator's, Zipf).
     build/bin/ctr_datagen --train_file=/tmp/ctr_train.tsv --test_file=/tmp/ctr_test.tsv
     head -100000 /tmp/ctr_train.tsv > /tmp/ctr_100k.tsv
     /usr/bin/python3 benchmarks/hot_set.py /tmp/ctr_100k.tsv \\
-        lru,sampled_lru,sampled_lfu,lfu 0.05,0.10,0.25
+        lru,sampled_lru,sampled_lfu,lfu,opt 0.05,0.10,0.25
 
 Per SYNC step (2 workers x 256 examples) the step's unique (field, value)
 rows are read: a row RAM holds is a hit, a row seen before that RAM does not
@@ -13,8 +13,11 @@ hold is a disk read; new rows are neither. After the step every row of it is
 in RAM (as EmbeddingTable::Admit leaves them), and the policy takes rows out
 down to the capacity (a share of the rows seen), never one of the step's:
 exact LRU, sampled LRU (the oldest of 8 drawn, as the PS's), sampled LFU
-(the fewest updates of 8 drawn, oldest on ties: storage.hot_set's LFU), and
-exact LFU (counts over the whole run). Prints one line per capacity."""
+(the fewest updates of 8 drawn, oldest on ties: storage.hot_set's LFU),
+exact LFU (counts over the whole run), and opt, Belady's clairvoyant
+policy (the rows read again latest, or never, go first): no policy that
+does not know the future reads fewer rows from disk. Prints one line per
+capacity."""
 import collections, heapq, random, sys
 lines = open(sys.argv[1]).read().split("\n")
 B = 512
@@ -28,6 +31,13 @@ for i in range(0, len(lines), B):
             if v: keys.add((f, v))
     steps.append(list(keys))
 distinct = len({k for s in steps for k in s})
+# For opt: the step at which each step's rows are read next (len(steps): never).
+next_read = [None] * len(steps)
+upcoming = {}
+for t in range(len(steps) - 1, -1, -1):
+    next_read[t] = [upcoming.get(k, len(steps)) for k in steps[t]]
+    for k in steps[t]:
+        upcoming[k] = t
 reads = sum(len(s) for s in steps)
 print(f"{len(steps)} steps, {reads} row reads, {distinct} distinct rows", flush=True)
 
@@ -35,7 +45,8 @@ def run(policy, cap, seed=1):
     rng = random.Random(seed)
     held = collections.OrderedDict()  # key -> last step touched, oldest first
     freq = collections.Counter()
-    heap = []                          # LFU: (freq, last, key), lazily invalid
+    heap = []                          # LFU: (freq, last, key); opt: (-next read, key); lazily invalid
+    due = {}                           # opt: key -> the step that reads it next
     rows, pos = [], {}                 # sampled LRU: dense rows
     seen = set()
     hits = misses = 0
@@ -49,6 +60,10 @@ def run(policy, cap, seed=1):
                 pos[k] = len(rows); rows.append(k)
             held[k] = t; held.move_to_end(k)
             if policy == "lfu": heapq.heappush(heap, (freq[k], t, k))
+        if policy == "opt":
+            for k, n in zip(keys, next_read[t]):
+                due[k] = n
+                heapq.heappush(heap, (-n, k))
         excess = len(held) - cap
         victims = []
         if excess > 0 and policy == "lru":
@@ -65,6 +80,21 @@ def run(policy, cap, seed=1):
                 if k not in held or held[k] != v or freq[k] != f:
                     continue  # stale: the row was read again, or left
                 if v == t:
+                    kept.append(entry)
+                else:
+                    victims.append(k)
+            for entry in kept:
+                heapq.heappush(heap, entry)
+        elif excess > 0 and policy == "opt":
+            # Read again latest first; none of this step's rows (each is due
+            # after t, so an entry of one is valid and goes back).
+            kept = []
+            while len(victims) < excess and heap:
+                entry = heapq.heappop(heap)
+                n, k = -entry[0], entry[1]
+                if k not in held or due[k] != n:
+                    continue  # stale: the row was read since, or left
+                if held[k] == t:
                     kept.append(entry)
                 else:
                     victims.append(k)
