@@ -10,10 +10,13 @@ policy, simulated over Criteo-format click data (the CTR generator's, Zipf).
 Per SYNC step (2 workers x 256 examples) the step's unique (field, value)
 rows are read: a row RAM holds is a hit, a row seen before that RAM does not
 hold is a disk read; new rows are neither. After the step every row of it is
-in RAM (as EmbeddingTable::Admit leaves them), and the policy takes rows out
+in RAM (as EmbeddingTable::Admit leaves them; sampled LFU's new rows only
+while there is room), and the policy takes rows out
 down to the capacity (a share of the rows seen), never one of the step's:
 exact LRU, sampled LRU (the oldest of 8 drawn, as the PS's), sampled LFU
-(the fewest updates of 8 drawn, oldest on ties: storage.hot_set's LFU),
+(the fewest updates of 8 drawn, oldest on ties; a new row takes only the
+room left once the step's other rows are in, and goes to disk otherwise:
+storage.hot_set's LFU),
 exact LFU (counts over the whole run), and opt, Belady's clairvoyant
 policy (the rows read again latest, or never, go first): no policy that
 does not know the future reads fewer rows from disk. Prints one line per
@@ -54,8 +57,13 @@ def run(policy, cap, seed=1):
         for k in keys:
             if k in held: hits += 1
             elif k in seen: misses += 1
+        # Under the PS's LFU a new row takes only the room RAM has left once
+        # the step's other rows are in; the rest go to disk.
+        new_rows = {k for k in keys if k not in seen} if policy == "sampled_lfu" else set()
         for k in keys:
             seen.add(k); freq[k] += 1
+            if k in new_rows:
+                continue
             if k not in held:
                 pos[k] = len(rows); rows.append(k)
             held[k] = t; held.move_to_end(k)
@@ -124,6 +132,10 @@ def run(policy, cap, seed=1):
             del held[k]
             i = pos.pop(k); last = rows.pop()
             if last != k: rows[i] = last; pos[last] = i
+        for k in (k for k in keys if k in new_rows):
+            if len(held) >= cap: break
+            pos[k] = len(rows); rows.append(k)
+            held[k] = t; held.move_to_end(k)
         assert len(held) <= max(cap, len(keys)), (policy, len(held), cap)
     return hits, misses
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table_internal.h"
 #include "ps_server/core/variable_store.h"
+#include "spdlog/spdlog.h"
 
 namespace pst {
 
@@ -383,6 +385,8 @@ void EmbeddingTable::Commit() {
     int64_t admitted = 0;
     int64_t refused = table.staged_refused;
     const float* record = table.staged_records.data();
+    DiskRows::Batch to_disk;
+    std::vector<size_t> to_disk_at;  // of each row in to_disk, its staged index
     for (size_t i = 0; i < n; ++i) {
       if (table.staged_rows[i] >= 0) {
         table.NoteChanged(table.staged_ids[i]);
@@ -390,16 +394,39 @@ void EmbeddingTable::Commit() {
       }
       const float* next = record;
       record += width;
-      // A tiered table made room when it admitted the update.
-      if (!table.tiered() && table.rows.size() >= table.row_limit && !EvictOne(table, tick)) {
-        ++refused;  // every row left was trained by this update
-        continue;
+      if (table.new_rows_to_disk() && table.rows.size() >= table.row_limit) {
+        to_disk.Put(table.staged_ids[i], {next, width}, table.staged_updates[i], tick);
+        to_disk_at.push_back(i);
+      } else {
+        // A tiered table made room when it admitted the update.
+        if (!table.tiered() && table.rows.size() >= table.row_limit && !EvictOne(table, tick)) {
+          ++refused;  // every row left was trained by this update
+          continue;
+        }
+        table.rows.Add(table.staged_ids[i], {next, dim}, {next + dim, width - dim},
+                       table.staged_updates[i]);
       }
-      table.rows.Add(table.staged_ids[i], {next, dim}, {next + dim, width - dim},
-                     table.staged_updates[i]);
       table.NoteChanged(table.staged_ids[i]);
       table.ForwardRow(table.staged_ids[i], table.staged_updates[i], next);
       ++admitted;
+    }
+    if (absl::Status written = to_disk.empty() ? absl::OkStatus() : table.WriteDisk(to_disk);
+        !written.ok()) {
+      // A commit cannot fail: the rows stay in RAM past its limit, and the
+      // next update that needs room makes it, or is refused while the disk
+      // still fails.
+      spdlog::error("{}; {} new row(s) kept in RAM past the table's limit instead",
+                    std::string(written.message()), to_disk.puts());
+      record = table.staged_records.data();
+      for (size_t k = 0, i = 0; i < n && k < to_disk_at.size(); ++i) {
+        if (table.staged_rows[i] >= 0) continue;
+        const float* next = record;
+        record += width;
+        if (i != to_disk_at[k]) continue;
+        ++k;
+        table.rows.Add(table.staged_ids[i], {next, dim}, {next + dim, width - dim},
+                       table.staged_updates[i]);
+      }
     }
     table.ForwardCommitted();
     table.rows_admitted += admitted;

@@ -42,6 +42,12 @@ struct EmbeddingTable::Embedding {
   }
   size_t record_floats() const { return config.dim() + slot_floats(); }
   bool tiered() const { return disk != nullptr; }
+  // Whether a new row goes to disk, not RAM, once RAM is full: under LFU
+  // with a disk tier, where a new row (one update) is the least frequent
+  // of all. It comes into RAM when an update reads it again.
+  bool new_rows_to_disk() const {
+    return tiered() && config.storage().hot_set() == TableStorage::LEAST_FREQUENTLY_USED;
+  }
   // Whether the spec names a disk tier (open or not yet).
   bool tiered_spec() const { return !config.storage().disk().empty(); }
   int64_t ttl() const { return config.storage().ttl_steps(); }

@@ -164,7 +164,10 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   // rows every time). When the update's own rows are more than the limit,
   // every other row goes and RAM holds the update's. A chosen row is
   // marked as the trained ones are: neither is drawn again.
-  const int64_t incoming = static_cast<int64_t>(promoted.size()) + fresh + table.staged_new;
+  // Under LFU a new row takes only the room RAM has (Commit sends the rest
+  // to disk): no row goes down for it.
+  const int64_t incoming = static_cast<int64_t>(promoted.size()) +
+                           (table.new_rows_to_disk() ? 0 : fresh + table.staged_new);
   const int64_t excess = std::min<int64_t>(size + incoming - table.row_limit, size - trained);
   std::vector<int64_t> victims;
   if (excess > 0) {

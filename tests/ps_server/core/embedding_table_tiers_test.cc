@@ -286,6 +286,66 @@ TEST(EmbeddingTiersTest, LeastFrequentlyUsedKeepsSkewedReadsInRamMoreOften) {
       << stats[0].disk_read_hits();
 }
 
+// Under LFU a new row, the least frequent of all, goes to disk once RAM is
+// full instead of sending another row down, and comes up when an update
+// reads it again; where its disk write fails, it stays in RAM past the
+// limit, which the next update restores. Under LRU it takes a row's place.
+TEST(EmbeddingTiersTest, UnderLfuANewRowGoesToDiskOnceRamIsFull) {
+  const std::string dir = FreshDir("tiers_new_rows");
+  EmbeddingTableOptions options = Options();
+  options.disk_fail_writes = std::make_shared<std::atomic<bool>>(false);
+  EmbeddingTableConfig spec = Tiered(Spec("t", 2, Adagrad(0.1f, 0.1f)), 2, dir, 1);
+  spec.mutable_storage()->set_hot_set(TableStorage::LEAST_FREQUENTLY_USED);
+  std::unique_ptr<EmbeddingTable> table = Make({spec}, options);
+  std::unique_ptr<EmbeddingTable> ram = Make({Spec("t", 2, Adagrad(0.1f, 0.1f))});
+  int step = 0;
+  auto train = [&](const std::vector<uint64_t>& ids) {
+    for (EmbeddingTable* t : {table.get(), ram.get()}) {
+      ASSERT_TRUE(Apply(*t, Push({Rows("t", ids, Gradients(ids, 2, step))})).ok());
+    }
+    ++step;
+  };
+  const std::vector<uint64_t> three = {3}, seven = {7}, trained = {1, 2, 3};
+  train({1, 2});
+  train({1, 2});
+  train(three);
+  EmbeddingTableStats stats = StatsOf(*table, "t");
+  EXPECT_EQ(stats.rows_in_memory(), 2);
+  EXPECT_EQ(stats.rows_on_disk(), 1);
+  EXPECT_EQ(stats.rows_demoted(), 0);
+  EXPECT_EQ(table->ColdIds("t", trained), three);
+  EXPECT_EQ(RowsOf(*table), RowsOf(*ram));
+
+  train(three);  // read again: up, and one of 1 and 2 down
+  stats = StatsOf(*table, "t");
+  EXPECT_EQ(stats.rows_in_memory(), 2);
+  EXPECT_EQ(stats.rows_demoted(), 1);
+  EXPECT_EQ(stats.rows_promoted(), 1);
+  EXPECT_TRUE(table->ColdIds("t", three).empty());
+  EXPECT_EQ(RowsOf(*table), RowsOf(*ram));
+
+  options.disk_fail_writes->store(true);
+  train(seven);  // a commit cannot fail: RAM keeps the row past its limit
+  EXPECT_EQ(StatsOf(*table, "t").rows_in_memory(), 3);
+  EXPECT_TRUE(table->ColdIds("t", seven).empty());
+  EXPECT_EQ(RowsOf(*table), RowsOf(*ram));
+  options.disk_fail_writes->store(false);
+  train(seven);
+  EXPECT_EQ(StatsOf(*table, "t").rows_in_memory(), 2);
+  EXPECT_EQ(RowsOf(*table), RowsOf(*ram));
+  EXPECT_EQ(Lookup(*table, "t", Range(8)), Lookup(*ram, "t", Range(8)));
+
+  // Under LRU the new row stays, and a row goes down for it.
+  const std::string lru_dir = FreshDir("tiers_new_rows_lru");
+  std::unique_ptr<EmbeddingTable> lru =
+      Make({Tiered(Spec("t", 2, Adagrad(0.1f, 0.1f)), 2, lru_dir, 1)});
+  for (const std::vector<uint64_t>& ids : {std::vector<uint64_t>{1, 2}, {3}}) {
+    ASSERT_TRUE(Apply(*lru, Push({Rows("t", ids, Gradients(ids, 2, 0))})).ok());
+  }
+  EXPECT_EQ(StatsOf(*lru, "t").rows_demoted(), 1);
+  EXPECT_TRUE(lru->ColdIds("t", three).empty());
+}
+
 TEST(EmbeddingTiersTest, ACheckpointHoldsBothTiersAndRestoresIntoTiersOrRam) {
   const std::string dir = FreshDir("tiers_checkpoint");
   const EmbeddingTableConfig spec = Tiered(Spec("t", 4, Adagrad(0.1f, 0.1f)), 3, dir, 1);
