@@ -14,7 +14,6 @@
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/embedding_table_internal.h"
 #include "ps_server/core/variable_store.h"
-#include "spdlog/spdlog.h"
 
 namespace pst {
 
@@ -385,8 +384,7 @@ void EmbeddingTable::Commit() {
     int64_t admitted = 0;
     int64_t refused = table.staged_refused;
     const float* record = table.staged_records.data();
-    DiskRows::Batch to_disk;
-    std::vector<size_t> to_disk_at;  // of each row in to_disk, its staged index
+    std::vector<StagedNewRow> to_disk;  // under LFU, once RAM is full
     for (size_t i = 0; i < n; ++i) {
       if (table.staged_rows[i] >= 0) {
         table.NoteChanged(table.staged_ids[i]);
@@ -395,8 +393,7 @@ void EmbeddingTable::Commit() {
       const float* next = record;
       record += width;
       if (table.new_rows_to_disk() && table.rows.size() >= table.row_limit) {
-        to_disk.Put(table.staged_ids[i], {next, width}, table.staged_updates[i], tick);
-        to_disk_at.push_back(i);
+        to_disk.push_back({table.staged_ids[i], table.staged_updates[i], next});
       } else {
         // A tiered table made room when it admitted the update.
         if (!table.tiered() && table.rows.size() >= table.row_limit && !EvictOne(table, tick)) {
@@ -410,24 +407,7 @@ void EmbeddingTable::Commit() {
       table.ForwardRow(table.staged_ids[i], table.staged_updates[i], next);
       ++admitted;
     }
-    if (absl::Status written = to_disk.empty() ? absl::OkStatus() : table.WriteDisk(to_disk);
-        !written.ok()) {
-      // A commit cannot fail: the rows stay in RAM past its limit, and the
-      // next update that needs room makes it, or is refused while the disk
-      // still fails.
-      spdlog::error("{}; {} new row(s) kept in RAM past the table's limit instead",
-                    std::string(written.message()), to_disk.puts());
-      record = table.staged_records.data();
-      for (size_t k = 0, i = 0; i < n && k < to_disk_at.size(); ++i) {
-        if (table.staged_rows[i] >= 0) continue;
-        const float* next = record;
-        record += width;
-        if (i != to_disk_at[k]) continue;
-        ++k;
-        table.rows.Add(table.staged_ids[i], {next, dim}, {next + dim, width - dim},
-                       table.staged_updates[i]);
-      }
-    }
+    if (!to_disk.empty()) StoreNewRows(table, to_disk, tick);
     table.ForwardCommitted();
     table.rows_admitted += admitted;
     table.rows_refused += refused;

@@ -28,7 +28,9 @@
 // whole (values, optimizer state, update count), and demoting as many
 // least recently used rows (sampled as the eviction's) as the row limit
 // asks, all in one atomic disk write; only then does it stage, so a
-// failed write fails the update with nothing lost. RAM holds at most the
+// failed write fails the update with nothing lost. Under LFU a new row
+// takes no row's place: once RAM is full, Commit writes it to disk
+// (StoreNewRows). RAM holds at most the
 // row limit, or one update's own rows when they alone are more; no row is
 // ever refused or dropped. A pull reads RAM, then the disk. Demotion and
 // promotion copy every bit, so a tiered table trains bitwise as the same
@@ -284,9 +286,20 @@ class EmbeddingTable final : public Table {
   // Before an update stages `ids` (embedding_tiers.cc): expires rows past
   // the TTL, then, in a tiered table, promotes the ids the disk holds and
   // demotes rows the update does not train until RAM has room for the
-  // update's new rows. On failure nothing has changed.
+  // promoted rows and (but under LFU) the update's new rows. On failure
+  // nothing has changed.
   absl::Status Admit(Embedding& table, std::span<const uint64_t> ids);
   absl::Status Expire(Embedding& table);
+  // A new row Commit sends to disk: its id, update count and staged record.
+  struct StagedNewRow {
+    uint64_t id;
+    int64_t updates;
+    const float* record;
+  };
+  // Commit's new rows past RAM's room under LFU, written to the disk tier
+  // marked with `tick`; where the write fails they go into RAM past the
+  // row limit instead (a commit cannot fail), and the error is logged.
+  static void StoreNewRows(Embedding& table, std::span<const StagedNewRow> rows, int64_t tick);
   // Writes the rows of `in` past the table's row limit to its disk tier.
   static absl::Status SpillRestored(Embedding& table, const ShardCheckpoint::Embedding& in);
   // Row `id` from the disk tier into *row: read ahead (taken from the

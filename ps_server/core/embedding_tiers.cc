@@ -10,6 +10,7 @@
 #include "placement/row_placement.h"
 #include "ps_server/core/embedding_table.h"
 #include "ps_server/core/embedding_table_internal.h"
+#include "spdlog/spdlog.h"
 
 namespace pst {
 
@@ -238,6 +239,24 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   table.disk_copies += static_cast<int64_t>(promoted.size());
   table.rows_promoted += static_cast<int64_t>(promoted.size());
   return absl::OkStatus();
+}
+
+void EmbeddingTable::StoreNewRows(Embedding& table, std::span<const StagedNewRow> rows,
+                                  int64_t tick) {
+  const size_t dim = table.dim();
+  const size_t width = table.record_floats();
+  DiskRows::Batch batch;
+  for (const StagedNewRow& row : rows) batch.Put(row.id, {row.record, width}, row.updates, tick);
+  absl::Status written = table.WriteDisk(batch);
+  if (written.ok()) return;
+  // A commit cannot fail: the rows stay in RAM past its limit, and the next
+  // update that needs room makes it, or is refused while the disk still
+  // fails.
+  spdlog::error("{}; {} new row(s) kept in RAM past the table's limit instead",
+                std::string(written.message()), rows.size());
+  for (const StagedNewRow& row : rows) {
+    table.rows.Add(row.id, {row.record, dim}, {row.record + dim, width - dim}, row.updates);
+  }
 }
 
 absl::Status EmbeddingTable::Expire(Embedding& table) {
