@@ -8,14 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_lock.h"
+#include "ps_server/core/row_memtable.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
 #include "rocksdb/filter_policy.h"
-#include "rocksdb/memtablerep.h"
 #include "rocksdb/options.h"
-#include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
@@ -151,7 +150,7 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
   rocks.keep_log_file_num = 2;
   // Most reads that reach the memtables are of rows the tier does not
   // hold (ids never trained, or in RAM): a whole-key filter answers them
-  // without a walk of the memtable's skip list.
+  // without a walk of the memtable's bucket.
   rocks.memtable_whole_key_filtering = true;
   rocks.memtable_prefix_bloom_size_ratio = 0.1;
   // The write-ahead log is never replayed (Open empties the tier), so a
@@ -160,17 +159,11 @@ absl::StatusOr<std::unique_ptr<DiskRows>> DiskRows::Open(DiskRowsOptions options
   // write goes on once there is room. A failed flush or compaction still
   // stops writes, until Resume (Write) or RocksDB's own recovery.
   rocks.paranoid_checks = false;
-  // Demoted rows go into a memtable hashed by the whole key, not a skip
-  // list: a demotion's insert, in the shard's update, is then one bucket's,
-  // where the skip list searched its levels, a cache miss each (a fifth of
-  // a tiered shard's CPU); the memtable is sorted once, when it is flushed
-  // in the background. Lookups are by whole key; the scans ask for
-  // total order (Iterate).
-  rocks.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(sizeof(uint64_t)));
-  rocks.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(
-      /*bucket_count=*/1 << 16, /*huge_page_tlb_size=*/0, /*bucket_entries_logging_threshold=*/4096,
-      /*if_log_bucket_dist_when_flash=*/false));
-  rocks.allow_concurrent_memtable_write = false;  // a hashed memtable takes one writer
+  // Demoted rows go into a memtable hashed by the whole key and sorted
+  // once, as a vector, when it is flushed in the background (RowMemtable:
+  // its header says why neither of RocksDB's own).
+  rocks.memtable_factory = NewRowMemtableFactory(/*buckets=*/1 << 16);
+  rocks.allow_concurrent_memtable_write = false;  // RowMemtable takes one writer
   // Demoted rows' ids are spread over the whole key range, so every
   // compaction of level 0 into level 1 rewrites all of level 1 (hundreds of
   // MB at a 10^7-row table). Letting 12 flushed files gather first, not 4,
@@ -325,8 +318,6 @@ absl::Status Iterate(rocksdb::DB* db, const rocksdb::Snapshot* snapshot, size_t 
   read.snapshot = snapshot;
   // A full scan: keep the cache for the rows training reads.
   read.fill_cache = false;
-  // Every key, past the hashed memtable's per-key lookups.
-  read.total_order_seek = true;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
   DiskRow row;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
