@@ -65,11 +65,26 @@ struct SortedEntry {
 
 using SortedEntries = std::vector<SortedEntry>;
 
+class OrderedIterator;
+
+// Storage for an iterator RocksDB makes in its arena: it destroys such an
+// iterator without freeing it (the arena's memory goes with the arena),
+// and the arena's API is not public, so those iterators live in shells of
+// ours. A destroyed iterator's shell goes to its thread's spares, and only
+// that thread reuses or frees it, after the destructor has returned.
+struct Shell;
+std::unique_ptr<Shell> SpareShell();
+void Spare(Shell* shell);
+
 // Every entry of the memtable, in the comparator's order.
 class OrderedIterator : public MemTableRep::Iterator {
  public:
-  OrderedIterator(std::shared_ptr<const SortedEntries> entries, const KeyComparator& compare)
-      : entries_(std::move(entries)), compare_(compare), at_(entries_->size()) {}
+  OrderedIterator(std::shared_ptr<const SortedEntries> entries, const KeyComparator& compare,
+                  Shell* shell)
+      : entries_(std::move(entries)), compare_(compare), shell_(shell), at_(entries_->size()) {}
+  ~OrderedIterator() override {
+    if (shell_ != nullptr) Spare(shell_);
+  }
 
   bool Valid() const override { return at_ < entries_->size(); }
   const char* key() const override { return (*entries_)[at_].entry; }
@@ -101,8 +116,31 @@ class OrderedIterator : public MemTableRep::Iterator {
 
   const std::shared_ptr<const SortedEntries> entries_;
   const KeyComparator& compare_;
+  Shell* const shell_;  // null where made with new
   size_t at_;
 };
+
+struct Shell {
+  alignas(OrderedIterator) std::byte bytes[sizeof(OrderedIterator)];
+};
+
+// A thread keeps a few: flushes and scans make and destroy their
+// iterators on one thread, one or two at a time.
+constexpr size_t kSpareShells = 8;
+thread_local std::vector<std::unique_ptr<Shell>> spare_shells;
+
+std::unique_ptr<Shell> SpareShell() {
+  if (spare_shells.empty()) return std::make_unique<Shell>();
+  std::unique_ptr<Shell> shell = std::move(spare_shells.back());
+  spare_shells.pop_back();
+  return shell;
+}
+
+void Spare(Shell* shell) {
+  // The oldest spare's destructor returned before this one began.
+  if (spare_shells.size() >= kSpareShells) spare_shells.erase(spare_shells.begin());
+  spare_shells.emplace_back(shell);
+}
 
 class RowMemtable;
 
@@ -191,14 +229,9 @@ class RowMemtable : public MemTableRep {
 
   Iterator* GetIterator(rocksdb::Arena* arena) override {
     std::shared_ptr<const SortedEntries> sorted = Sorted();
-    if (arena == nullptr) return new OrderedIterator(std::move(sorted), compare_);
-    // RocksDB destroys an iterator made in its arena without freeing it
-    // (the arena's memory goes with the arena), and the arena's API is not
-    // public: such an iterator lives in storage of this memtable, which
-    // outlives it.
-    absl::MutexLock lock(&mu_);
-    Shell& shell = *arena_iterators_.emplace_back(std::make_unique<Shell>());
-    return new (shell.bytes) OrderedIterator(std::move(sorted), compare_);
+    if (arena == nullptr) return new OrderedIterator(std::move(sorted), compare_, nullptr);
+    Shell* shell = SpareShell().release();
+    return new (shell->bytes) OrderedIterator(std::move(sorted), compare_, shell);
   }
 
   Iterator* GetDynamicPrefixIterator(rocksdb::Arena* arena) override {
@@ -219,10 +252,6 @@ class RowMemtable : public MemTableRep {
   const KeyComparator& compare() const { return compare_; }
 
  private:
-  struct Shell {
-    alignas(OrderedIterator) std::byte bytes[sizeof(OrderedIterator)];
-  };
-
   std::atomic<Node*>& BucketOf(const Slice& user_key) const {
     return buckets_[absl::Hash<absl::string_view>{}(
                         absl::string_view(user_key.data(), user_key.size())) &
@@ -261,7 +290,6 @@ class RowMemtable : public MemTableRep {
   std::atomic<bool> read_only_{false};
   absl::Mutex mu_;
   std::shared_ptr<const SortedEntries> sorted_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Shell>> arena_iterators_ ABSL_GUARDED_BY(mu_);
 };
 
 void KeyIterator::Collect(const Slice& internal_key) {
