@@ -5,10 +5,12 @@
 // scans in both directions and from any seek.
 #include "ps_server/core/row_memtable.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -141,6 +143,53 @@ TEST(RowMemtableTest, AnswersAsRocksDbsSkipList) {
   uint64_t sorted_bytes = 0;
   ASSERT_TRUE(rows->GetIntProperty("rocksdb.total-sst-files-size", &sorted_bytes));
   EXPECT_GT(sorted_bytes, 0u);
+}
+
+// Point reads on another thread while one writes and memtables are
+// flushed, as the tier's read-ahead reads beside the shard's writes: each
+// read finds a whole value, and a key's values never go back in time.
+TEST(RowMemtableTest, ReadsBesideTheWriterSeeEachKeyMoveForward) {
+  std::unique_ptr<rocksdb::DB> db = Open(FreshScratchDir("row_memtable_concurrent"), true);
+  ASSERT_NE(db, nullptr);
+  constexpr uint64_t kKeys = 64;
+  constexpr int kWrites = 20000;
+  std::atomic<bool> written{false};
+  std::atomic<int64_t> reads{0};
+  std::vector<std::string> failures;
+  std::thread reader([&] {
+    std::vector<int64_t> seen(kKeys, -1);
+    std::mt19937_64 draw(3);
+    while (!written.load(std::memory_order_acquire) || reads.load() < 1000) {
+      const uint64_t k = draw() % kKeys;
+      std::string value;
+      const rocksdb::Status s = db->Get(rocksdb::ReadOptions(), KeyOf(k * 7 + 2), &value);
+      reads.fetch_add(1);
+      if (s.IsNotFound()) {
+        if (seen[k] >= 0) failures.push_back("key " + std::to_string(k) + " vanished");
+        continue;
+      }
+      // The value: the write's number, then padding of its own digit.
+      const int64_t version = std::stoll(value.substr(0, value.find(':')));
+      if (value.size() != 100 || version < seen[k]) {
+        failures.push_back("key " + std::to_string(k) + ": " + value.substr(0, 12) + " after " +
+                           std::to_string(seen[k]));
+      }
+      seen[k] = version;
+    }
+  });
+  rocksdb::Status written_status;
+  for (int write = 0; write < kWrites && written_status.ok(); ++write) {
+    std::string value = std::to_string(write) + ":";
+    value.resize(100, static_cast<char>('0' + write % 10));
+    written_status = db->Put(rocksdb::WriteOptions(), KeyOf((write % kKeys) * 7 + 2), value);
+  }
+  written.store(true, std::memory_order_release);
+  reader.join();
+  ASSERT_TRUE(written_status.ok()) << written_status.ToString();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " bad reads, the first: " << failures[0];
+  uint64_t sorted_bytes = 0;
+  ASSERT_TRUE(db->GetIntProperty("rocksdb.total-sst-files-size", &sorted_bytes));
+  EXPECT_GT(sorted_bytes, 0u);  // memtables were flushed while it read
 }
 
 }  // namespace PST_FILE_ID
