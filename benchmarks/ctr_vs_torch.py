@@ -37,7 +37,10 @@ environment as ours tunes itself with mallopt (MALLOC_MMAP_MAX_=0,
 MALLOC_TRIM_THRESHOLD_=1 GiB, MALLOC_TOP_PAD_=64 MiB, MALLOC_ARENA_MAX=1),
 and on transparent huge pages as our tables' rows are
 (GLIBC_TUNABLES=glibc.malloc.hugetlb=1: its whole heap, tables included, is
-advised for them, where the host grants them only on request).
+advised for them, where the host grants them only on request); and on
+the OpenBLAS kernels ours computes with (where OpenBLAS takes the CPU for a
+Prescott, our worker sets OPENBLAS_CORETYPE to the CPU's kernels, and
+PyTorch's processes, whose BLAS is OpenBLAS too, get the same).
 DDP all-reduces the tables' sparse gradients itself (gloo's sparse
 all-reduce). Categorical values become rows of one table by a vocabulary of
 each field's values over both files (ours hashes them to 64-bit ids instead).
@@ -56,6 +59,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from openblas_kernels import coretype_from_log
 
 PROGRAM = "ctr_vs_torch.py"
 FIELDS, DENSE = 26, 13
@@ -244,6 +249,8 @@ def peer_command(args, world, rank, port, threads, per_update):
 
 def run_torch(args, world, threads, per_update):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **MALLOC_ENV)
+    if args.openblas_coretype:
+        env["OPENBLAS_CORETYPE"] = args.openblas_coretype
     port = free_port()
     procs = [subprocess.Popen(peer_command(args, world, r, port, threads, per_update), env=env,
                               stdout=subprocess.PIPE, text=True) for r in range(world)]
@@ -279,6 +286,8 @@ def run_ours(args, mode):
     planted = re.search(r"the planted model scores test_auc ([0-9.]+)", out.stdout + out.stderr)
     if planted:
         args.planted_auc = float(planted.group(1))
+    # PyTorch's runs come after ours in a round, and get its kernels.
+    args.openblas_coretype = coretype_from_log(out.stdout + out.stderr) or args.openblas_coretype
     return {"samples_per_sec": summary["train_samples_per_sec"],
             "test_auc": summary["test_auc"], "test_logloss": summary["test_logloss"]}
 
@@ -377,7 +386,7 @@ def main():
     args.cache, args.job = f"{work}/arrays.npz", f"{work}/ctr.textproto"
     with open(args.job, "w") as f:
         f.write(job_config(args.config, args.train_file, args.test_file))
-    args.planted_auc = None
+    args.planted_auc, args.openblas_coretype = None, None
     if not (os.path.exists(args.train_file) and os.path.exists(args.test_file)):
         print("# generating the data with a first run of ours (not counted)", file=sys.stderr)
         run_ours(args, "sync")
@@ -393,7 +402,8 @@ def main():
             print(f"# round {r + 1}/{args.rounds}: {name}, {n} per update: "
                   f"{result['samples_per_sec']:.0f} samples/s, test_auc "
                   f"{result['test_auc']:.4f}, load {load:.2f}", file=sys.stderr, flush=True)
-    common = {"benchmark": "ctr_vs_torch", "command": command}
+    common = {"benchmark": "ctr_vs_torch", "command": command,
+              "openblas_coretype": args.openblas_coretype or ""}
     rows = [summarize(name, n, results, common) for (name, n), results in samples.items()]
     median = {(row["variant"], row["samples_per_update"]): row for row in rows}
     print(f"{'variant':28} {'per update':>10} {'samples/s':>10} {'min':>8} {'max':>8} "

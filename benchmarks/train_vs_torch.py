@@ -22,8 +22,9 @@ threads is reported beside it.
 The PyTorch side is set up as a user who cares about speed sets it up:
 glibc's allocator tuned as ours tunes its own (MALLOC_* variables with the
 values of common/process_memory.cc, so no step page-faults), the optimizers'
-foreach path (`foreach=True`), and every batch gathered before the timed
-loop. Ours with 2 workers and ours with 2 towers each apply 2 x --batch_size
+foreach path (`foreach=True`), every batch gathered before the timed
+loop, and the OpenBLAS kernels our worker computes with (OPENBLAS_CORETYPE,
+where our worker sets it because OpenBLAS took the CPU for a Prescott). Ours with 2 workers and ours with 2 towers each apply 2 x --batch_size
 samples per update; PyTorch in one process is also run at that batch
 ("torch 1 process, same samples per update", one and two threads), and the
 ratio at equal samples per update is reported beside the others.
@@ -43,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from openblas_kernels import coretype_from_log
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 # glibc's allocator as common/process_memory.cc sets it in our processes,
@@ -173,6 +176,11 @@ def run_ours(workers, devices, args, flags=()):
                              capture_output=True, text=True, timeout=args.timeout)
         if out.returncode != 0:
             raise RuntimeError(f"pslaunch exited {out.returncode}: {out.stderr[-2000:]}")
+        # The PyTorch processes, spawned after ours' first run, compute on
+        # the same OpenBLAS kernels.
+        coretype = coretype_from_log(out.stdout + out.stderr)
+        if coretype:
+            os.environ["OPENBLAS_CORETYPE"] = coretype
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         return summary["train_samples_per_sec"]
 

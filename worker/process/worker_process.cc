@@ -1,5 +1,7 @@
 #include "worker/process/worker_process.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -15,12 +17,13 @@
 #include "common/tf_config.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/device.h"
+#include "kernels/openblas_core.h"
 #include "spdlog/spdlog.h"
+#include "worker/client/worker_metrics.h"
+#include "worker/report/event_writer.h"
 #include "worker/training/ctr_data.h"
 #include "worker/training/ctr_trainer.h"
-#include "worker/report/event_writer.h"
 #include "worker/training/trainer.h"
-#include "worker/client/worker_metrics.h"
 
 ABSL_FLAG(std::string, task, "",
           "Which worker this is: worker:<index>; worker:0 is the chief (default: TF_CONFIG's "
@@ -90,6 +93,7 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
 namespace pst {
 
 int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
+  pst::ExecAgainWithBetterOpenBlasKernels(argv);
   pst::ParseCommandLineFlags(
       argc, argv,
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
@@ -131,6 +135,11 @@ int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
       absl::StrJoin(towers, ",",
                     [](std::string* out, const pst::Kernels* k) { out->append(k->Name()); }),
       gpus);
+  if (std::any_of(towers.begin(), towers.end(),
+                  [](const pst::Kernels* k) { return k->Name() == "cpu"; })) {
+    spdlog::info("CPU matrix products: OpenBLAS's {} kernels{}", pst::OpenBlasCore(),
+                 std::getenv("OPENBLAS_CORETYPE") != nullptr ? " (OPENBLAS_CORETYPE)" : "");
+  }
   // Why none is: worth a line where the host has an NVIDIA device (a driver
   // older than the runtime, say); on a host without one the CUDA runtime's
   // complaint is noise in every CPU worker's log.

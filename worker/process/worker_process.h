@@ -19,7 +19,9 @@ struct WorkerProcessHooks {
 };
 
 // Runs the worker with the command line `argc`/`argv`; returns the exit
-// code. Call KeepLargeBuffersWarm (common/process_memory.h) first.
+// code. Call KeepLargeBuffersWarm (common/process_memory.h) first, and no
+// thread before: where OpenBLAS misjudges this CPU it executes the program
+// again (kernels/openblas_core.h).
 int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks = {});
 
 }  // namespace pst

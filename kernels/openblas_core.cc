@@ -1,0 +1,65 @@
+#include "kernels/openblas_core.h"
+
+#include <cblas.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "spdlog/spdlog.h"
+
+namespace pst {
+
+CpuFeatures ThisCpuFeatures() {
+  CpuFeatures cpu;
+#if defined(__x86_64__)
+  // GCC's checks include the OS's: AVX-512 counts only where the kernel
+  // saves its registers.
+  cpu.avx = __builtin_cpu_supports("avx");
+  cpu.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  cpu.avx512_bf16 = cpu.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+  return cpu;
+}
+
+std::string OpenBlasCore() {
+  const char* name = openblas_get_corename();
+  return name == nullptr ? std::string() : std::string(name);
+}
+
+std::string BetterOpenBlasCore(std::string_view chosen, const CpuFeatures& cpu) {
+  // Prescott is where OpenBLAS lands for any x86-64 model it does not
+  // know; a CPU it knows keeps what OpenBLAS chose for it.
+  if (!absl::EqualsIgnoreCase(absl::string_view(chosen.data(), chosen.size()), "Prescott")) {
+    return {};
+  }
+  if (cpu.avx512_bf16) return "Cooperlake";
+  if (cpu.avx512) return "SkylakeX";
+  if (cpu.avx2) return "Haswell";
+  if (cpu.avx) return "SandyBridge";
+  return {};
+}
+
+void ExecAgainWithBetterOpenBlasKernels(char** argv) {
+  constexpr const char* kSwitch = "OPENBLAS_CORETYPE";
+  if (std::getenv(kSwitch) != nullptr) return;  // the user's choice, or ours already
+  const std::string chosen = OpenBlasCore();
+  const std::string better = BetterOpenBlasCore(chosen, ThisCpuFeatures());
+  if (better.empty()) return;
+  if (setenv(kSwitch, better.c_str(), /*overwrite=*/1) != 0) return;
+  execv("/proc/self/exe", argv);
+  const int error = errno;
+  // Still the first image: OpenBLAS keeps its Prescott kernels, and the
+  // variable goes, so that a child does not compute with other kernels.
+  unsetenv(kSwitch);
+  spdlog::warn(
+      "OpenBLAS took this CPU for a {0}; restarting with OPENBLAS_CORETYPE={1} failed ({2}), "
+      "so matrix products run on its {0} kernels: set OPENBLAS_CORETYPE={1} in the environment",
+      chosen, better, std::strerror(error));
+}
+
+}  // namespace pst

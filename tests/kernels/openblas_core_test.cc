@@ -1,0 +1,93 @@
+// OpenBLAS's kernels: the correction of its guess for a CPU it does not
+// know, and the worker binary computing with kernels for the CPU it runs on
+// (and with the user's, where OPENBLAS_CORETYPE names them).
+#include "kernels/openblas_core.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pst {
+namespace PST_FILE_ID {
+
+using ::testing::HasSubstr;
+
+constexpr CpuFeatures kSse3{};
+constexpr CpuFeatures kAvx{.avx = true};
+constexpr CpuFeatures kAvx2{.avx = true, .avx2 = true};
+constexpr CpuFeatures kAvx512{.avx = true, .avx2 = true, .avx512 = true};
+constexpr CpuFeatures kAvx512Bf16{.avx = true, .avx2 = true, .avx512 = true, .avx512_bf16 = true};
+
+TEST(BetterOpenBlasCoreTest, AnUnknownCpuGetsTheKernelsOfItsWidestInstructions) {
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", kAvx512Bf16), "Cooperlake");
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", kAvx512), "SkylakeX");
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", kAvx2), "Haswell");
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", kAvx), "SandyBridge");
+  EXPECT_EQ(BetterOpenBlasCore("PRESCOTT", kAvx2), "Haswell");
+}
+
+TEST(BetterOpenBlasCoreTest, KeepsWhatOpenBlasChoseForACpuItKnowsOrThatHasNoMore) {
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", kSse3), "");
+  // A choice below the CPU's widest instructions can be OpenBLAS's own
+  // judgement (AMD's cores get Haswell-era or Zen kernels): not second-guessed.
+  EXPECT_EQ(BetterOpenBlasCore("Haswell", kAvx512Bf16), "");
+  EXPECT_EQ(BetterOpenBlasCore("Zen", kAvx512), "");
+  EXPECT_EQ(BetterOpenBlasCore("Cooperlake", kAvx512Bf16), "");
+}
+
+// The worker's log after a start with no PS to answer (it gives up after
+// 1 s, exit 2), with OPENBLAS_CORETYPE as `coretype` (unset where null).
+std::string WorkerLog(const char* coretype) {
+  const std::string log_path =
+      absl::StrCat(::testing::TempDir(), "/openblas_core_test.", getpid(), ".log");
+  const std::string env = coretype == nullptr ? "env -u OPENBLAS_CORETYPE"
+                                              : absl::StrCat("env OPENBLAS_CORETYPE=", coretype);
+  const std::string line =
+      absl::StrCat(env, " timeout -k 5 60 ", PST_BIN_DIR,
+                   "/worker --task=worker:0 --device=cpu --connect_timeout_seconds=1 >", log_path,
+                   " 2>&1 </dev/null");
+  const int status = std::system(line.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  std::ifstream in(log_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(log_path);
+  return text.str();
+}
+
+// Where OpenBLAS took this CPU for a Prescott (it did in this test process
+// unless OPENBLAS_CORETYPE was set for it), the worker computes with the
+// kernels BetterOpenBlasCore names; elsewhere with what OpenBLAS chose.
+TEST(WorkerOpenBlasTest, ACpuWorkerComputesWithKernelsForThisCpu) {
+  if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set != nullptr) {
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << set
+                 << " in this test's environment hides what OpenBLAS chooses alone";
+  }
+  const std::string here = OpenBlasCore();
+  const std::string better = BetterOpenBlasCore(here, ThisCpuFeatures());
+  const std::string expected =
+      better.empty() ? absl::StrCat("CPU matrix products: OpenBLAS's ", here, " kernels\n")
+                     : absl::StrCat("CPU matrix products: OpenBLAS's ", better,
+                                    " kernels (OPENBLAS_CORETYPE)");
+  EXPECT_THAT(WorkerLog(nullptr), HasSubstr(expected));
+}
+
+TEST(WorkerOpenBlasTest, TheUsersCoreTypeStands) {
+  // Prescott runs on every x86-64 CPU, and is what the worker would replace.
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "OpenBLAS's Prescott kernels are x86-64's";
+#endif
+  EXPECT_THAT(WorkerLog("Prescott"),
+              HasSubstr("CPU matrix products: OpenBLAS's Prescott kernels (OPENBLAS_CORETYPE)"));
+}
+
+}  // namespace PST_FILE_ID
+}  // namespace pst
