@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "spdlog/spdlog.h"
@@ -50,12 +52,19 @@ void ExecAgainWithBetterOpenBlasKernels(char** argv) {
   const std::string chosen = OpenBlasCore();
   const std::string better = BetterOpenBlasCore(chosen, ThisCpuFeatures());
   if (better.empty()) return;
-  if (setenv(kSwitch, better.c_str(), /*overwrite=*/1) != 0) return;
-  execv("/proc/self/exe", argv);
-  const int error = errno;
-  // Still the first image: OpenBLAS keeps its Prescott kernels, and the
-  // variable goes, so that a child does not compute with other kernels.
-  unsetenv(kSwitch);
+  // The file itself, not /proc/self/exe, whose name would become the
+  // process's (what ps, top and pkill show).
+  std::error_code unreadable;
+  const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", unreadable);
+  int error = unreadable.value();
+  if (!unreadable) {
+    setenv(kSwitch, better.c_str(), /*overwrite=*/1);
+    execv(program.c_str(), argv);
+    error = errno;
+    // Still the first image, on OpenBLAS's choice: the variable goes, so
+    // that a child does not compute with other kernels than this process.
+    unsetenv(kSwitch);
+  }
   spdlog::warn(
       "OpenBLAS took this CPU for a {0}; restarting with OPENBLAS_CORETYPE={1} failed ({2}), "
       "so matrix products run on its {0} kernels: set OPENBLAS_CORETYPE={1} in the environment",

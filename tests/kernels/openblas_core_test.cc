@@ -6,14 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/commands.h"
 
 namespace pst {
 namespace PST_FILE_ID {
@@ -78,6 +83,43 @@ TEST(WorkerOpenBlasTest, ACpuWorkerComputesWithKernelsForThisCpu) {
                      : absl::StrCat("CPU matrix products: OpenBLAS's ", better,
                                     " kernels (OPENBLAS_CORETYPE)");
   EXPECT_THAT(WorkerLog(nullptr), HasSubstr(expected));
+}
+
+// The worker that executes itself again stays the process its launcher
+// started, under its own name (what ps, top and pkill show).
+TEST(WorkerOpenBlasTest, ARestartedWorkerKeepsItsProcessAndName) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
+    GTEST_SKIP() << "OPENBLAS_CORETYPE in this test's environment: the worker does not restart";
+  }
+  if (BetterOpenBlasCore(OpenBlasCore(), ThisCpuFeatures()).empty()) {
+    GTEST_SKIP() << "OpenBLAS chose its " << OpenBlasCore()
+                 << " kernels for this CPU itself: the worker does not restart";
+  }
+  const std::string log_path =
+      absl::StrCat(::testing::TempDir(), "/openblas_core_test.", getpid(), ".restart.log");
+  const std::string worker = absl::StrCat(PST_BIN_DIR, "/worker");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    freopen(log_path.c_str(), "w", stderr);
+    freopen(log_path.c_str(), "a", stdout);
+    execl(worker.c_str(), "worker", "--task=worker:0", "--device=cpu",
+          "--connect_timeout_seconds=120", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The kernels' line comes after the restart.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadFile(log_path).find("CPU matrix products") == std::string::npos &&
+         absl::Now() < deadline && !AwaitProcessEnd(pid, absl::Milliseconds(20))) {
+  }
+  const std::string comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string log = ReadFile(log_path);
+  std::filesystem::remove(log_path);
+  EXPECT_THAT(log, HasSubstr("(OPENBLAS_CORETYPE)"));
+  EXPECT_EQ(comm, "worker\n");
 }
 
 TEST(WorkerOpenBlasTest, TheUsersCoreTypeStands) {
