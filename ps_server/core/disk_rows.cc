@@ -228,8 +228,14 @@ absl::Status DiskRows::GetSorted(std::span<const uint64_t> ids, std::span<DiskRo
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);
-  db_->db->MultiGet(rocksdb::ReadOptions(), db_->db->DefaultColumnFamily(), n, slices.data(),
-                    values.data(), statuses.data(), /*sorted_input=*/true);
+  // The rows read here go into RAM, where the next reads find them, so
+  // their blocks are seldom read again from the tier: caching them only
+  // fills the block cache (in the tiered CTR job the PS's peak RSS was
+  // 458-461 MiB without, 490-502 MiB with, at the same speed).
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  db_->db->MultiGet(read, db_->db->DefaultColumnFamily(), n, slices.data(), values.data(),
+                    statuses.data(), /*sorted_input=*/true);
   for (size_t i = 0; i < n; ++i) {
     found[i] = statuses[i].ok();
     if (statuses[i].IsNotFound()) continue;
