@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "spdlog/spdlog.h"
@@ -46,20 +48,40 @@ std::string BetterOpenBlasCore(std::string_view chosen, const CpuFeatures& cpu) 
   return {};
 }
 
-void ExecAgainWithBetterOpenBlasKernels(char** argv) {
+namespace {
+
+// The command line the kernel started this process with (/proc/self/cmdline):
+// under an explicit loader (the relocatable bundle starts its programs as
+// `ld-linux... --library-path DIR libexec/worker ARGS`) it holds the loader's
+// arguments too, which main()'s argv no longer shows.
+std::vector<std::string> StartedCommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
+  return args;
+}
+
+}  // namespace
+
+void ExecAgainWithBetterOpenBlasKernels() {
   constexpr const char* kSwitch = "OPENBLAS_CORETYPE";
   if (std::getenv(kSwitch) != nullptr) return;  // the user's choice, or ours already
   const std::string chosen = OpenBlasCore();
   const std::string better = BetterOpenBlasCore(chosen, ThisCpuFeatures());
   if (better.empty()) return;
-  // The file itself, not /proc/self/exe, whose name would become the
-  // process's (what ps, top and pkill show).
+  // The file the kernel started (the program, or the loader that runs it),
+  // by its own path: executing /proc/self/exe would name the process "exe"
+  // (what ps, top and pkill show).
   std::error_code unreadable;
-  const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", unreadable);
-  int error = unreadable.value();
-  if (!unreadable) {
+  const std::filesystem::path file = std::filesystem::read_symlink("/proc/self/exe", unreadable);
+  std::vector<std::string> args = StartedCommandLine();
+  int error = unreadable ? unreadable.value() : (args.empty() ? ENOENT : 0);
+  if (error == 0) {
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
     setenv(kSwitch, better.c_str(), /*overwrite=*/1);
-    execv(program.c_str(), argv);
+    execv(file.c_str(), argv.data());
     error = errno;
     // Still the first image, on OpenBLAS's choice: the variable goes, so
     // that a child does not compute with other kernels than this process.

@@ -36,13 +36,14 @@ std::string OpenBlasCore();
 // nothing past SSE3.
 std::string BetterOpenBlasCore(std::string_view chosen, const CpuFeatures& cpu);
 
-// For the first line of main() in a program that computes with OpenBLAS,
-// before any thread starts: where OPENBLAS_CORETYPE is unset and
-// BetterOpenBlasCore names kernels, sets it and executes the program again
-// (the same process and arguments) so that OpenBLAS loads with them.
-// Returns where nothing is to change, or where the execution fails
-// (logged; OpenBLAS keeps its choice).
-void ExecAgainWithBetterOpenBlasKernels(char** argv);
+// Early in main() of a program that computes with OpenBLAS, before any
+// thread starts: where OPENBLAS_CORETYPE is unset and BetterOpenBlasCore
+// names kernels, sets it and executes the program again as the kernel
+// started it (/proc/self/exe with /proc/self/cmdline: under an explicit
+// loader, the loader and its arguments too), the same process, so that
+// OpenBLAS loads with them. Returns where nothing is to change, or where
+// the execution fails (logged; OpenBLAS keeps its choice).
+void ExecAgainWithBetterOpenBlasKernels();
 
 }  // namespace pst
 

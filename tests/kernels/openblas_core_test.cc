@@ -49,14 +49,18 @@ TEST(BetterOpenBlasCoreTest, KeepsWhatOpenBlasChoseForACpuItKnowsOrThatHasNoMore
 }
 
 // The worker's log after a start with no PS to answer (it gives up after
-// 1 s, exit 2), with OPENBLAS_CORETYPE as `coretype` (unset where null).
-std::string WorkerLog(const char* coretype) {
+// 1 s, exit 2), with OPENBLAS_CORETYPE as `coretype` (unset where null),
+// started through `loader` where one is given (as the relocatable bundle
+// starts it).
+std::string WorkerLog(const char* coretype, const std::string& loader = "") {
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "/openblas_core_test.", getpid(), ".log");
   const std::string env = coretype == nullptr ? "env -u OPENBLAS_CORETYPE"
                                               : absl::StrCat("env OPENBLAS_CORETYPE=", coretype);
+  const std::string through =
+      loader.empty() ? "" : absl::StrCat(loader, " --library-path ", "/lib/x86_64-linux-gnu ");
   const std::string line =
-      absl::StrCat(env, " timeout -k 5 60 ", PST_BIN_DIR,
+      absl::StrCat(env, " timeout -k 5 60 ", through, PST_BIN_DIR,
                    "/worker --task=worker:0 --device=cpu --connect_timeout_seconds=1 >", log_path,
                    " 2>&1 </dev/null");
   const int status = std::system(line.c_str());
@@ -83,6 +87,26 @@ TEST(WorkerOpenBlasTest, ACpuWorkerComputesWithKernelsForThisCpu) {
                      : absl::StrCat("CPU matrix products: OpenBLAS's ", better,
                                     " kernels (OPENBLAS_CORETYPE)");
   EXPECT_THAT(WorkerLog(nullptr), HasSubstr(expected));
+}
+
+// The relocatable bundle starts its programs through its own copy of the
+// dynamic loader, with the loader's options before the program: a restart
+// runs through the loader again, with those options.
+TEST(WorkerOpenBlasTest, AWorkerStartedThroughTheLoaderRestartsThroughIt) {
+  constexpr const char* kLoader = "/lib64/ld-linux-x86-64.so.2";
+  if (!std::filesystem::exists(kLoader)) GTEST_SKIP() << "no " << kLoader << " on this host";
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
+    GTEST_SKIP() << "OPENBLAS_CORETYPE in this test's environment: the worker does not restart";
+  }
+  const std::string better = BetterOpenBlasCore(OpenBlasCore(), ThisCpuFeatures());
+  if (better.empty()) {
+    GTEST_SKIP() << "OpenBLAS chose its " << OpenBlasCore()
+                 << " kernels for this CPU itself: the worker does not restart";
+  }
+  const std::string log = WorkerLog(nullptr, kLoader);
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("CPU matrix products: OpenBLAS's ", better,
+                                          " kernels (OPENBLAS_CORETYPE)")));
+  EXPECT_THAT(log, HasSubstr("worker:0 computing on 1 tower(s): cpu"));
 }
 
 // The worker that executes itself again stays the process its launcher

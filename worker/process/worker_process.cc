@@ -93,7 +93,7 @@ absl::StatusOr<std::vector<std::unique_ptr<pst::Kernels>>> MakeTowerBackends(
 namespace pst {
 
 int RunWorkerProcess(int argc, char** argv, const WorkerProcessHooks& hooks) {
-  pst::ExecAgainWithBetterOpenBlasKernels(argv);
+  pst::ExecAgainWithBetterOpenBlasKernels();
   pst::ParseCommandLineFlags(
       argc, argv,
       "A training worker: pulls parameters from every PS shard, computes gradients on its "
