@@ -63,30 +63,34 @@ std::vector<std::string> StartedCommandLine() {
 
 }  // namespace
 
+int ExecAgainWith(const char* name, const std::string& value) {
+  // The file the kernel started (the program, or the loader that runs it),
+  // by its own path: executing /proc/self/exe would name the process "exe"
+  // (what ps, top and pkill show).
+  std::error_code unreadable;
+  const std::filesystem::path file = std::filesystem::read_symlink("/proc/self/exe", unreadable);
+  if (unreadable) return unreadable.value();
+  std::vector<std::string> args = StartedCommandLine();
+  if (args.empty()) return ENOENT;
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  setenv(name, value.c_str(), /*overwrite=*/1);
+  execv(file.c_str(), argv.data());
+  const int error = errno;
+  // Still the first image: the variable goes, so that a child does not
+  // start with it while this process runs without its effect.
+  unsetenv(name);
+  return error;
+}
+
 void ExecAgainWithBetterOpenBlasKernels() {
   constexpr const char* kSwitch = "OPENBLAS_CORETYPE";
   if (std::getenv(kSwitch) != nullptr) return;  // the user's choice, or ours already
   const std::string chosen = OpenBlasCore();
   const std::string better = BetterOpenBlasCore(chosen, ThisCpuFeatures());
   if (better.empty()) return;
-  // The file the kernel started (the program, or the loader that runs it),
-  // by its own path: executing /proc/self/exe would name the process "exe"
-  // (what ps, top and pkill show).
-  std::error_code unreadable;
-  const std::filesystem::path file = std::filesystem::read_symlink("/proc/self/exe", unreadable);
-  std::vector<std::string> args = StartedCommandLine();
-  int error = unreadable ? unreadable.value() : (args.empty() ? ENOENT : 0);
-  if (error == 0) {
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    setenv(kSwitch, better.c_str(), /*overwrite=*/1);
-    execv(file.c_str(), argv.data());
-    error = errno;
-    // Still the first image, on OpenBLAS's choice: the variable goes, so
-    // that a child does not compute with other kernels than this process.
-    unsetenv(kSwitch);
-  }
+  const int error = ExecAgainWith(kSwitch, better);
   spdlog::warn(
       "OpenBLAS took this CPU for a {0}; restarting with OPENBLAS_CORETYPE={1} failed ({2}), "
       "so matrix products run on its {0} kernels: set OPENBLAS_CORETYPE={1} in the environment",

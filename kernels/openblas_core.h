@@ -36,13 +36,19 @@ std::string OpenBlasCore();
 // nothing past SSE3.
 std::string BetterOpenBlasCore(std::string_view chosen, const CpuFeatures& cpu);
 
+// Executes this program again as the kernel started it (the file
+// /proc/self/exe names, with /proc/self/cmdline's arguments: under an
+// explicit loader, the loader and its arguments too), the same process,
+// with `name`=`value` in its environment. Returns only where it fails: the
+// errno, the variable unset again.
+int ExecAgainWith(const char* name, const std::string& value);
+
 // Early in main() of a program that computes with OpenBLAS, before any
 // thread starts: where OPENBLAS_CORETYPE is unset and BetterOpenBlasCore
-// names kernels, sets it and executes the program again as the kernel
-// started it (/proc/self/exe with /proc/self/cmdline: under an explicit
-// loader, the loader and its arguments too), the same process, so that
-// OpenBLAS loads with them. Returns where nothing is to change, or where
-// the execution fails (logged; OpenBLAS keeps its choice).
+// names kernels, executes the program again with OPENBLAS_CORETYPE set to
+// them (ExecAgainWith), so that OpenBLAS loads with them. Returns where
+// nothing is to change, or where the execution fails (logged; OpenBLAS
+// keeps its choice).
 void ExecAgainWithBetterOpenBlasKernels();
 
 }  // namespace pst
