@@ -4,6 +4,9 @@
 // restart that gives a program the variable (ExecAgainWith).
 #include "kernels/openblas_core.h"
 
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/auxv.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,18 +52,14 @@ TEST(BetterOpenBlasCoreTest, KeepsWhatOpenBlasChoseForACpuItKnowsOrThatHasNoMore
 }
 
 // The worker's log after a start with no PS to answer (it gives up after
-// 1 s, exit 2), with OPENBLAS_CORETYPE as `coretype` (unset where null),
-// started through `loader` where one is given (as the relocatable bundle
-// starts it).
-std::string WorkerLog(const char* coretype, const std::string& loader = "") {
+// 1 s, exit 2), with OPENBLAS_CORETYPE as `coretype` (unset where null).
+std::string WorkerLog(const char* coretype) {
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "/openblas_core_test.", getpid(), ".log");
   const std::string env = coretype == nullptr ? "env -u OPENBLAS_CORETYPE"
                                               : absl::StrCat("env OPENBLAS_CORETYPE=", coretype);
-  const std::string through =
-      loader.empty() ? "" : absl::StrCat(loader, " --library-path ", "/lib/x86_64-linux-gnu ");
   const std::string line =
-      absl::StrCat(env, " timeout -k 5 60 ", through, PST_BIN_DIR,
+      absl::StrCat(env, " timeout -k 5 60 ", PST_BIN_DIR,
                    "/worker --task=worker:0 --device=cpu --connect_timeout_seconds=1 >", log_path,
                    " 2>&1 </dev/null");
   const int status = std::system(line.c_str());
@@ -138,11 +137,28 @@ TEST(ExecAgainWithTest, KeepsTheProcessItsNameAndItsArguments) {
 // dynamic loader, with the loader's options before the program: executed
 // again, the program runs through the loader again, with those options.
 TEST(ExecAgainWithTest, AProgramStartedThroughTheLoaderRunsThroughItAgain) {
-  constexpr const char* kLoader = "/lib64/ld-linux-x86-64.so.2";
-  if (!std::filesystem::exists(kLoader)) GTEST_SKIP() << "no " << kLoader << " on this host";
+  // This test's own loader (the object loaded at the kernel's AT_BASE, or
+  // the program itself where this test was started through it) and the
+  // folder of its C library, whatever the host names them.
+  std::string loader;
+  if (getauxval(AT_BASE) == 0) {
+    loader = std::filesystem::read_symlink("/proc/self/exe").string();
+  } else {
+    dl_iterate_phdr(
+        [](dl_phdr_info* object, size_t, void* found) {
+          if (object->dlpi_addr != getauxval(AT_BASE)) return 0;
+          *static_cast<std::string*>(found) = object->dlpi_name;
+          return 1;
+        },
+        &loader);
+  }
+  ASSERT_FALSE(loader.empty()) << "this test runs without a dynamic loader";
+  Dl_info libc{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&std::printf), &libc), 0);
+  const std::string library_dir = std::filesystem::path(libc.dli_fname).parent_path().string();
   pid_t pid = 0;
-  const std::string out = ProbeOutput(
-      {kLoader, "--library-path", "/lib/x86_64-linux-gnu", PST_EXEC_PROBE, "--flag=1"}, &pid);
+  const std::string out =
+      ProbeOutput({loader, "--library-path", library_dir, PST_EXEC_PROBE, "--flag=1"}, &pid);
   EXPECT_THAT(out, HasSubstr(absl::StrCat("pid ", pid, " ")));
   EXPECT_THAT(out, HasSubstr("PST_EXEC_AGAIN=again args --flag=1\n"));
 }
