@@ -24,7 +24,8 @@ reports, for the "categorical" table over both shards:
 
   hit rate        the row reads (pulls and updates) RAM answered
   disk waits      of the reads that missed RAM, the share that waited for the
-                  disk (the others were read ahead while their exchange waited)
+                  disk (the others were read ahead while their exchange waited,
+                  or were of ids the disk never stored, answered by its id filter)
 
 --memory_fraction sets the budget instead, as a share of the RAM that the
 rows of the first all-in-RAM run took (0.25: a table four times its budget),

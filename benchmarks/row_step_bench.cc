@@ -173,7 +173,8 @@ struct Round {
   double ids_per_step = 0;  // unique ids over the ranks, per table
   double rows_held = 0;     // the first table's rows at the end
   // The first table's reads that missed RAM, per timed step: all, and
-  // those that waited for the disk (the rest were read ahead in time).
+  // those that waited for the disk (the rest were read ahead in time, or
+  // were of ids the disk never stored).
   double disk_reads = 0;
   double disk_waits = 0;
   // The process's CPU time (every thread: the disk tier's reader and

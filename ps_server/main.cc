@@ -530,10 +530,11 @@ int main(int argc, char** argv) {
     const int64_t reads = table.lookups_in_memory() + table.disk_reads();
     spdlog::info(
         "table {}: {} rows in RAM, {} on disk; RAM answered {:.1f}% of {} row reads; "
-        "of the {} that missed it, {} waited for the disk, {} were read ahead",
+        "of the {} that missed it, {} waited for the disk, {} were read ahead, {} were of ids "
+        "the disk never stored",
         table.table(), table.rows_in_memory(), table.rows_on_disk(),
         reads > 0 ? 100.0 * static_cast<double>(table.lookups_in_memory()) / reads : 0.0, reads,
-        table.disk_reads(), table.disk_waits(), table.prefetch_hits());
+        table.disk_reads(), table.disk_waits(), table.prefetch_hits(), table.disk_reads_filtered());
   }
   absl::MutexLock lock(&gave_up_mu);
   if (!gave_up.ok()) {

@@ -200,6 +200,10 @@ int64_t DiskRows::bytes() const {
 }
 
 absl::StatusOr<bool> DiskRows::Get(uint64_t id, DiskRow* row) const {
+  if (!stored_ids_.MayHold(id)) {
+    reads_filtered_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   rocksdb::PinnableSlice value;
   rocksdb::Status s =
       db_->db->Get(rocksdb::ReadOptions(), db_->db->DefaultColumnFamily(), Key(id), &value);
@@ -219,12 +223,22 @@ absl::StatusOr<bool> DiskRows::Get(uint64_t id, DiskRow* row) const {
 
 absl::Status DiskRows::GetSorted(std::span<const uint64_t> ids, std::span<DiskRow> rows,
                                  std::span<bool> found) const {
-  const size_t n = ids.size();
+  // Only the ids the tier may hold go to RocksDB: asked[j] is ids' index.
+  std::vector<size_t> asked;
+  asked.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    found[i] = false;
+    if (stored_ids_.MayHold(ids[i])) asked.push_back(i);
+  }
+  reads_filtered_.fetch_add(static_cast<int64_t>(ids.size() - asked.size()),
+                            std::memory_order_relaxed);
+  const size_t n = asked.size();
+  if (n == 0) return absl::OkStatus();
   std::vector<std::string> keys(n);
   std::vector<rocksdb::Slice> slices(n);
-  for (size_t i = 0; i < n; ++i) {
-    keys[i] = Key(ids[i]);
-    slices[i] = keys[i];
+  for (size_t j = 0; j < n; ++j) {
+    keys[j] = Key(ids[asked[j]]);
+    slices[j] = keys[j];
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);
@@ -236,18 +250,19 @@ absl::Status DiskRows::GetSorted(std::span<const uint64_t> ids, std::span<DiskRo
   read.fill_cache = false;
   db_->db->MultiGet(read, db_->db->DefaultColumnFamily(), n, slices.data(), values.data(),
                     statuses.data(), /*sorted_input=*/true);
-  for (size_t i = 0; i < n; ++i) {
-    found[i] = statuses[i].ok();
-    if (statuses[i].IsNotFound()) continue;
-    if (!statuses[i].ok()) {
+  for (size_t j = 0; j < n; ++j) {
+    const size_t i = asked[j];
+    found[i] = statuses[j].ok();
+    if (statuses[j].IsNotFound()) continue;
+    if (!statuses[j].ok()) {
       return absl::InternalError(absl::StrCat(options_.name, ": cannot read row ", ids[i],
                                               " from its disk tier in ", options_.dir, ": ",
-                                              statuses[i].ToString()));
+                                              statuses[j].ToString()));
     }
-    if (!ParseValue(values[i], options_.record_floats, &rows[i])) {
+    if (!ParseValue(values[j], options_.record_floats, &rows[i])) {
       return absl::InternalError(absl::StrCat(options_.name, ": row ", ids[i],
                                               " in its disk tier in ", options_.dir, " has ",
-                                              values[i].size(), " bytes, not a row of this table"));
+                                              values[j].size(), " bytes, not a row of this table"));
     }
   }
   return absl::OkStatus();
@@ -279,6 +294,12 @@ absl::Status DiskRows::Write(const Batch& batch) {
     // After an I/O error RocksDB refuses writes until resumed; if the
     // cause is still there, the write below fails again and says so.
     db_->db->Resume().PermitUncheckedError();
+  }
+  // Before RocksDB holds them: a read that does not see an id here must
+  // not find its row there (id_filter.h). A failed write leaves them
+  // here, which costs a read each.
+  for (size_t i = 0; i < batch.ids_.size(); ++i) {
+    if (batch.put_of_[i] >= 0) stored_ids_.Add(batch.ids_[i]);
   }
   rocksdb::WriteBatch rows(batch.ids_.size() * 24 + batch.records_.size() * sizeof(float) +
                            batch.puts_.size() * kHeaderBytes);

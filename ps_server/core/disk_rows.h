@@ -11,6 +11,11 @@
 // holds its directory (FileLock) while it lives, so a second process
 // given the same folder is refused rather than emptying a live tier.
 //
+// Reads of ids the tier never stored. Most reads of a tiered table's cold
+// rows are of new ids; an IdFilter of every id the tier was given answers
+// nearly all of those without RocksDB (whose answer probes the Bloom
+// filter of each of its files first), and reads_filtered() counts them.
+//
 // Counting. size() is exact without asking RocksDB, because the owner
 // says what it writes: a Put of an id the tier does not hold, a Replace of
 // one it holds, a Delete of one it holds. (A tiered table keeps a promoted
@@ -41,6 +46,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ps_server/core/id_filter.h"
 
 namespace pst {
 
@@ -82,6 +88,12 @@ class DiskRows {
   int64_t size() const { return size_; }
   // Bytes the database takes: its SST files and memtables.
   int64_t bytes() const;
+  // False only for an id the tier does not hold (true for some others).
+  bool MayHold(uint64_t id) const { return stored_ids_.MayHold(id); }
+  // Reads (Get, GetSorted's ids) that the id filter answered "not held".
+  int64_t reads_filtered() const { return reads_filtered_.load(std::memory_order_relaxed); }
+  // Bytes of RAM the id filter takes.
+  int64_t filter_bytes() const { return stored_ids_.bytes(); }
 
   // `id`'s row into *row (record resized to record_floats); false when the
   // tier does not hold it. INTERNAL for a read error or a malformed value.
@@ -164,6 +176,9 @@ class DiskRows {
   const DiskRowsOptions options_;
   const std::shared_ptr<Db> db_;
   int64_t size_ = 0;
+  // Every id a Write stored, set before RocksDB holds its row.
+  IdFilter stored_ids_;
+  mutable std::atomic<int64_t> reads_filtered_{0};
   // A write failed: the database may need resuming before the next.
   bool write_failed_ = false;
 };

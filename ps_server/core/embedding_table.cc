@@ -504,6 +504,7 @@ void EmbeddingTable::AddStats(StatsResponse* response) const {
     stats->set_rows_expired(t->rows_expired);
     stats->set_prefetch_hits(t->prefetch_hits);
     stats->set_disk_waits(t->disk_waits);
+    stats->set_disk_reads_filtered(t->disk_reads_filtered);
     stats->set_rows_prefetched(t->prefetch != nullptr ? t->prefetch->prefetched() : 0);
   }
 }

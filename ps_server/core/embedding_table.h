@@ -41,7 +41,9 @@
 // push trains, so Prefetch (called when an exchange arrives, before it
 // waits for its step) reads the cold ones on the table's reader thread,
 // and the pull's answer and the promotion then find them read
-// (prefetch_hits) or wait for them (disk_waits).
+// (prefetch_hits) or wait for them (disk_waits). Most ids RAM misses are
+// new; the disk tier's id filter answers those without a read, ahead or
+// in the call (disk_reads_filtered).
 //
 // Optimizers. Each table has its own rule (its spec's, else the job's),
 // applied per row by the dense rules of ps_server/optimizers/optimizer.h on the row's

@@ -114,9 +114,11 @@ struct EmbeddingTable::Embedding {
   mutable int64_t lookups_in_memory = 0;
   mutable int64_t disk_reads = 0;
   mutable int64_t disk_read_hits = 0;
-  // Of disk_reads, those a read-ahead row answered in time, and those
-  // that waited for the disk (read in the call, or read ahead but not yet
+  // Of disk_reads, those the disk tier's id filter answered (ids it never
+  // stored), those a read-ahead row answered in time, and those that
+  // waited for the disk (read in the call, or read ahead but not yet
   // landed).
+  mutable int64_t disk_reads_filtered = 0;
   mutable int64_t prefetch_hits = 0;
   mutable int64_t disk_waits = 0;
   // Draws the rows an eviction looks at: a sequence fixed by the table and

@@ -48,6 +48,12 @@ absl::Status EmbeddingTable::OpenDisk(Embedding& table) const {
 absl::StatusOr<bool> EmbeddingTable::ReadDisk(const Embedding& table, uint64_t id, bool take,
                                               DiskRow* row) const {
   ++table.disk_reads;
+  // Most ids RAM misses are new: the tier's id filter says so without a
+  // read (and Prefetch did not read them ahead).
+  if (!table.disk->MayHold(id)) {
+    ++table.disk_reads_filtered;
+    return false;
+  }
   bool found = false;
   RowPrefetch::Answer ahead;
   if (table.prefetch != nullptr) {
@@ -105,7 +111,7 @@ void EmbeddingTable::Prefetch(const PullRequest& pull) const {
     table.rows.FindEach(ours, found);
     cold.clear();
     for (size_t i = 0; i < ours.size(); ++i) {
-      if (found[i] < 0) cold.push_back(ours[i]);
+      if (found[i] < 0 && table.disk->MayHold(ours[i])) cold.push_back(ours[i]);
     }
     table.prefetch->Request(cold, table.updates);
   }

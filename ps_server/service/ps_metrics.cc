@@ -266,6 +266,10 @@ constexpr TableRead kTableReads[] = {
     {"pst_ps_table_disk_waits_total",
      "Row reads of the table that missed RAM and waited for the disk tier.", kCounter,
      [](const EmbeddingTableStats& t) { return double(t.disk_waits()); }},
+    {"pst_ps_table_disk_reads_filtered_total",
+     "Row reads of the table that missed RAM, of ids its disk tier never stored, answered "
+     "without a read.",
+     kCounter, [](const EmbeddingTableStats& t) { return double(t.disk_reads_filtered()); }},
     {"pst_ps_table_rows_demoted_total", "Rows of the table moved from RAM to disk to make room.",
      kCounter, [](const EmbeddingTableStats& t) { return double(t.rows_demoted()); }},
     {"pst_ps_table_rows_promoted_total",

@@ -1,7 +1,7 @@
 // The disk tier's contract: rows back bit for bit, atomic batches, a
-// snapshot that later writes do not change, a fresh start, one tier a
-// directory, and a full disk that fails the write and keeps what was
-// stored.
+// snapshot that later writes do not change, reads of ids never stored
+// answered by the id filter, a fresh start, one tier a directory, and a
+// full disk that fails the write and keeps what was stored.
 #include "ps_server/core/disk_rows.h"
 
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,51 @@ TEST(DiskRowsTest, ASnapshotKeepsTheRowsOfItsTime) {
   order.clear();
   ASSERT_TRUE(rows->ForEach([&](uint64_t id, const DiskRow&) { order.push_back(id); }).ok());
   EXPECT_EQ(order, (std::vector<uint64_t>{2, 3, 9}));
+}
+
+TEST(DiskRowsTest, IdsNeverStoredAreAnsweredWithoutRocksDbAndStoredOnesAreRead) {
+  std::unique_ptr<DiskRows> rows = OpenRows(FreshDir("disk_rows_filter"), 1);
+  ASSERT_NE(rows, nullptr);
+  // Stored ids: every fourth of 0..40 000 (several flushes' worth of
+  // batches), one of them deleted again.
+  for (uint64_t first = 0; first < 40000; first += 4000) {
+    DiskRows::Batch batch;
+    for (uint64_t id = first; id < first + 4000; id += 4)
+      batch.Put(id, std::vector<float>{float(id)}, 0, 0);
+    ASSERT_TRUE(rows->Write(batch).ok());
+  }
+  DiskRows::Batch gone;
+  gone.Delete(8);
+  ASSERT_TRUE(rows->Write(gone).ok());
+
+  std::vector<uint64_t> ids(40000);
+  for (uint64_t id = 0; id < ids.size(); ++id) ids[id] = id;
+  std::vector<DiskRow> read(ids.size());
+  std::unique_ptr<bool[]> found(new bool[ids.size()]);
+  ASSERT_TRUE(rows->GetSorted(ids, read, std::span<bool>(found.get(), ids.size())).ok());
+  for (uint64_t id = 0; id < ids.size(); ++id) {
+    ASSERT_EQ(found[id], id % 4 == 0 && id != 8) << id;
+    if (found[id]) {
+      EXPECT_EQ(read[id].record, std::vector<float>{float(id)}) << id;
+    }
+  }
+  // Of the 30 000 ids never stored, nearly all were answered by the filter.
+  EXPECT_GT(rows->reads_filtered(), 29000);
+  EXPECT_LE(rows->reads_filtered(), 30000);
+
+  const int64_t before = rows->reads_filtered();
+  DiskRow row;
+  EXPECT_EQ(rows->Get(4, &row).value(), true);
+  EXPECT_EQ(rows->Get(8, &row).value(), false);  // deleted: RocksDB says so
+  EXPECT_EQ(rows->reads_filtered(), before);
+  int64_t filtered = 0;
+  for (uint64_t id = 1'000'000; id < 1'001'000; ++id) {
+    EXPECT_EQ(rows->Get(id, &row).value(), false);
+    filtered += !rows->MayHold(id);
+  }
+  EXPECT_EQ(rows->reads_filtered(), before + filtered);
+  EXPECT_GT(filtered, 950);
+  EXPECT_GT(rows->filter_bytes(), 0);
 }
 
 TEST(DiskRowsTest, OpenStartsEmptyWhateverTheDirectoryHeld) {

@@ -119,8 +119,9 @@ TEST(ShardMetricsTest, ATablesTiersAreSeries) {
     table->set_rows_on_disk(30);
     table->set_disk_bytes(4096);
     table->set_lookups_in_memory(11);
-    table->set_disk_reads(5);
+    table->set_disk_reads(6);
     table->set_disk_read_hits(3);
+    table->set_disk_reads_filtered(1);
     table->set_rows_prefetched(7);
     table->set_prefetch_hits(4);
     table->set_disk_waits(1);
@@ -132,12 +133,19 @@ TEST(ShardMetricsTest, ATablesTiersAreSeries) {
   const std::string text = exposition.Render();
   const std::string labels = "{shard=\"0\",table=\"users\",task=\"ps:0\"} ";
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"pst_ps_table_rows_in_memory", "4"},        {"pst_ps_table_rows_on_disk", "30"},
-      {"pst_ps_table_disk_bytes", "4096"},         {"pst_ps_table_lookups_in_memory_total", "11"},
-      {"pst_ps_table_disk_reads_total", "5"},      {"pst_ps_table_disk_read_hits_total", "3"},
-      {"pst_ps_table_rows_prefetched_total", "7"}, {"pst_ps_table_prefetch_hits_total", "4"},
-      {"pst_ps_table_disk_waits_total", "1"},      {"pst_ps_table_rows_demoted_total", "40"},
-      {"pst_ps_table_rows_promoted_total", "10"},  {"pst_ps_table_rows_expired_total", "2"}};
+      {"pst_ps_table_rows_in_memory", "4"},
+      {"pst_ps_table_rows_on_disk", "30"},
+      {"pst_ps_table_disk_bytes", "4096"},
+      {"pst_ps_table_lookups_in_memory_total", "11"},
+      {"pst_ps_table_disk_reads_total", "6"},
+      {"pst_ps_table_disk_read_hits_total", "3"},
+      {"pst_ps_table_disk_reads_filtered_total", "1"},
+      {"pst_ps_table_rows_prefetched_total", "7"},
+      {"pst_ps_table_prefetch_hits_total", "4"},
+      {"pst_ps_table_disk_waits_total", "1"},
+      {"pst_ps_table_rows_demoted_total", "40"},
+      {"pst_ps_table_rows_promoted_total", "10"},
+      {"pst_ps_table_rows_expired_total", "2"}};
   for (const auto& [name, value] : expected) {
     SCOPED_TRACE(name);
     EXPECT_THAT(text, HasSubstr("\n" + name + labels + value + "\n"));
