@@ -64,10 +64,16 @@ void IdFilter::Add(uint64_t id) {
 bool IdFilter::MayHold(uint64_t id) const {
   const uint64_t hash = Mix(id);
   const int count = level_count_.load(std::memory_order_acquire);
+  // Each level's block is a cache miss once a level outgrows the cache:
+  // ask for all of them before testing any, so that the misses overlap.
+  std::array<const std::atomic<uint64_t>*, kMaxLevels> blocks;
   for (int i = 0; i < count; ++i) {
     const Level* level = levels_[i].load(std::memory_order_acquire);
-    const std::atomic<uint64_t>* block =
-        &level->words[BlockOf(hash, level->blocks) * kWordsPerBlock];
+    blocks[i] = &level->words[BlockOf(hash, level->blocks) * kWordsPerBlock];
+    __builtin_prefetch(blocks[i]);
+  }
+  for (int i = 0; i < count; ++i) {
+    const std::atomic<uint64_t>* block = blocks[i];
     bool all = true;
     for (int w = 0; w < kWordsPerBlock && all; ++w) {
       const uint64_t bit = BitInWord(hash, w);

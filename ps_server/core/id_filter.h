@@ -12,8 +12,9 @@
 // each of the eight 64-bit words of one 64-byte block, one cache line): a
 // level holds twice the ids of the one before it at 10 bits an id, and Add
 // goes to the newest until it holds its share, so no level is ever
-// rebuilt and a query probes one line a level (the small early levels stay
-// in cache). The memory is about 2.5 bytes an id at most.
+// rebuilt and a query probes one line a level, the levels' lines asked for
+// at once. The memory is at most about 2.5 bytes an id, and a level's
+// 320 KiB before the first.
 //
 // Thread-safety: one thread Adds (the tier's owner); MayHold may run on any
 // thread at the same time. An id's bits are set before Add returns, so a
@@ -32,9 +33,10 @@ namespace pst {
 
 class IdFilter {
  public:
-  // The first level's ids; each next level holds twice the last's.
-  static constexpr int64_t kFirstLevelIds = int64_t{1} << 16;
-  // Enough levels for 2^16 * (2^40 - 1) ids.
+  // The first level's ids (320 KiB); each next level holds twice the
+  // last's.
+  static constexpr int64_t kFirstLevelIds = int64_t{1} << 18;
+  // Enough levels for 2^18 * (2^40 - 1) ids.
   static constexpr int kMaxLevels = 40;
 
   IdFilter() = default;

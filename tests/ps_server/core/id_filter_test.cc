@@ -18,26 +18,27 @@ TEST(IdFilterTest, HoldsEveryIdAddedAcrossItsLevels) {
   IdFilter filter;
   EXPECT_FALSE(filter.MayHold(0));
   EXPECT_EQ(filter.bytes(), 0);
-  // Past the first four levels' 15 * 2^16 ids.
-  constexpr uint64_t kIds = 16 * IdFilter::kFirstLevelIds;
+  // Past the first three levels' 7 levels' worth of ids.
+  constexpr uint64_t kIds = 8 * IdFilter::kFirstLevelIds;
   for (uint64_t i = 0; i < kIds; ++i) filter.Add(i % 2 == 0 ? HashedId(i) : i);
   EXPECT_EQ(filter.ids_added(), static_cast<int64_t>(kIds));
   for (uint64_t i = 0; i < kIds; ++i) {
     ASSERT_TRUE(filter.MayHold(i % 2 == 0 ? HashedId(i) : i)) << "id number " << i;
   }
-  // Five levels (2^16 .. 2^20 ids) at 10 bits an id: about 2.5 bytes an id.
+  // Four levels (1, 2, 4 and 8 first levels' ids) at 10 bits an id: about
+  // 2.5 bytes an id.
   EXPECT_LE(filter.bytes(), static_cast<int64_t>(kIds * 5 / 2) + 64);
   EXPECT_GE(filter.bytes(), static_cast<int64_t>(kIds * 5 / 4));
 }
 
 TEST(IdFilterTest, SeldomSaysMayHoldOfAnIdNotAdded) {
   IdFilter filter;
-  constexpr uint64_t kIds = 8 * IdFilter::kFirstLevelIds;  // four levels
+  constexpr uint64_t kIds = 4 * IdFilter::kFirstLevelIds;  // three levels
   for (uint64_t i = 0; i < kIds; ++i) filter.Add(HashedId(i));
   int64_t false_positives = 0;
   constexpr uint64_t kOthers = 1 << 20;
   for (uint64_t i = kIds; i < kIds + kOthers; ++i) false_positives += filter.MayHold(HashedId(i));
-  // About 1% a level; four levels.
+  // About 1% a level; three levels.
   EXPECT_LT(false_positives, static_cast<int64_t>(kOthers / 20)) << false_positives;
   // Small ids (a table's ids before any hashing) as well.
   false_positives = 0;
@@ -62,7 +63,7 @@ TEST(IdFilterTest, AReaderBesideTheAdderFindsWhatWasAddedBeforeItsRead) {
       probe = probe * 6364136223846793005ULL + 1442695040888963407ULL;
     }
   });
-  for (uint64_t i = kFirst; i < 8 * IdFilter::kFirstLevelIds; ++i) {
+  for (uint64_t i = kFirst; i < 4 * IdFilter::kFirstLevelIds; ++i) {
     filter.Add(HashedId(i));
     added.store(i + 1, std::memory_order_release);
   }
