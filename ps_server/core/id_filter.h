@@ -13,13 +13,14 @@
 // level holds twice the ids of the one before it at 10 bits an id, and Add
 // goes to the newest until it holds its share, so no level is ever
 // rebuilt and a query probes one line a level, the levels' lines asked for
-// at once. The memory is at most about 2.5 bytes an id, and a level's
-// 320 KiB before the first.
+// at once. The memory is at most about 2.5 bytes an id, and 320 KiB from
+// the first id on.
 //
 // Thread-safety: one thread Adds (the tier's owner); MayHold may run on any
 // thread at the same time. An id's bits are set before Add returns, so a
-// reader that starts after an Add sees it; one that overlaps it may not,
-// which the disk tier allows since the row it adds is not written yet.
+// reader ordered after an Add (by a lock or an atomic both use) sees it;
+// one that overlaps it may not, which the disk tier allows since the row
+// it adds is not written yet.
 #ifndef PST_PS_SERVER_CORE_ID_FILTER_H_
 #define PST_PS_SERVER_CORE_ID_FILTER_H_
 
