@@ -197,6 +197,30 @@ inline RowMap RowsOf(const ShardCheckpoint::Embedding& e) {
 // The rows of `table`'s first table, as Export writes them.
 inline RowMap RowsOf(const EmbeddingTable& table) { return RowsOf(Exported(table).embeddings(0)); }
 
+// The memory rule (TableStorage.memory_bytes): a row's record (values,
+// slots, update count and tick), its id, and twice its index entry.
+inline int64_t RowBytes(int dim, int slots_per_value) {
+  return int64_t{dim} * (1 + slots_per_value) * 4 + 16 + 8 + 2 * 13;
+}
+
+// `spec` holding `rows` rows in RAM and the rest under `dir`.
+inline EmbeddingTableConfig Tiered(EmbeddingTableConfig spec, int64_t rows, const std::string& dir,
+                                   int slots_per_value, int64_t ttl = 0) {
+  spec.mutable_storage()->set_memory_bytes(rows * RowBytes(spec.dim(), slots_per_value));
+  spec.mutable_storage()->set_disk(dir);
+  spec.mutable_storage()->set_ttl_steps(ttl);
+  return spec;
+}
+
+// Gradients for `ids`, different per id and step.
+inline std::vector<float> Gradients(const std::vector<uint64_t>& ids, int dim, int step) {
+  std::vector<float> g;
+  for (uint64_t id : ids) {
+    for (int k = 0; k < dim; ++k) g.push_back(0.01f * float((id * 7 + k * 3 + step) % 11) - 0.05f);
+  }
+  return g;
+}
+
 }  // namespace pst::embedding_testing
 
 #endif  // PST_TESTS_PS_SERVER_CORE_EMBEDDING_TABLE_TESTING_H_

@@ -1,7 +1,8 @@
 // An embedding table over a disk tier: demotion replaces eviction, an
 // update promotes the rows it trains, and the table trains, checkpoints
 // and restores bitwise as the same table all in RAM; TTL expiry, a full
-// disk, the memory rule, the counters and the storage config's checks.
+// disk, the memory rule and the storage config's checks (its reads ahead
+// and their counters: embedding_table_tier_reads_test.cc).
 #include <unistd.h>
 
 #include <atomic>
@@ -29,34 +30,10 @@ namespace PST_FILE_ID {
 using ::testing::HasSubstr;
 using namespace embedding_testing;  // NOLINT(build/namespaces)
 
-// The memory rule (TableStorage.memory_bytes): a row's record (values,
-// slots, update count and tick), its id, and twice its index entry.
-int64_t RowBytes(int dim, int slots_per_value) {
-  return int64_t{dim} * (1 + slots_per_value) * 4 + 16 + 8 + 2 * 13;
-}
-
-// `spec` holding `rows` rows in RAM and the rest under `dir`.
-EmbeddingTableConfig Tiered(EmbeddingTableConfig spec, int64_t rows, const std::string& dir,
-                            int slots_per_value, int64_t ttl = 0) {
-  spec.mutable_storage()->set_memory_bytes(rows * RowBytes(spec.dim(), slots_per_value));
-  spec.mutable_storage()->set_disk(dir);
-  spec.mutable_storage()->set_ttl_steps(ttl);
-  return spec;
-}
-
 std::vector<uint64_t> Range(uint64_t n) {
   std::vector<uint64_t> ids(n);
   for (uint64_t i = 0; i < n; ++i) ids[i] = i;
   return ids;
-}
-
-// Gradients for `ids`, different per id and step.
-std::vector<float> Gradients(const std::vector<uint64_t>& ids, int dim, int step) {
-  std::vector<float> g;
-  for (uint64_t id : ids) {
-    for (int k = 0; k < dim; ++k) g.push_back(0.01f * float((id * 7 + k * 3 + step) % 11) - 0.05f);
-  }
-  return g;
 }
 
 struct Optimizers {
@@ -457,108 +434,6 @@ TEST(EmbeddingTiersTest, AFullDiskFailsTheUpdateAndLosesNothing) {
     ASSERT_TRUE(Apply(*t, Push({Rows("t", next, Gradients(next, 2, 1))})).ok());
   }
   EXPECT_EQ(RowsOf(*table), RowsOf(*ram));
-}
-
-// The steps of SyncSteps, each rank's exchange also pulling its next
-// step's rows: handed to Prefetch before the step's pushes land, and
-// answered after its commit. Returns every answer's bytes.
-std::vector<std::string> SyncStepsWithPulls(EmbeddingTable& table, int steps) {
-  std::mt19937_64 draw(5);
-  std::vector<std::vector<std::vector<uint64_t>>> parts(steps + 1);
-  for (auto& step : parts) {
-    for (int rank = 0; rank < 2; ++rank) {
-      std::vector<uint64_t>& part = step.emplace_back();
-      for (uint64_t id = 0; id < 40; ++id) {
-        if (draw() % 6 == 0) part.push_back(id);
-      }
-    }
-  }
-  std::vector<std::string> answers;
-  for (int step = 0; step < steps; ++step) {
-    std::vector<PullRequest> pulls(2);
-    for (int rank = 0; rank < 2; ++rank) {
-      pulls[rank].set_worker(rank);
-      *pulls[rank].add_rows() = Rows("t", parts[step + 1][rank], {});
-      table.Prefetch(pulls[rank]);
-    }
-    for (int rank = 0; rank < 2; ++rank) {
-      const std::vector<uint64_t>& part = parts[step][rank];
-      const PushRequest push = Push({Rows("t", part, Gradients(part, 4, step + rank))}, rank);
-      TablePush plan;
-      EXPECT_TRUE(table.CheckPush(push, true, true, &plan).ok());
-      table.Land(rank, push, plan);
-    }
-    EXPECT_TRUE(table.StageStep({}).ok());
-    table.Commit();
-    for (const PullRequest& pull : pulls) {
-      PullResponse answer;
-      EXPECT_TRUE(table.AnswerPull(pull, &answer).ok());
-      answers.push_back(answer.rows(0).data());
-    }
-  }
-  return answers;
-}
-
-TEST(EmbeddingTiersTest, RowsReadAheadTrainAndAnswerBitwiseAsRam) {
-  for (int64_t prefetch_rows :
-       {int64_t{0}, int64_t{3}, EmbeddingTableOptions::kDefaultPrefetchRows}) {
-    SCOPED_TRACE(prefetch_rows);
-    const std::string dir = FreshDir("tiers_ahead");
-    EmbeddingTableOptions options = Options(0, 1, 2);
-    options.prefetch_rows = prefetch_rows;
-    std::unique_ptr<EmbeddingTable> tiered =
-        Make({Tiered(Spec("t", 4, Adam(0.01f)), 4, dir, 2)}, options);
-    std::unique_ptr<EmbeddingTable> ram = Make({Spec("t", 4, Adam(0.01f))}, Options(0, 1, 2));
-    EXPECT_EQ(SyncStepsWithPulls(*tiered, 100), SyncStepsWithPulls(*ram, 100));
-    EXPECT_EQ(RowsOf(*tiered), RowsOf(*ram));
-    const EmbeddingTableStats stats = StatsOf(*tiered, "t");
-    EXPECT_GT(stats.rows_promoted(), 100 * 4);
-    // Every read that missed RAM was of an id the disk tier never stored,
-    // or read ahead in time, or waited.
-    EXPECT_EQ(stats.disk_reads_filtered() + stats.prefetch_hits() + stats.disk_waits(),
-              stats.disk_reads());
-    EXPECT_GT(stats.disk_reads_filtered(), 0);
-    if (prefetch_rows == 0) {
-      EXPECT_EQ(stats.rows_prefetched(), 0);
-      EXPECT_EQ(stats.prefetch_hits(), 0);
-    } else {
-      // A pull's answer waits for the rows still being read; the update
-      // after it then takes them read. With room for 3 rows, most are
-      // read in the calls.
-      EXPECT_GT(stats.rows_prefetched(), 100);
-      EXPECT_GT(stats.prefetch_hits(), 100);
-      if (prefetch_rows == 3) {
-        EXPECT_GT(stats.disk_waits(), stats.prefetch_hits());
-      }
-    }
-  }
-}
-
-TEST(EmbeddingTiersTest, StatsCountReadsMovesAndTiers) {
-  const std::string dir = FreshDir("tiers_stats");
-  std::unique_ptr<EmbeddingTable> table = Make({Tiered(Spec("t", 2, Sgd(0.1f)), 2, dir, 0)});
-  ASSERT_TRUE(Apply(*table, Push({Rows("t", {1, 2}, {1, 1, 1, 1})})).ok());  // 2 new
-  ASSERT_TRUE(Apply(*table, Push({Rows("t", {3}, {1, 1})})).ok());          // demotes one
-  ASSERT_TRUE(Apply(*table, Push({Rows("t", {1, 2}, {1, 1, 1, 1})})).ok());  // promotes one
-  Lookup(*table, "t", {1, 2, 3, 99});
-  const EmbeddingTableStats s = StatsOf(*table, "t");
-  EXPECT_EQ(s.rows(), 3);
-  EXPECT_EQ(s.rows_in_memory(), 2);
-  EXPECT_EQ(s.rows_on_disk(), 1);
-  EXPECT_EQ(s.rows_admitted(), 3);
-  EXPECT_EQ(s.rows_demoted(), 2);   // one for id 3, one for the promoted row
-  EXPECT_EQ(s.rows_promoted(), 1);
-  // Reads: updates 2 + 1 + 2, the lookup 4; disk: the update's misses
-  // (1, 2, 3; one promoted) and the lookup's two (3 on disk, 99 nowhere).
-  EXPECT_EQ(s.lookups_in_memory() + s.disk_reads(), 9);
-  EXPECT_EQ(s.disk_reads(), 6);
-  EXPECT_EQ(s.disk_read_hits(), 2);
-  // The new ids' reads (1, 2, 3 in the first two updates, and 99) were
-  // answered by the disk tier's id filter; nothing was read ahead, so the
-  // two reads of rows the tier held waited.
-  EXPECT_EQ(s.disk_reads_filtered(), 4);
-  EXPECT_EQ(s.disk_waits(), 2);
-  EXPECT_EQ(s.prefetch_hits(), 0);
 }
 
 TEST(EmbeddingTiersTest, AnotherInitAfterARefusedOneOpensTheTierAgain) {
