@@ -138,22 +138,34 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
     return s;
   };
   PST_RETURN_IF_ERROR(filled(&slots_[0]));
+  if (steps_per_epoch_ > 1) PST_RETURN_IF_ERROR(filled(&slots_[1]));
+  // The batch after next, read beside the step; waited for before the
+  // next step starts, and before this function returns (it uses `filled`).
+  absl::Status read_ahead_status;
+  ThreadPool::Task read_ahead;
   double epoch_loss = 0.0;
   double window_loss = 0.0;
   const absl::Time epoch_start = absl::Now();
   absl::Time window_start = epoch_start;
   for (int64_t step = 0; step < steps_per_epoch_; ++step) {
     const absl::Time step_start = absl::Now();
-    Slot& current = slots_[step % 2];
-    Slot* next = step + 1 < steps_per_epoch_ ? &slots_[(step + 1) % 2] : nullptr;
-    // The next batch is read once, whatever happens to this step.
-    if (next != nullptr) PST_RETURN_IF_ERROR(filled(next));
+    Slot& current = slots_[step % 3];
+    Slot* next = step + 1 < steps_per_epoch_ ? &slots_[(step + 1) % 3] : nullptr;
+    Slot* after = step + 2 < steps_per_epoch_ ? &slots_[(step + 2) % 3] : nullptr;
+    read_ahead.Wait();
+    PST_RETURN_IF_ERROR(read_ahead_status);
     absl::StatusOr<LossResult> loss;
     // The epoch's first step reads its rows; a step redone after a refusal
-    // reads the parameters and its rows again.
+    // reads the parameters and its rows again. The batch after next is
+    // read once, whatever happens to this step.
     bool read_rows = step == 0;
+    bool reading = false;
+    auto read_after = [&] {
+      if (after == nullptr || std::exchange(reading, true)) return;
+      read_ahead = reader_thread_.Start([&, after] { read_ahead_status = filled(after); });
+    };
     PST_RETURN_IF_ERROR(session_->Redo([&] {
-      loss = RunStep(current, next, std::exchange(read_rows, true));
+      loss = RunStep(current, next, std::exchange(read_rows, true), read_after);
       return loss.status();
     }));
     session_->CountStep(step_start, batch);
@@ -191,7 +203,8 @@ absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LossResult> CtrTrainer::RunStep(Slot& current, Slot* next, bool read_rows) {
+absl::StatusOr<LossResult> CtrTrainer::RunStep(Slot& current, Slot* next, bool read_rows,
+                                               absl::FunctionRef<void()> before_exchange) {
   Mlp& mlp = model_->mlp();
   if (read_rows || !session_->parameters_current()) {
     PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
@@ -203,6 +216,7 @@ absl::StatusOr<LossResult> CtrTrainer::RunStep(Slot& current, Slot* next, bool r
                                                 current.wide, current.row_grads,
                                                 current.wide_grads));
   if (before_push_) before_push_();
+  before_exchange();
   // Step s's gradients out, step s+1's rows and the parameters back.
   PST_RETURN_IF_ERROR(mlp.PrepareHostParametersForWrite());
   PST_RETURN_IF_ERROR(session_->Exchange(

@@ -17,16 +17,18 @@
 #include <span>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "common/thread_pool.h"
 #include "config.pb.h"
 #include "data/ctr_generator.h"
 #include "data/ctr_reader.h"
 #include "kernels/kernels.h"
 #include "result.pb.h"
+#include "worker/client/ps_client.h"
 #include "worker/model/ctr_model.h"
 #include "worker/report/event_writer.h"
 #include "worker/report/run_recorder.h"
-#include "worker/client/ps_client.h"
 #include "worker/session/training_session.h"
 #include "worker/training/progress.h"
 
@@ -76,9 +78,11 @@ class CtrTrainer {
   absl::Status RunEpoch(int epoch, WorkerResult* result);
   // Step `step` of an epoch on `current`'s batch: reads the parameters and
   // the batch's rows unless the last exchange brought them (`read_rows`:
-  // the rows are not in yet), computes the gradients, and exchanges them
-  // for the parameters and `next`'s rows (none past the epoch's end).
-  absl::StatusOr<LossResult> RunStep(Slot& current, Slot* next, bool read_rows);
+  // the rows are not in yet), computes the gradients, calls
+  // `before_exchange`, and exchanges them for the parameters and `next`'s
+  // rows (none past the epoch's end).
+  absl::StatusOr<LossResult> RunStep(Slot& current, Slot* next, bool read_rows,
+                                     absl::FunctionRef<void()> before_exchange);
   // Reads this worker's next `examples` examples into `slot` and sizes its
   // row buffers for their unique ids.
   absl::Status Fill(CtrReader* reader, int examples, Slot* slot);
@@ -99,7 +103,12 @@ class CtrTrainer {
   std::vector<std::span<float>> parameters_;
   std::vector<std::span<const float>> gradients_;
   std::vector<std::string> variable_names_;
-  Slot slots_[2];
+  // The step's batch, the next one (its rows come with the step's
+  // exchange), and the one after, read while the step's exchange waits on
+  // the shards (on reader_thread_), so that reading and parsing the file
+  // is off the step's path.
+  Slot slots_[3];
+  ThreadPool reader_thread_{1};
   std::function<void()> before_push_;
   bool live_progress_ = false;
   EventWriter* events_ = nullptr;
