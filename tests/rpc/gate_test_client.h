@@ -123,6 +123,19 @@ inline Socket Connect(int port, const char* source = "127.0.0.1") {
   return socket;
 }
 
+// Whether the server closes a new connection from `source` by `deadline`.
+// Its reset may come before connect() returns: on a busy machine the
+// client can be descheduled between the kernel's handshake and connect()'s
+// return, while the server accepts the connection and resets it, and
+// connect() then reports the reset (ECONNRESET).
+inline bool ConnectionClosedByServer(int port, const char* source, absl::Time deadline) {
+  int error = 0;
+  const Socket socket = Dial(port, source, /*nonblocking=*/false, &error);
+  if (error == ECONNRESET) return true;
+  EXPECT_EQ(error, 0) << strerror(error);
+  return ClosedByServer(socket, deadline);
+}
+
 // `count` connections from `source`, all asked for before any is waited
 // for: the server sees them arrive together. Returns once the kernel has
 // set up every one (the server may have reset some since).
