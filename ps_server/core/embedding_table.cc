@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/embedding_config.h"
 #include "common/status_macros.h"
@@ -59,6 +60,8 @@ void EmbeddingTable::Adopt(std::vector<std::unique_ptr<Embedding>> tables) {
     tables_[t]->forward_changes = options_.forward_changes;
   }
   step_.Clear();
+  // Rows found in the tables replaced are no one's now.
+  pulled_.assign(options_.num_workers, std::vector<PulledRowsOf>(tables_.size()));
   initialized_ = true;
 }
 
@@ -215,7 +218,7 @@ absl::Status EmbeddingTable::ReadRow(const Embedding& table, uint64_t id,
 
 absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_t> ids,
                                        std::span<const float> gradients,
-                                       const UpdateSettings& settings) {
+                                       const UpdateSettings& settings, KnownRows known) {
   if (table.tiered() || table.ttl() > 0) PST_RETURN_IF_ERROR(Admit(table, ids));
   const size_t dim = table.dim();
   const size_t slots = table.slot_floats();
@@ -231,21 +234,27 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
   // needs a few ids ahead: in a large table nearly every index entry and
   // row is a cache miss, and this lets them overlap.
   constexpr size_t kAhead = 8;
-  found_scratch_.resize(ids.size());
-  table.rows.FindEach(ids, found_scratch_);
+  std::span<const int64_t> found = known.rows;
+  if (known.layout == 0 || known.layout != table.rows.layout() || known.rows.size() != ids.size()) {
+    found_scratch_.resize(ids.size());
+    table.rows.FindEach(ids, found_scratch_);
+    found = found_scratch_;
+  } else {
+    rows_staged_as_pulled_ += static_cast<int64_t>(ids.size());
+  }
   if (!table.tiered()) {  // Admit counted a tiered table's reads
-    table.lookups_in_memory += std::count_if(found_scratch_.begin(), found_scratch_.end(),
-                                             [](int64_t row) { return row >= 0; });
+    table.lookups_in_memory +=
+        std::count_if(found.begin(), found.end(), [](int64_t row) { return row >= 0; });
   }
   const size_t saved = table.rows.saved_floats();
   // Rows updated in place are marked as Commit marks new ones.
   table.rows.set_tick(table.updates + 1);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kAhead < ids.size() && found_scratch_[i + kAhead] >= 0) {
-      table.rows.PrefetchRow(found_scratch_[i + kAhead]);
+    if (i + kAhead < ids.size() && found[i + kAhead] >= 0) {
+      table.rows.PrefetchRow(found[i + kAhead]);
     }
     const uint64_t id = ids[i];
-    const int64_t row = found_scratch_[i];
+    const int64_t row = found[i];
     if (row < 0 && !HasRoomForANewRow(table)) {
       ++table.staged_refused;
       continue;
@@ -310,7 +319,7 @@ absl::Status EmbeddingTable::Stage(const PushRequest& push, const TablePush& pla
     if (n > 0) std::memcpy(ids_scratch_.data(), part.ids().data(), n * sizeof(uint64_t));
     rows_scratch_.resize(n * table.dim());
     DecodeValues(part.data(), part.dtype(), rows_scratch_);
-    PST_RETURN_IF_ERROR(StageRows(table, ids_scratch_, rows_scratch_, settings));
+    PST_RETURN_IF_ERROR(StageRows(table, ids_scratch_, rows_scratch_, settings, {}));
   }
   return absl::OkStatus();
 }
@@ -333,11 +342,32 @@ void EmbeddingTable::Land(int rank, const PushRequest& push, const TablePush& pl
 
 void EmbeddingTable::StepMean(size_t t) {
   if (t < step_means_.size()) {
-    ids_scratch_.swap(step_means_[t].first);
-    rows_scratch_.swap(step_means_[t].second);
+    ids_scratch_.swap(step_means_[t].ids);
+    rows_scratch_.swap(step_means_[t].rows);
+    origins_scratch_.swap(step_means_[t].origins);
   } else {
-    step_.Mean(static_cast<int>(t), tables_[t]->dim(), &ids_scratch_, &rows_scratch_);
+    step_.Mean(static_cast<int>(t), tables_[t]->dim(), &ids_scratch_, &rows_scratch_,
+               &origins_scratch_);
   }
+}
+
+EmbeddingTable::KnownRows EmbeddingTable::PulledRowsOfStep(size_t t) {
+  const uint64_t layout = tables_[t]->rows.layout();
+  // Per rank: whether its pull's rows are those of the ids it pushed.
+  absl::InlinedVector<bool, 8> current(pulled_.size());
+  for (size_t rank = 0; rank < pulled_.size(); ++rank) {
+    const PulledRowsOf& pulled = pulled_[rank][t];
+    const std::span<const uint64_t> pushed = step_.ids(static_cast<int>(rank), static_cast<int>(t));
+    current[rank] = pulled.layout == layout && pulled.ids.size() == pushed.size() &&
+                    std::equal(pushed.begin(), pushed.end(), pulled.ids.begin());
+  }
+  known_scratch_.resize(origins_scratch_.size());
+  for (size_t i = 0; i < origins_scratch_.size(); ++i) {
+    const RowStep::Origin origin = origins_scratch_[i];
+    if (!current[origin.rank]) return {};
+    known_scratch_[i] = pulled_[origin.rank][t].rows[origin.index];
+  }
+  return {.layout = layout, .rows = known_scratch_};
 }
 
 double EmbeddingTable::StepSquaredNorm() {
@@ -348,9 +378,9 @@ double EmbeddingTable::StepSquaredNorm() {
     return sum;
   }
   for (size_t t = 0; t < tables_.size(); ++t) {
-    auto& [ids, rows] = step_means_[t];
-    step_.Mean(static_cast<int>(t), tables_[t]->dim(), &ids, &rows);
-    for (float g : rows) sum += static_cast<double>(g) * g;
+    StepMeanRows& mean = step_means_[t];
+    step_.Mean(static_cast<int>(t), tables_[t]->dim(), &mean.ids, &mean.rows, &mean.origins);
+    for (float g : mean.rows) sum += static_cast<double>(g) * g;
   }
   return sum;
 }
@@ -362,7 +392,7 @@ absl::Status EmbeddingTable::StageStep(const UpdateSettings& settings) {
       Embedding& table = *tables_[t];
       StepMean(t);
       if (ids_scratch_.empty()) continue;
-      staged = StageRows(table, ids_scratch_, rows_scratch_, settings);
+      staged = StageRows(table, ids_scratch_, rows_scratch_, settings, PulledRowsOfStep(t));
     }
   }
   step_means_.clear();
@@ -550,19 +580,34 @@ int64_t EmbeddingTable::AnswerBytes(const EmbeddingRows& rows, DType dtype) cons
   return IdCount(rows.ids()) * int64_t{dim(rows.table())} * DTypeBytes(dtype);
 }
 
-absl::Status EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype,
+absl::Status EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype, int worker,
                                         char* out) const {
-  const Embedding& table = *tables_[Find(rows.table())];
+  const int t = Find(rows.table());
+  const Embedding& table = *tables_[t];
   const size_t dim = table.dim();
   const size_t row_bytes = dim * DTypeBytes(dtype);
   std::vector<float> initial(dim);
   // As in StageRows: the rows first, then their values, hinted ahead.
   constexpr int64_t kAhead = 8;
   const int64_t n = IdCount(rows.ids());
-  std::vector<int64_t> found(n);
+  // A tiered table or one with a TTL admits each update's rows first,
+  // which moves rows: what its pull found is never current at the push.
+  PulledRowsOf* pulled = nullptr;
+  if (worker >= 0 && static_cast<size_t>(worker) < pulled_.size() && !table.tiered() &&
+      table.ttl() == 0) {
+    pulled = &pulled_[worker][t];
+  }
+  std::vector<int64_t> found_here;
+  std::vector<int64_t>& found = pulled != nullptr ? pulled->rows : found_here;
+  found.resize(n);
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n) table.rows.PrefetchIndex(RowId(rows.ids(), i + kAhead));
     found[i] = table.rows.Find(RowId(rows.ids(), i));
+  }
+  if (pulled != nullptr) {
+    pulled->layout = table.rows.layout();
+    pulled->ids.resize(n);
+    if (n > 0) std::memcpy(pulled->ids.data(), rows.ids().data(), n * sizeof(uint64_t));
   }
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n && found[i + kAhead] >= 0) table.rows.PrefetchRow(found[i + kAhead]);
@@ -592,7 +637,7 @@ absl::Status EmbeddingTable::AnswerPull(const PullRequest& pull, PullResponse* r
     out->set_dtype(pull.dtype());
     std::string* data = out->mutable_data();
     data->resize(AnswerBytes(rows, pull.dtype()));
-    PST_RETURN_IF_ERROR(EncodeRows(rows, pull.dtype(), data->data()));
+    PST_RETURN_IF_ERROR(EncodeRows(rows, pull.dtype(), pull.worker(), data->data()));
   }
   return absl::OkStatus();
 }

@@ -259,8 +259,13 @@ class EmbeddingTable final : public Table {
   // and the values themselves written to `out`, which has that many: for a
   // caller that lays the answer out itself (e.g. in a shared region).
   // INTERNAL when the disk tier cannot be read.
+  // `worker`: the pull's (PullRequest.worker); a SYNC push of that worker
+  // naming the same ids stages them without looking them up again.
   int64_t AnswerBytes(const EmbeddingRows& rows, DType dtype) const;
-  absl::Status EncodeRows(const EmbeddingRows& rows, DType dtype, char* out) const;
+  absl::Status EncodeRows(const EmbeddingRows& rows, DType dtype, int worker, char* out) const;
+  // Rows SYNC steps have staged where their workers' pulls found them,
+  // without looking their ids up again.
+  int64_t rows_staged_as_pulled() const { return rows_staged_as_pulled_; }
 
  private:
   struct Embedding;
@@ -310,10 +315,25 @@ class EmbeddingTable final : public Table {
   absl::StatusOr<bool> ReadDisk(const Embedding& table, uint64_t id, bool take, DiskRow* row) const;
   // Row `id`'s values from the disk tier into `out`; false if not there.
   absl::StatusOr<bool> ReadCold(const Embedding& table, uint64_t id, std::span<float> out) const;
+  // Rows of ids in a table's store, found while its layout
+  // (RowStore::layout) was `layout`; 0: none known.
+  struct KnownRows {
+    uint64_t layout = 0;
+    std::span<const int64_t> rows;
+  };
+  // Stages the update of `table`'s rows `ids` by `gradients`, its rows
+  // looked up unless `known` still holds after admission.
   absl::Status StageRows(Embedding& table, std::span<const uint64_t> ids,
-                         std::span<const float> gradients, const UpdateSettings& settings);
-  // Table t's mean rows of the step, into ids_scratch_ and rows_scratch_.
+                         std::span<const float> gradients, const UpdateSettings& settings,
+                         KnownRows known);
+  // Table t's mean rows of the step, into ids_scratch_, rows_scratch_ and
+  // origins_scratch_.
   void StepMean(size_t t);
+  // The rows of table t's step mean (ids_scratch_, origins_scratch_) as
+  // the ranks' pulls of the same ids found them, if every rank whose ids
+  // it holds pushed exactly the ids it pulled last and the table's layout
+  // is unchanged since; else none known.
+  KnownRows PulledRowsOfStep(size_t t);
   // Copies row `id`'s committed or initial values to `out`.
   absl::Status ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const;
   // Takes `tables` as the shard's tables and empties the step.
@@ -328,11 +348,31 @@ class EmbeddingTable final : public Table {
   RowStep step_;
   // The step's mean rows per table, when StepSquaredNorm formed them
   // before StageStep.
-  std::vector<std::pair<std::vector<uint64_t>, std::vector<float>>> step_means_;
+  struct StepMeanRows {
+    std::vector<uint64_t> ids;
+    std::vector<float> rows;
+    std::vector<RowStep::Origin> origins;
+  };
+  std::vector<StepMeanRows> step_means_;
   // Scratch of StageStep and Stage, kept warm between updates.
   std::vector<uint64_t> ids_scratch_;
   std::vector<float> rows_scratch_;
+  std::vector<RowStep::Origin> origins_scratch_;
   std::vector<int64_t> found_scratch_;
+  std::vector<int64_t> known_scratch_;
+  // The rows each worker's last pull found, per table (pulled_[worker][t]),
+  // with the ids and the store's layout then. A SYNC worker pushes the
+  // gradients of the rows it pulled, in the order it pulled them, so that
+  // the step stages them without a second lookup of each id (in a large
+  // table a cache miss each). Written by pulls, which run under the
+  // shard's lock like the staging that reads it.
+  struct PulledRowsOf {
+    uint64_t layout = 0;
+    std::vector<uint64_t> ids;
+    std::vector<int64_t> rows;
+  };
+  mutable std::vector<std::vector<PulledRowsOf>> pulled_;
+  int64_t rows_staged_as_pulled_ = 0;
   // A row read from disk, kept warm between reads.
   mutable DiskRow cold_scratch_;
 };

@@ -29,7 +29,8 @@ absl::Status PulledRows::AnswerTo(PullResponse* response) const {
     out->set_dtype(dtype);
     std::string* data = out->mutable_data();
     data->resize(static_cast<size_t>(table_.AnswerBytes(rows, dtype)));
-    if (absl::Status s = table_.EncodeRows(rows, dtype, data->data()); !s.ok()) return s;
+    if (absl::Status s = table_.EncodeRows(rows, dtype, request_.worker(), data->data()); !s.ok())
+      return s;
   }
   return absl::OkStatus();
 }

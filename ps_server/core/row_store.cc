@@ -1,6 +1,7 @@
 #include "ps_server/core/row_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 
@@ -18,10 +19,24 @@ RowStore::Block::Block(const Block& other, int64_t epoch) : Block(other.arena, e
 
 RowStore::Block::~Block() { arena->Give(records); }
 
+namespace {
+
+// 2^40 Adds and Removes per store before its count could reach the next
+// store's stamp: beyond any table's life.
+constexpr int kLayoutCountBits = 40;
+
+uint64_t NextStoreStamp() {
+  static std::atomic<uint64_t> stores{0};
+  return (stores.fetch_add(1, std::memory_order_relaxed) + 1) << kLayoutCountBits;
+}
+
+}  // namespace
+
 RowStore::RowStore(int dim, int slots_per_value)
     : dim_(dim),
       slots_per_value_(slots_per_value),
-      arena_(std::make_shared<RecordArena>(kRowsPerBlock * stride() * sizeof(float))) {}
+      arena_(std::make_shared<RecordArena>(kRowsPerBlock * stride() * sizeof(float))),
+      layout_(NextStoreStamp()) {}
 
 RowStore::~RowStore() {
   for (int64_t b = 0; b < blocks_; ++b) graveyard_->Retire(BlockOf(chunks_, b), epoch_);
@@ -164,6 +179,7 @@ int64_t RowStore::Add(uint64_t id, std::span<const float> values, std::span<cons
   Write(row, values, slots, updates, /*keep_copy=*/false);
   MarkChanged(row);
   index_[IndexPart(id)].emplace(id, static_cast<uint32_t>(row));
+  ++layout_;
   return row;
 }
 
@@ -215,6 +231,7 @@ void RowStore::Remove(int64_t row) {
   const int64_t last = size_ - 1;
   const uint64_t gone = id(row);
   index_[IndexPart(gone)].erase(gone);
+  ++layout_;
   if (row != last) {
     // The last row fills the hole, so that rows stay dense and a block is
     // freed once its last row goes.

@@ -87,6 +87,11 @@ class RowStore {
 
   // The index of `id`'s row, or -1.
   int64_t Find(uint64_t id) const;
+  // Names the store's id-to-row map as it is now: it changes with every
+  // Add and Remove (the only calls that change which row an id has), and
+  // no two stores of a process ever share one. Rows found while it stays
+  // the same are still the ids' rows, without a lookup.
+  uint64_t layout() const { return layout_; }
   // rows[i] = Find(ids[i]) for each i, hinting the index a few ids ahead:
   // in a large table nearly every lookup is a cache miss, and this lets
   // them overlap.
@@ -376,6 +381,9 @@ class RowStore {
   int64_t change_mark_ = 0;
   int64_t ticks_before_mark_ = 0;
   const std::shared_ptr<Graveyard> graveyard_ = std::make_shared<Graveyard>();
+  // See layout(): the store's stamp in the high bits, a count of Adds and
+  // Removes in the low ones.
+  uint64_t layout_;
 };
 
 }  // namespace pst

@@ -1,7 +1,5 @@
 // The embedding tables' SYNC step (the rank-ordered mean, bitwise the same in
 // any arrival order) and their row limit.
-#include "ps_server/core/embedding_table.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/embedding_config.h"
@@ -22,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "placement/row_placement.h"
 #include "ps_server/core/embedding_init.h"
+#include "ps_server/core/embedding_table.h"
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
@@ -151,6 +151,100 @@ TEST(EmbeddingTableTest, AFailedSyncStepIsEmptiedAndDiscardable) {
   ASSERT_TRUE(table->StageStep({}).ok());
   table->Commit();
   EXPECT_EQ(Snapshot(*table), before);
+}
+
+// --- Rows found by the ranks' pulls ---
+
+// Answers worker `rank`'s pull of `ids` from every table of `tables`.
+void PullAs(const EmbeddingTable& table, int rank, const std::vector<uint64_t>& ids,
+            const std::vector<std::string>& tables) {
+  PullRequest pull;
+  pull.set_worker(rank);
+  for (const std::string& name : tables) {
+    EmbeddingRows* rows = pull.add_rows();
+    rows->set_table(name);
+    rows->set_ids(IdBytes(ids));
+  }
+  PullResponse answer;
+  ASSERT_TRUE(table.AnswerPull(pull, &answer).ok());
+}
+
+// Lands each rank's push of `ids[rank]` to every table of `dims` (name ->
+// dim) and stages and commits the step.
+void SyncStep(EmbeddingTable& table, const std::vector<std::vector<uint64_t>>& ids,
+              const std::vector<std::pair<std::string, int>>& dims, int step) {
+  for (size_t rank = 0; rank < ids.size(); ++rank) {
+    std::vector<EmbeddingRows> parts;
+    for (const auto& [name, dim] : dims) {
+      parts.push_back(Rows(name, ids[rank], Gradients(ids[rank], dim, step + int(rank))));
+    }
+    const PushRequest push = Push(std::move(parts), static_cast<int>(rank));
+    TablePush plan;
+    ASSERT_TRUE(table.CheckPush(push, true, true, &plan).ok());
+    table.Land(static_cast<int>(rank), push, plan);
+  }
+  ASSERT_TRUE(table.StageStep({}).ok());
+  table.Commit();
+}
+
+TEST(EmbeddingTableTest, ASyncStepStagesTheRowsItsRanksPulledAsALookupWould) {
+  const std::vector<std::pair<std::string, int>> dims = {{"a", 2}, {"b", 1}};
+  const std::vector<EmbeddingTableConfig> specs = {Spec("a", 2, Adagrad(0.1f, 0.01f), 0, 0.05f),
+                                                   Spec("b", 1, Adagrad(0.1f, 0.01f))};
+  std::unique_ptr<EmbeddingTable> pulled = Make(specs, Options(0, 1, 2));
+  std::unique_ptr<EmbeddingTable> looked_up = Make(specs, Options(0, 1, 2));
+  // Each step: ids both ranks name, ids one rank names, new ids and old.
+  const std::vector<std::vector<std::vector<uint64_t>>> steps = {
+      {{1, 2, 3}, {3, 4}},
+      {{4, 1, 5}, {6, 1}},
+      {{7, 2}, {2, 7, 8, 5}},
+      {{}, {9, 1}},
+  };
+  int64_t union_rows = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    SCOPED_TRACE(testing::Message() << "step " << s);
+    for (int rank = 0; rank < 2; ++rank) PullAs(*pulled, rank, steps[s][rank], {"a", "b"});
+    SyncStep(*pulled, steps[s], dims, static_cast<int>(s));
+    SyncStep(*looked_up, steps[s], dims, static_cast<int>(s));
+    ASSERT_EQ(Snapshot(*pulled), Snapshot(*looked_up));
+    absl::flat_hash_set<uint64_t> ids(steps[s][0].begin(), steps[s][0].end());
+    ids.insert(steps[s][1].begin(), steps[s][1].end());
+    union_rows += 2 * static_cast<int64_t>(ids.size());  // both tables
+  }
+  EXPECT_EQ(pulled->rows_staged_as_pulled(), union_rows);
+  EXPECT_EQ(looked_up->rows_staged_as_pulled(), 0);
+}
+
+TEST(EmbeddingTableTest, RowsMovedOrAddedSinceThePullAreLookedUpAgain) {
+  // Three rows at most, evicting: an update of a new id drops a row and
+  // moves the last one into its place.
+  const std::vector<EmbeddingTableConfig> specs = {Spec("a", 1, Sgd(1.0f), 3)};
+  std::unique_ptr<EmbeddingTable> pulled = Make(specs, Options(0, 1, 2));
+  std::unique_ptr<EmbeddingTable> looked_up = Make(specs, Options(0, 1, 2));
+  auto both = [&](const PushRequest& push) {
+    ASSERT_TRUE(Apply(*pulled, push).ok());
+    ASSERT_TRUE(Apply(*looked_up, push).ok());
+  };
+  both(Push({Rows("a", {10, 11, 12}, {1, 2, 3})}));
+  both(Push({Rows("a", {10, 11}, {1, 1})}));  // 12 is the least recent
+  // Rank 0 finds 11 and 10 in RAM and 20 not at all; then 12 is evicted
+  // (a row moves into its place) and 20 is added.
+  PullAs(*pulled, 0, {11, 10, 20}, {"a"});
+  both(Push({Rows("a", {20}, {5})}));
+  ASSERT_EQ(Lookup(*looked_up, "a", {12}), std::vector<float>{0});
+  SyncStep(*pulled, {{11, 10, 20}, {}}, {{"a", 1}}, 0);
+  SyncStep(*looked_up, {{11, 10, 20}, {}}, {{"a", 1}}, 0);
+  EXPECT_EQ(Snapshot(*pulled), Snapshot(*looked_up));
+  EXPECT_EQ(StatsOf(*pulled, "a").rows(), 3);
+  EXPECT_EQ(pulled->rows_staged_as_pulled(), 0);
+
+  // A pull of other ids (or another worker's) is not the push's.
+  PullAs(*pulled, 0, {10, 11}, {"a"});
+  PullAs(*pulled, 1, {20, 11}, {"a"});
+  SyncStep(*pulled, {{11, 10}, {}}, {{"a", 1}}, 1);
+  SyncStep(*looked_up, {{11, 10}, {}}, {{"a", 1}}, 1);
+  EXPECT_EQ(Snapshot(*pulled), Snapshot(*looked_up));
+  EXPECT_EQ(pulled->rows_staged_as_pulled(), 0);
 }
 
 // --- The row limit ---

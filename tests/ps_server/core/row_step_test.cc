@@ -56,6 +56,59 @@ TEST(RowStepTest, TheMeanSumsRanksInOrderOverTheRanksThatLanded) {
   EXPECT_EQ(rows, (std::vector<float>{4, 8}));
 }
 
+// Each part's rows are ids.size() values (tables of dim 1).
+PushRequest PushOfParts(
+    const std::vector<std::pair<std::vector<uint64_t>, std::vector<float>>>& parts) {
+  PushRequest push;
+  for (const auto& [ids, rows] : parts) {
+    EmbeddingRows* part = push.add_rows();
+    part->set_table("t");
+    part->mutable_ids()->resize(ids.size() * 8);
+    if (!ids.empty()) std::memcpy(part->mutable_ids()->data(), ids.data(), ids.size() * 8);
+    part->set_dtype(FLOAT32);
+    EncodeValues(rows, FLOAT32, part->mutable_data());
+  }
+  return push;
+}
+
+TEST(RowStepTest, TablesOfTheSameIdsShareTheirUnionAndOthersAreUnitedAgain) {
+  const std::vector<int> dims = {1, 1, 1, 1};
+  RowStep step(2);
+  // Tables 0 and 1 get the same ids from each rank; table 2 the same ids
+  // in another order from rank 0; table 3 none from rank 1.
+  step.Land(0, PushOfParts({{{5, 3}, {1, 2}}, {{5, 3}, {10, 20}}, {{3, 5}, {7, 9}}, {{5}, {4}}}),
+            std::vector<int>{0, 1, 2, 3}, dims);
+  step.Land(1, PushOfParts({{{3, 8}, {4, 8}}, {{3, 8}, {40, 80}}, {{3, 8}, {1, 1}}}),
+            std::vector<int>{0, 1, 2}, dims);
+  std::vector<uint64_t> ids;
+  std::vector<float> rows;
+  std::vector<RowStep::Origin> origins;
+  auto origins_are = [&](std::vector<std::pair<int, uint32_t>> expected) {
+    std::vector<std::pair<int, uint32_t>> got;
+    for (const RowStep::Origin& o : origins) got.emplace_back(o.rank, o.index);
+    return got == expected;
+  };
+  const float half = 0.5f;
+  for (int round = 0; round < 2; ++round) {  // each table's mean alike after any other's
+    step.Mean(0, 1, &ids, &rows, &origins);
+    EXPECT_EQ(ids, (std::vector<uint64_t>{5, 3, 8}));
+    EXPECT_EQ(rows, (std::vector<float>{(0.0f + 1) * half, (0.0f + 2 + 4) * half, 8 * half}));
+    EXPECT_TRUE(origins_are({{0, 0}, {0, 1}, {1, 1}}));
+    step.Mean(1, 1, &ids, &rows, &origins);
+    EXPECT_EQ(ids, (std::vector<uint64_t>{5, 3, 8}));
+    EXPECT_EQ(rows, (std::vector<float>{10 * half, (0.0f + 20 + 40) * half, 80 * half}));
+    EXPECT_TRUE(origins_are({{0, 0}, {0, 1}, {1, 1}}));
+    step.Mean(2, 1, &ids, &rows, &origins);
+    EXPECT_EQ(ids, (std::vector<uint64_t>{3, 5, 8}));
+    EXPECT_EQ(rows, (std::vector<float>{(0.0f + 7 + 1) * half, 9 * half, 1 * half}));
+    EXPECT_TRUE(origins_are({{0, 0}, {0, 1}, {1, 1}}));
+    step.Mean(3, 1, &ids, &rows, &origins);
+    EXPECT_EQ(ids, (std::vector<uint64_t>{5}));
+    EXPECT_EQ(rows, (std::vector<float>{4 * half}));
+    EXPECT_TRUE(origins_are({{0, 0}}));
+  }
+}
+
 TEST(RowStepTest, RowIdReadsLittleEndianUint64) {
   const std::string ids("\x01\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f", 16);
   EXPECT_EQ(RowId(ids, 0), 1u);
