@@ -289,10 +289,11 @@ row_step_bench() {
   local steps=(--rounds="$(rounds 3)" --warm_steps=300 --steps=50)
   local tiers=(--memory_bytes=37000000 --disk=$WORK/tiers --worker_us=5000)
   run_to $WORK/row_step_bench.ram.json build/bin/row_step_bench "${steps[@]}" --json
+  run_to $WORK/row_step_bench.ram9.json build/bin/row_step_bench "${steps[@]}" --dims=9 --json
   run_to $WORK/row_step_bench.noahead.json build/bin/row_step_bench "${steps[@]}" "${tiers[@]}" \
     --prefetch_rows=0 --json
   run_to $WORK/row_step_bench.ahead.json build/bin/row_step_bench "${steps[@]}" "${tiers[@]}" --json
-  run_to "$BENCH_DIR/row_step_bench.json" cat $WORK/row_step_bench.{ram,noahead,ahead}.json
+  run_to "$BENCH_DIR/row_step_bench.json" cat $WORK/row_step_bench.{ram,ram9,noahead,ahead}.json
 }
 
 ctr_scale() {
