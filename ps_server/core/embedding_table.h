@@ -258,9 +258,10 @@ class EmbeddingTable final : public Table {
   // Bytes the values of `rows` (checked by CheckPull) take as `dtype`,
   // and the values themselves written to `out`, which has that many: for a
   // caller that lays the answer out itself (e.g. in a shared region).
-  // INTERNAL when the disk tier cannot be read.
-  // `worker`: the pull's (PullRequest.worker); a SYNC push of that worker
-  // naming the same ids stages them without looking them up again.
+  // INTERNAL when the disk tier cannot be read. `worker` is the pull's
+  // (PullRequest.worker): the rows found are kept for that worker's next
+  // SYNC push, which stages them without looking them up again if it names
+  // the same ids (-1: kept for no one).
   int64_t AnswerBytes(const EmbeddingRows& rows, DType dtype) const;
   absl::Status EncodeRows(const EmbeddingRows& rows, DType dtype, int worker, char* out) const;
   // Rows SYNC steps have staged where their workers' pulls found them,
