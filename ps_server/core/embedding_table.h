@@ -240,6 +240,7 @@ class EmbeddingTable final : public Table {
   // Whether any table reads ahead (a disk tier, prefetch_rows > 0).
   bool ReadsAhead() const;
 
+  // Pulls (embedding_pulls.cc).
   // Checks `pull.rows()`: known tables, each once, 8 bytes per id, every
   // id of this shard, a known dtype. InvalidArgument naming the table and
   // id otherwise. An id may repeat (it is answered each time); workers

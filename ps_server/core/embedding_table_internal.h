@@ -1,6 +1,7 @@
 // What EmbeddingTable's sources share: embedding_table.cc (updates and
-// pulls), embedding_tiers.cc (the disk tier), embedding_checkpoint.cc
-// (Export and Restore) and embedding_changes.cc (the changes for backups).
+// the SYNC step), embedding_pulls.cc (pulls), embedding_tiers.cc (the disk
+// tier), embedding_checkpoint.cc (Export and Restore) and
+// embedding_changes.cc (the changes for backups).
 // Not for use outside them.
 #ifndef PST_PS_SERVER_CORE_EMBEDDING_TABLE_INTERNAL_H_
 #define PST_PS_SERVER_CORE_EMBEDDING_TABLE_INTERNAL_H_

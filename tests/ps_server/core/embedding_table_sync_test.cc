@@ -1,5 +1,7 @@
 // The embedding tables' SYNC step (the rank-ordered mean, bitwise the same in
 // any arrival order) and their row limit.
+#include "ps_server/core/embedding_table.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -21,7 +23,6 @@
 #include "gtest/gtest.h"
 #include "placement/row_placement.h"
 #include "ps_server/core/embedding_init.h"
-#include "ps_server/core/embedding_table.h"
 #include "tests/ps_server/core/embedding_table_testing.h"
 
 namespace pst {
