@@ -28,6 +28,11 @@ absl::Status EmbeddingTable::ReadRow(const Embedding& table, uint64_t id,
     std::copy(values.begin(), values.end(), out.begin());
     return absl::OkStatus();
   }
+  return ReadAbsentRow(table, id, out);
+}
+
+absl::Status EmbeddingTable::ReadAbsentRow(const Embedding& table, uint64_t id,
+                                           std::span<float> out) const {
   if (table.tiered()) {
     PST_ASSIGN_OR_RETURN(bool cold, ReadCold(table, id, out));
     if (cold) return absl::OkStatus();
@@ -115,11 +120,7 @@ absl::Status EmbeddingTable::EncodeRows(const EmbeddingRows& rows, DType dtype, 
       ++table.lookups_in_memory;
       values = table.rows.values(row);
     } else {
-      bool cold = false;
-      if (table.tiered()) {
-        PST_ASSIGN_OR_RETURN(cold, ReadCold(table, id, initial));
-      }
-      if (!cold) InitialRow(table.key, id, table.config.init_scale(), initial);
+      PST_RETURN_IF_ERROR(ReadAbsentRow(table, id, initial));
     }
     EncodeValuesTo(values, dtype, out + i * row_bytes);
   }

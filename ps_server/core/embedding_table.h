@@ -338,6 +338,9 @@ class EmbeddingTable final : public Table {
   KnownRows PulledRowsOfStep(size_t t);
   // Copies row `id`'s committed or initial values to `out`.
   absl::Status ReadRow(const Embedding& table, uint64_t id, std::span<float> out) const;
+  // The values of row `id`, which RAM does not hold, into `out`: the disk
+  // tier's, or the row's initial values.
+  absl::Status ReadAbsentRow(const Embedding& table, uint64_t id, std::span<float> out) const;
   // Takes `tables` as the shard's tables and empties the step.
   void Adopt(std::vector<std::unique_ptr<Embedding>> tables);
 
