@@ -135,8 +135,9 @@ TABLE_METRICS = ("pst_ps_table_rows", "pst_ps_table_rows_refused_total",
 
 
 def table_counts(port):
-    """The shard's TABLE_METRICS of TABLE, from its metrics endpoint; None if it does not
-    answer."""
+    """The shard's TABLE_METRICS of TABLE, or of the table of parts that holds TABLE's
+    rows beside the wide table's (CtrShardTables, common/ctr_config.h: both tables RAM
+    only), from its metrics endpoint; None if it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
             text = r.read().decode()
@@ -145,7 +146,8 @@ def table_counts(port):
     counts = {}
     for line in text.splitlines():
         for metric in TABLE_METRICS:
-            if line.startswith(metric + "{") and f'table="{TABLE}"' in line:
+            if line.startswith(metric + "{") and (f'table="{TABLE}"' in line or
+                                                   f'table="{TABLE}+' in line):
                 counts[metric] = int(float(line.split()[-1]))
     return counts if len(counts) == len(TABLE_METRICS) else None
 

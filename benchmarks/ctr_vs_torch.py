@@ -15,6 +15,10 @@ the same test file (AUC, log-loss):
                          push: batch_size samples)
   torch 1 process        torch.set_num_threads(1), then one thread per core
                          (os.cpu_count()), a batch of the samples per update
+  torch 1 process 1 thread joint table
+                         one thread, both tables in one nn.EmbeddingBag of dim 9
+                         (the deep columns, then the wide one), as ours keeps
+                         them on its shards: the same initial values and math
   torch DDP 2 processes  gloo on 127.0.0.1, half the samples per update each,
                          one thread each
 
@@ -153,7 +157,9 @@ def auc(scores, labels):
 
 # ---------------------------------------------------------------- the PyTorch side
 
-def build_model(rows, dim, hidden, seed):
+def build_model(rows, dim, hidden, seed, joint=False):
+    """The model; `joint`: both tables in one EmbeddingBag of dim + 1 (the deep columns,
+    then the wide one), the same initial values and the same math."""
     import torch
     torch.manual_seed(seed)
 
@@ -177,8 +183,19 @@ def build_model(rows, dim, hidden, seed):
                     torch.nn.init.uniform_(layer.weight, -bound, bound)
                     torch.nn.init.zeros_(layer.bias)
             self.mlp = torch.nn.Sequential(*layers)
+            self.joint = None
+            if joint:
+                self.joint = torch.nn.EmbeddingBag(rows, dim + 1, mode="sum", sparse=True)
+                with torch.no_grad():
+                    self.joint.weight.copy_(torch.cat([self.deep.weight, self.wide.weight], 1))
+                del self.deep, self.wide
 
         def forward(self, ids, offsets, wide_offsets, dense):
+            if self.joint is not None:
+                both = self.joint(ids, offsets).view(dense.shape[0], FIELDS, -1)
+                pooled = both[:, :, :-1].reshape(dense.shape[0], -1)
+                logits = self.mlp(torch.cat([pooled, dense], 1)).squeeze(1)
+                return logits + both[:, :, -1].sum(1)
             pooled = self.deep(ids, offsets).view(dense.shape[0], -1)
             logits = self.mlp(torch.cat([pooled, dense], 1)).squeeze(1)
             return logits + self.wide(ids, wide_offsets).squeeze(1)
@@ -204,7 +221,7 @@ def peer(args):
         lines = slice(s * per_update + rank, (s + 1) * per_update, world)
         batches.append((*bags(a["train_cat"][lines]), torch.from_numpy(a["train_dense"][lines]),
                         torch.from_numpy(a["train_labels"][lines])))
-    model = build_model(int(a["rows"]), args.dim, args.hidden, args.seed)
+    model = build_model(int(a["rows"]), args.dim, args.hidden, args.seed, args.joint)
     if world > 1:
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
@@ -213,7 +230,8 @@ def peer(args):
     else:
         train_model = model
     dense_opt = torch.optim.Adagrad(model.mlp.parameters(), foreach=True, **ADAGRAD_MLP)
-    sparse_opt = torch.optim.Adagrad([model.deep.weight, model.wide.weight], **ADAGRAD_TABLES)
+    tables = [model.joint.weight] if args.joint else [model.deep.weight, model.wide.weight]
+    sparse_opt = torch.optim.Adagrad(tables, **ADAGRAD_TABLES)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     if world > 1:
         dist.barrier()
@@ -238,22 +256,22 @@ def peer(args):
     print(json.dumps(result), flush=True)
 
 
-def peer_command(args, world, rank, port, threads, per_update):
+def peer_command(args, world, rank, port, threads, per_update, joint=False):
     return [sys.executable, os.path.abspath(__file__), "--peer", f"--world={world}",
             f"--rank={rank}", f"--port={port}", f"--threads={threads}",
-            f"--per_update={per_update}", f"--dim={args.dim}",
+            f"--per_update={per_update}", f"--dim={args.dim}", f"--joint={int(joint)}",
             f"--hidden={','.join(map(str, args.hidden))}", f"--seed={args.seed}",
             f"--train_file={args.train_file}", f"--test_file={args.test_file}",
             f"--cache={args.cache}"]
 
 
-def run_torch(args, world, threads, per_update):
+def run_torch(args, world, threads, per_update, joint=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **MALLOC_ENV)
     if args.openblas_coretype:
         env["OPENBLAS_CORETYPE"] = args.openblas_coretype
     port = free_port()
-    procs = [subprocess.Popen(peer_command(args, world, r, port, threads, per_update), env=env,
-                              stdout=subprocess.PIPE, text=True) for r in range(world)]
+    procs = [subprocess.Popen(peer_command(args, world, r, port, threads, per_update, joint),
+                              env=env, stdout=subprocess.PIPE, text=True) for r in range(world)]
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=args.timeout)
@@ -298,7 +316,9 @@ def run_ours(args, mode):
 # faster is its best (on 2 cores, one thread is).
 CORES = max(2, os.cpu_count() or 2)
 EVERY_CORE = f"torch 1 process {CORES} threads"
-ONE_PROCESS = ["torch 1 process 1 thread", EVERY_CORE]
+# Both tables in one EmbeddingBag, as ours keeps them on its shards.
+JOINT = "torch 1 process 1 thread joint table"
+ONE_PROCESS = ["torch 1 process 1 thread", EVERY_CORE, JOINT]
 PEERS = ONE_PROCESS + ["torch DDP 2 processes"]
 OURS = {"sync": "ours SYNC 2 workers", "async": "ours ASYNC 2 workers"}
 
@@ -308,14 +328,15 @@ def variants(batch_size):
     each of ours' samples per update (SYNC sums the 2 workers' batches into
     one update, ASYNC applies each worker's push alone)."""
     per_update = {"sync": 2 * batch_size, "async": batch_size}
-    peers = {"torch 1 process 1 thread": (1, 1), EVERY_CORE: (1, CORES),
-             "torch DDP 2 processes": (2, 1)}
+    peers = {"torch 1 process 1 thread": (1, 1, False), EVERY_CORE: (1, CORES, False),
+             JOINT: (1, 1, True), "torch DDP 2 processes": (2, 1, False)}
     out = []
     for mode, name in OURS.items():
         out.append((name, per_update[mode], lambda a, m=mode: run_ours(a, m)))
-        for peer_name, (world, threads) in peers.items():
+        for peer_name, (world, threads, joint) in peers.items():
             out.append((peer_name, per_update[mode],
-                        lambda a, w=world, t=threads, n=per_update[mode]: run_torch(a, w, t, n)))
+                        lambda a, w=world, t=threads, n=per_update[mode], j=joint:
+                        run_torch(a, w, t, n, j)))
     return out
 
 
@@ -346,7 +367,8 @@ def main():
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     for flag, kind in (("world", int), ("rank", int), ("port", int), ("threads", int),
                        ("per_update", int), ("dim", int), ("hidden", str), ("seed", int),
-                       ("train_file", str), ("test_file", str), ("cache", str), ("max_steps", int)):
+                       ("train_file", str), ("test_file", str), ("cache", str), ("max_steps", int),
+                       ("joint", int)):
         parser.add_argument(f"--{flag}", type=kind, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:

@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/embedding_config.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace pst {
 namespace {
@@ -90,6 +93,63 @@ absl::Status ValidateCtrJob(const TrainingConfig& training) {
   }
   if (files.has_generate()) return ValidateGenerator(files);
   return absl::OkStatus();
+}
+
+namespace {
+
+// Whether the shards may keep `deep` and `wide` (resolved) as one table.
+bool MayJoin(const EmbeddingTableConfig& deep, const EmbeddingTableConfig& wide) {
+  using google::protobuf::util::MessageDifferencer;
+  if (!MessageDifferencer::Equals(deep.storage(), TableStorage::default_instance()) ||
+      !MessageDifferencer::Equals(wide.storage(), TableStorage::default_instance()) ||
+      !deep.parts().empty() || !wide.parts().empty()) {
+    return false;
+  }
+  EmbeddingTableConfig a = deep;
+  EmbeddingTableConfig b = wide;
+  for (EmbeddingTableConfig* spec : {&a, &b}) {
+    spec->clear_name();
+    spec->clear_dim();
+    spec->clear_init_scale();
+  }
+  return MessageDifferencer::Equals(a, b);
+}
+
+}  // namespace
+
+absl::StatusOr<CtrTables> CtrShardTables(const TrainingConfig& training) {
+  const CtrModelConfig& ctr = training.model().ctr();
+  CtrTables out;
+  PST_ASSIGN_OR_RETURN(out.tables,
+                       ResolveEmbeddingTables(training.model().embeddings(), training.optimizer()));
+  out.deep = ctr.table();
+  out.wide = ctr.wide_table();
+  if (out.wide.empty()) return out;
+  const std::string joint_name = absl::StrCat(out.deep, "+", out.wide);
+  EmbeddingTableConfig* deep = nullptr;
+  const EmbeddingTableConfig* wide = nullptr;
+  for (EmbeddingTableConfig& table : out.tables) {
+    if (table.name() == out.deep) deep = &table;
+    if (table.name() == out.wide) wide = &table;
+    if (table.name() == joint_name) return out;
+  }
+  if (deep == nullptr || wide == nullptr || !MayJoin(*deep, *wide)) return out;
+  EmbeddingTableConfig joint = *deep;
+  joint.set_name(joint_name);
+  joint.set_dim(deep->dim() + wide->dim());
+  for (const EmbeddingTableConfig* table : {const_cast<const EmbeddingTableConfig*>(deep), wide}) {
+    EmbeddingTablePart* part = joint.add_parts();
+    part->set_name(table->name());
+    part->set_dim(table->dim());
+    part->set_init_scale(table->init_scale());
+  }
+  *deep = std::move(joint);
+  std::erase_if(out.tables,
+                [&](const EmbeddingTableConfig& table) { return table.name() == out.wide; });
+  out.deep = joint_name;
+  out.wide.clear();
+  out.joint = true;
+  return out;
 }
 
 int64_t CtrDenseParameterCount(const TrainingConfig& training) {

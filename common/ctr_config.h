@@ -4,8 +4,11 @@
 #define PST_COMMON_CTR_CONFIG_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "config.pb.h"
 
 namespace pst {
@@ -22,6 +25,28 @@ CtrShape CtrShapeOf(const CtrDataConfig& data);
 // embeddings, a wide table of dim other than 1, a hidden width below 1, no
 // data file named, a generator for libsvm files or with bad options.
 absl::Status ValidateCtrJob(const TrainingConfig& training);
+
+// The tables a CTR job keeps on the shards. Its deep and wide tables are
+// always fed the same ids, so where nothing but their names, dims and
+// init_scales differ (the same optimizer, row limit and when_full) and
+// neither names a storage (a tier keeps its own budget and directory per
+// table), the shards keep both as one table of parts (proto/config.proto,
+// EmbeddingTableConfig.parts) named "<table>+<wide_table>", in the deep
+// table's place: the deep columns, then the wide one. A pull, an update
+// and a SYNC step then look each id up, and touch its record, once
+// instead of twice; each part starts and trains as its table would apart
+// (the optimizers are elementwise), and psctl export writes each part as
+// its table. Other tables, and the two where they differ, are kept apart.
+struct CtrTables {
+  // training.model.embeddings resolved (common/embedding_config.h), in
+  // order, the wide table dropped and the deep one replaced where `joint`.
+  std::vector<EmbeddingTableConfig> tables;
+  std::string deep;  // the table of the deep rows: the joint one where `joint`
+  std::string wide;  // the wide table; empty without a wide part or where `joint`
+  bool joint = false;
+};
+// InvalidArgument where the tables do not resolve.
+absl::StatusOr<CtrTables> CtrShardTables(const TrainingConfig& training);
 
 // The dense parameters of the CTR model's MLP (the tables' rows are not
 // counted: they live on the PS and grow with the ids trained).

@@ -42,6 +42,30 @@ absl::Status CheckStorage(const EmbeddingTableConfig& spec) {
   return absl::OkStatus();
 }
 
+absl::Status CheckParts(const EmbeddingTableConfig& spec) {
+  if (spec.parts().empty()) return absl::OkStatus();
+  int64_t columns = 0;
+  std::set<std::string, std::less<>> names;
+  for (const EmbeddingTablePart& part : spec.parts()) {
+    if (part.name().empty() || part.dim() < 1 ||
+        !(std::isfinite(part.init_scale()) && part.init_scale() >= 0)) {
+      return Invalid(spec, absl::StrCat("part \"", part.name(),
+                                        "\" needs a name, a dim >= 1 and a "
+                                        "finite init_scale >= 0; got dim ",
+                                        part.dim(), ", init_scale ", part.init_scale()));
+    }
+    if (!names.insert(part.name()).second) {
+      return Invalid(spec, absl::StrCat("part \"", part.name(), "\" is named twice"));
+    }
+    columns += part.dim();
+  }
+  if (columns != spec.dim()) {
+    return Invalid(
+        spec, absl::StrCat("its parts' dims add up to ", columns, ", not its dim ", spec.dim()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableConfig& spec,
@@ -65,6 +89,7 @@ absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableC
                    absl::StrCat("init_scale must be finite and >= 0, got ", spec.init_scale()));
   }
   if (absl::Status s = CheckStorage(spec); !s.ok()) return s;
+  if (absl::Status s = CheckParts(spec); !s.ok()) return s;
   EmbeddingTableConfig resolved = spec;
   if (!resolved.has_optimizer()) *resolved.mutable_optimizer() = job_optimizer;
   if (absl::StatusOr<OptimizerSettings> optimizer = ResolveOptimizerConfig(resolved.optimizer());

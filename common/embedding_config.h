@@ -24,7 +24,9 @@ inline constexpr int32_t kMaxEmbeddingDim = 1 << 16;
 // table for an empty name, a dim outside [1, kMaxEmbeddingDim], a row limit
 // outside [0, kMaxRowsPerShard], a negative or non-finite init_scale, a
 // negative storage.memory_bytes or storage.ttl_steps, storage.disk with
-// REFUSE_NEW_ROWS or a name with '/', or an optimizer
+// REFUSE_NEW_ROWS or a name with '/', parts without a name, with a dim
+// below 1, a negative or non-finite init_scale, a name used twice or dims
+// that do not add up to dim, or an optimizer
 // ResolveOptimizerConfig (common/optimizer_config.h) refuses. Whether
 // storage.disk is writable is the PS's check (CheckTaskFiles).
 absl::StatusOr<EmbeddingTableConfig> ResolveEmbeddingTable(const EmbeddingTableConfig& spec,

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "ps_server/core/checkpoint.h"
 #include "ps_server/core/embedding_init.h"
 #include "ps_server/core/replica_checkpoint_dirs.h"
@@ -234,15 +235,38 @@ absl::StatusOr<std::vector<NpzArray>> ModelArrays(const std::vector<ShardCheckpo
     names.insert(name);
     arrays.push_back(*std::move(a));
   }
-  for (const std::string& name : table_order) {
-    Table& t = tables[name];
-    for (NpzArray& a : TableArrays(name, t.first->config().dim(), t.first->seed(),
-                                   t.first->config().init_scale(), std::move(t.ids), t.values)) {
+  const auto add = [&](std::vector<NpzArray> table_arrays) -> absl::Status {
+    for (NpzArray& a : table_arrays) {
       if (!names.insert(a.name).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the model has a variable and a table array both named \"", a.name, "\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the model has two arrays named \"", a.name,
+                         "\" (a variable's, a table's or a table part's)"));
       }
       arrays.push_back(std::move(a));
+    }
+    return absl::OkStatus();
+  };
+  for (const std::string& name : table_order) {
+    Table& t = tables[name];
+    const EmbeddingTableConfig& config = t.first->config();
+    if (config.parts().empty()) {
+      PST_RETURN_IF_ERROR(add(TableArrays(name, config.dim(), t.first->seed(), config.init_scale(),
+                                          std::move(t.ids), t.values)));
+      continue;
+    }
+    // Each part as the table it stands for.
+    const size_t dim = static_cast<size_t>(config.dim());
+    const size_t n = t.ids.size();
+    size_t column = 0;
+    for (const EmbeddingTablePart& part : config.parts()) {
+      const size_t part_dim = static_cast<size_t>(part.dim());
+      std::vector<float> values(n * part_dim);
+      for (size_t i = 0; i < n; ++i) {
+        std::memcpy(&values[i * part_dim], &t.values[i * dim + column], part_dim * sizeof(float));
+      }
+      PST_RETURN_IF_ERROR(add(
+          TableArrays(part.name(), part.dim(), t.first->seed(), part.init_scale(), t.ids, values)));
+      column += part_dim;
     }
   }
   return arrays;

@@ -11,7 +11,9 @@
 //  - every dense variable whole, float32 of the variable's shape: the
 //    slices placement cut over the shards ("<name>/part-<p>") joined back
 //    in row order under "<name>";
-//  - every embedding table as "<table>.ids" (int64 [n], sorted) and
+//  - every embedding table (each part of a table of parts, as the table
+//    it stands for: EmbeddingTableConfig.parts) as "<table>.ids" (int64
+//    [n], sorted) and
 //    "<table>.rows" (float32 [n, dim], row i of id ids[i]): the rows the
 //    shards hold, those trained (a row never trained, or evicted, is not
 //    among them: a pull answers its initial value);

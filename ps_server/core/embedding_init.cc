@@ -29,4 +29,24 @@ void InitialRow(uint64_t key, uint64_t id, float scale, std::span<float> out) {
   }
 }
 
+TableInit::TableInit(uint64_t seed, const EmbeddingTableConfig& spec)
+    : key_(TableInitKey(seed, spec.name())) {
+  if (spec.parts().empty()) {
+    parts_.push_back({key_, spec.init_scale(), static_cast<size_t>(spec.dim())});
+    return;
+  }
+  for (const EmbeddingTablePart& part : spec.parts()) {
+    parts_.push_back(
+        {TableInitKey(seed, part.name()), part.init_scale(), static_cast<size_t>(part.dim())});
+  }
+}
+
+void TableInit::Row(uint64_t id, std::span<float> out) const {
+  size_t at = 0;
+  for (const Part& part : parts_) {
+    InitialRow(part.key, id, part.scale, out.subspan(at, part.dim));
+    at += part.dim;
+  }
+}
+
 }  // namespace pst

@@ -19,8 +19,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/strings/string_view.h"
+#include "config.pb.h"
 
 namespace pst {
 
@@ -29,6 +31,29 @@ uint64_t TableInitKey(uint64_t seed, absl::string_view table);
 // Writes the initial values of row `id` (out.size() elements) of the table
 // with key `key`.
 void InitialRow(uint64_t key, uint64_t id, float scale, std::span<float> out);
+
+// The initial rows of one resolved table (common/embedding_config.h): a
+// table of parts (EmbeddingTableConfig.parts) starts each part's columns
+// as a table of the part's name and init_scale would start its rows, so
+// that tables kept side by side start, and train, as they would apart; a
+// table without parts is its own one part.
+class TableInit {
+ public:
+  TableInit(uint64_t seed, const EmbeddingTableConfig& spec);
+  // Row `id`'s initial values; out.size() is the table's dim.
+  void Row(uint64_t id, std::span<float> out) const;
+  // The key of the table's name: a seed for the table's own draws.
+  uint64_t key() const { return key_; }
+
+ private:
+  struct Part {
+    uint64_t key;
+    float scale;
+    size_t dim;
+  };
+  uint64_t key_;
+  std::vector<Part> parts_;
+};
 
 }  // namespace pst
 

@@ -37,7 +37,7 @@ absl::Status EmbeddingTable::ReadAbsentRow(const Embedding& table, uint64_t id,
     PST_ASSIGN_OR_RETURN(bool cold, ReadCold(table, id, out));
     if (cold) return absl::OkStatus();
   }
-  InitialRow(table.key, id, table.config.init_scale(), out);
+  table.init.Row(id, out);
   return absl::OkStatus();
 }
 

@@ -249,7 +249,7 @@ absl::Status EmbeddingTable::StageRows(Embedding& table, std::span<const uint64_
       const size_t at = table.staged_records.size();
       table.staged_records.resize(at + width);
       next = table.staged_records.data() + at;
-      InitialRow(table.key, id, table.config.init_scale(), {next, dim});
+      table.init.Row(id, {next, dim});
     } else {
       // Updated in place: the row's lines are read and written once, here.
       const size_t at = table.undo_records.size();

@@ -33,7 +33,8 @@ struct EmbeddingTable::Embedding {
       : config(std::move(spec)),
         optimizer(std::move(rule)),
         seed(seed),
-        key(TableInitKey(seed, config.name())),
+        init(seed, config),
+        key(init.key()),
         rows(config.dim(), optimizer->SlotsPerParameter()),
         row_limit(RowLimit(config, record_floats())) {}
 
@@ -84,6 +85,8 @@ struct EmbeddingTable::Embedding {
   const EmbeddingTableConfig config;
   const std::unique_ptr<Optimizer> optimizer;
   const uint64_t seed;
+  const TableInit init;
+  // init.key(): the seed of the table's eviction draws.
   const uint64_t key;
   RowStore rows;
   const int64_t row_limit;

@@ -68,20 +68,19 @@ std::optional<ConfigModel> ConfigModelOf(const JobConfig& config) {
   if (!training.model().has_ctr()) return std::nullopt;
   // A config that loaded resolves; one that does not names no model a
   // shard could check against.
-  absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
-      ResolveEmbeddingTables(training.model().embeddings(), training.optimizer());
+  absl::StatusOr<CtrTables> tables = CtrShardTables(training);
   if (!tables.ok()) return std::nullopt;
   const CtrModelConfig& ctr = training.model().ctr();
   const CtrShape shape = CtrShapeOf(training.dataset().ctr());
   int64_t dim = 0;
-  for (const EmbeddingTableConfig& table : *tables) {
+  for (const EmbeddingTableConfig& table : training.model().embeddings()) {
     if (table.name() == ctr.table()) dim = table.dim();
   }
   std::vector<int64_t> widths = {int64_t{shape.fields} * dim + shape.dense};
   widths.insert(widths.end(), ctr.hidden().begin(), ctr.hidden().end());
   widths.push_back(1);
   model.variables = MlpVariables(widths, /*bias=*/true);
-  model.embeddings = *std::move(tables);
+  model.embeddings = std::move(tables->tables);
   return model;
 }
 

@@ -34,7 +34,8 @@ struct ConfigModel {
 //    ("dense_<l>/kernel" [in, out], "dense_<l>/bias" [out]), no tables;
 //  - training.model.ctr: the MLP of the CTR model (worker/model/ctr_model.h), of
 //    input [fields * dim + dense features] and one output, with biases,
-//    and every table of training.model.embeddings.
+//    and the tables the CTR model keeps on the shards (CtrShardTables,
+//    common/ctr_config.h).
 // nullopt when the config does not name the model: with
 // cluster.worker_command the workers bring their own (a Python script's),
 // and a shard then takes the first Init a worker sends.

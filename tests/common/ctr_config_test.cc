@@ -2,6 +2,8 @@
 // mistake is named by its field.
 #include "common/ctr_config.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/config.h"
@@ -41,6 +43,64 @@ TEST(CtrConfigTest, TheShippedConfigAndThisOneLoad) {
   // 26 fields x 8 + 13 dense into 64, 32, 1.
   EXPECT_EQ(ModelParameterCount(shipped->training()),
             (26 * 8 + 13) * 64 + 64 + 64 * 32 + 32 + 32 + 1);
+}
+
+CtrTables TablesOf(const std::string& text) {
+  absl::StatusOr<JobConfig> config = ParseConfig(text, "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  ApplyDefaults(&*config);
+  absl::StatusOr<CtrTables> tables = CtrShardTables(config->training());
+  EXPECT_TRUE(tables.ok()) << tables.status();
+  return tables.ok() ? *std::move(tables) : CtrTables{};
+}
+
+// The deep and wide tables, trained alike and RAM only, are one table of
+// parts on the shards; anything else keeps them apart.
+TEST(CtrConfigTest, TablesTrainedAlikeAreKeptAsOne) {
+  const CtrTables joint = TablesOf(kCtrJob);
+  ASSERT_TRUE(joint.joint);
+  EXPECT_EQ(joint.deep, "categorical+wide");
+  EXPECT_EQ(joint.wide, "");
+  ASSERT_EQ(joint.tables.size(), 1u);
+  const EmbeddingTableConfig& table = joint.tables[0];
+  EXPECT_EQ(table.name(), "categorical+wide");
+  EXPECT_EQ(table.dim(), 9);
+  EXPECT_TRUE(table.optimizer().has_adagrad());  // resolved: the job's
+  ASSERT_EQ(table.parts_size(), 2);
+  EXPECT_EQ(table.parts(0).name(), "categorical");
+  EXPECT_EQ(table.parts(0).dim(), 8);
+  EXPECT_FLOAT_EQ(table.parts(0).init_scale(), 1.0f / std::sqrt(8.0f));  // resolved default
+  EXPECT_EQ(table.parts(1).name(), "wide");
+  EXPECT_EQ(table.parts(1).dim(), 1);
+  EXPECT_FLOAT_EQ(table.parts(1).init_scale(), 1.0f);
+
+  const std::string apart_because[] = {
+      "name: \"wide\" dim: 1 optimizer { sgd { learning_rate: 0.1 } }",
+      "name: \"wide\" dim: 1 max_rows_per_shard: 1000",
+      "name: \"wide\" dim: 1 when_full: REFUSE_NEW_ROWS",
+      "name: \"wide\" dim: 1 storage { ttl_steps: 100 }",
+  };
+  for (const std::string& wide : apart_because) {
+    SCOPED_TRACE(wide);
+    const CtrTables apart =
+        TablesOf(absl::StrReplaceAll(kCtrJob, {{"name: \"wide\" dim: 1", wide}}));
+    EXPECT_FALSE(apart.joint);
+    EXPECT_EQ(apart.deep, "categorical");
+    EXPECT_EQ(apart.wide, "wide");
+    ASSERT_EQ(apart.tables.size(), 2u);
+    EXPECT_EQ(apart.tables[0].parts_size(), 0);
+  }
+  // Without a wide part, or where the joint name is another table's.
+  const CtrTables deep_only =
+      TablesOf(absl::StrReplaceAll(kCtrJob, {{"wide_table: \"wide\"", ""}}));
+  EXPECT_FALSE(deep_only.joint);
+  EXPECT_EQ(deep_only.tables.size(), 2u);
+  const CtrTables taken = TablesOf(absl::StrReplaceAll(
+      kCtrJob, {{"embeddings { name: \"wide\" dim: 1 }",
+                 "embeddings { name: \"wide\" dim: 1 } embeddings { name: \"categorical+wide\" "
+                 "dim: 2 }"}}));
+  EXPECT_FALSE(taken.joint);
+  EXPECT_EQ(taken.tables.size(), 3u);
 }
 
 TEST(CtrConfigTest, MistakesAreNamedByTheirField) {

@@ -128,9 +128,12 @@ void ExpectBackupsEndAsTheirPrimaries(const std::string& dir, const std::string&
       EXPECT_EQ(backup.variables(v).SerializeAsString(), primary.variables(v).SerializeAsString())
           << primary.variables(v).name();
     }
-    ASSERT_EQ(backup.embeddings_size(), 2);
-    ASSERT_EQ(primary.embeddings_size(), 2);
-    for (int t = 0; t < 2; ++t) {
+    // The CTR config's deep and wide tables, kept as one table of parts
+    // (CtrShardTables, common/ctr_config.h).
+    ASSERT_EQ(primary.embeddings_size(), 1);
+    ASSERT_EQ(backup.embeddings_size(), 1);
+    EXPECT_EQ(primary.embeddings(0).config().parts_size(), 2);
+    for (int t = 0; t < primary.embeddings_size(); ++t) {
       EXPECT_GT(primary.embeddings(t).ids().size(), 0u);
       EXPECT_TRUE(RowsOf(backup.embeddings(t)) == RowsOf(primary.embeddings(t)))
           << primary.embeddings(t).config().name();

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,53 @@ TEST(TableArraysTest, SortsTheRowsAndAddsTheDenseFormWhereTheIdsAreFew) {
     EXPECT_THAT(std::vector<float>(dense.begin() + id * 2, dense.begin() + id * 2 + 2),
                 ElementsAre(expected[0], expected[1]));
   }
+}
+
+// A table of parts is exported as the tables it stands for: each part's
+// columns under its own name, its untrained rows its own initial values.
+TEST(ModelArraysTest, ExportsEachPartOfATableAsItsTable) {
+  const uint64_t seed = 11;
+  std::vector<ShardCheckpoint> shards(2);
+  for (int s = 0; s < 2; ++s) {
+    shards[s].set_shard(s);
+    ShardCheckpoint::Embedding* e = shards[s].add_embeddings();
+    e->set_seed(seed);
+    e->set_num_shards(2);
+    EmbeddingTableConfig* config = e->mutable_config();
+    config->set_name("deep+wide");
+    config->set_dim(3);
+    for (const auto& [name, dim, scale] :
+         {std::tuple<const char*, int, float>{"deep", 2, 0.5f}, {"wide", 1, 0.0f}}) {
+      EmbeddingTablePart* part = config->add_parts();
+      part->set_name(name);
+      part->set_dim(dim);
+      part->set_init_scale(scale);
+    }
+    // Shard s holds id 2 + s: rows [id, -id, 10 id].
+    const uint64_t id = 2 + s;
+    const float row[] = {float(id), -float(id), 10.0f * id};
+    e->set_ids(&id, sizeof(id));
+    e->set_values(row, sizeof(row));
+  }
+  absl::StatusOr<std::vector<NpzArray>> arrays = ModelArrays(shards);
+  ASSERT_TRUE(arrays.ok()) << arrays.status();
+  EXPECT_EQ(Find(*arrays, "deep+wide.ids"), nullptr);
+  const NpzArray* deep = Find(*arrays, "deep.rows");
+  const NpzArray* wide = Find(*arrays, "wide.rows");
+  ASSERT_NE(deep, nullptr);
+  ASSERT_NE(wide, nullptr);
+  EXPECT_THAT(Int64s(*Find(*arrays, "deep.ids")), ElementsAre(2, 3));
+  EXPECT_THAT(Int64s(*Find(*arrays, "wide.ids")), ElementsAre(2, 3));
+  EXPECT_THAT(Floats(*deep), ElementsAre(2, -2, 3, -3));
+  EXPECT_THAT(Floats(*wide), ElementsAre(20, 30));
+  // The dense forms (ids 0..3): ids 0 and 1 as each table starts them.
+  const std::vector<float> deep_dense = Floats(*Find(*arrays, "deep"));
+  ASSERT_EQ(deep_dense.size(), 8u);
+  std::vector<float> initial(2);
+  InitialRow(TableInitKey(seed, "deep"), 1, 0.5f, initial);
+  EXPECT_THAT(std::vector<float>(deep_dense.begin() + 2, deep_dense.begin() + 4),
+              ElementsAre(initial[0], initial[1]));
+  EXPECT_THAT(Floats(*Find(*arrays, "wide")), ElementsAre(0, 0, 20, 30));
 }
 
 TEST(TableArraysTest, NoDenseFormForIdsSpreadWideOrLarge) {

@@ -69,12 +69,17 @@ absl::Status CtrTrainer::Setup() {
 
   Mlp& mlp = model_->mlp();
   client_->SetVariables(mlp.variables());
-  PST_ASSIGN_OR_RETURN(std::vector<EmbeddingTableConfig> tables,
-                       ResolveEmbeddingTables(training.model().embeddings(), training.optimizer()));
-  client_->SetEmbeddingTables(std::move(tables));
-  deep_table_ = client_->FindEmbeddingTable(training.model().ctr().table());
-  wide_table_ = model_->spec().wide ? client_->FindEmbeddingTable(training.model().ctr().wide_table())
-                                    : -1;
+  PST_ASSIGN_OR_RETURN(CtrTables tables, CtrShardTables(training));
+  client_->SetEmbeddingTables(std::move(tables.tables));
+  deep_table_ = client_->FindEmbeddingTable(tables.deep);
+  wide_table_ = tables.wide.empty() ? -1 : client_->FindEmbeddingTable(tables.wide);
+  joint_ = tables.joint;
+  if (joint_ && is_chief()) {
+    spdlog::info(
+        "tables {} and {} are fed the same ids and trained alike: the shards keep them "
+        "as one table, {}",
+        training.model().ctr().table(), training.model().ctr().wide_table(), tables.deep);
+  }
   PST_ASSIGN_OR_RETURN(RegisterResponse view, session_->Join());
   if (kernels_->ComputesOnHostMemory()) {
     PST_ASSIGN_OR_RETURN(PsClient::Tensors tensors, client_->AllocateTensors());
@@ -114,6 +119,13 @@ absl::Status CtrTrainer::Fill(CtrReader* reader, int examples, Slot* slot) {
   slot->row_grads.resize(slot->rows.size());
   slot->wide.resize(wide ? unique : 0);
   slot->wide_grads.resize(slot->wide.size());
+  if (joint_) {
+    slot->joint_rows.resize(slot->rows.size() + slot->wide.size());
+    slot->joint_grads.resize(slot->joint_rows.size());
+    slot->values = {RowValues{deep_table_, slot->input.unique_ids, slot->joint_rows}};
+    slot->gradients = {RowGradients{deep_table_, slot->input.unique_ids, slot->joint_grads}};
+    return absl::OkStatus();
+  }
   slot->values = {RowValues{deep_table_, slot->input.unique_ids, slot->rows}};
   slot->gradients = {RowGradients{deep_table_, slot->input.unique_ids, slot->row_grads}};
   if (wide) {
@@ -121,6 +133,26 @@ absl::Status CtrTrainer::Fill(CtrReader* reader, int examples, Slot* slot) {
     slot->gradients.push_back(RowGradients{wide_table_, slot->input.unique_ids, slot->wide_grads});
   }
   return absl::OkStatus();
+}
+
+void CtrTrainer::SplitJointRows(Slot& slot) const {
+  if (!joint_) return;
+  const size_t dim = model_->spec().embedding_dim;
+  const float* joint = slot.joint_rows.data();
+  for (size_t i = 0; i < slot.wide.size(); ++i, joint += dim + 1) {
+    std::copy_n(joint, dim, &slot.rows[i * dim]);
+    slot.wide[i] = joint[dim];
+  }
+}
+
+void CtrTrainer::JoinGradients(Slot& slot) const {
+  if (!joint_) return;
+  const size_t dim = model_->spec().embedding_dim;
+  float* joint = slot.joint_grads.data();
+  for (size_t i = 0; i < slot.wide_grads.size(); ++i, joint += dim + 1) {
+    std::copy_n(&slot.row_grads[i * dim], dim, joint);
+    joint[dim] = slot.wide_grads[i];
+  }
 }
 
 absl::Status CtrTrainer::RunEpoch(int epoch, WorkerResult* result) {
@@ -211,10 +243,12 @@ absl::StatusOr<LossResult> CtrTrainer::RunStep(Slot& current, Slot* next, bool r
     PST_RETURN_IF_ERROR(session_->Exchange({.values = &parameters_, .pull_rows = current.values}));
     PST_RETURN_IF_ERROR(mlp.UploadParameters());
   }
+  SplitJointRows(current);
   PST_ASSIGN_OR_RETURN(LossResult loss,
                        model_->ComputeGradients(current.batch, current.input, current.rows,
                                                 current.wide, current.row_grads,
                                                 current.wide_grads));
+  JoinGradients(current);
   if (before_push_) before_push_();
   before_exchange();
   // Step s's gradients out, step s+1's rows and the parameters back.
@@ -250,6 +284,7 @@ absl::Status CtrTrainer::EvaluateFinal(WorkerResult* result) {
     if (absl::IsOutOfRange(filled)) break;
     PST_RETURN_IF_ERROR(filled);
     PST_RETURN_IF_ERROR(session_->Exchange({.pull_rows = slot.values}));
+    SplitJointRows(slot);
     part.resize(slot.batch.size());
     PST_ASSIGN_OR_RETURN(LossResult loss,
                          model_->Evaluate(slot.batch, slot.input, slot.rows, slot.wide, part));

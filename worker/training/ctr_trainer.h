@@ -70,6 +70,10 @@ class CtrTrainer {
     std::vector<float> wide;
     std::vector<float> row_grads;
     std::vector<float> wide_grads;
+    // With the tables joint (CtrShardTables): the pulled rows and the
+    // pushed gradients, each id's deep columns then its wide one.
+    std::vector<float> joint_rows;
+    std::vector<float> joint_grads;
     std::vector<RowValues> values;          // where the pulled rows go
     std::vector<RowGradients> gradients;    // what is pushed
   };
@@ -86,6 +90,10 @@ class CtrTrainer {
   // Reads this worker's next `examples` examples into `slot` and sizes its
   // row buffers for their unique ids.
   absl::Status Fill(CtrReader* reader, int examples, Slot* slot);
+  // With the tables joint: `slot`'s pulled rows into its rows and wide
+  // weights, and its gradients of both into its joint gradients.
+  void SplitJointRows(Slot& slot) const;
+  void JoinGradients(Slot& slot) const;
   absl::Status EvaluateFinal(WorkerResult* result);
   bool is_chief() const { return rank_ == 0; }
 
@@ -100,6 +108,9 @@ class CtrTrainer {
   int64_t steps_per_epoch_ = 0;
   int deep_table_ = -1;
   int wide_table_ = -1;
+  // Whether the shards keep the deep and wide rows as one table's
+  // (deep_table_).
+  bool joint_ = false;
   std::vector<std::span<float>> parameters_;
   std::vector<std::span<const float>> gradients_;
   std::vector<std::string> variable_names_;

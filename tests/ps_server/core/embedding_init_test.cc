@@ -44,5 +44,41 @@ TEST(EmbeddingInitTest, ScaleZeroGivesPositiveZeros) {
   for (float v : row) EXPECT_EQ(std::bit_cast<uint32_t>(v), 0u);
 }
 
+// A table of parts starts each part's columns as the part's own table
+// starts its rows; a table without parts is its own one part.
+TEST(EmbeddingInitTest, EachPartStartsAsItsOwnTable) {
+  EmbeddingTableConfig joint;
+  joint.set_name("deep+wide");
+  joint.set_dim(4);
+  joint.set_init_scale(9.0f);  // unused where there are parts
+  EmbeddingTablePart* deep = joint.add_parts();
+  deep->set_name("deep");
+  deep->set_dim(3);
+  deep->set_init_scale(0.05f);
+  EmbeddingTablePart* wide = joint.add_parts();
+  wide->set_name("wide");
+  wide->set_dim(1);
+  wide->set_init_scale(0.5f);
+  const TableInit init(7, joint);
+  EXPECT_EQ(init.key(), TableInitKey(7, "deep+wide"));
+  for (uint64_t id : {uint64_t{0}, uint64_t{42}, uint64_t{1} << 63}) {
+    std::vector<float> row(4);
+    init.Row(id, row);
+    std::vector<float> apart(4);
+    InitialRow(TableInitKey(7, "deep"), id, 0.05f, std::span<float>(apart).first(3));
+    InitialRow(TableInitKey(7, "wide"), id, 0.5f, std::span<float>(apart).last(1));
+    EXPECT_EQ(row, apart) << id;
+  }
+  EmbeddingTableConfig single;
+  single.set_name("user");
+  single.set_dim(5);
+  single.set_init_scale(0.1f);
+  std::vector<float> row(5);
+  std::vector<float> expected(5);
+  TableInit(7, single).Row(42, row);
+  InitialRow(TableInitKey(7, "user"), 42, 0.1f, expected);
+  EXPECT_EQ(row, expected);
+}
+
 }  // namespace PST_FILE_ID
 }  // namespace pst

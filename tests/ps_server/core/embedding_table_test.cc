@@ -72,6 +72,19 @@ TEST(EmbeddingTableTest, InitializeRefusesAMalformedSpecAndStaysEmpty) {
       {"optimizer without a rate", {Spec("a", 4, no_rate)}, "learning_rate"},
       {"negative FTRL l1", {Spec("a", 4, Ftrl(0.1f, 1, -1, 0))}, "ftrl"},
       {"declared twice", {Spec("a", 4), Spec("a", 8)}, "declared twice"},
+      {"parts short of dim",
+       {Parted(Spec("a", 4), {{"x", 2, 0.1f}, {"y", 1, 0.1f}})},
+       "parts' dims add up to 3, not its dim 4"},
+      {"a part without a name", {Parted(Spec("a", 4), {{"", 4, 0.1f}})}, "needs a name"},
+      {"a part of dim 0",
+       {Parted(Spec("a", 4), {{"x", 0, 0.1f}, {"y", 4, 0.1f}})},
+       "needs a name, a dim >= 1"},
+      {"a part's NaN init scale",
+       {Parted(Spec("a", 4), {{"x", 4, std::nanf("")}})},
+       "finite init_scale"},
+      {"a part named twice",
+       {Parted(Spec("a", 4), {{"x", 2, 0.1f}, {"x", 2, 0.1f}})},
+       "named twice"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -122,6 +135,44 @@ TEST(EmbeddingTableTest, AnUnseenRowReadsAsItsDocumentedInitialValueAndIsNotStor
   EXPECT_NEAR(sum / values.size(), 0.0, 1e-3);
   EXPECT_LT(*std::min_element(values.begin(), values.end()), -0.49f);
   EXPECT_GT(*std::max_element(values.begin(), values.end()), 0.49f);
+}
+
+// A table of parts (two tables side by side) starts, trains, exports and
+// restores each part as its table would apart: the same values bit for bit
+// under a rule with per-element state.
+TEST(EmbeddingTableTest, ATableOfPartsTrainsEachPartAsItsTableApart) {
+  const OptimizerConfig rule = Adagrad(0.1f, 0.01f);
+  std::unique_ptr<EmbeddingTable> joint =
+      Make({Parted(Spec("deep+wide", 4, rule), {{"deep", 3, 0.05f}, {"wide", 1, 0.0f}})});
+  std::unique_ptr<EmbeddingTable> apart =
+      Make({Spec("deep", 3, rule, 0, 0.05f), Spec("wide", 1, rule, 0, 0.0f)});
+  const auto joined = [](const std::vector<float>& deep, const std::vector<float>& wide) {
+    std::vector<float> rows;
+    for (size_t i = 0; i < wide.size(); ++i) {
+      rows.insert(rows.end(), deep.begin() + 3 * i, deep.begin() + 3 * (i + 1));
+      rows.push_back(wide[i]);
+    }
+    return rows;
+  };
+  const std::vector<uint64_t> ids = {1, 5, 9, 1000};
+  EXPECT_EQ(Lookup(*joint, "deep+wide", ids),
+            joined(Lookup(*apart, "deep", ids), Lookup(*apart, "wide", ids)));
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<uint64_t> some = {ids.begin() + step % 2, ids.end() - (step == 1)};
+    const std::vector<float> deep = Gradients(some, 3, step);
+    const std::vector<float> wide = Gradients(some, 1, step + 7);
+    ASSERT_TRUE(Apply(*joint, Push({Rows("deep+wide", some, joined(deep, wide))})).ok());
+    ASSERT_TRUE(Apply(*apart, Push({Rows("deep", some, deep), Rows("wide", some, wide)})).ok());
+  }
+  const std::vector<float> trained = Lookup(*joint, "deep+wide", ids);
+  EXPECT_EQ(trained, joined(Lookup(*apart, "deep", ids), Lookup(*apart, "wide", ids)));
+  EXPECT_NE(trained[3], 0.0f);  // the wide weight of id 1 trained
+  // A checkpoint carries the parts: restored, the table starts and trains
+  // its rows as before.
+  EmbeddingTable restored(Options());
+  ASSERT_TRUE(restored.Restore(Exported(*joint)).ok());
+  EXPECT_EQ(Lookup(restored, "deep+wide", ids), trained);
+  EXPECT_EQ(Lookup(restored, "deep+wide", {77}), Lookup(*joint, "deep+wide", {77}));
 }
 
 TEST(EmbeddingTableTest, InitialValuesAgreeAcrossShardsAndDependOnSeedTableAndId) {

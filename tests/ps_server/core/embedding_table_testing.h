@@ -76,6 +76,22 @@ inline EmbeddingTableConfig Spec(const std::string& name, int dim,
   return spec;
 }
 
+// `spec` as a table of parts (EmbeddingTableConfig.parts).
+struct PartSpec {
+  std::string name;
+  int dim;
+  float init_scale;
+};
+inline EmbeddingTableConfig Parted(EmbeddingTableConfig spec, const std::vector<PartSpec>& parts) {
+  for (const PartSpec& p : parts) {
+    EmbeddingTablePart* part = spec.add_parts();
+    part->set_name(p.name);
+    part->set_dim(p.dim);
+    part->set_init_scale(p.init_scale);
+  }
+  return spec;
+}
+
 // `spec`, refusing new rows at its row limit instead of evicting.
 inline EmbeddingTableConfig Refusing(EmbeddingTableConfig spec) {
   spec.set_when_full(EmbeddingTableConfig::REFUSE_NEW_ROWS);

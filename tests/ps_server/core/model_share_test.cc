@@ -40,19 +40,23 @@ JobConfig QuadraticJob(int shards, const std::string& cluster_extra = "") {
 
 // 2 workers training configs/ctr.textproto's model, smaller: 26 fields of
 // dim 8 and 13 dense features into 16 -> 1, and a wide table, over
-// `shards` shards.
-JobConfig CtrJob(int shards) {
+// `shards` shards. The wide table's row limit keeps the tables apart
+// (CtrShardTables, common/ctr_config.h) unless `joint`.
+JobConfig CtrJob(int shards, bool joint = false) {
   std::string cluster = "cluster { workers: 2";
   for (int s = 0; s < shards; ++s) {
     cluster += " ps: \"127.0.0.1:" + std::to_string(5000 + s) + "\"";
   }
-  absl::StatusOr<JobConfig> config = ParseConfig(
-      cluster + " } training { optimizer { adagrad { learning_rate: 0.1 } } "
-                "model { ctr { table: \"categorical\" wide_table: \"wide\" hidden: 16 } "
-                "embeddings { name: \"categorical\" dim: 8 init_scale: 0.05 } "
-                "embeddings { name: \"wide\" dim: 1 init_scale: 0 } } "
-                "dataset { ctr { train_file: \"t.tsv\" test_file: \"e.tsv\" } } }",
-      "test");
+  absl::StatusOr<JobConfig> config =
+      ParseConfig(cluster +
+                      " } training { optimizer { adagrad { learning_rate: 0.1 } } "
+                      "model { ctr { table: \"categorical\" wide_table: \"wide\" hidden: 16 } "
+                      "embeddings { name: \"categorical\" dim: 8 init_scale: 0.05 } "
+                      "embeddings { name: \"wide\" dim: 1 init_scale: 0 " +
+                      std::string(joint ? "" : "max_rows_per_shard: 1000000 ") +
+                      "} } "
+                      "dataset { ctr { train_file: \"t.tsv\" test_file: \"e.tsv\" } } }",
+                  "test");
   EXPECT_TRUE(config.ok()) << config.status();
   ApplyDefaults(&*config);
   EXPECT_TRUE(ValidateConfig(*config).ok()) << ValidateConfig(*config);
@@ -217,6 +221,29 @@ TEST(ModelShareTest, TheConfigsCtrModelIsItsMlpAndEveryTableResolved) {
                  return own;
                }())
                    .has_value());
+}
+
+// Tables trained alike are one table of parts on the shards: a shard
+// expects that table, and refuses an Init declaring the two apart.
+TEST(ModelShareTest, TheCtrTablesTrainedAlikeAreOneTableOfParts) {
+  const JobConfig config = CtrJob(1, /*joint=*/true);
+  std::optional<ConfigModel> model = ConfigModelOf(config);
+  ASSERT_TRUE(model.has_value());
+  ASSERT_EQ(model->embeddings.size(), 1u);
+  EXPECT_EQ(model->embeddings[0].name(), "categorical+wide");
+  EXPECT_EQ(model->embeddings[0].dim(), 9);
+  ASSERT_EQ(model->embeddings[0].parts_size(), 2);
+  EXPECT_FLOAT_EQ(model->embeddings[0].parts(1).init_scale(), 0.0f);
+  // The MLP's input is still the deep table's 26 x 8 pooled columns.
+  EXPECT_EQ(model->variables[0].shape, (std::vector<int64_t>{26 * 8 + 13, 16}));
+
+  std::unique_ptr<ParameterShard> shard = ShardOf(config, 0);
+  InitResponse response;
+  ConfigModel apart = CtrWorkersModel(config);
+  EXPECT_THAT(shard->Init(InitOf(1, apart), &response).message(),
+              HasSubstr("embedding table 0 is \"categorical\" of dim 8 where the model has "
+                        "\"categorical+wide\" of dim 9"));
+  EXPECT_TRUE(shard->Init(InitOf(1, *model), &response).ok());
 }
 
 // A first Init that would give a CTR job's shard other dense variables, no

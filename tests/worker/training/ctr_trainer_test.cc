@@ -14,11 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/in_process_cluster.h"
 #include "common/config.h"
+#include "common/ctr_config.h"
 #include "common/status_macros.h"
 #include "data/ctr_formats.h"
+#include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "ps_server/core/model_share.h"
-#include "gtest/gtest.h"
 #include "tests/support/commands.h"
 #include "worker/training/ctr_data.h"
 
@@ -108,12 +109,19 @@ absl::StatusOr<TrainedModel> Train(const JobConfig& job, int shards,
                        CtrModel::Create(CtrModelSpecFor(config.training()), host.get(), 1));
   for (const VariableSpec& v : shape->mlp().variables()) model.dense.emplace_back(v.size(), NAN);
   std::vector<std::span<float>> dense(model.dense.begin(), model.dense.end());
-  const int categorical_dim = config.training().model().embeddings(0).dim();
+  const size_t categorical_dim = config.training().model().embeddings(0).dim();
   model.categorical.assign(ids.size() * categorical_dim, NAN);
   model.wide.assign(ids.size(), NAN);
-  const RowValues rows[] = {
-      {client.FindEmbeddingTable("categorical"), ids, model.categorical},
-      {client.FindEmbeddingTable("wide"), ids, model.wide}};
+  // Joint tables (CtrShardTables) are read whole and split.
+  PST_ASSIGN_OR_RETURN(CtrTables tables, CtrShardTables(config.training()));
+  std::vector<float> joint(tables.joint ? ids.size() * (categorical_dim + 1) : 0, NAN);
+  std::vector<RowValues> rows;
+  if (tables.joint) {
+    rows.push_back({client.FindEmbeddingTable(tables.deep), ids, joint});
+  } else {
+    rows.push_back({client.FindEmbeddingTable("categorical"), ids, model.categorical});
+    rows.push_back({client.FindEmbeddingTable("wide"), ids, model.wide});
+  }
   std::vector<int64_t> versions;
   const std::vector<int64_t> any_version(client.num_shards(), 0);
   PST_RETURN_IF_ERROR(
@@ -122,6 +130,11 @@ absl::StatusOr<TrainedModel> Train(const JobConfig& job, int shards,
   PST_RETURN_IF_ERROR(client.Exchange(
       {.min_versions = any_version, .timeout = absl::Seconds(10), .pull_rows = rows}, &versions,
       nullptr));
+  for (size_t i = 0; i < joint.size() / (categorical_dim + 1); ++i) {
+    const float* row = &joint[i * (categorical_dim + 1)];
+    std::copy_n(row, categorical_dim, &model.categorical[i * categorical_dim]);
+    model.wide[i] = row[categorical_dim];
+  }
   for (int s = 0; s < client.num_shards(); ++s) {
     PST_ASSIGN_OR_RETURN(StatsResponse stats, client.Stats(s));
     model.stats.push_back(std::move(stats));
@@ -206,6 +219,44 @@ TEST_F(CtrSyncEquivalenceTest, NWorkersTrainTheModelOfOneWorkerWithTheCombinedBa
   }
 }
 
+// The deep and wide tables kept as one table of parts train bitwise as the
+// two tables apart (kept apart here by a row limit that differs and is
+// never reached), rows and dense variables alike, with an optimizer
+// that keeps per-row state and one that keeps per-element momentum.
+TEST_F(CtrSyncEquivalenceTest, JointTablesTrainBitwiseAsTheTablesApart) {
+  for (const char* optimizer :
+       {"adagrad { learning_rate: 0.1 initial_accumulator: 0.0001 }",
+        "adam { learning_rate: 0.01 }", "sgd { learning_rate: 0.2 momentum: 0.9 }"}) {
+    SCOPED_TRACE(optimizer);
+    const JobConfig joint_config = CtrConfig(dir_, 2, optimizer, "POOLING_SUM");
+    JobConfig apart_config = joint_config;
+    apart_config.mutable_training()->mutable_model()->mutable_embeddings(1)->set_max_rows_per_shard(
+        1000000);
+    absl::StatusOr<CtrTables> joint_tables = CtrShardTables(joint_config.training());
+    absl::StatusOr<CtrTables> apart_tables = CtrShardTables(apart_config.training());
+    ASSERT_TRUE(joint_tables.ok() && apart_tables.ok());
+    ASSERT_TRUE(joint_tables->joint);
+    ASSERT_FALSE(apart_tables->joint);
+
+    absl::StatusOr<TrainedModel> joint = Train(joint_config, 2, ids_);
+    ASSERT_TRUE(joint.ok()) << joint.status();
+    absl::StatusOr<TrainedModel> apart = Train(apart_config, 2, ids_);
+    ASSERT_TRUE(apart.ok()) << apart.status();
+    EXPECT_EQ(joint->steps, 2 * kSteps);
+    EXPECT_EQ(joint->dense, apart->dense);
+    EXPECT_EQ(joint->categorical, apart->categorical);
+    EXPECT_EQ(joint->wide, apart->wide);
+    // What is compared has trained, and the shards held one table.
+    EXPECT_GT(RelativeError(joint->wide, std::vector<float>(ids_.size(), 0.0f)), 0.0);
+    for (const StatsResponse& shard : joint->stats) {
+      ASSERT_EQ(shard.embeddings_size(), 1);
+      EXPECT_EQ(shard.embeddings(0).table(), "categorical+wide");
+      EXPECT_EQ(shard.embeddings(0).dim(), 5);
+      EXPECT_GT(shard.embeddings(0).rows(), 0);
+    }
+  }
+}
+
 // A shard of a CTR job takes as its first Init only the model the config
 // names (ps_server/core/model_share.h): the one this worker declares.
 TEST(CtrTrainerModelTest, TheShardsExpectTheModelTheWorkerDeclares) {
@@ -223,9 +274,13 @@ TEST(CtrTrainerModelTest, TheShardsExpectTheModelTheWorkerDeclares) {
     EXPECT_EQ(declared[i].name, expected->variables[i].name);
     EXPECT_EQ(declared[i].shape, expected->variables[i].shape) << declared[i].name;
   }
-  ASSERT_EQ(expected->embeddings.size(), 2u);
-  EXPECT_EQ(expected->embeddings[0].name(), "categorical");
-  EXPECT_EQ(expected->embeddings[1].name(), "wide");
+  // The two tables, trained alike, as one (CtrShardTables).
+  ASSERT_EQ(expected->embeddings.size(), 1u);
+  EXPECT_EQ(expected->embeddings[0].name(), "categorical+wide");
+  EXPECT_EQ(expected->embeddings[0].dim(), 5);
+  ASSERT_EQ(expected->embeddings[0].parts_size(), 2);
+  EXPECT_EQ(expected->embeddings[0].parts(0).name(), "categorical");
+  EXPECT_EQ(expected->embeddings[0].parts(1).name(), "wide");
 }
 
 }  // namespace PST_FILE_ID
