@@ -136,8 +136,8 @@ TABLE_METRICS = ("pst_ps_table_rows", "pst_ps_table_rows_refused_total",
 
 def table_counts(port):
     """The shard's TABLE_METRICS of TABLE, or of the table of parts that holds TABLE's
-    rows beside the wide table's (CtrShardTables, common/ctr_config.h: both tables RAM
-    only), from its metrics endpoint; None if it does not answer."""
+    rows beside the wide table's (CtrShardTables, common/ctr_config.h), from its metrics
+    endpoint; None if it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
             text = r.read().decode()

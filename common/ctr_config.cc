@@ -97,12 +97,12 @@ absl::Status ValidateCtrJob(const TrainingConfig& training) {
 
 namespace {
 
-// Whether the shards may keep `deep` and `wide` (resolved) as one table.
+// Whether the shards may keep `deep` and `wide` (resolved) as one table:
+// all but their names, dims, initial scales and RAM budgets alike, and
+// either both budgeted or neither.
 bool MayJoin(const EmbeddingTableConfig& deep, const EmbeddingTableConfig& wide) {
-  using google::protobuf::util::MessageDifferencer;
-  if (!MessageDifferencer::Equals(deep.storage(), TableStorage::default_instance()) ||
-      !MessageDifferencer::Equals(wide.storage(), TableStorage::default_instance()) ||
-      !deep.parts().empty() || !wide.parts().empty()) {
+  if (!deep.parts().empty() || !wide.parts().empty() ||
+      (deep.storage().memory_bytes() > 0) != (wide.storage().memory_bytes() > 0)) {
     return false;
   }
   EmbeddingTableConfig a = deep;
@@ -111,8 +111,9 @@ bool MayJoin(const EmbeddingTableConfig& deep, const EmbeddingTableConfig& wide)
     spec->clear_name();
     spec->clear_dim();
     spec->clear_init_scale();
+    spec->mutable_storage()->clear_memory_bytes();
   }
-  return MessageDifferencer::Equals(a, b);
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
 }
 
 }  // namespace
@@ -137,7 +138,14 @@ absl::StatusOr<CtrTables> CtrShardTables(const TrainingConfig& training) {
   EmbeddingTableConfig joint = *deep;
   joint.set_name(joint_name);
   joint.set_dim(deep->dim() + wide->dim());
-  for (const EmbeddingTableConfig* table : {const_cast<const EmbeddingTableConfig*>(deep), wide}) {
+  // Both budgets for the one table: the same RAM, which holds more rows
+  // together (a record's count, recency, id and index entry are one).
+  if (deep->storage().memory_bytes() > 0) {
+    joint.mutable_storage()->set_memory_bytes(deep->storage().memory_bytes() +
+                                              wide->storage().memory_bytes());
+  }
+  const EmbeddingTableConfig& deep_spec = *deep;
+  for (const EmbeddingTableConfig* table : {&deep_spec, wide}) {
     EmbeddingTablePart* part = joint.add_parts();
     part->set_name(table->name());
     part->set_dim(table->dim());

@@ -27,16 +27,18 @@ CtrShape CtrShapeOf(const CtrDataConfig& data);
 absl::Status ValidateCtrJob(const TrainingConfig& training);
 
 // The tables a CTR job keeps on the shards. Its deep and wide tables are
-// always fed the same ids, so where nothing but their names, dims and
-// init_scales differ (the same optimizer, row limit and when_full) and
-// neither names a storage (a tier keeps its own budget and directory per
-// table), the shards keep both as one table of parts (proto/config.proto,
+// always fed the same ids, so where nothing but their names, dims,
+// init_scales and storage.memory_bytes differ (the same optimizer, row
+// limit, when_full and tiers; both budgeted or neither), the shards keep
+// both as one table of parts (proto/config.proto,
 // EmbeddingTableConfig.parts) named "<table>+<wide_table>", in the deep
-// table's place: the deep columns, then the wide one. A pull, an update
-// and a SYNC step then look each id up, and touch its record, once
-// instead of twice; each part starts and trains as its table would apart
-// (the optimizers are elementwise), and psctl export writes each part as
-// its table. Other tables, and the two where they differ, are kept apart.
+// table's place: the deep columns, then the wide one, under the sum of
+// their budgets (a disk tier under <disk>/<table>+<wide_table>-shard<i>).
+// A pull, an update and a SYNC step then look each id up, and touch its
+// record, once instead of twice; each part starts and trains as its table
+// would apart (the optimizers are elementwise), and psctl export writes
+// each part as its table. Other tables, and the two where they differ,
+// are kept apart.
 struct CtrTables {
   // training.model.embeddings resolved (common/embedding_config.h), in
   // order, the wide table dropped and the deep one replaced where `joint`.

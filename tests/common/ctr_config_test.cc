@@ -54,7 +54,7 @@ CtrTables TablesOf(const std::string& text) {
   return tables.ok() ? *std::move(tables) : CtrTables{};
 }
 
-// The deep and wide tables, trained alike and RAM only, are one table of
+// The deep and wide tables, trained and stored alike, are one table of
 // parts on the shards; anything else keeps them apart.
 TEST(CtrConfigTest, TablesTrainedAlikeAreKeptAsOne) {
   const CtrTables joint = TablesOf(kCtrJob);
@@ -79,6 +79,7 @@ TEST(CtrConfigTest, TablesTrainedAlikeAreKeptAsOne) {
       "name: \"wide\" dim: 1 max_rows_per_shard: 1000",
       "name: \"wide\" dim: 1 when_full: REFUSE_NEW_ROWS",
       "name: \"wide\" dim: 1 storage { ttl_steps: 100 }",
+      "name: \"wide\" dim: 1 storage { memory_bytes: 1000000 }",
   };
   for (const std::string& wide : apart_because) {
     SCOPED_TRACE(wide);
@@ -90,6 +91,24 @@ TEST(CtrConfigTest, TablesTrainedAlikeAreKeptAsOne) {
     ASSERT_EQ(apart.tables.size(), 2u);
     EXPECT_EQ(apart.tables[0].parts_size(), 0);
   }
+  // Tiers alike: one tier, under both budgets.
+  const CtrTables tiered = TablesOf(absl::StrReplaceAll(
+      kCtrJob,
+      {{"name: \"categorical\" dim: 8",
+        "name: \"categorical\" dim: 8 storage { memory_bytes: 3000 disk: \"/d\" ttl_steps: 9 }"},
+       {"name: \"wide\" dim: 1",
+        "name: \"wide\" dim: 1 storage { memory_bytes: 500 disk: \"/d\" ttl_steps: 9 }"}}));
+  ASSERT_TRUE(tiered.joint);
+  ASSERT_EQ(tiered.tables.size(), 1u);
+  EXPECT_EQ(tiered.tables[0].storage().memory_bytes(), 3500);
+  EXPECT_EQ(tiered.tables[0].storage().disk(), "/d");
+  EXPECT_EQ(tiered.tables[0].storage().ttl_steps(), 9);
+  const CtrTables other_disk = TablesOf(absl::StrReplaceAll(
+      kCtrJob, {{"name: \"categorical\" dim: 8",
+                 "name: \"categorical\" dim: 8 storage { memory_bytes: 3000 disk: \"/d\" }"},
+                {"name: \"wide\" dim: 1",
+                 "name: \"wide\" dim: 1 storage { memory_bytes: 500 disk: \"/e\" }"}}));
+  EXPECT_FALSE(other_disk.joint);
   // Without a wide part, or where the joint name is another table's.
   const CtrTables deep_only =
       TablesOf(absl::StrReplaceAll(kCtrJob, {{"wide_table: \"wide\"", ""}}));

@@ -89,10 +89,11 @@ TEST_P(CtrLaunchTest, TrainsTheClickModelToNearThePlantedAuc) {
 
 INSTANTIATE_TEST_SUITE_P(EveryMode, CtrLaunchTest, ::testing::Values("sync", "async", "ssp"));
 
-// Both tables with RAM for 2 000 rows a shard and the rest on disk: SYNC
-// trains bitwise as all in RAM, so the summary's AUC and loss are the
-// all-in-RAM run's to the last digit, and the shards read cold rows ahead
-// of the steps that train them.
+// Both tables with RAM for 2 000 rows a shard and the rest on disk (kept
+// as one table of parts, as all in RAM: CtrShardTables): SYNC trains
+// bitwise as all in RAM, so the summary's AUC and loss are the all-in-RAM
+// run's to the last digit, and the shards read cold rows ahead of the
+// steps that train them.
 TEST(CtrTiersTest, ADiskTierTrainsAsAllInRamAndReadsAhead) {
   const std::string dir = absl::StrCat(ScratchDir(), "/ctr_tiers");
   std::filesystem::create_directories(dir);
@@ -136,7 +137,7 @@ TEST(CtrTiersTest, ADiskTierTrainsAsAllInRamAndReadsAhead) {
     std::string line;
     for (absl::string_view l : absl::StrSplit(tiered_output, '\n')) {
       if (absl::StartsWith(l, absl::StrCat("[ps:", shard, "]")) &&
-          absl::StrContains(l, "table categorical: ")) {
+          absl::StrContains(l, "table categorical+wide: ")) {
         line = std::string(l);
       }
     }
