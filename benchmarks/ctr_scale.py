@@ -149,7 +149,8 @@ def table_counts(port):
             if line.startswith(metric + "{") and (f'table="{TABLE}"' in line or
                                                    f'table="{TABLE}+' in line):
                 counts[metric] = int(float(line.split()[-1]))
-    return counts if len(counts) == len(TABLE_METRICS) else None
+                counts["joint"] = f'table="{TABLE}+' in line
+    return counts if len(counts) == len(TABLE_METRICS) + 1 else None
 
 
 def planted_auc(record):
@@ -196,6 +197,7 @@ def run_job(args):
             "disk_waits": total("pst_ps_table_disk_waits_total") / misses if misses else 0.0,
             "planted_auc": planted_auc(os.path.join(args.work_dir, "test.tsv.planted")),
             "rows_created": sum(r["pst_ps_table_rows"] for r in rows.values()),
+            "joint": all(r["joint"] for r in rows.values()),
             "rows_refused": sum(r["pst_ps_table_rows_refused_total"] for r in rows.values()),
             "ps_peak_rss_mib": sum(peaks.values()) / 2**20}
 
@@ -325,9 +327,12 @@ def main():
         if not tiered:
             continue
         if memory_mib == 0:
-            # Both tables hold the same ids: a created row costs every table's row.
-            memory_mib = (args.memory_fraction * ram_runs[0]["rows_created"] *
-                          sum(row_bytes(text).values()) / 2**20)
+            # Both tables hold the same ids: a created row costs every table's row, or
+            # one record of their dims together where the shards keep them as one.
+            sizes = row_bytes(text)
+            per_row = (sum(sizes.values()) - 50 * (len(sizes) - 1) if ram_runs[0]["joint"]
+                       else sum(sizes.values()))
+            memory_mib = args.memory_fraction * ram_runs[0]["rows_created"] * per_row / 2**20
             print(f"# the rows of the all-in-RAM run take "
                   f"{memory_mib / args.memory_fraction:.0f} MiB: a budget of {memory_mib:.0f} MiB",
                   file=sys.stderr)
