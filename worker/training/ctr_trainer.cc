@@ -8,7 +8,6 @@
 #include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/ctr_config.h"
-#include "common/embedding_config.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "data/auc.h"
@@ -76,8 +75,8 @@ absl::Status CtrTrainer::Setup() {
   joint_ = tables.joint;
   if (joint_ && is_chief()) {
     spdlog::info(
-        "tables {} and {} are fed the same ids and trained alike: the shards keep them "
-        "as one table, {}",
+        "tables {} and {} are fed the same ids and trained and stored alike: the shards keep "
+        "them as one table, {}",
         training.model().ctr().table(), training.model().ctr().wide_table(), tables.deep);
   }
   PST_ASSIGN_OR_RETURN(RegisterResponse view, session_->Join());
