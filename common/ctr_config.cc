@@ -45,6 +45,25 @@ absl::Status ValidateGenerator(const CtrDataConfig& data) {
   return absl::OkStatus();
 }
 
+// Whether the shards may keep `deep` and `wide` (resolved) as one table:
+// all but their names, dims, initial scales and RAM budgets alike, and
+// either both budgeted or neither.
+bool MayJoin(const EmbeddingTableConfig& deep, const EmbeddingTableConfig& wide) {
+  if (!deep.parts().empty() || !wide.parts().empty() ||
+      (deep.storage().memory_bytes() > 0) != (wide.storage().memory_bytes() > 0)) {
+    return false;
+  }
+  EmbeddingTableConfig a = deep;
+  EmbeddingTableConfig b = wide;
+  for (EmbeddingTableConfig* spec : {&a, &b}) {
+    spec->clear_name();
+    spec->clear_dim();
+    spec->clear_init_scale();
+    spec->mutable_storage()->clear_memory_bytes();
+  }
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
 }  // namespace
 
 CtrShape CtrShapeOf(const CtrDataConfig& data) {
@@ -94,29 +113,6 @@ absl::Status ValidateCtrJob(const TrainingConfig& training) {
   if (files.has_generate()) return ValidateGenerator(files);
   return absl::OkStatus();
 }
-
-namespace {
-
-// Whether the shards may keep `deep` and `wide` (resolved) as one table:
-// all but their names, dims, initial scales and RAM budgets alike, and
-// either both budgeted or neither.
-bool MayJoin(const EmbeddingTableConfig& deep, const EmbeddingTableConfig& wide) {
-  if (!deep.parts().empty() || !wide.parts().empty() ||
-      (deep.storage().memory_bytes() > 0) != (wide.storage().memory_bytes() > 0)) {
-    return false;
-  }
-  EmbeddingTableConfig a = deep;
-  EmbeddingTableConfig b = wide;
-  for (EmbeddingTableConfig* spec : {&a, &b}) {
-    spec->clear_name();
-    spec->clear_dim();
-    spec->clear_init_scale();
-    spec->mutable_storage()->clear_memory_bytes();
-  }
-  return google::protobuf::util::MessageDifferencer::Equals(a, b);
-}
-
-}  // namespace
 
 absl::StatusOr<CtrTables> CtrShardTables(const TrainingConfig& training) {
   const CtrModelConfig& ctr = training.model().ctr();

@@ -456,7 +456,7 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
   // run evicts the same rows every time, restored or not.
   if (table.eviction_tick != tick) {
     table.eviction_tick = tick;
-    table.eviction_draws = table.key ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
+    table.eviction_draws = table.init.key() ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
   }
   int64_t victim = -1;
   for (int round = 0; round < kEvictionRounds && victim < 0; ++round) {

@@ -34,7 +34,6 @@ struct EmbeddingTable::Embedding {
         optimizer(std::move(rule)),
         seed(seed),
         init(seed, config),
-        key(init.key()),
         rows(config.dim(), optimizer->SlotsPerParameter()),
         row_limit(RowLimit(config, record_floats())) {}
 
@@ -85,9 +84,8 @@ struct EmbeddingTable::Embedding {
   const EmbeddingTableConfig config;
   const std::unique_ptr<Optimizer> optimizer;
   const uint64_t seed;
+  // The table's initial rows; its key seeds the table's eviction draws.
   const TableInit init;
-  // init.key(): the seed of the table's eviction draws.
-  const uint64_t key;
   RowStore rows;
   const int64_t row_limit;
   // The disk tier (storage.disk), or null: then a row past the limit is

@@ -181,7 +181,7 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
     const int64_t tick = table.updates + 1;
     if (table.eviction_tick != tick) {
       table.eviction_tick = tick;
-      table.eviction_draws = table.key ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
+      table.eviction_draws = table.init.key() ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
     }
     while (static_cast<int64_t>(victims.size()) < excess) {
       int64_t victim = -1;
