@@ -202,10 +202,16 @@ def run_job(args):
             "ps_peak_rss_mib": sum(peaks.values()) / 2**20}
 
 
+# A row's RAM beside its values and accumulator, by the memory rule
+# (TableStorage.memory_bytes): its count, tick, id and index entry.
+ROW_OVERHEAD_BYTES = 50
+
+
 def row_bytes(text):
     """{table: RAM of one row} by the memory rule (TableStorage.memory_bytes): values and
-    Adagrad's accumulator, then 50 bytes of count, tick, id and index."""
-    return {name: int(dim) * 2 * 4 + 50 for name, dim in re.findall(r'name: "(\w+)" dim: (\d+)', text)}
+    Adagrad's accumulator, then ROW_OVERHEAD_BYTES."""
+    return {name: int(dim) * 2 * 4 + ROW_OVERHEAD_BYTES
+            for name, dim in re.findall(r'name: "(\w+)" dim: (\d+)', text)}
 
 
 def with_tiers(text, memory_mib, disk, hot_set):
@@ -330,7 +336,8 @@ def main():
             # Both tables hold the same ids: a created row costs every table's row, or
             # one record of their dims together where the shards keep them as one.
             sizes = row_bytes(text)
-            per_row = (sum(sizes.values()) - 50 * (len(sizes) - 1) if ram_runs[0]["joint"]
+            per_row = (sum(sizes.values()) - ROW_OVERHEAD_BYTES * (len(sizes) - 1)
+                       if ram_runs[0]["joint"]
                        else sum(sizes.values()))
             memory_mib = args.memory_fraction * ram_runs[0]["rows_created"] * per_row / 2**20
             print(f"# the rows of the all-in-RAM run take "

@@ -454,10 +454,7 @@ bool EmbeddingTable::EvictOne(Embedding& table, int64_t tick) {
   if (size == 0) return false;
   // The draws of an update follow from the table and its update count: a
   // run evicts the same rows every time, restored or not.
-  if (table.eviction_tick != tick) {
-    table.eviction_tick = tick;
-    table.eviction_draws = table.init.key() ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
-  }
+  table.DrawForUpdate(tick);
   int64_t victim = -1;
   for (int round = 0; round < kEvictionRounds && victim < 0; ++round) {
     for (const int64_t row : DrawRound(&table.eviction_draws, size, table.rows)) {

@@ -128,6 +128,13 @@ struct EmbeddingTable::Embedding {
   // reproducible.
   uint64_t eviction_draws = 0;
   int64_t eviction_tick = -1;
+  // Starts the draws of update `tick`, unless they are under way: an
+  // update's evictions and demotions continue one sequence.
+  void DrawForUpdate(int64_t tick) {
+    if (eviction_tick == tick) return;
+    eviction_tick = tick;
+    eviction_draws = init.key() ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
+  }
   // A bit per RAM row, all clear between calls: the rows an update's
   // admission keeps or has chosen (EmbeddingTable::Admit).
   std::vector<uint64_t> admit_marks;

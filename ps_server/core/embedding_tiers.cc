@@ -179,10 +179,7 @@ absl::Status EmbeddingTable::Admit(Embedding& table, std::span<const uint64_t> i
   std::vector<int64_t> victims;
   if (excess > 0) {
     const int64_t tick = table.updates + 1;
-    if (table.eviction_tick != tick) {
-      table.eviction_tick = tick;
-      table.eviction_draws = table.init.key() ^ (static_cast<uint64_t>(tick) * 0x9e3779b97f4a7c15ULL);
-    }
+    table.DrawForUpdate(tick);
     while (static_cast<int64_t>(victims.size()) < excess) {
       int64_t victim = -1;
       for (int round = 0; round < kEvictionRounds && victim < 0; ++round) {
